@@ -1,0 +1,1 @@
+"""agentmesh: autonomous, tool-using LLM agents as gRPC services."""

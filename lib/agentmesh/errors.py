@@ -1,0 +1,53 @@
+"""Errors the service cores raise; the gRPC adapters turn them into status codes.
+
+Cores know nothing of gRPC, so they raise these and `agentmesh.rpc.errors` maps each to
+the status a client should see, with the message written for a person.
+"""
+
+from __future__ import annotations
+
+
+class AgentmeshError(Exception):
+    """Base class; `code` is the gRPC status name the adapter answers with."""
+
+    code = "INTERNAL"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(AgentmeshError):
+    code = "INVALID_ARGUMENT"
+
+
+class NotFound(AgentmeshError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExists(AgentmeshError):
+    code = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(AgentmeshError):
+    code = "FAILED_PRECONDITION"
+
+
+class Unavailable(AgentmeshError):
+    code = "UNAVAILABLE"
+
+
+class PermissionDenied(AgentmeshError):
+    code = "PERMISSION_DENIED"
+
+
+class Unauthenticated(AgentmeshError):
+    code = "UNAUTHENTICATED"
+
+
+class ResourceExhausted(AgentmeshError):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class DeadlineExceeded(AgentmeshError):
+    code = "DEADLINE_EXCEEDED"

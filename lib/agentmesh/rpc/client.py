@@ -1,0 +1,42 @@
+"""Channels to peer services, traced so that W3C context crosses every hop."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES
+from agentmesh.telemetry import Telemetry
+
+# Transparent retries for calls that never reached a handler (peer restarting, connection reset).
+_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{}],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.enable_retries", 1),
+    ("grpc.service_config", _SERVICE_CONFIG),
+]
+
+
+def open_channel(target: str, telemetry: Telemetry | None = None) -> grpc.aio.Channel:
+    interceptors = aio_client_interceptors(tracer_provider=telemetry.tracer_provider) if telemetry else []
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)

@@ -1,0 +1,62 @@
+"""Translate core exceptions into gRPC statuses at the edge of every servicer method."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import grpc
+
+from agentmesh.errors import AgentmeshError
+from agentmesh.logs import get_logger
+
+log = get_logger("agentmesh.rpc")
+
+
+def status_code(name: str) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, name, grpc.StatusCode.INTERNAL)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    if isinstance(exc, AgentmeshError):
+        await context.abort(status_code(exc.code), exc.message)
+    log.exception("unhandled error in handler")
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def translate_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a servicer method (coroutine or async generator) so core errors become statuses."""
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def stream_wrapper(self, request, context):
+            try:
+                async for item in method(self, request, context):
+                    yield item
+            except (grpc.aio.AbortError, GeneratorExit, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - every error must become a status
+                await _abort(context, exc)
+
+        return stream_wrapper
+
+    @functools.wraps(method)
+    async def unary_wrapper(self, request, context):
+        try:
+            return await method(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            await _abort(context, exc)
+
+    return unary_wrapper
+
+
+def core_error_from_rpc(err: grpc.aio.AioRpcError) -> AgentmeshError:
+    """The reverse direction: a peer's status as the matching core exception."""
+    from agentmesh import errors
+
+    by_code = {cls.code: cls for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, AgentmeshError)}
+    cls = by_code.get(err.code().name, AgentmeshError)
+    return cls(err.details() or err.code().name)

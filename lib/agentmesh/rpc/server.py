@@ -1,0 +1,125 @@
+"""gRPC server bootstrap shared by all services: health, reflection, tracing, graceful drain.
+
+A service builds a `ServiceHost`, adds its servicers, registers clean-up with `on_stop`, and
+either `start()`s it (tests, `agentmesh up` in-process) or runs `serve_forever()` (a container),
+which drains in-flight RPCs on SIGTERM/SIGINT before exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Any, Awaitable, Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
+from agentmesh.config import Settings
+from agentmesh.logs import get_logger
+from agentmesh.telemetry import Telemetry
+
+log = get_logger("agentmesh.rpc")
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    # Refuse a second server on a taken port instead of silently sharing it.
+    ("grpc.so_reuseport", 0),
+]
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+class ServiceHost:
+    def __init__(
+        self,
+        service: str,
+        settings: Settings,
+        telemetry: Telemetry,
+        *,
+        address: str | None = None,
+        interceptors: list[grpc.aio.ServerInterceptor] | None = None,
+    ):
+        self.service = service
+        self.settings = settings
+        self.telemetry = telemetry
+        self.address = address or settings.bind_address(service)
+        self.server = grpc.aio.server(
+            interceptors=[aio_server_interceptor(tracer_provider=telemetry.tracer_provider), *(interceptors or [])],
+            options=SERVER_OPTIONS,
+        )
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._service_names: list[str] = []
+        self._on_stop: list[Callable[[], Awaitable[Any]]] = []
+        self.port: int = 0
+        self._stopped = asyncio.Event()
+
+    def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
+        """Register a servicer, e.g. `host.add(add_ToolsServicer_to_server, servicer, "agentmesh.v1.Tools")`."""
+        register(servicer, self.server)
+        self._service_names.append(full_name)
+
+    def on_stop(self, callback: Callable[[], Awaitable[Any]]) -> None:
+        """Run `callback` after the server stopped accepting and drained (close clients, stores)."""
+        self._on_stop.append(callback)
+
+    @property
+    def target(self) -> str:
+        """Where a client on this machine reaches the host."""
+        host = self.address.rpartition(":")[0]
+        if host in ("0.0.0.0", "[::]", ""):
+            host = "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    async def start(self) -> "ServiceHost":
+        names = [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, self.server)
+        try:
+            self.port = self.server.add_insecure_port(self.address)
+        except RuntimeError as exc:
+            raise PortInUse(f"cannot listen on {self.address}: the port is taken or the address is invalid") from exc
+        if self.port == 0:
+            raise PortInUse(f"cannot listen on {self.address}: the port is taken or the address is invalid")
+        await self.server.start()
+        for name in ["", *self._service_names]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("service started", address=self.address, port=self.port)
+        return self
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop taking new RPCs, let in-flight ones finish for `grace` seconds, then clean up."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grace = self.settings.drain_s if grace is None else grace
+        await self.health.enter_graceful_shutdown()
+        log.info("service draining", grace_s=grace)
+        await self.server.stop(grace)
+        for callback in reversed(self._on_stop):
+            try:
+                await callback()
+            except Exception:  # noqa: BLE001 - clean-up must carry on
+                log.exception("clean-up failed")
+        self.telemetry.force_flush()
+        log.info("service stopped")
+
+    async def serve_forever(self) -> None:
+        """Start, then block until SIGTERM or SIGINT, then drain and stop."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        stop_requested = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop_requested.set)
+        await stop_requested.wait()
+        await self.stop()
+        self.telemetry.shutdown()

@@ -1,0 +1,82 @@
+"""The local span store: finished spans as JSON lines under `$AGENTMESH_HOME/traces/`.
+
+One file per service process avoids interleaved writes between processes; readers merge them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import StatusCode
+
+
+def span_store_dir(home: Path) -> Path:
+    return Path(home) / "traces"
+
+
+def span_to_dict(span: ReadableSpan) -> dict:
+    ctx = span.get_span_context()
+    parent = span.parent
+    return {
+        "trace_id": format(ctx.trace_id, "032x"),
+        "span_id": format(ctx.span_id, "016x"),
+        "parent_span_id": format(parent.span_id, "016x") if parent else "",
+        "name": span.name,
+        "service": span.resource.attributes.get("service.name", ""),
+        "kind": span.kind.name,
+        "start": (span.start_time or 0) / 1e9,
+        "end": (span.end_time or 0) / 1e9,
+        "status": span.status.status_code.name if span.status.status_code != StatusCode.UNSET else "OK",
+        "status_message": span.status.description or "",
+        "attributes": {k: _jsonable(v) for k, v in (span.attributes or {}).items()},
+        "events": [
+            {"name": e.name, "time": e.timestamp / 1e9, "attributes": {k: _jsonable(v) for k, v in (e.attributes or {}).items()}}
+            for e in span.events
+        ],
+    }
+
+
+def _jsonable(value):
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return list(value)
+
+
+class LocalSpanExporter(SpanExporter):
+    def __init__(self, directory: Path, service: str):
+        self._path = Path(directory) / f"{service}-{os.getpid()}.jsonl"
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = "".join(json.dumps(span_to_dict(s), separators=(",", ":")) + "\n" for s in spans)
+        try:
+            with self._lock:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                with self._path.open("a", encoding="utf-8") as out:
+                    out.write(lines)
+        except OSError:
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def read_spans(directory: Path) -> Iterable[dict]:
+    """Every stored span, in no particular order; torn last lines are skipped."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    for path in sorted(directory.glob("*.jsonl")):
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue
