@@ -89,7 +89,14 @@ class LLMSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "LLMSettings":
         return cls(
-            provider=env_choice(env, "AGENTMESH_LLM_PROVIDER", "scripted", ("openai", "anthropic", "scripted")),
+            # Pointing AGENTMESH_LLM_BASE_URL at a server is enough to use it; without one the
+            # scripted provider keeps the stack usable offline.
+            provider=env_choice(
+                env,
+                "AGENTMESH_LLM_PROVIDER",
+                "openai" if env_str(env, "AGENTMESH_LLM_BASE_URL") else "scripted",
+                ("openai", "anthropic", "scripted"),
+            ),
             base_url=env_str(env, "AGENTMESH_LLM_BASE_URL", cls.base_url).rstrip("/"),
             api_key=env_str(env, "AGENTMESH_LLM_API_KEY"),
             model=env_str(env, "AGENTMESH_LLM_MODEL", cls.model),
@@ -115,6 +122,8 @@ class Settings:
     drain_s: float = 20.0
     # Gateway bearer tokens; empty disables authentication (local default).
     auth_tokens: tuple[str, ...] = field(default=(), repr=False)
+    # The token clients (CLI, scheduler) present to the gateway when authentication is on.
+    client_token: str = field(default="", repr=False)
     # Tracing: "local" keeps spans under home; "otlp" exports; "none" disables.
     traces: str = "local"
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -139,6 +148,7 @@ class Settings:
             listen_address=env_str(env, "AGENTMESH_LISTEN_ADDR"),
             drain_s=env_float(env, "AGENTMESH_DRAIN_S", 20.0, minimum=0),
             auth_tokens=tuple(t.strip() for t in tokens),
+            client_token=env_str(env, "AGENTMESH_AUTH_TOKEN"),
             traces=env_choice(env, "AGENTMESH_TRACES", default_traces, ("local", "otlp", "none")),
             environ=env,
         )

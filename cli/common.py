@@ -1,0 +1,73 @@
+"""What every CLI command shares: settings, channels, and turning failures into exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from agentmesh.config import ConfigError, Settings
+from agentmesh.rpc.client import open_channel
+
+EXIT_OK = 0
+EXIT_SERVER_ERROR = 1
+EXIT_USAGE = 2
+
+CALL_TIMEOUT_S = 30.0
+
+
+class CliError(Exception):
+    """An error to print in plain words, with its exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_SERVER_ERROR):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ConfigError as exc:
+        raise CliError(f"configuration error: {exc}", EXIT_USAGE) from None
+
+
+def channel_to(settings: Settings, service: str) -> grpc.aio.Channel:
+    return open_channel(settings.address_of(service))
+
+
+def call_metadata(settings: Settings) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {settings.client_token}"),) if settings.client_token else ()
+
+
+def rpc_failure(err: grpc.aio.AioRpcError, service: str, settings: Settings) -> CliError:
+    """A server's status as a sentence: unreachable services get a hint about how to start them."""
+    if err.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (err.details() or "").lower():
+        return CliError(
+            f"cannot reach the {service} service at {settings.address_of(service)}: "
+            f"is `agentmesh up` running? (set AGENTMESH_{service.upper()}_ADDR to point elsewhere)"
+        )
+    if err.code() == grpc.StatusCode.UNAVAILABLE:
+        return CliError(f"the {service} service is unavailable: {err.details()}")
+    return CliError(f"{err.details() or err.code().name} ({err.code().name})")
+
+
+def parse_json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{what} is not valid JSON: {exc.msg} at position {exc.pos}", EXIT_USAGE) from None
+    if not isinstance(value, dict):
+        raise CliError(f"{what} must be a JSON object, like '{{\"command\": \"ls\"}}'", EXIT_USAGE)
+    return value
+
+
+def to_dict(message) -> dict[str, Any]:
+    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
+    sys.stdout.flush()

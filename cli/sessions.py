@@ -1,0 +1,106 @@
+"""`agentmesh sessions list|show|delete`, through the gateway."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+
+
+def register(subparsers) -> None:
+    sessions = subparsers.add_parser("sessions", help="list, show or delete sessions")
+    verbs = sessions.add_subparsers(dest="verb", required=True)
+    listing = verbs.add_parser("list", help="all sessions, newest first")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=list_sessions)
+    show = verbs.add_parser("show", help="a session and its transcript")
+    show.add_argument("session_id")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=show_session)
+    delete = verbs.add_parser("delete", help="delete a session, its transcript and its workspace")
+    delete.add_argument("session_id")
+    delete.set_defaults(func=delete_session)
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+async def list_sessions(args) -> int:
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        sessions, token = [], ""
+        try:
+            while True:
+                page = await stub.ListSessions(
+                    gateway_pb2.ListSessionsRequest(page_size=200, page_token=token),
+                    metadata=call_metadata(settings), timeout=30,
+                )
+                sessions.extend(page.sessions)
+                token = page.next_page_token
+                if not token:
+                    break
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+    if args.json:
+        print_json([to_dict(s) for s in sessions])
+        return EXIT_OK
+    if not sessions:
+        print("no sessions yet — start one with: agentmesh chat \"hello\" --session work")
+        return EXIT_OK
+    print(f"{'SESSION':<34} {'MESSAGES':>8}  {'UPDATED':<16}  TITLE")
+    for s in sessions:
+        print(f"{s.session_id:<34} {s.message_count:>8}  {_when(s.updated_at):<16}  {s.title}")
+    return EXIT_OK
+
+
+async def show_session(args) -> int:
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        try:
+            session = await stub.GetSession(
+                gateway_pb2.GetSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
+            )
+            messages, after = [], 0
+            while True:
+                page = await stub.GetTranscript(
+                    gateway_pb2.GetTranscriptRequest(session_id=args.session_id, page_size=1000, after_seq=after),
+                    metadata=call_metadata(settings), timeout=30,
+                )
+                messages.extend(page.messages)
+                after = page.next_after_seq
+                if not after:
+                    break
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+    if args.json:
+        print_json({"session": to_dict(session), "messages": [to_dict(m) for m in messages]})
+        return EXIT_OK
+    print(f"session {session.session_id} · namespace {session.namespace} · created {_when(session.created_at)}")
+    for m in messages:
+        if m.role == "tool":
+            print(f"  [tool {m.name}] {m.content[:300]}")
+        elif m.tool_calls:
+            calls = ", ".join(f"{c.name}({c.arguments_json[:80]})" for c in m.tool_calls)
+            print(f"  [{m.role}] {m.content}{' ' if m.content else ''}→ {calls}")
+        else:
+            print(f"  [{m.role}] {m.content}")
+    return EXIT_OK
+
+
+async def delete_session(args) -> int:
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            await gateway_pb2_grpc.GatewayStub(channel).DeleteSession(
+                gateway_pb2.DeleteSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
+            )
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+    print(f"deleted session {args.session_id}")
+    return EXIT_OK

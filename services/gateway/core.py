@@ -1,0 +1,217 @@
+"""The gateway's core: sessions, one turn at a time per session, relaying a run's events.
+
+Plain async Python. It speaks to its peers through the narrow ports below and raises
+`agentmesh.errors` exceptions; `server.py` turns those into gRPC statuses. The protobuf
+messages it passes along are data only: the gateway relays the agent's events unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Protocol
+
+import structlog
+
+from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
+from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.ids import new_id, validate_id
+from agentmesh.logs import get_logger
+from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
+
+log = get_logger("agentmesh.gateway")
+
+MAX_PAGE_SIZE = 500
+
+
+class SessionStore(Protocol):
+    async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]: ...
+    async def get_session(self, session_id: str) -> gateway_pb2.Session: ...
+    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse: ...
+    async def delete_session(self, session_id: str) -> bool: ...
+    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse: ...
+
+
+class AgentRunner(Protocol):
+    def run_turn(self, request: agent_pb2.RunTurnRequest) -> AsyncIterator[common_pb2.Event]: ...
+
+
+class Workspaces(Protocol):
+    async def delete_workspace(self, session_id: str) -> None: ...
+
+
+@dataclass
+class _ActiveTurn:
+    run_id: str
+    cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Gateway:
+    def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings):
+        self._sessions = sessions
+        self._agent = agent
+        self._workspaces = workspaces
+        self._settings = settings
+        # One turn per session in this replica. Several replicas need session affinity at the
+        # load balancer (see docs); the agent persists every step, so nothing is lost either way.
+        self._active: dict[str, _ActiveTurn] = {}
+
+    # --- sessions -------------------------------------------------------------------------
+
+    async def create_session(self, request: gateway_pb2.CreateSessionRequest) -> gateway_pb2.Session:
+        session_id = validate_id(request.session_id) if request.session_id else new_id("s")
+        session = self._new_session(session_id, request.title, dict(request.labels), request.namespace)
+        stored, _created = await self._sessions.put_session(session)
+        return stored
+
+    async def get_session(self, session_id: str) -> gateway_pb2.Session:
+        return await self._sessions.get_session(validate_id(session_id))
+
+    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse:
+        if page_size < 0 or page_size > MAX_PAGE_SIZE:
+            raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
+        return await self._sessions.list_sessions(page_size or 50, page_token)
+
+    async def delete_session(self, session_id: str) -> bool:
+        validate_id(session_id)
+        if session_id in self._active:
+            raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
+        await self._sessions.get_session(session_id)  # NOT_FOUND before touching anything
+        await self._workspaces.delete_workspace(session_id)
+        return await self._sessions.delete_session(session_id)
+
+    async def transcript(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse:
+        validate_id(session_id)
+        if page_size < 0 or page_size > 1000:
+            raise InvalidArgument(f"page_size must be between 0 and 1000, got {page_size}")
+        if after_seq < 0:
+            raise InvalidArgument("after_seq must not be negative")
+        await self._sessions.get_session(session_id)
+        return await self._sessions.list_messages(session_id, page_size or 200, after_seq)
+
+    # --- turns ----------------------------------------------------------------------------
+
+    def validate_chat(self, request: gateway_pb2.ChatRequest) -> None:
+        """Everything about a chat request that can be refused before anything is written."""
+        validate_id(request.session_id)
+        if not request.message.strip():
+            raise InvalidArgument("message is empty: send the text of the user's turn")
+        if len(request.message) > self._settings.max_message_chars:
+            raise InvalidArgument(
+                f"message is {len(request.message)} characters; the limit is {self._settings.max_message_chars}"
+            )
+        cap = self._settings.max_iterations_cap
+        if request.options.max_iterations < 0 or request.options.max_iterations > cap:
+            raise InvalidArgument(f"options.max_iterations must be between 0 and {cap}")
+        if len(request.options.system_prompt) > self._settings.max_message_chars:
+            raise InvalidArgument("options.system_prompt is longer than the message limit")
+        if len(request.options.model) > 200:
+            raise InvalidArgument("options.model is longer than 200 characters")
+
+    async def chat(self, request: gateway_pb2.ChatRequest) -> AsyncIterator[common_pb2.Event]:
+        """Run one turn. Refusals happen before the first event; the stream ends with
+        run_finished or error."""
+        self.validate_chat(request)
+        session_id = request.session_id
+        if session_id in self._active:
+            raise FailedPrecondition(
+                f"session {session_id!r} is already running a turn; wait for it to finish or cancel it"
+            )
+        turn = _ActiveTurn(run_id=new_id("run"))
+        self._active[session_id] = turn
+        try:
+            session, _ = await self._sessions.put_session(self._new_session(session_id, "", {}, ""))
+            run = agent_pb2.RunTurnRequest(
+                session_id=session_id,
+                run_id=turn.run_id,
+                message=request.message,
+                options=request.options,
+                namespace=session.namespace or "default",
+            )
+            with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
+                log.info("turn started")
+                async for event in self._relay(run, turn):
+                    yield event
+                log.info("turn ended")
+        finally:
+            self._active.pop(session_id, None)
+
+    async def cancel(self, session_id: str) -> tuple[bool, str]:
+        validate_id(session_id)
+        turn = self._active.get(session_id)
+        if turn is None:
+            return False, ""
+        turn.cancel_requested.set()
+        return True, turn.run_id
+
+    async def _relay(self, run: agent_pb2.RunTurnRequest, turn: _ActiveTurn) -> AsyncIterator[common_pb2.Event]:
+        """Pump the agent's stream through a queue so a Cancel can cut in between events."""
+        queue: asyncio.Queue = asyncio.Queue(maxsize=256)
+        done = object()
+
+        async def pump() -> None:
+            try:
+                async with asyncio.timeout(self._settings.turn_timeout_s):
+                    async for event in self._agent.run_turn(run):
+                        await queue.put(event)
+            except TimeoutError:
+                await queue.put(AgentmeshError(f"the turn ran longer than {self._settings.turn_timeout_s:.0f}s and was stopped"))
+            except AgentmeshError as exc:
+                await queue.put(exc)
+            await queue.put(done)
+
+        pump_task = asyncio.create_task(pump())
+        cancel_wait = asyncio.create_task(turn.cancel_requested.wait())
+        last_seq = 0
+        try:
+            while True:
+                getter = asyncio.create_task(queue.get())
+                finished, _ = await asyncio.wait({getter, cancel_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in finished:
+                    getter.cancel()
+                    pump_task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await pump_task
+                    log.info("turn cancelled")
+                    yield self._event(run, last_seq + 1, run_finished=common_pb2.RunFinished(stop_reason="cancelled"))
+                    return
+                item = getter.result()
+                if item is done:
+                    return
+                if isinstance(item, AgentmeshError):
+                    yield self._event(run, last_seq + 1, error=common_pb2.RunError(code=item.code, message=item.message))
+                    return
+                last_seq = max(last_seq, item.seq)
+                yield item
+        finally:
+            cancel_wait.cancel()
+            if not pump_task.done():
+                pump_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump_task
+
+    @staticmethod
+    def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload) -> common_pb2.Event:
+        return common_pb2.Event(session_id=run.session_id, run_id=run.run_id, seq=seq, timestamp=time.time(), **payload)
+
+    def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> gateway_pb2.Session:
+        if len(title) > self._settings.max_title_chars:
+            raise InvalidArgument(f"title is longer than {self._settings.max_title_chars} characters")
+        if len(labels) > self._settings.max_labels:
+            raise InvalidArgument(f"at most {self._settings.max_labels} labels per session")
+        for key, value in labels.items():
+            if not key or len(key) > 63 or len(value) > 256:
+                raise InvalidArgument(f"label {key[:63]!r}: keys are 1-63 characters, values at most 256")
+        if namespace:
+            validate_id(namespace, "namespace")
+        now = time.time()
+        return gateway_pb2.Session(
+            session_id=session_id,
+            title=title,
+            labels=labels,
+            namespace=namespace or "default",
+            created_at=now,
+            updated_at=now,
+        )

@@ -1,0 +1,83 @@
+"""Adapters from the gateway core's ports to its peers over gRPC (memory, agent, tools)."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+import grpc
+
+from agentmesh.errors import Unavailable
+from agentmesh.rpc.errors import core_error_from_rpc
+from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc, tools_pb2, tools_pb2_grpc
+
+RPC_TIMEOUT_S = 30.0
+
+
+def _peer_error(err: grpc.aio.AioRpcError, peer: str, target: str):
+    if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return Unavailable(f"the {peer} service at {target} is not answering ({err.details() or err.code().name})")
+    return core_error_from_rpc(err)
+
+
+class MemorySessions:
+    def __init__(self, channel: grpc.aio.Channel, target: str):
+        self._stub = memory_pb2_grpc.MemoryStub(channel)
+        self._target = target
+
+    async def _call(self, method, request):
+        try:
+            return await method(request, timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise _peer_error(err, "memory", self._target) from None
+
+    async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]:
+        reply = await self._call(self._stub.PutSession, memory_pb2.PutSessionRequest(session=session))
+        return reply.session, reply.created
+
+    async def get_session(self, session_id: str) -> gateway_pb2.Session:
+        return await self._call(self._stub.GetSession, gateway_pb2.GetSessionRequest(session_id=session_id))
+
+    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse:
+        request = gateway_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
+        return await self._call(self._stub.ListSessions, request)
+
+    async def delete_session(self, session_id: str) -> bool:
+        reply = await self._call(self._stub.DeleteSession, gateway_pb2.DeleteSessionRequest(session_id=session_id))
+        return reply.deleted
+
+    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse:
+        request = gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
+        return await self._call(self._stub.ListMessages, request)
+
+
+class AgentClient:
+    def __init__(self, channel: grpc.aio.Channel, target: str):
+        self._stub = agent_pb2_grpc.AgentStub(channel)
+        self._target = target
+
+    async def run_turn(self, request: agent_pb2.RunTurnRequest) -> AsyncIterator[common_pb2.Event]:
+        call = self._stub.RunTurn(request)
+        try:
+            async for event in call:
+                yield event
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                raise Unavailable(
+                    f"the agent service at {self._target} stopped answering; steps completed so far are saved"
+                ) from None
+            raise core_error_from_rpc(err) from None
+        finally:
+            # Leaving early (cancel, client gone) must stop the run on the agent too.
+            call.cancel()
+
+
+class ToolsWorkspaces:
+    def __init__(self, channel: grpc.aio.Channel, target: str):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._target = target
+
+    async def delete_workspace(self, session_id: str) -> None:
+        try:
+            await self._stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id=session_id), timeout=RPC_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise _peer_error(err, "tools", self._target) from None
