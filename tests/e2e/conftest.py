@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from tests.support.llm_server import ScriptedLLMServer
+from tests.support.stack import Stack
+from agentmesh.v1 import gateway_pb2
+
+
+@pytest.fixture
+def llm():
+    with ScriptedLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def stack(tmp_path, llm):
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as running:
+        yield running
+
+
+async def collect(call) -> list:
+    return [event async for event in call]
+
+
+def kinds(events) -> list[str]:
+    return [e.WhichOneof("payload") for e in events]
+
+
+def of_kind(events, kind: str) -> list:
+    return [getattr(e, kind) for e in events if e.WhichOneof("payload") == kind]
+
+
+async def chat(stub, session_id: str, message: str, **options) -> list:
+    request = gateway_pb2.ChatRequest(session_id=session_id, message=message, options=gateway_pb2.ChatOptions(**options))
+    return await collect(stub.Chat(request, timeout=60))
+
+
+async def transcript(stub, session_id: str) -> list:
+    reply = await stub.GetTranscript(gateway_pb2.GetTranscriptRequest(session_id=session_id), timeout=10)
+    return list(reply.messages)
+
+
+async def rpc_error(awaitable) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        result = await awaitable
+        if hasattr(result, "__aiter__"):
+            await collect(result)
+    return info.value
+
+
+async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(interval)
