@@ -1,7 +1,14 @@
 """structlog set-up: one JSON object per line, each carrying trace, span and session ids.
 
-Secrets never reach a log line: keys that look like credentials are redacted, and values
-that contain a configured secret are masked wherever they appear.
+Secrets never reach a log line. Three nets catch them, in this order:
+- fields whose name says credential (`api_key`, `authorization`, `password`, `*_token`, ...)
+  are replaced whole, at any depth of nested dicts;
+- every configured secret (the model key, gateway tokens) is masked wherever it appears in
+  any string, including rendered exceptions and reprs of objects;
+- shapes that are credentials whatever their value are masked: `Bearer ...`/`Basic ...`,
+  `sk-...` keys, `?api_key=`/`?token=`-style query parameters, `user:password@` in URLs.
+Records from libraries that log through stdlib `logging` (httpx, grpc, qdrant) go through
+the same processors, so they are JSON lines with the same ids and the same redaction.
 """
 
 from __future__ import annotations
@@ -14,8 +21,39 @@ from typing import Any, Iterable
 import structlog
 from opentelemetry import trace
 
-_SECRET_KEYS = re.compile(r"(api[_-]?key|authorization|password|secret|token|credential)", re.I)
 REDACTED = "[redacted]"
+
+# Field names that hold a credential. Anchored on whole words so that `input_tokens` or
+# `max_tokens` (counts, not secrets) stay readable.
+_SECRET_KEY = re.compile(
+    r"^(?:.*[_\-.])?(?:api[_\-]?key|apikey|authorization|proxy[_\-]authorization|auth|password|passwd|"
+    r"secret|token|bearer|credentials?|cookie|set[_\-]cookie|private[_\-]?key)$",
+    re.I,
+)
+_SECRET_SHAPES = (
+    (re.compile(r"\b(bearer|basic)(\s+)[A-Za-z0-9\-._~+/]+=*", re.I), r"\1\2" + REDACTED),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), REDACTED),
+    (
+        re.compile(
+            r"([?&;](?:api[_\-]?key|key|token|access_token|id_token|refresh_token|auth|password|secret|"
+            r"sig|signature|x-amz-signature|x-goog-signature)=)[^&#\s\"'<>]+",
+            re.I,
+        ),
+        r"\1" + REDACTED,
+    ),
+    (
+        re.compile(r"(\b(?:x-api-key|api[_\-]?key|authorization|(?:access[_\-]|refresh[_\-]|auth[_\-])?token|"
+                   r"(?:client[_\-])?secret|password|passwd)[\"']?\s*[:=]\s*[\"']?)(?!\[redacted\]|(?:bearer|basic)\s)([^\s\"',}\]]+)", re.I),
+        r"\1" + REDACTED,
+    ),
+    (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1" + REDACTED + "@"),
+)
+
+_HANDLER_TAG = "_agentmesh_json_handler"
+
+
+def is_secret_field(name: Any) -> bool:
+    return bool(_SECRET_KEY.match(str(name)))
 
 
 def _add_trace_context(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -30,52 +68,119 @@ def _add_trace_context(_logger: Any, _method: str, event: dict[str, Any]) -> dic
     return event
 
 
-class _Redactor:
-    def __init__(self, secrets: Iterable[str]):
-        self._secrets = [s for s in secrets if s and len(s) >= 4]
+class Redactor:
+    """A structlog processor; also usable alone: `Redactor(["sk-..."]).mask(value)`."""
 
-    def _mask(self, value: Any) -> Any:
+    _KEEP = frozenset({"event", "timestamp", "level", "trace_id", "span_id", "session_id", "logger", "service"})
+
+    def __init__(self, secrets: Iterable[str] = ()):
+        # Longest first, so a secret containing another is masked whole.
+        self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+
+    def mask_text(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        for pattern, replacement in _SECRET_SHAPES:
+            text = pattern.sub(replacement, text)
+        return text
+
+    def mask(self, value: Any, depth: int = 0) -> Any:
         if isinstance(value, str):
-            for secret in self._secrets:
-                if secret in value:
-                    value = value.replace(secret, REDACTED)
+            return self.mask_text(value)
+        if value is None or isinstance(value, (bool, int, float)):
             return value
+        if depth > 20:
+            return REDACTED
         if isinstance(value, dict):
-            return {k: (REDACTED if _SECRET_KEYS.search(str(k)) else self._mask(v)) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._mask(v) for v in value)
-        return value
+            return {
+                self.mask_text(str(k)): (REDACTED if is_secret_field(k) else self.mask(v, depth + 1))
+                for k, v in value.items()
+            }
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return [self.mask(v, depth + 1) for v in value]
+        if isinstance(value, (bytes, bytearray)):
+            return self.mask_text(bytes(value).decode("utf-8", "replace"))
+        # Anything else would be rendered with repr() after us; render it here so it is masked.
+        try:
+            return self.mask_text(repr(value))
+        except Exception:  # noqa: BLE001 - a broken __repr__ must not break logging
+            return f"<unrepresentable {type(value).__name__}>"
 
     def __call__(self, _logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
         return {
-            k: (REDACTED if _SECRET_KEYS.search(k) and k not in ("event",) else self._mask(v))
+            k: (REDACTED if k not in self._KEEP and is_secret_field(k) else self.mask(v))
             for k, v in event.items()
         }
 
 
+def secrets_of(settings: Any) -> list[str]:
+    """The credentials a `Settings` carries, for `configure_logging(..., secrets=...)`."""
+    llm = getattr(settings, "llm", None)
+    environ = getattr(settings, "environ", {}) or {}
+    found = [getattr(llm, "api_key", ""), getattr(settings, "client_token", ""), *getattr(settings, "auth_tokens", ())]
+    # Any other AGENTMESH_*/OTEL_* variable named like a credential (e.g. OTLP headers).
+    found += [value for name, value in environ.items() if is_secret_field(name.lower().replace("agentmesh_", ""))]
+    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"):
+        for item in str(environ.get(name, "")).split(","):
+            found.append(item.partition("=")[2].strip())
+    return [s for s in found if s]
+
+
 def configure_logging(service: str, level: str = "info", secrets: Iterable[str] = (), stream: Any = None) -> None:
-    """Route structlog and stdlib logging to JSON lines on `stream` (stderr by default)."""
-    processors = [
+    """Route structlog and stdlib logging to JSON lines on `stream` (stderr by default).
+
+    Calling it again replaces the previous configuration (tests call it with their own stream).
+    """
+    stream = stream or sys.stderr
+    redactor = Redactor(secrets)
+    service_name = f"agentmesh-{service}"
+
+    def add_service(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+        # A processor rather than a bound context variable, so that records from threads
+        # (exporters, grpc, the model server in tests) carry it too.
+        event.setdefault("service", service_name)
+        return event
+
+    shared = [
         structlog.contextvars.merge_contextvars,
+        add_service,
+        _name_logger,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _add_trace_context,
-        structlog.processors.format_exc_info,
-        _Redactor(secrets),
-        structlog.processors.JSONRenderer(),
     ]
+    rendering = [structlog.processors.format_exc_info, redactor, structlog.processors.JSONRenderer()]
     numeric = getattr(logging, level.upper(), logging.INFO)
     structlog.configure(
-        processors=processors,
+        processors=[*shared, *rendering],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
-    structlog.contextvars.bind_contextvars(service=f"agentmesh-{service}")
-    # Libraries that log through stdlib (httpx, grpc) stay quiet below WARNING so that
-    # request URLs with credentials in query strings never show up at INFO.
-    logging.basicConfig(level=logging.WARNING, stream=stream or sys.stderr)
+
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    setattr(handler, _HANDLER_TAG, True)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _HANDLER_TAG, False)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    # Libraries stay at WARNING unless debugging was asked for; at any level their lines are
+    # redacted like ours.
+    root.setLevel(logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING)
 
 
 def get_logger(name: str = "agentmesh") -> Any:
-    return structlog.get_logger(name)
+    # `logger` is a reserved keyword of structlog.get_logger; `_name_logger` renames the key.
+    return structlog.get_logger(name, logger_name=name)
+
+
+def _name_logger(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    if "logger_name" in event:
+        event.setdefault("logger", event.pop("logger_name"))
+    return event

@@ -1,11 +1,139 @@
-"""gRPC adapter of the scheduler (filled by the scheduler work; serves health for now)."""
+"""gRPC adapter of the scheduler: proto <-> core types, and `build()` wiring core and adapters."""
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
+
 from agentmesh.config import Settings
+from agentmesh.errors import InvalidArgument
+from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
+from agentmesh.scheduler.clock import Clock, SystemClock
+from agentmesh.scheduler.engine import Scheduler
+from agentmesh.scheduler.gateway_target import GatewayRunTarget
+from agentmesh.scheduler.jobs import EDITABLE_FIELDS
+from agentmesh.scheduler.leader import FileLeaderLock, LeaderLock, LeaseLeaderLock, kubernetes_lease_api
+from agentmesh.scheduler.model import Job, Run
+from agentmesh.scheduler.settings import SchedulerSettings
+from agentmesh.scheduler.store import SqliteStore
 from agentmesh.telemetry import Telemetry
+from agentmesh.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 
-async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
-    return ServiceHost("scheduler", settings, telemetry, address=address)
+def job_to_proto(job: Job) -> scheduler_pb2.Job:
+    return scheduler_pb2.Job(
+        job_id=job.job_id, name=job.name, schedule=job.schedule, prompt=job.prompt, session_id=job.session_id,
+        mode=job.mode, enabled=job.enabled, timezone=job.timezone, concurrency_policy=job.concurrency_policy,
+        missed_run_policy=job.missed_run_policy, created_at=job.created_at, updated_at=job.updated_at,
+        next_run_at=job.next_run_at, last_run_at=job.last_run_at,
+    )
+
+
+def run_to_proto(run: Run) -> scheduler_pb2.JobRun:
+    return scheduler_pb2.JobRun(
+        run_id=run.run_id, job_id=run.job_id, status=run.status, scheduled_for=run.scheduled_for,
+        started_at=run.started_at, finished_at=run.finished_at, session_id=run.session_id, trace_id=run.trace_id,
+        summary=run.summary, error=run.error, trigger=run.trigger,
+    )
+
+
+def job_from_proto(message: scheduler_pb2.Job) -> Job:
+    return Job(
+        job_id=message.job_id, name=message.name, schedule=message.schedule, prompt=message.prompt,
+        session_id=message.session_id, mode=message.mode, timezone=message.timezone,
+        enabled=message.enabled if message.HasField("enabled") else True,
+        concurrency_policy=message.concurrency_policy, missed_run_policy=message.missed_run_policy,
+    )
+
+
+def changes_from_update(request: scheduler_pb2.UpdateJobRequest) -> dict:
+    """The fields an UpdateJob applies: those in update_mask, else every field set to a non-default value."""
+    mask = list(request.update_mask)
+    unknown = [name for name in mask if name not in EDITABLE_FIELDS]
+    if unknown:
+        raise InvalidArgument(
+            f"update_mask names {', '.join(sorted(unknown))}, which cannot be updated; "
+            f"use any of {', '.join(EDITABLE_FIELDS)}"
+        )
+    names = mask or [f.name for f, _ in request.job.ListFields() if f.name in EDITABLE_FIELDS]
+    return {name: getattr(request.job, name) for name in names}
+
+
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self, core: Scheduler):
+        self._core = core
+
+    @translate_errors
+    async def CreateJob(self, request, context):
+        return job_to_proto(await self._core.create_job(job_from_proto(request.job)))
+
+    @translate_errors
+    async def UpdateJob(self, request, context):
+        return job_to_proto(await self._core.update_job(request.job.job_id, changes_from_update(request)))
+
+    @translate_errors
+    async def DeleteJob(self, request, context):
+        return scheduler_pb2.DeleteJobResponse(deleted=await self._core.delete_job(request.job_id))
+
+    @translate_errors
+    async def GetJob(self, request, context):
+        return job_to_proto(await self._core.get_job(request.job_id))
+
+    @translate_errors
+    async def ListJobs(self, request, context):
+        return scheduler_pb2.ListJobsResponse(jobs=[job_to_proto(j) for j in await self._core.list_jobs()])
+
+    @translate_errors
+    async def ToggleJob(self, request, context):
+        return job_to_proto(await self._core.toggle_job(request.job_id))
+
+    @translate_errors
+    async def TriggerJob(self, request, context):
+        return run_to_proto(await self._core.trigger_job(request.job_id))
+
+    @translate_errors
+    async def ListRuns(self, request, context):
+        runs = await self._core.list_runs(request.job_id, request.limit)
+        return scheduler_pb2.ListRunsResponse(runs=[run_to_proto(r) for r in runs])
+
+
+def _instance_id() -> str:
+    # Pod name (the hostname in Kubernetes) makes the Lease holder readable in `kubectl get lease`.
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _leader_lock(config: SchedulerSettings, settings: Settings, identity: str) -> LeaderLock:
+    if config.lock == "lease":
+        return LeaseLeaderLock(kubernetes_lease_api(), config.namespace, config.lease_name, identity,
+                               config.lease_duration_s)
+    return FileLeaderLock(settings.home / "scheduler" / "leader.lock")
+
+
+async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
+                clock: Clock | None = None, lock: LeaderLock | None = None) -> ServiceHost:
+    """The scheduler host; `clock` and `lock` are injectable (tests drive a fake clock)."""
+    config = SchedulerSettings.from_env(settings.environ)
+    identity = _instance_id()
+    store = SqliteStore(settings.home / "scheduler" / "scheduler.db", config.journal_mode, config.max_jobs)
+    target = GatewayRunTarget(open_channel(settings.address_of("gateway"), telemetry), settings.client_token)
+    core = Scheduler(store, target, lock or _leader_lock(config, settings, identity), clock or SystemClock(),
+                     config, telemetry, identity)
+    host = ServiceHost("scheduler", settings, telemetry, address=address)
+    host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core), "agentmesh.v1.Scheduler")
+    host.scheduler = core  # type: ignore[attr-defined] - tests and benches look at leadership
+
+    async def shutdown() -> None:
+        await core.stop(settings.drain_s)
+        await target.close()
+        await store.close()
+
+    host.on_stop(shutdown)
+    # Firing starts now: the loops only talk to the store and the gateway, not to this host.
+    await core.start()
+    return host
+
+
+__all__ = ["build", "SchedulerServicer", "job_to_proto", "run_to_proto"]

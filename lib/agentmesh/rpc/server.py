@@ -14,11 +14,12 @@ from typing import Any, Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from opentelemetry.instrumentation.grpc import aio_server_interceptor
+from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
+from agentmesh.telemetry.rpcmetrics import RpcMetricsInterceptor
 
 log = get_logger("agentmesh.rpc")
 
@@ -33,6 +34,9 @@ SERVER_OPTIONS = [
     # Refuse a second server on a taken port instead of silently sharing it.
     ("grpc.so_reuseport", 0),
 ]
+
+
+_TRACED_METHODS = filters.negate(filters.any_of(filters.health_check(), filters.service_prefix("grpc.reflection")))
 
 
 class PortInUse(RuntimeError):
@@ -54,7 +58,13 @@ class ServiceHost:
         self.telemetry = telemetry
         self.address = address or settings.bind_address(service)
         self.server = grpc.aio.server(
-            interceptors=[aio_server_interceptor(tracer_provider=telemetry.tracer_provider), *(interceptors or [])],
+            interceptors=[
+                # Probes and reflection are not turns: no trace for each of them.
+                aio_server_interceptor(tracer_provider=telemetry.tracer_provider, filter_=_TRACED_METHODS),
+                # Inside the tracing interceptor, outside the service's own (auth), so refusals count.
+                RpcMetricsInterceptor(telemetry.metrics),
+                *(interceptors or []),
+            ],
             options=SERVER_OPTIONS,
         )
         self.health = health.aio.HealthServicer()

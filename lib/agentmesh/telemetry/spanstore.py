@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -49,8 +50,13 @@ def _jsonable(value):
 
 
 class LocalSpanExporter(SpanExporter):
-    def __init__(self, directory: Path, service: str):
+    """Appends finished spans to `<service>-<pid>.jsonl`; past `max_bytes` the file is rotated
+    once to `<service>-<pid>.old.jsonl`, so one process keeps at most twice that on disk."""
+
+    def __init__(self, directory: Path, service: str, max_bytes: int = 64 * 1024 * 1024):
         self._path = Path(directory) / f"{service}-{os.getpid()}.jsonl"
+        self._rotated = self._path.with_name(f"{service}-{os.getpid()}.old.jsonl")
+        self._max_bytes = max_bytes
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -60,12 +66,32 @@ class LocalSpanExporter(SpanExporter):
                 self._path.parent.mkdir(parents=True, exist_ok=True)
                 with self._path.open("a", encoding="utf-8") as out:
                     out.write(lines)
+                    size = out.tell()
+                if size > self._max_bytes:
+                    os.replace(self._path, self._rotated)
         except OSError:
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
         return None
+
+
+def prune_store(directory: Path, max_age_s: float, now: float | None = None) -> int:
+    """Delete store files (spans or metrics) not written for `max_age_s`; returns how many."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return 0
+    now = time.time() if now is None else now
+    removed = 0
+    for path in directory.glob("*.jsonl"):
+        try:
+            if now - path.stat().st_mtime > max_age_s:
+                path.unlink()
+                removed += 1
+        except OSError:
+            continue  # another process pruned it first
+    return removed
 
 
 def read_spans(directory: Path) -> Iterable[dict]:

@@ -1,0 +1,143 @@
+"""The agent loop's own overhead: one tool-using turn through `agentmesh.agent.loop` versus the
+same work done by hand, in the same run.
+
+    .venv/bin/python -m benches.agent_loop [--turns 300] [--concurrency 32]
+
+Both sides talk to the same scripted OpenAI-compatible server over real HTTP (model answers
+at once: a tool call, then a final text) and run an in-process no-op tool, so the difference
+is what the loop adds: context assembly, SSE parsing and tool-call assembly, events, spans and
+metrics (SDK providers, no exporter), transcript writes to an in-memory store. The baseline
+makes the two streamed calls with httpx and a minimal SSE parse. No gRPC, no sandbox: those
+are measured end to end by the platform benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Sequence
+
+import httpx
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+
+from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.providers import OpenAIProvider, RetryPolicy, http_client
+from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.types import ChatMessage, RunFinishedEvent, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.telemetry import Telemetry
+from tests.support.llm_server import RecordedRequest, ScriptedLLMServer, reply, tool_call
+
+TOOL = ToolSpec("noop", "does nothing", {"type": "object", "properties": {}})
+
+
+def answer(request: RecordedRequest):
+    last = request.messages[-1]["role"] if request.messages else "user"
+    return reply("done") if last == "tool" else reply("", tool_call("noop", {"x": 1}))
+
+
+class NoopTools:
+    async def list_tools(self) -> list[ToolSpec]:
+        return [TOOL]
+
+    async def execute(self, session_id: str, call: ToolCall) -> ToolOutcome:
+        return ToolOutcome(call_id=call.call_id, name=call.name, output="ok")
+
+
+class MemoryTranscripts:
+    def __init__(self) -> None:
+        self.sessions: dict[str, list[ChatMessage]] = {}
+
+    async def load(self, session_id: str) -> list[ChatMessage]:
+        return list(self.sessions.get(session_id, []))
+
+    async def append(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
+        self.sessions.setdefault(session_id, []).extend(messages)
+
+
+async def baseline_turn(client: httpx.AsyncClient, url: str, n: int) -> None:
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": f"turn {n}"}]
+    tools = [{"type": "function", "function": {"name": TOOL.name, "description": TOOL.description,
+                                               "parameters": TOOL.parameters}}]
+    for _ in range(2):
+        body = {"model": "m", "messages": messages, "tools": tools, "stream": True}
+        calls: dict[int, dict] = {}
+        text = []
+        async with client.stream("POST", url, json=body) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                for choice in json.loads(line[6:]).get("choices", []):
+                    delta = choice.get("delta", {})
+                    text.append(delta.get("content") or "")
+                    for tc in delta.get("tool_calls") or []:
+                        slot = calls.setdefault(tc["index"], {"id": "", "name": "", "args": ""})
+                        slot["id"] = tc.get("id") or slot["id"]
+                        slot["name"] = tc.get("function", {}).get("name") or slot["name"]
+                        slot["args"] += tc.get("function", {}).get("arguments") or ""
+        if not calls:
+            return
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["args"]}} for c in calls.values()]})
+        for c in calls.values():
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
+
+
+async def measure(turn, turns: int, concurrency: int) -> tuple[float, float, float]:
+    for i in range(10):  # warm-up: connections, imports, caches
+        await turn(10_000 + i)
+    latencies = []
+    for i in range(turns):
+        started = time.perf_counter()
+        await turn(i)
+        latencies.append((time.perf_counter() - started) * 1000)
+    latencies.sort()
+    p50 = statistics.median(latencies)
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    counter = iter(range(20_000, 20_000 + turns))
+
+    async def worker() -> None:
+        for n in counter:
+            await turn(n)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return p50, p99, turns / (time.perf_counter() - started)
+
+
+async def main(turns: int, concurrency: int) -> None:
+    telemetry = Telemetry("agent", TracerProvider(), MeterProvider())
+    with ScriptedLLMServer(default=answer) as llm:
+        client = http_client(30, 5, telemetry)
+        provider = OpenAIProvider(client, llm.base_url, "", RetryPolicy())
+        agent = Agent(provider, NoopTools(), MemoryTranscripts(), None, AgentSettings(recall_k=0), model="m",
+                      telemetry=telemetry)
+
+        async def loop_turn(n: int) -> None:
+            events = [e async for e in agent.start(TurnRequest(f"s{n}", f"r{n}", f"turn {n}")).events()]
+            assert isinstance(events[-1], RunFinishedEvent) and events[-1].iterations == 2, events[-1]
+
+        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=100)) as plain:
+            url = f"{llm.base_url}/chat/completions"
+            base = await measure(lambda n: baseline_turn(plain, url, n), turns, concurrency)
+        looped = await measure(loop_turn, turns, concurrency)
+        await client.aclose()
+    telemetry.shutdown()
+
+    print(f"one tool-using turn (2 model calls, 1 no-op tool); {turns} turns; throughput with {concurrency} concurrent\n")
+    print(f"| {'variant':<34} | {'p50 ms':>7} | {'p99 ms':>7} | {'turns/s':>8} |")
+    print(f"| {'-' * 34} | {'-' * 7} | {'-' * 7} | {'-' * 8} |")
+    for name, (p50, p99, tps) in (("baseline: httpx by hand", base), ("agent loop (provider, spans, events)", looped)):
+        print(f"| {name:<34} | {p50:7.2f} | {p99:7.2f} | {tps:8.1f} |")
+    print(f"\nratio loop/baseline: p50 {looped[0] / base[0]:.2f}x, throughput {looped[2] / base[2]:.2f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    asyncio.run(main(args.turns, args.concurrency))

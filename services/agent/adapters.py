@@ -1,0 +1,209 @@
+"""The loop's ports over gRPC: the tools service (catalog, sandboxed execution) and the memory
+service (transcripts, long-term memory). Protobuf stops here; the core sees `types`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Sequence
+
+import grpc
+from google.protobuf import json_format
+from opentelemetry.propagate import inject
+
+from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.rpc.errors import core_error_from_rpc
+from agentmesh.agent.ports import MemoryHit, NotSupported
+from agentmesh.agent.types import ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.memory.client import MemoryClient
+from agentmesh.v1 import common_pb2, memory_pb2, tools_pb2, tools_pb2_grpc
+
+_OUTAGE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_ERROR_KINDS = {
+    grpc.StatusCode.INVALID_ARGUMENT: "invalid_arguments",
+    grpc.StatusCode.NOT_FOUND: "not_found",
+    grpc.StatusCode.PERMISSION_DENIED: "denied",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "resource_exhausted",
+    grpc.StatusCode.FAILED_PRECONDITION: "failed_precondition",
+}
+
+
+# --- conversions ----------------------------------------------------------------------------
+
+
+def message_to_proto(m: ChatMessage) -> common_pb2.Message:
+    return common_pb2.Message(
+        role=m.role,
+        content=m.content,
+        tool_calls=[common_pb2.ToolCall(call_id=c.call_id, name=c.name, arguments_json=c.arguments_json) for c in m.tool_calls],
+        tool_call_id=m.tool_call_id,
+        name=m.name,
+        run_id=m.run_id,
+    )
+
+
+def message_from_proto(m: common_pb2.Message) -> ChatMessage:
+    role = m.role if m.role in ("system", "user", "assistant", "tool") else "user"
+    return ChatMessage(
+        role=role,  # type: ignore[arg-type]
+        content=m.content,
+        tool_calls=tuple(ToolCall(c.call_id, c.name, c.arguments_json or "{}") for c in m.tool_calls),
+        tool_call_id=m.tool_call_id,
+        name=m.name,
+        run_id=m.run_id,
+        seq=m.seq,
+    )
+
+
+def outcome_from_proto(r: common_pb2.ToolResult) -> ToolOutcome:
+    return ToolOutcome(
+        call_id=r.call_id,
+        name=r.name,
+        output=r.output,
+        is_error=r.is_error,
+        error_kind=r.error_kind,
+        exit_code=r.exit_code,
+        stdout=r.stdout,
+        stderr=r.stderr,
+        truncated=r.truncated,
+        duration_ms=r.duration_ms,
+        data=json_format.MessageToDict(r.data) if r.HasField("data") else {},
+    )
+
+
+def outcome_to_proto(o: ToolOutcome) -> common_pb2.ToolResult:
+    result = common_pb2.ToolResult(
+        call_id=o.call_id,
+        name=o.name,
+        output=o.output,
+        is_error=o.is_error,
+        exit_code=o.exit_code,
+        stdout=o.stdout,
+        stderr=o.stderr,
+        truncated=o.truncated,
+        duration_ms=o.duration_ms,
+        error_kind=o.error_kind,
+    )
+    if o.data:
+        result.data.update(json.loads(json.dumps(o.data, default=str)))
+    return result
+
+
+def _spec_from_proto(spec: tools_pb2.ToolSpec) -> ToolSpec:
+    try:
+        parameters = json.loads(spec.parameters_json_schema or "{}")
+    except json.JSONDecodeError:
+        parameters = {}
+    if not isinstance(parameters, dict) or not parameters:
+        parameters = {"type": "object", "properties": {}}
+    return ToolSpec(name=spec.name, description=spec.description, parameters=parameters)
+
+
+# --- tools ----------------------------------------------------------------------------------
+
+
+def trace_metadata() -> tuple[tuple[str, str], ...]:
+    """W3C trace context of the current span as gRPC metadata (`traceparent`, `tracestate`)."""
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    return tuple(carrier.items())
+
+
+class GrpcToolRunner:
+    """Tools over a channel *without* the tracing client interceptor: that interceptor awaits
+    the call's status inside its own task, so cancelling a call through it never reaches the
+    server (opentelemetry-instrumentation-grpc 0.5x). Trace context is injected by hand instead;
+    the execute_tool span is the parent of the tools service's spans."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float, catalog_timeout_s: float = 10.0):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._target = target
+        self._timeout_s = timeout_s
+        self._catalog_timeout_s = catalog_timeout_s
+
+    async def list_tools(self) -> list[ToolSpec]:
+        try:
+            reply = await self._stub.ListTools(
+                tools_pb2.ListToolsRequest(), timeout=self._catalog_timeout_s, metadata=trace_metadata()
+            )
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"the tools service at {self._target} did not list its tools ({err.details() or err.code().name})") from None
+        return [_spec_from_proto(s) for s in reply.tools]
+
+    async def execute(self, session_id: str, call: ToolCall) -> ToolOutcome:
+        request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
+                                           arguments_json=call.arguments_json)
+        rpc = self._stub.Execute(request, timeout=self._timeout_s, metadata=trace_metadata())
+        try:
+            reply = await rpc
+        except asyncio.CancelledError:
+            rpc.cancel()  # the tools service sees the cancellation and kills the sandboxed process
+            raise
+        except grpc.aio.AioRpcError as err:
+            detail = err.details() or err.code().name
+            if err.code() in _OUTAGE:
+                return ToolOutcome.error(
+                    call, "sandbox_unavailable", f"error: the tools service at {self._target} is not answering ({detail})"
+                )
+            return ToolOutcome.error(call, _ERROR_KINDS.get(err.code(), "tool_error"), f"error: {detail}")
+        outcome = outcome_from_proto(reply.result)
+        outcome.call_id, outcome.name = call.call_id, call.name
+        return outcome
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+class GrpcTranscripts:
+    def __init__(self, client: MemoryClient, target: str):
+        self._client = client
+        self._target = target
+
+    async def load(self, session_id: str) -> list[ChatMessage]:
+        try:
+            messages = await self._client.transcript(session_id)
+        except AgentmeshError as exc:
+            raise type(exc)(f"could not read the transcript from the memory service at {self._target}: {exc.message}") from None
+        return [message_from_proto(m) for m in messages]
+
+    async def append(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
+        try:
+            await self._client.append_messages(session_id, [message_to_proto(m) for m in messages])
+        except AgentmeshError as exc:
+            raise type(exc)(f"could not save the transcript to the memory service at {self._target}: {exc.message}") from None
+
+
+class GrpcLongTermMemory:
+    """Remember/Search on the memory service. UNIMPLEMENTED (an older memory service) becomes
+    NotSupported, which the loop turns into a status note instead of a failed turn."""
+
+    def __init__(self, client: MemoryClient, target: str, timeout_s: float):
+        self._stub = client.stub
+        self._target = target
+        self._timeout_s = timeout_s
+
+    def _error(self, err: grpc.aio.AioRpcError) -> AgentmeshError:
+        if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return NotSupported("the memory service does not implement long-term memory yet")
+        if err.code() in _OUTAGE:
+            return Unavailable(f"the memory service at {self._target} is not answering ({err.details() or err.code().name})")
+        return core_error_from_rpc(err)
+
+    @staticmethod
+    def _hit(record: memory_pb2.MemoryRecord, score: float = 0.0) -> MemoryHit:
+        return MemoryHit(id=record.id, text=record.text, kind=record.kind, score=score, created_at=record.created_at)
+
+    async def remember(self, namespace: str, text: str, kind: str, source_session_id: str) -> MemoryHit:
+        request = memory_pb2.RememberRequest(namespace=namespace, text=text, kind=kind, source_session_id=source_session_id)
+        try:
+            record = await self._stub.Remember(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise self._error(err) from None
+        return self._hit(record)
+
+    async def search(self, namespace: str, query: str, k: int) -> list[MemoryHit]:
+        try:
+            reply = await self._stub.Search(memory_pb2.SearchRequest(namespace=namespace, query=query, k=k), timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise self._error(err) from None
+        return [self._hit(h.memory, h.score) for h in reply.hits]

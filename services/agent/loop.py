@@ -1,0 +1,414 @@
+"""The agent loop: one turn of one session, as a small explicit object.
+
+    agent = Agent(provider, tools, transcripts, memory, settings, model="llama3.1", telemetry=t)
+    run = agent.start(TurnRequest(session_id="s1", run_id="r1", message="hi"))
+    async for event in run.events():   # RunStarted … TextDelta/ToolCall/ToolResult/Status … RunFinished|RunError
+        ...
+    run.cancel()                       # from anywhere: the stream ends with RunFinished("cancelled")
+
+The turn runs in a task of its own and hands events over through a queue, so the consumer
+going away (a cancelled RPC) cancels exactly that task, and spans are opened and closed in
+one task (OpenTelemetry contexts must not hop across async generators).
+
+Each step is persisted as soon as it happens: the user message before the first model call,
+each assistant message with its tool calls, each tool result as it arrives. A crash mid-turn
+loses nothing already done; `context.repair` fills in results a crash or cancel lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
+
+import structlog
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.logs import get_logger
+from agentmesh.agent import context
+from agentmesh.agent.memory_tools import MemoryTools
+from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported, ToolRunner, TranscriptStore
+from agentmesh.agent.providers.base import ModelProvider
+from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.types import (
+    ChatMessage,
+    ModelReply,
+    ModelRequest,
+    Retrying,
+    RunErrorEvent,
+    RunEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StatusEvent,
+    TextChunk,
+    TextDeltaEvent,
+    ToolCall,
+    ToolCallEvent,
+    ToolOutcome,
+    ToolResultEvent,
+    ToolSpec,
+    Usage,
+)
+from agentmesh.telemetry import Telemetry
+
+log = get_logger("agentmesh.agent")
+
+_END = object()
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    session_id: str
+    run_id: str
+    message: str
+    namespace: str = "default"
+    max_iterations: int = 0  # 0: the configured default
+    model: str = ""  # "": the configured model
+    system_prompt: str = ""  # "": the configured prompt
+
+
+class Agent:
+    """Everything a turn needs, shared by all turns of this service."""
+
+    def __init__(
+        self,
+        provider: ModelProvider,
+        tools: ToolRunner,
+        transcripts: TranscriptStore,
+        memory: LongTermMemory | None,
+        settings: AgentSettings,
+        *,
+        model: str,
+        telemetry: Telemetry,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
+    ):
+        self.provider = provider
+        self.tools = tools
+        self.transcripts = transcripts
+        self.memory = memory
+        self.memory_tools = MemoryTools(memory) if memory is not None else None
+        self.settings = settings
+        self.model = model
+        self.telemetry = telemetry
+        self.clock = clock
+
+    def start(self, request: TurnRequest) -> "TurnRun":
+        return TurnRun(self, request)
+
+
+class TurnRun:
+    def __init__(self, agent: Agent, request: TurnRequest):
+        self.agent = agent
+        self.request = request
+        self.settings = agent.settings
+        self.model = request.model or agent.model
+        self.max_iterations = request.max_iterations or agent.settings.max_iterations
+        self.usage = Usage()
+        self.iterations = 0
+        self.trace_id = ""
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+        self._catalog: dict[str, ToolSpec] = {}
+        self._remote_catalog_known = False
+
+    # --- the consumer's side ------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[RunEvent]:
+        """Start the turn and stream its events; leaving early (or being cancelled) cancels it."""
+        self._task = asyncio.create_task(self._run(), name=f"turn-{self.request.run_id}")
+        try:
+            while True:
+                event = await self._queue.get()
+                if event is _END:
+                    return
+                yield event
+        finally:
+            if not self._task.done():
+                self._task.cancel()
+                # Let the turn persist what it must before the RPC is torn down.
+                await asyncio.wait([self._task], timeout=self.settings.memory_timeout_s)
+
+    def cancel(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def _emit(self, event: RunEvent) -> None:
+        self._queue.put_nowait(event)
+
+    # --- the turn -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        req = self.request
+        tracer = self.agent.telemetry.tracer
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": self.settings.name,
+            "gen_ai.conversation.id": req.session_id,
+            "gen_ai.request.model": self.model,
+            "gen_ai.provider.name": self.agent.provider.name,
+            "agentmesh.session_id": req.session_id,
+            "agentmesh.run_id": req.run_id,
+        }
+        with structlog.contextvars.bound_contextvars(session_id=req.session_id, run_id=req.run_id), \
+                self.agent.telemetry.metrics.turn_in_flight(), \
+                tracer.start_as_current_span("invoke_agent", kind=SpanKind.INTERNAL, attributes=attributes,
+                                             record_exception=False, set_status_on_exception=False) as span:
+            context_of = span.get_span_context()
+            self.trace_id = format(context_of.trace_id, "032x") if context_of.is_valid else ""
+            self._emit(RunStartedEvent(trace_id=self.trace_id))
+            started = time.monotonic()
+            try:
+                stop_reason, final_text = await self._turn()
+            except asyncio.CancelledError:
+                stop_reason, final_text = "cancelled", ""
+                span.set_status(Status(StatusCode.ERROR, "cancelled"))
+                span.set_attribute("error.type", "cancelled")
+            except AgentmeshError as exc:
+                log.warning("turn failed", code=exc.code, error=exc.message)
+                span.set_status(Status(StatusCode.ERROR, exc.message))
+                span.set_attribute("error.type", exc.code)
+                self._emit(RunErrorEvent(code=exc.code, message=exc.message))
+                self._queue.put_nowait(_END)
+                return
+            except Exception as exc:  # noqa: BLE001 - a bug must end the turn with a clear event
+                log.exception("turn crashed")
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
+                self._queue.put_nowait(_END)
+                return
+            span.set_attributes({
+                "gen_ai.usage.input_tokens": self.usage.input_tokens,
+                "gen_ai.usage.output_tokens": self.usage.output_tokens,
+                "agentmesh.iterations": self.iterations,
+                "agentmesh.stop_reason": stop_reason,
+            })
+            log.info("turn finished", stop_reason=stop_reason, iterations=self.iterations,
+                     seconds=round(time.monotonic() - started, 3))
+            self._emit(RunFinishedEvent(usage=self.usage, iterations=self.iterations, final_text=final_text,
+                                        trace_id=self.trace_id, stop_reason=stop_reason))
+            self._queue.put_nowait(_END)
+
+    async def _turn(self) -> tuple[str, str]:
+        req = self.request
+        user = ChatMessage(role="user", content=req.message, run_id=req.run_id)
+
+        async def history_then_user() -> list[ChatMessage]:
+            history = await self._load_history()
+            await self._persist([user])  # after the read, so history holds only earlier turns
+            return history
+
+        history, tool_specs, memories = await asyncio.gather(history_then_user(), self._list_tools(), self._recall())
+        turn: list[ChatMessage] = [user]
+        for _ in range(self.max_iterations):
+            reply = await self._call_model(history, turn, tool_specs, memories, allow_tools=True)
+            assistant = ChatMessage(role="assistant", content=reply.text, tool_calls=reply.tool_calls, run_id=req.run_id)
+            await self._persist([assistant])
+            turn.append(assistant)
+            if not reply.tool_calls:
+                return "completed", reply.text
+            turn.extend(await self._run_tools(reply.tool_calls))
+        # Out of steps: one last call without tools, so the user gets an answer, not silence.
+        self._emit(StatusEvent(f"reached the limit of {self.max_iterations} steps; asking the model for a summary"))
+        note = ChatMessage(role="system", content=context.SUMMARY_INSTRUCTION.format(n=self.max_iterations))
+        reply = await self._call_model(history, [*turn, note], tool_specs, memories, allow_tools=False)
+        await self._persist([ChatMessage(role="assistant", content=reply.text, run_id=req.run_id)])
+        return "max_iterations", reply.text
+
+    # --- context ------------------------------------------------------------------------------
+
+    async def _load_history(self) -> list[ChatMessage]:
+        return context.repair(await self.agent.transcripts.load(self.request.session_id))
+
+    async def _list_tools(self) -> list[ToolSpec]:
+        own = list(self.agent.memory_tools.specs) if self.agent.memory_tools else []
+        try:
+            remote = await self.agent.tools.list_tools()
+            self._remote_catalog_known = True
+        except AgentmeshError as exc:
+            log.warning("tool catalog unavailable", error=exc.message)
+            self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
+            remote = []
+        own_names = {s.name for s in own}
+        specs = [s for s in remote if s.name not in own_names] + own
+        self._catalog = {s.name: s for s in specs}
+        return specs
+
+    async def _recall(self) -> list[MemoryHit]:
+        memory, k = self.agent.memory, self.settings.recall_k
+        if memory is None or k == 0:
+            return []
+        try:
+            async with asyncio.timeout(self.settings.recall_timeout_s):
+                hits = await memory.search(self.request.namespace, self.request.message, k)
+        except NotSupported:
+            self._emit(StatusEvent("long-term memory is not available yet; continuing without recall"))
+            return []
+        except (AgentmeshError, TimeoutError) as exc:
+            reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
+            log.warning("recall failed", error=reason)
+            self._emit(StatusEvent(f"could not recall memories ({reason}); continuing without them"))
+            return []
+        self._emit(StatusEvent(f"recalled {len(hits)} memories"))
+        return hits
+
+    async def _persist(self, messages: list[ChatMessage]) -> None:
+        await self.agent.transcripts.append(self.request.session_id, messages)
+
+    # --- model calls --------------------------------------------------------------------------
+
+    async def _call_model(
+        self,
+        history: list[ChatMessage],
+        turn: list[ChatMessage],
+        tools: list[ToolSpec],
+        memories: list[MemoryHit],
+        *,
+        allow_tools: bool,
+    ) -> ModelReply:
+        s = self.settings
+        base = self.request.system_prompt or s.system_prompt
+        probe = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories)
+        kept, current, omitted = context.fit(
+            probe, history, turn, budget_chars=s.context_budget_chars, tool_output_chars=s.tool_output_chars
+        )
+        system = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, omitted=omitted)
+        request = ModelRequest(
+            model=self.model,
+            messages=[ChatMessage(role="system", content=system), *kept, *current],
+            tools=tools,
+            allow_tools=allow_tools,
+            max_tokens=s.max_tokens,
+        )
+        self.iterations += 1
+        provider = self.agent.provider.name
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": self.model,
+            "gen_ai.provider.name": provider,
+            "gen_ai.system": provider,
+        }
+        if s.max_tokens:
+            attributes["gen_ai.request.max_tokens"] = s.max_tokens
+        started = time.monotonic()
+        with self.agent.telemetry.tracer.start_as_current_span(
+            f"chat {self.model}", kind=SpanKind.CLIENT, attributes=attributes,
+            record_exception=False, set_status_on_exception=False,
+        ) as span:
+            reply: ModelReply | None = None
+            try:
+                async for item in self.agent.provider.stream(request):
+                    if isinstance(item, TextChunk):
+                        self._emit(TextDeltaEvent(item.text))
+                    elif isinstance(item, Retrying):
+                        span.add_event("retry", {"attempt": item.attempt, "reason": item.reason, "delay_s": item.delay_s})
+                        self._emit(StatusEvent(
+                            f"model call failed ({item.reason}); retrying in {item.delay_s:.1f}s "
+                            f"(attempt {item.attempt + 1} of {item.max_attempts})"
+                        ))
+                    elif isinstance(item, ModelReply):
+                        reply = item
+            except BaseException as exc:
+                error_type = exc.code if isinstance(exc, AgentmeshError) else (
+                    "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__)
+                span.set_status(Status(StatusCode.ERROR, getattr(exc, "message", error_type)))
+                span.set_attribute("error.type", error_type)
+                self.agent.telemetry.metrics.record_model_call(
+                    model=self.model, provider=provider, seconds=time.monotonic() - started, error_type=error_type)
+                raise
+            if reply is None:
+                raise Unavailable(f"the {provider} model provider ended without an answer")
+            self.usage.add(reply.usage)
+            span.set_attributes({
+                "gen_ai.usage.input_tokens": reply.usage.input_tokens,
+                "gen_ai.usage.output_tokens": reply.usage.output_tokens,
+                "gen_ai.response.finish_reasons": [reply.finish_reason] if reply.finish_reason else [],
+            })
+            if reply.model:
+                span.set_attribute("gen_ai.response.model", reply.model)
+            self.agent.telemetry.metrics.record_model_call(
+                model=self.model, provider=provider, seconds=time.monotonic() - started,
+                input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
+                response_model=reply.model,
+            )
+        return reply
+
+    # --- tool calls ---------------------------------------------------------------------------
+
+    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ChatMessage]:
+        """Run one reply's calls concurrently; results stream out as they finish, are persisted
+        as they finish, and go back to the model in call order."""
+        for call in calls:
+            self._emit(ToolCallEvent(call))
+        limit = asyncio.Semaphore(self.settings.tool_concurrency)
+        tasks = [asyncio.create_task(self._execute(call, limit)) for call in calls]
+        saved: set[str] = set()
+        try:
+            for finished in asyncio.as_completed(tasks):
+                outcome = await finished
+                self._emit(ToolResultEvent(outcome))
+                await self._persist([outcome.as_message(self.request.run_id)])
+                saved.add(outcome.call_id)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # Close the step in the transcript: every call gets a result, so the next turn replays cleanly.
+            lost = [
+                ToolOutcome.error(call, "cancelled", "error: the run was cancelled before this call finished")
+                for call, task in zip(calls, tasks)
+                if call.call_id not in saved
+            ]
+            if lost:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(
+                        self._persist([o.as_message(self.request.run_id) for o in lost]), self.settings.memory_timeout_s
+                    )
+            raise
+        return [task.result().as_message(self.request.run_id) for task in tasks]
+
+    async def _execute(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.call_id,
+            "gen_ai.tool.type": "function",
+        }
+        async with limit:
+            with self.agent.telemetry.tracer.start_as_current_span(
+                f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
+                record_exception=False, set_status_on_exception=False,
+            ) as span, self.agent.telemetry.metrics.tool_timer(call.name) as timer:
+                started = time.monotonic()
+                try:
+                    outcome = await self._dispatch(call)
+                except asyncio.CancelledError:
+                    span.set_status(Status(StatusCode.ERROR, "cancelled"))
+                    span.set_attribute("error.type", "cancelled")
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a tool must never crash the turn
+                    log.exception("tool call failed inside the agent", tool=call.name)
+                    outcome = ToolOutcome.error(call, "internal", f"error: {call.name} failed inside the agent: {exc}")
+                outcome.call_id, outcome.name = call.call_id, call.name
+                if not outcome.duration_ms:
+                    outcome.duration_ms = (time.monotonic() - started) * 1000
+                if outcome.is_error:
+                    kind = outcome.error_kind or "error"
+                    span.set_status(Status(StatusCode.ERROR, kind))
+                    span.set_attribute("error.type", kind)
+                    timer.outcome = kind if kind in ("timeout", "cancelled") else "error"
+                return outcome
+
+    async def _dispatch(self, call: ToolCall) -> ToolOutcome:
+        own = self.agent.memory_tools
+        if own is not None and call.name in own.names:
+            return await own.execute(call, self.request.namespace, self.request.session_id)
+        if self._remote_catalog_known and call.name not in self._catalog:
+            available = ", ".join(sorted(self._catalog)) or "none"
+            return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
+        return await self.agent.tools.execute(self.request.session_id, call)

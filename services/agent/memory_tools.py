@@ -1,0 +1,121 @@
+"""`memory_save` and `memory_search`: tools the agent itself executes against long-term memory,
+scoped to the session's namespace (the model never chooses the namespace)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agentmesh.errors import AgentmeshError
+from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported
+from agentmesh.agent.types import ToolCall, ToolOutcome, ToolSpec
+
+MAX_TEXT_CHARS = 8000
+MAX_QUERY_CHARS = 2000
+MAX_K = 20
+_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+MEMORY_SAVE = ToolSpec(
+    name="memory_save",
+    description=(
+        "Save a durable memory (a fact, preference, learning or skill) to long-term memory, so that it can be "
+        "found in later turns and sessions. Write it as a self-contained sentence."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "What to remember, self-contained.", "maxLength": MAX_TEXT_CHARS},
+            "kind": {
+                "type": "string",
+                "description": "fact, preference, knowledge, learning, episode or skill (default fact).",
+            },
+        },
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+)
+
+MEMORY_SEARCH = ToolSpec(
+    name="memory_search",
+    description="Search long-term memory for what was saved before; returns the best matches with scores.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to look for.", "maxLength": MAX_QUERY_CHARS},
+            "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "description": "How many results (default 5)."},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+)
+
+UNAVAILABLE_TEXT = "long-term memory is not available on this memory service yet"
+
+
+def render_hits(hits: list[MemoryHit]) -> str:
+    if not hits:
+        return "No memories matched."
+    return "\n".join(f"{i}. [{h.kind or 'memory'}] {h.text} (score {h.score:.2f}, id {h.id})" for i, h in enumerate(hits, 1))
+
+
+class MemoryTools:
+    specs = (MEMORY_SAVE, MEMORY_SEARCH)
+    names = frozenset(s.name for s in specs)
+
+    def __init__(self, memory: LongTermMemory):
+        self._memory = memory
+
+    async def execute(self, call: ToolCall, namespace: str, session_id: str) -> ToolOutcome:
+        try:
+            arguments = call.arguments()
+            if call.name == "memory_save":
+                return await self._save(call, arguments, namespace, session_id)
+            return await self._search(call, arguments, namespace)
+        except ValueError as exc:
+            return ToolOutcome.error(call, "invalid_arguments", f"error: {call.name}: {exc}")
+        except NotSupported:
+            return ToolOutcome.error(call, "unavailable", f"error: {UNAVAILABLE_TEXT}")
+        except AgentmeshError as exc:
+            return ToolOutcome.error(call, "memory_error", f"error: {call.name} failed: {exc.message}")
+
+    async def _save(self, call: ToolCall, args: dict[str, Any], namespace: str, session_id: str) -> ToolOutcome:
+        _only(args, {"text", "kind"})
+        text = args.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("'text' is required: the sentence to remember")
+        if len(text) > MAX_TEXT_CHARS:
+            raise ValueError(f"'text' is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        kind = args.get("kind") or "fact"
+        if not isinstance(kind, str) or not _KIND.match(kind):
+            raise ValueError("'kind' must be a short lower-case word such as fact, preference or skill")
+        hit = await self._memory.remember(namespace, text.strip(), kind, session_id)
+        return ToolOutcome(
+            call_id=call.call_id,
+            name=call.name,
+            output=f"Saved to long-term memory (id {hit.id}, kind {hit.kind or kind}).",
+            data={"id": hit.id, "kind": hit.kind or kind, "namespace": namespace},
+        )
+
+    async def _search(self, call: ToolCall, args: dict[str, Any], namespace: str) -> ToolOutcome:
+        _only(args, {"query", "k"})
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("'query' is required: what to look for")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"'query' is {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
+        k = args.get("k", 5)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise ValueError(f"'k' must be a whole number from 1 to {MAX_K}")
+        hits = await self._memory.search(namespace, query.strip(), k)
+        return ToolOutcome(
+            call_id=call.call_id,
+            name=call.name,
+            output=render_hits(hits),
+            data={"hits": [{"id": h.id, "text": h.text, "kind": h.kind, "score": h.score} for h in hits]},
+        )
+
+
+def _only(args: dict[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(args) - allowed)
+    if extra:
+        raise ValueError(f"unknown argument(s) {', '.join(extra)}; expected {', '.join(sorted(allowed))}")

@@ -1,0 +1,190 @@
+"""OpenAI-compatible chat completions over httpx: OpenAI, Ollama, vLLM, LM Studio, llama.cpp,
+OpenRouter — anything that serves `POST {base}/chat/completions` with SSE streaming.
+
+SSE framing is parsed by `httpx-sse` (a small, maintained library that follows the
+WHATWG event-stream rules: multi-line data, comments, CRLF); what the events mean is ours,
+in `OpenAIStreamAssembler`, which the scripted provider reuses so that both produce the
+same internal events.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, AsyncIterator
+
+import httpx
+from httpx_sse import EventSource, SSEError
+
+from agentmesh.errors import Unavailable
+from agentmesh.agent.providers.base import HttpStreamOpener, Redactor, RetryPolicy, broken_stream_error
+from agentmesh.agent.types import ChatMessage, ModelEvent, ModelReply, ModelRequest, TextChunk, ToolCall, ToolSpec, Usage
+
+
+def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls:
+            out.append(
+                {
+                    "role": "assistant",
+                    # OpenAI wants null rather than "" beside tool calls; some local servers choke on "".
+                    "content": m.content or None,
+                    "tool_calls": [
+                        {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json or "{}"}}
+                        for c in m.tool_calls
+                    ],
+                }
+            )
+        elif m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out
+
+
+def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in tools
+    ]
+
+
+def openai_body(request: ModelRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": to_openai_messages(request.messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        body["tools"] = to_openai_tools(request.tools)
+        body["tool_choice"] = "auto" if request.allow_tools else "none"
+    if request.max_tokens:
+        body["max_tokens"] = request.max_tokens
+    return body
+
+
+class OpenAIStreamAssembler:
+    """Folds chat.completion.chunk objects into text deltas and one final `ModelReply`.
+
+    Tool calls arrive as fragments keyed by `index`: the first carries id and name, the
+    rest carry pieces of the `arguments` JSON text, in order. Several calls interleave freely.
+    """
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._usage = Usage()
+        self.model = ""
+        self.finish_reason = ""
+        self.done = False
+
+    def feed(self, chunk: dict[str, Any]) -> list[TextChunk]:
+        out: list[TextChunk] = []
+        self.model = chunk.get("model") or self.model
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or choice.get("message") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text.append(content)
+                out.append(TextChunk(content))
+            for position, fragment in enumerate(delta.get("tool_calls") or []):
+                self._feed_call(fragment, position)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        return out
+
+    def _feed_call(self, fragment: dict[str, Any], position: int) -> None:
+        index = fragment.get("index", position)
+        slot = self._calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        if fragment.get("id"):
+            slot["id"] = fragment["id"]
+        function = fragment.get("function") or {}
+        if function.get("name") and not slot["name"]:
+            slot["name"] = function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            slot["arguments"].append(arguments)
+        elif isinstance(arguments, dict):  # Ollama sends an object, not JSON text
+            slot["arguments"].append(json.dumps(arguments))
+
+    def finish(self) -> ModelReply:
+        calls: list[ToolCall] = []
+        seen: set[str] = set()
+        for _, slot in sorted(self._calls.items()):
+            call_id = slot["id"]
+            if not call_id or call_id in seen:
+                # Some local servers omit ids or repeat "call_0"; results are matched by id.
+                call_id = f"call_{uuid.uuid4().hex[:12]}"
+            seen.add(call_id)
+            calls.append(ToolCall(call_id=call_id, name=slot["name"], arguments_json="".join(slot["arguments"]) or "{}"))
+        return ModelReply(
+            text="".join(self._text),
+            tool_calls=tuple(calls),
+            usage=self._usage,
+            model=self.model,
+            finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
+        )
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, api_key: str, retry: RetryPolicy):
+        self.url = f"{base_url.rstrip('/')}/chat/completions"
+        self._api_key = api_key
+        self._redact = Redactor(api_key)
+        self._opener = HttpStreamOpener(client, retry, self._redact)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        response: httpx.Response | None = None
+        async for item in self._opener.open(self.url, self._headers(), openai_body(request)):
+            if isinstance(item, httpx.Response):
+                response = item
+            else:
+                yield item
+        assert response is not None
+        assembler = OpenAIStreamAssembler()
+        try:
+            content_type = response.headers.get("content-type", "")
+            if "json" in content_type:
+                # A server that ignored stream=true and sent one completion object.
+                for chunk in assembler.feed(json.loads(await response.aread())):
+                    yield chunk
+                assembler.done = True
+            else:
+                async for sse in EventSource(response).aiter_sse():
+                    data = sse.data.strip()
+                    if not data:
+                        continue
+                    if data == "[DONE]":
+                        assembler.done = True
+                        break
+                    chunk = json.loads(data)
+                    if isinstance(chunk, dict) and chunk.get("error"):
+                        raise Unavailable(f"the model server at {self.url} reported an error mid-answer: "
+                                          f"{self._redact(str(chunk['error'])[:300])}")
+                    for text in assembler.feed(chunk):
+                        yield text
+        except (httpx.HTTPError, SSEError, json.JSONDecodeError) as exc:
+            raise broken_stream_error(self.url, exc, self._redact) from None
+        finally:
+            await response.aclose()
+        if not assembler.done and not assembler.finish_reason:
+            raise Unavailable(
+                f"the model server at {self.url} ended its answer early (no finish_reason and no [DONE]); "
+                "not retried because part of the answer had already arrived"
+            )
+        yield assembler.finish()

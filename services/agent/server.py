@@ -1,0 +1,125 @@
+"""gRPC adapter of the agent: `Agent.RunTurn` streams one turn's events; wiring to its peers."""
+
+from __future__ import annotations
+
+import time
+
+from agentmesh.config import Settings, env_str
+from agentmesh.errors import InvalidArgument
+from agentmesh.ids import new_id, validate_id
+from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.server import ServiceHost
+from agentmesh.telemetry import Telemetry
+from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts, outcome_to_proto
+from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.providers import build_provider
+from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent import types as t
+from agentmesh.memory.client import MemoryClient
+from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2
+
+MAX_MESSAGE_CHARS = 1_000_000
+
+
+def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: int) -> common_pb2.Event:
+    base = dict(session_id=request.session_id, run_id=request.run_id, seq=seq, timestamp=time.time())
+    if isinstance(event, t.RunStartedEvent):
+        return common_pb2.Event(**base, run_started=common_pb2.RunStarted(
+            session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id))
+    if isinstance(event, t.TextDeltaEvent):
+        return common_pb2.Event(**base, text_delta=common_pb2.TextDelta(text=event.text))
+    if isinstance(event, t.ToolCallEvent):
+        c = event.call
+        return common_pb2.Event(**base, tool_call=common_pb2.ToolCallStarted(
+            call_id=c.call_id, name=c.name, arguments_json=c.arguments_json))
+    if isinstance(event, t.ToolResultEvent):
+        return common_pb2.Event(**base, tool_result=common_pb2.ToolCallFinished(result=outcome_to_proto(event.result)))
+    if isinstance(event, t.StatusEvent):
+        return common_pb2.Event(**base, status=common_pb2.RunStatus(message=event.message))
+    if isinstance(event, t.RunFinishedEvent):
+        u = event.usage
+        return common_pb2.Event(**base, run_finished=common_pb2.RunFinished(
+            usage=common_pb2.Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens, total_tokens=u.total_tokens),
+            iterations=event.iterations, final_text=event.final_text, trace_id=event.trace_id,
+            stop_reason=event.stop_reason))
+    if isinstance(event, t.RunErrorEvent):
+        return common_pb2.Event(**base, error=common_pb2.RunError(code=event.code, message=event.message))
+    raise TypeError(f"unknown run event {event!r}")
+
+
+class AgentServicer(agent_pb2_grpc.AgentServicer):
+    def __init__(self, agent: Agent, settings: AgentSettings):
+        self._agent = agent
+        self._settings = settings
+
+    def _validate(self, request: agent_pb2.RunTurnRequest) -> TurnRequest:
+        validate_id(request.session_id, "session_id")
+        if request.run_id:
+            validate_id(request.run_id, "run_id")
+        if request.namespace:
+            validate_id(request.namespace, "namespace")
+        if not request.message.strip():
+            raise InvalidArgument("message is empty: send the text of the user's turn")
+        if len(request.message) > MAX_MESSAGE_CHARS:
+            raise InvalidArgument(f"message is {len(request.message)} characters; the limit is {MAX_MESSAGE_CHARS}")
+        options = request.options
+        cap = self._settings.max_iterations_cap
+        if not 0 <= options.max_iterations <= cap:
+            raise InvalidArgument(f"options.max_iterations must be between 0 and {cap}")
+        if len(options.model) > 200:
+            raise InvalidArgument("options.model is longer than 200 characters")
+        if len(options.system_prompt) > MAX_MESSAGE_CHARS:
+            raise InvalidArgument(f"options.system_prompt is longer than {MAX_MESSAGE_CHARS} characters")
+        return TurnRequest(
+            session_id=request.session_id,
+            run_id=request.run_id or new_id("run"),
+            message=request.message,
+            namespace=request.namespace or "default",
+            max_iterations=options.max_iterations,
+            model=options.model,
+            system_prompt=options.system_prompt,
+        )
+
+    @translate_errors
+    async def RunTurn(self, request, context):
+        turn = self._validate(request)
+        if not request.run_id:
+            request = agent_pb2.RunTurnRequest(session_id=turn.session_id, run_id=turn.run_id)
+        seq = 0
+        # A cancelled RPC cancels this generator, which cancels the turn's task (see TurnRun.events).
+        async for event in self._agent.start(turn).events():
+            seq += 1
+            yield event_to_proto(event, request, seq)
+
+
+async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
+    agent_settings = AgentSettings.from_env(settings.environ)
+    provider, close_provider = build_provider(
+        settings.llm, agent_settings, telemetry, base_url_set=bool(env_str(settings.environ, "AGENTMESH_LLM_BASE_URL"))
+    )
+    tools_target, memory_target = settings.address_of("tools"), settings.address_of("memory")
+    # No tracing interceptor on this channel: it would swallow cancellation (see GrpcToolRunner).
+    tools_channel = open_channel(tools_target)
+    memory_channel = open_channel(memory_target, telemetry)
+    memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
+                                 timeout_s=agent_settings.memory_timeout_s)
+    agent = Agent(
+        provider=provider,
+        tools=GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s),
+        transcripts=GrpcTranscripts(memory_client, memory_target),
+        memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
+        settings=agent_settings,
+        model=settings.llm.model,
+        telemetry=telemetry,
+    )
+    host = ServiceHost("agent", settings, telemetry, address=address)
+    host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings), "agentmesh.v1.Agent")
+
+    async def close() -> None:
+        await close_provider()
+        await tools_channel.close()
+        await memory_channel.close()
+
+    host.on_stop(close)
+    return host

@@ -1,0 +1,70 @@
+"""Agent knobs, from AGENTMESH_AGENT_* (the table in docs/agent.md). LLM settings live in
+`agentmesh.config.LLMSettings` (AGENTMESH_LLM_*), shared with the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from agentmesh.config import env_float, env_int, env_str
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are agentmesh, an autonomous assistant that gets work done with tools. "
+    "Think about what the user needs, use tools when they help, check what tools return, "
+    "and finish with a short, direct answer that says what you did and what you found."
+)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    # Reported as gen_ai.agent.name on the invoke_agent span.
+    name: str = "agentmesh"
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    # Model calls with tools per turn; after that, one tool-less call for a summary.
+    max_iterations: int = 12
+    # Largest max_iterations a request may ask for.
+    max_iterations_cap: int = 100
+    # Context budget in characters (roughly 4 per token) for everything sent to the model.
+    context_budget_chars: int = 400_000
+    # Each tool output is cut to this many characters (head and tail kept) in the model's context.
+    tool_output_chars: int = 16_000
+    # Tool calls of one reply that run at the same time.
+    tool_concurrency: int = 8
+    # Upper bound for one tool call's RPC (the tool's own limit is usually shorter).
+    tool_timeout_s: float = 900.0
+    # Memories recalled into the system prompt at turn start (0 disables recall).
+    recall_k: int = 5
+    recall_timeout_s: float = 5.0
+    # Bound on the RPCs to the memory service for transcripts.
+    memory_timeout_s: float = 30.0
+    # Output token cap per model call; 0 leaves it to the server (Anthropic, which requires
+    # one, then gets 4096). Unset by default: some OpenAI models refuse `max_tokens`.
+    max_tokens: int = 0
+    # Backoff between model retries: base * 2^attempt seconds, jittered, capped.
+    retry_base_s: float = 0.5
+    retry_max_s: float = 20.0
+    # Longest Retry-After the agent honours; longer asks fail the call instead of stalling.
+    retry_after_max_s: float = 60.0
+    connect_timeout_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "AgentSettings":
+        p = "AGENTMESH_AGENT_"
+        return cls(
+            name=env_str(env, p + "NAME", cls.name),
+            system_prompt=env_str(env, p + "SYSTEM_PROMPT", cls.system_prompt),
+            max_iterations=env_int(env, p + "MAX_ITERATIONS", cls.max_iterations, minimum=1),
+            max_iterations_cap=env_int(env, p + "MAX_ITERATIONS_CAP", cls.max_iterations_cap, minimum=1),
+            context_budget_chars=env_int(env, p + "CONTEXT_BUDGET_CHARS", cls.context_budget_chars, minimum=1000),
+            tool_output_chars=env_int(env, p + "TOOL_OUTPUT_CHARS", cls.tool_output_chars, minimum=200),
+            tool_concurrency=env_int(env, p + "TOOL_CONCURRENCY", cls.tool_concurrency, minimum=1),
+            tool_timeout_s=env_float(env, p + "TOOL_TIMEOUT_S", cls.tool_timeout_s, minimum=1),
+            recall_k=env_int(env, p + "RECALL_K", cls.recall_k, minimum=0),
+            recall_timeout_s=env_float(env, p + "RECALL_TIMEOUT_S", cls.recall_timeout_s, minimum=0.1),
+            memory_timeout_s=env_float(env, p + "MEMORY_TIMEOUT_S", cls.memory_timeout_s, minimum=0.1),
+            max_tokens=env_int(env, p + "MAX_TOKENS", cls.max_tokens, minimum=0),
+            retry_base_s=env_float(env, p + "RETRY_BASE_S", cls.retry_base_s, minimum=0),
+            retry_max_s=env_float(env, p + "RETRY_MAX_S", cls.retry_max_s, minimum=0),
+            retry_after_max_s=env_float(env, p + "RETRY_AFTER_MAX_S", cls.retry_after_max_s, minimum=0),
+            connect_timeout_s=env_float(env, p + "CONNECT_TIMEOUT_S", cls.connect_timeout_s, minimum=0.1),
+        )

@@ -1,0 +1,178 @@
+"""Plain data the agent core works with: messages, tool calls and results, usage, events.
+
+These are deliberately free of protobuf and of any provider's wire format. `server.py` and
+`adapters.py` translate at the edges; the providers translate to OpenAI / Anthropic JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    call_id: str
+    name: str
+    # The exact JSON text the model produced; parsed only by whoever executes the call.
+    arguments_json: str = "{}"
+
+    def arguments(self) -> dict[str, Any]:
+        """The arguments as an object; raises ValueError when the model wrote bad JSON."""
+        try:
+            value = json.loads(self.arguments_json or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
+        if not isinstance(value, dict):
+            raise ValueError("arguments must be a JSON object")
+        return value
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""  # role == "tool"
+    name: str = ""  # role == "tool": the tool's name
+    run_id: str = ""
+    seq: int = 0  # assigned by the transcript store; 0 for messages not stored yet
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class ToolOutcome:
+    """What one tool call produced. `output` is the text the model sees."""
+
+    call_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    error_kind: str = ""
+    exit_code: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False
+    duration_ms: float = 0.0
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def error(cls, call: ToolCall, kind: str, output: str) -> "ToolOutcome":
+        return cls(call_id=call.call_id, name=call.name, output=output, is_error=True, error_kind=kind)
+
+    def as_message(self, run_id: str) -> ChatMessage:
+        return ChatMessage(role="tool", content=self.output, tool_call_id=self.call_id, name=self.name, run_id=run_id)
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, other: "Usage") -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+
+
+# --- what a model provider streams while it answers ---------------------------------------
+
+
+@dataclass(frozen=True)
+class TextChunk:
+    text: str
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """The provider is about to retry a call that failed before any byte of the answer."""
+
+    attempt: int  # the attempt that failed, from 1
+    max_attempts: int
+    delay_s: float
+    reason: str  # e.g. "HTTP 503", "connection refused"; never contains the key
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """The complete answer of one model call; always the last item a provider yields."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    model: str = ""  # the model the server says answered, when it says
+    finish_reason: str = ""
+
+
+ModelEvent = TextChunk | Retrying | ModelReply
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    model: str
+    messages: list[ChatMessage]
+    tools: list[ToolSpec]
+    # False for the final summary call after max_iterations: tools stay declared (some APIs
+    # insist when the history holds tool calls) but the model is told not to call them.
+    allow_tools: bool = True
+    max_tokens: int = 0  # 0: the provider's default
+
+
+# --- what a run emits (server.py turns these into agentmesh.v1.Event) ----------------------
+
+
+@dataclass(frozen=True)
+class RunStartedEvent:
+    trace_id: str
+
+
+@dataclass(frozen=True)
+class TextDeltaEvent:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallEvent:
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class ToolResultEvent:
+    result: ToolOutcome
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    message: str
+
+
+@dataclass(frozen=True)
+class RunFinishedEvent:
+    usage: Usage
+    iterations: int
+    final_text: str
+    trace_id: str
+    stop_reason: str  # "completed" | "max_iterations" | "cancelled"
+
+
+@dataclass(frozen=True)
+class RunErrorEvent:
+    code: str  # gRPC status name, e.g. "UNAVAILABLE"
+    message: str
+
+
+RunEvent = (
+    RunStartedEvent | TextDeltaEvent | ToolCallEvent | ToolResultEvent | StatusEvent | RunFinishedEvent | RunErrorEvent
+)

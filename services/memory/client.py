@@ -1,0 +1,177 @@
+"""A typed async client of the memory service, for the other services and the CLI.
+
+    client = MemoryClient(open_channel(settings.address_of("memory"), telemetry))
+    await client.put_session("work", namespace="alice")
+    await client.append_messages("work", [common_pb2.Message(role="user", content="hi")])
+    await client.remember("Alice prefers tea", namespace="alice", kind="preference")
+    hits = await client.search("what does alice drink", namespace="alice", k=5)
+
+Failures arrive as `agentmesh.errors` exceptions (InvalidArgument, NotFound, Unavailable, ...)
+carrying the server's sentence, so callers handle them like their own core errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import grpc
+from google.protobuf import struct_pb2
+
+from agentmesh.errors import Unavailable
+from agentmesh.rpc.errors import core_error_from_rpc
+from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def _struct(value: Mapping[str, Any] | None) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    if value:
+        s.update(dict(value))
+    return s
+
+
+def memory_filter(
+    kinds: Iterable[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    created_after: float = 0.0,
+    created_before: float = 0.0,
+    source_session_id: str = "",
+) -> memory_pb2.MemoryFilter:
+    return memory_pb2.MemoryFilter(
+        kinds=list(kinds),
+        metadata=_struct(metadata),
+        created_after=created_after,
+        created_before=created_before,
+        source_session_id=source_session_id,
+    )
+
+
+class MemoryClient:
+    def __init__(self, channel: grpc.aio.Channel, *, target: str = "", timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.stub = memory_pb2_grpc.MemoryStub(channel)
+        self._target = target or "the memory service"
+        self._timeout = timeout_s
+
+    async def _call(self, method, request, timeout: float | None = None):
+        try:
+            return await method(request, timeout=timeout or self._timeout)
+        except grpc.aio.AioRpcError as err:
+            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise Unavailable(f"{self._target} is not answering ({err.details() or err.code().name})") from None
+            raise core_error_from_rpc(err) from None
+
+    # --- sessions ---
+
+    async def put_session(
+        self, session_id: str, *, title: str = "", namespace: str = "", labels: Mapping[str, str] | None = None
+    ) -> tuple[gateway_pb2.Session, bool]:
+        session = gateway_pb2.Session(session_id=session_id, title=title, namespace=namespace, labels=dict(labels or {}))
+        reply = await self._call(self.stub.PutSession, memory_pb2.PutSessionRequest(session=session))
+        return reply.session, reply.created
+
+    async def get_session(self, session_id: str) -> gateway_pb2.Session:
+        return await self._call(self.stub.GetSession, gateway_pb2.GetSessionRequest(session_id=session_id))
+
+    async def list_sessions(self, page_size: int = 0, page_token: str = "") -> tuple[list[gateway_pb2.Session], str]:
+        reply = await self._call(
+            self.stub.ListSessions, gateway_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
+        )
+        return list(reply.sessions), reply.next_page_token
+
+    async def delete_session(self, session_id: str) -> bool:
+        reply = await self._call(self.stub.DeleteSession, gateway_pb2.DeleteSessionRequest(session_id=session_id))
+        return reply.deleted
+
+    # --- transcripts ---
+
+    async def append_messages(self, session_id: str, messages: Sequence[common_pb2.Message]) -> int:
+        """Append in order; returns the seq of the last one (seqs are 1, 2, 3, ... per session)."""
+        reply = await self._call(
+            self.stub.AppendMessages, memory_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages))
+        )
+        return reply.last_seq
+
+    async def list_messages(
+        self, session_id: str, *, after_seq: int = 0, page_size: int = 0
+    ) -> tuple[list[common_pb2.Message], int]:
+        """One page after `after_seq`; the int is the next `after_seq`, 0 when the transcript ends."""
+        reply = await self._call(
+            self.stub.ListMessages,
+            gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq),
+        )
+        return list(reply.messages), reply.next_after_seq
+
+    async def transcript(self, session_id: str, page_size: int = 1000) -> list[common_pb2.Message]:
+        """The whole transcript, every page."""
+        out: list[common_pb2.Message] = []
+        after = 0
+        while True:
+            page, after = await self.list_messages(session_id, after_seq=after, page_size=page_size)
+            out.extend(page)
+            if not after:
+                return out
+
+    # --- long-term memory ---
+
+    async def remember(
+        self,
+        text: str,
+        *,
+        namespace: str = "default",
+        kind: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        id: str = "",
+        source_session_id: str = "",
+        created_at: float = 0.0,
+    ) -> memory_pb2.MemoryRecord:
+        request = memory_pb2.RememberRequest(
+            namespace=namespace,
+            text=text,
+            kind=kind,
+            metadata=_struct(metadata),
+            id=id,
+            source_session_id=source_session_id,
+            created_at=created_at,
+        )
+        return await self._call(self.stub.Remember, request)
+
+    async def search(
+        self, query: str, *, namespace: str = "default", k: int = 0, filter: memory_pb2.MemoryFilter | None = None
+    ) -> list[memory_pb2.SearchHit]:
+        request = memory_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=filter)
+        return list((await self._call(self.stub.Search, request)).hits)
+
+    async def get_memory(self, memory_id: str, *, namespace: str = "default") -> memory_pb2.MemoryRecord:
+        return await self._call(self.stub.GetMemory, memory_pb2.GetMemoryRequest(namespace=namespace, id=memory_id))
+
+    async def list_memories(
+        self,
+        *,
+        namespace: str = "default",
+        filter: memory_pb2.MemoryFilter | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> tuple[list[memory_pb2.MemoryRecord], str]:
+        request = memory_pb2.ListMemoriesRequest(
+            namespace=namespace, filter=filter, page_size=page_size, page_token=page_token
+        )
+        reply = await self._call(self.stub.ListMemories, request)
+        return list(reply.memories), reply.next_page_token
+
+    async def forget(
+        self,
+        *,
+        namespace: str = "default",
+        ids: Sequence[str] = (),
+        filter: memory_pb2.MemoryFilter | None = None,
+        all: bool = False,
+    ) -> int:
+        request = memory_pb2.ForgetRequest(namespace=namespace, ids=list(ids), filter=filter, all=all)
+        return (await self._call(self.stub.Forget, request)).forgotten
+
+    async def import_memories(
+        self, memories: Sequence[memory_pb2.RememberRequest], *, namespace: str = "default", timeout_s: float = 300.0
+    ) -> int:
+        request = memory_pb2.ImportRequest(namespace=namespace, memories=list(memories))
+        return (await self._call(self.stub.Import, request, timeout=timeout_s)).imported

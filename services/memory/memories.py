@@ -1,0 +1,379 @@
+"""Long-term memory: remember (upsert), search (hybrid), get, list, forget, import.
+
+Namespaces share one Qdrant collection and are kept apart by a `namespace` condition that
+every read, write and delete carries (`qdrant_store.to_qdrant_filter` puts it first) and by
+point ids derived from the namespace, so even a known id cannot reach another namespace's
+memory. One collection with a tenant-indexed payload field is what Qdrant recommends for many
+small tenants: a collection per namespace costs its own segments, index and WAL each.
+BM25's IDF is computed over the namespace alone (`IdfCorpusParams`), so one tenant's
+vocabulary never shifts another's ranking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from agentmesh.ids import validate_id
+from agentmesh.logs import get_logger
+from agentmesh.memory.context import Contextualised, Pending, with_neighbors
+from agentmesh.memory.embedders import Embedder
+from agentmesh.memory.qdrant_store import FusionPlan, PointFilter, QdrantStore, point_id
+from agentmesh.memory.settings import MemorySettings
+from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
+from agentmesh.memory.transcripts import validate_namespace
+
+log = get_logger("agentmesh.memory")
+
+DEFAULT_KIND = "fact"
+_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_METADATA_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_METADATA_KEYS = 64
+MAX_METADATA_BYTES = 16 * 1024
+MAX_QUERY_BYTES = 16 * 1024
+DEFAULT_K, MAX_K = 5, 100
+DEFAULT_PAGE, MAX_PAGE = 50, 1000
+WRITE_BATCH = 256
+_ID_NAMESPACE = uuid.UUID("0f6e1d2c-8b1a-4c3e-9f7d-2a6b5c4d3e21")
+
+
+@dataclass
+class RememberItem:
+    namespace: str
+    text: str
+    kind: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+    source_session_id: str = ""
+    created_at: float = 0.0
+
+
+@dataclass
+class MemoryRecord:
+    id: str
+    namespace: str
+    text: str
+    kind: str
+    metadata: dict[str, Any]
+    created_at: float
+    updated_at: float
+    source_session_id: str = ""
+
+    @classmethod
+    def from_payload(cls, p: dict[str, Any]) -> "MemoryRecord":
+        return cls(
+            id=p["id"],
+            namespace=p["namespace"],
+            text=p["text"],
+            kind=p.get("kind", DEFAULT_KIND),
+            metadata=dict(p.get("metadata") or {}),
+            created_at=float(p.get("created_at", 0.0)),
+            updated_at=float(p.get("updated_at", 0.0)),
+            source_session_id=p.get("source_session_id", ""),
+        )
+
+
+@dataclass(frozen=True)
+class MemoryQuery:
+    """Conditions as clients state them (before validation)."""
+
+    kinds: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_after: float = 0.0
+    created_before: float = 0.0
+    source_session_id: str = ""
+
+    def is_empty(self) -> bool:
+        return not (self.kinds or self.metadata or self.created_after or self.created_before or self.source_session_id)
+
+
+@dataclass
+class Hit:
+    memory: MemoryRecord
+    score: float
+
+
+def date_words(timestamp: float) -> str:
+    moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+    return f"{moment.day} {moment:%B} {moment.year} {moment:%A}"
+
+
+def content_id(namespace: str, text: str) -> str:
+    """The id a memory gets from its content: the same text (up to case and spacing) twice is one memory."""
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{namespace}\x1f{normalize_text(text)}"))
+
+
+def _plain_numbers(value: Any) -> Any:
+    # Struct carries every number as a double; whole numbers are stored as integers so that
+    # an exact-match filter on {"turn": 3} finds them (Qdrant matches integers, not floats).
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _plain_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_numbers(v) for v in value]
+    return value
+
+
+def _check_kind(kind: str) -> str:
+    if not _KIND.match(kind):
+        raise InvalidArgument(
+            f"kind {kind[:40]!r} is malformed: use a lower-case word of up to 64 characters (a-z, 0-9, '_', '-'), "
+            "e.g. fact, knowledge, learning, episode, skill, preference"
+        )
+    return kind
+
+
+def _check_metadata(metadata: dict[str, Any], what: str = "metadata") -> dict[str, Any]:
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise InvalidArgument(f"{what} has {len(metadata)} keys; the limit is {MAX_METADATA_KEYS}")
+    for key in metadata:
+        if not _METADATA_KEY.match(key):
+            raise InvalidArgument(
+                f"{what} key {key[:40]!r} is malformed: use 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
+            )
+    size = len(json.dumps(metadata))
+    if size > MAX_METADATA_BYTES:
+        raise InvalidArgument(f"{what} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+    return _plain_numbers(metadata)
+
+
+class Memories:
+    def __init__(self, store: QdrantStore, embedder: Embedder, settings: MemorySettings, tracer: Any = None):
+        self._store = store
+        self._embedder = embedder
+        self._settings = settings
+        self._tracer = tracer
+        self._tokenizer = Tokenizer()
+        self._sparse = SparseEncoder(self._tokenizer)
+        self._ready = False
+        self._refusal = ""
+        self._open_lock = asyncio.Lock()
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    async def open(self) -> None:
+        """Check the store against the embedder; a remote embedder that is down is retried on use."""
+        try:
+            await self._ensure_ready()
+        except Unavailable as exc:
+            log.warning("embedder not reachable yet; memory calls will retry", reason=exc.message)
+        except FailedPrecondition as exc:
+            log.error("long-term memory refused", reason=exc.message)
+
+    async def _ensure_ready(self) -> None:
+        if self._ready:
+            return
+        if self._refusal:
+            raise FailedPrecondition(self._refusal)
+        async with self._open_lock:
+            if self._ready:
+                return
+            await self._embedder.start()
+            self._refusal = await self._store.ensure_memory_collection(self._embedder.name, self._embedder.dim)
+            if self._refusal:
+                raise FailedPrecondition(self._refusal)
+            self._ready = True
+
+    # ------------------------------------------------------------ validation
+
+    def _validate_item(self, item: RememberItem, now: float) -> RememberItem:
+        namespace = validate_namespace(item.namespace)
+        text = item.text.strip()
+        if not text:
+            raise InvalidArgument("text is empty: a memory needs some words")
+        size = len(text.encode("utf-8"))
+        if size > self._settings.max_memory_bytes:
+            raise InvalidArgument(
+                f"text is {size} bytes; a memory holds at most {self._settings.max_memory_bytes} bytes - "
+                "store a summary, or split it into several memories"
+            )
+        if item.id:
+            validate_id(item.id, "id")
+        if item.source_session_id:
+            validate_id(item.source_session_id, "source_session_id")
+        if item.created_at < 0 or item.created_at > now + 366 * 86400:
+            raise InvalidArgument(f"created_at {item.created_at} is not a plausible unix time in seconds")
+        return replace(
+            item,
+            namespace=namespace,
+            text=text,
+            kind=_check_kind(item.kind or DEFAULT_KIND),
+            metadata=_check_metadata(item.metadata),
+            id=item.id or content_id(namespace, text),
+        )
+
+    def _point_filter(self, namespace: str, q: MemoryQuery | None) -> PointFilter:
+        namespace = validate_namespace(namespace)
+        q = q or MemoryQuery()
+        for kind in q.kinds:
+            _check_kind(kind)
+        metadata = _check_metadata(dict(q.metadata), "metadata filter")
+        for key, value in metadata.items():
+            if isinstance(value, (dict, list)) or value is None:
+                raise InvalidArgument(
+                    f"metadata filter on {key!r} must be a string, number or boolean (exact match), "
+                    f"not {type(value).__name__ if value is not None else 'null'}"
+                )
+        if q.created_after < 0 or q.created_before < 0:
+            raise InvalidArgument("created_after and created_before are unix seconds and cannot be negative")
+        if q.created_after and q.created_before and q.created_after >= q.created_before:
+            raise InvalidArgument("created_after must be earlier than created_before")
+        if q.source_session_id:
+            validate_id(q.source_session_id, "source_session_id")
+        return PointFilter(
+            namespace=namespace,
+            kinds=tuple(q.kinds),
+            metadata=tuple(sorted(metadata.items())),
+            created_after=q.created_after,
+            created_before=q.created_before,
+            source_session_id=q.source_session_id,
+        )
+
+    # ------------------------------------------------------------ writes
+
+    async def _write(self, items: Sequence[RememberItem], now: float) -> list[MemoryRecord]:
+        await self._ensure_ready()
+        pids = [point_id("memory", it.namespace, it.id) for it in items]
+        existing = await self._store.get_memories(pids)
+        records, pending = [], []
+        for pid, it in zip(pids, items):
+            before = existing.get(pid)
+            record = MemoryRecord(
+                id=it.id,
+                namespace=it.namespace,
+                text=it.text,
+                kind=it.kind,
+                metadata=it.metadata,
+                # Remembering again refreshes a memory; it keeps the time it was first learnt.
+                created_at=it.created_at or (float(before["created_at"]) if before else now),
+                updated_at=now,
+                source_session_id=it.source_session_id,
+            )
+            records.append(record)
+            pending.append(Pending(pid, vars(record).copy()))
+        window = self._settings.context_window if self._settings.context_weight > 0 else 0
+        rows = await self._index(await with_neighbors(self._store, pending, window))
+        await self._store.upsert_memories(rows)
+        return records
+
+    async def _index(self, items: Sequence[Contextualised]) -> list[tuple]:
+        """Dense and sparse vectors of each memory, its neighbours' words included as configured."""
+        s = self._settings
+        dense_inputs = [
+            "\n".join([c.payload["text"], *c.context]) if s.dense_context and c.context else c.payload["text"]
+            for c in items
+        ]
+        dense = await self._embedder.embed(dense_inputs)
+        rows = []
+        for c, vector in zip(items, dense):
+            extra = [(text, s.context_weight) for text in c.context]
+            if s.index_dates:
+                extra.append((date_words(c.payload["created_at"]), 1.0))
+            rows.append((c.pid, vector, self._sparse.document(c.payload["text"], extra), c.payload))
+        return rows
+
+    async def remember(self, item: RememberItem) -> MemoryRecord:
+        now = time.time()
+        valid = self._validate_item(item, now)
+        return (await self._write([valid], now))[0]
+
+    async def import_many(self, namespace: str, items: Sequence[RememberItem]) -> int:
+        namespace = validate_namespace(namespace)
+        if not items:
+            raise InvalidArgument("memories is empty: import at least one memory")
+        if len(items) > self._settings.max_import:
+            raise InvalidArgument(f"{len(items)} memories in one import; the limit is {self._settings.max_import} - send batches")
+        now = time.time()
+        valid: dict[str, RememberItem] = {}
+        for number, item in enumerate(items, start=1):
+            if item.namespace and validate_namespace(item.namespace) != namespace:
+                raise InvalidArgument(f"memory {number} names namespace {item.namespace!r}, but the import is into {namespace!r}")
+            try:
+                checked = self._validate_item(replace(item, namespace=namespace), now)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"memory {number}: {exc.message}; nothing was imported") from None
+            valid[checked.id] = checked  # the same memory twice in one batch: the last one wins
+        batch = list(valid.values())
+        for start in range(0, len(batch), WRITE_BATCH):
+            await self._write(batch[start : start + WRITE_BATCH], now)
+        return len(batch)
+
+    # ------------------------------------------------------------ reads
+
+    async def search(self, namespace: str, query: str, k: int, q: MemoryQuery | None = None) -> list[Hit]:
+        pf = self._point_filter(namespace, q)
+        query = query.strip()
+        if not query:
+            raise InvalidArgument("query is empty: say what to look for")
+        if len(query.encode("utf-8")) > MAX_QUERY_BYTES:
+            raise InvalidArgument(f"query is longer than {MAX_QUERY_BYTES} bytes; shorten it")
+        if k < 0 or k > MAX_K:
+            raise InvalidArgument(f"k must be between 1 and {MAX_K}, got {k}")
+        k = k or DEFAULT_K
+        await self._ensure_ready()
+        dense = (await self._embedder.embed([query]))[0]
+        s = self._settings
+        plan = FusionPlan(
+            fusion=s.fusion,
+            prefetch_limit=max(k * s.prefetch_factor, 20),
+            rrf_k=s.rrf_k,
+            dense_weight=s.dense_weight,
+            sparse_weight=s.sparse_weight,
+        )
+        rows = await self._store.hybrid_search(pf, dense, self._sparse.query(query), k, plan)
+        return [Hit(MemoryRecord.from_payload(p), score) for _, score, p in rows]
+
+    async def get(self, namespace: str, memory_id: str) -> MemoryRecord:
+        namespace = validate_namespace(namespace)
+        validate_id(memory_id, "id")
+        await self._ensure_ready()
+        found = await self._store.get_memories([point_id("memory", namespace, memory_id)])
+        for payload in found.values():
+            if payload.get("namespace") == namespace:
+                return MemoryRecord.from_payload(payload)
+        raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
+
+    async def list(self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str) -> tuple[list[MemoryRecord], str]:
+        pf = self._point_filter(namespace, q)
+        if page_size < 0 or page_size > MAX_PAGE:
+            raise InvalidArgument(f"page_size must be between 1 and {MAX_PAGE}, got {page_size}")
+        if page_token:
+            try:
+                uuid.UUID(page_token)
+            except ValueError:
+                raise InvalidArgument("page_token is not one this service issued; pass back next_page_token unchanged") from None
+        await self._ensure_ready()
+        rows, token = await self._store.scroll_memories(pf, page_size or DEFAULT_PAGE, page_token or None)
+        return [MemoryRecord.from_payload(p) for _, p in rows], token
+
+    async def forget(
+        self, namespace: str, *, ids: Sequence[str] = (), memory_filter: MemoryQuery | None = None, forget_all: bool = False
+    ) -> int:
+        has_filter = memory_filter is not None and not memory_filter.is_empty()
+        pf = self._point_filter(namespace, memory_filter if has_filter else None)
+        if ids and (has_filter or forget_all):
+            raise InvalidArgument("give either ids or a filter (or all=true), not both")
+        if has_filter and forget_all:
+            raise InvalidArgument("all=true forgets the whole namespace; drop the filter, or drop all=true to forget what matches")
+        if not (ids or has_filter or forget_all):
+            raise InvalidArgument("say what to forget: ids, a filter, or all=true for the whole namespace")
+        for memory_id in ids:
+            validate_id(memory_id, "id")
+        await self._ensure_ready()
+        if ids:
+            pids = [point_id("memory", pf.namespace, i) for i in dict.fromkeys(ids)]
+            present = [pid for pid, p in (await self._store.get_memories(pids)).items() if p.get("namespace") == pf.namespace]
+            await self._store.delete_memories_by_ids(present)
+            return len(present)
+        return await self._store.delete_memories_by_filter(pf)
+

@@ -1,0 +1,346 @@
+"""The one adapter that talks to Qdrant: collections, points, filters and hybrid queries.
+
+Everything Qdrant-specific lives here; the cores hand in and get back plain dicts and
+dataclasses. Embedded local mode (`QdrantClient(path=...)`) is synchronous, single-process and
+not thread-safe, so every call runs on a private executor: one worker in local mode (calls are
+serialised and the event loop never blocks on a numpy scan), several against a server (the gRPC
+client is thread-safe). The same code path serves both modes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+
+from agentmesh.errors import FailedPrecondition, Unavailable
+from agentmesh.logs import get_logger
+
+log = get_logger("agentmesh.memory.qdrant")
+
+SESSIONS = "agentmesh_sessions"
+MESSAGES = "agentmesh_messages"
+MEMORIES = "agentmesh_memories"
+DENSE = "dense"
+SPARSE = "bm25"
+
+# Point ids are UUIDs derived from our string ids, so the same logical record always lands on
+# the same point (idempotent writes, no read-before-write to find it).
+_ID_NAMESPACE = uuid.UUID("5b0c7a4e-2f51-4f0e-9a55-6d1f0b7c2e11")
+
+
+def point_id(*parts: str) -> str:
+    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)))
+
+
+@dataclass(frozen=True)
+class PointFilter:
+    """Conditions on memory payloads; every memory query carries the namespace."""
+
+    namespace: str
+    kinds: tuple[str, ...] = ()
+    metadata: tuple[tuple[str, Any], ...] = ()
+    created_after: float = 0.0
+    created_before: float = 0.0
+    source_session_id: str = ""
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    fusion: str  # "rrf" | "dbsf" | "weighted"
+    prefetch_limit: int
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+
+
+def _match(key: str, value: Any) -> qm.FieldCondition:
+    if isinstance(value, float):
+        # MatchValue takes strings, integers and booleans; a fractional number matches as a point range.
+        return qm.FieldCondition(key=key, range=qm.Range(gte=value, lte=value))
+    return qm.FieldCondition(key=key, match=qm.MatchValue(value=value))
+
+
+def to_qdrant_filter(f: PointFilter) -> qm.Filter:
+    must: list[qm.Condition] = [_match("namespace", f.namespace)]
+    if f.kinds:
+        must.append(qm.FieldCondition(key="kind", match=qm.MatchAny(any=list(f.kinds))))
+    for key, value in f.metadata:
+        must.append(_match(f"metadata.{key}", value))
+    if f.created_after or f.created_before:
+        must.append(
+            qm.FieldCondition(
+                key="created_at",
+                range=qm.Range(gte=f.created_after or None, lt=f.created_before or None),
+            )
+        )
+    if f.source_session_id:
+        must.append(_match("source_session_id", f.source_session_id))
+    return qm.Filter(must=must)
+
+
+class QdrantStore:
+    def __init__(self, client: QdrantClient, *, local: bool, where: str):
+        self._client = client
+        self.local = local
+        self.where = where
+        self._executor = ThreadPoolExecutor(max_workers=1 if local else 8, thread_name_prefix="qdrant")
+
+    @classmethod
+    def open(cls, home: Path, url: str = "") -> "QdrantStore":
+        if url:
+            client = QdrantClient(url=url, prefer_grpc=True, timeout=30)
+            return cls(client, local=False, where=url)
+        path = Path(home) / "qdrant"
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            client = QdrantClient(path=str(path))
+        except RuntimeError as exc:  # the local store's file lock is held by another process
+            raise FailedPrecondition(
+                f"the embedded Qdrant store at {path} is in use by another process ({exc}); "
+                "stop it, or point AGENTMESH_QDRANT_URL at a Qdrant server to share memory between processes"
+            ) from None
+        return cls(client, local=True, where=str(path))
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        except Exception as exc:
+            if self.local or type(exc).__module__.startswith("agentmesh"):
+                raise
+            raise Unavailable(f"Qdrant at {self.where} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._run(self._client.close)
+        self._executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ set-up
+
+    async def _ensure(self, name: str, indexes: Iterable[tuple[str, Any]] = (), **config: Any) -> bool:
+        """Create collection `name` unless it exists; returns True when it was created."""
+        if await self._run(self._client.collection_exists, name):
+            return False
+        await self._run(self._client.create_collection, name, **config)
+        if not self.local:  # local mode has no payload indexes (and warns about them)
+            for field_name, schema in indexes:
+                await self._run(self._client.create_payload_index, name, field_name, field_schema=schema)
+        return True
+
+    async def ensure_transcript_collections(self) -> None:
+        await self._ensure(SESSIONS, [("created_at", qm.PayloadSchemaType.FLOAT)], vectors_config={})
+        await self._ensure(
+            MESSAGES,
+            [
+                ("session_id", qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)),
+                ("seq", qm.PayloadSchemaType.INTEGER),
+            ],
+            vectors_config={},
+        )
+
+    async def ensure_memory_collection(self, embedder: str, dim: int) -> str:
+        """Create the memory collection for `embedder`; return why it cannot be used, or ''.
+
+        The collection records which embedder filled it. Vectors of another model (or another
+        size) would silently answer nonsense, so a mismatch is refused, not mixed in.
+        """
+        created = await self._ensure(
+            MEMORIES,
+            [
+                ("namespace", qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)),
+                ("kind", qm.PayloadSchemaType.KEYWORD),
+                ("source_session_id", qm.PayloadSchemaType.KEYWORD),
+                ("created_at", qm.PayloadSchemaType.FLOAT),
+            ],
+            vectors_config={DENSE: qm.VectorParams(size=dim, distance=qm.Distance.COSINE)},
+            sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+            metadata={"embedder": embedder, "dim": dim},
+        )
+        if created:
+            return ""
+        info = await self._run(self._client.get_collection, MEMORIES)
+        stored = dict(info.config.metadata or {})
+        vectors = info.config.params.vectors
+        stored_dim = vectors[DENSE].size if isinstance(vectors, dict) and DENSE in vectors else None
+        stored_embedder = stored.get("embedder", "unknown")
+        if stored_dim != dim or stored_embedder != embedder:
+            return (
+                f"long-term memory in {self.where} was embedded with {stored_embedder} ({stored_dim} dimensions) "
+                f"but the service is configured with {embedder} ({dim} dimensions); set AGENTMESH_EMBEDDER "
+                "(and AGENTMESH_EMBEDDINGS_MODEL) back, or move the old store away to start a new one"
+            )
+        return ""
+
+    # ---------------------------------------------------------------- sessions
+
+    async def get_session(self, session_id: str) -> dict | None:
+        points = await self._run(self._client.retrieve, SESSIONS, [point_id("session", session_id)], with_payload=True)
+        return dict(points[0].payload) if points else None
+
+    async def put_session(self, payload: dict) -> None:
+        point = qm.PointStruct(id=point_id("session", payload["session_id"]), vector={}, payload=payload)
+        await self._run(self._client.upsert, SESSIONS, [point], wait=True)
+
+    async def list_sessions(self, limit: int, start_before: float | None) -> list[dict]:
+        """Sessions newest first, starting at created_at <= start_before (ties included)."""
+        order = qm.OrderBy(key="created_at", direction=qm.Direction.DESC, start_from=start_before)
+        points, _ = await self._run(self._client.scroll, SESSIONS, limit=limit, order_by=order, with_payload=True)
+        return [dict(p.payload) for p in points]
+
+    async def delete_session(self, session_id: str) -> None:
+        # The record goes first: a crash in between leaves unreachable messages (a re-created
+        # session starts at seq 1 and overwrites them), never a session that lost its history.
+        await self._run(self._client.delete, SESSIONS, [point_id("session", session_id)], wait=True)
+        selector = qm.FilterSelector(filter=qm.Filter(must=[_match("session_id", session_id)]))
+        await self._run(self._client.delete, MESSAGES, selector, wait=True)
+
+    # ---------------------------------------------------------------- messages
+
+    async def put_messages(self, session_id: str, payloads: Sequence[dict]) -> None:
+        points = [
+            qm.PointStruct(id=point_id("message", session_id, str(p["seq"])), vector={}, payload=p) for p in payloads
+        ]
+        await self._run(self._client.upsert, MESSAGES, points, wait=True)
+
+    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[dict]:
+        ids = [point_id("message", session_id, str(seq)) for seq in seqs]
+        points = await self._run(self._client.retrieve, MESSAGES, ids, with_payload=True)
+        found = [dict(p.payload) for p in points]
+        return sorted(found, key=lambda p: p["seq"])
+
+    # ---------------------------------------------------------------- memories
+
+    async def get_memories(self, ids: Sequence[str]) -> dict[str, dict]:
+        """Payloads of the points with these ids that exist, by point id."""
+        if not ids:
+            return {}
+        points = await self._run(self._client.retrieve, MEMORIES, list(ids), with_payload=True)
+        return {str(p.id): dict(p.payload) for p in points}
+
+    async def upsert_memories(
+        self, rows: Sequence[tuple[str, list[float], tuple[list[int], list[float]], dict]]
+    ) -> None:
+        points = [
+            qm.PointStruct(
+                id=pid,
+                vector={DENSE: dense, SPARSE: qm.SparseVector(indices=sparse[0], values=sparse[1])},
+                payload=payload,
+            )
+            for pid, dense, sparse, payload in rows
+        ]
+        await self._run(self._client.upsert, MEMORIES, points, wait=True)
+
+    async def hybrid_search(
+        self,
+        f: PointFilter,
+        dense: list[float],
+        sparse: tuple[list[int], list[float]],
+        limit: int,
+        plan: FusionPlan,
+    ) -> list[tuple[str, float, dict]]:
+        qfilter = to_qdrant_filter(f)
+        # IDF over the namespace's own memories: another tenant's words must not shift our ranking.
+        idf = qm.SearchParams(idf=qm.IdfCorpusParams(corpus=qfilter))
+        prefetch = [qm.Prefetch(query=dense, using=DENSE, filter=qfilter, limit=plan.prefetch_limit)]
+        if sparse[0]:
+            prefetch.append(
+                qm.Prefetch(
+                    query=qm.SparseVector(indices=sparse[0], values=sparse[1]),
+                    using=SPARSE,
+                    filter=qfilter,
+                    params=idf,
+                    limit=plan.prefetch_limit,
+                )
+            )
+        if plan.fusion == "dbsf":
+            query: Any = qm.FusionQuery(fusion=qm.Fusion.DBSF)
+        else:
+            weights = [plan.dense_weight, plan.sparse_weight][: len(prefetch)] if plan.fusion == "weighted" else None
+            query = qm.RrfQuery(rrf=qm.Rrf(k=plan.rrf_k, weights=weights))
+        result = await self._run(
+            self._client.query_points,
+            MEMORIES,
+            prefetch=prefetch,
+            query=query,
+            query_filter=qfilter,
+            limit=limit,
+            with_payload=True,
+        )
+        return [(str(p.id), float(p.score), dict(p.payload)) for p in result.points]
+
+    async def ranked(
+        self, f: PointFilter, vector: Any, using: str, limit: int
+    ) -> list[tuple[str, float, dict]]:
+        """One retriever on its own (benches compare it with the fused result)."""
+        qfilter = to_qdrant_filter(f)
+        if isinstance(vector, tuple):
+            vector = qm.SparseVector(indices=vector[0], values=vector[1])
+        params = qm.SearchParams(idf=qm.IdfCorpusParams(corpus=qfilter)) if using == SPARSE else None
+        result = await self._run(
+            self._client.query_points,
+            MEMORIES,
+            query=vector,
+            using=using,
+            query_filter=qfilter,
+            search_params=params,
+            limit=limit,
+            with_payload=True,
+        )
+        return [(str(p.id), float(p.score), dict(p.payload)) for p in result.points]
+
+    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, dict]], str]:
+        points, next_offset = await self._run(
+            self._client.scroll,
+            MEMORIES,
+            scroll_filter=to_qdrant_filter(f),
+            limit=limit,
+            offset=offset,
+            with_payload=True,
+        )
+        return [(str(p.id), dict(p.payload)) for p in points], ("" if next_offset is None else str(next_offset))
+
+    async def stream_window(
+        self, f: PointFilter, t_min: float, t_max: float, edge: int = 2, limit: int = 10_000
+    ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], list[tuple[str, dict]]]:
+        """Memories matching `f`: the `edge` nearest before t_min (nearest first), those created in
+        [t_min, t_max], and the `edge` nearest after t_max."""
+        base = to_qdrant_filter(f)
+
+        def scroll(rng: qm.Range, direction: qm.Direction | None, n: int) -> list[tuple[str, dict]]:
+            cond = qm.FieldCondition(key="created_at", range=rng)
+            order = qm.OrderBy(key="created_at", direction=direction) if direction else None
+            points, _ = self._client.scroll(
+                MEMORIES, scroll_filter=qm.Filter(must=[*base.must, cond]), limit=n, order_by=order, with_payload=True
+            )
+            return [(str(p.id), dict(p.payload)) for p in points]
+
+        def window():
+            before = scroll(qm.Range(lt=t_min), qm.Direction.DESC, edge)
+            inside = scroll(qm.Range(gte=t_min, lte=t_max), None, limit)
+            after = scroll(qm.Range(gt=t_max), qm.Direction.ASC, edge)
+            return before, inside, after
+
+        return await self._run(window)
+
+    async def count_memories(self, f: PointFilter) -> int:
+        result = await self._run(self._client.count, MEMORIES, count_filter=to_qdrant_filter(f), exact=True)
+        return int(result.count)
+
+    async def delete_memories_by_filter(self, f: PointFilter) -> int:
+        count = await self.count_memories(f)
+        if count:
+            selector = qm.FilterSelector(filter=to_qdrant_filter(f))
+            await self._run(self._client.delete, MEMORIES, selector, wait=True)
+        return count
+
+    async def delete_memories_by_ids(self, ids: Sequence[str]) -> None:
+        if ids:
+            await self._run(self._client.delete, MEMORIES, qm.PointIdsList(points=list(ids)), wait=True)
+

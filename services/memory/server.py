@@ -1,0 +1,141 @@
+"""gRPC adapter of the memory service: proto <-> core types, nothing else."""
+
+from __future__ import annotations
+
+from agentmesh.config import Settings
+from agentmesh.logs import get_logger
+from agentmesh.memory.convert import (
+    filter_from_proto,
+    memory_to_proto,
+    message_from_proto,
+    message_to_proto,
+    remember_from_proto,
+    session_from_proto,
+    session_to_proto,
+)
+from agentmesh.memory.embedders import build_embedder
+from agentmesh.memory.memories import Memories
+from agentmesh.memory.qdrant_store import QdrantStore
+from agentmesh.memory.settings import MemorySettings
+from agentmesh.memory.transcripts import Transcripts
+from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.server import ServiceHost
+from agentmesh.telemetry import Telemetry
+from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
+
+log = get_logger("agentmesh.memory")
+
+
+class MemoryServicer(memory_pb2_grpc.MemoryServicer):
+    def __init__(self, transcripts: Transcripts, memories: Memories):
+        self._transcripts = transcripts
+        self._memories = memories
+
+    # --- sessions ---
+
+    @translate_errors
+    async def PutSession(self, request, context):
+        session, created = await self._transcripts.put_session(session_from_proto(request.session))
+        return memory_pb2.PutSessionResponse(session=session_to_proto(session), created=created)
+
+    @translate_errors
+    async def GetSession(self, request, context):
+        return session_to_proto(await self._transcripts.get_session(request.session_id))
+
+    @translate_errors
+    async def ListSessions(self, request, context):
+        sessions, token = await self._transcripts.list_sessions(request.page_size, request.page_token)
+        return gateway_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
+
+    @translate_errors
+    async def DeleteSession(self, request, context):
+        return gateway_pb2.DeleteSessionResponse(deleted=await self._transcripts.delete_session(request.session_id))
+
+    # --- transcripts ---
+
+    @translate_errors
+    async def AppendMessages(self, request, context):
+        messages = [message_from_proto(m) for m in request.messages]
+        last = await self._transcripts.append_messages(request.session_id, messages)
+        return memory_pb2.AppendMessagesResponse(last_seq=last)
+
+    @translate_errors
+    async def ListMessages(self, request, context):
+        messages, next_after = await self._transcripts.list_messages(
+            request.session_id, request.page_size, request.after_seq
+        )
+        return gateway_pb2.GetTranscriptResponse(
+            messages=[message_to_proto(m) for m in messages], next_after_seq=next_after
+        )
+
+    # --- long-term memory ---
+
+    @translate_errors
+    async def Remember(self, request, context):
+        return memory_to_proto(await self._memories.remember(remember_from_proto(request)))
+
+    @translate_errors
+    async def Search(self, request, context):
+        hits = await self._memories.search(
+            request.namespace, request.query, request.k, filter_from_proto(request.filter)
+        )
+        return memory_pb2.SearchResponse(
+            hits=[memory_pb2.SearchHit(memory=memory_to_proto(h.memory), score=h.score) for h in hits]
+        )
+
+    @translate_errors
+    async def GetMemory(self, request, context):
+        return memory_to_proto(await self._memories.get(request.namespace, request.id))
+
+    @translate_errors
+    async def ListMemories(self, request, context):
+        memories, token = await self._memories.list(
+            request.namespace, filter_from_proto(request.filter), request.page_size, request.page_token
+        )
+        return memory_pb2.ListMemoriesResponse(memories=[memory_to_proto(m) for m in memories], next_page_token=token)
+
+    @translate_errors
+    async def Forget(self, request, context):
+        has_filter = request.HasField("filter")
+        forgotten = await self._memories.forget(
+            request.namespace,
+            ids=list(request.ids),
+            memory_filter=filter_from_proto(request.filter) if has_filter else None,
+            forget_all=request.all,
+        )
+        return memory_pb2.ForgetResponse(forgotten=forgotten)
+
+    @translate_errors
+    async def Import(self, request, context):
+        items = [remember_from_proto(m, default_namespace=request.namespace) for m in request.memories]
+        imported = await self._memories.import_many(request.namespace, items)
+        return memory_pb2.ImportResponse(imported=imported)
+
+
+async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
+    memory_settings = MemorySettings.from_env(settings.environ)
+    store = QdrantStore.open(settings.home, settings.qdrant_url)
+    embedder = build_embedder(memory_settings)
+    try:
+        await store.ensure_transcript_collections()
+        memories = Memories(store, embedder, memory_settings, tracer=telemetry.tracer)
+        await memories.open()
+    except BaseException:
+        await store.close()
+        await embedder.close()
+        raise
+    host = ServiceHost("memory", settings, telemetry, address=address)
+    host.add(
+        memory_pb2_grpc.add_MemoryServicer_to_server,
+        MemoryServicer(Transcripts(store, memory_settings), memories),
+        "agentmesh.v1.Memory",
+    )
+
+    async def close() -> None:
+        await embedder.close()
+        # Releases the embedded store's file lock so the next start on this home can open it.
+        await store.close()
+
+    host.on_stop(close)
+    log.info("memory store ready", qdrant=store.where, embedder=embedder.name, dim=embedder.dim)
+    return host

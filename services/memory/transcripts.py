@@ -1,0 +1,274 @@
+"""Sessions and their transcripts: validation, ordering and paging, over the Qdrant adapter.
+
+Every message gets `seq` = its 1-based position in the session. The session record keeps the
+last assigned seq, so a page of the transcript is read by computing point ids (no ordering
+query), and messages written past `last_seq` by an append that crashed half-way are simply
+invisible until the next append overwrites them.
+
+Seq assignment is serialised per session with an asyncio.Lock inside this process. Several
+memory replicas appending to one session at the same moment could race; the gateway runs one
+turn per session at a time, which keeps writers to one (docs/memory.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from agentmesh.errors import InvalidArgument, NotFound
+from agentmesh.ids import validate_id
+from agentmesh.memory.qdrant_store import QdrantStore
+from agentmesh.memory.settings import MemorySettings
+
+ROLES = ("system", "user", "assistant", "tool")
+DEFAULT_NAMESPACE = "default"
+_NAMESPACE = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
+MAX_TITLE_CHARS = 500
+MAX_LABELS = 64
+MAX_LABEL_CHARS = 256
+MAX_TOOL_CALLS = 128
+MAX_PAGE_SESSIONS = 500
+MAX_PAGE_MESSAGES = 1000
+
+
+def validate_namespace(namespace: str) -> str:
+    namespace = namespace or DEFAULT_NAMESPACE
+    if not _NAMESPACE.match(namespace):
+        shown = namespace if len(namespace) <= 40 else namespace[:40] + "…"
+        raise InvalidArgument(
+            f"namespace {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_', '-', ':' and '@'"
+        )
+    return namespace
+
+
+@dataclass
+class SessionRecord:
+    session_id: str
+    title: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    message_count: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    namespace: str = DEFAULT_NAMESPACE
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "title": self.title,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "message_count": self.message_count,
+            "labels": dict(self.labels),
+            "namespace": self.namespace,
+        }
+
+    @classmethod
+    def from_payload(cls, p: dict[str, Any]) -> "SessionRecord":
+        return cls(
+            session_id=p["session_id"],
+            title=p.get("title", ""),
+            created_at=float(p.get("created_at", 0.0)),
+            updated_at=float(p.get("updated_at", 0.0)),
+            message_count=int(p.get("message_count", 0)),
+            labels=dict(p.get("labels") or {}),
+            namespace=p.get("namespace") or DEFAULT_NAMESPACE,
+        )
+
+
+@dataclass
+class ToolCallRecord:
+    call_id: str
+    name: str
+    arguments_json: str
+
+
+@dataclass
+class TranscriptMessage:
+    role: str
+    content: str = ""
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    tool_call_id: str = ""
+    name: str = ""
+    seq: int = 0
+    run_id: str = ""
+    created_at: float = 0.0
+
+    def payload(self, session_id: str) -> dict[str, Any]:
+        return {
+            "session_id": session_id,
+            "seq": self.seq,
+            "role": self.role,
+            "content": self.content,
+            "tool_calls": [vars(c) for c in self.tool_calls],
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+            "run_id": self.run_id,
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_payload(cls, p: dict[str, Any]) -> "TranscriptMessage":
+        return cls(
+            role=p["role"],
+            content=p.get("content", ""),
+            tool_calls=[ToolCallRecord(**c) for c in p.get("tool_calls") or []],
+            tool_call_id=p.get("tool_call_id", ""),
+            name=p.get("name", ""),
+            seq=int(p["seq"]),
+            run_id=p.get("run_id", ""),
+            created_at=float(p.get("created_at", 0.0)),
+        )
+
+
+def _page_size(value: int, default: int, maximum: int, what: str) -> int:
+    if value < 0:
+        raise InvalidArgument(f"{what} must not be negative, got {value}")
+    if value > maximum:
+        raise InvalidArgument(f"{what} must be at most {maximum}, got {value}")
+    return value or default
+
+
+class Transcripts:
+    def __init__(self, store: QdrantStore, settings: MemorySettings):
+        self._store = store
+        self._settings = settings
+        # One lock per live session id; entries disappear when no append holds them.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        lock = self._locks.get(session_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[session_id] = lock
+        return lock
+
+    # ---------------------------------------------------------------- sessions
+
+    def _validate_session(self, s: SessionRecord) -> SessionRecord:
+        validate_id(s.session_id)
+        if len(s.title) > MAX_TITLE_CHARS:
+            raise InvalidArgument(f"title is {len(s.title)} characters long; the limit is {MAX_TITLE_CHARS}")
+        if len(s.labels) > MAX_LABELS:
+            raise InvalidArgument(f"a session carries at most {MAX_LABELS} labels, got {len(s.labels)}")
+        for key, value in s.labels.items():
+            if not key or len(key) > MAX_LABEL_CHARS or len(value) > MAX_LABEL_CHARS:
+                raise InvalidArgument(f"label keys must be 1-{MAX_LABEL_CHARS} characters and values at most {MAX_LABEL_CHARS}")
+        return replace(s, namespace=validate_namespace(s.namespace))
+
+    async def put_session(self, session: SessionRecord) -> tuple[SessionRecord, bool]:
+        session = self._validate_session(session)
+        async with self._lock(session.session_id):
+            existing = await self._store.get_session(session.session_id)
+            if existing is not None:
+                return SessionRecord.from_payload(existing), False
+            now = time.time()
+            record = replace(
+                session, created_at=session.created_at or now, updated_at=session.created_at or now, message_count=0
+            )
+            await self._store.put_session(record.payload())
+            return record, True
+
+    async def get_session(self, session_id: str) -> SessionRecord:
+        validate_id(session_id)
+        payload = await self._store.get_session(session_id)
+        if payload is None:
+            raise NotFound(f"session {session_id!r} does not exist")
+        return SessionRecord.from_payload(payload)
+
+    async def list_sessions(self, page_size: int, page_token: str) -> tuple[list[SessionRecord], str]:
+        """Newest first. The token is `created_at:skip`: resume at that time, skipping the
+        `skip` sessions of the same instant the previous page already returned."""
+        size = _page_size(page_size, 50, MAX_PAGE_SESSIONS, "page_size")
+        start, skip = None, 0
+        if page_token:
+            try:
+                raw_start, raw_skip = page_token.split(":")
+                start, skip = float(raw_start), int(raw_skip)
+            except ValueError:
+                raise InvalidArgument("page_token is not one this service issued; pass back next_page_token unchanged") from None
+        rows = await self._store.list_sessions(size + skip + 1, start)
+        rows = rows[skip:]
+        page, more = rows[:size], len(rows) > size
+        sessions = [SessionRecord.from_payload(p) for p in page]
+        if not more or not sessions:
+            return sessions, ""
+        last = sessions[-1].created_at
+        # Count every session of this page and earlier pages that shares the boundary instant.
+        ties = sum(1 for s in sessions if s.created_at == last)
+        if start == last:
+            ties += skip
+        return sessions, f"{last!r}:{ties}"
+
+    async def delete_session(self, session_id: str) -> bool:
+        validate_id(session_id)
+        async with self._lock(session_id):
+            if await self._store.get_session(session_id) is None:
+                return False
+            await self._store.delete_session(session_id)
+            return True
+
+    # ---------------------------------------------------------------- messages
+
+    def _validate_message(self, index: int, m: TranscriptMessage) -> None:
+        where = f"message {index + 1}"
+        if m.role not in ROLES:
+            raise InvalidArgument(f"{where}: role must be one of {', '.join(ROLES)}, got {m.role!r}")
+        size = len(m.content.encode("utf-8"))
+        if size > self._settings.max_content_bytes:
+            raise InvalidArgument(
+                f"{where}: content is {size} bytes; the limit is {self._settings.max_content_bytes} bytes"
+            )
+        if len(m.tool_calls) > MAX_TOOL_CALLS:
+            raise InvalidArgument(f"{where}: at most {MAX_TOOL_CALLS} tool calls per message, got {len(m.tool_calls)}")
+        args = sum(len(c.arguments_json.encode("utf-8")) for c in m.tool_calls)
+        if args > self._settings.max_content_bytes:
+            raise InvalidArgument(
+                f"{where}: tool call arguments total {args} bytes; the limit is {self._settings.max_content_bytes} bytes"
+            )
+        if m.seq:
+            raise InvalidArgument(f"{where}: seq is assigned by the memory service; leave it 0")
+
+    async def append_messages(self, session_id: str, messages: Sequence[TranscriptMessage]) -> int:
+        validate_id(session_id)
+        if not messages:
+            raise InvalidArgument("messages is empty: append at least one message")
+        if len(messages) > self._settings.max_messages_per_append:
+            raise InvalidArgument(
+                f"{len(messages)} messages in one append; the limit is {self._settings.max_messages_per_append}"
+            )
+        for i, m in enumerate(messages):
+            self._validate_message(i, m)
+        async with self._lock(session_id):
+            payload = await self._store.get_session(session_id)
+            if payload is None:
+                raise NotFound(f"session {session_id!r} does not exist; create it with PutSession first")
+            session = SessionRecord.from_payload(payload)
+            now = time.time()
+            numbered = [
+                replace(m, seq=session.message_count + i + 1, created_at=m.created_at or now)
+                for i, m in enumerate(messages)
+            ]
+            await self._store.put_messages(session_id, [m.payload(session_id) for m in numbered])
+            # The session record is the commit point: only seqs up to message_count are visible.
+            session.message_count = numbered[-1].seq
+            session.updated_at = now
+            await self._store.put_session(session.payload())
+            return session.message_count
+
+    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> tuple[list[TranscriptMessage], int]:
+        validate_id(session_id)
+        size = _page_size(page_size, 200, MAX_PAGE_MESSAGES, "page_size")
+        if after_seq < 0:
+            raise InvalidArgument(f"after_seq must not be negative, got {after_seq}")
+        session = await self.get_session(session_id)
+        last = min(session.message_count, after_seq + size)
+        if last <= after_seq:
+            return [], 0
+        payloads = await self._store.get_messages(session_id, range(after_seq + 1, last + 1))
+        messages = [TranscriptMessage.from_payload(p) for p in payloads]
+        next_after = last if last < session.message_count else 0
+        return messages, next_after

@@ -1,0 +1,80 @@
+"""What a valid job is, and how its next due time follows from its schedule."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from agentmesh.errors import InvalidArgument
+from agentmesh.ids import validate_id
+from agentmesh.scheduler.model import CONCURRENCY_POLICIES, MISSED_RUN_POLICIES, Job
+from agentmesh.scheduler.schedules import StartupSchedule, load_timezone, parse_schedule
+
+# Fields a client may set; the rest are the scheduler's own bookkeeping.
+EDITABLE_FIELDS = (
+    "name", "schedule", "prompt", "session_id", "mode", "enabled", "timezone",
+    "concurrency_policy", "missed_run_policy",
+)
+# Changing one of these moves the job onto a new timetable.
+TIMETABLE_FIELDS = ("schedule", "timezone", "enabled")
+
+MAX_NAME_CHARS = 200
+MAX_PROMPT_CHARS = 100_000  # the gateway's default message limit
+_MODE = re.compile(r"^[A-Za-z0-9._-]{0,64}$")
+
+
+def validate_job(job: Job) -> None:
+    """Raise InvalidArgument naming the first thing wrong with `job`'s client-set fields."""
+    if not job.name.strip():
+        raise InvalidArgument("name is required: give the job a short name people recognise")
+    if len(job.name) > MAX_NAME_CHARS:
+        raise InvalidArgument(f"name is longer than {MAX_NAME_CHARS} characters")
+    if not job.prompt.strip():
+        raise InvalidArgument("prompt is empty: it is the message the agent receives on each run")
+    if len(job.prompt) > MAX_PROMPT_CHARS:
+        raise InvalidArgument(f"prompt is {len(job.prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
+    if job.session_id:
+        validate_id(job.session_id, "session_id")
+    if not _MODE.match(job.mode):
+        raise InvalidArgument("mode must be at most 64 characters from A-Z, a-z, 0-9, '.', '_' and '-'")
+    if job.concurrency_policy not in CONCURRENCY_POLICIES:
+        raise InvalidArgument(
+            f"concurrency_policy {job.concurrency_policy[:40]!r} is unknown; use one of {', '.join(CONCURRENCY_POLICIES)}"
+        )
+    if job.missed_run_policy not in MISSED_RUN_POLICIES:
+        raise InvalidArgument(
+            f"missed_run_policy {job.missed_run_policy[:40]!r} is unknown; use one of {', '.join(MISSED_RUN_POLICIES)}"
+        )
+    load_timezone(job.timezone)
+    parse_schedule(job.schedule)
+
+
+def apply_defaults(job: Job) -> Job:
+    job.timezone = job.timezone or "UTC"
+    job.concurrency_policy = job.concurrency_policy or "forbid"
+    job.missed_run_policy = job.missed_run_policy or "run_once"
+    job.schedule = " ".join(job.schedule.split())
+    return job
+
+
+def apply_changes(job: Job, changes: Mapping[str, Any]) -> Job:
+    unknown = [name for name in changes if name not in EDITABLE_FIELDS]
+    if unknown:
+        raise InvalidArgument(
+            f"cannot update {', '.join(sorted(unknown))}: the editable fields are {', '.join(EDITABLE_FIELDS)}"
+        )
+    for name, value in changes.items():
+        setattr(job, name, value)
+    return apply_defaults(job)
+
+
+def is_startup(job: Job) -> bool:
+    return isinstance(parse_schedule(job.schedule), StartupSchedule)
+
+
+def next_due(job: Job, after: float) -> float:
+    """The job's first due time strictly after `after`; 0 when disabled or never on the clock."""
+    if not job.enabled:
+        return 0.0
+    due = parse_schedule(job.schedule).next_after(after, load_timezone(job.timezone), job.anchor_at)
+    return due or 0.0

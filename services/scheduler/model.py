@@ -1,0 +1,63 @@
+"""The scheduler's records: jobs and runs, as plain data the core, store and adapter share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CONCURRENCY_POLICIES = ("forbid", "replace", "allow")
+MISSED_RUN_POLICIES = ("run_once", "skip")
+RUN_STATUSES = ("running", "succeeded", "failed", "skipped", "cancelled")
+TRIGGERS = ("schedule", "manual", "catch_up", "startup")
+
+
+@dataclass
+class Job:
+    job_id: str
+    name: str
+    schedule: str
+    prompt: str
+    session_id: str = ""  # empty: a fresh session per run
+    mode: str = ""
+    enabled: bool = True
+    timezone: str = "UTC"
+    concurrency_policy: str = "forbid"
+    missed_run_policy: str = "run_once"
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    # Interval schedules count from here, so a restart keeps their phase.
+    anchor_at: float = 0.0
+    next_run_at: float = 0.0  # 0: disabled, startup-only, or never again
+    last_run_at: float = 0.0
+
+
+@dataclass
+class Run:
+    run_id: str
+    job_id: str
+    status: str
+    scheduled_for: float
+    started_at: float
+    finished_at: float = 0.0
+    session_id: str = ""
+    trace_id: str = ""
+    summary: str = ""
+    error: str = ""
+    trigger: str = "schedule"
+    owner: str = ""  # the scheduler instance executing it
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    session_id: str
+    prompt: str
+    mode: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    status: str  # "succeeded" | "failed" | "cancelled"
+    session_id: str = ""
+    trace_id: str = ""
+    summary: str = ""
+    error: str = ""

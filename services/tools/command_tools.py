@@ -1,0 +1,101 @@
+"""Tools that run a model-written program: `shell` and `python`, each call in a fresh sandbox."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, number, obj, string
+from agentmesh.tools.results import ToolOutcome
+from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, Executor, SandboxUnavailable
+from agentmesh.tools.settings import SandboxLimits
+
+MAX_COMMAND_CHARS = 100_000  # argv strings are capped by the kernel at 128 KiB each
+
+
+class CommandTools:
+    def __init__(self, executor: Executor, limits: SandboxLimits, network: bool = False):
+        self._executor = executor
+        self._limits = limits
+        self._network = network
+
+    def tools(self) -> list[Tool]:
+        timeout = number(
+            f"Wall-clock limit in seconds (default {self._limits.default_timeout_s:g}, at most {self._limits.max_timeout_s:g}).",
+            0,
+            self._limits.max_timeout_s,
+        )
+        return [
+            Tool(
+                ToolSpec(
+                    "shell",
+                    "Run a shell command (/bin/sh -c) in an isolated sandbox whose working directory is the "
+                    "session workspace (/workspace). No network. Returns exit code, stdout and stderr.",
+                    obj({"command": string("The shell command line.", MAX_COMMAND_CHARS, 1), "timeout_s": timeout}, ["command"]),
+                    runs_code=True,
+                ),
+                self.shell,
+            ),
+            Tool(
+                ToolSpec(
+                    "python",
+                    "Run a Python 3 program (python3 -c) in an isolated sandbox whose working directory is the "
+                    "session workspace (/workspace). No network. Print what you want to see.",
+                    obj({"code": string("The Python source.", MAX_COMMAND_CHARS, 1), "timeout_s": timeout}, ["code"]),
+                    runs_code=True,
+                ),
+                self.python,
+            ),
+        ]
+
+    async def shell(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        return await self._run(ctx, ("/bin/sh", "-c", args["command"]), args.get("timeout_s"))
+
+    async def python(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        return await self._run(ctx, ("python3", "-c", args["code"]), args.get("timeout_s"))
+
+    def effective_timeout(self, requested: float | None, caller: float) -> float:
+        timeout = float(requested) if requested else self._limits.default_timeout_s
+        if caller and caller > 0:
+            timeout = min(timeout, caller)
+        return min(timeout, self._limits.max_timeout_s)
+
+    async def _run(self, ctx: CallContext, argv: tuple[str, ...], requested_timeout: float | None) -> ToolOutcome:
+        spec = CommandSpec(
+            session_id=ctx.session_id,
+            call_id=ctx.call_id,
+            argv=argv,
+            timeout_s=self.effective_timeout(requested_timeout, ctx.caller_timeout_s),
+            network=self._network,
+        )
+        try:
+            result = await self._executor.run(spec)
+        except SandboxUnavailable as exc:
+            return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")
+        return command_outcome(result)
+
+
+def command_outcome(result: CommandResult) -> ToolOutcome:
+    """The model's view of a finished command: its output, then what went wrong if anything did."""
+    parts = []
+    if result.stdout:
+        parts.append(result.stdout.rstrip("\n"))
+    if result.stderr:
+        parts.append("[stderr]\n" + result.stderr.rstrip("\n"))
+    error_kind = result.error_kind
+    if error_kind:
+        parts.append(f"[{result.detail}]")
+    elif result.exit_code != 0:
+        error_kind = "nonzero_exit"
+        parts.append(f"[exit code {result.exit_code}]")
+    output = "\n".join(parts) if parts else "(no output)"
+    return ToolOutcome(
+        output=output,
+        is_error=bool(error_kind),
+        error_kind=error_kind,
+        exit_code=result.exit_code,
+        stdout=result.stdout,
+        stderr=result.stderr,
+        truncated=result.truncated,
+        duration_ms=result.duration_ms if math.isfinite(result.duration_ms) else 0.0,
+    )

@@ -1,0 +1,83 @@
+"""The tools core: catalog, argument checks, dispatch to a tool, workspaces. Knows nothing of gRPC.
+
+Model-made mistakes (unknown tool, bad arguments, a path outside the workspace) come back as
+results with `is_error` so the model can read them and correct itself; only a malformed request
+(bad session id, oversized arguments, a nonsensical timeout) raises InvalidArgument.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Iterable
+
+import structlog
+
+from agentmesh.errors import InvalidArgument
+from agentmesh.ids import validate_id
+from agentmesh.logs import get_logger
+from agentmesh.tools.catalog import CallContext, Tool, ToolProvider, ToolSpec
+from agentmesh.tools.results import ToolFailure, ToolOutcome
+from agentmesh.tools.workspace import Workspaces
+
+log = get_logger("agentmesh.tools")
+
+MAX_NAME_CHARS = 128
+MAX_CALL_ID_CHARS = 256
+
+
+class ToolService:
+    def __init__(self, providers: Iterable[ToolProvider], workspaces: Workspaces, max_arguments_bytes: int):
+        self._tools: dict[str, Tool] = {}
+        for provider in providers:
+            for tool in provider.tools():
+                self._tools[tool.spec.name] = tool
+        self._workspaces = workspaces
+        self._max_arguments_bytes = max_arguments_bytes
+
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec for tool in self._tools.values()]
+
+    async def execute(
+        self, session_id: str, call_id: str, name: str, arguments_json: str, timeout_s: float = 0.0
+    ) -> ToolOutcome:
+        validate_id(session_id, "session_id")
+        if len(call_id) > MAX_CALL_ID_CHARS:
+            raise InvalidArgument(f"call_id is {len(call_id)} characters long; at most {MAX_CALL_ID_CHARS} are allowed")
+        if len(name) > MAX_NAME_CHARS:
+            raise InvalidArgument(f"the tool name is {len(name)} characters long; at most {MAX_NAME_CHARS} are allowed")
+        size = len(arguments_json.encode("utf-8"))
+        if size > self._max_arguments_bytes:
+            raise InvalidArgument(f"arguments_json is {size} bytes; at most {self._max_arguments_bytes} are allowed")
+        if not math.isfinite(timeout_s) or timeout_s < 0:
+            raise InvalidArgument(f"timeout_s must be a non-negative number of seconds (0 = the tool's default), got {timeout_s}")
+
+        started = time.monotonic()
+        with structlog.contextvars.bound_contextvars(session_id=session_id, call_id=call_id, tool=name):
+            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s), name, arguments_json)
+            if not outcome.duration_ms:
+                outcome.duration_ms = (time.monotonic() - started) * 1000
+            log.info("tool call finished", is_error=outcome.is_error, error_kind=outcome.error_kind, duration_ms=round(outcome.duration_ms, 1))
+            return outcome
+
+    async def _dispatch(self, ctx: CallContext, name: str, arguments_json: str) -> ToolOutcome:
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools))
+            return ToolOutcome(output=f"there is no tool named {name!r}; the tools are: {known}", is_error=True, error_kind="unknown_tool")
+        try:
+            arguments = tool.parse_arguments(arguments_json)
+            return await tool.run(ctx, arguments)
+        except ToolFailure as failure:
+            return failure.outcome()
+        except asyncio.CancelledError:
+            log.info("tool call cancelled")
+            raise
+        except OSError as exc:
+            # Permission problems, full disks and the like: the model may be able to work around them.
+            return ToolOutcome(output=f"{name} failed: {exc.strerror or exc}", is_error=True, error_kind="os_error")
+
+    async def delete_workspace(self, session_id: str) -> bool:
+        validate_id(session_id, "session_id")
+        return await asyncio.to_thread(self._workspaces.delete, session_id)

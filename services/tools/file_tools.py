@@ -1,0 +1,246 @@
+"""File tools that run in the tools service itself (no program of the model's runs, so no jail).
+
+They touch only the session workspace: every path goes through `resolve_inside`, files are
+opened with O_NOFOLLOW, and directory walks never follow symlinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, boolean, integer, obj, string
+from agentmesh.tools.results import ToolFailure, ToolOutcome
+from agentmesh.tools.workspace import Workspaces, display_path
+
+MAX_WRITE_CHARS = 1_000_000
+MAX_LIST_ENTRIES = 1000
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the last component became a symlink after we resolved it
+            raise ToolFailure("path_escape", f"{path.name!r} is a symlink; it was not followed") from None
+        raise
+
+
+class FileTools:
+    def __init__(self, workspaces: Workspaces, max_read_bytes: int):
+        self._workspaces = workspaces
+        self._max_read_bytes = max_read_bytes
+
+    def tools(self) -> list[Tool]:
+        return [
+            Tool(
+                ToolSpec(
+                    "read_file",
+                    "Read a text file from the workspace. Returns up to `limit` lines starting at line `offset` (1-based).",
+                    obj(
+                        {
+                            "path": string("File path, relative to the workspace.", min_length=1),
+                            "offset": integer("First line to return (1-based). Default 1.", 1, 10_000_000),
+                            "limit": integer("How many lines to return. Default 2000.", 1, 100_000),
+                        },
+                        ["path"],
+                    ),
+                ),
+                self.read_file,
+            ),
+            Tool(
+                ToolSpec(
+                    "write_file",
+                    "Write a text file in the workspace, creating parent directories. Replaces the file unless `append` is true.",
+                    obj(
+                        {
+                            "path": string("File path, relative to the workspace.", min_length=1),
+                            "content": string("The text to write.", max_length=MAX_WRITE_CHARS),
+                            "append": boolean("Append to the file instead of replacing it. Default false."),
+                        },
+                        ["path", "content"],
+                    ),
+                ),
+                self.write_file,
+            ),
+            Tool(
+                ToolSpec(
+                    "edit_file",
+                    "Replace one exact, unique occurrence of `old` with `new` in a workspace file.",
+                    obj(
+                        {
+                            "path": string("File path, relative to the workspace.", min_length=1),
+                            "old": string("The exact text to replace; it must occur exactly once.", max_length=MAX_WRITE_CHARS, min_length=1),
+                            "new": string("The replacement text.", max_length=MAX_WRITE_CHARS),
+                        },
+                        ["path", "old", "new"],
+                    ),
+                ),
+                self.edit_file,
+            ),
+            Tool(
+                ToolSpec(
+                    "list_dir",
+                    "List a workspace directory, `depth` levels deep (directories end with '/').",
+                    obj(
+                        {
+                            "path": string("Directory path, relative to the workspace. Default '.'."),
+                            "depth": integer("How many levels to descend. Default 1.", 1, 5),
+                        },
+                        [],
+                    ),
+                ),
+                self.list_dir,
+            ),
+        ]
+
+    # --- read_file -------------------------------------------------------------------------
+
+    async def read_file(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        return await asyncio.to_thread(self._read, ctx.session_id, args["path"], args.get("offset", 1), args.get("limit", 2000))
+
+    def _read(self, session_id: str, user_path: str, offset: int, limit: int) -> ToolOutcome:
+        workspace, real = self._workspaces.resolve(session_id, user_path)
+        shown = display_path(workspace, real)
+        info = _stat_existing(real, shown)
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolFailure("is_a_directory", f"{shown} is a directory; use list_dir to see what it holds")
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolFailure("not_a_file", f"{shown} is not a regular file")
+        fd = open_nofollow(real, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as handle:
+            head = handle.read(8192)
+            if b"\x00" in head:
+                raise ToolFailure("binary_file", f"{shown} looks like a binary file ({info.st_size} bytes); it was not read")
+            handle.seek(0)
+            lines: list[str] = []
+            used = 0
+            line_no = 0
+            truncated = False
+            for raw in handle:
+                line_no += 1
+                if line_no < offset:
+                    continue
+                if len(lines) >= limit or used + len(raw) > self._max_read_bytes:
+                    truncated = True
+                    break
+                lines.append(raw.decode("utf-8", errors="replace"))
+                used += len(raw)
+        text = "".join(lines)
+        end = offset + len(lines) - 1
+        data = {"path": shown, "start_line": offset, "end_line": max(end, offset - 1), "truncated": truncated, "size": info.st_size}
+        if truncated:
+            text += f"\n[... shown lines {offset}-{end}; more follows: read again with offset={end + 1} ...]"
+        elif offset > 1 and not lines:
+            text = f"[{shown} has fewer than {offset} lines]"
+        return ToolOutcome(output=text, truncated=truncated, data=data)
+
+    # --- write_file ------------------------------------------------------------------------
+
+    async def write_file(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        return await asyncio.to_thread(self._write, ctx.session_id, args["path"], args["content"], args.get("append", False))
+
+    def _write(self, session_id: str, user_path: str, content: str, append: bool) -> ToolOutcome:
+        workspace, real = self._workspaces.resolve(session_id, user_path)
+        shown = display_path(workspace, real)
+        if real.is_dir():
+            raise ToolFailure("is_a_directory", f"{shown} is a directory; give a file path")
+        self._workspaces.make_parents(real)
+        data = content.encode("utf-8")
+        created = not real.exists()
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        fd = open_nofollow(real, flags)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if created:
+                self._workspaces.adopt(real)
+        verb = "appended" if append else "wrote"
+        return ToolOutcome(output=f"{verb} {len(data)} bytes to {shown}", data={"path": shown, "bytes": len(data), "append": append})
+
+    # --- edit_file -------------------------------------------------------------------------
+
+    async def edit_file(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        return await asyncio.to_thread(self._edit, ctx.session_id, args["path"], args["old"], args["new"])
+
+    def _edit(self, session_id: str, user_path: str, old: str, new: str) -> ToolOutcome:
+        workspace, real = self._workspaces.resolve(session_id, user_path)
+        shown = display_path(workspace, real)
+        info = _stat_existing(real, shown)
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolFailure("not_a_file", f"{shown} is not a regular file")
+        if info.st_size > MAX_WRITE_CHARS * 4:
+            raise ToolFailure("file_too_large", f"{shown} is {info.st_size} bytes, too large to edit in place")
+        fd = open_nofollow(real, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as handle:
+            raw = handle.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToolFailure("binary_file", f"{shown} is not UTF-8 text; edit_file works on text files only") from None
+        count = text.count(old)
+        if count == 0:
+            raise ToolFailure("no_match", f"the text to replace was not found in {shown}; read the file and copy the exact text, whitespace included")
+        if count > 1:
+            raise ToolFailure("ambiguous_match", f"the text to replace occurs {count} times in {shown}; include more surrounding text so it occurs exactly once")
+        updated = text.replace(old, new, 1)
+        line = text[: text.index(old)].count("\n") + 1
+        fd = open_nofollow(real, os.O_WRONLY | os.O_TRUNC)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(updated.encode("utf-8"))
+        return ToolOutcome(output=f"edited {shown} at line {line}", data={"path": shown, "line": line})
+
+    # --- list_dir --------------------------------------------------------------------------
+
+    async def list_dir(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        return await asyncio.to_thread(self._list, ctx.session_id, args.get("path", "."), args.get("depth", 1))
+
+    def _list(self, session_id: str, user_path: str, depth: int) -> ToolOutcome:
+        workspace, real = self._workspaces.resolve(session_id, user_path)
+        shown = display_path(workspace, real)
+        info = _stat_existing(real, shown)
+        if not stat.S_ISDIR(info.st_mode):
+            raise ToolFailure("not_a_directory", f"{shown} is not a directory; use read_file for files")
+        entries: list[dict[str, Any]] = []
+        truncated = _walk(real, real, depth, entries)
+        lines = []
+        for entry in entries:
+            suffix = "/" if entry["type"] == "dir" else ""
+            extra = f" -> {entry['target']}" if entry["type"] == "symlink" else (f"  ({entry['size']} bytes)" if entry["type"] == "file" else "")
+            lines.append(f"{entry['path']}{suffix}{extra}")
+        text = "\n".join(lines) if lines else f"{shown} is empty"
+        if truncated:
+            text += f"\n[... listing stopped at {MAX_LIST_ENTRIES} entries ...]"
+        return ToolOutcome(output=text, truncated=truncated, data={"path": shown, "entries": entries})
+
+
+def _stat_existing(real: Path, shown: str) -> os.stat_result:
+    try:
+        return os.stat(real, follow_symlinks=False)
+    except FileNotFoundError:
+        raise ToolFailure("not_found", f"{shown} does not exist in the workspace") from None
+
+
+def _walk(base: Path, directory: Path, depth: int, out: list[dict[str, Any]]) -> bool:
+    """Append entries under `directory` (sorted, never through symlinks); True when the cap was hit."""
+    try:
+        children = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return False
+    for child in children:
+        if len(out) >= MAX_LIST_ENTRIES:
+            return True
+        rel = os.path.relpath(child.path, base)
+        if child.is_symlink():
+            out.append({"path": rel, "type": "symlink", "target": os.readlink(child.path)})
+        elif child.is_dir(follow_symlinks=False):
+            out.append({"path": rel, "type": "dir"})
+            if depth > 1 and _walk(base, Path(child.path), depth - 1, out):
+                return True
+        elif child.is_file(follow_symlinks=False):
+            out.append({"path": rel, "type": "file", "size": child.stat(follow_symlinks=False).st_size})
+        else:
+            out.append({"path": rel, "type": "other"})
+    return False

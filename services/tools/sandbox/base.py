@@ -1,0 +1,48 @@
+"""The one interface every executor implements: run a command for a session, return what happened."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One program to run in a fresh sandbox with the session's workspace as its working directory."""
+
+    session_id: str
+    call_id: str
+    argv: tuple[str, ...]
+    timeout_s: float
+    # Network for this call; off unless the call's policy allows it.
+    network: bool = False
+    # Extra environment (only TRACEPARENT today); everything else is a fixed clean set.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    truncated: bool = False
+    duration_ms: float = 0.0
+    # "" when the program ran to its own end; else why it did not, e.g. "timeout", "oom",
+    # "output_limit", "cpu_limit", "file_size_limit", "image_pull", "unschedulable", "sandbox_error".
+    error_kind: str = ""
+    # A sentence for a person (and the model) when error_kind is set.
+    detail: str = ""
+
+
+class Executor(Protocol):
+    """Runs commands in isolation. Cancelling `run` must stop the program at once and clean up."""
+
+    name: str
+
+    async def run(self, spec: CommandSpec) -> CommandResult: ...
+
+    async def close(self) -> None: ...
+
+
+class SandboxUnavailable(Exception):
+    """The executor cannot isolate anything on this machine (e.g. no bwrap); the message says how to fix it."""

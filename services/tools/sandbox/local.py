@@ -1,0 +1,267 @@
+"""The local executor: each call in a fresh bubblewrap jail on this machine.
+
+Namespaces: user (the program runs as uid/gid 65534 inside), pid, net (unless the call may use
+the network), ipc, uts, cgroup, mount. The root file system is built from read-only binds of the
+system directories and a handful of /etc files; the session workspace is the only writable bind
+(at /workspace); /tmp is a private size-limited tmpfs. Resource limits are applied inside the
+jail by util-linux `prlimit` right before the program starts, so they count the jail's own
+processes. bwrap runs with `--die-with-parent` in a session of its own: killing its process
+group (timeout, output flood, cancelled RPC) ends the PID namespace and every process in it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Mapping
+
+from opentelemetry import trace
+
+from agentmesh.logs import get_logger
+from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, SandboxUnavailable
+from agentmesh.tools.sandbox.process import ProcessRun, run_process
+from agentmesh.tools.sandbox.tracecontext import current_traceparent
+from agentmesh.tools.settings import SandboxLimits, ToolsSettings
+from agentmesh.tools.workspace import Workspaces
+
+log = get_logger("agentmesh.tools.sandbox")
+
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+JAIL_WORKSPACE = "/workspace"
+
+# /etc entries programs need to run (dynamic linker cache, TLS roots, name service config,
+# time zone). Never the whole of /etc: it holds host secrets (shadow, ssh keys, service config).
+ETC_ALLOWLIST = (
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "localtime",
+    "nsswitch.conf",
+    "host.conf",
+    "hosts",
+    "gai.conf",
+    "mime.types",
+    "protocols",
+    "services",
+)
+NETWORK_ETC = ("resolv.conf",)
+MERGED_USR_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+INSTALL_HINT = (
+    "command tools need bubblewrap to run isolated, and {path} was not found. Install it "
+    "(Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`) or set "
+    "AGENTMESH_SANDBOX_BWRAP to its path. Running unisolated is possible only with "
+    "AGENTMESH_SANDBOX_UNSAFE_NO_ISOLATION=true, which gives model-written programs this machine."
+)
+
+# Signals a program dies of when it hits an rlimit, and how we say so.
+LIMIT_SIGNALS = {24: ("cpu_limit", "CPU time limit"), 25: ("file_size_limit", "file size limit")}
+
+
+def clean_environment(extra: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment a sandboxed program gets: nothing of the service's own."""
+    env = {"PATH": SANDBOX_PATH, "HOME": JAIL_WORKSPACE, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+    if extra.get("TRACEPARENT"):
+        env["TRACEPARENT"] = extra["TRACEPARENT"]
+    return env
+
+
+def rlimit_prefix(limits: SandboxLimits, prlimit: str) -> list[str]:
+    return [
+        prlimit,
+        # Soft below hard: the program gets SIGXCPU (reported as the CPU limit), SIGKILL a second later.
+        f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+        f"--as={limits.memory_bytes}",
+        f"--nproc={limits.processes}",
+        f"--fsize={limits.file_size_bytes}",
+        "--core=0",
+        "--",
+    ]
+
+
+def _system_tool(name: str) -> str:
+    return shutil.which(name, path="/usr/bin:/bin:/usr/local/bin") or ""
+
+
+def jail_host_identity(settings: ToolsSettings) -> tuple[int, int] | None:
+    """The host (uid, gid) jailed programs run as, or None to run them as the service's own user.
+
+    A root service must not hand its uid to the jail: the kernel exempts uid 0 from the process
+    limit (a fork bomb would be unbounded) and root owns files a jail might see. bwrap then runs
+    as `settings.host_uid`, which needs to traverse the path to the workspaces; when it cannot,
+    the jail falls back to root's uid with a loud warning.
+    """
+    if os.geteuid() != 0:
+        return None
+    if not _system_tool("setpriv"):
+        log.warning("setpriv (util-linux) not found: jailed programs keep root's uid; the process limit is not enforced")
+        return None
+    root = settings.workspace_root
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o711)
+    for directory in [root, *root.parents]:
+        if not os.stat(directory).st_mode & stat.S_IXOTH:
+            log.warning(
+                "the service runs as root and jailed programs cannot be given an unprivileged uid, "
+                "because other users cannot traverse this directory; the process-count limit is not "
+                "enforced. Fix: chmod o+x the directory, or run the service as a non-root user",
+                directory=str(directory),
+            )
+            return None
+    return settings.host_uid, settings.host_gid
+
+
+class LocalJail:
+    """Executor for AGENTMESH_SANDBOX=local."""
+
+    name = "local"
+
+    def __init__(self, settings: ToolsSettings, workspaces: Workspaces, tracer: trace.Tracer):
+        self._settings = settings
+        # Set when the service is root: bwrap (and so the jail) runs as this host user.
+        self._host_identity = workspaces.owner
+        self._limits = settings.limits
+        self._workspaces = workspaces
+        self._tracer = tracer
+        self._bwrap = shutil.which(settings.bwrap_path) or ""
+        self._prlimit = _system_tool("prlimit")
+        self._setpriv = _system_tool("setpriv")
+        self._etc_dir = workspaces.root.parent / "sandbox-etc"
+        if self._bwrap:
+            self._write_identity_files()
+
+    @property
+    def available(self) -> bool:
+        return bool(self._bwrap)
+
+    def _write_identity_files(self) -> None:
+        # A passwd/group naming the jail's user, so `whoami`, `ls -l` and Python's getpass work
+        # without exposing the host's account list.
+        self._etc_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self._etc_dir, 0o755)
+        (self._etc_dir / "passwd").write_text(
+            f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"
+        )
+        (self._etc_dir / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\n")
+
+    def jail_argv(self, workspace: Path, spec: CommandSpec) -> list[str]:
+        limits = self._limits
+        argv = []
+        if self._host_identity:
+            # setpriv, not subprocess's user=: that makes Python fork() instead of vfork(), and
+            # fork handlers of libraries in this process (gRPC's) then run in the child.
+            uid, gid = self._host_identity
+            argv += [self._setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+        argv += [
+            self._bwrap,
+            "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+            "--disable-userns",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "sandbox",
+            "--die-with-parent", "--new-session",
+            "--ro-bind", "/usr", "/usr",
+        ]  # fmt: skip
+        if not spec.network:
+            argv.append("--unshare-net")
+        for path in MERGED_USR_DIRS:
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+        etc = ETC_ALLOWLIST + (NETWORK_ETC if spec.network else ())
+        for name in etc:
+            source = Path("/etc") / name
+            if source.exists():
+                argv += ["--ro-bind", str(source), str(source)]
+        argv += [
+            "--ro-bind", str(self._etc_dir / "passwd"), "/etc/passwd",
+            "--ro-bind", str(self._etc_dir / "group"), "/etc/group",
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--size", str(limits.file_size_bytes), "--tmpfs", "/tmp",
+            "--bind", str(workspace), JAIL_WORKSPACE,
+            # The root itself is bwrap's scratch tmpfs; freeze it so only /workspace and /tmp take writes.
+            "--remount-ro", "/",
+            "--chdir", JAIL_WORKSPACE,
+            "--clearenv",
+        ]  # fmt: skip
+        for key, value in clean_environment(spec.env).items():
+            argv += ["--setenv", key, value]
+        argv.append("--")
+        if self._prlimit:
+            argv += rlimit_prefix(limits, self._prlimit)
+        argv += list(spec.argv)
+        return argv
+
+    async def run(self, spec: CommandSpec) -> CommandResult:
+        if not self._bwrap:
+            raise SandboxUnavailable(INSTALL_HINT.format(path=self._settings.bwrap_path))
+        workspace = self._workspaces.ensure(spec.session_id)
+        with self._tracer.start_as_current_span(
+            "sandbox.jail",
+            attributes={
+                "agentmesh.sandbox.executor": "local",
+                "agentmesh.session_id": spec.session_id,
+                "gen_ai.tool.call.id": spec.call_id,
+                "agentmesh.sandbox.network": spec.network,
+                "agentmesh.sandbox.timeout_s": spec.timeout_s,
+                "agentmesh.sandbox.host_uid": self._host_identity[0] if self._host_identity else os.geteuid(),
+            },
+        ) as span:
+            jailed = dataclasses.replace(spec, env={**spec.env, "TRACEPARENT": current_traceparent()})
+            run = await run_process(
+                self.jail_argv(workspace, jailed),
+                env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
+                cwd=str(workspace),
+                timeout_s=spec.timeout_s,
+                output_cap=self._limits.output_cap_bytes,
+                drain_limit=self._limits.output_drain_bytes,
+            )
+            result = interpret(run, spec, self._limits)
+            span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
+            if result.error_kind:
+                span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
+            return result
+
+    async def close(self) -> None:
+        return None
+
+
+def interpret(run: ProcessRun, spec: CommandSpec, limits: SandboxLimits) -> CommandResult:
+    """Turn a finished process into a result that says plainly what happened."""
+    stdout, stderr = run.stdout.text(), run.stderr.text()
+    code = run.returncode
+    result = CommandResult(
+        exit_code=code, stdout=stdout, stderr=stderr, truncated=run.truncated, duration_ms=run.duration_ms
+    )
+    if run.timed_out:
+        result.exit_code = -9
+        result.error_kind = "timeout"
+        result.detail = f"the command ran past its {spec.timeout_s:g} s time limit and was stopped (its whole process tree was killed)"
+    elif run.output_limit:
+        result.exit_code = -9
+        result.error_kind = "output_limit"
+        result.detail = (
+            f"the command wrote more than {limits.output_drain_bytes} bytes of output and was stopped; "
+            "redirect large output to a file in the workspace and read parts of it"
+        )
+    else:
+        # bwrap reports a child killed by signal N as exit status 128+N.
+        signal_no = code - 128 if code > 128 else (-code if code < 0 else 0)
+        if signal_no in LIMIT_SIGNALS:
+            kind, what = LIMIT_SIGNALS[signal_no]
+            result.error_kind = kind
+            result.detail = f"the command was stopped by the sandbox's {what}"
+        elif code == 1 and stderr.startswith("bwrap:"):
+            result.error_kind = "sandbox_error"
+            result.detail = f"the sandbox could not start: {stderr.strip()}"
+    return result

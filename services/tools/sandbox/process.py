@@ -1,0 +1,132 @@
+"""Run one child process to its end under a wall clock and an output budget, killing its whole tree.
+
+The child is started in a session of its own, so `killpg` reaches everything it forked that did
+not leave the group; inside the jail the PID namespace makes that complete (when bwrap dies, the
+kernel kills every process in the namespace, and `--die-with-parent` ties bwrap to us).
+
+A subprocess protocol (not StreamReaders) collects the output: it sees the exit as soon as it
+happens, even while a leftover grandchild still holds the pipes open, and keeps reading (and
+dropping) past the cap so a flooding program never blocks on a full pipe before we stop it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from agentmesh.tools.sandbox.output import CappedOutput
+
+# After the program exits, how long output still in flight (or held by a leftover process) is awaited.
+PIPE_GRACE_S = 0.5
+
+
+@dataclass
+class ProcessRun:
+    returncode: int
+    stdout: CappedOutput
+    stderr: CappedOutput
+    duration_ms: float
+    timed_out: bool = False
+    output_limit: bool = False
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout.truncated or self.stderr.truncated or self.output_limit
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop, cap: int, drain_limit: int):
+        self.streams = {1: CappedOutput(cap), 2: CappedOutput(cap)}
+        self.drain_limit = drain_limit
+        self.received = 0
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.over_budget: asyncio.Future[None] = loop.create_future()
+        self.pipes_closed: asyncio.Future[None] = loop.create_future()
+        self._open = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.received += len(data)
+        if self.received > self.drain_limit:
+            if not self.over_budget.done():
+                self.over_budget.set_result(None)
+            return
+        self.streams[fd].feed(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open.discard(fd)
+        if not self._open and not self.pipes_closed.done():
+            self.pipes_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+def kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def run_process(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    timeout_s: float,
+    output_cap: int,
+    drain_limit: int,
+    preexec_fn: Callable[[], None] | None = None,
+) -> ProcessRun:
+    """Start `argv`, collect capped stdout/stderr, and return when it exits or was killed.
+
+    Cancelling the awaiting task kills the process group before re-raising, so a cancelled call
+    leaves nothing running.
+    """
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    transport, collector = await loop.subprocess_exec(
+        lambda: _Collector(loop, output_cap, drain_limit),
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+    )
+    pid = transport.get_pid()
+    timed_out = output_limit = False
+    try:
+        done, _ = await asyncio.wait(
+            {collector.exited, collector.over_budget}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if collector.exited not in done:
+            output_limit = collector.over_budget in done
+            timed_out = not output_limit
+            kill_group(pid)
+            await collector.exited
+        await asyncio.wait({collector.pipes_closed}, timeout=PIPE_GRACE_S)
+    except asyncio.CancelledError:
+        kill_group(pid)
+        raise
+    finally:
+        # Anything the leader left in its group goes with it (the jail's PID namespace already
+        # guarantees this; the unsandboxed mode relies on it).
+        kill_group(pid)
+        transport.close()
+    returncode = transport.get_returncode()
+    return ProcessRun(
+        returncode=returncode if returncode is not None else -9,
+        stdout=collector.streams[1],
+        stderr=collector.streams[2],
+        duration_ms=(time.monotonic() - started) * 1000,
+        timed_out=timed_out,
+        output_limit=output_limit,
+    )

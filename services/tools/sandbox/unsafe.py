@@ -1,0 +1,69 @@
+"""AGENTMESH_SANDBOX_UNSAFE_NO_ISOLATION=true: command tools as plain child processes. NOT a sandbox.
+
+For machines without bubblewrap where the operator accepts that model-written programs run with
+the service's own user, file system and network. The environment is still the clean one, the
+working directory the workspace, and rlimits, wall clock and output cap still apply; a program
+that calls setsid() can outlive the call.
+"""
+
+from __future__ import annotations
+
+import resource
+
+from opentelemetry import trace
+
+from agentmesh.logs import get_logger
+from agentmesh.tools.sandbox.base import CommandResult, CommandSpec
+from agentmesh.tools.sandbox.local import clean_environment, interpret
+from agentmesh.tools.sandbox.process import run_process
+from agentmesh.tools.sandbox.tracecontext import current_traceparent
+from agentmesh.tools.settings import SandboxLimits, ToolsSettings
+from agentmesh.tools.workspace import Workspaces
+
+log = get_logger("agentmesh.tools.sandbox")
+
+
+def _limit_child(limits: SandboxLimits):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+class UnsafeHostExecutor:
+    name = "unsafe-no-isolation"
+
+    def __init__(self, settings: ToolsSettings, workspaces: Workspaces, tracer: trace.Tracer):
+        self._limits = settings.limits
+        self._workspaces = workspaces
+        self._tracer = tracer
+        log.warning(
+            "AGENTMESH_SANDBOX_UNSAFE_NO_ISOLATION is set: command tools run UNSANDBOXED as this service's user"
+        )
+
+    async def run(self, spec: CommandSpec) -> CommandResult:
+        workspace = self._workspaces.ensure(spec.session_id)
+        with self._tracer.start_as_current_span(
+            "sandbox.unsafe_process",
+            attributes={"agentmesh.sandbox.executor": self.name, "gen_ai.tool.call.id": spec.call_id},
+        ) as span:
+            env = clean_environment({"TRACEPARENT": current_traceparent()})
+            env["HOME"] = str(workspace)
+            run = await run_process(
+                list(spec.argv),
+                env=env,
+                cwd=str(workspace),
+                timeout_s=spec.timeout_s,
+                output_cap=self._limits.output_cap_bytes,
+                drain_limit=self._limits.output_drain_bytes,
+                preexec_fn=_limit_child(self._limits),
+            )
+            result = interpret(run, spec, self._limits)
+            span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
+            return result
+
+    async def close(self) -> None:
+        return None

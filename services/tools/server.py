@@ -1,0 +1,117 @@
+"""gRPC adapter of the tools service: ToolsServicer <-> ToolService, and the wiring in `build()`."""
+
+from __future__ import annotations
+
+from google.protobuf import struct_pb2
+
+from agentmesh.config import Settings
+from agentmesh.logs import get_logger
+from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.server import ServiceHost
+from agentmesh.telemetry import Telemetry
+from agentmesh.tools.command_tools import CommandTools
+from agentmesh.tools.core import ToolService
+from agentmesh.tools.file_tools import FileTools
+from agentmesh.tools.search_tools import SearchTools
+from agentmesh.tools.web_tools import AddressPolicy, WebTools
+from agentmesh.tools.results import ToolOutcome
+from agentmesh.tools.sandbox.base import Executor
+from agentmesh.tools.settings import ToolsSettings
+from agentmesh.tools.workspace import Workspaces
+from agentmesh.v1 import common_pb2, tools_pb2, tools_pb2_grpc
+
+log = get_logger("agentmesh.tools")
+
+
+def to_proto(call_id: str, name: str, outcome: ToolOutcome) -> common_pb2.ToolResult:
+    result = common_pb2.ToolResult(
+        call_id=call_id,
+        name=name,
+        output=outcome.output,
+        is_error=outcome.is_error,
+        exit_code=outcome.exit_code,
+        stdout=outcome.stdout,
+        stderr=outcome.stderr,
+        truncated=outcome.truncated,
+        duration_ms=outcome.duration_ms,
+        error_kind=outcome.error_kind,
+    )
+    if outcome.data:
+        data = struct_pb2.Struct()
+        data.update(outcome.data)
+        result.data.CopyFrom(data)
+    return result
+
+
+class ToolsServicer(tools_pb2_grpc.ToolsServicer):
+    def __init__(self, core: ToolService):
+        self._core = core
+
+    @translate_errors
+    async def ListTools(self, request, context):
+        return tools_pb2.ListToolsResponse(
+            tools=[
+                tools_pb2.ToolSpec(
+                    name=spec.name,
+                    description=spec.description,
+                    parameters_json_schema=spec.schema_json,
+                    runs_code=spec.runs_code,
+                )
+                for spec in self._core.specs()
+            ]
+        )
+
+    @translate_errors
+    async def Execute(self, request, context):
+        outcome = await self._core.execute(
+            request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s
+        )
+        return tools_pb2.ExecuteResponse(result=to_proto(request.call_id, request.name, outcome))
+
+    @translate_errors
+    async def DeleteWorkspace(self, request, context):
+        return tools_pb2.DeleteWorkspaceResponse(deleted=await self._core.delete_workspace(request.session_id))
+
+
+def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Telemetry) -> Executor:
+    if settings.mode == "kubernetes":
+        from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
+
+        return KubernetesExecutor.from_settings(settings, telemetry.tracer)
+    if settings.unsafe_no_isolation:
+        from agentmesh.tools.sandbox.unsafe import UnsafeHostExecutor
+
+        return UnsafeHostExecutor(settings, workspaces, telemetry.tracer)
+    from agentmesh.tools.sandbox.local import LocalJail
+
+    jail = LocalJail(settings, workspaces, telemetry.tracer)
+    if not jail.available:
+        log.warning("bubblewrap not found: command tools will refuse to run", bwrap=settings.bwrap_path)
+    return jail
+
+
+def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces) -> ToolService:
+    providers = [
+        CommandTools(executor, settings.limits, network=settings.command_network),
+        FileTools(workspaces, settings.max_file_read_bytes),
+        SearchTools(workspaces),
+        WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)),
+    ]
+    return ToolService(providers, workspaces, settings.max_arguments_bytes)
+
+
+async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
+    tools_settings = ToolsSettings.from_settings(settings)
+    tools_settings.workspace_root.mkdir(parents=True, exist_ok=True)
+    owner = None
+    if tools_settings.mode == "local" and not tools_settings.unsafe_no_isolation:
+        from agentmesh.tools.sandbox.local import jail_host_identity
+
+        owner = jail_host_identity(tools_settings)
+    workspaces = Workspaces(tools_settings.workspace_root, owner)
+    executor = make_executor(tools_settings, workspaces, telemetry)
+    core = build_core(tools_settings, executor, workspaces)
+    host = ServiceHost("tools", settings, telemetry, address=address)
+    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core), "agentmesh.v1.Tools")
+    host.on_stop(executor.close)
+    return host

@@ -1,0 +1,121 @@
+"""The agent service over real gRPC, with the real memory and tools services beside it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import grpc
+import pytest
+
+from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2, memory_pb2
+from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
+from tests.support.stack import Stack
+
+SERVICES = ("memory", "tools", "agent")
+
+
+@pytest.fixture
+def llm():
+    with ScriptedLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def stack(tmp_path, llm):
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, services=SERVICES) as running:
+        yield running
+
+
+def agent_stub(stack: Stack) -> agent_pb2_grpc.AgentStub:
+    return agent_pb2_grpc.AgentStub(stack.channel("agent"))
+
+
+async def open_session(stack: Stack, session_id: str) -> None:
+    session = gateway_pb2.Session(session_id=session_id, namespace="default")
+    await stack.memory_stub().PutSession(memory_pb2.PutSessionRequest(session=session), timeout=10)
+
+
+async def stored(stack: Stack, session_id: str) -> list:
+    reply_ = await stack.memory_stub().ListMessages(gateway_pb2.GetTranscriptRequest(session_id=session_id), timeout=10)
+    return list(reply_.messages)
+
+
+def running(needle: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle.encode() in f.read().replace(b"\0", b" "):
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+async def until(predicate, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_run_turn_streams_events_and_persists_the_transcript(stack, llm):
+    await open_session(stack, "wire")
+    llm.add(reply("Writing.", tool_call("write_file", {"path": "a.txt", "content": "hello"}, id="w")), reply("Wrote it."))
+    request = agent_pb2.RunTurnRequest(session_id="wire", run_id="run-1", message="write hello to a.txt")
+    events = [e async for e in agent_stub(stack).RunTurn(request, timeout=30)]
+
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert all(e.session_id == "wire" and e.run_id == "run-1" for e in events)
+    result = next(e.tool_result.result for e in events if e.WhichOneof("payload") == "tool_result")
+    assert result.call_id == "w" and not result.is_error
+    finished = events[-1].run_finished
+    assert finished.final_text == "Wrote it." and finished.trace_id == events[0].run_started.trace_id
+    assert (stack.settings.home / "workspaces" / "wire" / "a.txt").read_text() == "hello"
+    assert [(m.role, m.tool_call_id) for m in await stored(stack, "wire")] == [
+        ("user", ""), ("assistant", ""), ("tool", "w"), ("assistant", "")]
+
+
+async def test_bad_requests_are_refused_before_anything_runs(stack, llm):
+    stub = agent_stub(stack)
+    cases = [
+        (agent_pb2.RunTurnRequest(session_id="", message="hi"), "session_id is required"),
+        (agent_pb2.RunTurnRequest(session_id="../x", message="hi"), "malformed"),
+        (agent_pb2.RunTurnRequest(session_id="ok", message="  "), "message is empty"),
+        (agent_pb2.RunTurnRequest(session_id="ok", message="hi", namespace="a b"), "namespace"),
+        (agent_pb2.RunTurnRequest(session_id="ok", message="hi",
+                                  options=gateway_pb2.ChatOptions(max_iterations=1000)), "max_iterations"),
+    ]
+    for request, words in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            [e async for e in stub.RunTurn(request, timeout=10)]
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in info.value.details()
+    assert llm.requests == []
+
+
+async def test_cancelling_run_turn_kills_the_sandboxed_tool_and_closes_the_step(stack, llm):
+    await open_session(stack, "cancel")
+    llm.add(reply("", tool_call("shell", {"command": "sleep 48.25"}, id="slow")))
+    call = agent_stub(stack).RunTurn(agent_pb2.RunTurnRequest(session_id="cancel", message="go"), timeout=60)
+    async for event in call:
+        if event.WhichOneof("payload") == "tool_call":
+            break
+    await until(lambda: running("sleep 48.25"))
+    call.cancel()
+    await until(lambda: not running("sleep 48.25"))
+    # The cancelled call still got a result in the transcript, so the next turn replays cleanly.
+    messages = []
+
+    async def closed() -> bool:
+        messages[:] = await stored(stack, "cancel")
+        return [m.role for m in messages] == ["user", "assistant", "tool"]
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await closed():
+        assert asyncio.get_running_loop().time() < deadline, [m.role for m in messages]
+        await asyncio.sleep(0.05)
+    assert messages[-1].tool_call_id == "slow" and "cancelled" in messages[-1].content

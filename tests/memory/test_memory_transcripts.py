@@ -1,0 +1,157 @@
+"""Sessions and transcripts over real gRPC: order, paging, concurrency, restarts, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from agentmesh.errors import InvalidArgument, NotFound
+from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
+
+
+def user(text: str) -> common_pb2.Message:
+    return common_pb2.Message(role="user", content=text)
+
+
+async def test_put_session_creates_once_then_returns_the_existing_one(memory_service):
+    client = memory_service.client
+    first, created = await client.put_session("work", title="Work", namespace="alice", labels={"team": "a"})
+    assert created and first.created_at > 0 and first.namespace == "alice"
+    again, created_again = await client.put_session("work", title="Other title")
+    assert not created_again
+    assert again.title == "Work" and again.created_at == first.created_at and dict(again.labels) == {"team": "a"}
+    fetched = await client.get_session("work")
+    assert fetched.title == "Work" and fetched.message_count == 0
+
+
+async def test_session_namespace_defaults_and_unknown_session_is_not_found(memory_service):
+    session, _ = await memory_service.client.put_session("plain")
+    assert session.namespace == "default"
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await memory_service.stub.GetSession(gateway_pb2.GetSessionRequest(session_id="nope"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in err.value.details()
+
+
+async def test_transcript_is_ordered_paged_and_survives_a_restart(memory_service):
+    client = memory_service.client
+    await client.put_session("s1")
+    assert await client.append_messages("s1", [user("one"), user("two")]) == 2
+    tool_call = common_pb2.ToolCall(call_id="c1", name="shell", arguments_json='{"command": "ls"}')
+    assert await client.append_messages(
+        "s1",
+        [
+            common_pb2.Message(role="assistant", content="", tool_calls=[tool_call], run_id="r1"),
+            common_pb2.Message(role="tool", content="a.txt", tool_call_id="c1", name="shell", run_id="r1"),
+        ],
+    ) == 4
+    page, after = await client.list_messages("s1", page_size=3)
+    assert [m.seq for m in page] == [1, 2, 3] and after == 3
+    rest, after = await client.list_messages("s1", after_seq=after, page_size=3)
+    assert [m.seq for m in rest] == [4] and after == 0
+
+    await memory_service.restart()
+
+    messages = await memory_service.client.transcript("s1")
+    assert [m.content for m in messages] == ["one", "two", "", "a.txt"]
+    assert messages[2].tool_calls[0].arguments_json == '{"command": "ls"}' and messages[2].run_id == "r1"
+    assert messages[3].tool_call_id == "c1" and messages[3].name == "shell" and messages[3].created_at > 0
+    assert (await memory_service.client.get_session("s1")).message_count == 4
+    # Appending after the restart continues the numbering.
+    assert await memory_service.client.append_messages("s1", [user("five")]) == 5
+
+
+async def test_concurrent_appends_get_distinct_increasing_seqs(memory_service):
+    client = memory_service.client
+    await client.put_session("busy")
+    results = await asyncio.gather(*(client.append_messages("busy", [user(f"m{i}"), user(f"m{i}b")]) for i in range(20)))
+    assert sorted(results) == list(range(2, 41, 2))
+    messages = await client.transcript("busy")
+    assert [m.seq for m in messages] == list(range(1, 41))
+    # Each append's two messages stay adjacent.
+    for first, second in zip(messages[::2], messages[1::2]):
+        assert second.content == first.content + "b"
+
+
+async def test_delete_session_deletes_its_transcript(memory_service):
+    client = memory_service.client
+    await client.put_session("gone")
+    await client.append_messages("gone", [user("secret"), user("more")])
+    assert await client.delete_session("gone") is True
+    assert await client.delete_session("gone") is False
+    with pytest.raises(NotFound):
+        await client.list_messages("gone")
+    # The same id again starts an empty transcript: nothing of the old one shows through.
+    await client.put_session("gone")
+    assert await client.transcript("gone") == []
+    await client.append_messages("gone", [user("fresh")])
+    assert [m.content for m in await client.transcript("gone")] == ["fresh"]
+
+
+async def test_list_sessions_pages_newest_first_without_gaps(memory_service):
+    client = memory_service.client
+    for i in range(7):
+        await client.put_session(f"s{i}")
+    seen, token = [], ""
+    while True:
+        page, token = await client.list_sessions(page_size=3, page_token=token)
+        seen.extend(s.session_id for s in page)
+        if not token:
+            break
+    assert seen == [f"s{i}" for i in reversed(range(7))]
+
+
+async def test_list_sessions_pages_through_sessions_created_at_the_same_instant(memory_service):
+    client = memory_service.client
+    for i in range(5):
+        session = gateway_pb2.Session(session_id=f"tie{i}", created_at=1_700_000_000.0)
+        await memory_service.stub.PutSession(memory_pb2.PutSessionRequest(session=session))
+    seen, token = [], ""
+    while True:
+        page, token = await client.list_sessions(page_size=2, page_token=token)
+        seen.extend(s.session_id for s in page)
+        if not token:
+            break
+    assert sorted(seen) == [f"tie{i}" for i in range(5)] and len(seen) == 5
+
+
+@pytest.mark.parametrize(
+    "session_id, messages, expected",
+    [
+        ("bad id!", [user("x")], "malformed"),
+        ("s", [], "at least one message"),
+        ("s", [common_pb2.Message(role="robot", content="x")], "role must be one of"),
+        ("s", [user("x"), user("y" * (1024 * 1024 + 1))], "message 2: content is 1048577 bytes"),
+        ("s", [common_pb2.Message(role="user", content="x", seq=9)], "seq is assigned"),
+    ],
+)
+async def test_bad_appends_are_refused_and_write_nothing(memory_service, session_id, messages, expected):
+    await memory_service.client.put_session("s")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await memory_service.stub.AppendMessages(memory_pb2.AppendMessagesRequest(session_id=session_id, messages=messages))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert expected in err.value.details()
+    assert await memory_service.client.transcript("s") == []
+    assert (await memory_service.client.get_session("s")).message_count == 0
+
+
+async def test_append_to_unknown_session_is_not_found(memory_service):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await memory_service.stub.AppendMessages(memory_pb2.AppendMessagesRequest(session_id="ghost", messages=[user("x")]))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "PutSession" in err.value.details()
+
+
+async def test_bad_session_and_paging_inputs(memory_service):
+    client = memory_service.client
+    with pytest.raises(InvalidArgument, match="malformed"):
+        await client.put_session("../etc")
+    with pytest.raises(InvalidArgument, match="namespace"):
+        await client.put_session("ok", namespace="no spaces allowed")
+    with pytest.raises(InvalidArgument, match="page_token"):
+        await client.list_sessions(page_token="garbage")
+    await client.put_session("ok")
+    with pytest.raises(InvalidArgument, match="page_size"):
+        await client.list_messages("ok", page_size=5000)
+    with pytest.raises(InvalidArgument, match="after_seq"):
+        await client.list_messages("ok", after_seq=-1)

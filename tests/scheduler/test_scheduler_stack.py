@@ -1,0 +1,48 @@
+"""Through the real stack: a scheduled run is a gateway turn like a user's — same agent, same
+transcript, one trace — recorded by the scheduler. Real clock; a manual trigger keeps it short."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentmesh.v1 import gateway_pb2, scheduler_pb2
+from tests.support.llm_server import ScriptedLLMServer, failure, reply
+from tests.support.stack import Stack
+
+
+async def settled_runs(stub, job_id: str, count: int, timeout: float = 60.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        runs = (await stub.ListRuns(scheduler_pb2.ListRunsRequest(job_id=job_id))).runs
+        if len(runs) >= count and all(r.status != "running" for r in runs):
+            return list(reversed(runs))
+        assert loop.time() < deadline, f"runs did not settle: {runs}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_triggered_run_goes_through_the_gateway(tmp_path):
+    with ScriptedLLMServer() as llm:
+        llm.add(reply("All quiet overnight."), failure(400, message="bad request"))
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url,
+                         env={"AGENTMESH_LLM_MAX_RETRIES": "0"}) as stack:
+            scheduler = stack.scheduler_stub()
+            job = await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+                name="overnight", schedule="daily 06:00", prompt="What happened overnight?", session_id="ops")))
+            await scheduler.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
+            (run,) = await settled_runs(scheduler, job.job_id, 1)
+            assert run.status == "succeeded", run.error
+            assert run.summary == "All quiet overnight."
+            assert run.session_id == "ops" and len(run.trace_id) == 32
+
+            # The turn is in the session's transcript, as if a user had typed it.
+            transcript = await stack.gateway_stub().GetTranscript(gateway_pb2.GetTranscriptRequest(session_id="ops"))
+            assert [(m.role, m.content) for m in transcript.messages] == [
+                ("user", "What happened overnight?"), ("assistant", "All quiet overnight.")]
+
+            # A model failure is a failed run with the reason, and the job stays scheduled.
+            await scheduler.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
+            runs = await settled_runs(scheduler, job.job_id, 2)
+            assert runs[1].status == "failed" and runs[1].error
+            still = await scheduler.GetJob(scheduler_pb2.GetJobRequest(job_id=job.job_id))
+            assert still.enabled and still.next_run_at > 0

@@ -1,0 +1,438 @@
+"""A real HTTP model server for tests: speaks the OpenAI and Anthropic streaming wire protocols
+and answers from a script. The model is the one thing tests never run, so this stands in for it
+— over real sockets, so the provider under test is exercised exactly as in production.
+
+Usage::
+
+    from tests.support.llm_server import ScriptedLLMServer, reply, tool_call, failure, drop
+
+    steps = [
+        failure(503),                                   # first request: HTTP 503 (retried)
+        reply("Let me look.",                           # then text + two tool calls in one reply
+              tool_call("shell", {"command": "echo hi"}),
+              tool_call("read_file", {"path": "missing.txt"})),
+        reply("All done."),                             # final answer
+    ]
+    with ScriptedLLMServer(steps) as llm:
+        env["AGENTMESH_LLM_BASE_URL"] = llm.base_url    # "http://127.0.0.1:<port>/v1"
+        ...                                             # run the agent
+        assert llm.requests[1].body["messages"][-1]["role"] == "user"
+        assert llm.requests[1].headers["authorization"] == "Bearer sk-..."
+
+Endpoints (any prefix; `base_url` ends in /v1):
+    POST …/chat/completions   OpenAI chat completions. With `"stream": true`: SSE
+        `chat.completion.chunk`s — a role chunk, text in `chunk_chars` pieces, each tool call as
+        a head chunk (index, id, name) followed by its `arguments` JSON split into `chunk_chars`
+        pieces (interleaved across calls when `interleave=True`), a finish_reason chunk, a usage
+        chunk (only if `stream_options.include_usage`), then `data: [DONE]`. Without streaming:
+        one `chat.completion` JSON object.
+    POST …/messages           Anthropic Messages streaming: message_start (input usage), ping,
+        a text block (text_delta pieces), tool_use blocks (input_json_delta pieces),
+        message_delta (stop_reason, output usage), message_stop.
+
+Steps (consumed one per request, in arrival order; thread-safe):
+    reply(text="", *tool_calls, usage=(input, output), chunk_chars=4, interleave=False,
+          delay_s=0, pause_after_chunks=None, pause_s=0, drop_after_chunks=None, model=None)
+        `delay_s` waits before the response head (for read-timeout tests);
+        `pause_after_chunks`/`pause_s` stall mid-stream; `drop_after_chunks` closes the
+        connection mid-stream (chunked encoding left incomplete); `as_json=True` answers with
+        one non-streamed completion object, like servers that ignore `stream`.
+    tool_call(name, arguments: dict | str, id=None)
+    failure(status=503, retry_after=None, message="…", delay_s=0)   an error answer, with
+        `Retry-After` when given; the body is each API's error JSON.
+    drop(delay_s=0)   closes the connection without a byte of response.
+    A callable `step(request: RecordedRequest) -> step` decides from the request.
+When the steps run out, `default` (a step or callable) answers; without one, HTTP 400 with
+"script exhausted" (400, not 5xx, so that clients do not retry it).
+
+Recording: `llm.requests` is a list of `RecordedRequest(index, method, path, headers, body,
+received_at)`; header names are lower-case, `body` is the parsed JSON. `llm.wait_for_requests(n,
+timeout)` blocks until n requests arrived (use `await asyncio.to_thread(...)` from async tests).
+`llm.add(*steps)` appends steps while running.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Sequence, Union
+
+
+@dataclass(frozen=True)
+class ToolCallSpec:
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+
+    @property
+    def arguments_json(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str = ""
+    tool_calls: tuple[ToolCallSpec, ...] = ()
+    usage: tuple[int, int] = (10, 5)
+    chunk_chars: int = 4
+    interleave: bool = False
+    delay_s: float = 0.0
+    pause_after_chunks: int | None = None
+    pause_s: float = 0.0
+    drop_after_chunks: int | None = None
+    model: str | None = None
+    as_json: bool = False  # answer with one JSON completion even when streaming was asked for
+
+
+@dataclass(frozen=True)
+class Failure:
+    status: int = 503
+    retry_after: float | str | None = None
+    message: str = "the server is overloaded"
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Drop:
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    index: int
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    received_at: float
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list((self.body or {}).get("messages") or [])
+
+
+Step = Union[Reply, Failure, Drop, Callable[[RecordedRequest], Any]]
+
+
+def tool_call(name: str, arguments: dict[str, Any] | str | None = None, id: str | None = None) -> ToolCallSpec:
+    return ToolCallSpec(name=name, arguments={} if arguments is None else arguments, id=id)
+
+
+def reply(text: str = "", *tool_calls: ToolCallSpec, **options: Any) -> Reply:
+    return Reply(text=text, tool_calls=tuple(tool_calls), **options)
+
+
+def failure(status: int = 503, retry_after: float | str | None = None, message: str = "the server is overloaded",
+            delay_s: float = 0.0) -> Failure:
+    return Failure(status=status, retry_after=retry_after, message=message, delay_s=delay_s)
+
+
+def drop(delay_s: float = 0.0) -> Drop:
+    return Drop(delay_s=delay_s)
+
+
+class _Dropped(Exception):
+    """Raised inside the handler to abandon the connection mid-answer."""
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class _QuietHTTPServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients closing keep-alive connections (or tests cancelling mid-answer) are normal here.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
+class ScriptedLLMServer:
+    def __init__(self, steps: Sequence[Step] = (), default: Step | None = None, host: str = "127.0.0.1"):
+        self._steps: list[Step] = list(steps)
+        self._default = default
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._requests: list[RecordedRequest] = []
+        self._closing = threading.Event()
+        self._httpd = _QuietHTTPServer((host, 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # --- public surface ---------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def add(self, *steps: Step) -> None:
+        with self._lock:
+            self._steps.extend(steps)
+
+    def wait_for_requests(self, count: int, timeout: float = 10.0) -> list[RecordedRequest]:
+        deadline = time.monotonic() + timeout
+        with self._arrived:
+            while len(self._requests) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"expected {count} requests, got {len(self._requests)} within {timeout}s")
+                self._arrived.wait(left)
+            return list(self._requests)
+
+    def start(self) -> "ScriptedLLMServer":
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-llm", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "ScriptedLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _record(self, method: str, path: str, headers: dict[str, str], body: Any,
+                consume: bool = True) -> tuple[RecordedRequest, Any]:
+        """Record a request and, for model calls, take the step that answers it."""
+        with self._arrived:
+            request = RecordedRequest(len(self._requests), method, path, headers, body, time.time())
+            self._requests.append(request)
+            self._arrived.notify_all()
+            if not consume:
+                return request, None
+            step = self._steps.pop(0) if self._steps else self._default
+        while callable(step) and not isinstance(step, (Reply, Failure, Drop)):
+            step = step(request)
+        return request, step
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._closing.wait(seconds)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                # Answer "instantly": no Nagle delay between the small SSE writes.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def do_GET(self) -> None:
+                server._record("GET", self.path, {k.lower(): v for k, v in self.headers.items()}, None, consume=False)
+                if self.path.rstrip("/").endswith("/models"):
+                    self._json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+                else:
+                    self._json(404, {"error": {"message": f"no route for GET {self.path}"}})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except json.JSONDecodeError:
+                    body = {"_unparsed": raw.decode("utf-8", "replace")}
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                anthropic = self.path.rstrip("/").endswith("/messages")
+                if not (anthropic or self.path.rstrip("/").endswith("/chat/completions")):
+                    server._record("POST", self.path, headers, body, consume=False)
+                    self._json(404, {"error": {"message": f"no route for POST {self.path}"}})
+                    return
+                request, step = server._record("POST", self.path, headers, body)
+                try:
+                    self._answer(step, request, anthropic)
+                except (_Dropped, BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+            def _answer(self, step: Any, request: RecordedRequest, anthropic: bool) -> None:
+                if step is None:
+                    self._error(400, f"ScriptedLLMServer: script exhausted at request {request.index}", anthropic)
+                elif isinstance(step, Drop):
+                    server._sleep(step.delay_s)
+                    raise _Dropped()
+                elif isinstance(step, Failure):
+                    server._sleep(step.delay_s)
+                    extra = {"Retry-After": str(step.retry_after)} if step.retry_after is not None else {}
+                    self._error(step.status, step.message, anthropic, extra)
+                elif isinstance(step, Reply):
+                    server._sleep(step.delay_s)
+                    model = step.model or (request.body or {}).get("model") or "scripted"
+                    if anthropic:
+                        self._stream(step, self._anthropic_events(step, model))
+                    elif (request.body or {}).get("stream") and not step.as_json:
+                        include_usage = bool(((request.body or {}).get("stream_options") or {}).get("include_usage"))
+                        self._stream(step, self._openai_events(step, model, include_usage))
+                    else:
+                        self._json(200, self._openai_completion(step, model))
+                else:
+                    raise TypeError(f"not a step: {step!r}")
+
+            # --- plumbing ---
+
+            def _json(self, status: int, payload: Any, extra: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (extra or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+                self.wfile.flush()
+
+            def _error(self, status: int, message: str, anthropic: bool, extra: dict[str, str] | None = None) -> None:
+                if anthropic:
+                    kind = "overloaded_error" if status in (503, 529) else "rate_limit_error" if status == 429 else "api_error"
+                    self._json(status, {"type": "error", "error": {"type": kind, "message": message}}, extra)
+                else:
+                    self._json(status, {"error": {"message": message, "type": "server_error", "code": status}}, extra)
+
+            def _write_chunk(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def _stream(self, step: Reply, events: list[bytes]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for n, event in enumerate(events):
+                    if step.drop_after_chunks is not None and n >= step.drop_after_chunks:
+                        raise _Dropped()
+                    if step.pause_after_chunks is not None and n == step.pause_after_chunks:
+                        server._sleep(step.pause_s)
+                    self._write_chunk(event)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            # --- OpenAI ---
+
+            @staticmethod
+            def _openai_events(step: Reply, model: str, include_usage: bool) -> list[bytes]:
+                cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+
+                def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None, choices: bool = True) -> bytes:
+                    payload: dict[str, Any] = {
+                        "id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else [],
+                    }
+                    if usage is not None:
+                        payload["usage"] = usage
+                    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+                out = [chunk({"role": "assistant", "content": ""})]
+                out += [chunk({"content": piece}) for piece in _pieces(step.text, step.chunk_chars)]
+                per_call: list[list[bytes]] = []
+                for index, call in enumerate(step.tool_calls):
+                    call_id = call.id or f"call_{uuid.uuid4().hex[:10]}"
+                    head = {"index": index, "id": call_id, "type": "function",
+                            "function": {"name": call.name, "arguments": ""}}
+                    parts = [chunk({"tool_calls": [head]})]
+                    parts += [chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                              for piece in _pieces(call.arguments_json, step.chunk_chars)]
+                    per_call.append(parts)
+                if step.interleave:
+                    longest = max((len(p) for p in per_call), default=0)
+                    out += [p[i] for i in range(longest) for p in per_call if i < len(p)]
+                else:
+                    out += [c for p in per_call for c in p]
+                out.append(chunk({}, "tool_calls" if step.tool_calls else "stop"))
+                if include_usage:
+                    prompt, completion = step.usage
+                    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+                    out.append(chunk({}, usage=usage, choices=False))
+                out.append(b"data: [DONE]\n\n")
+                return out
+
+            @staticmethod
+            def _openai_completion(step: Reply, model: str) -> dict[str, Any]:
+                message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+                if step.tool_calls:
+                    message["tool_calls"] = [
+                        {"id": c.id or f"call_{uuid.uuid4().hex[:10]}", "type": "function",
+                         "function": {"name": c.name, "arguments": c.arguments_json}}
+                        for c in step.tool_calls
+                    ]
+                prompt, completion = step.usage
+                return {
+                    "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "model": model,
+                    "choices": [{"index": 0, "message": message,
+                                 "finish_reason": "tool_calls" if step.tool_calls else "stop"}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+                }
+
+            # --- Anthropic ---
+
+            @staticmethod
+            def _anthropic_events(step: Reply, model: str) -> list[bytes]:
+                def event(name: str, payload: dict[str, Any]) -> bytes:
+                    return f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
+
+                prompt, completion = step.usage
+                out = [
+                    event("message_start", {"type": "message_start", "message": {
+                        "id": f"msg_{uuid.uuid4().hex[:12]}", "type": "message", "role": "assistant", "model": model,
+                        "content": [], "stop_reason": None, "usage": {"input_tokens": prompt, "output_tokens": 1}}}),
+                    event("ping", {"type": "ping"}),
+                ]
+                index = 0
+                if step.text:
+                    out.append(event("content_block_start", {"type": "content_block_start", "index": index,
+                                                             "content_block": {"type": "text", "text": ""}}))
+                    out += [event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                          "delta": {"type": "text_delta", "text": piece}})
+                            for piece in _pieces(step.text, step.chunk_chars)]
+                    out.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
+                    index += 1
+                for call in step.tool_calls:
+                    out.append(event("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
+                        "type": "tool_use", "id": call.id or f"toolu_{uuid.uuid4().hex[:10]}", "name": call.name, "input": {}}}))
+                    out += [event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                          "delta": {"type": "input_json_delta", "partial_json": piece}})
+                            for piece in _pieces(call.arguments_json, step.chunk_chars)]
+                    out.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
+                    index += 1
+                out.append(event("message_delta", {"type": "message_delta",
+                                                   "delta": {"stop_reason": "tool_use" if step.tool_calls else "end_turn",
+                                                             "stop_sequence": None},
+                                                   "usage": {"output_tokens": completion}}))
+                out.append(event("message_stop", {"type": "message_stop"}))
+                return out
+
+        return Handler

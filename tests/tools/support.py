@@ -1,0 +1,87 @@
+"""Helpers for the tools tests: a tools service on a real port, and looking for stray processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from agentmesh.config import Settings
+from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.launch import start_service
+from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+
+
+def tools_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {
+        "AGENTMESH_HOME": str(home),
+        "AGENTMESH_TRACES": "none",
+        "AGENTMESH_DRAIN_S": "1",
+        # A secret the sandboxed programs must never see.
+        "AGENTMESH_LLM_API_KEY": "sk-test-secret-key-0123456789",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "AGENTMESH_TOOLS_DEFAULT_TIMEOUT_S": "20",
+    }
+    env.update(extra or {})
+    return env
+
+
+class ToolsClient:
+    """A tools service on 127.0.0.1:0 and a stub to it."""
+
+    def __init__(self, home: Path, env: Mapping[str, str] | None = None):
+        self.home = Path(home)
+        self.env = tools_env(self.home, env)
+        self.host = None
+        self.channel = None
+        self.stub: tools_pb2_grpc.ToolsStub | None = None
+
+    async def __aenter__(self) -> "ToolsClient":
+        self.host = await start_service("tools", Settings.from_env(self.env), "127.0.0.1:0")
+        self.channel = open_channel(self.host.target)
+        self.stub = tools_pb2_grpc.ToolsStub(self.channel)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.channel.close()
+        await self.host.stop(grace=1)
+        self.host.telemetry.shutdown()
+
+    def workspace(self, session_id: str) -> Path:
+        return self.home / "workspaces" / session_id
+
+    async def call(self, name: str, arguments: Any, session_id: str = "s1", call_id: str = "c1", timeout_s: float = 0):
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        reply = await self.stub.Execute(
+            tools_pb2.ExecuteRequest(session_id=session_id, call_id=call_id, name=name, arguments_json=text, timeout_s=timeout_s),
+            timeout=120,
+        )
+        return reply.result
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host pids whose command line contains `marker` (our own test process excluded)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\x00", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append(int(entry))
+    return found
+
+
+async def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
+    """Poll `predicate` until it is true or the bound passes (a liveness bound, not a timing assertion)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(interval_s)
+    return predicate()
