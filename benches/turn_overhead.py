@@ -1,0 +1,189 @@
+"""Platform overhead of one tool-using turn, beside a single-process baseline measured in the same run.
+
+A turn is two model calls (the first asks for `shell: true`, the second answers) and one
+sandboxed process. The model server answers instantly, so what is measured is agentmesh:
+
+- **platform**: `Gateway.Chat` through every hop — gateway → agent → memory (session,
+  transcript, recall) → model → tools → bubblewrap jail → model → memory — with the five
+  services running as separate `agentmesh serve` processes, as `agentmesh up` runs them.
+- **baseline**: the same two model calls (the agent's own OpenAI provider) and the same
+  jailed process (the tools service's own executor) made directly from one Python process,
+  as a single-process agent server would.
+
+    python -m benches.turn_overhead [--turns 100] [--sessions 32] [--turns-per-session 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from agentmesh.agent.providers import build_provider
+from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, ToolSpec
+from agentmesh.cli.stack import LocalStack, free_address
+from agentmesh.config import SERVICES, LLMSettings, Settings
+from agentmesh.rpc.client import open_channel
+from agentmesh.telemetry import setup_telemetry
+from agentmesh.tools.sandbox.local import jail_host_identity
+from agentmesh.tools.server import build_core, make_executor
+from agentmesh.tools.settings import ToolsSettings
+from agentmesh.tools.workspace import Workspaces
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
+
+SHELL_SPEC = ToolSpec("shell", "run a command", {"type": "object", "properties": {"command": {"type": "string"}}})
+
+
+def respond(request):
+    """Ask for `shell: true` first; answer once the tool result is back."""
+    if request.body["messages"][-1]["role"] == "tool":
+        return reply("done", chunk_chars=64)
+    return reply("", tool_call("shell", {"command": "true"}), chunk_chars=64)
+
+
+def _serve_llm(port_out, stop) -> None:
+    with ScriptedLLMServer(default=respond) as llm:
+        port_out.put(llm.base_url)
+        stop.wait()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+# --- platform -------------------------------------------------------------------------------
+
+
+async def platform_turn(stub, session_id: str) -> float:
+    started = time.perf_counter()
+    kinds = []
+    async for event in stub.Chat(gateway_pb2.ChatRequest(session_id=session_id, message="run true"), timeout=120):
+        kinds.append(event.WhichOneof("payload"))
+    if kinds[-1] != "run_finished" or "tool_result" not in kinds:
+        raise RuntimeError(f"unexpected turn: {kinds}")
+    return time.perf_counter() - started
+
+
+# --- baseline -------------------------------------------------------------------------------
+
+
+class SingleProcessAgent:
+    """What a single-process agent server does for this turn, with agentmesh's own parts."""
+
+    def __init__(self, home: Path, base_url: str):
+        env = {"AGENTMESH_HOME": str(home), "AGENTMESH_LLM_BASE_URL": base_url, "AGENTMESH_LLM_MODEL": "bench",
+               "AGENTMESH_TRACES": "none", "AGENTMESH_LLM_PROVIDER": "openai"}
+        settings = Settings.from_env(env)
+        tools_settings = ToolsSettings.from_settings(settings)
+        tools_settings.workspace_root.mkdir(parents=True, exist_ok=True)
+        workspaces = Workspaces(tools_settings.workspace_root, jail_host_identity(tools_settings))
+        telemetry = setup_telemetry("baseline", settings)
+        self.executor = make_executor(tools_settings, workspaces, telemetry)
+        self.tools = build_core(tools_settings, self.executor, workspaces)
+        self.provider, self.close_provider = build_provider(LLMSettings.from_env(env), AgentSettings.from_env(env))
+
+    async def _call(self, messages) -> ModelReply:
+        final = None
+        async for item in self.provider.stream(ModelRequest(model="bench", messages=messages, tools=[SHELL_SPEC])):
+            if isinstance(item, ModelReply):
+                final = item
+        return final
+
+    async def turn(self, session_id: str) -> float:
+        started = time.perf_counter()
+        messages = [ChatMessage(role="user", content="run true")]
+        first = await self._call(messages)
+        call = first.tool_calls[0]
+        outcome = await self.tools.execute(session_id, call.call_id, call.name, call.arguments_json)
+        if outcome.is_error:
+            raise RuntimeError(outcome.output)
+        messages += [
+            ChatMessage(role="assistant", tool_calls=first.tool_calls),
+            ChatMessage(role="tool", content=outcome.output, tool_call_id=call.call_id, name=call.name),
+        ]
+        await self._call(messages)
+        return time.perf_counter() - started
+
+    async def close(self) -> None:
+        await self.close_provider()
+        await self.executor.close()
+
+
+# --- driver ---------------------------------------------------------------------------------
+
+
+async def measure(turn, label: str, turns: int, sessions: int, per_session: int) -> dict:
+    for i in range(3):  # warm-up: connections, imports, first jail
+        await turn(f"{label}-warm-{i}")
+    latencies = [await turn(f"{label}-seq-{i % 8}") for i in range(turns)]
+
+    async def session_worker(n: int) -> None:
+        for _ in range(per_session):
+            await turn(f"{label}-conc-{n}")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(session_worker(n) for n in range(sessions)))
+    elapsed = time.perf_counter() - started
+    return {
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "turns_per_s": sessions * per_session / elapsed,
+    }
+
+
+async def main_async(args) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    port_out, stop = ctx.Queue(), ctx.Event()
+    llm_process = ctx.Process(target=_serve_llm, args=(port_out, stop), daemon=True)
+    llm_process.start()
+    base_url = port_out.get(timeout=30)
+    home = Path(tempfile.mkdtemp(prefix="agentmesh-bench-"))
+    os.chmod(home, 0o755)
+    env = {**os.environ, "AGENTMESH_HOME": str(home / "platform"), "AGENTMESH_LLM_PROVIDER": "openai",
+           "AGENTMESH_LLM_BASE_URL": base_url, "AGENTMESH_LLM_MODEL": "bench", "AGENTMESH_LOG_LEVEL": "warning"}
+    env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
+    stack = LocalStack(env, log_dir=home / "logs")
+    stack.start()
+    try:
+        await stack.wait_healthy()
+        async with open_channel(stack.settings.address_of("gateway")) as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            platform = await measure(lambda s: platform_turn(stub, s), "platform", args.turns, args.sessions, args.turns_per_session)
+    finally:
+        await asyncio.to_thread(stack.stop)
+    baseline_agent = SingleProcessAgent(home / "baseline", base_url)
+    try:
+        baseline = await measure(baseline_agent.turn, "baseline", args.turns, args.sessions, args.turns_per_session)
+    finally:
+        await baseline_agent.close()
+        stop.set()
+        llm_process.join(5)
+
+    print(f"one tool-using turn (2 model calls + 1 jailed `true`); {args.turns} sequential turns, "
+          f"{args.sessions} concurrent sessions x {args.turns_per_session} turns")
+    print()
+    print("| measure | agentmesh (5 services) | single process | ratio |")
+    print("| --- | --- | --- | --- |")
+    for key, label in (("p50_ms", "p50 latency (ms)"), ("p99_ms", "p99 latency (ms)"), ("turns_per_s", f"turns/s, {args.sessions} sessions")):
+        ratio = platform[key] / baseline[key]
+        print(f"| {label} | {platform[key]:.1f} | {baseline[key]:.1f} | {ratio:.2f}x |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--turns-per-session", type=int, default=4)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
