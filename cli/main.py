@@ -25,13 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="agentmesh", description="Run tool-using LLM agents as gRPC services.")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"agentmesh.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"agentmesh.cli.{name}":
-                continue  # a command group not shipped in this build
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"agentmesh.cli.{name}").register(subparsers)
     return parser
 
 

@@ -164,7 +164,7 @@ async def run_up(args) -> int:
         for name, address in settings.addresses.items():
             print(f"  {name:<10} {address}")
         print(f"data in {settings.home} · model: {settings.llm.provider} · sandbox: {settings.sandbox}")
-        print("try: agentmesh chat \"hello\" --session work   ·   Ctrl-C stops everything")
+        print("try: agentmesh chat \"hello\" --session work   ·   Ctrl-C stops everything", flush=True)
         while not stop.is_set():
             crashed = stack.exited()
             if crashed:
@@ -174,7 +174,7 @@ async def run_up(args) -> int:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:
                 pass
-        print("stopping…")
+        print("stopping…", flush=True)
         return EXIT_OK
     finally:
         await asyncio.to_thread(stack.stop)

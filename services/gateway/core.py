@@ -15,7 +15,7 @@ from typing import AsyncIterator, Protocol
 
 import structlog
 
-from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
+from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, Unavailable
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import new_id, validate_id
 from agentmesh.logs import get_logger
@@ -42,10 +42,18 @@ class Workspaces(Protocol):
     async def delete_workspace(self, session_id: str) -> None: ...
 
 
+SHUTDOWN_MESSAGE = (
+    "the gateway is shutting down and this turn was interrupted; the steps completed so far are "
+    "saved — send the message again to continue"
+)
+
+
 @dataclass
 class _ActiveTurn:
     run_id: str
     cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when the turn is stopped because the gateway is going away, not by the user.
+    interrupted: bool = False
 
 
 class Gateway:
@@ -57,6 +65,7 @@ class Gateway:
         # One turn per session in this replica. Several replicas need session affinity at the
         # load balancer (see docs); the agent persists every step, so nothing is lost either way.
         self._active: dict[str, _ActiveTurn] = {}
+        self._draining = False
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -115,6 +124,8 @@ class Gateway:
         run_finished or error."""
         self.validate_chat(request)
         session_id = request.session_id
+        if self._draining:
+            raise Unavailable("the gateway is shutting down; retry in a moment")
         if session_id in self._active:
             raise FailedPrecondition(
                 f"session {session_id!r} is already running a turn; wait for it to finish or cancel it"
@@ -146,6 +157,17 @@ class Gateway:
         turn.cancel_requested.set()
         return True, turn.run_id
 
+    async def drain(self, grace_s: float) -> None:
+        """On shutdown: refuse new turns, let running ones finish, and shortly before the grace
+        period ends tell the ones still running why their stream stops."""
+        self._draining = True
+        deadline = asyncio.get_running_loop().time() + max(0.0, grace_s - min(1.0, grace_s * 0.2))
+        while self._active and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        for turn in list(self._active.values()):
+            turn.interrupted = True
+            turn.cancel_requested.set()
+
     async def _relay(self, run: agent_pb2.RunTurnRequest, turn: _ActiveTurn) -> AsyncIterator[common_pb2.Event]:
         """Pump the agent's stream through a queue so a Cancel can cut in between events."""
         queue: asyncio.Queue = asyncio.Queue(maxsize=256)
@@ -174,6 +196,10 @@ class Gateway:
                     pump_task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await pump_task
+                    if turn.interrupted:
+                        log.info("turn interrupted by shutdown")
+                        yield self._event(run, last_seq + 1, error=common_pb2.RunError(code="UNAVAILABLE", message=SHUTDOWN_MESSAGE))
+                        return
                     log.info("turn cancelled")
                     yield self._event(run, last_seq + 1, run_finished=common_pb2.RunFinished(stop_reason="cancelled"))
                     return

@@ -67,5 +67,6 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         for channel in channels.values():
             await channel.close()
 
+    host.on_drain(core.drain)
     host.on_stop(close_channels)
     return host

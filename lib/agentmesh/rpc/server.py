@@ -71,6 +71,7 @@ class ServiceHost:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._service_names: list[str] = []
         self._on_stop: list[Callable[[], Awaitable[Any]]] = []
+        self._on_drain: list[Callable[[float], Awaitable[Any]]] = []
         self.port: int = 0
         self._stopped = asyncio.Event()
 
@@ -78,6 +79,11 @@ class ServiceHost:
         """Register a servicer, e.g. `host.add(add_ToolsServicer_to_server, servicer, "agentmesh.v1.Tools")`."""
         register(servicer, self.server)
         self._service_names.append(full_name)
+
+    def on_drain(self, callback: Callable[[float], Awaitable[Any]]) -> None:
+        """Run `callback(grace_s)` while the server drains, e.g. to end long streams with a reason
+        before the grace period runs out and they are cut."""
+        self._on_drain.append(callback)
 
     def on_stop(self, callback: Callable[[], Awaitable[Any]]) -> None:
         """Run `callback` after the server stopped accepting and drained (close clients, stores)."""
@@ -114,7 +120,12 @@ class ServiceHost:
         grace = self.settings.drain_s if grace is None else grace
         await self.health.enter_graceful_shutdown()
         log.info("service draining", grace_s=grace)
+        drains = [asyncio.ensure_future(callback(grace)) for callback in self._on_drain]
         await self.server.stop(grace)
+        for task in drains:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*drains, return_exceptions=True)
         for callback in reversed(self._on_stop):
             try:
                 await callback()
