@@ -20,8 +20,8 @@ from typing import Mapping
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, CliError, load_settings
-from agentmesh.config import SERVICES, Settings
+from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, CliError, load_settings
+from agentmesh.config import SERVICES, ConfigError, Settings
 from agentmesh.logs import configure_logging
 from agentmesh.rpc.launch import build_service
 from agentmesh.rpc.server import PortInUse
@@ -48,6 +48,8 @@ async def run_serve(args) -> int:
         await host.serve_forever()
     except PortInUse as exc:
         raise CliError(str(exc)) from None
+    except ConfigError as exc:
+        raise CliError(f"configuration error: {exc}", EXIT_USAGE) from None
     return EXIT_OK
 
 

@@ -144,10 +144,15 @@ class Gateway:
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
                 async for event in self._relay(run, turn):
+                    if event.WhichOneof("payload") in ("run_finished", "error"):
+                        # Free the session before the last event leaves, so a client that
+                        # starts its next turn on seeing it is not refused as busy.
+                        self._active.pop(session_id, None)
                     yield event
                 log.info("turn ended")
         finally:
-            self._active.pop(session_id, None)
+            if self._active.get(session_id) is turn:
+                self._active.pop(session_id)
 
     async def cancel(self, session_id: str) -> tuple[bool, str]:
         validate_id(session_id)

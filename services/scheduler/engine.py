@@ -119,7 +119,7 @@ class Scheduler:
             job.anchor_at = now  # a new interval counts from the edit
         if retimed:
             job.next_run_at = next_due(job, now)
-        await self._store.put_job(job)
+        await self._store.put_job(job, retimed)
         self._changed.set()
         return await self.get_job(job_id)
 

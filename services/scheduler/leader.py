@@ -166,8 +166,16 @@ def kubernetes_lease_api() -> Any:
     """A CoordinationV1Api from the pod's service account, or ~/.kube/config outside a pod."""
     from kubernetes import client, config
 
+    from agentmesh.config import ConfigError
+
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise ConfigError(
+                "AGENTMESH_SCHEDULER_LOCK=lease needs the Kubernetes API: run in a pod with a service account "
+                f"token, or point KUBECONFIG at a cluster ({exc})"
+            ) from None
     return client.CoordinationV1Api()

@@ -76,7 +76,8 @@ class RunExecutor:
                 outcome = RunOutcome("failed", run.session_id, run.trace_id, "", f"{type(exc).__name__}: {exc}")
             run.status = outcome.status
             run.session_id = outcome.session_id or run.session_id
-            run.trace_id = outcome.trace_id or run.trace_id or format(span.get_span_context().trace_id, "032x")
+            own = span.get_span_context()
+            run.trace_id = outcome.trace_id or run.trace_id or (format(own.trace_id, "032x") if own.is_valid else "")
             run.summary, run.error = outcome.summary, outcome.error
             run.finished_at = self._clock.now()
             if outcome.status == "failed":

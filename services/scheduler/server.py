@@ -117,10 +117,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     """The scheduler host; `clock` and `lock` are injectable (tests drive a fake clock)."""
     config = SchedulerSettings.from_env(settings.environ)
     identity = _instance_id()
+    lock = lock or _leader_lock(config, settings, identity)  # first: the one part that can refuse to start
     store = SqliteStore(settings.home / "scheduler" / "scheduler.db", config.journal_mode, config.max_jobs)
     target = GatewayRunTarget(open_channel(settings.address_of("gateway"), telemetry), settings.client_token)
-    core = Scheduler(store, target, lock or _leader_lock(config, settings, identity), clock or SystemClock(),
-                     config, telemetry, identity)
+    core = Scheduler(store, target, lock, clock or SystemClock(), config, telemetry, identity)
     host = ServiceHost("scheduler", settings, telemetry, address=address)
     host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core), "agentmesh.v1.Scheduler")
     host.scheduler = core  # type: ignore[attr-defined] - tests and benches look at leadership

@@ -76,6 +76,8 @@ class SqliteStore:
         # isolation_level=None: we issue BEGIN ourselves, so each transaction is explicit.
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
         self._db.execute(f"PRAGMA journal_mode={journal_mode}")
+        # Containers run with a read-only root filesystem: never spill temp tables to /tmp.
+        self._db.execute("PRAGMA temp_store=MEMORY")
         self._db.execute("PRAGMA synchronous=NORMAL" if journal_mode == "wal" else "PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
 
@@ -110,9 +112,11 @@ class SqliteStore:
 
         await self._call(self._transaction, create)
 
-    async def put_job(self, job: Job) -> None:
-        # last_run_at belongs to the firing path; an edit must not roll it back.
-        columns = [c for c in _JOB_COLUMNS if c not in ("job_id", "created_at", "last_run_at")]
+    async def put_job(self, job: Job, retimed: bool = True) -> None:
+        """Save an edit. The firing path owns last_run_at, and next_run_at unless the edit moved
+        the job onto a new timetable, so an edit racing a firing never rolls either back."""
+        kept = ("job_id", "created_at", "last_run_at") + (() if retimed else ("next_run_at", "anchor_at"))
+        columns = [c for c in _JOB_COLUMNS if c not in kept]
         values = [getattr(job, c) for c in columns]
         sets = ", ".join(f"{c} = ?" for c in columns)
         await self._call(self._db.execute, f"UPDATE jobs SET {sets} WHERE job_id = ?", (*values, job.job_id))
@@ -172,21 +176,23 @@ class SqliteStore:
 
         def claim_all(db: sqlite3.Connection) -> list[bool]:
             results = []
+            advance = ("UPDATE jobs SET next_run_at = ?, last_run_at = CASE WHEN ? THEN ? ELSE last_run_at END "
+                       "WHERE job_id = ? AND next_run_at = ?")
             for claim in claims:
+                args = (claim.new_next, claim.ran, claim.run.started_at, claim.job_id, claim.expected_next)
                 db.execute("SAVEPOINT claim")
                 try:
-                    moved = db.execute(
-                        "UPDATE jobs SET next_run_at = ?, last_run_at = CASE WHEN ? THEN ? ELSE last_run_at END "
-                        "WHERE job_id = ? AND next_run_at = ?",
-                        (claim.new_next, claim.ran, claim.run.started_at, claim.job_id, claim.expected_next),
-                    ).rowcount
+                    moved = db.execute(advance, args).rowcount
                     if moved:
                         db.execute(f"INSERT INTO runs VALUES ({','.join('?' * len(_RUN_COLUMNS))})", astuple(claim.run))
                     db.execute("RELEASE claim")
                     results.append(bool(moved))
                 except sqlite3.IntegrityError:
+                    # This due time already has its run, yet the job still points at it: move the
+                    # job on anyway, or it would stay due and be retried forever.
                     db.execute("ROLLBACK TO claim")
                     db.execute("RELEASE claim")
+                    db.execute(advance, (claim.new_next, False, 0.0, claim.job_id, claim.expected_next))
                     results.append(False)
             return results
 
@@ -225,7 +231,7 @@ class SqliteStore:
     def _prune(db: sqlite3.Connection, job_id: str, keep: int) -> None:
         db.execute(
             "DELETE FROM runs WHERE job_id = ? AND status != 'running' AND run_id NOT IN "
-            "(SELECT run_id FROM runs WHERE job_id = ? ORDER BY started_at DESC, scheduled_for DESC LIMIT ?)",
+            "(SELECT run_id FROM runs WHERE job_id = ? ORDER BY started_at DESC, scheduled_for DESC, rowid DESC LIMIT ?)",
             (job_id, job_id, keep),
         )
 
@@ -236,7 +242,7 @@ class SqliteStore:
         def listing() -> list[Run]:
             where, args = ("WHERE job_id = ?", (job_id,)) if job_id else ("", ())
             rows = self._db.execute(
-                f"SELECT * FROM runs {where} ORDER BY started_at DESC, scheduled_for DESC, run_id LIMIT ?",
+                f"SELECT * FROM runs {where} ORDER BY started_at DESC, scheduled_for DESC, rowid DESC LIMIT ?",
                 (*args, limit),
             )
             return [Run(*r) for r in rows]

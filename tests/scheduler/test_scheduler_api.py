@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from google.protobuf import field_mask_pb2  # noqa: F401 - proves protobuf well-knowns import alongside
 
 from agentmesh.v1 import scheduler_pb2
 from tests.scheduler.conftest import T0

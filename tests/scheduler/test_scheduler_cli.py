@@ -13,6 +13,7 @@ import structlog
 
 from agentmesh.cli.common import CliError
 from agentmesh.cli.main import build_parser
+from agentmesh.v1 import scheduler_pb2
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ async def test_bad_input_is_a_usage_error_before_the_server(cli):
         with pytest.raises(CliError) as info:
             await cli(*argv)
         assert info.value.exit_code == 2 and says in str(info.value)
-    assert not (await cli.replica.stub.ListJobs(__import__("agentmesh.v1.scheduler_pb2", fromlist=["x"]).ListJobsRequest())).jobs
+    assert not (await cli.replica.stub.ListJobs(scheduler_pb2.ListJobsRequest())).jobs
 
 
 async def test_import_cron_json_creates_then_updates(cli, capsys, tmp_path):
@@ -123,8 +124,6 @@ async def test_import_refuses_a_bad_file_and_changes_nothing(cli, tmp_path):
     with pytest.raises(CliError) as info:
         await cli("import", str(path))
     assert info.value.exit_code == 2 and "job 2 (id 'bad')" in str(info.value)
-    from agentmesh.v1 import scheduler_pb2
-
     assert not (await cli.replica.stub.ListJobs(scheduler_pb2.ListJobsRequest())).jobs
     path.write_text("{not json")
     with pytest.raises(CliError) as info:

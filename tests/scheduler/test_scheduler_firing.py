@@ -6,6 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+import grpc
+import pytest
+
 from agentmesh.v1 import scheduler_pb2
 from tests.scheduler.conftest import T0, eventually
 
@@ -187,9 +190,6 @@ async def test_manual_trigger_respects_forbid(harness, gateway):
     job = await replica.create(name="n", schedule="daily 09:00", prompt="p")
     await replica.stub.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
     await eventually(lambda: len(gateway.active) == 1, what="run in flight")
-    import grpc
-    import pytest
-
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await replica.stub.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -233,3 +233,17 @@ async def test_daily_job_in_a_timezone_across_spring_forward(harness, gateway):
     fired = [datetime.fromtimestamp(r.scheduled_for, new_york) for r in runs]
     assert [(d.day, d.hour, d.minute) for d in fired] == [(7, 2, 30), (8, 3, 0), (9, 2, 30)]
     assert all(r.trigger == "schedule" for r in runs)
+
+
+async def test_daily_job_in_a_timezone_across_fall_back(harness, gateway):
+    new_york = ZoneInfo("America/New_York")
+    await harness.clock.set(datetime(2026, 10, 31, 12, 0, tzinfo=new_york).timestamp())
+    replica = await harness.start()
+    job = await replica.create(name="n", schedule="daily 01:30", prompt="p", timezone="America/New_York")
+    await harness.tick(3 * 86400, step=1800)
+    runs = await replica.runs_until(job.job_id, lambda r: len(r) == 3 and all(x.status == "succeeded" for x in r))
+    fired = [datetime.fromtimestamp(r.scheduled_for, new_york) for r in runs]
+    # 1 November: 01:30 happens twice (EDT, then EST); the job runs at the first only.
+    assert [(d.day, d.hour, d.minute) for d in fired] == [(1, 1, 30), (2, 1, 30), (3, 1, 30)]
+    assert fired[0].utcoffset().total_seconds() == -4 * 3600
+    assert runs[1].scheduled_for - runs[0].scheduled_for == 25 * 3600

@@ -94,6 +94,8 @@ async def test_store_claim_is_idempotent_across_connections(tmp_path):
         await a.put_job(Job(job_id="j", name="n", schedule="every 1m", prompt="p", next_run_at=T0 + 60))
         assert not await b.claim("j", T0 + 60, T0 + 120, run("again"))
         assert len(await a.list_runs("j", 10)) == 1
+        # ...and the job moved on past it, so it is not due again and again.
+        assert (await a.get_job("j")).next_run_at == T0 + 120
     finally:
         await a.close()
         await b.close()
@@ -104,3 +106,24 @@ async def test_leadership_needs_the_lock_not_just_a_start(harness):
     second = await harness.start(wait_leader=False)
     await harness.tick(30, step=5)
     await eventually(lambda: first.core.is_leader and not second.core.is_leader, what="one leader")
+
+
+async def test_replace_reaches_a_run_on_the_other_replica_through_the_gateway(harness, gateway):
+    gateway.hold = True
+    leader = await harness.start()
+    standby = await harness.start(wait_leader=False)
+    job = await leader.create(name="n", schedule="every 1m", prompt="p", concurrency_policy="replace")
+    await harness.clock.advance(60)
+    await eventually(lambda: len(gateway.active) == 1, what="the leader's run in flight")
+    # A manual run through the standby replaces the leader's run: the standby cannot touch the
+    # leader's task, so it asks the gateway to cancel that session's turn.
+    await standby.stub.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
+    def by_trigger(runs):
+        return {r.trigger: r for r in runs}
+
+    runs = await standby.runs_until(
+        job.job_id, lambda r: len(r) == 2 and by_trigger(r)["schedule"].status == "cancelled")
+    assert gateway.cancelled == [by_trigger(runs)["schedule"].session_id]
+    await eventually(lambda: len(gateway.calls) == 2, what="the manual run to reach the gateway")
+    gateway.release_all()
+    await standby.runs_until(job.job_id, lambda r: by_trigger(r)["manual"].status == "succeeded")

@@ -1,0 +1,52 @@
+"""Scheduler settings from the environment, and the limits they set."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from agentmesh.config import ConfigError
+from agentmesh.scheduler.settings import SchedulerSettings
+from agentmesh.v1 import scheduler_pb2
+
+
+def test_defaults_and_overrides():
+    assert SchedulerSettings.from_env({}).lock == "file"
+    settings = SchedulerSettings.from_env({
+        "AGENTMESH_SCHEDULER_LOCK": "lease", "AGENTMESH_SCHEDULER_LEASE_NAME": "sched",
+        "AGENTMESH_SCHEDULER_NAMESPACE": "agents", "AGENTMESH_SCHEDULER_JOURNAL": "delete",
+    })
+    assert (settings.lock, settings.lease_name, settings.namespace, settings.journal_mode) == (
+        "lease", "sched", "agents", "delete")
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"AGENTMESH_SCHEDULER_LOCK": "redis"}, "AGENTMESH_SCHEDULER_LOCK must be one of file, lease"),
+        ({"AGENTMESH_SCHEDULER_RENEW_S": "20"}, "must be longer than AGENTMESH_SCHEDULER_RENEW_S"),
+        ({"AGENTMESH_SCHEDULER_POLL_S": "soon"}, "AGENTMESH_SCHEDULER_POLL_S must be a number"),
+        ({"AGENTMESH_SCHEDULER_HISTORY_LIMIT": "0"}, "at least 1"),
+    ],
+)
+def test_bad_settings_name_the_variable(env, says):
+    with pytest.raises(ConfigError, match=says):
+        SchedulerSettings.from_env(env)
+
+
+async def test_job_count_limit(harness):
+    replica = await harness.start({"AGENTMESH_SCHEDULER_MAX_JOBS": "2"})
+    for i in range(2):
+        await replica.create(name=f"n{i}", schedule="every 1h", prompt="p")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await replica.create(name="one too many", schedule="every 1h", prompt="p")
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "maximum of 2 jobs" in info.value.details()
+
+
+async def test_runs_carry_the_client_token_to_the_gateway(harness, gateway):
+    replica = await harness.start({"AGENTMESH_AUTH_TOKEN": "tok-0123456789"})
+    job = await replica.create(name="n", schedule="every 1h", prompt="p")
+    await replica.stub.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
+    await replica.settled(job.job_id)
+    assert gateway.authorization == ["Bearer tok-0123456789"]
