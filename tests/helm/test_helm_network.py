@@ -33,9 +33,12 @@ def component(rendered, name: str) -> Endpoint:
     return pod(name, workload["metadata"]["namespace"], workload["spec"]["template"]["metadata"]["labels"])
 
 
-def sandbox_pod(namespace: str) -> Endpoint:
-    # What the Job controller gives every pod of a Job, plus whatever the executor adds.
-    return pod("sandbox", namespace, {"batch.kubernetes.io/job-name": "call-1", "job-name": "call-1", "anything": "x"})
+def sandbox_pod(namespace: str, egress: str = "deny") -> Endpoint:
+    # What the Job controller gives every pod of a Job, plus what the executor adds.
+    return pod(f"sandbox-{egress}", namespace, {
+        "batch.kubernetes.io/job-name": "call-1", "job-name": "call-1",
+        "app.kubernetes.io/name": "agentmesh-sandbox", "agentmesh.io/egress": egress,
+    })
 
 
 def reachable(policies, endpoints) -> set[tuple[str, str, int]]:
@@ -88,9 +91,13 @@ def test_default_policies_allow_exactly_the_request_path():
     # The API server for tools (Jobs) and scheduler (Lease) only.
     for name, endpoint in by_name.items():
         assert egress_to(policies, endpoint, KUBE_API, 443) is (name in ("tools", "scheduler")), name
-    # The scripted provider needs no model, so no one reaches out.
+    # The scripted provider needs no model; only tools reaches the public web (web_fetch), and
+    # never the cloud metadata endpoint.
     for endpoint in services + [sandbox]:
-        assert not egress_to(policies, endpoint, MODEL, 443), endpoint.name
+        assert egress_to(policies, endpoint, INTERNET, 443) is (endpoint.name == "tools"), endpoint.name
+        assert not egress_to(policies, endpoint, external("metadata", "169.254.169.254"), 80), endpoint.name
+    assert egress_to(policies, by_name["tools"], INTERNET, 80)
+    assert not egress_to(policies, by_name["tools"], INTERNET, 22)
     # No telemetry egress without an endpoint.
     assert not egress_to(policies, by_name["agent"], COLLECTOR, 4317)
 
@@ -103,11 +110,18 @@ def test_a_real_model_and_a_collector_open_exactly_those_paths():
     policies = r.kind("NetworkPolicy")
     by_name = {c: component(r, c) for c in ("gateway", "agent", "tools", "memory", "scheduler", "qdrant")}
     for name, endpoint in by_name.items():
-        assert egress_to(policies, endpoint, MODEL, 443) is (name == "agent"), name
-        assert not egress_to(policies, endpoint, MODEL, 80), name
+        assert egress_to(policies, endpoint, MODEL, 443) is (name in ("agent", "tools")), name  # tools: web_fetch
+        assert not egress_to(policies, endpoint, MODEL, 8443), name
         assert egress_to(policies, endpoint, COLLECTOR, 4317) is (name != "qdrant"), name
         assert not egress_to(policies, endpoint, COLLECTOR, 4318), name
     assert not egress_to(policies, sandbox_pod(NAMESPACE), MODEL, 443)
+
+
+def test_web_fetch_egress_can_be_closed():
+    r = render({"networkPolicy": {"webFetch": {"enabled": False}}})
+    tools = component(r, "tools")
+    assert not egress_to(r.kind("NetworkPolicy"), tools, INTERNET, 443)
+    assert egress_to(r.kind("NetworkPolicy"), tools, KUBE_API, 443)
 
 
 def test_the_model_port_follows_the_base_url():
@@ -130,8 +144,9 @@ def test_production_policies(production_render):
     # Only the ingress controller (and the scheduler) may call the gateway.
     assert allowed(policies, INGRESS, gateway, 50051)
     assert not allowed(policies, STRANGER, gateway, 50051)
-    # Model egress is public internet only; web_fetch likewise, from tools.
+    # Model egress is public internet only; web_fetch likewise (HTTPS only), from tools.
     assert egress_to(policies, agent, MODEL, 443)
+    assert not egress_to(policies, tools, INTERNET, 80)
     assert not egress_to(policies, agent, external("metadata", "169.254.169.254"), 443)
     assert not egress_to(policies, agent, STRANGER, 443)
     assert egress_to(policies, tools, INTERNET, 443)
@@ -150,18 +165,28 @@ def test_production_policies(production_render):
     assert not any(allowed(policies, src, unlabelled, port) for src in services + [STRANGER] for port in ALL_PORTS)
 
 
-def test_sandbox_egress_is_opened_only_as_configured():
+@pytest.mark.parametrize("namespace", [NAMESPACE, SANDBOX_NS])
+def test_sandbox_egress_is_opened_only_as_configured_and_only_for_networked_calls(namespace):
     rule = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}], "ports": [{"port": 443, "protocol": "TCP"}]}
-    r = render({"sandbox": {"networkPolicy": {"egress": [rule]}}})
+    values = {"sandbox": {"networkPolicy": {"egress": [rule]}}}
+    if namespace != NAMESPACE:
+        values["sandbox"].update(namespace=namespace, workspace={"existingClaim": "ws", "accessModes": ["ReadWriteMany"]})
+    r = render(values)
     policies = r.kind("NetworkPolicy")
-    sandbox = sandbox_pod(NAMESPACE)
-    assert allowed(policies, sandbox, INTERNET, 443)
-    assert not allowed(policies, sandbox, INTERNET, 80)
-    assert not allowed(policies, sandbox, KUBE_API, 443)
+    networked, offline = sandbox_pod(namespace, "allow"), sandbox_pod(namespace, "deny")
+    assert allowed(policies, networked, INTERNET, 443)
+    assert not allowed(policies, networked, INTERNET, 80)
+    assert not allowed(policies, networked, KUBE_API, 443)
+    assert not allowed(policies, offline, INTERNET, 443)
     # Still no way in, and the services' own rules are untouched.
-    assert not any(allowed(policies, STRANGER, sandbox, port) for port in ALL_PORTS)
+    for sandbox in (networked, offline):
+        assert not any(allowed(policies, STRANGER, sandbox, port) for port in ALL_PORTS)
     gateway = component(r, "gateway")
-    assert not allowed(policies, sandbox, gateway, 50051)
+    assert not allowed(policies, networked, gateway, 50051)
+    # A service pod that happened to carry the label gains nothing in the shared namespace.
+    if namespace == NAMESPACE:
+        labelled = pod("gateway", NAMESPACE, {**gateway.label_map, "agentmesh.io/egress": "allow"})
+        assert not allowed(policies, labelled, INTERNET, 443)
 
 
 @pytest.mark.parametrize("values", [{}, {"networkPolicy": {"enabled": False}}])

@@ -220,10 +220,13 @@ def test_tools_mounts_the_workspace_claim_the_sandbox_pods_are_told_about(any_re
     assert config["AGENTMESH_SANDBOX"] == "kubernetes"
     claim = config["AGENTMESH_SANDBOX_WORKSPACE_PVC"]
     spec = any_render.deployment("tools")["spec"]["template"]["spec"]
-    home = next(v for v in spec["volumes"] if v["name"] == "home")
-    assert home["persistentVolumeClaim"]["claimName"] == claim
-    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "home")
-    assert mount["mountPath"] == config["AGENTMESH_HOME"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+    # The tools service keeps workspaces at $AGENTMESH_HOME/workspaces/<session>; sandbox pods
+    # mount the same claim with subPath <session>, so the claim's root must be that directory.
+    workspaces = volumes[mounts[config["AGENTMESH_HOME"] + "/workspaces"]]
+    assert workspaces["persistentVolumeClaim"]["claimName"] == claim
+    assert "emptyDir" in volumes[mounts[config["AGENTMESH_HOME"]]]
     assert config["AGENTMESH_SANDBOX_IMAGE"].startswith(("ghcr.io/agentmesh/agentmesh-sandbox:", "registry.example.com/"))
 
 

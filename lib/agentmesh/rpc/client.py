@@ -13,6 +13,8 @@ from agentmesh.telemetry import Telemetry
 # Transparent retries for calls that never reached a handler (peer restarting, connection reset).
 _SERVICE_CONFIG = json.dumps(
     {
+        # With a headless Service (dns:///name:port) calls spread over every replica.
+        "loadBalancingConfig": [{"round_robin": {}}],
         "methodConfig": [
             {
                 "name": [{}],

@@ -4,21 +4,26 @@ One checkov run (in its own venv, see ensure_tools.py) scans the default and pro
 and both Dockerfiles, plus copies with every `checkov.io/skip` annotation and `checkov:skip`
 comment removed. The originals must have no failed check; the copies must fail exactly the
 checks the originals skip, so each justification answers a real finding and hides nothing else.
+
+The file is named to run last in tests/helm: conftest.py starts checkov's one-off install in the
+background at collection, and the first test here waits for it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helm.ensure_tools import ToolUnavailable, ensure_checkov
+from tests.helm.ensure_tools import ToolUnavailable, ensure_checkov_in_background
 from tests.helm.helm_support import REPO_ROOT, Rendered
+
+# The one-off install of checkov may take minutes on a slow machine.
+pytestmark = pytest.mark.timeout(900)
 
 DOCKERFILES = {"services": REPO_ROOT / "docker" / "Dockerfile", "sandbox": REPO_ROOT / "docker" / "sandbox" / "Dockerfile"}
 CONFIGS = ("default", "production")
@@ -52,7 +57,7 @@ def _write_dockerfile(source: Path, directory: Path, strip: bool) -> None:
 def checkov_results(tmp_path_factory, default_render, production_render) -> dict[str, dict[str, list[dict]]]:
     """{'passed'|'failed'|'skipped': [check result, ...]} keyed by the scanned sub-directory."""
     try:
-        checkov = ensure_checkov()
+        checkov = ensure_checkov_in_background().result(timeout=900)
     except ToolUnavailable as exc:
         pytest.fail(str(exc))
     root = tmp_path_factory.mktemp("checkov")
@@ -88,7 +93,7 @@ SCANNED = [f"{variant}/{name}" for variant in ("as-shipped",) for name in (*CONF
 @pytest.mark.parametrize("directory", SCANNED)
 def test_checkov_finds_no_unjustified_failure(checkov_results, directory):
     results = checkov_results[directory]
-    assert len(results["passed"]) > 50, "checkov did not scan much: is the output format still the same?"
+    assert len(results["passed"]) > (50 if "docker" not in directory else 20), "checkov did not scan much: is the output format still the same?"
     failures = [f"{c['check_id']} {c['check_name']} on {c['resource']}" for c in results["failed"]]
     assert failures == []
 
@@ -100,7 +105,10 @@ def test_every_skip_is_justified_and_needed(checkov_results, directory):
         reason = (check.get("check_result") or {}).get("suppress_comment", "").strip()
         assert len(reason) >= 30 and reason != "No comment provided", f"{check['check_id']}: {reason!r}"
     unskipped = checkov_results[directory.replace("as-shipped", "unskipped")]["failed"]
-    key = lambda c: (c["check_id"], c["resource"])  # noqa: E731
+    def key(check: dict) -> tuple[str, str]:
+        # Dockerfile results are named by path; the two copies differ only in the variant dir.
+        return check["check_id"], check["resource"].replace("/unskipped/", "/as-shipped/")
+
     assert sorted(map(key, unskipped)) == sorted(map(key, skipped))
 
 
