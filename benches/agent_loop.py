@@ -3,7 +3,7 @@ same work done by hand, in the same run.
 
     .venv/bin/python -m benches.agent_loop [--turns 300] [--concurrency 32]
 
-Both sides talk to the same scripted OpenAI-compatible server over real HTTP (model answers
+Both sides (interleaved turn by turn, so a busy machine does not favour one) talk to the same scripted OpenAI-compatible server over real HTTP (model answers
 at once: a tool call, then a final text) and run an in-process no-op tool, so the difference
 is what the loop adds: context assembly, SSE parsing and tool-call assembly, events, spans and
 metrics (SDK providers, no exporter), transcript writes to an in-memory store. The baseline
@@ -86,26 +86,40 @@ async def baseline_turn(client: httpx.AsyncClient, url: str, n: int) -> None:
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
 
 
-async def measure(turn, turns: int, concurrency: int) -> tuple[float, float, float]:
+async def measure(variants: dict, turns: int, concurrency: int, rounds: int = 4) -> dict[str, tuple[float, ...]]:
+    """Latency: one turn of each variant in turn (order swapped every time); throughput: blocks
+    of concurrent turns, alternating. Interleaving keeps a busy machine from favouring one side."""
+    names = list(variants)
     for i in range(10):  # warm-up: connections, imports, caches
-        await turn(10_000 + i)
-    latencies = []
+        for name in names:
+            await variants[name](10_000 + i)
+    latencies: dict[str, list[float]] = {name: [] for name in names}
+    cpu = dict.fromkeys(names, 0.0)
     for i in range(turns):
-        started = time.perf_counter()
-        await turn(i)
-        latencies.append((time.perf_counter() - started) * 1000)
-    latencies.sort()
-    p50 = statistics.median(latencies)
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-    counter = iter(range(20_000, 20_000 + turns))
+        for name in names if i % 2 == 0 else reversed(names):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            await variants[name](i)
+            latencies[name].append((time.perf_counter() - started) * 1000)
+            cpu[name] += time.process_time() - cpu_started
+    elapsed = dict.fromkeys(names, 0.0)
+    per_round = max(concurrency, turns // rounds)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            counter = iter(range(per_round))
 
-    async def worker() -> None:
-        for n in counter:
-            await turn(n)
+            async def worker(turn=variants[name]) -> None:
+                for n in counter:
+                    await turn(100_000 + r * per_round + n)
 
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return p50, p99, turns / (time.perf_counter() - started)
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            elapsed[name] += time.perf_counter() - started
+    out = {}
+    for name in names:
+        ordered = sorted(latencies[name])
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        out[name] = (statistics.median(ordered), p99, per_round * rounds / elapsed[name], cpu[name] * 1000 / turns)
+    return out
 
 
 async def main(turns: int, concurrency: int) -> None:
@@ -122,17 +136,20 @@ async def main(turns: int, concurrency: int) -> None:
 
         async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=100)) as plain:
             url = f"{llm.base_url}/chat/completions"
-            base = await measure(lambda n: baseline_turn(plain, url, n), turns, concurrency)
-        looped = await measure(loop_turn, turns, concurrency)
+            results = await measure(
+                {"baseline": lambda n: baseline_turn(plain, url, n), "loop": loop_turn}, turns, concurrency
+            )
         await client.aclose()
     telemetry.shutdown()
+    base, looped = results["baseline"], results["loop"]
 
     print(f"one tool-using turn (2 model calls, 1 no-op tool); {turns} turns; throughput with {concurrency} concurrent\n")
-    print(f"| {'variant':<34} | {'p50 ms':>7} | {'p99 ms':>7} | {'turns/s':>8} |")
-    print(f"| {'-' * 34} | {'-' * 7} | {'-' * 7} | {'-' * 8} |")
-    for name, (p50, p99, tps) in (("baseline: httpx by hand", base), ("agent loop (provider, spans, events)", looped)):
-        print(f"| {name:<34} | {p50:7.2f} | {p99:7.2f} | {tps:8.1f} |")
-    print(f"\nratio loop/baseline: p50 {looped[0] / base[0]:.2f}x, throughput {looped[2] / base[2]:.2f}x")
+    print(f"| {'variant':<36} | {'p50 ms':>7} | {'p99 ms':>7} | {'turns/s':>8} | {'CPU ms/turn':>11} |")
+    print(f"| {'-' * 36} | {'-' * 7} | {'-' * 7} | {'-' * 8} | {'-' * 11} |")
+    for name, (p50, p99, tps, cpu) in (("baseline: httpx by hand", base), ("agent loop (provider, spans, events)", looped)):
+        print(f"| {name:<36} | {p50:7.2f} | {p99:7.2f} | {tps:8.1f} | {cpu:11.2f} |")
+    print(f"\nratio loop/baseline: p50 {looped[0] / base[0]:.2f}x, throughput {looped[2] / base[2]:.2f}x, "
+          f"CPU {looped[3] / base[3]:.2f}x (CPU includes the in-process model server's thread)")
 
 
 if __name__ == "__main__":

@@ -155,22 +155,21 @@ class GrpcToolRunner:
 
 
 class GrpcTranscripts:
-    def __init__(self, client: MemoryClient, target: str):
-        self._client = client
-        self._target = target
+    def __init__(self, client: MemoryClient):
+        self._client = client  # its errors already name the memory service and its address
 
     async def load(self, session_id: str) -> list[ChatMessage]:
         try:
             messages = await self._client.transcript(session_id)
         except AgentmeshError as exc:
-            raise type(exc)(f"could not read the transcript from the memory service at {self._target}: {exc.message}") from None
+            raise type(exc)(f"could not read the session's transcript: {exc.message}") from None
         return [message_from_proto(m) for m in messages]
 
     async def append(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
         try:
             await self._client.append_messages(session_id, [message_to_proto(m) for m in messages])
         except AgentmeshError as exc:
-            raise type(exc)(f"could not save the transcript to the memory service at {self._target}: {exc.message}") from None
+            raise type(exc)(f"could not save the session's transcript: {exc.message}") from None
 
 
 class GrpcLongTermMemory:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 import structlog
-from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentmesh.errors import AgentmeshError, Unavailable
@@ -143,6 +142,12 @@ class TurnRun:
     # --- the turn -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
+        try:
+            await self._traced_turn()
+        finally:
+            self._queue.put_nowait(_END)  # whatever happened, the stream ends
+
+    async def _traced_turn(self) -> None:
         req = self.request
         tracer = self.agent.telemetry.tracer
         attributes = {
@@ -173,14 +178,12 @@ class TurnRun:
                 span.set_status(Status(StatusCode.ERROR, exc.message))
                 span.set_attribute("error.type", exc.code)
                 self._emit(RunErrorEvent(code=exc.code, message=exc.message))
-                self._queue.put_nowait(_END)
                 return
             except Exception as exc:  # noqa: BLE001 - a bug must end the turn with a clear event
                 log.exception("turn crashed")
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
-                self._queue.put_nowait(_END)
                 return
             span.set_attributes({
                 "gen_ai.usage.input_tokens": self.usage.input_tokens,
@@ -192,7 +195,6 @@ class TurnRun:
                      seconds=round(time.monotonic() - started, 3))
             self._emit(RunFinishedEvent(usage=self.usage, iterations=self.iterations, final_text=final_text,
                                         trace_id=self.trace_id, stop_reason=stop_reason))
-            self._queue.put_nowait(_END)
 
     async def _turn(self) -> tuple[str, str]:
         req = self.request
@@ -254,7 +256,7 @@ class TurnRun:
             log.warning("recall failed", error=reason)
             self._emit(StatusEvent(f"could not recall memories ({reason}); continuing without them"))
             return []
-        self._emit(StatusEvent(f"recalled {len(hits)} memories"))
+        self._emit(StatusEvent(f"recalled {len(hits)} {'memory' if len(hits) == 1 else 'memories'}"))
         return hits
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
@@ -307,6 +309,8 @@ class TurnRun:
                         self._emit(TextDeltaEvent(item.text))
                     elif isinstance(item, Retrying):
                         span.add_event("retry", {"attempt": item.attempt, "reason": item.reason, "delay_s": item.delay_s})
+                        log.info("model call retrying", attempt=item.attempt, reason=item.reason,
+                                 delay_s=round(item.delay_s, 3))
                         self._emit(StatusEvent(
                             f"model call failed ({item.reason}); retrying in {item.delay_s:.1f}s "
                             f"(attempt {item.attempt + 1} of {item.max_attempts})"
@@ -346,7 +350,11 @@ class TurnRun:
         for call in calls:
             self._emit(ToolCallEvent(call))
         limit = asyncio.Semaphore(self.settings.tool_concurrency)
-        tasks = [asyncio.create_task(self._execute(call, limit)) for call in calls]
+        cap = self.settings.max_tool_calls
+        tasks = [
+            asyncio.create_task(self._execute(call, limit) if i < cap else self._refuse(call, cap))
+            for i, call in enumerate(calls)
+        ]
         saved: set[str] = set()
         try:
             for finished in asyncio.as_completed(tasks):
@@ -371,6 +379,12 @@ class TurnRun:
                     )
             raise
         return [task.result().as_message(self.request.run_id) for task in tasks]
+
+    @staticmethod
+    async def _refuse(call: ToolCall, cap: int) -> ToolOutcome:
+        return ToolOutcome.error(
+            call, "too_many_calls", f"error: not run: at most {cap} tool calls per reply; make fewer calls at a time"
+        )
 
     async def _execute(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
         attributes = {

@@ -93,6 +93,14 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             yield event_to_proto(event, request, seq)
 
 
+def _model_name(settings: Settings) -> str:
+    """The configured model; for the scripted provider "scripted" unless one was named, so that
+    traces of a demo do not claim a real model answered."""
+    if settings.llm.provider == "scripted" and not env_str(settings.environ, "AGENTMESH_LLM_MODEL"):
+        return "scripted"
+    return settings.llm.model
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     agent_settings = AgentSettings.from_env(settings.environ)
     provider, close_provider = build_provider(
@@ -107,10 +115,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     agent = Agent(
         provider=provider,
         tools=GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s),
-        transcripts=GrpcTranscripts(memory_client, memory_target),
+        transcripts=GrpcTranscripts(memory_client),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
-        model=settings.llm.model,
+        model=_model_name(settings),
         telemetry=telemetry,
     )
     host = ServiceHost("agent", settings, telemetry, address=address)

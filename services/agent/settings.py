@@ -30,6 +30,8 @@ class AgentSettings:
     tool_output_chars: int = 16_000
     # Tool calls of one reply that run at the same time.
     tool_concurrency: int = 8
+    # Tool calls one reply may make; the rest are answered with an error result, not run.
+    max_tool_calls: int = 32
     # Upper bound for one tool call's RPC (the tool's own limit is usually shorter).
     tool_timeout_s: float = 900.0
     # Memories recalled into the system prompt at turn start (0 disables recall).
@@ -58,6 +60,7 @@ class AgentSettings:
             context_budget_chars=env_int(env, p + "CONTEXT_BUDGET_CHARS", cls.context_budget_chars, minimum=1000),
             tool_output_chars=env_int(env, p + "TOOL_OUTPUT_CHARS", cls.tool_output_chars, minimum=200),
             tool_concurrency=env_int(env, p + "TOOL_CONCURRENCY", cls.tool_concurrency, minimum=1),
+            max_tool_calls=env_int(env, p + "MAX_TOOL_CALLS", cls.max_tool_calls, minimum=1),
             tool_timeout_s=env_float(env, p + "TOOL_TIMEOUT_S", cls.tool_timeout_s, minimum=1),
             recall_k=env_int(env, p + "RECALL_K", cls.recall_k, minimum=0),
             recall_timeout_s=env_float(env, p + "RECALL_TIMEOUT_S", cls.recall_timeout_s, minimum=0.1),

@@ -234,7 +234,7 @@ async def test_memory_tools_and_recall_use_the_session_namespace(http, telemetry
         events = await collect(agent.start(TurnRequest("s1", "r1", "when is the deploy window?", namespace="team-a")))
         system = llm.requests[0].body["messages"][0]["content"]
 
-    assert "recalled 1 memories" in [e.message for e in of(events, StatusEvent)]
+    assert "recalled 1 memory" in [e.message for e in of(events, StatusEvent)]
     assert "Tuesday at noon" in system and "Friday" not in system
     assert "Saturday, 21 November 2026" in system and "memory_search" in system
     results = {e.result.call_id: e.result for e in of(events, ToolResultEvent)}
@@ -360,3 +360,61 @@ async def test_a_scripted_turn_without_replies_left_still_finishes(telemetry, ma
                   FakeTranscripts(), None, AgentSettings(), model="scripted", telemetry=telemetry)
     events = await collect(agent.start(TurnRequest("s", "r", "hello", max_iterations=max_iterations)))
     assert events[-1].stop_reason == "completed" and "no more replies" in events[-1].final_text
+
+
+async def test_the_api_key_never_reaches_events_or_logs(http, telemetry):
+    from structlog.testing import capture_logs
+
+    steps = [failure(401, message=f"Incorrect API key provided: {KEY}")]
+    with ScriptedLLMServer(steps) as llm, capture_logs() as logs:
+        agent = make_agent(http, llm, FakeTools({}), FakeTranscripts(), telemetry)
+        events = await collect(agent.start(TurnRequest("s1", "r1", "hi")))
+        assert llm.requests[0].headers["authorization"] == f"Bearer {KEY}"  # it was sent, in a header
+    assert events[-1].code == "UNAUTHENTICATED" and "refused the API key" in events[-1].message
+    assert logs and any(entry.get("code") == "UNAUTHENTICATED" for entry in logs)
+    assert KEY not in repr(events) and KEY not in repr(logs)
+    assert not any(KEY in repr(dict(s.attributes)) + repr(s.events) for s in telemetry.finished_spans())
+
+
+async def test_a_turn_may_choose_its_model_and_system_prompt(http, telemetry):
+    with ScriptedLLMServer([reply("hi")]) as llm:
+        agent = make_agent(http, llm, FakeTools({}), FakeTranscripts(), telemetry)
+        await collect(agent.start(TurnRequest("s1", "r1", "hi", model="other-model", system_prompt="Talk like a pirate.")))
+        body = llm.requests[0].body
+    assert body["model"] == "other-model"
+    assert body["messages"][0]["content"].startswith("Talk like a pirate.")
+    assert [s.name for s in telemetry.finished_spans() if s.name.startswith("chat")] == ["chat other-model"]
+
+
+async def test_cancel_during_the_model_call_closes_it(http, telemetry):
+    transcripts = FakeTranscripts()
+    with ScriptedLLMServer([reply("too slow", delay_s=30)]) as llm:
+        agent = make_agent(http, llm, FakeTools({}), transcripts, telemetry)
+        run = agent.start(TurnRequest("s1", "r1", "think hard"))
+        events = []
+
+        async def consume():
+            async for event in run.events():
+                events.append(event)
+
+        consumer = asyncio.create_task(consume())
+        await asyncio.to_thread(llm.wait_for_requests, 1, 10)
+        run.cancel()
+        await asyncio.wait_for(consumer, 10)  # far less than the model's 30 s
+    assert events[-1].stop_reason == "cancelled" and events[-1].iterations == 1
+    assert [m.role for m in transcripts.history["s1"]] == ["user"]
+    chat = next(s for s in telemetry.finished_spans() if s.name.startswith("chat"))
+    assert chat.attributes["error.type"] == "cancelled"
+
+
+async def test_calls_beyond_the_per_reply_cap_are_refused_not_run(http, telemetry):
+    tools = FakeTools({"echo": echo})
+    calls = [tool_call("echo", {"i": i}, id=f"c{i}") for i in range(4)]
+    with ScriptedLLMServer([reply("", *calls), reply("ok")]) as llm:
+        agent = make_agent(http, llm, tools, FakeTranscripts(), telemetry, max_tool_calls=2)
+        events = await collect(agent.start(TurnRequest("s1", "r1", "spam")))
+        tool_messages = [m for m in llm.requests[1].body["messages"] if m["role"] == "tool"]
+    assert [c.call_id for c in tools.calls] == ["c0", "c1"]
+    results = {e.result.call_id: e.result for e in of(events, ToolResultEvent)}
+    assert [results[f"c{i}"].error_kind for i in range(4)] == ["", "", "too_many_calls", "too_many_calls"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["c0", "c1", "c2", "c3"]

@@ -13,7 +13,7 @@ from agentmesh.agent.providers.base import build_timeout, retry_after_s
 from agentmesh.agent.providers.scripted import DEMO_SCRIPT, load_script
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, Retrying, TextChunk, ToolCall, ToolSpec
 from agentmesh.config import ConfigError
-from agentmesh.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unauthenticated, Unavailable
+from agentmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, ResourceExhausted, Unauthenticated, Unavailable
 from tests.support.llm_server import ScriptedLLMServer, drop, failure, reply, tool_call
 
 KEY = "sk-test-provider-key-0123456789"
@@ -298,3 +298,49 @@ def test_load_script_reports_problems(tmp_path):
     wrong.write_text(json.dumps({"turns": [{"text": "no replies"}]}))
     with pytest.raises(ConfigError, match="turn 0 needs a list of replies"):
         load_script(str(wrong))
+
+
+async def test_a_url_without_scheme_fails_at_once_with_a_hint(http):
+    with pytest.raises(FailedPrecondition) as info:
+        await run(OpenAIProvider(http, "localhost:11434/v1", KEY, FAST))
+    assert "AGENTMESH_LLM_BASE_URL" in info.value.message and "localhost:11434/v1" in info.value.message
+
+
+@pytest.mark.parametrize("cls", [OpenAIProvider, AnthropicProvider])
+async def test_consecutive_calls_reuse_the_connection(http, cls):
+    with ScriptedLLMServer([reply("one", tool_call("shell", {"command": "ls"})), reply("two")]) as llm:
+        provider = cls(http, llm.base_url, KEY, FAST)
+        await run(provider)
+        await run(provider)
+        first, second = llm.requests
+    assert first.peer == second.peer  # the stream was read to its end, so the connection went back to the pool
+
+
+async def test_a_web_page_instead_of_a_model_api_is_named_as_such(http):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            body = b"<html>sign in</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        for cls in (OpenAIProvider, AnthropicProvider):
+            with pytest.raises(FailedPrecondition) as info:
+                await run(cls(http, f"http://127.0.0.1:{server.server_port}/v1", KEY, FAST))
+            assert "text/html, not an event stream" in info.value.message
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -119,3 +119,56 @@ async def test_cancelling_run_turn_kills_the_sandboxed_tool_and_closes_the_step(
         assert asyncio.get_running_loop().time() < deadline, [m.role for m in messages]
         await asyncio.sleep(0.05)
     assert messages[-1].tool_call_id == "slow" and "cancelled" in messages[-1].content
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_tools_outage_becomes_an_error_result():
+    from agentmesh.agent.adapters import GrpcToolRunner
+    from agentmesh.agent.types import ToolCall
+    from agentmesh.rpc.client import open_channel
+
+    target = f"127.0.0.1:{closed_port()}"
+    async with open_channel(target) as channel:
+        runner = GrpcToolRunner(channel, target, timeout_s=5)
+        outcome = await runner.execute("s1", ToolCall("c1", "shell", '{"command": "true"}'))
+    assert outcome.is_error and outcome.error_kind == "sandbox_unavailable"
+    assert target in outcome.output and outcome.call_id == "c1"
+
+
+async def test_a_memory_outage_fails_the_turn_with_a_clear_error(tmp_path, llm):
+    env = {"AGENTMESH_MEMORY_ADDR": f"127.0.0.1:{closed_port()}", "AGENTMESH_TOOLS_ADDR": f"127.0.0.1:{closed_port()}",
+           "AGENTMESH_AGENT_MEMORY_TIMEOUT_S": "3", "AGENTMESH_AGENT_RECALL_TIMEOUT_S": "1"}
+    stack = Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env, services=("agent",))
+    stack.addresses.update(memory=env["AGENTMESH_MEMORY_ADDR"], tools=env["AGENTMESH_TOOLS_ADDR"])
+    async with stack:
+        request = agent_pb2.RunTurnRequest(session_id="s1", message="hi")
+        events = [e async for e in agent_stub(stack).RunTurn(request, timeout=30)]
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "error"
+    assert events[-1].error.code == "UNAVAILABLE" and "memory service" in events[-1].error.message
+    assert llm.requests == []  # nothing was asked of the model without a transcript
+
+
+async def test_the_builtin_demo_script_runs_against_the_real_tools_and_memory(tmp_path):
+    async with Stack(tmp_path / "home", services=SERVICES) as demo:  # no model URL: the scripted provider
+        await open_session(demo, "demo")
+        request = agent_pb2.RunTurnRequest(session_id="demo", message="write a note, read it, remember it")
+        events = [e async for e in agent_stub(demo).RunTurn(request, timeout=60)]
+        results = [e.tool_result.result for e in events if e.WhichOneof("payload") == "tool_result"]
+        assert [r.name for r in results if r.name.startswith("memory")] == ["memory_save", "memory_search"]
+        assert {r.name for r in results} == {"write_file", "read_file", "shell", "memory_save", "memory_search"}
+        assert not [r for r in results if r.is_error], [(r.name, r.output) for r in results if r.is_error]
+        by_name = {r.name: r for r in results}
+        assert "agentmesh runs tool-using LLM agents" in by_name["read_file"].output
+        assert "agentmesh runs tool-using LLM agents" in by_name["shell"].stdout
+        assert "notes.txt" in by_name["memory_search"].output
+        finished = events[-1].run_finished
+        assert finished.stop_reason == "completed" and finished.iterations == 5
+        assert (demo.settings.home / "workspaces" / "demo" / "notes.txt").exists()

@@ -29,6 +29,7 @@ Endpoints (any prefix; `base_url` ends in /v1):
     POST …/messages           Anthropic Messages streaming: message_start (input usage), ping,
         a text block (text_delta pieces), tool_use blocks (input_json_delta pieces),
         message_delta (stop_reason, output usage), message_stop.
+    GET  …/models             a one-model list (recorded; consumes no step).
 
 Steps (consumed one per request, in arrival order; thread-safe):
     reply(text="", *tool_calls, usage=(input, output), chunk_chars=4, interleave=False,
@@ -46,7 +47,8 @@ When the steps run out, `default` (a step or callable) answers; without one, HTT
 "script exhausted" (400, not 5xx, so that clients do not retry it).
 
 Recording: `llm.requests` is a list of `RecordedRequest(index, method, path, headers, body,
-received_at)`; header names are lower-case, `body` is the parsed JSON. `llm.wait_for_requests(n,
+received_at, peer)`; header names are lower-case, `body` is the parsed JSON, `peer` the client's
+host:port (equal for two requests on one kept-alive connection). `llm.wait_for_requests(n,
 timeout)` blocks until n requests arrived (use `await asyncio.to_thread(...)` from async tests).
 `llm.add(*steps)` appends steps while running.
 """
@@ -110,6 +112,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     received_at: float
+    peer: str = ""  # the client's "host:port": the same peer twice means a reused connection
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -146,6 +149,8 @@ def _pieces(text: str, size: int) -> list[str]:
 
 
 class _QuietHTTPServer(ThreadingHTTPServer):
+    # Benchmarks open dozens of connections at once; the default backlog of 5 resets some.
+    request_queue_size = 256
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients closing keep-alive connections (or tests cancelling mid-answer) are normal here.
         import sys
@@ -218,10 +223,10 @@ class ScriptedLLMServer:
     # --- internals --------------------------------------------------------------------------
 
     def _record(self, method: str, path: str, headers: dict[str, str], body: Any,
-                consume: bool = True) -> tuple[RecordedRequest, Any]:
+                consume: bool = True, peer: str = "") -> tuple[RecordedRequest, Any]:
         """Record a request and, for model calls, take the step that answers it."""
         with self._arrived:
-            request = RecordedRequest(len(self._requests), method, path, headers, body, time.time())
+            request = RecordedRequest(len(self._requests), method, path, headers, body, time.time(), peer)
             self._requests.append(request)
             self._arrived.notify_all()
             if not consume:
@@ -244,13 +249,18 @@ class ScriptedLLMServer:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
+            def _peer(self) -> str:
+                host, port = self.client_address[:2]
+                return f"{host}:{port}"
+
             def setup(self) -> None:
                 super().setup()
                 # Answer "instantly": no Nagle delay between the small SSE writes.
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_GET(self) -> None:
-                server._record("GET", self.path, {k.lower(): v for k, v in self.headers.items()}, None, consume=False)
+                server._record("GET", self.path, {k.lower(): v for k, v in self.headers.items()}, None,
+                               consume=False, peer=self._peer())
                 if self.path.rstrip("/").endswith("/models"):
                     self._json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
                 else:
@@ -266,10 +276,10 @@ class ScriptedLLMServer:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 anthropic = self.path.rstrip("/").endswith("/messages")
                 if not (anthropic or self.path.rstrip("/").endswith("/chat/completions")):
-                    server._record("POST", self.path, headers, body, consume=False)
+                    server._record("POST", self.path, headers, body, consume=False, peer=self._peer())
                     self._json(404, {"error": {"message": f"no route for POST {self.path}"}})
                     return
-                request, step = server._record("POST", self.path, headers, body)
+                request, step = server._record("POST", self.path, headers, body, peer=self._peer())
                 try:
                     self._answer(step, request, anthropic)
                 except (_Dropped, BrokenPipeError, ConnectionResetError):

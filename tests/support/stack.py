@@ -35,6 +35,8 @@ def stack_env(home: Path, llm_base_url: str = "", extra: Mapping[str, str] | Non
         "AGENTMESH_TRACES": "local",
         # Keep retries quick in tests; the provider tests cover backoff itself.
         "AGENTMESH_LLM_MAX_RETRIES": "3",
+        "AGENTMESH_AGENT_RETRY_BASE_S": "0.05",
+        "AGENTMESH_AGENT_RETRY_MAX_S": "0.5",
         "PATH": "/usr/local/bin:/usr/bin:/bin",
     }
     env.update(extra or {})

@@ -16,8 +16,24 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from agentmesh.errors import Unavailable
-from agentmesh.agent.providers.base import HttpStreamOpener, Redactor, RetryPolicy, broken_stream_error
-from agentmesh.agent.types import ChatMessage, ModelEvent, ModelReply, ModelRequest, TextChunk, ToolCall, ToolSpec, Usage
+from agentmesh.agent.providers.base import (
+    HttpStreamOpener,
+    Redactor,
+    RetryPolicy,
+    broken_stream_error,
+    check_stream_type,
+    drain,
+)
+from agentmesh.agent.types import (
+    ChatMessage,
+    ModelEvent,
+    ModelReply,
+    ModelRequest,
+    TextChunk,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -168,7 +184,9 @@ class AnthropicProvider:
         assert response is not None
         assembler = AnthropicStreamAssembler()
         try:
-            async for sse in EventSource(response).aiter_sse():
+            check_stream_type(response, self.url, json_ok=False)
+            events = EventSource(response).aiter_sse()
+            async for sse in events:
                 if not sse.data.strip():
                     continue
                 data = json.loads(sse.data)
@@ -178,6 +196,7 @@ class AnthropicProvider:
                 for text in assembler.feed(sse.event, data):
                     yield text
                 if assembler.done:
+                    await drain(events)
                     break
         except (httpx.HTTPError, SSEError, json.JSONDecodeError) as exc:
             raise broken_stream_error(self.url, exc, self._redact) from None

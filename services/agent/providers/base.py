@@ -14,6 +14,7 @@ the loop may already have shown part of the answer and a retry could answer diff
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import random
@@ -26,6 +27,7 @@ import httpx
 from agentmesh.errors import (
     AgentmeshError,
     DeadlineExceeded,
+    FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -159,10 +161,15 @@ class HttpStreamOpener:
     async def open(self, url: str, headers: dict[str, str], body: dict[str, Any]) -> AsyncIterator[Retrying | httpx.Response]:
         attempts = self._retry.max_retries + 1
         for attempt in range(1, attempts + 1):
-            request = self._client.build_request("POST", url, headers=headers, json=body)
             wait: float | None = None
             try:
+                request = self._client.build_request("POST", url, headers=headers, json=body)
                 response = await self._client.send(request, stream=True)
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                # A configuration mistake: retrying cannot help.
+                raise FailedPrecondition(
+                    f"the model URL {url} is not usable ({self._redact(str(exc))}); check AGENTMESH_LLM_BASE_URL"
+                ) from None
             except httpx.TimeoutException as exc:
                 reason = describe_exception(exc, self._redact)
                 if attempt == attempts:
@@ -197,11 +204,33 @@ class HttpStreamOpener:
         raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
 
 
+def check_stream_type(response: httpx.Response, url: str, *, json_ok: bool) -> None:
+    """A 2xx that is not an event stream (an HTML page, a proxy's login form) means the URL
+    points somewhere else than a model API: say so instead of failing to parse it."""
+    content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if content_type == "text/event-stream" or (json_ok and content_type.endswith("json")):
+        return
+    raise FailedPrecondition(
+        f"the server at {url} answered with {content_type or 'no content type'}, not an event stream; "
+        "check AGENTMESH_LLM_BASE_URL and AGENTMESH_LLM_PROVIDER"
+    )
+
+
 def broken_stream_error(url: str, exc: BaseException, redact: Redactor) -> Unavailable:
     return Unavailable(
         f"the model server at {url} broke off its answer ({describe_exception(exc, redact)}); "
         "not retried because part of the answer had already arrived"
     )
+
+
+async def drain(events: AsyncIterator[Any], limit_s: float = 2.0) -> None:
+    """Read what is left of a finished stream (the chunked terminator) so that httpx can put the
+    connection back in its pool; closing a half-read response would close the connection and
+    cost a new TCP (and TLS) handshake on the next call."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(limit_s):
+            async for _ in events:
+                pass
 
 
 def build_timeout(read_s: float, connect_s: float) -> httpx.Timeout:

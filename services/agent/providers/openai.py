@@ -17,8 +17,24 @@ import httpx
 from httpx_sse import EventSource, SSEError
 
 from agentmesh.errors import Unavailable
-from agentmesh.agent.providers.base import HttpStreamOpener, Redactor, RetryPolicy, broken_stream_error
-from agentmesh.agent.types import ChatMessage, ModelEvent, ModelReply, ModelRequest, TextChunk, ToolCall, ToolSpec, Usage
+from agentmesh.agent.providers.base import (
+    HttpStreamOpener,
+    Redactor,
+    RetryPolicy,
+    broken_stream_error,
+    check_stream_type,
+    drain,
+)
+from agentmesh.agent.types import (
+    ChatMessage,
+    ModelEvent,
+    ModelReply,
+    ModelRequest,
+    TextChunk,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -158,19 +174,21 @@ class OpenAIProvider:
         assert response is not None
         assembler = OpenAIStreamAssembler()
         try:
-            content_type = response.headers.get("content-type", "")
-            if "json" in content_type:
+            check_stream_type(response, self.url, json_ok=True)
+            if "json" in response.headers.get("content-type", ""):
                 # A server that ignored stream=true and sent one completion object.
                 for chunk in assembler.feed(json.loads(await response.aread())):
                     yield chunk
                 assembler.done = True
             else:
-                async for sse in EventSource(response).aiter_sse():
+                events = EventSource(response).aiter_sse()
+                async for sse in events:
                     data = sse.data.strip()
                     if not data:
                         continue
                     if data == "[DONE]":
                         assembler.done = True
+                        await drain(events)
                         break
                     chunk = json.loads(data)
                     if isinstance(chunk, dict) and chunk.get("error"):
