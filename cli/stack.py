@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, CliError, load_settings
 from agentmesh.config import SERVICES, ConfigError, Settings
-from agentmesh.logs import configure_logging
+from agentmesh.logs import configure_logging, secrets_of
 from agentmesh.rpc.launch import build_service
 from agentmesh.rpc.server import PortInUse
 
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
 
 async def run_serve(args) -> int:
     settings = load_settings()
-    configure_logging(args.service, settings.log_level, secrets=_secrets(settings))
+    configure_logging(args.service, settings.log_level, secrets=secrets_of(settings))
     try:
         host = await build_service(args.service, settings)
         await host.serve_forever()
@@ -51,10 +51,6 @@ async def run_serve(args) -> int:
     except ConfigError as exc:
         raise CliError(f"configuration error: {exc}", EXIT_USAGE) from None
     return EXIT_OK
-
-
-def _secrets(settings: Settings) -> list[str]:
-    return [settings.llm.api_key, settings.client_token, *settings.auth_tokens]
 
 
 def port_of(address: str) -> tuple[str, int]:

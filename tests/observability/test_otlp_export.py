@@ -140,3 +140,13 @@ def test_an_unknown_protocol_is_a_clear_configuration_error(tmp_path):
     })
     with pytest.raises(ConfigError, match="grpc or http/protobuf"):
         setup_telemetry("agent", settings)
+
+
+def test_the_sampler_comes_from_the_environment(tmp_path):
+    base = {"AGENTMESH_HOME": str(tmp_path), "AGENTMESH_TRACES": "local"}
+    off = setup_telemetry("agent", Settings.from_env({**base, "OTEL_TRACES_SAMPLER": "always_off"}))
+    with off.tracer.start_as_current_span("dropped") as span:
+        assert not span.is_recording()
+    off.shutdown()
+    with pytest.raises(ConfigError, match="OTEL_TRACES_SAMPLER"):
+        setup_telemetry("agent", Settings.from_env({**base, "OTEL_TRACES_SAMPLER": "sometimes"}))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -29,6 +31,8 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
         yield common_pb2.Event()
         if request.message == "fail":
             raise InvalidArgument("the message says fail")
+        if request.message == "slow":
+            await asyncio.sleep(30)
         yield common_pb2.Event()
 
     async def Cancel(self, request, context):  # no translate_errors: a bare crash
@@ -113,3 +117,19 @@ async def test_health_probes_are_measured_but_not_traced(served):
     assert not [s for s in spans.get_finished_spans() if "grpc.health" in s.name]
     probes = [p for p in metric_points(reader, RPC_SERVER_DURATION) if p.attributes["rpc.service"] == "grpc.health.v1.Health"]
     assert probes and probes[0].attributes["rpc.method"] == "Check"
+
+
+async def test_a_stream_the_client_cancels_counts_as_cancelled(served):
+    stub, reader, _, _ = served
+    call = stub.Chat(gateway_pb2.ChatRequest(session_id="s", message="slow"))
+    await call.read()  # the first event: the handler is now inside its slow step
+    call.cancel()
+
+    def cancelled():
+        return by_method(reader).get(("Chat", grpc.StatusCode.CANCELLED.value[0]))
+
+    for _ in range(200):  # the server sees the cancellation asynchronously
+        if cancelled():
+            break
+        await asyncio.sleep(0.025)
+    assert cancelled() is not None and cancelled().count == 1

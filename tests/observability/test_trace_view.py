@@ -162,7 +162,7 @@ def test_the_waterfall_can_be_plain_ascii(tmp_path, store):
     assert "`- " in text and "#" in text
 
 
-def agentmesh(home, *args):
+def agentmesh_process(home, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTMESH_", "OTEL_"))}
     env["AGENTMESH_HOME"] = str(home)
     env["COLUMNS"] = "110"
@@ -170,19 +170,41 @@ def agentmesh(home, *args):
                           text=True, timeout=60)
 
 
-def test_cli_show_list_and_json(tmp_path):
-    empty = agentmesh(tmp_path, "trace", "show", "--last")
+@pytest.fixture
+def agentmesh(tmp_path, monkeypatch, capsys):
+    """The CLI in this process (fast); one test below runs the real executable."""
+    from agentmesh.cli.main import main
+
+    for name in [n for n in os.environ if n.startswith(("AGENTMESH_", "OTEL_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AGENTMESH_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "110")
+
+    def run(*args):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse usage errors
+            code = exc.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return run
+
+
+def test_cli_show_list_and_json(tmp_path, agentmesh):
+    empty = agentmesh("trace", "show", "--last")
     assert empty.returncode == 1 and "no traces yet" in empty.stderr
 
     first = write_turn(tmp_path)
     last = write_turn(tmp_path, start_ms=3000, fail_tool=False)
 
-    shown = agentmesh(tmp_path, "trace", "show", "--last")
+    shown = agentmesh("trace", "show", "--last")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(f"trace {last}")
     assert "execute_tool shell" in shown.stdout
+    assert agentmesh("trace", "show").stdout == shown.stdout  # --last is the default
 
-    by_id = agentmesh(tmp_path, "trace", "show", first, "--json")
+    by_id = agentmesh("trace", "show", first, "--json")
     assert by_id.returncode == 0, by_id.stderr
     spans = json.loads(by_id.stdout)
     assert len(spans) == 6
@@ -191,15 +213,41 @@ def test_cli_show_list_and_json(tmp_path):
         assert span["trace_id"] == first
     assert spans[0]["parent_span_id"] == "" and spans[0]["service"] == "agentmesh-gateway"
 
-    listed = agentmesh(tmp_path, "trace", "list")
+    listed = agentmesh("trace", "list")
     assert listed.returncode == 0 and listed.stdout.index(last) < listed.stdout.index(first)
+    listed_json = json.loads(agentmesh("trace", "list", "--json", "--limit", "1").stdout)
+    assert [t["trace_id"] for t in listed_json] == [last]
 
-    unknown = agentmesh(tmp_path, "trace", "show", "0123456789abcdef0123456789abcdef")
+
+def test_cli_errors_are_plain_words_with_the_right_exit_code(tmp_path, agentmesh):
+    first = write_turn(tmp_path)
+    unknown = agentmesh("trace", "show", "0123456789abcdef0123456789abcdef")
     assert unknown.returncode == 1
     assert "no trace 0123456789abcdef0123456789abcdef" in unknown.stderr and not unknown.stdout
 
-    malformed = agentmesh(tmp_path, "trace", "show", "not-a-trace")
+    malformed = agentmesh("trace", "show", "not-a-trace")
     assert malformed.returncode == 2 and "not a trace id" in malformed.stderr
 
-    both = agentmesh(tmp_path, "trace", "show", first, "--last")
+    both = agentmesh("trace", "show", first, "--last")
     assert both.returncode == 2 and "not both" in both.stderr
+
+    no_verb = agentmesh("trace")
+    assert no_verb.returncode == 2
+
+
+def test_the_installed_command_draws_the_last_trace(tmp_path):
+    trace_id = write_turn(tmp_path)
+    shown = agentmesh_process(tmp_path, "trace", "show", "--last")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"trace {trace_id}")
+    unknown = agentmesh_process(tmp_path, "trace", "show", "f" * 32)
+    assert unknown.returncode == 1 and "no trace" in unknown.stderr
+
+
+def test_a_span_exported_twice_is_shown_once(tmp_path, store):
+    trace_id = write_turn(tmp_path)
+    first_file = sorted(store.glob("*.jsonl"))[0]
+    lines = first_file.read_text().splitlines(keepends=True)
+    with first_file.open("a") as out:
+        out.writelines(lines)  # a retried batch
+    assert len(load_trace(store, trace_id).spans) == 6

@@ -7,6 +7,7 @@ import inspect
 from typing import Any, Callable
 
 import grpc
+from opentelemetry import trace
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
@@ -22,7 +23,12 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, AgentmeshError):
         await context.abort(status_code(exc.code), exc.message)
     log.exception("unhandled error in handler")
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    # The exception text stays in the (redacted) log: it may hold paths or credentials.
+    ctx = trace.get_current_span().get_span_context()
+    where = f"; trace {format(ctx.trace_id, '032x')}" if ctx.is_valid else ""
+    await context.abort(
+        grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); the service log has the details{where}"
+    )
 
 
 def translate_errors(method: Callable[..., Any]) -> Callable[..., Any]:

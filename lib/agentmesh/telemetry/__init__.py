@@ -204,4 +204,6 @@ def _sampler(env: Mapping[str, str]) -> sampling.Sampler:
         "parentbased_always_off": sampling.ParentBased(sampling.ALWAYS_OFF),
         "parentbased_traceidratio": sampling.ParentBased(sampling.TraceIdRatioBased(ratio)),
     }
-    return choices.get(name, choices["parentbased_always_on"])
+    if name not in choices:
+        raise ConfigError(f"OTEL_TRACES_SAMPLER must be one of {', '.join(choices)}; got {name!r}")
+    return choices[name]

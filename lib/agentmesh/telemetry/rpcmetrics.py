@@ -24,7 +24,6 @@ def split_method(full_method: str) -> tuple[str, str]:
 
 
 def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) -> grpc.StatusCode:
-    code = None
     try:
         code = context.code()
     except Exception:  # noqa: BLE001 - an older context without code(): fall back on the error
@@ -37,8 +36,7 @@ def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) 
         return grpc.StatusCode.OK
     if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
         return grpc.StatusCode.CANCELLED
-    if isinstance(error, grpc.aio.AbortError) and code is not None:
-        return code
+    # An exception the handler did not turn into a status: gRPC answers UNKNOWN.
     return grpc.StatusCode.UNKNOWN
 
 
