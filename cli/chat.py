@@ -6,7 +6,7 @@ import asyncio
 import json
 import signal
 import sys
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import grpc
 
@@ -20,6 +20,7 @@ from agentmesh.cli.common import (
     print_json,
     rpc_failure,
 )
+from agentmesh.cli.approvals import send_decision
 from agentmesh.config import Settings
 from agentmesh.ids import new_id
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -32,7 +33,16 @@ def register(subparsers) -> None:
     chat.add_argument("--json", action="store_true", help="print one JSON event per line")
     chat.add_argument("--max-iterations", type=int, default=0, help="cap on model calls in this turn")
     chat.add_argument("--model", default="", help="override the configured model for this turn")
+    chat.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
+                      help="also hold calls to TOOL for approval in this turn ('*': every tool); repeatable")
     chat.set_defaults(func=run_chat)
+
+
+def _arguments(arguments_json: str) -> Any:
+    try:
+        return json.loads(arguments_json) if arguments_json else {}
+    except json.JSONDecodeError:
+        return arguments_json
 
 
 def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
@@ -45,11 +55,13 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         base.update(text=event.text_delta.text)
     elif kind == "tool_call":
         call = event.tool_call
-        try:
-            arguments: Any = json.loads(call.arguments_json) if call.arguments_json else {}
-        except json.JSONDecodeError:
-            arguments = call.arguments_json
-        base.update(name=call.name, arguments=arguments, call_id=call.call_id)
+        base.update(name=call.name, arguments=_arguments(call.arguments_json), call_id=call.call_id)
+    elif kind == "approval_request":
+        a = event.approval_request
+        base.update(call_id=a.call_id, name=a.name, arguments=_arguments(a.arguments_json), timeout_s=a.timeout_s)
+    elif kind == "approval_resolved":
+        r = event.approval_resolved
+        base.update(call_id=r.call_id, name=r.name, approved=r.approved, note=r.note, decided_by=r.decided_by)
     elif kind == "tool_result":
         r = event.tool_result.result
         base.update(
@@ -85,9 +97,11 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
 class HumanRenderer:
     """Readable output: the reply streams on stdout, tool activity is set off by markers."""
 
-    def __init__(self, out: TextIO = sys.stdout):
+    def __init__(self, out: TextIO = sys.stdout, *, approval_hint: bool = False):
         self.out = out
         self._in_text = False
+        # No one to ask at this terminal: say how another shell decides a held call.
+        self.approval_hint = approval_hint
 
     def _line(self, text: str) -> None:
         if self._in_text:
@@ -103,8 +117,7 @@ class HumanRenderer:
             self.out.write(event.text_delta.text)
             self._in_text = True
         elif kind == "tool_call":
-            args = event.tool_call.arguments_json
-            self._line(f"→ {event.tool_call.name} {args if len(args) <= 200 else args[:200] + '…'}")
+            self._line(f"→ {event.tool_call.name} {_short(event.tool_call.arguments_json)}")
         elif kind == "tool_result":
             r = event.tool_result.result
             mark = "✗" if r.is_error else "←"
@@ -112,6 +125,17 @@ class HumanRenderer:
             if len(output) > 600:
                 output = output[:600] + "…"
             self._line(f"{mark} {r.name} ({r.duration_ms:.0f} ms){': ' if output else ''}{output}")
+        elif kind == "approval_request":
+            a = event.approval_request
+            self._line(f"? {a.name} {_short(a.arguments_json)} waits for approval ({a.timeout_s:g} s)")
+            if self.approval_hint:
+                where = f"{a.call_id} --session {event.session_id}"
+                self._line(f"    approve: agentmesh approvals approve {where}")
+                self._line(f"    deny:    agentmesh approvals deny {where} --note 'why'")
+        elif kind == "approval_resolved":
+            r = event.approval_resolved
+            how = "no decision in time" if r.decided_by == "timeout" else ("approved" if r.approved else "denied")
+            self._line(f"{'✓' if r.approved else '✗'} {r.name} {how}{': ' + r.note if r.note else ''}")
         elif kind == "status":
             self._line(f"· {event.status.message}")
         elif kind == "run_finished":
@@ -125,13 +149,63 @@ class HumanRenderer:
         self.out.flush()
 
 
+def _short(arguments_json: str) -> str:
+    return arguments_json if len(arguments_json) <= 200 else arguments_json[:200] + "…"
+
+
+def parse_answer(answer: str) -> tuple[bool, str]:
+    """"y"/"yes" approves; "n REASON"/"no REASON" denies with REASON; any other text denies with
+    that text as the note (so "not on prod please" says why)."""
+    text = answer.strip()
+    if text.lower() in ("y", "yes"):
+        return True, ""
+    first, _, rest = text.partition(" ")
+    return False, rest.strip() if first.lower() in ("n", "no") else text
+
+
+class ApprovalPrompter:
+    """Asks at the terminal whether a held tool call may run, one question at a time, and sends
+    the answer with Gateway.Approve (see `parse_answer`)."""
+
+    def __init__(self, stub: gateway_pb2_grpc.GatewayStub, settings: Settings):
+        self._stub = stub
+        self._settings = settings
+        self._lock = asyncio.Lock()
+        self._asking = ""  # the call_id of the open question
+
+    async def ask(self, event: common_pb2.Event) -> None:
+        a = event.approval_request
+        async with self._lock:
+            self._asking = a.call_id
+            try:
+                answer = await asyncio.to_thread(input, f"approve {a.name} {_short(a.arguments_json)}? [y/N] ")
+            except EOFError:
+                answer = ""
+            finally:
+                self._asking = ""
+        approved, note = parse_answer(answer)
+        try:
+            await send_decision(self._stub, self._settings, event.session_id, a.call_id, approved, note)
+        except CliError as exc:  # decided elsewhere, timed out, or the turn ended meanwhile
+            sys.stderr.write(f"· {a.name} was not decided here: {exc}\n")
+
+    def notice(self, event: common_pb2.Event) -> None:
+        """A call decided while its question is open (timeout, another client, cancel)."""
+        kind = event.WhichOneof("payload")
+        resolved = kind == "approval_resolved" and event.approval_resolved.call_id == self._asking
+        if self._asking and (resolved or kind in ("run_finished", "error")):
+            sys.stderr.write("\n· that question is moot now; press Enter to go on\n")
+
+
 async def stream_turn(
     stub: gateway_pb2_grpc.GatewayStub,
     settings: Settings,
     request: gateway_pb2.ChatRequest,
     on_event,
+    on_approval: "ApprovalPrompter | None" = None,
 ) -> int:
-    """Send one turn and feed each event to `on_event`; Ctrl-C asks the gateway to cancel."""
+    """Send one turn and feed each event to `on_event`; Ctrl-C asks the gateway to cancel.
+    With `on_approval`, each approval_request is asked about while the stream goes on."""
     call = stub.Chat(request, metadata=call_metadata(settings))
     loop = asyncio.get_running_loop()
     cancel_sent = False
@@ -145,32 +219,50 @@ async def stream_turn(
 
     loop.add_signal_handler(signal.SIGINT, request_cancel)
     exit_code = EXIT_OK
+    questions: list[asyncio.Task] = []
     try:
         async for event in call:
             on_event(event)
-            if event.WhichOneof("payload") == "error":
+            kind = event.WhichOneof("payload")
+            if kind == "error":
                 exit_code = EXIT_SERVER_ERROR
+            if on_approval is not None:
+                on_approval.notice(event)
+                if kind == "approval_request":
+                    questions.append(asyncio.create_task(on_approval.ask(event)))
     except grpc.aio.AioRpcError as err:
         raise rpc_failure(err, "gateway", settings) from None
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        # A question still open holds a thread reading stdin: let it finish before the next prompt.
+        if questions:
+            await asyncio.gather(*questions, return_exceptions=True)
     return exit_code
 
 
 async def run_chat(args) -> int:
     settings = load_settings()
     session_id = args.session or new_id("s")
-    options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model)
-    render = (lambda e: print_json(event_to_json(e))) if args.json else HumanRenderer()
+    options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model,
+                                      approval_tools=args.require_approval)
+    interactive = sys.stdin.isatty()
+    one_shot = args.message is not None
+    if args.json:
+        render: Callable[[common_pb2.Event], None] = lambda e: print_json(event_to_json(e))
+    else:
+        # One-shot without a terminal to ask at: print how to decide from another shell.
+        render = HumanRenderer(approval_hint=one_shot and not interactive)
     async with channel_to(settings, "gateway") as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        if args.message is not None:
+        # --json leaves decisions to whoever reads the events (`agentmesh approvals ...`).
+        prompter = ApprovalPrompter(stub, settings) if not args.json and (interactive or not one_shot) else None
+        if one_shot:
             request = gateway_pb2.ChatRequest(session_id=session_id, message=args.message, options=options)
-            return await stream_turn(stub, settings, request, render)
-        return await _repl(stub, settings, session_id, options, render)
+            return await stream_turn(stub, settings, request, render, prompter)
+        return await _repl(stub, settings, session_id, options, render, prompter)
 
 
-async def _repl(stub, settings: Settings, session_id: str, options, render) -> int:
+async def _repl(stub, settings: Settings, session_id: str, options, render, prompter=None) -> int:
     sys.stderr.write(f"session {session_id} · empty line or Ctrl-D to leave · Ctrl-C cancels a running turn\n")
     exit_code = EXIT_OK
     while True:
@@ -182,7 +274,7 @@ async def _repl(stub, settings: Settings, session_id: str, options, render) -> i
             return exit_code
         request = gateway_pb2.ChatRequest(session_id=session_id, message=line, options=options)
         try:
-            exit_code = await stream_turn(stub, settings, request, render)
+            exit_code = await stream_turn(stub, settings, request, render, prompter)
         except CliError as exc:
             sys.stderr.write(f"agentmesh: {exc}\n")
             exit_code = exc.exit_code

@@ -5,6 +5,7 @@
     async for event in run.events():   # RunStarted … TextDelta/ToolCall/ToolResult/Status … RunFinished|RunError
         ...
     run.cancel()                       # from anywhere: the stream ends with RunFinished("cancelled")
+    run.decide(call_id, approved, note)  # answer an ApprovalRequestEvent (see approvals.py)
 
 The turn runs in a task of its own and hands events over through a queue, so the consumer
 going away (a cancelled RPC) cancels exactly that task, and spans are opened and closed in
@@ -30,11 +31,14 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.agent import context
+from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported, ToolRunner, TranscriptStore
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import (
+    ApprovalRequestEvent,
+    ApprovalResolvedEvent,
     ChatMessage,
     ModelReply,
     ModelRequest,
@@ -69,6 +73,8 @@ class TurnRequest:
     max_iterations: int = 0  # 0: the configured default
     model: str = ""  # "": the configured model
     system_prompt: str = ""  # "": the configured prompt
+    # Tools that need approval in this turn on top of the configured ones.
+    approval_tools: frozenset[str] = frozenset()
 
 
 class Agent:
@@ -114,6 +120,8 @@ class TurnRun:
         self._task: asyncio.Task | None = None
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
+        self.approvals = ApprovalGate(agent.settings.approval_tools | request.approval_tools,
+                                      agent.settings.approval_timeout_s)
 
     # --- the consumer's side ------------------------------------------------------------------
 
@@ -135,6 +143,10 @@ class TurnRun:
     def cancel(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
+
+    def decide(self, call_id: str, approved: bool, note: str = "") -> bool:
+        """A person's decision on a held call; False when no call with that id is waiting."""
+        return self.approvals.decide(call_id, approved, note)
 
     def _emit(self, event: RunEvent) -> None:
         self._queue.put_nowait(event)
@@ -352,7 +364,7 @@ class TurnRun:
         limit = asyncio.Semaphore(self.settings.tool_concurrency)
         cap = self.settings.max_tool_calls
         tasks = [
-            asyncio.create_task(self._execute(call, limit) if i < cap else self._refuse(call, cap))
+            asyncio.create_task(self._gated(call, limit) if i < cap else self._refuse(call, cap))
             for i, call in enumerate(calls)
         ]
         saved: set[str] = set()
@@ -379,6 +391,29 @@ class TurnRun:
                     )
             raise
         return [task.result().as_message(self.request.run_id) for task in tasks]
+
+    async def _gated(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
+        """Run the call, first holding it for a person's decision when the policy says so. The
+        wait holds no concurrency slot, so the reply's other calls run meanwhile."""
+        if self.approvals.needs_approval(call):
+            attributes = {"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.call_id}
+            # A span of its own, so a trace shows the time spent waiting for a person.
+            with self.agent.telemetry.tracer.start_as_current_span(
+                f"await_approval {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
+            ) as span:
+                # No await between the event and wait() registering the call: a decision cannot
+                # arrive before the call is known to be waiting.
+                self._emit(ApprovalRequestEvent(call, self.approvals.timeout_s))
+                log.info("tool call waiting for approval", tool=call.name, call_id=call.call_id)
+                decision = await self.approvals.wait(call)
+                span.set_attributes({"agentmesh.approval.approved": decision.approved,
+                                     "agentmesh.approval.decided_by": decision.decided_by})
+            log.info("tool call decided", tool=call.name, call_id=call.call_id, approved=decision.approved,
+                     decided_by=decision.decided_by)
+            self._emit(ApprovalResolvedEvent(call, decision.approved, decision.note, decision.decided_by))
+            if not decision.approved:
+                return self.approvals.denial(call, decision)
+        return await self._execute(call, limit)
 
     @staticmethod
     async def _refuse(call: ToolCall, cap: int) -> ToolOutcome:

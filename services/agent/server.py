@@ -1,12 +1,16 @@
-"""gRPC adapter of the agent: `Agent.RunTurn` streams one turn's events; wiring to its peers."""
+"""gRPC adapter of the agent: `Agent.RunTurn` streams one turn's events (and takes approval
+decisions on the same stream); wiring to its peers."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 from agentmesh.config import Settings, env_str
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import new_id, validate_id
+from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
@@ -19,7 +23,11 @@ from agentmesh.agent import types as t
 from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
+log = get_logger("agentmesh.agent")
+
 MAX_MESSAGE_CHARS = 1_000_000
+MAX_APPROVAL_TOOLS = 64
+MAX_TOOL_NAME_CHARS = 128
 
 
 def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: int) -> common_pb2.Event:
@@ -35,6 +43,14 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
             call_id=c.call_id, name=c.name, arguments_json=c.arguments_json))
     if isinstance(event, t.ToolResultEvent):
         return common_pb2.Event(**base, tool_result=common_pb2.ToolCallFinished(result=outcome_to_proto(event.result)))
+    if isinstance(event, t.ApprovalRequestEvent):
+        c = event.call
+        return common_pb2.Event(**base, approval_request=common_pb2.ApprovalRequested(
+            call_id=c.call_id, name=c.name, arguments_json=c.arguments_json, timeout_s=event.timeout_s))
+    if isinstance(event, t.ApprovalResolvedEvent):
+        return common_pb2.Event(**base, approval_resolved=common_pb2.ApprovalResolved(
+            call_id=event.call.call_id, name=event.call.name, approved=event.approved, note=event.note,
+            decided_by=event.decided_by))
     if isinstance(event, t.StatusEvent):
         return common_pb2.Event(**base, status=common_pb2.RunStatus(message=event.message))
     if isinstance(event, t.RunFinishedEvent):
@@ -71,6 +87,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             raise InvalidArgument("options.model is longer than 200 characters")
         if len(options.system_prompt) > MAX_MESSAGE_CHARS:
             raise InvalidArgument(f"options.system_prompt is longer than {MAX_MESSAGE_CHARS} characters")
+        validate_approval_tools(options.approval_tools)
         return TurnRequest(
             session_id=request.session_id,
             run_id=request.run_id or new_id("run"),
@@ -79,18 +96,51 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             max_iterations=options.max_iterations,
             model=options.model,
             system_prompt=options.system_prompt,
+            approval_tools=frozenset(options.approval_tools),
         )
 
     @translate_errors
-    async def RunTurn(self, request, context):
+    async def RunTurn(self, request_iterator, context):
+        request = await anext(aiter(request_iterator), None)
+        if request is None or request.HasField("decision"):
+            raise InvalidArgument("RunTurn must start with a request naming the session and the message")
         turn = self._validate(request)
         if not request.run_id:
             request = agent_pb2.RunTurnRequest(session_id=turn.session_id, run_id=turn.run_id)
+        run = self._agent.start(turn)
+        decisions = asyncio.create_task(_apply_decisions(request_iterator, run), name=f"decisions-{turn.run_id}")
         seq = 0
-        # A cancelled RPC cancels this generator, which cancels the turn's task (see TurnRun.events).
-        async for event in self._agent.start(turn).events():
-            seq += 1
-            yield event_to_proto(event, request, seq)
+        try:
+            # A cancelled RPC cancels this generator, which cancels the turn's task (see TurnRun.events).
+            async for event in run.events():
+                seq += 1
+                yield event_to_proto(event, request, seq)
+        finally:
+            decisions.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await decisions
+
+
+async def _apply_decisions(request_iterator, run) -> None:
+    """Feed the decisions that follow the first message to the run. The caller half-closing
+    (a plain one-message call) only means no decision will come: held calls then time out."""
+    async for message in request_iterator:
+        if not message.HasField("decision"):
+            continue
+        d = message.decision
+        if not run.decide(d.call_id, d.approved, d.note):
+            # The gateway checks first, so this is a race with the timeout or a cancel: harmless.
+            log.info("decision for a call that is not waiting", call_id=d.call_id[:MAX_TOOL_NAME_CHARS])
+
+
+def validate_approval_tools(names) -> None:
+    if len(names) > MAX_APPROVAL_TOOLS:
+        raise InvalidArgument(f"options.approval_tools lists {len(names)} names; at most {MAX_APPROVAL_TOOLS}")
+    for name in names:
+        if not name.strip() or len(name) > MAX_TOOL_NAME_CHARS:
+            raise InvalidArgument(
+                f"options.approval_tools: each entry is a tool name of 1-{MAX_TOOL_NAME_CHARS} characters, or \"*\""
+            )
 
 
 def _model_name(settings: Settings) -> str:

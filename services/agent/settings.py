@@ -48,6 +48,11 @@ class AgentSettings:
     # Longest Retry-After the agent honours; longer asks fail the call instead of stalling.
     retry_after_max_s: float = 60.0
     connect_timeout_s: float = 10.0
+    # Tool names whose calls wait for a person's approval before they run ("*": every tool);
+    # empty: none do. A turn's ChatOptions.approval_tools adds to this set, never removes.
+    approval_tools: frozenset[str] = frozenset()
+    # A held call with no decision after this long is denied (and the turn goes on).
+    approval_timeout_s: float = 600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "AgentSettings":
@@ -70,4 +75,11 @@ class AgentSettings:
             retry_max_s=env_float(env, p + "RETRY_MAX_S", cls.retry_max_s, minimum=0),
             retry_after_max_s=env_float(env, p + "RETRY_AFTER_MAX_S", cls.retry_after_max_s, minimum=0),
             connect_timeout_s=env_float(env, p + "CONNECT_TIMEOUT_S", cls.connect_timeout_s, minimum=0.1),
+            approval_tools=parse_tool_names(env_str(env, p + "APPROVAL_TOOLS")),
+            approval_timeout_s=env_float(env, p + "APPROVAL_TIMEOUT_S", cls.approval_timeout_s, minimum=0.1),
         )
+
+
+def parse_tool_names(text: str) -> frozenset[str]:
+    """`"shell, python,,web_fetch"` -> {"shell", "python", "web_fetch"}."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())

@@ -154,6 +154,22 @@ class ToolResultEvent:
 
 
 @dataclass(frozen=True)
+class ApprovalRequestEvent:
+    """The call waits for a person's decision; it runs only if approved in time."""
+
+    call: ToolCall
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ApprovalResolvedEvent:
+    call: ToolCall
+    approved: bool
+    note: str
+    decided_by: str  # "user" | "timeout"
+
+
+@dataclass(frozen=True)
 class StatusEvent:
     message: str
 
@@ -175,4 +191,5 @@ class RunErrorEvent:
 
 RunEvent = (
     RunStartedEvent | TextDeltaEvent | ToolCallEvent | ToolResultEvent | StatusEvent | RunFinishedEvent | RunErrorEvent
+    | ApprovalRequestEvent | ApprovalResolvedEvent
 )

@@ -15,7 +15,7 @@ from typing import AsyncIterator, Protocol
 
 import structlog
 
-from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, Unavailable
+from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import new_id, validate_id
 from agentmesh.logs import get_logger
@@ -24,6 +24,10 @@ from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
 log = get_logger("agentmesh.gateway")
 
 MAX_PAGE_SIZE = 500
+MAX_APPROVAL_TOOLS = 64
+MAX_TOOL_NAME_CHARS = 128
+MAX_CALL_ID_CHARS = 256
+MAX_NOTE_CHARS = 4000
 
 
 class SessionStore(Protocol):
@@ -35,7 +39,11 @@ class SessionStore(Protocol):
 
 
 class AgentRunner(Protocol):
-    def run_turn(self, request: agent_pb2.RunTurnRequest) -> AsyncIterator[common_pb2.Event]: ...
+    def run_turn(
+        self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
+    ) -> AsyncIterator[common_pb2.Event]:
+        """Stream the turn's events; decisions put on the queue travel to the agent running it."""
+        ...
 
 
 class Workspaces(Protocol):
@@ -54,6 +62,9 @@ class _ActiveTurn:
     cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Set when the turn is stopped because the gateway is going away, not by the user.
     interrupted: bool = False
+    # Tool calls held for approval, as seen in the relayed events, in the order they came.
+    pending_approvals: dict[str, common_pb2.ApprovalRequested] = field(default_factory=dict)
+    decisions: asyncio.Queue = field(default_factory=asyncio.Queue)
 
 
 class Gateway:
@@ -111,6 +122,13 @@ class Gateway:
             raise InvalidArgument(
                 f"message is {len(request.message)} characters; the limit is {self._settings.max_message_chars}"
             )
+        tools = request.options.approval_tools
+        if len(tools) > MAX_APPROVAL_TOOLS:
+            raise InvalidArgument(f"options.approval_tools lists {len(tools)} names; at most {MAX_APPROVAL_TOOLS}")
+        if any(not name.strip() or len(name) > MAX_TOOL_NAME_CHARS for name in tools):
+            raise InvalidArgument(
+                f"options.approval_tools: each entry is a tool name of 1-{MAX_TOOL_NAME_CHARS} characters, or \"*\""
+            )
         cap = self._settings.max_iterations_cap
         if request.options.max_iterations < 0 or request.options.max_iterations > cap:
             raise InvalidArgument(f"options.max_iterations must be between 0 and {cap}")
@@ -162,6 +180,34 @@ class Gateway:
         turn.cancel_requested.set()
         return True, turn.run_id
 
+    async def approve(self, request: gateway_pb2.ApproveRequest) -> str:
+        """Pass a person's decision on a held tool call to the agent running the turn; the run id."""
+        session_id = validate_id(request.session_id)
+        if not request.call_id:
+            raise InvalidArgument("call_id is required: the call_id of the approval_request event")
+        if len(request.call_id) > MAX_CALL_ID_CHARS:
+            raise InvalidArgument(f"call_id is longer than {MAX_CALL_ID_CHARS} characters")
+        if len(request.note) > MAX_NOTE_CHARS:
+            raise InvalidArgument(f"note is {len(request.note)} characters; the limit is {MAX_NOTE_CHARS}")
+        turn = self._active.get(session_id)
+        if turn is None or turn.pending_approvals.pop(request.call_id, None) is None:
+            raise NotFound(
+                f"session {session_id!r} has no tool call {request.call_id!r} waiting for approval "
+                "(it may have been decided already, timed out, or the turn ended)"
+            )
+        turn.decisions.put_nowait(
+            common_pb2.ApprovalDecision(call_id=request.call_id, approved=request.approved, note=request.note)
+        )
+        log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
+        return turn.run_id
+
+    async def pending_approvals(self, session_id: str) -> gateway_pb2.ListApprovalsResponse:
+        validate_id(session_id)
+        turn = self._active.get(session_id)
+        if turn is None:
+            return gateway_pb2.ListApprovalsResponse()
+        return gateway_pb2.ListApprovalsResponse(run_id=turn.run_id, approvals=list(turn.pending_approvals.values()))
+
     async def drain(self, grace_s: float) -> None:
         """On shutdown: refuse new turns, let running ones finish, and shortly before the grace
         period ends tell the ones still running why their stream stops."""
@@ -181,7 +227,7 @@ class Gateway:
         async def pump() -> None:
             try:
                 async with asyncio.timeout(self._settings.turn_timeout_s):
-                    async for event in self._agent.run_turn(run):
+                    async for event in self._agent.run_turn(run, turn.decisions):
                         await queue.put(event)
             except TimeoutError:
                 await queue.put(AgentmeshError(f"the turn ran longer than {self._settings.turn_timeout_s:.0f}s and was stopped"))
@@ -215,6 +261,7 @@ class Gateway:
                     yield self._event(run, last_seq + 1, error=common_pb2.RunError(code=item.code, message=item.message))
                     return
                 last_seq = max(last_seq, item.seq)
+                self._track_approvals(turn, item)
                 yield item
         finally:
             cancel_wait.cancel()
@@ -222,6 +269,16 @@ class Gateway:
                 pump_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await pump_task
+
+    @staticmethod
+    def _track_approvals(turn: _ActiveTurn, event: common_pb2.Event) -> None:
+        """Know which calls wait for a decision before the client can see the request, so an
+        Approve for anything else is answered NOT_FOUND here, without a trip to the agent."""
+        kind = event.WhichOneof("payload")
+        if kind == "approval_request":
+            turn.pending_approvals[event.approval_request.call_id] = event.approval_request
+        elif kind == "approval_resolved":
+            turn.pending_approvals.pop(event.approval_resolved.call_id, None)
 
     @staticmethod
     def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload) -> common_pb2.Event:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator
 
 import grpc
@@ -55,8 +56,17 @@ class AgentClient:
         self._stub = agent_pb2_grpc.AgentStub(channel)
         self._target = target
 
-    async def run_turn(self, request: agent_pb2.RunTurnRequest) -> AsyncIterator[common_pb2.Event]:
-        call = self._stub.RunTurn(request)
+    async def run_turn(
+        self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
+    ) -> AsyncIterator[common_pb2.Event]:
+        async def requests():
+            # The turn first, then each approval decision on the same stream: it reaches the very
+            # agent replica running the turn, with no lookup and no affinity to configure.
+            yield request
+            while True:
+                yield agent_pb2.RunTurnRequest(decision=await decisions.get())
+
+        call = self._stub.RunTurn(requests())
         try:
             async for event in call:
                 yield event

@@ -45,6 +45,15 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return gateway_pb2.CancelResponse(cancelled=cancelled, run_id=run_id)
 
     @translate_errors
+    async def Approve(self, request, context):
+        run_id = await self._core.approve(request)
+        return gateway_pb2.ApproveResponse(accepted=True, run_id=run_id)
+
+    @translate_errors
+    async def ListApprovals(self, request, context):
+        return await self._core.pending_approvals(request.session_id)
+
+    @translate_errors
     async def GetTranscript(self, request, context):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
 

@@ -65,7 +65,7 @@ async def test_run_turn_streams_events_and_persists_the_transcript(stack, llm):
     await open_session(stack, "wire")
     llm.add(reply("Writing.", tool_call("write_file", {"path": "a.txt", "content": "hello"}, id="w")), reply("Wrote it."))
     request = agent_pb2.RunTurnRequest(session_id="wire", run_id="run-1", message="write hello to a.txt")
-    events = [e async for e in agent_stub(stack).RunTurn(request, timeout=30)]
+    events = [e async for e in agent_stub(stack).RunTurn(iter([request]), timeout=30)]
 
     kinds = [e.WhichOneof("payload") for e in events]
     assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
@@ -92,7 +92,7 @@ async def test_bad_requests_are_refused_before_anything_runs(stack, llm):
     ]
     for request, words in cases:
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            [e async for e in stub.RunTurn(request, timeout=10)]
+            [e async for e in stub.RunTurn(iter([request]), timeout=10)]
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and words in info.value.details()
     assert llm.requests == []
 
@@ -100,7 +100,7 @@ async def test_bad_requests_are_refused_before_anything_runs(stack, llm):
 async def test_cancelling_run_turn_kills_the_sandboxed_tool_and_closes_the_step(stack, llm):
     await open_session(stack, "cancel")
     llm.add(reply("", tool_call("shell", {"command": "sleep 48.25"}, id="slow")))
-    call = agent_stub(stack).RunTurn(agent_pb2.RunTurnRequest(session_id="cancel", message="go"), timeout=60)
+    call = agent_stub(stack).RunTurn(iter([agent_pb2.RunTurnRequest(session_id="cancel", message="go")]), timeout=60)
     async for event in call:
         if event.WhichOneof("payload") == "tool_call":
             break
@@ -149,7 +149,7 @@ async def test_a_memory_outage_fails_the_turn_with_a_clear_error(tmp_path, llm):
     stack.addresses.update(memory=env["AGENTMESH_MEMORY_ADDR"], tools=env["AGENTMESH_TOOLS_ADDR"])
     async with stack:
         request = agent_pb2.RunTurnRequest(session_id="s1", message="hi")
-        events = [e async for e in agent_stub(stack).RunTurn(request, timeout=30)]
+        events = [e async for e in agent_stub(stack).RunTurn(iter([request]), timeout=30)]
     kinds = [e.WhichOneof("payload") for e in events]
     assert kinds[0] == "run_started" and kinds[-1] == "error"
     assert events[-1].error.code == "UNAVAILABLE" and "memory service" in events[-1].error.message
@@ -160,7 +160,7 @@ async def test_the_builtin_demo_script_runs_against_the_real_tools_and_memory(tm
     async with Stack(tmp_path / "home", services=SERVICES) as demo:  # no model URL: the scripted provider
         await open_session(demo, "demo")
         request = agent_pb2.RunTurnRequest(session_id="demo", message="write a note, read it, remember it")
-        events = [e async for e in agent_stub(demo).RunTurn(request, timeout=60)]
+        events = [e async for e in agent_stub(demo).RunTurn(iter([request]), timeout=60)]
         results = [e.tool_result.result for e in events if e.WhichOneof("payload") == "tool_result"]
         assert [r.name for r in results if r.name.startswith("memory")] == ["memory_save", "memory_search"]
         assert {r.name for r in results} == {"write_file", "read_file", "shell", "memory_save", "memory_search"}

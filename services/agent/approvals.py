@@ -1,0 +1,69 @@
+"""Holding risky tool calls until a person decides (docs/approvals.md).
+
+The policy is a set of tool names (`AGENTMESH_AGENT_APPROVAL_TOOLS`, plus whatever a turn adds;
+"*" means every tool). A call to one of them is held: the loop emits `approval_request`, waits
+here for `decide()` (reached through the same RunTurn stream that carries the turn), and runs
+the call only when approved. A denial or a timeout becomes an error result the model reads,
+with error_kind "denied", so the model can adapt instead of the turn failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from agentmesh.agent.types import ToolCall, ToolOutcome
+
+EVERY_TOOL = "*"
+
+
+@dataclass(frozen=True)
+class Decision:
+    approved: bool
+    note: str = ""
+    decided_by: str = "user"  # "user" | "timeout"
+
+
+class ApprovalGate:
+    """One per turn: which calls need approval, and the calls now waiting for a decision."""
+
+    def __init__(self, tools: frozenset[str], timeout_s: float):
+        self.tools = tools
+        self.timeout_s = timeout_s
+        self._pending: dict[str, asyncio.Future[Decision]] = {}
+
+    def needs_approval(self, call: ToolCall) -> bool:
+        return EVERY_TOOL in self.tools or call.name in self.tools
+
+    @property
+    def pending(self) -> list[str]:
+        return list(self._pending)
+
+    async def wait(self, call: ToolCall) -> Decision:
+        """The decision on `call`; a denial by timeout when none comes in time. Cancelling the
+        waiting task (the turn was cancelled) simply drops the call: it never ran."""
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        self._pending[call.call_id] = future
+        try:
+            return await asyncio.wait_for(future, self.timeout_s)
+        except TimeoutError:
+            return Decision(approved=False, decided_by="timeout")
+        finally:
+            if self._pending.get(call.call_id) is future:
+                del self._pending[call.call_id]
+
+    def decide(self, call_id: str, approved: bool, note: str = "") -> bool:
+        """Record a person's decision; False when no call with that id is waiting (any more)."""
+        future = self._pending.get(call_id)
+        if future is None or future.done():
+            return False
+        future.set_result(Decision(approved=approved, note=note, decided_by="user"))
+        return True
+
+    def denial(self, call: ToolCall, decision: Decision) -> ToolOutcome:
+        """The result the model sees for a call that was not allowed to run."""
+        if decision.decided_by == "timeout":
+            reason = f"no decision within {self.timeout_s:g} s"
+        else:
+            reason = "denied by the user" + (f": {decision.note}" if decision.note else "")
+        return ToolOutcome.error(call, "denied", f"error: {call.name} was not run: {reason}")
