@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import sys
 
-from agentmesh.cli.common import EXIT_USAGE, CliError
+from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError
 
 # Each module adds its command group with `register(subparsers)`; handlers are async and
 # return the exit code.
@@ -38,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`agentmesh tools list | head`): not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

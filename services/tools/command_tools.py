@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from typing import Any
 
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, number, obj, string
@@ -14,10 +16,13 @@ MAX_COMMAND_CHARS = 100_000  # argv strings are capped by the kernel at 128 KiB 
 
 
 class CommandTools:
-    def __init__(self, executor: Executor, limits: SandboxLimits, network: bool = False):
+    def __init__(self, executor: Executor, limits: SandboxLimits, network: bool = False, max_concurrent: int = 32):
         self._executor = executor
         self._limits = limits
         self._network = network
+        # Bounds the jails (or Jobs) one replica runs at once, so a burst of calls queues here
+        # instead of overcommitting the machine or the namespace's quota.
+        self._slots = asyncio.Semaphore(max_concurrent)
 
     def tools(self) -> list[Tool]:
         timeout = number(
@@ -61,17 +66,26 @@ class CommandTools:
         return min(timeout, self._limits.max_timeout_s)
 
     async def _run(self, ctx: CallContext, argv: tuple[str, ...], requested_timeout: float | None) -> ToolOutcome:
-        spec = CommandSpec(
-            session_id=ctx.session_id,
-            call_id=ctx.call_id,
-            argv=argv,
-            timeout_s=self.effective_timeout(requested_timeout, ctx.caller_timeout_s),
-            network=self._network,
-        )
+        timeout = self.effective_timeout(requested_timeout, ctx.caller_timeout_s)
+        started = time.monotonic()
         try:
+            await asyncio.wait_for(self._slots.acquire(), timeout=timeout)
+        except asyncio.TimeoutError:
+            return ToolOutcome(
+                output=f"[every sandbox of this service was busy for the call's whole {timeout:g} s time limit; try again]",
+                is_error=True,
+                error_kind="timeout",
+                exit_code=-1,
+            )
+        try:
+            # Time spent waiting for a slot comes out of the call's own budget.
+            remaining = max(timeout - (time.monotonic() - started), 0.1)
+            spec = CommandSpec(session_id=ctx.session_id, call_id=ctx.call_id, argv=argv, timeout_s=remaining, network=self._network)
             result = await self._executor.run(spec)
         except SandboxUnavailable as exc:
             return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")
+        finally:
+            self._slots.release()
         return command_outcome(result)
 
 

@@ -12,21 +12,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from agentmesh.tools.beneath import open_beneath, walk_beneath
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, boolean, integer, obj, string
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces, display_path
 
 MAX_WRITE_CHARS = 1_000_000
 MAX_LIST_ENTRIES = 1000
-
-
-def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last component became a symlink after we resolved it
-            raise ToolFailure("path_escape", f"{path.name!r} is a symlink; it was not followed") from None
-        raise
 
 
 class FileTools:
@@ -110,7 +102,7 @@ class FileTools:
             raise ToolFailure("is_a_directory", f"{shown} is a directory; use list_dir to see what it holds")
         if not stat.S_ISREG(info.st_mode):
             raise ToolFailure("not_a_file", f"{shown} is not a regular file")
-        fd = open_nofollow(real, os.O_RDONLY)
+        fd = open_beneath(workspace, real, os.O_RDONLY)
         with os.fdopen(fd, "rb") as handle:
             head = handle.read(8192)
             if b"\x00" in head:
@@ -148,15 +140,11 @@ class FileTools:
         shown = display_path(workspace, real)
         if real.is_dir():
             raise ToolFailure("is_a_directory", f"{shown} is a directory; give a file path")
-        self._workspaces.make_parents(real)
         data = content.encode("utf-8")
-        created = not real.exists()
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        fd = open_nofollow(real, flags)
+        fd = open_beneath(workspace, real, flags, make_parents=True, adopt=self._workspaces.adopt_fd)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            if created:
-                self._workspaces.adopt(real)
         verb = "appended" if append else "wrote"
         return ToolOutcome(output=f"{verb} {len(data)} bytes to {shown}", data={"path": shown, "bytes": len(data), "append": append})
 
@@ -173,7 +161,7 @@ class FileTools:
             raise ToolFailure("not_a_file", f"{shown} is not a regular file")
         if info.st_size > MAX_WRITE_CHARS * 4:
             raise ToolFailure("file_too_large", f"{shown} is {info.st_size} bytes, too large to edit in place")
-        fd = open_nofollow(real, os.O_RDONLY)
+        fd = open_beneath(workspace, real, os.O_RDONLY)
         with os.fdopen(fd, "rb") as handle:
             raw = handle.read()
         try:
@@ -187,7 +175,7 @@ class FileTools:
             raise ToolFailure("ambiguous_match", f"the text to replace occurs {count} times in {shown}; include more surrounding text so it occurs exactly once")
         updated = text.replace(old, new, 1)
         line = text[: text.index(old)].count("\n") + 1
-        fd = open_nofollow(real, os.O_WRONLY | os.O_TRUNC)
+        fd = open_beneath(workspace, real, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "wb") as handle:
             handle.write(updated.encode("utf-8"))
         return ToolOutcome(output=f"edited {shown} at line {line}", data={"path": shown, "line": line})
@@ -204,7 +192,17 @@ class FileTools:
         if not stat.S_ISDIR(info.st_mode):
             raise ToolFailure("not_a_directory", f"{shown} is not a directory; use read_file for files")
         entries: list[dict[str, Any]] = []
-        truncated = _walk(real, real, depth, entries)
+        truncated = False
+        for entry in walk_beneath(workspace, real, max_depth=depth, max_entries=MAX_LIST_ENTRIES + 1):
+            if len(entries) >= MAX_LIST_ENTRIES:
+                truncated = True
+                break
+            item: dict[str, Any] = {"path": entry.path, "type": entry.kind}
+            if entry.kind == "file":
+                item["size"] = entry.size
+            elif entry.kind == "symlink":
+                item["target"] = entry.target
+            entries.append(item)
         lines = []
         for entry in entries:
             suffix = "/" if entry["type"] == "dir" else ""
@@ -221,26 +219,3 @@ def _stat_existing(real: Path, shown: str) -> os.stat_result:
         return os.stat(real, follow_symlinks=False)
     except FileNotFoundError:
         raise ToolFailure("not_found", f"{shown} does not exist in the workspace") from None
-
-
-def _walk(base: Path, directory: Path, depth: int, out: list[dict[str, Any]]) -> bool:
-    """Append entries under `directory` (sorted, never through symlinks); True when the cap was hit."""
-    try:
-        children = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
-        return False
-    for child in children:
-        if len(out) >= MAX_LIST_ENTRIES:
-            return True
-        rel = os.path.relpath(child.path, base)
-        if child.is_symlink():
-            out.append({"path": rel, "type": "symlink", "target": os.readlink(child.path)})
-        elif child.is_dir(follow_symlinks=False):
-            out.append({"path": rel, "type": "dir"})
-            if depth > 1 and _walk(base, Path(child.path), depth - 1, out):
-                return True
-        elif child.is_file(follow_symlinks=False):
-            out.append({"path": rel, "type": "file", "size": child.stat(follow_symlinks=False).st_size})
-        else:
-            out.append({"path": rel, "type": "other"})
-    return False

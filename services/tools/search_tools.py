@@ -12,11 +12,12 @@ import os
 import re
 import stat
 import time
-from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from pathlib import PurePosixPath
+from typing import Any, Callable
 
 import regex
 
+from agentmesh.tools.beneath import open_beneath, walk_beneath
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, obj, string
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces, display_path
@@ -64,27 +65,6 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
-def walk_files(top: Path) -> Iterator[tuple[str, os.DirEntry]]:
-    """(relative path, entry) for everything under `top`, depth first, never through symlinks."""
-    stack = [top]
-    visited = 0
-    while stack:
-        directory = stack.pop()
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs = []
-        for entry in entries:
-            visited += 1
-            if visited > MAX_VISITED:
-                return
-            yield os.path.relpath(entry.path, top), entry
-            if entry.is_dir(follow_symlinks=False):
-                subdirs.append(Path(entry.path))
-        stack.extend(reversed(subdirs))
-
-
 class SearchTools:
     def __init__(self, workspaces: Workspaces):
         self._workspaces = workspaces
@@ -126,12 +106,12 @@ class SearchTools:
         matcher = glob_to_regex(pattern.removeprefix("./"))
         matches: list[str] = []
         truncated = False
-        for rel, entry in walk_files(workspace):
-            if matcher.match(rel):
+        for entry in walk_beneath(workspace, workspace, max_entries=MAX_VISITED):
+            if matcher.match(entry.path):
                 if len(matches) >= MAX_GLOB_MATCHES:
                     truncated = True
                     break
-                matches.append(rel + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+                matches.append(entry.path + ("/" if entry.kind == "dir" else ""))
         text = "\n".join(matches) if matches else f"no files match {pattern!r}"
         if truncated:
             text += f"\n[... stopped at {MAX_GLOB_MATCHES} matches ...]"
@@ -150,17 +130,21 @@ class SearchTools:
             info = os.stat(real, follow_symlinks=False)
         except FileNotFoundError:
             raise ToolFailure("not_found", f"{display_path(workspace, real)} does not exist in the workspace") from None
-        if stat.S_ISDIR(info.st_mode):
-            candidates = ((real / rel, entry) for rel, entry in walk_files(real) if entry.is_file(follow_symlinks=False))
-        else:
-            candidates = iter([(real, None)])
         matches: list[dict[str, Any]] = []
         truncated = timed_out = False
         deadline = time.monotonic() + REGEX_BUDGET_S
-        for path, _entry in candidates:
-            shown = display_path(workspace, path)
+        if stat.S_ISDIR(info.st_mode):
+            base = display_path(workspace, real)
+            files = (
+                (entry.open, entry.path if base == "." else f"{base}/{entry.path}")
+                for entry in walk_beneath(workspace, real, max_entries=MAX_VISITED)
+                if entry.kind == "file"
+            )
+        else:
+            files = iter([(lambda: open_beneath(workspace, real, os.O_RDONLY), display_path(workspace, real))])
+        for opener, shown in files:
             try:
-                found = _search_file(path, compiled, MAX_GREP_MATCHES - len(matches), deadline)
+                found = _search_file(opener, compiled, MAX_GREP_MATCHES - len(matches), deadline)
             except TimeoutError:
                 timed_out = True
                 break
@@ -179,11 +163,11 @@ class SearchTools:
         return ToolOutcome(output=text, truncated=truncated or timed_out, data={"matches": matches})
 
 
-def _search_file(path: Path, compiled: Any, budget: int, deadline: float) -> list[tuple[int, str]]:
+def _search_file(opener: Callable[[], int], compiled: Any, budget: int, deadline: float) -> list[tuple[int, str]]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return []
+        fd = opener()
+    except (OSError, ToolFailure):
+        return []  # gone, or swapped for a symlink meanwhile: not followed
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(MAX_GREP_FILE_BYTES)
     if b"\x00" in data[:8192]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from google.protobuf import struct_pb2
+from opentelemetry import trace
 
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
@@ -77,25 +78,25 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
     if settings.mode == "kubernetes":
         from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
 
-        return KubernetesExecutor.from_settings(settings, telemetry.tracer)
+        return KubernetesExecutor.from_settings(settings, workspaces, telemetry.tracer, telemetry.metrics)
     if settings.unsafe_no_isolation:
         from agentmesh.tools.sandbox.unsafe import UnsafeHostExecutor
 
         return UnsafeHostExecutor(settings, workspaces, telemetry.tracer)
     from agentmesh.tools.sandbox.local import LocalJail
 
-    jail = LocalJail(settings, workspaces, telemetry.tracer)
+    jail = LocalJail(settings, workspaces, telemetry.tracer, telemetry.metrics)
     if not jail.available:
         log.warning("bubblewrap not found: command tools will refuse to run", bwrap=settings.bwrap_path)
     return jail
 
 
-def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces) -> ToolService:
+def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
     providers = [
-        CommandTools(executor, settings.limits, network=settings.command_network),
+        CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
         FileTools(workspaces, settings.max_file_read_bytes),
         SearchTools(workspaces),
-        WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)),
+        WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]
     return ToolService(providers, workspaces, settings.max_arguments_bytes)
 
@@ -110,7 +111,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
-    core = build_core(tools_settings, executor, workspaces)
+    core = build_core(tools_settings, executor, workspaces, telemetry.tracer)
     host = ServiceHost("tools", settings, telemetry, address=address)
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core), "agentmesh.v1.Tools")
     host.on_stop(executor.close)

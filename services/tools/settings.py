@@ -36,8 +36,21 @@ class KubernetesSandbox:
     workspace_pvc: str = ""
     # Job objects linger this long after finishing when our own delete failed.
     ttl_after_finished_s: int = 300
+    cpu_request: str = "100m"
     cpu_limit: str = "1"
+    # Requested and limited alike: the pod is OOM-killed at this size, never evicted for it.
     memory_limit: str = "1Gi"
+    tmp_size: str = "256Mi"
+    # Only used without a workspace claim (an emptyDir per call).
+    workspace_size: str = "1Gi"
+    kubeconfig: str = ""
+    context: str = ""
+    # Retries of API calls that failed on the way (connection errors, 429, 5xx).
+    api_retries: int = 4
+    # uid/gid sandbox pods run as; 0 = the tools service's own (so both can write the shared
+    # workspace), or 65534 when the service runs as root. Never root.
+    pod_uid: int = 0
+    pod_gid: int = 0
     # A pod that cannot be scheduled or pull its image within this long is reported as such.
     start_timeout_s: float = 120.0
 
@@ -72,6 +85,8 @@ class ToolsSettings:
     host_uid: int = 65534
     host_gid: int = 65534
     max_arguments_bytes: int = 1 * MIB
+    # Sandboxes running at once in this replica; further calls wait their turn (inside their timeout budget).
+    max_concurrent_sandboxes: int = 32
     max_file_read_bytes: int = 256 * 1024
 
     @classmethod
@@ -96,8 +111,15 @@ class ToolsSettings:
             runtime_class=env_str(env, "AGENTMESH_SANDBOX_RUNTIME_CLASS"),
             workspace_pvc=env_str(env, "AGENTMESH_SANDBOX_WORKSPACE_PVC"),
             ttl_after_finished_s=env_int(env, "AGENTMESH_SANDBOX_TTL_S", KubernetesSandbox.ttl_after_finished_s, minimum=0),
+            cpu_request=env_str(env, "AGENTMESH_SANDBOX_CPU_REQUEST", KubernetesSandbox.cpu_request),
             cpu_limit=env_str(env, "AGENTMESH_SANDBOX_CPU_LIMIT", KubernetesSandbox.cpu_limit),
             memory_limit=env_str(env, "AGENTMESH_SANDBOX_MEMORY_LIMIT", KubernetesSandbox.memory_limit),
+            tmp_size=env_str(env, "AGENTMESH_SANDBOX_TMP_SIZE", KubernetesSandbox.tmp_size),
+            kubeconfig=env_str(env, "KUBECONFIG"),
+            context=env_str(env, "AGENTMESH_SANDBOX_KUBE_CONTEXT"),
+            api_retries=env_int(env, "AGENTMESH_SANDBOX_API_RETRIES", KubernetesSandbox.api_retries, minimum=0),
+            pod_uid=env_int(env, "AGENTMESH_SANDBOX_POD_UID", 0, minimum=0),
+            pod_gid=env_int(env, "AGENTMESH_SANDBOX_POD_GID", 0, minimum=0),
             start_timeout_s=env_float(env, "AGENTMESH_SANDBOX_START_TIMEOUT_S", KubernetesSandbox.start_timeout_s, minimum=1),
         )
         web = WebFetchSettings(
@@ -116,5 +138,6 @@ class ToolsSettings:
             unsafe_no_isolation=env_bool(env, "AGENTMESH_SANDBOX_UNSAFE_NO_ISOLATION", False),
             command_network=env_bool(env, "AGENTMESH_SANDBOX_NETWORK", False),
             host_uid=env_int(env, "AGENTMESH_SANDBOX_HOST_UID", cls.host_uid, minimum=1),
+            max_concurrent_sandboxes=env_int(env, "AGENTMESH_SANDBOX_MAX_CONCURRENT", cls.max_concurrent_sandboxes, minimum=1),
             host_gid=env_int(env, "AGENTMESH_SANDBOX_HOST_GID", cls.host_gid, minimum=1),
         )

@@ -28,9 +28,10 @@ from urllib.parse import urljoin
 import httpcore
 import httpx
 from bs4 import BeautifulSoup
+from opentelemetry import trace
 
 from agentmesh.config import ConfigError
-from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, integer, obj, string
+from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, integer, obj
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.settings import WebFetchSettings
 
@@ -132,9 +133,10 @@ def html_to_text(html: str) -> tuple[str, str]:
 
 
 class WebTools:
-    def __init__(self, settings: WebFetchSettings, policy: AddressPolicy):
+    def __init__(self, settings: WebFetchSettings, policy: AddressPolicy, tracer: trace.Tracer | None = None):
         self._settings = settings
         self._policy = policy
+        self._tracer = tracer or trace.NoOpTracerProvider().get_tracer(__name__)
         # Loading the CA bundle takes ~100 ms; do it once.
         self._ssl_context = httpx.create_ssl_context(trust_env=False)
 
@@ -162,11 +164,20 @@ class WebTools:
         timeout = self._settings.timeout_s
         if ctx.caller_timeout_s:
             timeout = min(timeout, ctx.caller_timeout_s)
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._fetch(args["url"], args.get("max_chars", 20_000), started)
-        except TimeoutError:
-            raise ToolFailure("timeout", f"fetching {args['url']} took longer than {timeout:g} s") from None
+        # A span of our own rather than httpx instrumentation: that would send `traceparent` to
+        # every site a model fetches, and our trace ids are nobody else's business.
+        with self._tracer.start_as_current_span("web_fetch", attributes={"url.scheme": args["url"].split(":", 1)[0].lower()}) as span:
+            try:
+                async with asyncio.timeout(timeout):
+                    outcome = await self._fetch(args["url"], args.get("max_chars", 20_000), started)
+            except TimeoutError:
+                raise ToolFailure("timeout", f"fetching {args['url']} took longer than {timeout:g} s") from None
+            except ToolFailure as failure:
+                span.set_attribute("error.type", failure.kind)
+                raise
+            span.set_attribute("http.response.status_code", outcome.data.get("status", 0))
+            span.set_attribute("server.address", httpx.URL(outcome.data.get("url", args["url"])).host)
+            return outcome
 
     async def _fetch(self, url: str, max_chars: int, started: float) -> ToolOutcome:
         headers = {"User-Agent": USER_AGENT, "Accept": "text/html,text/plain,application/json;q=0.9,*/*;q=0.5"}

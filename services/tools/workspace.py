@@ -3,7 +3,8 @@
 Every path a model gives is resolved here: relative to the workspace (or absolute under the
 jail's view, `/workspace/...`), symlinks followed, and the result must still lie inside the
 workspace. `..` that climbs out, absolute paths elsewhere and symlinks that point out are refused.
-Files are then opened with O_NOFOLLOW so a symlink swapped in after the check is not followed.
+Files are then opened component by component without following symlinks (`beneath.py`), so a
+symlink swapped in after the check is not followed either.
 """
 
 from __future__ import annotations
@@ -42,16 +43,9 @@ class Workspaces:
         if self.owner is not None:
             os.chown(path, *self.owner, follow_symlinks=False)
 
-    def make_parents(self, path: Path) -> None:
-        """mkdir -p for `path`'s parent, adopting every directory created."""
-        missing = []
-        parent = path.parent
-        while not parent.exists():
-            missing.append(parent)
-            parent = parent.parent
-        for directory in reversed(missing):
-            directory.mkdir(exist_ok=True)
-            self.adopt(directory)
+    def adopt_fd(self, fd: int) -> None:
+        if self.owner is not None:
+            os.fchown(fd, *self.owner)
 
     def delete(self, session_id: str) -> bool:
         workspace = self.path(session_id)
@@ -60,14 +54,24 @@ class Workspaces:
         if workspace.is_symlink() or not workspace.is_dir():
             workspace.unlink()
             return True
-        # rmtree does not follow symlinks inside, so links to elsewhere cannot widen the delete.
-        shutil.rmtree(workspace)
+        # rmtree does not follow symlinks inside, so links to elsewhere cannot widen the delete;
+        # directories a program locked (chmod 0) are opened up and retried.
+        shutil.rmtree(workspace, onerror=_make_writable_and_retry)
         return True
 
     def resolve(self, session_id: str, user_path: str) -> tuple[Path, Path]:
         """Return (workspace, real path) for `user_path`, or raise ToolFailure("path_escape")."""
         workspace = self.ensure(session_id)
         return workspace, resolve_inside(workspace, user_path)
+
+
+def _make_writable_and_retry(func, path, _exc_info) -> None:
+    parent = os.path.dirname(path)
+    if not os.path.islink(parent):
+        os.chmod(parent, 0o700)
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, 0o700)
+    func(path)
 
 
 def resolve_inside(workspace: Path, user_path: str) -> Path:

@@ -76,6 +76,19 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def describe(pids: list[int]) -> str:
+    """For a failure message: what the stray processes are."""
+    out = []
+    for pid in pids:
+        try:
+            status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\x00", b" ").decode(errors="replace")[:120]
+            out.append(f"{pid} ppid={status.get('PPid')} state={status.get('State')} uid={status.get('Uid')} nspid={status.get('NSpid')} {cmd}")
+        except OSError:
+            out.append(f"{pid} (gone)")
+    return "\n".join(out)
+
+
 async def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
     """Poll `predicate` until it is true or the bound passes (a liveness bound, not a timing assertion)."""
     loop = asyncio.get_running_loop()

@@ -131,6 +131,24 @@ async def test_memory_hog_fails_inside_its_limit(jail, host_unchanged):
     assert "MemoryError" in result.stderr
 
 
+async def test_many_processes_cannot_add_up_past_the_memory_limit(jail, host_unchanged):
+    marker, start = host_unchanged
+    start()
+    # Each child stays under the per-process limit (256 MiB); together they would hold ~1 GiB.
+    code = (
+        f"# {marker}\nimport os, time\n"
+        "for _ in range(8):\n"
+        "    if os.fork() == 0:\n"
+        "        block = b'x' * (120 * 1024 * 1024)\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "time.sleep(30)\n"
+    )
+    result = await jail.call("python", {"code": code, "timeout_s": 20})
+    assert result.is_error and result.error_kind == "oom", result.output
+    assert "together used more than 256 MiB" in result.output
+
+
 async def test_endless_loop_hits_the_wall_clock(jail, host_unchanged):
     marker, start = host_unchanged
     start()
@@ -216,3 +234,23 @@ async def test_one_session_cannot_read_another(jail):
         assert "alice's diary" not in result.output
     assert "alice" not in attempts[0].stdout
     assert attempts[1].error_kind == "path_escape"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the fallback exists only for a root service")
+async def test_a_root_service_whose_home_others_cannot_traverse_still_bounds_processes(tmp_path):
+    # pytest's tmp_path sits under a 0700 directory: the jail has to keep root's uid, for which
+    # the kernel does not enforce RLIMIT_NPROC; the jail's watch stops it instead.
+    home = tmp_path / "home"
+    async with ToolsClient(home, SUITE_ENV) as tools:
+        marker = f"m{uuid.uuid4().hex[:10]}"
+        code = (
+            f"# {marker}\nimport os, time\nn = 0\n"
+            "while n < 300:\n"
+            "    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+            "    if pid == 0:\n        time.sleep(10); os._exit(0)\n    n += 1\n"
+            "time.sleep(10)\nprint(n)\n"
+        )
+        result = await tools.call("python", {"code": code, "timeout_s": 20})
+        assert result.is_error and result.error_kind == "process_limit", result.output
+        assert "more than 32 processes" in result.output
+        assert await wait_until(lambda: not processes_with(marker))

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from agentmesh.v1 import tools_pb2
-from tests.tools.support import processes_with, wait_until
+from tests.tools.support import ToolsClient, describe, processes_with, wait_until
 
 EXPECTED_TOOLS = {"shell", "python", "read_file", "write_file", "edit_file", "list_dir"}
 
@@ -127,7 +127,7 @@ async def test_cancelling_execute_kills_the_process_tree(tools):
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
-    assert await wait_until(lambda: not processes_with(marker)), f"left running: {processes_with(marker)}"
+    assert await wait_until(lambda: not processes_with(marker)), f"left running:\n{describe(processes_with(marker))}"
 
 
 async def test_delete_workspace(tools):
@@ -137,3 +137,38 @@ async def test_delete_workspace(tools):
     assert reply.deleted and not tools.workspace("gone").exists()
     again = await tools.stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="gone"))
     assert not again.deleted
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.005, 0.02, 0.05, 0.1])
+async def test_cancelling_at_any_moment_of_jail_setup_leaves_nothing(tools, delay_s):
+    marker = f"{uuid.uuid4().int % 10**6 + 1000}.75"
+    call = tools.stub.Execute(
+        tools_pb2.ExecuteRequest(
+            session_id="s1", call_id="c1", name="shell", arguments_json=json.dumps({"command": f"sleep {marker}"})
+        )
+    )
+    await asyncio.sleep(delay_s)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert await wait_until(lambda: not processes_with(marker)), f"left running:\n{describe(processes_with(marker))}"
+
+
+async def test_delete_workspace_removes_what_a_program_locked(tools):
+    made = await tools.call("shell", {"command": "mkdir -p locked/deep && touch locked/deep/f && chmod 0 locked/deep locked"}, session_id="locked")
+    assert not made.is_error, made.output
+    reply = await tools.stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="locked"))
+    assert reply.deleted and not tools.workspace("locked").exists()
+
+
+async def test_calls_beyond_the_sandbox_limit_wait_their_turn_within_their_time_limit(home):
+    async with ToolsClient(home, {"AGENTMESH_SANDBOX_MAX_CONCURRENT": "1"}) as tools:
+        busy = asyncio.ensure_future(tools.call("shell", {"command": "sleep 3", "timeout_s": 10}, call_id="busy"))
+        await asyncio.sleep(0.3)
+        waiting = await tools.call("shell", {"command": "echo late", "timeout_s": 0.5}, call_id="waiting")
+        assert waiting.is_error and waiting.error_kind == "timeout"
+        assert "busy" in waiting.output
+        first = await busy
+        assert not first.is_error, first.output
+        after = await tools.call("shell", {"command": "echo now"})
+        assert after.stdout == "now\n"

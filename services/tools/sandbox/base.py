@@ -44,5 +44,16 @@ class Executor(Protocol):
     async def close(self) -> None: ...
 
 
+class SandboxMetrics(Protocol):
+    """Where executors report how long a call waited for its sandbox (agentmesh.sandbox.wait)."""
+
+    def record_sandbox_wait(self, seconds: float, executor: str) -> None: ...
+
+
+class NoMetrics:
+    def record_sandbox_wait(self, seconds: float, executor: str) -> None:
+        return None
+
+
 class SandboxUnavailable(Exception):
     """The executor cannot isolate anything on this machine (e.g. no bwrap); the message says how to fix it."""

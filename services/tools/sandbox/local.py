@@ -5,24 +5,30 @@ the network), ipc, uts, cgroup, mount. The root file system is built from read-o
 system directories and a handful of /etc files; the session workspace is the only writable bind
 (at /workspace); /tmp is a private size-limited tmpfs. Resource limits are applied inside the
 jail by util-linux `prlimit` right before the program starts, so they count the jail's own
-processes. bwrap runs with `--die-with-parent` in a session of its own: killing its process
-group (timeout, output flood, cancelled RPC) ends the PID namespace and every process in it.
+processes. A root service starts bwrap as an unprivileged host user (`setpriv`), see
+`jail_host_identity`. Stopping a call (timeout, output flood, cancelled RPC) kills the jail's
+init process — the kernel then kills everything in its PID namespace — and bwrap's process
+group; `--die-with-parent` covers the service itself dying.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
+import re
+import signal
 import shutil
 import stat
+import time
 from pathlib import Path
 from typing import Mapping
 
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
-from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, SandboxUnavailable
-from agentmesh.tools.sandbox.process import ProcessRun, run_process
+from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics, SandboxUnavailable
+from agentmesh.tools.sandbox.process import ProcessRun, kill_group, run_process
 from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
@@ -112,8 +118,9 @@ def jail_host_identity(settings: ToolsSettings) -> tuple[int, int] | None:
         if not os.stat(directory).st_mode & stat.S_IXOTH:
             log.warning(
                 "the service runs as root and jailed programs cannot be given an unprivileged uid, "
-                "because other users cannot traverse this directory; the process-count limit is not "
-                "enforced. Fix: chmod o+x the directory, or run the service as a non-root user",
+                "because other users cannot traverse this directory; the kernel will not enforce the "
+                "process limit (only the jail's watch will, late). Fix: chmod o+x the directory, or "
+                "run the service as a non-root user",
                 directory=str(directory),
             )
             return None
@@ -125,8 +132,9 @@ class LocalJail:
 
     name = "local"
 
-    def __init__(self, settings: ToolsSettings, workspaces: Workspaces, tracer: trace.Tracer):
+    def __init__(self, settings: ToolsSettings, workspaces: Workspaces, tracer: trace.Tracer, metrics: SandboxMetrics | None = None):
         self._settings = settings
+        self._metrics = metrics or NoMetrics()
         # Set when the service is root: bwrap (and so the jail) runs as this host user.
         self._host_identity = workspaces.owner
         self._limits = settings.limits
@@ -153,7 +161,7 @@ class LocalJail:
         )
         (self._etc_dir / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\n")
 
-    def jail_argv(self, workspace: Path, spec: CommandSpec) -> list[str]:
+    def jail_argv(self, workspace: Path, spec: CommandSpec, info_fd: int | None = None) -> list[str]:
         limits = self._limits
         argv = []
         if self._host_identity:
@@ -170,6 +178,8 @@ class LocalJail:
             "--die-with-parent", "--new-session",
             "--ro-bind", "/usr", "/usr",
         ]  # fmt: skip
+        if info_fd is not None:
+            argv += ["--info-fd", str(info_fd)]
         if not spec.network:
             argv.append("--unshare-net")
         for path in MERGED_USR_DIRS:
@@ -218,15 +228,40 @@ class LocalJail:
             },
         ) as span:
             jailed = dataclasses.replace(spec, env={**spec.env, "TRACEPARENT": current_traceparent()})
-            run = await run_process(
-                self.jail_argv(workspace, jailed),
-                env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
-                cwd=str(workspace),
-                timeout_s=spec.timeout_s,
-                output_cap=self._limits.output_cap_bytes,
-                drain_limit=self._limits.output_drain_bytes,
-            )
+            info = JailInfo()
+            asked = time.monotonic()
+            loop = asyncio.get_running_loop()
+            loop.add_reader(info.read_fd, info.on_readable)
+            guard = JailWatch(info, self._limits.memory_bytes, self._limits.processes)
+            watch = asyncio.create_task(guard.run())
+            try:
+                run = await run_process(
+                    self.jail_argv(workspace, jailed, info.write_fd),
+                    env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
+                    cwd=str(workspace),
+                    timeout_s=spec.timeout_s,
+                    output_cap=self._limits.output_cap_bytes,
+                    drain_limit=self._limits.output_drain_bytes,
+                    pass_fds=(info.write_fd,),
+                    killer=info.kill,
+                )
+            finally:
+                watch.cancel()
+                loop.remove_reader(info.read_fd)
+                info.close()
+            if info.reported_at is not None:
+                # bwrap reports the jail's init right after cloning it: the jail exists.
+                self._metrics.record_sandbox_wait(info.reported_at - asked, "local")
             result = interpret(run, spec, self._limits)
+            if guard.exceeded == "memory":
+                result.error_kind = "oom"
+                result.detail = (
+                    f"the sandbox's processes together used more than {self._limits.memory_bytes // 2**20} MiB "
+                    "of memory and were stopped"
+                )
+            elif guard.exceeded == "processes":
+                result.error_kind = "process_limit"
+                result.detail = f"the sandbox ran more than {self._limits.processes} processes at once and was stopped"
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
                 span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
@@ -234,6 +269,128 @@ class LocalJail:
 
     async def close(self) -> None:
         return None
+
+
+class JailInfo:
+    """bwrap's `--info-fd` report, for killing a jail from the inside out.
+
+    Killing bwrap's own process first would rely on the jail's `--die-with-parent`, which bwrap
+    arms only some way into setting the jail up; a jail cancelled in that window would run on.
+    The PID of the jail's init (from the report, written right after bwrap clones it) is killed
+    first instead — the kernel then ends everything in its PID namespace — and bwrap after it.
+    """
+
+    CHILD_PID = re.compile(rb'"child-pid"\s*:\s*(\d+)')
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self._report = b""
+        self.child_pid: int | None = None
+        self.reported_at: float | None = None
+
+    def on_readable(self) -> None:
+        self._poll()
+        if self.child_pid is not None and self.reported_at is None:
+            self.reported_at = time.monotonic()
+
+    def _poll(self) -> None:
+        try:
+            while chunk := os.read(self.read_fd, 4096):
+                self._report += chunk
+        except (BlockingIOError, OSError):
+            pass
+        match = self.CHILD_PID.search(self._report)
+        if match:
+            self.child_pid = int(match.group(1))
+
+    async def kill(self, pid: int) -> None:
+        self._poll()
+        if self.child_pid is None and _alive(pid):
+            # bwrap has not cloned the jail yet or not reported it; it does so within moments.
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                self._poll()
+                if self.child_pid is not None or not _alive(pid):
+                    break
+        if self.child_pid is not None:
+            try:
+                os.kill(self.child_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        kill_group(pid)
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class JailWatch:
+    """Bounds the jail's processes together: their resident memory, and their number.
+
+    RLIMIT_AS bounds each process alone, so 128 processes could each take the limit; and when the
+    jail has to run as root's uid (see `jail_host_identity`) the kernel does not enforce
+    RLIMIT_NPROC at all. Without a cgroup of our own (not available to an unprivileged service
+    everywhere) the jail's process tree is read from /proc ten times a second, and the jail is
+    killed when it passes either limit.
+    """
+
+    INTERVAL_S = 0.1
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    def __init__(self, info: JailInfo, memory_bytes: int, processes: int):
+        self._info = info
+        self._memory = memory_bytes
+        self._processes = processes
+        self.exceeded = ""  # "memory" | "processes"
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.INTERVAL_S)
+            init = self._info.child_pid
+            if init is None:
+                continue
+            count, used = process_tree(init, self.PAGE, self._processes + 2)
+            # The jail's init (bwrap) is not the program's; allow for it.
+            if count > self._processes + 1:
+                self.exceeded = "processes"
+            elif used > self._memory:
+                self.exceeded = "memory"
+            else:
+                continue
+            try:
+                os.kill(init, signal.SIGKILL)  # the jail's init: its whole PID namespace goes
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+
+
+def process_tree(root: int, page: int, max_count: int) -> tuple[int, int]:
+    """(processes, resident bytes) of `root` and its descendants; counting stops past `max_count`."""
+    total, pending, seen = 0, [root], set()
+    while pending and len(seen) <= max_count:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+            seen.add(pid)
+            for task in os.listdir(f"/proc/{pid}/task"):
+                pending.extend(int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return len(seen), total
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def interpret(run: ProcessRun, spec: CommandSpec, limits: SandboxLimits) -> CommandResult:

@@ -1,8 +1,8 @@
 """Run one child process to its end under a wall clock and an output budget, killing its whole tree.
 
-The child is started in a session of its own, so `killpg` reaches everything it forked that did
-not leave the group; inside the jail the PID namespace makes that complete (when bwrap dies, the
-kernel kills every process in the namespace, and `--die-with-parent` ties bwrap to us).
+The child is started in a session of its own, so the default kill (`killpg`) reaches
+everything it forked that did not leave the group; the jail passes a killer of its own that ends
+its whole PID namespace (see `local.JailInfo`).
 
 A subprocess protocol (not StreamReaders) collects the output: it sees the exit as soon as it
 happens, even while a leftover grandchild still holds the pipes open, and keeps reading (and
@@ -16,7 +16,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Awaitable, Callable, Mapping, Sequence
 
 from agentmesh.tools.sandbox.output import CappedOutput
 
@@ -73,6 +73,10 @@ def kill_group(pid: int) -> None:
         pass
 
 
+async def _kill_group_async(pid: int) -> None:
+    kill_group(pid)
+
+
 async def run_process(
     argv: Sequence[str],
     *,
@@ -82,25 +86,42 @@ async def run_process(
     output_cap: int,
     drain_limit: int,
     preexec_fn: Callable[[], None] | None = None,
+    pass_fds: Sequence[int] = (),
+    killer: Callable[[int], Awaitable[None]] | None = None,
 ) -> ProcessRun:
     """Start `argv`, collect capped stdout/stderr, and return when it exits or was killed.
 
-    Cancelling the awaiting task kills the process group before re-raising, so a cancelled call
-    leaves nothing running.
+    `killer(pid)` stops the program (default: SIGKILL to its process group). Cancelling the
+    awaiting task kills before re-raising, so a cancelled call leaves nothing running.
     """
+    kill = killer or _kill_group_async
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    transport, collector = await loop.subprocess_exec(
-        lambda: _Collector(loop, output_cap, drain_limit),
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,
-        preexec_fn=preexec_fn,
+    spawn = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _Collector(loop, output_cap, drain_limit),
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+            pass_fds=tuple(pass_fds),
+        )
     )
+    try:
+        # Shielded: a cancel that lands while the child is being started must not leave it
+        # running unseen; the start completes, then the program is killed like any other.
+        transport, collector = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        await asyncio.wait({spawn})
+        if not spawn.cancelled() and spawn.exception() is None:
+            transport, _ = spawn.result()
+            await asyncio.shield(asyncio.ensure_future(kill(transport.get_pid())))
+            transport.close()
+        raise
     pid = transport.get_pid()
     timed_out = output_limit = False
     try:
@@ -110,11 +131,12 @@ async def run_process(
         if collector.exited not in done:
             output_limit = collector.over_budget in done
             timed_out = not output_limit
-            kill_group(pid)
+            await kill(pid)
             await collector.exited
         await asyncio.wait({collector.pipes_closed}, timeout=PIPE_GRACE_S)
     except asyncio.CancelledError:
-        kill_group(pid)
+        # Shielded: the program must die even when this task is cancelled once more meanwhile.
+        await asyncio.shield(asyncio.ensure_future(kill(pid)))
         raise
     finally:
         # Anything the leader left in its group goes with it (the jail's PID namespace already

@@ -9,12 +9,13 @@ that calls setsid() can outlive the call.
 from __future__ import annotations
 
 import resource
+import shutil
 
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec
-from agentmesh.tools.sandbox.local import clean_environment, interpret
+from agentmesh.tools.sandbox.local import clean_environment, interpret, rlimit_prefix
 from agentmesh.tools.sandbox.process import run_process
 from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
@@ -31,6 +32,10 @@ def _limit_child(limits: SandboxLimits):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     return apply
+
+
+def _system_prlimit() -> str:
+    return shutil.which("prlimit", path="/usr/bin:/bin:/usr/local/bin") or ""
 
 
 class UnsafeHostExecutor:
@@ -52,14 +57,18 @@ class UnsafeHostExecutor:
         ) as span:
             env = clean_environment({"TRACEPARENT": current_traceparent()})
             env["HOME"] = str(workspace)
+            prlimit = _system_prlimit()
+            # prlimit, not preexec_fn: a preexec_fn makes Python fork() instead of vfork(), and
+            # fork in this multi-threaded process (gRPC) can crash the child before it execs.
+            argv = [*rlimit_prefix(self._limits, prlimit), *spec.argv] if prlimit else list(spec.argv)
             run = await run_process(
-                list(spec.argv),
+                argv,
                 env=env,
                 cwd=str(workspace),
                 timeout_s=spec.timeout_s,
                 output_cap=self._limits.output_cap_bytes,
                 drain_limit=self._limits.output_drain_bytes,
-                preexec_fn=_limit_child(self._limits),
+                preexec_fn=None if prlimit else _limit_child(self._limits),
             )
             result = interpret(run, spec, self._limits)
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)

@@ -1,0 +1,216 @@
+"""The narrow adapter between the Kubernetes executor and the API server.
+
+Every call the tools service makes to Kubernetes is a method here, and each maps to exactly one
+verb the sandbox Role grants in its namespace:
+
+    create_job   POST   /apis/batch/v1/namespaces/{ns}/jobs                  jobs: create
+    get_job      GET    /apis/batch/v1/namespaces/{ns}/jobs/{name}           jobs: get
+    delete_job   DELETE /apis/batch/v1/namespaces/{ns}/jobs/{name}           jobs: delete (Background)
+    list_pods    GET    /api/v1/namespaces/{ns}/pods?labelSelector=          pods: list
+    watch_pods   GET    /api/v1/namespaces/{ns}/pods?labelSelector=&watch=1  pods: watch
+    pod_log      GET    /api/v1/namespaces/{ns}/pods/{name}/log              pods/log: get
+
+The official `kubernetes` client is synchronous; its calls run on a thread pool of our own (so
+long watches never starve the default executor the file tools use). Failures on the way (no
+connection, 429, 5xx) are retried with exponential backoff and jitter, explicitly, here and
+nowhere else; other statuses become `KubeApiError` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator, Callable
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from agentmesh.logs import get_logger
+
+log = get_logger("agentmesh.tools.kubernetes")
+
+RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+
+
+class KubeApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(f"Kubernetes API error {status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def _api_error(exc: ApiException) -> KubeApiError:
+    message = exc.reason or ""
+    try:
+        body = json.loads(exc.body or "{}")
+        message = body.get("message", message)
+    except (ValueError, AttributeError):
+        pass
+    return KubeApiError(exc.status or 0, exc.reason or "", message)
+
+
+class KubernetesJobs:
+    def __init__(self, api_client: client.ApiClient, namespace: str, *, retries: int = 4, backoff_s: float = 0.2, threads: int = 64):
+        self._api_client = api_client
+        self._batch = client.BatchV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self._retries = retries
+        self._backoff_s = backoff_s
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-api")
+
+    async def _call(self, what: str, fn: Callable[[], Any], *, idempotent: bool = True) -> Any:
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            try:
+                return await loop.run_in_executor(self._pool, fn)
+            except ApiException as exc:
+                retry = exc.status in RETRYABLE_STATUS
+                error: Exception = _api_error(exc)
+                retry_after = _retry_after(exc)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                # No answer at all: safe to repeat for idempotent calls; creates carry a unique
+                # name, so a repeated create answers 409 and the caller treats that as done.
+                retry, error, retry_after = True, exc, None
+            if not retry or attempt >= self._retries:
+                raise error
+            delay = retry_after if retry_after is not None else self._backoff_s * (2**attempt) * (0.5 + random.random())
+            log.warning("kubernetes API call failed; retrying", call=what, attempt=attempt + 1, error=str(error), delay_s=round(delay, 2))
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    @staticmethod
+    def _json(response: Any) -> dict[str, Any]:
+        return json.loads(response.data or b"{}")
+
+    async def create_job(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        try:
+            response = await self._call(
+                "create_job",
+                lambda: self._batch.create_namespaced_job(self.namespace, body, _preload_content=False),
+            )
+        except KubeApiError as exc:
+            if exc.status == 409:
+                # An earlier attempt whose answer was lost created it (names are unique per call).
+                existing = await self.get_job(name)
+                if existing is not None:
+                    return existing
+            raise
+        return self._json(response)
+
+    async def get_job(self, name: str) -> dict[str, Any] | None:
+        try:
+            response = await self._call("get_job", lambda: self._batch.read_namespaced_job(name, self.namespace, _preload_content=False))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self._json(response)
+
+    async def delete_job(self, name: str) -> bool:
+        """Delete the Job and (in the background, by the garbage collector) its pods; False if already gone."""
+        try:
+            await self._call(
+                "delete_job",
+                lambda: self._batch.delete_namespaced_job(
+                    name, self.namespace, propagation_policy="Background", grace_period_seconds=0, _preload_content=False
+                ),
+            )
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def list_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
+        response = await self._call(
+            "list_pods", lambda: self._core.list_namespaced_pod(self.namespace, label_selector=selector, _preload_content=False)
+        )
+        body = self._json(response)
+        return body.get("items", []), body.get("metadata", {}).get("resourceVersion", "")
+
+    async def watch_pods(self, selector: str, resource_version: str, timeout_s: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(type, pod) events after `resource_version` until the server ends the watch.
+
+        The HTTP response is closed from here when the consumer stops early (a cancelled call), which
+        unblocks the reading thread at once.
+        """
+        loop = asyncio.get_running_loop()
+        response = await self._call(
+            "watch_pods",
+            lambda: self._core.list_namespaced_pod(
+                self.namespace,
+                label_selector=selector,
+                watch=True,
+                resource_version=resource_version or None,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_s,
+                _preload_content=False,
+                _request_timeout=(10, timeout_s + 10),
+            ),
+        )
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def pump() -> None:
+            buffer = b""
+            try:
+                for chunk in response.stream(8192, decode_content=True):
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            loop.call_soon_threadsafe(queue.put_nowait, json.loads(line))
+            except Exception as exc:  # noqa: BLE001 - ends the watch; the caller re-lists
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        reader = loop.run_in_executor(self._pool, pump)
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, Exception):
+                    log.info("pod watch ended early", error=str(item))
+                    return
+                if item.get("type") == "ERROR":
+                    # 410 Gone: our resourceVersion is too old; the caller re-lists.
+                    return
+                yield item["type"], item["object"]
+        finally:
+            # Unblocks the reading thread if it still waits for the next event (it then ends on
+            # its own; nothing awaits it), and closes the connection instead of pooling it: a
+            # watch stream ended early is half read, and a half-read connection handed to the
+            # next request fails it.
+            if not reader.done():
+                response.shutdown()
+            response.close()
+
+    async def pod_log(self, pod: str, container: str, limit_bytes: int) -> str:
+        response = await self._call(
+            "pod_log",
+            lambda: self._core.read_namespaced_pod_log(
+                pod, self.namespace, container=container, limit_bytes=limit_bytes, _preload_content=False
+            ),
+        )
+        return (response.data or b"").decode("utf-8", errors="replace")
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self._api_client.close)
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return min(float(value), 10.0) if value else None
+    except ValueError:
+        return None
