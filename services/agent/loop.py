@@ -268,7 +268,8 @@ class TurnRun:
             log.warning("recall failed", error=reason)
             self._emit(StatusEvent(f"could not recall memories ({reason}); continuing without them"))
             return []
-        self._emit(StatusEvent(f"recalled {len(hits)} {'memory' if len(hits) == 1 else 'memories'}"))
+        if hits:  # "recalled 0 memories" on every turn would only be noise
+            self._emit(StatusEvent(f"recalled {len(hits)} {'memory' if len(hits) == 1 else 'memories'}"))
         return hits
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
