@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2, memory_pb2
+from tests.support.processes import processes_running
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 
@@ -39,18 +40,6 @@ async def open_session(stack: Stack, session_id: str) -> None:
 async def stored(stack: Stack, session_id: str) -> list:
     reply_ = await stack.memory_stub().ListMessages(gateway_pb2.GetTranscriptRequest(session_id=session_id), timeout=10)
     return list(reply_.messages)
-
-
-def running(needle: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if needle.encode() in f.read().replace(b"\0", b" "):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 async def until(predicate, timeout: float = 10.0) -> None:
@@ -104,9 +93,9 @@ async def test_cancelling_run_turn_kills_the_sandboxed_tool_and_closes_the_step(
     async for event in call:
         if event.WhichOneof("payload") == "tool_call":
             break
-    await until(lambda: running("sleep 48.25"))
+    await until(lambda: processes_running("sleep 48.25"))
     call.cancel()
-    await until(lambda: not running("sleep 48.25"))
+    await until(lambda: not processes_running("sleep 48.25"))
     # The cancelled call still got a result in the transcript, so the next turn replays cleanly.
     messages = []
 

@@ -11,6 +11,7 @@ import grpc
 from agentmesh.v1 import gateway_pb2
 from tests.e2e.conftest import chat, collect, kinds, of_kind, rpc_error, transcript, wait_until
 from tests.support.llm_server import failure, reply, tool_call
+from tests.support.processes import processes_running
 
 WAIT_FOR_FLAG = "for i in $(seq 100); do [ -f b.flag ] && echo saw-b && exit 0; sleep 0.1; done; exit 7"
 
@@ -134,18 +135,6 @@ async def test_a_model_that_stays_down_ends_the_turn_with_a_clear_error(stack, l
     assert "sk-test-secret" not in error.message
 
 
-def _processes_running(needle: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if needle.encode() in f.read().replace(b"\0", b" "):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 async def test_cancel_in_the_middle_of_a_tool_call_kills_it(stack, llm):
     gateway = stack.gateway_stub()
     llm.add(reply("", tool_call("shell", {"command": "sleep 47.5 && touch after.txt"})))
@@ -159,7 +148,7 @@ async def test_cancel_in_the_middle_of_a_tool_call_kills_it(stack, llm):
 
     reader = asyncio.create_task(read_all())
     await wait_until(lambda: "tool_call" in kinds(events))
-    await wait_until(lambda: _processes_running("sleep 47.5"))
+    await wait_until(lambda: processes_running("sleep 47.5"))
 
     reply_ = await gateway.Cancel(gateway_pb2.CancelRequest(session_id="cancel-me"), timeout=10)
     assert reply_.cancelled and reply_.run_id == events[0].run_id
@@ -167,7 +156,7 @@ async def test_cancel_in_the_middle_of_a_tool_call_kills_it(stack, llm):
 
     assert kinds(events)[-1] == "run_finished"
     assert events[-1].run_finished.stop_reason == "cancelled"
-    await wait_until(lambda: not _processes_running("sleep 47.5"), timeout=10)
+    await wait_until(lambda: not processes_running("sleep 47.5"), timeout=10)
     assert not (stack.settings.home / "workspaces" / "cancel-me" / "after.txt").exists()
 
     # The session is free again, and cancelling an idle session is a no-op.
