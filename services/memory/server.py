@@ -22,6 +22,7 @@ from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
+from structlog.contextvars import bound_contextvars
 
 log = get_logger("agentmesh.memory")
 
@@ -49,21 +50,25 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def DeleteSession(self, request, context):
-        return gateway_pb2.DeleteSessionResponse(deleted=await self._transcripts.delete_session(request.session_id))
+        with bound_contextvars(session_id=request.session_id):
+            deleted = await self._transcripts.delete_session(request.session_id)
+        return gateway_pb2.DeleteSessionResponse(deleted=deleted)
 
     # --- transcripts ---
 
     @translate_errors
     async def AppendMessages(self, request, context):
         messages = [message_from_proto(m) for m in request.messages]
-        last = await self._transcripts.append_messages(request.session_id, messages)
+        with bound_contextvars(session_id=request.session_id):
+            last = await self._transcripts.append_messages(request.session_id, messages)
         return memory_pb2.AppendMessagesResponse(last_seq=last)
 
     @translate_errors
     async def ListMessages(self, request, context):
-        messages, next_after = await self._transcripts.list_messages(
-            request.session_id, request.page_size, request.after_seq
-        )
+        with bound_contextvars(session_id=request.session_id):
+            messages, next_after = await self._transcripts.list_messages(
+                request.session_id, request.page_size, request.after_seq
+            )
         return gateway_pb2.GetTranscriptResponse(
             messages=[message_to_proto(m) for m in messages], next_after_seq=next_after
         )
@@ -114,7 +119,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     memory_settings = MemorySettings.from_env(settings.environ)
-    store = QdrantStore.open(settings.home, settings.qdrant_url)
+    store = QdrantStore.open(settings.home, settings.qdrant_url, memory_settings.layout)
     embedder = build_embedder(memory_settings)
     try:
         await store.ensure_transcript_collections()

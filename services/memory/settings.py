@@ -9,6 +9,7 @@ from agentmesh.config import env_bool, env_choice, env_float, env_int, env_str
 
 EMBEDDERS = ("hashing", "openai", "local")
 FUSIONS = ("rrf", "dbsf", "weighted")
+LAYOUTS = ("auto", "shared", "per-namespace")
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,13 @@ class MemorySettings:
     embeddings_batch: int = 64
 
     # --- retrieval (defaults chosen by benches/locomo.py; see docs/memory.md) ---
-    fusion: str = "rrf"
-    dense_weight: float = 1.0
+    # Weighted reciprocal rank fusion in Qdrant: each side adds 1 / ((rank + 1) / weight + rrf_k - 1),
+    # i.e. a weight w makes rank r count like rank r / w.
+    fusion: str = "weighted"
+    # 0 = by embedder: a weak dense signal (hashing) gets 0.1, a trained model 0.35.
+    dense_weight: float = 0.0
     sparse_weight: float = 1.0
-    rrf_k: int = 60
+    rrf_k: int = 5
     # How many candidates each retriever hands to the fusion step, as a multiple of k.
     prefetch_factor: int = 4
     # Neighbour context (context.py): how much a neighbouring memory's words count in a memory's
@@ -37,9 +41,19 @@ class MemorySettings:
     # embeds the neighbours' text too.
     context_weight: float = 0.5
     context_window: int = 1
+    # Only fragments of a stream need their neighbours (conversation turns); a saved fact is
+    # meant to stand alone.
+    context_kinds: tuple[str, ...] = ("episode",)
     dense_context: bool = False
+    # Re-ranking after fusion: a memory gains this share of its best neighbour's fused score when
+    # that neighbour is among the candidates (the answer often sits next to the best match).
+    neighbor_boost: float = 0.4
     # Index the memory's date ("8 May 2023") as words, so "what happened in May" can match.
-    index_dates: bool = False
+    index_dates: bool = True
+
+    # Memory collections: "shared" (one, namespace as a tenant-indexed field), "per-namespace",
+    # or "auto" = per-namespace embedded, shared against a server (memories.py says why).
+    layout: str = "auto"
 
     # --- bounds ---
     max_content_bytes: int = 1024 * 1024
@@ -64,8 +78,15 @@ class MemorySettings:
             prefetch_factor=env_int(env, "AGENTMESH_MEMORY_PREFETCH_FACTOR", cls.prefetch_factor, minimum=1),
             context_weight=env_float(env, "AGENTMESH_MEMORY_CONTEXT_WEIGHT", cls.context_weight, minimum=0),
             context_window=env_int(env, "AGENTMESH_MEMORY_CONTEXT_WINDOW", cls.context_window, minimum=0),
+            context_kinds=tuple(
+                k.strip()
+                for k in env_str(env, "AGENTMESH_MEMORY_CONTEXT_KINDS", ",".join(cls.context_kinds)).split(",")
+                if k.strip()
+            ),
             dense_context=env_bool(env, "AGENTMESH_MEMORY_DENSE_CONTEXT", cls.dense_context),
+            neighbor_boost=env_float(env, "AGENTMESH_MEMORY_NEIGHBOR_BOOST", cls.neighbor_boost, minimum=0),
             index_dates=env_bool(env, "AGENTMESH_MEMORY_INDEX_DATES", cls.index_dates),
+            layout=env_choice(env, "AGENTMESH_MEMORY_LAYOUT", cls.layout, LAYOUTS),
             max_content_bytes=env_int(env, "AGENTMESH_MEMORY_MAX_CONTENT_BYTES", cls.max_content_bytes, minimum=1),
             max_memory_bytes=env_int(env, "AGENTMESH_MEMORY_MAX_MEMORY_BYTES", cls.max_memory_bytes, minimum=1),
         )

@@ -156,7 +156,9 @@ class Transcripts:
             raise InvalidArgument(f"a session carries at most {MAX_LABELS} labels, got {len(s.labels)}")
         for key, value in s.labels.items():
             if not key or len(key) > MAX_LABEL_CHARS or len(value) > MAX_LABEL_CHARS:
-                raise InvalidArgument(f"label keys must be 1-{MAX_LABEL_CHARS} characters and values at most {MAX_LABEL_CHARS}")
+                raise InvalidArgument(
+                    f"label keys must be 1-{MAX_LABEL_CHARS} characters and values at most {MAX_LABEL_CHARS}"
+                )
         return replace(s, namespace=validate_namespace(s.namespace))
 
     async def put_session(self, session: SessionRecord) -> tuple[SessionRecord, bool]:
@@ -189,7 +191,9 @@ class Transcripts:
                 raw_start, raw_skip = page_token.split(":")
                 start, skip = float(raw_start), int(raw_skip)
             except ValueError:
-                raise InvalidArgument("page_token is not one this service issued; pass back next_page_token unchanged") from None
+                raise InvalidArgument(
+                    "page_token is not one this service issued; pass back next_page_token unchanged"
+                ) from None
         rows = await self._store.list_sessions(size + skip + 1, start)
         rows = rows[skip:]
         page, more = rows[:size], len(rows) > size
@@ -259,7 +263,9 @@ class Transcripts:
             await self._store.put_session(session.payload())
             return session.message_count
 
-    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> tuple[list[TranscriptMessage], int]:
+    async def list_messages(
+        self, session_id: str, page_size: int, after_seq: int
+    ) -> tuple[list[TranscriptMessage], int]:
         validate_id(session_id)
         size = _page_size(page_size, 200, MAX_PAGE_MESSAGES, "page_size")
         if after_seq < 0:

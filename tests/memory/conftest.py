@@ -1,9 +1,9 @@
 """The memory service on a real port, over real gRPC, on a fresh AGENTMESH_HOME per test.
 
-    async def test_x(memory_service):
-        client = memory_service.client          # agentmesh.memory.client.MemoryClient
-        stub = memory_service.stub              # the raw Memory stub, for status codes
-        await memory_service.restart()          # stop, then start again on the same home
+async def test_x(memory_service):
+    client = memory_service.client          # agentmesh.memory.client.MemoryClient
+    stub = memory_service.stub              # the raw Memory stub, for status codes
+    await memory_service.restart()          # stop, then start again on the same home
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Mapping
 
 import pytest
-
 from agentmesh.config import Settings
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.client import open_channel
@@ -74,3 +73,99 @@ async def make_memory_service(tmp_path):
     finally:
         for service in started:
             await service.stop()
+
+
+class ConceptEmbeddings:
+    """A real OpenAI-compatible `/embeddings` server with a tiny model of meaning.
+
+    Words of one concept share a dimension ("car" and "automobile" point the same way), so a
+    query can match a memory with no word in common - what a dense model adds over BM25.
+    Set `dim` to change the size of the vectors it answers with mid-test.
+    """
+
+    CONCEPTS = [
+        {"car", "automobile", "vehicle", "truck", "sedan"},
+        {"tea", "coffee", "drink", "beverage", "espresso"},
+        {"dog", "cat", "puppy", "pet", "kitten"},
+        {"guitar", "piano", "music", "song", "violin"},
+        {"doctor", "hospital", "medicine", "nurse", "clinic"},
+    ]
+
+    def __init__(self, dim: int = 16):
+        self.dim = dim
+        self.requests = 0
+        self._server = None
+
+    def embed(self, text: str) -> list[float]:
+        import math
+        import re
+        import zlib
+
+        vector = [0.0] * self.dim
+        for word in re.findall(r"[a-z]+", text.lower()):
+            for i, concept in enumerate(self.CONCEPTS):
+                if word in concept:
+                    vector[i] += 1.0
+                    break
+            else:
+                vector[len(self.CONCEPTS) + zlib.crc32(word.encode()) % (self.dim - len(self.CONCEPTS))] += 0.3
+        norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+        return [v / norm for v in vector]
+
+    def __enter__(self) -> "ConceptEmbeddings":
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests += 1
+                if self.path != "/v1/embeddings":
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                data = [{"object": "embedding", "index": i, "embedding": outer.embed(t)} for i, t in enumerate(inputs)]
+                payload = json.dumps({"object": "list", "data": data, "model": body.get("model", "")}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def concept_embeddings():
+    with ConceptEmbeddings() as server:
+        yield server
+
+
+@pytest.fixture(params=["per-namespace", "shared"])
+async def any_layout_service(request, tmp_path):
+    """The service with each memory layout (embedded defaults to per-namespace; servers to shared)."""
+    service = await MemoryService(tmp_path / "home", {"AGENTMESH_MEMORY_LAYOUT": request.param}).start()
+    try:
+        yield service
+    finally:
+        await service.stop()

@@ -6,7 +6,6 @@ import asyncio
 
 import grpc
 import pytest
-
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
 
@@ -39,13 +38,16 @@ async def test_transcript_is_ordered_paged_and_survives_a_restart(memory_service
     await client.put_session("s1")
     assert await client.append_messages("s1", [user("one"), user("two")]) == 2
     tool_call = common_pb2.ToolCall(call_id="c1", name="shell", arguments_json='{"command": "ls"}')
-    assert await client.append_messages(
-        "s1",
-        [
-            common_pb2.Message(role="assistant", content="", tool_calls=[tool_call], run_id="r1"),
-            common_pb2.Message(role="tool", content="a.txt", tool_call_id="c1", name="shell", run_id="r1"),
-        ],
-    ) == 4
+    assert (
+        await client.append_messages(
+            "s1",
+            [
+                common_pb2.Message(role="assistant", content="", tool_calls=[tool_call], run_id="r1"),
+                common_pb2.Message(role="tool", content="a.txt", tool_call_id="c1", name="shell", run_id="r1"),
+            ],
+        )
+        == 4
+    )
     page, after = await client.list_messages("s1", page_size=3)
     assert [m.seq for m in page] == [1, 2, 3] and after == 3
     rest, after = await client.list_messages("s1", after_seq=after, page_size=3)
@@ -65,7 +67,9 @@ async def test_transcript_is_ordered_paged_and_survives_a_restart(memory_service
 async def test_concurrent_appends_get_distinct_increasing_seqs(memory_service):
     client = memory_service.client
     await client.put_session("busy")
-    results = await asyncio.gather(*(client.append_messages("busy", [user(f"m{i}"), user(f"m{i}b")]) for i in range(20)))
+    results = await asyncio.gather(
+        *(client.append_messages("busy", [user(f"m{i}"), user(f"m{i}b")]) for i in range(20))
+    )
     assert sorted(results) == list(range(2, 41, 2))
     messages = await client.transcript("busy")
     assert [m.seq for m in messages] == list(range(1, 41))
@@ -129,7 +133,9 @@ async def test_list_sessions_pages_through_sessions_created_at_the_same_instant(
 async def test_bad_appends_are_refused_and_write_nothing(memory_service, session_id, messages, expected):
     await memory_service.client.put_session("s")
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await memory_service.stub.AppendMessages(memory_pb2.AppendMessagesRequest(session_id=session_id, messages=messages))
+        await memory_service.stub.AppendMessages(
+            memory_pb2.AppendMessagesRequest(session_id=session_id, messages=messages)
+        )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert expected in err.value.details()
     assert await memory_service.client.transcript("s") == []
@@ -138,7 +144,9 @@ async def test_bad_appends_are_refused_and_write_nothing(memory_service, session
 
 async def test_append_to_unknown_session_is_not_found(memory_service):
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await memory_service.stub.AppendMessages(memory_pb2.AppendMessagesRequest(session_id="ghost", messages=[user("x")]))
+        await memory_service.stub.AppendMessages(
+            memory_pb2.AppendMessagesRequest(session_id="ghost", messages=[user("x")])
+        )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "PutSession" in err.value.details()
 
 
@@ -155,3 +163,14 @@ async def test_bad_session_and_paging_inputs(memory_service):
         await client.list_messages("ok", page_size=5000)
     with pytest.raises(InvalidArgument, match="after_seq"):
         await client.list_messages("ok", after_seq=-1)
+
+
+async def test_a_second_service_on_the_same_home_is_refused_clearly(memory_service):
+    from agentmesh.config import Settings
+    from agentmesh.errors import FailedPrecondition
+    from agentmesh.rpc.launch import start_service
+
+    with pytest.raises(FailedPrecondition, match="in use by another process"):
+        await start_service("memory", Settings.from_env(memory_service.env), "127.0.0.1:0")
+    # The first one is unharmed.
+    assert (await memory_service.client.put_session("still-here"))[1] is True
