@@ -136,6 +136,8 @@ class Gateway:
             raise InvalidArgument("options.system_prompt is longer than the message limit")
         if len(request.options.model) > 200:
             raise InvalidArgument("options.model is longer than 200 characters")
+        if len(request.options.mode) > 64:
+            raise InvalidArgument("options.mode is longer than 64 characters")
 
     async def chat(self, request: gateway_pb2.ChatRequest) -> AsyncIterator[common_pb2.Event]:
         """Run one turn. Refusals happen before the first event; the stream ends with
