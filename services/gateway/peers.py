@@ -52,9 +52,22 @@ class MemorySessions:
 
 
 class AgentClient:
+    # A turn waits this long for an agent that is (re)starting before it is refused: a rolling
+    # restart should not fail the turns that arrive during it.
+    CONNECT_WAIT_S = 10.0
+
     def __init__(self, channel: grpc.aio.Channel, target: str):
+        self._channel = channel
         self._stub = agent_pb2_grpc.AgentStub(channel)
         self._target = target
+
+    async def _connected(self) -> None:
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), self.CONNECT_WAIT_S)
+        except TimeoutError:
+            raise Unavailable(
+                f"the agent service at {self._target} is not reachable (waited {self.CONNECT_WAIT_S:.0f}s)"
+            ) from None
 
     async def run_turn(
         self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
@@ -66,6 +79,7 @@ class AgentClient:
             while True:
                 yield agent_pb2.RunTurnRequest(decision=await decisions.get())
 
+        await self._connected()
         call = self._stub.RunTurn(requests())
         try:
             async for event in call:

@@ -51,6 +51,7 @@ async def test_history_survives_restarting_every_service(stack, llm):
 
     llm.add(reply("You are Ada."))
     events = await chat(stack.gateway_stub(), "work", "What is my name?")
+    assert of_kind(events, "error") == []
     assert of_kind(events, "run_finished")[0].final_text == "You are Ada."
     sent = [(m["role"], m.get("content")) for m in llm.requests[-1].body["messages"] if m["role"] != "system"]
     assert sent == [
