@@ -34,4 +34,4 @@ bench: install
 	$(PY) -m benches
 
 clean:
-	rm -rf $(VENV) lib/agentmesh/v1/*_pb2*.py* $(STUBS)
+	rm -rf $(VENV) .venv-checkov lib/agentmesh/v1/*_pb2*.py* $(STUBS)
