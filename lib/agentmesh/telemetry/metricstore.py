@@ -21,6 +21,8 @@ from opentelemetry.sdk.metrics.export import (
     NumberDataPoint,
 )
 
+from agentmesh.telemetry.spanstore import read_jsonl_dir
+
 
 def metric_store_dir(home: Path) -> Path:
     return Path(home) / "metrics"
@@ -81,14 +83,5 @@ class LocalMetricExporter(MetricExporter):
 
 def read_metric_points(directory: Path) -> Iterable[dict]:
     """Every stored data point in file order (later lines are later, cumulative values)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return
-    for path in sorted(directory.glob("*.jsonl")):
-        with path.open(encoding="utf-8") as lines:
-            for line in lines:
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue
+    return read_jsonl_dir(directory)
 

@@ -96,6 +96,11 @@ def prune_store(directory: Path, max_age_s: float, now: float | None = None) -> 
 
 def read_spans(directory: Path) -> Iterable[dict]:
     """Every stored span, in no particular order; torn last lines are skipped."""
+    return read_jsonl_dir(directory)
+
+
+def read_jsonl_dir(directory: Path) -> Iterable[dict]:
+    """Every JSON line of every `*.jsonl` file in `directory`, file by file; torn lines are skipped."""
     directory = Path(directory)
     if not directory.is_dir():
         return
