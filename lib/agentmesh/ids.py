@@ -8,6 +8,9 @@ import uuid
 from agentmesh.errors import InvalidArgument
 
 _ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+# Namespaces also name tenants and users ("team:infra", "ada@example"), so ':' and '@' are allowed.
+_NAMESPACE = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
+DEFAULT_NAMESPACE = "default"
 
 
 def validate_id(value: str, what: str = "session_id") -> str:
@@ -20,6 +23,17 @@ def validate_id(value: str, what: str = "session_id") -> str:
             f"{what} {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_' and '-'"
         )
     return value
+
+
+def validate_namespace(namespace: str) -> str:
+    """The memory namespace to use: `namespace`, or "default" when empty; InvalidArgument if malformed."""
+    namespace = namespace or DEFAULT_NAMESPACE
+    if not _NAMESPACE.match(namespace):
+        shown = namespace if len(namespace) <= 40 else namespace[:40] + "…"
+        raise InvalidArgument(
+            f"namespace {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_', '-', ':' and '@'"
+        )
+    return namespace
 
 
 def new_id(prefix: str) -> str:

@@ -9,7 +9,7 @@ import time
 
 from agentmesh.config import Settings, env_str
 from agentmesh.errors import InvalidArgument
-from agentmesh.ids import new_id, validate_id
+from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
@@ -74,7 +74,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         if request.run_id:
             validate_id(request.run_id, "run_id")
         if request.namespace:
-            validate_id(request.namespace, "namespace")
+            validate_namespace(request.namespace)
         if not request.message.strip():
             raise InvalidArgument("message is empty: send the text of the user's turn")
         if len(request.message) > MAX_MESSAGE_CHARS:

@@ -17,7 +17,7 @@ import structlog
 
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from agentmesh.gateway.settings import GatewaySettings
-from agentmesh.ids import new_id, validate_id
+from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
 
@@ -295,7 +295,7 @@ class Gateway:
             if not key or len(key) > 63 or len(value) > 256:
                 raise InvalidArgument(f"label {key[:63]!r}: keys are 1-63 characters, values at most 256")
         if namespace:
-            validate_id(namespace, "namespace")
+            validate_namespace(namespace)
         now = time.time()
         return gateway_pb2.Session(
             session_id=session_id,

@@ -30,7 +30,7 @@ from agentmesh.memory.embedders import Embedder
 from agentmesh.memory.qdrant_store import FusionPlan, PointFilter, QdrantStore, point_id
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
-from agentmesh.memory.transcripts import validate_namespace
+from agentmesh.ids import validate_namespace
 from opentelemetry import trace
 
 log = get_logger("agentmesh.memory")

@@ -13,36 +13,23 @@ turn per session at a time, which keeps writers to one (docs/memory.md).
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
-from agentmesh.ids import validate_id
+from agentmesh.ids import DEFAULT_NAMESPACE, validate_id, validate_namespace
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 
 ROLES = ("system", "user", "assistant", "tool")
-DEFAULT_NAMESPACE = "default"
-_NAMESPACE = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 MAX_TITLE_CHARS = 500
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
 MAX_TOOL_CALLS = 128
 MAX_PAGE_SESSIONS = 500
 MAX_PAGE_MESSAGES = 1000
-
-
-def validate_namespace(namespace: str) -> str:
-    namespace = namespace or DEFAULT_NAMESPACE
-    if not _NAMESPACE.match(namespace):
-        shown = namespace if len(namespace) <= 40 else namespace[:40] + "…"
-        raise InvalidArgument(
-            f"namespace {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_', '-', ':' and '@'"
-        )
-    return namespace
 
 
 @dataclass

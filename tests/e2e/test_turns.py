@@ -181,3 +181,14 @@ async def test_tool_arguments_reach_the_tool_as_the_model_wrote_them(stack, llm)
     assert (stack.settings.home / "workspaces" / "args" / "notes" / "a.txt").read_text() == content
     arguments = json.loads(of_kind(events, "tool_call")[0].arguments_json)
     assert arguments == {"path": "notes/a.txt", "content": content}
+
+
+async def test_a_session_namespace_is_accepted_by_every_service(stack, llm):
+    gateway = stack.gateway_stub()
+    created = await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="ns", namespace="team:infra"), timeout=10)
+    assert created.namespace == "team:infra"
+    llm.add(reply("ok"))
+    events = await chat(gateway, "ns", "hi")
+    assert of_kind(events, "error") == [] and of_kind(events, "run_finished")[0].final_text == "ok"
+    err = await rpc_error(gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="ns2", namespace="bad ns"), timeout=10))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "namespace" in err.details()
