@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from tests.tools.fake_kube import FakeKube
-from tests.tools.support import processes_with
+from tests.tools.support import describe, processes_with
 
 NAMESPACE = "agentmesh-sandbox"
 CLAIM = "agentmesh-workspaces"
@@ -24,7 +24,8 @@ class LocalBackend:
         return {"AGENTMESH_SANDBOX_MEMORY_BYTES": str(256 * 1024 * 1024)}
 
     def leftovers(self, marker: str) -> list[str]:
-        return [f"pid {pid}" for pid in processes_with(marker)]
+        pids = processes_with(marker)
+        return describe(pids).splitlines() if pids else []
 
     def close(self) -> None:
         pass

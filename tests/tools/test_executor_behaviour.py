@@ -49,19 +49,22 @@ async def assert_clean(backend, mark: str) -> None:
 
 
 async def test_runs_a_command_and_returns_its_output(tools, backend):
-    result = await tools.call("shell", {"command": "echo hello; echo done"})
+    # A unique word, so that no unrelated process on the machine is taken for a leftover.
+    word = f"hello{uuid.uuid4().hex[:8]}"
+    result = await tools.call("shell", {"command": f"echo {word}; echo done"})
     assert not result.is_error, result.output
     assert result.exit_code == 0
-    assert "hello\ndone" in result.stdout
-    await assert_clean(backend, "hello")
+    assert f"{word}\ndone" in result.stdout
+    await assert_clean(backend, word)
 
 
 async def test_reports_a_nonzero_exit(tools, backend):
-    result = await tools.call("shell", {"command": "echo failing; exit 7"})
+    word = f"failing{uuid.uuid4().hex[:8]}"
+    result = await tools.call("shell", {"command": f"echo {word}; exit 7"})
     assert result.is_error and result.error_kind == "nonzero_exit"
     assert result.exit_code == 7
-    assert "failing" in result.output and "[exit code 7]" in result.output
-    await assert_clean(backend, "failing")
+    assert word in result.output and "[exit code 7]" in result.output
+    await assert_clean(backend, word)
 
 
 async def test_runs_python(tools, backend):
