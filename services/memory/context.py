@@ -8,8 +8,8 @@ carry its neighbours' text at a lower weight (`AGENTMESH_MEMORY_CONTEXT_WEIGHT`)
 text and what a search returns stay the memory itself. benches/locomo.py measures the gain.
 
 When a new memory lands between two others, their vectors change too: the writer re-indexes
-the neighbours whose context it changed. Forgetting a memory leaves its neighbours' context as
-it was (a stale hint, not a wrong answer).
+the neighbours whose context it changed. Forgetting a memory re-indexes its surviving neighbours
+the same way, so the forgotten words stop finding them.
 """
 
 from __future__ import annotations

@@ -434,9 +434,36 @@ class Memories:
         for memory_id in ids:
             validate_id(memory_id, "id")
         await self._ensure_ready()
-        if ids:
-            pids = [point_id("memory", pf.namespace, i) for i in dict.fromkeys(ids)]
-            present = list(await self._store.get_memories(pf.namespace, pids))
-            await self._store.delete_memories_by_ids(pf.namespace, present)
-            return len(present)
-        return await self._store.delete_memories_by_filter(pf)
+        async with self._write_locks.setdefault(pf.namespace, asyncio.Lock()):
+            if forget_all:
+                return await self._store.delete_memories_by_filter(pf)
+            if ids:
+                pids = [point_id("memory", pf.namespace, i) for i in dict.fromkeys(ids)]
+                forgotten = await self._store.get_memories(pf.namespace, pids)
+                await self._store.delete_memories_by_ids(pf.namespace, list(forgotten))
+            else:
+                forgotten = await self._matching(pf)
+                await self._store.delete_memories_by_filter(pf)
+            await self._reindex_neighbours_of(pf.namespace, forgotten)
+            return len(forgotten)
+
+    async def _matching(self, pf: PointFilter) -> dict[str, dict]:
+        found: dict[str, dict] = {}
+        token: str | None = None
+        while True:
+            rows, token = await self._store.scroll_memories(pf, MAX_PAGE, token)
+            found.update(rows)
+            if not token:
+                return found
+
+    async def _reindex_neighbours_of(self, namespace: str, forgotten: dict[str, dict]) -> None:
+        """A forgotten memory's words must stop finding the memories that were indexed beside it:
+        re-index its surviving stream neighbours with the neighbours they have now."""
+        neighbour_ids = {n for payload in forgotten.values() for n in payload.get(NEIGHBORS) or () if n}
+        survivors = await self._store.get_memories(namespace, sorted(neighbour_ids - forgotten.keys()))
+        if not survivors:
+            return
+        window = self._settings.context_window if self._settings.context_weight > 0 else 0
+        pending = [Pending(pid, dict(payload)) for pid, payload in survivors.items()]
+        rows = await self._index(await with_neighbors(self._store, pending, window, self._settings.context_kinds))
+        await self._store.upsert_memories(namespace, rows)

