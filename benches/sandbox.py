@@ -140,6 +140,34 @@ async def local_table(calls: int) -> list[tuple]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+async def seccomp_table(calls: int) -> list[tuple]:
+    """The seccomp filter's cost: the same jail with and without it, in the same run."""
+    base = Path(tempfile.mkdtemp(prefix="agentmesh-sandbox-bench-seccomp-"))
+    base.chmod(0o711)
+    try:
+        jails = {}
+        for flag in ("true", "false"):
+            settings = ToolsSettings.from_env({"AGENTMESH_SANDBOX_SECCOMP": flag}, home=base / flag)
+            jails[flag] = LocalJail(settings, Workspaces(settings.workspace_root, jail_host_identity(settings)), TRACER)
+        if not jails["true"].available:
+            return []
+        rows = []
+        for program, argv in PROGRAMS.items():
+            def runner(jail: LocalJail, argv=argv):
+                async def call(i: int) -> None:
+                    result = await jail.run(CommandSpec("bench", f"c{i}", argv, 30))
+                    if result.exit_code != 0:
+                        raise RuntimeError(f"jailed {argv[0]} failed: {result.stderr or result.detail}")
+
+                return call
+
+            on, off = await compare(runner(jails["true"]), runner(jails["false"]), calls, 1)
+            rows.append((program, *on.stats(), *off.stats(), on.stats()[0] / off.stats()[0]))
+        return rows
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 async def kubernetes_table(calls: int) -> list[tuple]:
     from kubernetes import client, watch
 
@@ -207,6 +235,12 @@ def main() -> int:
         print(f"{'program':<8} {'conc':>4} | {'jail p50':>9} {'p99':>8} {'calls/s':>8} | {'plain p50':>9} {'p99':>8} {'calls/s':>8} | {'ratio p50':>9}")
         for program, conc, jp50, jp99, jrate, pp50, pp99, prate, ratio in local:
             print(f"{program:<8} {conc:>4} | {jp50:9.1f} {jp99:8.1f} {jrate:8.1f} | {pp50:9.1f} {pp99:8.1f} {prate:8.1f} | {ratio:8.1f}x")
+    filtered = asyncio.run(seccomp_table(args.calls))
+    if filtered:
+        print(f"\nlocal jail with vs without the seccomp filter, 1 concurrent, {args.calls} calls each (ms)")
+        print(f"{'program':<8} | {'seccomp p50':>11} {'p99':>8} {'calls/s':>8} | {'none p50':>9} {'p99':>8} {'calls/s':>8} | {'ratio p50':>9}")
+        for program, sp50, sp99, srate, np50, np99, nrate, ratio in filtered:
+            print(f"{program:<8} | {sp50:11.1f} {sp99:8.1f} {srate:8.1f} | {np50:9.1f} {np99:8.1f} {nrate:8.1f} | {ratio:8.2f}x")
     if not args.skip_kubernetes:
         rows = asyncio.run(kubernetes_table(max(10, args.calls // 2)))
         print(f"\nkubernetes executor on the fake API server (instant containers), {max(10, args.calls // 2)} calls each (ms)")

@@ -77,6 +77,8 @@ class ToolsSettings:
     bwrap_path: str = "/usr/bin/bwrap"
     # Loudly named on purpose: command tools run as plain child processes, unconfined.
     unsafe_no_isolation: bool = False
+    # A seccomp filter in the local jail (see sandbox/seccomp.py); off only to debug a program it stops.
+    seccomp: bool = True
     # Per-call network for command tools (the jail has none by default).
     command_network: bool = False
     # When the service runs as root, the host uid/gid jailed programs run as (outside their user
@@ -137,6 +139,7 @@ class ToolsSettings:
             bwrap_path=env_str(env, "AGENTMESH_SANDBOX_BWRAP", cls.bwrap_path),
             unsafe_no_isolation=env_bool(env, "AGENTMESH_SANDBOX_UNSAFE_NO_ISOLATION", False),
             command_network=env_bool(env, "AGENTMESH_SANDBOX_NETWORK", False),
+            seccomp=env_bool(env, "AGENTMESH_SANDBOX_SECCOMP", True),
             host_uid=env_int(env, "AGENTMESH_SANDBOX_HOST_UID", cls.host_uid, minimum=1),
             max_concurrent_sandboxes=env_int(env, "AGENTMESH_SANDBOX_MAX_CONCURRENT", cls.max_concurrent_sandboxes, minimum=1),
             host_gid=env_int(env, "AGENTMESH_SANDBOX_HOST_GID", cls.host_gid, minimum=1),

@@ -254,3 +254,43 @@ async def test_a_root_service_whose_home_others_cannot_traverse_still_bounds_pro
         assert result.is_error and result.error_kind == "process_limit", result.output
         assert "more than 32 processes" in result.output
         assert await wait_until(lambda: not processes_with(marker))
+
+
+# Each probe makes one raw system call with harmless arguments and prints its errno (0 = allowed).
+SYSCALL_PROBE = """
+import ctypes, os, platform
+numbers = {
+    "x86_64": {"ptrace": 101, "unshare": 272, "keyctl": 250, "bpf": 321, "io_uring_setup": 425, "mount": 165, "perf_event_open": 298},
+    "aarch64": {"ptrace": 117, "unshare": 97, "keyctl": 219, "bpf": 280, "io_uring_setup": 425, "mount": 40, "perf_event_open": 241},
+}[platform.machine()]
+args = {"ptrace": (0, 0, 0, 0), "unshare": (0,), "keyctl": (0, -3, 0), "bpf": (0, 0, 0), "io_uring_setup": (1, 0),
+        "mount": (0, 0, 0, 0, 0), "perf_event_open": (0, 0, -1, -1, 0)}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+for name, nr in numbers.items():
+    ctypes.set_errno(0)
+    result = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args[name]])
+    print(name, 0 if result >= 0 else ctypes.get_errno())
+"""
+
+
+def probe_results(result) -> dict[str, int]:
+    assert not result.is_error, result.output
+    return {name: int(code) for name, code in (line.split() for line in result.stdout.splitlines())}
+
+
+async def test_kernel_interfaces_a_tool_never_needs_are_refused(jail, host_unchanged):
+    marker, _ = host_unchanged
+    refused = probe_results(await jail.call("python", {"code": f"# {marker}\n{SYSCALL_PROBE}"}))
+    assert refused == dict.fromkeys(refused, 1), refused  # every probe: EPERM from the seccomp filter
+    # Ordinary work is untouched by the filter.
+    work = await jail.call("shell", {"command": "echo ok > f && cat f && python3 -c 'import subprocess; print(subprocess.run([\"true\"]).returncode)'"})
+    assert work.stdout.split() == ["ok", "0"], work.output
+
+
+async def test_without_the_filter_the_same_probes_get_through(home):
+    # The control for the test above: it is the filter, not the namespaces, that refuses them.
+    home.mkdir(parents=True)
+    async with ToolsClient(home, {**SUITE_ENV, "AGENTMESH_SANDBOX_SECCOMP": "false"}) as client:
+        allowed = probe_results(await client.call("python", {"code": SYSCALL_PROBE}))
+    assert allowed["ptrace"] == 0 and allowed["unshare"] == 0, allowed

@@ -29,6 +29,7 @@ from opentelemetry import trace
 from agentmesh.logs import get_logger
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics, SandboxUnavailable
 from agentmesh.tools.sandbox.process import ProcessRun, kill_group, run_process
+from agentmesh.tools.sandbox.seccomp import compile_filter, filter_fd
 from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
@@ -144,8 +145,13 @@ class LocalJail:
         self._prlimit = _system_tool("prlimit")
         self._setpriv = _system_tool("setpriv")
         self._etc_dir = workspaces.root.parent / "sandbox-etc"
+        self._seccomp: bytes | None = None
         if self._bwrap:
             self._write_identity_files()
+            if settings.seccomp:
+                self._seccomp = compile_filter()
+            else:
+                log.warning("AGENTMESH_SANDBOX_SECCOMP=false: jailed programs run without a seccomp filter")
 
     @property
     def available(self) -> bool:
@@ -161,7 +167,9 @@ class LocalJail:
         )
         (self._etc_dir / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\n")
 
-    def jail_argv(self, workspace: Path, spec: CommandSpec, info_fd: int | None = None) -> list[str]:
+    def jail_argv(
+        self, workspace: Path, spec: CommandSpec, info_fd: int | None = None, seccomp_fd: int | None = None
+    ) -> list[str]:
         limits = self._limits
         argv = []
         if self._host_identity:
@@ -180,6 +188,8 @@ class LocalJail:
         ]  # fmt: skip
         if info_fd is not None:
             argv += ["--info-fd", str(info_fd)]
+        if seccomp_fd is not None:
+            argv += ["--seccomp", str(seccomp_fd)]
         if not spec.network:
             argv.append("--unshare-net")
         for path in MERGED_USR_DIRS:
@@ -234,18 +244,22 @@ class LocalJail:
             loop.add_reader(info.read_fd, info.on_readable)
             guard = JailWatch(info, self._limits.memory_bytes, self._limits.processes)
             watch = asyncio.create_task(guard.run())
+            seccomp_fd = filter_fd(self._seccomp) if self._seccomp else None
+            span.set_attribute("agentmesh.sandbox.seccomp", seccomp_fd is not None)
             try:
                 run = await run_process(
-                    self.jail_argv(workspace, jailed, info.write_fd),
+                    self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd),
                     env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
                     cwd=str(workspace),
                     timeout_s=spec.timeout_s,
                     output_cap=self._limits.output_cap_bytes,
                     drain_limit=self._limits.output_drain_bytes,
-                    pass_fds=(info.write_fd,),
+                    pass_fds=(info.write_fd,) if seccomp_fd is None else (info.write_fd, seccomp_fd),
                     killer=info.kill,
                 )
             finally:
+                if seccomp_fd is not None:
+                    os.close(seccomp_fd)
                 watch.cancel()
                 loop.remove_reader(info.read_fd)
                 info.close()
