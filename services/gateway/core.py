@@ -73,8 +73,8 @@ class Gateway:
         self._agent = agent
         self._workspaces = workspaces
         self._settings = settings
-        # One turn per session in this replica. Several replicas need session affinity at the
-        # load balancer (see docs); the agent persists every step, so nothing is lost either way.
+        # One turn per session in this replica. With several replicas, the gRPC adapter sends
+        # each session's calls to the replica that owns it (routing.py), so this is enough.
         self._active: dict[str, _ActiveTurn] = {}
         self._draining = False
 
@@ -173,6 +173,10 @@ class Gateway:
         finally:
             if self._active.get(session_id) is turn:
                 self._active.pop(session_id)
+
+    def has_active_turn(self, session_id: str) -> bool:
+        """Whether this replica runs a turn of `session_id` now (routing serves such calls here)."""
+        return session_id in self._active
 
     async def cancel(self, session_id: str) -> tuple[bool, str]:
         validate_id(session_id)

@@ -72,12 +72,25 @@ class AgentClient:
     async def run_turn(
         self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
     ) -> AsyncIterator[common_pb2.Event]:
+        ended = asyncio.Event()
+
         async def requests():
             # The turn first, then each approval decision on the same stream: it reaches the very
             # agent replica running the turn, with no lookup and no affinity to configure.
             yield request
-            while True:
-                yield agent_pb2.RunTurnRequest(decision=await decisions.get())
+            # Until the turn ends: an iterator left waiting keeps gRPC's task that reads it
+            # pending until the call is garbage-collected ("Task was destroyed but it is pending").
+            ending = asyncio.ensure_future(ended.wait())
+            try:
+                while True:
+                    decision = asyncio.ensure_future(decisions.get())
+                    done, _ = await asyncio.wait({decision, ending}, return_when=asyncio.FIRST_COMPLETED)
+                    if decision not in done:
+                        decision.cancel()
+                        return
+                    yield agent_pb2.RunTurnRequest(decision=decision.result())
+            finally:
+                ending.cancel()
 
         await self._connected()
         call = self._stub.RunTurn(requests())
@@ -91,6 +104,7 @@ class AgentClient:
                 ) from None
             raise core_error_from_rpc(err) from None
         finally:
+            ended.set()
             # Leaving early (cancel, client gone) must stop the run on the agent too.
             call.cancel()
 

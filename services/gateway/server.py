@@ -1,22 +1,48 @@
-"""gRPC adapter of the gateway: the public API, authentication, and wiring to its peers."""
+"""gRPC adapter of the gateway: the public API, authentication, session routing between
+replicas, and wiring to its peers."""
 
 from __future__ import annotations
+
+import contextlib
 
 from agentmesh.config import Settings
 from agentmesh.gateway.auth import BearerTokenInterceptor
 from agentmesh.gateway.core import Gateway
+from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
+from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.ids import validate_id
+from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
+log = get_logger("agentmesh.gateway")
+
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, core: Gateway):
+    def __init__(self, core: Gateway, router: SessionRouter | None = None):
         self._core = core
+        # None: a single gateway, every session served here.
+        self._router = router
+
+    async def _route(self, session_id: str, context) -> str | None:
+        return await self._router.target(session_id, context) if self._router else None
+
+    async def _forwarded(self, method: str, request, context):
+        """The owner's reply when another replica serves the session; None to serve it here."""
+        owner = await self._route(validate_id(request.session_id), context)
+        if owner is None:
+            return None
+        try:
+            return await self._router.forwarder.unary(owner, method, request, context)
+        except OwnerUnreachable as exc:
+            log.warning("owning gateway unreachable; serving here", method=method,
+                        session_id=request.session_id, owner=owner, error=str(exc))
+            return None
 
     @translate_errors
     async def CreateSession(self, request, context):
@@ -32,25 +58,46 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def DeleteSession(self, request, context):
+        # The owner knows whether a turn runs, and refuses while one does.
+        if (reply := await self._forwarded("DeleteSession", request, context)) is not None:
+            return reply
         return gateway_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id))
 
     @translate_errors
     async def Chat(self, request, context):
+        self._core.validate_chat(request)  # bad input is refused here, without a hop
+        owner = await self._route(request.session_id, context)
+        if owner is not None:
+            try:
+                async with contextlib.aclosing(self._router.forwarder.chat(owner, request, context)) as events:
+                    async for event in events:
+                        yield event
+                return
+            except OwnerUnreachable as exc:
+                # The owner is gone (or going): better to serve the turn than to refuse it.
+                log.warning("owning gateway unreachable; serving the turn here",
+                            session_id=request.session_id, owner=owner, error=str(exc))
         async for event in self._core.chat(request):
             yield event
 
     @translate_errors
     async def Cancel(self, request, context):
+        if (reply := await self._forwarded("Cancel", request, context)) is not None:
+            return reply
         cancelled, run_id = await self._core.cancel(request.session_id)
         return gateway_pb2.CancelResponse(cancelled=cancelled, run_id=run_id)
 
     @translate_errors
     async def Approve(self, request, context):
+        if (reply := await self._forwarded("Approve", request, context)) is not None:
+            return reply
         run_id = await self._core.approve(request)
         return gateway_pb2.ApproveResponse(accepted=True, run_id=run_id)
 
     @translate_errors
     async def ListApprovals(self, request, context):
+        if (reply := await self._forwarded("ListApprovals", request, context)) is not None:
+            return reply
         return await self._core.pending_approvals(request.session_id)
 
     @translate_errors
@@ -58,7 +105,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
 
 
-async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
+async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
+                peer_resolver: Resolver = resolve_addresses) -> ServiceHost:
+    """The gateway, unstarted. `peer_resolver` answers the DNS lookups of
+    AGENTMESH_GATEWAY_PEERS=dns:///...; tests give one that answers what they choose."""
     gateway_settings = GatewaySettings.from_env(settings.environ)
     channels = {name: open_channel(settings.address_of(name), telemetry) for name in ("memory", "agent", "tools")}
     core = Gateway(
@@ -70,7 +120,20 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost(
         "gateway", settings, telemetry, address=address, interceptors=[BearerTokenInterceptor(settings.auth_tokens)]
     )
-    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(core), "agentmesh.v1.Gateway")
+    router = None
+    if gateway_settings.peers.enabled:
+        membership = Membership(
+            gateway_settings.peers, gateway_settings.advertise_address, gateway_settings.peer_refresh_s,
+            resolver=peer_resolver, handoff_window_s=gateway_settings.turn_timeout_s,
+        )
+        forwarder = Forwarder(telemetry, gateway_settings.peer_connect_timeout_s)
+        membership.on_change(forwarder.retain)
+        await membership.start()
+        router = SessionRouter(membership, forwarder, core.has_active_turn)
+        host.on_drain(forwarder.drain)
+        host.on_stop(forwarder.close)
+        host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
+    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(core, router), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():

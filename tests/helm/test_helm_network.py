@@ -197,3 +197,23 @@ def test_the_sandbox_policy_is_always_rendered(values):
     assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
     if values:
         assert len(r.kind("NetworkPolicy")) == 1  # the service policies can be turned off, this one not
+
+
+@pytest.mark.parametrize("which", ["default", "production"])
+def test_gateway_replicas_reach_each_other_for_session_routing(which, default_render, production_render):
+    r = default_render if which == "default" else production_render
+    policies = r.kind("NetworkPolicy")
+    gateway = component(r, "gateway")
+    # Another replica of the same Deployment: same labels, another pod IP.
+    peer = pod("gateway-2", gateway.namespace, gateway.label_map, ip="10.244.0.11")
+    assert allowed(policies, gateway, peer, 50051) and allowed(policies, peer, gateway, 50051)
+    assert not any(allowed(policies, gateway, peer, port) for port in ALL_PORTS if port != 50051)
+    assert allowed(policies, gateway, DNS, 53, "UDP")  # it resolves its peers' headless Service
+    # Opening gateway -> gateway opened nothing else towards the gateway.
+    sandbox_ns = NAMESPACE if which == "default" else SANDBOX_NS
+    for outsider in (sandbox_pod(sandbox_ns), sandbox_pod(sandbox_ns, "allow"), component(r, "agent"),
+                     component(r, "tools"), component(r, "memory")):
+        assert not allowed(policies, outsider, gateway, 50051), outsider.name
+    if which == "production":  # there only the ingress controller and the scheduler call in
+        assert not allowed(policies, STRANGER, gateway, 50051)
+        assert not allowed(policies, pod("lookalike", "default", gateway.label_map), gateway, 50051)

@@ -338,3 +338,52 @@ def test_notes_tell_how_to_reach_the_gateway_and_chat(default_render):
     assert "AGENTMESH_GATEWAY_ADDR=127.0.0.1:50051" in notes
     assert "agentmesh chat" in notes
     assert "scripted" in notes  # says the default answers are canned
+
+
+# --- gateway session routing ------------------------------------------------------------------
+
+
+def test_gateway_replicas_find_each_other_through_a_headless_service(any_render):
+    r = any_render
+    (container,) = r.deployment("gateway")["spec"]["template"]["spec"]["containers"]
+    env = container_env(container)
+    names = [e["name"] for e in container["env"]]
+    # $(POD_IP) expands only if POD_IP is defined before it.
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert names.index("POD_IP") < names.index("AGENTMESH_GATEWAY_ADVERTISE_ADDR")
+    assert env["AGENTMESH_GATEWAY_ADVERTISE_ADDR"] == f"$(POD_IP):{PORTS['gateway']}"
+    scheme, _, target = env["AGENTMESH_GATEWAY_PEERS"].partition("///")
+    host, _, port = target.rpartition(":")
+    name, namespace, suffix = host.split(".")
+    assert (scheme, namespace, suffix, int(port)) == ("dns:", NAMESPACE, "svc", PORTS["gateway"])
+
+    peers = r.get("Service", name)
+    assert peers["spec"]["clusterIP"] == "None"  # DNS answers with every pod's IP
+    assert not peers["spec"].get("publishNotReadyAddresses")  # a draining pod drops out
+    (svc_port,) = peers["spec"]["ports"]
+    assert svc_port["port"] == PORTS["gateway"] and svc_port["targetPort"] == "grpc"
+    gateway_labels = r.deployment("gateway")["spec"]["template"]["metadata"]["labels"]
+    assert peers["spec"]["selector"].items() <= gateway_labels.items()
+    for other in SERVICES:
+        if other != "gateway":
+            labels = r.deployment(other)["spec"]["template"]["metadata"]["labels"]
+            assert not peers["spec"]["selector"].items() <= labels.items(), other
+            other_env = container_env(r.deployment(other)["spec"]["template"]["spec"]["containers"][0])
+            assert "AGENTMESH_GATEWAY_PEERS" not in other_env, other
+    # The peers' Service is for the replicas only: nothing is pointed at it but them.
+    assert name not in r.config().get("AGENTMESH_GATEWAY_ADDR", "")
+
+
+def test_the_gateway_settings_the_chart_renders_are_accepted_by_the_gateway(default_render):
+    from agentmesh.gateway.settings import GatewaySettings
+
+    env = container_env(default_render.deployment("gateway")["spec"]["template"]["spec"]["containers"][0])
+    # What the kubelet makes of $(POD_IP) in a pod, on an IPv4 and an IPv6 cluster.
+    for pod_ip, advertised in (("10.244.1.7", "10.244.1.7:50051"), ("fd00:10:244::7", "[fd00:10:244::7]:50051")):
+        settings = GatewaySettings.from_env({
+            "AGENTMESH_GATEWAY_PEERS": env["AGENTMESH_GATEWAY_PEERS"],
+            "AGENTMESH_GATEWAY_ADVERTISE_ADDR": env["AGENTMESH_GATEWAY_ADVERTISE_ADDR"].replace("$(POD_IP)", pod_ip),
+        })
+        assert settings.advertise_address == advertised
+        assert settings.peers.dns_name == f"{RELEASE}-gateway-peers.{NAMESPACE}.svc"
+        assert settings.peers.dns_port == PORTS["gateway"]

@@ -63,6 +63,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-%s" (include "agentmesh.fullname" .root) .component }}
 {{- end }}
 
+{{/* The headless Service listing the Ready gateway pods, through which each gateway replica
+finds its peers for session routing (docs/api.md "Scaling the gateway"). */}}
+{{- define "agentmesh.gatewayPeersName" -}}
+{{- printf "%s-peers" (include "agentmesh.componentName" (dict "root" . "component" "gateway")) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* host:port where a service is reached inside the cluster. */}}
 {{- define "agentmesh.address" -}}
 {{- printf "%s.%s.svc:%s" (include "agentmesh.componentName" .) .root.Release.Namespace (include "agentmesh.port" .) }}

@@ -1,0 +1,166 @@
+"""Several gateway replicas in the test's event loop, in front of one stack's agent, tools and
+memory, each told the others' addresses (AGENTMESH_GATEWAY_PEERS) and its own."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import socket
+from typing import Mapping
+
+import grpc
+
+from agentmesh.config import Settings
+from agentmesh.gateway.routing import owner_of
+from agentmesh.rpc.client import open_channel
+from agentmesh.gateway import server as gateway_server
+from agentmesh.gateway.membership import resolve_addresses
+from agentmesh.telemetry import setup_telemetry
+from agentmesh.rpc.server import ServiceHost
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from tests.support.stack import Stack
+
+BACKENDS = ("memory", "tools", "agent")
+
+
+def free_address() -> str:
+    # The peer list must name every replica before any is built, so ports are picked up front.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+class FakeDNS:
+    """Stands in for a headless Service's DNS answer, which the test changes as pods come and
+    go. Counts each replica's lookups, so a test can wait until every one has seen a change."""
+
+    NAME = "dns:///gateway-peers.test:50051"
+
+    def __init__(self, answer: list[str]):
+        self.answer = list(answer)
+        self.lookups: collections.Counter = collections.Counter()
+
+    def resolver_for(self, index: int):
+        async def resolve(name: str, port: int) -> list[str]:
+            self.lookups[index] += 1
+            return list(self.answer)
+        return resolve
+
+    async def change(self, answer: list[str], indexes) -> None:
+        """Answer `answer` from now on; return once each replica finished a lookup of it."""
+        self.answer = list(answer)
+        start = {i: self.lookups[i] for i in indexes}
+        # The second lookup after the change starts only once the first one was applied.
+        await wait_until(lambda: all(self.lookups[i] >= start[i] + 2 for i in indexes))
+
+
+class Replicas:
+    def __init__(self, stack: Stack, count: int = 2, env: Mapping[str, str] | None = None,
+                 peers: Mapping[int, list[int]] | None = None, dns: FakeDNS | None = None):
+        """`peers` overrides which replicas (by index) a replica lists, to make them disagree;
+        `dns` makes every replica find its peers by (fake) DNS instead of a fixed list."""
+        self.stack = stack
+        self.addresses = [free_address() for _ in range(count)]
+        self._env = dict(env or {})
+        self._peers = dict(peers or {})
+        self.dns = dns
+        self.hosts: dict[int, ServiceHost] = {}
+        self._channels: list[grpc.aio.Channel] = []
+
+    def env_of(self, index: int) -> dict[str, str]:
+        listed = self._peers.get(index, range(len(self.addresses)))
+        return {
+            **self.stack.env,
+            "AGENTMESH_GATEWAY_PEERS": self.dns.NAME if self.dns else ",".join(self.addresses[i] for i in listed),
+            "AGENTMESH_GATEWAY_ADVERTISE_ADDR": self.addresses[index],
+            "AGENTMESH_GATEWAY_PEER_CONNECT_TIMEOUT_S": "1",
+            "AGENTMESH_GATEWAY_PEER_REFRESH_S": "0.1",
+            **self._env,
+        }
+
+    async def start(self) -> "Replicas":
+        for index, address in enumerate(self.addresses):
+            settings = dataclasses.replace(Settings.from_env(self.env_of(index)), addresses=dict(self.stack.addresses))
+            resolver = self.dns.resolver_for(index) if self.dns else resolve_addresses
+            host = await gateway_server.build(settings, setup_telemetry("gateway", settings), address,
+                                              peer_resolver=resolver)
+            self.hosts[index] = await host.start()
+        return self
+
+    async def stop_replica(self, index: int) -> None:
+        host = self.hosts.pop(index)
+        await host.stop(grace=1)
+        host.telemetry.shutdown()
+
+    async def stop(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+        for index in list(self.hosts):
+            await self.stop_replica(index)
+
+    async def __aenter__(self) -> "Replicas":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    def stub(self, index: int) -> gateway_pb2_grpc.GatewayStub:
+        channel = open_channel(self.addresses[index])
+        self._channels.append(channel)
+        return gateway_pb2_grpc.GatewayStub(channel)
+
+    def owner(self, session_id: str) -> int:
+        return self.addresses.index(owner_of(session_id, self.addresses))
+
+    def session_owned_by(self, index: int, prefix: str = "s") -> str:
+        """A session id whose owner, by everyone's full peer list, is replica `index`."""
+        return next(f"{prefix}-{n}" for n in range(1000) if self.owner(f"{prefix}-{n}") == index)
+
+
+async def wait_until(predicate, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def collect(call) -> list:
+    return [event async for event in call]
+
+
+def kinds(events) -> list[str]:
+    return [e.WhichOneof("payload") for e in events]
+
+
+def of_kind(events, kind: str) -> list:
+    return [getattr(e, kind) for e in events if e.WhichOneof("payload") == kind]
+
+
+class LiveTurn:
+    """A Chat stream read in the background, so the test can act while the turn waits."""
+
+    def __init__(self, gateway: gateway_pb2_grpc.GatewayStub, session_id: str, message: str,
+                 metadata=(), **options):
+        request = gateway_pb2.ChatRequest(session_id=session_id, message=message,
+                                          options=gateway_pb2.ChatOptions(**options))
+        self.call = gateway.Chat(request, timeout=60, metadata=metadata)
+        self.events: list = []
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for event in self.call:
+            self.events.append(event)
+
+    def of_kind(self, kind: str) -> list:
+        return of_kind(self.events, kind)
+
+    async def approval_request(self):
+        await wait_until(lambda: self.of_kind("approval_request"))
+        return self.of_kind("approval_request")[0]
+
+    async def finished(self) -> list:
+        await asyncio.wait_for(self.task, 30)
+        return self.events
