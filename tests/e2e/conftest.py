@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 import pytest
 
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.stack import Stack
+from tests.support.turns import LiveTurn, collect, kinds, of_kind, wait_until  # noqa: F401 - for the e2e tests
 from agentmesh.v1 import gateway_pb2
 
 
@@ -20,18 +19,6 @@ def llm():
 async def stack(tmp_path, llm):
     async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as running:
         yield running
-
-
-async def collect(call) -> list:
-    return [event async for event in call]
-
-
-def kinds(events) -> list[str]:
-    return [e.WhichOneof("payload") for e in events]
-
-
-def of_kind(events, kind: str) -> list:
-    return [getattr(e, kind) for e in events if e.WhichOneof("payload") == kind]
 
 
 async def chat(stub, session_id: str, message: str, **options) -> list:
@@ -51,11 +38,3 @@ async def rpc_error(awaitable) -> grpc.aio.AioRpcError:
             await collect(result)
     return info.value
 
-
-async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(interval)

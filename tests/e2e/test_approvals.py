@@ -13,6 +13,7 @@ import pytest
 
 from agentmesh.v1 import gateway_pb2
 from tests.e2e.conftest import chat, kinds, of_kind, rpc_error, transcript, wait_until
+from tests.support.turns import LiveTurn
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
 
@@ -23,29 +24,6 @@ APPROVAL_ENV = {"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell"}
 async def stack(tmp_path, llm):
     async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=APPROVAL_ENV) as running:
         yield running
-
-
-class LiveTurn:
-    """A Chat stream read in the background, so the test can act while the turn waits."""
-
-    def __init__(self, gateway, session_id: str, message: str, **options):
-        request = gateway_pb2.ChatRequest(session_id=session_id, message=message,
-                                          options=gateway_pb2.ChatOptions(**options))
-        self.call = gateway.Chat(request, timeout=60)
-        self.events: list = []
-        self.task = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        async for event in self.call:
-            self.events.append(event)
-
-    async def approval_request(self, index: int = 0):
-        await wait_until(lambda: len(of_kind(self.events, "approval_request")) > index)
-        return of_kind(self.events, "approval_request")[index]
-
-    async def finished(self) -> list:
-        await asyncio.wait_for(self.task, 30)
-        return self.events
 
 
 def approve(session_id: str, call_id: str, approved: bool = True, note: str = "") -> gateway_pb2.ApproveRequest:

@@ -3,7 +3,6 @@ memory, each told the others' addresses (AGENTMESH_GATEWAY_PEERS) and its own.""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import dataclasses
 import socket
@@ -18,8 +17,9 @@ from agentmesh.gateway import server as gateway_server
 from agentmesh.gateway.membership import resolve_addresses
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.rpc.server import ServiceHost
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc
 from tests.support.stack import Stack
+from tests.support.turns import wait_until
 
 BACKENDS = ("memory", "tools", "agent")
 
@@ -118,49 +118,3 @@ class Replicas:
         return next(f"{prefix}-{n}" for n in range(1000) if self.owner(f"{prefix}-{n}") == index)
 
 
-async def wait_until(predicate, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
-
-
-async def collect(call) -> list:
-    return [event async for event in call]
-
-
-def kinds(events) -> list[str]:
-    return [e.WhichOneof("payload") for e in events]
-
-
-def of_kind(events, kind: str) -> list:
-    return [getattr(e, kind) for e in events if e.WhichOneof("payload") == kind]
-
-
-class LiveTurn:
-    """A Chat stream read in the background, so the test can act while the turn waits."""
-
-    def __init__(self, gateway: gateway_pb2_grpc.GatewayStub, session_id: str, message: str,
-                 metadata=(), **options):
-        request = gateway_pb2.ChatRequest(session_id=session_id, message=message,
-                                          options=gateway_pb2.ChatOptions(**options))
-        self.call = gateway.Chat(request, timeout=60, metadata=metadata)
-        self.events: list = []
-        self.task = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        async for event in self.call:
-            self.events.append(event)
-
-    def of_kind(self, kind: str) -> list:
-        return of_kind(self.events, kind)
-
-    async def approval_request(self):
-        await wait_until(lambda: self.of_kind("approval_request"))
-        return self.of_kind("approval_request")[0]
-
-    async def finished(self) -> list:
-        await asyncio.wait_for(self.task, 30)
-        return self.events

@@ -11,7 +11,8 @@ import pytest
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import gateway_pb2
 from agentmesh.gateway.routing import owner_of
-from tests.gateway_routing.replicas import FakeDNS, LiveTurn, Replicas, collect, kinds, of_kind
+from tests.gateway_routing.replicas import FakeDNS, Replicas
+from tests.support.turns import LiveTurn, collect, kinds, of_kind
 from tests.support.llm_server import reply, tool_call
 
 A, B = 0, 1
