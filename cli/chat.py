@@ -33,6 +33,8 @@ def register(subparsers) -> None:
     chat.add_argument("--json", action="store_true", help="print one JSON event per line")
     chat.add_argument("--max-iterations", type=int, default=0, help="cap on model calls in this turn")
     chat.add_argument("--model", default="", help="override the configured model for this turn")
+    chat.add_argument("--mode", choices=("default", "deep"), default="",
+                      help="run mode: deep plans first, reflects on the plan, has a larger step budget and sub-agents")
     chat.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
                       help="also hold calls to TOOL for approval in this turn ('*': every tool); repeatable")
     chat.set_defaults(func=run_chat)
@@ -243,7 +245,7 @@ async def stream_turn(
 async def run_chat(args) -> int:
     settings = load_settings()
     session_id = args.session or new_id("s")
-    options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model,
+    options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
                                       approval_tools=args.require_approval)
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None

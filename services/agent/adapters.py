@@ -39,6 +39,8 @@ def message_to_proto(m: ChatMessage) -> common_pb2.Message:
         tool_call_id=m.tool_call_id,
         name=m.name,
         run_id=m.run_id,
+        kind=m.kind,
+        covers_through_seq=m.covers_through_seq,
     )
 
 
@@ -52,6 +54,8 @@ def message_from_proto(m: common_pb2.Message) -> ChatMessage:
         name=m.name,
         run_id=m.run_id,
         seq=m.seq,
+        kind=m.kind,
+        covers_through_seq=m.covers_through_seq,
     )
 
 

@@ -8,7 +8,9 @@ Budget policy (characters, about four per token; simple and predictable by desig
 1. Every tool output is cut to `tool_output_chars`, keeping its head and tail.
 2. While the total is over `context_budget_chars`, the oldest earlier turn (a user message and
    everything up to the next one) is dropped whole, so a tool result never loses its call.
-   The system prompt says how many messages were left out.
+   The system prompt says how many messages were left out. A compaction summary at the head
+   of the history (compaction.py) is never dropped: it is what stands in for older turns.
+   Compaction normally keeps the history well under the budget; this is the last resort.
 3. If this turn alone is still over budget, the outputs of its oldest tool results are replaced
    by a short placeholder, oldest first; the latest round always stays intact.
 """
@@ -98,7 +100,8 @@ def repair(history: list[ChatMessage]) -> list[ChatMessage]:
     return out
 
 
-def _turns(history: list[ChatMessage]) -> list[list[ChatMessage]]:
+def whole_turns(history: list[ChatMessage]) -> list[list[ChatMessage]]:
+    """The history cut before each user message: a turn holds its tool calls and their results."""
     turns: list[list[ChatMessage]] = []
     for message in history:
         if message.role == "user" or not turns:
@@ -120,9 +123,11 @@ def fit(
     def clipped(messages: list[ChatMessage]) -> list[ChatMessage]:
         return [replace(m, content=clip(m.content, tool_output_chars)) if m.role == "tool" else m for m in messages]
 
-    turns = [clipped(t) for t in _turns(history)]
+    pinned = history[:1] if history and history[0].kind == "summary" else []
+    turns = [clipped(t) for t in whole_turns(history[len(pinned):])]
     current = clipped(current)
-    total = len(system) + sum(size_of(m) for t in turns for m in t) + sum(size_of(m) for m in current)
+    total = (len(system) + sum(size_of(m) for m in pinned) + sum(size_of(m) for t in turns for m in t)
+             + sum(size_of(m) for m in current))
     omitted = 0
     while turns and total > budget_chars:
         dropped = turns.pop(0)
@@ -136,4 +141,4 @@ def fit(
             if m.role == "tool" and m.content != OMITTED_OUTPUT:
                 total -= len(m.content) - len(OMITTED_OUTPUT)
                 current[i] = replace(m, content=OMITTED_OUTPUT)
-    return [m for t in turns for m in t], current, omitted
+    return [*pinned, *(m for t in turns for m in t)], current, omitted

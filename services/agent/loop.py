@@ -30,7 +30,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
-from agentmesh.agent import context
+from agentmesh.agent import compaction, context
+from agentmesh.agent import deep, subagents
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported, ToolRunner, TranscriptStore
@@ -75,6 +76,8 @@ class TurnRequest:
     system_prompt: str = ""  # "": the configured prompt
     # Tools that need approval in this turn on top of the configured ones.
     approval_tools: frozenset[str] = frozenset()
+    mode: str = ""  # "" | "default" | "deep" (deep.py)
+    subagent: subagents.SubagentLink | None = None  # set on a sub-agent's turn (subagents.py)
 
 
 class Agent:
@@ -91,6 +94,7 @@ class Agent:
         model: str,
         telemetry: Telemetry,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
+        sessions: subagents.ChildSessions | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -101,6 +105,7 @@ class Agent:
         self.model = model
         self.telemetry = telemetry
         self.clock = clock
+        self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
 
     def start(self, request: TurnRequest) -> "TurnRun":
         return TurnRun(self, request)
@@ -112,7 +117,7 @@ class TurnRun:
         self.request = request
         self.settings = agent.settings
         self.model = request.model or agent.model
-        self.max_iterations = request.max_iterations or agent.settings.max_iterations
+        self.max_iterations = deep.step_budget(request, agent.settings)
         self.usage = Usage()
         self.iterations = 0
         self.trace_id = ""
@@ -122,6 +127,7 @@ class TurnRun:
         self._remote_catalog_known = False
         self.approvals = ApprovalGate(agent.settings.approval_tools | request.approval_tools,
                                       agent.settings.approval_timeout_s)
+        self.delegation = subagents.Delegation(self) if subagents.offered(request, agent.settings) else None
 
     # --- the consumer's side ------------------------------------------------------------------
 
@@ -164,12 +170,13 @@ class TurnRun:
         tracer = self.agent.telemetry.tracer
         attributes = {
             "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": self.settings.name,
+            "gen_ai.agent.name": subagents.agent_name(self.settings.name, req),
             "gen_ai.conversation.id": req.session_id,
             "gen_ai.request.model": self.model,
             "gen_ai.provider.name": self.agent.provider.name,
             "agentmesh.session_id": req.session_id,
             "agentmesh.run_id": req.run_id,
+            **subagents.span_attributes(req),
         }
         with structlog.contextvars.bound_contextvars(session_id=req.session_id, run_id=req.run_id), \
                 self.agent.telemetry.metrics.turn_in_flight(), \
@@ -218,9 +225,14 @@ class TurnRun:
             return history
 
         history, tool_specs, memories = await asyncio.gather(history_then_user(), self._list_tools(), self._recall())
+        history = await compaction.compact_history(self.agent, req, model=self.model, history=history,
+                                                   usage=self.usage, emit=self._emit)
         turn: list[ChatMessage] = [user]
-        for _ in range(self.max_iterations):
-            reply = await self._call_model(history, turn, tool_specs, memories, allow_tools=True)
+        work = deep.work_for(self, history, tool_specs, memories)  # deep mode: plan, reflection, progress
+        await work.start(turn)
+        for step in range(1, self.max_iterations + 1):
+            await work.before_step(step, turn)
+            reply = await self._call_model(history, work.view(turn), tool_specs, memories, allow_tools=True)
             assistant = ChatMessage(role="assistant", content=reply.text, tool_calls=reply.tool_calls, run_id=req.run_id)
             await self._persist([assistant])
             turn.append(assistant)
@@ -230,17 +242,20 @@ class TurnRun:
         # Out of steps: one last call without tools, so the user gets an answer, not silence.
         self._emit(StatusEvent(f"reached the limit of {self.max_iterations} steps; asking the model for a summary"))
         note = ChatMessage(role="system", content=context.SUMMARY_INSTRUCTION.format(n=self.max_iterations))
-        reply = await self._call_model(history, [*turn, note], tool_specs, memories, allow_tools=False)
+        reply = await self._call_model(history, [*work.view(turn), note], tool_specs, memories, allow_tools=False)
         await self._persist([ChatMessage(role="assistant", content=reply.text, run_id=req.run_id)])
         return "max_iterations", reply.text
 
     # --- context ------------------------------------------------------------------------------
 
     async def _load_history(self) -> list[ChatMessage]:
-        return context.repair(await self.agent.transcripts.load(self.request.session_id))
+        stored = await self.agent.transcripts.load(self.request.session_id)
+        return context.repair(compaction.model_view(stored, use_summaries=self.settings.compaction))
 
     async def _list_tools(self) -> list[ToolSpec]:
         own = list(self.agent.memory_tools.specs) if self.agent.memory_tools else []
+        if self.delegation is not None:
+            own.append(self.delegation.spec)
         try:
             remote = await self.agent.tools.list_tools()
             self._remote_catalog_known = True
@@ -458,7 +473,10 @@ class TurnRun:
         own = self.agent.memory_tools
         if own is not None and call.name in own.names:
             return await own.execute(call, self.request.namespace, self.request.session_id)
+        if self.delegation is not None and call.name == subagents.DELEGATE_TASK:
+            return await self.delegation.run(call)
         if self._remote_catalog_known and call.name not in self._catalog:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
-        return await self.agent.tools.execute(self.request.session_id, call)
+        # A sub-agent's tools work in its root session's workspace, so files are shared.
+        return await self.agent.tools.execute(subagents.workspace_of(self.request), call)

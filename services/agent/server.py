@@ -12,6 +12,7 @@ from agentmesh.errors import InvalidArgument
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
+from agentmesh.modes import validate_mode
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
@@ -88,6 +89,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         if len(options.system_prompt) > MAX_MESSAGE_CHARS:
             raise InvalidArgument(f"options.system_prompt is longer than {MAX_MESSAGE_CHARS} characters")
         validate_approval_tools(options.approval_tools)
+        mode = validate_mode(options.mode)
         return TurnRequest(
             session_id=request.session_id,
             run_id=request.run_id or new_id("run"),
@@ -97,6 +99,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             model=options.model,
             system_prompt=options.system_prompt,
             approval_tools=frozenset(options.approval_tools),
+            mode=mode,
         )
 
     @translate_errors
@@ -143,6 +146,18 @@ def validate_approval_tools(names) -> None:
             )
 
 
+class MemoryChildSessions:
+    """Sub-agents' sessions in the memory service, so their transcripts are stored and listed
+    like any other (`agentmesh sessions show <child id>`); labels point back to the parent."""
+
+    def __init__(self, client: MemoryClient):
+        self._client = client
+
+    async def open_child(self, session_id: str, *, parent_session_id: str, namespace: str, title: str) -> None:
+        await self._client.put_session(session_id, title=title, namespace=namespace,
+                                       labels={"parent_session": parent_session_id, "role": "sub-agent"})
+
+
 def _model_name(settings: Settings) -> str:
     """The configured model; for the scripted provider "scripted" unless one was named, so that
     traces of a demo do not claim a real model answered."""
@@ -170,6 +185,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         settings=agent_settings,
         model=_model_name(settings),
         telemetry=telemetry,
+        sessions=MemoryChildSessions(memory_client),
     )
     host = ServiceHost("agent", settings, telemetry, address=address)
     host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings), "agentmesh.v1.Agent")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from agentmesh.config import env_float, env_int, env_str
+from agentmesh.config import env_bool, env_float, env_int, env_str
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are agentmesh, an autonomous assistant that gets work done with tools. "
@@ -53,6 +53,34 @@ class AgentSettings:
     approval_tools: frozenset[str] = frozenset()
     # A held call with no decision after this long is denied (and the turn goes on).
     approval_timeout_s: float = 600.0
+    # Deep work (ChatOptions.mode "deep", see deep.py): the step budget when the turn names
+    # none (still capped by max_iterations_cap), and a reflection on the plan every N steps (0: never).
+    deep_max_iterations: int = 50
+    deep_reflect_every: int = 8
+    # Sub-agents (delegate_task, see subagents.py): how deep delegation may nest, how many
+    # sub-agents one turn may start, each one's step budget and wall-clock limit, and the
+    # modes in which the tool is offered at the top level.
+    subagent_max_depth: int = 1
+    max_subagents: int = 8
+    subagent_max_iterations: int = 12
+    subagent_timeout_s: float = 900.0
+    subagent_modes: frozenset[str] = frozenset({"deep"})
+    # Compaction (compaction.py): when the history nears the budget, the oldest turns are
+    # summarised by the model (durably, in the transcript) instead of being dropped.
+    compaction: bool = True
+    # Compact when the history the model would see passes this many characters; 0: 3/4 of the budget.
+    compact_at_chars: int = 0
+    # Newest whole turns kept verbatim after compacting, in characters; 0: 1/4 of the budget.
+    compact_keep_chars: int = 0
+
+    @property
+    def compaction_threshold_chars(self) -> int:
+        return self.compact_at_chars or self.context_budget_chars * 3 // 4
+
+    @property
+    def compaction_keep_chars(self) -> int:
+        # Never more than half the threshold, or a compacted history could be over it again at once.
+        return min(self.compact_keep_chars or self.context_budget_chars // 4, self.compaction_threshold_chars // 2)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "AgentSettings":
@@ -77,6 +105,16 @@ class AgentSettings:
             connect_timeout_s=env_float(env, p + "CONNECT_TIMEOUT_S", cls.connect_timeout_s, minimum=0.1),
             approval_tools=parse_tool_names(env_str(env, p + "APPROVAL_TOOLS")),
             approval_timeout_s=env_float(env, p + "APPROVAL_TIMEOUT_S", cls.approval_timeout_s, minimum=0.1),
+            deep_max_iterations=env_int(env, p + "DEEP_MAX_ITERATIONS", cls.deep_max_iterations, minimum=1),
+            deep_reflect_every=env_int(env, p + "DEEP_REFLECT_EVERY", cls.deep_reflect_every, minimum=0),
+            subagent_max_depth=env_int(env, p + "SUBAGENT_MAX_DEPTH", cls.subagent_max_depth, minimum=0),
+            max_subagents=env_int(env, p + "MAX_SUBAGENTS", cls.max_subagents, minimum=0),
+            subagent_max_iterations=env_int(env, p + "SUBAGENT_MAX_ITERATIONS", cls.subagent_max_iterations, minimum=1),
+            subagent_timeout_s=env_float(env, p + "SUBAGENT_TIMEOUT_S", cls.subagent_timeout_s, minimum=1),
+            subagent_modes=parse_tool_names(env_str(env, p + "SUBAGENT_MODES", "deep")),
+            compaction=env_bool(env, p + "COMPACTION", cls.compaction),
+            compact_at_chars=env_int(env, p + "COMPACT_AT_CHARS", cls.compact_at_chars, minimum=0),
+            compact_keep_chars=env_int(env, p + "COMPACT_KEEP_CHARS", cls.compact_keep_chars, minimum=0),
         )
 
 

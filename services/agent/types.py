@@ -40,6 +40,10 @@ class ChatMessage:
     name: str = ""  # role == "tool": the tool's name
     run_id: str = ""
     seq: int = 0  # assigned by the transcript store; 0 for messages not stored yet
+    # "summary": a compaction summary (role "system") standing in, for the model, for every
+    # stored message up to `covers_through_seq` (see compaction.py). "" for everything else.
+    kind: str = ""
+    covers_through_seq: int = 0
 
 
 @dataclass(frozen=True)

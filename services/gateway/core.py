@@ -19,6 +19,7 @@ from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
+from agentmesh.modes import validate_mode
 from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
 
 log = get_logger("agentmesh.gateway")
@@ -136,8 +137,7 @@ class Gateway:
             raise InvalidArgument("options.system_prompt is longer than the message limit")
         if len(request.options.model) > 200:
             raise InvalidArgument("options.model is longer than 200 characters")
-        if len(request.options.mode) > 64:
-            raise InvalidArgument("options.mode is longer than 64 characters")
+        validate_mode(request.options.mode)
 
     async def chat(self, request: gateway_pb2.ChatRequest) -> AsyncIterator[common_pb2.Event]:
         """Run one turn. Refusals happen before the first event; the stream ends with

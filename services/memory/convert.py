@@ -41,6 +41,8 @@ def message_from_proto(m: common_pb2.Message) -> TranscriptMessage:
         seq=m.seq,
         run_id=m.run_id,
         created_at=m.created_at,
+        kind=m.kind,
+        covers_through_seq=m.covers_through_seq,
     )
 
 
@@ -56,6 +58,8 @@ def message_to_proto(m: TranscriptMessage) -> common_pb2.Message:
         seq=m.seq,
         run_id=m.run_id,
         created_at=m.created_at,
+        kind=m.kind,
+        covers_through_seq=m.covers_through_seq,
     )
 
 

@@ -24,6 +24,7 @@ from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 
 ROLES = ("system", "user", "assistant", "tool")
+MESSAGE_KINDS = ("", "summary")
 MAX_TITLE_CHARS = 500
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
@@ -83,6 +84,8 @@ class TranscriptMessage:
     seq: int = 0
     run_id: str = ""
     created_at: float = 0.0
+    kind: str = ""  # "" | "summary" (the agent's compaction summary)
+    covers_through_seq: int = 0  # kind == "summary": last seq it stands in for
 
     def payload(self, session_id: str) -> dict[str, Any]:
         return {
@@ -95,6 +98,8 @@ class TranscriptMessage:
             "name": self.name,
             "run_id": self.run_id,
             "created_at": self.created_at,
+            "kind": self.kind,
+            "covers_through_seq": self.covers_through_seq,
         }
 
     @classmethod
@@ -108,6 +113,8 @@ class TranscriptMessage:
             seq=int(p["seq"]),
             run_id=p.get("run_id", ""),
             created_at=float(p.get("created_at", 0.0)),
+            kind=p.get("kind", ""),
+            covers_through_seq=int(p.get("covers_through_seq", 0)),
         )
 
 
@@ -222,6 +229,10 @@ class Transcripts:
             )
         if m.seq:
             raise InvalidArgument(f"{where}: seq is assigned by the memory service; leave it 0")
+        if m.kind not in MESSAGE_KINDS:
+            raise InvalidArgument(f"{where}: kind must be empty or one of {', '.join(MESSAGE_KINDS[1:])}, got {m.kind!r}")
+        if m.covers_through_seq < 0 or (m.covers_through_seq and m.kind != "summary"):
+            raise InvalidArgument(f"{where}: covers_through_seq must be a non-negative seq, set only on a summary")
 
     async def append_messages(self, session_id: str, messages: Sequence[TranscriptMessage]) -> int:
         validate_id(session_id)

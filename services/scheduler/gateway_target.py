@@ -34,10 +34,7 @@ class GatewayRunTarget:
         await self._channel.close()
 
     def _chat_request(self, request: RunRequest) -> gateway_pb2.ChatRequest:
-        options = gateway_pb2.ChatOptions()
-        # ChatOptions has no run-mode field yet; pass the job's mode as soon as one exists.
-        if request.mode and "mode" in gateway_pb2.ChatOptions.DESCRIPTOR.fields_by_name:
-            setattr(options, "mode", request.mode)
+        options = gateway_pb2.ChatOptions(mode=request.mode)
         return gateway_pb2.ChatRequest(session_id=request.session_id, message=request.prompt, options=options)
 
     async def run(self, request: RunRequest, on_started: OnStarted) -> RunOutcome:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id
+from agentmesh.modes import validate_mode
 from agentmesh.scheduler.model import CONCURRENCY_POLICIES, MISSED_RUN_POLICIES, Job
 from agentmesh.scheduler.schedules import StartupSchedule, load_timezone, parse_schedule
 
@@ -20,7 +20,6 @@ TIMETABLE_FIELDS = ("schedule", "timezone", "enabled")
 
 MAX_NAME_CHARS = 200
 MAX_PROMPT_CHARS = 100_000  # the gateway's default message limit
-_MODE = re.compile(r"^[A-Za-z0-9._-]{0,64}$")
 
 
 def validate_job(job: Job) -> None:
@@ -35,8 +34,8 @@ def validate_job(job: Job) -> None:
         raise InvalidArgument(f"prompt is {len(job.prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
     if job.session_id:
         validate_id(job.session_id, "session_id")
-    if not _MODE.match(job.mode):
-        raise InvalidArgument("mode must be at most 64 characters from A-Z, a-z, 0-9, '.', '_' and '-'")
+    # Checked here too, so a bad mode is refused when the job is saved, not each time it fires.
+    validate_mode(job.mode, "mode")
     if job.concurrency_policy not in CONCURRENCY_POLICIES:
         raise InvalidArgument(
             f"concurrency_policy {job.concurrency_policy[:40]!r} is unknown; use one of {', '.join(CONCURRENCY_POLICIES)}"

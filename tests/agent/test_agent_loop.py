@@ -273,12 +273,13 @@ async def test_history_is_replayed_and_repaired(http, telemetry):
 
 
 async def test_context_budget_drops_the_oldest_turns(http, telemetry):
+    # The last-resort policy (compaction off; with it on, see test_agent_compaction.py).
     history = []
     for i in range(10):
         history += [ChatMessage("user", f"question {i} " + "x" * 1000), ChatMessage("assistant", f"answer {i}")]
     with ScriptedLLMServer([reply("ok")]) as llm:
         agent = make_agent(http, llm, FakeTools({}), FakeTranscripts({"s1": history}), telemetry,
-                           context_budget_chars=5000)
+                           context_budget_chars=5000, compaction=False)
         await collect(agent.start(TurnRequest("s1", "r1", "latest")))
         messages = llm.requests[0].body["messages"]
     sent = "".join(json.dumps(m) for m in messages)

@@ -52,7 +52,7 @@ async def test_create_with_client_id_and_disabled(harness):
         ({"name": "n", "schedule": "every 1m", "prompt": "p", "session_id": "../etc"}, "session_id '../etc' is malformed"),
         ({"name": "n", "schedule": "every 1m", "prompt": "p", "concurrency_policy": "queue"}, "concurrency_policy 'queue'"),
         ({"name": "n", "schedule": "every 1m", "prompt": "p", "missed_run_policy": "all"}, "missed_run_policy 'all'"),
-        ({"name": "n", "schedule": "every 1m", "prompt": "p", "mode": "deep work!"}, "mode must be"),
+        ({"name": "n", "schedule": "every 1m", "prompt": "p", "mode": "deep work!"}, "mode 'deep work!' is not a run mode"),
         ({"job_id": "a/b", "name": "n", "schedule": "every 1m", "prompt": "p"}, "job_id 'a/b' is malformed"),
     ],
 )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
+import pytest
+
 from agentmesh.v1 import gateway_pb2, scheduler_pb2
 from tests.support.llm_server import ScriptedLLMServer, failure, reply
 from tests.support.stack import Stack
@@ -46,3 +49,26 @@ async def test_a_triggered_run_goes_through_the_gateway(tmp_path):
             assert runs[1].status == "failed" and runs[1].error
             still = await scheduler.GetJob(scheduler_pb2.GetJobRequest(job_id=job.job_id))
             assert still.enabled and still.next_run_at > 0
+
+
+async def test_a_job_runs_in_its_mode_and_a_bad_mode_is_refused(tmp_path):
+    with ScriptedLLMServer() as llm:
+        llm.add(reply("1. Read the logs\n2. Summarise them"), reply("Logs are clean."))
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
+            scheduler = stack.scheduler_stub()
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+                    name="typo", schedule="hourly :15", prompt="Check the logs", mode="deeep")))
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "'deeep' is not a run mode" in refused.value.details()
+            assert not (await scheduler.ListJobs(scheduler_pb2.ListJobsRequest())).jobs
+
+            job = await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+                name="deep check", schedule="hourly :15", prompt="Check the logs", session_id="deep-ops", mode="deep")))
+            await scheduler.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
+            (run,) = await settled_runs(scheduler, job.job_id, 1)
+            assert run.status == "succeeded", run.error
+            # Deep mode reached the agent: its first model call asks for a plan.
+            first = llm.requests[0].body["messages"]
+            assert any("Deep work mode" in str(m.get("content")) for m in first)
+            assert run.summary == "Logs are clean."

@@ -1,0 +1,291 @@
+"""Sub-agents: the `delegate_task` tool, which the agent executes itself by running a child turn.
+
+    parent turn ── delegate_task(task, instructions?, max_iterations?) ──▶ child TurnRun
+                                                                            same provider, tools, memory
+                                                                            its own session "<parent>.sub-<hash>"
+                                                                            the parent's workspace and approval gate
+
+A reply may hold several `delegate_task` calls; the loop runs a reply's calls concurrently, so
+several sub-agents work in parallel. What each child does is visible twice over: its transcript
+is durable in its own session (`agentmesh sessions show <child id>`), and its progress reaches
+the parent's stream as status events ("sub-agent 1 (research the API): calling web_fetch").
+
+The child's answer — its final text, clipped — is the tool's result. Whatever goes wrong in a
+child (its model fails, it runs out of steps or time, its session cannot be opened) becomes an
+error result the parent's model reads; the parent turn never fails because of a child.
+Cancelling the parent cancels the children (their tasks are cancelled with the tool call).
+
+Recursion is bounded: a child at depth `subagent_max_depth` is not offered the tool, and one
+turn starts at most `max_subagents` children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentmesh.errors import AgentmeshError
+from agentmesh.ids import new_id
+from agentmesh.logs import get_logger
+from agentmesh.agent.context import clip
+from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.types import (
+    ApprovalRequestEvent,
+    ApprovalResolvedEvent,
+    RunErrorEvent,
+    RunEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StatusEvent,
+    ToolCall,
+    ToolCallEvent,
+    ToolOutcome,
+    ToolResultEvent,
+    ToolSpec,
+)
+
+if TYPE_CHECKING:  # the loop imports this module; only type names flow back
+    from agentmesh.agent.loop import TurnRequest, TurnRun
+
+log = get_logger("agentmesh.agent")
+
+MAX_TASK_CHARS = 20_000
+MAX_INSTRUCTIONS_CHARS = 8_000
+LABEL_CHARS = 40
+_SUFFIX = ".sub-"
+_DIGEST_CHARS = 10
+_MAX_ID = 128
+DELEGATE_TASK = "delegate_task"
+
+SUBAGENT_NOTE = (
+    "You are a sub-agent: another agent delegated one task to you. Do that task with your tools, then end with "
+    "one complete, self-contained answer; the delegating agent sees only your final message, not your tool calls "
+    "or their output. Files you read and write are in the workspace you share with it. Do not ask questions: "
+    "if something blocks you, say what it is and stop."
+)
+
+
+@dataclass(frozen=True)
+class SubagentLink:
+    """What makes a turn a sub-agent's: who delegated it and where its tools work."""
+
+    parent_session_id: str
+    workspace_id: str  # the top-level session's id: every sub-agent shares its workspace
+    depth: int  # 1 for a child of a top-level turn
+    index: int  # 1, 2, ... within the parent turn
+    label: str  # "sub-agent 1 (research the API)"
+
+
+class ChildSessions(Protocol):
+    async def open_child(self, session_id: str, *, parent_session_id: str, namespace: str, title: str) -> None:
+        """Create the child's session record (a no-op when it exists); raises an AgentmeshError."""
+        ...
+
+
+def delegate_spec(settings: AgentSettings) -> ToolSpec:
+    return ToolSpec(
+        name=DELEGATE_TASK,
+        description=(
+            "Hand a self-contained task to a sub-agent that works on it with the same tools and workspace and "
+            "returns its final answer as this tool's result. Put several calls in one reply to run sub-agents in "
+            "parallel (for independent parts of a larger job). The sub-agent sees only what you write in `task`, "
+            "so say exactly what to do and what to return."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "task": {
+                    "type": "string",
+                    "maxLength": MAX_TASK_CHARS,
+                    "description": "What the sub-agent should do and what it should return, with all context it needs.",
+                },
+                "instructions": {
+                    "type": "string",
+                    "maxLength": MAX_INSTRUCTIONS_CHARS,
+                    "description": "Optional role and focus for the sub-agent's system prompt, e.g. "
+                                   "'You are a meticulous code reviewer; report problems only.'",
+                },
+                "max_iterations": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": settings.subagent_max_iterations,
+                    "description": f"Optional step budget (model calls with tools), at most "
+                                   f"{settings.subagent_max_iterations}.",
+                },
+            },
+            "required": ["task"],
+            "additionalProperties": False,
+        },
+    )
+
+
+def depth_of(request: "TurnRequest") -> int:
+    return request.subagent.depth if request.subagent else 0
+
+
+def offered(request: "TurnRequest", settings: AgentSettings) -> bool:
+    """Whether this turn may delegate: within the depth limit and the turn cap, and at the top
+    level only in the modes configured for it (a child's own mode is always the default)."""
+    depth = depth_of(request)
+    if depth >= settings.subagent_max_depth or settings.max_subagents == 0:
+        return False
+    return depth > 0 or (request.mode or "default") in settings.subagent_modes
+
+
+def workspace_of(request: "TurnRequest") -> str:
+    """The session whose workspace the turn's tool calls use: a sub-agent works in its root's."""
+    return request.subagent.workspace_id if request.subagent else request.session_id
+
+
+def agent_name(base: str, request: "TurnRequest") -> str:
+    return f"{base}/sub-agent" if request.subagent else base
+
+
+def span_attributes(request: "TurnRequest") -> dict[str, Any]:
+    link = request.subagent
+    if link is None:
+        return {}
+    return {"agentmesh.subagent.depth": link.depth, "agentmesh.subagent.parent_session_id": link.parent_session_id}
+
+
+def child_session_id(parent_session_id: str, run_id: str, call_id: str) -> str:
+    """`<parent>.sub-<10 hex>`: derived from the parent's session, run and call, so it is stable
+    for one call yet unique across turns (some servers number call ids from 1 in every reply).
+    A long parent id is shortened so the child's id stays a valid id (at most 128 characters)."""
+    digest = hashlib.sha256(f"{parent_session_id}\0{run_id}\0{call_id}".encode()).hexdigest()[:_DIGEST_CHARS]
+    base = parent_session_id[: _MAX_ID - len(_SUFFIX) - _DIGEST_CHARS]
+    return f"{base}{_SUFFIX}{digest}"
+
+
+def short(text: str, limit: int = LABEL_CHARS) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+class Delegation:
+    """One per parent turn that may delegate: runs each `delegate_task` call as a child turn."""
+
+    def __init__(self, parent: "TurnRun"):
+        self.parent = parent
+        self.settings: AgentSettings = parent.settings
+        self.spec = delegate_spec(self.settings)
+        self.started = 0
+
+    async def run(self, call: ToolCall) -> ToolOutcome:
+        try:
+            task, instructions, steps = self._arguments(call)
+        except ValueError as exc:
+            return ToolOutcome.error(call, "invalid_arguments", f"error: {call.name}: {exc}")
+        cap = self.settings.max_subagents
+        if self.started >= cap:
+            return ToolOutcome.error(
+                call, "too_many_subagents",
+                f"error: not run: this turn already started its limit of {cap} sub-agents; do the rest yourself",
+            )
+        self.started += 1  # before any await: concurrent calls of one reply each get their own number
+        index = self.started
+        parent = self.parent
+        preq = parent.request
+        child_id = child_session_id(preq.session_id, preq.run_id, call.call_id)
+        label = f"sub-agent {index} ({short(task)})"
+        link = SubagentLink(
+            parent_session_id=preq.session_id, workspace_id=workspace_of(preq), depth=depth_of(preq) + 1,
+            index=index, label=label,
+        )
+        base_prompt = preq.system_prompt or self.settings.system_prompt
+        prompt = "\n\n".join(p for p in (base_prompt.strip(), SUBAGENT_NOTE,
+                                          f"Your role for this task: {instructions}" if instructions else "") if p)
+        request = dataclasses.replace(
+            preq, session_id=child_id, run_id=new_id("run"), message=task, max_iterations=steps,
+            model=parent.model, system_prompt=prompt, mode="", subagent=link,
+        )
+        sessions = parent.agent.sessions
+        if sessions is not None:
+            try:
+                await sessions.open_child(child_id, parent_session_id=preq.session_id, namespace=preq.namespace,
+                                          title=label[:200])
+            except AgentmeshError as exc:
+                return ToolOutcome.error(call, "subagent_failed",
+                                         f"error: {label} could not start: its session was not created ({exc.message})")
+        log.info("sub-agent started", child_session_id=child_id, index=index, depth=link.depth)
+        child = parent.agent.start(request)
+        # One gate for the whole tree: a child's held call is announced on the parent's stream and
+        # the decision (Gateway.Approve -> parent.decide) reaches the child through it.
+        child.approvals = parent.approvals
+        return await self._follow(call, child, link, steps)
+
+    async def _follow(self, call: ToolCall, child: "TurnRun", link: SubagentLink, steps: int) -> ToolOutcome:
+        label = link.label
+        finished: RunFinishedEvent | None = None
+        failed: RunErrorEvent | None = None
+        timeout = self.settings.subagent_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                async for event in child.events():
+                    if isinstance(event, RunFinishedEvent):
+                        finished = event
+                    elif isinstance(event, RunErrorEvent):
+                        failed = event
+                    self._relay(label, child, event)
+        except TimeoutError:
+            self.parent._emit(StatusEvent(f"{label}: stopped after {timeout:g} s"))
+            return ToolOutcome.error(call, "timeout", f"error: {label} did not finish within {timeout:g} s and was stopped")
+        finally:
+            # The child's model calls are part of this turn's cost, whatever became of the child.
+            self.parent.usage.add(child.usage)
+        data = {"session_id": child.request.session_id, "iterations": child.iterations,
+                "input_tokens": child.usage.input_tokens, "output_tokens": child.usage.output_tokens}
+        if failed is not None or finished is None:
+            reason = f"{failed.code}: {failed.message}" if failed else "it ended without an answer"
+            outcome = ToolOutcome.error(call, "subagent_failed", f"error: {label} failed ({reason})")
+        elif finished.stop_reason == "max_iterations":
+            outcome = ToolOutcome.error(
+                call, "subagent_limit",
+                f"error: {label} used all {steps} of its steps without finishing. Its summary:\n"
+                + clip(finished.final_text or "(none)", self.settings.tool_output_chars),
+            )
+        else:
+            text = finished.final_text.strip() or "(the sub-agent finished without an answer)"
+            outcome = ToolOutcome(call_id=call.call_id, name=call.name, output=clip(text, self.settings.tool_output_chars))
+        outcome.data = {**data, "stop_reason": finished.stop_reason if finished else "error"}
+        return outcome
+
+    def _relay(self, label: str, child: "TurnRun", event: RunEvent) -> None:
+        """The child's progress as the parent's status events; approvals pass through as they are."""
+        emit = self.parent._emit
+        if isinstance(event, (ApprovalRequestEvent, ApprovalResolvedEvent)):
+            emit(event)
+        elif isinstance(event, RunStartedEvent):
+            emit(StatusEvent(f"{label}: started in session {child.request.session_id}"))
+        elif isinstance(event, ToolCallEvent):
+            emit(StatusEvent(f"{label}: calling {event.call.name}"))
+        elif isinstance(event, ToolResultEvent) and event.result.is_error:
+            emit(StatusEvent(f"{label}: {event.result.name} failed ({event.result.error_kind or 'error'})"))
+        elif isinstance(event, StatusEvent):
+            emit(StatusEvent(f"{label}: {event.message}"))
+        elif isinstance(event, RunFinishedEvent):
+            emit(StatusEvent(f"{label}: finished ({event.stop_reason}) after {event.iterations} model call(s)"))
+        elif isinstance(event, RunErrorEvent):
+            emit(StatusEvent(f"{label}: failed ({event.code}: {event.message})"))
+
+    def _arguments(self, call: ToolCall) -> tuple[str, str, int]:
+        args = call.arguments()
+        extra = sorted(set(args) - {"task", "instructions", "max_iterations"})
+        if extra:
+            raise ValueError(f"unknown argument(s) {', '.join(extra)}; expected task, instructions, max_iterations")
+        task = args.get("task")
+        if not isinstance(task, str) or not task.strip():
+            raise ValueError("'task' is required: what the sub-agent should do and return")
+        if len(task) > MAX_TASK_CHARS:
+            raise ValueError(f"'task' is {len(task)} characters; the limit is {MAX_TASK_CHARS}")
+        instructions = args.get("instructions") or ""
+        if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS_CHARS:
+            raise ValueError(f"'instructions' must be text of at most {MAX_INSTRUCTIONS_CHARS} characters")
+        cap = self.settings.subagent_max_iterations
+        steps = args.get("max_iterations") or cap
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= cap:
+            raise ValueError(f"'max_iterations' must be a whole number from 1 to {cap}")
+        return task.strip(), instructions.strip(), steps
