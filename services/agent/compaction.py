@@ -22,8 +22,6 @@ Policy (characters, like the budget in context.py):
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
@@ -32,7 +30,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.agent import context
-from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, Retrying, RunEvent, StatusEvent, Usage
+from agentmesh.agent.model_call import traced_model_call
+from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent, Usage
 
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
     from agentmesh.agent.loop import Agent, TurnRequest
@@ -241,51 +240,7 @@ async def _summarise(agent: "Agent", model: str, todo: Plan, usage: Usage, emit:
 
 
 async def _call(agent: "Agent", request: ModelRequest, usage: Usage, emit: Emit) -> ModelReply:
-    """One summarising model call: a `chat` span like the loop's, text not streamed to the user."""
-    provider = agent.provider.name
-    attributes = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.request.model": request.model,
-        "gen_ai.provider.name": provider,
-        "gen_ai.system": provider,
-        "agentmesh.compaction": True,
-    }
-    metrics = agent.telemetry.metrics
-    started = time.monotonic()
-    with agent.telemetry.tracer.start_as_current_span(
-        f"chat {request.model}", kind=SpanKind.CLIENT, attributes=attributes,
-        record_exception=False, set_status_on_exception=False,
-    ) as span:
-        reply: ModelReply | None = None
-        try:
-            async for item in agent.provider.stream(request):
-                if isinstance(item, Retrying):
-                    span.add_event("retry", {"attempt": item.attempt, "reason": item.reason, "delay_s": item.delay_s})
-                    emit(StatusEvent(
-                        f"summary call failed ({item.reason}); retrying in {item.delay_s:.1f}s "
-                        f"(attempt {item.attempt + 1} of {item.max_attempts})"
-                    ))
-                elif isinstance(item, ModelReply):
-                    reply = item
-            if reply is None:
-                raise Unavailable(f"the {provider} model provider ended without an answer")
-        except BaseException as exc:
-            error_type = exc.code if isinstance(exc, AgentmeshError) else (
-                "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__)
-            span.set_status(Status(StatusCode.ERROR, getattr(exc, "message", error_type)))
-            span.set_attribute("error.type", error_type)
-            metrics.record_model_call(model=request.model, provider=provider, seconds=time.monotonic() - started,
-                                      error_type=error_type)
-            raise
-        usage.add(reply.usage)
-        span.set_attributes({
-            "gen_ai.usage.input_tokens": reply.usage.input_tokens,
-            "gen_ai.usage.output_tokens": reply.usage.output_tokens,
-            "gen_ai.response.finish_reasons": [reply.finish_reason] if reply.finish_reason else [],
-        })
-        if reply.model:
-            span.set_attribute("gen_ai.response.model", reply.model)
-        metrics.record_model_call(model=request.model, provider=provider, seconds=time.monotonic() - started,
-                                  input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
-                                  response_model=reply.model)
-    return reply
+    """One summarising model call: a `chat` span like the loop's, its text not streamed to the user."""
+    return await traced_model_call(agent.provider, agent.telemetry, request, usage=usage, emit=emit,
+                                   stream_text=False, what="summary call",
+                                   extra_attributes={"agentmesh.compaction": True})

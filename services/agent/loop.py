@@ -28,12 +28,13 @@ from typing import AsyncIterator, Callable
 import structlog
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.agent import compaction, context
 from agentmesh.agent import deep, subagents
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
+from agentmesh.agent.model_call import traced_model_call
 from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported, ToolRunner, TranscriptStore
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.settings import AgentSettings
@@ -43,14 +44,11 @@ from agentmesh.agent.types import (
     ChatMessage,
     ModelReply,
     ModelRequest,
-    Retrying,
     RunErrorEvent,
     RunEvent,
     RunFinishedEvent,
     RunStartedEvent,
     StatusEvent,
-    TextChunk,
-    TextDeltaEvent,
     ToolCall,
     ToolCallEvent,
     ToolOutcome,
@@ -316,59 +314,8 @@ class TurnRun:
             max_tokens=s.max_tokens,
         )
         self.iterations += 1
-        provider = self.agent.provider.name
-        attributes = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": self.model,
-            "gen_ai.provider.name": provider,
-            "gen_ai.system": provider,
-        }
-        if s.max_tokens:
-            attributes["gen_ai.request.max_tokens"] = s.max_tokens
-        started = time.monotonic()
-        with self.agent.telemetry.tracer.start_as_current_span(
-            f"chat {self.model}", kind=SpanKind.CLIENT, attributes=attributes,
-            record_exception=False, set_status_on_exception=False,
-        ) as span:
-            reply: ModelReply | None = None
-            try:
-                async for item in self.agent.provider.stream(request):
-                    if isinstance(item, TextChunk):
-                        self._emit(TextDeltaEvent(item.text))
-                    elif isinstance(item, Retrying):
-                        span.add_event("retry", {"attempt": item.attempt, "reason": item.reason, "delay_s": item.delay_s})
-                        log.info("model call retrying", attempt=item.attempt, reason=item.reason,
-                                 delay_s=round(item.delay_s, 3))
-                        self._emit(StatusEvent(
-                            f"model call failed ({item.reason}); retrying in {item.delay_s:.1f}s "
-                            f"(attempt {item.attempt + 1} of {item.max_attempts})"
-                        ))
-                    elif isinstance(item, ModelReply):
-                        reply = item
-            except BaseException as exc:
-                error_type = exc.code if isinstance(exc, AgentmeshError) else (
-                    "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__)
-                span.set_status(Status(StatusCode.ERROR, getattr(exc, "message", error_type)))
-                span.set_attribute("error.type", error_type)
-                self.agent.telemetry.metrics.record_model_call(
-                    model=self.model, provider=provider, seconds=time.monotonic() - started, error_type=error_type)
-                raise
-            if reply is None:
-                raise Unavailable(f"the {provider} model provider ended without an answer")
-            self.usage.add(reply.usage)
-            span.set_attributes({
-                "gen_ai.usage.input_tokens": reply.usage.input_tokens,
-                "gen_ai.usage.output_tokens": reply.usage.output_tokens,
-                "gen_ai.response.finish_reasons": [reply.finish_reason] if reply.finish_reason else [],
-            })
-            if reply.model:
-                span.set_attribute("gen_ai.response.model", reply.model)
-            self.agent.telemetry.metrics.record_model_call(
-                model=self.model, provider=provider, seconds=time.monotonic() - started,
-                input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
-                response_model=reply.model,
-            )
-        return reply
+        return await traced_model_call(self.agent.provider, self.agent.telemetry, request,
+                                       usage=self.usage, emit=self._emit)
 
     # --- tool calls ---------------------------------------------------------------------------
 
