@@ -38,3 +38,8 @@ def validate_namespace(namespace: str) -> str:
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+# A session labelled with this key is part of the session it names (a sub-agent's conversation):
+# the memory service deletes it with that session.
+PARENT_SESSION_LABEL = "parent_session"

@@ -9,7 +9,7 @@ import time
 
 from agentmesh.config import Settings, env_str
 from agentmesh.errors import InvalidArgument
-from agentmesh.ids import new_id, validate_id, validate_namespace
+from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.modes import validate_mode
@@ -155,7 +155,7 @@ class MemoryChildSessions:
 
     async def open_child(self, session_id: str, *, parent_session_id: str, namespace: str, title: str) -> None:
         await self._client.put_session(session_id, title=title, namespace=namespace,
-                                       labels={"parent_session": parent_session_id, "role": "sub-agent"})
+                                       labels={PARENT_SESSION_LABEL: parent_session_id, "role": "sub-agent"})
 
 
 def _model_name(settings: Settings) -> str:

@@ -232,6 +232,18 @@ class QdrantStore:
         points, _ = await self._run(self._client.scroll, SESSIONS, limit=limit, order_by=order, with_payload=True)
         return [dict(p.payload) for p in points]
 
+    async def child_sessions(self, session_id: str, label: str) -> list[str]:
+        """Ids of the sessions whose `label` names `session_id` as their parent."""
+        found, offset = [], None
+        selector = qm.Filter(must=[_match(f"labels.{label}", session_id)])
+        while True:
+            points, offset = await self._run(
+                self._client.scroll, SESSIONS, scroll_filter=selector, limit=256, offset=offset, with_payload=["session_id"]
+            )
+            found += [p.payload["session_id"] for p in points]
+            if offset is None:
+                return found
+
     async def delete_session(self, session_id: str) -> None:
         # The record goes first: a crash in between leaves unreachable messages (a re-created
         # session starts at seq 1 and overwrites them), never a session that lost its history.

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
-from agentmesh.ids import DEFAULT_NAMESPACE, validate_id, validate_namespace
+from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 
@@ -207,7 +207,11 @@ class Transcripts:
             if await self._store.get_session(session_id) is None:
                 return False
             await self._store.delete_session(session_id)
-            return True
+        # Sessions started on this one's behalf (sub-agents) go with it: deleting a conversation
+        # must not leave parts of it behind.
+        for child in await self._store.child_sessions(session_id, PARENT_SESSION_LABEL):
+            await self.delete_session(child)
+        return True
 
     # ---------------------------------------------------------------- messages
 

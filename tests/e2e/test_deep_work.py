@@ -70,11 +70,15 @@ async def test_a_deep_turn_delegates_through_all_five_services(tmp_path):
             sessions = (await gateway.ListSessions(gateway_pb2.ListSessionsRequest(), timeout=10)).sessions
             workspace_file = home / "workspaces" / "deep-e2e" / "report.txt"
             written = workspace_file.read_text() if workspace_file.exists() else None
+            # Deleting the conversation deletes the sub-agent's session with it.
+            await gateway.DeleteSession(gateway_pb2.DeleteSessionRequest(session_id="deep-e2e"), timeout=10)
+            child_after_delete = await rpc_error(gateway.GetSession(gateway_pb2.GetSessionRequest(session_id=child_id)))
         finally:
             await stack.stop()
         model_calls = len(llm.requests)
 
     assert finished.stop_reason == "completed"
+    assert child_after_delete.code() == grpc.StatusCode.NOT_FOUND
     assert finished.final_text == ("The sub-agent said: I wrote report.txt. "
                                    "The file says: written by the sub-agent")
     assert finished.iterations == 4  # plan + three steps; the child's calls are not the parent's steps

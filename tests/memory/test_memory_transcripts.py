@@ -174,3 +174,19 @@ async def test_a_second_service_on_the_same_home_is_refused_clearly(memory_servi
         await start_service("memory", Settings.from_env(memory_service.env), "127.0.0.1:0")
     # The first one is unharmed.
     assert (await memory_service.client.put_session("still-here"))[1] is True
+
+
+async def test_deleting_a_session_deletes_the_sessions_started_for_it(memory_service):
+    client = memory_service.client
+    await client.put_session("main")
+    await client.put_session("main.sub-1", labels={"parent_session": "main"})
+    await client.put_session("main.sub-1.sub-a", labels={"parent_session": "main.sub-1"})
+    await client.put_session("other", labels={"parent_session": "elsewhere"})
+    for session in ("main", "main.sub-1", "main.sub-1.sub-a", "other"):
+        await client.append_messages(session, [user(f"in {session}")])
+
+    assert await client.delete_session("main") is True
+    for gone in ("main", "main.sub-1", "main.sub-1.sub-a"):
+        with pytest.raises(NotFound):
+            await client.list_messages(gone)
+    assert [m.content for m in await client.transcript("other")] == ["in other"]
