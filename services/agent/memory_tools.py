@@ -3,17 +3,17 @@ scoped to the session's namespace (the model never chooses the namespace)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from agentmesh.errors import AgentmeshError
+from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported
 from agentmesh.agent.types import ToolCall, ToolOutcome, ToolSpec
 
 MAX_TEXT_CHARS = 8000
 MAX_QUERY_CHARS = 2000
 MAX_K = 20
-_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+KIND_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 
 MEMORY_SAVE = ToolSpec(
     name="memory_save",
@@ -27,6 +27,7 @@ MEMORY_SAVE = ToolSpec(
             "text": {"type": "string", "description": "What to remember, self-contained.", "maxLength": MAX_TEXT_CHARS},
             "kind": {
                 "type": "string",
+                "pattern": KIND_PATTERN,
                 "description": "fact, preference, knowledge, learning, episode or skill (default fact).",
             },
         },
@@ -61,13 +62,17 @@ def render_hits(hits: list[MemoryHit]) -> str:
 class MemoryTools:
     specs = (MEMORY_SAVE, MEMORY_SEARCH)
     names = frozenset(s.name for s in specs)
+    _schemas = {s.name: ArgumentsSchema(s.name, s.parameters) for s in specs}
 
     def __init__(self, memory: LongTermMemory):
         self._memory = memory
 
     async def execute(self, call: ToolCall, namespace: str, session_id: str) -> ToolOutcome:
         try:
-            arguments = call.arguments()
+            arguments = self._schemas[call.name].parse(call.arguments_json)
+        except ValueError as exc:
+            return ToolOutcome.error(call, "invalid_arguments", f"error: {exc}")
+        try:
             if call.name == "memory_save":
                 return await self._save(call, arguments, namespace, session_id)
             return await self._search(call, arguments, namespace)
@@ -79,16 +84,11 @@ class MemoryTools:
             return ToolOutcome.error(call, "memory_error", f"error: {call.name} failed: {exc.message}")
 
     async def _save(self, call: ToolCall, args: dict[str, Any], namespace: str, session_id: str) -> ToolOutcome:
-        _only(args, {"text", "kind"})
-        text = args.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("'text' is required: the sentence to remember")
-        if len(text) > MAX_TEXT_CHARS:
-            raise ValueError(f"'text' is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        text = args["text"].strip()
+        if not text:
+            raise ValueError("'text' is empty: write the sentence to remember")
         kind = args.get("kind") or "fact"
-        if not isinstance(kind, str) or not _KIND.match(kind):
-            raise ValueError("'kind' must be a short lower-case word such as fact, preference or skill")
-        hit = await self._memory.remember(namespace, text.strip(), kind, session_id)
+        hit = await self._memory.remember(namespace, text, kind, session_id)
         return ToolOutcome(
             call_id=call.call_id,
             name=call.name,
@@ -97,25 +97,14 @@ class MemoryTools:
         )
 
     async def _search(self, call: ToolCall, args: dict[str, Any], namespace: str) -> ToolOutcome:
-        _only(args, {"query", "k"})
-        query = args.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError("'query' is required: what to look for")
-        if len(query) > MAX_QUERY_CHARS:
-            raise ValueError(f"'query' is {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
+        query = args["query"].strip()
+        if not query:
+            raise ValueError("'query' is empty: say what to look for")
         k = args.get("k", 5)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise ValueError(f"'k' must be a whole number from 1 to {MAX_K}")
-        hits = await self._memory.search(namespace, query.strip(), k)
+        hits = await self._memory.search(namespace, query, k)
         return ToolOutcome(
             call_id=call.call_id,
             name=call.name,
             output=render_hits(hits),
             data={"hits": [{"id": h.id, "text": h.text, "kind": h.kind, "score": h.score} for h in hits]},
         )
-
-
-def _only(args: dict[str, Any], allowed: set[str]) -> None:
-    extra = sorted(set(args) - allowed)
-    if extra:
-        raise ValueError(f"unknown argument(s) {', '.join(extra)}; expected {', '.join(sorted(allowed))}")

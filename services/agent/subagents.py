@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agentmesh.errors import AgentmeshError
 from agentmesh.ids import new_id
 from agentmesh.logs import get_logger
+from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent.context import clip
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import (
@@ -172,13 +173,14 @@ class Delegation:
         self.parent = parent
         self.settings: AgentSettings = parent.settings
         self.spec = delegate_spec(self.settings)
+        self.schema = ArgumentsSchema(self.spec.name, self.spec.parameters)
         self.started = 0
 
     async def run(self, call: ToolCall) -> ToolOutcome:
         try:
             task, instructions, steps = self._arguments(call)
         except ValueError as exc:
-            return ToolOutcome.error(call, "invalid_arguments", f"error: {call.name}: {exc}")
+            return ToolOutcome.error(call, "invalid_arguments", f"error: {exc}")
         cap = self.settings.max_subagents
         if self.started >= cap:
             return ToolOutcome.error(
@@ -272,20 +274,8 @@ class Delegation:
             emit(StatusEvent(f"{label}: failed ({event.code}: {event.message})"))
 
     def _arguments(self, call: ToolCall) -> tuple[str, str, int]:
-        args = call.arguments()
-        extra = sorted(set(args) - {"task", "instructions", "max_iterations"})
-        if extra:
-            raise ValueError(f"unknown argument(s) {', '.join(extra)}; expected task, instructions, max_iterations")
-        task = args.get("task")
-        if not isinstance(task, str) or not task.strip():
-            raise ValueError("'task' is required: what the sub-agent should do and return")
-        if len(task) > MAX_TASK_CHARS:
-            raise ValueError(f"'task' is {len(task)} characters; the limit is {MAX_TASK_CHARS}")
-        instructions = args.get("instructions") or ""
-        if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS_CHARS:
-            raise ValueError(f"'instructions' must be text of at most {MAX_INSTRUCTIONS_CHARS} characters")
-        cap = self.settings.subagent_max_iterations
-        steps = args.get("max_iterations") or cap
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= cap:
-            raise ValueError(f"'max_iterations' must be a whole number from 1 to {cap}")
-        return task.strip(), instructions.strip(), steps
+        args = self.schema.parse(call.arguments_json)
+        task = args["task"].strip()
+        if not task:
+            raise ValueError(f"{call.name}: 'task' is empty: say what the sub-agent should do and return")
+        return task, (args.get("instructions") or "").strip(), args.get("max_iterations") or self.settings.subagent_max_iterations

@@ -6,8 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
-from jsonschema import Draft202012Validator
-
+from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 
 
@@ -40,34 +39,17 @@ class ToolSpec:
 class Tool:
     spec: ToolSpec
     run: ToolFunc
-    validator: Draft202012Validator = field(init=False, compare=False, repr=False)
+    schema: ArgumentsSchema = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        Draft202012Validator.check_schema(self.spec.parameters)
-        object.__setattr__(self, "validator", Draft202012Validator(self.spec.parameters))
+        object.__setattr__(self, "schema", ArgumentsSchema(self.spec.name, self.spec.parameters))
 
     def parse_arguments(self, arguments_json: str) -> dict[str, Any]:
         """Decode and validate model-made arguments; a ToolFailure says what to fix."""
-        text = arguments_json.strip() or "{}"
         try:
-            arguments = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ToolFailure(
-                "invalid_arguments", f"arguments for {self.spec.name} are not valid JSON ({exc.msg} at position {exc.pos})"
-            ) from None
-        errors = sorted(self.validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-        if errors:
-            problems = "; ".join(_describe(error) for error in errors[:5])
-            raise ToolFailure(
-                "invalid_arguments",
-                f"invalid arguments for {self.spec.name}: {problems}. Expected schema: {self.spec.schema_json}",
-            )
-        return arguments
-
-
-def _describe(error) -> str:
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"{where}: {error.message}" if where else error.message
+            return self.schema.parse(arguments_json)
+        except ValueError as exc:
+            raise ToolFailure("invalid_arguments", str(exc)) from None
 
 
 class ToolProvider(Protocol):

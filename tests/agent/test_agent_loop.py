@@ -197,7 +197,8 @@ async def test_model_unreachable_is_a_run_error_naming_the_url(http, telemetry):
 async def test_unknown_tool_and_bad_memory_arguments_come_back_as_error_results(http, telemetry):
     tools = FakeTools({"echo": echo})
     steps = [
-        reply("", tool_call("no_such_tool", {}, id="u"), tool_call("memory_save", "{not json", id="m")),
+        reply("", tool_call("no_such_tool", {}, id="u"), tool_call("memory_save", "{not json", id="m"),
+              tool_call("memory_search", {"query": "x", "k": 99}, id="k"), tool_call("memory_save", {"text": " "}, id="e")),
         reply("noted"),
     ]
     with ScriptedLLMServer(steps) as llm:
@@ -207,6 +208,10 @@ async def test_unknown_tool_and_bad_memory_arguments_come_back_as_error_results(
     results = {e.result.call_id: e.result for e in of(events, ToolResultEvent)}
     assert results["u"].is_error and results["u"].error_kind == "not_found" and "echo" in results["u"].output
     assert results["m"].is_error and results["m"].error_kind == "invalid_arguments"
+    # Checked against the tool's schema, which the answer quotes so the model can fix the call.
+    assert results["k"].error_kind == "invalid_arguments" and "k: 99 is greater than the maximum of 20" in results["k"].output
+    assert '"maximum":20' in results["k"].output
+    assert results["e"].error_kind == "invalid_arguments" and "'text' is empty" in results["e"].output
     assert events[-1].stop_reason == "completed"
     assert tools.calls == []
 

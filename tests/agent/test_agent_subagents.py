@@ -183,8 +183,8 @@ async def test_a_failing_child_is_an_error_result_and_the_parent_completes(http,
     assert "INVALID_ARGUMENT" in results["a"].output and "the child's request was rejected" in results["a"].output
     assert results["b"].is_error and results["b"].error_kind == "subagent_limit"
     assert "all 1 of its steps" in results["b"].output and "I echoed once" in results["b"].output
-    assert results["c"].error_kind == "invalid_arguments" and "'task' is required" in results["c"].output
-    assert results["d"].error_kind == "invalid_arguments" and "from 1 to 5" in results["d"].output
+    assert results["c"].error_kind == "invalid_arguments" and "'task' is empty" in results["c"].output
+    assert results["d"].error_kind == "invalid_arguments" and "max_iterations: 99 is greater than the maximum of 5" in results["d"].output
     assert events[-1].stop_reason == "completed" and events[-1].final_text == "Handled the failures."
     # The failed child kept what it had done: the task it was given.
     failed = transcripts.history[child_session_id("s1", "r1", "a")]
