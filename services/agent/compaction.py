@@ -131,14 +131,16 @@ def render(m: ChatMessage) -> str:
     return f"[{m.role}]\n{text}{calls}".rstrip()
 
 
-def passes(old: list[ChatMessage], limit_chars: int) -> tuple[list[list[str]], int]:
-    """The old messages rendered and grouped into passes of at most `limit_chars` each (a single
-    message larger than that is cut); returns (passes, number of messages left out)."""
+def passes(old: list[ChatMessage], limit_chars: int, first_limit_chars: int = 0) -> tuple[list[list[str]], int]:
+    """The old messages rendered and grouped into passes of at most `limit_chars` each (the first
+    may take `first_limit_chars` when larger; a single message larger than the limit is cut);
+    returns (passes, number of messages left out)."""
     groups: list[list[str]] = [[]]
     used = 0
     for m in old:
+        limit = max(first_limit_chars, limit_chars) if len(groups) == 1 else limit_chars
         text = context.clip(render(m), limit_chars)
-        if groups[-1] and used + len(text) > limit_chars:
+        if groups[-1] and used + len(text) > limit:
             groups.append([])
             used = 0
         groups[-1].append(text)
@@ -218,16 +220,23 @@ def summary_cap_chars(settings: "AgentSettings") -> int:
     return max(min(settings.context_budget_chars // 5, settings.compaction_threshold_chars // 3), 500)
 
 
-def pass_chars(settings: "AgentSettings") -> int:
-    """Old conversation per summary call: the budget less the instruction, the running summary
-    going in and the summary coming out."""
-    return max(settings.context_budget_chars - 2 * summary_cap_chars(settings) - len(INSTRUCTION), 2000)
+def pass_chars(settings: "AgentSettings", running_summary_chars: int | None = None) -> int:
+    """Old conversation per summary call: the budget less the instruction, the summary going in
+    (its real size when known — none at a session's first compaction — else the largest one
+    kept) and room for the summary coming out."""
+    cap = summary_cap_chars(settings)
+    going_in = cap if running_summary_chars is None else min(running_summary_chars, cap)
+    return max(settings.context_budget_chars - going_in - cap - len(INSTRUCTION), 2000)
 
 
 async def _summarise(agent: "Agent", model: str, todo: Plan, usage: Usage, emit: Emit) -> str:
     s = agent.settings
-    groups, left_out = passes(todo.old, pass_chars(s))
     running = todo.earlier.content if todo.earlier is not None else ""
+    groups, left_out = passes(todo.old, pass_chars(s), first_limit_chars=pass_chars(s, len(running)))
+    if left_out:
+        # Passes were dropped from the old end, so the roomier first pass is gone: size every pass
+        # alike, which keeps the most of the conversation.
+        groups, left_out = passes(todo.old, pass_chars(s))
     for i, part in enumerate(groups):
         request = summary_request(model, running, part, left_out=left_out if i == 0 else 0, max_tokens=s.max_tokens)
         reply = await _call(agent, request, usage, emit)

@@ -348,3 +348,13 @@ async def test_a_summary_that_cannot_be_saved_still_serves_the_turn(http, teleme
     assert events[-1].stop_reason == "completed"
     assert bodies[1]["messages"][1]["content"].endswith("the summary")
     assert [is_summary_request(b) for b in bodies] == [True, False, True, False]  # made again next turn
+
+
+def test_a_first_compaction_uses_the_room_no_earlier_summary_takes():
+    settings = AgentSettings(context_budget_chars=10_000)
+    old = [ChatMessage("user", "x" * 1000) for _ in range(6)]  # ~6 000 characters rendered
+    sized_for_a_summary = compaction.passes(old, compaction.pass_chars(settings))[0]
+    first_time = compaction.passes(old, compaction.pass_chars(settings),
+                                   first_limit_chars=compaction.pass_chars(settings, running_summary_chars=0))[0]
+    assert [len(g) for g in sized_for_a_summary] == [5, 1]  # room kept for a full-size earlier summary
+    assert [len(g) for g in first_time] == [6]  # there is none: one summary call does it
