@@ -40,8 +40,13 @@ def answer(request: RecordedRequest):
 
 
 class NoopTools:
+    """Tools that answer "ok" at once: what is measured is the loop, not a tool."""
+
+    def __init__(self, tools: Sequence[ToolSpec] = (TOOL,)):
+        self.tools = list(tools)
+
     async def list_tools(self) -> list[ToolSpec]:
-        return [TOOL]
+        return list(self.tools)
 
     async def execute(self, session_id: str, call: ToolCall) -> ToolOutcome:
         return ToolOutcome(call_id=call.call_id, name=call.name, output="ok")

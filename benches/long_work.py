@@ -37,7 +37,6 @@ import re
 import statistics
 import subprocess
 import time
-from typing import Sequence
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
@@ -46,36 +45,14 @@ from agentmesh.agent import compaction, deep, subagents
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy, http_client
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.agent.types import ChatMessage, RunFinishedEvent, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import RunFinishedEvent, ToolSpec
 from agentmesh.logs import configure_logging
 from agentmesh.telemetry import Telemetry
+from benches.agent_loop import TOOL, MemoryTranscripts, NoopTools
 from tests.support.llm_server import RecordedRequest, ScriptedLLMServer, reply, tool_call
 
-TOOL = ToolSpec("noop", "does nothing", {"type": "object", "properties": {}})
 USER_MARK = re.compile(r"\[U(\d{2,3})\]")
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
-
-
-class NoopTools:
-    def __init__(self, tools: list[ToolSpec]):
-        self.tools = tools
-
-    async def list_tools(self) -> list[ToolSpec]:
-        return list(self.tools)
-
-    async def execute(self, session_id: str, call: ToolCall) -> ToolOutcome:
-        return ToolOutcome(call_id=call.call_id, name=call.name, output="ok")
-
-
-class MemoryTranscripts:
-    def __init__(self) -> None:
-        self.sessions: dict[str, list[ChatMessage]] = {}
-
-    async def load(self, session_id: str) -> list[ChatMessage]:
-        return list(self.sessions.get(session_id, []))
-
-    async def append(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
-        self.sessions.setdefault(session_id, []).extend(messages)
 
 
 def filler(chars: int, seed: int) -> str:

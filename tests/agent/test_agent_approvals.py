@@ -128,12 +128,6 @@ async def test_cancel_while_waiting_closes_the_step_and_runs_nothing(http, telem
 
 
 @pytest.fixture
-def llm():
-    with ScriptedLLMServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def stack(tmp_path, llm):
     env = {"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell"}
     async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env, services=SERVICES) as running:

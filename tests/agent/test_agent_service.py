@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 import grpc
 import pytest
 
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2, memory_pb2
 from tests.support.processes import processes_running
-from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
+from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
 
 SERVICES = ("memory", "tools", "agent")
-
-
-@pytest.fixture
-def llm():
-    with ScriptedLLMServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -3,16 +3,9 @@ from __future__ import annotations
 import pytest
 
 from tests.gateway_routing.replicas import BACKENDS, Replicas
-from tests.support.llm_server import ScriptedLLMServer
 from tests.support.stack import Stack
 
 APPROVAL_ENV = {"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell"}
-
-
-@pytest.fixture
-def llm():
-    with ScriptedLLMServer() as server:
-        yield server
 
 
 @pytest.fixture
