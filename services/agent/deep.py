@@ -23,12 +23,12 @@ import re
 from typing import TYPE_CHECKING
 
 from agentmesh.modes import DEEP
-from agentmesh.agent.ports import MemoryHit
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.agent.types import ChatMessage, StatusEvent, ToolSpec
+from agentmesh.agent.turn import Capability, TurnContext
+from agentmesh.agent.types import ChatMessage, StatusEvent
 
 if TYPE_CHECKING:
-    from agentmesh.agent.loop import TurnRequest, TurnRun
+    from agentmesh.agent.loop import TurnRequest
 
 
 PLAN_INSTRUCTION = (
@@ -56,70 +56,46 @@ def step_budget(request: "TurnRequest", settings: AgentSettings) -> int:
     return settings.max_iterations
 
 
-def work_for(run: "TurnRun", history: list[ChatMessage], tools: list[ToolSpec], memories: list[MemoryHit]) -> "Work":
-    cls = DeepWork if run.request.mode == DEEP else Work
-    return cls(run, history, tools, memories)
+class DeepWork(Capability):
+    """Plan first, reflect every `deep_reflect_every` steps, pin the plan in every call's view."""
 
-
-class Work:
-    """The default mode: hooks that do nothing."""
-
-    def __init__(self, run: "TurnRun", history: list[ChatMessage], tools: list[ToolSpec], memories: list[MemoryHit]):
-        self.run = run
-        self.history = history
-        self.tools = tools
-        self.memories = memories
-
-    async def start(self, turn: list[ChatMessage]) -> None:
-        """Before the first step."""
-
-    async def before_step(self, step: int, turn: list[ChatMessage]) -> None:
-        """Before tool-using step `step` (from 1)."""
-
-    def view(self, turn: list[ChatMessage]) -> list[ChatMessage]:
-        """This turn's messages as the model should see them."""
-        return turn
-
-
-class DeepWork(Work):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, ctx: TurnContext):
+        super().__init__(ctx)
         self.plan = ""
         self.reflections = 0
 
-    async def start(self, turn: list[ChatMessage]) -> None:
-        steps = self.run.max_iterations
-        self.run._emit(StatusEvent(f"deep work: planning before acting (up to {steps} steps)"))
+    async def before_first_call(self, turn: list[ChatMessage]) -> None:
+        steps = self.ctx.step_budget
+        self.ctx.emit(StatusEvent(f"deep work: planning before acting (up to {steps} steps)"))
         plan = await self._ask(turn, PLAN_INSTRUCTION.format(steps=steps), PLAN_HEADING)
         if plan:
             count = len(_NUMBERED.findall(plan))
-            self.run._emit(StatusEvent(f"plan ready ({count} steps)" if count else "plan ready"))
+            self.ctx.emit(StatusEvent(f"plan ready ({count} steps)" if count else "plan ready"))
         else:
-            self.run._emit(StatusEvent("the model wrote no plan; continuing without one"))
+            self.ctx.emit(StatusEvent("the model wrote no plan; continuing without one"))
 
     async def before_step(self, step: int, turn: list[ChatMessage]) -> None:
-        steps, every = self.run.max_iterations, self.run.settings.deep_reflect_every
+        steps, every = self.ctx.step_budget, self.ctx.settings.deep_reflect_every
         due = every > 0 and step > 1 and (step - 1) % every == 0
-        self.run._emit(StatusEvent(f"step {step} of {steps}" + (" — reflecting on the plan" if due else "")))
+        self.ctx.emit(StatusEvent(f"step {step} of {steps}" + (" — reflecting on the plan" if due else "")))
         if due:
             self.reflections += 1
             done = step - 1
             await self._ask(turn, REFLECT_INSTRUCTION.format(done=done, steps=steps), REVISED_HEADING.format(done=done))
 
-    def view(self, turn: list[ChatMessage]) -> list[ChatMessage]:
-        if not self.plan or not turn:
-            return turn
-        return [turn[0], ChatMessage(role="system", content=PINNED_PLAN.format(plan=self.plan)), *turn[1:]]
+    def view(self, messages: list[ChatMessage]) -> list[ChatMessage]:
+        if not self.plan or not messages:
+            return messages
+        return [messages[0], ChatMessage(role="system", content=PINNED_PLAN.format(plan=self.plan)), *messages[1:]]
 
     async def _ask(self, turn: list[ChatMessage], instruction: str, heading: str) -> str:
         """One tool-less call; its text becomes the pinned plan and is persisted. An empty answer
         keeps the plan there was."""
-        run = self.run
         note = ChatMessage(role="system", content=instruction)
-        reply = await run._call_model(self.history, [*self.view(turn), note], self.tools, self.memories,
-                                      allow_tools=False)
+        reply = await self.ctx.call_model(turn, extra=[note], allow_tools=False)
         text = reply.text.strip()
         if text:
             self.plan = text
-            await run._persist([ChatMessage(role="assistant", content=f"{heading}\n{text}", run_id=run.request.run_id)])
+            await self.ctx.persist([ChatMessage(role="assistant", content=f"{heading}\n{text}",
+                                                run_id=self.ctx.request.run_id)])
         return text

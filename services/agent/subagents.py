@@ -33,6 +33,7 @@ from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent.context import clip
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.turn import Capability, TurnContext
 from agentmesh.agent.types import (
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
@@ -166,17 +167,20 @@ def short(text: str, limit: int = LABEL_CHARS) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
-class Delegation:
+class Delegation(Capability):
     """One per parent turn that may delegate: runs each `delegate_task` call as a child turn."""
 
-    def __init__(self, parent: "TurnRun"):
-        self.parent = parent
-        self.settings: AgentSettings = parent.settings
+    def __init__(self, ctx: TurnContext):
+        super().__init__(ctx)
+        self.settings: AgentSettings = ctx.settings
         self.spec = delegate_spec(self.settings)
         self.schema = ArgumentsSchema(self.spec.name, self.spec.parameters)
         self.started = 0
 
-    async def run(self, call: ToolCall) -> ToolOutcome:
+    def tools(self) -> list[ToolSpec]:
+        return [self.spec]
+
+    async def execute(self, call: ToolCall) -> ToolOutcome:
         try:
             task, instructions, steps = self._arguments(call)
         except ValueError as exc:
@@ -189,7 +193,7 @@ class Delegation:
             )
         self.started += 1  # before any await: concurrent calls of one reply each get their own number
         index = self.started
-        parent = self.parent
+        parent = self.ctx
         preq = parent.request
         child_id = child_session_id(preq.session_id, preq.run_id, call.call_id)
         label = f"sub-agent {index} ({short(task)})"
@@ -213,10 +217,9 @@ class Delegation:
                 return ToolOutcome.error(call, "subagent_failed",
                                          f"error: {label} could not start: its session was not created ({exc.message})")
         log.info("sub-agent started", child_session_id=child_id, index=index, depth=link.depth)
-        child = parent.agent.start(request)
         # One gate for the whole tree: a child's held call is announced on the parent's stream and
         # the decision (Gateway.Approve -> parent.decide) reaches the child through it.
-        child.approvals = parent.approvals
+        child = parent.start_child(request)
         return await self._follow(call, child, link, steps)
 
     async def _follow(self, call: ToolCall, child: "TurnRun", link: SubagentLink, steps: int) -> ToolOutcome:
@@ -233,11 +236,11 @@ class Delegation:
                         failed = event
                     self._relay(label, child, event)
         except TimeoutError:
-            self.parent._emit(StatusEvent(f"{label}: stopped after {timeout:g} s"))
+            self.ctx.emit(StatusEvent(f"{label}: stopped after {timeout:g} s"))
             return ToolOutcome.error(call, "timeout", f"error: {label} did not finish within {timeout:g} s and was stopped")
         finally:
             # The child's model calls are part of this turn's cost, whatever became of the child.
-            self.parent.usage.add(child.usage)
+            self.ctx.usage.add(child.usage)
         data = {"session_id": child.request.session_id, "iterations": child.iterations,
                 "input_tokens": child.usage.input_tokens, "output_tokens": child.usage.output_tokens}
         if failed is not None or finished is None:
@@ -257,7 +260,7 @@ class Delegation:
 
     def _relay(self, label: str, child: "TurnRun", event: RunEvent) -> None:
         """The child's progress as the parent's status events; approvals pass through as they are."""
-        emit = self.parent._emit
+        emit = self.ctx.emit
         if isinstance(event, (ApprovalRequestEvent, ApprovalResolvedEvent)):
             emit(event)
         elif isinstance(event, RunStartedEvent):

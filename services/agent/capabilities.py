@@ -1,0 +1,22 @@
+"""Which capabilities a turn gets, in the order their hooks run. Adding a capability means a
+class in its own module (see turn.py) and one line here."""
+
+from __future__ import annotations
+
+from agentmesh.modes import DEEP
+from agentmesh.agent import compaction, deep, memory_tools, subagents
+from agentmesh.agent.turn import Capability, TurnContext
+
+
+def for_turn(ctx: TurnContext) -> list[Capability]:
+    request, settings = ctx.request, ctx.settings
+    found: list[Capability] = []
+    if settings.compaction:
+        found.append(compaction.Compaction(ctx))
+    if ctx.agent.memory_tools is not None:
+        found.append(memory_tools.MemoryToolsCapability(ctx, ctx.agent.memory_tools))
+    if subagents.offered(request, settings):
+        found.append(subagents.Delegation(ctx))
+    if request.mode == DEEP:
+        found.append(deep.DeepWork(ctx))
+    return found
