@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import signal
@@ -37,7 +38,21 @@ def register(subparsers) -> None:
                       help="run mode: deep plans first, reflects on the plan, has a larger step budget and sub-agents")
     chat.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
                       help="also hold calls to TOOL for approval in this turn ('*': every tool); repeatable")
+    chat.add_argument("--token-budget", type=_budget, default=0, metavar="TOKENS",
+                      help="stop this turn cleanly (stop_reason budget) once it has used this many tokens")
+    chat.add_argument("--session-token-budget", type=_budget, default=0, metavar="TOKENS",
+                      help="stop once the session as a whole has used this many tokens")
     chat.set_defaults(func=run_chat)
+
+
+def _budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a token budget is a positive number of tokens (0: the configured one)")
+    return value
 
 
 def _arguments(arguments_json: str) -> Any:
@@ -246,7 +261,8 @@ async def run_chat(args) -> int:
     settings = load_settings()
     session_id = args.session or new_id("s")
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
-                                      approval_tools=args.require_approval)
+                                      approval_tools=args.require_approval, token_budget=args.token_budget,
+                                      session_token_budget=args.session_token_budget)
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
     if args.json:

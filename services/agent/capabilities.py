@@ -4,7 +4,7 @@ class in its own module (see turn.py) and one line here."""
 from __future__ import annotations
 
 from agentmesh.modes import DEEP
-from agentmesh.agent import compaction, deep, memory_tools, subagents
+from agentmesh.agent import budget, compaction, deep, guards, memory_tools, subagents
 from agentmesh.agent.turn import Capability, TurnContext
 
 
@@ -13,10 +13,18 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
     found: list[Capability] = []
     if settings.compaction:
         found.append(compaction.Compaction(ctx))
+    if budget.applies(ctx):
+        found.append(budget.TokenBudget(ctx))
     if ctx.agent.memory_tools is not None:
         found.append(memory_tools.MemoryToolsCapability(ctx, ctx.agent.memory_tools))
     if subagents.offered(request, settings):
         found.append(subagents.Delegation(ctx))
     if request.mode == DEEP:
         found.append(deep.DeepWork(ctx))
+    if settings.keep_tool_results:
+        found.append(guards.ToolOutputTrim(ctx))
+    if settings.wrap_up_steps:
+        found.append(guards.WrapUp(ctx))
+    if settings.repeat_limit >= 2:
+        found.append(guards.RepeatGuard(ctx))
     return found

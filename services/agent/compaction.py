@@ -86,7 +86,8 @@ def model_view(stored: list[ChatMessage], *, use_summaries: bool) -> list[ChatMe
     A store that assigns no seq (an in-process store) numbers messages by position, which is
     exactly what the memory service assigns."""
     numbered = [m if m.seq else replace(m, seq=i + 1) for i, m in enumerate(stored)]
-    messages = [m for m in numbered if m.kind != SUMMARY_KIND]
+    # Entries of other kinds (usage, …) are the agent's bookkeeping, never conversation.
+    messages = [m for m in numbered if not m.kind]
     summaries = [m for m in numbered if m.kind == SUMMARY_KIND]
     if not use_summaries or not summaries:
         return messages

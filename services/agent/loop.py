@@ -23,6 +23,7 @@ and calls their hooks at fixed points. The turn's state lives here and nowhere e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import time
 from dataclasses import dataclass
@@ -61,6 +62,8 @@ from agentmesh.telemetry import Telemetry
 log = get_logger("agentmesh.agent")
 
 _END = object()
+# Finish reasons of a reply cut off by the output token limit (OpenAI, Anthropic).
+CUT_OFF = frozenset({"length", "max_tokens"})
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,9 @@ class TurnRequest:
     # Tools that need approval in this turn on top of the configured ones.
     approval_tools: frozenset[str] = frozenset()
     mode: str = ""  # "" | "default" | "deep" (deep.py)
+    # Token budgets (budget.py); 0: the configured one. They can only tighten the configured ones.
+    token_budget: int = 0
+    session_token_budget: int = 0
     subagent: subagents.SubagentLink | None = None  # set on a sub-agent's turn (subagents.py)
 
 
@@ -247,7 +253,7 @@ class TurnRun:
         for step in range(1, self.max_iterations + 1):
             for capability in self._capabilities:
                 await capability.before_step(step, turn)
-            reply = await self._call_model(turn, allow_tools=True)
+            reply = await self._step_reply(turn)
             assistant = ChatMessage(role="assistant", content=reply.text, tool_calls=reply.tool_calls, run_id=req.run_id)
             await self._persist([assistant])
             turn.append(assistant)
@@ -267,6 +273,26 @@ class TurnRun:
         reply = await self._call_model(turn, extra=[note], allow_tools=False)
         await self._persist([ChatMessage(role="assistant", content=reply.text, run_id=req.run_id)])
         return "max_iterations", reply.text
+
+    async def _step_reply(self, turn: list[ChatMessage]) -> ModelReply:
+        """One step's reply. A text reply cut off by the output limit is continued — the partial
+        text sent back as the assistant's, with a note to go on — up to `max_continuations`
+        times, and the pieces stitched into one reply."""
+        reply = await self._call_model(turn, allow_tools=True)
+        bound = self.settings.max_continuations
+        pieces = [reply.text]
+        while reply.finish_reason in CUT_OFF and not reply.tool_calls and len(pieces) <= bound:
+            self._emit(StatusEvent(f"the reply was cut off by the output limit; continuing it "
+                                   f"({len(pieces)} of at most {bound})"))
+            partial = ChatMessage(role="assistant", content="".join(pieces))
+            note = ChatMessage(role="system", content=context.CONTINUE_INSTRUCTION)
+            reply = await self._call_model(turn, extra=[partial, note], allow_tools=True)
+            pieces.append(reply.text)
+        if len(pieces) == 1:
+            return reply
+        if reply.finish_reason in CUT_OFF and not reply.tool_calls:
+            self._emit(StatusEvent(f"the reply was still cut off after {bound} continuations; keeping what there is"))
+        return dataclasses.replace(reply, text="".join(pieces))
 
     async def _verdict(self, step: int, reply: ModelReply, turn: list[ChatMessage]) -> Verdict:
         """Every capability sees the reply; the first Stop wins, else the first Nudge."""
@@ -290,6 +316,7 @@ class TurnRun:
 
     async def _load_history(self) -> list[ChatMessage]:
         stored = await self.agent.transcripts.load(self.request.session_id)
+        self._ctx.stored = stored
         return context.repair(compaction.model_view(stored, use_summaries=self.settings.compaction))
 
     async def _list_tools(self) -> list[ToolSpec]:

@@ -89,6 +89,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         if len(options.system_prompt) > MAX_MESSAGE_CHARS:
             raise InvalidArgument(f"options.system_prompt is longer than {MAX_MESSAGE_CHARS} characters")
         validate_approval_tools(options.approval_tools)
+        validate_budgets(options)
         mode = validate_mode(options.mode)
         return TurnRequest(
             session_id=request.session_id,
@@ -100,6 +101,8 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             system_prompt=options.system_prompt,
             approval_tools=frozenset(options.approval_tools),
             mode=mode,
+            token_budget=options.token_budget,
+            session_token_budget=options.session_token_budget,
         )
 
     @translate_errors
@@ -144,6 +147,12 @@ def validate_approval_tools(names) -> None:
             raise InvalidArgument(
                 f"options.approval_tools: each entry is a tool name of 1-{MAX_TOOL_NAME_CHARS} characters, or \"*\""
             )
+
+
+def validate_budgets(options) -> None:
+    for name in ("token_budget", "session_token_budget"):
+        if getattr(options, name) < 0:
+            raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
 
 
 class MemoryChildSessions:

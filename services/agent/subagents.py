@@ -31,6 +31,7 @@ from agentmesh.errors import AgentmeshError
 from agentmesh.ids import new_id
 from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
+from agentmesh.agent import budget
 from agentmesh.agent.context import clip
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.turn import Capability, TurnContext
@@ -162,6 +163,13 @@ def child_session_id(parent_session_id: str, run_id: str, call_id: str) -> str:
     return f"{base}{_SUFFIX}{digest}"
 
 
+def child_budget(parent: TurnContext) -> int:
+    """A child may spend what is left of its parent's turn budget (0: the parent has none). Its
+    usage is added to the parent's when it ends, so the parent's budgets see it."""
+    limit = budget.turn_limit(parent)
+    return max(limit - parent.usage.total_tokens, 1) if limit else 0
+
+
 def short(text: str, limit: int = LABEL_CHARS) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
@@ -207,6 +215,7 @@ class Delegation(Capability):
         request = dataclasses.replace(
             preq, session_id=child_id, run_id=new_id("run"), message=task, max_iterations=steps,
             model=parent.model, system_prompt=prompt, mode="", subagent=link,
+            token_budget=child_budget(parent), session_token_budget=0,
         )
         sessions = parent.agent.sessions
         if sessions is not None:

@@ -53,6 +53,8 @@ class TurnContext:
     persist: Callable[[list[ChatMessage]], Awaitable[None]]
     # A child turn (a sub-agent) that shares this turn's approval gate.
     start_child: Callable[["TurnRequest"], "TurnRun"]
+    # The session's stored transcript as loaded (every entry, of every kind), before `prepare_history`.
+    stored: list[ChatMessage] = field(default_factory=list)
     # Filled in by the loop before `before_first_call`.
     history: list[ChatMessage] = field(default_factory=list)
     tools: list[ToolSpec] = field(default_factory=list)

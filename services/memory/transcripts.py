@@ -24,7 +24,8 @@ from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 
 ROLES = ("system", "user", "assistant", "tool")
-MESSAGE_KINDS = ("", "summary")
+# "usage": a turn's token count, for session budgets (the agent's budget.py); never shown to the model.
+MESSAGE_KINDS = ("", "summary", "usage")
 MAX_TITLE_CHARS = 500
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
