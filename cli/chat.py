@@ -70,6 +70,8 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         base.update(trace_id=event.run_started.trace_id)
     elif kind == "text_delta":
         base.update(text=event.text_delta.text)
+    elif kind == "reasoning_delta":
+        base.update(text=event.reasoning_delta.text)
     elif kind == "tool_call":
         call = event.tool_call
         base.update(name=call.name, arguments=_arguments(call.arguments_json), call_id=call.call_id)
@@ -117,10 +119,12 @@ class HumanRenderer:
     def __init__(self, out: TextIO = sys.stdout, *, approval_hint: bool = False):
         self.out = out
         self._in_text = False
+        self._in_reasoning = False
         # No one to ask at this terminal: say how another shell decides a held call.
         self.approval_hint = approval_hint
 
     def _line(self, text: str) -> None:
+        self._in_reasoning = False
         if self._in_text:
             self.out.write("\n")
             self._in_text = False
@@ -131,7 +135,16 @@ class HumanRenderer:
         if kind == "run_started":
             self._line(f"· run {event.run_id} on session {event.session_id}")
         elif kind == "text_delta":
+            if self._in_reasoning:
+                self._line("")
             self.out.write(event.text_delta.text)
+            self._in_text = True
+        elif kind == "reasoning_delta":
+            # The model's reasoning, set apart from its answer: a block of its own, marked.
+            if not self._in_reasoning:
+                self._line("· thinking:")
+                self._in_reasoning = True
+            self.out.write(event.reasoning_delta.text)
             self._in_text = True
         elif kind == "tool_call":
             self._line(f"→ {event.tool_call.name} {_short(event.tool_call.arguments_json)}")

@@ -4,7 +4,7 @@ class in its own module (see turn.py) and one line here."""
 from __future__ import annotations
 
 from agentmesh.modes import DEEP
-from agentmesh.agent import budget, compaction, deep, guards, memory_tools, subagents
+from agentmesh.agent import budget, compaction, deep, guards, memory_tools, subagents, thinking
 from agentmesh.agent.turn import Capability, TurnContext
 
 
@@ -17,6 +17,8 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(budget.TokenBudget(ctx))
     if ctx.agent.memory_tools is not None:
         found.append(memory_tools.MemoryToolsCapability(ctx, ctx.agent.memory_tools))
+    if settings.think_tool:
+        found.append(thinking.ThinkTool(ctx))
     if subagents.offered(request, settings):
         found.append(subagents.Delegation(ctx))
     if request.mode == DEEP:

@@ -254,7 +254,8 @@ class TurnRun:
             for capability in self._capabilities:
                 await capability.before_step(step, turn)
             reply = await self._step_reply(turn)
-            assistant = ChatMessage(role="assistant", content=reply.text, tool_calls=reply.tool_calls, run_id=req.run_id)
+            assistant = ChatMessage(role="assistant", content=self._stored_text(reply), tool_calls=reply.tool_calls,
+                                    run_id=req.run_id)
             await self._persist([assistant])
             turn.append(assistant)
             verdict = await self._verdict(step, reply, turn)
@@ -280,7 +281,7 @@ class TurnRun:
         times, and the pieces stitched into one reply."""
         reply = await self._call_model(turn, allow_tools=True)
         bound = self.settings.max_continuations
-        pieces = [reply.text]
+        pieces, reasoning = [reply.text], [reply.reasoning]
         while reply.finish_reason in CUT_OFF and not reply.tool_calls and len(pieces) <= bound:
             self._emit(StatusEvent(f"the reply was cut off by the output limit; continuing it "
                                    f"({len(pieces)} of at most {bound})"))
@@ -288,11 +289,18 @@ class TurnRun:
             note = ChatMessage(role="system", content=context.CONTINUE_INSTRUCTION)
             reply = await self._call_model(turn, extra=[partial, note], allow_tools=True)
             pieces.append(reply.text)
+            reasoning.append(reply.reasoning)
         if len(pieces) == 1:
             return reply
         if reply.finish_reason in CUT_OFF and not reply.tool_calls:
             self._emit(StatusEvent(f"the reply was still cut off after {bound} continuations; keeping what there is"))
-        return dataclasses.replace(reply, text="".join(pieces))
+        return dataclasses.replace(reply, text="".join(pieces), reasoning="".join(reasoning))
+
+    def _stored_text(self, reply: ModelReply) -> str:
+        """The reply as stored and sent back: its reasoning only when the settings keep it."""
+        if self.settings.keep_reasoning and reply.reasoning.strip():
+            return f"<think>\n{reply.reasoning.strip()}\n</think>\n{reply.text}"
+        return reply.text
 
     async def _verdict(self, step: int, reply: ModelReply, turn: list[ChatMessage]) -> Verdict:
         """Every capability sees the reply; the first Stop wins, else the first Nudge."""

@@ -38,6 +38,8 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
             session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id))
     if isinstance(event, t.TextDeltaEvent):
         return common_pb2.Event(**base, text_delta=common_pb2.TextDelta(text=event.text))
+    if isinstance(event, t.ReasoningDeltaEvent):
+        return common_pb2.Event(**base, reasoning_delta=common_pb2.ReasoningDelta(text=event.text))
     if isinstance(event, t.ToolCallEvent):
         c = event.call
         return common_pb2.Event(**base, tool_call=common_pb2.ToolCallStarted(

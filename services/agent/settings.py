@@ -87,6 +87,11 @@ class AgentSettings:
     session_token_budget: int = 0
     # Share of a budget at which a status event warns and the model is told to wrap up.
     budget_warn_at: float = 0.8
+    # Reasoning a model emits (reasoning_content, <think>): False keeps it out of what is stored
+    # and sent back; True stores it with the reply, as <think>…</think> before the text.
+    keep_reasoning: bool = False
+    # Offer the `think` tool (thinking.py): a scratchpad with no effects.
+    think_tool: bool = True
     # Deep work: nudges to go on after a text-only reply while tasks are still open.
     deep_nudges: int = 2
 
@@ -139,6 +144,8 @@ class AgentSettings:
             turn_token_budget=env_int(env, p + "TURN_TOKEN_BUDGET", cls.turn_token_budget, minimum=0),
             session_token_budget=env_int(env, p + "SESSION_TOKEN_BUDGET", cls.session_token_budget, minimum=0),
             budget_warn_at=env_float(env, p + "BUDGET_WARN_AT", cls.budget_warn_at, minimum=0.0),
+            keep_reasoning=env_bool(env, p + "KEEP_REASONING", cls.keep_reasoning),
+            think_tool=env_bool(env, p + "THINK_TOOL", cls.think_tool),
             deep_nudges=env_int(env, p + "DEEP_NUDGES", cls.deep_nudges, minimum=0),
         )
 
