@@ -22,6 +22,7 @@ from agentmesh.cli.common import (
     rpc_failure,
 )
 from agentmesh.cli.approvals import send_decision
+from agentmesh.cli.tasks import render as render_tasks
 from agentmesh.config import Settings
 from agentmesh.ids import new_id
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -72,6 +73,10 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         base.update(text=event.text_delta.text)
     elif kind == "reasoning_delta":
         base.update(text=event.reasoning_delta.text)
+    elif kind == "task_update":
+        base.update(tasks=[{"id": t.id, "subject": t.subject, "description": t.description, "status": t.status,
+                            "owner": t.owner, "blocked_by": list(t.blocked_by), "blocked": t.blocked}
+                           for t in event.task_update.tasks])
     elif kind == "tool_call":
         call = event.tool_call
         base.update(name=call.name, arguments=_arguments(call.arguments_json), call_id=call.call_id)
@@ -168,6 +173,10 @@ class HumanRenderer:
             self._line(f"{'✓' if r.approved else '✗'} {r.name} {how}{': ' + r.note if r.note else ''}")
         elif kind == "status":
             self._line(f"· {event.status.message}")
+        elif kind == "task_update":
+            tasks = [{"id": t.id, "subject": t.subject, "status": t.status, "owner": t.owner,
+                      "blocked_by": list(t.blocked_by)} for t in event.task_update.tasks]
+            self._line("· tasks:\n" + "\n".join(f"    {line}" for line in render_tasks(tasks)))
         elif kind == "run_finished":
             f = event.run_finished
             reason = "" if f.stop_reason in ("", "completed") else f" ({f.stop_reason})"

@@ -4,7 +4,7 @@ class in its own module (see turn.py) and one line here."""
 from __future__ import annotations
 
 from agentmesh.modes import DEEP
-from agentmesh.agent import budget, compaction, deep, guards, memory_tools, subagents, thinking
+from agentmesh.agent import budget, compaction, deep, guards, memory_tools, subagents, task_tools, thinking
 from agentmesh.agent.turn import Capability, TurnContext
 
 
@@ -21,8 +21,11 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(thinking.ThinkTool(ctx))
     if subagents.offered(request, settings):
         found.append(subagents.Delegation(ctx))
+    board = task_tools.TaskBoard(ctx) if (request.mode or "default") in settings.task_modes else None
+    if board is not None:
+        found.append(board)
     if request.mode == DEEP:
-        found.append(deep.DeepWork(ctx))
+        found.append(deep.DeepWork(ctx, board))
     if settings.keep_tool_results:
         found.append(guards.ToolOutputTrim(ctx))
     if settings.wrap_up_steps:

@@ -40,6 +40,8 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
         return common_pb2.Event(**base, text_delta=common_pb2.TextDelta(text=event.text))
     if isinstance(event, t.ReasoningDeltaEvent):
         return common_pb2.Event(**base, reasoning_delta=common_pb2.ReasoningDelta(text=event.text))
+    if isinstance(event, t.TaskUpdateEvent):
+        return common_pb2.Event(**base, task_update=task_board_to_proto(event.tasks))
     if isinstance(event, t.ToolCallEvent):
         c = event.call
         return common_pb2.Event(**base, tool_call=common_pb2.ToolCallStarted(
@@ -65,6 +67,14 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
     if isinstance(event, t.RunErrorEvent):
         return common_pb2.Event(**base, error=common_pb2.RunError(code=event.code, message=event.message))
     raise TypeError(f"unknown run event {event!r}")
+
+
+def task_board_to_proto(tasks) -> common_pb2.TaskBoard:
+    return common_pb2.TaskBoard(tasks=[
+        common_pb2.Task(id=k.id, subject=k.subject, description=k.description, status=k.status, owner=k.owner,
+                        blocked_by=list(k.blocked_by), blocked=k.blocked)
+        for k in tasks
+    ])
 
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):

@@ -92,6 +92,8 @@ class AgentSettings:
     keep_reasoning: bool = False
     # Offer the `think` tool (thinking.py): a scratchpad with no effects.
     think_tool: bool = True
+    # Modes whose turns get the task board (task_create/update/get/list; task_tools.py).
+    task_modes: frozenset[str] = frozenset({"deep"})
     # Deep work: nudges to go on after a text-only reply while tasks are still open.
     deep_nudges: int = 2
 
@@ -146,6 +148,7 @@ class AgentSettings:
             budget_warn_at=env_float(env, p + "BUDGET_WARN_AT", cls.budget_warn_at, minimum=0.0),
             keep_reasoning=env_bool(env, p + "KEEP_REASONING", cls.keep_reasoning),
             think_tool=env_bool(env, p + "THINK_TOOL", cls.think_tool),
+            task_modes=parse_tool_names(env_str(env, p + "TASK_MODES", "deep")),
             deep_nudges=env_int(env, p + "DEEP_NUDGES", cls.deep_nudges, minimum=0),
         )
 

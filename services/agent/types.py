@@ -193,6 +193,24 @@ class StatusEvent:
 
 
 @dataclass(frozen=True)
+class TaskSnapshot:
+    id: int
+    subject: str
+    description: str
+    status: str  # "pending" | "in_progress" | "done" | "cancelled"
+    owner: str
+    blocked_by: tuple[int, ...]
+    blocked: bool  # waits for a task that is not done
+
+
+@dataclass(frozen=True)
+class TaskUpdateEvent:
+    """The session's whole task board, after a change."""
+
+    tasks: tuple[TaskSnapshot, ...]
+
+
+@dataclass(frozen=True)
 class RunFinishedEvent:
     usage: Usage
     iterations: int
@@ -209,5 +227,5 @@ class RunErrorEvent:
 
 RunEvent = (
     RunStartedEvent | TextDeltaEvent | ToolCallEvent | ToolResultEvent | StatusEvent | RunFinishedEvent | RunErrorEvent
-    | ApprovalRequestEvent | ApprovalResolvedEvent | ReasoningDeltaEvent
+    | ApprovalRequestEvent | ApprovalResolvedEvent | ReasoningDeltaEvent | TaskUpdateEvent
 )
