@@ -73,6 +73,10 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         base.update(text=event.text_delta.text)
     elif kind == "reasoning_delta":
         base.update(text=event.reasoning_delta.text)
+    elif kind == "background_result":
+        b = event.background_result
+        base.update(id=b.id, command=b.command, status=b.status, seconds=b.seconds, exit_code=b.result.exit_code,
+                    output=b.result.output, error_kind=b.result.error_kind)
     elif kind == "task_update":
         base.update(tasks=[{"id": t.id, "subject": t.subject, "description": t.description, "status": t.status,
                             "owner": t.owner, "blocked_by": list(t.blocked_by), "blocked": t.blocked}
@@ -173,6 +177,13 @@ class HumanRenderer:
             self._line(f"{'✓' if r.approved else '✗'} {r.name} {how}{': ' + r.note if r.note else ''}")
         elif kind == "status":
             self._line(f"· {event.status.message}")
+        elif kind == "background_result":
+            b = event.background_result
+            output = b.result.output.strip().replace("\n", "\n    ")
+            if len(output) > 600:
+                output = output[:600] + "…"
+            how = b.status if b.status != "finished" else f"finished, exit code {b.result.exit_code}"
+            self._line(f"⇠ background {b.id} `{_short(b.command)}` ({how}, {b.seconds:.0f} s): {output}")
         elif kind == "task_update":
             tasks = [{"id": t.id, "subject": t.subject, "status": t.status, "owner": t.owner,
                       "blocked_by": list(t.blocked_by)} for t in event.task_update.tasks]

@@ -4,7 +4,7 @@ class in its own module (see turn.py) and one line here."""
 from __future__ import annotations
 
 from agentmesh.modes import DEEP
-from agentmesh.agent import budget, compaction, deep, guards, memory_tools, subagents, task_tools, thinking
+from agentmesh.agent import background, budget, compaction, deep, guards, memory_tools, subagents, task_tools, thinking
 from agentmesh.agent.turn import Capability, TurnContext
 
 
@@ -15,6 +15,8 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(compaction.Compaction(ctx))
     if budget.applies(ctx):
         found.append(budget.TokenBudget(ctx))
+    if ctx.agent.background is not None and request.subagent is None:
+        found.append(background.BackgroundResults(ctx))
     if ctx.agent.memory_tools is not None:
         found.append(memory_tools.MemoryToolsCapability(ctx, ctx.agent.memory_tools))
     if settings.think_tool:

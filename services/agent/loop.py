@@ -38,7 +38,14 @@ from agentmesh.agent import capabilities, compaction, context, deep, subagents
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
-from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported, ToolRunner, TranscriptStore
+from agentmesh.agent.ports import (
+    BackgroundCommands,
+    LongTermMemory,
+    MemoryHit,
+    NotSupported,
+    ToolRunner,
+    TranscriptStore,
+)
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_calls import ToolCalls
@@ -99,6 +106,7 @@ class Agent:
         telemetry: Telemetry,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
         sessions: subagents.ChildSessions | None = None,
+        background: BackgroundCommands | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -110,6 +118,7 @@ class Agent:
         self.telemetry = telemetry
         self.clock = clock
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
+        self.background = background  # the tools service's background commands; None: not offered
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a
@@ -136,11 +145,12 @@ class TurnRun:
         self._ctx = TurnContext(
             request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
             step_budget=self.max_iterations, approvals=self.approvals, emit=self._emit,
-            call_model=self._call_model, persist=self._persist,
+            call_model=self._call_model, persist=self._persist, inject=self._inject,
             start_child=lambda child: agent.start(child, approvals=self.approvals),
         )
         self._capabilities: list[Capability] = capabilities.for_turn(self._ctx)
         self._tool_owners: dict[str, Capability] = {}
+        self._turn_messages: list[ChatMessage] = []
         self._tool_calls = ToolCalls(run_id=request.run_id, settings=self.settings, telemetry=agent.telemetry,
                                      approvals=self.approvals, emit=self._emit, persist=self._persist,
                                      dispatch=self._dispatch)
@@ -247,7 +257,7 @@ class TurnRun:
         for capability in self._capabilities:
             history = await capability.prepare_history(history)
         self._ctx.history, self._ctx.tools, self._ctx.memories = history, tool_specs, memories
-        turn: list[ChatMessage] = [user]
+        turn = self._turn_messages = [user]
         for capability in self._capabilities:
             await capability.before_first_call(turn)
         for step in range(1, self.max_iterations + 1):
@@ -365,6 +375,10 @@ class TurnRun:
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
         await self.agent.transcripts.append(self.request.session_id, messages)
+
+    async def _inject(self, messages: list[ChatMessage]) -> None:
+        await self._persist(messages)
+        self._turn_messages.extend(messages)
 
     # --- model calls --------------------------------------------------------------------------
 

@@ -16,7 +16,13 @@ from agentmesh.modes import validate_mode
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts, outcome_to_proto
+from agentmesh.agent.adapters import (
+    GrpcBackgroundCommands,
+    GrpcLongTermMemory,
+    GrpcToolRunner,
+    GrpcTranscripts,
+    outcome_to_proto,
+)
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
@@ -42,6 +48,10 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
         return common_pb2.Event(**base, reasoning_delta=common_pb2.ReasoningDelta(text=event.text))
     if isinstance(event, t.TaskUpdateEvent):
         return common_pb2.Event(**base, task_update=task_board_to_proto(event.tasks))
+    if isinstance(event, t.BackgroundResultEvent):
+        d = event.done
+        return common_pb2.Event(**base, background_result=common_pb2.BackgroundResult(
+            id=d.id, command=d.command, status=d.status, seconds=d.seconds, result=outcome_to_proto(d.result)))
     if isinstance(event, t.ToolCallEvent):
         c = event.call
         return common_pb2.Event(**base, tool_call=common_pb2.ToolCallStarted(
@@ -207,6 +217,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         model=_model_name(settings),
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
+        background=GrpcBackgroundCommands(tools_channel, tools_target),
     )
     host = ServiceHost("agent", settings, telemetry, address=address)
     host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings), "agentmesh.v1.Agent")

@@ -2,7 +2,7 @@
 
 A **capability** (deep work, compaction, sub-agents, …) is a small object the loop builds for
 each turn it applies to. It sees the turn only through a `TurnContext` — the request, the
-settings, the running usage, and four actions (`emit`, `call_model`, `persist`, `start_child`)
+settings, the running usage, and five actions (`emit`, `call_model`, `persist`, `inject`, `start_child`)
 — and the loop calls its hooks at fixed points:
 
     prepare_history(history)        once, before anything else: the history the turn starts from
@@ -51,6 +51,9 @@ class TurnContext:
     call_model: Callable[..., Awaitable[ModelReply]]
     # Durably append messages to the session's transcript.
     persist: Callable[[list[ChatMessage]], Awaitable[None]]
+    # Add messages to this turn (from `before_first_call` / `before_step`): persisted, and seen by
+    # this step's call and every later one, like the turn's own messages.
+    inject: Callable[[list[ChatMessage]], Awaitable[None]]
     # A child turn (a sub-agent) that shares this turn's approval gate.
     start_child: Callable[["TurnRequest"], "TurnRun"]
     # The session's stored transcript as loaded (every entry, of every kind), before `prepare_history`.

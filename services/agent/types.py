@@ -211,6 +211,22 @@ class TaskUpdateEvent:
 
 
 @dataclass(frozen=True)
+class BackgroundDone:
+    """A background command (background_run) that ended: ran to its end, past its lifetime, or was stopped."""
+
+    id: str
+    command: str
+    status: str  # "finished" | "stopped"
+    result: ToolOutcome
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BackgroundResultEvent:
+    done: BackgroundDone
+
+
+@dataclass(frozen=True)
 class RunFinishedEvent:
     usage: Usage
     iterations: int
@@ -227,5 +243,5 @@ class RunErrorEvent:
 
 RunEvent = (
     RunStartedEvent | TextDeltaEvent | ToolCallEvent | ToolResultEvent | StatusEvent | RunFinishedEvent | RunErrorEvent
-    | ApprovalRequestEvent | ApprovalResolvedEvent | ReasoningDeltaEvent | TaskUpdateEvent
+    | ApprovalRequestEvent | ApprovalResolvedEvent | ReasoningDeltaEvent | TaskUpdateEvent | BackgroundResultEvent
 )

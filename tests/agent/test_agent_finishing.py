@@ -39,9 +39,9 @@ def finished(events):
 class Running:
     """A scripted model server and the three services, with agent settings for this test."""
 
-    def __init__(self, tmp_path, model, **settings):
+    def __init__(self, tmp_path, model, env=None, **settings):
         self.llm = ScriptedLLMServer(default=model)
-        env = {**QUIET, **{f"AGENTMESH_AGENT_{k.upper()}": str(v) for k, v in settings.items()}}
+        env = {**QUIET, **(env or {}), **{f"AGENTMESH_AGENT_{k.upper()}": str(v) for k, v in settings.items()}}
         self.home = tmp_path / "home"
         self.env = env
 
