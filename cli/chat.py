@@ -39,6 +39,8 @@ def register(subparsers) -> None:
                       help="run mode: deep plans first, reflects on the plan, has a larger step budget and sub-agents")
     chat.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
                       help="also hold calls to TOOL for approval in this turn ('*': every tool); repeatable")
+    chat.add_argument("--plan", action="store_true",
+                      help="plan mode: the agent writes a plan and waits for your approval before anything runs")
     chat.add_argument("--token-budget", type=_budget, default=0, metavar="TOKENS",
                       help="stop this turn cleanly (stop_reason budget) once it has used this many tokens")
     chat.add_argument("--session-token-budget", type=_budget, default=0, metavar="TOKENS",
@@ -295,7 +297,7 @@ async def run_chat(args) -> int:
     session_id = args.session or new_id("s")
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
                                       approval_tools=args.require_approval, token_budget=args.token_budget,
-                                      session_token_budget=args.session_token_budget)
+                                      session_token_budget=args.session_token_budget, plan=args.plan)
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
     if args.json:

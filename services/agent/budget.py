@@ -94,6 +94,7 @@ class TokenBudget(Capability):
 
     async def before_first_call(self, turn: list[ChatMessage]) -> None:
         await self.before_step(0, turn)
+        return None
 
     async def before_step(self, step: int, turn: list[ChatMessage]) -> None:
         warn_at = self.ctx.settings.budget_warn_at

@@ -4,7 +4,18 @@ class in its own module (see turn.py) and one line here."""
 from __future__ import annotations
 
 from agentmesh.modes import DEEP
-from agentmesh.agent import background, budget, compaction, deep, guards, memory_tools, subagents, task_tools, thinking
+from agentmesh.agent import (
+    background,
+    budget,
+    compaction,
+    deep,
+    guards,
+    memory_tools,
+    plan_mode,
+    subagents,
+    task_tools,
+    thinking,
+)
 from agentmesh.agent.turn import Capability, TurnContext
 
 
@@ -23,9 +34,12 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(thinking.ThinkTool(ctx))
     if subagents.offered(request, settings):
         found.append(subagents.Delegation(ctx))
-    board = task_tools.TaskBoard(ctx) if (request.mode or "default") in settings.task_modes else None
+    wants_board = request.plan or (request.mode or "default") in settings.task_modes
+    board = task_tools.TaskBoard(ctx) if wants_board else None
     if board is not None:
         found.append(board)
+    if board is not None and request.plan:
+        found.append(plan_mode.PlanMode(ctx, board, pins_board=request.mode != DEEP))
     if request.mode == DEEP:
         found.append(deep.DeepWork(ctx, board))
     if settings.keep_tool_results:

@@ -85,6 +85,8 @@ class TurnRequest:
     # Tools that need approval in this turn on top of the configured ones.
     approval_tools: frozenset[str] = frozenset()
     mode: str = ""  # "" | "default" | "deep" (deep.py)
+    plan: bool = False  # plan mode (plan_mode.py): a person approves the plan before anything runs
+    plan_auto_approve: bool = False  # ... or nobody is asked (scheduled runs)
     # Token budgets (budget.py); 0: the configured one. They can only tighten the configured ones.
     token_budget: int = 0
     session_token_budget: int = 0
@@ -259,7 +261,9 @@ class TurnRun:
         self._ctx.history, self._ctx.tools, self._ctx.memories = history, tool_specs, memories
         turn = self._turn_messages = [user]
         for capability in self._capabilities:
-            await capability.before_first_call(turn)
+            stop = await capability.before_first_call(turn)
+            if stop is not None:
+                return stop.stop_reason, stop.final_text
         for step in range(1, self.max_iterations + 1):
             for capability in self._capabilities:
                 await capability.before_step(step, turn)

@@ -125,6 +125,8 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             mode=mode,
             token_budget=options.token_budget,
             session_token_budget=options.session_token_budget,
+            plan=options.plan or options.plan_auto_approve,
+            plan_auto_approve=options.plan_auto_approve,
         )
 
     @translate_errors

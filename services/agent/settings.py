@@ -94,6 +94,8 @@ class AgentSettings:
     think_tool: bool = True
     # Modes whose turns get the task board (task_create/update/get/list; task_tools.py).
     task_modes: frozenset[str] = frozenset({"deep"})
+    # Plan mode: revisions after a denial before the turn ends with stop_reason "plan_rejected".
+    plan_revisions: int = 3
     # Deep work: nudges to go on after a text-only reply while tasks are still open.
     deep_nudges: int = 2
 
@@ -149,6 +151,7 @@ class AgentSettings:
             keep_reasoning=env_bool(env, p + "KEEP_REASONING", cls.keep_reasoning),
             think_tool=env_bool(env, p + "THINK_TOOL", cls.think_tool),
             task_modes=parse_tool_names(env_str(env, p + "TASK_MODES", "deep")),
+            plan_revisions=env_int(env, p + "PLAN_REVISIONS", cls.plan_revisions, minimum=0),
             deep_nudges=env_int(env, p + "DEEP_NUDGES", cls.deep_nudges, minimum=0),
         )
 

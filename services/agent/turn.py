@@ -6,7 +6,7 @@ settings, the running usage, and five actions (`emit`, `call_model`, `persist`, 
 — and the loop calls its hooks at fixed points:
 
     prepare_history(history)        once, before anything else: the history the turn starts from
-    before_first_call(turn)         once, before the first tool-using step
+    before_first_call(turn)         once, before the first tool-using step; may return `Stop`
     before_step(step, turn)         before each tool-using step (from 1)
     view(messages)                  every model call: this turn's messages as the model sees them
     after_reply(step, reply, turn)  after each step's reply is persisted, before its tools run:
@@ -102,8 +102,9 @@ class Capability:
     async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
         return history
 
-    async def before_first_call(self, turn: list[ChatMessage]) -> None:
-        pass
+    async def before_first_call(self, turn: list[ChatMessage]) -> "Stop | None":
+        """May return `Stop` to end the turn before any step (plan mode, when the plan is rejected)."""
+        return None
 
     async def before_step(self, step: int, turn: list[ChatMessage]) -> None:
         pass
