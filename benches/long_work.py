@@ -168,7 +168,9 @@ def subagent_answer(tasks: int, delay_s: float):
             plan = "\n".join(f"{k}. do task {k}" for k in range(1, tasks + 1)) + f"\n{tasks + 1}. answer"
             step = reply(plan)
         elif subagents.SUBAGENT_NOTE in (messages[0].get("content") or ""):  # a child
-            step = reply("task done: ok") if last["role"] == "tool" else reply("", tool_call("noop", {}))
+            # Keyed on a result being there, not on the last message (a wrap-up note may follow it).
+            done = any(m["role"] == "tool" for m in messages)
+            step = reply("task done: ok") if done else reply("", tool_call("noop", {}))
         elif subagents.DELEGATE_TASK in tool_names:  # the delegating parent
             if last["role"] == "tool":
                 step = reply(f"all {tasks} tasks done")

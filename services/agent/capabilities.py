@@ -32,12 +32,12 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(memory_tools.MemoryToolsCapability(ctx, ctx.agent.memory_tools))
     if settings.think_tool:
         found.append(thinking.ThinkTool(ctx))
-    if subagents.offered(request, settings):
-        found.append(subagents.Delegation(ctx))
     wants_board = request.plan or (request.mode or "default") in settings.task_modes
     board = task_tools.TaskBoard(ctx) if wants_board else None
     if board is not None:
         found.append(board)
+    if subagents.offered(request, settings):
+        found.append(subagents.Delegation(ctx, board))
     if board is not None and request.plan:
         found.append(plan_mode.PlanMode(ctx, board, pins_board=request.mode != DEEP))
     if request.mode == DEEP:

@@ -34,6 +34,7 @@ from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent import budget
 from agentmesh.agent.context import clip
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.tasks import PENDING, BoardError
 from agentmesh.agent.turn import Capability, TurnContext
 from agentmesh.agent.types import (
     ApprovalRequestEvent,
@@ -52,6 +53,7 @@ from agentmesh.agent.types import (
 
 if TYPE_CHECKING:  # the loop imports this module; only type names flow back
     from agentmesh.agent.loop import TurnRequest, TurnRun
+    from agentmesh.agent.task_tools import TaskBoard
 
 log = get_logger("agentmesh.agent")
 
@@ -88,8 +90,16 @@ class ChildSessions(Protocol):
         ...
 
 
-def delegate_spec(settings: AgentSettings) -> ToolSpec:
-    return ToolSpec(
+TASK_ID_PROPERTY = {
+    "type": "integer",
+    "minimum": 1,
+    "description": "Optional: the number of a task on your task board that this sub-agent takes on. It is marked "
+                   "in_progress for the sub-agent, done when it finishes, and pending again if it does not.",
+}
+
+
+def delegate_spec(settings: AgentSettings, *, with_tasks: bool = False) -> ToolSpec:
+    spec = ToolSpec(
         name=DELEGATE_TASK,
         description=(
             "Hand a self-contained task to a sub-agent that works on it with the same tools and workspace and "
@@ -123,6 +133,9 @@ def delegate_spec(settings: AgentSettings) -> ToolSpec:
             "additionalProperties": False,
         },
     )
+    if with_tasks:
+        spec.parameters["properties"]["task_id"] = TASK_ID_PROPERTY
+    return spec
 
 
 def depth_of(request: "TurnRequest") -> int:
@@ -178,10 +191,11 @@ def short(text: str, limit: int = LABEL_CHARS) -> str:
 class Delegation(Capability):
     """One per parent turn that may delegate: runs each `delegate_task` call as a child turn."""
 
-    def __init__(self, ctx: TurnContext):
+    def __init__(self, ctx: TurnContext, board: "TaskBoard | None" = None):
         super().__init__(ctx)
         self.settings: AgentSettings = ctx.settings
-        self.spec = delegate_spec(self.settings)
+        self.board = board  # the turn's task board: a sub-agent can be handed one of its tasks
+        self.spec = delegate_spec(self.settings, with_tasks=board is not None)
         self.schema = ArgumentsSchema(self.spec.name, self.spec.parameters)
         self.started = 0
 
@@ -190,7 +204,7 @@ class Delegation(Capability):
 
     async def execute(self, call: ToolCall) -> ToolOutcome:
         try:
-            task, instructions, steps = self._arguments(call)
+            task, instructions, steps, task_id = self._arguments(call)
         except ValueError as exc:
             return ToolOutcome.error(call, "invalid_arguments", f"error: {exc}")
         cap = self.settings.max_subagents
@@ -199,8 +213,34 @@ class Delegation(Capability):
                 call, "too_many_subagents",
                 f"error: not run: this turn already started its limit of {cap} sub-agents; do the rest yourself",
             )
-        self.started += 1  # before any await: concurrent calls of one reply each get their own number
-        index = self.started
+        index = self.started + 1
+        if task_id and self.board is not None:
+            try:  # before any await, so two calls cannot claim one task
+                state = self.board.board.get(task_id).status
+                if state != PENDING:
+                    raise BoardError(f"it is {state}: hand a sub-agent a pending task")
+                self.board.board.update(task_id, status="in_progress", owner=f"sub-agent {index}")
+            except BoardError as exc:
+                return ToolOutcome.error(call, "task_refused", f"error: {call.name}: task #{task_id}: {exc}")
+        self.started = index  # before any await: concurrent calls of one reply each get their own number
+        if task_id and self.board is not None:
+            await self.board.save()
+        outcome = await self._delegate(call, task, instructions, steps, index)
+        if task_id and self.board is not None:
+            outcome.output += await self._report(task_id, outcome)
+        return outcome
+
+    async def _report(self, task_id: int, outcome: ToolOutcome) -> str:
+        """The handed task's new state: done when the sub-agent answered, pending again when not."""
+        assert self.board is not None
+        done = not outcome.is_error
+        self.board.board.update(task_id, status="done" if done else "pending", owner="")
+        await self.board.save()
+        if done:
+            return f"\n[task #{task_id} marked done]"
+        return f"\n[task #{task_id} is pending again: the sub-agent did not finish it]"
+
+    async def _delegate(self, call: ToolCall, task: str, instructions: str, steps: int, index: int) -> ToolOutcome:
         parent = self.ctx
         preq = parent.request
         child_id = child_session_id(preq.session_id, preq.run_id, call.call_id)
@@ -285,9 +325,10 @@ class Delegation(Capability):
         elif isinstance(event, RunErrorEvent):
             emit(StatusEvent(f"{label}: failed ({event.code}: {event.message})"))
 
-    def _arguments(self, call: ToolCall) -> tuple[str, str, int]:
+    def _arguments(self, call: ToolCall) -> tuple[str, str, int, int]:
         args = self.schema.parse(call.arguments_json)
         task = args["task"].strip()
         if not task:
             raise ValueError(f"{call.name}: 'task' is empty: say what the sub-agent should do and return")
-        return task, (args.get("instructions") or "").strip(), args.get("max_iterations") or self.settings.subagent_max_iterations
+        steps = args.get("max_iterations") or self.settings.subagent_max_iterations
+        return task, (args.get("instructions") or "").strip(), steps, args.get("task_id", 0)

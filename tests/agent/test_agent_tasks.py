@@ -10,7 +10,7 @@ import pytest
 from agentmesh.agent.tasks import Board, BoardError
 from tests.agent.test_agent_finishing import Running, finished, of_kind, run_turn, statuses
 from tests.agent.test_agent_service import stored
-from tests.support.llm_server import reply, tool_call
+from tests.support.llm_server import failure, reply, tool_call
 
 
 def board_of(event) -> list[tuple[int, str, str, tuple[int, ...], bool]]:
@@ -174,3 +174,36 @@ def test_board_rules():
     assert Board.from_json(board.to_json()) == board
     with pytest.raises(BoardError, match="'subject' is empty"):
         board.create("   ")
+
+
+async def test_a_sub_agent_can_be_handed_a_task_and_reports_on_it(tmp_path):
+    def model(request):
+        last = request.messages[-1]
+        if last["role"] == "system" and "numbered plan" in last["content"]:
+            return reply("1. research the API\n2. summarise")
+        if "You are a sub-agent" in request.messages[0]["content"]:
+            if "break" in request.messages[1]["content"]:
+                return failure(400, message="the child's model refuses")
+            return reply("The API has three endpoints.")
+        results = [m for m in request.messages if m["role"] == "tool"]
+        if not results:
+            return reply("", tool_call("delegate_task", {"task": "Research the API.", "task_id": 1}),
+                         tool_call("delegate_task", {"task": "break this one", "task_id": 2}))
+        if len(results) == 2:
+            return reply("", tool_call("delegate_task", {"task": "again", "task_id": 1}))
+        return reply("Summarised.", tool_call("task_update", {"id": 2, "status": "cancelled"})) \
+            if len(results) == 3 else reply("Summarised.")
+
+    async with Running(tmp_path, model, subagent_max_iterations=2) as running:
+        events = await run_turn(running.stack, "handed", "research and summarise", mode="deep")
+    calls = [c.call_id for c in of_kind(events, "tool_call") if c.name == "delegate_task"]
+    by_call = {r.call_id: r for r in results(events)}
+    handed = [by_call[c] for c in calls]  # in call order (results arrive as they finish)
+    assert handed[0].output == "The API has three endpoints.\n[task #1 marked done]"
+    assert handed[1].is_error and handed[1].output.endswith("[task #2 is pending again: the sub-agent did not finish it]")
+    assert handed[2].error_kind == "task_refused" and "task #1" in handed[2].output
+    boards = [board_of(u) for u in of_kind(events, "task_update")]
+    owners = {(t.id, t.status, t.owner) for u in of_kind(events, "task_update") for t in u.tasks}
+    assert (1, "in_progress", "sub-agent 1") in owners and (2, "in_progress", "sub-agent 2") in owners
+    assert [s for _, _, s, _, _ in boards[-1]] == ["done", "cancelled"]
+
