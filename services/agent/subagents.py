@@ -256,6 +256,7 @@ class Delegation(Capability):
             preq, session_id=child_id, run_id=new_id("run"), message=task, max_iterations=steps,
             model=parent.model, system_prompt=prompt, mode="", subagent=link,
             token_budget=child_budget(parent), session_token_budget=0,
+            plan=False, plan_auto_approve=False,  # the parent's plan was approved already
         )
         sessions = parent.agent.sessions
         if sessions is not None:

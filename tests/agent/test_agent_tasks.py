@@ -207,3 +207,22 @@ async def test_a_sub_agent_can_be_handed_a_task_and_reports_on_it(tmp_path):
     assert (1, "in_progress", "sub-agent 1") in owners and (2, "in_progress", "sub-agent 2") in owners
     assert [s for _, _, s, _, _ in boards[-1]] == ["done", "cancelled"]
 
+
+
+async def test_a_sub_agent_of_a_planned_turn_does_not_plan_again(tmp_path):
+    def model(request):
+        last = request.messages[-1]
+        if last["role"] == "system" and "Plan mode:" in last["content"]:
+            return reply("1. delegate the research")
+        if "You are a sub-agent" in request.messages[0]["content"]:
+            return reply("researched")
+        if not [m for m in request.messages if m["role"] == "tool"]:
+            return reply("", tool_call("delegate_task", {"task": "research", "task_id": 1}))
+        return reply("Done.")
+
+    async with Running(tmp_path, model, subagent_modes="default,deep") as running:
+        events = await run_turn(running.stack, "planned", "research", plan_auto_approve=True)
+        planning = [r for r in running.llm.requests if "Plan mode:" in str(r.messages[-1].get("content"))]
+    assert [a.name for a in of_kind(events, "approval_request")] == ["approve_plan"]  # the parent's only
+    assert len(planning) == 1 and finished(events).final_text == "Done."
+    assert [t.status for t in of_kind(events, "task_update")[-1].tasks] == ["done"]
