@@ -21,7 +21,7 @@ See docs/agent.md, "Adding a capability".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.ports import MemoryHit

@@ -34,7 +34,7 @@ class BackgroundCommand:
     session_id: str
     command: str
     started_at: float
-    task: asyncio.Task | None = None
+    task: "asyncio.Task[None] | None" = None
     status: str = RUNNING
     outcome: ToolOutcome | None = None
     delivered: bool = False  # its result has been handed to the agent (or read by the model)
