@@ -90,3 +90,20 @@ async def test_cancelling_a_deep_turn_kills_its_background_command(tmp_path):
             await wait_until(lambda: not processes_running("sleep 52.75"))
             await wait_until(lambda: not processes_running("sleep 51.25"))
     assert of_kind(turn.events, "run_finished")[0].stop_reason == "cancelled"
+
+
+async def test_the_gateway_refuses_a_negative_budget_before_anything_is_written(tmp_path):
+    import grpc
+    import pytest
+
+    with ScriptedLLMServer() as llm:
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
+            gateway = stack.gateway_stub()
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await chat(gateway, "neg", "hi", session_token_budget=-1)
+            listing = await gateway.ListSessions(gateway_pb2.ListSessionsRequest(), timeout=10)
+        assert llm.requests == []
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == ("options.session_token_budget must be 0 (the configured budget) or a positive "
+                                    "number of tokens")
+    assert list(listing.sessions) == []
