@@ -40,7 +40,9 @@ class Allowed:
 
     def describe(self) -> str:
         names = sorted(self.services)
-        who = " and ".join(f"the {n} service" for n in names) if names else "no service"
+        if not names:
+            return "users with a token" if self.users else "no one"
+        who = " and ".join(f"the {n} service" for n in names)
         return who + (" (and users with a token)" if self.users else "")
 
 
