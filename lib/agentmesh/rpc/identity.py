@@ -167,6 +167,12 @@ class ServiceIdentity:
             self._public[service] = key
         return key
 
+    def _decode(self, token: str, issuer: str) -> dict:
+        return jwt.decode(
+            token, self._key_of(issuer), algorithms=[ALGORITHM], audience=self.service, leeway=CLOCK_SKEW_S,
+            options={"require": ["iss", "aud", "sub", "exp", "iat"]},
+        )
+
     def verify(self, token: str) -> Principal:
         """The principal a token from another service speaks for, once its signature,
         audience and lifetime are checked. IdentityError says what is wrong."""
@@ -178,10 +184,12 @@ class ServiceIdentity:
         if issuer not in SERVICES or unverified.get("kid", issuer) != issuer:
             raise IdentityError("the service token names no known agentmesh service as its issuer")
         try:
-            claims = jwt.decode(
-                token, self._key_of(issuer), algorithms=[ALGORITHM], audience=self.service, leeway=CLOCK_SKEW_S,
-                options={"require": ["iss", "aud", "sub", "exp", "iat"]},
-            )
+            try:
+                claims = self._decode(token, issuer)
+            except jwt.InvalidSignatureError:
+                # The peer may have a new key (rotated Secret, re-created home): read it again once.
+                self._public.pop(issuer, None)
+                claims = self._decode(token, issuer)
         except jwt.ExpiredSignatureError:
             raise IdentityError(f"the {issuer} service's token has expired (check the clocks of both hosts)") from None
         except jwt.InvalidAudienceError:
