@@ -25,8 +25,11 @@ from typing import Any, Mapping
 
 import grpc
 
+from agentmesh.logs import get_logger
 from agentmesh.rpc.handlers import rebuild, refusal
 from agentmesh.rpc.identity import IdentityError, Principal, ServiceIdentity
+
+log = get_logger("agentmesh.rpc.auth")
 
 SERVICE_TOKEN_HEADER = "x-agentmesh-service-token"
 OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
@@ -146,9 +149,19 @@ class CallerAuthInterceptor(grpc.aio.ServerInterceptor):
         full_method = handler_call_details.method
         if handler is None or full_method.startswith(OPEN_PREFIXES):
             return handler
-        method = full_method.rsplit("/", 1)[-1]
+        return self._admit(handler, full_method.rsplit("/", 1)[-1], handler_call_details.invocation_metadata)
+
+    def _admit(self, handler: grpc.RpcMethodHandler, method: str, metadata) -> grpc.RpcMethodHandler:
+        decision = self._decide(method, metadata)
+        if isinstance(decision, Principal):
+            return _with_principal(handler, decision)
+        code, message = decision
+        # A refused call is worth a line: it is a misconfiguration or someone probing.
+        log.warning("call refused", method=f"{self._service}.{method}", code=code.name, reason=message)
+        return refusal(handler, code, message)
+
+    def _decide(self, method: str, metadata) -> Principal | tuple[grpc.StatusCode, str]:
         allowed = allowed_callers(self._service, method)
-        metadata = handler_call_details.invocation_metadata
         what = f"{self._service}.{method}"
 
         token = _metadata_value(metadata, SERVICE_TOKEN_HEADER)
@@ -156,27 +169,26 @@ class CallerAuthInterceptor(grpc.aio.ServerInterceptor):
             try:
                 principal = self._identity.verify(token)
             except IdentityError as exc:
-                return refusal(handler, grpc.StatusCode.UNAUTHENTICATED, f"{what} refused: {exc}")
+                return grpc.StatusCode.UNAUTHENTICATED, f"{what} refused: {exc}"
             if principal.via not in allowed.services:
-                return refusal(handler, grpc.StatusCode.PERMISSION_DENIED,
-                               f"{what} refused: the {principal.via} service may not call it; "
-                               f"only {allowed.describe()} may")
-            return _with_principal(handler, principal)
+                return (grpc.StatusCode.PERMISSION_DENIED,
+                        f"{what} refused: the {principal.via} service may not call it; only {allowed.describe()} may")
+            return principal
 
         bearer = _bearer(metadata)
         user = self._users.principal(bearer)
         if allowed.users:
             if user is not None:
-                return _with_principal(handler, user)
+                return user
             detail = ("the bearer token is not one this deployment accepts" if bearer
                       else "missing credentials: send 'authorization: Bearer <token>' (AGENTMESH_AUTH_TOKEN for the CLI)")
-            return refusal(handler, grpc.StatusCode.UNAUTHENTICATED, f"{what} refused: {detail}")
+            return grpc.StatusCode.UNAUTHENTICATED, f"{what} refused: {detail}"
         if self._users.enabled and user is not None:
-            return refusal(handler, grpc.StatusCode.PERMISSION_DENIED,
-                           f"{what} is internal: a user's token is not enough, only {allowed.describe()} may call it")
-        return refusal(handler, grpc.StatusCode.UNAUTHENTICATED,
-                       f"{what} is internal: only {allowed.describe()} may call it, with a signed service token "
-                       "(users reach it through the gateway)")
+            return (grpc.StatusCode.PERMISSION_DENIED,
+                    f"{what} is internal: a user's token is not enough, only {allowed.describe()} may call it")
+        return (grpc.StatusCode.UNAUTHENTICATED,
+                f"{what} is internal: only {allowed.describe()} may call it, with a signed service token "
+                "(users reach it through the gateway)")
 
 
 def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grpc.RpcMethodHandler:
