@@ -122,7 +122,7 @@ class Settings:
     drain_s: float = 20.0
     # Gateway bearer tokens; empty disables authentication (local default).
     auth_tokens: tuple[str, ...] = field(default=(), repr=False)
-    # The token clients (CLI, scheduler) present to the gateway when authentication is on.
+    # The token the CLI presents when authentication is on (services sign their own calls).
     client_token: str = field(default="", repr=False)
     # Each service's signing key and its peers' public keys (docs/security.md); empty: home/keys.
     service_keys_dir: str = ""

@@ -3,8 +3,8 @@
 The wire half of session routing (membership.py and routing.py decide who owns a session). A
 forwarded call carries this replica's service token (signed for the caller's principal), the
 trace context (the channel is traced) and the deadline that is left, plus `x-agentmesh-routed: 1`:
-the receiving replica always serves such a call from another gateway itself, so two replicas that briefly disagree on membership cannot
-bounce a call between them. The owner's events, replies and errors (status code and message)
+the receiving replica always serves such a call from another gateway itself, so two replicas
+that briefly disagree on membership cannot bounce a call between them. The owner's events, replies and errors (status code and message)
 reach the caller as the owner sent them. An owner that cannot be reached before it answered
 anything raises `OwnerUnreachable`, and the caller's replica serves the call itself.
 """
