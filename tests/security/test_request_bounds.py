@@ -16,7 +16,7 @@ import pytest
 
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import ServiceIdentity
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
 from tests.support.llm_server import reply
 from tests.support.stack import Stack
 from tests.support.turns import collect, of_kind
@@ -92,29 +92,42 @@ def _rss_mib(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-async def test_refused_huge_requests_leave_no_memory_behind(tmp_path):
+def _huge_request(service: str) -> tuple[str, bytes]:
+    text = "x" * (15 * 1024 * 1024)
+    if service == "gateway":
+        return "/agentmesh.v1.Gateway/Chat", gateway_pb2.ChatRequest(session_id="s", message=text).SerializeToString()
+    message = common_pb2.Message(role="user", content=text)
+    return ("/agentmesh.v1.Memory/AppendMessages",
+            memory_pb2.AppendMessagesRequest(session_id="s", messages=[message]).SerializeToString())
+
+
+# The gateway refuses them by size (its cap fits the API); memory, whose cap fits batched appends,
+# refuses the unauthenticated caller before reading the body at all.
+@pytest.mark.parametrize(("service", "code"), [("gateway", grpc.StatusCode.RESOURCE_EXHAUSTED),
+                                               ("memory", grpc.StatusCode.UNAUTHENTICATED)])
+async def test_refused_huge_requests_leave_no_memory_behind(tmp_path, service, code):
     """The issue's measurement: 100 refused 15 MB requests left the gateway ~770 MB larger."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{probe.getsockname()[1]}"
-    env = {**os.environ, "AGENTMESH_HOME": str(tmp_path), "AGENTMESH_GATEWAY_ADDR": address,
+    env = {**os.environ, "AGENTMESH_HOME": str(tmp_path), f"AGENTMESH_{service.upper()}_ADDR": address,
            "AGENTMESH_TRACES": "none", "AGENTMESH_LOG_LEVEL": "error"}
-    child = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", "gateway"], env=env,
+    child = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", service], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         async with grpc.aio.insecure_channel(address, options=options) as channel:
-            await asyncio.wait_for(channel.channel_ready(), 30)
-            chat = channel.unary_stream("/agentmesh.v1.Gateway/Chat")
-            payload = gateway_pb2.ChatRequest(session_id="s", message="x" * (15 * 1024 * 1024)).SerializeToString()
+            await asyncio.wait_for(channel.channel_ready(), 60)
+            method, payload = _huge_request(service)
+            call = channel.unary_unary(method) if service == "memory" else channel.unary_stream(method)
             before = _rss_mib(child.pid)
             for _ in range(100):
-                err = await raw_error(chat(payload, timeout=30))
-                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                err = await raw_error(call(payload, timeout=30))
+                assert err.code() == code
             await asyncio.sleep(0.5)
             grown = _rss_mib(child.pid) - before
-        # Before the cap was sized to the API the same run grew it by ~600 MB (benches/request_bounds.py).
-        assert grown < 64, f"the gateway kept {grown:.0f} MiB after refusing the requests"
+        # Before, the same run grew the gateway by ~600 MB (benches/request_bounds.py), memory by ~110 MB.
+        assert grown < 64, f"the {service} service kept {grown:.0f} MiB after refusing the requests"
     finally:
         child.terminate()
         child.wait(30)

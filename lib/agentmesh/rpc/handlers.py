@@ -61,10 +61,13 @@ def rebuild(
 
 
 def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-    """A handler that answers every call with `code` and `message`, without reading the request."""
+    """A handler that answers every call with `code` and `message`, without reading the request.
 
-    async def refuse(request, context):
+    Declared as a request stream whatever the method is: grpc.aio reads a unary request whole
+    before the handler runs, so a refused caller could still make the server take in a message
+    of the full receive size; a stream handler that never reads ends the call at once."""
+
+    async def refuse(requests, context):
         await context.abort(code, message)
 
-    # The request is never looked at: no point decoding it, nor failing on it.
-    return rebuild(handler, refuse, request_deserializer=lambda raw: None)
+    return grpc.stream_stream_rpc_method_handler(refuse, lambda raw: None, handler.response_serializer)
