@@ -5,6 +5,7 @@ ports, with AGENTMESH_AUTH_TOKENS set as a deployment would."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import sys
 import time
@@ -18,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import IdentityError, ServiceIdentity
+from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -195,6 +197,15 @@ async def test_the_stack_works_end_to_end_with_every_hop_authenticated(stack, ll
     assert results[0].output.strip() == "through-every-hop", results
     assert not results[1].is_error, results[1]
     assert of_kind(events, "run_finished")[0].final_text == "done"
+
+    # The user's principal travelled with every hop: gateway -> agent -> tools and memory.
+    for host in stack.hosts.values():
+        host.telemetry.force_flush()
+    user = "user:" + hashlib.sha256(TOKEN.encode()).hexdigest()[:12]
+    served = {s["name"]: s["attributes"].get("enduser.id") for s in read_spans(span_store_dir(stack.settings.home))
+              if s["kind"] == "SERVER" and s["name"].startswith("/agentmesh.v1.")}
+    for method in ("Gateway/Chat", "Agent/RunTurn", "Tools/Execute", "Memory/AppendMessages", "Memory/Remember"):
+        assert served[f"/agentmesh.v1.{method}"] == user, (method, served)
 
     # The scheduler's job API takes the user's token; its run reaches the gateway as the scheduler.
     llm.add(reply("scheduled run done"))

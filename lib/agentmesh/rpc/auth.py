@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import grpc
+import structlog
+from opentelemetry import trace
 
 from agentmesh.logs import get_logger
 from agentmesh.rpc.handlers import rebuild, refusal
@@ -195,6 +197,9 @@ def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grp
     async def enter(request: Any, context: grpc.aio.ServicerContext) -> None:
         # Each RPC runs in its own task: the value stays with this call and what it starts.
         current_principal.set(principal)
+        # Who the work is for, on the call's span and on each log line it writes.
+        trace.get_current_span().set_attribute("enduser.id", principal.subject)
+        structlog.contextvars.bind_contextvars(principal=principal.subject)
 
     return rebuild(handler, enter)
 
