@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 
-from agentmesh.v1 import agent_pb2, tools_pb2
+import grpc
+import pytest
+
+from agentmesh.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
 from tests.agent.test_agent_finishing import Running, finished, of_kind, run_turn, statuses
 from tests.agent.test_agent_service import agent_stub, open_session, stored, until
+from tests.support.identities import signed_channel
 from tests.support.llm_server import reply, tool_call
 from tests.support.processes import processes_running
 
@@ -104,8 +108,15 @@ async def test_deleting_the_session_kills_its_background_commands(tmp_path):
         assert finished(events).final_text == "Started."
         await asyncio.sleep(0.2)
         assert processes_running("sleep 49.25")  # it outlives the turn...
-        await running.stack.tools_stub().DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="doomed"),
-                                                         timeout=10)
+        stack = running.stack  # the gateway deletes a session's workspace: play the gateway
+        async with signed_channel(stack.settings.keys_dir, "gateway", "tools", stack.addresses["tools"]) as channel:
+            gateway_as_caller = tools_pb2_grpc.ToolsStub(channel)
+            # Only the agent may collect or stop a session's background commands.
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await gateway_as_caller.StopBackground(tools_pb2.StopBackgroundRequest(session_id="doomed"), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert processes_running("sleep 49.25")
+            await gateway_as_caller.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="doomed"), timeout=10)
         await until(lambda: not processes_running("sleep 49.25"))  # ...not the session
 
 
