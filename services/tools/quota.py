@@ -104,8 +104,9 @@ class WorkspaceQuota:
 
     def exceeded_detail(self, usage: int, *, stopped: bool) -> str:
         what = "and the command was stopped" if stopped else "after the command"
+        where = "over" if self.over(usage) else "at"
         return (
-            f"the session's workspace holds {mib(usage)}, over its {mib(self.limit_bytes)} disk quota, {what}; "
+            f"the session's workspace holds {mib(usage)}, {where} its {mib(self.limit_bytes)} disk quota, {what}; "
             "what was written stays, and writes fail until you delete files you no longer need (`rm`)"
         )
 

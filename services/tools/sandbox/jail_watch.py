@@ -84,7 +84,7 @@ class JailWatch:
     it. Without root there is no per-directory quota to ask the kernel for (project quotas, a loop
     mount), so the workspace is measured (`quota.workspace_usage`, in a worker thread) every
     `DISK_INTERVAL_S` — or four times as long as a walk takes, for a workspace of very many files —
-    and the jail is killed when it holds more than its quota. A writer overshoots by what it can
+    and the jail is killed when it grows past its quota. A writer overshoots by what it can
     write in one interval plus one walk (see docs/tools.md for measured numbers).
     """
 
@@ -99,6 +99,7 @@ class JailWatch:
         processes: int,
         workspace: Path | None = None,
         quota: WorkspaceQuota | None = None,
+        disk_baseline: int = 0,
     ):
         self._info = info
         self._memory = memory_bytes
@@ -107,6 +108,7 @@ class JailWatch:
         self._quota = quota
         self.exceeded = ""  # "memory" | "processes" | "disk_quota"
         self.disk_usage = 0  # the workspace's size when the disk watch last looked
+        self._disk_baseline = disk_baseline  # its size when the call began
 
     async def run(self) -> None:
         watches = [self._watch_processes()]
@@ -138,7 +140,8 @@ class JailWatch:
                 self.disk_usage = await asyncio.to_thread(workspace_usage, workspace)
             except OSError:
                 continue  # the workspace was deleted under the call, or a directory vanished mid-walk
-            if quota.over(self.disk_usage):
+            # Growth past the quota, not being past it: a call that starts over it may delete.
+            if quota.over(self.disk_usage) and self.disk_usage > self._disk_baseline:
                 self._stop("disk_quota")
             interval = max(self.DISK_INTERVAL_S, 4 * (time.monotonic() - started))
 

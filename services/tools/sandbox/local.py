@@ -255,7 +255,7 @@ class LocalJail:
             asked = time.monotonic()
             loop = asyncio.get_running_loop()
             loop.add_reader(info.read_fd, info.on_readable)
-            guard = JailWatch(info, self._limits.memory_bytes, self._limits.processes, workspace, self._quota)
+            guard = JailWatch(info, self._limits.memory_bytes, self._limits.processes, workspace, self._quota, used_before)
             watch = asyncio.create_task(guard.run())
             seccomp_fd = filter_fd(self._seccomp) if self._seccomp else None
             span.set_attribute("agentmesh.sandbox.seccomp", seccomp_fd is not None)
@@ -309,7 +309,8 @@ def apply_quota(
 
     `stopped`: the watch killed the jail for it. `lowered_file_limit`: the per-file limit was cut
     to what the quota left, so a file-size stop means the quota. Otherwise a call that ended on its
-    own but left the workspace over its quota (a write between two looks of the watch) says so.
+    own but grew the workspace to its quota or past it (a writer cut at the per-file limit whose
+    shell went on, a write between two looks of the watch) says so.
     What was written stays: deleting some of it would be a guess at which files matter; the next
     call's per-file limit is 0 and file tools refuse to add, until the session frees space.
     """
@@ -319,7 +320,7 @@ def apply_quota(
     elif result.error_kind == "file_size_limit" and lowered_file_limit:
         result.error_kind = "disk_quota"
         result.detail = quota.file_limit_detail(used_before)
-    elif not result.error_kind and quota.over(used_after):
+    elif not result.error_kind and used_after >= quota.limit_bytes and used_after > used_before:
         result.error_kind = "disk_quota"
         result.detail = quota.exceeded_detail(used_after, stopped=False)
     else:
