@@ -221,7 +221,7 @@ class KubernetesExecutor:
         usage = await asyncio.to_thread(workspace_usage, workspace) if workspace is not None else 0
         if wrapper_said:
             result.error_kind = "disk_quota"
-            result.detail = f"the command was stopped: {wrapper_said}; delete files you no longer need (`rm`) to write again"
+            result.detail = f"the workspace quota was reached: {wrapper_said}; delete files you no longer need (`rm`) to write again"
         elif workspace is not None and self._quota.over(usage):
             result.error_kind = "disk_quota"
             result.detail = self._quota.exceeded_detail(usage, stopped=False)
