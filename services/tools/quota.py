@@ -14,10 +14,12 @@ directory back `u+rx` and measures it.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import stat
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,54 +42,133 @@ def workspace_usage(workspace: Path) -> int:
         top = os.open(workspace, _PATH_FLAGS)
     except FileNotFoundError:
         return 0
-    seen: set[tuple[int, int]] = set()
-    try:
-        return _directory_usage(top, seen)
-    finally:
-        os.close(top)
+    return _Walk().run(top)
 
 
-def _directory_usage(path_fd: int, seen: set[tuple[int, int]]) -> int:
-    """Usage of the directory `path_fd` (an O_PATH descriptor) and everything beneath it."""
-    info = os.fstat(path_fd)
-    total = info.st_blocks * 512
-    if info.st_mode & _OWNER_RX != _OWNER_RX and info.st_uid == os.geteuid():
-        # Taken away by a program to hide what it writes there; given back so it is measured.
-        os.chmod(f"/proc/self/fd/{path_fd}", stat.S_IMODE(info.st_mode) | _OWNER_RX)
-    try:
-        # Reopened through the O_PATH descriptor's magic link: the very inode checked above.
-        dir_fd = os.open(f"/proc/self/fd/{path_fd}", _REOPEN_FLAGS)
-    except OSError:
-        return total
-    try:
-        with os.scandir(dir_fd) as listing:
-            names = [entry.name for entry in listing]
-        for name in names:
-            try:
-                entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:
-                continue  # gone meanwhile
-            if stat.S_ISDIR(entry.st_mode):
-                try:
-                    sub = os.open(name, _PATH_FLAGS, dir_fd=dir_fd)
-                except OSError as exc:
-                    if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                        raise
-                    continue  # gone, or swapped for a symlink: not followed
-                try:
-                    total += _directory_usage(sub, seen)
-                finally:
-                    os.close(sub)
-                continue
-            if entry.st_nlink > 1:
-                key = (entry.st_dev, entry.st_ino)
-                if key in seen:
+class _Walk:
+    """Depth first, without recursion (a program may nest directories thousands deep).
+
+    One O_PATH descriptor is held per level down to `HELD_LEVELS`, so the walk's descriptors stay
+    bounded. Below that only the current directory's is held; going back up opens `..` and checks
+    it is the directory recorded on the way down (device and inode), else — a program moved the
+    tree meanwhile — reaches it again from the deepest held level by its names, each step with
+    O_NOFOLLOW. Either way the walk stays linear in the size of the tree.
+    """
+
+    HELD_LEVELS = 64
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._seen: set[tuple[int, int]] = set()
+
+    def run(self, top: int) -> int:
+        # Per level: [held descriptor or -1, name, names inside not yet visited, st_dev, st_ino].
+        stack: list[list] = []
+        cur = top  # the deepest level's directory; ours to close when that level holds none
+        try:
+            info, names = self._enter(top)
+            stack.append([top, "", names, info.st_dev, info.st_ino])
+            while stack:
+                level = stack[-1]
+                if not level[2]:
+                    cur = self._leave(stack, cur)
                     continue
-                seen.add(key)
-            total += entry.st_blocks * 512
-    finally:
-        os.close(dir_fd)
-    return total
+                name = level[2].pop()
+                try:
+                    entry = os.stat(name, dir_fd=cur, follow_symlinks=False)
+                except OSError:
+                    continue  # gone meanwhile
+                if stat.S_ISDIR(entry.st_mode):
+                    cur = self._descend(stack, cur, name)
+                    continue
+                if entry.st_nlink > 1:
+                    key = (entry.st_dev, entry.st_ino)
+                    if key in self._seen:
+                        continue
+                    self._seen.add(key)
+                self.total += entry.st_blocks * 512
+        finally:
+            if cur >= 0 and (not stack or stack[-1][0] < 0):
+                os.close(cur)  # not held by a level (the top itself, when listing it failed)
+            for level in stack:
+                if level[0] >= 0:
+                    os.close(level[0])
+        return self.total
+
+    def _descend(self, stack: list[list], cur: int, name: str) -> int:
+        try:
+            child = os.open(name, _PATH_FLAGS, dir_fd=cur)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                raise
+            return cur  # gone, or swapped for a symlink: not followed
+        try:
+            info, names = self._enter(child)
+        except BaseException:
+            os.close(child)
+            raise
+        if stack[-1][0] < 0:
+            os.close(cur)  # an unheld level: reached again through `..` on the way back
+        held = child if len(stack) < self.HELD_LEVELS else -1
+        stack.append([held, name, names, info.st_dev, info.st_ino])
+        return child
+
+    def _leave(self, stack: list[list], cur: int) -> int:
+        level = stack.pop()
+        if level[0] >= 0:
+            os.close(level[0])
+            return stack[-1][0] if stack else -1
+        if not stack:
+            os.close(cur)
+            return -1
+        if stack[-1][0] >= 0:
+            os.close(cur)
+            return stack[-1][0]
+        try:
+            up = self._parent(cur, stack)
+        finally:
+            os.close(cur)
+        return up
+
+    def _parent(self, cur: int, stack: list[list]) -> int:
+        want = (stack[-1][3], stack[-1][4])
+        try:
+            up = os.open("..", _PATH_FLAGS, dir_fd=cur)
+        except OSError:
+            up = -1
+        if up >= 0:
+            info = os.fstat(up)
+            if (info.st_dev, info.st_ino) == want:
+                return up
+            os.close(up)
+        held = max(i for i, level in enumerate(stack) if level[0] >= 0)
+        fd = stack[held][0]
+        for level in stack[held + 1 :]:
+            try:
+                next_fd = os.open(level[1], _PATH_FLAGS, dir_fd=fd)
+            finally:
+                if fd != stack[held][0]:
+                    os.close(fd)
+            fd = next_fd
+        return fd
+
+    def _enter(self, path_fd: int) -> tuple[os.stat_result, list[str]]:
+        """Count the directory `path_fd` (an O_PATH descriptor) and list what it holds."""
+        info = os.fstat(path_fd)
+        self.total += info.st_blocks * 512
+        if info.st_mode & _OWNER_RX != _OWNER_RX and info.st_uid == os.geteuid():
+            # Taken away by a program to hide what it writes there; given back so it is measured.
+            os.chmod(f"/proc/self/fd/{path_fd}", stat.S_IMODE(info.st_mode) | _OWNER_RX)
+        try:
+            # Reopened through the O_PATH descriptor's magic link: the very inode checked above.
+            dir_fd = os.open(f"/proc/self/fd/{path_fd}", _REOPEN_FLAGS)
+        except OSError:
+            return info, []
+        try:
+            with os.scandir(dir_fd) as listing:
+                return info, [entry.name for entry in listing]
+        finally:
+            os.close(dir_fd)
 
 
 @dataclass(frozen=True)
@@ -131,6 +212,21 @@ class WorkspaceQuota:
             "longer need (`rm` in the shell tool) to make room",
             {"quota_bytes": self.limit_bytes, "usage_bytes": usage},
         )
+
+
+class UsageMeter:
+    """Measures workspaces on threads of its own: watching big workspaces never holds up the
+    threads file tools and the rest of the service run on (asyncio's default executor). Under
+    load, looks queue here and the watch looks less often, which the overshoot bound allows for."""
+
+    def __init__(self, threads: int = 4):
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="workspace-usage")
+
+    async def usage(self, workspace: Path) -> int:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, workspace_usage, workspace)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class WriteGate:

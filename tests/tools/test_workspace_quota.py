@@ -4,6 +4,7 @@ leave the rest of the machine (and other sessions) alone."""
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 
 import pytest
@@ -149,3 +150,25 @@ def test_usage_counts_blocks_once_and_never_follows_links(tmp_path):
     used = workspace_usage(workspace)
     assert MIB <= used < 2 * MIB, used  # the hard link once; the symlink's target and the sparse hole not at all
     assert workspace_usage(tmp_path / "missing") == 0
+
+
+def test_usage_walks_trees_deeper_than_it_holds_descriptors_for(tmp_path):
+    """A program may nest directories thousands deep; the walk counts them all, in linear time,
+    and leaves no descriptor open."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    fd = os.open(workspace, os.O_RDONLY)
+    for _ in range(600):
+        os.mkdir("d", dir_fd=fd)
+        deeper = os.open("d", os.O_RDONLY, dir_fd=fd)
+        file_fd = os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=deeper)
+        os.write(file_fd, b"x" * 5000)
+        os.close(file_fd)
+        os.close(fd)
+        fd = deeper
+    os.close(fd)
+    open_before = len(os.listdir("/proc/self/fd"))
+    du = int(subprocess.run(["du", "-sB1", str(workspace)], capture_output=True, text=True, check=True).stdout.split()[0])
+    assert workspace_usage(workspace) == du
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    subprocess.run(["rm", "-rf", str(workspace)], check=True)

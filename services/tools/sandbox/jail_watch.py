@@ -10,7 +10,7 @@ import signal
 import time
 from pathlib import Path
 
-from agentmesh.tools.quota import WorkspaceQuota, workspace_usage
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.process import kill_group
 
 
@@ -82,7 +82,7 @@ class JailWatch:
 
     RLIMIT_FSIZE likewise bounds each file alone: eight files just under it add up to eight times
     it. Without root there is no per-directory quota to ask the kernel for (project quotas, a loop
-    mount), so the workspace is measured (`quota.workspace_usage`, in a worker thread) every
+    mount), so the workspace is measured (`quota.workspace_usage`, on the meter's threads) every
     `DISK_INTERVAL_S` — or four times as long as a walk takes, for a workspace of very many files —
     and the jail is killed when it grows past its quota. A writer overshoots by what it can
     write in one interval plus one walk (see docs/tools.md for measured numbers).
@@ -100,6 +100,7 @@ class JailWatch:
         workspace: Path | None = None,
         quota: WorkspaceQuota | None = None,
         disk_baseline: int = 0,
+        meter: UsageMeter | None = None,
     ):
         self._info = info
         self._memory = memory_bytes
@@ -109,11 +110,12 @@ class JailWatch:
         self.exceeded = ""  # "memory" | "processes" | "disk_quota"
         self.disk_usage = 0  # the workspace's size when the disk watch last looked
         self._disk_baseline = disk_baseline  # its size when the call began
+        self._meter = meter
 
     async def run(self) -> None:
         watches = [self._watch_processes()]
-        if self._workspace is not None and self._quota is not None:
-            watches.append(self._watch_disk(self._workspace, self._quota))
+        if self._workspace is not None and self._quota is not None and self._meter is not None:
+            watches.append(self._watch_disk(self._workspace, self._quota, self._meter))
         await asyncio.gather(*watches)
 
     async def _watch_processes(self) -> None:
@@ -129,7 +131,7 @@ class JailWatch:
             elif used > self._memory:
                 self._stop("memory")
 
-    async def _watch_disk(self, workspace: Path, quota: WorkspaceQuota) -> None:
+    async def _watch_disk(self, workspace: Path, quota: WorkspaceQuota, meter: UsageMeter) -> None:
         interval = self.DISK_INTERVAL_S
         while not self.exceeded:
             await asyncio.sleep(interval)
@@ -137,7 +139,7 @@ class JailWatch:
                 continue
             started = time.monotonic()
             try:
-                self.disk_usage = await asyncio.to_thread(workspace_usage, workspace)
+                self.disk_usage = await meter.usage(workspace)
             except OSError:
                 continue  # the workspace was deleted under the call, or a directory vanished mid-walk
             # Growth past the quota, not being past it: a call that starts over it may delete.

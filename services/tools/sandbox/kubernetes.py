@@ -26,7 +26,7 @@ from agentmesh.config import ConfigError
 from agentmesh.logs import get_logger
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
-from agentmesh.tools.quota import WorkspaceQuota, workspace_usage
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.k8s_job import CONTAINER, LABEL_JOB, build_job, job_name, pod_identity
 from agentmesh.tools.sandbox.k8s_quota import QUOTA_EXIT, quota_message
 from agentmesh.tools.sandbox.k8s_watch import JobTracker, Verdict
@@ -80,6 +80,7 @@ class KubernetesExecutor:
         self._cfg = cfg
         self._limits = limits
         self._quota = WorkspaceQuota(quota_bytes)
+        self._meter = UsageMeter()
         self._workspaces = workspaces
         self._tracer = tracer
         self._metrics = metrics or NoMetrics()
@@ -201,7 +202,7 @@ class KubernetesExecutor:
             await asyncio.sleep(interval)
             began = time.monotonic()
             try:
-                usage = await asyncio.to_thread(workspace_usage, workspace)
+                usage = await self._meter.usage(workspace)
             except OSError:
                 continue
             if self._quota.over(usage):
@@ -212,13 +213,13 @@ class KubernetesExecutor:
     async def _check_quota(self, result: CommandResult, workspace: Path | None) -> None:
         """Name the quota when the pod's wrapper stopped for it, or the call left the claim over it."""
         if result.error_kind == "disk_quota":
-            usage = await asyncio.to_thread(workspace_usage, workspace) if workspace is not None else 0
+            usage = await self._meter.usage(workspace) if workspace is not None else 0
             result.data.update(quota_bytes=self._quota.limit_bytes, usage_bytes=usage)
             return
         if result.error_kind:
             return
         wrapper_said = quota_message(result.stdout) if result.exit_code == QUOTA_EXIT else ""
-        usage = await asyncio.to_thread(workspace_usage, workspace) if workspace is not None else 0
+        usage = await self._meter.usage(workspace) if workspace is not None else 0
         if wrapper_said:
             result.error_kind = "disk_quota"
             result.detail = f"the workspace quota was reached: {wrapper_said}; delete files you no longer need (`rm`) to write again"
@@ -286,4 +287,5 @@ class KubernetesExecutor:
         )
 
     async def close(self) -> None:
+        self._meter.close()
         await self._api.close()

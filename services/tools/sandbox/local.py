@@ -25,7 +25,7 @@ from typing import Mapping
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
-from agentmesh.tools.quota import WorkspaceQuota, workspace_usage
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics, SandboxUnavailable
 from agentmesh.tools.sandbox.jail_watch import JailInfo, JailWatch
 from agentmesh.tools.sandbox.process import ProcessRun, run_process
@@ -144,6 +144,7 @@ class LocalJail:
         self._limits = settings.limits
         self._workspaces = workspaces
         self._quota = WorkspaceQuota(settings.workspace_quota_bytes)
+        self._meter = UsageMeter()
         self._tracer = tracer
         self._bwrap = shutil.which(settings.bwrap_path) or ""
         self._prlimit = _system_tool("prlimit")
@@ -237,7 +238,7 @@ class LocalJail:
         workspace = self._workspaces.ensure(spec.session_id)
         # No file may outgrow what the quota leaves (one writer is stopped by the kernel at once);
         # many files together are the watch's to stop.
-        used_before = await asyncio.to_thread(workspace_usage, workspace)
+        used_before = await self._meter.usage(workspace)
         file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
         with self._tracer.start_as_current_span(
             "sandbox.jail",
@@ -255,7 +256,7 @@ class LocalJail:
             asked = time.monotonic()
             loop = asyncio.get_running_loop()
             loop.add_reader(info.read_fd, info.on_readable)
-            guard = JailWatch(info, self._limits.memory_bytes, self._limits.processes, workspace, self._quota, used_before)
+            guard = JailWatch(info, self._limits.memory_bytes, self._limits.processes, workspace, self._quota, used_before, self._meter)
             watch = asyncio.create_task(guard.run())
             seccomp_fd = filter_fd(self._seccomp) if self._seccomp else None
             span.set_attribute("agentmesh.sandbox.seccomp", seccomp_fd is not None)
@@ -290,7 +291,7 @@ class LocalJail:
                 result.error_kind = "process_limit"
                 result.detail = f"the sandbox ran more than {self._limits.processes} processes at once and was stopped"
             else:
-                used_after = await asyncio.to_thread(workspace_usage, workspace)
+                used_after = await self._meter.usage(workspace)
                 apply_quota(result, self._quota, used_before, used_after, file_size < self._limits.file_size_bytes, guard.exceeded == "disk_quota")
             span.set_attribute("agentmesh.sandbox.workspace_bytes", max(guard.disk_usage, used_before))
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
@@ -299,7 +300,7 @@ class LocalJail:
             return result
 
     async def close(self) -> None:
-        return None
+        self._meter.close()
 
 
 def apply_quota(

@@ -8,7 +8,6 @@ that calls setsid() can outlive the call.
 
 from __future__ import annotations
 
-import asyncio
 import resource
 import shutil
 
@@ -16,7 +15,7 @@ from opentelemetry import trace
 
 from agentmesh.logs import get_logger
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec
-from agentmesh.tools.quota import WorkspaceQuota, workspace_usage
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.local import apply_quota, clean_environment, interpret, rlimit_prefix
 from agentmesh.tools.sandbox.process import run_process
 from agentmesh.tools.sandbox.tracecontext import current_traceparent
@@ -46,6 +45,7 @@ class UnsafeHostExecutor:
     def __init__(self, settings: ToolsSettings, workspaces: Workspaces, tracer: trace.Tracer):
         self._limits = settings.limits
         self._quota = WorkspaceQuota(settings.workspace_quota_bytes)
+        self._meter = UsageMeter(threads=1)
         self._workspaces = workspaces
         self._tracer = tracer
         log.warning(
@@ -56,7 +56,7 @@ class UnsafeHostExecutor:
         workspace = self._workspaces.ensure(spec.session_id)
         # Only the per-file limit bounds the workspace here (nothing watches the total while the
         # program runs); the result names the quota afterwards.
-        used_before = await asyncio.to_thread(workspace_usage, workspace)
+        used_before = await self._meter.usage(workspace)
         file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
         with self._tracer.start_as_current_span(
             "sandbox.unsafe_process",
@@ -78,10 +78,10 @@ class UnsafeHostExecutor:
                 preexec_fn=None if prlimit else _limit_child(self._limits, file_size),
             )
             result = interpret(run, spec, self._limits)
-            used_after = await asyncio.to_thread(workspace_usage, workspace)
+            used_after = await self._meter.usage(workspace)
             apply_quota(result, self._quota, used_before, used_after, file_size < self._limits.file_size_bytes, stopped=False)
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             return result
 
     async def close(self) -> None:
-        return None
+        self._meter.close()
