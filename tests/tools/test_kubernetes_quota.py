@@ -56,6 +56,11 @@ async def test_many_files_stop_at_the_quota_in_a_pod(fake, home):
         assert "all-written" not in result.stdout
         assert result.data["quota_bytes"] == 64 * MIB
         assert len(os.listdir(tools.workspace("s1"))) < 8
+        # A call that starts over the quota may still delete; then writes work again.
+        freed = await tools.call("shell", {"command": "rm -f f*; echo freed"})
+        assert not freed.is_error and "freed" in freed.stdout, freed.output
+        again = await tools.call("shell", {"command": "head -c 10M /dev/zero > g && echo ok"})
+        assert not again.is_error and "ok" in again.stdout, again.output
         # Another session's pod is not affected.
         other = await tools.call("shell", {"command": "head -c 30M /dev/zero > big && echo ok"}, session_id="s2")
         assert not other.is_error and "ok" in other.stdout, other.output

@@ -8,8 +8,9 @@ limits count the container's writable layer, logs and emptyDirs, never a PVC, an
 
 which measures the workspace (`du -skx .`), sets `ulimit -f` to what the quota leaves (no file
 may outgrow it: the kernel stops one writer at once, and the program cannot raise a hard
-limit), runs the program, and watches the total from a background loop that
-kills the program past the quota (ten looks a second). The wrapper then measures once more and, over the quota, says
+limit), runs the program, and watches the total from a background loop that kills the program
+when the workspace grows past the quota (ten looks a second; a call that starts over the quota
+may still delete). The wrapper then measures once more and, over the quota, says
 so on stderr behind `MARKER` and exits `QUOTA_EXIT` (122, EDQUOT), which the executor reports as
 `disk_quota`.
 
@@ -38,14 +39,14 @@ pid=$!
 (
   while sleep {POLL_S}; do
     u=$(used)
-    if [ -z "$u" ] || [ "$u" -gt "$q" ]; then kill -KILL -"$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; exit 0; fi
+    if [ -z "$u" ] || {{ [ "$u" -gt "$q" ] && [ "$u" -gt "$before" ]; }}; then kill -KILL -"$pid" 2>/dev/null; kill -KILL "$pid" 2>/dev/null; exit 0; fi
   done
 ) </dev/null >/dev/null 2>&1 &
 watch=$!
 wait "$pid"; status=$?
 kill -KILL "$watch" -"$pid" 2>/dev/null
 after=$(used); after=${{after:-0}}
-if [ "$after" -gt "$q" ]; then
+if [ "$after" -gt "$q" ] && [ "$after" -gt "$before" ]; then
   echo "{MARKER} the session's workspace holds $after KiB, over its $q KiB quota" >&2; exit {QUOTA_EXIT}
 fi
 if [ "$status" -eq 153 ] && [ "$lowered" -eq 1 ]; then

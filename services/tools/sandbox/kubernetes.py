@@ -24,9 +24,9 @@ from opentelemetry import trace
 
 from agentmesh.config import ConfigError
 from agentmesh.logs import get_logger
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
-from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.k8s_job import CONTAINER, LABEL_JOB, build_job, job_name, pod_identity
 from agentmesh.tools.sandbox.k8s_quota import QUOTA_EXIT, quota_message
 from agentmesh.tools.sandbox.k8s_watch import JobTracker, Verdict
@@ -123,6 +123,8 @@ class KubernetesExecutor:
             # The tools service mounts the same claim: the session's directory exists (with the
             # sandbox's ownership) before the pod mounts it as its subPath.
             workspace = await asyncio.to_thread(self._workspaces.ensure, spec.session_id)
+        # Growth past the quota is stopped, not being past it: a call that starts over it may delete.
+        used_before = await self._meter.usage(workspace) if workspace is not None else 0
         name = job_name()
         with self._tracer.start_as_current_span(
             "sandbox.k8s_job",
@@ -147,22 +149,22 @@ class KubernetesExecutor:
             )
             try:
                 await self._api.create_job(body)
-                verdict = await self._follow(name, spec, started, workspace)
+                verdict = await self._follow(name, spec, started, workspace, used_before)
                 logs = await self._logs(verdict.pod)
             finally:
                 await self._delete(name)
             result = self._result(verdict, logs, started)
-            await self._check_quota(result, workspace)
+            await self._check_quota(result, workspace, used_before)
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
                 span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
             return result
 
-    async def _follow(self, name: str, spec: CommandSpec, started: float, workspace: Path | None) -> Verdict:
+    async def _follow(self, name: str, spec: CommandSpec, started: float, workspace: Path | None, used_before: int) -> Verdict:
         tracker = JobTracker(name, spec.timeout_s, self._cfg.start_timeout_s, self._cfg.memory_limit, started)
         updates: asyncio.Queue = asyncio.Queue()
         watcher = asyncio.create_task(self._watch(name, updates))
-        disk = asyncio.create_task(self._watch_disk(workspace, updates)) if workspace is not None else None
+        disk = asyncio.create_task(self._watch_disk(workspace, used_before, updates)) if workspace is not None else None
         try:
             while True:
                 remaining = tracker.next_deadline() - time.monotonic()
@@ -195,8 +197,8 @@ class KubernetesExecutor:
             if disk is not None:
                 disk.cancel()
 
-    async def _watch_disk(self, workspace: Path, updates: asyncio.Queue) -> None:
-        """Measure the session's directory on the shared claim until it passes the quota."""
+    async def _watch_disk(self, workspace: Path, used_before: int, updates: asyncio.Queue) -> None:
+        """Measure the session's directory on the shared claim until it grows past the quota."""
         interval = QUOTA_INTERVAL_S
         while True:
             await asyncio.sleep(interval)
@@ -205,12 +207,12 @@ class KubernetesExecutor:
                 usage = await self._meter.usage(workspace)
             except OSError:
                 continue
-            if self._quota.over(usage):
+            if self._quota.over(usage) and usage > used_before:
                 updates.put_nowait(("disk_quota", usage))
                 return
             interval = max(QUOTA_INTERVAL_S, 4 * (time.monotonic() - began))
 
-    async def _check_quota(self, result: CommandResult, workspace: Path | None) -> None:
+    async def _check_quota(self, result: CommandResult, workspace: Path | None, used_before: int) -> None:
         """Name the quota when the pod's wrapper stopped for it, or the call left the claim over it."""
         if result.error_kind == "disk_quota":
             usage = await self._meter.usage(workspace) if workspace is not None else 0
@@ -223,7 +225,7 @@ class KubernetesExecutor:
         if wrapper_said:
             result.error_kind = "disk_quota"
             result.detail = f"the workspace quota was reached: {wrapper_said}; delete files you no longer need (`rm`) to write again"
-        elif workspace is not None and self._quota.over(usage):
+        elif workspace is not None and self._quota.over(usage) and usage > used_before:
             result.error_kind = "disk_quota"
             result.detail = self._quota.exceeded_detail(usage, stopped=False)
         else:
