@@ -158,7 +158,7 @@ def test_usage_walks_trees_deeper_than_it_holds_descriptors_for(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     fd = os.open(workspace, os.O_RDONLY)
-    for _ in range(600):
+    for _ in range(1500):
         os.mkdir("d", dir_fd=fd)
         deeper = os.open("d", os.O_RDONLY, dir_fd=fd)
         file_fd = os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=deeper)
