@@ -50,13 +50,15 @@ def fill(directory: Path, files: int) -> None:
         (sub / f"f{i}").write_bytes(b"x" * 1024)
 
 
-def timed(fn, reps: int) -> float:
-    samples = []
+def alternating(first, second, reps: int) -> tuple[float, float]:
+    """p50 ms of `first` and of `second`, run in turn so load changes hit both alike."""
+    a, b = [], []
     for _ in range(reps):
-        started = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
+        for fn, samples in ((first, a), (second, b)):
+            started = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(a), statistics.median(b)
 
 
 def measuring_table(base: Path) -> list[tuple]:
@@ -65,9 +67,12 @@ def measuring_table(base: Path) -> list[tuple]:
         directory = base / f"w{files}"
         directory.mkdir()
         fill(directory, files)
-        reps = 20 if files <= 10_000 else 5
-        walk = timed(lambda: workspace_usage(directory), reps)
-        du = timed(lambda: subprocess.run(["du", "-skx", "."], cwd=directory, capture_output=True, check=True), reps)
+        reps = 20 if files <= 10_000 else 7
+        walk, du = alternating(
+            lambda: workspace_usage(directory),
+            lambda: subprocess.run(["du", "-skx", "."], cwd=directory, capture_output=True, check=True),
+            reps,
+        )
         rows.append((files, walk, du))
         shutil.rmtree(directory)
     return rows
