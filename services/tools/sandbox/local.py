@@ -256,7 +256,15 @@ class LocalJail:
             asked = time.monotonic()
             loop = asyncio.get_running_loop()
             loop.add_reader(info.read_fd, info.on_readable)
-            guard = JailWatch(info, self._limits.memory_bytes, self._limits.processes, workspace, self._quota, used_before, self._meter)
+            guard = JailWatch(
+                info,
+                self._limits.memory_bytes,
+                self._limits.processes,
+                workspace=workspace,
+                quota=self._quota,
+                disk_baseline=used_before,
+                meter=self._meter,
+            )
             watch = asyncio.create_task(guard.run())
             seccomp_fd = filter_fd(self._seccomp) if self._seccomp else None
             span.set_attribute("agentmesh.sandbox.seccomp", seccomp_fd is not None)
@@ -292,7 +300,8 @@ class LocalJail:
                 result.detail = f"the sandbox ran more than {self._limits.processes} processes at once and was stopped"
             else:
                 used_after = await self._meter.usage(workspace)
-                apply_quota(result, self._quota, used_before, used_after, file_size < self._limits.file_size_bytes, guard.exceeded == "disk_quota")
+                lowered = file_size < self._limits.file_size_bytes
+                apply_quota(result, self._quota, used_before, used_after, lowered, stopped=guard.exceeded == "disk_quota")
             span.set_attribute("agentmesh.sandbox.workspace_bytes", max(guard.disk_usage, used_before))
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
@@ -304,7 +313,7 @@ class LocalJail:
 
 
 def apply_quota(
-    result: CommandResult, quota: WorkspaceQuota, used_before: int, used_after: int, lowered_file_limit: bool, stopped: bool
+    result: CommandResult, quota: WorkspaceQuota, used_before: int, used_after: int, lowered_file_limit: bool, *, stopped: bool
 ) -> None:
     """Say `disk_quota` when the workspace quota is what ended the call, or what it ran into.
 
