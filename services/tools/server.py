@@ -14,6 +14,7 @@ from agentmesh.tools.background import BackgroundCommands
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
+from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.results import ToolOutcome
@@ -110,7 +111,7 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                                     max_lifetime_s=settings.background_max_s, network=settings.command_network)
     providers = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
-        FileTools(workspaces, settings.max_file_read_bytes),
+        FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes)),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]

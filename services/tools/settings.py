@@ -41,8 +41,6 @@ class KubernetesSandbox:
     # Requested and limited alike: the pod is OOM-killed at this size, never evicted for it.
     memory_limit: str = "1Gi"
     tmp_size: str = "256Mi"
-    # Only used without a workspace claim (an emptyDir per call).
-    workspace_size: str = "1Gi"
     kubeconfig: str = ""
     context: str = ""
     # Retries of API calls that failed on the way (connection errors, 429, 5xx).
@@ -93,6 +91,8 @@ class ToolsSettings:
     # Background commands (background.py): running at once per session, and the longest any may live.
     background_per_session: int = 4
     background_max_s: float = 1800.0
+    # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
+    workspace_quota_bytes: int = 1024 * MIB
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ToolsSettings":
@@ -149,4 +149,5 @@ class ToolsSettings:
             background_per_session=env_int(env, "AGENTMESH_TOOLS_BACKGROUND_PER_SESSION", cls.background_per_session,
                                            minimum=0),
             background_max_s=env_float(env, "AGENTMESH_TOOLS_BACKGROUND_MAX_S", cls.background_max_s, minimum=1),
+            workspace_quota_bytes=env_int(env, "AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", cls.workspace_quota_bytes // MIB, minimum=1) * MIB,
         )
