@@ -152,10 +152,18 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
                 await decisions
 
 
+INTERRUPT_REASONS = ("interrupted", "rolled_back")
+
+
 async def _apply_decisions(request_iterator, run) -> None:
-    """Feed the decisions that follow the first message to the run. The caller half-closing
-    (a plain one-message call) only means no decision will come: held calls then time out."""
+    """Feed the decisions (and an interrupt) that follow the first message to the run. The caller
+    half-closing (a plain one-message call) only means no decision will come: held calls then time out."""
     async for message in request_iterator:
+        if message.interrupt:
+            if message.interrupt not in INTERRUPT_REASONS:
+                log.warning("unknown interrupt reason; interrupting", reason=message.interrupt[:64])
+            run.interrupt(message.interrupt if message.interrupt in INTERRUPT_REASONS else "interrupted")
+            continue
         if not message.HasField("decision"):
             continue
         d = message.decision

@@ -16,7 +16,7 @@ from typing import AsyncIterator, Protocol
 import structlog
 
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.modes import validate_mode
@@ -37,13 +37,15 @@ class SessionStore(Protocol):
     async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse: ...
     async def delete_session(self, session_id: str) -> bool: ...
     async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse: ...
+    async def drop_run(self, session_id: str, run_id: str) -> int: ...
 
 
 class AgentRunner(Protocol):
     def run_turn(
-        self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
+        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest]"
     ) -> AsyncIterator[common_pb2.Event]:
-        """Stream the turn's events; decisions put on the queue travel to the agent running it."""
+        """Stream the turn's events; what is put on the queue (approval decisions, an interrupt)
+        travels to the agent running it."""
         ...
 
 
@@ -57,6 +59,15 @@ SHUTDOWN_MESSAGE = (
 )
 
 
+_STOP_REASON_OF = {"interrupt": "interrupted", "rollback": "rolled_back"}
+
+
+def validate_if_busy(value: str, what: str = "options.if_busy") -> str:
+    if value and value not in IF_BUSY_POLICIES:
+        raise InvalidArgument(f"{what} must be one of {', '.join(IF_BUSY_POLICIES)}, got {value[:40]!r}")
+    return value
+
+
 @dataclass
 class _ActiveTurn:
     run_id: str
@@ -65,7 +76,18 @@ class _ActiveTurn:
     interrupted: bool = False
     # Tool calls held for approval, as seen in the relayed events, in the order they came.
     pending_approvals: dict[str, common_pb2.ApprovalRequested] = field(default_factory=dict)
-    decisions: asyncio.Queue = field(default_factory=asyncio.Queue)
+    # To the agent running the turn: approval decisions, an interrupt.
+    controls: asyncio.Queue = field(default_factory=asyncio.Queue)
+    # Set once the session no longer belongs to this turn.
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # A newer message that interrupts (or rolls back) this turn takes the session straight from
+    # it, before any message merely waiting in line; "interrupted" | "rolled_back".
+    successor: "_ActiveTurn | None" = None
+    superseded_as: str = ""
+
+    def supersede(self, successor: "_ActiveTurn", stop_reason: str) -> None:
+        self.successor, self.superseded_as = successor, stop_reason
+        self.controls.put_nowait(agent_pb2.RunTurnRequest(interrupt=stop_reason))
 
 
 class Gateway:
@@ -138,24 +160,26 @@ class Gateway:
         if len(request.options.model) > 200:
             raise InvalidArgument("options.model is longer than 200 characters")
         validate_mode(request.options.mode)
+        validate_if_busy(request.options.if_busy)
         for name in ("token_budget", "session_token_budget"):
             if getattr(request.options, name) < 0:
                 raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
 
     async def chat(self, request: gateway_pb2.ChatRequest) -> AsyncIterator[common_pb2.Event]:
         """Run one turn. Refusals happen before the first event; the stream ends with
-        run_finished or error."""
+        run_finished or error. A busy session is met by the request's if_busy policy."""
         self.validate_chat(request)
         session_id = request.session_id
         if self._draining:
             raise Unavailable("the gateway is shutting down; retry in a moment")
-        if session_id in self._active:
-            raise FailedPrecondition(
-                f"session {session_id!r} is already running a turn; wait for it to finish or cancel it"
-            )
         turn = _ActiveTurn(run_id=new_id("run"))
-        self._active[session_id] = turn
         try:
+            replaced = await self._take_session(session_id, turn, request.options.if_busy or self._settings.if_busy)
+            if self._draining:
+                raise Unavailable("the gateway is shutting down; retry in a moment")
+            if replaced is not None and replaced.superseded_as == "rolled_back":
+                dropped = await self._sessions.drop_run(session_id, replaced.run_id)
+                log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
             session, _ = await self._sessions.put_session(self._new_session(session_id, "", {}, ""))
             run = agent_pb2.RunTurnRequest(
                 session_id=session_id,
@@ -168,14 +192,53 @@ class Gateway:
                 log.info("turn started")
                 async for event in self._relay(run, turn):
                     if event.WhichOneof("payload") in ("run_finished", "error"):
+                        if turn.superseded_as == "rolled_back" and event.HasField("run_finished"):
+                            # It may have finished on its own meanwhile; its steps go all the same.
+                            event.run_finished.stop_reason = "rolled_back"
                         # Free the session before the last event leaves, so a client that
                         # starts its next turn on seeing it is not refused as busy.
-                        self._active.pop(session_id, None)
+                        self._release(session_id, turn)
                     yield event
                 log.info("turn ended")
         finally:
-            if self._active.get(session_id) is turn:
-                self._active.pop(session_id)
+            self._release(session_id, turn)
+
+    async def _take_session(self, session_id: str, turn: _ActiveTurn, policy: str) -> _ActiveTurn | None:
+        """Make `turn` the session's running turn, by `policy` when another one runs: refuse,
+        wait for it, or stop it and take over. The turn it superseded, if any."""
+        superseded: _ActiveTurn | None = None
+        try:
+            while True:
+                running = self._active.get(session_id)
+                if running is None:
+                    self._active[session_id] = turn
+                    return superseded
+                if running is turn:  # handed over by the turn it superseded
+                    return superseded
+                if policy == "reject":
+                    raise FailedPrecondition(
+                        f"session {session_id!r} is already running a turn; wait for it to finish, cancel it, "
+                        "or send with if_busy enqueue, interrupt or rollback"
+                    )
+                if policy in _STOP_REASON_OF and running.successor is None:
+                    running.supersede(turn, _STOP_REASON_OF[policy])
+                    superseded = running
+                    log.info("turn superseded", session_id=session_id, run_id=running.run_id, by=policy)
+                # Enqueued, or another message already took over: wait, then look again.
+                await running.ended.wait()
+        except BaseException:
+            if superseded is not None and superseded.successor is turn:
+                superseded.successor = None
+            raise
+
+    def _release(self, session_id: str, turn: _ActiveTurn) -> None:
+        """The session stops belonging to `turn`: to the turn that superseded it, if any."""
+        if self._active.get(session_id) is turn:
+            if turn.successor is not None:
+                self._active[session_id] = turn.successor
+            else:
+                del self._active[session_id]
+        turn.ended.set()
 
     def has_active_turn(self, session_id: str) -> bool:
         """Whether this replica runs a turn of `session_id` now (routing serves such calls here)."""
@@ -204,9 +267,8 @@ class Gateway:
                 f"session {session_id!r} has no tool call {request.call_id!r} waiting for approval "
                 "(it may have been decided already, timed out, or the turn ended)"
             )
-        turn.decisions.put_nowait(
-            common_pb2.ApprovalDecision(call_id=request.call_id, approved=request.approved, note=request.note)
-        )
+        turn.controls.put_nowait(agent_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
+            call_id=request.call_id, approved=request.approved, note=request.note)))
         log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
         return turn.run_id
 
@@ -236,7 +298,7 @@ class Gateway:
         async def pump() -> None:
             try:
                 async with asyncio.timeout(self._settings.turn_timeout_s):
-                    async for event in self._agent.run_turn(run, turn.decisions):
+                    async for event in self._agent.run_turn(run, turn.controls):
                         await queue.put(event)
             except TimeoutError:
                 await queue.put(AgentmeshError(f"the turn ran longer than {self._settings.turn_timeout_s:.0f}s and was stopped"))

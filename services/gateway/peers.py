@@ -50,6 +50,10 @@ class MemorySessions:
         request = gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
         return await self._call(self._stub.ListMessages, request)
 
+    async def drop_run(self, session_id: str, run_id: str) -> int:
+        reply = await self._call(self._stub.DropRun, memory_pb2.DropRunRequest(session_id=session_id, run_id=run_id))
+        return reply.dropped
+
 
 class AgentClient:
     # A turn waits this long for an agent that is (re)starting before it is refused: a rolling
@@ -70,25 +74,25 @@ class AgentClient:
             ) from None
 
     async def run_turn(
-        self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
+        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest]"
     ) -> AsyncIterator[common_pb2.Event]:
         ended = asyncio.Event()
 
         async def requests():
-            # The turn first, then each approval decision on the same stream: it reaches the very
-            # agent replica running the turn, with no lookup and no affinity to configure.
+            # The turn first, then each approval decision (or an interrupt) on the same stream: it
+            # reaches the very agent replica running the turn, with no lookup and no affinity to configure.
             yield request
             # Until the turn ends: an iterator left waiting keeps gRPC's task that reads it
             # pending until the call is garbage-collected ("Task was destroyed but it is pending").
             ending = asyncio.ensure_future(ended.wait())
             try:
                 while True:
-                    decision = asyncio.ensure_future(decisions.get())
-                    done, _ = await asyncio.wait({decision, ending}, return_when=asyncio.FIRST_COMPLETED)
-                    if decision not in done:
-                        decision.cancel()
+                    control = asyncio.ensure_future(controls.get())
+                    done, _ = await asyncio.wait({control, ending}, return_when=asyncio.FIRST_COMPLETED)
+                    if control not in done:
+                        control.cancel()
                         return
-                    yield agent_pb2.RunTurnRequest(decision=decision.result())
+                    yield control.result()
             finally:
                 ending.cancel()
 

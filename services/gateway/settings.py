@@ -8,6 +8,9 @@ from typing import Mapping
 from agentmesh.config import ConfigError, env_float, env_int, env_str
 from agentmesh.gateway.routing import PeerSpec, normalize_address
 
+# What a message to a busy session does (ChatOptions.if_busy); the first is the default.
+IF_BUSY_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
+
 
 @dataclass(frozen=True)
 class GatewaySettings:
@@ -17,6 +20,8 @@ class GatewaySettings:
     max_iterations_cap: int = 100
     # An upper bound on one turn, so a stuck run cannot hold a session forever.
     turn_timeout_s: float = 1800.0
+    # What a message to a session that runs a turn does when its ChatOptions.if_busy is empty.
+    if_busy: str = "reject"
     # Session routing across replicas (docs/api.md "Scaling the gateway"). No peers: this
     # replica serves every session itself, as a single gateway does.
     peers: PeerSpec = field(default_factory=PeerSpec)
@@ -45,7 +50,11 @@ class GatewaySettings:
                 advertise = normalize_address(advertise)
             except ValueError as exc:
                 raise ConfigError(f"AGENTMESH_GATEWAY_ADVERTISE_ADDR: {exc}") from None
+        if_busy = env_str(env, "AGENTMESH_GATEWAY_IF_BUSY", cls.if_busy) or cls.if_busy
+        if if_busy not in IF_BUSY_POLICIES:
+            raise ConfigError(f"AGENTMESH_GATEWAY_IF_BUSY must be one of {', '.join(IF_BUSY_POLICIES)}, got {if_busy!r}")
         return cls(
+            if_busy=if_busy,
             max_message_chars=env_int(env, "AGENTMESH_GATEWAY_MAX_MESSAGE_CHARS", cls.max_message_chars, minimum=1),
             max_iterations_cap=env_int(env, "AGENTMESH_GATEWAY_MAX_ITERATIONS_CAP", cls.max_iterations_cap, minimum=1),
             turn_timeout_s=env_float(env, "AGENTMESH_GATEWAY_TURN_TIMEOUT_S", cls.turn_timeout_s, minimum=1),

@@ -64,6 +64,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         return memory_pb2.AppendMessagesResponse(last_seq=last)
 
     @translate_errors
+    async def DropRun(self, request, context):
+        with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
+            dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
+        return memory_pb2.DropRunResponse(dropped=dropped)
+
+    @translate_errors
     async def ListMessages(self, request, context):
         with bound_contextvars(session_id=request.session_id):
             messages, next_after = await self._transcripts.list_messages(

@@ -262,6 +262,44 @@ class Transcripts:
             await self._store.put_session(session.payload())
             return session.message_count
 
+    async def drop_run(self, session_id: str, run_id: str) -> int:
+        """Remove a run's messages from the end of the transcript (a turn rolled back): the
+        session's count goes back to just before the run's user message, so the next append
+        overwrites the dropped seqs and nothing reads them meanwhile. The number dropped."""
+        validate_id(session_id)
+        validate_id(run_id, "run_id")
+        async with self._lock(session_id):
+            payload = await self._store.get_session(session_id)
+            if payload is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            session = SessionRecord.from_payload(payload)
+            start = await self._run_start(session_id, session.message_count, run_id)
+            if start == 0:
+                return 0
+            dropped = session.message_count - start + 1
+            session.message_count = start - 1
+            session.updated_at = time.time()
+            await self._store.put_session(session.payload())
+            return dropped
+
+    async def _run_start(self, session_id: str, last_seq: int, run_id: str) -> int:
+        """The first seq of `run_id`'s messages at the end of the transcript (its user message),
+        reading back from the end; 0 if the transcript does not end with that run."""
+        page = 200
+        end, first = last_seq, 0
+        while end > 0:
+            begin = max(1, end - page + 1)
+            for p in reversed(await self._store.get_messages(session_id, range(begin, end + 1))):
+                m = TranscriptMessage.from_payload(p)
+                if m.run_id == run_id:
+                    first = m.seq
+                    if m.role == "user":
+                        return first
+                elif m.run_id:
+                    return first  # an earlier turn (or a later one: then nothing of the run is last)
+            end = begin - 1
+        return first
+
     async def list_messages(
         self, session_id: str, page_size: int, after_seq: int
     ) -> tuple[list[TranscriptMessage], int]:

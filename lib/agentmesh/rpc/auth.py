@@ -83,6 +83,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "DeleteSession": _allow("gateway", "agent"),
         "ListMessages": _allow("gateway", "agent"),
         "AppendMessages": _allow("agent"),
+        # A turn rolled back by a newer message (ChatOptions.if_busy "rollback").
+        "DropRun": _allow("gateway"),
         # Long-term memory: the agent's memory tools, and `agentmesh memory` for users.
         "Remember": _allow("agent", USERS),
         "Search": _allow("agent", USERS),
