@@ -45,6 +45,10 @@ def register(subparsers) -> None:
                       help="stop this turn cleanly (stop_reason budget) once it has used this many tokens")
     chat.add_argument("--session-token-budget", type=_budget, default=0, metavar="TOKENS",
                       help="stop once the session as a whole has used this many tokens")
+    chat.add_argument("--if-busy", choices=("reject", "enqueue", "interrupt", "rollback"), default="",
+                      help="if the session is already running a turn: refuse (reject), wait for it (enqueue), "
+                           "stop it and go on from its finished steps (interrupt), or stop it and remove its "
+                           "steps (rollback); default: the gateway's AGENTMESH_GATEWAY_IF_BUSY")
     chat.set_defaults(func=run_chat)
 
 
@@ -297,7 +301,8 @@ async def run_chat(args) -> int:
     session_id = args.session or new_id("s")
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
                                       approval_tools=args.require_approval, token_budget=args.token_budget,
-                                      session_token_budget=args.session_token_budget, plan=args.plan)
+                                      session_token_budget=args.session_token_budget, plan=args.plan,
+                                      if_busy=args.if_busy)
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
     if args.json:

@@ -135,3 +135,20 @@ async def test_the_deployment_default_applies_when_the_request_names_none(tmp_pa
         events = await chat(stack.gateway_stub(), "dflt", "second")
         assert of_kind(events, "run_finished")[0].final_text == "two"
         assert of_kind(await first.finished(), "run_finished")[0].final_text == "one"
+
+
+async def test_cli_if_busy_interrupt_and_a_bad_policy_is_a_usage_error(stack, llm):
+    from tests.e2e.test_auth_and_cli import run_cli
+
+    gateway = stack.gateway_stub()
+    llm.add(reply("Working.", tool_call("shell", {"command": "sleep 30"})), reply("Interrupted you."))
+    first = LiveTurn(gateway, "cli-busy", "long job")
+    await wait_until(lambda: len(first.of_kind("tool_call")) == 1)
+
+    code, out, err = await run_cli(stack, "chat", "new direction", "--session", "cli-busy", "--if-busy", "interrupt")
+    assert code == 0, err
+    assert "Interrupted you." in out
+    assert of_kind(await first.finished(), "run_finished")[0].stop_reason == "interrupted"
+
+    code, _, err = await run_cli(stack, "chat", "x", "--session", "cli-busy", "--if-busy", "sometimes")
+    assert code == 2 and "--if-busy" in err
