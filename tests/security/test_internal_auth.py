@@ -280,3 +280,14 @@ async def test_the_sandbox_never_sees_the_service_keys(stack):
     assert "PRIVATE KEY" not in out
     assert out.count("No such file or directory") == 3, out
     assert reply_.result.stdout.strip() == "0", out
+
+
+async def test_only_the_gateway_may_drop_a_run_from_a_transcript(stack):
+    # DropRun removes a rolled-back turn: neither the agent nor a user may rewrite history with it.
+    request = memory_pb2.DropRunRequest(session_id="victim", run_id="run-1")
+    agent = memory_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "agent", "memory", stack.addresses["memory"]))
+    err = await refused(agent.DropRun(request, timeout=10))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "only the gateway service may" in err.details()
+    gateway = memory_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "gateway", "memory", stack.addresses["memory"]))
+    err = await refused(gateway.DropRun(request, timeout=10))
+    assert err.code() == grpc.StatusCode.NOT_FOUND  # allowed through; there is no such session
