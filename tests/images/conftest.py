@@ -1,0 +1,170 @@
+"""Image tests (marker `images`): the images `make images` builds, run under podman.
+
+Skipped, with the reason, where podman, buildah or runc is missing or not running as root
+(`bash .ci/run` installs them). The first test builds the images with `make images` (buildah
+caches the layers, and the debootstrapped base is cached, so a rebuild is quick); then one
+stack serves the session: the five services from the services image in one podman pod, the
+scripted model server, and a Kubernetes API whose kubelet is podman (tests/images/podman_kube.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.images.podman import REPO_ROOT, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env
+from tests.images.podman_kube import PodmanKube
+from tests.support.llm_server import ScriptedLLMServer
+
+SERVICES = ("memory", "tools", "agent", "gateway", "scheduler")
+CLAIM = "agentmesh-workspaces"
+NAMESPACE = "agentmesh-sandbox"
+BUILD_TIMEOUT_S = 1500
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = ""
+    if missing := missing_tools():
+        reason = (f"{', '.join(missing)} not installed: the image tests build and run the images with podman, "
+                  "buildah and runc (bash .ci/run installs them, with debootstrap)")
+    elif os.geteuid() != 0:
+        reason = "the image tests need root (rootful podman: cgroup memory limits and bind-mounted volumes)"
+    if reason:
+        for item in items:
+            if "images" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def images() -> dict[str, str]:
+    """Both images, built from this tree by `make images`; their references are the chart's defaults."""
+    started = time.monotonic()
+    result = subprocess.run(["make", "--no-print-directory", "images"], cwd=REPO_ROOT, env=podman_env(),
+                            capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    assert result.returncode == 0, f"make images failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    print(f"make images: {time.monotonic() - started:.0f} s")
+    return {"services": chart_image("services"), "sandbox": chart_image("sandbox")}
+
+
+@pytest.fixture(scope="session")
+def podman():
+    runner = Podman()
+    yield runner
+    runner.cleanup()
+
+
+@dataclass
+class PodStack:
+    """The five services in one podman pod (host network, so they reach the test's servers on loopback)."""
+
+    podman: Podman
+    pod: str
+    addresses: dict[str, str]
+    containers: dict[str, str]
+    llm: ScriptedLLMServer
+    kube: PodmanKube
+    workspaces: Path
+    channels: list = field(default_factory=list)
+
+    def channel(self, service: str) -> grpc.Channel:
+        channel = grpc.insecure_channel(self.addresses[service])
+        self.channels.append(channel)
+        return channel
+
+    def close(self) -> None:
+        for channel in self.channels:
+            channel.close()
+
+
+def wait_serving(address: str, timeout_s: float = 60) -> str:
+    """The service's grpc.health.v1 status once it answers (raises past the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{address} did not answer its health check within {timeout_s:g} s")
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def stack(images, podman):
+    scratch = Path(tempfile.mkdtemp(prefix="amtest-images-", dir="/tmp"))
+    scratch.chmod(0o711)
+    workspaces = owned_directory(scratch / "workspaces")
+    kube_dir = scratch / "kube"
+    kube_dir.mkdir()
+    llm = ScriptedLLMServer().start()
+    kube = PodmanKube(podman, volumes={CLAIM: workspaces}).__enter__()
+    kube.kubeconfig(kube_dir)
+    (kube_dir / "kubeconfig.json").chmod(0o644)
+    addresses = {name: f"127.0.0.1:{free_port()}" for name in SERVICES}
+    common = {
+        **{f"AGENTMESH_{name.upper()}_ADDR": address for name, address in addresses.items()},
+        "AGENTMESH_LLM_PROVIDER": "openai",
+        "AGENTMESH_LLM_BASE_URL": llm.base_url,
+        "AGENTMESH_LLM_MODEL": "test-model",
+        "AGENTMESH_LLM_API_KEY": "sk-test-secret-key-0123456789",
+        "AGENTMESH_LLM_MAX_RETRIES": "1",
+        "AGENTMESH_DRAIN_S": "1",
+        "AGENTMESH_TRACES": "none",
+    }
+    per_service = {
+        "tools": {
+            "AGENTMESH_SANDBOX": "kubernetes",
+            "KUBECONFIG": "/etc/agentmesh/kube/kubeconfig.json",
+            "AGENTMESH_SANDBOX_NAMESPACE": NAMESPACE,
+            "AGENTMESH_SANDBOX_WORKSPACE_PVC": CLAIM,
+            "AGENTMESH_SANDBOX_IMAGE": images["sandbox"],
+            "AGENTMESH_SANDBOX_MEMORY_LIMIT": "128Mi",
+            "AGENTMESH_SANDBOX_START_TIMEOUT_S": "60",
+        },
+    }
+    pod = podman.create_pod("services", "--network", "host")
+    containers = {}
+    try:
+        for name in SERVICES:
+            home = owned_directory(scratch / name)
+            env = {**common, **per_service.get(name, {})}
+            options = [
+                "--pod", pod,
+                # What the chart's pods ask of the runtime.
+                "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                "--volume", f"{home}:/var/lib/agentmesh",
+            ]
+            if name == "tools":
+                options += ["--volume", f"{workspaces}:/var/lib/agentmesh/workspaces",
+                            "--volume", f"{kube_dir}:/etc/agentmesh/kube:ro"]
+            for key, value in env.items():
+                options += ["--env", f"{key}={value}"]
+            containers[name] = podman.start_container(name, images["services"], name, options=tuple(options))
+        for name in SERVICES:
+            try:
+                wait_serving(addresses[name])
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc}\n{podman.logs(containers[name])[-3000:]}") from None
+        running = PodStack(podman, pod, addresses, containers, llm, kube, workspaces)
+        yield running
+        running.close()
+    finally:
+        for name in reversed(list(containers)):
+            podman.run("stop", "--time", "2", containers[name], check=False)
+        podman.run("pod", "rm", "--force", "--time", "0", pod, check=False)
+        kube.__exit__(None, None, None)
+        llm.close()
+        shutil.rmtree(scratch, ignore_errors=True)
