@@ -8,6 +8,7 @@
 # tarball in $AGENTMESH_IMAGE_CACHE (default ~/.cache/agentmesh/images), so a second build on
 # the same machine skips debootstrap, and an image already in the store is kept as it is.
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"  # debootstrap
 BASE_IMAGE=${1:-localhost/agentmesh-base:bookworm}
 CACHE=${AGENTMESH_IMAGE_CACHE:-$HOME/.cache/agentmesh/images}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}

@@ -26,7 +26,9 @@ SERVICE_UID = 10001
 
 
 def missing_tools() -> list[str]:
-    return [tool for tool in TOOLS if shutil.which(tool) is None]
+    # runc lives in /usr/sbin, which a non-login PATH may lack; podman finds it there anyway.
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    return [tool for tool in TOOLS if shutil.which(tool, path=path) is None]
 
 
 def podman_env() -> dict[str, str]:

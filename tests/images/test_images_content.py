@@ -14,7 +14,8 @@ import pytest
 
 from tests.images.podman import REPO_ROOT, SERVICE_UID
 
-pytestmark = pytest.mark.images
+# The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
+pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
 
 SITE = "opt/agentmesh/lib/python3.11/site-packages"
 # Where each import package's sources live in the tree (pyproject.toml's package-dir).

@@ -17,7 +17,8 @@ import pytest
 from agentmesh.v1 import tools_pb2, tools_pb2_grpc
 from tests.images.podman import SERVICE_UID
 
-pytestmark = pytest.mark.images
+# The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
+pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
 
 STATUS_FIELDS = "Uid|Gid|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp"
 SHOW_IDENTITY = f"id; grep -E '^({STATUS_FIELDS}):' /proc/self/status"

@@ -16,7 +16,8 @@ from tests.images.podman import SERVICE_UID
 from tests.images.test_sandbox_pod import SHOW_IDENTITY, proc_status
 from tests.support.llm_server import reply, tool_call
 
-pytestmark = pytest.mark.images
+# The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
+pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
 
 
 @pytest.mark.parametrize("service", SERVICES)
