@@ -10,7 +10,7 @@
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"  # debootstrap
 BASE_IMAGE=${1:-localhost/agentmesh-base:bookworm}
-CACHE=${AGENTMESH_IMAGE_CACHE:-$HOME/.cache/agentmesh/images}
+CACHE=${AGENTMESH_IMAGE_CACHE:-${HOME:-/root}/.cache/agentmesh/images}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PODMAN=${PODMAN:-podman}
 # What both Dockerfiles expect of their base (python:3.11-slim-bookworm has the same): a python3

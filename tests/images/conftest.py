@@ -123,6 +123,8 @@ def stack(images, podman):
         "AGENTMESH_LLM_MAX_RETRIES": "1",
         "AGENTMESH_DRAIN_S": "1",
         "AGENTMESH_TRACES": "none",
+        # The host's network is shared: no fixed port for the gateway's HTTP side either.
+        "AGENTMESH_GATEWAY_HTTP_ADDR": f"127.0.0.1:{free_port()}",
     }
     per_service = {
         "tools": {

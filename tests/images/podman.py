@@ -2,7 +2,7 @@
 
 Every podman call uses docker/containers.conf (runc, the cgroupfs manager, ulimits the host
 grants), so the tests run the way `make images` builds. Names carry a per-run prefix, so test
-runs on the same machine never touch each other's containers, pods or volumes; `Podman.cleanup`
+runs on the same machine never touch each other's containers or pods; `Podman.cleanup`
 removes everything this run created, on failure too.
 """
 
@@ -60,7 +60,6 @@ class Podman:
         self.prefix = f"{prefix}-{secrets.token_hex(4)}"
         self.containers: list[str] = []
         self.pods: list[str] = []
-        self.volumes: list[str] = []
 
     def name(self, what: str) -> str:
         return f"{self.prefix}-{what}"
@@ -91,13 +90,6 @@ class Podman:
         self.run("pod", "create", "--name", name, *options)
         return name
 
-    def bind_volume(self, what: str, directory: Path) -> str:
-        """A named volume backed by a host directory (how a PersistentVolumeClaim is stood in for)."""
-        name = self.name(what)
-        self.volumes.append(name)
-        self.run("volume", "create", "--opt", "type=none", "--opt", "o=bind", "--opt", f"device={directory}", name)
-        return name
-
     def logs(self, name: str) -> str:
         result = self.run("logs", name, check=False)
         return (result.stdout + result.stderr).decode(errors="replace")
@@ -107,8 +99,6 @@ class Podman:
             self.run("pod", "rm", "--force", "--time", "0", pod, check=False)
         for container in reversed(self.containers):
             self.run("rm", "--force", "--time", "0", container, check=False)
-        for volume in self.volumes:
-            self.run("volume", "rm", "--force", volume, check=False)
         leftovers = self.text("ps", "--all", "--filter", f"name={self.prefix}", "--format", "{{.Names}}", check=False).split()
         if leftovers:
             print(f"podman: could not remove {leftovers}", file=sys.stderr)
