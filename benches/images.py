@@ -61,7 +61,7 @@ def container_start_s(podman: Podman, image: str, name: str, scratch: Path, run:
     container = podman.start_container(f"{name}-{run}", image, name, options=tuple(options))
     wait_serving(f"127.0.0.1:{port}")
     elapsed = time.perf_counter() - started
-    podman.run("rm", "--force", "--time", "0", container, check=False)
+    podman.run("rm", "--force", "--volumes", "--time", "0", container, check=False)
     return elapsed
 
 

@@ -98,7 +98,7 @@ class Podman:
         for pod in reversed(self.pods):
             self.run("pod", "rm", "--force", "--time", "0", pod, check=False)
         for container in reversed(self.containers):
-            self.run("rm", "--force", "--time", "0", container, check=False)
+            self.run("rm", "--force", "--volumes", "--time", "0", container, check=False)
         leftovers = self.text("ps", "--all", "--filter", f"name={self.prefix}", "--format", "{{.Names}}", check=False).split()
         if leftovers:
             print(f"podman: could not remove {leftovers}", file=sys.stderr)

@@ -33,6 +33,7 @@ def services_root(images, podman) -> Path:
     podman.run("create", "--name", name, images["services"])
     yield Path(podman.text("mount", name).strip())
     podman.run("umount", name, check=False)
+    podman.run("rm", "--volumes", name, check=False)
 
 
 def image_config(podman, image: str) -> dict:
