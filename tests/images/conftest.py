@@ -102,6 +102,48 @@ def wait_serving(address: str, timeout_s: float = 60) -> str:
             time.sleep(0.2)
 
 
+class PortTaken(Exception):
+    pass
+
+
+def start_services(podman: Podman, images: dict[str, str], scratch: Path, env: dict[str, str],
+                   tools_env: dict[str, str], workspaces: Path, kube_dir: Path, attempt: int):
+    """The five containers in one pod on the host's network; (pod, addresses, containers)."""
+    addresses = {name: f"127.0.0.1:{free_port()}" for name in SERVICES}
+    common = {
+        **{f"AGENTMESH_{name.upper()}_ADDR": address for name, address in addresses.items()},
+        # The host's network is shared: no fixed port for the gateway's HTTP side either.
+        "AGENTMESH_GATEWAY_HTTP_ADDR": f"127.0.0.1:{free_port()}",
+        **env,
+    }
+    pod = podman.create_pod(f"services-{attempt}", "--network", "host")
+    containers: dict[str, str] = {}
+    for name in SERVICES:
+        home = owned_directory(scratch / f"{name}-{attempt}")
+        options = [
+            "--pod", pod,
+            # What the chart's pods ask of the runtime.
+            "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--volume", f"{home}:/var/lib/agentmesh",
+        ]
+        if name == "tools":
+            options += ["--volume", f"{workspaces}:/var/lib/agentmesh/workspaces",
+                        "--volume", f"{kube_dir}:/etc/agentmesh/kube:ro"]
+        for key, value in {**common, **(tools_env if name == "tools" else {})}.items():
+            options += ["--env", f"{key}={value}"]
+        containers[name] = podman.start_container(f"{name}-{attempt}", images["services"], name, options=tuple(options))
+    for name in SERVICES:
+        try:
+            wait_serving(addresses[name])
+        except TimeoutError as exc:
+            logs = podman.logs(containers[name])
+            podman.run("pod", "rm", "--force", "--time", "0", pod, check=False)
+            if "the port is taken" in logs:
+                raise PortTaken(logs[-500:]) from None
+            raise AssertionError(f"{exc}\n{logs[-3000:]}") from None
+    return pod, addresses, containers
+
+
 @pytest.fixture(scope="session")
 def stack(images, podman):
     scratch = Path(tempfile.mkdtemp(prefix="amtest-images-", dir="/tmp"))
@@ -113,9 +155,7 @@ def stack(images, podman):
     kube = PodmanKube(podman, volumes={CLAIM: workspaces}).__enter__()
     kube.kubeconfig(kube_dir)
     (kube_dir / "kubeconfig.json").chmod(0o644)
-    addresses = {name: f"127.0.0.1:{free_port()}" for name in SERVICES}
-    common = {
-        **{f"AGENTMESH_{name.upper()}_ADDR": address for name, address in addresses.items()},
+    env = {
         "AGENTMESH_LLM_PROVIDER": "openai",
         "AGENTMESH_LLM_BASE_URL": llm.base_url,
         "AGENTMESH_LLM_MODEL": "test-model",
@@ -123,50 +163,35 @@ def stack(images, podman):
         "AGENTMESH_LLM_MAX_RETRIES": "1",
         "AGENTMESH_DRAIN_S": "1",
         "AGENTMESH_TRACES": "none",
-        # The host's network is shared: no fixed port for the gateway's HTTP side either.
-        "AGENTMESH_GATEWAY_HTTP_ADDR": f"127.0.0.1:{free_port()}",
     }
-    per_service = {
-        "tools": {
-            "AGENTMESH_SANDBOX": "kubernetes",
-            "KUBECONFIG": "/etc/agentmesh/kube/kubeconfig.json",
-            "AGENTMESH_SANDBOX_NAMESPACE": NAMESPACE,
-            "AGENTMESH_SANDBOX_WORKSPACE_PVC": CLAIM,
-            "AGENTMESH_SANDBOX_IMAGE": images["sandbox"],
-            "AGENTMESH_SANDBOX_MEMORY_LIMIT": "128Mi",
-            "AGENTMESH_SANDBOX_START_TIMEOUT_S": "60",
-        },
+    tools_env = {
+        "AGENTMESH_SANDBOX": "kubernetes",
+        "KUBECONFIG": "/etc/agentmesh/kube/kubeconfig.json",
+        "AGENTMESH_SANDBOX_NAMESPACE": NAMESPACE,
+        "AGENTMESH_SANDBOX_WORKSPACE_PVC": CLAIM,
+        "AGENTMESH_SANDBOX_IMAGE": images["sandbox"],
+        "AGENTMESH_SANDBOX_MEMORY_LIMIT": "128Mi",
+        "AGENTMESH_SANDBOX_START_TIMEOUT_S": "60",
     }
-    pod = podman.create_pod("services", "--network", "host")
-    containers = {}
+    pod = ""
+    containers: dict[str, str] = {}
     try:
-        for name in SERVICES:
-            home = owned_directory(scratch / name)
-            env = {**common, **per_service.get(name, {})}
-            options = [
-                "--pod", pod,
-                # What the chart's pods ask of the runtime.
-                "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--volume", f"{home}:/var/lib/agentmesh",
-            ]
-            if name == "tools":
-                options += ["--volume", f"{workspaces}:/var/lib/agentmesh/workspaces",
-                            "--volume", f"{kube_dir}:/etc/agentmesh/kube:ro"]
-            for key, value in env.items():
-                options += ["--env", f"{key}={value}"]
-            containers[name] = podman.start_container(name, images["services"], name, options=tuple(options))
-        for name in SERVICES:
+        for attempt in range(3):
             try:
-                wait_serving(addresses[name])
-            except TimeoutError as exc:
-                raise AssertionError(f"{exc}\n{podman.logs(containers[name])[-3000:]}") from None
+                pod, addresses, containers = start_services(podman, images, scratch, env, tools_env, workspaces, kube_dir, attempt)
+                break
+            except PortTaken:
+                # Another program on this shared machine took a chosen port first: new ports.
+                if attempt == 2:
+                    raise
         running = PodStack(podman, pod, addresses, containers, llm, kube, workspaces)
         yield running
         running.close()
     finally:
         for name in reversed(list(containers)):
             podman.run("stop", "--time", "2", containers[name], check=False)
-        podman.run("pod", "rm", "--force", "--time", "0", pod, check=False)
+        if pod:
+            podman.run("pod", "rm", "--force", "--time", "0", pod, check=False)
         kube.__exit__(None, None, None)
         llm.close()
         shutil.rmtree(scratch, ignore_errors=True)
