@@ -30,8 +30,9 @@ from agentmesh.tools.sandbox.base import CommandSpec
 from agentmesh.tools.sandbox.k8s_job import build_job, job_name
 from agentmesh.tools.settings import KubernetesSandbox
 from benches.sandbox import machine
-from tests.images.conftest import SERVICES, wait_serving
-from tests.images.podman import REPO_ROOT, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env
+from tests.images.podman import (
+    REPO_ROOT, SERVICES, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env, wait_serving,
+)
 from tests.images.podman_kube import kubelet_pod
 
 BASE_IMAGE = "localhost/agentmesh-base:bookworm"

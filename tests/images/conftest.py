@@ -19,13 +19,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.images.podman import REPO_ROOT, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env
+from tests.images.podman import (
+    REPO_ROOT, SERVICES, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env, wait_serving,
+)
 from tests.images.podman_kube import PodmanKube
 from tests.support.llm_server import ScriptedLLMServer
 
-SERVICES = ("memory", "tools", "agent", "gateway", "scheduler")
 CLAIM = "agentmesh-workspaces"
 NAMESPACE = "agentmesh-sandbox"
 BUILD_TIMEOUT_S = 1500
@@ -83,23 +83,6 @@ class PodStack:
     def close(self) -> None:
         for channel in self.channels:
             channel.close()
-
-
-def wait_serving(address: str, timeout_s: float = 60) -> str:
-    """The service's grpc.health.v1 status once it answers (raises past the deadline)."""
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while True:
-            try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{address} did not answer its health check within {timeout_s:g} s")
-            time.sleep(0.2)
 
 
 class PortTaken(Exception):

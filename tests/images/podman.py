@@ -16,13 +16,19 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONTAINERS_CONF = REPO_ROOT / "docker" / "containers.conf"
 CHART = REPO_ROOT / "helm" / "agentmesh"
 TOOLS = ("podman", "buildah", "runc")
+# In start order: each one's peers are up before it.
+SERVICES = ("memory", "tools", "agent", "gateway", "scheduler")
 SERVICE_UID = 10001
 
 
@@ -57,6 +63,23 @@ def free_port() -> int:
             except OSError:
                 continue
             return port
+
+
+def wait_serving(address: str, timeout_s: float = 60) -> str:
+    """The service's grpc.health.v1 status once it answers (raises past the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{address} did not answer its health check within {timeout_s:g} s")
+            time.sleep(0.2)
 
 
 class PodmanError(RuntimeError):

@@ -11,8 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.images.conftest import SERVICES
-from tests.images.podman import SERVICE_UID
+from tests.images.podman import SERVICE_UID, SERVICES
 from tests.images.test_sandbox_pod import SHOW_IDENTITY, proc_status
 from tests.support.llm_server import reply, tool_call
 
