@@ -21,8 +21,10 @@ import grpc
 import pytest
 
 from tests.images.podman import (
-    REPO_ROOT, SERVICES, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env, wait_serving,
+    REPO_ROOT, SERVICE_UID, SERVICES, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env, wait_serving,
 )
+from agentmesh.rpc.auth import SERVICE_TOKEN_HEADER
+from agentmesh.rpc.identity import ServiceIdentity
 from tests.images.podman_kube import PodmanKube
 from tests.support.llm_server import ScriptedLLMServer
 
@@ -73,12 +75,17 @@ class PodStack:
     llm: ScriptedLLMServer
     kube: PodmanKube
     workspaces: Path
+    keys: Path
     channels: list = field(default_factory=list)
 
     def channel(self, service: str) -> grpc.Channel:
         channel = grpc.insecure_channel(self.addresses[service])
         self.channels.append(channel)
         return channel
+
+    def signed_as(self, caller: str, audience: str) -> tuple[tuple[str, str], ...]:
+        """Call metadata with a token `caller` signs for `audience`, as that service would send it."""
+        return ((SERVICE_TOKEN_HEADER, ServiceIdentity.open(caller, self.keys).sign(audience)),)
 
     def close(self) -> None:
         for channel in self.channels:
@@ -89,6 +96,21 @@ class PortTaken(Exception):
     pass
 
 
+def service_keys(scratch: Path) -> Path:
+    """Every service's key pair, made once; each container gets the public keys and its own
+    private key only, read-only, as the chart mounts them from Secrets."""
+    every = scratch / "keys"
+    for name in SERVICES:
+        ServiceIdentity.open(name, every)
+    for name in SERVICES:
+        own = owned_directory(scratch / f"keys-{name}")
+        for path in [*every.glob("*.pub"), every / f"{name}.key"]:
+            (own / path.name).write_bytes(path.read_bytes())
+            os.chown(own / path.name, SERVICE_UID, SERVICE_UID)
+            (own / path.name).chmod(0o600 if path.suffix == ".key" else 0o644)
+    return every
+
+
 def start_services(podman: Podman, images: dict[str, str], scratch: Path, env: dict[str, str],
                    tools_env: dict[str, str], workspaces: Path, kube_dir: Path, attempt: int):
     """The five containers in one pod on the host's network; (pod, addresses, containers)."""
@@ -97,6 +119,7 @@ def start_services(podman: Podman, images: dict[str, str], scratch: Path, env: d
         **{f"AGENTMESH_{name.upper()}_ADDR": address for name, address in addresses.items()},
         # The host's network is shared: no fixed port for the gateway's HTTP side either.
         "AGENTMESH_GATEWAY_HTTP_ADDR": f"127.0.0.1:{free_port()}",
+        "AGENTMESH_SERVICE_KEYS_DIR": "/etc/agentmesh/keys",
         **env,
     }
     pod = podman.create_pod(f"services-{attempt}", "--network", "host")
@@ -108,6 +131,7 @@ def start_services(podman: Podman, images: dict[str, str], scratch: Path, env: d
             # What the chart's pods ask of the runtime.
             "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
             "--volume", f"{home}:/var/lib/agentmesh",
+            "--volume", f"{scratch / f'keys-{name}'}:/etc/agentmesh/keys:ro",
         ]
         if name == "tools":
             options += ["--volume", f"{workspaces}:/var/lib/agentmesh/workspaces",
@@ -134,6 +158,7 @@ def stack(images, podman):
     workspaces = owned_directory(scratch / "workspaces")
     kube_dir = scratch / "kube"
     kube_dir.mkdir()
+    keys = service_keys(scratch)
     llm = ScriptedLLMServer().start()
     kube = PodmanKube(podman, volumes={CLAIM: workspaces}).__enter__()
     kube.kubeconfig(kube_dir)
@@ -167,7 +192,7 @@ def stack(images, podman):
                 # Another program on this shared machine took a chosen port first: new ports.
                 if attempt == 2:
                     raise
-        running = PodStack(podman, pod, addresses, containers, llm, kube, workspaces)
+        running = PodStack(podman, pod, addresses, containers, llm, kube, workspaces, keys)
         yield running
         running.close()
     finally:

@@ -28,7 +28,8 @@ def shell(stack, command: str, session_id: str, call_id: str = "c1", timeout_s: 
     stub = tools_pb2_grpc.ToolsStub(stack.channel("tools"))
     request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call_id, name="shell",
                                        arguments_json=json.dumps({"command": command}), timeout_s=timeout_s)
-    return stub.Execute(request, timeout=180).result
+    # The tools service takes calls from the agent only: this test signs as the agent does.
+    return stub.Execute(request, timeout=180, metadata=stack.signed_as("agent", "tools")).result
 
 
 def proc_status(output: str) -> dict[str, str]:

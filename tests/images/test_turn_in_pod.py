@@ -51,4 +51,5 @@ def test_a_tool_using_turn_across_the_five_containers(stack):
     assert f"uid={SERVICE_UID}" in tool_messages[-1]["content"]
     assert (stack.workspaces / "turn-1" / "note.txt").read_text() == "from-the-pod\n"
     played = next(m for m in reversed(stack.kube.played) if m["metadata"]["labels"]["agentmesh.io/session"] == "turn-1")
-    assert played["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", command]
+    # The executor's command: the workspace-quota wrapper around the model's shell command.
+    assert played["spec"]["containers"][0]["command"][-3:] == ["/bin/sh", "-c", command]
