@@ -152,3 +152,34 @@ async def test_cli_if_busy_interrupt_and_a_bad_policy_is_a_usage_error(stack, ll
 
     code, _, err = await run_cli(stack, "chat", "x", "--session", "cli-busy", "--if-busy", "sometimes")
     assert code == 2 and "--if-busy" in err
+
+
+async def test_typing_in_the_repl_while_the_agent_works_interrupts_it(stack, llm):
+    import os
+    import pty
+    import sys
+
+    from tests.e2e.test_approvals import cli_env, read_until
+
+    llm.add(reply("Working.", tool_call("shell", {"command": "sleep 30"})), reply("Redirected at once."))
+    controller, terminal = pty.openpty()  # the REPL's stdin is a terminal, as for a person
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentmesh.cli.main", "chat", "--session", "repl", env=cli_env(stack),
+        stdin=terminal, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    os.close(terminal)
+    try:
+        os.write(controller, b"a long job\n")
+        await read_until(proc.stdout, lambda line: line.startswith("→ shell"))
+        os.write(controller, b"never mind, something else\n")
+        lines = await read_until(proc.stdout, lambda line: "Redirected at once." in line)
+        os.write(controller, b"\n")  # an empty line leaves
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        os.close(controller)
+        if proc.returncode is None:
+            proc.kill()
+    assert any("done (interrupted)" in line for line in lines), lines
+    users = [m.content for m in await transcript(stack.gateway_stub(), "repl") if m.role == "user"]
+    assert users == ["a long job", "never mind, something else"]
+    assert protocol_errors(llm.requests[-1].body["messages"]) == []
