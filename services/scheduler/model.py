@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 CONCURRENCY_POLICIES = ("forbid", "replace", "allow")
 MISSED_RUN_POLICIES = ("run_once", "skip")
+# ChatOptions.if_busy (the gateway's): "" leaves it to the gateway's AGENTMESH_GATEWAY_IF_BUSY.
+IF_BUSY_POLICIES = ("", "reject", "enqueue", "interrupt", "rollback")
 RUN_STATUSES = ("running", "succeeded", "failed", "skipped", "cancelled")
 TRIGGERS = ("schedule", "manual", "catch_up", "startup")
 
@@ -32,6 +34,8 @@ class Job:
     # behalf, so the principal reaches the gateway and every hop after it.
     created_by: str = ""
     created_by_tenant: str = ""
+    # ChatOptions.if_busy of its runs: what a run does to its session's running turn.
+    if_busy: str = ""
 
 
 @dataclass
@@ -58,6 +62,7 @@ class RunRequest:
     timeout_s: float
     principal: str = ""  # the job's creator; empty: the scheduler itself
     tenant: str = ""
+    if_busy: str = ""
 
 
 @dataclass(frozen=True)
