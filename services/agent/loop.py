@@ -40,6 +40,8 @@ from agentmesh.agent import capabilities, compaction, context, deep, subagents
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
+from agentmesh.agent.model_choice import ModelChoice, NamedModel
+from agentmesh.models import DEFAULT_MODEL
 from agentmesh.agent.ports import (
     BackgroundCommands,
     LongTermMemory,
@@ -111,6 +113,7 @@ class Agent:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
         sessions: subagents.ChildSessions | None = None,
         background: BackgroundCommands | None = None,
+        models: dict[str, NamedModel] | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -123,6 +126,8 @@ class Agent:
         self.clock = clock
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
+        # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
+        self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a
@@ -135,7 +140,8 @@ class TurnRun:
         self.agent = agent
         self.request = request
         self.settings = agent.settings
-        self.model = request.model or agent.model
+        self.models = ModelChoice(agent.models, request.model)
+        self.model = self.models.current.model
         self.max_iterations = deep.step_budget(request, agent.settings)
         self.usage = Usage()
         self.iterations = 0
@@ -226,7 +232,7 @@ class TurnRun:
             "gen_ai.agent.name": subagents.agent_name(self.settings.name, req),
             "gen_ai.conversation.id": req.session_id,
             "gen_ai.request.model": self.model,
-            "gen_ai.provider.name": self.agent.provider.name,
+            "gen_ai.provider.name": self.models.current.provider.name,
             "agentmesh.session_id": req.session_id,
             "agentmesh.run_id": req.run_id,
             **subagents.span_attributes(req),
@@ -459,8 +465,21 @@ class TurnRun:
             max_tokens=s.max_tokens,
         )
         self.iterations += 1
-        return await traced_model_call(self.agent.provider, self.agent.telemetry, request,
-                                       usage=self.usage, emit=self._emit)
+        while True:
+            chosen = self.models.current
+            request = dataclasses.replace(request, model=chosen.model,
+                                          max_tokens=chosen.max_output_tokens or request.max_tokens)
+            try:
+                return await traced_model_call(chosen.provider, self.agent.telemetry, request,
+                                               usage=self.usage, emit=self._emit)
+            except AgentmeshError as exc:
+                fallback = self.models.fall_back()
+                if fallback is None:
+                    raise
+                log.warning("model failed; falling back", model=chosen.name, fallback=fallback.name, error=exc.message)
+                self._emit(StatusEvent(f"model {chosen.name!r} failed ({exc.message}); "
+                                       f"falling back to {fallback.name!r}"))
+                self.model = self._ctx.model = fallback.model
 
     # --- tool calls ---------------------------------------------------------------------------
 

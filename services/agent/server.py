@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 
 from agentmesh.config import Settings, env_str
@@ -25,6 +26,8 @@ from agentmesh.agent.adapters import (
     outcome_to_proto,
 )
 from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.model_choice import NamedModel
+from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec, load_catalog
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent import types as t
@@ -208,6 +211,27 @@ def _model_name(settings: Settings) -> str:
     return settings.llm.model
 
 
+def default_model_spec(settings: Settings) -> ModelSpec:
+    """The AGENTMESH_LLM_* model as the catalogue's `default`."""
+    llm = settings.llm
+    return ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.base_url, model=_model_name(settings))
+
+
+def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings: AgentSettings, telemetry: Telemetry):
+    """A provider for each catalogue model but the default (built by the caller); their closers."""
+    named: dict[str, NamedModel] = {}
+    closers = []
+    for spec in catalog.models.values():
+        if spec.name == DEFAULT_MODEL:
+            continue
+        llm = dataclasses.replace(settings.llm, provider=spec.provider, base_url=spec.base_url.rstrip("/"),
+                                  model=spec.model, api_key=settings.environ.get(spec.api_key_env, "") if spec.api_key_env else "")
+        provider, close = build_provider(llm, agent_settings, telemetry, base_url_set=True)
+        named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens)
+        closers.append(close)
+    return named, closers
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     agent_settings = AgentSettings.from_env(settings.environ)
     provider, close_provider = build_provider(
@@ -220,7 +244,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     memory_channel = open_channel(memory_target, telemetry, identity=identity, audience="memory")
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
                                  timeout_s=agent_settings.memory_timeout_s)
+    catalog = load_catalog(env_str(settings.environ, "AGENTMESH_MODELS"), default_model_spec(settings))
+    named, closers = build_named_models(catalog, settings, agent_settings, telemetry)
     agent = Agent(
+        models=named,
         provider=provider,
         tools=GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s),
         transcripts=GrpcTranscripts(memory_client),
@@ -237,6 +264,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
 
     async def close() -> None:
         await close_provider()
+        for close_named in closers:
+            await close_named()
         await tools_channel.close()
         await memory_channel.close()
 

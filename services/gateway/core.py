@@ -20,6 +20,7 @@ from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.modes import validate_mode
+from agentmesh.models import DEFAULT_MODEL
 from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
 
 log = get_logger("agentmesh.gateway")
@@ -159,6 +160,9 @@ class Gateway:
             raise InvalidArgument("options.system_prompt is longer than the message limit")
         if len(request.options.model) > 200:
             raise InvalidArgument("options.model is longer than 200 characters")
+        model = request.options.model
+        if model and self._settings.models.get(model) is None and model != self._settings.default_model_id:
+            raise InvalidArgument(self._settings.models.unknown_model_message(model))
         validate_mode(request.options.mode)
         validate_if_busy(request.options.if_busy)
         for name in ("token_budget", "session_token_budget"):
@@ -239,6 +243,17 @@ class Gateway:
             else:
                 del self._active[session_id]
         turn.ended.set()
+
+    def list_models(self) -> gateway_pb2.ListModelsResponse:
+        catalog = self._settings.models
+        return gateway_pb2.ListModelsResponse(models=[
+            gateway_pb2.ModelInfo(
+                name=spec.name, provider=spec.provider, model=spec.model, context_window=spec.context_window,
+                input_price_per_mtok=spec.input_price_per_mtok, output_price_per_mtok=spec.output_price_per_mtok,
+                max_output_tokens=spec.max_output_tokens, fallback=spec.fallback, is_default=spec.name == DEFAULT_MODEL,
+            )
+            for spec in (catalog.get(name) for name in catalog.names()) if spec is not None
+        ])
 
     def has_active_turn(self, session_id: str) -> bool:
         """Whether this replica runs a turn of `session_id` now (routing serves such calls here)."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 
-from agentmesh.config import Settings
+from agentmesh.config import Settings, env_str
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.models import DEFAULT_MODEL, ModelSpec
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
@@ -101,15 +102,26 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._core.pending_approvals(request.session_id)
 
     @translate_errors
+    async def ListModels(self, request, context):
+        return self._core.list_models()
+
+    @translate_errors
     async def GetTranscript(self, request, context):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
+
+
+def default_model_spec(settings: Settings) -> ModelSpec:
+    """The AGENTMESH_LLM_* model, as the agent names it (`default`)."""
+    llm = settings.llm
+    model = "scripted" if llm.provider == "scripted" and not env_str(settings.environ, "AGENTMESH_LLM_MODEL") else llm.model
+    return ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.base_url, model=model)
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
                 peer_resolver: Resolver = resolve_addresses) -> ServiceHost:
     """The gateway, unstarted. `peer_resolver` answers the DNS lookups of
     AGENTMESH_GATEWAY_PEERS=dns:///...; tests give one that answers what they choose."""
-    gateway_settings = GatewaySettings.from_env(settings.environ)
+    gateway_settings = GatewaySettings.from_env(settings.environ, default_model_spec(settings))
     identity = ServiceIdentity.open("gateway", settings.keys_dir)
     channels = {
         name: open_channel(settings.address_of(name), telemetry, identity=identity, audience=name)

@@ -7,6 +7,7 @@ from typing import Mapping
 
 from agentmesh.config import ConfigError, env_float, env_int, env_str
 from agentmesh.gateway.routing import PeerSpec, normalize_address
+from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec, load_catalog
 
 # What a message to a busy session does (ChatOptions.if_busy); the first is the default.
 IF_BUSY_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
@@ -22,6 +23,9 @@ class GatewaySettings:
     turn_timeout_s: float = 1800.0
     # What a message to a session that runs a turn does when its ChatOptions.if_busy is empty.
     if_busy: str = "reject"
+    # The models turns may name (ChatOptions.model); by default only the AGENTMESH_LLM_* one.
+    models: ModelCatalog = field(default_factory=ModelCatalog)
+    default_model_id: str = ""
     # Session routing across replicas (docs/api.md "Scaling the gateway"). No peers: this
     # replica serves every session itself, as a single gateway does.
     peers: PeerSpec = field(default_factory=PeerSpec)
@@ -37,7 +41,7 @@ class GatewaySettings:
         return max(1024 * 1024, 4 * self.max_message_chars + 256 * 1024)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "GatewaySettings":
+    def from_env(cls, env: Mapping[str, str], default_model: ModelSpec | None = None) -> "GatewaySettings":
         peers = PeerSpec.parse(env_str(env, "AGENTMESH_GATEWAY_PEERS"))
         advertise = env_str(env, "AGENTMESH_GATEWAY_ADVERTISE_ADDR")
         if peers.enabled and not advertise:
@@ -53,8 +57,11 @@ class GatewaySettings:
         if_busy = env_str(env, "AGENTMESH_GATEWAY_IF_BUSY", cls.if_busy) or cls.if_busy
         if if_busy not in IF_BUSY_POLICIES:
             raise ConfigError(f"AGENTMESH_GATEWAY_IF_BUSY must be one of {', '.join(IF_BUSY_POLICIES)}, got {if_busy!r}")
+        default_model = default_model or ModelSpec(DEFAULT_MODEL, "scripted", "", "scripted")
         return cls(
             if_busy=if_busy,
+            models=load_catalog(env_str(env, "AGENTMESH_MODELS"), default_model),
+            default_model_id=default_model.model,
             max_message_chars=env_int(env, "AGENTMESH_GATEWAY_MAX_MESSAGE_CHARS", cls.max_message_chars, minimum=1),
             max_iterations_cap=env_int(env, "AGENTMESH_GATEWAY_MAX_ITERATIONS_CAP", cls.max_iterations_cap, minimum=1),
             turn_timeout_s=env_float(env, "AGENTMESH_GATEWAY_TURN_TIMEOUT_S", cls.turn_timeout_s, minimum=1),
