@@ -86,3 +86,21 @@ async def test_a_failing_model_falls_back_and_says_so(stack, llm, second, flaky)
     assert any("model 'flaky' failed" in n and "falling back to 'second'" in n for n in notes), notes
     assert len(flaky.requests) == 2  # the first try and its one retry
     assert second.requests[0].body["model"] == "second-model"
+
+
+async def test_cli_models_prints_a_table_and_json(stack):
+    import json
+
+    from tests.e2e.test_auth_and_cli import run_cli
+
+    code, out, err = await run_cli(stack, "models")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "PROVIDER", "MODEL", "CONTEXT", "$/MTOK", "IN", "$/MTOK", "OUT", "FALLBACK"]
+    assert lines[1].split()[:3] == ["default", "*", "openai"]
+    assert lines[3].split() == ["second", "openai", "second-model", "32768", "0.5", "1.5", "-"]
+    print(out)
+    code, out, err = await run_cli(stack, "models", "--json")
+    assert code == 0, err
+    second = {m["name"]: m for m in json.loads(out)}["second"]
+    assert second["context_window"] == 32768 and second["output_price_per_mtok"] == 1.5
