@@ -334,9 +334,11 @@ class TurnRun:
         try:
             for finished in asyncio.as_completed(tasks):
                 outcome = await finished
-                self._emit(ToolResultEvent(outcome))
+                # Saved before it is shown: a result the client saw is never missing from the
+                # transcript (if memory stays away, the turn fails without showing it).
                 await self._persist([outcome.as_message(self.request.run_id)])
                 saved.add(outcome.call_id)
+                self._emit(ToolResultEvent(outcome))
         except BaseException:
             for task in tasks:
                 task.cancel()
