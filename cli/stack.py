@@ -10,6 +10,7 @@ service is left running on its ports.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import ctypes
 import ctypes.util
@@ -44,6 +45,8 @@ EXIT_MARGIN_S = 10.0
 def register(subparsers) -> None:
     serve = subparsers.add_parser("serve", help="run one service in the foreground (what a container runs)")
     serve.add_argument("service", choices=SERVICES)
+    # Set by `up` for its children: stop when that process dies (see die_with_parent).
+    serve.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)
     serve.set_defaults(func=run_serve)
 
     up = subparsers.add_parser("up", help="run all five services locally; Ctrl-C stops them all")
@@ -53,6 +56,8 @@ def register(subparsers) -> None:
 
 
 async def run_serve(args) -> int:
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
     settings = load_settings()
     configure_logging(args.service, settings.log_level, secrets=secrets_of(settings))
     try:
@@ -92,22 +97,17 @@ def free_address() -> str:
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent_hook():
-    """A `preexec_fn` that has the kernel send the child SIGTERM when its parent dies, or None
-    where `prctl` is missing (not Linux). Runs between fork and exec, so it only calls into an
-    already loaded libc."""
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel send this process SIGTERM when `parent_pid` (the `up` that started it)
+    dies — SIGKILL included — so no service outlives it. Armed by the child itself after exec,
+    not in a `preexec_fn`: forking a process with gRPC's threads running and running Python
+    before exec crashes the child. Linux only; elsewhere a no-op."""
     libc_name = ctypes.util.find_library("c")
     if not sys.platform.startswith("linux") or not libc_name:
-        return None
-    prctl = ctypes.CDLL(libc_name, use_errno=True).prctl
-    parent = os.getpid()
-
-    def die_with_parent() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the hook was armed
-            os._exit(1)
-
-    return die_with_parent
+        return
+    ctypes.CDLL(libc_name, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 @dataclass
@@ -119,6 +119,8 @@ class LocalStack:
     children: dict[str, subprocess.Popen] = field(default_factory=dict)
     # The interpreter the children run (benches point it at another checkout's to compare).
     python: str = sys.executable
+    # Children stop when this process dies (off only for a checkout whose `serve` predates it).
+    tied_to_parent: bool = True
 
     @property
     def settings(self) -> Settings:
@@ -145,14 +147,14 @@ class LocalStack:
     def spawn(self, name: str) -> subprocess.Popen:
         """Start (or start again, after it exited) the `name` child; from the main thread."""
         out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115
+        tie = ["--parent-pid", str(os.getpid())] if self.tied_to_parent else []
         self.children[name] = subprocess.Popen(
-            [self.python, "-m", "agentmesh.cli.main", "serve", name],
+            [self.python, "-m", "agentmesh.cli.main", "serve", name, *tie],
             env=dict(self.env),
             stdout=out or None,
             stderr=out or None,
             # Own process group: the terminal's Ctrl-C reaches us, and we stop children in order.
             start_new_session=True,
-            preexec_fn=_die_with_parent_hook(),
         )
         if out:
             out.close()  # the child holds its own copy
