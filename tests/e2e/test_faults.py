@@ -113,7 +113,11 @@ async def test_sigkill_of_up_leaves_no_service_running_and_up_starts_again(tmp_p
 
     up.process.kill()
     await up.wait()
-    await wait_until(lambda: not any(is_running(pid) for pid in services), timeout=30)
+    try:
+        await wait_until(lambda: not any(is_running(pid) for pid in services), timeout=30)
+    finally:  # should the test fail, leave no orphan behind on the machine
+        for pid in filter(is_running, services):
+            os.kill(pid, signal.SIGKILL)
 
     again = Up(env, tmp_path / "up-again.log")
     try:
