@@ -206,6 +206,20 @@ class LocalStack:
                 child.wait()
 
 
+async def _healthy_unless_stopped(stack: LocalStack, stop: asyncio.Event) -> bool:
+    """Wait for the stack to be healthy; False as soon as a stop is asked for (Ctrl-C during start-up)."""
+    healthy = asyncio.ensure_future(stack.wait_healthy())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({healthy, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not healthy.done():
+        healthy.cancel()
+        await asyncio.gather(healthy, return_exceptions=True)
+        return False
+    healthy.result()  # raises CliError when a service did not come up
+    return True
+
+
 async def run_up(args) -> int:
     settings = load_settings()
     stack = LocalStack(os.environ.copy(), log_dir=settings.home / "logs" if args.logs == "files" else None)
@@ -216,7 +230,9 @@ async def run_up(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stack.wait_healthy()
+        if not await _healthy_unless_stopped(stack, stop):
+            print("stopping before the stack was up…", flush=True)
+            return EXIT_OK
         print("agentmesh is up:")
         for name, address in settings.addresses.items():
             print(f"  {name:<10} {address}")
