@@ -339,7 +339,7 @@ class TurnRun:
                 await self._persist([outcome.as_message(self.request.run_id)])
                 saved.add(outcome.call_id)
                 self._emit(ToolResultEvent(outcome))
-        except BaseException:
+        except BaseException as exc:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -349,7 +349,8 @@ class TurnRun:
                 for call, task in zip(calls, tasks)
                 if call.call_id not in saved
             ]
-            if lost:
+            # After a save memory refused (AgentmeshError), another would only wait out the same deadline.
+            if lost and not isinstance(exc, AgentmeshError):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(
                         self._persist([o.as_message(self.request.run_id) for o in lost]), self.settings.memory_timeout_s
