@@ -206,7 +206,7 @@ async def test_memory_back_within_the_save_deadline_the_turn_completes_and_keeps
         assert shown == tool_outputs(messages)
 
 
-@pytest.mark.parametrize("service", ["memory", "tools", "agent"])
+@pytest.mark.parametrize("service", ["memory", "tools", "agent", "gateway"])
 async def test_a_turn_started_while_a_service_restarts_waits_for_it_and_succeeds(tmp_path, llm, service):
     llm.add(reply("first", tool_call("shell", {"command": "echo one"})), reply("one done"))
     async with Stack(tmp_path, llm) as stack:

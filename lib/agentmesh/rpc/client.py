@@ -16,6 +16,8 @@ from typing import Any
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
+from agentmesh.rpc.auth import signing_interceptors
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry import Telemetry
 
@@ -62,24 +64,17 @@ CHANNEL_OPTIONS = [
 WAIT_FOR_PEER_S = 10.0
 
 
-class _WaitForPeer(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamUnaryClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
-    """Wait-for-ready, bounded: while the channel is not READY, hold the call until it is, for at
+class _PeerWait:
+    """Wait-for-ready, bounded: while the channel is not READY, hold a call until it is, for at
     most `wait_s` and within the call's deadline; then start it (failing fast if the peer is still
     away). gRPC's own `wait_for_ready` would hold a call for its whole deadline — 15 minutes for a
-    tool call — when a peer is gone for good.
-
-    The interceptor returns the call unawaited, so cancelling it still reaches the server."""
+    tool call — when a peer is gone for good."""
 
     def __init__(self, wait_s: float):
         self.wait_s = wait_s
         self.channel: grpc.aio.Channel | None = None  # set right after the channel is made
 
-    async def _ready(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+    async def ready(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         channel = self.channel
         if channel is None or channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
             return details
@@ -94,30 +89,63 @@ class _WaitForPeer(
         remaining = max(0.001, details.timeout - (time.monotonic() - started))
         return details._replace(timeout=remaining)
 
+
+# One interceptor per call kind: a channel files each interceptor under the first kind it is an
+# instance of. Each returns the call unawaited, so cancelling it still reaches the server.
+class _WaitUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, wait: _PeerWait):
+        self._wait = wait
+
     async def intercept_unary_unary(self, continuation, client_call_details, request) -> Any:
-        return await continuation(await self._ready(client_call_details), request)
+        return await continuation(await self._wait.ready(client_call_details), request)
+
+
+class _WaitUnaryStream(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, wait: _PeerWait):
+        self._wait = wait
 
     async def intercept_unary_stream(self, continuation, client_call_details, request) -> Any:
-        return await continuation(await self._ready(client_call_details), request)
+        return await continuation(await self._wait.ready(client_call_details), request)
+
+
+class _WaitStreamUnary(grpc.aio.StreamUnaryClientInterceptor):
+    def __init__(self, wait: _PeerWait):
+        self._wait = wait
 
     async def intercept_stream_unary(self, continuation, client_call_details, request_iterator) -> Any:
-        return await continuation(await self._ready(client_call_details), request_iterator)
+        return await continuation(await self._wait.ready(client_call_details), request_iterator)
+
+
+class _WaitStreamStream(grpc.aio.StreamStreamClientInterceptor):
+    def __init__(self, wait: _PeerWait):
+        self._wait = wait
 
     async def intercept_stream_stream(self, continuation, client_call_details, request_iterator) -> Any:
-        return await continuation(await self._ready(client_call_details), request_iterator)
+        return await continuation(await self._wait.ready(client_call_details), request_iterator)
 
 
 def open_channel(
     target: str,
     telemetry: Telemetry | None = None,
     *,
+    identity: ServiceIdentity | None = None,
+    audience: str = "",
     wait_for_peer_s: float = WAIT_FOR_PEER_S,
 ) -> grpc.aio.Channel:
-    """A channel to `target`; `wait_for_peer_s=0` fails calls at once while the peer is away."""
-    waiting = _WaitForPeer(wait_for_peer_s)
-    interceptors: list[Any] = [waiting] if wait_for_peer_s > 0 else []
+    """A channel to `target`. With `identity`, every call on it carries a token that service
+    signs for `audience` (the service at `target`), on behalf of the current principal.
+    `wait_for_peer_s=0` fails calls at once while the peer is away."""
+    waiting = _PeerWait(wait_for_peer_s)
+    # Waiting first, so a call's token is signed when it is sent, not before the wait.
+    interceptors: list[Any] = []
+    if wait_for_peer_s > 0:
+        interceptors += [kind(waiting) for kind in (_WaitUnaryUnary, _WaitUnaryStream, _WaitStreamUnary, _WaitStreamStream)]
     if telemetry:
         interceptors += aio_client_interceptors(tracer_provider=telemetry.tracer_provider)
+    if identity is not None:
+        if not audience:
+            raise ValueError("a signed channel needs the audience: the name of the service it reaches")
+        interceptors += signing_interceptors(identity, audience)
     channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)
     waiting.channel = channel
     return channel
