@@ -13,6 +13,7 @@ from agentmesh.telemetry import Telemetry
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
+from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.results import ToolOutcome
@@ -94,7 +95,7 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
     providers = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
-        FileTools(workspaces, settings.max_file_read_bytes),
+        FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes)),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]
