@@ -165,7 +165,7 @@ class LocalStack:
         deadline = time.monotonic() + timeout_s
         for name in names:
             address = self.settings.address_of(name)
-            # Bounded reconnect backoff: a service that is up is seen as up within half a second.
+            # Bounded reconnect backoff: a service that is up is seen as up within a third of a second.
             async with open_channel(address, wait_for_peer_s=0) as channel:
                 stub = health_pb2_grpc.HealthStub(channel)
                 while True:

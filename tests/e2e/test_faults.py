@@ -149,7 +149,8 @@ class Stack:
     async def __aenter__(self) -> "Stack":
         self.local.start()
         await self.local.wait_healthy()
-        self.channel = open_channel(self.local.settings.address_of("gateway"))
+        # A client that waits for the gateway as long as a restart can take on a busy machine.
+        self.channel = open_channel(self.local.settings.address_of("gateway"), wait_for_peer_s=30)
         self.gateway = gateway_pb2_grpc.GatewayStub(self.channel)
         return self
 
@@ -212,6 +213,7 @@ async def test_a_turn_started_while_a_service_restarts_waits_for_it_and_succeeds
     async with Stack(tmp_path, llm) as stack:
         assert of_kind(await stack.chat("work", "before"), "run_finished")
         stack.kill(service)
+        await asyncio.sleep(0.5)  # its callers have seen it go
 
         llm.add(reply("again", tool_call("shell", {"command": "echo two"})), reply("two done"))
         turn = LiveTurn(stack.gateway, "work", "after")

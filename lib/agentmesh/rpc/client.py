@@ -82,7 +82,10 @@ class _PeerWait:
         budget = self.wait_s if details.timeout is None else min(self.wait_s, details.timeout)
         started = time.monotonic()
         try:
-            await asyncio.wait_for(channel.channel_ready(), budget)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the call being
+            # cancelled when the channel turns ready at that moment, and the call would go ahead.
+            async with asyncio.timeout(budget):
+                await channel.channel_ready()
         except TimeoutError:
             pass  # the call itself fails with the transport's reason
         if details.timeout is None:
