@@ -1,4 +1,4 @@
-"""`agentmesh sessions list|show|delete`, through the gateway."""
+"""`agentmesh sessions list|show|delete|set-model`, through the gateway."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ def register(subparsers) -> None:
     delete = verbs.add_parser("delete", help="delete a session, its transcript and its workspace")
     delete.add_argument("session_id")
     delete.set_defaults(func=delete_session)
+    set_model = verbs.add_parser("set-model", help="the model the session's next turns use (see agentmesh models)")
+    set_model.add_argument("session_id")
+    set_model.add_argument("model", help="a name from `agentmesh models`; \"\" goes back to the default")
+    set_model.set_defaults(func=set_session_model)
 
 
 def _when(ts: float) -> str:
@@ -105,4 +109,17 @@ async def delete_session(args) -> int:
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None
     print(f"deleted session {args.session_id}")
+    return EXIT_OK
+
+
+async def set_session_model(args) -> int:
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            session = await gateway_pb2_grpc.GatewayStub(channel).UpdateSession(
+                gateway_pb2.UpdateSessionRequest(session_id=args.session_id, model=args.model),
+                metadata=call_metadata(settings), timeout=30)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+    print(f"session {session.session_id} now uses model {session.model or 'default'}")
     return EXIT_OK

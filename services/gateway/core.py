@@ -39,6 +39,7 @@ class SessionStore(Protocol):
     async def delete_session(self, session_id: str) -> bool: ...
     async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse: ...
     async def drop_run(self, session_id: str, run_id: str) -> int: ...
+    async def set_model(self, session_id: str, model: str) -> gateway_pb2.Session: ...
 
 
 class AgentRunner(Protocol):
@@ -118,6 +119,12 @@ class Gateway:
             raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
         return await self._sessions.list_sessions(page_size or 50, page_token)
 
+    async def update_session(self, request: gateway_pb2.UpdateSessionRequest) -> gateway_pb2.Session:
+        session_id = validate_id(request.session_id)
+        if request.model and self._settings.models.get(request.model) is None:
+            raise InvalidArgument(self._settings.models.unknown_model_message(request.model, "model"))
+        return await self._sessions.set_model(session_id, request.model)
+
     async def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
         if session_id in self._active:
@@ -185,11 +192,16 @@ class Gateway:
                 dropped = await self._sessions.drop_run(session_id, replaced.run_id)
                 log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
             session, _ = await self._sessions.put_session(self._new_session(session_id, "", {}, ""))
+            options = request.options
+            if not options.model and session.model and self._settings.models.get(session.model) is not None:
+                options = gateway_pb2.ChatOptions()
+                options.CopyFrom(request.options)
+                options.model = session.model
             run = agent_pb2.RunTurnRequest(
                 session_id=session_id,
                 run_id=turn.run_id,
                 message=request.message,
-                options=request.options,
+                options=options,
                 namespace=session.namespace or "default",
             )
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):

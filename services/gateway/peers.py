@@ -50,6 +50,10 @@ class MemorySessions:
         request = gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
         return await self._call(self._stub.ListMessages, request)
 
+    async def set_model(self, session_id: str, model: str) -> gateway_pb2.Session:
+        request = gateway_pb2.UpdateSessionRequest(session_id=session_id, model=model)
+        return await self._call(self._stub.UpdateSession, request)
+
     async def drop_run(self, session_id: str, run_id: str) -> int:
         reply = await self._call(self._stub.DropRun, memory_pb2.DropRunRequest(session_id=session_id, run_id=run_id))
         return reply.dropped

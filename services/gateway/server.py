@@ -102,6 +102,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._core.pending_approvals(request.session_id)
 
     @translate_errors
+    async def UpdateSession(self, request, context):
+        return await self._core.update_session(request)
+
+    @translate_errors
     async def ListModels(self, request, context):
         return self._core.list_models()
 

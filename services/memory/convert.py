@@ -28,6 +28,7 @@ def session_to_proto(s: SessionRecord) -> gateway_pb2.Session:
         message_count=s.message_count,
         labels=s.labels,
         namespace=s.namespace,
+        model=s.model,
     )
 
 

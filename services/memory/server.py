@@ -64,6 +64,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         return memory_pb2.AppendMessagesResponse(last_seq=last)
 
     @translate_errors
+    async def UpdateSession(self, request, context):
+        with bound_contextvars(session_id=request.session_id):
+            return session_to_proto(await self._transcripts.set_model(request.session_id, request.model))
+
+    @translate_errors
     async def DropRun(self, request, context):
         with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
             dropped = await self._transcripts.drop_run(request.session_id, request.run_id)

@@ -45,6 +45,7 @@ class SessionRecord:
     message_count: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     namespace: str = DEFAULT_NAMESPACE
+    model: str = ""  # the named model its turns use ("": the deployment's default)
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class SessionRecord:
             "message_count": self.message_count,
             "labels": dict(self.labels),
             "namespace": self.namespace,
+            "model": self.model,
         }
 
     @classmethod
@@ -67,6 +69,7 @@ class SessionRecord:
             message_count=int(p.get("message_count", 0)),
             labels=dict(p.get("labels") or {}),
             namespace=p.get("namespace") or DEFAULT_NAMESPACE,
+            model=p.get("model", ""),
         )
 
 
@@ -197,6 +200,19 @@ class Transcripts:
         if start == last:
             ties += skip
         return sessions, f"{last!r}:{ties}"
+
+    async def set_model(self, session_id: str, model: str) -> SessionRecord:
+        """Set the model the session's turns use (the gateway checked the name)."""
+        validate_id(session_id)
+        if len(model) > 200:
+            raise InvalidArgument("model is longer than 200 characters")
+        async with self._lock(session_id):
+            payload = await self._store.get_session(session_id)
+            if payload is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            session = replace(SessionRecord.from_payload(payload), model=model, updated_at=time.time())
+            await self._store.put_session(session.payload())
+            return session
 
     async def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)

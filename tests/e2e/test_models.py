@@ -104,3 +104,32 @@ async def test_cli_models_prints_a_table_and_json(stack):
     assert code == 0, err
     second = {m["name"]: m for m in json.loads(out)}["second"]
     assert second["context_window"] == 32768 and second["output_price_per_mtok"] == 1.5
+
+
+async def test_a_session_switched_to_another_model_sends_its_next_request_there(stack, llm, second):
+    from tests.e2e.test_auth_and_cli import run_cli
+
+    gateway = stack.gateway_stub()
+    llm.add(reply("default here"))
+    await chat(gateway, "sw", "first")
+
+    err = await rpc_error(gateway.UpdateSession(gateway_pb2.UpdateSessionRequest(session_id="sw", model="gpt-9"),
+                                                timeout=10))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "known models: default, flaky, second" in err.details()
+    err = await rpc_error(gateway.UpdateSession(gateway_pb2.UpdateSessionRequest(session_id="ghost", model="second"),
+                                                timeout=10))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    code, out, err_text = await run_cli(stack, "sessions", "set-model", "sw", "second")
+    assert code == 0, err_text
+    assert "now uses model second" in out
+    assert (await gateway.GetSession(gateway_pb2.GetSessionRequest(session_id="sw"), timeout=10)).model == "second"
+
+    second.add(reply("second here"))
+    events = await chat(gateway, "sw", "next")
+    assert of_kind(events, "run_finished")[0].final_text == "second here"
+    assert [r.body["model"] for r in second.requests] == ["second-model"]
+    assert len(llm.requests) == 1
+    # A turn may still name another model; going back to "" restores the default.
+    await gateway.UpdateSession(gateway_pb2.UpdateSessionRequest(session_id="sw", model=""), timeout=10)
+    llm.add(reply("default again"))
+    assert of_kind(await chat(gateway, "sw", "again"), "run_finished")[0].final_text == "default again"

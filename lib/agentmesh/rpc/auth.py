@@ -81,6 +81,7 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "GetSession": _allow("gateway", "agent"),
         "ListSessions": _allow("gateway", "agent"),
         "DeleteSession": _allow("gateway", "agent"),
+        "UpdateSession": _allow("gateway"),
         "ListMessages": _allow("gateway", "agent"),
         "AppendMessages": _allow("agent"),
         # A turn rolled back by a newer message (ChatOptions.if_busy "rollback").
