@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PROTOS := $(wildcard protos/agentmesh/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
-.PHONY: install stubs demo test bench up clean
+.PHONY: install stubs demo lint test bench up clean
 
 install: $(VENV)/.installed $(STUBS)
 
@@ -27,7 +27,14 @@ demo: install
 up: install
 	$(VENV)/bin/agentmesh up
 
-test: install
+# Gates: lint and import order, types (strict on the cores and the shared library), and the
+# import-linter contracts that keep dependencies pointing inward (docs/architecture.md).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(PY) .ci/package_tree.py mypy -p agentmesh
+	$(PY) .ci/package_tree.py lint-imports
+
+test: install lint
 	$(PY) -m pytest -q
 
 bench: install

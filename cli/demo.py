@@ -12,7 +12,7 @@ import sys
 import time
 
 from agentmesh.cli.chat import HumanRenderer, stream_turn
-from agentmesh.cli.common import EXIT_OK, load_settings
+from agentmesh.cli.common import load_settings
 from agentmesh.cli.stack import LocalStack, free_address, port_is_free
 from agentmesh.config import SERVICES
 from agentmesh.rpc.client import open_channel

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 import structlog
 from opentelemetry import trace
+from structlog.typing import EventDict, Processor
 
 REDACTED = "[redacted]"
 
@@ -56,7 +57,7 @@ def is_secret_field(name: Any) -> bool:
     return bool(_SECRET_KEY.match(str(name)))
 
 
-def _add_trace_context(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _add_trace_context(_logger: Any, _method: str, event: EventDict) -> EventDict:
     ctx = trace.get_current_span().get_span_context()
     if ctx.is_valid:
         event.setdefault("trace_id", format(ctx.trace_id, "032x"))
@@ -107,7 +108,7 @@ class Redactor:
         except Exception:  # noqa: BLE001 - a broken __repr__ must not break logging
             return f"<unrepresentable {type(value).__name__}>"
 
-    def __call__(self, _logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, _logger: Any, _method: str, event: EventDict) -> EventDict:
         return {
             k: (REDACTED if k not in self._KEEP and is_secret_field(k) else self.mask(v))
             for k, v in event.items()
@@ -136,13 +137,13 @@ def configure_logging(service: str, level: str = "info", secrets: Iterable[str] 
     redactor = Redactor(secrets)
     service_name = f"agentmesh-{service}"
 
-    def add_service(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    def add_service(_logger: Any, _method: str, event: EventDict) -> EventDict:
         # A processor rather than a bound context variable, so that records from threads
         # (exporters, grpc, the model server in tests) carry it too.
         event.setdefault("service", service_name)
         return event
 
-    shared = [
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         add_service,
         _name_logger,
@@ -150,7 +151,7 @@ def configure_logging(service: str, level: str = "info", secrets: Iterable[str] 
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _add_trace_context,
     ]
-    rendering = [structlog.processors.format_exc_info, redactor, structlog.processors.JSONRenderer()]
+    rendering: list[Processor] = [structlog.processors.format_exc_info, redactor, structlog.processors.JSONRenderer()]
     numeric = getattr(logging, level.upper(), logging.INFO)
     structlog.configure(
         processors=[*shared, *rendering],
@@ -180,7 +181,7 @@ def get_logger(name: str = "agentmesh") -> Any:
     return structlog.get_logger(name, logger_name=name)
 
 
-def _name_logger(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _name_logger(_logger: Any, _method: str, event: EventDict) -> EventDict:
     if "logger_name" in event:
         event.setdefault("logger", event.pop("logger_name"))
     return event

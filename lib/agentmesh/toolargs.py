@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 
 MAX_PROBLEMS = 5
 
@@ -26,7 +26,7 @@ class ArgumentsSchema:
         do not match the schema (the schema itself is quoted, so the model can correct the call)."""
         text = arguments_json.strip() or "{}"
         try:
-            arguments = json.loads(text)
+            arguments: dict[str, Any] = json.loads(text)  # the schema's type=object check follows
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"arguments for {self.tool_name} are not valid JSON ({exc.msg} at position {exc.pos})"
@@ -38,6 +38,6 @@ class ArgumentsSchema:
         return arguments
 
 
-def _describe(error) -> str:
+def _describe(error: ValidationError) -> str:
     where = "/".join(str(p) for p in error.absolute_path)
     return f"{where}: {error.message}" if where else error.message

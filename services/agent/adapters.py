@@ -11,11 +11,11 @@ import grpc
 from google.protobuf import json_format
 from opentelemetry.propagate import inject
 
-from agentmesh.errors import AgentmeshError, Unavailable
-from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.agent.ports import MemoryHit, NotSupported
 from agentmesh.agent.types import ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.memory.client import MemoryClient
+from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.v1 import common_pb2, memory_pb2, tools_pb2, tools_pb2_grpc
 
 _OUTAGE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

@@ -20,12 +20,12 @@ the step budget, which counts tool-using calls as in the default mode.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from agentmesh.modes import DEEP
 from agentmesh.agent.ports import MemoryHit
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, StatusEvent, ToolSpec
+from agentmesh.modes import DEEP
 
 if TYPE_CHECKING:
     from agentmesh.agent.loop import TurnRequest, TurnRun
@@ -82,7 +82,7 @@ class Work:
 
 
 class DeepWork(Work):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.plan = ""
         self.reflections = 0

@@ -23,15 +23,12 @@ import contextlib
 import datetime as dt
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, cast
 
 import structlog
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agentmesh.errors import AgentmeshError
-from agentmesh.logs import get_logger
-from agentmesh.agent import compaction, context
-from agentmesh.agent import deep, subagents
+from agentmesh.agent import compaction, context, deep, subagents
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
@@ -56,6 +53,8 @@ from agentmesh.agent.types import (
     ToolSpec,
     Usage,
 )
+from agentmesh.errors import AgentmeshError
+from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
 
 log = get_logger("agentmesh.agent")
@@ -91,7 +90,7 @@ class Agent:
         *,
         model: str,
         telemetry: Telemetry,
-        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         sessions: subagents.ChildSessions | None = None,
     ):
         self.provider = provider
@@ -119,8 +118,8 @@ class TurnRun:
         self.usage = Usage()
         self.iterations = 0
         self.trace_id = ""
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._task: asyncio.Task | None = None
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
         self.approvals = ApprovalGate(agent.settings.approval_tools | request.approval_tools,
@@ -137,7 +136,7 @@ class TurnRun:
                 event = await self._queue.get()
                 if event is _END:
                     return
-                yield event
+                yield cast(RunEvent, event)
         finally:
             if not self._task.done():
                 self._task.cancel()
@@ -196,7 +195,7 @@ class TurnRun:
                 span.set_attribute("error.type", exc.code)
                 self._emit(RunErrorEvent(code=exc.code, message=exc.message))
                 return
-            except Exception as exc:  # noqa: BLE001 - a bug must end the turn with a clear event
+            except Exception as exc:  # a bug must end the turn with a clear event
                 log.exception("turn crashed")
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
@@ -344,7 +343,7 @@ class TurnRun:
             # Close the step in the transcript: every call gets a result, so the next turn replays cleanly.
             lost = [
                 ToolOutcome.error(call, "cancelled", "error: the run was cancelled before this call finished")
-                for call, task in zip(calls, tasks)
+                for call, task in zip(calls, tasks, strict=True)
                 if call.call_id not in saved
             ]
             if lost:
@@ -403,7 +402,7 @@ class TurnRun:
                     span.set_status(Status(StatusCode.ERROR, "cancelled"))
                     span.set_attribute("error.type", "cancelled")
                     raise
-                except Exception as exc:  # noqa: BLE001 - a tool must never crash the turn
+                except Exception as exc:  # a tool must never crash the turn
                     log.exception("tool call failed inside the agent", tool=call.name)
                     outcome = ToolOutcome.error(call, "internal", f"error: {call.name} failed inside the agent: {exc}")
                 outcome.call_id, outcome.name = call.call_id, call.name

@@ -10,10 +10,10 @@ from typing import Any, Callable
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agentmesh.errors import AgentmeshError, Unavailable
-from agentmesh.logs import get_logger
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.types import ModelReply, ModelRequest, Retrying, StatusEvent, TextChunk, TextDeltaEvent, Usage
+from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
 
 log = get_logger("agentmesh.agent")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from agentmesh.errors import AgentmeshError
 from agentmesh.agent.types import ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.errors import AgentmeshError
 
 
 class NotSupported(AgentmeshError):

@@ -6,22 +6,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
-from agentmesh.config import Settings, env_str
-from agentmesh.errors import InvalidArgument
-from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
-from agentmesh.logs import get_logger
-from agentmesh.rpc.client import open_channel
-from agentmesh.modes import validate_mode
-from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import ServiceHost
-from agentmesh.telemetry import Telemetry
+from agentmesh.agent import types as t
 from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts, outcome_to_proto
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.agent import types as t
+from agentmesh.config import Settings, env_str
+from agentmesh.errors import InvalidArgument
+from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
+from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
+from agentmesh.modes import validate_mode
+from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.server import ServiceHost
+from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 log = get_logger("agentmesh.agent")
@@ -32,7 +33,7 @@ MAX_TOOL_NAME_CHARS = 128
 
 
 def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: int) -> common_pb2.Event:
-    base = dict(session_id=request.session_id, run_id=request.run_id, seq=seq, timestamp=time.time())
+    base: dict[str, Any] = {"session_id": request.session_id, "run_id": request.run_id, "seq": seq, "timestamp": time.time()}
     if isinstance(event, t.RunStartedEvent):
         return common_pb2.Event(**base, run_started=common_pb2.RunStarted(
             session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id))

@@ -9,7 +9,16 @@ import grpc
 
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    common_pb2,
+    gateway_pb2,
+    memory_pb2,
+    memory_pb2_grpc,
+    tools_pb2,
+    tools_pb2_grpc,
+)
 
 RPC_TIMEOUT_S = 30.0
 

@@ -35,7 +35,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def _forwarded(self, method: str, request, context):
         """The owner's reply when another replica serves the session; None to serve it here."""
         owner = await self._route(validate_id(request.session_id), context)
-        if owner is None:
+        if owner is None or self._router is None:
             return None
         try:
             return await self._router.forwarder.unary(owner, method, request, context)
@@ -67,7 +67,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def Chat(self, request, context):
         self._core.validate_chat(request)  # bad input is refused here, without a hop
         owner = await self._route(request.session_id, context)
-        if owner is not None:
+        if owner is not None and self._router is not None:
             try:
                 async with contextlib.aclosing(self._router.forwarder.chat(owner, request, context)) as events:
                     async for event in events:

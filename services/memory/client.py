@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 import grpc
+from google.protobuf import struct_pb2
+
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc
-from google.protobuf import struct_pb2
 
 DEFAULT_TIMEOUT_S = 30.0
 

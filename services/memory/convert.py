@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from google.protobuf import json_format, struct_pb2
+
 from agentmesh.memory.memories import MemoryQuery, MemoryRecord, RememberItem
 from agentmesh.memory.transcripts import SessionRecord, ToolCallRecord, TranscriptMessage
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
-from google.protobuf import json_format, struct_pb2
 
 
 def session_from_proto(s: gateway_pb2.Session) -> SessionRecord:

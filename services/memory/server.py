@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from structlog.contextvars import bound_contextvars
+
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
 from agentmesh.memory.convert import (
@@ -22,7 +24,6 @@ from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
-from structlog.contextvars import bound_contextvars
 
 log = get_logger("agentmesh.memory")
 

@@ -35,7 +35,7 @@ class RunExecutor:
         self._clock = clock
         self._settings = settings
         self._tracer = telemetry.tracer
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel_reasons: dict[str, str] = {}
         meter = telemetry.meter
         self._finished = meter.create_counter("agentmesh.scheduler.runs", description="Runs ended, by status")
@@ -71,7 +71,7 @@ class RunExecutor:
             except asyncio.CancelledError:
                 reason = self._cancel_reasons.pop(run.run_id, "the run was cancelled")
                 outcome = RunOutcome("cancelled", run.session_id, run.trace_id, "", reason)
-            except Exception as exc:  # noqa: BLE001 - any failure is recorded, the schedule carries on
+            except Exception as exc:  # any failure is recorded, the schedule carries on
                 log.exception("run crashed")
                 outcome = RunOutcome("failed", run.session_id, run.trace_id, "", f"{type(exc).__name__}: {exc}")
             run.status = outcome.status

@@ -123,7 +123,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     core = Scheduler(store, target, lock, clock or SystemClock(), config, telemetry, identity)
     host = ServiceHost("scheduler", settings, telemetry, address=address)
     host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core), "agentmesh.v1.Scheduler")
-    host.scheduler = core  # type: ignore[attr-defined] - tests and benches look at leadership
+    host.scheduler = core  # type: ignore[attr-defined]  # tests and benches look at leadership
 
     async def shutdown() -> None:
         await core.stop(settings.drain_s)
@@ -136,4 +136,4 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     return host
 
 
-__all__ = ["build", "SchedulerServicer", "job_to_proto", "run_to_proto"]
+__all__ = ["SchedulerServicer", "build", "job_to_proto", "run_to_proto"]

@@ -10,14 +10,15 @@ from agentmesh.logs import get_logger
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
+from agentmesh.tools.catalog import ToolProvider
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
-from agentmesh.tools.search_tools import SearchTools
-from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.results import ToolOutcome
 from agentmesh.tools.sandbox.base import Executor
+from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.settings import ToolsSettings
+from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
 from agentmesh.v1 import common_pb2, tools_pb2, tools_pb2_grpc
 
@@ -92,7 +93,7 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
 
 
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
-    providers = [
+    providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
         FileTools(workspaces, settings.max_file_read_bytes),
         SearchTools(workspaces),

@@ -20,7 +20,7 @@ from agentmesh.errors import Unavailable
 from tests.agent.agent_fakes import FakeTools, FakeTranscripts
 from tests.support.llm_server import ScriptedLLMServer, drop, failure, reply
 
-NOW = dt.datetime(2026, 11, 21, 12, 30, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 21, 12, 30, tzinfo=dt.UTC)
 # Compact past 7 500 characters of history, keep 2 500; the budget itself is roomy unless a test
 # wants the budget policy to drop turns too.
 COMPACTION = {"context_budget_chars": 40_000, "compact_at_chars": 7_500, "compact_keep_chars": 2_500}

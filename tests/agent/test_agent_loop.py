@@ -28,7 +28,7 @@ from tests.agent.agent_fakes import FakeMemory, FakeTools, FakeTranscripts, ok
 from tests.support.llm_server import ScriptedLLMServer, failure, reply, tool_call
 
 KEY = "sk-loop-secret-key-0123456789"
-NOW = dt.datetime(2026, 11, 21, 12, 30, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 21, 12, 30, tzinfo=dt.UTC)
 
 
 def make_agent(http, llm, tools, transcripts, telemetry, memory=None, **overrides) -> Agent:

@@ -23,7 +23,7 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer, metrics_service_pb2
         self.metrics: list = []
         self.headers: list[dict] = []
 
-    def Export(self, request, context):  # noqa: N802 - both services name it Export
+    def Export(self, request, context):
         self.headers.append(dict(context.invocation_metadata()))
         if isinstance(request, trace_service_pb2.ExportTraceServiceRequest):
             self.traces.append(request)
@@ -105,7 +105,7 @@ def test_http_protobuf_export(tmp_path):
     received: list[tuple[str, bytes]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             received.append((self.path, self.rfile.read(int(self.headers["content-length"]))))
             self.send_response(200)
             self.send_header("content-type", "application/x-protobuf")

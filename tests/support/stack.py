@@ -49,7 +49,7 @@ class Stack:
         self.env = stack_env(Path(home), llm_base_url, env)
         self.services = services
         self.hosts: dict[str, ServiceHost] = {}
-        self.addresses: dict[str, str] = {name: "127.0.0.1:0" for name in SERVICES}
+        self.addresses: dict[str, str] = dict.fromkeys(SERVICES, "127.0.0.1:0")
         self._channels = []
 
     @property

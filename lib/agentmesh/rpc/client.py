@@ -40,5 +40,9 @@ CHANNEL_OPTIONS = [
 
 
 def open_channel(target: str, telemetry: Telemetry | None = None) -> grpc.aio.Channel:
-    interceptors = aio_client_interceptors(tracer_provider=telemetry.tracer_provider) if telemetry else []
+    interceptors = (
+        aio_client_interceptors(tracer_provider=telemetry.tracer_provider)  # type: ignore[no-untyped-call]  # untyped library
+        if telemetry
+        else []
+    )
     return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)

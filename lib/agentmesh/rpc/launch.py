@@ -19,7 +19,8 @@ async def build_service(name: str, settings: Settings, address: str | None = Non
         raise ValueError(f"unknown service {name!r}; expected one of {', '.join(SERVICES)}")
     module = importlib.import_module(f"agentmesh.{name}.server")
     telemetry = setup_telemetry(name, settings)
-    return await module.build(settings, telemetry, address=address)
+    host: ServiceHost = await module.build(settings, telemetry, address=address)
+    return host
 
 
 async def start_service(name: str, settings: Settings, address: str | None = None) -> ServiceHost:

@@ -129,7 +129,7 @@ class ServiceHost:
         for callback in reversed(self._on_stop):
             try:
                 await callback()
-            except Exception:  # noqa: BLE001 - clean-up must carry on
+            except Exception:  # clean-up must carry on
                 log.exception("clean-up failed")
         self.telemetry.force_flush()
         log.info("service stopped")

@@ -15,7 +15,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import unquote
 
 from opentelemetry import metrics, trace
@@ -39,7 +39,7 @@ class Telemetry:
     service: str
     tracer_provider: TracerProvider | trace.NoOpTracerProvider
     meter_provider: MeterProvider | metrics.NoOpMeterProvider
-    _closers: list = field(default_factory=list, repr=False)
+    _closers: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -144,16 +144,16 @@ def _otlp_exporters(env: Mapping[str, str]) -> tuple[Any, Any]:
             if signal == "TRACES":
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Exporter
             else:
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Exporter
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Exporter  # type: ignore[assignment]  # one name, four classes
         elif protocol == "http/protobuf":
             options.pop("insecure", None)  # the scheme of the URL decides
             if not env_str(env, f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") and "endpoint" in options:
                 # The general endpoint is a base URL; each signal has its own path under it.
                 options["endpoint"] = f"{options['endpoint'].rstrip('/')}/{path}"
             if signal == "TRACES":
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Exporter
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Exporter  # type: ignore[assignment]  # one name, four classes
             else:
-                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Exporter
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Exporter  # type: ignore[assignment]  # one name, four classes
         else:
             raise ConfigError(
                 f"OTEL_EXPORTER_OTLP_PROTOCOL must be grpc or http/protobuf, got {protocol!r}"

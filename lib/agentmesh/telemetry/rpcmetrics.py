@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -40,11 +40,11 @@ def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) 
     return grpc.StatusCode.UNKNOWN
 
 
-class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
+class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     def __init__(self, metrics: ServiceMetrics):
         self._metrics = metrics
 
-    def _record(self, attributes: dict[str, Any], started: float, context, error: BaseException | None) -> None:
+    def _record(self, attributes: dict[str, Any], started: float, context: Any, error: BaseException | None) -> None:
         code = _final_code(context, error)
         self._metrics.rpc_server_duration.record(
             (time.perf_counter() - started) * 1000.0, {**attributes, "rpc.grpc.status_code": code.value[0]}
@@ -63,7 +63,7 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
 
         if handler.response_streaming:
             behavior = handler.unary_stream or handler.stream_stream
-            wrapped = self._wrap_streaming(behavior, attributes)
+            wrapped: Callable[[Any, Any], Any] = self._wrap_streaming(behavior, attributes)
             factory = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
         else:
             behavior = handler.unary_unary or handler.stream_unary
@@ -75,8 +75,8 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
-    def _wrap_unary(self, behavior, attributes):
-        async def unary(request_or_iterator, context):
+    def _wrap_unary(self, behavior: Any, attributes: dict[str, Any]) -> Callable[[Any, Any], Awaitable[Any]]:
+        async def unary(request_or_iterator: Any, context: Any) -> Any:
             started = time.perf_counter()
             error: BaseException | None = None
             try:
@@ -92,8 +92,8 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
 
         return unary
 
-    def _wrap_streaming(self, behavior, attributes):
-        async def streaming(request_or_iterator, context):
+    def _wrap_streaming(self, behavior: Any, attributes: dict[str, Any]) -> Callable[[Any, Any], AsyncIterator[Any]]:
+        async def streaming(request_or_iterator: Any, context: Any) -> AsyncIterator[Any]:
             started = time.perf_counter()
             error: BaseException | None = None
             try:

@@ -10,17 +10,17 @@ from typing import Awaitable, Callable
 
 import httpx
 
-from agentmesh.config import LLMSettings
 from agentmesh.agent.providers.anthropic import AnthropicProvider
 from agentmesh.agent.providers.base import ModelProvider, RetryPolicy, build_timeout
 from agentmesh.agent.providers.openai import OpenAIProvider
 from agentmesh.agent.providers.scripted import ScriptedProvider, load_script
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.config import LLMSettings
 from agentmesh.telemetry import Telemetry
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
 
-__all__ = ["ModelProvider", "RetryPolicy", "build_provider", "OpenAIProvider", "AnthropicProvider", "ScriptedProvider"]
+__all__ = ["AnthropicProvider", "ModelProvider", "OpenAIProvider", "RetryPolicy", "ScriptedProvider", "build_provider"]
 
 
 def http_client(timeout_s: float, connect_timeout_s: float, telemetry: Telemetry | None) -> httpx.AsyncClient:

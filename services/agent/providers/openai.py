@@ -16,7 +16,6 @@ from typing import Any, AsyncIterator
 import httpx
 from httpx_sse import EventSource, SSEError
 
-from agentmesh.errors import Unavailable
 from agentmesh.agent.providers.base import (
     HttpStreamOpener,
     Redactor,
@@ -35,6 +34,7 @@ from agentmesh.agent.types import (
     ToolSpec,
     Usage,
 )
+from agentmesh.errors import Unavailable
 
 
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:

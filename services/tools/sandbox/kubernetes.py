@@ -144,7 +144,7 @@ class KubernetesExecutor:
                 remaining = tracker.next_deadline() - time.monotonic()
                 try:
                     kind, obj = await asyncio.wait_for(updates.get(), timeout=max(remaining, 0.01))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     kind, obj = "tick", None
                 if kind == "error":
                     raise obj
