@@ -22,6 +22,8 @@ import structlog
 from opentelemetry import trace
 from structlog.typing import EventDict, Processor
 
+from agentmesh.config import secret_values
+
 REDACTED = "[redacted]"
 
 # Field names that hold a credential. Anchored on whole words so that `input_tokens` or
@@ -116,15 +118,12 @@ class Redactor:
 
 
 def secrets_of(settings: Any) -> list[str]:
-    """The credentials a `Settings` carries, for `configure_logging(..., secrets=...)`."""
-    llm = getattr(settings, "llm", None)
-    environ = getattr(settings, "environ", {}) or {}
-    found = [getattr(llm, "api_key", ""), getattr(settings, "client_token", ""), *getattr(settings, "auth_tokens", ())]
-    # Any other AGENTMESH_*/OTEL_* variable named like a credential (e.g. OTLP headers).
-    found += [value for name, value in environ.items() if is_secret_field(name.lower().replace("agentmesh_", ""))]
-    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"):
-        for item in str(environ.get(name, "")).split(","):
-            found.append(item.partition("=")[2].strip())
+    """The credentials a settings tree carries (every field declared `secret=True`), for
+    `configure_logging(..., secrets=...)`. Header lists (`k=v,k2=v2`) count by their values too."""
+    found: list[str] = []
+    for value in secret_values(settings):
+        found.append(value)
+        found += [item.partition("=")[2].strip() for item in value.split(",") if "=" in item]
     return [s for s in found if s]
 
 

@@ -13,7 +13,7 @@ from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTra
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.config import Settings, env_str
+from agentmesh.config import Settings
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
@@ -159,19 +159,9 @@ class MemoryChildSessions:
                                        labels={PARENT_SESSION_LABEL: parent_session_id, "role": "sub-agent"})
 
 
-def _model_name(settings: Settings) -> str:
-    """The configured model; for the scripted provider "scripted" unless one was named, so that
-    traces of a demo do not claim a real model answered."""
-    if settings.llm.provider == "scripted" and not env_str(settings.environ, "AGENTMESH_LLM_MODEL"):
-        return "scripted"
-    return settings.llm.model
-
-
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
-    agent_settings = AgentSettings.from_env(settings.environ)
-    provider, close_provider = build_provider(
-        settings.llm, agent_settings, telemetry, base_url_set=bool(env_str(settings.environ, "AGENTMESH_LLM_BASE_URL"))
-    )
+    agent_settings = settings.section(AgentSettings)
+    provider, close_provider = build_provider(settings.llm, agent_settings, telemetry)
     tools_target, memory_target = settings.address_of("tools"), settings.address_of("memory")
     # No tracing interceptor on this channel: it would swallow cancellation (see GrpcToolRunner).
     tools_channel = open_channel(tools_target)
@@ -184,7 +174,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         transcripts=GrpcTranscripts(memory_client),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
-        model=_model_name(settings),
+        model=settings.llm.model_name,
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
     )

@@ -109,7 +109,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                 peer_resolver: Resolver = resolve_addresses) -> ServiceHost:
     """The gateway, unstarted. `peer_resolver` answers the DNS lookups of
     AGENTMESH_GATEWAY_PEERS=dns:///...; tests give one that answers what they choose."""
-    gateway_settings = GatewaySettings.from_env(settings.environ)
+    gateway_settings = settings.section(GatewaySettings)
     channels = {name: open_channel(settings.address_of(name), telemetry) for name in ("memory", "agent", "tools")}
     core = Gateway(
         sessions=MemorySessions(channels["memory"], settings.address_of("memory")),

@@ -119,7 +119,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
-    memory_settings = MemorySettings.from_env(settings.environ)
+    memory_settings = settings.section(MemorySettings)
     store = QdrantStore.open(settings.home, settings.qdrant_url, memory_settings.layout)
     embedder = build_embedder(memory_settings)
     try:

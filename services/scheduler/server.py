@@ -115,7 +115,7 @@ def _leader_lock(config: SchedulerSettings, settings: Settings, identity: str) -
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
                 clock: Clock | None = None, lock: LeaderLock | None = None) -> ServiceHost:
     """The scheduler host; `clock` and `lock` are injectable (tests drive a fake clock)."""
-    config = SchedulerSettings.from_env(settings.environ)
+    config = settings.section(SchedulerSettings)
     identity = _instance_id()
     lock = lock or _leader_lock(config, settings, identity)  # first: the one part that can refuse to start
     store = SqliteStore(settings.home / "scheduler" / "scheduler.db", config.journal_mode, config.max_jobs)
