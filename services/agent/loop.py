@@ -52,10 +52,19 @@ from agentmesh.agent.types import (
     ToolResultEvent,
     ToolSpec,
     Usage,
+    tool_message,
 )
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
+from agentmesh.telemetry.genai import (
+    ERROR_TYPE,
+    GEN_AI_TOOL_CALL_ID,
+    GEN_AI_TOOL_NAME,
+    execute_tool_span,
+    invoke_agent_span,
+    set_usage,
+)
 
 log = get_logger("agentmesh.agent")
 
@@ -165,20 +174,13 @@ class TurnRun:
     async def _traced_turn(self) -> None:
         req = self.request
         tracer = self.agent.telemetry.tracer
-        attributes = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": subagents.agent_name(self.settings.name, req),
-            "gen_ai.conversation.id": req.session_id,
-            "gen_ai.request.model": self.model,
-            "gen_ai.provider.name": self.agent.provider.name,
-            "agentmesh.session_id": req.session_id,
-            "agentmesh.run_id": req.run_id,
-            **subagents.span_attributes(req),
-        }
+        attributes = {"agentmesh.session_id": req.session_id, "agentmesh.run_id": req.run_id,
+                      **subagents.span_attributes(req)}
         with structlog.contextvars.bound_contextvars(session_id=req.session_id, run_id=req.run_id), \
                 self.agent.telemetry.metrics.turn_in_flight(), \
-                tracer.start_as_current_span("invoke_agent", kind=SpanKind.INTERNAL, attributes=attributes,
-                                             record_exception=False, set_status_on_exception=False) as span:
+                invoke_agent_span(tracer, agent_name=subagents.agent_name(self.settings.name, req),
+                                  conversation_id=req.session_id, model=self.model,
+                                  provider=self.agent.provider.name, attributes=attributes) as span:
             context_of = span.get_span_context()
             self.trace_id = format(context_of.trace_id, "032x") if context_of.is_valid else ""
             self._emit(RunStartedEvent(trace_id=self.trace_id))
@@ -188,11 +190,11 @@ class TurnRun:
             except asyncio.CancelledError:
                 stop_reason, final_text = "cancelled", ""
                 span.set_status(Status(StatusCode.ERROR, "cancelled"))
-                span.set_attribute("error.type", "cancelled")
+                span.set_attribute(ERROR_TYPE, "cancelled")
             except AgentmeshError as exc:
                 log.warning("turn failed", code=exc.code, error=exc.message)
                 span.set_status(Status(StatusCode.ERROR, exc.message))
-                span.set_attribute("error.type", exc.code)
+                span.set_attribute(ERROR_TYPE, exc.code)
                 self._emit(RunErrorEvent(code=exc.code, message=exc.message))
                 return
             except Exception as exc:  # a bug must end the turn with a clear event
@@ -201,9 +203,8 @@ class TurnRun:
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
                 return
+            set_usage(span, input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens)
             span.set_attributes({
-                "gen_ai.usage.input_tokens": self.usage.input_tokens,
-                "gen_ai.usage.output_tokens": self.usage.output_tokens,
                 "agentmesh.iterations": self.iterations,
                 "agentmesh.stop_reason": stop_reason,
             })
@@ -334,7 +335,7 @@ class TurnRun:
             for finished in asyncio.as_completed(tasks):
                 outcome = await finished
                 self._emit(ToolResultEvent(outcome))
-                await self._persist([outcome.as_message(self.request.run_id)])
+                await self._persist([tool_message(outcome, self.request.run_id)])
                 saved.add(outcome.call_id)
         except BaseException:
             for task in tasks:
@@ -349,16 +350,16 @@ class TurnRun:
             if lost:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(
-                        self._persist([o.as_message(self.request.run_id) for o in lost]), self.settings.memory_timeout_s
+                        self._persist([tool_message(o, self.request.run_id) for o in lost]), self.settings.memory_timeout_s
                     )
             raise
-        return [task.result().as_message(self.request.run_id) for task in tasks]
+        return [tool_message(task.result(), self.request.run_id) for task in tasks]
 
     async def _gated(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
         """Run the call, first holding it for a person's decision when the policy says so. The
         wait holds no concurrency slot, so the reply's other calls run meanwhile."""
         if self.approvals.needs_approval(call):
-            attributes = {"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.call_id}
+            attributes = {GEN_AI_TOOL_NAME: call.name, GEN_AI_TOOL_CALL_ID: call.call_id}
             # A span of its own, so a trace shows the time spent waiting for a person.
             with self.agent.telemetry.tracer.start_as_current_span(
                 f"await_approval {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
@@ -384,23 +385,15 @@ class TurnRun:
         )
 
     async def _execute(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
-        attributes = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.call_id,
-            "gen_ai.tool.type": "function",
-        }
         async with limit:
-            with self.agent.telemetry.tracer.start_as_current_span(
-                f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
-                record_exception=False, set_status_on_exception=False,
-            ) as span, self.agent.telemetry.metrics.tool_timer(call.name) as timer:
+            with execute_tool_span(self.agent.telemetry.tracer, name=call.name, call_id=call.call_id) as span, \
+                    self.agent.telemetry.metrics.tool_timer(call.name) as timer:
                 started = time.monotonic()
                 try:
                     outcome = await self._dispatch(call)
                 except asyncio.CancelledError:
                     span.set_status(Status(StatusCode.ERROR, "cancelled"))
-                    span.set_attribute("error.type", "cancelled")
+                    span.set_attribute(ERROR_TYPE, "cancelled")
                     raise
                 except Exception as exc:  # a tool must never crash the turn
                     log.exception("tool call failed inside the agent", tool=call.name)
@@ -411,7 +404,7 @@ class TurnRun:
                 if outcome.is_error:
                     kind = outcome.error_kind or "error"
                     span.set_status(Status(StatusCode.ERROR, kind))
-                    span.set_attribute("error.type", kind)
+                    span.set_attribute(ERROR_TYPE, kind)
                     timer.outcome = kind if kind in ("timeout", "cancelled") else "error"
                 return outcome
 

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from agentmesh.agent import types as t
-from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts, outcome_to_proto
+from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
@@ -20,6 +20,7 @@ from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
 from agentmesh.modes import validate_mode
 from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.convert import tool_result_to_proto
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
@@ -44,7 +45,7 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
         return common_pb2.Event(**base, tool_call=common_pb2.ToolCallStarted(
             call_id=c.call_id, name=c.name, arguments_json=c.arguments_json))
     if isinstance(event, t.ToolResultEvent):
-        return common_pb2.Event(**base, tool_result=common_pb2.ToolCallFinished(result=outcome_to_proto(event.result)))
+        return common_pb2.Event(**base, tool_result=common_pb2.ToolCallFinished(result=tool_result_to_proto(event.result)))
     if isinstance(event, t.ApprovalRequestEvent):
         c = event.call
         return common_pb2.Event(**base, approval_request=common_pb2.ApprovalRequested(

@@ -9,6 +9,7 @@ import grpc
 
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
+from agentmesh.rpc.peers import peer_error
 from agentmesh.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -23,12 +24,6 @@ from agentmesh.v1 import (
 RPC_TIMEOUT_S = 30.0
 
 
-def _peer_error(err: grpc.aio.AioRpcError, peer: str, target: str):
-    if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return Unavailable(f"the {peer} service at {target} is not answering ({err.details() or err.code().name})")
-    return core_error_from_rpc(err)
-
-
 class MemorySessions:
     def __init__(self, channel: grpc.aio.Channel, target: str):
         self._stub = memory_pb2_grpc.MemoryStub(channel)
@@ -38,7 +33,7 @@ class MemorySessions:
         try:
             return await method(request, timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
-            raise _peer_error(err, "memory", self._target) from None
+            raise peer_error(err, f"the memory service at {self._target}") from None
 
     async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]:
         reply = await self._call(self._stub.PutSession, memory_pb2.PutSessionRequest(session=session))
@@ -127,4 +122,4 @@ class ToolsWorkspaces:
         try:
             await self._stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id=session_id), timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
-            raise _peer_error(err, "tools", self._target) from None
+            raise peer_error(err, f"the tools service at {self._target}") from None

@@ -19,7 +19,6 @@ from typing import Any, Callable
 from urllib.parse import unquote
 
 from opentelemetry import metrics, trace
-from opentelemetry.propagate import inject
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -29,7 +28,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from agentmesh.config import OtlpExporterSettings, Settings, TelemetrySettings
 from agentmesh.telemetry.instruments import ServiceMetrics
 from agentmesh.telemetry.metricstore import LocalMetricExporter, metric_store_dir
+from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.telemetry.spanstore import LocalSpanExporter, prune_store, span_store_dir
+
+__all__ = ["Telemetry", "setup_telemetry", "traceparent_env"]
 
 
 @dataclass
@@ -72,21 +74,6 @@ class Telemetry:
             stop = getattr(close, "shutdown", None)
             if stop:
                 stop()
-
-
-def traceparent_env() -> dict[str, str]:
-    """`TRACEPARENT` (and `TRACESTATE`) for the current span, for a sandboxed process or pod.
-
-    Empty when no span is recording, so callers can always `env.update(traceparent_env())`.
-    """
-    carrier: dict[str, str] = {}
-    inject(carrier)
-    env = {}
-    if carrier.get("traceparent"):
-        env["TRACEPARENT"] = carrier["traceparent"]
-        if carrier.get("tracestate"):
-            env["TRACESTATE"] = carrier["tracestate"]
-    return env
 
 
 def setup_telemetry(service: str, settings: Settings) -> Telemetry:

@@ -19,12 +19,13 @@ from opentelemetry import trace
 
 from agentmesh.config import ConfigError
 from agentmesh.logs import get_logger
+from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
+from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
 from agentmesh.tools.sandbox.k8s_job import CONTAINER, LABEL_JOB, build_job, job_name, pod_identity
 from agentmesh.tools.sandbox.k8s_watch import JobTracker, Verdict
 from agentmesh.tools.sandbox.output import CappedOutput
-from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import KubernetesSandbox, SandboxLimits, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
 
@@ -117,12 +118,12 @@ class KubernetesExecutor:
                 "agentmesh.sandbox.job": name,
                 "agentmesh.sandbox.namespace": self._cfg.namespace,
                 "agentmesh.session_id": spec.session_id,
-                "gen_ai.tool.call.id": spec.call_id,
+                GEN_AI_TOOL_CALL_ID: spec.call_id,
                 "agentmesh.sandbox.timeout_s": spec.timeout_s,
             },
         ) as span:
             started = time.monotonic()
-            body = build_job(spec, self._cfg, name, current_traceparent(), self._identity)
+            body = build_job(spec, self._cfg, name, traceparent_env().get("TRACEPARENT", ""), self._identity)
             try:
                 await self._api.create_job(body)
                 verdict = await self._follow(name, spec, started)
