@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Self, TypeVar
 __all__ = [
     "DEFAULT_PORTS",
     "SERVICES",
+    "SERVICE_SECTIONS",
     "ConfigError",
     "EnvSection",
     "EnvVar",
@@ -46,6 +47,7 @@ __all__ = [
     "load",
     "secret_values",
     "section",
+    "section_class",
 ]
 
 T = TypeVar("T")

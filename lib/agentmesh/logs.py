@@ -24,6 +24,8 @@ from structlog.typing import EventDict, Processor
 
 from agentmesh.config import secret_values
 
+__all__ = ["REDACTED", "Redactor", "configure_logging", "get_logger", "secrets_of"]
+
 REDACTED = "[redacted]"
 
 # Field names that hold a credential. Anchored on whole words so that `input_tokens` or
@@ -55,7 +57,7 @@ _SECRET_SHAPES = (
 _HANDLER_TAG = "_agentmesh_json_handler"
 
 
-def is_secret_field(name: Any) -> bool:
+def _is_secret_field(name: Any) -> bool:
     return bool(_SECRET_KEY.match(str(name)))
 
 
@@ -97,7 +99,7 @@ class Redactor:
             return REDACTED
         if isinstance(value, dict):
             return {
-                self.mask_text(str(k)): (REDACTED if is_secret_field(k) else self.mask(v, depth + 1))
+                self.mask_text(str(k)): (REDACTED if _is_secret_field(k) else self.mask(v, depth + 1))
                 for k, v in value.items()
             }
         if isinstance(value, (list, tuple, set, frozenset)):
@@ -112,7 +114,7 @@ class Redactor:
 
     def __call__(self, _logger: Any, _method: str, event: EventDict) -> EventDict:
         return {
-            k: (REDACTED if k not in self._KEEP and is_secret_field(k) else self.mask(v))
+            k: (REDACTED if k not in self._KEEP and _is_secret_field(k) else self.mask(v))
             for k, v in event.items()
         }
 

@@ -9,7 +9,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 
-MAX_PROBLEMS = 5
+__all__ = ["ArgumentsSchema"]
+
+_MAX_PROBLEMS = 5
 
 
 class ArgumentsSchema:
@@ -33,7 +35,7 @@ class ArgumentsSchema:
             ) from None
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
         if errors:
-            problems = "; ".join(_describe(error) for error in errors[:MAX_PROBLEMS])
+            problems = "; ".join(_describe(error) for error in errors[:_MAX_PROBLEMS])
             raise ValueError(f"invalid arguments for {self.tool_name}: {problems}. Expected schema: {self.schema_json}")
         return arguments
 

@@ -9,6 +9,8 @@ from typing import Protocol, Sequence
 from agentmesh.agent.types import ChatMessage, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 
+__all__ = ["LongTermMemory", "MemoryHit", "NotSupported", "ToolRunner", "TranscriptStore"]
+
 
 class NotSupported(AgentmeshError):
     """The peer does not implement this (yet): callers degrade instead of failing the turn."""

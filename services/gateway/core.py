@@ -11,11 +11,12 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator
 
 import structlog
 
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
@@ -29,26 +30,6 @@ MAX_APPROVAL_TOOLS = 64
 MAX_TOOL_NAME_CHARS = 128
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
-
-
-class SessionStore(Protocol):
-    async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]: ...
-    async def get_session(self, session_id: str) -> gateway_pb2.Session: ...
-    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse: ...
-    async def delete_session(self, session_id: str) -> bool: ...
-    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse: ...
-
-
-class AgentRunner(Protocol):
-    def run_turn(
-        self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
-    ) -> AsyncIterator[common_pb2.Event]:
-        """Stream the turn's events; decisions put on the queue travel to the agent running it."""
-        ...
-
-
-class Workspaces(Protocol):
-    async def delete_workspace(self, session_id: str) -> None: ...
 
 
 SHUTDOWN_MESSAGE = (

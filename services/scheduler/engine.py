@@ -21,11 +21,10 @@ from typing import Any, Mapping
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
 from agentmesh.ids import new_id, validate_id
 from agentmesh.logs import get_logger
-from agentmesh.scheduler.clock import Clock
 from agentmesh.scheduler.jobs import TIMETABLE_FIELDS, apply_changes, apply_defaults, is_startup, next_due, validate_job
-from agentmesh.scheduler.leader import LeaderLock
 from agentmesh.scheduler.model import Job, Run
-from agentmesh.scheduler.runs import RunExecutor, RunTarget
+from agentmesh.scheduler.ports import Clock, LeaderLock, RunTarget
+from agentmesh.scheduler.runs import RunExecutor
 from agentmesh.scheduler.schedules import load_timezone, parse_schedule
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import Claim, SqliteStore

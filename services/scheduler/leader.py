@@ -11,19 +11,13 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from filelock import FileLock, Timeout
 
 from agentmesh.logs import get_logger
 
 log = get_logger("agentmesh.scheduler.leader")
-
-
-class LeaderLock(Protocol):
-    async def acquire(self, now: float) -> bool: ...
-
-    async def release(self) -> None: ...
 
 
 class FileLeaderLock:

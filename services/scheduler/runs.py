@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Awaitable, Callable, Protocol
 
 import structlog
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
-from agentmesh.scheduler.clock import Clock
 from agentmesh.scheduler.model import Job, Run, RunOutcome, RunRequest
+from agentmesh.scheduler.ports import Clock, RunTarget
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import SqliteStore
 from agentmesh.telemetry import Telemetry
 
 log = get_logger("agentmesh.scheduler.runs")
-
-
-class RunTarget(Protocol):
-    """Where runs go: the gateway in production (see gateway_target.py)."""
-
-    async def run(self, request: RunRequest, on_started: Callable[[str, str], Awaitable[None]]) -> RunOutcome: ...
-
-    async def cancel(self, session_id: str) -> None: ...
 
 
 class RunExecutor:

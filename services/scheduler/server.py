@@ -11,12 +11,13 @@ from agentmesh.errors import InvalidArgument
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
-from agentmesh.scheduler.clock import Clock, SystemClock
+from agentmesh.scheduler.clock import SystemClock
 from agentmesh.scheduler.engine import Scheduler
 from agentmesh.scheduler.gateway_target import GatewayRunTarget
 from agentmesh.scheduler.jobs import EDITABLE_FIELDS
-from agentmesh.scheduler.leader import FileLeaderLock, LeaderLock, LeaseLeaderLock, kubernetes_lease_api
+from agentmesh.scheduler.leader import FileLeaderLock, LeaseLeaderLock, kubernetes_lease_api
 from agentmesh.scheduler.model import Job, Run
+from agentmesh.scheduler.ports import Clock, LeaderLock
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import SqliteStore
 from agentmesh.telemetry import Telemetry

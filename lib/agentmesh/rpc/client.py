@@ -10,6 +10,8 @@ from opentelemetry.instrumentation.grpc import aio_client_interceptors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry import Telemetry
 
+__all__ = ["open_channel"]
+
 # Transparent retries for calls that never reached a handler (peer restarting, connection reset).
 _SERVICE_CONFIG = json.dumps(
     {
@@ -30,7 +32,7 @@ _SERVICE_CONFIG = json.dumps(
     }
 )
 
-CHANNEL_OPTIONS = [
+_CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
@@ -45,4 +47,4 @@ def open_channel(target: str, telemetry: Telemetry | None = None) -> grpc.aio.Ch
         if telemetry
         else []
     )
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)
+    return grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS, interceptors=interceptors)

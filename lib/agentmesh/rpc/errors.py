@@ -12,6 +12,8 @@ from opentelemetry import trace
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
+__all__ = ["core_error_from_rpc", "status_code", "translate_errors"]
+
 log = get_logger("agentmesh.rpc")
 
 

@@ -13,6 +13,8 @@ from agentmesh.config import SERVICES, Settings
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import setup_telemetry
 
+__all__ = ["build_service", "start_service"]
+
 
 async def build_service(name: str, settings: Settings, address: str | None = None) -> ServiceHost:
     if name not in SERVICES:

@@ -21,11 +21,13 @@ from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.rpcmetrics import RpcMetricsInterceptor
 
+__all__ = ["MAX_MESSAGE_BYTES", "PortInUse", "ServiceHost"]
+
 log = get_logger("agentmesh.rpc")
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
-SERVER_OPTIONS = [
+_SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
@@ -65,7 +67,7 @@ class ServiceHost:
                 RpcMetricsInterceptor(telemetry.metrics),
                 *(interceptors or []),
             ],
-            options=SERVER_OPTIONS,
+            options=_SERVER_OPTIONS,
         )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -63,7 +63,7 @@ GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
 GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # on token-usage metric points: "input" | "output"
 ERROR_TYPE = "error.type"
 
-Attributes = Mapping[str, AttributeValue]
+_Attributes = Mapping[str, AttributeValue]
 
 
 def invoke_agent_span(
@@ -73,7 +73,7 @@ def invoke_agent_span(
     conversation_id: str,
     model: str,
     provider: str,
-    attributes: Attributes | None = None,
+    attributes: _Attributes | None = None,
 ) -> AbstractContextManager[Span]:
     """The span of one turn (`invoke_agent`); `attributes` adds the caller's own."""
     return _span(tracer, "invoke_agent", SpanKind.INTERNAL, {
@@ -92,7 +92,7 @@ def chat_span(
     model: str,
     provider: str,
     max_tokens: int = 0,
-    attributes: Attributes | None = None,
+    attributes: _Attributes | None = None,
 ) -> AbstractContextManager[Span]:
     """The span of one model call (`chat {model}`, a client span)."""
     values: dict[str, AttributeValue] = {
@@ -108,7 +108,7 @@ def chat_span(
 
 
 def execute_tool_span(
-    tracer: trace.Tracer, *, name: str, call_id: str, attributes: Attributes | None = None
+    tracer: trace.Tracer, *, name: str, call_id: str, attributes: _Attributes | None = None
 ) -> AbstractContextManager[Span]:
     """The span of one tool call (`execute_tool {name}`)."""
     return _span(tracer, f"execute_tool {name}", SpanKind.INTERNAL, {

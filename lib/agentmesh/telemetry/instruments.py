@@ -30,6 +30,19 @@ from agentmesh.telemetry.genai import (
     GEN_AI_TOKEN_TYPE,
 )
 
+__all__ = [
+    "GEN_AI_OPERATION_DURATION",
+    "GEN_AI_TOKEN_USAGE",
+    "MEMORY_SEARCH_DURATION",
+    "RPC_SERVER_DURATION",
+    "SANDBOX_WAIT",
+    "TOOL_DURATION",
+    "TOOL_OUTCOMES",
+    "TURNS_IN_FLIGHT",
+    "ServiceMetrics",
+    "ToolTimer",
+]
+
 # --- instrument names (the contract with the dashboards) -----------------------------------
 RPC_SERVER_DURATION = "rpc.server.duration"  # ms, histogram, per gRPC method
 GEN_AI_TOKEN_USAGE = "gen_ai.client.token.usage"  # {token}, histogram, per model call and token type

@@ -23,6 +23,8 @@ from opentelemetry.sdk.metrics.export import (
 
 from agentmesh.telemetry.spanstore import read_jsonl_dir
 
+__all__ = ["LocalMetricExporter", "metric_store_dir", "read_metric_points"]
+
 
 def metric_store_dir(home: Path) -> Path:
     return Path(home) / "metrics"

@@ -16,8 +16,10 @@ import grpc
 
 from agentmesh.telemetry.instruments import ServiceMetrics
 
+__all__ = ["RpcMetricsInterceptor"]
 
-def split_method(full_method: str) -> tuple[str, str]:
+
+def _split_method(full_method: str) -> tuple[str, str]:
     """"/agentmesh.v1.Gateway/Chat" -> ("agentmesh.v1.Gateway", "Chat")."""
     service, _, method = full_method.lstrip("/").rpartition("/")
     return service or "unknown", method or full_method
@@ -58,7 +60,7 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        service, method = split_method(handler_call_details.method)
+        service, method = _split_method(handler_call_details.method)
         attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
 
         if handler.response_streaming:

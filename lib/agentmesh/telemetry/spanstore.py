@@ -16,12 +16,14 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
+__all__ = ["LocalSpanExporter", "prune_store", "read_jsonl_dir", "read_spans", "span_store_dir"]
+
 
 def span_store_dir(home: Path) -> Path:
     return Path(home) / "traces"
 
 
-def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
+def _span_to_dict(span: ReadableSpan) -> dict[str, Any]:
     ctx = span.get_span_context()
     assert ctx is not None  # an SDK span always has one
     parent = span.parent
@@ -61,7 +63,7 @@ class LocalSpanExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(json.dumps(span_to_dict(s), separators=(",", ":")) + "\n" for s in spans)
+        lines = "".join(json.dumps(_span_to_dict(s), separators=(",", ":")) + "\n" for s in spans)
         try:
             with self._lock:
                 self._path.parent.mkdir(parents=True, exist_ok=True)

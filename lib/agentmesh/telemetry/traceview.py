@@ -16,8 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+__all__ = [
+    "AmbiguousTraceId",
+    "SpanNode",
+    "TraceNotFound",
+    "TraceView",
+    "format_duration",
+    "last_trace_id",
+    "load_trace",
+    "normalize_trace_id",
+    "recent_traces",
+    "render_waterfall",
+    "short_service",
+]
+
 _HEX = re.compile(r"^[0-9a-f]+$")
-MIN_PREFIX = 8
+_MIN_PREFIX = 8
 
 
 class TraceNotFound(LookupError):
@@ -33,8 +47,8 @@ def normalize_trace_id(text: str) -> str:
     value = text.strip().lower()
     if not value or not _HEX.match(value) or len(value) > 32:
         raise ValueError(f"{text!r} is not a trace id: expected up to 32 hexadecimal characters")
-    if len(value) < 32 and len(value) < MIN_PREFIX:
-        raise ValueError(f"trace id prefix {text!r} is too short: give at least {MIN_PREFIX} characters")
+    if len(value) < 32 and len(value) < _MIN_PREFIX:
+        raise ValueError(f"trace id prefix {text!r} is too short: give at least {_MIN_PREFIX} characters")
     return value
 
 
@@ -108,7 +122,7 @@ def _span_lines(directory: Path, needle: str | None = None) -> Iterable[dict[str
             continue  # a file pruned or rotated while we read
 
 
-def build_tree(trace_id: str, spans: Iterable[dict[str, Any]]) -> TraceView:
+def _build_tree(trace_id: str, spans: Iterable[dict[str, Any]]) -> TraceView:
     by_id: dict[str, SpanNode] = {}
     for span in spans:
         # A span exported twice (a retried batch) counts once.
@@ -142,7 +156,7 @@ def load_trace(directory: Path, trace_id: str) -> TraceView:
             f"(for example {sorted(ids)[0]})"
         )
     full = ids.pop()
-    return build_tree(full, spans)
+    return _build_tree(full, spans)
 
 
 def last_trace_id(directory: Path) -> str | None:
