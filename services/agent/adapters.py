@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Sequence
+from typing import Sequence, cast
 
 import grpc
 
 from agentmesh.agent.ports import MemoryHit, NotSupported
-from agentmesh.agent.types import ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
@@ -44,9 +44,9 @@ def message_to_proto(m: ChatMessage) -> common_pb2.Message:
 
 
 def message_from_proto(m: common_pb2.Message) -> ChatMessage:
-    role = m.role if m.role in ("system", "user", "assistant", "tool") else "user"
+    role = cast(Role, m.role) if m.role in ("system", "user", "assistant", "tool") else "user"
     return ChatMessage(
-        role=role,  # type: ignore[arg-type]
+        role=role,
         content=m.content,
         tool_calls=tuple(ToolCall(c.call_id, c.name, c.arguments_json or "{}") for c in m.tool_calls),
         tool_call_id=m.tool_call_id,

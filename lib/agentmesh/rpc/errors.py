@@ -55,7 +55,7 @@ def translate_errors(method: Callable[..., Any]) -> Callable[..., Any]:
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every error must become a status
             await _abort(context, exc)
 
     return unary_wrapper

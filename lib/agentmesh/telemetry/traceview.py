@@ -136,7 +136,9 @@ def _build_tree(trace_id: str, spans: Iterable[dict[str, Any]]) -> TraceView:
         else:
             node.orphan = bool(parent_id)
             roots.append(node)
-    key = lambda n: (n.span.get("start", 0), -n.span.get("end", 0))  # noqa: E731
+    def key(n: SpanNode) -> tuple[float, float]:
+        return (n.span.get("start", 0), -n.span.get("end", 0))
+
     for node in by_id.values():
         node.children.sort(key=key)
     roots.sort(key=key)
