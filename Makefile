@@ -41,4 +41,4 @@ bench: install
 	$(PY) -m benches
 
 clean:
-	rm -rf $(VENV) .venv-checkov lib/agentmesh/v1/*_pb2*.py* $(STUBS)
+	rm -rf $(VENV) .venv-checkov .mypy_cache .ruff_cache .import_linter_cache lib/agentmesh/v1/*_pb2*.py* $(STUBS)
