@@ -336,8 +336,10 @@ class Settings:
     drain_s: float = env("AGENTMESH_DRAIN_S", 20.0, minimum=0)
     # Gateway bearer tokens; empty disables authentication (local default).
     auth_tokens: tuple[str, ...] = env("AGENTMESH_AUTH_TOKENS", (), secret=True)
-    # The token clients (CLI, scheduler) present to the gateway when authentication is on.
+    # The token the CLI presents when authentication is on (services sign their own calls).
     client_token: str = env("AGENTMESH_AUTH_TOKEN", "", secret=True)
+    # Each service's signing key and its peers' public keys (docs/security.md); empty: home/keys.
+    service_keys_dir: str = env("AGENTMESH_SERVICE_KEYS_DIR", "")
     # Tracing: "local" keeps spans under home; "otlp" exports; "none" disables.
     # "" = "otlp" when an OTLP endpoint is configured, else "local".
     traces: str = env("AGENTMESH_TRACES", "", choices=("local", "otlp", "none"))
@@ -366,6 +368,10 @@ class Settings:
             if isinstance(value, kind):
                 return value
         return load(kind, {})
+
+    @property
+    def keys_dir(self) -> Path:
+        return Path(self.service_keys_dir).expanduser() if self.service_keys_dir else self.home / "keys"
 
     def address_of(self, service: str) -> str:
         return self.addresses[service]

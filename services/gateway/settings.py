@@ -26,6 +26,12 @@ class GatewaySettings(EnvSection):
     # How long a forwarded call waits to reach the owner before this replica serves it itself.
     peer_connect_timeout_s: float = env("AGENTMESH_GATEWAY_PEER_CONNECT_TIMEOUT_S", 2.0, minimum=0.05)
 
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request the gateway reads: a message of `max_message_chars` characters
+        (at most 4 bytes each in UTF-8) and the rest of a request, with headroom; at least 1 MiB."""
+        return max(1024 * 1024, 4 * self.max_message_chars + 256 * 1024)
+
     def __post_init__(self) -> None:
         if self.peers.enabled and not self.advertise_address:
             raise ConfigError(

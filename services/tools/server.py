@@ -10,7 +10,7 @@ from agentmesh.config import Settings
 from agentmesh.logs import get_logger
 from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.tools.catalog import ToolProvider
 from agentmesh.tools.command_tools import CommandTools
@@ -84,7 +84,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
     core = build_core(tools_settings, executor, workspaces, telemetry.tracer)
-    host = ServiceHost("tools", settings, telemetry, address=address)
+    # An Execute request is bounded by its arguments (max_arguments_bytes); the rest is small.
+    # Twice that still reaches the service, which names the limit in its INVALID_ARGUMENT.
+    host = ServiceHost("tools", settings, telemetry, address=address,
+                       max_receive_bytes=2 * tools_settings.max_arguments_bytes + MIB)
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core), "agentmesh.v1.Tools")
     host.on_stop(executor.close)
     return host
