@@ -93,6 +93,8 @@ class EnvVar:
     secret: bool = False
     # Custom parsing for types the loader does not know (raise ValueError with the reason).
     parse: Callable[[str], Any] | None = None
+    # The variable counts in this unit (e.g. MiB for a *_MB variable); the field holds the product.
+    unit: int = 1
 
 
 def env(
@@ -105,9 +107,11 @@ def env(
     choices: tuple[str, ...] = (),
     secret: bool = False,
     parse: Callable[[str], Any] | None = None,
+    unit: int = 1,
 ) -> Any:
-    """A dataclass field read from the variable `name` (unset or blank: the default)."""
-    var = EnvVar(name, minimum, maximum, tuple(choices), secret, parse)
+    """A dataclass field read from the variable `name` (unset or blank: the default). With
+    `unit`, the variable is given in that unit and bounded in it; the field holds the product."""
+    var = EnvVar(name, minimum, maximum, tuple(choices), secret, parse, unit)
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata={_VAR: var}, repr=not secret)
     return field(default=default, metadata={_VAR: var}, repr=not secret)
@@ -199,7 +203,7 @@ def _parse(name: str, var: EnvVar, kind: Any, raw: str) -> Any:
             raise ConfigError(f"{name} must be at least {_plain(var.minimum)}, got {number}")
         if var.maximum is not None and number > var.maximum:
             raise ConfigError(f"{name} must be at most {_plain(var.maximum)}, got {number}")
-        return number
+        return number * var.unit
     if kind is Path:
         return Path(raw).expanduser()
     if var.choices:

@@ -16,6 +16,7 @@ from agentmesh.tools.catalog import ToolProvider
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
+from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.settings import ToolsSettings
@@ -66,7 +67,7 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
     providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
-        FileTools(workspaces, settings.max_file_read_bytes),
+        FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes)),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]

@@ -41,8 +41,6 @@ class KubernetesSandbox:
     # Requested and limited alike: the pod is OOM-killed at this size, never evicted for it.
     memory_limit: str = env("AGENTMESH_SANDBOX_MEMORY_LIMIT", "1Gi")
     tmp_size: str = env("AGENTMESH_SANDBOX_TMP_SIZE", "256Mi")
-    # Only used without a workspace claim (an emptyDir per call).
-    workspace_size: str = "1Gi"
     kubeconfig: str = env("KUBECONFIG", "")
     context: str = env("AGENTMESH_SANDBOX_KUBE_CONTEXT", "")
     # Retries of API calls that failed on the way (connection errors, 429, 5xx).
@@ -90,6 +88,8 @@ class ToolsSettings(EnvSection):
     # Sandboxes running at once in this replica; further calls wait their turn (inside their timeout budget).
     max_concurrent_sandboxes: int = env("AGENTMESH_SANDBOX_MAX_CONCURRENT", 32, minimum=1)
     max_file_read_bytes: int = 256 * 1024
+    # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
+    workspace_quota_bytes: int = env("AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", 1024 * MIB, minimum=1, unit=MIB)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolsSettings:
