@@ -38,6 +38,7 @@ __all__ = [
     "TOKEN_LIFETIME_S",
     "IdentityError",
     "KeyDirectory",
+    "KeyFileError",
     "Principal",
     "ServiceIdentity",
 ]
