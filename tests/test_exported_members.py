@@ -23,6 +23,7 @@ CONVENTIONAL = {"log", "T"}
 
 SERVICE_PORTS = [
     "agentmesh.agent.ports",
+    "agentmesh.agent.turn",  # the seam capabilities plug into
     "agentmesh.gateway.ports",
     "agentmesh.scheduler.ports",
     "agentmesh.tools.catalog",

@@ -10,7 +10,7 @@ from typing import Sequence, cast
 import grpc
 
 from agentmesh.agent.ports import MemoryHit, NotSupported
-from agentmesh.agent.types import ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
@@ -99,6 +99,32 @@ class GrpcToolRunner:
                 )
             return ToolOutcome.error(call, _ERROR_KINDS.get(err.code(), "tool_error"), f"error: {detail}")
         return replace(tool_result_from_proto(reply.result), call_id=call.call_id, name=call.name)
+
+
+class GrpcBackgroundCommands:
+    """BackgroundResults / StopBackground on the tools service."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._target = target
+        self._timeout_s = timeout_s
+
+    async def take_finished(self, session_id: str) -> list[BackgroundDone]:
+        try:
+            reply = await self._stub.BackgroundResults(tools_pb2.BackgroundResultsRequest(session_id=session_id),
+                                                       timeout=self._timeout_s, metadata=trace_metadata())
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
+        return [BackgroundDone(id=c.id, command=c.command, status=c.status, result=tool_result_from_proto(c.result),
+                               seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished]
+
+    async def stop(self, session_id: str) -> int:
+        try:
+            reply = await self._stub.StopBackground(tools_pb2.StopBackgroundRequest(session_id=session_id),
+                                                    timeout=self._timeout_s, metadata=trace_metadata())
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
+        return reply.stopped
 
 
 # --- memory ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from agentmesh.agent import types as t
-from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts
+from agentmesh.agent.adapters import GrpcBackgroundCommands, GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
@@ -41,6 +41,14 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
             session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id))
     if isinstance(event, t.TextDeltaEvent):
         return common_pb2.Event(**base, text_delta=common_pb2.TextDelta(text=event.text))
+    if isinstance(event, t.ReasoningDeltaEvent):
+        return common_pb2.Event(**base, reasoning_delta=common_pb2.ReasoningDelta(text=event.text))
+    if isinstance(event, t.TaskUpdateEvent):
+        return common_pb2.Event(**base, task_update=task_board_to_proto(event.tasks))
+    if isinstance(event, t.BackgroundResultEvent):
+        d = event.done
+        return common_pb2.Event(**base, background_result=common_pb2.BackgroundResult(
+            id=d.id, command=d.command, status=d.status, seconds=d.seconds, result=tool_result_to_proto(d.result)))
     if isinstance(event, t.ToolCallEvent):
         c = event.call
         return common_pb2.Event(**base, tool_call=common_pb2.ToolCallStarted(
@@ -68,6 +76,14 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
     raise TypeError(f"unknown run event {event!r}")
 
 
+def task_board_to_proto(tasks) -> common_pb2.TaskBoard:
+    return common_pb2.TaskBoard(tasks=[
+        common_pb2.Task(id=k.id, subject=k.subject, description=k.description, status=k.status, owner=k.owner,
+                        blocked_by=list(k.blocked_by), blocked=k.blocked)
+        for k in tasks
+    ])
+
+
 class AgentServicer(agent_pb2_grpc.AgentServicer):
     def __init__(self, agent: Agent, settings: AgentSettings):
         self._agent = agent
@@ -92,6 +108,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         if len(options.system_prompt) > MAX_MESSAGE_CHARS:
             raise InvalidArgument(f"options.system_prompt is longer than {MAX_MESSAGE_CHARS} characters")
         validate_approval_tools(options.approval_tools)
+        validate_budgets(options)
         mode = validate_mode(options.mode)
         return TurnRequest(
             session_id=request.session_id,
@@ -103,6 +120,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             system_prompt=options.system_prompt,
             approval_tools=frozenset(options.approval_tools),
             mode=mode,
+            token_budget=options.token_budget,
+            session_token_budget=options.session_token_budget,
+            plan=options.plan or options.plan_auto_approve,
+            plan_auto_approve=options.plan_auto_approve,
         )
 
     @translate_errors
@@ -149,6 +170,12 @@ def validate_approval_tools(names) -> None:
             )
 
 
+def validate_budgets(options) -> None:
+    for name in ("token_budget", "session_token_budget"):
+        if getattr(options, name) < 0:
+            raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
+
+
 class MemoryChildSessions:
     """Sub-agents' sessions in the memory service, so their transcripts are stored and listed
     like any other (`agentmesh sessions show <child id>`); labels point back to the parent."""
@@ -180,6 +207,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         model=settings.llm.model_name,
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
+        background=GrpcBackgroundCommands(tools_channel, tools_target),
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)

@@ -77,6 +77,32 @@ class AgentSettings(EnvSection):
     # Newest whole turns kept verbatim after compacting, in characters; 0: 1/4 of the budget.
     compact_keep_chars: int = env("AGENTMESH_AGENT_COMPACT_KEEP_CHARS", 0, minimum=0)
 
+    # A loop that finishes well (guards.py, budget.py; docs/agent.md). 0 switches each off.
+    # A reply cut off by the output limit (finish_reason "length") is continued up to this many times.
+    max_continuations: int = env("AGENTMESH_AGENT_MAX_CONTINUATIONS", 3, minimum=0)
+    # This many steps before the step budget ends, the model is told to wrap up.
+    wrap_up_steps: int = env("AGENTMESH_AGENT_WRAP_UP_STEPS", 2, minimum=0)
+    # In what is sent each step, this turn's tool results older than the newest N become a one-line placeholder.
+    keep_tool_results: int = env("AGENTMESH_AGENT_KEEP_TOOL_RESULTS", 8, minimum=0)
+    # The same tool call (same arguments) this many times in a row, or an A-B-A-B cycle, is a loop.
+    repeat_limit: int = env("AGENTMESH_AGENT_REPEAT_LIMIT", 3, minimum=0)
+    # Token budgets (input + output, sub-agents included) per turn and per session; 0: none.
+    turn_token_budget: int = env("AGENTMESH_AGENT_TURN_TOKEN_BUDGET", 0, minimum=0)
+    session_token_budget: int = env("AGENTMESH_AGENT_SESSION_TOKEN_BUDGET", 0, minimum=0)
+    # Share of a budget at which a status event warns and the model is told to wrap up.
+    budget_warn_at: float = env("AGENTMESH_AGENT_BUDGET_WARN_AT", 0.8, minimum=0.0)
+    # Reasoning a model emits (reasoning_content, <think>): False keeps it out of what is stored
+    # and sent back; True stores it with the reply, as <think>…</think> before the text.
+    keep_reasoning: bool = env("AGENTMESH_AGENT_KEEP_REASONING", False)
+    # Offer the `think` tool (thinking.py): a scratchpad with no effects.
+    think_tool: bool = env("AGENTMESH_AGENT_THINK_TOOL", True)
+    # Modes whose turns get the task board (task_create/update/get/list; task_tools.py).
+    task_modes: frozenset[str] = env("AGENTMESH_AGENT_TASK_MODES", frozenset({"deep"}), parse=parse_tool_names)
+    # Plan mode: revisions after a denial before the turn ends with stop_reason "plan_rejected".
+    plan_revisions: int = env("AGENTMESH_AGENT_PLAN_REVISIONS", 3, minimum=0)
+    # Deep work: nudges to go on after a text-only reply while tasks are still open.
+    deep_nudges: int = env("AGENTMESH_AGENT_DEEP_NUDGES", 2, minimum=0)
+
     @property
     def compaction_threshold_chars(self) -> int:
         return self.compact_at_chars or self.context_budget_chars * 3 // 4

@@ -88,6 +88,9 @@ class ToolsSettings(EnvSection):
     # Sandboxes running at once in this replica; further calls wait their turn (inside their timeout budget).
     max_concurrent_sandboxes: int = env("AGENTMESH_SANDBOX_MAX_CONCURRENT", 32, minimum=1)
     max_file_read_bytes: int = 256 * 1024
+    # Background commands (background.py): running at once per session, and the longest any may live.
+    background_per_session: int = env("AGENTMESH_TOOLS_BACKGROUND_PER_SESSION", 4, minimum=0)
+    background_max_s: float = env("AGENTMESH_TOOLS_BACKGROUND_MAX_S", 1800.0, minimum=1)
     # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
     workspace_quota_bytes: int = env("AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", 1024 * MIB, minimum=1, unit=MIB)
 
