@@ -5,9 +5,16 @@ PY     := $(VENV)/bin/python
 PROTOS := $(wildcard protos/agentmesh/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
-.PHONY: install stubs demo lint test bench up clean wheels images
+.PHONY: install system-packages stubs demo lint test bench up clean wheels images
 
-install: $(VENV)/.installed $(STUBS)
+install: system-packages $(VENV)/.installed $(STUBS)
+
+# bubblewrap and libseccomp2, installed when missing (as root or with passwordless sudo); else
+# it stops with the command that installs them. SYSTEM_PACKAGES=skip leaves the machine alone.
+system-packages:
+ifneq ($(SYSTEM_PACKAGES),skip)
+	@bash scripts/system-packages.sh $(PYTHON)
+endif
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
