@@ -19,7 +19,7 @@ Plain data, parsed once at start-up; a bad file is a ConfigError naming the entr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -39,6 +39,7 @@ class ModelSpec:
     base_url: str
     model: str
     api_key_env: str = ""
+    api_key: str = field(default="", repr=False)  # from the variable api_key_env names; never printed
     context_window: int = 0
     input_price_per_mtok: float = 0.0
     output_price_per_mtok: float = 0.0
@@ -53,6 +54,11 @@ class ModelCatalog:
 
     models: Mapping[str, ModelSpec] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, default: ModelSpec, named: Mapping[str, ModelSpec]) -> "ModelCatalog":
+        """`named` (AGENTMESH_MODELS, as loaded into the settings) with `default` under its name."""
+        return cls({DEFAULT_MODEL: default, **named})
+
     def names(self) -> list[str]:
         return [DEFAULT_MODEL, *sorted(n for n in self.models if n != DEFAULT_MODEL)]
 
@@ -63,11 +69,13 @@ class ModelCatalog:
         return f"{what} {name[:80]!r} is not a model this deployment offers; known models: {', '.join(self.names())}"
 
 
-def load_catalog(path: str, default: ModelSpec, variable: str = "AGENTMESH_MODELS") -> ModelCatalog:
+def load_catalog(path: str, default: ModelSpec, environ: Mapping[str, str] | None = None) -> ModelCatalog:
     """The catalogue of `path` (empty: only the default) with `default` under its name."""
-    models: dict[str, ModelSpec] = {DEFAULT_MODEL: default}
-    if not path:
-        return ModelCatalog(models)
+    return ModelCatalog.of(default, load_model_file(path, environ or {}) if path else {})
+
+
+def load_model_file(path: str, environ: Mapping[str, str], variable: str = "AGENTMESH_MODELS") -> dict[str, ModelSpec]:
+    """The named models of the file at `path`, keys read from the variables they name."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -81,18 +89,21 @@ def load_catalog(path: str, default: ModelSpec, variable: str = "AGENTMESH_MODEL
         raise ConfigError(f"{variable}: {path!r} must hold a list of models (or {{models: [...]}})")
     if len(entries) > MAX_MODELS:
         raise ConfigError(f"{variable}: at most {MAX_MODELS} models, got {len(entries)}")
+    models: dict[str, ModelSpec] = {}
     for index, entry in enumerate(entries):
         spec = _spec(entry, f"{variable}: model {index + 1}")
-        if spec.name in models:
+        if spec.name in models or spec.name == DEFAULT_MODEL:
             raise ConfigError(f"{variable}: model {index + 1}: the name {spec.name!r} is taken"
                               + (" (the AGENTMESH_LLM_* model is 'default')" if spec.name == DEFAULT_MODEL else ""))
+        if spec.api_key_env:
+            spec = replace(spec, api_key=environ.get(spec.api_key_env, ""))
         models[spec.name] = spec
     for spec in models.values():
-        if spec.fallback and spec.fallback not in models:
-            raise ConfigError(f"{variable}: model {spec.name!r} falls back to {spec.fallback!r}, which is not defined")
         if spec.fallback == spec.name:
             raise ConfigError(f"{variable}: model {spec.name!r} cannot fall back to itself")
-    return ModelCatalog(models)
+        if spec.fallback and spec.fallback not in models and spec.fallback != DEFAULT_MODEL:
+            raise ConfigError(f"{variable}: model {spec.name!r} falls back to {spec.fallback!r}, which is not defined")
+    return models
 
 
 def _spec(entry: Any, where: str) -> ModelSpec:
@@ -128,3 +139,10 @@ def _spec(entry: Any, where: str) -> ModelSpec:
     if min(spec.context_window, spec.max_output_tokens) < 0 or min(spec.input_price_per_mtok, spec.output_price_per_mtok) < 0:
         raise ConfigError(f"{where} ({name}): context_window, max_output_tokens and prices must not be negative")
     return spec
+
+
+def catalog_of(llm: Any) -> ModelCatalog:
+    """The deployment's catalogue from its `LLMSettings`: the AGENTMESH_LLM_* model as `default`
+    (named as requests name it) and the AGENTMESH_MODELS ones loaded with the settings."""
+    default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name)
+    return ModelCatalog.of(default, llm.models)

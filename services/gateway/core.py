@@ -11,16 +11,17 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Protocol
+from typing import Any, AsyncIterator
 
 import structlog
 
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.modes import validate_mode
-from agentmesh.models import DEFAULT_MODEL
+from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
 from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
 
 log = get_logger("agentmesh.gateway")
@@ -30,29 +31,6 @@ MAX_APPROVAL_TOOLS = 64
 MAX_TOOL_NAME_CHARS = 128
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
-
-
-class SessionStore(Protocol):
-    async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]: ...
-    async def get_session(self, session_id: str) -> gateway_pb2.Session: ...
-    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse: ...
-    async def delete_session(self, session_id: str) -> bool: ...
-    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse: ...
-    async def drop_run(self, session_id: str, run_id: str) -> int: ...
-    async def set_model(self, session_id: str, model: str) -> gateway_pb2.Session: ...
-
-
-class AgentRunner(Protocol):
-    def run_turn(
-        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest]"
-    ) -> AsyncIterator[common_pb2.Event]:
-        """Stream the turn's events; what is put on the queue (approval decisions, an interrupt)
-        travels to the agent running it."""
-        ...
-
-
-class Workspaces(Protocol):
-    async def delete_workspace(self, session_id: str) -> None: ...
 
 
 SHUTDOWN_MESSAGE = (
@@ -93,8 +71,11 @@ class _ActiveTurn:
 
 
 class Gateway:
-    def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings):
+    def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings,
+                 models: ModelCatalog | None = None):
         self._sessions = sessions
+        # The models a turn or a session may name (AGENTMESH_MODELS and the default).
+        self._models = models or ModelCatalog.of(ModelSpec(DEFAULT_MODEL, "scripted", "", "scripted"), {})
         self._agent = agent
         self._workspaces = workspaces
         self._settings = settings
@@ -121,8 +102,8 @@ class Gateway:
 
     async def update_session(self, request: gateway_pb2.UpdateSessionRequest) -> gateway_pb2.Session:
         session_id = validate_id(request.session_id)
-        if request.model and self._settings.models.get(request.model) is None:
-            raise InvalidArgument(self._settings.models.unknown_model_message(request.model, "model"))
+        if request.model and self._models.get(request.model) is None:
+            raise InvalidArgument(self._models.unknown_model_message(request.model, "model"))
         return await self._sessions.set_model(session_id, request.model)
 
     async def delete_session(self, session_id: str) -> bool:
@@ -168,8 +149,9 @@ class Gateway:
         if len(request.options.model) > 200:
             raise InvalidArgument("options.model is longer than 200 characters")
         model = request.options.model
-        if model and self._settings.models.get(model) is None and model != self._settings.default_model_id:
-            raise InvalidArgument(self._settings.models.unknown_model_message(model))
+        default = self._models.get(DEFAULT_MODEL)
+        if model and self._models.get(model) is None and (default is None or model != default.model):
+            raise InvalidArgument(self._models.unknown_model_message(model))
         validate_mode(request.options.mode)
         validate_if_busy(request.options.if_busy)
         for name in ("token_budget", "session_token_budget"):
@@ -193,7 +175,7 @@ class Gateway:
                 log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
             session, _ = await self._sessions.put_session(self._new_session(session_id, "", {}, ""))
             options = request.options
-            if not options.model and session.model and self._settings.models.get(session.model) is not None:
+            if not options.model and session.model and self._models.get(session.model) is not None:
                 options = gateway_pb2.ChatOptions()
                 options.CopyFrom(request.options)
                 options.model = session.model
@@ -257,7 +239,7 @@ class Gateway:
         turn.ended.set()
 
     def list_models(self) -> gateway_pb2.ListModelsResponse:
-        catalog = self._settings.models
+        catalog = self._models
         return gateway_pb2.ListModelsResponse(models=[
             gateway_pb2.ModelInfo(
                 name=spec.name, provider=spec.provider, model=spec.model, context_window=spec.context_window,
@@ -311,7 +293,7 @@ class Gateway:
         period ends tell the ones still running why their stream stops."""
         self._draining = True
         deadline = asyncio.get_running_loop().time() + max(0.0, grace_s - min(1.0, grace_s * 0.2))
-        while self._active and asyncio.get_running_loop().time() < deadline:
+        while self._active and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 - turns end on many paths; a 50 ms poll bounds the drain
             await asyncio.sleep(0.05)
         for turn in list(self._active.values()):
             turn.interrupted = True
@@ -319,7 +301,7 @@ class Gateway:
 
     async def _relay(self, run: agent_pb2.RunTurnRequest, turn: _ActiveTurn) -> AsyncIterator[common_pb2.Event]:
         """Pump the agent's stream through a queue so a Cancel can cut in between events."""
-        queue: asyncio.Queue = asyncio.Queue(maxsize=256)
+        queue: asyncio.Queue[object] = asyncio.Queue(maxsize=256)
         done = object()
 
         async def pump() -> None:
@@ -358,6 +340,7 @@ class Gateway:
                 if isinstance(item, AgentmeshError):
                     yield self._event(run, last_seq + 1, error=common_pb2.RunError(code=item.code, message=item.message))
                     return
+                assert isinstance(item, common_pb2.Event)  # the pump puts events, errors and `done`
                 last_seq = max(last_seq, item.seq)
                 self._track_approvals(turn, item)
                 yield item
@@ -379,7 +362,7 @@ class Gateway:
             turn.pending_approvals.pop(event.approval_resolved.call_id, None)
 
     @staticmethod
-    def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload) -> common_pb2.Event:
+    def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload: Any) -> common_pb2.Event:
         return common_pb2.Event(session_id=run.session_id, run_id=run.run_id, seq=seq, timestamp=time.time(), **payload)
 
     def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> gateway_pb2.Session:

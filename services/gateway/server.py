@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 
-from agentmesh.config import Settings, env_str
+from agentmesh.config import Settings
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.settings import GatewaySettings
-from agentmesh.models import DEFAULT_MODEL, ModelSpec
+from agentmesh.models import catalog_of
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
@@ -36,7 +36,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def _forwarded(self, method: str, request, context):
         """The owner's reply when another replica serves the session; None to serve it here."""
         owner = await self._route(validate_id(request.session_id), context)
-        if owner is None:
+        if owner is None or self._router is None:
             return None
         try:
             return await self._router.forwarder.unary(owner, method, request, context)
@@ -68,7 +68,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def Chat(self, request, context):
         self._core.validate_chat(request)  # bad input is refused here, without a hop
         owner = await self._route(request.session_id, context)
-        if owner is not None:
+        if owner is not None and self._router is not None:
             try:
                 async with contextlib.aclosing(self._router.forwarder.chat(owner, request, context)) as events:
                     async for event in events:
@@ -114,18 +114,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
 
 
-def default_model_spec(settings: Settings) -> ModelSpec:
-    """The AGENTMESH_LLM_* model, as the agent names it (`default`)."""
-    llm = settings.llm
-    model = "scripted" if llm.provider == "scripted" and not env_str(settings.environ, "AGENTMESH_LLM_MODEL") else llm.model
-    return ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.base_url, model=model)
-
-
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
                 peer_resolver: Resolver = resolve_addresses) -> ServiceHost:
     """The gateway, unstarted. `peer_resolver` answers the DNS lookups of
     AGENTMESH_GATEWAY_PEERS=dns:///...; tests give one that answers what they choose."""
-    gateway_settings = GatewaySettings.from_env(settings.environ, default_model_spec(settings))
+    gateway_settings = settings.section(GatewaySettings)
     identity = ServiceIdentity.open("gateway", settings.keys_dir)
     channels = {
         name: open_channel(settings.address_of(name), telemetry, identity=identity, audience=name)
@@ -136,6 +129,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         agent=AgentClient(channels["agent"], settings.address_of("agent")),
         workspaces=ToolsWorkspaces(channels["tools"], settings.address_of("tools")),
         settings=gateway_settings,
+        models=catalog_of(settings.llm),
     )
     host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=gateway_settings.max_request_bytes)
