@@ -39,6 +39,6 @@ async def list_models(args) -> int:
                      _price(m.output_price_per_mtok), m.fallback or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     print("* the default model (AGENTMESH_LLM_*)")
     return EXIT_OK

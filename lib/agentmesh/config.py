@@ -92,7 +92,7 @@ class EnvVar:
     choices: tuple[str, ...] = ()
     secret: bool = False
     # Custom parsing for types the loader does not know (raise ValueError with the reason).
-    parse: Callable[[str], Any] | None = None
+    parse: Callable[..., Any] | None = None
     # The variable counts in this unit (e.g. MiB for a *_MB variable); the field holds the product.
     unit: int = 1
     # `parse` also takes the environment: a value that names other variables (a key reference).
@@ -255,7 +255,7 @@ class LLMSettings(EnvSection):
     max_retries: int = env("AGENTMESH_LLM_MAX_RETRIES", 4, minimum=0)
     script_path: str = env("AGENTMESH_LLM_SCRIPT", "")  # scripted provider; "" = the built-in demo
     # More models by name (agentmesh.models), beside this one as "default"; keys resolved here.
-    models: Any = env("AGENTMESH_MODELS", default_factory=dict, parse=lambda raw, environ: _load_models(raw, environ),
+    models: Any = env("AGENTMESH_MODELS", default_factory=dict, parse=_load_models,
                       parse_environ=True)
 
     def __post_init__(self) -> None:

@@ -39,7 +39,6 @@ from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
 from agentmesh.agent.model_choice import ModelChoice, NamedModel
-from agentmesh.models import DEFAULT_MODEL
 from agentmesh.agent.ports import (
     BackgroundCommands,
     LongTermMemory,
@@ -68,6 +67,7 @@ from agentmesh.agent.types import (
 )
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
+from agentmesh.models import DEFAULT_MODEL
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.genai import (
     ERROR_TYPE,

@@ -13,7 +13,6 @@ from agentmesh.agent import types as t
 from agentmesh.agent.adapters import GrpcBackgroundCommands, GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.model_choice import NamedModel
-from agentmesh.models import DEFAULT_MODEL, ModelCatalog, catalog_of
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.config import Settings
@@ -21,6 +20,7 @@ from agentmesh.errors import InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
+from agentmesh.models import DEFAULT_MODEL, ModelCatalog, catalog_of
 from agentmesh.modes import validate_mode
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto

@@ -20,8 +20,8 @@ from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
-from agentmesh.modes import validate_mode
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
+from agentmesh.modes import validate_mode
 from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
 
 log = get_logger("agentmesh.gateway")
@@ -57,7 +57,7 @@ class _ActiveTurn:
     # Tool calls held for approval, as seen in the relayed events, in the order they came.
     pending_approvals: dict[str, common_pb2.ApprovalRequested] = field(default_factory=dict)
     # To the agent running the turn: approval decisions, an interrupt.
-    controls: asyncio.Queue = field(default_factory=asyncio.Queue)
+    controls: asyncio.Queue[agent_pb2.RunTurnRequest] = field(default_factory=asyncio.Queue)
     # Set once the session no longer belongs to this turn.
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     # A newer message that interrupts (or rolls back) this turn takes the session straight from

@@ -11,9 +11,9 @@ from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRou
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.settings import GatewaySettings
-from agentmesh.models import catalog_of
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
+from agentmesh.models import catalog_of
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity

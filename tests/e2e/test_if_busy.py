@@ -9,7 +9,6 @@ import asyncio
 import grpc
 import pytest
 
-from agentmesh.v1 import gateway_pb2
 from tests.e2e.conftest import LiveTurn, chat, of_kind, rpc_error, transcript, wait_until
 from tests.support.llm_server import ScriptedLLMServer, protocol_errors, reply, tool_call
 
