@@ -1,13 +1,9 @@
 """Long-term memory: remember (upsert), search (hybrid), get, list, forget, import.
 
-Namespaces never mix. Against a Qdrant server they share one collection, kept apart by a
-tenant-indexed `namespace` condition on every read, write and delete - what Qdrant recommends
-for many small tenants (a collection each costs its own segments, index and WAL) - and BM25's
-IDF is computed over the namespace alone (`IdfCorpusParams`). Embedded (local mode), each
-namespace gets a collection of its own: local mode evaluates filters and sparse scores in
-Python point by point over the whole collection, so a shared collection makes every tenant pay
-for all the others (docs/memory.md has the numbers). `AGENTMESH_MEMORY_LAYOUT` overrides the
-choice. Point ids derive from the namespace too, so even a known id cannot reach across.
+Namespaces never mix: every call names one, and the store keeps them apart (a shard or
+collection per namespace, or a shared one with the namespace as a filter and IDF corpus; see
+edge_store.py and qdrant_store.py). Point ids derive from the namespace too, so even a known id
+cannot reach across. The core talks to the store through ports.Store only.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.memory.context import NEIGHBORS, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
-from agentmesh.memory.qdrant_store import FusionPlan, PointFilter, QdrantStore, point_id
+from agentmesh.memory.ports import FusionPlan, PointFilter, Store, point_id
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
 from agentmesh.ids import validate_namespace
@@ -170,7 +166,7 @@ def _check_metadata(metadata: dict[str, Any], what: str = "metadata") -> dict[st
 
 
 class Memories:
-    def __init__(self, store: QdrantStore, embedder: Embedder, settings: MemorySettings, tracer: Any = None):
+    def __init__(self, store: Store, embedder: Embedder, settings: MemorySettings, tracer: Any = None):
         self._store = store
         self._embedder = embedder
         self._settings = settings
@@ -205,7 +201,7 @@ class Memories:
             if self._ready:
                 return
             await self._embedder.start()
-            self._refusal = await self._store.ensure_memory_collection(self._embedder.name, self._embedder.dim)
+            self._refusal = await self._store.check_embedder(self._embedder.name, self._embedder.dim)
             if self._refusal:
                 raise FailedPrecondition(self._refusal)
             self._ready = True

@@ -15,8 +15,8 @@ from agentmesh.memory.convert import (
 )
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories
-from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
+from agentmesh.memory.stores import open_store
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
@@ -119,10 +119,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     memory_settings = MemorySettings.from_env(settings.environ)
-    store = QdrantStore.open(settings.home, settings.qdrant_url, memory_settings.layout)
+    store = await open_store(settings.home, settings.qdrant_url, memory_settings)
     embedder = build_embedder(memory_settings)
     try:
-        await store.ensure_transcript_collections()
         memories = Memories(store, embedder, memory_settings, tracer=telemetry.tracer)
         await memories.open()
     except BaseException:
@@ -142,5 +141,5 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.close()
 
     host.on_stop(close)
-    log.info("memory store ready", qdrant=store.where, embedder=embedder.name, dim=embedder.dim)
+    log.info("memory store ready", store=store.where, embedder=embedder.name, dim=embedder.dim)
     return host

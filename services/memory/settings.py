@@ -51,9 +51,12 @@ class MemorySettings:
     # Index the memory's date ("8 May 2023") as words, so "what happened in May" can match.
     index_dates: bool = True
 
-    # Memory collections: "shared" (one, namespace as a tenant-indexed field), "per-namespace",
-    # or "auto" = per-namespace embedded, shared against a server (memories.py says why).
+    # Memory collections/shards: "shared" (one, namespace as a tenant-indexed field),
+    # "per-namespace", or "auto" = per-namespace embedded, shared against a server (docs/memory.md).
     layout: str = "auto"
+    # Embedded: build a memory shard's HNSW index (in a separate process) once this many points
+    # arrived since the last build; below it brute force answers fast enough. 0 = never.
+    index_after: int = 20_000
 
     # --- bounds ---
     max_content_bytes: int = 1024 * 1024
@@ -87,6 +90,7 @@ class MemorySettings:
             neighbor_boost=env_float(env, "AGENTMESH_MEMORY_NEIGHBOR_BOOST", cls.neighbor_boost, minimum=0),
             index_dates=env_bool(env, "AGENTMESH_MEMORY_INDEX_DATES", cls.index_dates),
             layout=env_choice(env, "AGENTMESH_MEMORY_LAYOUT", cls.layout, LAYOUTS),
+            index_after=env_int(env, "AGENTMESH_MEMORY_INDEX_AFTER", cls.index_after, minimum=0),
             max_content_bytes=env_int(env, "AGENTMESH_MEMORY_MAX_CONTENT_BYTES", cls.max_content_bytes, minimum=1),
             max_memory_bytes=env_int(env, "AGENTMESH_MEMORY_MAX_MEMORY_BYTES", cls.max_memory_bytes, minimum=1),
         )
