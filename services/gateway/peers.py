@@ -9,7 +9,7 @@ import grpc
 
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grpc
 
 RPC_TIMEOUT_S = 30.0
 
@@ -31,23 +31,23 @@ class MemorySessions:
         except grpc.aio.AioRpcError as err:
             raise _peer_error(err, "memory", self._target) from None
 
-    async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]:
+    async def put_session(self, session: sessions_pb2.Session) -> tuple[sessions_pb2.Session, bool]:
         reply = await self._call(self._stub.PutSession, memory_pb2.PutSessionRequest(session=session))
         return reply.session, reply.created
 
-    async def get_session(self, session_id: str) -> gateway_pb2.Session:
-        return await self._call(self._stub.GetSession, gateway_pb2.GetSessionRequest(session_id=session_id))
+    async def get_session(self, session_id: str) -> sessions_pb2.Session:
+        return await self._call(self._stub.GetSession, sessions_pb2.GetSessionRequest(session_id=session_id))
 
-    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse:
-        request = gateway_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
+    async def list_sessions(self, page_size: int, page_token: str) -> sessions_pb2.ListSessionsResponse:
+        request = sessions_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
         return await self._call(self._stub.ListSessions, request)
 
     async def delete_session(self, session_id: str) -> bool:
-        reply = await self._call(self._stub.DeleteSession, gateway_pb2.DeleteSessionRequest(session_id=session_id))
+        reply = await self._call(self._stub.DeleteSession, sessions_pb2.DeleteSessionRequest(session_id=session_id))
         return reply.deleted
 
-    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse:
-        request = gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
+    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> sessions_pb2.GetTranscriptResponse:
+        request = sessions_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
         return await self._call(self._stub.ListMessages, request)
 
 

@@ -21,7 +21,7 @@ from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import memory_pb2, memory_pb2_grpc, sessions_pb2
 from structlog.contextvars import bound_contextvars
 
 log = get_logger("agentmesh.memory")
@@ -46,13 +46,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def ListSessions(self, request, context):
         sessions, token = await self._transcripts.list_sessions(request.page_size, request.page_token)
-        return gateway_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
+        return sessions_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
 
     @translate_errors
     async def DeleteSession(self, request, context):
         with bound_contextvars(session_id=request.session_id):
             deleted = await self._transcripts.delete_session(request.session_id)
-        return gateway_pb2.DeleteSessionResponse(deleted=deleted)
+        return sessions_pb2.DeleteSessionResponse(deleted=deleted)
 
     # --- transcripts ---
 
@@ -69,7 +69,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
             messages, next_after = await self._transcripts.list_messages(
                 request.session_id, request.page_size, request.after_seq
             )
-        return gateway_pb2.GetTranscriptResponse(
+        return sessions_pb2.GetTranscriptResponse(
             messages=[message_to_proto(m) for m in messages], next_after_seq=next_after
         )
 
