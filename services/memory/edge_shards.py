@@ -120,6 +120,7 @@ class IndexedShard:
     async def _build_index(self) -> None:
         target = _generation_dir(self.root, self._state["generation"] + 1)
         started = time.monotonic()
+        log.info("memory shard indexing", shard=self.root.name, generation=self._state["generation"] + 1)
         try:
             async with self.write_lock:
                 await asyncio.to_thread(self.shard.flush)

@@ -38,6 +38,7 @@ log = get_logger("agentmesh.memory.edge")
 SHARED = "@shared"
 META = "meta.json"
 FLUSH_EVERY_S = 5.0
+SEGMENT_POINTS = 50_000  # vectors per indexed segment, at most
 _PAYLOAD_ONLY = "none"  # Edge wants at least one vector; payload-only shards declare an unused sparse one
 
 
@@ -189,6 +190,9 @@ class EdgeStore:
             sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
             # One indexing thread: the build runs beside the service on the same few cores.
             hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, max_indexing_threads=1),
+            # Bounded segments: a build indexes what arrived since the last one instead of
+            # merging everything into one segment and re-indexing it all (minutes at 100k).
+            optimizers=qe.EdgeOptimizersConfig(max_segment_size=max(1, dim * 4 * SEGMENT_POINTS // 1024)),
         )
 
     def _memory_shard(self, namespace: str, create: bool) -> IndexedShard | None:
