@@ -166,14 +166,16 @@ def _check_metadata(metadata: dict[str, Any], what: str = "metadata") -> dict[st
 
 
 class Memories:
-    def __init__(self, store: Store, embedder: Embedder, settings: MemorySettings, tracer: Any = None):
+    def __init__(
+        self, store: Store, embedder: Embedder, settings: MemorySettings, tracer: Any = None, sparse: Any = None
+    ):
         self._store = store
         self._embedder = embedder
         self._settings = settings
         # Spans for the two costly steps inside an RPC (the gRPC interceptor makes the RPC's own).
         self._tracer = tracer or trace.NoOpTracer()
-        self._tokenizer = Tokenizer()
-        self._sparse = SparseEncoder(self._tokenizer)
+        # BM25 encoder: text.py's (benches/locomo.py compares others with `.document`/`.query`).
+        self._sparse = sparse or SparseEncoder(Tokenizer())
         self._ready = False
         self._refusal = ""
         self._open_lock = asyncio.Lock()
