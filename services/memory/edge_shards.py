@@ -111,9 +111,12 @@ class IndexedShard:
         return self._build is not None
 
     async def flush(self) -> None:
-        if self.dirty:
-            self.dirty = False
-            await asyncio.to_thread(self.shard.flush)
+        # Under the write lock: a build copies the shard's files under it, and must not copy
+        # them half-flushed.
+        async with self.write_lock:
+            if self.dirty:
+                self.dirty = False
+                await asyncio.to_thread(self.shard.flush)
 
     # ------------------------------------------------------------------ index builds
 
