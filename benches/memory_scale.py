@@ -201,7 +201,7 @@ async def run_edge(size: int, layout: str, n_queries: int, texts: list[str]) -> 
     return {"layout": layout, "size": size, "ingest": ingest, "p50": ms(steady), "p99": ms(steady, 0.99),
             "during_n": len(during) if service.builds_done else 0, "during_p50": ms(during), "during_p99": ms(during, 0.99),
             "during_max": max(during, default=float("nan")) * 1000, "rss": rss, "append_rpc": ms(appends),
-            "builds": service.builds_done, "queries": queries}
+            "builds": service.builds_done, "queries": queries, "build_log": service.build_log}
 
 
 async def core_appends(store, n: int = 500) -> float:
@@ -268,6 +268,11 @@ async def main(argv: list[str]) -> int:
             print(f"{layout:>13} {size:>9} {r['ingest']:>9.0f} {r['p50']:>11.2f} {r['p99']:>7.2f} {r['during_p50']:>19.2f} "
                   f"{r['during_p99']:>7.2f} {r['during_max']:>7.1f} {r['during_n']:>5} {r['builds']:>6} {r['rss']:>7.0f} "
                   f"{r['append_rpc']:>11.3f}", flush=True)
+            for line in r["build_log"]:
+                found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
+                print(f"{'':>13}   index build: shard {found.get('shard')}, {found.get('points')} points, "
+                      f"writes paused {found.get('copy_s')} s for the copy and {found.get('swap_s')} s for the swap, "
+                      f"{found.get('total_s')} s in all", flush=True)
             if size not in baselines:
                 base = baseline_bm25(texts, r["queries"])
                 baselines[size] = (ms(base), ms(base, 0.99))

@@ -140,6 +140,7 @@ class IndexedShard:
             _, err = await self._process.communicate()
             if self._process.returncode != 0:
                 raise RuntimeError(f"the index build exited with {self._process.returncode}: {err.decode()[-500:]}")
+            swap_started = time.monotonic()
             async with self.write_lock:
                 indexed = await asyncio.to_thread(qe.EdgeShard.load, str(target))
                 for operation in self._replay or ():
@@ -148,6 +149,7 @@ class IndexedShard:
                 state = {"generation": self._state["generation"] + 1, "indexed_points": points}
                 _write_current(self.root, state)
                 old, self.shard, self._state, self._replay = self.shard, indexed, state, None
+            swapped = time.monotonic()
             await asyncio.to_thread(old.close)
             await asyncio.to_thread(shutil.rmtree, current, True)
             self.builds += 1
@@ -156,6 +158,7 @@ class IndexedShard:
                 shard=self.root.name,
                 points=points,
                 copy_s=round(copied - started, 2),
+                swap_s=round(swapped - swap_started, 2),
                 total_s=round(time.monotonic() - started, 2),
             )
         except asyncio.CancelledError:
