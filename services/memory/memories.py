@@ -23,7 +23,7 @@ from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.memory.context import NEIGHBORS, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
-from agentmesh.memory.ports import FusionPlan, PointFilter, Store, point_id
+from agentmesh.memory.ports import FusionPlan, PointFilter, Store, point_id, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
 from agentmesh.ids import validate_namespace
@@ -234,6 +234,7 @@ class Memories:
             kind=_check_kind(item.kind or DEFAULT_KIND),
             metadata=_check_metadata(item.metadata),
             id=item.id or content_id(namespace, text),
+            created_at=stored_time(item.created_at),
         )
 
     def _point_filter(self, namespace: str, q: MemoryQuery | None) -> PointFilter:
@@ -319,7 +320,7 @@ class Memories:
         return rows
 
     async def remember(self, item: RememberItem) -> MemoryRecord:
-        now = time.time()
+        now = stored_time(time.time())
         valid = self._validate_item(item, now)
         return (await self._write([valid], now))[0]
 
@@ -331,7 +332,7 @@ class Memories:
             raise InvalidArgument(
                 f"{len(items)} memories in one import; the limit is {self._settings.max_import} - send batches"
             )
-        now = time.time()
+        now = stored_time(time.time())
         valid: dict[str, RememberItem] = {}
         for number, item in enumerate(items, start=1):
             if item.namespace and validate_namespace(item.namespace) != namespace:

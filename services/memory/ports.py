@@ -16,7 +16,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
-__all__ = ["DENSE", "SPARSE", "FusionPlan", "MemoryRow", "PointFilter", "ScoredRow", "Store", "point_id"]
+__all__ = [
+    "DENSE", "SPARSE", "FusionPlan", "MemoryRow", "PointFilter", "ScoredRow", "Store", "point_id", "stored_time",
+]
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -32,6 +34,14 @@ ScoredRow = tuple[str, float, dict]
 
 def point_id(*parts: str) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)))
+
+
+def stored_time(t: float) -> float:
+    """A unix time as the cores keep it: to the microsecond. Qdrant stores payloads as JSON and
+    may parse a 17-digit float back one bit off; a microsecond value (at most 16 significant
+    digits before the year 2255) always reads back exactly, so a record written and the same
+    record read compare equal (and page tokens built from them stay valid)."""
+    return round(t, 6)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
-from agentmesh.memory.ports import Store
+from agentmesh.memory.ports import Store, stored_time
 from agentmesh.memory.settings import MemorySettings
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -161,10 +161,9 @@ class Transcripts:
             existing = await self._store.get_session(session.session_id)
             if existing is not None:
                 return SessionRecord.from_payload(existing), False
-            now = time.time()
-            record = replace(
-                session, created_at=session.created_at or now, updated_at=session.created_at or now, message_count=0
-            )
+            now = stored_time(time.time())
+            created = stored_time(session.created_at) or now
+            record = replace(session, created_at=created, updated_at=created, message_count=0)
             await self._store.put_session(record.payload())
             return record, True
 
@@ -253,9 +252,9 @@ class Transcripts:
             if payload is None:
                 raise NotFound(f"session {session_id!r} does not exist; create it with PutSession first")
             session = SessionRecord.from_payload(payload)
-            now = time.time()
+            now = stored_time(time.time())
             numbered = [
-                replace(m, seq=session.message_count + i + 1, created_at=m.created_at or now)
+                replace(m, seq=session.message_count + i + 1, created_at=stored_time(m.created_at) or now)
                 for i, m in enumerate(messages)
             ]
             # The session record, written after the messages, is the commit point: only seqs up

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from agentmesh.memory.edge_store import EdgeStore
-from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, PointFilter, point_id
+from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, PointFilter, point_id, stored_time
 from agentmesh.memory.qdrant_store import QdrantStore
 
 DIM = 4
@@ -183,3 +183,15 @@ async def test_a_store_filled_by_another_embedder_is_refused(store_factory):
     store = await store_factory.reopen(store)
     refusal = await store.check_embedder("another-model", 8)
     assert "test-embedder" in refusal and "another-model" in refusal
+
+
+async def test_timestamps_as_the_cores_keep_them_read_back_exactly(store_factory):
+    # Edge parses a stored 17-digit float back one bit off about one time in eight; the cores
+    # keep times to the microsecond (stored_time), which every adapter must return unchanged.
+    import random
+
+    store = await store_factory()
+    rng = random.Random(5)
+    times = [stored_time(1_795_000_000 + rng.random() * 10_000_000) for _ in range(300)]
+    await store.put_messages("s", [{"session_id": "s", "seq": i + 1, "created_at": t} for i, t in enumerate(times)])
+    assert [m["created_at"] for m in await store.get_messages("s", range(1, 301))] == times
