@@ -179,6 +179,7 @@ async def run_edge(size: int, layout: str, n_queries: int, texts: list[str]) -> 
                 await client.search(queries[i % len(queries)], namespace="scale", k=10)
                 during.append(time.perf_counter() - q)
                 i += 1
+                await asyncio.sleep(0.05)  # a steady ~15 searches/s, not a flood that starves the build
             while service.indexing:
                 await asyncio.sleep(0.5)
             for query in queries[:20]:  # warm
