@@ -31,7 +31,7 @@ class ServiceProcess:
             "AGENTMESH_HOME": str(home),
             "AGENTMESH_LISTEN_ADDR": "127.0.0.1:0",
             "AGENTMESH_TRACES": "none",
-            "AGENTMESH_LOG_FORMAT": "console",
+            "AGENTMESH_DRAIN_S": "1",
         }
         self.proc: asyncio.subprocess.Process | None = None
         self.output: list[str] = []
@@ -58,10 +58,29 @@ class ServiceProcess:
     async def wait(self) -> int:
         return await self.proc.wait()
 
+    async def stop(self) -> None:
+        """SIGTERM, and SIGKILL if it has not exited in 15 s: a test never leaves a service behind."""
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), 15)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+
 
 async def test_acknowledged_appends_and_memories_survive_kill_9(tmp_path):
     home = tmp_path / "home"
-    first = ServiceProcess(home)
+    first, second = ServiceProcess(home), ServiceProcess(home)
+    try:
+        await kill_mid_burst_and_compare(first, second)
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+async def kill_mid_burst_and_compare(first: ServiceProcess, second: ServiceProcess) -> None:
     target = await first.start()
     channel = open_channel(target)
     client = MemoryClient(channel, target=target, timeout_s=5)
@@ -90,7 +109,6 @@ async def test_acknowledged_appends_and_memories_survive_kill_9(tmp_path):
             await writer
     await channel.close()
 
-    second = ServiceProcess(home)
     target = await second.start()
     channel = open_channel(target)
     client = MemoryClient(channel, target=target)
@@ -106,19 +124,16 @@ async def test_acknowledged_appends_and_memories_survive_kill_9(tmp_path):
         assert await client.append_messages("burst", [common_pb2.Message(role="user", content="after")]) == len(transcript) + 1
     finally:
         await channel.close()
-        second.proc.send_signal(signal.SIGTERM)
-        await second.wait()
 
 
 async def test_a_second_memory_process_on_the_same_home_is_refused_clearly(tmp_path):
     home = tmp_path / "home"
-    first = ServiceProcess(home)
-    await first.start()
+    first, second = ServiceProcess(home), ServiceProcess(home)
     try:
-        second = ServiceProcess(home)
+        await first.start()
         with pytest.raises(AssertionError, match="in use by another process"):
             await second.start()
-        assert second.proc.returncode not in (None, 0)
+        assert await second.wait() not in (None, 0)
     finally:
-        first.proc.send_signal(signal.SIGTERM)
-        await first.wait()
+        await first.stop()
+        await second.stop()
