@@ -7,9 +7,10 @@ process*, because `EdgeShard.optimize()` holds the GIL for its whole run:
 1. with the shard's writes paused (searches go on), flush it and copy its directory to the next
    generation, `gen-<n+1>`; from now on every write is also kept in a replay list;
 2. `python -m agentmesh.memory.edge_indexer gen-<n+1>` optimizes the copy at low priority;
-3. with writes paused again, load the indexed copy, replay the writes it missed, flush it, point
-   `CURRENT` at it (an atomic rename: a crash before leaves the old generation, which has every
-   write, current), swap it in, close and delete the old one.
+3. load the indexed copy and replay the writes it missed, a chunk at a time between other work;
+   with writes paused for the last few, point `CURRENT` at it (an atomic rename: a crash before
+   leaves the old generation, which has every write, current), swap it in, close and delete the
+   old one.
 
 Every call into Edge is made on the event-loop thread: `query` and `update` hold the GIL too
 (measured), so a worker thread would add a hop without adding concurrency. Only flush, load,
@@ -33,6 +34,7 @@ from agentmesh.logs import get_logger
 log = get_logger("agentmesh.memory.edge")
 
 CURRENT = "CURRENT"
+REPLAY_CHUNK = 64  # kept writes replayed between two turns of the event loop
 
 
 def _generation_dir(root: Path, generation: int) -> Path:
@@ -123,6 +125,7 @@ class IndexedShard:
     async def _build_index(self) -> None:
         target = _generation_dir(self.root, self._state["generation"] + 1)
         started = time.monotonic()
+        indexed: qe.EdgeShard | None = None
         log.info("memory shard indexing", shard=self.root.name, generation=self._state["generation"] + 1)
         try:
             async with self.write_lock:
@@ -140,12 +143,20 @@ class IndexedShard:
             _, err = await self._process.communicate()
             if self._process.returncode != 0:
                 raise RuntimeError(f"the index build exited with {self._process.returncode}: {err.decode()[-500:]}")
+            # Catch the indexed copy up while writes go on (they keep arriving in the replay
+            # list), yielding between chunks; only the last few are replayed with writes paused.
+            # The replayed writes go through the copy's WAL, so it needs no flush to be durable.
+            indexed = await asyncio.to_thread(qe.EdgeShard.load, str(target))
+            replay, applied = self._replay or [], 0
+            while len(replay) - applied > REPLAY_CHUNK:
+                for operation in replay[applied : applied + REPLAY_CHUNK]:
+                    indexed.update(operation)
+                applied += REPLAY_CHUNK
+                await asyncio.sleep(0)
             swap_started = time.monotonic()
             async with self.write_lock:
-                indexed = await asyncio.to_thread(qe.EdgeShard.load, str(target))
-                for operation in self._replay or ():
+                for operation in replay[applied:]:
                     indexed.update(operation)
-                await asyncio.to_thread(indexed.flush)
                 state = {"generation": self._state["generation"] + 1, "indexed_points": points}
                 _write_current(self.root, state)
                 old, self.shard, self._state, self._replay = self.shard, indexed, state, None
@@ -162,17 +173,21 @@ class IndexedShard:
                 total_s=round(time.monotonic() - started, 2),
             )
         except asyncio.CancelledError:
-            self._replay = None
-            shutil.rmtree(target, ignore_errors=True)
+            self._discard(indexed, target)
             raise
         except Exception as exc:  # the shard keeps serving unindexed; the next write retries later
-            self._replay = None
-            shutil.rmtree(target, ignore_errors=True)
+            self._discard(indexed, target)
             self._state["indexed_points"] = self.shard.info().points_count
             log.error("memory shard index build failed", shard=self.root.name, reason=str(exc))
         finally:
             self._process = None
             self._build = None
+
+    def _discard(self, indexed: qe.EdgeShard | None, target: Path) -> None:
+        self._replay = None
+        if indexed is not None and indexed is not self.shard:
+            indexed.close()
+        shutil.rmtree(target, ignore_errors=True)
 
     async def wait_indexed(self) -> None:
         if self._build is not None:
