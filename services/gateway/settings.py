@@ -25,6 +25,12 @@ class GatewaySettings:
     # How long a forwarded call waits to reach the owner before this replica serves it itself.
     peer_connect_timeout_s: float = 2.0
 
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request the gateway reads: a message of `max_message_chars` characters
+        (at most 4 bytes each in UTF-8) and the rest of a request, with headroom; at least 1 MiB."""
+        return max(1024 * 1024, 4 * self.max_message_chars + 256 * 1024)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "GatewaySettings":
         peers = PeerSpec.parse(env_str(env, "AGENTMESH_GATEWAY_PEERS"))

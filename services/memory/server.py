@@ -19,7 +19,7 @@ from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.stores import open_store
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import memory_pb2, memory_pb2_grpc, sessions_pb2
 from structlog.contextvars import bound_contextvars
@@ -128,7 +128,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.close()
         await embedder.close()
         raise
-    host = ServiceHost("memory", settings, telemetry, address=address)
+    # Appends and imports carry batches (a turn's messages, 256 memories from the CLI).
+    host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
         MemoryServicer(Transcripts(store, memory_settings), memories),

@@ -8,11 +8,12 @@ from opentelemetry import trace
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
+from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.results import ToolOutcome
@@ -94,7 +95,7 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
     providers = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
-        FileTools(workspaces, settings.max_file_read_bytes),
+        FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes)),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]
@@ -112,7 +113,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
     core = build_core(tools_settings, executor, workspaces, telemetry.tracer)
-    host = ServiceHost("tools", settings, telemetry, address=address)
+    # An Execute request is bounded by its arguments (max_arguments_bytes); the rest is small.
+    # Twice that still reaches the service, which names the limit in its INVALID_ARGUMENT.
+    host = ServiceHost("tools", settings, telemetry, address=address,
+                       max_receive_bytes=2 * tools_settings.max_arguments_bytes + MIB)
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core), "agentmesh.v1.Tools")
     host.on_stop(executor.close)
     return host

@@ -41,8 +41,6 @@ class KubernetesSandbox:
     # Requested and limited alike: the pod is OOM-killed at this size, never evicted for it.
     memory_limit: str = "1Gi"
     tmp_size: str = "256Mi"
-    # Only used without a workspace claim (an emptyDir per call).
-    workspace_size: str = "1Gi"
     kubeconfig: str = ""
     context: str = ""
     # Retries of API calls that failed on the way (connection errors, 429, 5xx).
@@ -90,6 +88,8 @@ class ToolsSettings:
     # Sandboxes running at once in this replica; further calls wait their turn (inside their timeout budget).
     max_concurrent_sandboxes: int = 32
     max_file_read_bytes: int = 256 * 1024
+    # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
+    workspace_quota_bytes: int = 1024 * MIB
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ToolsSettings":
@@ -143,4 +143,5 @@ class ToolsSettings:
             host_uid=env_int(env, "AGENTMESH_SANDBOX_HOST_UID", cls.host_uid, minimum=1),
             max_concurrent_sandboxes=env_int(env, "AGENTMESH_SANDBOX_MAX_CONCURRENT", cls.max_concurrent_sandboxes, minimum=1),
             host_gid=env_int(env, "AGENTMESH_SANDBOX_HOST_GID", cls.host_gid, minimum=1),
+            workspace_quota_bytes=env_int(env, "AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", cls.workspace_quota_bytes // MIB, minimum=1) * MIB,
         )
