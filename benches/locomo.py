@@ -259,14 +259,14 @@ async def grpc_latency(conv: Conversation) -> str:
     """The whole service over real gRPC: Import one conversation, then Search each question (k 5)."""
     from agentmesh.config import Settings
     from agentmesh.memory.client import MemoryClient
-    from agentmesh.rpc.client import open_channel
+    from tests.support.identities import signed_channel
     from agentmesh.rpc.launch import start_service
     from agentmesh.v1 import memory_pb2
 
     with tempfile.TemporaryDirectory() as home:
         env = {"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "none"}
         host = await start_service("memory", Settings.from_env(env), "127.0.0.1:0")
-        channel = open_channel(host.target)
+        channel = signed_channel(Path(home) / "keys", "agent", "memory", host.target)
         try:
             client = MemoryClient(channel)
             requests = [

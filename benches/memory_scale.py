@@ -43,8 +43,8 @@ from agentmesh.memory.memories import Memories, RememberItem
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import SessionRecord, Transcripts, TranscriptMessage
-from agentmesh.rpc.client import open_channel
 from agentmesh.v1 import common_pb2, memory_pb2
+from tests.support.identities import signed_channel
 
 BATCH = 256
 
@@ -166,7 +166,8 @@ async def run_edge(size: int, layout: str, n_queries: int, texts: list[str]) -> 
     with tempfile.TemporaryDirectory() as home:
         service = ServiceProcess(Path(home), {"AGENTMESH_MEMORY_LAYOUT": layout})
         target = await service.start()
-        channel = open_channel(target)
+        # The memory service takes transcript writes from the agent only: the bench signs as it.
+        channel = signed_channel(Path(home) / "keys", "agent", "memory", target)
         client = MemoryClient(channel, target=target, timeout_s=120)
         try:
             for other in ("other-a", "other-b"):

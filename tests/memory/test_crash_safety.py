@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 from agentmesh.errors import AgentmeshError
 from agentmesh.memory.client import MemoryClient
-from agentmesh.rpc.client import open_channel
 from agentmesh.v1 import common_pb2
+from tests.support.identities import signed_channel
 
 pytestmark = pytest.mark.slow
 
 
 class ServiceProcess:
     def __init__(self, home: Path):
+        self.home = home
         self.env = {
             **os.environ,
             "AGENTMESH_HOME": str(home),
@@ -55,6 +56,10 @@ class ServiceProcess:
         while self.proc and self.proc.stdout and (line := await self.proc.stdout.readline()):
             self.output.append(line.decode())
 
+    def channel(self, target: str):
+        """Transcripts take writes from the agent only: the test signs its calls as the agent."""
+        return signed_channel(self.home / "keys", "agent", "memory", target)
+
     async def wait(self) -> int:
         return await self.proc.wait()
 
@@ -82,7 +87,7 @@ async def test_acknowledged_appends_and_memories_survive_kill_9(tmp_path):
 
 async def kill_mid_burst_and_compare(first: ServiceProcess, second: ServiceProcess) -> None:
     target = await first.start()
-    channel = open_channel(target)
+    channel = first.channel(target)
     client = MemoryClient(channel, target=target, timeout_s=5)
     await client.put_session("burst")
     acked_seq: list[int] = []
@@ -110,7 +115,7 @@ async def kill_mid_burst_and_compare(first: ServiceProcess, second: ServiceProce
     await channel.close()
 
     target = await second.start()
-    channel = open_channel(target)
+    channel = second.channel(target)
     client = MemoryClient(channel, target=target)
     try:
         transcript = await client.transcript("burst")
