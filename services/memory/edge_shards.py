@@ -72,6 +72,7 @@ class IndexedShard:
         self._build: asyncio.Task | None = None
         self._process: asyncio.subprocess.Process | None = None
         self.dirty = False
+        self._closing = False
         self.builds = 0  # finished index builds (tests and benches watch it)
 
     # ------------------------------------------------------------------ open / create
@@ -126,6 +127,7 @@ class IndexedShard:
         target = _generation_dir(self.root, self._state["generation"] + 1)
         started = time.monotonic()
         indexed: qe.EdgeShard | None = None
+        swapped_in = False
         log.info("memory shard indexing", shard=self.root.name, generation=self._state["generation"] + 1)
         try:
             async with self.write_lock:
@@ -136,10 +138,14 @@ class IndexedShard:
                 await asyncio.to_thread(shutil.copytree, current, target)
                 self._replay = []
             copied = time.monotonic()
+            if self._closing:
+                raise RuntimeError("the service is stopping")
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "agentmesh.memory.edge_indexer", str(target),
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             )
+            if self._closing:
+                self._process.kill()
             _, err = await self._process.communicate()
             if self._process.returncode != 0:
                 raise RuntimeError(f"the index build exited with {self._process.returncode}: {err.decode()[-500:]}")
@@ -160,6 +166,7 @@ class IndexedShard:
                 state = {"generation": self._state["generation"] + 1, "indexed_points": points}
                 _write_current(self.root, state)
                 old, self.shard, self._state, self._replay = self.shard, indexed, state, None
+                swapped_in = True  # from here on `target` is the live generation: never discard it
             swapped = time.monotonic()
             await asyncio.to_thread(old.close)
             await asyncio.to_thread(shutil.rmtree, current, True)
@@ -173,11 +180,13 @@ class IndexedShard:
                 total_s=round(time.monotonic() - started, 2),
             )
         except asyncio.CancelledError:
-            self._discard(indexed, target)
+            if not swapped_in:
+                self._discard(indexed, target)
             raise
-        except Exception as exc:  # the shard keeps serving unindexed; the next write retries later
-            self._discard(indexed, target)
-            self._state["indexed_points"] = self.shard.info().points_count
+        except Exception as exc:  # the shard keeps serving; the next write retries later
+            if not swapped_in:
+                self._discard(indexed, target)
+                self._state["indexed_points"] = self.shard.info().points_count
             log.error("memory shard index build failed", shard=self.root.name, reason=str(exc))
         finally:
             self._process = None
@@ -196,13 +205,16 @@ class IndexedShard:
     # ------------------------------------------------------------------ close / drop
 
     async def close(self) -> None:
+        self._closing = True
         if self._build is not None:
+            # Stop the indexer; the build then ends by itself (its copy discarded), or, when the
+            # indexer had already finished, by swapping the indexed copy in. Cancelling it instead
+            # could interrupt a thread still opening the copy.
             if self._process is not None and self._process.returncode is None:
                 self._process.kill()
-            self._build.cancel()
             try:
-                await self._build
-            except (asyncio.CancelledError, Exception):
+                await asyncio.shield(self._build)
+            except Exception:
                 pass
         await asyncio.to_thread(self.shard.flush)
         await asyncio.to_thread(self.shard.close)
