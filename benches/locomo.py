@@ -31,9 +31,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from agentmesh.memory.memories import Memories, MemoryQuery, RememberItem
-from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.ports import DENSE, SPARSE, PointFilter
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
@@ -259,9 +259,9 @@ async def grpc_latency(conv: Conversation) -> str:
     """The whole service over real gRPC: Import one conversation, then Search each question (k 5)."""
     from agentmesh.config import Settings
     from agentmesh.memory.client import MemoryClient
-    from tests.support.identities import signed_channel
     from agentmesh.rpc.launch import start_service
     from agentmesh.v1 import memory_pb2
+    from tests.support.identities import signed_channel
 
     with tempfile.TemporaryDirectory() as home:
         env = {"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "none"}

@@ -42,7 +42,7 @@ from agentmesh.memory.embedders import HashingEmbedder
 from agentmesh.memory.memories import Memories, RememberItem
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
-from agentmesh.memory.transcripts import SessionRecord, Transcripts, TranscriptMessage
+from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
 from agentmesh.v1 import common_pb2, memory_pb2
 from tests.support.identities import signed_channel
 

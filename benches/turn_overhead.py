@@ -154,7 +154,7 @@ async def rss_rounds(stub, memory_pid: int, rounds: int, sessions: int, per_sess
     """Memory-service RSS after each round of the concurrent load (new sessions every round)."""
     samples = []
     for r in range(rounds):
-        async def worker(n: int) -> None:
+        async def worker(n: int, r: int = r) -> None:
             for _ in range(per_session):
                 await platform_turn(stub, f"rss-{r}-{n}")
 
@@ -203,7 +203,7 @@ async def main_async(args) -> None:
     if rss:
         warm = rss[0]
         print(f"\nmemory service RSS after each further round of {args.sessions} sessions x {args.turns_per_session} turns: "
-              + ", ".join(f"{r:.1f}" for r in rss) + f" MB; change after the first (warm) round: "
+              + ", ".join(f"{r:.1f}" for r in rss) + " MB; change after the first (warm) round: "
               + f"{(max(rss[1:], default=warm) - warm) / warm * 100:+.1f}% at most")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import qdrant_edge as qe
+
 from agentmesh.logs import get_logger
 
 log = get_logger("agentmesh.memory.edge")
@@ -183,7 +184,7 @@ class IndexedShard:
             if not swapped_in:
                 self._discard(indexed, target)
             raise
-        except Exception as exc:  # the shard keeps serving; the next write retries later
+        except Exception as exc:  # noqa: BLE001 - a failed build must not take the shard down: it serves unindexed, a later write retries
             if not swapped_in:
                 self._discard(indexed, target)
                 self._state["indexed_points"] = self.shard.info().points_count
@@ -214,7 +215,7 @@ class IndexedShard:
                 self._process.kill()
             try:
                 await asyncio.shield(self._build)
-            except Exception:
+            except Exception:  # noqa: BLE001 - the build logged its own failure; closing goes on
                 pass
         await asyncio.to_thread(self.shard.flush)
         await asyncio.to_thread(self.shard.close)

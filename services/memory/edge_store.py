@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import qdrant_edge as qe
+from filelock import FileLock, Timeout
+
 from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
-from filelock import FileLock, Timeout
 
 log = get_logger("agentmesh.memory.edge")
 
@@ -157,8 +158,18 @@ class EdgeStore:
             for shard in self._all_open():
                 try:
                     await shard.flush()
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the WAL has every write; the next tick retries
                     log.warning("memory shard flush failed", shard=shard.root.name, reason=str(exc))
+
+    @property
+    def sessions(self) -> IndexedShard:
+        assert self._sessions is not None, "the store is not open"
+        return self._sessions
+
+    @property
+    def messages(self) -> IndexedShard:
+        assert self._messages is not None, "the store is not open"
+        return self._messages
 
     def _all_open(self) -> list[IndexedShard]:
         return [s for s in (self._sessions, self._messages, *self._memories.values()) if s is not None]
@@ -261,49 +272,49 @@ class EdgeStore:
     # ------------------------------------------------------------------ sessions
 
     async def get_session(self, session_id: str) -> dict | None:
-        found = self._sessions.shard.retrieve([point_id("session", session_id)], True, False)
-        return dict(found[0].payload) if found else None
+        found = self.sessions.shard.retrieve([point_id("session", session_id)], True, False)
+        return dict(found[0].payload or {}) if found else None
 
     async def put_session(self, payload: dict) -> None:
         point = qe.Point(point_id("session", payload["session_id"]), {}, payload)
-        self._sessions.update(qe.UpdateOperation.upsert_points([point]))
+        self.sessions.update(qe.UpdateOperation.upsert_points([point]))
 
     async def list_sessions(self, limit: int, start_before: float | None) -> list[dict]:
         order = qe.OrderBy("created_at", qe.Direction.Desc, start_before)
-        records, _ = self._sessions.shard.scroll(qe.ScrollRequest(limit=limit, order_by=order, with_payload=True))
-        return [dict(r.payload) for r in records]
+        records, _ = self.sessions.shard.scroll(qe.ScrollRequest(limit=limit, order_by=order, with_payload=True))
+        return [dict(r.payload or {}) for r in records]
 
     async def child_sessions(self, session_id: str, label: str) -> list[str]:
         selector = qe.Filter(must=[_match(f"labels.{label}", session_id)])
         found, offset = [], None
         while True:
-            records, offset = self._sessions.shard.scroll(
+            records, offset = self.sessions.shard.scroll(
                 qe.ScrollRequest(offset=offset, limit=256, filter=selector, with_payload=["session_id"])
             )
-            found += [r.payload["session_id"] for r in records]
+            found += [(r.payload or {})["session_id"] for r in records]
             if offset is None:
                 return found
 
     async def delete_session(self, session_id: str) -> None:
         # The record goes first: a crash in between leaves unreachable messages (a re-created
         # session starts at seq 1 and overwrites them), never a session that lost its history.
-        self._sessions.update(qe.UpdateOperation.delete_points([point_id("session", session_id)]))
+        self.sessions.update(qe.UpdateOperation.delete_points([point_id("session", session_id)]))
         selector = qe.Filter(must=[_match("session_id", session_id)])
-        self._messages.update(qe.UpdateOperation.delete_points_by_filter(selector))
+        self.messages.update(qe.UpdateOperation.delete_points_by_filter(selector))
 
     # ------------------------------------------------------------------ messages
 
     async def put_messages(self, session_id: str, payloads: Sequence[dict]) -> None:
         points = [qe.Point(point_id("message", session_id, str(p["seq"])), {}, p) for p in payloads]
-        self._messages.update(qe.UpdateOperation.upsert_points(points))
+        self.messages.update(qe.UpdateOperation.upsert_points(points))
 
     async def append_messages(self, session_id: str, payloads: Sequence[dict], session: dict) -> None:
         await self.put_messages(session_id, payloads)
         await self.put_session(session)
 
     async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[dict]:
-        ids = [point_id("message", session_id, str(seq)) for seq in seqs]
-        found = [dict(r.payload) for r in self._messages.shard.retrieve(ids, True, False)]
+        ids: list[Any] = [point_id("message", session_id, str(seq)) for seq in seqs]
+        found = [dict(r.payload or {}) for r in self.messages.shard.retrieve(list(ids), True, False)]
         return sorted(found, key=lambda p: p["seq"])
 
     # ------------------------------------------------------------------ memories
@@ -317,6 +328,7 @@ class EdgeStore:
 
     async def upsert_memories(self, namespace: str, rows: Sequence[MemoryRow]) -> None:
         shard = self._memory_shard(namespace, create=True)
+        assert shard is not None
         points = [
             qe.Point(pid, {DENSE: dense, SPARSE: qe.SparseVector(sparse[0], sparse[1])}, _with_bools(payload))
             for pid, dense, sparse, payload in rows

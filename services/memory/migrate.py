@@ -83,7 +83,9 @@ async def migrate(home: Path, store: EdgeStore, progress: Progress | None = None
                 continue
             info = client.get_collection(name)
             recorded = dict(info.config.metadata or {})
-            dim = info.config.params.vectors[DENSE].size
+            vectors = info.config.params.vectors
+            assert isinstance(vectors, dict), f"{name} has no named vectors: not a memory collection"
+            dim = vectors[DENSE].size
             # The shards remember the embedder that filled the collection; a service configured
             # with another one refuses long-term memory, as it did before the migration.
             await store.check_embedder(recorded.get("embedder", "unknown"), dim)

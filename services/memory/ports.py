@@ -25,11 +25,12 @@ SPARSE = "bm25"
 
 _ID_NAMESPACE = uuid.UUID("5b0c7a4e-2f51-4f0e-9a55-6d1f0b7c2e11")
 
+Payload = dict[str, Any]  # a record as stored: JSON-like values
 SparseVector = tuple[list[int], list[float]]
 # (point id, dense vector, sparse vector, payload): one memory as the core indexes it.
-MemoryRow = tuple[str, list[float], SparseVector, dict]
+MemoryRow = tuple[str, list[float], SparseVector, Payload]
 # (point id, score, payload): one search hit.
-ScoredRow = tuple[str, float, dict]
+ScoredRow = tuple[str, float, Payload]
 
 
 def point_id(*parts: str) -> str:
@@ -81,9 +82,9 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     # --- sessions (payload dicts keyed by `session_id`)
-    async def get_session(self, session_id: str) -> dict | None: ...
-    async def put_session(self, payload: dict) -> None: ...
-    async def list_sessions(self, limit: int, start_before: float | None) -> list[dict]:
+    async def get_session(self, session_id: str) -> Payload | None: ...
+    async def put_session(self, payload: Payload) -> None: ...
+    async def list_sessions(self, limit: int, start_before: float | None) -> list[Payload]:
         """Newest first, from created_at <= start_before (ties included)."""
 
     async def child_sessions(self, session_id: str, label: str) -> list[str]:
@@ -93,15 +94,15 @@ class Store(Protocol):
         """The record, then its messages."""
 
     # --- transcript messages (payload dicts keyed by `session_id`, `seq`)
-    async def put_messages(self, session_id: str, payloads: Sequence[dict]) -> None: ...
-    async def append_messages(self, session_id: str, payloads: Sequence[dict], session: dict) -> None:
+    async def put_messages(self, session_id: str, payloads: Sequence[Payload]) -> None: ...
+    async def append_messages(self, session_id: str, payloads: Sequence[Payload], session: Payload) -> None:
         """Write the messages, then the session record that makes them visible."""
 
-    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[dict]:
+    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[Payload]:
         """Those of `seqs` that exist, in seq order."""
 
     # --- long-term memories
-    async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, dict]:
+    async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, Payload]:
         """Payloads of the namespace's points with these ids that exist, by point id."""
 
     async def upsert_memories(self, namespace: str, rows: Sequence[MemoryRow]) -> None: ...
@@ -111,12 +112,12 @@ class Store(Protocol):
     async def ranked(self, f: PointFilter, vector: Any, using: str, limit: int) -> list[ScoredRow]:
         """One retriever alone (`using` is DENSE or SPARSE); benches compare it with the fusion."""
 
-    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, dict]], str]:
+    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, Payload]], str]:
         """A page of matching memories and the next page's offset ('' at the end)."""
 
     async def stream_window(
         self, f: PointFilter, t_min: float, t_max: float, edge: int = 2, limit: int = 10_000
-    ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], list[tuple[str, dict]]]:
+    ) -> tuple[list[tuple[str, Payload]], list[tuple[str, Payload]], list[tuple[str, Payload]]]:
         """The `edge` nearest before t_min (nearest first), those in [t_min, t_max], the `edge`
         nearest after t_max."""
 

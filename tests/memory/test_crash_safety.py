@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from agentmesh.errors import AgentmeshError
 from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import common_pb2

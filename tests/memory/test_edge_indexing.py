@@ -7,6 +7,7 @@ import json
 import random
 
 import pytest
+
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.ports import FusionPlan, PointFilter, point_id
 

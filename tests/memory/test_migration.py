@@ -7,16 +7,18 @@ takes it over.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 
 import pytest
+
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories, RememberItem
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
-from agentmesh.memory.transcripts import SessionRecord, Transcripts, TranscriptMessage
+from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
 from agentmesh.v1 import common_pb2
 
 pytestmark = pytest.mark.slow
@@ -71,18 +73,18 @@ async def test_agentmesh_memory_migrate_shows_progress_and_a_count(make_memory_s
     home = tmp_path / "home"
     await write_old_home(home)
     env = {**os.environ, "AGENTMESH_HOME": str(home), "AGENTMESH_TRACES": "none"}
-    run = subprocess.run([sys.executable, "-m", "agentmesh.cli.main", "memory", "migrate"], env=env,
+    run = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "agentmesh.cli.main", "memory", "migrate"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "migrated 2 sessions, 6 messages and 4 memories" in run.stdout
     assert "agentmesh_messages" in run.stderr and "6/6" in run.stderr  # the progress bar
-    again = subprocess.run([sys.executable, "-m", "agentmesh.cli.main", "memory", "migrate"], env=env,
+    again = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "agentmesh.cli.main", "memory", "migrate"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "already migrated" in again.stdout
 
     service = await make_memory_service(home=home)
     await check_migrated(service.client)
     # With the service running, the home is in use: the command says so and changes nothing.
-    busy = subprocess.run([sys.executable, "-m", "agentmesh.cli.main", "memory", "migrate"], env=env,
+    busy = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "agentmesh.cli.main", "memory", "migrate"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert busy.returncode != 0 and "in use by another process" in busy.stderr

@@ -12,6 +12,7 @@ and it ignores payload indexes (docs/memory.md says what this does and does not 
 from __future__ import annotations
 
 import pytest
+
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, PointFilter, point_id, stored_time
 from agentmesh.memory.qdrant_store import QdrantStore
