@@ -14,9 +14,9 @@ from agentmesh.v1 import (
     agent_pb2,
     agent_pb2_grpc,
     common_pb2,
-    gateway_pb2,
     memory_pb2,
     memory_pb2_grpc,
+    sessions_pb2,
     tools_pb2,
     tools_pb2_grpc,
 )
@@ -32,27 +32,27 @@ class MemorySessions:
     async def _call(self, method, request):
         return await peer_call(f"the memory service at {self._target}", method(request, timeout=RPC_TIMEOUT_S))
 
-    async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]:
+    async def put_session(self, session: sessions_pb2.Session) -> tuple[sessions_pb2.Session, bool]:
         reply = await self._call(self._stub.PutSession, memory_pb2.PutSessionRequest(session=session))
         return reply.session, reply.created
 
-    async def get_session(self, session_id: str) -> gateway_pb2.Session:
-        return await self._call(self._stub.GetSession, gateway_pb2.GetSessionRequest(session_id=session_id))
+    async def get_session(self, session_id: str) -> sessions_pb2.Session:
+        return await self._call(self._stub.GetSession, sessions_pb2.GetSessionRequest(session_id=session_id))
 
-    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse:
-        request = gateway_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
+    async def list_sessions(self, page_size: int, page_token: str) -> sessions_pb2.ListSessionsResponse:
+        request = sessions_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
         return await self._call(self._stub.ListSessions, request)
 
     async def delete_session(self, session_id: str) -> bool:
-        reply = await self._call(self._stub.DeleteSession, gateway_pb2.DeleteSessionRequest(session_id=session_id))
+        reply = await self._call(self._stub.DeleteSession, sessions_pb2.DeleteSessionRequest(session_id=session_id))
         return reply.deleted
 
-    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse:
-        request = gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
+    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> sessions_pb2.GetTranscriptResponse:
+        request = sessions_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
         return await self._call(self._stub.ListMessages, request)
 
-    async def set_model(self, session_id: str, model: str) -> gateway_pb2.Session:
-        request = gateway_pb2.UpdateSessionRequest(session_id=session_id, model=model)
+    async def set_model(self, session_id: str, model: str) -> sessions_pb2.Session:
+        request = sessions_pb2.UpdateSessionRequest(session_id=session_id, model=model)
         return await self._call(self._stub.UpdateSession, request)
 
     async def drop_run(self, session_id: str, run_id: str) -> int:

@@ -19,7 +19,7 @@ from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
 
@@ -62,7 +62,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         # The owner knows whether a turn runs, and refuses while one does.
         if (reply := await self._forwarded("DeleteSession", request, context)) is not None:
             return reply
-        return gateway_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id))
+        return sessions_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id))
 
     @translate_errors
     async def Chat(self, request, context):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error
 from tests.support.llm_server import ScriptedLLMServer, failure, reply
 from tests.support.stack import Stack
@@ -113,16 +113,16 @@ async def test_a_session_switched_to_another_model_sends_its_next_request_there(
     llm.add(reply("default here"))
     await chat(gateway, "sw", "first")
 
-    err = await rpc_error(gateway.UpdateSession(gateway_pb2.UpdateSessionRequest(session_id="sw", model="gpt-9"),
+    err = await rpc_error(gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(session_id="sw", model="gpt-9"),
                                                 timeout=10))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "known models: default, flaky, second" in err.details()
-    err = await rpc_error(gateway.UpdateSession(gateway_pb2.UpdateSessionRequest(session_id="ghost", model="second"),
+    err = await rpc_error(gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(session_id="ghost", model="second"),
                                                 timeout=10))
     assert err.code() == grpc.StatusCode.NOT_FOUND
     code, out, err_text = await run_cli(stack, "sessions", "set-model", "sw", "second")
     assert code == 0, err_text
     assert "now uses model second" in out
-    assert (await gateway.GetSession(gateway_pb2.GetSessionRequest(session_id="sw"), timeout=10)).model == "second"
+    assert (await gateway.GetSession(sessions_pb2.GetSessionRequest(session_id="sw"), timeout=10)).model == "second"
 
     second.add(reply("second here"))
     events = await chat(gateway, "sw", "next")
@@ -130,6 +130,6 @@ async def test_a_session_switched_to_another_model_sends_its_next_request_there(
     assert [r.body["model"] for r in second.requests] == ["second-model"]
     assert len(llm.requests) == 1
     # A turn may still name another model; going back to "" restores the default.
-    await gateway.UpdateSession(gateway_pb2.UpdateSessionRequest(session_id="sw", model=""), timeout=10)
+    await gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(session_id="sw", model=""), timeout=10)
     llm.add(reply("default again"))
     assert of_kind(await chat(gateway, "sw", "again"), "run_finished")[0].final_text == "default again"
