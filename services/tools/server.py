@@ -14,6 +14,7 @@ from agentmesh.tools.background import BackgroundCommands
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
+from agentmesh.tools.mcp.wiring import build_mcp_tools
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
@@ -106,7 +107,8 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
     return jail
 
 
-def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
+def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None,
+               extra_providers: tuple = ()) -> ToolService:
     background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
                                     max_lifetime_s=settings.background_max_s, network=settings.command_network)
     providers = [
@@ -117,6 +119,7 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
     ]
     if settings.background_per_session:
         providers.append(background)
+    providers += list(extra_providers)
     return ToolService(providers, workspaces, settings.max_arguments_bytes,
                        background=background if settings.background_per_session else None)
 
@@ -131,7 +134,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
-    core = build_core(tools_settings, executor, workspaces, telemetry.tracer)
+    mcp_tools = build_mcp_tools(tools_settings, executor, owner, telemetry.tracer)
+    if mcp_tools is not None:
+        try:
+            await mcp_tools.start()
+        except BaseException:
+            await mcp_tools.close()
+            raise
+    core = build_core(tools_settings, executor, workspaces, telemetry.tracer,
+                      extra_providers=(mcp_tools,) if mcp_tools is not None else ())
     # An Execute request is bounded by its arguments (max_arguments_bytes); the rest is small.
     # Twice that still reaches the service, which names the limit in its INVALID_ARGUMENT.
     host = ServiceHost("tools", settings, telemetry, address=address,
@@ -139,5 +150,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core), "agentmesh.v1.Tools")
     if core.background is not None:
         host.on_stop(core.background.close)  # before the executor: stop what still runs
+    if mcp_tools is not None:
+        host.on_stop(mcp_tools.close)
     host.on_stop(executor.close)
     return host

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -66,6 +66,19 @@ class WebFetchSettings:
 
 
 @dataclass(frozen=True)
+class McpSettings:
+    # Path of a JSON file in the shared {"mcpServers": {...}} shape; "" = no MCP servers.
+    servers_file: str = ""
+    # A server with no call for this long is stopped (a stdio server's process ends); the next call starts it.
+    idle_s: float = 300.0
+    connect_timeout_s: float = 20.0
+    ping_interval_s: float = 5.0
+    backoff_max_s: float = 60.0
+    # Images and audio a call may attach, all together.
+    attachment_cap_bytes: int = 1 * MIB
+
+
+@dataclass(frozen=True)
 class ToolsSettings:
     workspace_root: Path
     mode: str = "local"
@@ -93,6 +106,9 @@ class ToolsSettings:
     background_max_s: float = 1800.0
     # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
     workspace_quota_bytes: int = 1024 * MIB
+    mcp: McpSettings = McpSettings()
+    # The secret references (${NAME}) of MCP server entries are read from this environment.
+    environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ToolsSettings":
@@ -133,7 +149,17 @@ class ToolsSettings:
             allow_private=env_bool(env, "AGENTMESH_TOOLS_WEB_ALLOW_PRIVATE", False),
             allowed_endpoints=tuple(e.strip() for e in env_str(env, "AGENTMESH_TOOLS_WEB_ALLOW").split(",") if e.strip()),
         )
+        mcp = McpSettings(
+            servers_file=env_str(env, "AGENTMESH_MCP_SERVERS"),
+            idle_s=env_float(env, "AGENTMESH_MCP_IDLE_S", McpSettings.idle_s, minimum=1),
+            connect_timeout_s=env_float(env, "AGENTMESH_MCP_CONNECT_TIMEOUT_S", McpSettings.connect_timeout_s, minimum=0.5),
+            ping_interval_s=env_float(env, "AGENTMESH_MCP_PING_INTERVAL_S", McpSettings.ping_interval_s, minimum=0.1),
+            backoff_max_s=env_float(env, "AGENTMESH_MCP_BACKOFF_MAX_S", McpSettings.backoff_max_s, minimum=0.1),
+            attachment_cap_bytes=env_int(env, "AGENTMESH_MCP_ATTACHMENT_CAP_BYTES", McpSettings.attachment_cap_bytes, minimum=0),
+        )
         return cls(
+            mcp=mcp,
+            environ=dict(env),
             workspace_root=Path(home) / "workspaces",
             mode=mode,
             limits=limits,
