@@ -54,10 +54,12 @@ class McpServerConnection:
         self._wake = asyncio.Event()  # idle-stopped and a call wants the server back
         self._poke = asyncio.Event()  # something for the watch loop: a catalog change or close
         self._needs_refresh = False
+        self._broken = False
         self._closing = False
         self._in_flight = 0
         self._last_used = time.monotonic()
         self._idle = False
+        self._connecting = False
         self._task: asyncio.Task | None = None
         self.on_tools_changed: Callable[[], None] = lambda: None
 
@@ -85,17 +87,24 @@ class McpServerConnection:
         self._in_flight += 1
         self._last_used = time.monotonic()
         try:
-            session = await self._live_session()
+            session = await self._live_session(timeout_s)
             return await session.call_tool(tool, arguments, read_timeout_seconds=timeout_s, meta=meta)
         finally:
             self._in_flight -= 1
             self._last_used = time.monotonic()
 
-    async def _live_session(self) -> ClientSession:
+    def lost(self) -> None:
+        """A call found the connection closed: restart now rather than at the next ping."""
+        self._broken = True
+        self._poke.set()
+
+    async def _live_session(self, timeout_s: float) -> ClientSession:
         if self._idle:
             self._wake.set()
+        if self._session is None and (self._idle or self._connecting):
+            # Stopped while idle, or (re)starting right now: worth waiting for, within the call's time.
             try:
-                await asyncio.wait_for(self._connected.wait(), self._timings.connect_timeout_s)
+                await asyncio.wait_for(self._connected.wait(), min(timeout_s, self._timings.connect_timeout_s))
             except asyncio.TimeoutError:
                 pass
         if self._session is None:
@@ -133,6 +142,13 @@ class McpServerConnection:
             backoff = min(backoff * 2, self._timings.backoff_max_s)
 
     async def _connect_once(self) -> None:
+        self._connecting = True
+        try:
+            await self._connect_and_watch()
+        finally:
+            self._connecting = False
+
+    async def _connect_and_watch(self) -> None:
         async with self._opener() as (read, write):
             async with ClientSession(read, write, message_handler=self._on_message) as session:
                 with_timeout = asyncio.timeout(self._timings.connect_timeout_s)
@@ -140,6 +156,7 @@ class McpServerConnection:
                     await session.initialize()
                     await self._refresh(session)
                 self._session = session
+                self._connecting = False
                 self.error = ""
                 self._connected.set()
                 self._attempted.set()
@@ -156,6 +173,9 @@ class McpServerConnection:
             self._poke.clear()
             if self._closing:
                 return
+            if self._broken:
+                self._broken = False
+                raise ConnectionError("the connection closed")
             if self._needs_refresh:
                 self._needs_refresh = False
                 await self._refresh(session)

@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonschema
 import mcp.types as mcp_types
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 
@@ -132,11 +133,15 @@ class McpTools:
                     span.set_attribute("error.type", "unavailable")
                     return ToolOutcome(output=str(exc), is_error=True, error_kind="unavailable")
                 except MCPError as exc:
-                    timed_out = "timed out" in str(exc).lower() or "timeout" in str(exc).lower()
-                    kind = "timeout" if timed_out else "mcp_error"
+                    if exc.error.code == CONNECTION_CLOSED:
+                        connection.lost()
+                        kind, text = "unavailable", (f"MCP server {connection.name!r} stopped during the call; it is "
+                                                     "being restarted, and the call may be tried again")
+                    elif exc.error.code == REQUEST_TIMEOUT:
+                        kind, text = "timeout", f"{remote_name} on MCP server {connection.name!r} did not answer within {timeout_s:g} s"
+                    else:
+                        kind, text = "mcp_error", f"MCP server {connection.name!r} refused the call: {exc}"
                     span.set_attribute("error.type", kind)
-                    text = (f"{remote_name} on MCP server {connection.name!r} did not answer within {timeout_s:g} s"
-                            if timed_out else f"MCP server {connection.name!r} refused the call: {exc}")
                     return ToolOutcome(output=text, is_error=True, error_kind=kind)
                 except (TimeoutError, asyncio.TimeoutError):
                     return ToolOutcome(output=f"{remote_name} on MCP server {connection.name!r} did not answer within {timeout_s:g} s",

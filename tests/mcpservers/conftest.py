@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mcp.http_server import HttpMcpServer
+from tests.mcpservers.http_server import HttpMcpServer
 
 
 def jailable_python() -> str:
@@ -38,3 +38,30 @@ def write_servers(path: Path, servers: dict) -> str:
 def http_mcp():
     with HttpMcpServer() as server:
         yield server
+
+
+@pytest.fixture
+def home():
+    """A home other users can traverse (as a deployment's), so a root test run still jails the
+    server as an unprivileged host user."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="agentmesh-mcp-", dir="/tmp"))
+    base.chmod(0o711)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def server_pids(marker: str) -> list[int]:
+    """Processes whose command line holds `marker`, leaving out the jail's own (bwrap, setpriv, sh)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and marker.encode() in argv and Path(argv[0].decode(errors="replace")).name.startswith("python"):
+            pids.append(int(entry.name))
+    return pids
