@@ -9,6 +9,7 @@ import threading
 import time
 
 import uvicorn
+from pydantic import BaseModel
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent
@@ -19,12 +20,16 @@ PIXEL = base64.b64decode(
 )
 
 
+class Sum(BaseModel):
+    sum: int
+
+
 def build_server() -> MCPServer:
     server = MCPServer("calc")
 
     @server.tool(description="Add two integers.")
-    def add(a: int, b: int) -> dict:
-        return {"sum": a + b}
+    def add(a: int, b: int) -> Sum:
+        return Sum(sum=a + b)
 
     @server.tool(description="A tiny picture.")
     def picture() -> list:
