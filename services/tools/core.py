@@ -55,7 +55,7 @@ class ToolService:
         for provider in self._dynamic:
             if tool is not None:
                 break
-            tool = provider.find(name)
+            tool = provider.find(name)  # type: ignore[attr-defined]  # dynamic providers have find()
         return tool
 
     async def execute(

@@ -9,10 +9,10 @@ import threading
 import time
 
 import uvicorn
-from pydantic import BaseModel
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent
+from pydantic import BaseModel
 
 # A 1x1 PNG.
 PIXEL = base64.b64decode(

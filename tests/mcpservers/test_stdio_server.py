@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -58,12 +59,12 @@ async def test_the_server_runs_inside_the_jail(home):
         for namespace in ("user", "pid", "net", "mnt"):
             assert os.readlink(f"/proc/{pid}/ns/{namespace}") != os.readlink(f"/proc/self/ns/{namespace}"), namespace
         # Inside, it sees only the jail's environment: none of the service's variables.
-        environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert not any(var.startswith(b"AGENTMESH_") for var in environ)
         assert b"PYTHONPATH=" + time_server_entry()["env"]["PYTHONPATH"].encode() in environ
         # A process of its own (not the service's), with a PID of its own inside the jail,
         # running as the jail's user 65534.
-        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
         assert pid != os.getpid() and len(status["NSpid"].split()) == 2
         assert status["Uid"].split()[0] != "0"
 

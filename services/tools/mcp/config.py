@@ -63,13 +63,11 @@ def _resolve_secrets(name: str, key: str, values: Mapping[str, str], environ: Ma
     resolved = {}
     for item, value in values.items():
         match = SECRET_REF.match(value)
-        if match:
-            if match.group(1) not in environ:
-                raise ConfigError(
-                    f"MCP server {name!r}: {key}.{item} refers to ${{{match.group(1)}}}, which is not set in the tools service's environment"
-                )
-            value = environ[match.group(1)]
-        resolved[item] = value
+        if match and match.group(1) not in environ:
+            raise ConfigError(
+                f"MCP server {name!r}: {key}.{item} refers to ${{{match.group(1)}}}, which is not set in the tools service's environment"
+            )
+        resolved[item] = environ[match.group(1)] if match else value
     return resolved
 
 

@@ -13,10 +13,11 @@ import asyncio
 import time
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import mcp.types as mcp_types
 from mcp import ClientSession
+from mcp.types import RequestParamsMeta
 
 from agentmesh.logs import get_logger
 
@@ -60,7 +61,7 @@ class McpServerConnection:
         self._last_used = time.monotonic()
         self._idle = False
         self._connecting = False
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.on_tools_changed: Callable[[], None] = lambda: None
 
     @property
@@ -83,12 +84,14 @@ class McpServerConnection:
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
                 pass
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float, meta: dict[str, Any] | None = None):
+    async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float,
+                   meta: dict[str, Any] | None = None) -> mcp_types.CallToolResult:
         self._in_flight += 1
         self._last_used = time.monotonic()
         try:
             session = await self._live_session(timeout_s)
-            return await session.call_tool(tool, arguments, read_timeout_seconds=timeout_s, meta=meta)
+            return await session.call_tool(tool, arguments, read_timeout_seconds=timeout_s,
+                                           meta=cast("RequestParamsMeta | None", meta))
         finally:
             self._in_flight -= 1
             self._last_used = time.monotonic()
@@ -105,7 +108,7 @@ class McpServerConnection:
             # Stopped while idle, or (re)starting right now: worth waiting for, within the call's time.
             try:
                 await asyncio.wait_for(self._connected.wait(), min(timeout_s, self._timings.connect_timeout_s))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         if self._session is None:
             raise ServerUnavailable(f"MCP server {self.name!r} is unavailable: {self.error}")
@@ -168,7 +171,7 @@ class McpServerConnection:
         while not self._closing:
             try:
                 await asyncio.wait_for(self._poke.wait(), self._timings.ping_interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._poke.clear()
             if self._closing:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import IO
+from typing import Any, TextIO
 from urllib.parse import urlparse
 
 import httpx2
@@ -16,11 +17,11 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.mcp.config import McpServerEntry
 from agentmesh.tools.mcp.connection import Opener, ServerUnavailable
 from agentmesh.tools.sandbox.base import CommandSpec
 from agentmesh.tools.sandbox.local import LocalJail
-from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.web_tools import AddressPolicy
 
 # bwrap takes its seccomp filter as an open descriptor; the SDK's spawn cannot pass one, so a
@@ -29,12 +30,12 @@ SECCOMP_FD = 3
 SECCOMP_WRAPPER = ("/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"')
 
 
-def jailed_stdio_opener(entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: IO[str],
+def jailed_stdio_opener(entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
                         seccomp_file: Path | None) -> Opener:
-    def open_jailed():
+    def open_jailed() -> AbstractAsyncContextManager[tuple[Any, Any]]:
         spec = CommandSpec(
             session_id=f"mcp-{entry.name}", call_id="", argv=(entry.command, *entry.args), timeout_s=0,
-            network=entry.network, env={"TRACEPARENT": current_traceparent()},
+            network=entry.network, env=traceparent_env(),
         )
         argv = jail.jail_argv(workdir, spec, seccomp_fd=SECCOMP_FD if seccomp_file else None,
                               extra_env=entry.env, ro_binds=entry.mounts)
@@ -52,7 +53,8 @@ async def check_egress(url: str, policy: AddressPolicy) -> None:
         infos = await asyncio.get_running_loop().getaddrinfo(parsed.hostname, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise ServerUnavailable(f"cannot resolve {parsed.hostname}: {exc.strerror}") from None
-    refused = sorted({info[4][0] for info in infos if not policy.permits(info[4][0], port)})
+    addresses = {str(info[4][0]) for info in infos}
+    refused = sorted(a for a in addresses if not policy.permits(a, port))
     if refused:
         raise ServerUnavailable(
             f"{parsed.hostname} resolves to {', '.join(refused)}, which the egress policy refuses "
@@ -62,7 +64,7 @@ async def check_egress(url: str, policy: AddressPolicy) -> None:
 
 def http_opener(entry: McpServerEntry, policy: AddressPolicy, timeout_s: float) -> Opener:
     @asynccontextmanager
-    async def open_http():
+    async def open_http() -> AsyncIterator[tuple[Any, Any]]:
         await check_egress(entry.url, policy)
         # No environment proxies: a proxy would connect on our behalf, past the policy.
         client = httpx2.AsyncClient(headers=dict(entry.headers), trust_env=False,

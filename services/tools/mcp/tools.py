@@ -9,17 +9,17 @@ from typing import Any
 
 import jsonschema
 import mcp.types as mcp_types
-from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from opentelemetry import trace
 
 from agentmesh.config import ConfigError
 from agentmesh.logs import get_logger
-from agentmesh.tools.catalog import CallContext, Tool, ToolSpec
+from agentmesh.telemetry.propagation import trace_context
+from agentmesh.tools.catalog import CallContext, Tool, ToolFunc, ToolSpec
 from agentmesh.tools.mcp.connection import McpServerConnection, ServerUnavailable, describe
 from agentmesh.tools.mcp.results import to_outcome
 from agentmesh.tools.results import ToolOutcome
-from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import SandboxLimits
 
 log = get_logger("agentmesh.tools.mcp")
@@ -117,7 +117,7 @@ class McpTools:
                                is_error=True, error_kind="unavailable")
         return Tool(ToolSpec(name=name, description="", parameters={"type": "object"}), unavailable)
 
-    def _runner(self, connection: McpServerConnection, remote_name: str):
+    def _runner(self, connection: McpServerConnection, remote_name: str) -> ToolFunc:
         async def run(ctx: CallContext, arguments: dict[str, Any]) -> ToolOutcome:
             limit = self._limits.max_timeout_s
             timeout_s = min(ctx.caller_timeout_s or self._limits.default_timeout_s, limit)
@@ -128,7 +128,7 @@ class McpTools:
             ) as span:
                 try:
                     result = await connection.call(remote_name, arguments, timeout_s,
-                                                   meta={"traceparent": current_traceparent()})
+                                                   meta=trace_context() or None)
                 except ServerUnavailable as exc:
                     span.set_attribute("error.type", "unavailable")
                     return ToolOutcome(output=str(exc), is_error=True, error_kind="unavailable")
@@ -143,7 +143,7 @@ class McpTools:
                         kind, text = "mcp_error", f"MCP server {connection.name!r} refused the call: {exc}"
                     span.set_attribute("error.type", kind)
                     return ToolOutcome(output=text, is_error=True, error_kind=kind)
-                except (TimeoutError, asyncio.TimeoutError):
+                except TimeoutError:
                     return ToolOutcome(output=f"{remote_name} on MCP server {connection.name!r} did not answer within {timeout_s:g} s",
                                        is_error=True, error_kind="timeout")
                 except asyncio.CancelledError:

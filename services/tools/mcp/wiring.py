@@ -41,9 +41,11 @@ def build_mcp_tools(settings: ToolsSettings, executor: Executor, owner: tuple[in
                 )
             workdir = server_workdir(root, entry.name, owner)
             if settings.seccomp and seccomp_file is None:
-                seccomp_file = root / "seccomp.bpf"
-                seccomp_file.write_bytes(compile_filter())
-                seccomp_file.chmod(0o644)
+                program = compile_filter()  # None: libseccomp missing, warned about by the jail too
+                if program is not None:
+                    seccomp_file = root / "seccomp.bpf"
+                    seccomp_file.write_bytes(program)
+                    seccomp_file.chmod(0o644)
             errlog = open(root / f"{entry.name}.stderr.log", "a", encoding="utf-8")  # noqa: SIM115 - lives with the service
             opener = jailed_stdio_opener(entry, executor, workdir, errlog, seccomp_file)
         connections.append(McpServerConnection(entry.name, opener, timings))
