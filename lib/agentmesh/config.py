@@ -123,10 +123,11 @@ def section(kind: type[T], *, prefix: str = "") -> T:
     return field(default_factory=kind, metadata={_SECTION: prefix})
 
 
-def referenced_environment() -> Any:
-    """A field holding the environment the tree was loaded from, for settings that name other
-    variables at run time (an MCP server entry's `${NAME}` secret references). Never printed."""
-    return field(default_factory=dict, metadata={_ENVIRON: True}, repr=False, compare=False)
+def referenced_environment(prefix: str) -> Any:
+    """A field holding the variables whose names start with `prefix`, for settings that name
+    variables at run time (an MCP server entry's `${AGENTMESH_MCP_SECRET_...}` references).
+    Only that family is kept, never the rest of the environment; never printed."""
+    return field(default_factory=dict, metadata={_ENVIRON: prefix}, repr=False, compare=False)
 
 
 def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
@@ -143,7 +144,8 @@ def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
         elif _SECTION in f.metadata:
             values[f.name] = load(hints[f.name], environ, prefix + f.metadata[_SECTION])
         elif f.metadata.get(_ENVIRON):
-            values[f.name] = dict(environ)
+            family = f.metadata[_ENVIRON]
+            values[f.name] = {name: value for name, value in environ.items() if name.startswith(family)}
     return kind(**values)
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from agentmesh.config import EnvSection, Settings, env, load, referenced_environment, section
 
 MIB = 1024 * 1024
+# MCP server entries may refer to variables of this family (secrets from a Kubernetes Secret).
+SECRET_PREFIX = "AGENTMESH_MCP_SECRET_"
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,8 @@ class McpSettings:
     backoff_max_s: float = env("AGENTMESH_MCP_BACKOFF_MAX_S", 60.0, minimum=0.1)
     # Images and audio one call may attach, all together.
     attachment_cap_bytes: int = env("AGENTMESH_MCP_ATTACHMENT_CAP_BYTES", 1 * MIB, minimum=0)
-    # Where the entries' `${NAME}` secret references are looked up.
-    environ: Mapping[str, str] = referenced_environment()
+    # The values of the entries' `${AGENTMESH_MCP_SECRET_...}` references (and no other variable).
+    secrets: Mapping[str, str] = referenced_environment(SECRET_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helm.helm_support import RELEASE, container_env, render
 
-SERVERS = {"docs": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${DOCS_TOKEN}"}}}
+SERVERS = {"docs": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${AGENTMESH_MCP_SECRET_DOCS}"}}}
 
 
 def test_mcp_servers_are_mounted_into_the_tools_service_only():

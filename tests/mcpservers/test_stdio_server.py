@@ -52,7 +52,11 @@ async def execute(stack, name: str, arguments: dict, timeout_s: float = 0.0):
 
 
 async def test_the_server_runs_inside_the_jail(home):
-    async with Stack(home / "home", env=time_env(home), services=("memory", "tools")) as stack:
+    entry = time_server_entry()
+    entry["env"]["TIME_TOKEN"] = "tok-${AGENTMESH_MCP_SECRET_TIME}"
+    env = {"AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"time": entry}),
+           "AGENTMESH_MCP_SECRET_TIME": "s3cret"}
+    async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
         assert not (await execute(stack, "time__get_current_time", {"timezone": "UTC"})).is_error
         [pid] = server_pids("mcp_server_time")
         # Its own user, PID and network namespaces (no network: the entry did not ask for it).
@@ -61,6 +65,7 @@ async def test_the_server_runs_inside_the_jail(home):
         # Inside, it sees only the jail's environment: none of the service's variables.
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert not any(var.startswith(b"AGENTMESH_") for var in environ)
+        assert b"TIME_TOKEN=tok-s3cret" in environ  # its secret reference, resolved
         assert b"PYTHONPATH=" + time_server_entry()["env"]["PYTHONPATH"].encode() in environ
         # A process of its own (not the service's), with a PID of its own inside the jail,
         # running as the jail's user 65534.
@@ -108,7 +113,10 @@ async def test_a_server_that_dies_is_restarted_and_an_idle_one_stopped(home):
     ({"command": "/bin/true", "url": "http://x/mcp"}, "exactly one of 'command'"),
     ({"command": "/bin/true", "cmd": "x"}, "unknown key(s) cmd"),
     ({"url": "ftp://example.com/mcp"}, "is not an http(s) URL"),
-    ({"url": "https://example.com/mcp", "headers": {"Authorization": "${NOT_SET_ANYWHERE}"}}, "NOT_SET_ANYWHERE"),
+    ({"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${AGENTMESH_MCP_SECRET_UNSET}"}},
+     "refers to ${AGENTMESH_MCP_SECRET_UNSET}, which is not set"),
+    ({"command": "/bin/true", "env": {"KEY": "${AGENTMESH_LLM_API_KEY}"}}, "must name a variable starting with AGENTMESH_MCP_SECRET_"),
+    ({"command": "/bin/true", "mounts": ["/no/such/dir"]}, "mount '/no/such/dir' is not an existing absolute path"),
 ])
 async def test_bad_configuration_stops_the_service_at_start_with_a_clear_error(home, entry, message):
     env = {"AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"bad": entry})}

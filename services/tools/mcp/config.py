@@ -7,9 +7,10 @@
 
 Beyond the shared shape a stdio entry may say `"network": true` (its jail gets the network) and
 `"mounts": ["/opt/mcp"]` (host directories bound read-only into its jail, e.g. where the server is
-installed when that is not under /usr). Values in `env` and `headers` of the form `${NAME}` are
-read from the tools service's environment at start-up (secret references), so the file itself can
-be a ConfigMap while the secrets stay in a Secret.
+installed when that is not under /usr). `${AGENTMESH_MCP_SECRET_X}` in a value of `env` or
+`headers` is replaced at start-up by that variable of the tools service's environment (a secret
+reference), so the file itself can be a ConfigMap while the secrets stay in a Secret. Only that
+family of variables can be referred to: an entry cannot pull the service's own credentials.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from agentmesh.config import ConfigError
 
 # Model APIs allow [A-Za-z0-9_-] in tool names; the server name is the prefix of each of its tools.
 SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,32}$")
-SECRET_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+SECRET_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SECRET_PREFIX = "AGENTMESH_MCP_SECRET_"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -59,16 +61,19 @@ def _strings(name: str, key: str, value: Any, kind: type) -> Any:
     return value
 
 
-def _resolve_secrets(name: str, key: str, values: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    resolved = {}
-    for item, value in values.items():
-        match = SECRET_REF.match(value)
-        if match and match.group(1) not in environ:
-            raise ConfigError(
-                f"MCP server {name!r}: {key}.{item} refers to ${{{match.group(1)}}}, which is not set in the tools service's environment"
-            )
-        resolved[item] = environ[match.group(1)] if match else value
-    return resolved
+def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Mapping[str, str]) -> dict[str, str]:
+    """Each `${AGENTMESH_MCP_SECRET_X}` in a value replaced by that variable of the service's environment."""
+    def substitute(match: re.Match[str], item: str) -> str:
+        variable = match.group(1)
+        if not variable.startswith(SECRET_PREFIX):
+            raise ConfigError(f"MCP server {name!r}: {key}.{item} refers to ${{{variable}}}; secret references "
+                              f"must name a variable starting with {SECRET_PREFIX}")
+        if variable not in secrets:
+            raise ConfigError(f"MCP server {name!r}: {key}.{item} refers to ${{{variable}}}, which is not set "
+                              "in the tools service's environment")
+        return secrets[variable]
+
+    return {item: SECRET_REF.sub(lambda m, item=item: substitute(m, item), value) for item, value in values.items()}
 
 
 def resolve_command(name: str, command: str) -> str:

@@ -21,7 +21,7 @@ from agentmesh.tools.web_tools import AddressPolicy
 
 def build_mcp_tools(settings: ToolsSettings, executor: Executor, owner: tuple[int, int] | None,
                     tracer: trace.Tracer | None = None) -> McpTools | None:
-    entries = load_servers(settings.mcp.servers_file, settings.mcp.environ)
+    entries = load_servers(settings.mcp.servers_file, settings.mcp.secrets)
     if not entries:
         return None
     timings = SupervisorTimings(connect_timeout_s=settings.mcp.connect_timeout_s, idle_s=settings.mcp.idle_s,
