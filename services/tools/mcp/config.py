@@ -15,6 +15,7 @@ family of variables can be referred to: an entry cannot pull the service's own c
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -73,7 +74,10 @@ def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Ma
                               "in the tools service's environment")
         return secrets[variable]
 
-    return {item: SECRET_REF.sub(lambda m, item=item: substitute(m, item), value) for item, value in values.items()}
+    resolved = {}
+    for item, value in values.items():
+        resolved[item] = SECRET_REF.sub(functools.partial(substitute, item=item), value)
+    return resolved
 
 
 def resolve_command(name: str, command: str) -> str:
