@@ -9,7 +9,7 @@ import threading
 import time
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent
 from pydantic import BaseModel
@@ -45,6 +45,10 @@ def build_server() -> MCPServer:
         import anyio
         await anyio.sleep(seconds)
         return "woke up"
+
+    @server.tool(description="The trace context the call carried in _meta.")
+    def traceparent(ctx: Context) -> str:
+        return (ctx.request_context.meta or {}).get("traceparent", "none")
 
     return server
 

@@ -4,6 +4,7 @@ policy of web_fetch: its tools, their results (structured, images, errors), time
 from __future__ import annotations
 
 import json
+import re
 
 from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
@@ -46,6 +47,10 @@ async def test_http_server_tools_are_listed_and_their_results_mapped(tmp_path, h
 
         wrong = await execute(stack, "calc__add", {"a": "two", "b": 3})
         assert wrong.is_error and wrong.error_kind == "invalid_arguments"
+
+        # The call carries the trace context in _meta, the way MCP servers read it.
+        traced = await execute(stack, "calc__traceparent", {})
+        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}", traced.output), traced.output
 
         slow = await execute(stack, "calc__slow", {"seconds": 5}, timeout_s=0.5)
         assert slow.is_error and slow.error_kind == "timeout", slow.output

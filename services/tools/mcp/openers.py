@@ -17,7 +17,6 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.mcp.config import McpServerEntry
 from agentmesh.tools.mcp.connection import Opener, ServerUnavailable
 from agentmesh.tools.sandbox.base import CommandSpec
@@ -35,7 +34,8 @@ def jailed_stdio_opener(entry: McpServerEntry, jail: LocalJail, workdir: Path, e
     def open_jailed() -> AbstractAsyncContextManager[tuple[Any, Any]]:
         spec = CommandSpec(
             session_id=f"mcp-{entry.name}", call_id="", argv=(entry.command, *entry.args), timeout_s=0,
-            network=entry.network, env=traceparent_env(),
+            # No TRACEPARENT: one long-lived process serves many traces; each call's _meta carries its own.
+            network=entry.network,
         )
         argv = jail.jail_argv(workdir, spec, seccomp_fd=SECCOMP_FD if seccomp_file else None,
                               extra_env=entry.env, ro_binds=entry.mounts)

@@ -15,7 +15,6 @@ from opentelemetry import trace
 
 from agentmesh.config import ConfigError
 from agentmesh.logs import get_logger
-from agentmesh.telemetry.propagation import trace_context
 from agentmesh.tools.catalog import CallContext, Tool, ToolFunc, ToolSpec
 from agentmesh.tools.mcp.connection import McpServerConnection, ServerUnavailable, describe
 from agentmesh.tools.mcp.results import to_outcome
@@ -127,8 +126,8 @@ class McpTools:
                             "gen_ai.tool.call.id": ctx.call_id},
             ) as span:
                 try:
-                    result = await connection.call(remote_name, arguments, timeout_s,
-                                                   meta=trace_context() or None)
+                    # The SDK puts the current trace context (this span's) in the request's _meta.
+                    result = await connection.call(remote_name, arguments, timeout_s)
                 except ServerUnavailable as exc:
                     span.set_attribute("error.type", "unavailable")
                     return ToolOutcome(output=str(exc), is_error=True, error_kind="unavailable")
