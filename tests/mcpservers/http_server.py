@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 
+import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -24,7 +25,7 @@ class Sum(BaseModel):
     sum: int
 
 
-def build_server() -> MCPServer:
+def build_server(events: list[str]) -> MCPServer:
     server = MCPServer("calc")
 
     @server.tool(description="Add two integers.")
@@ -42,8 +43,12 @@ def build_server() -> MCPServer:
 
     @server.tool(description="Sleeps, then answers.")
     async def slow(seconds: float) -> str:
-        import anyio
-        await anyio.sleep(seconds)
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            events.append("slow cancelled")
+            raise
+        events.append("slow finished")
         return "woke up"
 
     @server.tool(description="The trace context the call carried in _meta.")
@@ -59,7 +64,8 @@ class HttpMcpServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        app = build_server().streamable_http_app()
+        self.events: list[str] = []  # what the server saw happen, for tests
+        app = build_server(self.events).streamable_http_app()
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

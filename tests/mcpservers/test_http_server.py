@@ -3,12 +3,14 @@ policy of web_fetch: its tools, their results (structured, images, errors), time
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
 from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
 from tests.support.stack import Stack
+from tests.support.turns import wait_until
 
 
 async def execute(stack, name: str, arguments: dict, timeout_s: float = 0.0):
@@ -70,3 +72,14 @@ async def test_an_address_the_egress_policy_refuses_leaves_the_server_unavailabl
         result = await execute(stack, "calc__add", {"a": 1, "b": 2})
         assert result.is_error and result.error_kind == "unavailable"
         assert "egress policy" in result.output and "127.0.0.1" in result.output
+
+
+async def test_cancelling_the_call_cancels_the_request_on_the_server(tmp_path, http_mcp):
+    async with Stack(tmp_path / "home", env=http_env(tmp_path, http_mcp, True), services=("memory", "tools")) as stack:
+        request = tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="calc__slow",
+                                           arguments_json=json.dumps({"seconds": 3}), timeout_s=10)
+        call = stack.tools_stub().Execute(request, timeout=30)
+        await asyncio.sleep(0.5)
+        call.cancel()
+        await wait_until(lambda: http_mcp.events, timeout=5)
+        assert http_mcp.events == ["slow cancelled"]
