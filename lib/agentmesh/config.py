@@ -45,6 +45,7 @@ __all__ = [
     "declared_variables",
     "env",
     "load",
+    "referenced_environment",
     "secret_values",
     "section",
     "section_class",
