@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import AsyncIterator
 
 import grpc
 
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
+from agentmesh.telemetry.traceview import TraceView, load_trace
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc, tools_pb2, tools_pb2_grpc
 
 RPC_TIMEOUT_S = 30.0
@@ -49,6 +51,23 @@ class MemorySessions:
     async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse:
         request = gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
         return await self._call(self._stub.ListMessages, request)
+
+    async def search(self, namespace: str, query: str, k: int, kinds: list[str]) -> gateway_pb2.SearchMemoryResponse:
+        request = memory_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=memory_pb2.MemoryFilter(kinds=kinds))
+        reply = await self._call(self._stub.Search, request)
+        return gateway_pb2.SearchMemoryResponse(
+            hits=[
+                gateway_pb2.MemoryHit(
+                    id=hit.memory.id,
+                    text=hit.memory.text,
+                    kind=hit.memory.kind,
+                    score=hit.score,
+                    created_at=hit.memory.created_at,
+                    source_session_id=hit.memory.source_session_id,
+                )
+                for hit in reply.hits
+            ]
+        )
 
 
 class AgentClient:
@@ -110,12 +129,44 @@ class AgentClient:
 
 
 class ToolsWorkspaces:
+    """The tools service: workspaces (deleted with their session, browsed from the console) and the catalog."""
+
     def __init__(self, channel: grpc.aio.Channel, target: str):
         self._stub = tools_pb2_grpc.ToolsStub(channel)
         self._target = target
 
-    async def delete_workspace(self, session_id: str) -> None:
+    async def _call(self, method, request):
         try:
-            await self._stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id=session_id), timeout=RPC_TIMEOUT_S)
+            return await method(request, timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
             raise _peer_error(err, "tools", self._target) from None
+
+    async def delete_workspace(self, session_id: str) -> None:
+        await self._call(self._stub.DeleteWorkspace, tools_pb2.DeleteWorkspaceRequest(session_id=session_id))
+
+    async def list_tools(self) -> tools_pb2.ListToolsResponse:
+        return await self._call(self._stub.ListTools, tools_pb2.ListToolsRequest())
+
+    async def list_workspace(self, request: tools_pb2.ListWorkspaceRequest) -> tools_pb2.ListWorkspaceResponse:
+        return await self._call(self._stub.ListWorkspace, request)
+
+    async def read_workspace_file(self, request: tools_pb2.ReadWorkspaceFileRequest) -> tools_pb2.ReadWorkspaceFileResponse:
+        return await self._call(self._stub.ReadWorkspaceFile, request)
+
+    async def write_workspace_file(self, request: tools_pb2.WriteWorkspaceFileRequest) -> tools_pb2.WriteWorkspaceFileResponse:
+        return await self._call(self._stub.WriteWorkspaceFile, request)
+
+
+class LocalTraces:
+    """The local span store under AGENTMESH_HOME; `directory` None when traces are kept elsewhere."""
+
+    def __init__(self, directory: Path | None):
+        self._directory = directory
+
+    @property
+    def where(self) -> Path | None:
+        return self._directory
+
+    def load(self, trace_id: str) -> TraceView:
+        assert self._directory is not None
+        return load_trace(self._directory, trace_id)

@@ -24,6 +24,10 @@ class GatewaySettings:
     peer_refresh_s: float = 5.0
     # How long a forwarded call waits to reach the owner before this replica serves it itself.
     peer_connect_timeout_s: float = 2.0
+    # HTTP/JSON + SSE API and the web console (docs/api.md); "" when turned off.
+    http_address: str = "127.0.0.1:8080"
+    # The largest HTTP request body: an upload of AGENTMESH_TOOLS_MAX_UPLOAD_BYTES as base64, and room.
+    http_max_body_bytes: int = 12 * 1024 * 1024
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "GatewaySettings":
@@ -40,6 +44,8 @@ class GatewaySettings:
             except ValueError as exc:
                 raise ConfigError(f"AGENTMESH_GATEWAY_ADVERTISE_ADDR: {exc}") from None
         return cls(
+            http_address=_http_address(env),
+            http_max_body_bytes=env_int(env, "AGENTMESH_GATEWAY_HTTP_MAX_BODY_BYTES", cls.http_max_body_bytes, minimum=1024),
             max_message_chars=env_int(env, "AGENTMESH_GATEWAY_MAX_MESSAGE_CHARS", cls.max_message_chars, minimum=1),
             max_iterations_cap=env_int(env, "AGENTMESH_GATEWAY_MAX_ITERATIONS_CAP", cls.max_iterations_cap, minimum=1),
             turn_timeout_s=env_float(env, "AGENTMESH_GATEWAY_TURN_TIMEOUT_S", cls.turn_timeout_s, minimum=1),
@@ -50,3 +56,18 @@ class GatewaySettings:
                 env, "AGENTMESH_GATEWAY_PEER_CONNECT_TIMEOUT_S", cls.peer_connect_timeout_s, minimum=0.05
             ),
         )
+
+
+def _http_address(env: Mapping[str, str]) -> str:
+    """AGENTMESH_GATEWAY_HTTP_ADDR: unset means the default; empty or "off" turns HTTP off;
+    port 0 takes a free port (tests)."""
+    raw = env.get("AGENTMESH_GATEWAY_HTTP_ADDR")
+    if raw is None:
+        return GatewaySettings.http_address
+    raw = raw.strip()
+    if raw.lower() in ("", "off"):
+        return ""
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"AGENTMESH_GATEWAY_HTTP_ADDR must be host:port (or 'off'), got {raw!r}")
+    return raw

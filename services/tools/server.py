@@ -19,6 +19,7 @@ from agentmesh.tools.results import ToolOutcome
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.settings import ToolsSettings
 from agentmesh.tools.workspace import Workspaces
+from agentmesh.tools.workspace_files import WorkspaceFiles
 from agentmesh.v1 import common_pb2, tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.tools")
@@ -45,8 +46,9 @@ def to_proto(call_id: str, name: str, outcome: ToolOutcome) -> common_pb2.ToolRe
 
 
 class ToolsServicer(tools_pb2_grpc.ToolsServicer):
-    def __init__(self, core: ToolService):
+    def __init__(self, core: ToolService, files: WorkspaceFiles):
         self._core = core
+        self._files = files
 
     @translate_errors
     async def ListTools(self, request, context):
@@ -72,6 +74,27 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     @translate_errors
     async def DeleteWorkspace(self, request, context):
         return tools_pb2.DeleteWorkspaceResponse(deleted=await self._core.delete_workspace(request.session_id))
+
+    @translate_errors
+    async def ListWorkspace(self, request, context):
+        listing = await self._files.list(request.session_id, request.path)
+        return tools_pb2.ListWorkspaceResponse(
+            path=listing.path,
+            entries=[tools_pb2.WorkspaceEntry(**vars(entry)) for entry in listing.entries],
+            truncated=listing.truncated,
+        )
+
+    @translate_errors
+    async def ReadWorkspaceFile(self, request, context):
+        view = await self._files.read(request.session_id, request.path, request.max_bytes)
+        return tools_pb2.ReadWorkspaceFileResponse(
+            path=view.path, content=view.content, size=view.size, truncated=view.truncated
+        )
+
+    @translate_errors
+    async def WriteWorkspaceFile(self, request, context):
+        written = await self._files.write(request.session_id, request.path, request.content, request.overwrite)
+        return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)
 
 
 def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Telemetry) -> Executor:
@@ -113,6 +136,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     executor = make_executor(tools_settings, workspaces, telemetry)
     core = build_core(tools_settings, executor, workspaces, telemetry.tracer)
     host = ServiceHost("tools", settings, telemetry, address=address)
-    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core), "agentmesh.v1.Tools")
+    files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes)
+    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files), "agentmesh.v1.Tools")
     host.on_stop(executor.close)
     return host

@@ -90,6 +90,10 @@ class ToolsSettings:
     # Sandboxes running at once in this replica; further calls wait their turn (inside their timeout budget).
     max_concurrent_sandboxes: int = 32
     max_file_read_bytes: int = 256 * 1024
+    # The workspace as people see it (web console): how much of one file a view returns, and the
+    # largest file an upload may write.
+    max_view_bytes: int = 1 * MIB
+    max_upload_bytes: int = 8 * MIB
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ToolsSettings":
@@ -143,4 +147,6 @@ class ToolsSettings:
             host_uid=env_int(env, "AGENTMESH_SANDBOX_HOST_UID", cls.host_uid, minimum=1),
             max_concurrent_sandboxes=env_int(env, "AGENTMESH_SANDBOX_MAX_CONCURRENT", cls.max_concurrent_sandboxes, minimum=1),
             host_gid=env_int(env, "AGENTMESH_SANDBOX_HOST_GID", cls.host_gid, minimum=1),
+            max_view_bytes=env_int(env, "AGENTMESH_TOOLS_MAX_VIEW_BYTES", cls.max_view_bytes, minimum=1024),
+            max_upload_bytes=env_int(env, "AGENTMESH_TOOLS_MAX_UPLOAD_BYTES", cls.max_upload_bytes, minimum=1024),
         )
