@@ -221,7 +221,8 @@ class HttpApi:
             async for message in feed.follow(delivered):
                 yield message
             return
-        live = feed if feed is not None and feed.base >= position else None
+        # A turn still running here: the transcript up to where it began, then its events.
+        live = feed if feed is not None and not feed.done and feed.base >= position else None
 
         async def read_page(after: int) -> gateway_pb2.GetTranscriptResponse:
             request = gateway_pb2.GetTranscriptRequest(session_id=session_id, after_seq=after, page_size=1000)
