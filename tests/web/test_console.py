@@ -1,0 +1,233 @@
+"""The web console in real headless Chromium, against the whole stack over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
+from tests.support.llm_server import reply, tool_call
+from tests.support.stack import Stack
+from tests.web.browser import PageErrors, launch, needs_chromium
+
+pytestmark = needs_chromium
+
+playwright_api = pytest.importorskip("playwright.async_api")
+expect = playwright_api.expect
+TIMEOUT_MS = 20_000
+expect.set_options(timeout=TIMEOUT_MS)
+TOKEN = "console-token-0123456789"
+
+
+@pytest.fixture
+async def browser():
+    async with playwright_api.async_playwright() as playwright:
+        chromium = await launch(playwright)
+        yield chromium
+        await chromium.close()
+
+
+async def open_console(browser, stack, **context):
+    page = await (await browser.new_context(**context)).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors = PageErrors(page)
+    await page.goto(stack.http_url + "/")
+    return page, errors
+
+
+async def send(page, text: str) -> None:
+    await page.get_by_label("Message").fill(text)
+    await page.get_by_label("Message").press("Enter")
+
+
+async def test_a_message_streams_its_answer_with_a_tool_card(browser, stack, llm):
+    llm.add(
+        reply("Let me write it down.", tool_call("write_file", {"path": "notes.txt", "content": "agentmesh"}, id="w1")),
+        reply("Saved the note to notes.txt for you.", chunk_chars=4, pause_after_chunks=3, pause_s=1.5, usage=(120, 30)),
+    )
+    page, errors = await open_console(browser, stack)
+    await send(page, "Please write a note")
+
+    answer = page.locator(".turn .bubble.assistant .text").last
+    # Streamed: part of the answer shows while the turn still runs (Cancel is offered).
+    await expect(answer).to_have_text("Saved th")
+    await expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+    await expect(answer).to_have_text("Saved the note to notes.txt for you.")
+    await expect(page.get_by_role("button", name="Cancel")).to_be_hidden()
+
+    card = page.locator(".tool-card", has_text="write_file")
+    await expect(card).to_have_attribute("data-state", "ok")
+    await expect(card.locator(".tool-status")).to_contain_text("ms")
+    await card.locator("summary").click()
+    await expect(card.locator(".tool-output")).to_contain_text("notes.txt")
+    await expect(card.locator(".tool-args")).to_contain_text('"content": "agentmesh"')
+    await expect(page.locator(".turn-footer .usage")).to_contain_text("tokens")
+    # The new session is listed and selected.
+    await expect(page.locator("button.session[aria-current='page']")).to_contain_text("Please write a note")
+    errors.assert_none()
+
+
+async def test_a_held_call_is_approved_from_the_console(browser, tmp_path, llm):
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env={"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell"}) as stack:
+        llm.add(reply("", tool_call("shell", {"command": "echo approved > ok.txt"}, id="s1")), reply("It ran."))
+        page, errors = await open_console(browser, stack)
+        await send(page, "run the command")
+        card = page.locator(".tool-card", has_text="shell")
+        await expect(card).to_have_attribute("data-state", "held")
+        await expect(card.get_by_text("The agent wants to run shell.")).to_be_visible()
+        assert not list((stack.settings.home / "workspaces").glob("*/ok.txt"))  # nothing ran yet
+        await card.get_by_role("button", name="Approve").click()
+        await expect(card).to_have_attribute("data-state", "ok")
+        await expect(card.locator(".tool-status")).to_contain_text("exit 0")
+        await expect(card).to_contain_text("Approved (by you)")
+        await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("It ran.")
+        assert [p.read_text() for p in (stack.settings.home / "workspaces").glob("*/ok.txt")] == ["approved\n"]
+        errors.assert_none()
+
+
+async def test_an_older_session_opens_with_its_full_history(browser, stack, llm):
+    gateway, memory = stack.gateway_stub(), stack.memory_stub()
+    llm.add(reply("", tool_call("write_file", {"path": "a.txt", "content": "A"}, id="c1")), reply("First answer."))
+    async for _ in gateway.Chat(gateway_pb2.ChatRequest(session_id="older", message="first question"), timeout=60):
+        pass
+    summary = common_pb2.Message(role="system", kind="summary", content="The user asked for a.txt; it was written.",
+                                 covers_through_seq=4)
+    await memory.AppendMessages(memory_pb2.AppendMessagesRequest(session_id="older", messages=[summary]), timeout=10)
+    child = gateway_pb2.Session(session_id="older.sub-1", title="research helper", labels={"parent_session": "older", "role": "sub-agent"})
+    await memory.PutSession(memory_pb2.PutSessionRequest(session=child), timeout=10)
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="newer", title="Another one"), timeout=10)
+
+    page, errors = await open_console(browser, stack)
+    await page.locator("button.session", has_text="older").first.click()
+    log = page.get_by_role("log", name="Conversation")
+    await expect(log.locator(".bubble.user")).to_have_text(["Youfirst question"])
+    await expect(log.locator(".bubble.assistant").last).to_contain_text("First answer.")
+    await expect(log.locator(".tool-card", has_text="write_file")).to_be_visible()
+    await log.locator(".tool-card summary").click()
+    await expect(log.locator(".tool-output")).to_contain_text("a.txt")
+    summary_card = log.locator(".summary-card")
+    await expect(summary_card).to_contain_text("Summary of earlier messages (through #4)")
+    await summary_card.locator("summary").click()
+    await expect(summary_card).to_contain_text("it was written")
+
+    await page.locator("#subagents").get_by_role("button", name="research helper").click()
+    await expect(page.locator("#session-title")).to_have_text("research helper")
+    await expect(page.locator("#subagents")).to_contain_text("Sub-agent of older")
+    assert page.url.endswith("#/sessions/older.sub-1")
+    errors.assert_none()
+
+
+async def test_the_workspace_is_browsed_and_a_file_uploaded(browser, stack):
+    async with httpx.AsyncClient(base_url=stack.http_url) as http:
+        await http.post("/v1/sessions", json={"session_id": "files", "title": "Files"})
+        await http.put("/v1/sessions/files/workspace/file", json={"path": "reports/summary.md", "content": "IyBSZXBvcnQKQWxsIGdvb2Qu"})
+
+    page, errors = await open_console(browser, stack)
+    await page.goto(stack.http_url + "/#/sessions/files")
+    await page.get_by_role("tab", name="Workspace").click()
+    await page.get_by_role("button", name="reports/").click()
+    await page.get_by_role("button", name="summary.md").click()
+    await expect(page.locator("#viewer")).to_have_text("# Report\nAll good.")
+
+    await page.get_by_label("Upload a file into this folder").set_input_files(
+        files=[{"name": "data.csv", "mimeType": "text/csv", "buffer": b"a,b\n1,2\n"}]
+    )
+    await page.get_by_role("button", name="Upload", exact=True).click()
+    await expect(page.locator("#upload-status")).to_have_text("Uploaded reports/data.csv (8 B).")
+    await page.get_by_role("button", name="data.csv").click()
+    await expect(page.locator("#viewer")).to_have_text("a,b\n1,2\n")
+    assert (stack.settings.home / "workspaces" / "files" / "reports" / "data.csv").read_bytes() == b"a,b\n1,2\n"
+    errors.assert_none()
+
+
+async def test_a_turn_trace_is_drawn_as_a_waterfall(browser, stack, llm):
+    llm.add(reply("", tool_call("write_file", {"path": "t.txt", "content": "t"})), reply("Traced."))
+    page, errors = await open_console(browser, stack)
+    await send(page, "trace this")
+    await expect(page.get_by_role("button", name="Trace", exact=True)).to_be_visible()
+    for host in stack.hosts.values():
+        host.telemetry.force_flush()
+    await page.get_by_role("button", name="Trace", exact=True).click()
+    waterfall = page.get_by_role("table")
+    await expect(waterfall.locator(".span-row").first).to_contain_text("POST /v1/sessions/{session_id}/chat")
+    await expect(waterfall).to_contain_text("invoke_agent")
+    await expect(waterfall).to_contain_text("execute_tool write_file")
+    await expect(page.locator("#trace-status")).to_contain_text("spans")
+    errors.assert_none()
+
+
+async def test_a_running_turn_is_cancelled(browser, stack, llm):
+    llm.add(reply("This will take a while", chunk_chars=2, pause_after_chunks=3, pause_s=5))
+    page, errors = await open_console(browser, stack)
+    await send(page, "take your time")
+    await expect(page.locator(".turn .bubble.assistant .text")).to_have_text("This")
+    await page.get_by_role("button", name="Cancel").click()
+    await expect(page.locator(".turn .note")).to_have_text("Stopped: cancelled")
+    errors.assert_none()
+
+
+async def test_a_session_is_deleted_after_a_second_press(browser, stack):
+    await stack.gateway_stub().CreateSession(gateway_pb2.CreateSessionRequest(session_id="doomed", title="Doomed"), timeout=10)
+    page, errors = await open_console(browser, stack)
+    await page.locator("button.session", has_text="Doomed").click()
+    delete = page.locator("#delete-session")
+    await delete.click()
+    await expect(delete).to_have_text("Press again to delete")
+    await expect(page.locator("button.session", has_text="Doomed")).to_be_visible()
+    await delete.click()
+    await expect(page.locator("button.session", has_text="Doomed")).to_have_count(0)
+    errors.assert_none()
+
+
+async def test_nothing_is_shown_without_the_token(browser, tmp_path, llm):
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env={"AGENTMESH_AUTH_TOKENS": TOKEN}) as stack:
+        await stack.gateway_stub().CreateSession(
+            gateway_pb2.CreateSessionRequest(session_id="private", title="Private plans"), timeout=10,
+            metadata=(("authorization", f"Bearer {TOKEN}"),),
+        )
+        page, errors = await open_console(browser, stack)
+        await expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+        await expect(page.locator("#app")).to_be_hidden()
+        assert "Private plans" not in await page.content()
+
+        await page.get_by_label("Bearer token").fill("wrong")
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.get_by_role("alert")).to_have_text("That token was not accepted.")
+        await expect(page.locator("#app")).to_be_hidden()
+
+        await page.get_by_label("Bearer token").fill(TOKEN)
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator("button.session", has_text="Private plans")).to_be_visible()
+        await page.get_by_role("button", name="Sign out").click()
+        await expect(page.locator("#app")).to_be_hidden()
+        # The refused calls are the only console messages.
+        errors.assert_none(allowed=("401",))
+
+
+async def test_the_console_works_on_a_narrow_screen_with_labelled_controls(browser, stack):
+    await stack.gateway_stub().CreateSession(gateway_pb2.CreateSessionRequest(session_id="phone", title="On the phone"), timeout=10)
+    page, errors = await open_console(browser, stack, viewport={"width": 390, "height": 800})
+    sessions = page.locator("button.session", has_text="On the phone")
+    await expect(sessions).to_be_hidden()
+    toggle = page.get_by_role("button", name="Sessions")
+    await toggle.click()
+    await expect(toggle).to_have_attribute("aria-expanded", "true")
+    await sessions.click()
+    await expect(page.locator("#session-title")).to_have_text("On the phone")
+    await expect(sessions).to_be_hidden()  # the list closes once a session is open
+    # Nothing wider than the screen.
+    assert await page.evaluate("document.documentElement.scrollWidth") <= 390
+    # Every form control has a label a screen reader can read.
+    unlabelled = await page.evaluate(
+        """[...document.querySelectorAll('input, textarea, select')]
+             .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.id)"""
+    )
+    assert unlabelled == []
+    # Tabs move with the arrow keys.
+    await page.get_by_role("tab", name="Chat").focus()
+    await page.keyboard.press("ArrowRight")
+    await expect(page.get_by_role("tab", name="Workspace")).to_be_focused()
+    await expect(page.get_by_role("tabpanel")).to_have_attribute("id", "panel-workspace")
+    errors.assert_none()
