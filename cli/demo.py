@@ -15,6 +15,7 @@ from agentmesh.cli.chat import HumanRenderer, stream_turn
 from agentmesh.cli.common import EXIT_OK, load_settings
 from agentmesh.cli.stack import LocalStack, free_address, port_is_free
 from agentmesh.config import SERVICES
+from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.rpc.client import open_channel
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -40,6 +41,9 @@ def _demo_env() -> dict[str, str]:
         key = f"AGENTMESH_{name.upper()}_ADDR"
         if not port_is_free(settings.address_of(name)):
             env[key] = free_address()
+    http = GatewaySettings.from_env(env).http_address
+    if http and not port_is_free(http):
+        env["AGENTMESH_GATEWAY_HTTP_ADDR"] = free_address()
     return env
 
 
@@ -61,7 +65,10 @@ async def run_demo(args) -> int:
     stack.start()
     try:
         await stack.wait_healthy()
-        print(f"· stack healthy in {time.monotonic() - started:.1f}s; running the demo task\n")
+        print(f"· stack healthy in {time.monotonic() - started:.1f}s; running the demo task")
+        if stack.console_url:
+            print(f"· web console: {stack.console_url} (open it while the stack runs: `agentmesh up`)")
+        print()
         print(f"you> {DEMO_MESSAGE}\n")
         trace_ids: list[str] = []
 
