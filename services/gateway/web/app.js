@@ -130,7 +130,7 @@ async function openSession(sessionId) {
   try {
     const session = await api.call("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`);
     $("session-title").textContent = session.title || session.session_id;
-    $("session-meta").textContent = `${session.session_id} · ${session.message_count} messages · memory: ${session.namespace} · started ${formatTime(session.created_at)}`;
+    showMeta(session);
     renderRelatives(session);
     conversation.renderHistory(await transcript(sessionId));
   } catch (error) {
@@ -138,6 +138,10 @@ async function openSession(sessionId) {
     $("session-meta").textContent = error.code === "NOT_FOUND" ? "This session does not exist (yet): send a message to start it." : error.message;
   }
   if (!$("panel-workspace").hidden) workspace.open(sessionId);
+}
+
+function showMeta(session) {
+  $("session-meta").textContent = `${session.session_id} · ${session.message_count} messages · memory: ${session.namespace} · started ${formatTime(session.created_at)}`;
 }
 
 function renderRelatives(session) {
@@ -275,6 +279,8 @@ async function send() {
   }
   setRunning(false);
   await loadSessions().catch(() => {});
+  const current = state.sessions.find((s) => s.session_id === sessionId);
+  if (current && state.sessionId === sessionId) showMeta(current);
   if (replayed && state.sessionId === sessionId) await openSession(sessionId);
 }
 

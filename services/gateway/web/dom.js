@@ -39,7 +39,7 @@ export function formatBytes(size) {
 
 export function formatTime(unixSeconds) {
   if (!unixSeconds) return "";
-  return new Date(unixSeconds * 1000).toLocaleString();
+  return new Date(unixSeconds * 1000).toLocaleString(undefined, { dateStyle: "short", timeStyle: "short" });
 }
 
 export function prettyJson(text) {
