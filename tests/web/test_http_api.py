@@ -116,7 +116,7 @@ async def test_a_running_turn_can_be_cancelled(http, llm):
     assert answer.status_code == 200 and answer.json()["cancelled"] is True
     streamed = await asyncio.wait_for(background, 10)
     assert streamed.data("run_finished")[0]["stop_reason"] == "cancelled"
-    idle = await http.post("/v1/sessions/c/cancel")
+    idle = await http.post("/v1/sessions/c/cancel", json={})
     assert idle.json() == {"cancelled": False, "run_id": ""}
 
 
@@ -224,7 +224,7 @@ async def test_a_turn_trace_is_read_from_the_span_store(stack, http, llm):
 
 
 async def test_malformed_requests_get_a_clear_400(stack, http):
-    not_json = await http.post("/v1/sessions", content=b"{title: x}")
+    not_json = await http.post("/v1/sessions", content=b"{title: x}", headers={"Content-Type": "application/json"})
     assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]["message"]
     not_object = await http.post("/v1/sessions", json=["a"])
     assert not_object.status_code == 400 and "must be a JSON object" in not_object.json()["error"]["message"]
@@ -267,3 +267,18 @@ async def _until_async(predicate, timeout: float = 10.0) -> None:
     while not await predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.05)
+
+
+async def test_other_web_pages_cannot_drive_the_local_api(stack, http, llm):
+    # A cross-site form or fetch without a CORS preflight can only send "simple" content types.
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+        answer = await http.post("/v1/sessions/victim/chat", content=b'{"message": "rm -rf ~"}',
+                                 headers={"Content-Type": content_type})
+        assert answer.status_code == 400 and "Content-Type: application/json" in answer.json()["error"]["message"]
+    assert llm.requests == []
+    assert (await http.get("/v1/sessions/victim")).status_code == 404  # no turn, no session
+    # DNS rebinding: a page of another name that resolves to 127.0.0.1 is refused, console included.
+    for path in ("/v1/sessions", "/"):
+        rebound = await http.get(path, headers={"Host": f"attacker.example:{stack.http_url.rsplit(':', 1)[1]}"})
+        assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "PERMISSION_DENIED"
+    assert (await http.get("/v1/sessions", headers={"Host": "localhost"})).status_code == 200

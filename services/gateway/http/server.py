@@ -19,7 +19,7 @@ import grpc
 from aiohttp import web
 from opentelemetry import propagate, trace
 
-from agentmesh.errors import AgentmeshError
+from agentmesh.errors import AgentmeshError, InvalidArgument
 from agentmesh.gateway.http.errors import error_response
 from agentmesh.gateway.http.openapi import openapi_document
 from agentmesh.gateway.http.routes import Route, routes_of
@@ -125,9 +125,26 @@ class HttpApi:
 
     # --- every request ---------------------------------------------------------------------
 
+    def _host_allowed(self, request: web.Request) -> bool:
+        """On a loopback address, only requests naming a loopback host: a web page elsewhere
+        cannot reach the local API through DNS rebinding (a name of its own resolving to 127.0.0.1)."""
+        bound = self.address.rpartition(":")[0].strip("[]")
+        if bound not in ("127.0.0.1", "localhost", "::1"):
+            return True
+        host = (request.host or "").rsplit(":", 1)[0] if not (request.host or "").endswith("]") else request.host
+        return host.strip("[]").lower() in ("127.0.0.1", "localhost", "::1")
+
     @web.middleware
     async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
         api = request.path.startswith("/v1/")
+        if not self._host_allowed(request):
+            response = error_response(
+                "PERMISSION_DENIED",
+                f"this gateway listens on {self.address} and answers only requests addressed to a loopback "
+                "host (127.0.0.1, localhost, [::1]); set AGENTMESH_GATEWAY_HTTP_ADDR to serve other names",
+            )
+            response.headers.update(SECURITY_HEADERS)
+            return response
         if not api:
             response = await handler(request)
             response.headers.update(SECURITY_HEADERS)
@@ -167,6 +184,7 @@ class HttpApi:
 
     def _unary_handler(self, route: Route):
         async def handle(request: web.Request) -> web.Response:
+            _require_json(route, request)
             message = build_request(route, request.match_info, _query(request), await request.read())
             method = getattr(self._stub, route.rpc)
             reply = await method(message, metadata=_metadata(request), timeout=UNARY_TIMEOUT_S)
@@ -178,6 +196,7 @@ class HttpApi:
 
     def _streaming_handler(self, route: Route):
         async def handle(request: web.Request) -> web.StreamResponse:
+            _require_json(route, request)
             body = await request.read()
             metadata = _metadata(request)
             session_id = request.match_info["session_id"]
@@ -295,6 +314,17 @@ def _failure_event(first: common_pb2.Event, exc: BaseException) -> common_pb2.Ev
     else:
         error = common_pb2.RunError(code="INTERNAL", message=f"the turn's stream failed ({type(exc).__name__})")
     return common_pb2.Event(session_id=first.session_id, run_id=first.run_id, error=error)
+
+
+def _require_json(route: Route, request: web.Request) -> None:
+    """Routes with a body take JSON only. Besides saying what is expected, this keeps other web
+    pages out: a browser sends a cross-site POST with a JSON content type only after a CORS
+    preflight, which this server never grants."""
+    if route.body and request.content_type != "application/json":
+        raise InvalidArgument(
+            f"send the body as JSON with 'Content-Type: application/json' (got {request.content_type!r}); "
+            "with curl: --json '{...}'"
+        )
 
 
 def _query(request: web.Request) -> dict[str, list[str]]:
