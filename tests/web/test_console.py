@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx
 import pytest
@@ -231,3 +232,39 @@ async def test_the_console_works_on_a_narrow_screen_with_labelled_controls(brows
     await expect(page.get_by_role("tab", name="Workspace")).to_be_focused()
     await expect(page.get_by_role("tabpanel")).to_have_attribute("id", "panel-workspace")
     errors.assert_none()
+
+
+def deep_model(request):
+    """A deep turn: a plan, a delegate_task to a sub-agent that writes a file, then the answer."""
+    last = request.messages[-1]
+    if last["role"] == "system" and "numbered plan" in last["content"]:
+        return reply("1. have a sub-agent write report.txt\n2. answer")
+    results = [m["content"] for m in request.messages if m["role"] == "tool"]
+    if "You are a sub-agent" in request.messages[0]["content"]:
+        if not results:
+            return reply("", tool_call("write_file", {"path": "report.txt", "content": "from the sub-agent\n"}))
+        return reply("I wrote report.txt.")
+    if not results:
+        return reply("Delegating.", tool_call("delegate_task", {"task": "Write report.txt."}, id="call_delegate"))
+    return reply("The sub-agent wrote report.txt.")
+
+
+async def test_deep_work_shows_its_progress_and_links_the_sub_agent(browser, tmp_path):
+    from tests.support.llm_server import ScriptedLLMServer
+
+    with ScriptedLLMServer(default=deep_model) as llm:
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
+            page, errors = await open_console(browser, stack)
+            await page.get_by_label("Deep mode").check()
+            await send(page, "Have a report written")
+            await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("The sub-agent wrote report.txt.")
+            progress = page.locator(".progress-card")
+            await expect(progress).to_contain_text("plan ready (2 steps)")
+            await expect(progress.locator("progress")).to_be_visible()
+            card = page.locator(".tool-card", has_text="delegate_task")
+            await expect(card).to_have_attribute("data-state", "ok")
+            await card.locator("summary").click()
+            await card.get_by_role("button", name=re.compile("Open the sub-agent's session")).click()
+            await expect(page.locator("#subagents")).to_contain_text("Sub-agent of")
+            await expect(page.get_by_role("log", name="Conversation").locator(".tool-card", has_text="write_file")).to_be_visible()
+            errors.assert_none()

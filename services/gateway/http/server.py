@@ -1,5 +1,10 @@
 """The gateway's HTTP server: the public API as HTTP/JSON + Server-Sent Events, its OpenAPI
-document, and the web console, in the gateway process and event loop (aiohttp).
+document, and the web console, in the gateway process and event loop.
+
+aiohttp rather than an ASGI server: its AppRunner/TCPSite run inside the loop grpc.aio already
+runs, without taking over the loop or the process's signals (uvicorn's Server installs its own
+handlers and wants to own shutdown), and it has what this needs built in — streamed responses
+for SSE, static files, a request-body bound — from a long-kept project (aio-libs).
 
 Every /v1 request is transcoded into the Gateway RPC its route names and made over a loopback
 gRPC channel to this very gateway. So HTTP gets exactly what gRPC gets, with nothing written
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from importlib import metadata as package_metadata
 from pathlib import Path
 from typing import AsyncIterator
@@ -27,6 +33,7 @@ from agentmesh.gateway.http.sse import TurnFeeds, parse_last_event_id, transcrip
 from agentmesh.gateway.http.transcode import build_request, to_json
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.server import PortInUse
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
@@ -110,8 +117,6 @@ class HttpApi:
             await site.start()
         except OSError as exc:
             await self._runner.cleanup()
-            from agentmesh.rpc.server import PortInUse
-
             raise PortInUse(f"cannot listen for HTTP on {self.address}: {exc.strerror or exc}") from None
         self.port = self._runner.addresses[0][1]
         log.info("http api started", address=self.address, port=self.port, console=f"http://{self.target}/")
@@ -332,6 +337,4 @@ def _query(request: web.Request) -> dict[str, list[str]]:
 
 
 def _dumps(value) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False)
