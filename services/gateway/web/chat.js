@@ -196,8 +196,7 @@ class ToolCard {
       h("summary", {}, h("span", { class: "tool-name" }, name || "tool"), " ", this.status),
       argumentsJson ? h("div", {}, h("h4", {}, "Arguments"), h("pre", { class: "tool-args" }, prettyJson(argumentsJson))) : null,
       this.extra,
-      h("h4", {}, "Result"),
-      this.output);
+      this.result = h("div", { class: "tool-result", hidden: true }, h("h4", {}, "Result"), this.output));
   }
 
   #state(state, text) {
@@ -211,6 +210,7 @@ class ToolCard {
 
   recorded(content) {
     this.output.textContent = content;
+    this.result.hidden = false;
     this.#state("done", "done");
   }
 
@@ -222,6 +222,7 @@ class ToolCard {
     if (result.duration_ms) parts.push(formatMs(result.duration_ms));
     this.#state(result.is_error ? "error" : "ok", parts.join(" · "));
     this.output.textContent = result.output;
+    this.result.hidden = false;
     if (result.stderr && result.stderr !== result.output) {
       this.extra.append(h("h4", {}, "stderr"), h("pre", { class: "tool-stderr" }, result.stderr));
     }
