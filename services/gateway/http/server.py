@@ -29,7 +29,7 @@ from agentmesh.errors import AgentmeshError, InvalidArgument
 from agentmesh.gateway.http.errors import error_response
 from agentmesh.gateway.http.openapi import openapi_document
 from agentmesh.gateway.http.routes import Route, routes_of
-from agentmesh.gateway.http.sse import TurnFeeds, parse_last_event_id, transcript_after
+from agentmesh.gateway.http.sse import TurnFeeds, parse_last_event_id, sse_message, transcript_after
 from agentmesh.gateway.http.transcode import build_request, to_json
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
@@ -178,6 +178,12 @@ class HttpApi:
                 response = error_response(exc.code, exc.message)
             except grpc.aio.AioRpcError as err:
                 response = _status_error(err)
+            except Exception as exc:  # noqa: BLE001 - every failure answers in JSON, details in the log
+                log.exception("unhandled error in an HTTP handler", route=template)
+                trace_id = format(span.get_span_context().trace_id, "032x")
+                response = error_response(
+                    "INTERNAL", f"internal error ({type(exc).__name__}); the gateway log has the details; trace {trace_id}"
+                )
             span.set_attribute("http.response.status_code", response.status)
             if response.status >= 500:
                 span.set_status(trace.Status(trace.StatusCode.ERROR))
@@ -206,11 +212,12 @@ class HttpApi:
             metadata = _metadata(request)
             session_id = request.match_info["session_id"]
             last_event_id = request.headers.get("Last-Event-ID")
+            # A resumed stream starts no turn: the body a retrying client sends again is not read.
+            message = build_request(route, request.match_info, {}, body) if last_event_id is None else None
             # One call first: it authenticates, checks the id, and says where the transcript stands.
             base = await self._transcript_position(session_id, metadata, missing_ok=last_event_id is None)
-            if last_event_id is not None:
-                return await self._stream(request, self._resumed(session_id, last_event_id, metadata))
-            message = build_request(route, request.match_info, {}, body)
+            if message is None:
+                return await self._stream(request, self._resumed(session_id, last_event_id or "", metadata))
             call = getattr(self._stub, route.rpc)(message, metadata=metadata)
             first = await call.read()  # refusals (bad input, busy session) come before any event
             if first is grpc.aio.EOF:
@@ -286,8 +293,16 @@ class HttpApi:
                     break
                 await response.write(chunk)
                 pending = asyncio.ensure_future(anext(iterator, None))
-        except (ConnectionResetError, asyncio.CancelledError):
+        except (AgentmeshError, grpc.aio.AioRpcError) as exc:
+            # Failed once the stream had started: say so the way a turn's stream ends, as an error event.
+            code, text = (exc.code, exc.message) if isinstance(exc, AgentmeshError) else (exc.code().name, exc.details() or "")
+            with contextlib.suppress(ConnectionResetError):
+                await response.write(sse_message("", "error", {"error": {"code": code, "message": text}}))
+        except ConnectionResetError:
             # The client went away. A turn goes on in its feed; the client may resume it.
+            pending.cancel()
+            return response
+        except asyncio.CancelledError:
             pending.cancel()
             raise
         finally:

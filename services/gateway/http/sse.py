@@ -32,7 +32,9 @@ FEED_RETENTION_S = 60.0
 
 def sse_message(event_id: str, kind: str, data: dict) -> bytes:
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"id: {event_id}\nevent: {kind}\ndata: {payload}\n\n".encode()
+    # No id line for an id-less message: an empty `id:` would reset the client's Last-Event-ID.
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {kind}\ndata: {payload}\n\n".encode()
 
 
 @dataclass
