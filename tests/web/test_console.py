@@ -260,6 +260,8 @@ async def test_deep_work_shows_its_progress_and_links_the_sub_agent(browser, tmp
             await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("The sub-agent wrote report.txt.")
             progress = page.locator(".progress-card")
             await expect(progress).to_contain_text("plan ready (2 steps)")
+            # The plan itself, read from the transcript it was written to.
+            await expect(progress.get_by_label("The agent's plan")).to_have_text("Plan:\n1. have a sub-agent write report.txt\n2. answer")
             await expect(progress.locator("progress")).to_be_visible()
             card = page.locator(".tool-card", has_text="delegate_task")
             await expect(card).to_have_attribute("data-state", "ok")

@@ -19,6 +19,11 @@ const conversation = new Conversation($("log"), {
   },
   openSession: (id) => navigate(id),
   runsCode: (name) => state.commandTools.has(name),
+  latestPlan: async (afterSeq) => {
+    const messages = await transcript(state.sessionId, afterSeq);
+    const plans = messages.filter((m) => m.role === "assistant" && /^(Plan:|Revised plan)/.test(m.content || ""));
+    return plans.length ? plans[plans.length - 1].content : "";
+  },
 });
 const workspace = new WorkspaceView(api, {
   crumbs: $("crumbs"), files: $("files"), viewerTitle: $("viewer-title"), viewer: $("viewer"),
@@ -162,9 +167,9 @@ function renderRelatives(session) {
   $("subagents").hidden = links.length === 0;
 }
 
-async function transcript(sessionId) {
+async function transcript(sessionId, from = 0) {
   const messages = [];
-  let after = 0;
+  let after = from;
   for (;;) {
     const page = await api.call("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/transcript`, { query: { after_seq: after, page_size: 1000 } });
     messages.push(...page.messages);
@@ -260,7 +265,7 @@ async function send() {
       for await (const message of api.chat(sessionId, body, { lastEventId })) {
         lastEventId = message.id;
         if (message.event === "message") replayed = true; // resumed from the transcript
-        else turn.handle(message.event, message.data);
+        else turn.handle(message.event, message.data, message.id);
       }
       break;
     } catch (error) {

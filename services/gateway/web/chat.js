@@ -5,7 +5,8 @@ import { formatMs, h, prettyJson } from "./dom.js";
 const STEP = /step (\d+) of (\d+)/;
 
 export class Conversation {
-  // actions: { approve(callId, approved), showTrace(traceId), openSession(id), runsCode(toolName) }
+  // actions: { approve(callId, approved), showTrace(traceId), openSession(id), runsCode(toolName),
+  //            latestPlan(afterSeq) }
   constructor(log, actions) {
     this.log = log;
     this.actions = actions;
@@ -75,11 +76,13 @@ class LiveTurn {
     this.text = null;
     this.progress = null;
     this.traceId = "";
+    this.position = null; // the transcript position the turn began at (from its event ids)
     this.element = h("section", { class: "turn", "aria-label": "Agent's turn" });
     this.footer = h("footer", { class: "turn-footer" });
   }
 
-  handle(kind, event) {
+  handle(kind, event, id = "") {
+    if (this.position === null && id.includes(".")) this.position = Number(id.split(".")[0]);
     const payload = event[kind];
     switch (kind) {
       case "run_started":
@@ -159,9 +162,27 @@ class LiveTurn {
       this.progressBar.value = Number(step[1]);
     }
     this.progressList.append(h("li", {}, message));
+    if (message.startsWith("plan ready")) this.#showPlan();
+  }
+
+  // Deep work's plan is not streamed: it is written to the transcript, so read it from there.
+  async #showPlan() {
+    if (this.position === null) return;
+    try {
+      const plan = await this.actions.latestPlan(this.position);
+      if (!plan) return;
+      if (!this.plan) {
+        this.plan = h("pre", { class: "plan", "aria-label": "The agent's plan" });
+        this.progressList.before(this.plan);
+      }
+      this.plan.textContent = plan;
+    } catch {
+      // The progress list still says how far the work is.
+    }
   }
 
   #finished(finished) {
+    if (this.progress) this.#showPlan(); // a revised plan, if the agent reflected
     if (finished.stop_reason && finished.stop_reason !== "completed") {
       this.element.append(h("p", { class: "note" }, `Stopped: ${finished.stop_reason.replace("_", " ")}`));
     }
