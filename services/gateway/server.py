@@ -8,8 +8,8 @@ import contextlib
 from agentmesh.config import Settings
 from agentmesh.gateway.auth import BearerTokenInterceptor
 from agentmesh.gateway.core import Gateway
-from agentmesh.gateway.http.server import HttpApi
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
+from agentmesh.gateway.http.server import HttpApi
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.resources import Resources

@@ -223,6 +223,18 @@ async def test_a_turn_trace_is_read_from_the_span_store(stack, http, llm):
     assert unknown.status_code == 404
 
 
+async def test_traces_kept_elsewhere_are_not_looked_for_locally(tmp_path, llm):
+    import httpx
+
+    from tests.support.stack import Stack
+
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env={"AGENTMESH_TRACES": "none"}) as stack:
+        async with httpx.AsyncClient(base_url=stack.http_url, timeout=30) as http:
+            answer = await http.get("/v1/traces/" + "a" * 32)
+    assert answer.status_code == 409 and answer.json()["error"]["code"] == "FAILED_PRECONDITION"
+    assert "tracing backend" in answer.json()["error"]["message"]
+
+
 async def test_malformed_requests_get_a_clear_400(stack, http):
     not_json = await http.post("/v1/sessions", content=b"{title: x}", headers={"Content-Type": "application/json"})
     assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]["message"]
