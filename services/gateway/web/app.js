@@ -118,7 +118,7 @@ async function route() {
   closeSidebarOnNarrowScreens();
 }
 
-async function openSession(sessionId) {
+async function openSession(sessionId, { attach = true } = {}) {
   state.sessionId = sessionId;
   renderSessions();
   conversation.clear();
@@ -137,7 +137,9 @@ async function openSession(sessionId) {
     $("session-title").textContent = session.title || session.session_id;
     showMeta(session);
     renderRelatives(session);
-    conversation.renderHistory(await transcript(sessionId));
+    const messages = await transcript(sessionId);
+    conversation.renderHistory(messages);
+    if (attach) attachRunningTurn(sessionId, messages);
   } catch (error) {
     if (error.status === 401) return showSignIn("Your token is no longer accepted.");
     $("session-meta").textContent = error.code === "NOT_FOUND" ? "This session does not exist (yet): send a message to start it." : error.message;
@@ -255,10 +257,16 @@ async function send() {
   }
   $("message").value = "";
   const body = { message: text, options: $("deep-mode").checked ? { mode: "deep" } : {} };
-  const turn = conversation.startTurn(text);
-  setRunning(true, "The agent is working…");
   const sessionId = state.sessionId;
-  let lastEventId = "";
+  const replayed = await follow(sessionId, conversation.startTurn(text), body, "");
+  if (replayed && state.sessionId === sessionId) await openSession(sessionId);
+}
+
+// Read a turn's events into `turn`: a new turn (no lastEventId), or one already running.
+// A dropped connection is picked up again with Last-Event-ID: the turn goes on at the gateway.
+// Returns whether transcript entries came instead of live events (the gateway had no live feed).
+async function follow(sessionId, turn, body, lastEventId) {
+  setRunning(true, "The agent is working…");
   let replayed = false;
   for (let attempt = 0; ; attempt += 1) {
     try {
@@ -273,7 +281,6 @@ async function send() {
         turn.handle("error", { error: { code: error.code, message: error.message } });
         break;
       }
-      // The connection dropped: the turn goes on at the gateway; pick the stream up again.
       if (!lastEventId || attempt >= 3) {
         turn.handle("error", { error: { code: "UNAVAILABLE", message: `the connection to the gateway was lost (${error.message})` } });
         break;
@@ -286,7 +293,31 @@ async function send() {
   await loadSessions().catch(() => {});
   const current = state.sessions.find((s) => s.session_id === sessionId);
   if (current && state.sessionId === sessionId) showMeta(current);
-  if (replayed && state.sessionId === sessionId) await openSession(sessionId);
+  return replayed;
+}
+
+// Opening a session whose turn is running (a reload, another tab): follow that turn live.
+async function attachRunningTurn(sessionId, messages) {
+  if (state.running) return;
+  let running;
+  try {
+    running = await api.call("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/approvals`);
+  } catch {
+    return;
+  }
+  if (!running.run_id || state.sessionId !== sessionId) return;
+  const own = messages.filter((m) => m.run_id === running.run_id);
+  const base = own.length ? Number(own[0].seq) - 1 : messages.length ? Number(messages[messages.length - 1].seq) : 0;
+  // The turn's events from its start replace what the transcript holds of it so far.
+  conversation.clear();
+  conversation.renderHistory(messages.filter((m) => m.run_id !== running.run_id));
+  const first = own.find((m) => m.role === "user");
+  const turn = conversation.startTurn(first ? first.content : "");
+  const replayed = await follow(sessionId, turn, {}, `${base}.0`);
+  if (replayed && state.sessionId === sessionId) {
+    // Not started through this gateway: no live events here, only what is saved so far.
+    await openSession(sessionId, { attach: false });
+  }
 }
 
 // --- tabs and layout ------------------------------------------------------------------------
