@@ -91,7 +91,7 @@ class HttpApi:
         host = self.address.rpartition(":")[0].strip("[]")
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
-        return f"{host}:{self.port}"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -136,7 +136,8 @@ class HttpApi:
         bound = self.address.rpartition(":")[0].strip("[]")
         if bound not in ("127.0.0.1", "localhost", "::1"):
             return True
-        host = (request.host or "").rsplit(":", 1)[0] if not (request.host or "").endswith("]") else request.host
+        named = request.host or ""
+        host = named if named.endswith("]") else named.rsplit(":", 1)[0]  # "[::1]" or "name:port"
         return host.strip("[]").lower() in ("127.0.0.1", "localhost", "::1")
 
     @web.middleware
