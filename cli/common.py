@@ -10,6 +10,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from agentmesh.config import ConfigError, Settings
+from agentmesh.rpc.auth import bearer_metadata
 from agentmesh.rpc.client import open_channel
 
 EXIT_OK = 0
@@ -39,7 +40,9 @@ def channel_to(settings: Settings, service: str) -> grpc.aio.Channel:
 
 
 def call_metadata(settings: Settings) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {settings.client_token}"),) if settings.client_token else ()
+    """The user's credentials (AGENTMESH_AUTH_TOKEN), on every call the CLI makes: to the
+    gateway and scheduler, and to the user-facing methods of memory and tools."""
+    return bearer_metadata(settings.client_token)
 
 
 def rpc_failure(err: grpc.aio.AioRpcError, service: str, settings: Settings) -> CliError:

@@ -8,7 +8,16 @@ from pathlib import Path
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError, channel_to, load_settings, print_json, rpc_failure
+from agentmesh.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    call_metadata,
+    channel_to,
+    load_settings,
+    print_json,
+    rpc_failure,
+)
 from agentmesh.v1 import memory_pb2, memory_pb2_grpc
 
 IMPORT_BATCH = 256
@@ -57,7 +66,7 @@ async def _call(method_name: str, request):
     settings = load_settings()
     async with channel_to(settings, "memory") as channel:
         try:
-            return await getattr(memory_pb2_grpc.MemoryStub(channel), method_name)(request, timeout=120)
+            return await getattr(memory_pb2_grpc.MemoryStub(channel), method_name)(request, metadata=call_metadata(settings), timeout=120)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "memory", settings) from None
 

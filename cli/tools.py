@@ -9,6 +9,7 @@ import grpc
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_SERVER_ERROR,
+    call_metadata,
     channel_to,
     load_settings,
     parse_json_object,
@@ -38,7 +39,9 @@ async def list_tools(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "tools") as channel:
         try:
-            reply = await tools_pb2_grpc.ToolsStub(channel).ListTools(tools_pb2.ListToolsRequest(), timeout=30)
+            reply = await tools_pb2_grpc.ToolsStub(channel).ListTools(
+                tools_pb2.ListToolsRequest(), metadata=call_metadata(settings), timeout=30
+            )
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "tools", settings) from None
     if args.json:
@@ -60,7 +63,7 @@ async def run_tool(args) -> int:
     )
     async with channel_to(settings, "tools") as channel:
         try:
-            reply = await tools_pb2_grpc.ToolsStub(channel).Execute(request, timeout=600)
+            reply = await tools_pb2_grpc.ToolsStub(channel).Execute(request, metadata=call_metadata(settings), timeout=600)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "tools", settings) from None
     result = reply.result

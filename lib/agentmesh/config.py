@@ -122,8 +122,10 @@ class Settings:
     drain_s: float = 20.0
     # Gateway bearer tokens; empty disables authentication (local default).
     auth_tokens: tuple[str, ...] = field(default=(), repr=False)
-    # The token clients (CLI, scheduler) present to the gateway when authentication is on.
+    # The token the CLI presents when authentication is on (services sign their own calls).
     client_token: str = field(default="", repr=False)
+    # Each service's signing key and its peers' public keys (docs/security.md); empty: home/keys.
+    service_keys_dir: str = ""
     # Tracing: "local" keeps spans under home; "otlp" exports; "none" disables.
     traces: str = "local"
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -149,9 +151,14 @@ class Settings:
             drain_s=env_float(env, "AGENTMESH_DRAIN_S", 20.0, minimum=0),
             auth_tokens=tuple(t.strip() for t in tokens),
             client_token=env_str(env, "AGENTMESH_AUTH_TOKEN"),
+            service_keys_dir=env_str(env, "AGENTMESH_SERVICE_KEYS_DIR"),
             traces=env_choice(env, "AGENTMESH_TRACES", default_traces, ("local", "otlp", "none")),
             environ=env,
         )
+
+    @property
+    def keys_dir(self) -> Path:
+        return Path(self.service_keys_dir).expanduser() if self.service_keys_dir else self.home / "keys"
 
     def address_of(self, service: str) -> str:
         return self.addresses[service]

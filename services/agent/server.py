@@ -12,9 +12,10 @@ from agentmesh.errors import InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.modes import validate_mode
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts, outcome_to_proto
 from agentmesh.agent.loop import Agent, TurnRequest
@@ -173,8 +174,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     )
     tools_target, memory_target = settings.address_of("tools"), settings.address_of("memory")
     # No tracing interceptor on this channel: it would swallow cancellation (see GrpcToolRunner).
-    tools_channel = open_channel(tools_target)
-    memory_channel = open_channel(memory_target, telemetry)
+    identity = ServiceIdentity.open("agent", settings.keys_dir)
+    tools_channel = open_channel(tools_target, identity=identity, audience="tools")
+    memory_channel = open_channel(memory_target, telemetry, identity=identity, audience="memory")
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
                                  timeout_s=agent_settings.memory_timeout_s)
     agent = Agent(
@@ -187,7 +189,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
     )
-    host = ServiceHost("agent", settings, telemetry, address=address)
+    # A turn request holds the gateway's message (<= 100k characters by default) and options.
+    host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
     host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings), "agentmesh.v1.Agent")
 
     async def close() -> None:

@@ -1,10 +1,10 @@
 """Forward a session's calls to the gateway replica that owns it, and relay its answer unchanged.
 
 The wire half of session routing (membership.py and routing.py decide who owns a session). A
-forwarded call carries the caller's `authorization` metadata, the trace context (the channel is
-traced) and the deadline that is left, plus `x-agentmesh-routed: 1`: the receiving replica
-always serves such a call itself, so two replicas that briefly disagree on membership cannot
-bounce a call between them. The owner's events, replies and errors (status code and message)
+forwarded call carries this replica's service token (signed for the caller's principal), the
+trace context (the channel is traced) and the deadline that is left, plus `x-agentmesh-routed: 1`:
+the receiving replica always serves such a call from another gateway itself, so two replicas
+that briefly disagree on membership cannot bounce a call between them. The owner's events, replies and errors (status code and message)
 reach the caller as the owner sent them. An owner that cannot be reached before it answered
 anything raises `OwnerUnreachable`, and the caller's replica serves the call itself.
 """
@@ -23,15 +23,15 @@ import grpc
 from agentmesh.errors import Unavailable
 from agentmesh.gateway.core import SHUTDOWN_MESSAGE
 from agentmesh.logs import get_logger
+from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 log = get_logger("agentmesh.gateway.forwarding")
 
 ROUTED_HEADER = "x-agentmesh-routed"
-# Caller metadata that travels with a forwarded call; everything else is the hop's own.
-_PASSED_THROUGH = ("authorization",)
 
 
 class OwnerUnreachable(Exception):
@@ -39,6 +39,10 @@ class OwnerUnreachable(Exception):
 
 
 def was_routed(context: grpc.aio.ServicerContext) -> bool:
+    # Only another replica may say so: a user setting the header cannot pin a session here.
+    principal = current_principal.get()
+    if principal is None or principal.via != "gateway":
+        return False
     return any(key == ROUTED_HEADER for key, _ in context.invocation_metadata() or ())
 
 
@@ -51,8 +55,9 @@ class _Relay:
 
 
 class Forwarder:
-    def __init__(self, telemetry: Telemetry, connect_timeout_s: float):
+    def __init__(self, telemetry: Telemetry, connect_timeout_s: float, identity: ServiceIdentity):
         self._telemetry = telemetry
+        self._identity = identity
         self._connect_timeout_s = connect_timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._relays: set[_Relay] = set()
@@ -134,7 +139,7 @@ class Forwarder:
     async def _stub(self, owner: str) -> gateway_pb2_grpc.GatewayStub:
         channel = self._channels.get(owner)
         if channel is None:
-            channel = self._channels[owner] = open_channel(owner, self._telemetry)
+            channel = self._channels[owner] = open_channel(owner, self._telemetry, identity=self._identity, audience="gateway")
         try:
             await asyncio.wait_for(self._ready(channel), self._connect_timeout_s)
         except TimeoutError:
@@ -156,8 +161,8 @@ class Forwarder:
 
     @staticmethod
     def _metadata(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
-        passed = tuple((k, v) for k, v in context.invocation_metadata() or () if k in _PASSED_THROUGH)
-        return (*passed, (ROUTED_HEADER, "1"))
+        # The caller's own credentials stay here: the channel signs for the caller's principal.
+        return ((ROUTED_HEADER, "1"),)
 
     def retain(self, peers: tuple[str, ...]) -> None:
         """Close the channels of replicas that left (pods come and go with new addresses) -

@@ -52,12 +52,13 @@ class TraceStore(Protocol):
 
 class Resources:
     def __init__(self, sessions: SessionLookup, tools: ToolCatalog, files: WorkspaceFiles,
-                 memory: MemorySearch, traces: TraceStore):
+                 memory: MemorySearch, traces: TraceStore, max_upload_bytes: int):
         self._sessions = sessions
         self._tools = tools
         self._files = files
         self._memory = memory
         self._traces = traces
+        self._max_upload_bytes = max_upload_bytes
 
     async def list_tools(self) -> tools_pb2.ListToolsResponse:
         return await self._tools.list_tools()
@@ -91,6 +92,10 @@ class Resources:
         return await self._files.read_workspace_file(request)
 
     async def write_workspace_file(self, request: tools_pb2.WriteWorkspaceFileRequest) -> tools_pb2.WriteWorkspaceFileResponse:
+        if len(request.content) > self._max_upload_bytes:
+            raise InvalidArgument(
+                f"the file is {len(request.content)} bytes; uploads are limited to {self._max_upload_bytes} bytes"
+            )
         await self._existing(request.session_id)
         return await self._files.write_workspace_file(request)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 
 from agentmesh.config import Settings
-from agentmesh.gateway.auth import BearerTokenInterceptor
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
 from agentmesh.gateway.http.server import HttpApi
@@ -18,6 +17,7 @@ from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.spanstore import span_store_dir
@@ -140,7 +140,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     """The gateway, unstarted. `peer_resolver` answers the DNS lookups of
     AGENTMESH_GATEWAY_PEERS=dns:///...; tests give one that answers what they choose."""
     gateway_settings = GatewaySettings.from_env(settings.environ)
-    channels = {name: open_channel(settings.address_of(name), telemetry) for name in ("memory", "agent", "tools")}
+    identity = ServiceIdentity.open("gateway", settings.keys_dir)
+    channels = {
+        name: open_channel(settings.address_of(name), telemetry, identity=identity, audience=name)
+        for name in ("memory", "agent", "tools")
+    }
     sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
     tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
     core = Gateway(
@@ -150,17 +154,17 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         settings=gateway_settings,
     )
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
-    resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces)
-    host = ServiceHost(
-        "gateway", settings, telemetry, address=address, interceptors=[BearerTokenInterceptor(settings.auth_tokens)]
-    )
+    resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
+                          max_upload_bytes=gateway_settings.max_upload_bytes)
+    host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
+                       max_receive_bytes=gateway_settings.max_request_bytes)
     router = None
     if gateway_settings.peers.enabled:
         membership = Membership(
             gateway_settings.peers, gateway_settings.advertise_address, gateway_settings.peer_refresh_s,
             resolver=peer_resolver, handoff_window_s=gateway_settings.turn_timeout_s,
         )
-        forwarder = Forwarder(telemetry, gateway_settings.peer_connect_timeout_s)
+        forwarder = Forwarder(telemetry, gateway_settings.peer_connect_timeout_s, identity)
         membership.on_change(forwarder.retain)
         await membership.start()
         router = SessionRouter(membership, forwarder, core.has_active_turn)

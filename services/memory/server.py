@@ -19,7 +19,7 @@ from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
 from structlog.contextvars import bound_contextvars
@@ -129,7 +129,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.close()
         await embedder.close()
         raise
-    host = ServiceHost("memory", settings, telemetry, address=address)
+    # Appends and imports carry batches (a turn's messages, 256 memories from the CLI).
+    host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
         MemoryServicer(Transcripts(store, memory_settings), memories),

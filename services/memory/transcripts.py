@@ -13,6 +13,7 @@ turn per session at a time, which keeps writers to one (docs/memory.md).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import weakref
 from dataclasses import dataclass, field, replace
@@ -181,13 +182,7 @@ class Transcripts:
         size = _page_size(page_size, 50, MAX_PAGE_SESSIONS, "page_size")
         start, skip = None, 0
         if page_token:
-            try:
-                raw_start, raw_skip = page_token.split(":")
-                start, skip = float(raw_start), int(raw_skip)
-            except ValueError:
-                raise InvalidArgument(
-                    "page_token is not one this service issued; pass back next_page_token unchanged"
-                ) from None
+            start, skip = _session_page_token(page_token)
         rows = await self._store.list_sessions(size + skip + 1, start)
         rows = rows[skip:]
         page, more = rows[:size], len(rows) > size
@@ -280,3 +275,21 @@ class Transcripts:
         messages = [TranscriptMessage.from_payload(p) for p in payloads]
         next_after = last if last < session.message_count else 0
         return messages, next_after
+
+
+# A page token's skip counts sessions created in the same instant; more than this is no token we issued.
+MAX_PAGE_TOKEN_SKIP = 10_000
+
+
+def _session_page_token(token: str) -> tuple[float, int]:
+    """`created_at:skip` as issued by list_sessions: a finite, non-negative time and a small
+    count. Anything else (`nan:1`, `1e309:5`, `1:-3`) is refused, never used as a bound."""
+    refused = InvalidArgument("page_token is not one this service issued; pass back next_page_token unchanged")
+    try:
+        raw_start, raw_skip = token.split(":")
+        start, skip = float(raw_start), int(raw_skip)
+    except ValueError:
+        raise refused from None
+    if not math.isfinite(start) or start < 0 or not 0 <= skip <= MAX_PAGE_TOKEN_SKIP:
+        raise refused
+    return start, skip

@@ -25,10 +25,11 @@ def _clip(text: str, limit: int) -> str:
 
 
 class GatewayRunTarget:
-    def __init__(self, channel: grpc.aio.Channel, token: str = ""):
+    def __init__(self, channel: grpc.aio.Channel):
+        # The channel signs each call with the scheduler's service identity (agentmesh.rpc.auth).
         self._channel = channel
         self._stub = gateway_pb2_grpc.GatewayStub(channel)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = ()
 
     async def close(self) -> None:
         await self._channel.close()

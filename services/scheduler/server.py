@@ -9,8 +9,9 @@ import uuid
 from agentmesh.config import Settings
 from agentmesh.errors import InvalidArgument
 from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.scheduler.clock import Clock, SystemClock
 from agentmesh.scheduler.engine import Scheduler
 from agentmesh.scheduler.gateway_target import GatewayRunTarget
@@ -119,9 +120,13 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     identity = _instance_id()
     lock = lock or _leader_lock(config, settings, identity)  # first: the one part that can refuse to start
     store = SqliteStore(settings.home / "scheduler" / "scheduler.db", config.journal_mode, config.max_jobs)
-    target = GatewayRunTarget(open_channel(settings.address_of("gateway"), telemetry), settings.client_token)
+    service_identity = ServiceIdentity.open("scheduler", settings.keys_dir)
+    # Runs reach the gateway under the scheduler's own identity, not a user's token.
+    target = GatewayRunTarget(open_channel(settings.address_of("gateway"), telemetry,
+                                           identity=service_identity, audience="gateway"))
     core = Scheduler(store, target, lock, clock or SystemClock(), config, telemetry, identity)
-    host = ServiceHost("scheduler", settings, telemetry, address=address)
+    host = ServiceHost("scheduler", settings, telemetry, address=address, identity=service_identity,
+                       max_receive_bytes=MIB)
     host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core), "agentmesh.v1.Scheduler")
     host.scheduler = core  # type: ignore[attr-defined] - tests and benches look at leadership
 

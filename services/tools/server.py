@@ -8,7 +8,7 @@ from opentelemetry import trace
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES, MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
@@ -135,7 +135,12 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
     core = build_core(tools_settings, executor, workspaces, telemetry.tracer)
-    host = ServiceHost("tools", settings, telemetry, address=address)
+    # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by
+    # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
+    # names the limit in its INVALID_ARGUMENT.
+    largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
+    host = ServiceHost("tools", settings, telemetry, address=address,
+                       max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes)
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files), "agentmesh.v1.Tools")
     host.on_stop(executor.close)

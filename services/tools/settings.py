@@ -93,7 +93,7 @@ class ToolsSettings:
     # The workspace as people see it (web console): how much of one file a view returns, and the
     # largest file an upload may write.
     max_view_bytes: int = 1 * MIB
-    max_upload_bytes: int = 8 * MIB
+    max_upload_bytes: int = 2 * MIB
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ToolsSettings":

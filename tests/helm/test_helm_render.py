@@ -67,7 +67,8 @@ def test_the_chart_renders_every_component(default_render):
     assert {h["metadata"]["name"] for h in r.kind("HorizontalPodAutoscaler")} == {
         f"{RELEASE}-gateway", f"{RELEASE}-agent", f"{RELEASE}-memory"
     }
-    assert r.kind("Secret") == []  # nothing secret was given
+    # Nothing secret was given: the only Secrets are the services' own signing keys.
+    assert {s["metadata"]["name"] for s in r.kind("Secret")} == {f"{RELEASE}-{s}-key" for s in SERVICES}
     assert r.kind("ClusterRole") == [] and r.kind("ClusterRoleBinding") == []
 
 
@@ -186,12 +187,12 @@ def test_the_model_key_reaches_only_the_agent_and_only_through_a_secret():
 def test_an_existing_secret_is_used_instead_of_a_chart_secret():
     r = render({"llm": {"provider": "anthropic", "baseUrl": "https://api.anthropic.com", "model": "claude",
                         "existingSecret": "my-llm", "secretKey": "token"}})
-    assert r.kind("Secret") == []
+    assert [s for s in r.kind("Secret") if s["type"] != "kubernetes.io/tls"] == []
     env = container_env(r.deployment("agent")["spec"]["template"]["spec"]["containers"][0])
     assert env["AGENTMESH_LLM_API_KEY"] == {"secretKeyRef": {"name": "my-llm", "key": "token"}}
 
 
-def test_gateway_tokens_protect_the_gateway_and_the_scheduler_presents_one():
+def test_user_tokens_reach_the_services_users_call_and_no_other():
     r = render({"auth": {"tokens": TOKENS}})
     data = r.get("Secret", RELEASE)["data"]
     assert base64.b64decode(data["auth-tokens"]).decode() == ",".join(TOKENS)
@@ -199,10 +200,14 @@ def test_gateway_tokens_protect_the_gateway_and_the_scheduler_presents_one():
     gateway = container_env(r.deployment("gateway")["spec"]["template"]["spec"]["containers"][0])
     scheduler = container_env(r.deployment("scheduler")["spec"]["template"]["spec"]["containers"][0])
     assert gateway["AGENTMESH_AUTH_TOKENS"] == {"secretKeyRef": {"name": RELEASE, "key": "auth-tokens"}}
-    assert scheduler["AGENTMESH_AUTH_TOKEN"] == {"secretKeyRef": {"name": RELEASE, "key": "client-token"}}
-    for service in ("agent", "tools", "memory"):
+    # The scheduler's job API, and `agentmesh tools|memory`, take the same tokens; the scheduler
+    # itself reaches the gateway with its service key, not a user's token.
+    for service in ("scheduler", "tools", "memory"):
         env = container_env(r.deployment(service)["spec"]["template"]["spec"]["containers"][0])
-        assert not {"AGENTMESH_AUTH_TOKENS", "AGENTMESH_AUTH_TOKEN"} & set(env), service
+        assert env["AGENTMESH_AUTH_TOKENS"] == {"secretKeyRef": {"name": RELEASE, "key": "auth-tokens"}}
+    assert "AGENTMESH_AUTH_TOKEN" not in scheduler
+    agent = container_env(r.deployment("agent")["spec"]["template"]["spec"]["containers"][0])
+    assert not {"AGENTMESH_AUTH_TOKENS", "AGENTMESH_AUTH_TOKEN"} & set(agent)
     assert "AGENTMESH_AUTH_TOKEN=" in r.notes
 
 

@@ -14,9 +14,9 @@ from typing import Mapping
 import pytest
 from agentmesh.config import Settings
 from agentmesh.memory.client import MemoryClient
-from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import ServiceHost
+from tests.support.identities import signed_channel
 
 
 class MemoryService:
@@ -29,7 +29,8 @@ class MemoryService:
 
     async def start(self) -> "MemoryService":
         self.host = await start_service("memory", Settings.from_env(self.env), "127.0.0.1:0")
-        self._channel = open_channel(self.host.target)
+        # Transcripts take writes from the agent only: these tests sign as the agent.
+        self._channel = signed_channel(Settings.from_env(self.env).keys_dir, "agent", "memory", self.host.target)
         self.client = MemoryClient(self._channel, target=self.host.target)
         self.stub = self.client.stub
         return self

@@ -72,6 +72,7 @@ class FakeGatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self):
         self.calls: list[gateway_pb2.ChatRequest] = []
         self.authorization: list[str] = []  # the authorization header of each Chat
+        self.service_tokens: list[str] = []  # and its service token
         self.hold = False
         self.delay_s = 0.0
         self.fail_when = "FAIL"
@@ -91,7 +92,9 @@ class FakeGatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def Chat(self, request, context):
         self.started_at.append(time.time())
         self.calls.append(request)
-        self.authorization.append(dict(context.invocation_metadata() or ()).get("authorization", ""))
+        metadata = dict(context.invocation_metadata() or ())
+        self.authorization.append(metadata.get("authorization", ""))
+        self.service_tokens.append(metadata.get("x-agentmesh-service-token", ""))
         session = request.session_id
         if session in self._gates:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"session {session!r} is already running a turn")

@@ -6,6 +6,7 @@ import grpc
 import pytest
 
 from agentmesh.config import ConfigError
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.v1 import scheduler_pb2
 
@@ -44,9 +45,13 @@ async def test_job_count_limit(harness):
     assert "maximum of 2 jobs" in info.value.details()
 
 
-async def test_runs_carry_the_client_token_to_the_gateway(harness, gateway):
+async def test_runs_reach_the_gateway_under_the_schedulers_identity(harness, gateway):
     replica = await harness.start({"AGENTMESH_AUTH_TOKEN": "tok-0123456789"})
     job = await replica.create(name="n", schedule="every 1h", prompt="p")
     await replica.stub.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
     await replica.settled(job.job_id)
-    assert gateway.authorization == ["Bearer tok-0123456789"]
+    # Not a user's token: a token the scheduler signed for the gateway, which the gateway's key checks.
+    assert gateway.authorization == [""]
+    principal = ServiceIdentity.open("gateway", harness.settings().keys_dir).verify(gateway.service_tokens[0])
+    # ...on behalf of whoever triggered the run: here a user, with authentication off.
+    assert principal.via == "scheduler" and principal.subject == "user:anonymous"

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from agentmesh.config import Settings
-from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.launch import start_service
 from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+from tests.support.identities import signed_channel
 
 
 def tools_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -40,12 +40,17 @@ class ToolsClient:
 
     async def __aenter__(self) -> "ToolsClient":
         self.host = await start_service("tools", Settings.from_env(self.env), "127.0.0.1:0")
-        self.channel = open_channel(self.host.target)
+        # The tools service takes Execute from the agent: this client signs as the agent.
+        self.channel = signed_channel(Settings.from_env(self.env).keys_dir, "agent", "tools", self.host.target)
         self.stub = tools_pb2_grpc.ToolsStub(self.channel)
+        # DeleteWorkspace is the gateway's to call.
+        self.gateway_channel = signed_channel(Settings.from_env(self.env).keys_dir, "gateway", "tools", self.host.target)
+        self.as_gateway = tools_pb2_grpc.ToolsStub(self.gateway_channel)
         return self
 
     async def __aexit__(self, *exc) -> None:
         await self.channel.close()
+        await self.gateway_channel.close()
         await self.host.stop(grace=1)
         self.host.telemetry.shutdown()
 

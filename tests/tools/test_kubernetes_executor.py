@@ -94,6 +94,9 @@ async def test_every_job_is_valid_hardened_and_labelled(fake, home):
     assert {"name": "workspace", "mountPath": "/workspace", "subPath": "team.alpha"} in container["volumeMounts"]
     assert {"name": "workspace", "persistentVolumeClaim": {"claimName": CLAIM}} in pod["volumes"]
     assert not [e for e in container["env"] if e["name"].startswith("AGENTMESH")]
+    # No Secret reaches a sandbox pod: not the service keys, not the model key.
+    assert not [v for v in pod["volumes"] if {"secret", "projected"} & set(v)]
+    assert not [e for e in container["env"] if "valueFrom" in e]
     # Ids that are not valid label values are hashed; the annotations keep them whole.
     odd = fake.fake.posted[1]["metadata"]
     assert odd["labels"]["agentmesh.io/session"].startswith("h-") and odd["annotations"]["agentmesh.io/session-id"] == "-odd-session-"

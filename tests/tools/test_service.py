@@ -133,9 +133,9 @@ async def test_cancelling_execute_kills_the_process_tree(tools):
 async def test_delete_workspace(tools):
     await tools.call("write_file", {"path": "a.txt", "content": "x"}, session_id="gone")
     assert tools.workspace("gone").exists()
-    reply = await tools.stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="gone"))
+    reply = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="gone"))
     assert reply.deleted and not tools.workspace("gone").exists()
-    again = await tools.stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="gone"))
+    again = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="gone"))
     assert not again.deleted
 
 
@@ -157,7 +157,7 @@ async def test_cancelling_at_any_moment_of_jail_setup_leaves_nothing(tools, dela
 async def test_delete_workspace_removes_what_a_program_locked(tools):
     made = await tools.call("shell", {"command": "mkdir -p locked/deep && touch locked/deep/f && chmod 0 locked/deep locked"}, session_id="locked")
     assert not made.is_error, made.output
-    reply = await tools.stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="locked"))
+    reply = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="locked"))
     assert reply.deleted and not tools.workspace("locked").exists()
 
 

@@ -215,3 +215,33 @@ checkov.io/skip{{ add1 $i }}: {{ printf "%s=%s" $id (get $reasons $id) | quote }
 {{- end }}
 {{- join "," $attrs }}
 {{- end }}
+
+{{/* The Secret holding one service's signing key: pass (dict "root" $ "service" "agent"). */}}
+{{- define "agentmesh.serviceKeySecret" -}}
+{{- printf "%s-%s-key" (include "agentmesh.fullname" .root) .service }}
+{{- end }}
+
+{{/* Where every service finds its key and its peers' certificates (AGENTMESH_SERVICE_KEYS_DIR). */}}
+{{- define "agentmesh.serviceKeysDir" -}}
+/var/run/agentmesh/keys
+{{- end }}
+
+{{/* A projected volume with this service's private key and every service's certificate
+(public): pass (dict "root" $ "service" "agent"). */}}
+{{- define "agentmesh.serviceKeysVolume" -}}
+- name: service-keys
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- range $peer := list "gateway" "agent" "tools" "memory" "scheduler" }}
+      - secret:
+          name: {{ include "agentmesh.serviceKeySecret" (dict "root" $.root "service" $peer) }}
+          items:
+            {{- if eq $peer $.service }}
+            - key: tls.key
+              path: {{ $peer }}.key
+            {{- end }}
+            - key: tls.crt
+              path: {{ $peer }}.crt
+      {{- end }}
+{{- end }}

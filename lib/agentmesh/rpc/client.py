@@ -7,6 +7,8 @@ import json
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
+from agentmesh.rpc.auth import signing_interceptors
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry import Telemetry
 
@@ -39,6 +41,13 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def open_channel(target: str, telemetry: Telemetry | None = None) -> grpc.aio.Channel:
+def open_channel(target: str, telemetry: Telemetry | None = None, *,
+                 identity: ServiceIdentity | None = None, audience: str = "") -> grpc.aio.Channel:
+    """A channel to `target`. With `identity`, every call on it carries a token that service
+    signs for `audience` (the service at `target`), on behalf of the current principal."""
     interceptors = aio_client_interceptors(tracer_provider=telemetry.tracer_provider) if telemetry else []
+    if identity is not None:
+        if not audience:
+            raise ValueError("a signed channel needs the audience: the name of the service it reaches")
+        interceptors = [*interceptors, *signing_interceptors(identity, audience)]
     return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)

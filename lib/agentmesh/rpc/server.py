@@ -16,17 +16,23 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
-from agentmesh.config import Settings
+from agentmesh.config import SERVICES, Settings
 from agentmesh.logs import get_logger
+from agentmesh.rpc.auth import CallerAuthInterceptor, UserTokens
+from agentmesh.rpc.guard import MalformedRequestInterceptor
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.rpcmetrics import RpcMetricsInterceptor
 
 log = get_logger("agentmesh.rpc")
 
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MIB = 1024 * 1024
+# What a service sends and what its clients accept. What a service *receives* is bounded
+# lower, per service, by what its API can take (`max_receive_bytes`).
+MAX_MESSAGE_BYTES = 16 * MIB
+DEFAULT_MAX_RECEIVE_BYTES = 4 * MIB
 
 SERVER_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -52,20 +58,31 @@ class ServiceHost:
         *,
         address: str | None = None,
         interceptors: list[grpc.aio.ServerInterceptor] | None = None,
+        identity: ServiceIdentity | None = None,
+        max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
     ):
         self.service = service
         self.settings = settings
         self.telemetry = telemetry
         self.address = address or settings.bind_address(service)
+        # Every agentmesh service checks who calls it (agentmesh.rpc.auth); its own identity
+        # signs the calls it makes (`identity`, shared with its channels).
+        if identity is None and service in SERVICES:
+            identity = ServiceIdentity.open(service, settings.keys_dir)
+        self.identity = identity
+        auth = [CallerAuthInterceptor(service, identity, UserTokens(settings.auth_tokens))] if identity else []
         self.server = grpc.aio.server(
             interceptors=[
                 # Probes and reflection are not turns: no trace for each of them.
                 aio_server_interceptor(tracer_provider=telemetry.tracer_provider, filter_=_TRACED_METHODS),
-                # Inside the tracing interceptor, outside the service's own (auth), so refusals count.
+                # Inside the tracing interceptor, outside auth, so refusals count.
                 RpcMetricsInterceptor(telemetry.metrics),
+                *auth,
                 *(interceptors or []),
+                # Innermost: it wraps the servicer's own decoder.
+                MalformedRequestInterceptor(),
             ],
-            options=SERVER_OPTIONS,
+            options=[*SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)],
         )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

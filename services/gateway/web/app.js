@@ -8,7 +8,8 @@ import { WorkspaceView } from "./workspace.js";
 
 const $ = (id) => document.getElementById(id);
 const api = new Api();
-const state = { sessionId: "", sessions: [], running: false, commandTools: new Set() };
+// `generation` counts session opens: work of an open that a newer one overtook is dropped.
+const state = { sessionId: "", sessions: [], running: false, commandTools: new Set(), generation: 0 };
 
 const conversation = new Conversation($("log"), {
   approve: (callId, approved) =>
@@ -119,6 +120,7 @@ async function route() {
 }
 
 async function openSession(sessionId, { attach = true } = {}) {
+  const generation = ++state.generation;
   state.sessionId = sessionId;
   renderSessions();
   conversation.clear();
@@ -134,12 +136,14 @@ async function openSession(sessionId, { attach = true } = {}) {
   $("session-title").textContent = sessionId;
   try {
     const session = await api.call("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`);
+    if (generation !== state.generation) return;
     $("session-title").textContent = session.title || session.session_id;
     showMeta(session);
     renderRelatives(session);
     const messages = await transcript(sessionId);
+    if (generation !== state.generation) return;
     conversation.renderHistory(messages);
-    if (attach) attachRunningTurn(sessionId, messages);
+    if (attach) attachRunningTurn(sessionId, messages, generation);
   } catch (error) {
     if (error.status === 401) return showSignIn("Your token is no longer accepted.");
     $("session-meta").textContent = error.code === "NOT_FOUND" ? "This session does not exist (yet): send a message to start it." : error.message;
@@ -297,7 +301,7 @@ async function follow(sessionId, turn, body, lastEventId) {
 }
 
 // Opening a session whose turn is running (a reload, another tab): follow that turn live.
-async function attachRunningTurn(sessionId, messages) {
+async function attachRunningTurn(sessionId, messages, generation) {
   if (state.running) return;
   let running;
   try {
@@ -305,7 +309,7 @@ async function attachRunningTurn(sessionId, messages) {
   } catch {
     return;
   }
-  if (!running.run_id || state.sessionId !== sessionId) return;
+  if (!running.run_id || generation !== state.generation || state.running) return;
   const own = messages.filter((m) => m.run_id === running.run_id);
   const base = own.length ? Number(own[0].seq) - 1 : messages.length ? Number(messages[messages.length - 1].seq) : 0;
   // The turn's events from its start replace what the transcript holds of it so far.

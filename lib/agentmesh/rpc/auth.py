@@ -1,0 +1,252 @@
+"""Who may call what: every service's server checks its callers; every client names itself.
+
+Two kinds of caller reach a service:
+
+- another agentmesh service, with a token it signed for this one call
+  (`x-agentmesh-service-token`, see identity.py). Only the services in `CALLERS` may call a
+  method; a token from any other service is refused with PERMISSION_DENIED.
+- a user (the CLI, an SDK, the web console) with `authorization: Bearer <token>` from
+  AGENTMESH_AUTH_TOKENS, on the methods marked `USERS`. With no tokens configured (the local
+  default) user calls are let in, as the gateway always did.
+
+Methods that only services call refuse users whatever they present. Health checks and
+reflection stay open so that probes and tooling work. The principal a call was made for
+(`sub`/`tenant` of the token, or the user) is set for the handler's context, and the client
+interceptor signs it into every call the handler makes in turn, so it travels hop by hop.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import grpc
+import structlog
+from opentelemetry import trace
+
+from agentmesh.logs import get_logger
+from agentmesh.rpc.handlers import rebuild, refusal
+from agentmesh.rpc.identity import IdentityError, Principal, ServiceIdentity
+
+log = get_logger("agentmesh.rpc.auth")
+
+SERVICE_TOKEN_HEADER = "x-agentmesh-service-token"
+OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+USERS = "users"
+
+
+@dataclass(frozen=True)
+class Allowed:
+    services: frozenset[str]
+    users: bool = False
+
+    def describe(self) -> str:
+        names = sorted(self.services)
+        if not names:
+            return "users with a token" if self.users else "no one"
+        who = " and ".join(f"the {n} service" for n in names)
+        return who + (" (and users with a token)" if self.users else "")
+
+
+def _allow(*callers: str) -> Allowed:
+    return Allowed(frozenset(c for c in callers if c != USERS), USERS in callers)
+
+
+# The call graph, per service and method ("*": every method of the service). Read it with
+# docs/security.md's table, which mirrors it.
+CALLERS: Mapping[str, Mapping[str, Allowed]] = {
+    # Users, the scheduler's runs, and other gateway replicas forwarding a session's calls.
+    "gateway": {"*": _allow(USERS, "scheduler", "gateway")},
+    # Users create and trigger jobs (`agentmesh cron`); no service calls the scheduler.
+    "scheduler": {"*": _allow(USERS)},
+    # Turns run only for the gateway.
+    "agent": {"RunTurn": _allow("gateway")},
+    "tools": {
+        # `agentmesh tools list|run` is a user's direct call; the agent runs the model's calls;
+        # the gateway serves the catalog on its public API (GET /v1/tools).
+        "ListTools": _allow("agent", "gateway", USERS),
+        "Execute": _allow("agent", USERS),
+        # The gateway deletes a session's workspace with the session.
+        "DeleteWorkspace": _allow("gateway"),
+        # The workspace as people see it: the gateway's workspace routes (the web console),
+        # after it checked the caller and that the session exists.
+        "ListWorkspace": _allow("gateway"),
+        "ReadWorkspaceFile": _allow("gateway"),
+        "WriteWorkspaceFile": _allow("gateway"),
+    },
+    "memory": {
+        # Sessions and transcripts: the gateway reads and deletes, the agent writes.
+        "PutSession": _allow("gateway", "agent"),
+        "GetSession": _allow("gateway", "agent"),
+        "ListSessions": _allow("gateway", "agent"),
+        "DeleteSession": _allow("gateway", "agent"),
+        "ListMessages": _allow("gateway", "agent"),
+        "AppendMessages": _allow("agent"),
+        # Long-term memory: the agent's memory tools, and `agentmesh memory` for users.
+        "Remember": _allow("agent", USERS),
+        "Search": _allow("agent", "gateway", USERS),  # the gateway: POST /v1/memory/search
+        "GetMemory": _allow("agent", USERS),
+        "ListMemories": _allow("agent", USERS),
+        "Forget": _allow("agent", USERS),
+        "Import": _allow("agent", USERS),
+    },
+}
+
+_NOBODY = Allowed(frozenset())
+
+# The principal the current RPC runs for; the client interceptor signs it into onward calls.
+current_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("principal", default=None)
+
+
+def allowed_callers(service: str, method: str) -> Allowed:
+    rules = CALLERS.get(service, {})
+    return rules.get(method) or rules.get("*") or _NOBODY
+
+
+def _metadata_value(metadata, name: str) -> str | None:
+    for key, value in metadata or ():
+        if key == name:
+            return value if isinstance(value, str) else value.decode()
+    return None
+
+
+def _bearer(metadata) -> str | None:
+    value = _metadata_value(metadata, "authorization")
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+class UserTokens:
+    """The bearer tokens of AGENTMESH_AUTH_TOKENS; none configured means users are not checked."""
+
+    def __init__(self, tokens: tuple[str, ...]):
+        self._tokens = tuple(t.encode() for t in tokens)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._tokens)
+
+    def principal(self, token: str | None) -> Principal | None:
+        if not self._tokens:
+            return Principal(subject="user:anonymous")
+        if not token:
+            return None
+        candidate = token.encode()
+        for known in self._tokens:
+            if hmac.compare_digest(candidate, known):
+                # Names the token without revealing it: logs and traces can tell callers apart.
+                return Principal(subject="user:" + hashlib.sha256(known).hexdigest()[:12])
+        return None
+
+
+class CallerAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Admit a call only from the callers `CALLERS` lists for the method it names."""
+
+    def __init__(self, service: str, identity: ServiceIdentity, users: UserTokens):
+        self._service = service
+        self._identity = identity
+        self._users = users
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        full_method = handler_call_details.method
+        if handler is None or full_method.startswith(OPEN_PREFIXES):
+            return handler
+        return self._admit(handler, full_method.rsplit("/", 1)[-1], handler_call_details.invocation_metadata)
+
+    def _admit(self, handler: grpc.RpcMethodHandler, method: str, metadata) -> grpc.RpcMethodHandler:
+        decision = self._decide(method, metadata)
+        if isinstance(decision, Principal):
+            return _with_principal(handler, decision)
+        code, message = decision
+        # A refused call is worth a line: it is a misconfiguration or someone probing.
+        log.warning("call refused", method=f"{self._service}.{method}", code=code.name, reason=message)
+        return refusal(handler, code, message)
+
+    def _decide(self, method: str, metadata) -> Principal | tuple[grpc.StatusCode, str]:
+        allowed = allowed_callers(self._service, method)
+        what = f"{self._service}.{method}"
+
+        token = _metadata_value(metadata, SERVICE_TOKEN_HEADER)
+        if token is not None:
+            try:
+                principal = self._identity.verify(token)
+            except IdentityError as exc:
+                return grpc.StatusCode.UNAUTHENTICATED, f"{what} refused: {exc}"
+            if principal.via not in allowed.services:
+                return (grpc.StatusCode.PERMISSION_DENIED,
+                        f"{what} refused: the {principal.via} service may not call it; only {allowed.describe()} may")
+            return principal
+
+        bearer = _bearer(metadata)
+        user = self._users.principal(bearer)
+        if allowed.users:
+            if user is not None:
+                return user
+            detail = ("the bearer token is not one this deployment accepts" if bearer
+                      else "missing credentials: send 'authorization: Bearer <token>' (AGENTMESH_AUTH_TOKEN for the CLI)")
+            return grpc.StatusCode.UNAUTHENTICATED, f"{what} refused: {detail}"
+        if self._users.enabled and user is not None:
+            return (grpc.StatusCode.PERMISSION_DENIED,
+                    f"{what} is internal: a user's token is not enough, only {allowed.describe()} may call it")
+        return (grpc.StatusCode.UNAUTHENTICATED,
+                f"{what} is internal: only {allowed.describe()} may call it, with a signed service token "
+                "(users reach it through the gateway)")
+
+
+def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grpc.RpcMethodHandler:
+    async def enter(request: Any, context: grpc.aio.ServicerContext) -> None:
+        # Each RPC runs in its own task: the value stays with this call and what it starts.
+        current_principal.set(principal)
+        # Who the work is for, on the call's span and on each log line it writes.
+        trace.get_current_span().set_attribute("enduser.id", principal.subject)
+        structlog.contextvars.bind_contextvars(principal=principal.subject)
+
+    return rebuild(handler, enter)
+
+
+class _SignCalls:
+    def __init__(self, identity: ServiceIdentity, audience: str):
+        self._identity = identity
+        self._audience = audience
+
+    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(tuple(details.metadata) if details.metadata else ()))
+        metadata.add(SERVICE_TOKEN_HEADER, self._identity.sign(self._audience, current_principal.get()))
+        return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
+                                          details.wait_for_ready)
+
+
+class _SignUnaryUnary(_SignCalls, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
+        return await continuation(self._details(client_call_details), request)
+
+
+class _SignUnaryStream(_SignCalls, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
+        return await continuation(self._details(client_call_details), request)
+
+
+class _SignStreamUnary(_SignCalls, grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return await continuation(self._details(client_call_details), request_iterator)
+
+
+class _SignStreamStream(_SignCalls, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return await continuation(self._details(client_call_details), request_iterator)
+
+
+def signing_interceptors(identity: ServiceIdentity, audience: str) -> list[grpc.aio.ClientInterceptor]:
+    """Client interceptors that sign every call on a channel to `audience` as `identity`."""
+    return [cls(identity, audience) for cls in (_SignUnaryUnary, _SignUnaryStream, _SignStreamUnary, _SignStreamStream)]
+
+
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """What a user's client sends: `authorization: Bearer <token>` (nothing without a token)."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
