@@ -112,4 +112,5 @@ def command_outcome(result: CommandResult) -> ToolOutcome:
         stderr=result.stderr,
         truncated=result.truncated,
         duration_ms=result.duration_ms if math.isfinite(result.duration_ms) else 0.0,
+        data=dict(result.data),
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from agentmesh.tools.beneath import open_beneath, walk_beneath
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, boolean, integer, obj, string
+from agentmesh.tools.quota import WorkspaceQuota, WriteGate, workspace_usage
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces, display_path
 
@@ -22,9 +23,11 @@ MAX_LIST_ENTRIES = 1000
 
 
 class FileTools:
-    def __init__(self, workspaces: Workspaces, max_read_bytes: int):
+    def __init__(self, workspaces: Workspaces, max_read_bytes: int, quota: WorkspaceQuota):
         self._workspaces = workspaces
         self._max_read_bytes = max_read_bytes
+        self._quota = quota
+        self._gate = WriteGate()
 
     def tools(self) -> list[Tool]:
         return [
@@ -142,9 +145,12 @@ class FileTools:
             raise ToolFailure("is_a_directory", f"{shown} is a directory; give a file path")
         data = content.encode("utf-8")
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        fd = open_beneath(workspace, real, flags, make_parents=True, adopt=self._workspaces.adopt_fd)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        with self._gate.lock(session_id):
+            freed = 0 if append else _allocated(real)
+            self._check_quota(workspace, len(data) - freed)
+            fd = open_beneath(workspace, real, flags, make_parents=True, adopt=self._workspaces.adopt_fd)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
         verb = "appended" if append else "wrote"
         return ToolOutcome(output=f"{verb} {len(data)} bytes to {shown}", data={"path": shown, "bytes": len(data), "append": append})
 
@@ -173,12 +179,22 @@ class FileTools:
             raise ToolFailure("no_match", f"the text to replace was not found in {shown}; read the file and copy the exact text, whitespace included")
         if count > 1:
             raise ToolFailure("ambiguous_match", f"the text to replace occurs {count} times in {shown}; include more surrounding text so it occurs exactly once")
-        updated = text.replace(old, new, 1)
+        updated = text.replace(old, new, 1).encode("utf-8")
         line = text[: text.index(old)].count("\n") + 1
-        fd = open_beneath(workspace, real, os.O_WRONLY | os.O_TRUNC)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(updated.encode("utf-8"))
+        with self._gate.lock(session_id):
+            self._check_quota(workspace, len(updated) - len(raw))
+            fd = open_beneath(workspace, real, os.O_WRONLY | os.O_TRUNC)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(updated)
         return ToolOutcome(output=f"edited {shown} at line {line}", data={"path": shown, "line": line})
+
+    def _check_quota(self, workspace: Path, adding: int) -> None:
+        """Refuse a write that would take the workspace past its quota; one that frees space always passes."""
+        if adding <= 0:
+            return
+        usage = workspace_usage(workspace)
+        if self._quota.over(usage + adding):
+            raise self._quota.refuse_write(usage, adding)
 
     # --- list_dir --------------------------------------------------------------------------
 
@@ -212,6 +228,15 @@ class FileTools:
         if truncated:
             text += f"\n[... listing stopped at {MAX_LIST_ENTRIES} entries ...]"
         return ToolOutcome(output=text, truncated=truncated, data={"path": shown, "entries": entries})
+
+
+def _allocated(real: Path) -> int:
+    """Disk a regular file takes now (what replacing it frees); 0 if there is none."""
+    try:
+        info = os.stat(real, follow_symlinks=False)
+    except OSError:
+        return 0
+    return info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
 
 
 def _stat_existing(real: Path, shown: str) -> os.stat_result:

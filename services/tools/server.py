@@ -13,6 +13,7 @@ from agentmesh.telemetry import Telemetry
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
+from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.results import ToolOutcome
@@ -117,7 +118,7 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
     providers = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
-        FileTools(workspaces, settings.max_file_read_bytes),
+        FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes)),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]
@@ -141,7 +142,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
     host = ServiceHost("tools", settings, telemetry, address=address,
                        max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
-    files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes)
+    files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
+                           WorkspaceQuota(tools_settings.workspace_quota_bytes))
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files), "agentmesh.v1.Tools")
     host.on_stop(executor.close)
     return host

@@ -41,8 +41,6 @@ class KubernetesSandbox:
     # Requested and limited alike: the pod is OOM-killed at this size, never evicted for it.
     memory_limit: str = "1Gi"
     tmp_size: str = "256Mi"
-    # Only used without a workspace claim (an emptyDir per call).
-    workspace_size: str = "1Gi"
     kubeconfig: str = ""
     context: str = ""
     # Retries of API calls that failed on the way (connection errors, 429, 5xx).
@@ -90,8 +88,10 @@ class ToolsSettings:
     # Sandboxes running at once in this replica; further calls wait their turn (inside their timeout budget).
     max_concurrent_sandboxes: int = 32
     max_file_read_bytes: int = 256 * 1024
+    # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
+    workspace_quota_bytes: int = 1024 * MIB
     # The workspace as people see it (web console): how much of one file a view returns, and the
-    # largest file an upload may write.
+    # largest file an upload may write (within the quota too).
     max_view_bytes: int = 1 * MIB
     max_upload_bytes: int = 2 * MIB
 
@@ -147,6 +147,7 @@ class ToolsSettings:
             host_uid=env_int(env, "AGENTMESH_SANDBOX_HOST_UID", cls.host_uid, minimum=1),
             max_concurrent_sandboxes=env_int(env, "AGENTMESH_SANDBOX_MAX_CONCURRENT", cls.max_concurrent_sandboxes, minimum=1),
             host_gid=env_int(env, "AGENTMESH_SANDBOX_HOST_GID", cls.host_gid, minimum=1),
+            workspace_quota_bytes=env_int(env, "AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", cls.workspace_quota_bytes // MIB, minimum=1) * MIB,
             max_view_bytes=env_int(env, "AGENTMESH_TOOLS_MAX_VIEW_BYTES", cls.max_view_bytes, minimum=1024),
             max_upload_bytes=env_int(env, "AGENTMESH_TOOLS_MAX_UPLOAD_BYTES", cls.max_upload_bytes, minimum=1024),
         )

@@ -15,8 +15,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentmesh.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from agentmesh.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from agentmesh.tools.beneath import DIR_FLAGS, open_beneath
+from agentmesh.tools.quota import WorkspaceQuota, WriteGate, workspace_usage
 from agentmesh.tools.results import ToolFailure
 from agentmesh.tools.workspace import Workspaces, display_path
 
@@ -58,14 +59,19 @@ class Written:
 def _as_error(failure: ToolFailure) -> Exception:
     if failure.kind == "not_found":
         return NotFound(failure.message)
+    if failure.kind == "disk_quota":
+        return ResourceExhausted(failure.message)
     return InvalidArgument(failure.message)
 
 
 class WorkspaceFiles:
-    def __init__(self, workspaces: Workspaces, max_view_bytes: int, max_upload_bytes: int):
+    def __init__(self, workspaces: Workspaces, max_view_bytes: int, max_upload_bytes: int, quota: WorkspaceQuota):
         self._workspaces = workspaces
         self._max_view_bytes = max_view_bytes
         self.max_upload_bytes = max_upload_bytes
+        self._quota = quota
+        # Uploads to one workspace one at a time, so two cannot both pass the quota check.
+        self._gate = WriteGate()
 
     async def list(self, session_id: str, user_path: str) -> Listing:
         return await asyncio.to_thread(self._guarded, self._list, session_id, user_path)
@@ -148,15 +154,31 @@ class WorkspaceFiles:
         if exists and not overwrite:
             raise AlreadyExists(f"{shown} already exists in the workspace; set overwrite to replace it")
         flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
-        try:
-            fd = open_beneath(workspace, real, flags, make_parents=True, adopt=self._workspaces.adopt_fd)
-        except FileExistsError:
-            raise AlreadyExists(f"{shown} already exists in the workspace; set overwrite to replace it") from None
-        except NotADirectoryError:
-            raise FailedPrecondition(f"a file stands where a directory of {shown} should be") from None
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
+        with self._gate.lock(session_id):
+            # The session's disk quota holds for uploads as for the file tools' writes.
+            adding = len(content) - (_allocated(real) if exists else 0)
+            if adding > 0:
+                usage = workspace_usage(workspace)
+                if self._quota.over(usage + adding):
+                    raise self._quota.refuse_write(usage, adding)
+            try:
+                fd = open_beneath(workspace, real, flags, make_parents=True, adopt=self._workspaces.adopt_fd)
+            except FileExistsError:
+                raise AlreadyExists(f"{shown} already exists in the workspace; set overwrite to replace it") from None
+            except NotADirectoryError:
+                raise FailedPrecondition(f"a file stands where a directory of {shown} should be") from None
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(content)
         return Written(shown, len(content), not exists)
+
+
+def _allocated(real: Path) -> int:
+    """Disk a regular file takes now (what replacing it frees); 0 if there is none."""
+    try:
+        info = os.stat(real, follow_symlinks=False)
+    except OSError:
+        return 0
+    return info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
 
 
 def _kind(mode: int) -> str:

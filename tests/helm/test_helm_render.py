@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import helm_python
 import kubernetes_validate
@@ -237,6 +238,16 @@ def test_tools_mounts_the_workspace_claim_the_sandbox_pods_are_told_about(any_re
     assert workspaces["persistentVolumeClaim"]["claimName"] == claim
     assert "emptyDir" in volumes[mounts[config["AGENTMESH_HOME"]]]
     assert config["AGENTMESH_SANDBOX_IMAGE"].startswith(("ghcr.io/agentmesh/agentmesh-sandbox:", "registry.example.com/"))
+
+
+def test_the_workspace_quota_reaches_the_tools_service(default_render):
+    assert default_render.config()["AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB"] == "1024"
+    config = render({"sandbox": {"workspace": {"quotaMB": 256}}}).config()
+    assert config["AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB"] == "256"
+    # The tools service reads it as its quota.
+    from agentmesh.tools.settings import ToolsSettings
+
+    assert ToolsSettings.from_env(config, home=Path("/var/lib/agentmesh")).workspace_quota_bytes == 256 * 1024 * 1024
 
 
 def test_default_sandbox_lives_in_the_release_namespace(default_render):

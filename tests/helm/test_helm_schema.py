@@ -24,6 +24,8 @@ SCHEMA_ERRORS = [
     ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
     ({"sandbox": {"namespace": "Not_A_Namespace"}}, "/sandbox/namespace"),
     ({"sandbox": {"workspace": {"accessModes": ["ReadWriteSometimes"]}}}, "/sandbox/workspace/accessModes"),
+    ({"sandbox": {"workspace": {"quotaMB": 0}}}, "/sandbox/workspace/quotaMB"),
+    ({"sandbox": {"workspace": {"quotaMB": "1Gi"}}}, "/sandbox/workspace/quotaMB"),
     ({"auth": {"tokens": ["short"]}}, "/auth/tokens/0"),
     ({"otel": {"endpoint": "collector:4317"}}, "/otel/endpoint"),
     ({"llm": {"baseUrl": "api.openai.com"}}, "/llm/baseUrl"),

@@ -426,13 +426,16 @@ class FakeKube:
                 live["metadata"]["resourceVersion"] = self._bump()
 
     def _memory_guard(self, proc: subprocess.Popen, limit: float, oom: threading.Event) -> None:
-        """The cgroup OOM killer's stand-in: SIGKILL the process group when resident memory passes the limit."""
+        """The cgroup OOM killer's stand-in: SIGKILL the container when its processes' resident memory
+        together passes the limit (a cgroup counts them all, the command's children included)."""
         while limit and proc.poll() is None:
-            try:
-                status = Path(f"/proc/{proc.pid}/status").read_text()
-                rss = int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
-            except (OSError, AttributeError):
-                return
+            rss = 0
+            for pid in _process_tree(proc.pid):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    rss += int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
+                except (OSError, AttributeError):
+                    continue
             if rss > limit:
                 oom.set()
                 _kill(proc)
@@ -499,8 +502,29 @@ def _public(obj: dict) -> dict:
     return {k: v for k, v in obj.items() if not k.startswith("_")}
 
 
+def _process_tree(root: int) -> list[int]:
+    """`root` and its descendants (a container's processes, which a real pod's PID namespace holds)."""
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        try:
+            for task in os.listdir(f"/proc/{pid}/task"):
+                pending.extend(int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """End the container: its process group and every descendant's group (the command may run in a
+    session of its own), as the end of a pod's PID namespace would."""
+    own = os.getpgrp()
+    for pid in _process_tree(proc.pid):
+        try:
+            group = os.getpgid(pid)
+            if group != own:
+                os.killpg(group, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

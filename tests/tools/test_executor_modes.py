@@ -45,3 +45,16 @@ async def test_sandboxed_programs_join_the_callers_trace(home):
     traceparent = reply.result.stdout.strip()
     assert re.fullmatch(rf"00-{trace_id}-[0-9a-f]{{16}}-01", traceparent), traceparent
     assert traceparent.split("-")[2] != "00f067aa0ba902b7"  # the jail's own span, a child of the call
+
+
+async def test_unsafe_mode_cuts_files_at_what_the_workspace_quota_leaves(home):
+    env = {
+        "AGENTMESH_SANDBOX_BWRAP": "/nonexistent/bwrap",
+        "AGENTMESH_SANDBOX_UNSAFE_NO_ISOLATION": "true",
+        "AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB": "8",
+    }
+    async with ToolsClient(home, env) as tools:
+        result = await tools.call("shell", {"command": "head -c 20M /dev/zero > big"})
+        assert result.error_kind == "disk_quota", result.output
+        assert "8.0 MiB disk quota" in result.output
+        assert (tools.workspace("s1") / "big").stat().st_size <= 8 * 1024 * 1024

@@ -90,3 +90,19 @@ async def test_only_the_gateway_may_browse_or_upload(tools):
         err = await rpc_error(call)
         assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "only the gateway service may" in err.details()
     assert not (tools.workspace("s1") / "x").exists()
+
+
+async def test_uploads_count_against_the_workspace_quota(home):
+    from tests.tools.support import ToolsClient
+
+    async with ToolsClient(home, {"AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB": "1"}) as tools:
+        half = b"x" * (600 * 1024)
+        await tools.as_gateway.WriteWorkspaceFile(tools_pb2.WriteWorkspaceFileRequest(session_id="q", path="a.bin", content=half))
+        err = await rpc_error(tools.as_gateway.WriteWorkspaceFile(
+            tools_pb2.WriteWorkspaceFileRequest(session_id="q", path="b.bin", content=half)))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "disk quota" in err.details()
+        assert not (tools.workspace("q") / "b.bin").exists()
+        # Replacing a file counts only what it adds.
+        replaced = await tools.as_gateway.WriteWorkspaceFile(
+            tools_pb2.WriteWorkspaceFileRequest(session_id="q", path="a.bin", content=half, overwrite=True))
+        assert not replaced.created

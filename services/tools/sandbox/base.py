@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,12 @@ class CommandResult:
     truncated: bool = False
     duration_ms: float = 0.0
     # "" when the program ran to its own end; else why it did not, e.g. "timeout", "oom",
-    # "output_limit", "cpu_limit", "file_size_limit", "image_pull", "unschedulable", "sandbox_error".
+    # "output_limit", "cpu_limit", "file_size_limit", "disk_quota", "image_pull", "unschedulable", "sandbox_error".
     error_kind: str = ""
     # A sentence for a person (and the model) when error_kind is set.
     detail: str = ""
+    # Structured facts about the failure for clients (e.g. quota_bytes, usage_bytes for disk_quota).
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 class Executor(Protocol):

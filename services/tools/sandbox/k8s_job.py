@@ -8,7 +8,9 @@ and a TTL so the API server removes it even if our own delete never happens.
 
 Workspace: one ReadWriteMany PersistentVolumeClaim shared by all sessions, mounted with
 `subPath: <session_id>`, so a pod sees its own session's directory and nothing above it. The
-tools service mounts the same claim at $AGENTMESH_HOME/workspaces for its file tools.
+tools service mounts the same claim at $AGENTMESH_HOME/workspaces for its file tools. The
+command runs under the workspace quota's wrapper (`k8s_quota.py`); without a claim the workspace
+is an emptyDir whose sizeLimit is the quota.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import uuid
 from typing import Any
 
 from agentmesh.tools.sandbox.base import CommandSpec
-from agentmesh.tools.settings import KubernetesSandbox
+from agentmesh.tools.sandbox.k8s_quota import quota_command
+from agentmesh.tools.settings import MIB, KubernetesSandbox, SandboxLimits, ToolsSettings
 
 NOBODY = 65534
 CONTAINER = "sandbox"
@@ -52,7 +55,14 @@ def pod_identity(cfg: KubernetesSandbox, service_uid: int, service_gid: int) -> 
 
 
 def build_job(
-    spec: CommandSpec, cfg: KubernetesSandbox, name: str, traceparent: str = "", identity: tuple[int, int] = (NOBODY, NOBODY)
+    spec: CommandSpec,
+    cfg: KubernetesSandbox,
+    name: str,
+    traceparent: str = "",
+    identity: tuple[int, int] = (NOBODY, NOBODY),
+    *,
+    quota_bytes: int = ToolsSettings.workspace_quota_bytes,
+    file_size_bytes: int = SandboxLimits.file_size_bytes,
 ) -> dict[str, Any]:
     uid, gid = identity
     labels = {
@@ -73,13 +83,13 @@ def build_job(
         workspace_mount = {"name": "workspace", "mountPath": "/workspace", "subPath": spec.session_id}
     else:
         # Without a shared claim files live only as long as the pod (documented in docs/tools.md).
-        workspace_volume = {"name": "workspace", "emptyDir": {"sizeLimit": cfg.workspace_size}}
+        workspace_volume = {"name": "workspace", "emptyDir": {"sizeLimit": f"{max(quota_bytes // MIB, 1)}Mi"}}
         workspace_mount = {"name": "workspace", "mountPath": "/workspace"}
     container = {
         "name": CONTAINER,
         "image": cfg.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": list(spec.argv),
+        "command": quota_command(spec.argv, quota_bytes, file_size_bytes),
         "workingDir": "/workspace",
         "env": env,
         "resources": {

@@ -56,6 +56,8 @@ class JobTracker:
                     self.unschedulable = ""
         container = next((c for c in status.get("containerStatuses") or [] if c.get("name") == CONTAINER), None)
         state = (container or {}).get("state") or {}
+        if status.get("reason") == "Evicted":
+            return self._evicted(status.get("message", ""), name)
         if "terminated" in state:
             return self._terminated(state["terminated"], name)
         if "running" in state and self.running_since is None:
@@ -109,6 +111,13 @@ class JobTracker:
         if reason == "DeadlineExceeded":
             return self._deadline(code)
         return Verdict(exit_code=code, pod=pod)
+
+    def _evicted(self, message: str, pod: str) -> Verdict:
+        # The kubelet evicts a pod whose emptyDir passes its sizeLimit (the workspace without a
+        # claim is one, sized to the quota): "Usage of EmptyDir volume "workspace" exceeds the limit "1Gi"."
+        if 'volume "workspace"' in message:
+            return Verdict("disk_quota", f"the command was stopped: the workspace passed its disk quota and Kubernetes evicted the pod ({message})", -9, pod)
+        return Verdict("sandbox_error", f"Kubernetes evicted the sandbox pod: {message or 'no reason given'}", -9, pod)
 
     def _deadline(self, code: int = -9) -> Verdict:
         return Verdict("timeout", "the sandbox Job ran past its activeDeadlineSeconds and Kubernetes stopped it", code, self.pod_name)

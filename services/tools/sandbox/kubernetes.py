@@ -4,6 +4,11 @@ create Job -> follow its pod (list, then watch from that resourceVersion; Job st
 pod disappears) -> a verdict -> the pod's log -> delete the Job (propagationPolicy Background).
 The delete runs on success, failure, timeout and cancel alike; `ttlSecondsAfterFinished` is the
 backstop when even that fails.
+
+Workspace quota: the pod's own wrapper (`k8s_quota.py`) bounds each file and stops a runaway
+program within a tenth of a second. A hostile program can kill that loop (it runs as the
+program's uid), so when the service mounts the workspace claim it also measures the session's
+directory itself while the pod runs, and deletes the Job when the workspace passes its quota.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from opentelemetry import trace
 
 from agentmesh.config import ConfigError
 from agentmesh.logs import get_logger
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
 from agentmesh.tools.sandbox.k8s_job import CONTAINER, LABEL_JOB, build_job, job_name, pod_identity
+from agentmesh.tools.sandbox.k8s_quota import QUOTA_EXIT, quota_message
 from agentmesh.tools.sandbox.k8s_watch import JobTracker, Verdict
 from agentmesh.tools.sandbox.output import CappedOutput
 from agentmesh.tools.sandbox.tracecontext import current_traceparent
@@ -31,6 +38,9 @@ from agentmesh.tools.workspace import Workspaces
 log = get_logger("agentmesh.tools.kubernetes")
 
 WATCH_WINDOW_S = 30
+# How often the service measures a running pod's workspace on the shared claim (or four times
+# as long as a walk takes, for a workspace of very many files).
+QUOTA_INTERVAL_S = 0.25
 
 
 def api_client_for(cfg: KubernetesSandbox) -> client.ApiClient:
@@ -64,10 +74,13 @@ class KubernetesExecutor:
         workspaces: Workspaces | None,
         tracer: trace.Tracer,
         metrics: SandboxMetrics | None = None,
+        quota_bytes: int = ToolsSettings.workspace_quota_bytes,
     ):
         self._api = api
         self._cfg = cfg
         self._limits = limits
+        self._quota = WorkspaceQuota(quota_bytes)
+        self._meter = UsageMeter()
         self._workspaces = workspaces
         self._tracer = tracer
         self._metrics = metrics or NoMetrics()
@@ -79,7 +92,7 @@ class KubernetesExecutor:
     ) -> "KubernetesExecutor":
         cfg = settings.kubernetes
         api = KubernetesJobs(api_client_for(cfg), cfg.namespace, retries=cfg.api_retries)
-        return cls(api, cfg, settings.limits, workspaces, tracer, metrics)
+        return cls(api, cfg, settings.limits, workspaces, tracer, metrics, settings.workspace_quota_bytes)
 
     async def run(self, spec: CommandSpec) -> CommandResult:
         try:
@@ -105,10 +118,13 @@ class KubernetesExecutor:
         return CommandResult(exit_code=-1, stdout="", stderr="", error_kind="sandbox_unavailable", detail=detail)
 
     async def _run(self, spec: CommandSpec) -> CommandResult:
+        workspace: Path | None = None
         if self._cfg.workspace_pvc and self._workspaces is not None:
             # The tools service mounts the same claim: the session's directory exists (with the
             # sandbox's ownership) before the pod mounts it as its subPath.
-            await asyncio.to_thread(self._workspaces.ensure, spec.session_id)
+            workspace = await asyncio.to_thread(self._workspaces.ensure, spec.session_id)
+        # Growth past the quota is stopped, not being past it: a call that starts over it may delete.
+        used_before = await self._meter.usage(workspace) if workspace is not None else 0
         name = job_name()
         with self._tracer.start_as_current_span(
             "sandbox.k8s_job",
@@ -122,23 +138,33 @@ class KubernetesExecutor:
             },
         ) as span:
             started = time.monotonic()
-            body = build_job(spec, self._cfg, name, current_traceparent(), self._identity)
+            body = build_job(
+                spec,
+                self._cfg,
+                name,
+                current_traceparent(),
+                self._identity,
+                quota_bytes=self._quota.limit_bytes,
+                file_size_bytes=self._limits.file_size_bytes,
+            )
             try:
                 await self._api.create_job(body)
-                verdict = await self._follow(name, spec, started)
+                verdict = await self._follow(name, spec, started, workspace, used_before)
                 logs = await self._logs(verdict.pod)
             finally:
                 await self._delete(name)
             result = self._result(verdict, logs, started)
+            await self._check_quota(result, workspace, used_before)
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
                 span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
             return result
 
-    async def _follow(self, name: str, spec: CommandSpec, started: float) -> Verdict:
+    async def _follow(self, name: str, spec: CommandSpec, started: float, workspace: Path | None, used_before: int) -> Verdict:
         tracker = JobTracker(name, spec.timeout_s, self._cfg.start_timeout_s, self._cfg.memory_limit, started)
         updates: asyncio.Queue = asyncio.Queue()
         watcher = asyncio.create_task(self._watch(name, updates))
+        disk = asyncio.create_task(self._watch_disk(workspace, used_before, updates)) if workspace is not None else None
         try:
             while True:
                 remaining = tracker.next_deadline() - time.monotonic()
@@ -151,6 +177,9 @@ class KubernetesExecutor:
                 now = time.monotonic()
                 if kind == "pod":
                     verdict = tracker.on_pod(obj, now)
+                elif kind == "disk_quota":
+                    # The finally below deletes the Job, and with it the pod.
+                    verdict = Verdict("disk_quota", self._quota.exceeded_detail(obj, stopped=True), -9, tracker.pod_name)
                 elif kind == "job":
                     verdict = tracker.on_job(obj)
                 else:
@@ -165,6 +194,43 @@ class KubernetesExecutor:
                     return verdict
         finally:
             watcher.cancel()
+            if disk is not None:
+                disk.cancel()
+
+    async def _watch_disk(self, workspace: Path, used_before: int, updates: asyncio.Queue) -> None:
+        """Measure the session's directory on the shared claim until it grows past the quota."""
+        interval = QUOTA_INTERVAL_S
+        while True:
+            await asyncio.sleep(interval)
+            began = time.monotonic()
+            try:
+                usage = await self._meter.usage(workspace)
+            except OSError:
+                continue
+            if self._quota.over(usage) and usage > used_before:
+                updates.put_nowait(("disk_quota", usage))
+                return
+            interval = max(QUOTA_INTERVAL_S, 4 * (time.monotonic() - began))
+
+    async def _check_quota(self, result: CommandResult, workspace: Path | None, used_before: int) -> None:
+        """Name the quota when the pod's wrapper stopped for it, or the call left the claim over it."""
+        if result.error_kind == "disk_quota":
+            usage = await self._meter.usage(workspace) if workspace is not None else 0
+            result.data.update(quota_bytes=self._quota.limit_bytes, usage_bytes=usage)
+            return
+        if result.error_kind:
+            return
+        wrapper_said = quota_message(result.stdout) if result.exit_code == QUOTA_EXIT else ""
+        usage = await self._meter.usage(workspace) if workspace is not None else 0
+        if wrapper_said:
+            result.error_kind = "disk_quota"
+            result.detail = f"the workspace quota was reached: {wrapper_said}; delete files you no longer need (`rm`) to write again"
+        elif workspace is not None and self._quota.over(usage) and usage > used_before:
+            result.error_kind = "disk_quota"
+            result.detail = self._quota.exceeded_detail(usage, stopped=False)
+        else:
+            return
+        result.data.update(quota_bytes=self._quota.limit_bytes, usage_bytes=usage)
 
     async def _watch(self, name: str, updates: asyncio.Queue) -> None:
         """Feed pod states (and the Job's, whenever a pod goes away or a watch ends) into `updates`."""
@@ -223,4 +289,5 @@ class KubernetesExecutor:
         )
 
     async def close(self) -> None:
+        self._meter.close()
         await self._api.close()

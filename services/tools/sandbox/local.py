@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import re
-import signal
 import shutil
 import stat
 import time
@@ -27,8 +25,10 @@ from typing import Mapping
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics, SandboxUnavailable
-from agentmesh.tools.sandbox.process import ProcessRun, kill_group, run_process
+from agentmesh.tools.sandbox.jail_watch import JailInfo, JailWatch
+from agentmesh.tools.sandbox.process import ProcessRun, run_process
 from agentmesh.tools.sandbox.seccomp import compile_filter, filter_fd
 from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
@@ -82,14 +82,17 @@ def clean_environment(extra: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def rlimit_prefix(limits: SandboxLimits, prlimit: str) -> list[str]:
+def rlimit_prefix(limits: SandboxLimits, prlimit: str, file_size_bytes: int | None = None) -> list[str]:
+    """`file_size_bytes`: the per-file limit for this call when the workspace quota leaves less than
+    the usual one (`limits.file_size_bytes`)."""
+    fsize = limits.file_size_bytes if file_size_bytes is None else file_size_bytes
     return [
         prlimit,
         # Soft below hard: the program gets SIGXCPU (reported as the CPU limit), SIGKILL a second later.
         f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
         f"--as={limits.memory_bytes}",
         f"--nproc={limits.processes}",
-        f"--fsize={limits.file_size_bytes}",
+        f"--fsize={fsize}",
         "--core=0",
         "--",
     ]
@@ -140,6 +143,8 @@ class LocalJail:
         self._host_identity = workspaces.owner
         self._limits = settings.limits
         self._workspaces = workspaces
+        self._quota = WorkspaceQuota(settings.workspace_quota_bytes)
+        self._meter = UsageMeter()
         self._tracer = tracer
         self._bwrap = shutil.which(settings.bwrap_path) or ""
         self._prlimit = _system_tool("prlimit")
@@ -168,7 +173,12 @@ class LocalJail:
         (self._etc_dir / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\n")
 
     def jail_argv(
-        self, workspace: Path, spec: CommandSpec, info_fd: int | None = None, seccomp_fd: int | None = None
+        self,
+        workspace: Path,
+        spec: CommandSpec,
+        info_fd: int | None = None,
+        seccomp_fd: int | None = None,
+        file_size_bytes: int | None = None,
     ) -> list[str]:
         limits = self._limits
         argv = []
@@ -218,7 +228,7 @@ class LocalJail:
             argv += ["--setenv", key, value]
         argv.append("--")
         if self._prlimit:
-            argv += rlimit_prefix(limits, self._prlimit)
+            argv += rlimit_prefix(limits, self._prlimit, file_size_bytes)
         argv += list(spec.argv)
         return argv
 
@@ -226,6 +236,10 @@ class LocalJail:
         if not self._bwrap:
             raise SandboxUnavailable(INSTALL_HINT.format(path=self._settings.bwrap_path))
         workspace = self._workspaces.ensure(spec.session_id)
+        # No file may outgrow what the quota leaves (one writer is stopped by the kernel at once);
+        # many files together are the watch's to stop.
+        used_before = await self._meter.usage(workspace)
+        file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
         with self._tracer.start_as_current_span(
             "sandbox.jail",
             attributes={
@@ -242,13 +256,21 @@ class LocalJail:
             asked = time.monotonic()
             loop = asyncio.get_running_loop()
             loop.add_reader(info.read_fd, info.on_readable)
-            guard = JailWatch(info, self._limits.memory_bytes, self._limits.processes)
+            guard = JailWatch(
+                info,
+                self._limits.memory_bytes,
+                self._limits.processes,
+                workspace=workspace,
+                quota=self._quota,
+                disk_baseline=used_before,
+                meter=self._meter,
+            )
             watch = asyncio.create_task(guard.run())
             seccomp_fd = filter_fd(self._seccomp) if self._seccomp else None
             span.set_attribute("agentmesh.sandbox.seccomp", seccomp_fd is not None)
             try:
                 run = await run_process(
-                    self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd),
+                    self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd, file_size),
                     env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
                     cwd=str(workspace),
                     timeout_s=spec.timeout_s,
@@ -276,135 +298,44 @@ class LocalJail:
             elif guard.exceeded == "processes":
                 result.error_kind = "process_limit"
                 result.detail = f"the sandbox ran more than {self._limits.processes} processes at once and was stopped"
+            else:
+                used_after = await self._meter.usage(workspace)
+                lowered = file_size < self._limits.file_size_bytes
+                apply_quota(result, self._quota, used_before, used_after, lowered, stopped=guard.exceeded == "disk_quota")
+            span.set_attribute("agentmesh.sandbox.workspace_bytes", max(guard.disk_usage, used_before))
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
                 span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
             return result
 
     async def close(self) -> None:
-        return None
+        self._meter.close()
 
 
-class JailInfo:
-    """bwrap's `--info-fd` report, for killing a jail from the inside out.
+def apply_quota(
+    result: CommandResult, quota: WorkspaceQuota, used_before: int, used_after: int, lowered_file_limit: bool, *, stopped: bool
+) -> None:
+    """Say `disk_quota` when the workspace quota is what ended the call, or what it ran into.
 
-    Killing bwrap's own process first would rely on the jail's `--die-with-parent`, which bwrap
-    arms only some way into setting the jail up; a jail cancelled in that window would run on.
-    The PID of the jail's init (from the report, written right after bwrap clones it) is killed
-    first instead — the kernel then ends everything in its PID namespace — and bwrap after it.
+    `stopped`: the watch killed the jail for it. `lowered_file_limit`: the per-file limit was cut
+    to what the quota left, so a file-size stop means the quota. Otherwise a call that ended on its
+    own but grew the workspace to its quota or past it (a writer cut at the per-file limit whose
+    shell went on, a write between two looks of the watch) says so.
+    What was written stays: deleting some of it would be a guess at which files matter; the next
+    call's per-file limit is 0 and file tools refuse to add, until the session frees space.
     """
-
-    CHILD_PID = re.compile(rb'"child-pid"\s*:\s*(\d+)')
-
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.read_fd, False)
-        self._report = b""
-        self.child_pid: int | None = None
-        self.reported_at: float | None = None
-
-    def on_readable(self) -> None:
-        self._poll()
-        if self.child_pid is not None and self.reported_at is None:
-            self.reported_at = time.monotonic()
-
-    def _poll(self) -> None:
-        try:
-            while chunk := os.read(self.read_fd, 4096):
-                self._report += chunk
-        except (BlockingIOError, OSError):
-            pass
-        match = self.CHILD_PID.search(self._report)
-        if match:
-            self.child_pid = int(match.group(1))
-
-    async def kill(self, pid: int) -> None:
-        self._poll()
-        if self.child_pid is None and _alive(pid):
-            # bwrap has not cloned the jail yet or not reported it; it does so within moments.
-            for _ in range(100):
-                await asyncio.sleep(0.01)
-                self._poll()
-                if self.child_pid is not None or not _alive(pid):
-                    break
-        if self.child_pid is not None:
-            try:
-                os.kill(self.child_pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        kill_group(pid)
-
-    def close(self) -> None:
-        for fd in (self.read_fd, self.write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-class JailWatch:
-    """Bounds the jail's processes together: their resident memory, and their number.
-
-    RLIMIT_AS bounds each process alone, so 128 processes could each take the limit; and when the
-    jail has to run as root's uid (see `jail_host_identity`) the kernel does not enforce
-    RLIMIT_NPROC at all. Without a cgroup of our own (not available to an unprivileged service
-    everywhere) the jail's process tree is read from /proc ten times a second, and the jail is
-    killed when it passes either limit.
-    """
-
-    INTERVAL_S = 0.1
-    PAGE = os.sysconf("SC_PAGE_SIZE")
-
-    def __init__(self, info: JailInfo, memory_bytes: int, processes: int):
-        self._info = info
-        self._memory = memory_bytes
-        self._processes = processes
-        self.exceeded = ""  # "memory" | "processes"
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.INTERVAL_S)
-            init = self._info.child_pid
-            if init is None:
-                continue
-            count, used = process_tree(init, self.PAGE, self._processes + 2)
-            # The jail's init (bwrap) is not the program's; allow for it.
-            if count > self._processes + 1:
-                self.exceeded = "processes"
-            elif used > self._memory:
-                self.exceeded = "memory"
-            else:
-                continue
-            try:
-                os.kill(init, signal.SIGKILL)  # the jail's init: its whole PID namespace goes
-            except (ProcessLookupError, PermissionError):
-                pass
-            return
-
-
-def process_tree(root: int, page: int, max_count: int) -> tuple[int, int]:
-    """(processes, resident bytes) of `root` and its descendants; counting stops past `max_count`."""
-    total, pending, seen = 0, [root], set()
-    while pending and len(seen) <= max_count:
-        pid = pending.pop()
-        if pid in seen:
-            continue
-        try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-            seen.add(pid)
-            for task in os.listdir(f"/proc/{pid}/task"):
-                pending.extend(int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
-        except (OSError, ValueError, IndexError):
-            continue
-    return len(seen), total
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+    if stopped:
+        result.error_kind = "disk_quota"
+        result.detail = quota.exceeded_detail(used_after, stopped=True)
+    elif result.error_kind == "file_size_limit" and lowered_file_limit:
+        result.error_kind = "disk_quota"
+        result.detail = quota.file_limit_detail(used_before)
+    elif not result.error_kind and used_after >= quota.limit_bytes and used_after > used_before:
+        result.error_kind = "disk_quota"
+        result.detail = quota.exceeded_detail(used_after, stopped=False)
+    else:
+        return
+    result.data.update(quota_bytes=quota.limit_bytes, usage_bytes=used_after)
 
 
 def interpret(run: ProcessRun, spec: CommandSpec, limits: SandboxLimits) -> CommandResult:

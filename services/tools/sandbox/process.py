@@ -2,7 +2,7 @@
 
 The child is started in a session of its own, so the default kill (`killpg`) reaches
 everything it forked that did not leave the group; the jail passes a killer of its own that ends
-its whole PID namespace (see `local.JailInfo`).
+its whole PID namespace (see `jail_watch.JailInfo`).
 
 A subprocess protocol (not StreamReaders) collects the output: it sees the exit as soon as it
 happens, even while a leftover grandchild still holds the pipes open, and keeps reading (and

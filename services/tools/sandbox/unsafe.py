@@ -15,7 +15,8 @@ from opentelemetry import trace
 
 from agentmesh.logs import get_logger
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec
-from agentmesh.tools.sandbox.local import clean_environment, interpret, rlimit_prefix
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
+from agentmesh.tools.sandbox.local import apply_quota, clean_environment, interpret, rlimit_prefix
 from agentmesh.tools.sandbox.process import run_process
 from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
@@ -24,11 +25,11 @@ from agentmesh.tools.workspace import Workspaces
 log = get_logger("agentmesh.tools.sandbox")
 
 
-def _limit_child(limits: SandboxLimits):
+def _limit_child(limits: SandboxLimits, file_size_bytes: int):
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_bytes, file_size_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     return apply
@@ -43,6 +44,8 @@ class UnsafeHostExecutor:
 
     def __init__(self, settings: ToolsSettings, workspaces: Workspaces, tracer: trace.Tracer):
         self._limits = settings.limits
+        self._quota = WorkspaceQuota(settings.workspace_quota_bytes)
+        self._meter = UsageMeter(threads=1)
         self._workspaces = workspaces
         self._tracer = tracer
         log.warning(
@@ -51,6 +54,10 @@ class UnsafeHostExecutor:
 
     async def run(self, spec: CommandSpec) -> CommandResult:
         workspace = self._workspaces.ensure(spec.session_id)
+        # Only the per-file limit bounds the workspace here (nothing watches the total while the
+        # program runs); the result names the quota afterwards.
+        used_before = await self._meter.usage(workspace)
+        file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
         with self._tracer.start_as_current_span(
             "sandbox.unsafe_process",
             attributes={"agentmesh.sandbox.executor": self.name, "gen_ai.tool.call.id": spec.call_id},
@@ -60,7 +67,7 @@ class UnsafeHostExecutor:
             prlimit = _system_prlimit()
             # prlimit, not preexec_fn: a preexec_fn makes Python fork() instead of vfork(), and
             # fork in this multi-threaded process (gRPC) can crash the child before it execs.
-            argv = [*rlimit_prefix(self._limits, prlimit), *spec.argv] if prlimit else list(spec.argv)
+            argv = [*rlimit_prefix(self._limits, prlimit, file_size), *spec.argv] if prlimit else list(spec.argv)
             run = await run_process(
                 argv,
                 env=env,
@@ -68,11 +75,13 @@ class UnsafeHostExecutor:
                 timeout_s=spec.timeout_s,
                 output_cap=self._limits.output_cap_bytes,
                 drain_limit=self._limits.output_drain_bytes,
-                preexec_fn=None if prlimit else _limit_child(self._limits),
+                preexec_fn=None if prlimit else _limit_child(self._limits, file_size),
             )
             result = interpret(run, spec, self._limits)
+            used_after = await self._meter.usage(workspace)
+            apply_quota(result, self._quota, used_before, used_after, file_size < self._limits.file_size_bytes, stopped=False)
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             return result
 
     async def close(self) -> None:
-        return None
+        self._meter.close()

@@ -1,0 +1,185 @@
+"""Watching a running jail from outside: bwrap's report of its init process, and the watch that
+kills the whole jail when its processes together, or its workspace, pass their limits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
+from agentmesh.tools.sandbox.process import kill_group
+
+
+class JailInfo:
+    """bwrap's `--info-fd` report, for killing a jail from the inside out.
+
+    Killing bwrap's own process first would rely on the jail's `--die-with-parent`, which bwrap
+    arms only some way into setting the jail up; a jail cancelled in that window would run on.
+    The PID of the jail's init (from the report, written right after bwrap clones it) is killed
+    first instead — the kernel then ends everything in its PID namespace — and bwrap after it.
+    """
+
+    CHILD_PID = re.compile(rb'"child-pid"\s*:\s*(\d+)')
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self._report = b""
+        self.child_pid: int | None = None
+        self.reported_at: float | None = None
+
+    def on_readable(self) -> None:
+        self._poll()
+        if self.child_pid is not None and self.reported_at is None:
+            self.reported_at = time.monotonic()
+
+    def _poll(self) -> None:
+        try:
+            while chunk := os.read(self.read_fd, 4096):
+                self._report += chunk
+        except (BlockingIOError, OSError):
+            pass
+        match = self.CHILD_PID.search(self._report)
+        if match:
+            self.child_pid = int(match.group(1))
+
+    async def kill(self, pid: int) -> None:
+        self._poll()
+        if self.child_pid is None and _alive(pid):
+            # bwrap has not cloned the jail yet or not reported it; it does so within moments.
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                self._poll()
+                if self.child_pid is not None or not _alive(pid):
+                    break
+        if self.child_pid is not None:
+            try:
+                os.kill(self.child_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        kill_group(pid)
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class JailWatch:
+    """Bounds the jail as a whole: its processes' resident memory and number, and its workspace's disk.
+
+    RLIMIT_AS bounds each process alone, so 128 processes could each take the limit; and when the
+    jail has to run as root's uid (see `local.jail_host_identity`) the kernel does not enforce
+    RLIMIT_NPROC at all. Without a cgroup of our own (not available to an unprivileged service
+    everywhere) the jail's process tree is read from /proc ten times a second, and the jail is
+    killed when it passes either limit.
+
+    RLIMIT_FSIZE likewise bounds each file alone: eight files just under it add up to eight times
+    it. Without root there is no per-directory quota to ask the kernel for (project quotas, a loop
+    mount), so the workspace is measured (`quota.workspace_usage`, on the meter's threads) every
+    `DISK_INTERVAL_S` — or four times as long as a walk takes, for a workspace of very many files —
+    and the jail is killed when it grows past its quota. A writer overshoots by what it can
+    write in one interval plus one walk (see docs/tools.md for measured numbers).
+    """
+
+    INTERVAL_S = 0.1
+    DISK_INTERVAL_S = 0.05
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    def __init__(
+        self,
+        info: JailInfo,
+        memory_bytes: int,
+        processes: int,
+        workspace: Path | None = None,
+        quota: WorkspaceQuota | None = None,
+        disk_baseline: int = 0,
+        meter: UsageMeter | None = None,
+    ):
+        self._info = info
+        self._memory = memory_bytes
+        self._processes = processes
+        self._workspace = workspace
+        self._quota = quota
+        self.exceeded = ""  # "memory" | "processes" | "disk_quota"
+        self.disk_usage = 0  # the workspace's size when the disk watch last looked
+        self._disk_baseline = disk_baseline  # its size when the call began
+        self._meter = meter
+
+    async def run(self) -> None:
+        watches = [self._watch_processes()]
+        if self._workspace is not None and self._quota is not None and self._meter is not None:
+            watches.append(self._watch_disk(self._workspace, self._quota, self._meter))
+        await asyncio.gather(*watches)
+
+    async def _watch_processes(self) -> None:
+        while not self.exceeded:
+            await asyncio.sleep(self.INTERVAL_S)
+            init = self._info.child_pid
+            if init is None:
+                continue
+            count, used = process_tree(init, self.PAGE, self._processes + 2)
+            # The jail's init (bwrap) is not the program's; allow for it.
+            if count > self._processes + 1:
+                self._stop("processes")
+            elif used > self._memory:
+                self._stop("memory")
+
+    async def _watch_disk(self, workspace: Path, quota: WorkspaceQuota, meter: UsageMeter) -> None:
+        interval = self.DISK_INTERVAL_S
+        while not self.exceeded:
+            await asyncio.sleep(interval)
+            if self._info.child_pid is None:
+                continue
+            started = time.monotonic()
+            try:
+                self.disk_usage = await meter.usage(workspace)
+            except OSError:
+                continue  # the workspace was deleted under the call, or a directory vanished mid-walk
+            # Growth past the quota, not being past it: a call that starts over it may delete.
+            if quota.over(self.disk_usage) and self.disk_usage > self._disk_baseline:
+                self._stop("disk_quota")
+            interval = max(self.DISK_INTERVAL_S, 4 * (time.monotonic() - started))
+
+    def _stop(self, reason: str) -> None:
+        if self.exceeded:
+            return
+        self.exceeded = reason
+        init = self._info.child_pid
+        if init is None:
+            return
+        try:
+            os.kill(init, signal.SIGKILL)  # the jail's init: its whole PID namespace goes
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def process_tree(root: int, page: int, max_count: int) -> tuple[int, int]:
+    """(processes, resident bytes) of `root` and its descendants; counting stops past `max_count`."""
+    total, pending, seen = 0, [root], set()
+    while pending and len(seen) <= max_count:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+            seen.add(pid)
+            for task in os.listdir(f"/proc/{pid}/task"):
+                pending.extend(int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return len(seen), total
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
