@@ -2,6 +2,7 @@
 its baseline measured in the same run.
 
     .venv/bin/python -m benches.long_work [--turns 60] [--budget 40000] [--tasks 4] [--delay-ms 200] [--repeats 3]
+                                          [--steps 50] [--output-chars 8000] [--answer-chars 6000] [--cuts 2]
 
 Both parts drive `agentmesh.agent.loop.Agent` with the real OpenAI provider over httpx against
 the scripted OpenAI-compatible server (tests/support/llm_server.py), with an in-process no-op
@@ -24,6 +25,15 @@ tool and an in-memory transcript, as benches/agent_loop.py does. No gRPC, no san
    answer. Every model call takes `--delay-ms` at the server. The baseline is the same deep
    turn with delegation off (`SUBAGENT_MAX_DEPTH=0`) doing the same N tasks itself, one after
    another: the plan call, N x 2 tool-using calls, the answer.
+3. **Per-step trimming.** One deep-mode turn of `--steps` tool-using steps (the plan, reflections
+   every 8 steps, the wrap-up hint and the forced summary included); every tool result is
+   `--output-chars` characters. On: the default `KEEP_TOOL_RESULTS=8` (older results of the turn
+   sent as a one-line placeholder). Off (`KEEP_TOOL_RESULTS=0`, the baseline): every result sent
+   in full, cut to `TOOL_OUTPUT_CHARS` and left to the budget policy (`CONTEXT_BUDGET_CHARS`,
+   default 400,000, replaces the oldest outputs only when the turn no longer fits).
+4. **Continuation.** One answer of `--answer-chars` characters that the server cuts off `--cuts`
+   times (`finish_reason: "length"`), continued and stitched by the agent; the baseline is the
+   same answer in one reply. Cost: model calls, characters and tokens sent, wall time.
 """
 
 from __future__ import annotations
@@ -68,7 +78,7 @@ def with_usage(request: RecordedRequest, step):
     """The scripted server has no tokenizer: it reports the request's JSON size / 4 as prompt tokens."""
     prompt = len(json.dumps(request.messages)) // 4
     return reply(step.text, *step.tool_calls, usage=(prompt, max(1, len(step.text) // 4)), chunk_chars=512,
-                 delay_s=step.delay_s)
+                 delay_s=step.delay_s, finish_reason=step.finish_reason)
 
 
 def make_agent(llm: ScriptedLLMServer, telemetry: Telemetry, env: dict[str, str], tools: list[ToolSpec]):
@@ -158,7 +168,9 @@ def subagent_answer(tasks: int, delay_s: float):
             plan = "\n".join(f"{k}. do task {k}" for k in range(1, tasks + 1)) + f"\n{tasks + 1}. answer"
             step = reply(plan)
         elif subagents.SUBAGENT_NOTE in (messages[0].get("content") or ""):  # a child
-            step = reply("task done: ok") if last["role"] == "tool" else reply("", tool_call("noop", {}))
+            # Keyed on a result being there, not on the last message (a wrap-up note may follow it).
+            done = any(m["role"] == "tool" for m in messages)
+            step = reply("task done: ok") if done else reply("", tool_call("noop", {}))
         elif subagents.DELEGATE_TASK in tool_names:  # the delegating parent
             if last["role"] == "tool":
                 step = reply(f"all {tasks} tasks done")
@@ -167,7 +179,7 @@ def subagent_answer(tasks: int, delay_s: float):
                                    for k in range(1, tasks + 1)))
         else:  # the baseline: the parent does the N tasks itself, 2 tool-using calls each
             results = sum(1 for m in messages if m["role"] == "tool")
-            step = reply(f"all {tasks} tasks done") if results >= 2 * tasks else reply("", tool_call("noop", {}))
+            step = reply(f"all {tasks} tasks done") if results >= 2 * tasks else reply("", tool_call("noop", {"n": results}))
         return with_usage(request, reply(step.text, *step.tool_calls, delay_s=delay_s))
 
     return answer
@@ -176,7 +188,8 @@ def subagent_answer(tasks: int, delay_s: float):
 async def deep_turn(llm: ScriptedLLMServer, telemetry: Telemetry, *, delegate: bool, tasks: int, label: str) -> dict:
     env = {"AGENTMESH_AGENT_SUBAGENT_MAX_DEPTH": "1" if delegate else "0",
            "AGENTMESH_AGENT_MAX_SUBAGENTS": str(max(tasks, 1)),
-           "AGENTMESH_AGENT_DEEP_REFLECT_EVERY": "0"}  # no reflection: the same calls on both sides
+           "AGENTMESH_AGENT_DEEP_REFLECT_EVERY": "0",  # no reflection: the same calls on both sides
+           "AGENTMESH_AGENT_TASK_MODES": "none"}  # the free-text plan: this measures parallelism, not the board
     agent, client = make_agent(llm, telemetry, env, [TOOL])
     try:
         before = len(llm.requests)
@@ -188,6 +201,85 @@ async def deep_turn(llm: ScriptedLLMServer, telemetry: Telemetry, *, delegate: b
     if done.stop_reason != "completed":
         raise RuntimeError(f"deep turn ended with {done.stop_reason}")
     return {"wall": wall, "calls": len(llm.requests) - before, "parent_calls": done.iterations}
+
+
+# --- 3. per-step trimming --------------------------------------------------------------------
+
+
+class BigOutputTools(NoopTools):
+    """A tool whose every result is `chars` characters (a build log, a long file)."""
+
+    def __init__(self, chars: int):
+        super().__init__([TOOL])
+        self.chars = chars
+
+    async def execute(self, session_id, call):
+        result = await super().execute(session_id, call)
+        result.output = filler(self.chars, len(call.call_id))
+        return result
+
+
+def long_deep_answer(request: RecordedRequest):
+    if request.body.get("tool_choice") == "none":  # plan, reflection, the forced summary
+        return with_usage(request, reply("1. read every log\n2. report"))
+    steps = sum(1 for m in request.messages if m["role"] == "tool")
+    return with_usage(request, reply("", tool_call("noop", {"part": steps})))
+
+
+async def trimming_turn(llm: ScriptedLLMServer, telemetry: Telemetry, *, keep: int, steps: int, chars: int) -> dict:
+    env = {"AGENTMESH_AGENT_KEEP_TOOL_RESULTS": str(keep), "AGENTMESH_AGENT_DEEP_MAX_ITERATIONS": str(steps),
+           "AGENTMESH_AGENT_TASK_MODES": "none"}  # no board: the model here never finishes tasks
+    client = http_client(30, 5, telemetry)
+    provider = OpenAIProvider(client, llm.base_url, "", RetryPolicy())
+    settings = AgentSettings.from_env({"AGENTMESH_AGENT_RECALL_K": "0", **env})
+    agent = Agent(provider, BigOutputTools(chars), MemoryTranscripts(), None, settings, model="m", telemetry=telemetry)
+    try:
+        before = len(llm.requests)
+        started = time.perf_counter()
+        done = await run_turn(agent, TurnRequest(f"trim-{keep}-{time.monotonic_ns()}", "r", "read the logs", mode="deep"))
+        wall = time.perf_counter() - started
+    finally:
+        await client.aclose()
+    mine = llm.requests[before:]
+    sent = [content_chars(r) for r in mine]
+    return {"calls": len(mine), "sent_total": sum(sent), "sent_p50": statistics.median(sent), "sent_max": max(sent),
+            "tokens": done.usage.input_tokens, "wall": wall, "stop": done.stop_reason}
+
+
+# --- 4. continuation ----------------------------------------------------------------------------
+
+
+def cut_answer(total_chars: int, cuts: int):
+    text = filler(total_chars, 11)
+    size = -(-total_chars // (cuts + 1))
+    parts = [text[i:i + size] for i in range(0, total_chars, size)]
+
+    offsets = [len("".join(parts[:k])) for k in range(len(parts))]
+
+    def answer(request: RecordedRequest):
+        last_message = request.messages[-1]
+        continuing = last_message["role"] == "system" and "cut off" in last_message["content"]
+        index = offsets.index(len(request.messages[-2]["content"])) if continuing else 0
+        last = index == len(parts) - 1
+        return with_usage(request, reply(parts[index], finish_reason=None if last else "length"))
+
+    return answer, text
+
+
+async def continuation_turn(llm: ScriptedLLMServer, telemetry: Telemetry, text: str) -> dict:
+    agent, client = make_agent(llm, telemetry, {}, [])
+    try:
+        before = len(llm.requests)
+        started = time.perf_counter()
+        done = await run_turn(agent, TurnRequest(f"cont-{time.monotonic_ns()}", "r", "write it all"))
+        wall = time.perf_counter() - started
+    finally:
+        await client.aclose()
+    if done.final_text != text:
+        raise RuntimeError("the stitched answer differs from the original")
+    mine = llm.requests[before:]
+    return {"calls": len(mine), "sent": sum(content_chars(r) for r in mine), "tokens": done.usage.input_tokens,
+            "out_tokens": done.usage.output_tokens, "wall_ms": wall * 1000}
 
 
 # --- driver ---------------------------------------------------------------------------------
@@ -270,6 +362,47 @@ async def main(args) -> None:
           f"{runs['single'][0]['calls'] * args.delay_ms / 1000:.2f} s vs "
           f"{(runs['sub'][0]['parent_calls'] + 2) * args.delay_ms / 1000:.2f} s on the critical path)")
 
+    telemetry = Telemetry("agent", TracerProvider(), MeterProvider())
+    with ScriptedLLMServer(default=long_deep_answer) as llm:
+        await trimming_turn(llm, telemetry, keep=8, steps=5, chars=args.output_chars)  # warm-up
+        trim = {"off": await trimming_turn(llm, telemetry, keep=0, steps=args.steps, chars=args.output_chars),
+                "on": await trimming_turn(llm, telemetry, keep=8, steps=args.steps, chars=args.output_chars)}
+    off, on = trim["off"], trim["on"]
+    print()
+    print(f"3. per-step trimming: one deep-mode turn of {args.steps} tool-using steps, every tool result "
+          f"{args.output_chars:,} characters (plan, reflections, wrap-up and the forced summary included)")
+    print()
+    print("| measure | trimming off (KEEP_TOOL_RESULTS=0, baseline) | trimming on (KEEP_TOOL_RESULTS=8) |")
+    print("| --- | --- | --- |")
+    print(f"| model calls | {off['calls']} | {on['calls']} |")
+    print(f"| characters sent over the turn | {off['sent_total']:,} | {on['sent_total']:,} |")
+    print(f"| characters sent per call, p50 / max | {off['sent_p50']:,.0f} / {off['sent_max']:,} | "
+          f"{on['sent_p50']:,.0f} / {on['sent_max']:,} |")
+    print(f"| input tokens over the turn (server-reported, JSON/4) | {off['tokens']:,} | {on['tokens']:,} |")
+    print(f"| wall s | {off['wall']:.2f} | {on['wall']:.2f} |")
+    print(f"\nsent with trimming: {on['sent_total'] / off['sent_total']:.1%} of the baseline")
+
+    answer, text = cut_answer(args.answer_chars, args.cuts)
+    with ScriptedLLMServer(default=answer) as llm:
+        await continuation_turn(llm, telemetry, text)  # warm-up
+        cut = await continuation_turn(llm, telemetry, text)
+    whole_answer = lambda request: with_usage(request, reply(text))  # noqa: E731 - the baseline's script
+    with ScriptedLLMServer(default=whole_answer) as llm:
+        await continuation_turn(llm, telemetry, text)
+        whole = await continuation_turn(llm, telemetry, text)
+    telemetry.shutdown()
+    print()
+    print(f"4. continuation: one answer of {args.answer_chars:,} characters, cut off {args.cuts} times by the output "
+          "limit and continued, against the same answer in one reply")
+    print()
+    print("| measure | one reply (baseline) | cut off and continued |")
+    print("| --- | --- | --- |")
+    print(f"| model calls | {whole['calls']} | {cut['calls']} |")
+    print(f"| characters sent | {whole['sent']:,} | {cut['sent']:,} |")
+    print(f"| input tokens (server-reported, JSON/4) | {whole['tokens']:,} | {cut['tokens']:,} |")
+    print(f"| output tokens | {whole['out_tokens']:,} | {cut['out_tokens']:,} |")
+    print(f"| wall ms | {whole['wall_ms']:.1f} | {cut['wall_ms']:.1f} |")
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -278,4 +411,8 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--delay-ms", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--output-chars", type=int, default=8000)
+    parser.add_argument("--answer-chars", type=int, default=6000)
+    parser.add_argument("--cuts", type=int, default=2)
     asyncio.run(main(parser.parse_args()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import signal
@@ -21,6 +22,7 @@ from agentmesh.cli.common import (
     rpc_failure,
 )
 from agentmesh.cli.approvals import send_decision
+from agentmesh.cli.tasks import render as render_tasks
 from agentmesh.config import Settings
 from agentmesh.ids import new_id
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -37,7 +39,23 @@ def register(subparsers) -> None:
                       help="run mode: deep plans first, reflects on the plan, has a larger step budget and sub-agents")
     chat.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
                       help="also hold calls to TOOL for approval in this turn ('*': every tool); repeatable")
+    chat.add_argument("--plan", action="store_true",
+                      help="plan mode: the agent writes a plan and waits for your approval before anything runs")
+    chat.add_argument("--token-budget", type=_budget, default=0, metavar="TOKENS",
+                      help="stop this turn cleanly (stop_reason budget) once it has used this many tokens")
+    chat.add_argument("--session-token-budget", type=_budget, default=0, metavar="TOKENS",
+                      help="stop once the session as a whole has used this many tokens")
     chat.set_defaults(func=run_chat)
+
+
+def _budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a token budget is a positive number of tokens (0: the configured one)")
+    return value
 
 
 def _arguments(arguments_json: str) -> Any:
@@ -55,6 +73,16 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         base.update(trace_id=event.run_started.trace_id)
     elif kind == "text_delta":
         base.update(text=event.text_delta.text)
+    elif kind == "reasoning_delta":
+        base.update(text=event.reasoning_delta.text)
+    elif kind == "background_result":
+        b = event.background_result
+        base.update(id=b.id, command=b.command, status=b.status, seconds=b.seconds, exit_code=b.result.exit_code,
+                    output=b.result.output, error_kind=b.result.error_kind)
+    elif kind == "task_update":
+        base.update(tasks=[{"id": t.id, "subject": t.subject, "description": t.description, "status": t.status,
+                            "owner": t.owner, "blocked_by": list(t.blocked_by), "blocked": t.blocked}
+                           for t in event.task_update.tasks])
     elif kind == "tool_call":
         call = event.tool_call
         base.update(name=call.name, arguments=_arguments(call.arguments_json), call_id=call.call_id)
@@ -102,10 +130,12 @@ class HumanRenderer:
     def __init__(self, out: TextIO = sys.stdout, *, approval_hint: bool = False):
         self.out = out
         self._in_text = False
+        self._in_reasoning = False
         # No one to ask at this terminal: say how another shell decides a held call.
         self.approval_hint = approval_hint
 
     def _line(self, text: str) -> None:
+        self._in_reasoning = False
         if self._in_text:
             self.out.write("\n")
             self._in_text = False
@@ -116,7 +146,16 @@ class HumanRenderer:
         if kind == "run_started":
             self._line(f"· run {event.run_id} on session {event.session_id}")
         elif kind == "text_delta":
+            if self._in_reasoning:
+                self._line("")
             self.out.write(event.text_delta.text)
+            self._in_text = True
+        elif kind == "reasoning_delta":
+            # The model's reasoning, set apart from its answer: a block of its own, marked.
+            if not self._in_reasoning:
+                self._line("· thinking:")
+                self._in_reasoning = True
+            self.out.write(event.reasoning_delta.text)
             self._in_text = True
         elif kind == "tool_call":
             self._line(f"→ {event.tool_call.name} {_short(event.tool_call.arguments_json)}")
@@ -140,6 +179,17 @@ class HumanRenderer:
             self._line(f"{'✓' if r.approved else '✗'} {r.name} {how}{': ' + r.note if r.note else ''}")
         elif kind == "status":
             self._line(f"· {event.status.message}")
+        elif kind == "background_result":
+            b = event.background_result
+            output = b.result.output.strip().replace("\n", "\n    ")
+            if len(output) > 600:
+                output = output[:600] + "…"
+            how = b.status if b.status != "finished" else f"finished, exit code {b.result.exit_code}"
+            self._line(f"⇠ background {b.id} `{_short(b.command)}` ({how}, {b.seconds:.0f} s): {output}")
+        elif kind == "task_update":
+            tasks = [{"id": t.id, "subject": t.subject, "status": t.status, "owner": t.owner,
+                      "blocked_by": list(t.blocked_by)} for t in event.task_update.tasks]
+            self._line("· tasks:\n" + "\n".join(f"    {line}" for line in render_tasks(tasks)))
         elif kind == "run_finished":
             f = event.run_finished
             reason = "" if f.stop_reason in ("", "completed") else f" ({f.stop_reason})"
@@ -246,7 +296,8 @@ async def run_chat(args) -> int:
     settings = load_settings()
     session_id = args.session or new_id("s")
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
-                                      approval_tools=args.require_approval)
+                                      approval_tools=args.require_approval, token_budget=args.token_budget,
+                                      session_token_budget=args.session_token_budget, plan=args.plan)
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
     if args.json:

@@ -83,6 +83,8 @@ async def show_session(args) -> int:
         return EXIT_OK
     print(f"session {session.session_id} · namespace {session.namespace} · created {_when(session.created_at)}")
     for m in messages:
+        if m.kind in ("usage", "tasks"):  # the agent's bookkeeping: `agentmesh tasks` shows the board
+            continue
         if m.role == "tool":
             print(f"  [tool {m.name}] {m.content[:300]}")
         elif m.tool_calls:

@@ -14,7 +14,7 @@ from opentelemetry.propagate import inject
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.agent.ports import MemoryHit, NotSupported
-from agentmesh.agent.types import ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import common_pb2, memory_pb2, tools_pb2, tools_pb2_grpc
 
@@ -153,6 +153,32 @@ class GrpcToolRunner:
         outcome = outcome_from_proto(reply.result)
         outcome.call_id, outcome.name = call.call_id, call.name
         return outcome
+
+
+class GrpcBackgroundCommands:
+    """BackgroundResults / StopBackground on the tools service."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._target = target
+        self._timeout_s = timeout_s
+
+    async def take_finished(self, session_id: str) -> list[BackgroundDone]:
+        try:
+            reply = await self._stub.BackgroundResults(tools_pb2.BackgroundResultsRequest(session_id=session_id),
+                                                       timeout=self._timeout_s, metadata=trace_metadata())
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"the tools service at {self._target} did not answer ({err.details() or err.code().name})") from None
+        return [BackgroundDone(id=c.id, command=c.command, status=c.status, result=outcome_from_proto(c.result),
+                               seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished]
+
+    async def stop(self, session_id: str) -> int:
+        try:
+            reply = await self._stub.StopBackground(tools_pb2.StopBackgroundRequest(session_id=session_id),
+                                                    timeout=self._timeout_s, metadata=trace_metadata())
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"the tools service at {self._target} did not answer ({err.details() or err.code().name})") from None
+        return reply.stopped
 
 
 # --- memory ---------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.agent import context
 from agentmesh.agent.model_call import traced_model_call
+from agentmesh.agent.turn import Capability
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent, Usage
 
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
@@ -85,7 +86,8 @@ def model_view(stored: list[ChatMessage], *, use_summaries: bool) -> list[ChatMe
     A store that assigns no seq (an in-process store) numbers messages by position, which is
     exactly what the memory service assigns."""
     numbered = [m if m.seq else replace(m, seq=i + 1) for i, m in enumerate(stored)]
-    messages = [m for m in numbered if m.kind != SUMMARY_KIND]
+    # Entries of other kinds (usage, …) are the agent's bookkeeping, never conversation.
+    messages = [m for m in numbered if not m.kind]
     summaries = [m for m in numbered if m.kind == SUMMARY_KIND]
     if not use_summaries or not summaries:
         return messages
@@ -212,6 +214,15 @@ async def compact_history(
              chars_after=chars_after)
     emit(StatusEvent(f"compacted {n} earlier messages into a summary ({todo.chars_before:,} → {chars_after:,} characters)"))
     return [summary, *todo.kept]
+
+
+class Compaction(Capability):
+    """Before the turn's first call, summarise the oldest turns when the history is too long."""
+
+    async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
+        ctx = self.ctx
+        return await compact_history(ctx.agent, ctx.request, model=ctx.model, history=history, usage=ctx.usage,
+                                     emit=ctx.emit)
 
 
 def summary_cap_chars(settings: "AgentSettings") -> int:

@@ -27,6 +27,10 @@ from agentmesh.agent.types import ChatMessage, ToolSpec
 INTERRUPTED = "error: no result was recorded for this call (the run was interrupted or cancelled)"
 OMITTED_OUTPUT = "[output omitted to fit the context budget]"
 MEMORY_CHARS = 1000
+CONTINUE_INSTRUCTION = (
+    "Your reply above was cut off by the output length limit. Continue it exactly where it stopped: no repetition, "
+    "no preamble, no comment on the interruption."
+)
 SUMMARY_INSTRUCTION = (
     "You have used all {n} tool-using steps allowed for this turn. Do not call any tools. Reply to the user now "
     "with a short summary of what you did, what you found, and what is left to do."

@@ -14,33 +14,43 @@ one task (OpenTelemetry contexts must not hop across async generators).
 Each step is persisted as soon as it happens: the user message before the first model call,
 each assistant message with its tool calls, each tool result as it arrives. A crash mid-turn
 loses nothing already done; `context.repair` fills in results a crash or cancel lost.
+
+What plugs into a turn (deep work, compaction, sub-agents, the memory tools, …) is a capability
+(turn.py): the loop builds a `TurnContext`, asks `capabilities.for_turn` which capabilities apply,
+and calls their hooks at fixed points. The turn's state lives here and nowhere else.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import datetime as dt
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Sequence
 
 import structlog
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
-from agentmesh.agent import compaction, context
-from agentmesh.agent import deep, subagents
+from agentmesh.agent import capabilities, compaction, context, deep, subagents
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
-from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported, ToolRunner, TranscriptStore
+from agentmesh.agent.ports import (
+    BackgroundCommands,
+    LongTermMemory,
+    MemoryHit,
+    NotSupported,
+    ToolRunner,
+    TranscriptStore,
+)
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.tool_calls import ToolCalls
+from agentmesh.agent.turn import Capability, Nudge, Stop, TurnContext, Verdict
 from agentmesh.agent.types import (
-    ApprovalRequestEvent,
-    ApprovalResolvedEvent,
     ChatMessage,
     ModelReply,
     ModelRequest,
@@ -50,9 +60,7 @@ from agentmesh.agent.types import (
     RunStartedEvent,
     StatusEvent,
     ToolCall,
-    ToolCallEvent,
     ToolOutcome,
-    ToolResultEvent,
     ToolSpec,
     Usage,
 )
@@ -61,6 +69,8 @@ from agentmesh.telemetry import Telemetry
 log = get_logger("agentmesh.agent")
 
 _END = object()
+# Finish reasons of a reply cut off by the output token limit (OpenAI, Anthropic).
+CUT_OFF = frozenset({"length", "max_tokens"})
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,11 @@ class TurnRequest:
     # Tools that need approval in this turn on top of the configured ones.
     approval_tools: frozenset[str] = frozenset()
     mode: str = ""  # "" | "default" | "deep" (deep.py)
+    plan: bool = False  # plan mode (plan_mode.py): a person approves the plan before anything runs
+    plan_auto_approve: bool = False  # ... or nobody is asked (scheduled runs)
+    # Token budgets (budget.py); 0: the configured one. They can only tighten the configured ones.
+    token_budget: int = 0
+    session_token_budget: int = 0
     subagent: subagents.SubagentLink | None = None  # set on a sub-agent's turn (subagents.py)
 
 
@@ -93,6 +108,7 @@ class Agent:
         telemetry: Telemetry,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
         sessions: subagents.ChildSessions | None = None,
+        background: BackgroundCommands | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -104,13 +120,16 @@ class Agent:
         self.telemetry = telemetry
         self.clock = clock
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
+        self.background = background  # the tools service's background commands; None: not offered
 
-    def start(self, request: TurnRequest) -> "TurnRun":
-        return TurnRun(self, request)
+    def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
+        """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a
+        sub-agent's turn shares its parent's); by default the turn gets its own."""
+        return TurnRun(self, request, approvals=approvals)
 
 
 class TurnRun:
-    def __init__(self, agent: Agent, request: TurnRequest):
+    def __init__(self, agent: Agent, request: TurnRequest, *, approvals: ApprovalGate | None = None):
         self.agent = agent
         self.request = request
         self.settings = agent.settings
@@ -119,13 +138,24 @@ class TurnRun:
         self.usage = Usage()
         self.iterations = 0
         self.trace_id = ""
+        self.approvals = approvals or ApprovalGate(agent.settings.approval_tools | request.approval_tools,
+                                                   agent.settings.approval_timeout_s)
         self._queue: asyncio.Queue = asyncio.Queue()
         self._task: asyncio.Task | None = None
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
-        self.approvals = ApprovalGate(agent.settings.approval_tools | request.approval_tools,
-                                      agent.settings.approval_timeout_s)
-        self.delegation = subagents.Delegation(self) if subagents.offered(request, agent.settings) else None
+        self._ctx = TurnContext(
+            request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
+            step_budget=self.max_iterations, approvals=self.approvals, emit=self._emit,
+            call_model=self._call_model, persist=self._persist, inject=self._inject,
+            start_child=lambda child: agent.start(child, approvals=self.approvals),
+        )
+        self._capabilities: list[Capability] = capabilities.for_turn(self._ctx)
+        self._tool_owners: dict[str, Capability] = {}
+        self._turn_messages: list[ChatMessage] = []
+        self._tool_calls = ToolCalls(run_id=request.run_id, settings=self.settings, telemetry=agent.telemetry,
+                                     approvals=self.approvals, emit=self._emit, persist=self._persist,
+                                     dispatch=self._dispatch)
 
     # --- the consumer's side ------------------------------------------------------------------
 
@@ -194,14 +224,17 @@ class TurnRun:
                 log.warning("turn failed", code=exc.code, error=exc.message)
                 span.set_status(Status(StatusCode.ERROR, exc.message))
                 span.set_attribute("error.type", exc.code)
+                await self._after_turn("error")
                 self._emit(RunErrorEvent(code=exc.code, message=exc.message))
                 return
             except Exception as exc:  # noqa: BLE001 - a bug must end the turn with a clear event
                 log.exception("turn crashed")
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                await self._after_turn("error")
                 self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
                 return
+            await self._after_turn(stop_reason)
             span.set_attributes({
                 "gen_ai.usage.input_tokens": self.usage.input_tokens,
                 "gen_ai.usage.output_tokens": self.usage.output_tokens,
@@ -223,37 +256,97 @@ class TurnRun:
             return history
 
         history, tool_specs, memories = await asyncio.gather(history_then_user(), self._list_tools(), self._recall())
-        history = await compaction.compact_history(self.agent, req, model=self.model, history=history,
-                                                   usage=self.usage, emit=self._emit)
-        turn: list[ChatMessage] = [user]
-        work = deep.work_for(self, history, tool_specs, memories)  # deep mode: plan, reflection, progress
-        await work.start(turn)
+        for capability in self._capabilities:
+            history = await capability.prepare_history(history)
+        self._ctx.history, self._ctx.tools, self._ctx.memories = history, tool_specs, memories
+        turn = self._turn_messages = [user]
+        for capability in self._capabilities:
+            stop = await capability.before_first_call(turn)
+            if stop is not None:
+                return stop.stop_reason, stop.final_text
         for step in range(1, self.max_iterations + 1):
-            await work.before_step(step, turn)
-            reply = await self._call_model(history, work.view(turn), tool_specs, memories, allow_tools=True)
-            assistant = ChatMessage(role="assistant", content=reply.text, tool_calls=reply.tool_calls, run_id=req.run_id)
+            for capability in self._capabilities:
+                await capability.before_step(step, turn)
+            reply = await self._step_reply(turn)
+            assistant = ChatMessage(role="assistant", content=self._stored_text(reply), tool_calls=reply.tool_calls,
+                                    run_id=req.run_id)
             await self._persist([assistant])
             turn.append(assistant)
+            verdict = await self._verdict(step, reply, turn)
+            if isinstance(verdict, Stop):
+                await self._tool_calls.not_run(reply.tool_calls, verdict.stop_reason, verdict.not_run)
+                return verdict.stop_reason, verdict.final_text or reply.text
             if not reply.tool_calls:
+                if isinstance(verdict, Nudge):
+                    turn.append(ChatMessage(role="system", content=verdict.note))
+                    continue
                 return "completed", reply.text
-            turn.extend(await self._run_tools(reply.tool_calls))
+            turn.extend(await self._tool_calls.run(reply.tool_calls))
         # Out of steps: one last call without tools, so the user gets an answer, not silence.
         self._emit(StatusEvent(f"reached the limit of {self.max_iterations} steps; asking the model for a summary"))
         note = ChatMessage(role="system", content=context.SUMMARY_INSTRUCTION.format(n=self.max_iterations))
-        reply = await self._call_model(history, [*work.view(turn), note], tool_specs, memories, allow_tools=False)
+        reply = await self._call_model(turn, extra=[note], allow_tools=False)
         await self._persist([ChatMessage(role="assistant", content=reply.text, run_id=req.run_id)])
         return "max_iterations", reply.text
+
+    async def _step_reply(self, turn: list[ChatMessage]) -> ModelReply:
+        """One step's reply. A text reply cut off by the output limit is continued — the partial
+        text sent back as the assistant's, with a note to go on — up to `max_continuations`
+        times, and the pieces stitched into one reply."""
+        reply = await self._call_model(turn, allow_tools=True)
+        bound = self.settings.max_continuations
+        pieces, reasoning = [reply.text], [reply.reasoning]
+        while reply.finish_reason in CUT_OFF and not reply.tool_calls and len(pieces) <= bound:
+            self._emit(StatusEvent(f"the reply was cut off by the output limit; continuing it "
+                                   f"({len(pieces)} of at most {bound})"))
+            partial = ChatMessage(role="assistant", content="".join(pieces))
+            note = ChatMessage(role="system", content=context.CONTINUE_INSTRUCTION)
+            reply = await self._call_model(turn, extra=[partial, note], allow_tools=True)
+            pieces.append(reply.text)
+            reasoning.append(reply.reasoning)
+        if len(pieces) == 1:
+            return reply
+        if reply.finish_reason in CUT_OFF and not reply.tool_calls:
+            self._emit(StatusEvent(f"the reply was still cut off after {bound} continuations; keeping what there is"))
+        return dataclasses.replace(reply, text="".join(pieces), reasoning="".join(reasoning))
+
+    def _stored_text(self, reply: ModelReply) -> str:
+        """The reply as stored and sent back: its reasoning only when the settings keep it."""
+        if self.settings.keep_reasoning and reply.reasoning.strip():
+            return f"<think>\n{reply.reasoning.strip()}\n</think>\n{reply.text}"
+        return reply.text
+
+    async def _verdict(self, step: int, reply: ModelReply, turn: list[ChatMessage]) -> Verdict:
+        """Every capability sees the reply; the first Stop wins, else the first Nudge."""
+        nudge: Nudge | None = None
+        for capability in self._capabilities:
+            verdict = await capability.after_reply(step, reply, turn)
+            if isinstance(verdict, Stop):
+                return verdict
+            if isinstance(verdict, Nudge) and nudge is None:
+                nudge = verdict
+        return nudge
+
+    async def _after_turn(self, stop_reason: str) -> None:
+        for capability in self._capabilities:
+            try:
+                await capability.after_turn(stop_reason)
+            except Exception:  # noqa: BLE001 - clean-up must not change how the turn ended
+                log.exception("a capability failed after the turn", capability=type(capability).__name__)
 
     # --- context ------------------------------------------------------------------------------
 
     async def _load_history(self) -> list[ChatMessage]:
         stored = await self.agent.transcripts.load(self.request.session_id)
+        self._ctx.stored = stored
         return context.repair(compaction.model_view(stored, use_summaries=self.settings.compaction))
 
     async def _list_tools(self) -> list[ToolSpec]:
-        own = list(self.agent.memory_tools.specs) if self.agent.memory_tools else []
-        if self.delegation is not None:
-            own.append(self.delegation.spec)
+        own: list[ToolSpec] = []
+        for capability in self._capabilities:
+            for spec in capability.tools():
+                self._tool_owners[spec.name] = capability
+                own.append(spec)
         try:
             remote = await self.agent.tools.list_tools()
             self._remote_catalog_known = True
@@ -261,8 +354,7 @@ class TurnRun:
             log.warning("tool catalog unavailable", error=exc.message)
             self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
             remote = []
-        own_names = {s.name for s in own}
-        specs = [s for s in remote if s.name not in own_names] + own
+        specs = [s for s in remote if s.name not in self._tool_owners] + own
         self._catalog = {s.name: s for s in specs}
         return specs
 
@@ -288,22 +380,28 @@ class TurnRun:
     async def _persist(self, messages: list[ChatMessage]) -> None:
         await self.agent.transcripts.append(self.request.session_id, messages)
 
+    async def _inject(self, messages: list[ChatMessage]) -> None:
+        await self._persist(messages)
+        self._turn_messages.extend(messages)
+
     # --- model calls --------------------------------------------------------------------------
 
-    async def _call_model(
-        self,
-        history: list[ChatMessage],
-        turn: list[ChatMessage],
-        tools: list[ToolSpec],
-        memories: list[MemoryHit],
-        *,
-        allow_tools: bool,
-    ) -> ModelReply:
+    def _view(self, turn: Sequence[ChatMessage]) -> list[ChatMessage]:
+        messages = list(turn)
+        for capability in self._capabilities:
+            messages = capability.view(messages)
+        return messages
+
+    async def _call_model(self, turn: Sequence[ChatMessage], *, extra: Sequence[ChatMessage] = (),
+                          allow_tools: bool = False) -> ModelReply:
         s = self.settings
+        ctx = self._ctx
+        tools, memories = ctx.tools, ctx.memories
         base = self.request.system_prompt or s.system_prompt
         probe = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories)
         kept, current, omitted = context.fit(
-            probe, history, turn, budget_chars=s.context_budget_chars, tool_output_chars=s.tool_output_chars
+            probe, ctx.history, [*self._view(turn), *extra], budget_chars=s.context_budget_chars,
+            tool_output_chars=s.tool_output_chars,
         )
         system = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, omitted=omitted)
         request = ModelRequest(
@@ -319,109 +417,10 @@ class TurnRun:
 
     # --- tool calls ---------------------------------------------------------------------------
 
-    async def _run_tools(self, calls: tuple[ToolCall, ...]) -> list[ChatMessage]:
-        """Run one reply's calls concurrently; results stream out as they finish, are persisted
-        as they finish, and go back to the model in call order."""
-        for call in calls:
-            self._emit(ToolCallEvent(call))
-        limit = asyncio.Semaphore(self.settings.tool_concurrency)
-        cap = self.settings.max_tool_calls
-        tasks = [
-            asyncio.create_task(self._gated(call, limit) if i < cap else self._refuse(call, cap))
-            for i, call in enumerate(calls)
-        ]
-        saved: set[str] = set()
-        try:
-            for finished in asyncio.as_completed(tasks):
-                outcome = await finished
-                self._emit(ToolResultEvent(outcome))
-                await self._persist([outcome.as_message(self.request.run_id)])
-                saved.add(outcome.call_id)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            # Close the step in the transcript: every call gets a result, so the next turn replays cleanly.
-            lost = [
-                ToolOutcome.error(call, "cancelled", "error: the run was cancelled before this call finished")
-                for call, task in zip(calls, tasks)
-                if call.call_id not in saved
-            ]
-            if lost:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(
-                        self._persist([o.as_message(self.request.run_id) for o in lost]), self.settings.memory_timeout_s
-                    )
-            raise
-        return [task.result().as_message(self.request.run_id) for task in tasks]
-
-    async def _gated(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
-        """Run the call, first holding it for a person's decision when the policy says so. The
-        wait holds no concurrency slot, so the reply's other calls run meanwhile."""
-        if self.approvals.needs_approval(call):
-            attributes = {"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.call_id}
-            # A span of its own, so a trace shows the time spent waiting for a person.
-            with self.agent.telemetry.tracer.start_as_current_span(
-                f"await_approval {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
-            ) as span:
-                # No await between the event and wait() registering the call: a decision cannot
-                # arrive before the call is known to be waiting.
-                self._emit(ApprovalRequestEvent(call, self.approvals.timeout_s))
-                log.info("tool call waiting for approval", tool=call.name, call_id=call.call_id)
-                decision = await self.approvals.wait(call)
-                span.set_attributes({"agentmesh.approval.approved": decision.approved,
-                                     "agentmesh.approval.decided_by": decision.decided_by})
-            log.info("tool call decided", tool=call.name, call_id=call.call_id, approved=decision.approved,
-                     decided_by=decision.decided_by)
-            self._emit(ApprovalResolvedEvent(call, decision.approved, decision.note, decision.decided_by))
-            if not decision.approved:
-                return self.approvals.denial(call, decision)
-        return await self._execute(call, limit)
-
-    @staticmethod
-    async def _refuse(call: ToolCall, cap: int) -> ToolOutcome:
-        return ToolOutcome.error(
-            call, "too_many_calls", f"error: not run: at most {cap} tool calls per reply; make fewer calls at a time"
-        )
-
-    async def _execute(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
-        attributes = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.call_id,
-            "gen_ai.tool.type": "function",
-        }
-        async with limit:
-            with self.agent.telemetry.tracer.start_as_current_span(
-                f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
-                record_exception=False, set_status_on_exception=False,
-            ) as span, self.agent.telemetry.metrics.tool_timer(call.name) as timer:
-                started = time.monotonic()
-                try:
-                    outcome = await self._dispatch(call)
-                except asyncio.CancelledError:
-                    span.set_status(Status(StatusCode.ERROR, "cancelled"))
-                    span.set_attribute("error.type", "cancelled")
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a tool must never crash the turn
-                    log.exception("tool call failed inside the agent", tool=call.name)
-                    outcome = ToolOutcome.error(call, "internal", f"error: {call.name} failed inside the agent: {exc}")
-                outcome.call_id, outcome.name = call.call_id, call.name
-                if not outcome.duration_ms:
-                    outcome.duration_ms = (time.monotonic() - started) * 1000
-                if outcome.is_error:
-                    kind = outcome.error_kind or "error"
-                    span.set_status(Status(StatusCode.ERROR, kind))
-                    span.set_attribute("error.type", kind)
-                    timer.outcome = kind if kind in ("timeout", "cancelled") else "error"
-                return outcome
-
     async def _dispatch(self, call: ToolCall) -> ToolOutcome:
-        own = self.agent.memory_tools
-        if own is not None and call.name in own.names:
-            return await own.execute(call, self.request.namespace, self.request.session_id)
-        if self.delegation is not None and call.name == subagents.DELEGATE_TASK:
-            return await self.delegation.run(call)
+        owner = self._tool_owners.get(call.name)
+        if owner is not None:
+            return await owner.execute(call)
         if self._remote_catalog_known and call.name not in self._catalog:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")

@@ -8,6 +8,7 @@ from typing import Any
 from agentmesh.errors import AgentmeshError
 from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported
+from agentmesh.agent.turn import Capability, TurnContext
 from agentmesh.agent.types import ToolCall, ToolOutcome, ToolSpec
 
 MAX_TEXT_CHARS = 8000
@@ -108,3 +109,17 @@ class MemoryTools:
             output=render_hits(hits),
             data={"hits": [{"id": h.id, "text": h.text, "kind": h.kind, "score": h.score} for h in hits]},
         )
+
+
+class MemoryToolsCapability(Capability):
+    """Offers the memory tools in every turn of an agent that has long-term memory."""
+
+    def __init__(self, ctx: TurnContext, tools: MemoryTools):
+        super().__init__(ctx)
+        self._tools = tools
+
+    def tools(self) -> list[ToolSpec]:
+        return list(self._tools.specs)
+
+    async def execute(self, call: ToolCall) -> ToolOutcome:
+        return await self._tools.execute(call, self.ctx.request.namespace, self.ctx.request.session_id)

@@ -13,7 +13,17 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.agent.providers.base import ModelProvider
-from agentmesh.agent.types import ModelReply, ModelRequest, Retrying, StatusEvent, TextChunk, TextDeltaEvent, Usage
+from agentmesh.agent.types import (
+    ModelReply,
+    ModelRequest,
+    ReasoningChunk,
+    ReasoningDeltaEvent,
+    Retrying,
+    StatusEvent,
+    TextChunk,
+    TextDeltaEvent,
+    Usage,
+)
 from agentmesh.telemetry import Telemetry
 
 log = get_logger("agentmesh.agent")
@@ -30,8 +40,8 @@ async def traced_model_call(
     what: str = "model call",
     extra_attributes: dict[str, Any] | None = None,
 ) -> ModelReply:
-    """The reply to `request`. Text streams out as `TextDeltaEvent`s unless `stream_text` is
-    off; each retry becomes a span event and a `StatusEvent` naming `what` failed."""
+    """The reply to `request`. Text streams out as `TextDeltaEvent`s (reasoning as
+    `ReasoningDeltaEvent`s) unless `stream_text` is off; each retry becomes a span event and a `StatusEvent` naming `what` failed."""
     name = provider.name
     attributes = {
         "gen_ai.operation.name": "chat",
@@ -54,6 +64,9 @@ async def traced_model_call(
                 if isinstance(item, TextChunk):
                     if stream_text:
                         emit(TextDeltaEvent(item.text))
+                elif isinstance(item, ReasoningChunk):
+                    if stream_text:  # reasoning has its own event kind, never text_delta
+                        emit(ReasoningDeltaEvent(item.text))
                 elif isinstance(item, Retrying):
                     span.add_event("retry", {"attempt": item.attempt, "reason": item.reason, "delay_s": item.delay_s})
                     log.info(f"{what} retrying", attempt=item.attempt, reason=item.reason, delay_s=round(item.delay_s, 3))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from agentmesh.errors import AgentmeshError
-from agentmesh.agent.types import ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOutcome, ToolSpec
 
 
 class NotSupported(AgentmeshError):
@@ -53,4 +53,16 @@ class LongTermMemory(Protocol):
 
     async def search(self, namespace: str, query: str, k: int) -> list[MemoryHit]:
         """Top-k memories for `query`, best first; raises NotSupported or another AgentmeshError."""
+        ...
+
+
+class BackgroundCommands(Protocol):
+    """The tools service's background commands (background_run), seen from the agent."""
+
+    async def take_finished(self, session_id: str) -> list[BackgroundDone]:
+        """Commands that ended since the last ask, each handed over once; raises an AgentmeshError."""
+        ...
+
+    async def stop(self, session_id: str) -> int:
+        """Stop every running background command of the session; raises an AgentmeshError."""
         ...

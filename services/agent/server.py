@@ -17,7 +17,13 @@ from agentmesh.modes import validate_mode
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.agent.adapters import GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts, outcome_to_proto
+from agentmesh.agent.adapters import (
+    GrpcBackgroundCommands,
+    GrpcLongTermMemory,
+    GrpcToolRunner,
+    GrpcTranscripts,
+    outcome_to_proto,
+)
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
@@ -39,6 +45,14 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
             session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id))
     if isinstance(event, t.TextDeltaEvent):
         return common_pb2.Event(**base, text_delta=common_pb2.TextDelta(text=event.text))
+    if isinstance(event, t.ReasoningDeltaEvent):
+        return common_pb2.Event(**base, reasoning_delta=common_pb2.ReasoningDelta(text=event.text))
+    if isinstance(event, t.TaskUpdateEvent):
+        return common_pb2.Event(**base, task_update=task_board_to_proto(event.tasks))
+    if isinstance(event, t.BackgroundResultEvent):
+        d = event.done
+        return common_pb2.Event(**base, background_result=common_pb2.BackgroundResult(
+            id=d.id, command=d.command, status=d.status, seconds=d.seconds, result=outcome_to_proto(d.result)))
     if isinstance(event, t.ToolCallEvent):
         c = event.call
         return common_pb2.Event(**base, tool_call=common_pb2.ToolCallStarted(
@@ -66,6 +80,14 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
     raise TypeError(f"unknown run event {event!r}")
 
 
+def task_board_to_proto(tasks) -> common_pb2.TaskBoard:
+    return common_pb2.TaskBoard(tasks=[
+        common_pb2.Task(id=k.id, subject=k.subject, description=k.description, status=k.status, owner=k.owner,
+                        blocked_by=list(k.blocked_by), blocked=k.blocked)
+        for k in tasks
+    ])
+
+
 class AgentServicer(agent_pb2_grpc.AgentServicer):
     def __init__(self, agent: Agent, settings: AgentSettings):
         self._agent = agent
@@ -90,6 +112,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         if len(options.system_prompt) > MAX_MESSAGE_CHARS:
             raise InvalidArgument(f"options.system_prompt is longer than {MAX_MESSAGE_CHARS} characters")
         validate_approval_tools(options.approval_tools)
+        validate_budgets(options)
         mode = validate_mode(options.mode)
         return TurnRequest(
             session_id=request.session_id,
@@ -101,6 +124,10 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             system_prompt=options.system_prompt,
             approval_tools=frozenset(options.approval_tools),
             mode=mode,
+            token_budget=options.token_budget,
+            session_token_budget=options.session_token_budget,
+            plan=options.plan or options.plan_auto_approve,
+            plan_auto_approve=options.plan_auto_approve,
         )
 
     @translate_errors
@@ -147,6 +174,12 @@ def validate_approval_tools(names) -> None:
             )
 
 
+def validate_budgets(options) -> None:
+    for name in ("token_budget", "session_token_budget"):
+        if getattr(options, name) < 0:
+            raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
+
+
 class MemoryChildSessions:
     """Sub-agents' sessions in the memory service, so their transcripts are stored and listed
     like any other (`agentmesh sessions show <child id>`); labels point back to the parent."""
@@ -188,6 +221,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         model=_model_name(settings),
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
+        background=GrpcBackgroundCommands(tools_channel, tools_target),
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)

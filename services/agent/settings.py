@@ -73,6 +73,32 @@ class AgentSettings:
     # Newest whole turns kept verbatim after compacting, in characters; 0: 1/4 of the budget.
     compact_keep_chars: int = 0
 
+    # A loop that finishes well (guards.py, budget.py; docs/agent.md). 0 switches each off.
+    # A reply cut off by the output limit (finish_reason "length") is continued up to this many times.
+    max_continuations: int = 3
+    # This many steps before the step budget ends, the model is told to wrap up.
+    wrap_up_steps: int = 2
+    # In what is sent each step, this turn's tool results older than the newest N become a one-line placeholder.
+    keep_tool_results: int = 8
+    # The same tool call (same arguments) this many times in a row, or an A-B-A-B cycle, is a loop.
+    repeat_limit: int = 3
+    # Token budgets (input + output, sub-agents included) per turn and per session; 0: none.
+    turn_token_budget: int = 0
+    session_token_budget: int = 0
+    # Share of a budget at which a status event warns and the model is told to wrap up.
+    budget_warn_at: float = 0.8
+    # Reasoning a model emits (reasoning_content, <think>): False keeps it out of what is stored
+    # and sent back; True stores it with the reply, as <think>…</think> before the text.
+    keep_reasoning: bool = False
+    # Offer the `think` tool (thinking.py): a scratchpad with no effects.
+    think_tool: bool = True
+    # Modes whose turns get the task board (task_create/update/get/list; task_tools.py).
+    task_modes: frozenset[str] = frozenset({"deep"})
+    # Plan mode: revisions after a denial before the turn ends with stop_reason "plan_rejected".
+    plan_revisions: int = 3
+    # Deep work: nudges to go on after a text-only reply while tasks are still open.
+    deep_nudges: int = 2
+
     @property
     def compaction_threshold_chars(self) -> int:
         return self.compact_at_chars or self.context_budget_chars * 3 // 4
@@ -115,6 +141,18 @@ class AgentSettings:
             compaction=env_bool(env, p + "COMPACTION", cls.compaction),
             compact_at_chars=env_int(env, p + "COMPACT_AT_CHARS", cls.compact_at_chars, minimum=0),
             compact_keep_chars=env_int(env, p + "COMPACT_KEEP_CHARS", cls.compact_keep_chars, minimum=0),
+            max_continuations=env_int(env, p + "MAX_CONTINUATIONS", cls.max_continuations, minimum=0),
+            wrap_up_steps=env_int(env, p + "WRAP_UP_STEPS", cls.wrap_up_steps, minimum=0),
+            keep_tool_results=env_int(env, p + "KEEP_TOOL_RESULTS", cls.keep_tool_results, minimum=0),
+            repeat_limit=env_int(env, p + "REPEAT_LIMIT", cls.repeat_limit, minimum=0),
+            turn_token_budget=env_int(env, p + "TURN_TOKEN_BUDGET", cls.turn_token_budget, minimum=0),
+            session_token_budget=env_int(env, p + "SESSION_TOKEN_BUDGET", cls.session_token_budget, minimum=0),
+            budget_warn_at=env_float(env, p + "BUDGET_WARN_AT", cls.budget_warn_at, minimum=0.0),
+            keep_reasoning=env_bool(env, p + "KEEP_REASONING", cls.keep_reasoning),
+            think_tool=env_bool(env, p + "THINK_TOOL", cls.think_tool),
+            task_modes=parse_tool_names(env_str(env, p + "TASK_MODES", "deep")),
+            plan_revisions=env_int(env, p + "PLAN_REVISIONS", cls.plan_revisions, minimum=0),
+            deep_nudges=env_int(env, p + "DEEP_NUDGES", cls.deep_nudges, minimum=0),
         )
 
 

@@ -31,8 +31,11 @@ from agentmesh.errors import AgentmeshError
 from agentmesh.ids import new_id
 from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
+from agentmesh.agent import budget
 from agentmesh.agent.context import clip
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.tasks import PENDING, BoardError
+from agentmesh.agent.turn import Capability, TurnContext
 from agentmesh.agent.types import (
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
@@ -50,6 +53,7 @@ from agentmesh.agent.types import (
 
 if TYPE_CHECKING:  # the loop imports this module; only type names flow back
     from agentmesh.agent.loop import TurnRequest, TurnRun
+    from agentmesh.agent.task_tools import TaskBoard
 
 log = get_logger("agentmesh.agent")
 
@@ -86,8 +90,16 @@ class ChildSessions(Protocol):
         ...
 
 
-def delegate_spec(settings: AgentSettings) -> ToolSpec:
-    return ToolSpec(
+TASK_ID_PROPERTY = {
+    "type": "integer",
+    "minimum": 1,
+    "description": "Optional: the number of a task on your task board that this sub-agent takes on. It is marked "
+                   "in_progress for the sub-agent, done when it finishes, and pending again if it does not.",
+}
+
+
+def delegate_spec(settings: AgentSettings, *, with_tasks: bool = False) -> ToolSpec:
+    spec = ToolSpec(
         name=DELEGATE_TASK,
         description=(
             "Hand a self-contained task to a sub-agent that works on it with the same tools and workspace and "
@@ -121,6 +133,9 @@ def delegate_spec(settings: AgentSettings) -> ToolSpec:
             "additionalProperties": False,
         },
     )
+    if with_tasks:
+        spec.parameters["properties"]["task_id"] = TASK_ID_PROPERTY
+    return spec
 
 
 def depth_of(request: "TurnRequest") -> int:
@@ -161,24 +176,35 @@ def child_session_id(parent_session_id: str, run_id: str, call_id: str) -> str:
     return f"{base}{_SUFFIX}{digest}"
 
 
+def child_budget(parent: TurnContext) -> int:
+    """A child may spend what is left of its parent's turn budget (0: the parent has none). Its
+    usage is added to the parent's when it ends, so the parent's budgets see it."""
+    limit = budget.turn_limit(parent)
+    return max(limit - parent.usage.total_tokens, 1) if limit else 0
+
+
 def short(text: str, limit: int = LABEL_CHARS) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
-class Delegation:
+class Delegation(Capability):
     """One per parent turn that may delegate: runs each `delegate_task` call as a child turn."""
 
-    def __init__(self, parent: "TurnRun"):
-        self.parent = parent
-        self.settings: AgentSettings = parent.settings
-        self.spec = delegate_spec(self.settings)
+    def __init__(self, ctx: TurnContext, board: "TaskBoard | None" = None):
+        super().__init__(ctx)
+        self.settings: AgentSettings = ctx.settings
+        self.board = board  # the turn's task board: a sub-agent can be handed one of its tasks
+        self.spec = delegate_spec(self.settings, with_tasks=board is not None)
         self.schema = ArgumentsSchema(self.spec.name, self.spec.parameters)
         self.started = 0
 
-    async def run(self, call: ToolCall) -> ToolOutcome:
+    def tools(self) -> list[ToolSpec]:
+        return [self.spec]
+
+    async def execute(self, call: ToolCall) -> ToolOutcome:
         try:
-            task, instructions, steps = self._arguments(call)
+            task, instructions, steps, task_id = self._arguments(call)
         except ValueError as exc:
             return ToolOutcome.error(call, "invalid_arguments", f"error: {exc}")
         cap = self.settings.max_subagents
@@ -187,9 +213,35 @@ class Delegation:
                 call, "too_many_subagents",
                 f"error: not run: this turn already started its limit of {cap} sub-agents; do the rest yourself",
             )
-        self.started += 1  # before any await: concurrent calls of one reply each get their own number
-        index = self.started
-        parent = self.parent
+        index = self.started + 1
+        if task_id and self.board is not None:
+            try:  # before any await, so two calls cannot claim one task
+                state = self.board.board.get(task_id).status
+                if state != PENDING:
+                    raise BoardError(f"it is {state}: hand a sub-agent a pending task")
+                self.board.board.update(task_id, status="in_progress", owner=f"sub-agent {index}")
+            except BoardError as exc:
+                return ToolOutcome.error(call, "task_refused", f"error: {call.name}: task #{task_id}: {exc}")
+        self.started = index  # before any await: concurrent calls of one reply each get their own number
+        if task_id and self.board is not None:
+            await self.board.save()
+        outcome = await self._delegate(call, task, instructions, steps, index)
+        if task_id and self.board is not None:
+            outcome.output += await self._report(task_id, outcome)
+        return outcome
+
+    async def _report(self, task_id: int, outcome: ToolOutcome) -> str:
+        """The handed task's new state: done when the sub-agent answered, pending again when not."""
+        assert self.board is not None
+        done = not outcome.is_error
+        self.board.board.update(task_id, status="done" if done else "pending", owner="")
+        await self.board.save()
+        if done:
+            return f"\n[task #{task_id} marked done]"
+        return f"\n[task #{task_id} is pending again: the sub-agent did not finish it]"
+
+    async def _delegate(self, call: ToolCall, task: str, instructions: str, steps: int, index: int) -> ToolOutcome:
+        parent = self.ctx
         preq = parent.request
         child_id = child_session_id(preq.session_id, preq.run_id, call.call_id)
         label = f"sub-agent {index} ({short(task)})"
@@ -203,6 +255,8 @@ class Delegation:
         request = dataclasses.replace(
             preq, session_id=child_id, run_id=new_id("run"), message=task, max_iterations=steps,
             model=parent.model, system_prompt=prompt, mode="", subagent=link,
+            token_budget=child_budget(parent), session_token_budget=0,
+            plan=False, plan_auto_approve=False,  # the parent's plan was approved already
         )
         sessions = parent.agent.sessions
         if sessions is not None:
@@ -213,10 +267,9 @@ class Delegation:
                 return ToolOutcome.error(call, "subagent_failed",
                                          f"error: {label} could not start: its session was not created ({exc.message})")
         log.info("sub-agent started", child_session_id=child_id, index=index, depth=link.depth)
-        child = parent.agent.start(request)
         # One gate for the whole tree: a child's held call is announced on the parent's stream and
         # the decision (Gateway.Approve -> parent.decide) reaches the child through it.
-        child.approvals = parent.approvals
+        child = parent.start_child(request)
         return await self._follow(call, child, link, steps)
 
     async def _follow(self, call: ToolCall, child: "TurnRun", link: SubagentLink, steps: int) -> ToolOutcome:
@@ -233,11 +286,11 @@ class Delegation:
                         failed = event
                     self._relay(label, child, event)
         except TimeoutError:
-            self.parent._emit(StatusEvent(f"{label}: stopped after {timeout:g} s"))
+            self.ctx.emit(StatusEvent(f"{label}: stopped after {timeout:g} s"))
             return ToolOutcome.error(call, "timeout", f"error: {label} did not finish within {timeout:g} s and was stopped")
         finally:
             # The child's model calls are part of this turn's cost, whatever became of the child.
-            self.parent.usage.add(child.usage)
+            self.ctx.usage.add(child.usage)
         data = {"session_id": child.request.session_id, "iterations": child.iterations,
                 "input_tokens": child.usage.input_tokens, "output_tokens": child.usage.output_tokens}
         if failed is not None or finished is None:
@@ -257,7 +310,7 @@ class Delegation:
 
     def _relay(self, label: str, child: "TurnRun", event: RunEvent) -> None:
         """The child's progress as the parent's status events; approvals pass through as they are."""
-        emit = self.parent._emit
+        emit = self.ctx.emit
         if isinstance(event, (ApprovalRequestEvent, ApprovalResolvedEvent)):
             emit(event)
         elif isinstance(event, RunStartedEvent):
@@ -273,9 +326,10 @@ class Delegation:
         elif isinstance(event, RunErrorEvent):
             emit(StatusEvent(f"{label}: failed ({event.code}: {event.message})"))
 
-    def _arguments(self, call: ToolCall) -> tuple[str, str, int]:
+    def _arguments(self, call: ToolCall) -> tuple[str, str, int, int]:
         args = self.schema.parse(call.arguments_json)
         task = args["task"].strip()
         if not task:
             raise ValueError(f"{call.name}: 'task' is empty: say what the sub-agent should do and return")
-        return task, (args.get("instructions") or "").strip(), args.get("max_iterations") or self.settings.subagent_max_iterations
+        steps = args.get("max_iterations") or self.settings.subagent_max_iterations
+        return task, (args.get("instructions") or "").strip(), steps, args.get("task_id", 0)

@@ -100,6 +100,14 @@ class TextChunk:
 
 
 @dataclass(frozen=True)
+class ReasoningChunk:
+    """Part of the model's reasoning (`reasoning_content`, or `<think>` in the content): streamed
+    as its own event, never part of the answer's text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Retrying:
     """The provider is about to retry a call that failed before any byte of the answer."""
 
@@ -118,9 +126,10 @@ class ModelReply:
     usage: Usage
     model: str = ""  # the model the server says answered, when it says
     finish_reason: str = ""
+    reasoning: str = ""  # what the model reasoned before answering (not part of `text`)
 
 
-ModelEvent = TextChunk | Retrying | ModelReply
+ModelEvent = TextChunk | ReasoningChunk | Retrying | ModelReply
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,11 @@ class RunStartedEvent:
 
 @dataclass(frozen=True)
 class TextDeltaEvent:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDeltaEvent:
     text: str
 
 
@@ -179,12 +193,46 @@ class StatusEvent:
 
 
 @dataclass(frozen=True)
+class TaskSnapshot:
+    id: int
+    subject: str
+    description: str
+    status: str  # "pending" | "in_progress" | "done" | "cancelled"
+    owner: str
+    blocked_by: tuple[int, ...]
+    blocked: bool  # waits for a task that is not done
+
+
+@dataclass(frozen=True)
+class TaskUpdateEvent:
+    """The session's whole task board, after a change."""
+
+    tasks: tuple[TaskSnapshot, ...]
+
+
+@dataclass(frozen=True)
+class BackgroundDone:
+    """A background command (background_run) that ended: ran to its end, past its lifetime, or was stopped."""
+
+    id: str
+    command: str
+    status: str  # "finished" | "stopped"
+    result: ToolOutcome
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BackgroundResultEvent:
+    done: BackgroundDone
+
+
+@dataclass(frozen=True)
 class RunFinishedEvent:
     usage: Usage
     iterations: int
     final_text: str
     trace_id: str
-    stop_reason: str  # "completed" | "max_iterations" | "cancelled"
+    stop_reason: str  # "completed" | "max_iterations" | "cancelled" | "loop" | "budget"
 
 
 @dataclass(frozen=True)
@@ -195,5 +243,5 @@ class RunErrorEvent:
 
 RunEvent = (
     RunStartedEvent | TextDeltaEvent | ToolCallEvent | ToolResultEvent | StatusEvent | RunFinishedEvent | RunErrorEvent
-    | ApprovalRequestEvent | ApprovalResolvedEvent
+    | ApprovalRequestEvent | ApprovalResolvedEvent | ReasoningDeltaEvent | TaskUpdateEvent | BackgroundResultEvent
 )

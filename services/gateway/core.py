@@ -138,6 +138,9 @@ class Gateway:
         if len(request.options.model) > 200:
             raise InvalidArgument("options.model is longer than 200 characters")
         validate_mode(request.options.mode)
+        for name in ("token_budget", "session_token_budget"):
+            if getattr(request.options, name) < 0:
+                raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
 
     async def chat(self, request: gateway_pb2.ChatRequest) -> AsyncIterator[common_pb2.Event]:
         """Run one turn. Refusals happen before the first event; the stream ends with

@@ -25,7 +25,9 @@ from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 
 ROLES = ("system", "user", "assistant", "tool")
-MESSAGE_KINDS = ("", "summary")
+# The agent's bookkeeping, never shown to the model: "usage", a turn's token count for session
+# budgets (budget.py); "tasks", the session's task board after a change (task_tools.py).
+MESSAGE_KINDS = ("", "summary", "usage", "tasks")
 MAX_TITLE_CHARS = 500
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256

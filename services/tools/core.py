@@ -17,6 +17,7 @@ import structlog
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
+from agentmesh.tools.background import BackgroundCommands
 from agentmesh.tools.catalog import CallContext, Tool, ToolProvider, ToolSpec
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces
@@ -28,7 +29,9 @@ MAX_CALL_ID_CHARS = 256
 
 
 class ToolService:
-    def __init__(self, providers: Iterable[ToolProvider], workspaces: Workspaces, max_arguments_bytes: int):
+    def __init__(self, providers: Iterable[ToolProvider], workspaces: Workspaces, max_arguments_bytes: int,
+                 background: BackgroundCommands | None = None):
+        self.background = background
         self._tools: dict[str, Tool] = {}
         for provider in providers:
             for tool in provider.tools():
@@ -78,6 +81,16 @@ class ToolService:
             # Permission problems, full disks and the like: the model may be able to work around them.
             return ToolOutcome(output=f"{name} failed: {exc.strerror or exc}", is_error=True, error_kind="os_error")
 
+    def background_results(self, session_id: str):
+        validate_id(session_id, "session_id")
+        return self.background.take_finished(session_id) if self.background else ([], 0)
+
+    async def stop_background(self, session_id: str) -> int:
+        validate_id(session_id, "session_id")
+        return await self.background.stop_session(session_id) if self.background else 0
+
     async def delete_workspace(self, session_id: str) -> bool:
         validate_id(session_id, "session_id")
+        if self.background is not None:  # nothing of the session may outlive it
+            await self.background.forget_session(session_id)
         return await asyncio.to_thread(self._workspaces.delete, session_id)

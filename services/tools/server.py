@@ -10,6 +10,7 @@ from agentmesh.logs import get_logger
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
+from agentmesh.tools.background import BackgroundCommands
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
@@ -73,6 +74,19 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         return tools_pb2.ExecuteResponse(result=to_proto(request.call_id, request.name, outcome))
 
     @translate_errors
+    async def BackgroundResults(self, request, context):
+        finished, running = self._core.background_results(request.session_id)
+        return tools_pb2.BackgroundResultsResponse(running=running, finished=[
+            tools_pb2.BackgroundCommand(id=c.id, command=c.command, status=c.status, started_at=c.started_at,
+                                        finished_at=c.finished_at, result=to_proto(c.id, "background_run", c.outcome))
+            for c in finished if c.outcome is not None
+        ])
+
+    @translate_errors
+    async def StopBackground(self, request, context):
+        return tools_pb2.StopBackgroundResponse(stopped=await self._core.stop_background(request.session_id))
+
+    @translate_errors
     async def DeleteWorkspace(self, request, context):
         return tools_pb2.DeleteWorkspaceResponse(deleted=await self._core.delete_workspace(request.session_id))
 
@@ -116,13 +130,18 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
 
 
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
+    background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
+                                    max_lifetime_s=settings.background_max_s, network=settings.command_network)
     providers = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
         FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes)),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]
-    return ToolService(providers, workspaces, settings.max_arguments_bytes)
+    if settings.background_per_session:
+        providers.append(background)
+    return ToolService(providers, workspaces, settings.max_arguments_bytes,
+                       background=background if settings.background_per_session else None)
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
@@ -145,5 +164,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
                            WorkspaceQuota(tools_settings.workspace_quota_bytes))
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files), "agentmesh.v1.Tools")
+    if core.background is not None:
+        host.on_stop(core.background.close)  # before the executor: stop what still runs
     host.on_stop(executor.close)
     return host

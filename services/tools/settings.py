@@ -88,6 +88,9 @@ class ToolsSettings:
     # Sandboxes running at once in this replica; further calls wait their turn (inside their timeout budget).
     max_concurrent_sandboxes: int = 32
     max_file_read_bytes: int = 256 * 1024
+    # Background commands (background.py): running at once per session, and the longest any may live.
+    background_per_session: int = 4
+    background_max_s: float = 1800.0
     # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
     workspace_quota_bytes: int = 1024 * MIB
     # The workspace as people see it (web console): how much of one file a view returns, and the
@@ -147,6 +150,9 @@ class ToolsSettings:
             host_uid=env_int(env, "AGENTMESH_SANDBOX_HOST_UID", cls.host_uid, minimum=1),
             max_concurrent_sandboxes=env_int(env, "AGENTMESH_SANDBOX_MAX_CONCURRENT", cls.max_concurrent_sandboxes, minimum=1),
             host_gid=env_int(env, "AGENTMESH_SANDBOX_HOST_GID", cls.host_gid, minimum=1),
+            background_per_session=env_int(env, "AGENTMESH_TOOLS_BACKGROUND_PER_SESSION", cls.background_per_session,
+                                           minimum=0),
+            background_max_s=env_float(env, "AGENTMESH_TOOLS_BACKGROUND_MAX_S", cls.background_max_s, minimum=1),
             workspace_quota_bytes=env_int(env, "AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", cls.workspace_quota_bytes // MIB, minimum=1) * MIB,
             max_view_bytes=env_int(env, "AGENTMESH_TOOLS_MAX_VIEW_BYTES", cls.max_view_bytes, minimum=1024),
             max_upload_bytes=env_int(env, "AGENTMESH_TOOLS_MAX_UPLOAD_BYTES", cls.max_upload_bytes, minimum=1024),

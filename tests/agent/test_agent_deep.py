@@ -53,8 +53,9 @@ async def test_plan_first_reflection_on_schedule_and_the_step_budget(http, telem
 
     transcripts = FakeTranscripts()
     with ScriptedLLMServer(default=model) as llm:
+        # Without the task board (TASK_MODES empty): the plan stays free text (see test_agent_tasks for the board).
         agent = make_agent(http, llm, FakeTools({"echo": echo}), transcripts, telemetry,
-                           deep_max_iterations=5, deep_reflect_every=2)
+                           deep_max_iterations=5, deep_reflect_every=2, task_modes=frozenset())
         events = await collect(agent.start(TurnRequest("s1", "r1", "do deep work", mode="deep")))
         requests = list(llm.requests)
 
@@ -109,7 +110,7 @@ async def test_deep_mode_offers_sub_agents_and_finishes_early_when_done(http, te
         return reply("Answer based on: the research result")
 
     with ScriptedLLMServer(default=model) as llm:
-        agent = make_agent(http, llm, FakeTools({}), FakeTranscripts(), telemetry)
+        agent = make_agent(http, llm, FakeTools({}), FakeTranscripts(), telemetry, task_modes=frozenset())
         events = await collect(agent.start(TurnRequest("s1", "r1", "research and answer", mode="deep")))
         child_requests = [r for r in llm.requests if "You are a sub-agent" in r.messages[0]["content"]]
 
@@ -164,7 +165,8 @@ async def test_the_agent_service_refuses_an_unknown_mode_and_runs_deep(tmp_path)
         return reply("deep answer")
 
     with ScriptedLLMServer(default=model) as llm:
-        async with Stack(tmp_path / "home", llm_base_url=llm.base_url, services=SERVICES) as stack:
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url, services=SERVICES,
+                         env={"AGENTMESH_AGENT_TASK_MODES": "none"}) as stack:  # the free-text plan
             await open_session(stack, "deep-wire")
             bad = agent_pb2.RunTurnRequest(session_id="deep-wire", message="hi",
                                            options=gateway_pb2.ChatOptions(mode="fast"))

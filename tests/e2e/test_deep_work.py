@@ -55,7 +55,8 @@ async def test_an_unknown_mode_is_refused_before_anything_happens(stack, llm):
 async def test_a_deep_turn_delegates_through_all_five_services(tmp_path):
     home = tmp_path / "home"
     with ScriptedLLMServer(default=model) as llm:
-        stack = Stack(home, llm_base_url=llm.base_url)
+        # The free-text plan (no task board), so the scripted model need not keep a board.
+        stack = Stack(home, llm_base_url=llm.base_url, env={"AGENTMESH_AGENT_TASK_MODES": "none"})
         await stack.start()
         try:
             gateway = stack.gateway_stub()
@@ -118,11 +119,18 @@ async def test_a_deep_turn_delegates_through_all_five_services(tmp_path):
 async def test_cli_chat_mode_deep(stack, llm):
     from tests.e2e.test_auth_and_cli import run_cli
 
-    llm.add(reply("1. answer"), reply("deep via the CLI"))
+    # The plan's one item becomes task #1 on the board; the model marks it done, then answers.
+    llm.add(reply("1. answer"), reply("", tool_call("task_update", {"id": 1, "status": "done"})),
+            reply("deep via the CLI"))
     code, out, err = await run_cli(stack, "chat", "think hard", "--session", "cli-deep", "--mode", "deep", "--json")
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]
-    assert events[-1]["type"] == "run_finished" and events[-1]["iterations"] == 2
+    assert events[-1]["type"] == "run_finished" and events[-1]["iterations"] == 3
+    boards = [e["tasks"] for e in events if e["type"] == "task_update"]
+    assert [[(t["id"], t["status"]) for t in b] for b in boards] == [[(1, "pending")], [(1, "done")]]
+    code, out, err = await run_cli(stack, "tasks", "cli-deep")
+    assert code == 0, err
+    assert out.splitlines() == ["[x] #1 answer — done", "1 task: 1 done"]
     assert "step 1 of 50" in [e.get("message") for e in events if e["type"] == "status"]
     assert "numbered plan" in llm.requests[0].messages[-1]["content"]
     code, out, _ = await run_cli(stack, "sessions", "show", "cli-deep")

@@ -54,7 +54,9 @@ async def test_a_triggered_run_goes_through_the_gateway(tmp_path):
 async def test_a_job_runs_in_its_mode_and_a_bad_mode_is_refused(tmp_path):
     with ScriptedLLMServer() as llm:
         llm.add(reply("1. Read the logs\n2. Summarise them"), reply("Logs are clean."))
-        async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
+        # The free-text plan (no task board), so the two scripted replies are the whole turn.
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url,
+                         env={"AGENTMESH_AGENT_TASK_MODES": "none"}) as stack:
             scheduler = stack.scheduler_stub()
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(

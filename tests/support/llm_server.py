@@ -33,7 +33,10 @@ Endpoints (any prefix; `base_url` ends in /v1):
 
 Steps (consumed one per request, in arrival order; thread-safe):
     reply(text="", *tool_calls, usage=(input, output), chunk_chars=4, interleave=False,
-          delay_s=0, pause_after_chunks=None, pause_s=0, drop_after_chunks=None, model=None)
+          delay_s=0, pause_after_chunks=None, pause_s=0, drop_after_chunks=None, model=None,
+          finish_reason=None, reasoning="")
+        `finish_reason` overrides the natural one (`"length"`: a reply cut off by the output
+        limit); `reasoning` streams as OpenAI `reasoning_content` deltas before the text.
         `delay_s` waits before the response head (for read-timeout tests);
         `pause_after_chunks`/`pause_s` stall mid-stream; `drop_after_chunks` closes the
         connection mid-stream (chunked encoding left incomplete); `as_json=True` answers with
@@ -89,6 +92,8 @@ class Reply:
     drop_after_chunks: int | None = None
     model: str | None = None
     as_json: bool = False  # answer with one JSON completion even when streaming was asked for
+    finish_reason: str | None = None  # e.g. "length" (OpenAI) / "max_tokens" (Anthropic); None: the natural one
+    reasoning: str = ""  # OpenAI: streamed as `reasoning_content` deltas before the text
 
 
 @dataclass(frozen=True)
@@ -367,6 +372,7 @@ class ScriptedLLMServer:
                     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
                 out = [chunk({"role": "assistant", "content": ""})]
+                out += [chunk({"reasoning_content": piece}) for piece in _pieces(step.reasoning, step.chunk_chars)]
                 out += [chunk({"content": piece}) for piece in _pieces(step.text, step.chunk_chars)]
                 per_call: list[list[bytes]] = []
                 for index, call in enumerate(step.tool_calls):
@@ -382,7 +388,7 @@ class ScriptedLLMServer:
                     out += [p[i] for i in range(longest) for p in per_call if i < len(p)]
                 else:
                     out += [c for p in per_call for c in p]
-                out.append(chunk({}, "tool_calls" if step.tool_calls else "stop"))
+                out.append(chunk({}, step.finish_reason or ("tool_calls" if step.tool_calls else "stop")))
                 if include_usage:
                     prompt, completion = step.usage
                     usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
@@ -403,7 +409,7 @@ class ScriptedLLMServer:
                 return {
                     "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "model": model,
                     "choices": [{"index": 0, "message": message,
-                                 "finish_reason": "tool_calls" if step.tool_calls else "stop"}],
+                                 "finish_reason": step.finish_reason or ("tool_calls" if step.tool_calls else "stop")}],
                     "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
                 }
 
@@ -439,7 +445,8 @@ class ScriptedLLMServer:
                     out.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
                     index += 1
                 out.append(event("message_delta", {"type": "message_delta",
-                                                   "delta": {"stop_reason": "tool_use" if step.tool_calls else "end_turn",
+                                                   "delta": {"stop_reason": step.finish_reason or (
+                                                       "tool_use" if step.tool_calls else "end_turn"),
                                                              "stop_sequence": None},
                                                    "usage": {"output_tokens": completion}}))
                 out.append(event("message_stop", {"type": "message_stop"}))

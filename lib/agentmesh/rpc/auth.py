@@ -76,6 +76,10 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListWorkspace": _allow("gateway"),
         "ReadWorkspaceFile": _allow("gateway"),
         "WriteWorkspaceFile": _allow("gateway"),
+        # The agent collects a session's ended background commands before each step, and stops
+        # them when a turn is cancelled.
+        "BackgroundResults": _allow("agent"),
+        "StopBackground": _allow("agent"),
     },
     "memory": {
         # Sessions and transcripts: the gateway reads and deletes, the agent writes.

@@ -29,6 +29,7 @@ from agentmesh.agent.types import (
     ModelEvent,
     ModelReply,
     ModelRequest,
+    ReasoningChunk,
     TextChunk,
     ToolCall,
     ToolSpec,
@@ -103,13 +104,14 @@ def anthropic_body(request: ModelRequest) -> dict[str, Any]:
 class AnthropicStreamAssembler:
     def __init__(self) -> None:
         self._text: list[str] = []
+        self._reasoning: list[str] = []
         self._blocks: dict[int, dict[str, Any]] = {}
         self._usage = Usage()
         self.model = ""
         self.stop_reason = ""
         self.done = False
 
-    def feed(self, event: str, data: dict[str, Any]) -> list[TextChunk]:
+    def feed(self, event: str, data: dict[str, Any]) -> list[TextChunk | ReasoningChunk]:
         kind = data.get("type", event)
         if kind == "message_start":
             message = data.get("message") or {}
@@ -134,6 +136,9 @@ class AnthropicStreamAssembler:
             if delta.get("type") == "text_delta" and delta.get("text"):
                 self._text.append(delta["text"])
                 return [TextChunk(delta["text"])]
+            if delta.get("type") == "thinking_delta" and delta.get("thinking"):  # extended thinking
+                self._reasoning.append(delta["thinking"])
+                return [ReasoningChunk(delta["thinking"])]
             if delta.get("type") == "input_json_delta":
                 slot["json"].append(delta.get("partial_json", ""))
         elif kind == "message_delta":
@@ -156,6 +161,7 @@ class AnthropicStreamAssembler:
         return ModelReply(
             text="".join(self._text), tool_calls=calls, usage=self._usage, model=self.model,
             finish_reason=self.stop_reason or ("tool_use" if calls else "end_turn"),
+            reasoning="".join(self._reasoning),
         )
 
 

@@ -25,11 +25,13 @@ from agentmesh.agent.providers.base import (
     check_stream_type,
     drain,
 )
+from agentmesh.agent.providers.reasoning import ThinkSplitter
 from agentmesh.agent.types import (
     ChatMessage,
     ModelEvent,
     ModelReply,
     ModelRequest,
+    ReasoningChunk,
     TextChunk,
     ToolCall,
     ToolSpec,
@@ -90,6 +92,8 @@ class OpenAIStreamAssembler:
 
     def __init__(self) -> None:
         self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._think = ThinkSplitter()
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage = Usage()
         self.model = ""
@@ -106,15 +110,23 @@ class OpenAIStreamAssembler:
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or choice.get("message") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                out.append(ReasoningChunk(reasoning))
             content = delta.get("content")
             if isinstance(content, str) and content:
-                self._text.append(content)
-                out.append(TextChunk(content))
+                out.extend(self._think.feed(content))
             for position, fragment in enumerate(delta.get("tool_calls") or []):
                 self._feed_call(fragment, position)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
-        return out
+                out.extend(self._think.flush())
+        return self._keep(out)
+
+    def _keep(self, pieces: list[TextChunk | ReasoningChunk]) -> list[TextChunk | ReasoningChunk]:
+        for piece in pieces:
+            (self._reasoning if isinstance(piece, ReasoningChunk) else self._text).append(piece.text)
+        return pieces
 
     def _feed_call(self, fragment: dict[str, Any], position: int) -> None:
         index = fragment.get("index", position)
@@ -131,6 +143,7 @@ class OpenAIStreamAssembler:
             slot["arguments"].append(json.dumps(arguments))
 
     def finish(self) -> ModelReply:
+        self._keep(self._think.flush())
         calls: list[ToolCall] = []
         seen: set[str] = set()
         for _, slot in sorted(self._calls.items()):
@@ -146,6 +159,7 @@ class OpenAIStreamAssembler:
             usage=self._usage,
             model=self.model,
             finish_reason=self.finish_reason or ("tool_calls" if calls else "stop"),
+            reasoning="".join(self._reasoning),
         )
 
 

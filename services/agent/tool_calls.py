@@ -1,0 +1,148 @@
+"""Running one reply's tool calls: concurrently, each behind the approval gate when the policy
+says so, each under an `execute_tool` span; results stream out and are persisted as they
+finish, and go back to the model in call order. A cancel closes the step in the transcript
+(every call gets a result), so the next turn replays cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Awaitable, Callable
+
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from agentmesh.logs import get_logger
+from agentmesh.agent.approvals import ApprovalGate
+from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.types import (
+    ApprovalRequestEvent,
+    ApprovalResolvedEvent,
+    ChatMessage,
+    RunEvent,
+    ToolCall,
+    ToolCallEvent,
+    ToolOutcome,
+    ToolResultEvent,
+)
+from agentmesh.telemetry import Telemetry
+
+log = get_logger("agentmesh.agent")
+
+Dispatch = Callable[[ToolCall], Awaitable[ToolOutcome]]
+
+
+class ToolCalls:
+    """One per turn; `dispatch` routes a call to the capability or the tools service that runs it."""
+
+    def __init__(self, *, run_id: str, settings: AgentSettings, telemetry: Telemetry, approvals: ApprovalGate,
+                 emit: Callable[[RunEvent], None], persist: Callable[[list[ChatMessage]], Awaitable[None]],
+                 dispatch: Dispatch):
+        self.run_id = run_id
+        self.settings = settings
+        self.telemetry = telemetry
+        self.approvals = approvals
+        self.emit = emit
+        self.persist = persist
+        self.dispatch = dispatch
+
+    async def run(self, calls: tuple[ToolCall, ...]) -> list[ChatMessage]:
+        for call in calls:
+            self.emit(ToolCallEvent(call))
+        limit = asyncio.Semaphore(self.settings.tool_concurrency)
+        cap = self.settings.max_tool_calls
+        tasks = [
+            asyncio.create_task(self._gated(call, limit) if i < cap else self._refuse(call, cap))
+            for i, call in enumerate(calls)
+        ]
+        saved: set[str] = set()
+        try:
+            for finished in asyncio.as_completed(tasks):
+                outcome = await finished
+                self.emit(ToolResultEvent(outcome))
+                await self.persist([outcome.as_message(self.run_id)])
+                saved.add(outcome.call_id)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            lost = [
+                ToolOutcome.error(call, "cancelled", "error: the run was cancelled before this call finished")
+                for call, task in zip(calls, tasks)
+                if call.call_id not in saved
+            ]
+            if lost:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.persist([o.as_message(self.run_id) for o in lost]),
+                                           self.settings.memory_timeout_s)
+            raise
+        return [task.result().as_message(self.run_id) for task in tasks]
+
+    async def not_run(self, calls: tuple[ToolCall, ...], kind: str, text: str) -> None:
+        """Record a result for calls the turn will not run, so the transcript stays replayable."""
+        outcomes = [ToolOutcome.error(call, kind, text) for call in calls]
+        for outcome in outcomes:
+            self.emit(ToolResultEvent(outcome))
+        if outcomes:
+            await self.persist([o.as_message(self.run_id) for o in outcomes])
+
+    async def _gated(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
+        """Run the call, first holding it for a person's decision when the policy says so. The
+        wait holds no concurrency slot, so the reply's other calls run meanwhile."""
+        if self.approvals.needs_approval(call):
+            attributes = {"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.call_id}
+            # A span of its own, so a trace shows the time spent waiting for a person.
+            with self.telemetry.tracer.start_as_current_span(
+                f"await_approval {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
+            ) as span:
+                # No await between the event and wait() registering the call: a decision cannot
+                # arrive before the call is known to be waiting.
+                self.emit(ApprovalRequestEvent(call, self.approvals.timeout_s))
+                log.info("tool call waiting for approval", tool=call.name, call_id=call.call_id)
+                decision = await self.approvals.wait(call)
+                span.set_attributes({"agentmesh.approval.approved": decision.approved,
+                                     "agentmesh.approval.decided_by": decision.decided_by})
+            log.info("tool call decided", tool=call.name, call_id=call.call_id, approved=decision.approved,
+                     decided_by=decision.decided_by)
+            self.emit(ApprovalResolvedEvent(call, decision.approved, decision.note, decision.decided_by))
+            if not decision.approved:
+                return self.approvals.denial(call, decision)
+        return await self._execute(call, limit)
+
+    @staticmethod
+    async def _refuse(call: ToolCall, cap: int) -> ToolOutcome:
+        return ToolOutcome.error(
+            call, "too_many_calls", f"error: not run: at most {cap} tool calls per reply; make fewer calls at a time"
+        )
+
+    async def _execute(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.call_id,
+            "gen_ai.tool.type": "function",
+        }
+        async with limit:
+            with self.telemetry.tracer.start_as_current_span(
+                f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
+                record_exception=False, set_status_on_exception=False,
+            ) as span, self.telemetry.metrics.tool_timer(call.name) as timer:
+                started = time.monotonic()
+                try:
+                    outcome = await self.dispatch(call)
+                except asyncio.CancelledError:
+                    span.set_status(Status(StatusCode.ERROR, "cancelled"))
+                    span.set_attribute("error.type", "cancelled")
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a tool must never crash the turn
+                    log.exception("tool call failed inside the agent", tool=call.name)
+                    outcome = ToolOutcome.error(call, "internal", f"error: {call.name} failed inside the agent: {exc}")
+                outcome.call_id, outcome.name = call.call_id, call.name
+                if not outcome.duration_ms:
+                    outcome.duration_ms = (time.monotonic() - started) * 1000
+                if outcome.is_error:
+                    kind = outcome.error_kind or "error"
+                    span.set_status(Status(StatusCode.ERROR, kind))
+                    span.set_attribute("error.type", kind)
+                    timer.outcome = kind if kind in ("timeout", "cancelled") else "error"
+                return outcome
