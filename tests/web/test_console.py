@@ -293,3 +293,28 @@ async def test_a_reload_during_a_turn_follows_it_live(browser, stack, llm):
     await expect(log.locator(".tool-card", has_text="write_file")).to_have_attribute("data-state", "ok")
     await expect(page.get_by_role("button", name="Cancel")).to_be_hidden()
     errors.assert_none()
+
+
+async def test_reasoning_and_the_task_board_are_shown(browser, stack, llm):
+    # Deep mode: the numbered plan becomes the session's task board; the model then works it.
+    llm.add(
+        reply("1. Write the report", reasoning="The user wants a report; I will track it on the board."),
+        reply("", tool_call("task_update", {"id": 1, "status": "done"}, id="t1")),
+        reply("The report is done."),
+    )
+    page, errors = await open_console(browser, stack)
+    await page.get_by_label("Deep mode").check()
+    await send(page, "write the report and track it")
+    await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("The report is done.")
+    reasoning = page.locator(".reasoning-card")
+    await expect(reasoning.locator(".reasoning-text")).to_be_hidden()  # folded until opened
+    await reasoning.locator("summary").click()
+    await expect(reasoning).to_contain_text("I will track it on the board.")
+    # The answer holds none of the reasoning.
+    await expect(page.locator(".turn .bubble.assistant").last).not_to_contain_text("track it on the board")
+    board = page.locator(".tasks-card")
+    await expect(board).to_contain_text("1 of 1 done")
+    await expect(board.locator("li.task")).to_have_count(1)
+    await expect(board.locator("li.task")).to_have_attribute("data-status", "done")
+    await expect(board.locator("li.task")).to_contain_text("#1 Write the report")
+    errors.assert_none()

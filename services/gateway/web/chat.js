@@ -124,6 +124,19 @@ class LiveTurn {
       case "status":
         this.#status(payload.message);
         break;
+      case "reasoning_delta":
+        this.#reasoning(payload.text);
+        break;
+      case "task_update":
+        this.#tasks(payload.tasks || []);
+        break;
+      case "background_result": {
+        const card = new ToolCard(payload.id, `background ${payload.id}`, JSON.stringify({ command: payload.command }), this.actions);
+        card.finished({ ...payload.result, duration_ms: (payload.seconds || 0) * 1000 });
+        if (payload.status === "stopped") card.note("Stopped before it ended.");
+        this.element.append(card.element);
+        break;
+      }
       case "run_finished":
         this.#finished(payload);
         break;
@@ -135,6 +148,34 @@ class LiveTurn {
         break;
     }
     this.conversation.scroll();
+  }
+
+  // The model's reasoning, apart from its answer: folded away unless opened.
+  #reasoning(text) {
+    if (!this.reasoningText) {
+      this.reasoningText = h("div", { class: "reasoning-text" });
+      this.element.append(h("details", { class: "reasoning-card" }, h("summary", {}, "Reasoning"), this.reasoningText));
+    }
+    this.reasoningText.append(text);
+    this.text = null; // the answer after it starts a bubble of its own
+  }
+
+  // The session's task board, whole after each change.
+  #tasks(tasks) {
+    if (!this.taskList) {
+      this.taskList = h("ol", { class: "task-list" });
+      this.taskCount = h("span", { class: "muted" });
+      this.element.append(h("details", { class: "tasks-card", open: true, "aria-label": "Task board" },
+        h("summary", {}, "Tasks ", this.taskCount), this.taskList));
+    }
+    const done = tasks.filter((task) => task.status === "done").length;
+    this.taskCount.textContent = `${done} of ${tasks.length} done`;
+    const marks = { done: "✔", in_progress: "▶", cancelled: "✖", pending: "○" };
+    this.taskList.replaceChildren(...tasks.map((task) =>
+      h("li", { class: `task ${task.status}`, dataset: { status: task.status } },
+        h("span", { class: "task-mark", "aria-hidden": "true" }, marks[task.status] || "○"), " ",
+        `#${task.id} ${task.subject}`,
+        h("span", { class: "muted" }, ` — ${task.status.replace("_", " ")}${task.blocked ? ", blocked" : ""}${task.owner ? `, ${task.owner}` : ""}`))));
   }
 
   #card(callId, name, args) {
@@ -279,6 +320,10 @@ class ToolCard {
     const who = resolution.decided_by === "timeout" ? "no decision in time" : "by you";
     this.extra.append(h("p", { class: "muted" }, `${resolution.approved ? "Approved" : "Denied"} (${who})`));
     if (resolution.approved) this.#state("running", "running…");
+  }
+
+  note(text) {
+    this.extra.append(h("p", { class: "muted" }, text));
   }
 
   linkSession(sessionId) {
