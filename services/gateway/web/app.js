@@ -108,6 +108,7 @@ function renderSessions() {
 }
 
 function navigate(sessionId) {
+  closeSidebarOnNarrowScreens(); // a session was picked: show it
   const target = sessionId ? `#/sessions/${encodeURIComponent(sessionId)}` : "#/";
   if (location.hash === target) route();
   else location.hash = target;
@@ -116,7 +117,6 @@ function navigate(sessionId) {
 async function route() {
   const match = /^#\/sessions\/(.+)$/.exec(location.hash);
   await openSession(match ? decodeURIComponent(match[1]) : "");
-  closeSidebarOnNarrowScreens();
 }
 
 async function openSession(sessionId, { attach = true } = {}) {
