@@ -14,7 +14,6 @@ import asyncio
 import os
 import sys
 import time
-
 from dataclasses import dataclass
 
 import grpc
@@ -22,10 +21,9 @@ import grpc
 from agentmesh.cli.chat import HumanRenderer
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, call_metadata, load_settings, rpc_failure
 from agentmesh.cli.stack import LocalStack, free_address, port_is_free
-from agentmesh.config import SERVICES
+from agentmesh.config import SERVICES, Settings, load
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.rpc.client import open_channel
-from agentmesh.config import Settings
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
 DEMO_MESSAGE = (
@@ -50,7 +48,7 @@ def _demo_env() -> dict[str, str]:
         key = f"AGENTMESH_{name.upper()}_ADDR"
         if not port_is_free(settings.address_of(name)):
             env[key] = free_address()
-    http = GatewaySettings.from_env(env).http_address
+    http = load(GatewaySettings, env).http_address
     if http and not port_is_free(http):
         env["AGENTMESH_GATEWAY_HTTP_ADDR"] = free_address()
     return env

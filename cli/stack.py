@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, CliError, load_settings
-from agentmesh.config import SERVICES, ConfigError, Settings
+from agentmesh.config import SERVICES, ConfigError, Settings, load
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.logs import configure_logging, secrets_of
 from agentmesh.rpc.client import open_channel
@@ -130,7 +130,7 @@ class LocalStack:
     @property
     def console_url(self) -> str:
         """The web console (and HTTP API) of the gateway, or "" when HTTP is turned off."""
-        address = GatewaySettings.from_env(self.env).http_address
+        address = load(GatewaySettings, self.env).http_address
         if not address:
             return ""
         host, port = port_of(address)
@@ -140,7 +140,7 @@ class LocalStack:
 
     def check_ports(self) -> None:
         listeners = dict(self.settings.addresses)
-        if http := GatewaySettings.from_env(self.env).http_address:
+        if http := load(GatewaySettings, self.env).http_address:
             listeners["gateway HTTP"] = http
         taken = [f"{name} {addr}" for name, addr in listeners.items() if not port_is_free(addr)]
         if taken:
@@ -162,7 +162,7 @@ class LocalStack:
 
     def spawn(self, name: str) -> subprocess.Popen:
         """Start (or start again, after it exited) the `name` child; from the main thread."""
-        out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115
+        out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115 - closed below, once the child holds its own copy
         tie = ["--parent-pid", str(os.getpid())] if self.tied_to_parent else []
         self.children[name] = subprocess.Popen(
             [self.python, "-m", "agentmesh.cli.main", "serve", name, *tie],

@@ -14,12 +14,15 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 from agentmesh.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from agentmesh.tools.beneath import DIR_FLAGS, open_beneath
 from agentmesh.tools.quota import WorkspaceQuota, WriteGate, workspace_usage
 from agentmesh.tools.results import ToolFailure
 from agentmesh.tools.workspace import Workspaces, display_path
+
+T = TypeVar("T")
 
 MAX_LISTED_ENTRIES = 1000
 MAX_PATH_CHARS = 4096
@@ -92,7 +95,7 @@ class WorkspaceFiles:
         return await asyncio.to_thread(self._guarded, self._write, session_id, user_path, content, overwrite)
 
     @staticmethod
-    def _guarded(work, session_id: str, user_path: str, *args):
+    def _guarded(work: Callable[..., T], session_id: str, user_path: str, *args: Any) -> T:
         if len(user_path) > MAX_PATH_CHARS:
             raise InvalidArgument(f"path is {len(user_path)} characters; at most {MAX_PATH_CHARS}")
         try:

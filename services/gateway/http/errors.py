@@ -7,6 +7,8 @@ The code name and the sentence are exactly what a gRPC client gets; only the HTT
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 HTTP_STATUS = {
@@ -30,7 +32,7 @@ HTTP_STATUS = {
 }
 
 
-def error_body(code: str, message: str) -> dict:
+def error_body(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "http_status": HTTP_STATUS.get(code, 500)}}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 
 from agentmesh.gateway.http.errors import HTTP_STATUS
 from agentmesh.gateway.http.routes import Route, is_repeated
@@ -25,7 +25,7 @@ _SCALARS: dict[int, dict[str, Any]] = {
     FieldDescriptor.TYPE_SINT64: {"type": ["string", "integer"], "format": "int64"},
     FieldDescriptor.TYPE_UINT64: {"type": ["string", "integer"], "format": "int64"},
 }
-_WELL_KNOWN = {
+_WELL_KNOWN: dict[str, dict[str, Any]] = {
     "google.protobuf.Struct": {"type": "object", "additionalProperties": True},
     "google.protobuf.Value": {},
     "google.protobuf.ListValue": {"type": "array"},
@@ -107,7 +107,7 @@ def _operation(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
     return operation
 
 
-def _ref(descriptor: Descriptor, schemas: dict[str, Any], omit: tuple[str, ...] = ()) -> dict[str, Any]:
+def _ref(descriptor: Any, schemas: dict[str, Any], omit: tuple[str, ...] = ()) -> dict[str, Any]:
     if descriptor.full_name in _WELL_KNOWN:
         return dict(_WELL_KNOWN[descriptor.full_name])
     name = descriptor.name + ("Body" if omit else "")
@@ -122,7 +122,7 @@ def _ref(descriptor: Descriptor, schemas: dict[str, Any], omit: tuple[str, ...] 
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _field_schema(field: FieldDescriptor, schemas: dict[str, Any]) -> dict[str, Any]:
+def _field_schema(field: Any, schemas: dict[str, Any]) -> dict[str, Any]:
     message = field.message_type
     if message is not None and message.GetOptions().map_entry:
         return {"type": "object", "additionalProperties": _field_schema(message.fields_by_name["value"], schemas)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from google.api import annotations_pb2
 from google.protobuf.descriptor import FieldDescriptor, MethodDescriptor, ServiceDescriptor
@@ -43,11 +44,11 @@ class Route:
         )
 
 
-def is_repeated(field: FieldDescriptor) -> bool:
+def is_repeated(field: Any) -> bool:
     # protobuf 6.31+ has `is_repeated`; `label` went away in 7.
     if hasattr(field, "is_repeated"):
         return bool(field.is_repeated)
-    return field.label == FieldDescriptor.LABEL_REPEATED
+    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
 
 
 def routes_of(service: ServiceDescriptor) -> list[Route]:

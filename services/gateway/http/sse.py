@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.gateway.http.transcode import to_json
@@ -30,7 +30,7 @@ from agentmesh.v1 import common_pb2, gateway_pb2
 FEED_RETENTION_S = 60.0
 
 
-def sse_message(event_id: str, kind: str, data: dict) -> bytes:
+def sse_message(event_id: str, kind: str, data: dict[str, Any]) -> bytes:
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     # No id line for an id-less message: an empty `id:` would reset the client's Last-Event-ID.
     head = f"id: {event_id}\n" if event_id else ""
@@ -44,7 +44,7 @@ class TurnFeed:
     messages: list[bytes] = field(default_factory=list)
     done: bool = False
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
 
     def add(self, message: bytes) -> None:
         self.messages.append(message)
@@ -91,7 +91,7 @@ class TurnFeeds:
 
     def __init__(self) -> None:
         self._feeds: dict[str, TurnFeed] = {}
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def get(self, session_id: str) -> TurnFeed | None:
         return self._feeds.get(session_id)

@@ -36,10 +36,7 @@ def to_json(message: Message) -> dict[str, Any]:
 
 def build_request(route: Route, path_values: Mapping[str, str], query: Mapping[str, list[str]], body: bytes) -> Message:
     fields: dict[str, Any] = {}
-    if route.body:
-        fields = _body_object(body)
-    else:
-        fields = _query_fields(route, query)
+    fields = _body_object(body) if route.body else _query_fields(route, query)
     for name in route.path_fields:
         given = fields.get(name)
         if given not in (None, "", path_values[name]):
@@ -95,7 +92,7 @@ def _query_fields(route: Route, query: Mapping[str, list[str]]) -> dict[str, Any
     return fields
 
 
-def _scalar(name: str, field: FieldDescriptor, text: str) -> Any:
+def _scalar(name: str, field: Any, text: str) -> Any:
     if field.type == FieldDescriptor.TYPE_BOOL:
         if text.lower() in ("true", "1", ""):
             return True
