@@ -180,7 +180,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_drain(core.drain)
     host.on_stop(close_channels)
     if gateway_settings.http_address:
-        http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes)
+        http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
+                       settings.address_of("scheduler"))
 
         async def start_http() -> None:
             await http.start(host.target)

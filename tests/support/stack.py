@@ -15,6 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Mapping
 
+from agentmesh.cli.stack import free_address
 from agentmesh.config import SERVICES, Settings
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import ServiceHost
@@ -60,6 +61,10 @@ class Stack:
         return dataclasses.replace(base, addresses=dict(self.addresses))
 
     async def start(self) -> "Stack":
+        # The gateway's HTTP API reaches the scheduler, which starts after it: give the
+        # scheduler its port up front, as `agentmesh up` does for every service.
+        if "scheduler" in self.services and self.addresses["scheduler"].endswith(":0"):
+            self.addresses["scheduler"] = free_address()
         for name in self.services:
             host = await start_service(name, self.settings, self.addresses[name])
             self.hosts[name] = host

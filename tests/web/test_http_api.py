@@ -294,3 +294,34 @@ async def test_other_web_pages_cannot_drive_the_local_api(stack, http, llm):
         rebound = await http.get(path, headers={"Host": f"attacker.example:{stack.http_url.rsplit(':', 1)[1]}"})
         assert rebound.status_code == 403 and rebound.json()["error"]["code"] == "PERMISSION_DENIED"
     assert (await http.get("/v1/sessions", headers={"Host": "localhost"})).status_code == 200
+
+
+async def test_cron_jobs_are_created_listed_triggered_and_deleted_over_http(http, llm):
+    llm.add(reply("Report written."))
+    created = await http.post("/v1/cron/jobs", json={"job": {"name": "nightly", "schedule": "daily 09:00", "prompt": "write the report"}})
+    assert created.status_code == 200, created.text
+    job = created.json()
+    assert job["name"] == "nightly" and job["job_id"]
+
+    listed = await http.get("/v1/cron/jobs")
+    assert [j["job_id"] for j in listed.json()["jobs"]] == [job["job_id"]]
+    assert (await http.get(f"/v1/cron/jobs/{job['job_id']}")).json()["schedule"] == "daily 09:00"
+
+    renamed = await http.patch("/v1/cron/jobs", json={"job": {"job_id": job["job_id"], "name": "daily"}, "update_mask": ["name"]})
+    assert renamed.status_code == 200 and renamed.json()["name"] == "daily"
+    toggled = await http.post(f"/v1/cron/jobs/{job['job_id']}/toggle", json={})
+    assert toggled.status_code == 200 and toggled.json().get("enabled", False) is False
+
+    run = await http.post(f"/v1/cron/jobs/{job['job_id']}/trigger", json={})
+    assert run.status_code == 200 and run.json()["job_id"] == job["job_id"]
+    for _ in range(100):
+        runs = (await http.get(f"/v1/cron/jobs/{job['job_id']}/runs", params={"limit": 5})).json().get("runs", [])
+        if runs and runs[0]["status"] != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert runs[0]["status"] == "succeeded" and runs[0]["summary"] == "Report written."
+
+    bad = await http.post("/v1/cron/jobs", json={"job": {"name": "x", "schedule": "whenever", "prompt": "p"}})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_ARGUMENT"
+    assert (await http.delete(f"/v1/cron/jobs/{job['job_id']}")).json() == {"deleted": True}
+    assert (await http.get(f"/v1/cron/jobs/{job['job_id']}")).status_code == 404

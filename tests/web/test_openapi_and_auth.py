@@ -9,7 +9,7 @@ import httpx
 import jsonschema
 import pytest
 
-from agentmesh.v1 import gateway_pb2, sessions_pb2
+from agentmesh.v1 import gateway_pb2, scheduler_pb2, sessions_pb2
 from tests.support.llm_server import reply
 from tests.support.stack import Stack
 from tests.web.conftest import stream
@@ -22,6 +22,7 @@ async def test_the_document_lists_every_public_rpc_once(http):
     assert document["openapi"].startswith("3.1")
     operations = [op["operationId"] for path in document["paths"].values() for op in path.values()]
     rpcs = [m.name for m in gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].methods]
+    rpcs += [m.name for m in scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].methods]
     assert sorted(operations) == sorted(rpcs)
 
 
@@ -94,6 +95,11 @@ async def test_without_a_valid_token_nothing_is_answered(secured):
     assert resume.status_code == 401
     upload = await http.put("/v1/sessions/s/workspace/file", json={"path": "x", "content": ""})
     assert upload.status_code == 401
+    # Cron jobs are answered by the scheduler, which checks the same user tokens.
+    jobs = await http.get("/v1/cron/jobs", headers={"Authorization": "Bearer wrong"})
+    assert jobs.status_code == 401 and jobs.json()["error"]["code"] == "UNAUTHENTICATED"
+    created = await http.post("/v1/cron/jobs", json={"job": {"name": "n", "schedule": "every 1h", "prompt": "p"}})
+    assert created.status_code == 401
 
 
 async def test_with_the_token_calls_are_answered(secured, llm):
@@ -104,6 +110,8 @@ async def test_with_the_token_calls_are_answered(secured, llm):
     assert [s["session_id"] for s in (await http.get("/v1/sessions", headers=auth)).json()["sessions"]] == ["ok"]
     streamed = await stream(http, "ok", {"message": "hello"}, headers=auth)
     assert streamed.status == 200 and streamed.kinds[-1] == "run_finished"
+    job = await http.post("/v1/cron/jobs", json={"job": {"name": "n", "schedule": "every 1h", "prompt": "p"}}, headers=auth)
+    assert job.status_code == 200 and job.json()["name"] == "n"
 
 
 async def test_the_console_and_the_document_need_no_token(secured):

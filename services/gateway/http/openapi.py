@@ -81,7 +81,7 @@ def _operation(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
     response = _ref(route.response_type.DESCRIPTOR, schemas)
     operation: dict[str, Any] = {
         "operationId": route.rpc,
-        "summary": f"Gateway.{route.rpc}",
+        "summary": f"{route.service}.{route.rpc}",
         "parameters": parameters,
         "responses": {
             "default": {"description": "an error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},

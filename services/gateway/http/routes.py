@@ -1,6 +1,6 @@
 """The HTTP routes of the public API, read from the protos at start-up.
 
-Each Gateway RPC carries a `google.api.http` option (gateway.proto) naming its HTTP method,
+Each Gateway and Scheduler RPC carries a `google.api.http` option (gateway.proto, scheduler.proto) naming its HTTP method,
 path template and body. This module turns those options into `Route`s; the server, the
 transcoder and the OpenAPI document all work from that one table, so a route is declared once,
 beside its RPC. An RPC without the option is still served, at `POST /v1/rpc/<Method>` with the
@@ -24,7 +24,8 @@ _PATTERNS = ("get", "put", "post", "delete", "patch")
 
 @dataclass(frozen=True)
 class Route:
-    rpc: str                   # the Gateway method, e.g. "CreateSession"
+    service: str               # the gRPC service that answers it: "Gateway" or "Scheduler"
+    rpc: str                   # its method, e.g. "CreateSession"
     http_method: str           # "GET", "POST", ...
     path: str                  # the template, e.g. "/v1/sessions/{session_id}"
     body: str                  # "*" (the whole request), "" (none: query parameters)
@@ -52,10 +53,10 @@ def is_repeated(field: Any) -> bool:
 
 
 def routes_of(service: ServiceDescriptor) -> list[Route]:
-    return [_route(method) for method in service.methods]
+    return [_route(service.name, method) for method in service.methods]
 
 
-def _route(method: MethodDescriptor) -> Route:
+def _route(service: str, method: MethodDescriptor) -> Route:
     rule = method.GetOptions().Extensions[annotations_pb2.http]
     pattern = rule.WhichOneof("pattern")
     if pattern in _PATTERNS:
@@ -70,6 +71,7 @@ def _route(method: MethodDescriptor) -> Route:
         if name not in request_type.DESCRIPTOR.fields_by_name:
             raise ValueError(f"{method.full_name}: path variable {{{name}}} is not a field of {method.input_type.name}")
     return Route(
+        service=service,
         rpc=method.name,
         http_method=http_method,
         path=path,

@@ -35,7 +35,14 @@ from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.server import PortInUse
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, sessions_pb2
+from agentmesh.v1 import (
+    common_pb2,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+    sessions_pb2,
+)
 
 log = get_logger("agentmesh.gateway.http")
 
@@ -74,9 +81,15 @@ def _status_error(err: grpc.aio.AioRpcError) -> web.Response:
 
 
 class HttpApi:
-    def __init__(self, address: str, telemetry: Telemetry, max_body_bytes: int):
+    def __init__(self, address: str, telemetry: Telemetry, max_body_bytes: int, scheduler_target: str):
         self.address = address
-        self.routes: list[Route] = routes_of(gateway_pb2.DESCRIPTOR.services_by_name["Gateway"])
+        # Cron jobs are the scheduler's own API (it authenticates users itself), so its routes
+        # go to the scheduler, the rest to this gateway's gRPC server.
+        self.routes: list[Route] = [
+            *routes_of(gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]),
+            *routes_of(scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]),
+        ]
+        self._scheduler_target = scheduler_target
         self.openapi = openapi_document(self.routes, _version())
         self.port = 0
         self._telemetry = telemetry
@@ -84,6 +97,8 @@ class HttpApi:
         self._feeds = TurnFeeds()
         self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None  # a gateway_pb2_grpc.GatewayStub once started
+        self._scheduler_channel: grpc.aio.Channel | None = None
+        self._stubs: dict[str, Any] = {}  # service name -> its stub, once started
         self._runner: web.AppRunner | None = None
 
     @property
@@ -109,6 +124,8 @@ class HttpApi:
         """Listen on `address`, calling the gateway's gRPC server at `grpc_target`."""
         self._channel = open_channel(grpc_target, self._telemetry)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
+        self._scheduler_channel = open_channel(self._scheduler_target, self._telemetry)
+        self._stubs = {"Gateway": self._stub, "Scheduler": scheduler_pb2_grpc.SchedulerStub(self._scheduler_channel)}
         self._runner = web.AppRunner(self.application(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         host, _, port = self.address.rpartition(":")
@@ -125,8 +142,9 @@ class HttpApi:
         await self._feeds.close()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._channel is not None:
-            await self._channel.close()
+        for channel in (self._channel, self._scheduler_channel):
+            if channel is not None:
+                await channel.close()
 
     # --- every request ---------------------------------------------------------------------
 
@@ -198,7 +216,7 @@ class HttpApi:
         async def handle(request: web.Request) -> web.Response:
             _require_json(route, request)
             message = build_request(route, request.match_info, _query(request), await request.read())
-            method = getattr(self._stub, route.rpc)
+            method = getattr(self._stubs[route.service], route.rpc)
             reply = await method(message, metadata=_metadata(request), timeout=UNARY_TIMEOUT_S)
             return web.json_response(to_json(reply), dumps=_dumps)
 
