@@ -7,7 +7,7 @@ import time
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, sessions_pb2
 
 
 def register(subparsers) -> None:
@@ -37,7 +37,7 @@ async def list_sessions(args) -> int:
         try:
             while True:
                 page = await stub.ListSessions(
-                    gateway_pb2.ListSessionsRequest(page_size=200, page_token=token),
+                    sessions_pb2.ListSessionsRequest(page_size=200, page_token=token),
                     metadata=call_metadata(settings), timeout=30,
                 )
                 sessions.extend(page.sessions)
@@ -64,12 +64,12 @@ async def show_session(args) -> int:
         stub = gateway_pb2_grpc.GatewayStub(channel)
         try:
             session = await stub.GetSession(
-                gateway_pb2.GetSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
+                sessions_pb2.GetSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
             )
             messages, after = [], 0
             while True:
                 page = await stub.GetTranscript(
-                    gateway_pb2.GetTranscriptRequest(session_id=args.session_id, page_size=1000, after_seq=after),
+                    sessions_pb2.GetTranscriptRequest(session_id=args.session_id, page_size=1000, after_seq=after),
                     metadata=call_metadata(settings), timeout=30,
                 )
                 messages.extend(page.messages)
@@ -100,7 +100,7 @@ async def delete_session(args) -> int:
     async with channel_to(settings, "gateway") as channel:
         try:
             await gateway_pb2_grpc.GatewayStub(channel).DeleteSession(
-                gateway_pb2.DeleteSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
+                sessions_pb2.DeleteSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
             )
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

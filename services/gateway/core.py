@@ -21,7 +21,7 @@ from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.modes import validate_mode
-from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
+from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
 
@@ -62,16 +62,16 @@ class Gateway:
 
     # --- sessions -------------------------------------------------------------------------
 
-    async def create_session(self, request: gateway_pb2.CreateSessionRequest) -> gateway_pb2.Session:
+    async def create_session(self, request: gateway_pb2.CreateSessionRequest) -> sessions_pb2.Session:
         session_id = validate_id(request.session_id) if request.session_id else new_id("s")
         session = self._new_session(session_id, request.title, dict(request.labels), request.namespace)
         stored, _created = await self._sessions.put_session(session)
         return stored
 
-    async def get_session(self, session_id: str) -> gateway_pb2.Session:
+    async def get_session(self, session_id: str) -> sessions_pb2.Session:
         return await self._sessions.get_session(validate_id(session_id))
 
-    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse:
+    async def list_sessions(self, page_size: int, page_token: str) -> sessions_pb2.ListSessionsResponse:
         if page_size < 0 or page_size > MAX_PAGE_SIZE:
             raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
         return await self._sessions.list_sessions(page_size or 50, page_token)
@@ -84,7 +84,7 @@ class Gateway:
         await self._workspaces.delete_workspace(session_id)
         return await self._sessions.delete_session(session_id)
 
-    async def transcript(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse:
+    async def transcript(self, session_id: str, page_size: int, after_seq: int) -> sessions_pb2.GetTranscriptResponse:
         validate_id(session_id)
         if page_size < 0 or page_size > 1000:
             raise InvalidArgument(f"page_size must be between 0 and 1000, got {page_size}")
@@ -275,7 +275,7 @@ class Gateway:
     def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload: Any) -> common_pb2.Event:
         return common_pb2.Event(session_id=run.session_id, run_id=run.run_id, seq=seq, timestamp=time.time(), **payload)
 
-    def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> gateway_pb2.Session:
+    def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> sessions_pb2.Session:
         if len(title) > self._settings.max_title_chars:
             raise InvalidArgument(f"title is longer than {self._settings.max_title_chars} characters")
         if len(labels) > self._settings.max_labels:
@@ -286,7 +286,7 @@ class Gateway:
         if namespace:
             validate_namespace(namespace)
         now = time.time()
-        return gateway_pb2.Session(
+        return sessions_pb2.Session(
             session_id=session_id,
             title=title,
             labels=labels,

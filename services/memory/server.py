@@ -17,13 +17,13 @@ from agentmesh.memory.convert import (
 )
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories
-from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
+from agentmesh.memory.stores import open_store
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import memory_pb2, memory_pb2_grpc, sessions_pb2
 
 log = get_logger("agentmesh.memory")
 
@@ -47,13 +47,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def ListSessions(self, request, context):
         sessions, token = await self._transcripts.list_sessions(request.page_size, request.page_token)
-        return gateway_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
+        return sessions_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
 
     @translate_errors
     async def DeleteSession(self, request, context):
         with bound_contextvars(session_id=request.session_id):
             deleted = await self._transcripts.delete_session(request.session_id)
-        return gateway_pb2.DeleteSessionResponse(deleted=deleted)
+        return sessions_pb2.DeleteSessionResponse(deleted=deleted)
 
     # --- transcripts ---
 
@@ -70,7 +70,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
             messages, next_after = await self._transcripts.list_messages(
                 request.session_id, request.page_size, request.after_seq
             )
-        return gateway_pb2.GetTranscriptResponse(
+        return sessions_pb2.GetTranscriptResponse(
             messages=[message_to_proto(m) for m in messages], next_after_seq=next_after
         )
 
@@ -120,10 +120,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     memory_settings = settings.section(MemorySettings)
-    store = QdrantStore.open(settings.home, settings.qdrant_url, memory_settings.layout)
+    store = await open_store(settings.home, settings.qdrant_url, memory_settings)
     embedder = build_embedder(memory_settings)
     try:
-        await store.ensure_transcript_collections()
         memories = Memories(store, embedder, memory_settings, tracer=telemetry.tracer)
         await memories.open()
     except BaseException:
@@ -144,5 +143,5 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.close()
 
     host.on_stop(close)
-    log.info("memory store ready", qdrant=store.where, embedder=embedder.name, dim=embedder.dim)
+    log.info("memory store ready", store=store.where, embedder=embedder.name, dim=embedder.dim)
     return host

@@ -1,4 +1,4 @@
-"""Sessions and their transcripts: validation, ordering and paging, over the Qdrant adapter.
+"""Sessions and their transcripts: validation, ordering and paging, over the storage port.
 
 Every message gets `seq` = its 1-based position in the session. The session record keeps the
 last assigned seq, so a page of the transcript is read by computing point ids (no ordering
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
-from agentmesh.memory.qdrant_store import QdrantStore
+from agentmesh.memory.ports import Store, stored_time
 from agentmesh.memory.settings import MemorySettings
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -130,7 +130,7 @@ def _page_size(value: int, default: int, maximum: int, what: str) -> int:
 
 
 class Transcripts:
-    def __init__(self, store: QdrantStore, settings: MemorySettings):
+    def __init__(self, store: Store, settings: MemorySettings):
         self._store = store
         self._settings = settings
         # One lock per live session id; entries disappear when no append holds them.
@@ -164,10 +164,9 @@ class Transcripts:
             existing = await self._store.get_session(session.session_id)
             if existing is not None:
                 return SessionRecord.from_payload(existing), False
-            now = time.time()
-            record = replace(
-                session, created_at=session.created_at or now, updated_at=session.created_at or now, message_count=0
-            )
+            now = stored_time(time.time())
+            created = stored_time(session.created_at) or now
+            record = replace(session, created_at=created, updated_at=created, message_count=0)
             await self._store.put_session(record.payload())
             return record, True
 
@@ -250,16 +249,18 @@ class Transcripts:
             if payload is None:
                 raise NotFound(f"session {session_id!r} does not exist; create it with PutSession first")
             session = SessionRecord.from_payload(payload)
-            now = time.time()
+            now = stored_time(time.time())
             numbered = [
-                replace(m, seq=session.message_count + i + 1, created_at=m.created_at or now)
+                replace(m, seq=session.message_count + i + 1, created_at=stored_time(m.created_at) or now)
                 for i, m in enumerate(messages)
             ]
-            await self._store.put_messages(session_id, [m.payload(session_id) for m in numbered])
-            # The session record is the commit point: only seqs up to message_count are visible.
+            # The session record, written after the messages, is the commit point: only seqs up
+            # to message_count are visible.
             session.message_count = numbered[-1].seq
             session.updated_at = now
-            await self._store.put_session(session.payload())
+            await self._store.append_messages(
+                session_id, [m.payload(session_id) for m in numbered], session.payload()
+            )
             return session.message_count
 
     async def list_messages(

@@ -8,7 +8,7 @@ import asyncio
 import grpc
 import pytest
 
-from agentmesh.v1 import gateway_pb2, scheduler_pb2
+from agentmesh.v1 import scheduler_pb2, sessions_pb2
 from tests.support.llm_server import ScriptedLLMServer, failure, reply
 from tests.support.stack import Stack
 
@@ -39,7 +39,7 @@ async def test_a_triggered_run_goes_through_the_gateway(tmp_path):
             assert run.session_id == "ops" and len(run.trace_id) == 32
 
             # The turn is in the session's transcript, as if a user had typed it.
-            transcript = await stack.gateway_stub().GetTranscript(gateway_pb2.GetTranscriptRequest(session_id="ops"))
+            transcript = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="ops"))
             assert [(m.role, m.content) for m in transcript.messages] == [
                 ("user", "What happened overnight?"), ("assistant", "All quiet overnight.")]
 
