@@ -174,6 +174,7 @@ async def main_async(args) -> None:
     env = {**os.environ, "AGENTMESH_HOME": str(home / "platform"), "AGENTMESH_LLM_PROVIDER": "openai",
            "AGENTMESH_LLM_BASE_URL": base_url, "AGENTMESH_LLM_MODEL": "bench", "AGENTMESH_LOG_LEVEL": "warning"}
     env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
+    env["AGENTMESH_GATEWAY_HTTP_ADDR"] = free_address()
     stack = LocalStack(env, log_dir=home / "logs")
     stack.start()
     try:

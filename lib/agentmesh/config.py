@@ -45,6 +45,7 @@ __all__ = [
     "declared_variables",
     "env",
     "load",
+    "referenced_environment",
     "secret_values",
     "section",
     "section_class",
@@ -74,6 +75,7 @@ SERVICE_SECTIONS = {
 
 _VAR = "agentmesh.config.var"
 _SECTION = "agentmesh.config.section"
+_ENVIRON = "agentmesh.config.environ"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -125,6 +127,13 @@ def section(kind: type[T], *, prefix: str = "") -> T:
     return field(default_factory=kind, metadata={_SECTION: prefix})
 
 
+def referenced_environment(prefix: str) -> Any:
+    """A field holding the variables whose names start with `prefix`, for settings that name
+    variables at run time (an MCP server entry's `${AGENTMESH_MCP_SECRET_...}` references).
+    Only that family is kept, never the rest of the environment; never printed."""
+    return field(default_factory=dict, metadata={_ENVIRON: prefix}, repr=False, compare=False)
+
+
 def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
     """An instance of the dataclass `kind` with every declared variable read from `environ`."""
     hints = typing.get_type_hints(kind)
@@ -138,6 +147,9 @@ def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
                 values[f.name] = _parse(name, var, hints[f.name], raw, environ)
         elif _SECTION in f.metadata:
             values[f.name] = load(hints[f.name], environ, prefix + f.metadata[_SECTION])
+        elif f.metadata.get(_ENVIRON):
+            family = f.metadata[_ENVIRON]
+            values[f.name] = {name: value for name, value in environ.items() if name.startswith(family)}
     return kind(**values)
 
 

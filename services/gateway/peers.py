@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import AsyncIterator
 
 import grpc
@@ -10,10 +11,12 @@ import grpc
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.rpc.peers import peer_call
+from agentmesh.telemetry.traceview import TraceView, load_trace
 from agentmesh.v1 import (
     agent_pb2,
     agent_pb2_grpc,
     common_pb2,
+    gateway_pb2,
     memory_pb2,
     memory_pb2_grpc,
     sessions_pb2,
@@ -58,6 +61,23 @@ class MemorySessions:
     async def drop_run(self, session_id: str, run_id: str) -> int:
         reply = await self._call(self._stub.DropRun, memory_pb2.DropRunRequest(session_id=session_id, run_id=run_id))
         return reply.dropped
+
+    async def search(self, namespace: str, query: str, k: int, kinds: list[str]) -> gateway_pb2.SearchMemoryResponse:
+        request = memory_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=memory_pb2.MemoryFilter(kinds=kinds))
+        reply = await self._call(self._stub.Search, request)
+        return gateway_pb2.SearchMemoryResponse(
+            hits=[
+                gateway_pb2.MemoryHit(
+                    id=hit.memory.id,
+                    text=hit.memory.text,
+                    kind=hit.memory.kind,
+                    score=hit.score,
+                    created_at=hit.memory.created_at,
+                    source_session_id=hit.memory.source_session_id,
+                )
+                for hit in reply.hits
+            ]
+        )
 
 
 class AgentClient:
@@ -119,6 +139,8 @@ class AgentClient:
 
 
 class ToolsWorkspaces:
+    """The tools service: workspaces (deleted with their session, browsed from the console) and the catalog."""
+
     def __init__(self, channel: grpc.aio.Channel, target: str):
         self._stub = tools_pb2_grpc.ToolsStub(channel)
         self._target = target
@@ -126,3 +148,33 @@ class ToolsWorkspaces:
     async def delete_workspace(self, session_id: str) -> None:
         request = tools_pb2.DeleteWorkspaceRequest(session_id=session_id)
         await peer_call(f"the tools service at {self._target}", self._stub.DeleteWorkspace(request, timeout=RPC_TIMEOUT_S))
+
+    async def list_tools(self) -> tools_pb2.ListToolsResponse:
+        return await self._call(self._stub.ListTools(tools_pb2.ListToolsRequest(), timeout=RPC_TIMEOUT_S))
+
+    async def list_workspace(self, request: tools_pb2.ListWorkspaceRequest) -> tools_pb2.ListWorkspaceResponse:
+        return await self._call(self._stub.ListWorkspace(request, timeout=RPC_TIMEOUT_S))
+
+    async def read_workspace_file(self, request: tools_pb2.ReadWorkspaceFileRequest) -> tools_pb2.ReadWorkspaceFileResponse:
+        return await self._call(self._stub.ReadWorkspaceFile(request, timeout=RPC_TIMEOUT_S))
+
+    async def write_workspace_file(self, request: tools_pb2.WriteWorkspaceFileRequest) -> tools_pb2.WriteWorkspaceFileResponse:
+        return await self._call(self._stub.WriteWorkspaceFile(request, timeout=RPC_TIMEOUT_S))
+
+    async def _call(self, call):
+        return await peer_call(f"the tools service at {self._target}", call)
+
+
+class LocalTraces:
+    """The local span store under AGENTMESH_HOME; `directory` None when traces are kept elsewhere."""
+
+    def __init__(self, directory: Path | None):
+        self._directory = directory
+
+    @property
+    def where(self) -> Path | None:
+        return self._directory
+
+    def load(self, trace_id: str) -> TraceView:
+        assert self._directory is not None
+        return load_trace(self._directory, trace_id)

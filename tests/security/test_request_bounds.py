@@ -111,7 +111,9 @@ async def test_refused_huge_requests_leave_no_memory_behind(tmp_path, service, c
         probe.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{probe.getsockname()[1]}"
     env = {**os.environ, "AGENTMESH_HOME": str(tmp_path), f"AGENTMESH_{service.upper()}_ADDR": address,
-           "AGENTMESH_TRACES": "none", "AGENTMESH_LOG_LEVEL": "error"}
+           "AGENTMESH_TRACES": "none", "AGENTMESH_LOG_LEVEL": "error",
+           # Not the shared default HTTP port: parallel runs would collide on it.
+           "AGENTMESH_GATEWAY_HTTP_ADDR": "off"}
     child = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", service], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
