@@ -8,6 +8,8 @@ CONCURRENCY_POLICIES = ("forbid", "replace", "allow")
 MISSED_RUN_POLICIES = ("run_once", "skip")
 # ChatOptions.if_busy (the gateway's): "" leaves it to the gateway's AGENTMESH_GATEWAY_IF_BUSY.
 IF_BUSY_POLICIES = ("", "reject", "enqueue", "interrupt", "rollback")
+# Plan mode of a job's runs: none, approved at once, or held for a person.
+PLAN_MODES = ("", "auto", "ask")
 RUN_STATUSES = ("running", "succeeded", "failed", "skipped", "cancelled")
 TRIGGERS = ("schedule", "manual", "catch_up", "startup")
 
@@ -36,6 +38,8 @@ class Job:
     created_by_tenant: str = ""
     # ChatOptions.if_busy of its runs: what a run does to its session's running turn.
     if_busy: str = ""
+    # Plan mode of its runs (PLAN_MODES).
+    plan: str = ""
 
 
 @dataclass
@@ -63,6 +67,7 @@ class RunRequest:
     principal: str = ""  # the job's creator; empty: the scheduler itself
     tenant: str = ""
     if_busy: str = ""
+    plan: str = ""
 
 
 @dataclass(frozen=True)
