@@ -185,6 +185,9 @@ class McpServerConnection:
             idle_for = time.monotonic() - self._last_used
             if not self._in_flight and idle_for > self._timings.idle_s:
                 self._idle = True
+                # From now on a call waits for the restart rather than using a session that is closing.
+                self._session = None
+                self._connected.clear()
                 return
             async with asyncio.timeout(self._timings.connect_timeout_s):
                 await session.send_ping()
