@@ -105,6 +105,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "UpdateSession": _allow("gateway"),
         "ListMessages": _allow("gateway", "agent"),
         "AppendMessages": _allow("agent"),
+        # A turn's first read, append and recall in one call.
+        "StartTurn": _allow("agent"),
         # A turn rolled back by a newer message (ChatOptions.if_busy "rollback").
         "DropRun": _allow("gateway"),
         # Long-term memory: the agent's memory tools, and `agentmesh memory` for users.
