@@ -9,7 +9,7 @@ from typing import Sequence, cast
 
 import grpc
 
-from agentmesh.agent.ports import MemoryHit, NotSupported, TurnBeginning
+from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
 from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.memory.client import MemoryClient
@@ -109,14 +109,16 @@ class GrpcBackgroundCommands:
         self._target = target
         self._timeout_s = timeout_s
 
-    async def take_finished(self, session_id: str) -> list[BackgroundDone]:
+    async def take_finished(self, session_id: str) -> BackgroundCheck:
         try:
             reply = await self._stub.BackgroundResults(tools_pb2.BackgroundResultsRequest(session_id=session_id),
                                                        timeout=self._timeout_s, metadata=trace_metadata())
         except grpc.aio.AioRpcError as err:
             raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
-        return [BackgroundDone(id=c.id, command=c.command, status=c.status, result=tool_result_from_proto(c.result),
-                               seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished]
+        return BackgroundCheck([BackgroundDone(id=c.id, command=c.command, status=c.status,
+                                               result=tool_result_from_proto(c.result),
+                                               seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished],
+                               reply.running)
 
     async def stop(self, session_id: str) -> int:
         try:

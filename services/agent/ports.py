@@ -10,6 +10,7 @@ from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOut
 from agentmesh.errors import AgentmeshError
 
 __all__ = [
+    "BackgroundCheck",
     "BackgroundCommands",
     "LongTermMemory",
     "MemoryHit",
@@ -86,11 +87,18 @@ class TurnStarter(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class BackgroundCheck:
+    finished: list[BackgroundDone]
+    running: int  # the session's commands still running when asked
+
+
 class BackgroundCommands(Protocol):
     """The tools service's background commands (background_run), seen from the agent."""
 
-    async def take_finished(self, session_id: str) -> list[BackgroundDone]:
-        """Commands that ended since the last ask, each handed over once; raises an AgentmeshError."""
+    async def take_finished(self, session_id: str) -> "BackgroundCheck":
+        """Commands that ended since the last ask, each handed over once, and how many still
+        run; raises an AgentmeshError."""
         ...
 
     async def stop(self, session_id: str) -> int:
