@@ -16,7 +16,7 @@ from typing import Sequence
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.memory.memories import Hit, Memories
-from agentmesh.memory.transcripts import Transcripts, TranscriptMessage
+from agentmesh.memory.transcripts import TranscriptMessage, Transcripts
 
 log = get_logger("agentmesh.memory.turns")
 
