@@ -44,6 +44,7 @@ from agentmesh.config import SERVICES, ConfigError
 __all__ = [
     "ALGORITHM",
     "CLOCK_SKEW_S",
+    "TOKEN_CACHE_ENTRIES",
     "TOKEN_LIFETIME_S",
     "TOKEN_REUSE_S",
     "IdentityError",
