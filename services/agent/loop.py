@@ -74,6 +74,7 @@ from agentmesh.telemetry.genai import (
     invoke_agent_span,
     set_usage,
 )
+from agentmesh.toolpolicy import ToolPolicy, allowed_by_all
 
 log = get_logger("agentmesh.agent")
 
@@ -100,6 +101,10 @@ class TurnRequest:
     token_budget: int = 0
     session_token_budget: int = 0
     subagent: subagents.SubagentLink | None = None  # set on a sub-agent's turn (subagents.py)
+    # Which calls are held ("auto" | "normal" | "manual", approvals.py) and which tools are offered
+    # at all (every policy must allow a tool); sub-agents inherit both.
+    permission_mode: str = ""
+    tool_policies: tuple[ToolPolicy, ...] = ()
 
 
 class Agent:
@@ -152,7 +157,7 @@ class TurnRun:
         self.iterations = 0
         self.trace_id = ""
         self.approvals = approvals or ApprovalGate(agent.settings.approval_tools | request.approval_tools,
-                                                   agent.settings.approval_timeout_s)
+                                                   agent.settings.approval_timeout_s, request.permission_mode)
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._interrupted_as = ""  # the stop_reason a newer message asked for (interrupt())
@@ -172,7 +177,7 @@ class TurnRun:
         self._turn_messages: list[ChatMessage] = []
         self._tool_calls = ToolCalls(run_id=request.run_id, settings=self.settings, telemetry=agent.telemetry,
                                      approvals=self.approvals, emit=self._emit, persist=self._persist,
-                                     dispatch=self._dispatch)
+                                     dispatch=self._dispatch, screen=self._screen, read_only=self._read_only)
 
     # --- the consumer's side ------------------------------------------------------------------
 
@@ -214,9 +219,9 @@ class TurnRun:
             self._interrupt_delivered = True
             self.cancel()
 
-    def decide(self, call_id: str, approved: bool, note: str = "") -> bool:
+    def decide(self, call_id: str, approved: bool, note: str = "", rest_of_turn: bool = False) -> bool:
         """A person's decision on a held call; False when no call with that id is waiting."""
-        return self.approvals.decide(call_id, approved, note)
+        return self.approvals.decide(call_id, approved, note, rest_of_turn)
 
     def _emit(self, event: RunEvent) -> None:
         self._queue.put_nowait(event)
@@ -388,8 +393,13 @@ class TurnRun:
             self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
             remote = []
         specs = [s for s in remote if s.name not in self._tool_owners] + own
+        # A tool the policies turn off is not offered at all; a call to it anyway is screened.
+        specs = [s for s in specs if self._offered(s.name)]
         self._catalog = {s.name: s for s in specs}
         return specs
+
+    def _offered(self, name: str) -> bool:
+        return allowed_by_all(self.request.tool_policies, name)
 
     async def _recall(self) -> list[MemoryHit]:
         memory, k = self.agent.memory, self.settings.recall_k
@@ -479,6 +489,22 @@ class TurnRun:
                 self.model = self._ctx.model = fallback.model
 
     # --- tool calls ---------------------------------------------------------------------------
+
+    def _screen(self, call: ToolCall) -> ToolOutcome | None:
+        """A call that must not run, answered before anyone is asked to approve it."""
+        if not self._offered(call.name):
+            log.info("tool call refused by the tool policy", tool=call.name, call_id=call.call_id)
+            available = ", ".join(sorted(self._catalog)) or "none"
+            return ToolOutcome.error(call, "not_allowed", f"error: {call.name} was not run: the tool policy of this "
+                                     f"deployment, namespace, session or turn turns it off; tools you may use: {available}")
+        if self._remote_catalog_known and call.name not in self._catalog and call.name not in self._tool_owners:
+            available = ", ".join(sorted(self._catalog)) or "none"
+            return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
+        return None
+
+    def _read_only(self, name: str) -> bool:
+        spec = self._catalog.get(name)
+        return spec is not None and spec.read_only
 
     async def _dispatch(self, call: ToolCall) -> ToolOutcome:
         owner = self._tool_owners.get(call.name)
