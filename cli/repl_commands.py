@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import TextIO
 
 import grpc
-from google.protobuf import field_mask_pb2
 
 from agentmesh.cli.common import CliError, call_metadata, rpc_failure
 from agentmesh.cli.tasks import fetch_board, render
@@ -100,7 +99,7 @@ class ReplCommands:
         mode = "" if arg == "default" else arg
         session = await self._call("UpdateSession", sessions_pb2.UpdateSessionRequest(
             session_id=self.state.session_id, permission_mode=mode,
-            update_mask=field_mask_pb2.FieldMask(paths=["permission_mode"])))
+            update_mask=["permission_mode"]))
         self.state.options.permission_mode = ""  # the session's mode from now on
         self._say(f"· permission mode: {session.permission_mode or 'default (the deployment’s)'}")
 
@@ -109,7 +108,7 @@ class ReplCommands:
             self._say("· /model takes a model name; `agentmesh models` lists them")
             return
         session = await self._call("UpdateSession", sessions_pb2.UpdateSessionRequest(
-            session_id=self.state.session_id, model=arg, update_mask=field_mask_pb2.FieldMask(paths=["model"])))
+            session_id=self.state.session_id, model=arg, update_mask=["model"]))
         self.state.options.model = ""  # the session's model from now on
         self._say(f"· model: {session.model or 'default'}")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import grpc
-from google.protobuf import field_mask_pb2
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
 from agentmesh.v1 import common_pb2, gateway_pb2_grpc, sessions_pb2
@@ -152,7 +151,7 @@ async def set_session_mode(args) -> int:
     mode = "" if args.mode == "default" else args.mode
     session = await update_session(sessions_pb2.UpdateSessionRequest(
         session_id=args.session_id, permission_mode=mode,
-        update_mask=field_mask_pb2.FieldMask(paths=["permission_mode"])))
+        update_mask=["permission_mode"]))
     print(f"session {session.session_id} now runs in permission mode {session.permission_mode or 'default'}")
     return EXIT_OK
 
@@ -160,7 +159,7 @@ async def set_session_mode(args) -> int:
 async def set_session_tools(args) -> int:
     session = await update_session(sessions_pb2.UpdateSessionRequest(
         session_id=args.session_id, tools=common_pb2.ToolPolicy(allow=args.allow, deny=args.deny),
-        update_mask=field_mask_pb2.FieldMask(paths=["tools"])))
+        update_mask=["tools"]))
     print(f"session {session.session_id}: {describe_policy(session.tools)}")
     return EXIT_OK
 

@@ -107,13 +107,13 @@ class Gateway:
     async def update_session(self, request: sessions_pb2.UpdateSessionRequest) -> sessions_pb2.Session:
         """Change a session's model, permission mode or tool policy (which: see sessions.proto)."""
         validate_id(request.session_id)
-        unknown = [path for path in request.update_mask.paths if path not in SESSION_FIELDS]
+        unknown = [path for path in request.update_mask if path not in SESSION_FIELDS]
         if unknown:
             raise InvalidArgument(f"update_mask: {unknown[0][:64]!r} cannot be changed; name any of {', '.join(SESSION_FIELDS)}")
         if request.model and self._models.get(request.model) is None:
             raise InvalidArgument(self._models.unknown_model_message(request.model, "model"))
         validate_permission_mode(request.permission_mode)
-        if request.HasField("tools") or "tools" in request.update_mask.paths:
+        if request.HasField("tools") or "tools" in request.update_mask:
             await self._policies.checked(request.tools, "tools")
         return await self._sessions.update_session(request)
 

@@ -39,7 +39,7 @@ def session_to_proto(s: SessionRecord) -> sessions_pb2.Session:
 def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChanges:
     """The fields an UpdateSession changes: those its update_mask names, else as the request
     shows them (see sessions.proto); the gateway checked the mask's paths."""
-    paths = set(request.update_mask.paths)
+    paths = set(request.update_mask)
     if not paths:
         given_tools = request.HasField("tools")
         if request.permission_mode:

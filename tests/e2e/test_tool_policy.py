@@ -9,7 +9,6 @@ import asyncio
 
 import grpc
 import pytest
-from google.protobuf import field_mask_pb2
 
 from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2, tools_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error, transcript
@@ -102,7 +101,7 @@ async def test_bad_policies_and_modes_are_refused_and_change_nothing(stack, llm)
     for request in (
         sessions_pb2.UpdateSessionRequest(session_id="bad", tools=common_pb2.ToolPolicy(allow=["read_flie"])),
         sessions_pb2.UpdateSessionRequest(session_id="bad", permission_mode="sometimes"),
-        sessions_pb2.UpdateSessionRequest(session_id="bad", update_mask=field_mask_pb2.FieldMask(paths=["title"])),
+        sessions_pb2.UpdateSessionRequest(session_id="bad", update_mask=["title"]),
     ):
         err = await rpc_error(gateway.UpdateSession(request, timeout=10))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, request
