@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     set_tools = verbs.add_parser("set-tools", help="the tools the session's turns may use (replaces its tool policy)")
     set_tools.add_argument("session_id")
     set_tools.add_argument("--allow", action="append", default=[], metavar="TOOL",
-                           help="only these tools (names or patterns such as 'mcp__docs__*'); repeatable")
+                           help="only these tools (names or patterns such as 'docs__*'); repeatable")
     set_tools.add_argument("--deny", action="append", default=[], metavar="TOOL", help="never these tools; repeatable")
     set_tools.set_defaults(func=set_session_tools)
 

@@ -35,7 +35,7 @@ def register(subparsers) -> None:
                             ("deny", "turn these tools off for a namespace's sessions (adds to its deny list)")):
         parser = verbs.add_parser(verb, help=help_text)
         parser.add_argument("namespace")
-        parser.add_argument("names", nargs="+", metavar="TOOL", help="tool names or patterns such as 'mcp__docs__*'")
+        parser.add_argument("names", nargs="+", metavar="TOOL", help="tool names or patterns such as 'docs__*'")
         parser.add_argument("--json", action="store_true")
         parser.set_defaults(func=change_namespace_policy, list_name=verb)
     policy = verbs.add_parser("policy", help="a namespace's tool policy (and the deployment's)")

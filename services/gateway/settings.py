@@ -16,7 +16,7 @@ __all__ = ["GatewaySettings"]
 
 
 def _tool_entries(raw: str) -> tuple[str, ...]:
-    """`"shell, python,,mcp__*"` -> ("shell", "python", "mcp__*"), each entry well-formed."""
+    """`"shell, python,,github__*"` -> ("shell", "python", "github__*"), each entry well-formed."""
     entries = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
     try:
         validate_policy(entries, (), "the list")
