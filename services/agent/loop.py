@@ -34,7 +34,7 @@ from typing import AsyncIterator, Callable, Sequence, cast
 import structlog
 from opentelemetry.trace import Status, StatusCode
 
-from agentmesh.agent import capabilities, compaction, context, deep, subagents
+from agentmesh.agent import capabilities, compaction, context, deep, subagents, tool_access
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
@@ -74,7 +74,7 @@ from agentmesh.telemetry.genai import (
     invoke_agent_span,
     set_usage,
 )
-from agentmesh.toolpolicy import ToolPolicy, allowed_by_all
+from agentmesh.toolpolicy import ToolPolicy
 
 log = get_logger("agentmesh.agent")
 
@@ -394,12 +394,9 @@ class TurnRun:
             remote = []
         specs = [s for s in remote if s.name not in self._tool_owners] + own
         # A tool the policies turn off is not offered at all; a call to it anyway is screened.
-        specs = [s for s in specs if self._offered(s.name)]
+        specs = [s for s in specs if tool_access.offered(self.request.tool_policies, s.name)]
         self._catalog = {s.name: s for s in specs}
         return specs
-
-    def _offered(self, name: str) -> bool:
-        return allowed_by_all(self.request.tool_policies, name)
 
     async def _recall(self) -> list[MemoryHit]:
         memory, k = self.agent.memory, self.settings.recall_k
@@ -491,16 +488,11 @@ class TurnRun:
     # --- tool calls ---------------------------------------------------------------------------
 
     def _screen(self, call: ToolCall) -> ToolOutcome | None:
-        """A call that must not run, answered before anyone is asked to approve it."""
-        if not self._offered(call.name):
-            log.info("tool call refused by the tool policy", tool=call.name, call_id=call.call_id)
-            available = ", ".join(sorted(self._catalog)) or "none"
-            return ToolOutcome.error(call, "not_allowed", f"error: {call.name} was not run: the tool policy of this "
-                                     f"deployment, namespace, session or turn turns it off; tools you may use: {available}")
-        if self._remote_catalog_known and call.name not in self._catalog and call.name not in self._tool_owners:
-            available = ", ".join(sorted(self._catalog)) or "none"
-            return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
-        return None
+        refused = tool_access.refusal(call, self.request.tool_policies, self._catalog,
+                                      catalog_known=self._remote_catalog_known, owned=self._tool_owners)
+        if refused is not None:
+            log.info("tool call refused", tool=call.name, call_id=call.call_id, reason=refused.error_kind)
+        return refused
 
     def _read_only(self, name: str) -> bool:
         spec = self._catalog.get(name)
