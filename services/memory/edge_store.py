@@ -4,6 +4,7 @@ Layout under `$AGENTMESH_HOME/memory/`:
 
     LOCK                      held by the one memory service using this home
     sessions/  messages/      payload-only shards (session records; transcript messages)
+    namespaces/               payload-only shard: namespace settings
     memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
                               meta.json names the embedder that filled it
 
