@@ -231,3 +231,30 @@ async def test_clearing_a_transcript_keeps_the_session_and_its_workspace(stack, 
     assert (workspace(stack, "clr") / "kept.txt").read_text() == "k"
     err = await rpc_error(gateway.ClearTranscript(sessions_pb2.ClearTranscriptRequest(session_id="nobody"), timeout=10))
     assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_the_cli_sets_namespace_and_session_policies_and_modes(stack, llm):
+    from tests.e2e.test_approvals import run_cli
+
+    code, out, err = await run_cli(stack, "tools", "deny", "team", "shell", "python")
+    assert code == 0, err
+    assert "namespace team: denies shell, python" in out
+    code, out, _ = await run_cli(stack, "tools", "allow", "team", "read_file", "write_file", "--json")
+    assert code == 0 and '"allow": [' in out and '"read_file"' in out and '"shell"' in out  # deny kept
+    code, _, err = await run_cli(stack, "tools", "deny", "team", "shel")
+    assert code == 1 and "no tool named 'shel'" in err
+    code, out, _ = await run_cli(stack, "tools", "list", "--namespace", "team")
+    assert code == 0 and [line.split()[0] for line in out.splitlines() if line[:1].isalpha()] == ["read_file", "write_file"]
+    assert "[read-only]" in out
+    code, out, _ = await run_cli(stack, "tools", "policy", "team", "--clear")
+    assert code == 0 and "allows every tool the deployment allows" in out
+
+    await session_in(stack.gateway_stub(), "cli-s")
+    code, out, _ = await run_cli(stack, "sessions", "set-mode", "cli-s", "normal")
+    assert code == 0 and "permission mode normal" in out
+    code, out, _ = await run_cli(stack, "sessions", "set-tools", "cli-s", "--allow", "read_file", "--deny", "shell")
+    assert code == 0 and "allows read_file; denies shell" in out
+    session = await stack.gateway_stub().GetSession(sessions_pb2.GetSessionRequest(session_id="cli-s"), timeout=10)
+    assert session.permission_mode == "normal" and list(session.tools.allow) == ["read_file"]
+    code, _, err = await run_cli(stack, "sessions", "set-mode", "cli-s", "yolo")
+    assert code == 2 and "invalid choice" in err
