@@ -14,7 +14,8 @@ from typing import Protocol
 from google.protobuf import struct_pb2
 
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
-from agentmesh.ids import validate_id, validate_namespace
+from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
+from agentmesh.ids import validate_namespace
 from agentmesh.telemetry.traceview import AmbiguousTraceId, TraceNotFound, TraceView, normalize_trace_id
 from agentmesh.v1 import gateway_pb2, sessions_pb2, tools_pb2
 
@@ -52,8 +53,9 @@ class TraceStore(Protocol):
 
 class Resources:
     def __init__(self, sessions: SessionLookup, tools: ToolCatalog, files: WorkspaceFiles,
-                 memory: MemorySearch, traces: TraceStore, max_upload_bytes: int):
+                 memory: MemorySearch, traces: TraceStore, max_upload_bytes: int, authz: Authorizer | None = None):
         self._sessions = sessions
+        self._authz = authz or Authorizer(sessions)
         self._tools = tools
         self._files = files
         self._memory = memory
@@ -63,9 +65,11 @@ class Resources:
     async def list_tools(self) -> tools_pb2.ListToolsResponse:
         return await self._tools.list_tools()
 
-    async def search_memory(self, request: gateway_pb2.SearchMemoryRequest) -> gateway_pb2.SearchMemoryResponse:
-        namespace = request.namespace or "default"
-        validate_namespace(namespace)
+    async def search_memory(self, request: gateway_pb2.SearchMemoryRequest,
+                            caller: Caller = ANYONE) -> gateway_pb2.SearchMemoryResponse:
+        if request.namespace:
+            validate_namespace(request.namespace)
+        namespace = self._authz.namespace(caller, request.namespace, "SearchMemory")
         if not request.query.strip():
             raise InvalidArgument("query is empty: give the words to look for")
         if len(request.query) > MAX_QUERY_CHARS:
@@ -78,30 +82,30 @@ class Resources:
 
     # --- a session's workspace: the session must exist, so no workspace is made for a stray id ---
 
-    async def _existing(self, session_id: str) -> None:
-        await self._sessions.get_session(validate_id(session_id))
-
-    async def list_workspace(self, request: tools_pb2.ListWorkspaceRequest) -> tools_pb2.ListWorkspaceResponse:
-        await self._existing(request.session_id)
+    async def list_workspace(self, request: tools_pb2.ListWorkspaceRequest,
+                             caller: Caller = ANYONE) -> tools_pb2.ListWorkspaceResponse:
+        await self._authz.session(caller, request.session_id, "ListWorkspace")
         return await self._files.list_workspace(request)
 
-    async def read_workspace_file(self, request: tools_pb2.ReadWorkspaceFileRequest) -> tools_pb2.ReadWorkspaceFileResponse:
-        await self._existing(request.session_id)
+    async def read_workspace_file(self, request: tools_pb2.ReadWorkspaceFileRequest,
+                                  caller: Caller = ANYONE) -> tools_pb2.ReadWorkspaceFileResponse:
+        await self._authz.session(caller, request.session_id, "ReadWorkspaceFile")
         if not request.path.strip():
             raise InvalidArgument("path is required: which file of the workspace to read")
         return await self._files.read_workspace_file(request)
 
-    async def write_workspace_file(self, request: tools_pb2.WriteWorkspaceFileRequest) -> tools_pb2.WriteWorkspaceFileResponse:
+    async def write_workspace_file(self, request: tools_pb2.WriteWorkspaceFileRequest,
+                                   caller: Caller = ANYONE) -> tools_pb2.WriteWorkspaceFileResponse:
         if len(request.content) > self._max_upload_bytes:
             raise InvalidArgument(
                 f"the file is {len(request.content)} bytes; uploads are limited to {self._max_upload_bytes} bytes"
             )
-        await self._existing(request.session_id)
+        await self._authz.session(caller, request.session_id, "WriteWorkspaceFile")
         return await self._files.write_workspace_file(request)
 
     # --- traces -------------------------------------------------------------------------------
 
-    async def get_trace(self, trace_id: str) -> gateway_pb2.Trace:
+    async def get_trace(self, trace_id: str, caller: Caller = ANYONE) -> gateway_pb2.Trace:
         try:
             wanted = normalize_trace_id(trace_id)
         except ValueError as exc:
@@ -119,7 +123,25 @@ class Resources:
             ) from None
         except AmbiguousTraceId as exc:
             raise InvalidArgument(str(exc)) from None
+        await self._may_see(view, caller, wanted)
         return trace_message(view)
+
+    async def _may_see(self, view: TraceView, caller: Caller, wanted: str) -> None:
+        """A trace is as visible as the session its turn ran in; one naming no session (a
+        service's own work) only where tenants are not configured."""
+        if caller.scope.unrestricted:
+            return
+        missing = f"no trace {wanted} in the local span store (yet: spans are written a moment after a turn ends)"
+        sessions = {str(attrs[key]) for node, _depth, _lasts in view.walk()
+                    if (attrs := node.span.get("attributes") or {})
+                    for key in ("agentmesh.session_id", "gen_ai.conversation.id") if attrs.get(key)}
+        if not sessions:
+            raise NotFound(missing)
+        for session_id in sorted(sessions):
+            try:
+                await self._authz.session(caller, session_id, "GetTrace")
+            except NotFound:
+                raise NotFound(missing) from None
 
 
 def trace_message(view: TraceView) -> gateway_pb2.Trace:
