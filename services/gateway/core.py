@@ -292,7 +292,10 @@ class Gateway:
 
     async def cancel(self, session_id: str, caller: Caller = ANYONE) -> tuple[bool, str]:
         validate_id(session_id)
-        await self._authz.session(caller, session_id, "Cancel")
+        # A turn may run before its session is stored: no session is "nothing to cancel" — but
+        # only where tenants are not configured; otherwise another tenant's running turn could be hit.
+        if await self._authz.session_or_none(caller, session_id, "Cancel") is None and not caller.scope.unrestricted:
+            return False, ""
         turn = self._active.get(session_id)
         if turn is None:
             return False, ""
@@ -308,9 +311,9 @@ class Gateway:
             raise InvalidArgument(f"call_id is longer than {MAX_CALL_ID_CHARS} characters")
         if len(request.note) > MAX_NOTE_CHARS:
             raise InvalidArgument(f"note is {len(request.note)} characters; the limit is {MAX_NOTE_CHARS}")
-        session = await self._authz.session(caller, session_id, "Approve")
-        turn = self._active.get(session_id)
-        if (turn is not None and turn.started_by and turn.started_by != caller.subject
+        session = await self._authz.session_or_none(caller, session_id, "Approve")
+        turn = self._active.get(session_id) if session is not None or caller.scope.unrestricted else None
+        if (turn is not None and session is not None and turn.started_by and turn.started_by != caller.subject
                 and caller.scope.role_in(session.namespace or "default") != "admin"):
             self._authz.audit.record("approval.decided", "refused", caller.principal, session_id=session_id,
                                      call_id=request.call_id, reason="not the run's own")
@@ -332,7 +335,9 @@ class Gateway:
 
     async def pending_approvals(self, session_id: str, caller: Caller = ANYONE) -> gateway_pb2.ListApprovalsResponse:
         validate_id(session_id)
-        await self._authz.session(caller, session_id, "ListApprovals")
+        if (await self._authz.session_or_none(caller, session_id, "ListApprovals") is None
+                and not caller.scope.unrestricted):
+            return gateway_pb2.ListApprovalsResponse()
         turn = self._active.get(session_id)
         if turn is None:
             return gateway_pb2.ListApprovalsResponse()

@@ -67,7 +67,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def AppendMessages(self, request, context):
-        await self._tenants.session(request.session_id, "member", "AppendMessages")
+        await self._tenants.session_if_any(request.session_id, "member", "AppendMessages")
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
             last = await self._transcripts.append_messages(request.session_id, messages)
@@ -75,20 +75,20 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def UpdateSession(self, request, context):
-        await self._tenants.session(request.session_id, "member", "UpdateSession")
+        await self._tenants.session_if_any(request.session_id, "member", "UpdateSession")
         with bound_contextvars(session_id=request.session_id):
             return session_to_proto(await self._transcripts.set_model(request.session_id, request.model))
 
     @translate_errors
     async def DropRun(self, request, context):
-        await self._tenants.session(request.session_id, "member", "DropRun")
+        await self._tenants.session_if_any(request.session_id, "member", "DropRun")
         with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
             dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
         return memory_pb2.DropRunResponse(dropped=dropped)
 
     @translate_errors
     async def ListMessages(self, request, context):
-        await self._tenants.session(request.session_id, "viewer", "ListMessages")
+        await self._tenants.session_if_any(request.session_id, "viewer", "ListMessages")
         with bound_contextvars(session_id=request.session_id):
             messages, next_after = await self._transcripts.list_messages(
                 request.session_id, request.page_size, request.after_seq

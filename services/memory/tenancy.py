@@ -41,11 +41,11 @@ class TenantGuard:
 
     async def session_if_any(self, session_id: str, role: str, method: str) -> None:
         """As `session`, but a session that does not exist is left to the method to answer."""
+        if scope_of_call().unrestricted:
+            return
         try:
             await self.session(validate_id(session_id), role, method)
         except NotFound:
-            if scope_of_call().unrestricted:
-                return
             # Either it is not there (the method says so) or it is another tenant's: both read
             # as "does not exist", and nothing of the other tenant's is touched.
             if await self._exists(session_id):
