@@ -57,6 +57,7 @@ class AuditLog:
             self._logger: Any = structlog.wrap_logger(
                 structlog.PrintLogger(self._file),  # type: ignore[arg-type]  # a file-like writer
                 processors=[structlog.processors.JSONRenderer(sort_keys=True)],
+                wrapper_class=structlog.BoundLogger,
             )
         else:
             self._logger = get_logger("agentmesh.audit")
@@ -82,7 +83,7 @@ class AuditLog:
             **{key: value for key, value in fields.items() if value is not None},
         }
         if self._file is not None:
-            self._logger.msg(ts=round(time.time(), 3), **entry)
+            self._logger.info("audit", ts=round(time.time(), 3), **entry)
         else:
             self._logger.info("audit", **{k: v for k, v in entry.items() if k != "trace_id"})
         if span.is_recording():
