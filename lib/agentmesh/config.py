@@ -370,6 +370,9 @@ class Settings:
     client_token: str = env("AGENTMESH_AUTH_TOKEN", "", secret=True)
     # Tenants, their namespaces and members, service accounts, OIDC (docs/security.md): a YAML
     # or JSON file. Unset: one tenant owns every namespace (AGENTMESH_AUTH_TOKENS are its admins).
+    # Where `agentmesh login` keeps the user's token (mode 0600); AGENTMESH_AUTH_TOKEN wins over it.
+    credentials_file: Path = env("AGENTMESH_CREDENTIALS_FILE",
+                                 default_factory=lambda: Path.home() / ".config" / "agentmesh" / "credentials")
     # The audit log (docs/security.md): a file of JSON lines; empty: the service's own log.
     audit_log: str = env("AGENTMESH_AUDIT_LOG", "")
     auth_policy_file: AuthPolicy = env("AGENTMESH_AUTH_POLICY", default_factory=AuthPolicy, parse=load_policy_file)
