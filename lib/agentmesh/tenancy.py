@@ -34,6 +34,7 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 from agentmesh.errors import NotFound, PermissionDenied
 
 __all__ = [
+    "LEGACY_TENANT",
     "REQUIRED_ROLES",
     "ROLES",
     "AuthPolicy",

@@ -23,7 +23,7 @@ import jwt
 from agentmesh.logs import get_logger
 from agentmesh.tenancy import OidcSettings
 
-__all__ = ["OidcError", "OidcIdentity", "OidcVerifier", "looks_like_jwt"]
+__all__ = ["FETCH_TIMEOUT_S", "OidcError", "OidcIdentity", "OidcVerifier", "looks_like_jwt"]
 
 log = get_logger("agentmesh.rpc.oidc")
 

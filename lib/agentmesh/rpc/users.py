@@ -23,7 +23,7 @@ from agentmesh.rpc.identity import Principal
 from agentmesh.rpc.oidc import OidcError, OidcVerifier, looks_like_jwt
 from agentmesh.tenancy import AuthPolicy, encode_memberships, token_digest
 
-__all__ = ["Refusal", "UserAuthenticator"]
+__all__ = ["ANONYMOUS", "Refusal", "UserAuthenticator"]
 
 ANONYMOUS = Principal(subject="user:anonymous", tenant="")
 
