@@ -52,7 +52,7 @@ def test_a_bad_entry_stops_start_up_naming_it(tmp_path, path, value, sentence):
 
 
 def test_a_missing_file_is_named(tmp_path):
-    with pytest.raises(ConfigError, match="AGENTMESH_AUTH_POLICY: cannot read .*nope.yaml"):
+    with pytest.raises(ConfigError, match=r"AGENTMESH_AUTH_POLICY: cannot read .*nope\.yaml"):
         Settings.from_env({"AGENTMESH_AUTH_POLICY": str(tmp_path / "nope.yaml")})
 
 
@@ -64,7 +64,7 @@ def test_memberships_scopes_and_the_two_refusals():
     scope = policy.scope({"acme": "member"})
     assert scope.default_namespace() == "acme" and scope.namespaces() == frozenset({"acme", "acme-ops"})
     assert scope.require("acme-ops", "member", "missing") == "acme"
-    with pytest.raises(NotFound, match="^missing$"):
+    with pytest.raises(NotFound, match=r"^missing$"):
         scope.require("beta", "viewer", "missing")       # another tenant's: as if it did not exist
     with pytest.raises(PermissionDenied, match="needs the admin role in tenant 'acme'; you are member"):
         scope.require("acme", "admin", "missing")         # one's own, with too small a role
