@@ -16,7 +16,7 @@ from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import Principal
 from agentmesh.tenancy import token_digest
-from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc, scheduler_pb2, sessions_pb2, tools_pb2
+from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc, scheduler_pb2, sessions_pb2, tools_pb2, tools_pb2_grpc
 from tests.e2e.conftest import collect, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.support.identities import signed_channel
@@ -151,6 +151,21 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
         current_principal.reset(acting)
         await channel.close()
 
+    # The tools service: a command in B's workspace, by A directly or by a service acting for A.
+    execute = tools_pb2.ExecuteRequest(session_id="b-secret", call_id="x", name="shell",
+                                       arguments_json=json.dumps({"command": "cat *"}))
+    tools_user = tools_pb2_grpc.ToolsStub(open_channel(stack.addresses["tools"]))
+    err = await rpc_error(tools_user.Execute(execute, metadata=a))
+    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details() == "session 'b-secret' does not exist"
+    agent_channel = signed_channel(stack.settings.keys_dir, "agent", "tools", stack.addresses["tools"])
+    acting = current_principal.set(Principal(subject="oidc:mallory", tenant="acme=admin"))
+    try:
+        err = await rpc_error(tools_pb2_grpc.ToolsStub(agent_channel).Execute(execute))
+        assert err.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        current_principal.reset(acting)
+        await agent_channel.close()
+
     # Nothing of B's changed, and the model never saw A's messages.
     transcript = await gateway.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="b-secret"), metadata=auth("b-member"))
     assert [m.content for m in transcript.messages if m.role == "user"] == ["hello"]
@@ -162,6 +177,7 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
     lines = _audit(audit)
     crossings = [e for e in lines if e["action"] == "cross_tenant"]
     assert {e["service"] for e in crossings} >= {"agentmesh-memory", "agentmesh-gateway", "agentmesh-scheduler"}
+    assert any(e["via"] == "tools" for e in crossings)  # memory saw the tools service ask for A
     assert all(e["principal"] in ("service-account:a-admin", "oidc:mallory") for e in crossings)
     assert any(e["action"] == "session.create" and e["session_id"] == "b-secret" for e in lines)
     assert any(e["action"] == "cron.create" and e["tenant"] == "acme" for e in lines)

@@ -101,7 +101,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
     "memory": {
         # Sessions and transcripts: the gateway reads and deletes, the agent writes.
         "PutSession": _allow("gateway", "agent"),
-        "GetSession": _allow("gateway", "agent"),
+        # The tools service asks for a session's tenant before touching its workspace.
+        "GetSession": _allow("gateway", "agent", "tools"),
         "ListSessions": _allow("gateway", "agent"),
         "DeleteSession": _allow("gateway", "agent"),
         "UpdateSession": _allow("gateway"),
