@@ -8,8 +8,8 @@ from opentelemetry import trace
 
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
-from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
 from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, MIB, ServiceHost

@@ -27,7 +27,7 @@ LOOKUP_TIMEOUT_S = 10.0
 
 class SessionTenants:
     def __init__(self, channel: Any, target: str, audit: AuditLog | None = None):
-        self._memory = memory_pb2_grpc.MemoryStub(channel)
+        self._memory = memory_pb2_grpc.MemoryStub(channel)  # type: ignore[no-untyped-call]  # generated stubs are untyped
         self._target = f"the memory service at {target}"
         self._audit = audit
 

@@ -16,7 +16,15 @@ from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import Principal
 from agentmesh.tenancy import token_digest
-from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc, scheduler_pb2, sessions_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import (
+    gateway_pb2,
+    memory_pb2,
+    memory_pb2_grpc,
+    scheduler_pb2,
+    sessions_pb2,
+    tools_pb2,
+    tools_pb2_grpc,
+)
 from tests.e2e.conftest import collect, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.support.identities import signed_channel
