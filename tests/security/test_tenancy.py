@@ -26,3 +26,9 @@ def test_every_row_names_a_real_rpc_and_role():
     known = {f"{service}.{name}" for service, name in _methods()}
     assert set(REQUIRED_ROLES) <= known, set(REQUIRED_ROLES) - known
     assert set(REQUIRED_ROLES.values()) <= set(ROLES)
+
+
+def test_the_policy_file_knows_the_same_roles():
+    from agentmesh.tenancy.policy_file import VALID_ROLES
+
+    assert VALID_ROLES == ROLES
