@@ -40,9 +40,11 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         # Where tenants are configured: the session's tenant, asked of memory (tenancy.py).
         self._tenants = tenants
 
-    async def _session(self, session_id: str, method: str) -> None:
+    async def _session(self, session_id: str, method: str, *, grows: bool = False) -> None:
         if self._tenants is not None and session_id:
-            await self._tenants.require(session_id, method)
+            tenant = await self._tenants.require(session_id, method)
+            if grows and tenant:
+                await self._tenants.check_disk(session_id, tenant)
 
     @translate_errors
     async def ListTools(self, request, context):
@@ -50,7 +52,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def Execute(self, request, context):
-        await self._session(request.session_id, "Execute")
+        await self._session(request.session_id, "Execute", grows=True)
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s
         )
@@ -96,7 +98,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def WriteWorkspaceFile(self, request, context):
-        await self._session(request.session_id, "WriteWorkspaceFile")
+        await self._session(request.session_id, "WriteWorkspaceFile", grows=True)
         written = await self._files.write(request.session_id, request.path, request.content, request.overwrite)
         return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)
 
@@ -164,7 +166,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     tenants = None
     if settings.auth_policy.enforced:
         memory = open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory")
-        tenants = SessionTenants(memory, settings.address_of("memory"), host.audit)
+        tenants = SessionTenants(memory, settings.address_of("memory"), settings.auth_policy, workspaces, host.audit)
         host.on_stop(memory.close)
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
                            WorkspaceQuota(tools_settings.workspace_quota_bytes))
