@@ -210,3 +210,22 @@ async def test_roles_within_a_tenant(tenants, llm):
     deleted = await gateway.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id="a-s"), metadata=auth("a-admin"))
     assert deleted.deleted
     assert any(e["action"] == "session.delete" and e["principal"] == "service-account:a-admin" for e in _audit(audit))
+
+
+async def test_login_keeps_a_checked_token_private_and_the_cli_sends_it(tenants, tmp_path):
+    stack, _audit = tenants
+    credentials = tmp_path / "config" / "credentials"
+    stack.env["AGENTMESH_CREDENTIALS_FILE"] = str(credentials)
+    code, _, err = await run_cli(stack, "login", "--token", "not-a-real-token-at-all")
+    assert code == 1 and "not one this deployment accepts" in err and not credentials.exists()
+    code, _, err = await run_cli(stack, "sessions", "list")
+    assert code == 1 and "missing credentials" in err
+    code, out, err = await run_cli(stack, "login", "--token", TOKENS["b-member"])
+    assert code == 0, err
+    assert credentials.stat().st_mode & 0o777 == 0o600 and credentials.read_text().strip() == TOKENS["b-member"]
+    await stack.gateway_stub().CreateSession(gateway_pb2.CreateSessionRequest(session_id="b-cli"), metadata=auth("b-member"))
+    code, out, err = await run_cli(stack, "sessions", "list", "--json")
+    assert code == 0, err
+    assert [s["session_id"] for s in json.loads(out)] == ["b-cli"]
+    code, _, _ = await run_cli(stack, "logout")
+    assert code == 0 and not credentials.exists()
