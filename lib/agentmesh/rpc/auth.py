@@ -250,6 +250,9 @@ def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal, policy
         current_scope.set(scope)
         # Who the work is for, on the call's span and on each log line it writes.
         trace.get_current_span().set_attribute("enduser.id", principal.subject)
+        if principal.tenant:
+            # Its tenants and roles (`acme=member`), so a trace shows whose data a call touched.
+            trace.get_current_span().set_attribute("agentmesh.tenants", principal.tenant)
         structlog.contextvars.bind_contextvars(principal=principal.subject)
 
     return rebuild(handler, enter)
