@@ -28,12 +28,14 @@ from agentmesh.v1 import (
 from tests.e2e.conftest import collect, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.support.identities import signed_channel
-from tests.support.llm_server import reply
+from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
+from tests.support.turns import LiveTurn
 
 TOKENS = {
     "a-admin": "tok-a-admin-0123456789", "a-member": "tok-a-member-0123456789", "a-viewer": "tok-a-viewer-0123456789",
     "b-admin": "tok-b-admin-0123456789", "b-member": "tok-b-member-0123456789",
+    "a-member-2": "tok-a-member-2-0123456789",
 }
 
 
@@ -229,3 +231,21 @@ async def test_login_keeps_a_checked_token_private_and_the_cli_sends_it(tenants,
     assert [s["session_id"] for s in json.loads(out)] == ["b-cli"]
     code, _, _ = await run_cli(stack, "logout")
     assert code == 0 and not credentials.exists()
+
+
+async def test_a_member_decides_only_their_own_runs_an_admin_any(tenants, llm):
+    stack, audit = tenants
+    gateway = stack.gateway_stub()
+    llm.add(reply("", tool_call("shell", {"command": "echo ok"}, id="held")), reply("Ran it."))
+    turn = LiveTurn(gateway, "a-run", "run it", metadata=auth("a-member"), approval_tools=["shell"])
+    request = await turn.approval_request()
+    decide = gateway_pb2.ApproveRequest(session_id="a-run", call_id=request.call_id, approved=True)
+    err = await rpc_error(gateway.Approve(decide, metadata=auth("a-member-2")))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "started by service-account:a-member" in err.details()
+    err = await rpc_error(gateway.Approve(decide, metadata=auth("b-admin")))  # another tenant's admin
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert (await gateway.Approve(decide, metadata=auth("a-admin"))).accepted
+    assert of_kind(await turn.finished(), "run_finished")[0].final_text == "Ran it."
+    decided = [e for e in _audit(audit) if e["action"] == "approval.decided"]
+    assert [(e["principal"], e["outcome"]) for e in decided] == [
+        ("service-account:a-member-2", "refused"), ("service-account:a-admin", "allowed")]
