@@ -103,6 +103,7 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Memory.UpdateSession": "member",
     "Memory.ListMessages": "viewer",
     "Memory.AppendMessages": "member",
+    "Memory.StartTurn": "member",  # a turn's first read, append and recall, in one call
     "Memory.DropRun": "member",
     # Tools: `agentmesh tools list|run`, and every tool call of a turn.
     "Tools.ListTools": "viewer",
