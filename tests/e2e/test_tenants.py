@@ -17,6 +17,7 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import Principal
 from agentmesh.tenancy import token_digest
 from agentmesh.v1 import (
+    common_pb2,
     gateway_pb2,
     memory_pb2,
     memory_pb2_grpc,
@@ -157,6 +158,15 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
         assert err.code() == grpc.StatusCode.NOT_FOUND
         listed = await direct.ListSessions(sessions_pb2.ListSessionsRequest())
         assert "b-secret" not in [s.session_id for s in listed.sessions]
+        # As the agent: a turn's start in B's session, or a recall from B's namespace.
+        as_agent = signed_channel(stack.settings.keys_dir, "agent", "memory", stack.addresses["memory"])
+        agent_memory = memory_pb2_grpc.MemoryStub(as_agent)
+        start = memory_pb2.StartTurnRequest(session_id="b-secret", messages=[common_pb2.Message(role="user", content="x")])
+        assert (await rpc_error(agent_memory.StartTurn(start))).code() == grpc.StatusCode.NOT_FOUND
+        recall = memory_pb2.StartTurnRequest(session_id="a-own", namespace="beta", recall_query="launch code", recall_k=3,
+                                             messages=[common_pb2.Message(role="user", content="x")])
+        assert (await rpc_error(agent_memory.StartTurn(recall))).code() == grpc.StatusCode.PERMISSION_DENIED
+        await as_agent.close()
     finally:
         current_principal.reset(acting)
         await channel.close()
