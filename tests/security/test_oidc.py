@@ -24,10 +24,10 @@ from tests.support.stack import Stack
 pytestmark = pytest.mark.asyncio
 
 
-def _policy(issuer: str, refresh_s: float = 1.0) -> str:
+def _policy(issuer: str, refresh_s: float = 1.0, max_age_s: float = 3600) -> str:
     return json.dumps({
         "oidc": {"issuer": issuer, "audience": AUDIENCE, "groups_claim": "groups", "clock_skew_s": 5,
-                 "jwks_refresh_min_s": refresh_s},
+                 "jwks_refresh_min_s": refresh_s, "jwks_max_age_s": max_age_s},
         "tenants": {"team-a": {"namespaces": ["team-a"], "members": [{"group": "team-a", "role": "member"}]}},
     })
 
@@ -147,3 +147,19 @@ async def test_missing_credentials_are_unauthenticated(gateway):
     assert "missing credentials" in refused.value.details()
     answer = await http.get("/v1/sessions")
     assert answer.status_code == 401 and answer.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+async def test_known_keys_keep_working_while_the_issuer_is_down(tmp_path, issuer):
+    policy = tmp_path / "policy.json"
+    policy.write_text(_policy(issuer.url, refresh_s=0.2, max_age_s=0.5))
+    async with Stack(tmp_path / "home", env={"AGENTMESH_AUTH_POLICY": str(policy)}, services=("memory", "gateway")) as stack:
+        async with httpx.AsyncClient(base_url=stack.http_url, timeout=30) as http:
+            running = (stack.gateway_stub(), http, tmp_path / "no-audit")
+            assert (await _ask(running, issuer.token()))[0] == grpc.StatusCode.OK
+            await issuer.__aexit__(None, None, None)  # the identity provider goes away
+            await asyncio.sleep(0.6)  # past jwks_max_age_s: a refresh is due and fails
+            code, details, status, _ = await _ask(running, issuer.token())
+            assert code == grpc.StatusCode.OK and status == 200, details
+            # A key it never published still cannot sign anyone in.
+            code, details, _, _ = await _ask(running, issuer.token(new_key("ES256", kid="new")))
+            assert code == grpc.StatusCode.UNAUTHENTICATED

@@ -106,17 +106,27 @@ class OidcVerifier:
     async def _key(self, kid: str) -> jwt.PyJWK:
         async with self._lock:
             age = time.monotonic() - self._fetched_at
-            if not self._keys or age > self.settings.jwks_max_age_s:
+            if not self._keys:
                 await self._refresh()
-            elif kid not in self._keys and age >= self.settings.jwks_refresh_min_s:
-                # A kid we do not know: the provider may have rotated its keys.
-                await self._refresh()
+            elif age > self.settings.jwks_max_age_s or (kid not in self._keys and age >= self.settings.jwks_refresh_min_s):
+                # Due, or a kid we do not know (the provider may have rotated its keys).
+                await self._refresh_keeping_keys()
             key = self._keys.get(kid)
             if key is None and not kid and len(self._keys) == 1:
                 key = next(iter(self._keys.values()))
         if key is None:
             raise OidcError(f"the token is signed with a key ({kid or 'no kid'!s}) the issuer {self.settings.issuer} does not publish")
         return key
+
+    async def _refresh_keeping_keys(self) -> None:
+        """Refresh; when the provider cannot be reached, keep signing users in with the keys
+        already known (an IdP outage must not lock everyone out) and try again later."""
+        try:
+            await self._refresh()
+        except OidcError as exc:
+            self._fetched_at = time.monotonic()  # the next try waits the refresh interval
+            log.warning("oidc keys not refreshed; the cached ones stay in use", issuer=self.settings.issuer,
+                        error=str(exc))
 
     async def verify(self, token: str) -> OidcIdentity:
         try:
