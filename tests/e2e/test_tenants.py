@@ -127,6 +127,19 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
         await asyncio.sleep(0.1)
     assert finished and finished[0].status == "failed" and "does not exist" in finished[0].error
 
+    # B's trace: B reads it once the spans are written; A gets what a missing trace gets.
+    trace_id = of_kind(events, "run_finished")[0].trace_id
+    for _ in range(100):
+        try:
+            trace = await gateway.GetTrace(gateway_pb2.GetTraceRequest(trace_id=trace_id), metadata=auth("b-member"))
+            break
+        except grpc.aio.AioRpcError as err:
+            assert err.code() == grpc.StatusCode.NOT_FOUND
+            await asyncio.sleep(0.1)
+    assert trace.spans
+    err = await rpc_error(gateway.GetTrace(gateway_pb2.GetTraceRequest(trace_id=trace_id), metadata=a))
+    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith(f"no trace {trace_id}")
+
     # HTTP: the same answers.
     async with httpx.AsyncClient(base_url=stack.http_url, timeout=30) as http:
         headers = {"Authorization": f"Bearer {TOKENS['a-admin']}"}
