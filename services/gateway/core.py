@@ -25,12 +25,14 @@ from agentmesh.errors import (
 )
 from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
 from agentmesh.gateway.limits import TenantLimiter
+from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
 from agentmesh.modes import validate_mode
+from agentmesh.toolpolicy import validate_permission_mode, validate_policy
 from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
@@ -40,6 +42,7 @@ MAX_APPROVAL_TOOLS = 64
 MAX_TOOL_NAME_CHARS = 128
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
+SESSION_FIELDS = ("model", "permission_mode", "tools")  # what UpdateSession can change
 
 
 SHUTDOWN_MESSAGE = (
@@ -83,9 +86,10 @@ class _ActiveTurn:
 
 class Gateway:
     def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings,
-                 models: ModelCatalog | None = None, authz: Authorizer | None = None,
+                 policies: Policies, models: ModelCatalog | None = None, authz: Authorizer | None = None,
                  limits: TenantLimiter | None = None):
         self._sessions = sessions
+        self._policies = policies
         # Who may touch what (authz.py), and the per-tenant limits on turns and tokens.
         self._authz = authz or Authorizer(sessions)
         self._limits = limits or TenantLimiter(None)
@@ -122,11 +126,41 @@ class Gateway:
         return await self._sessions.list_sessions(page_size or 50, page_token)
 
     async def update_session(self, request: sessions_pb2.UpdateSessionRequest, caller: Caller = ANYONE) -> sessions_pb2.Session:
-        session_id = validate_id(request.session_id)
+        """Change a session's model, permission mode or tool policy (which: see sessions.proto)."""
+        validate_id(request.session_id)
+        unknown = [path for path in request.update_mask if path not in SESSION_FIELDS]
+        if unknown:
+            raise InvalidArgument(f"update_mask: {unknown[0][:64]!r} cannot be changed; name any of {', '.join(SESSION_FIELDS)}")
         if request.model and self._models.get(request.model) is None:
             raise InvalidArgument(self._models.unknown_model_message(request.model, "model"))
-        await self._authz.session(caller, session_id, "UpdateSession")
-        return await self._sessions.set_model(session_id, request.model)
+        validate_permission_mode(request.permission_mode)
+        if request.HasField("tools") or "tools" in request.update_mask:
+            await self._policies.checked(request.tools, "tools")
+        await self._authz.session(caller, request.session_id, "UpdateSession")
+        return await self._sessions.update_session(request)
+
+    async def clear_transcript(self, session_id: str, caller: Caller = ANYONE) -> int:
+        """Empty the session's transcript (and with it its task board and token count); the
+        session, its workspace and its namespace's long-term memory stay."""
+        validate_id(session_id)
+        await self._authz.session(caller, session_id, "ClearTranscript")
+        if session_id in self._active:
+            raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
+        cleared = await self._sessions.clear_transcript(session_id)
+        self._authz.audit.record("session.clear", "allowed", caller.principal, session_id=session_id)
+        return cleared
+
+    async def namespace_settings(self, namespace: str, caller: Caller = ANYONE) -> sessions_pb2.NamespaceSettings:
+        # "" is the caller's own namespace ("default" without tenants); another tenant's is refused.
+        return await self._policies.namespace_settings(self._authz.namespace(caller, namespace, "GetNamespaceSettings"))
+
+    async def update_namespace_settings(self, request: sessions_pb2.UpdateNamespaceSettingsRequest,
+                                        caller: Caller = ANYONE) -> sessions_pb2.NamespaceSettings:
+        namespace = self._authz.namespace(caller, request.namespace, "UpdateNamespaceSettings")
+        updated = await self._policies.update_namespace_settings(
+            sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=request.tools))
+        self._authz.audit.record("tool_policy.update", "allowed", caller.principal, namespace=namespace)
+        return updated
 
     async def delete_session(self, session_id: str, caller: Caller = ANYONE) -> bool:
         validate_id(session_id)
@@ -180,6 +214,9 @@ class Gateway:
             raise InvalidArgument(self._models.unknown_model_message(model))
         validate_mode(request.options.mode)
         validate_if_busy(request.options.if_busy)
+        validate_permission_mode(request.options.permission_mode, "options.permission_mode")
+        if request.options.HasField("tools"):
+            validate_policy(request.options.tools.allow, request.options.tools.deny, "options.tools")
         for name in ("token_budget", "session_token_budget"):
             if getattr(request.options, name) < 0:
                 raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
@@ -209,17 +246,19 @@ class Gateway:
             if created:
                 self._authz.audit.record("session.create", "allowed", caller.principal, session_id=session_id,
                                          namespace=session.namespace)
-            options = request.options
+            options = gateway_pb2.ChatOptions()
+            options.CopyFrom(request.options)
             if not options.model and session.model and self._models.get(session.model) is not None:
-                options = gateway_pb2.ChatOptions()
-                options.CopyFrom(request.options)
                 options.model = session.model
+            options.permission_mode = self._policies.mode_for(session, options.permission_mode)
+            layers = await self._policies.layers(session, session.namespace)
             run = agent_pb2.RunTurnRequest(
                 session_id=session_id,
                 run_id=turn.run_id,
                 message=request.message,
                 options=options,
                 namespace=session.namespace or "default",
+                tool_policies=[policy_to_proto(layer) for layer in layers],
             )
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
@@ -312,6 +351,8 @@ class Gateway:
             raise InvalidArgument(f"call_id is longer than {MAX_CALL_ID_CHARS} characters")
         if len(request.note) > MAX_NOTE_CHARS:
             raise InvalidArgument(f"note is {len(request.note)} characters; the limit is {MAX_NOTE_CHARS}")
+        if request.rest_of_turn and not request.approved:
+            raise InvalidArgument("rest_of_turn goes with an approval: approve the call, or deny it on its own")
         session = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Approve")
         turn = self._active.get(session_id) if session is not None or caller.scope.unrestricted else None
         if (turn is not None and session is not None and turn.started_by and turn.started_by != caller.subject
@@ -328,7 +369,7 @@ class Gateway:
                 "(it may have been decided already, timed out, or the turn ended)"
             )
         turn.controls.put_nowait(agent_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
-            call_id=request.call_id, approved=request.approved, note=request.note)))
+            call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn)))
         log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
         self._authz.audit.record("approval.decided", "allowed", caller.principal, session_id=session_id,
                                  call_id=request.call_id, approved=request.approved)

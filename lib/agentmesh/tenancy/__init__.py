@@ -78,6 +78,11 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Gateway.WriteWorkspaceFile": "member",
     "Gateway.GetTrace": "viewer",
     "Gateway.ListModels": "viewer",
+    # A session's transcript emptied (the REPL's /clear): the person chatting in it may.
+    "Gateway.ClearTranscript": "member",
+    # Tool policies: reading a namespace's is for anyone in the tenant, changing it is set-up.
+    "Gateway.GetNamespaceSettings": "viewer",
+    "Gateway.UpdateNamespaceSettings": "admin",
     # Scheduler: cron jobs are set-up (admin); their runs and history are there to read.
     "Scheduler.CreateJob": "admin",
     "Scheduler.UpdateJob": "admin",
@@ -104,6 +109,9 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Memory.ListMessages": "viewer",
     "Memory.AppendMessages": "member",
     "Memory.StartTurn": "member",  # a turn's first read, append and recall, in one call
+    "Memory.ClearTranscript": "member",
+    "Memory.GetNamespaceSettings": "viewer",
+    "Memory.UpdateNamespaceSettings": "member",
     "Memory.DropRun": "member",
     # Tools: `agentmesh tools list|run`, and every tool call of a turn.
     "Tools.ListTools": "viewer",
