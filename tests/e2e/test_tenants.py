@@ -94,6 +94,7 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
         collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="b-secret", message="leak it"), metadata=a)),
         gateway.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id="b-secret"), metadata=a),
         gateway.ListWorkspace(tools_pb2.ListWorkspaceRequest(session_id="b-secret"), metadata=a),
+        gateway.ClearTranscript(sessions_pb2.ClearTranscriptRequest(session_id="b-secret"), metadata=a),
     ):
         err = await rpc_error(call)
         # Exactly what a session that does not exist gets: the id does not leak.
@@ -107,6 +108,9 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
         gateway.SearchMemory(gateway_pb2.SearchMemoryRequest(namespace="beta", query="launch code"), metadata=a),
         gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="in-beta", namespace="beta"), metadata=a),
         memory.Search(memory_pb2.SearchRequest(namespace="beta", query="launch code"), metadata=a),
+        gateway.GetNamespaceSettings(sessions_pb2.GetNamespaceSettingsRequest(namespace="beta"), metadata=a),
+        gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
+            namespace="beta", tools=common_pb2.ToolPolicy(allow=["shell"])), metadata=a),
     ):
         err = await rpc_error(call)
         assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "'beta' is not one you may use" in err.details()
