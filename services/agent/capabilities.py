@@ -10,6 +10,7 @@ from agentmesh.agent import (
     compaction,
     deep,
     guards,
+    instructions,
     memory_tools,
     plan_mode,
     subagents,
@@ -22,6 +23,10 @@ from agentmesh.agent.turn import Capability, TurnContext
 def for_turn(ctx: TurnContext) -> list[Capability]:
     request, settings = ctx.request, ctx.settings
     found: list[Capability] = []
+    learning = ctx.agent.learning
+    if learning is not None and learning.instructions is not None:
+        # First: its section must be in place before any capability's first model call.
+        found.append(instructions.StandingInstructions(ctx, learning.instructions))
     if settings.compaction:
         found.append(compaction.Compaction(ctx))
     if budget.applies(ctx):

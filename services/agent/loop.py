@@ -34,7 +34,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
-from agentmesh.agent import capabilities, compaction, context, deep, subagents
+from agentmesh.agent import capabilities, compaction, context, deep, learning, subagents
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
@@ -109,6 +109,7 @@ class Agent:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
         sessions: subagents.ChildSessions | None = None,
         background: BackgroundCommands | None = None,
+        learning: "learning.LearningSources | None" = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -121,6 +122,7 @@ class Agent:
         self.clock = clock
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
+        self.learning = learning  # standing instructions (learning.py); None: not offered
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a
@@ -398,12 +400,14 @@ class TurnRun:
         ctx = self._ctx
         tools, memories = ctx.tools, ctx.memories
         base = self.request.system_prompt or s.system_prompt
-        probe = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories)
+        sections = [text for capability in self._capabilities for text in capability.system_sections()]
+        probe = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, sections=sections)
         kept, current, omitted = context.fit(
             probe, ctx.history, [*self._view(turn), *extra], budget_chars=s.context_budget_chars,
             tool_output_chars=s.tool_output_chars,
         )
-        system = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, omitted=omitted)
+        system = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, omitted=omitted,
+                                       sections=sections)
         request = ModelRequest(
             model=self.model,
             messages=[ChatMessage(role="system", content=system), *kept, *current],

@@ -9,6 +9,8 @@ settings, the running usage, and five actions (`emit`, `call_model`, `persist`, 
     before_first_call(turn)         once, before the first tool-using step; may return `Stop`
     before_step(step, turn)         before each tool-using step (from 1)
     view(messages)                  every model call: this turn's messages as the model sees them
+    system_sections()               every model call: text for the system prompt, after the base
+                                    prompt, in capability order (standing instructions, skills)
     after_reply(step, reply, turn)  after each step's reply is persisted, before its tools run:
                                     None to go on, `Nudge` (text-only replies) or `Stop`
     after_turn(stop_reason)         once, however the turn ended (also cancelled or failed)
@@ -112,6 +114,10 @@ class Capability:
     def view(self, messages: list[ChatMessage]) -> list[ChatMessage]:
         """This turn's messages as the model should see them; must not change the list passed in."""
         return messages
+
+    def system_sections(self) -> list[str]:
+        """Text this capability adds to the system prompt, right after the base prompt."""
+        return []
 
     async def after_reply(self, step: int, reply: ModelReply, turn: list[ChatMessage]) -> Verdict:
         return None

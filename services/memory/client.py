@@ -176,3 +176,11 @@ class MemoryClient:
     ) -> int:
         request = memory_pb2.ImportRequest(namespace=namespace, memories=list(memories))
         return (await self._call(self.stub.Import, request, timeout=timeout_s)).imported
+
+    # --- standing instructions ---
+
+    async def get_profile(self, namespace: str = "default") -> memory_pb2.Profile:
+        return await self._call(self.stub.GetProfile, memory_pb2.GetProfileRequest(namespace=namespace))
+
+    async def set_profile(self, part: str, text: str, *, namespace: str = "default") -> memory_pb2.Profile:
+        return await self._call(self.stub.SetProfile, memory_pb2.SetProfileRequest(namespace=namespace, part=part, text=text))

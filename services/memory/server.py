@@ -15,6 +15,8 @@ from agentmesh.memory.convert import (
 )
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories
+from agentmesh.memory.profiles import Profile, Profiles
+from agentmesh.memory.qdrant_documents import QdrantDocuments
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import Transcripts
@@ -28,9 +30,10 @@ log = get_logger("agentmesh.memory")
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
-    def __init__(self, transcripts: Transcripts, memories: Memories):
+    def __init__(self, transcripts: Transcripts, memories: Memories, profiles: Profiles):
         self._transcripts = transcripts
         self._memories = memories
+        self._profiles = profiles
 
     # --- sessions ---
 
@@ -116,6 +119,21 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         imported = await self._memories.import_many(request.namespace, items)
         return memory_pb2.ImportResponse(imported=imported)
 
+    # --- standing instructions ---
+
+    @translate_errors
+    async def GetProfile(self, request, context):
+        return _profile_to_proto(await self._profiles.get(request.namespace))
+
+    @translate_errors
+    async def SetProfile(self, request, context):
+        return _profile_to_proto(await self._profiles.set(request.namespace, request.part, request.text))
+
+
+def _profile_to_proto(p: Profile) -> memory_pb2.Profile:
+    return memory_pb2.Profile(namespace=p.namespace, soul=p.soul, user=p.user, project=p.project,
+                              updated_at=p.updated_at, max_chars=p.max_chars)
+
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     memory_settings = MemorySettings.from_env(settings.environ)
@@ -125,6 +143,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.ensure_transcript_collections()
         memories = Memories(store, embedder, memory_settings, tracer=telemetry.tracer)
         await memories.open()
+        # Standing instructions (and later skills) share the store's client: one per directory.
+        documents = QdrantDocuments(store._client, store._run, local=store.local)
+        await documents.open()
     except BaseException:
         await store.close()
         await embedder.close()
@@ -133,7 +154,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
-        MemoryServicer(Transcripts(store, memory_settings), memories),
+        MemoryServicer(Transcripts(store, memory_settings), memories,
+                       Profiles(documents, max_chars=memory_settings.profile_max_chars)),
         "agentmesh.v1.Memory",
     )
 

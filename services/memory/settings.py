@@ -60,6 +60,8 @@ class MemorySettings:
     max_memory_bytes: int = 64 * 1024
     max_messages_per_append: int = 1000
     max_import: int = 10_000
+    # Each standing-instruction part (soul, user, project): every turn of the namespace carries it.
+    profile_max_chars: int = 4000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "MemorySettings":
@@ -89,4 +91,5 @@ class MemorySettings:
             layout=env_choice(env, "AGENTMESH_MEMORY_LAYOUT", cls.layout, LAYOUTS),
             max_content_bytes=env_int(env, "AGENTMESH_MEMORY_MAX_CONTENT_BYTES", cls.max_content_bytes, minimum=1),
             max_memory_bytes=env_int(env, "AGENTMESH_MEMORY_MAX_MEMORY_BYTES", cls.max_memory_bytes, minimum=1),
+            profile_max_chars=env_int(env, "AGENTMESH_PROFILE_MAX_CHARS", cls.profile_max_chars, minimum=1),
         )

@@ -90,6 +90,9 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListMemories": _allow("agent", USERS),
         "Forget": _allow("agent", USERS),
         "Import": _allow("agent", USERS),
+        # Standing instructions: every turn reads them; users set them (`agentmesh profile`).
+        "GetProfile": _allow("agent", USERS),
+        "SetProfile": _allow(USERS),
     },
 }
 
