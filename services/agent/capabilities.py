@@ -13,6 +13,7 @@ from agentmesh.agent import (
     instructions,
     memory_tools,
     plan_mode,
+    skills,
     subagents,
     task_tools,
     thinking,
@@ -27,6 +28,8 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
     if learning is not None and learning.instructions is not None:
         # First: its section must be in place before any capability's first model call.
         found.append(instructions.StandingInstructions(ctx, learning.instructions))
+    if learning is not None and learning.skills is not None:
+        found.append(skills.Skills(ctx, learning.skills))
     if settings.compaction:
         found.append(compaction.Compaction(ctx))
     if budget.applies(ctx):

@@ -1,9 +1,11 @@
 """gRPC adapters of what the learning capabilities read from the memory service (standing
-instructions), kept apart from adapters.py so they grow with those capabilities."""
+instructions, skills), kept apart from adapters.py so they grow with those capabilities."""
 
 from __future__ import annotations
 
+from agentmesh.errors import NotFound
 from agentmesh.agent.instructions import Instructions
+from agentmesh.agent.skills import SkillPackage, SkillSummary
 from agentmesh.memory.client import MemoryClient
 
 
@@ -16,3 +18,20 @@ class GrpcInstructions:
     async def instructions(self, namespace: str) -> Instructions:
         profile = await self._client.get_profile(namespace)
         return Instructions(soul=profile.soul, user=profile.user, project=profile.project)
+
+
+class GrpcSkills:
+    """ListSkills / GetSkill on the memory service."""
+
+    def __init__(self, client: MemoryClient):
+        self._client = client
+
+    async def skills(self, namespace: str) -> list[SkillSummary]:
+        return [SkillSummary(s.name, s.description, s.version) for s in await self._client.list_skills(namespace)]
+
+    async def skill(self, namespace: str, name: str) -> SkillPackage:
+        found = await self._client.get_skill(name, namespace=namespace)
+        if found.info.status != "active":  # a draft is not the model's to load
+            raise NotFound(f"skill {name!r} is a draft awaiting approval")
+        return SkillPackage(name=found.info.name, version=found.info.version, body=found.body,
+                            files=tuple((f.path, f.content) for f in found.files if f.path != "SKILL.md"))

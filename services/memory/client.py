@@ -184,3 +184,12 @@ class MemoryClient:
 
     async def set_profile(self, part: str, text: str, *, namespace: str = "default") -> memory_pb2.Profile:
         return await self._call(self.stub.SetProfile, memory_pb2.SetProfileRequest(namespace=namespace, part=part, text=text))
+
+    # --- skills ---
+
+    async def list_skills(self, namespace: str = "default", include_drafts: bool = False) -> list[memory_pb2.SkillInfo]:
+        request = memory_pb2.ListSkillsRequest(namespace=namespace, include_drafts=include_drafts)
+        return list((await self._call(self.stub.ListSkills, request)).skills)
+
+    async def get_skill(self, name: str, *, namespace: str = "default", version: int = 0) -> memory_pb2.Skill:
+        return await self._call(self.stub.GetSkill, memory_pb2.GetSkillRequest(namespace=namespace, name=name, version=version))

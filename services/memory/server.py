@@ -18,6 +18,7 @@ from agentmesh.memory.memories import Memories
 from agentmesh.memory.profiles import Profile, Profiles
 from agentmesh.memory.qdrant_documents import QdrantDocuments
 from agentmesh.memory.qdrant_store import QdrantStore
+from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.errors import translate_errors
@@ -30,10 +31,11 @@ log = get_logger("agentmesh.memory")
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
-    def __init__(self, transcripts: Transcripts, memories: Memories, profiles: Profiles):
+    def __init__(self, transcripts: Transcripts, memories: Memories, profiles: Profiles, skills: Skills):
         self._transcripts = transcripts
         self._memories = memories
         self._profiles = profiles
+        self._skills = skills
 
     # --- sessions ---
 
@@ -129,6 +131,46 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     async def SetProfile(self, request, context):
         return _profile_to_proto(await self._profiles.set(request.namespace, request.part, request.text))
 
+    # --- skills ---
+
+    @translate_errors
+    async def PutSkill(self, request, context):
+        files = [SkillFile(f.path, f.content) for f in request.files]
+        info = await self._skills.put(request.namespace, files, draft=request.draft, source=request.source or "api")
+        return _skill_info_to_proto(info)
+
+    @translate_errors
+    async def ListSkills(self, request, context):
+        found = await self._skills.list(request.namespace, include_drafts=request.include_drafts)
+        return memory_pb2.ListSkillsResponse(skills=[_skill_info_to_proto(i) for i in found])
+
+    @translate_errors
+    async def GetSkill(self, request, context):
+        return _skill_to_proto(await self._skills.get(request.namespace, request.name, request.version))
+
+    @translate_errors
+    async def ApproveSkill(self, request, context):
+        return _skill_info_to_proto(await self._skills.approve(request.namespace, request.name))
+
+    @translate_errors
+    async def RemoveSkill(self, request, context):
+        return memory_pb2.RemoveSkillResponse(removed_versions=await self._skills.remove(request.namespace, request.name))
+
+    @translate_errors
+    async def SetSkillPolicy(self, request, context):
+        auto = await self._skills.set_policy(request.namespace, request.auto_accept)
+        return memory_pb2.SkillPolicy(namespace=request.namespace or "default", auto_accept=auto)
+
+
+def _skill_info_to_proto(i: SkillInfo) -> memory_pb2.SkillInfo:
+    return memory_pb2.SkillInfo(namespace=i.namespace, name=i.name, description=i.description, version=i.version,
+                                status=i.status, paths=list(i.paths), created_at=i.created_at, source=i.source)
+
+
+def _skill_to_proto(s: Skill) -> memory_pb2.Skill:
+    return memory_pb2.Skill(info=_skill_info_to_proto(s.info), body=s.body,
+                            files=[memory_pb2.SkillFile(path=f.path, content=f.content) for f in s.files])
+
 
 def _profile_to_proto(p: Profile) -> memory_pb2.Profile:
     return memory_pb2.Profile(namespace=p.namespace, soul=p.soul, user=p.user, project=p.project,
@@ -155,7 +197,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
         MemoryServicer(Transcripts(store, memory_settings), memories,
-                       Profiles(documents, max_chars=memory_settings.profile_max_chars)),
+                       Profiles(documents, max_chars=memory_settings.profile_max_chars),
+                       Skills(documents, SkillLimits())),
         "agentmesh.v1.Memory",
     )
 

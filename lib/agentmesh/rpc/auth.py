@@ -93,6 +93,14 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # Standing instructions: every turn reads them; users set them (`agentmesh profile`).
         "GetProfile": _allow("agent", USERS),
         "SetProfile": _allow(USERS),
+        # Skills: every turn lists them and `read_skill` loads one; users manage them
+        # (`agentmesh skills`).
+        "ListSkills": _allow("agent", USERS),
+        "GetSkill": _allow("agent", USERS),
+        "PutSkill": _allow(USERS),
+        "ApproveSkill": _allow(USERS),
+        "RemoveSkill": _allow(USERS),
+        "SetSkillPolicy": _allow(USERS),
     },
 }
 
