@@ -10,6 +10,8 @@ from typing import Awaitable, Callable
 
 import grpc
 
+from agentmesh.rpc.auth import current_principal
+from agentmesh.rpc.identity import Principal
 from agentmesh.scheduler.model import RunOutcome, RunRequest
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -39,6 +41,15 @@ class GatewayRunTarget:
         return gateway_pb2.ChatRequest(session_id=request.session_id, message=request.prompt, options=options)
 
     async def run(self, request: RunRequest, on_started: OnStarted) -> RunOutcome:
+        # The channel signs for the current principal: the job's creator, else the scheduler.
+        principal = Principal(request.principal, request.tenant) if request.principal else None
+        acting = current_principal.set(principal)
+        try:
+            return await self._run(request, on_started)
+        finally:
+            current_principal.reset(acting)
+
+    async def _run(self, request: RunRequest, on_started: OnStarted) -> RunOutcome:
         session_id, trace_id, texts = request.session_id, "", []
         call = self._stub.Chat(self._chat_request(request), metadata=self._metadata, timeout=request.timeout_s)
         try:

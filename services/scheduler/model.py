@@ -28,6 +28,10 @@ class Job:
     anchor_at: float = 0.0
     next_run_at: float = 0.0  # 0: disabled, startup-only, or never again
     last_run_at: float = 0.0
+    # Who created the job (the principal of the CreateJob call): its runs are made on their
+    # behalf, so the principal reaches the gateway and every hop after it.
+    created_by: str = ""
+    created_by_tenant: str = ""
 
 
 @dataclass
@@ -52,6 +56,8 @@ class RunRequest:
     prompt: str
     mode: str
     timeout_s: float
+    principal: str = ""  # the job's creator; empty: the scheduler itself
+    tenant: str = ""
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,8 @@ class RunExecutor:
                 run.session_id, run.trace_id = session_id or run.session_id, trace_id
                 await self._store.mark_started(run.run_id, run.session_id, trace_id)
 
-            request = RunRequest(run.session_id, job.prompt, job.mode, self._settings.run_timeout_s)
+            request = RunRequest(run.session_id, job.prompt, job.mode, self._settings.run_timeout_s,
+                                 principal=job.created_by, tenant=job.created_by_tenant)
             try:
                 outcome = await self._target.run(request, on_started)
             except asyncio.CancelledError:

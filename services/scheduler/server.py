@@ -8,6 +8,7 @@ import uuid
 
 from agentmesh.config import Settings
 from agentmesh.errors import InvalidArgument
+from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.errors import translate_errors
@@ -69,7 +70,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     @translate_errors
     async def CreateJob(self, request, context):
-        return job_to_proto(await self._core.create_job(job_from_proto(request.job)))
+        job = job_from_proto(request.job)
+        # Runs are made on behalf of whoever created the job (agentmesh.rpc.auth set it).
+        if (principal := current_principal.get()) is not None:
+            job.created_by, job.created_by_tenant = principal.subject, principal.tenant
+        return job_to_proto(await self._core.create_job(job))
 
     @translate_errors
     async def UpdateJob(self, request, context):

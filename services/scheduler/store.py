@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     session_id TEXT NOT NULL, mode TEXT NOT NULL, enabled INTEGER NOT NULL, timezone TEXT NOT NULL,
     concurrency_policy TEXT NOT NULL, missed_run_policy TEXT NOT NULL,
     created_at REAL NOT NULL, updated_at REAL NOT NULL, anchor_at REAL NOT NULL,
-    next_run_at REAL NOT NULL, last_run_at REAL NOT NULL
+    next_run_at REAL NOT NULL, last_run_at REAL NOT NULL,
+    created_by TEXT NOT NULL DEFAULT '', created_by_tenant TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_due ON jobs (next_run_at) WHERE enabled = 1 AND next_run_at > 0;
 CREATE TABLE IF NOT EXISTS runs (
@@ -80,6 +81,14 @@ class SqliteStore:
         self._db.execute("PRAGMA temp_store=MEMORY")
         self._db.execute("PRAGMA synchronous=NORMAL" if journal_mode == "wal" else "PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """A database made by an earlier version lacks the newer job columns: add them (empty)."""
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        for column in ("created_by", "created_by_tenant"):
+            if column not in present:
+                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -115,7 +124,8 @@ class SqliteStore:
     async def put_job(self, job: Job, retimed: bool = True) -> None:
         """Save an edit. The firing path owns last_run_at, and next_run_at unless the edit moved
         the job onto a new timetable, so an edit racing a firing never rolls either back."""
-        kept = ("job_id", "created_at", "last_run_at") + (() if retimed else ("next_run_at", "anchor_at"))
+        kept = ("job_id", "created_at", "last_run_at", "created_by", "created_by_tenant") + (
+            () if retimed else ("next_run_at", "anchor_at"))
         columns = [c for c in _JOB_COLUMNS if c not in kept]
         values = [getattr(job, c) for c in columns]
         sets = ", ".join(f"{c} = ?" for c in columns)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import sqlite3
+
 import grpc
 import pytest
 
 from agentmesh.config import ConfigError
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.scheduler.settings import SchedulerSettings
+from agentmesh.scheduler.store import SqliteStore
 from agentmesh.v1 import scheduler_pb2
+from tests.scheduler.conftest import eventually
 
 
 def test_defaults_and_overrides():
@@ -53,5 +59,36 @@ async def test_runs_reach_the_gateway_under_the_schedulers_identity(harness, gat
     # Not a user's token: a token the scheduler signed for the gateway, which the gateway's key checks.
     assert gateway.authorization == [""]
     principal = ServiceIdentity.open("gateway", harness.settings().keys_dir).verify(gateway.service_tokens[0])
-    # ...on behalf of whoever triggered the run: here a user, with authentication off.
+    # ...on behalf of whoever created the job: here a user, with authentication off.
     assert principal.via == "scheduler" and principal.subject == "user:anonymous"
+
+
+async def test_timed_runs_are_made_on_behalf_of_the_jobs_creator(harness, gateway):
+    token = "tok-creator-0123456789"
+    replica = await harness.start({"AGENTMESH_AUTH_TOKENS": token})
+    user = (("authorization", f"Bearer {token}"),)
+    job = await replica.stub.CreateJob(scheduler_pb2.CreateJobRequest(
+        job=scheduler_pb2.Job(name="n", schedule="every 1h", prompt="p")), metadata=user)
+    await harness.clock.advance(3600)
+    await eventually(lambda: gateway.service_tokens, what="the timed run to reach the gateway")
+    principal = ServiceIdentity.open("gateway", harness.settings().keys_dir).verify(gateway.service_tokens[0])
+    assert principal.via == "scheduler"
+    assert principal.subject == "user:" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def test_a_database_from_before_job_owners_gains_the_columns(tmp_path):
+    path = tmp_path / "scheduler.db"
+    old = sqlite3.connect(path)
+    old.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, name TEXT NOT NULL, schedule TEXT NOT NULL, "
+                "prompt TEXT NOT NULL, session_id TEXT NOT NULL, mode TEXT NOT NULL, enabled INTEGER NOT NULL, "
+                "timezone TEXT NOT NULL, concurrency_policy TEXT NOT NULL, missed_run_policy TEXT NOT NULL, "
+                "created_at REAL NOT NULL, updated_at REAL NOT NULL, anchor_at REAL NOT NULL, "
+                "next_run_at REAL NOT NULL, last_run_at REAL NOT NULL)")
+    old.execute("INSERT INTO jobs VALUES ('job-1', 'n', 'every 1h', 'p', '', '', 1, 'UTC', 'forbid', 'run_once', "
+                "1, 1, 1, 3601, 0)")
+    old.commit()
+    old.close()
+    store = SqliteStore(path)
+    job = asyncio.run(store.get_job("job-1"))
+    asyncio.run(store.close())
+    assert job is not None and job.prompt == "p" and job.created_by == ""

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.rpc.client import open_channel
-from agentmesh.rpc.identity import IdentityError, ServiceIdentity
+from agentmesh.rpc.identity import IdentityError, KeyFileError, ServiceIdentity
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import (
     agent_pb2,
@@ -166,6 +166,21 @@ def test_tokens_check_signature_audience_and_lifetime(tmp_path):
     # Private keys are the owner's alone.
     assert (keys / "agent.key").stat().st_mode & 0o777 == 0o600
     assert keys.stat().st_mode & 0o077 == 0
+
+
+def test_a_re_created_key_republishes_its_public_half_and_a_missing_one_is_a_clear_error(tmp_path):
+    keys = tmp_path / "keys"
+    first = ServiceIdentity.open("agent", keys)
+    (keys / "agent.key").unlink()  # e.g. a home restored without its keys: the .pub is stale
+    second = ServiceIdentity.open("agent", keys)
+    tools = ServiceIdentity.open("tools", keys)
+    assert tools.verify(second.sign("tools")).via == "agent"
+    with pytest.raises(IdentityError, match="not signed with its key"):
+        tools.verify(first.sign("tools"))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(KeyFileError, match="no private key for the agent service"):
+        ServiceIdentity.open("agent", blocked / "keys")
 
 
 async def test_a_forged_transcript_line_never_reaches_the_session(stack, llm):

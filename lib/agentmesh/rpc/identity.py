@@ -29,7 +29,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agentmesh.config import SERVICES
+from agentmesh.config import SERVICES, ConfigError
 
 ALGORITHM = "EdDSA"
 # Long enough for a call to reach its peer, short enough that a token seen in transit is soon useless.
@@ -40,6 +40,10 @@ CLOCK_SKEW_S = 10
 
 class IdentityError(Exception):
     """A token or key cannot be trusted; the message says why, in words for a log or a caller."""
+
+
+class KeyFileError(ConfigError):
+    """This service's own key is missing and cannot be made, or unreadable: it cannot start."""
 
 
 @dataclass(frozen=True)
@@ -82,28 +86,37 @@ class KeyDirectory:
         """This service's private key, created (with its public half) on first start."""
         key_path = self._private_path(service)
         if not key_path.exists():
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
+                self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
                 _write_private(key_path, Ed25519PrivateKey.generate().private_bytes(
                     serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
             except OSError as exc:
-                raise IdentityError(
+                raise KeyFileError(
                     f"no private key for the {service} service at {key_path}, and it cannot be created ({exc.strerror}); "
                     "in a cluster mount the service's key Secret there (docs/security.md)"
                 ) from None
         try:
             key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
         except (OSError, ValueError) as exc:
-            raise IdentityError(f"cannot read the {service} service's private key at {key_path}: {exc}") from None
+            raise KeyFileError(f"cannot read the {service} service's private key at {key_path}: {exc}") from None
         if not isinstance(key, Ed25519PrivateKey):
-            raise IdentityError(f"the key at {key_path} is not an Ed25519 key")
-        pub_path = self.path / f"{service}.pub"
-        if not pub_path.exists() and not (self.path / f"{service}.crt").exists():
-            public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-            tmp = pub_path.with_name(f".{pub_path.name}.{secrets.token_hex(4)}")
-            tmp.write_bytes(public)
-            tmp.replace(pub_path)
+            raise KeyFileError(f"the key at {key_path} is not an Ed25519 key")
+        if not (self.path / f"{service}.crt").exists():
+            self._publish(service, key)
         return key
+
+    def _publish(self, service: str, key: Ed25519PrivateKey) -> None:
+        """Write `<service>.pub` for the others to check against, unless it already matches."""
+        public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        pub_path = self.path / f"{service}.pub"
+        try:
+            if pub_path.read_bytes() == public:
+                return
+        except FileNotFoundError:
+            pass
+        tmp = pub_path.with_name(f".{pub_path.name}.{secrets.token_hex(4)}")
+        tmp.write_bytes(public)
+        tmp.replace(pub_path)
 
     def public_key(self, service: str) -> Ed25519PublicKey | None:
         """The public key of `service`, or None while it has none (it has not started yet)."""
