@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import grpc
@@ -36,6 +37,7 @@ def register(subparsers) -> None:
     listing = verbs.add_parser("list", help="the namespace's skills (latest active version of each)")
     listing.add_argument("--namespace", default="default")
     listing.add_argument("--drafts", action="store_true", help="include drafts awaiting approval")
+    listing.add_argument("--tools", action="store_true", help="list the namespace's promoted tools instead")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=list_skills)
 
@@ -46,8 +48,9 @@ def register(subparsers) -> None:
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=show_skill)
 
-    remove = verbs.add_parser("remove", help="remove every version of a skill")
+    remove = verbs.add_parser("remove", help="remove every version of a skill (or of a promoted tool)")
     remove.add_argument("name")
+    remove.add_argument("--tool", action="store_true", help="NAME is a promoted tool")
     remove.add_argument("--namespace", default="default")
     remove.set_defaults(func=remove_skill)
 
@@ -104,7 +107,24 @@ async def add_skill(args) -> int:
     return EXIT_OK
 
 
+async def list_tools(args) -> int:
+    reply = await _call("ListPromotedTools", memory_pb2.ListPromotedToolsRequest(namespace=args.namespace))
+    if args.json:
+        print_json([{**to_dict(t), "parameters": json.loads(t.parameters_json)} for t in reply.tools])
+    elif not reply.tools:
+        print("no promoted tools")
+    else:
+        for t in reply.tools:
+            when = dt.datetime.fromtimestamp(t.created_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+            params = ", ".join(json.loads(t.parameters_json).get("properties", {}))
+            summary = t.description.splitlines()[0]
+            print(f"{t.name}({params}) v{t.version}  {summary}  ({when}, from {t.origin})")
+    return EXIT_OK
+
+
 async def list_skills(args) -> int:
+    if args.tools:
+        return await list_tools(args)
     reply = await _call("ListSkills", memory_pb2.ListSkillsRequest(namespace=args.namespace, include_drafts=args.drafts))
     if args.json:
         print_json([to_dict(s) for s in reply.skills])
@@ -133,6 +153,10 @@ async def show_skill(args) -> int:
 
 
 async def remove_skill(args) -> int:
+    if args.tool:
+        reply = await _call("RemovePromotedTool", memory_pb2.SkillName(namespace=args.namespace, name=args.name))
+        print(f"removed the tool {args.name} ({reply.removed_versions} versions)")
+        return EXIT_OK
     reply = await _call("RemoveSkill", memory_pb2.SkillName(namespace=args.namespace, name=args.name))
     print(f"removed {args.name} ({reply.removed_versions} versions)")
     return EXIT_OK

@@ -13,6 +13,7 @@ from agentmesh.agent import (
     instructions,
     memory_tools,
     plan_mode,
+    promoted_tools,
     skills,
     subagents,
     task_tools,
@@ -30,6 +31,8 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(instructions.StandingInstructions(ctx, learning.instructions))
     if learning is not None and learning.skills is not None:
         found.append(skills.Skills(ctx, learning.skills))
+    if learning is not None and learning.promoted_tools is not None:
+        found.append(promoted_tools.PromotedTools(ctx, learning.promoted_tools))
     if settings.compaction:
         found.append(compaction.Compaction(ctx))
     if budget.applies(ctx):

@@ -146,6 +146,7 @@ class TurnRun:
         self._task: asyncio.Task | None = None
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
+        self._remote_tools: list[ToolSpec] = []
         self._ctx = TurnContext(
             request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
             step_budget=self.max_iterations, approvals=self.approvals, emit=self._emit,
@@ -269,6 +270,7 @@ class TurnRun:
         for step in range(1, self.max_iterations + 1):
             for capability in self._capabilities:
                 await capability.before_step(step, turn)
+            self._ctx.tools = self._catalog_of_now()
             reply = await self._step_reply(turn)
             assistant = ChatMessage(role="assistant", content=self._stored_text(reply), tool_calls=reply.tool_calls,
                                     run_id=req.run_id)
@@ -344,19 +346,25 @@ class TurnRun:
         return context.repair(compaction.model_view(stored, use_summaries=self.settings.compaction))
 
     async def _list_tools(self) -> list[ToolSpec]:
+        try:
+            self._remote_tools = await self.agent.tools.list_tools()
+            self._remote_catalog_known = True
+        except AgentmeshError as exc:
+            log.warning("tool catalog unavailable", error=exc.message)
+            self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
+            self._remote_tools = []
+        return self._catalog_of_now()
+
+    def _catalog_of_now(self) -> list[ToolSpec]:
+        """The remote tools and every capability's `tools()` as they are now (a capability's own
+        win a name clash). Asked again before each step: a tool a capability gains mid-turn (a
+        promoted tool) is offered from the next step."""
         own: list[ToolSpec] = []
         for capability in self._capabilities:
             for spec in capability.tools():
                 self._tool_owners[spec.name] = capability
                 own.append(spec)
-        try:
-            remote = await self.agent.tools.list_tools()
-            self._remote_catalog_known = True
-        except AgentmeshError as exc:
-            log.warning("tool catalog unavailable", error=exc.message)
-            self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
-            remote = []
-        specs = [s for s in remote if s.name not in self._tool_owners] + own
+        specs = [s for s in self._remote_tools if s.name not in self._tool_owners] + own
         self._catalog = {s.name: s for s in specs}
         return specs
 

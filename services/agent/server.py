@@ -29,7 +29,7 @@ from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent import types as t
 from agentmesh.agent.learning import LearningSources
-from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcSkills
+from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcSkills
 from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
@@ -224,7 +224,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target),
-        learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client)),
+        learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
+                                  promoted_tools=GrpcPromotedTools(memory_client)),
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)

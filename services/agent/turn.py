@@ -15,7 +15,8 @@ settings, the running usage, and five actions (`emit`, `call_model`, `persist`, 
                                     None to go on, `Nudge` (text-only replies) or `Stop`
     after_turn(stop_reason)         once, however the turn ended (also cancelled or failed)
 
-and, for the tools it executes itself, `tools()` (offered to the model) and `execute(call)`.
+and, for the tools it executes itself, `tools()` (offered to the model; asked again before each
+step, so a tool gained mid-turn is offered from the next step) and `execute(call)`.
 The loop owns the turn's state; a capability keeps its own and never reaches into the loop.
 See docs/agent.md, "Adding a capability".
 """

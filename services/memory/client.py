@@ -193,3 +193,12 @@ class MemoryClient:
 
     async def get_skill(self, name: str, *, namespace: str = "default", version: int = 0) -> memory_pb2.Skill:
         return await self._call(self.stub.GetSkill, memory_pb2.GetSkillRequest(namespace=namespace, name=name, version=version))
+
+    # --- promoted tools ---
+
+    async def put_promoted_tool(self, tool: memory_pb2.PromotedTool) -> memory_pb2.PromotedTool:
+        return await self._call(self.stub.PutPromotedTool, tool)
+
+    async def list_promoted_tools(self, namespace: str = "default") -> list[memory_pb2.PromotedTool]:
+        reply = await self._call(self.stub.ListPromotedTools, memory_pb2.ListPromotedToolsRequest(namespace=namespace))
+        return list(reply.tools)

@@ -18,6 +18,7 @@ from agentmesh.memory.memories import Memories
 from agentmesh.memory.profiles import Profile, Profiles
 from agentmesh.memory.qdrant_documents import QdrantDocuments
 from agentmesh.memory.qdrant_store import QdrantStore
+from agentmesh.memory.promoted import PromotedTool, PromotedTools
 from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import Transcripts
@@ -31,11 +32,13 @@ log = get_logger("agentmesh.memory")
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
-    def __init__(self, transcripts: Transcripts, memories: Memories, profiles: Profiles, skills: Skills):
+    def __init__(self, transcripts: Transcripts, memories: Memories, profiles: Profiles, skills: Skills,
+                 promoted: PromotedTools):
         self._transcripts = transcripts
         self._memories = memories
         self._profiles = profiles
         self._skills = skills
+        self._promoted = promoted
 
     # --- sessions ---
 
@@ -161,6 +164,30 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         auto = await self._skills.set_policy(request.namespace, request.auto_accept)
         return memory_pb2.SkillPolicy(namespace=request.namespace or "default", auto_accept=auto)
 
+    # --- promoted tools ---
+
+    @translate_errors
+    async def PutPromotedTool(self, request, context):
+        tool = PromotedTool(namespace=request.namespace, name=request.name, description=request.description,
+                            parameters_json=request.parameters_json, source=request.source,
+                            function=request.function, origin=request.origin)
+        return _promoted_to_proto(await self._promoted.put(tool))
+
+    @translate_errors
+    async def ListPromotedTools(self, request, context):
+        found = await self._promoted.list(request.namespace)
+        return memory_pb2.ListPromotedToolsResponse(tools=[_promoted_to_proto(t) for t in found])
+
+    @translate_errors
+    async def RemovePromotedTool(self, request, context):
+        return memory_pb2.RemoveSkillResponse(removed_versions=await self._promoted.remove(request.namespace, request.name))
+
+
+def _promoted_to_proto(t: PromotedTool) -> memory_pb2.PromotedTool:
+    return memory_pb2.PromotedTool(namespace=t.namespace, name=t.name, description=t.description,
+                                   parameters_json=t.parameters_json, source=t.source, function=t.function,
+                                   version=t.version, created_at=t.created_at, origin=t.origin)
+
 
 def _skill_info_to_proto(i: SkillInfo) -> memory_pb2.SkillInfo:
     return memory_pb2.SkillInfo(namespace=i.namespace, name=i.name, description=i.description, version=i.version,
@@ -198,7 +225,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         memory_pb2_grpc.add_MemoryServicer_to_server,
         MemoryServicer(Transcripts(store, memory_settings), memories,
                        Profiles(documents, max_chars=memory_settings.profile_max_chars),
-                       Skills(documents, SkillLimits())),
+                       Skills(documents, SkillLimits()),
+                       PromotedTools(documents, max_tools=memory_settings.promoted_tools_max)),
         "agentmesh.v1.Memory",
     )
 

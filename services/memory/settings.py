@@ -62,6 +62,8 @@ class MemorySettings:
     max_import: int = 10_000
     # Each standing-instruction part (soul, user, project): every turn of the namespace carries it.
     profile_max_chars: int = 4000
+    # Tools the agent may promote from its own functions, per namespace.
+    promoted_tools_max: int = 20
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "MemorySettings":
@@ -92,4 +94,5 @@ class MemorySettings:
             max_content_bytes=env_int(env, "AGENTMESH_MEMORY_MAX_CONTENT_BYTES", cls.max_content_bytes, minimum=1),
             max_memory_bytes=env_int(env, "AGENTMESH_MEMORY_MAX_MEMORY_BYTES", cls.max_memory_bytes, minimum=1),
             profile_max_chars=env_int(env, "AGENTMESH_PROFILE_MAX_CHARS", cls.profile_max_chars, minimum=1),
+            promoted_tools_max=env_int(env, "AGENTMESH_PROMOTED_TOOLS_MAX", cls.promoted_tools_max, minimum=0),
         )

@@ -101,6 +101,11 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ApproveSkill": _allow(USERS),
         "RemoveSkill": _allow(USERS),
         "SetSkillPolicy": _allow(USERS),
+        # Promoted tools: the agent stores what `promote_skill` made and lists them each turn;
+        # users list and remove them (`agentmesh skills list --tools`).
+        "PutPromotedTool": _allow("agent"),
+        "ListPromotedTools": _allow("agent", USERS),
+        "RemovePromotedTool": _allow(USERS),
     },
 }
 
