@@ -14,6 +14,7 @@ from agentmesh.agent import (
     memory_tools,
     plan_mode,
     promoted_tools,
+    reflection,
     skills,
     subagents,
     task_tools,
@@ -39,6 +40,8 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(budget.TokenBudget(ctx))
     if ctx.agent.background is not None and request.subagent is None:
         found.append(background.BackgroundResults(ctx))
+    if ctx.agent.memory is not None:
+        found.append(reflection.RecalledLearnings(ctx))
     if ctx.agent.memory_tools is not None:
         found.append(memory_tools.MemoryToolsCapability(ctx, ctx.agent.memory_tools))
     if settings.think_tool:

@@ -8,9 +8,11 @@ import json
 
 from agentmesh.agent.instructions import Instructions
 from agentmesh.agent.promoted_tools import StoredTool
+from agentmesh.agent.reflection import Entry
 from agentmesh.agent.skills import SkillPackage, SkillSummary
 from agentmesh.memory.client import MemoryClient
-from agentmesh.v1 import memory_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
+from google.protobuf import json_format
 
 
 class GrpcInstructions:
@@ -60,3 +62,52 @@ class GrpcPromotedTools:
                                          parameters_json=json.dumps(tool.parameters), source=tool.source,
                                          function=tool.function, origin=origin)
         return _stored(await self._client.put_promoted_tool(record))
+
+
+def _entry_text(m: common_pb2.Message) -> str:
+    calls = " ".join(f"{c.name}({c.arguments_json})" for c in m.tool_calls)
+    text = m.content.strip()
+    if m.role == "tool":
+        return f"{m.name} -> {text}"
+    return f"{text} [calls: {calls}]" if calls else text
+
+
+class GrpcReflectionBackend:
+    """What reflection reads and writes, on the memory service."""
+
+    def __init__(self, client: MemoryClient):
+        self._client = client
+
+    async def namespace_of(self, session_id: str) -> str:
+        return (await self._client.get_session(session_id)).namespace or "default"
+
+    async def last_seq(self, namespace: str, session_id: str) -> int:
+        return (await self._client.reflection_state(session_id, namespace=namespace)).last_seq
+
+    async def entries_after(self, session_id: str, after_seq: int) -> list[Entry]:
+        entries: list[Entry] = []
+        while True:
+            page, after_seq = await self._client.list_messages(session_id, after_seq=after_seq, page_size=500)
+            # Compaction summaries stand in for what was already read; the raw entries matter.
+            entries += [Entry(m.seq, m.role, _entry_text(m)) for m in page if m.kind != "summary"]
+            if not after_seq:
+                return entries
+
+    async def existing_text(self, namespace: str, memory_id: str) -> str | None:
+        try:
+            return (await self._client.get_memory(memory_id, namespace=namespace)).text
+        except NotFound:
+            return None
+
+    async def remember(self, namespace: str, memory_id: str, kind: str, text: str, metadata: dict,
+                       session_id: str) -> None:
+        await self._client.remember(text, namespace=namespace, kind=kind, metadata=metadata, id=memory_id,
+                                    source_session_id=session_id)
+
+    async def propose_skill(self, namespace: str, skill_md: str, source: str) -> None:
+        request = memory_pb2.PutSkillRequest(namespace=namespace, draft=True, source=source,
+                                             files=[memory_pb2.SkillFile(path="SKILL.md", content=skill_md)])
+        await self._client.put_skill(request)
+
+    async def record(self, run: dict) -> None:
+        await self._client.record_reflection(json_format.ParseDict(run, gateway_pb2.ReflectionRun()))

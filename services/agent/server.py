@@ -8,7 +8,7 @@ import contextlib
 import time
 
 from agentmesh.config import Settings, env_str
-from agentmesh.errors import InvalidArgument
+from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
@@ -29,9 +29,11 @@ from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent import types as t
 from agentmesh.agent.learning import LearningSources
-from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcSkills
+from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
+from agentmesh.agent.reflection import Reflector
 from agentmesh.memory.client import MemoryClient
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2
+from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2
+from google.protobuf import json_format
 
 log = get_logger("agentmesh.agent")
 
@@ -91,9 +93,21 @@ def task_board_to_proto(tasks) -> common_pb2.TaskBoard:
 
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):
-    def __init__(self, agent: Agent, settings: AgentSettings):
+    def __init__(self, agent: Agent, settings: AgentSettings, reflector: Reflector | None = None):
         self._agent = agent
         self._settings = settings
+        self._reflector = reflector
+
+    @translate_errors
+    async def Reflect(self, request, context):
+        validate_id(request.session_id, "session_id")
+        if self._reflector is None:
+            raise FailedPrecondition("reflection is not configured on this agent")
+        trigger = request.trigger or "on demand"
+        if trigger not in ("on demand", "idle"):
+            raise InvalidArgument(f"trigger is 'on demand' or 'idle', not {trigger!r}")
+        run = await self._reflector.reflect(request.session_id, trigger)
+        return gateway_pb2.ReflectResponse(run=json_format.ParseDict(run, gateway_pb2.ReflectionRun()))
 
     def _validate(self, request: agent_pb2.RunTurnRequest) -> TurnRequest:
         validate_id(request.session_id, "session_id")
@@ -229,7 +243,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
-    host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings), "agentmesh.v1.Agent")
+    reflector = Reflector(provider, GrpcReflectionBackend(memory_client), telemetry, model=_model_name(settings),
+                          max_tokens=agent_settings.max_tokens)
+    host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
+             "agentmesh.v1.Agent")
 
     async def close() -> None:
         await close_provider()

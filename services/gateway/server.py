@@ -11,12 +11,14 @@ from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRou
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.errors import Unavailable
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import ServiceHost
+from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -24,8 +26,9 @@ log = get_logger("agentmesh.gateway")
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, core: Gateway, router: SessionRouter | None = None):
+    def __init__(self, core: Gateway, router: SessionRouter | None = None, reflect: AgentReflect | None = None):
         self._core = core
+        self._reflect = reflect
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -101,6 +104,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._core.pending_approvals(request.session_id)
 
     @translate_errors
+    async def Reflect(self, request, context):
+        validate_id(request.session_id)
+        await self._core.get_session(request.session_id)  # NOT_FOUND for a session that does not exist
+        if self._reflect is None:
+            raise Unavailable("reflection is not wired in this gateway")
+        return await self._reflect.reflect(request)
+
+    @translate_errors
     async def GetTranscript(self, request, context):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
 
@@ -136,7 +147,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_drain(forwarder.drain)
         host.on_stop(forwarder.close)
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
-    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(core, router), "agentmesh.v1.Gateway")
+    reflect = AgentReflect(channels["agent"], settings.address_of("agent"))
+    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(core, router, reflect), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():

@@ -202,3 +202,15 @@ class MemoryClient:
     async def list_promoted_tools(self, namespace: str = "default") -> list[memory_pb2.PromotedTool]:
         reply = await self._call(self.stub.ListPromotedTools, memory_pb2.ListPromotedToolsRequest(namespace=namespace))
         return list(reply.tools)
+
+    # --- reflection ---
+
+    async def reflection_state(self, session_id: str, *, namespace: str = "default") -> memory_pb2.ReflectionState:
+        request = memory_pb2.GetReflectionStateRequest(namespace=namespace, session_id=session_id)
+        return await self._call(self.stub.GetReflectionState, request)
+
+    async def record_reflection(self, run: gateway_pb2.ReflectionRun) -> memory_pb2.ReflectionState:
+        return await self._call(self.stub.RecordReflection, run)
+
+    async def put_skill(self, request: memory_pb2.PutSkillRequest) -> memory_pb2.SkillInfo:
+        return await self._call(self.stub.PutSkill, request)

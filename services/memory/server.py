@@ -19,13 +19,16 @@ from agentmesh.memory.profiles import Profile, Profiles
 from agentmesh.memory.qdrant_documents import QdrantDocuments
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.promoted import PromotedTool, PromotedTools
+from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import Transcripts
+from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
+from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 log = get_logger("agentmesh.memory")
@@ -33,12 +36,13 @@ log = get_logger("agentmesh.memory")
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, profiles: Profiles, skills: Skills,
-                 promoted: PromotedTools):
+                 promoted: PromotedTools, reflections: Reflections):
         self._transcripts = transcripts
         self._memories = memories
         self._profiles = profiles
         self._skills = skills
         self._promoted = promoted
+        self._reflections = reflections
 
     # --- sessions ---
 
@@ -139,7 +143,10 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def PutSkill(self, request, context):
         files = [SkillFile(f.path, f.content) for f in request.files]
-        info = await self._skills.put(request.namespace, files, draft=request.draft, source=request.source or "api")
+        # A service (the agent's reflection) only proposes: its skills wait for a person.
+        principal = current_principal.get()
+        draft = request.draft or bool(principal is not None and principal.via)
+        info = await self._skills.put(request.namespace, files, draft=draft, source=request.source or "api")
         return _skill_info_to_proto(info)
 
     @translate_errors
@@ -181,6 +188,34 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def RemovePromotedTool(self, request, context):
         return memory_pb2.RemoveSkillResponse(removed_versions=await self._promoted.remove(request.namespace, request.name))
+
+    # --- reflection ---
+
+    @translate_errors
+    async def GetReflectionState(self, request, context):
+        return _state_to_proto(await self._reflections.state(request.namespace, request.session_id))
+
+    @translate_errors
+    async def RecordReflection(self, request, context):
+        return _state_to_proto(await self._reflections.record(_run_to_dict(request)))
+
+    @translate_errors
+    async def ListReflections(self, request, context):
+        runs = await self._reflections.list(request.namespace, request.session_id, request.limit)
+        return memory_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
+
+
+def _run_to_dict(run: gateway_pb2.ReflectionRun) -> dict:
+    return json_format.MessageToDict(run, preserving_proto_field_name=True)
+
+
+def _run_from_dict(run: dict) -> gateway_pb2.ReflectionRun:
+    return json_format.ParseDict(run, gateway_pb2.ReflectionRun(), ignore_unknown_fields=True)
+
+
+def _state_to_proto(state: dict) -> memory_pb2.ReflectionState:
+    return memory_pb2.ReflectionState(session_id=state["session_id"], last_seq=int(state["last_seq"]),
+                                      runs=[_run_from_dict(r) for r in state["runs"]])
 
 
 def _promoted_to_proto(t: PromotedTool) -> memory_pb2.PromotedTool:
@@ -226,7 +261,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         MemoryServicer(Transcripts(store, memory_settings), memories,
                        Profiles(documents, max_chars=memory_settings.profile_max_chars),
                        Skills(documents, SkillLimits()),
-                       PromotedTools(documents, max_tools=memory_settings.promoted_tools_max)),
+                       PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
+                       Reflections(documents)),
         "agentmesh.v1.Memory",
     )
 

@@ -63,7 +63,11 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
     # Users create and trigger jobs (`agentmesh cron`); no service calls the scheduler.
     "scheduler": {"*": _allow(USERS)},
     # Turns run only for the gateway.
-    "agent": {"RunTurn": _allow("gateway")},
+    "agent": {
+        "RunTurn": _allow("gateway"),
+        # `agentmesh reflect` and the scheduler's idle reflections, through the gateway.
+        "Reflect": _allow("gateway"),
+    },
     "tools": {
         # `agentmesh tools list|run` is a user's direct call; the agent runs the model's calls.
         "ListTools": _allow("agent", USERS),
@@ -97,7 +101,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # (`agentmesh skills`).
         "ListSkills": _allow("agent", USERS),
         "GetSkill": _allow("agent", USERS),
-        "PutSkill": _allow(USERS),
+        # The agent stores reflection's skill proposals, always as drafts (server.py forces it).
+        "PutSkill": _allow("agent", USERS),
         "ApproveSkill": _allow(USERS),
         "RemoveSkill": _allow(USERS),
         "SetSkillPolicy": _allow(USERS),
@@ -106,6 +111,11 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "PutPromotedTool": _allow("agent"),
         "ListPromotedTools": _allow("agent", USERS),
         "RemovePromotedTool": _allow(USERS),
+        # Reflection: the agent reads and records each session's cursor and runs; users read
+        # the history (`agentmesh reflect history`).
+        "GetReflectionState": _allow("agent"),
+        "RecordReflection": _allow("agent"),
+        "ListReflections": _allow("agent", USERS),
     },
 }
 
