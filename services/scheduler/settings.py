@@ -41,6 +41,12 @@ class SchedulerSettings:
     max_jobs: int = 100_000
     # SQLite journal: "wal" on a local disk; "delete" when the data directory is a network volume.
     journal_mode: str = "wal"
+    # Idle reflection (idle_reflection.py): a session idle this long with new entries is reflected
+    # on (0: never); the leader looks every `reflect_check_s`; a failure is retried after
+    # `reflect_retry_s`, doubling.
+    reflect_idle_s: float = 600.0
+    reflect_check_s: float = 60.0
+    reflect_retry_s: float = 300.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "SchedulerSettings":
@@ -63,4 +69,7 @@ class SchedulerSettings:
             history_limit=env_int(env, "AGENTMESH_SCHEDULER_HISTORY_LIMIT", cls.history_limit, minimum=1),
             max_jobs=env_int(env, "AGENTMESH_SCHEDULER_MAX_JOBS", cls.max_jobs, minimum=1),
             journal_mode=env_choice(env, "AGENTMESH_SCHEDULER_JOURNAL", cls.journal_mode, ("wal", "delete")),
+            reflect_idle_s=env_float(env, "AGENTMESH_REFLECT_IDLE_S", cls.reflect_idle_s, minimum=0),
+            reflect_check_s=env_float(env, "AGENTMESH_REFLECT_CHECK_S", cls.reflect_check_s, minimum=0.05),
+            reflect_retry_s=env_float(env, "AGENTMESH_REFLECT_RETRY_S", cls.reflect_retry_s, minimum=0.05),
         )
