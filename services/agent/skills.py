@@ -83,7 +83,8 @@ class Skills(Capability):
         self._listed: list[SkillSummary] = []
 
     def tools(self) -> list[ToolSpec]:
-        return [READ_SKILL_SPEC]
+        # Offered once the namespace is known to have skills (the loop asks again before each step).
+        return [READ_SKILL_SPEC] if self._listed else []
 
     async def before_first_call(self, turn: list[ChatMessage]) -> Stop | None:
         try:
