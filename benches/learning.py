@@ -63,7 +63,7 @@ async def measure_prompt(stack: Stack, llm: ScriptedLLMServer, skills: int) -> l
     memory = memory_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))
     gateway = stack.gateway_stub()
     for part, text in (("soul", SOUL), ("user", USER), ("project", PROJECT)):
-        await memory.SetProfile(memory_pb2.SetProfileRequest(namespace="rich", part=part, text=text), timeout=10)
+        await memory.SetProfile(gateway_pb2.SetProfileRequest(namespace="rich", part=part, text=text), timeout=10)
     for i in range(skills):
         await memory.PutSkill(memory_pb2.PutSkillRequest(
             namespace="rich", files=[memory_pb2.SkillFile(path="SKILL.md", content=skill_md(i))]), timeout=10)

@@ -18,6 +18,7 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import ServiceHost
+from agentmesh.gateway.profiles import MemoryProfiles
 from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
@@ -26,9 +27,11 @@ log = get_logger("agentmesh.gateway")
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, core: Gateway, router: SessionRouter | None = None, reflect: AgentReflect | None = None):
+    def __init__(self, core: Gateway, router: SessionRouter | None = None, reflect: AgentReflect | None = None,
+                 profiles: MemoryProfiles | None = None):
         self._core = core
         self._reflect = reflect
+        self._profiles = profiles
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -112,6 +115,18 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._reflect.reflect(request)
 
     @translate_errors
+    async def GetProfile(self, request, context):
+        if self._profiles is None:
+            raise Unavailable("standing instructions are not wired in this gateway")
+        return await self._profiles.get(request)
+
+    @translate_errors
+    async def SetProfile(self, request, context):
+        if self._profiles is None:
+            raise Unavailable("standing instructions are not wired in this gateway")
+        return await self._profiles.set(request)
+
+    @translate_errors
     async def GetTranscript(self, request, context):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
 
@@ -148,7 +163,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(forwarder.close)
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
     reflect = AgentReflect(channels["agent"], settings.address_of("agent"))
-    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(core, router, reflect), "agentmesh.v1.Gateway")
+    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(
+        core, router, reflect, MemoryProfiles(channels["memory"], settings.address_of("memory"))), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():

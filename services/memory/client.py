@@ -179,11 +179,11 @@ class MemoryClient:
 
     # --- standing instructions ---
 
-    async def get_profile(self, namespace: str = "default") -> memory_pb2.Profile:
-        return await self._call(self.stub.GetProfile, memory_pb2.GetProfileRequest(namespace=namespace))
+    async def get_profile(self, namespace: str = "default") -> gateway_pb2.Profile:
+        return await self._call(self.stub.GetProfile, gateway_pb2.GetProfileRequest(namespace=namespace))
 
-    async def set_profile(self, part: str, text: str, *, namespace: str = "default") -> memory_pb2.Profile:
-        return await self._call(self.stub.SetProfile, memory_pb2.SetProfileRequest(namespace=namespace, part=part, text=text))
+    async def set_profile(self, part: str, text: str, *, namespace: str = "default") -> gateway_pb2.Profile:
+        return await self._call(self.stub.SetProfile, gateway_pb2.SetProfileRequest(namespace=namespace, part=part, text=text))
 
     # --- skills ---
 

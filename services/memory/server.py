@@ -234,8 +234,8 @@ def _skill_to_proto(s: Skill) -> memory_pb2.Skill:
                             files=[memory_pb2.SkillFile(path=f.path, content=f.content) for f in s.files])
 
 
-def _profile_to_proto(p: Profile) -> memory_pb2.Profile:
-    return memory_pb2.Profile(namespace=p.namespace, soul=p.soul, user=p.user, project=p.project,
+def _profile_to_proto(p: Profile) -> gateway_pb2.Profile:
+    return gateway_pb2.Profile(namespace=p.namespace, soul=p.soul, user=p.user, project=p.project,
                               updated_at=p.updated_at, max_chars=p.max_chars)
 
 

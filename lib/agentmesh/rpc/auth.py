@@ -94,9 +94,10 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListMemories": _allow("agent", USERS),
         "Forget": _allow("agent", USERS),
         "Import": _allow("agent", USERS),
-        # Standing instructions: every turn reads them; users set them (`agentmesh profile`).
-        "GetProfile": _allow("agent", USERS),
-        "SetProfile": _allow(USERS),
+        # Standing instructions: every turn reads them; users set them, directly or through the
+        # gateway's GetProfile/SetProfile (`agentmesh profile`).
+        "GetProfile": _allow("agent", "gateway", USERS),
+        "SetProfile": _allow("gateway", USERS),
         # Skills: every turn lists them and `read_skill` loads one; users manage them
         # (`agentmesh skills`).
         "ListSkills": _allow("agent", USERS),
