@@ -5,9 +5,16 @@ PY     := $(VENV)/bin/python
 PROTOS := $(wildcard protos/agentmesh/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
-.PHONY: install stubs demo test bench up clean
+.PHONY: install system-packages stubs demo test bench up clean wheels images
 
-install: $(VENV)/.installed $(STUBS)
+install: system-packages $(VENV)/.installed $(STUBS)
+
+# bubblewrap and libseccomp2, installed when missing (as root or with passwordless sudo); else
+# it stops with the command that installs them. SYSTEM_PACKAGES=skip leaves the machine alone.
+system-packages:
+ifneq ($(SYSTEM_PACKAGES),skip)
+	@bash scripts/system-packages.sh $(PYTHON)
+endif
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +39,45 @@ test: install
 
 bench: install
 	$(PY) -m benches
+
+# The two images the chart runs, built with buildah (no Docker engine needed). BASE_IMAGE: the
+# base both Dockerfiles build on; the default is Debian bookworm with Debian's python3, made here
+# with debootstrap (cached) because no container registry may be reachable. Elsewhere:
+#   make images BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
+# Tags match the chart's defaults (repository + appVersion), so `helm install` finds them.
+IMAGE_TAG      ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' helm/agentmesh/Chart.yaml)
+SERVICES_IMAGE ?= ghcr.io/agentmesh/agentmesh:$(IMAGE_TAG)
+SANDBOX_IMAGE  ?= ghcr.io/agentmesh/agentmesh-sandbox:$(IMAGE_TAG)
+BASE_IMAGE     ?= localhost/agentmesh-base:bookworm
+EXTRAS         ?=
+WHEELS         := build/wheels
+BUILDAH        := buildah bud --quiet --layers --format docker --network host --build-arg BASE=$(BASE_IMAGE)
+# podman/buildah settings for this machine kind (runc, cgroupfs, ulimits): docker/containers.conf.
+export CONTAINERS_CONF ?= $(CURDIR)/docker/containers.conf
+
+# agentmesh's wheel (this tree, stubs included) and, in deps/, its dependencies' wheels chosen for
+# the oldest Python the images may carry (Debian bookworm's 3.11.2); those are fetched again only
+# when pyproject.toml changes. A fixed SOURCE_DATE_EPOCH makes the wheel the same bytes while the
+# code is, so buildah's layer cache holds.
+DEPS_STAMP := $(WHEELS)/deps/.complete$(if $(EXTRAS),-$(EXTRAS))
+
+wheels: install
+	rm -rf $(WHEELS)/agentmesh-*.whl build/lib build/bdist.*
+	SOURCE_DATE_EPOCH=315532800 $(PY) -m pip wheel --quiet --no-deps --wheel-dir $(WHEELS) .
+	$(MAKE) --no-print-directory $(DEPS_STAMP)
+
+$(DEPS_STAMP): pyproject.toml
+	rm -rf $(WHEELS)/deps
+	$(PY) -m pip download --quiet --only-binary=:all: --python-version 3.11.2 --dest $(WHEELS)/deps \
+	  "$$(ls $(WHEELS)/agentmesh-*.whl)$(if $(EXTRAS),[$(EXTRAS)])"
+	rm -f $(WHEELS)/deps/agentmesh-*.whl
+	touch $@
+
+images: wheels
+	case "$(BASE_IMAGE)" in localhost/agentmesh-base:*) docker/base/build-base.sh $(BASE_IMAGE);; esac
+	$(BUILDAH) --ignorefile docker/Dockerfile.dockerignore -f docker/Dockerfile -t $(SERVICES_IMAGE) .
+	$(BUILDAH) -f docker/sandbox/Dockerfile -t $(SANDBOX_IMAGE) docker/sandbox
+	@podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' $(SERVICES_IMAGE) $(SANDBOX_IMAGE) 2>/dev/null || true
 
 clean:
 	rm -rf $(VENV) .venv-checkov lib/agentmesh/v1/*_pb2*.py* $(STUBS)

@@ -18,6 +18,9 @@ EXIT_SERVER_ERROR = 1
 EXIT_USAGE = 2
 
 CALL_TIMEOUT_S = 30.0
+# A command waits this long for a service that is (re)starting; longer, and "is `agentmesh up`
+# running?" would take too long to say.
+WAIT_FOR_SERVICE_S = 3.0
 
 
 class CliError(Exception):
@@ -36,7 +39,7 @@ def load_settings() -> Settings:
 
 
 def channel_to(settings: Settings, service: str) -> grpc.aio.Channel:
-    return open_channel(settings.address_of(service))
+    return open_channel(settings.address_of(service), wait_for_peer_s=WAIT_FOR_SERVICE_S)
 
 
 def call_metadata(settings: Settings) -> tuple[tuple[str, str], ...]:

@@ -2,6 +2,10 @@
 
 Stack up → one scripted turn that writes and reads a file in the sandbox and saves and
 recalls a memory → its events and its trace → stack down. No model server or network needed.
+
+The scripted model narrates as if every step worked, so the demo checks each tool result
+itself: at the first failed one it stops the turn (no narration of what did not happen), says
+plainly which call failed and why, and exits 1.
 """
 
 from __future__ import annotations
@@ -11,11 +15,16 @@ import os
 import sys
 import time
 
-from agentmesh.cli.chat import HumanRenderer, stream_turn
-from agentmesh.cli.common import EXIT_OK, load_settings
+from dataclasses import dataclass
+
+import grpc
+
+from agentmesh.cli.chat import HumanRenderer
+from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, call_metadata, load_settings, rpc_failure
 from agentmesh.cli.stack import LocalStack, free_address, port_is_free
 from agentmesh.config import SERVICES
 from agentmesh.rpc.client import open_channel
+from agentmesh.config import Settings
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
 DEMO_MESSAGE = (
@@ -52,6 +61,44 @@ def _show_trace(trace_id: str) -> None:
     print_trace(trace_id)
 
 
+@dataclass
+class DemoOutcome:
+    failure: str = ""  # what went wrong, in a sentence; "" when every step worked
+    tool_calls: int = 0
+    trace_id: str = ""
+
+
+async def run_task(stub: gateway_pb2_grpc.GatewayStub, settings: Settings, request: gateway_pb2.ChatRequest,
+                   render=None) -> DemoOutcome:
+    """Stream the demo turn, showing each event, and stop at the first thing that failed."""
+    render = render or HumanRenderer()
+    outcome = DemoOutcome()
+    call = stub.Chat(request, metadata=call_metadata(settings))
+    try:
+        async for event in call:
+            kind = event.WhichOneof("payload")
+            render(event)
+            if kind == "tool_result":
+                result = event.tool_result.result
+                outcome.tool_calls += 1
+                if result.is_error:
+                    outcome.failure = f"the `{result.name}` call failed: {result.output.strip()}"
+            elif kind == "error":
+                outcome.failure = f"the turn failed ({event.error.code}): {event.error.message}"
+            elif kind == "run_finished":
+                outcome.trace_id = event.run_finished.trace_id
+                if event.run_finished.stop_reason not in ("", "completed"):
+                    outcome.failure = f"the turn ended early ({event.run_finished.stop_reason})"
+            if outcome.failure:
+                call.cancel()  # the rest of the script would narrate a success that did not happen
+                break
+    except grpc.aio.AioRpcError as err:
+        raise rpc_failure(err, "gateway", settings) from None
+    if not outcome.failure and not outcome.trace_id:
+        outcome.failure = "the turn ended without finishing"
+    return outcome
+
+
 async def run_demo(args) -> int:
     env = _demo_env()
     stack = LocalStack(env, log_dir=load_settings().home / "logs")
@@ -63,25 +110,20 @@ async def run_demo(args) -> int:
         await stack.wait_healthy()
         print(f"· stack healthy in {time.monotonic() - started:.1f}s; running the demo task\n")
         print(f"you> {DEMO_MESSAGE}\n")
-        trace_ids: list[str] = []
-
-        render = HumanRenderer()
-
-        def on_event(event) -> None:
-            render(event)
-            if event.WhichOneof("payload") == "run_finished":
-                trace_ids.append(event.run_finished.trace_id)
-
         async with open_channel(settings.address_of("gateway")) as channel:
             request = gateway_pb2.ChatRequest(session_id=f"demo-{int(time.time())}", message=DEMO_MESSAGE)
-            code = await stream_turn(gateway_pb2_grpc.GatewayStub(channel), settings, request, on_event)
-        if trace_ids and trace_ids[0]:
+            outcome = await run_task(gateway_pb2_grpc.GatewayStub(channel), settings, request)
+        if outcome.failure:
+            print(f"\n✗ the demo did not complete: {outcome.failure}")
+            print(f"  the services' logs are in {stack.log_dir}")
+            return EXIT_SERVER_ERROR
+        print(f"\n✓ the demo completed: {outcome.tool_calls} tool calls, each one succeeded")
+        if outcome.trace_id:
             await asyncio.sleep(0.5)  # let the services' span exporters flush
             print()
-            _show_trace(trace_ids[0])
-        return code
+            _show_trace(outcome.trace_id)
+        return EXIT_OK
     finally:
         print("\n· stopping the stack")
         await asyncio.to_thread(stack.stop)
         sys.stdout.flush()
-

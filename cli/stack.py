@@ -1,12 +1,19 @@
 """`agentmesh serve` (one service, as a container runs it) and `agentmesh up` (all five locally).
 
 `up` runs each service as a child process — the same `agentmesh serve NAME` a container
-runs — so a crash in one is seen, and Ctrl-C or SIGTERM stops every child.
+runs — so a crash in one is seen. Ctrl-C, SIGTERM or SIGHUP stops the children in dependency
+order (`STOP_ORDER`): each is asked to drain and has exited before the next one is asked, so a
+turn finishing in the gateway or agent can still save its last steps to memory. If `up` itself
+dies (SIGKILL, a crash), the kernel sends each child SIGTERM (Linux `PR_SET_PDEATHSIG`), so no
+service is left running on its ports.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import os
 import signal
 import socket
@@ -23,15 +30,23 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, CliError, load_settings
 from agentmesh.config import SERVICES, ConfigError, Settings
 from agentmesh.logs import configure_logging, secrets_of
+from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.launch import build_service
 from agentmesh.rpc.server import PortInUse
 
 STARTUP_TIMEOUT_S = 60.0
+# Callers first, what they call last: the gateway drains its turns while agent, tools and memory
+# still serve them; memory, which every step is saved to, goes last.
+STOP_ORDER = ("gateway", "scheduler", "agent", "tools", "memory")
+# On top of the drain period, how long a service may take to exit before it is killed.
+EXIT_MARGIN_S = 10.0
 
 
 def register(subparsers) -> None:
     serve = subparsers.add_parser("serve", help="run one service in the foreground (what a container runs)")
     serve.add_argument("service", choices=SERVICES)
+    # Set by `up` for its children: stop when that process dies (see die_with_parent).
+    serve.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)
     serve.set_defaults(func=run_serve)
 
     up = subparsers.add_parser("up", help="run all five services locally; Ctrl-C stops them all")
@@ -41,6 +56,8 @@ def register(subparsers) -> None:
 
 
 async def run_serve(args) -> int:
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
     settings = load_settings()
     configure_logging(args.service, settings.log_level, secrets=secrets_of(settings))
     try:
@@ -61,6 +78,9 @@ def port_of(address: str) -> tuple[str, int]:
 def port_is_free(address: str) -> bool:
     host, port = port_of(address)
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As the servers bind: a port held only by TIME-WAIT sockets of a stopped stack is free,
+        # a port with a listener is not (SO_REUSEADDR never lets two listeners share a port).
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
@@ -74,6 +94,22 @@ def free_address() -> str:
         return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel send this process SIGTERM when `parent_pid` (the `up` that started it)
+    dies — SIGKILL included — so no service outlives it. Armed by the child itself after exec,
+    not in a `preexec_fn`: forking a process with gRPC's threads running and running Python
+    before exec crashes the child. Linux only; elsewhere a no-op."""
+    libc_name = ctypes.util.find_library("c")
+    if not sys.platform.startswith("linux") or not libc_name:
+        return
+    ctypes.CDLL(libc_name, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 @dataclass
 class LocalStack:
     """Five `agentmesh serve` children sharing one environment."""
@@ -81,6 +117,10 @@ class LocalStack:
     env: Mapping[str, str]
     log_dir: Path | None = None
     children: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # The interpreter the children run (benches point it at another checkout's to compare).
+    python: str = sys.executable
+    # Children stop when this process dies (off only for a checkout whose `serve` predates it).
+    tied_to_parent: bool = True
 
     @property
     def settings(self) -> Settings:
@@ -95,24 +135,38 @@ class LocalStack:
             )
 
     def start(self) -> None:
+        """Start the five children. Call it from the main thread: the kernel's parent-death
+        signal follows the *thread* that forked a child, so children started from a worker
+        thread would be stopped when that thread ends."""
         self.check_ports()
         if self.log_dir:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         for name in SERVICES:
-            out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115
-            self.children[name] = subprocess.Popen(
-                [sys.executable, "-m", "agentmesh.cli.main", "serve", name],
-                env=dict(self.env),
-                stdout=out or None,
-                stderr=out or None,
-                # Own process group: the terminal's Ctrl-C reaches us, and we stop children in order.
-                start_new_session=True,
-            )
+            self.spawn(name)
 
-    async def wait_healthy(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    def spawn(self, name: str) -> subprocess.Popen:
+        """Start (or start again, after it exited) the `name` child; from the main thread."""
+        out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115
+        tie = ["--parent-pid", str(os.getpid())] if self.tied_to_parent else []
+        self.children[name] = subprocess.Popen(
+            [self.python, "-m", "agentmesh.cli.main", "serve", name, *tie],
+            env=dict(self.env),
+            stdout=out or None,
+            stderr=out or None,
+            # Own process group: the terminal's Ctrl-C reaches us, and we stop children in order.
+            start_new_session=True,
+        )
+        if out:
+            out.close()  # the child holds its own copy
+        return self.children[name]
+
+    async def wait_healthy(self, timeout_s: float = STARTUP_TIMEOUT_S, names: tuple[str, ...] = SERVICES) -> None:
+        """Until each of `names` reports SERVING (or exits, or `timeout_s` passes: CliError)."""
         deadline = time.monotonic() + timeout_s
-        for name, address in self.settings.addresses.items():
-            async with grpc.aio.insecure_channel(address) as channel:
+        for name in names:
+            address = self.settings.address_of(name)
+            # Bounded reconnect backoff: a service that is up is seen as up within a third of a second.
+            async with open_channel(address, wait_for_peer_s=0) as channel:
                 stub = health_pb2_grpc.HealthStub(channel)
                 while True:
                     child = self.children[name]
@@ -135,17 +189,35 @@ class LocalStack:
                 return name
         return None
 
-    def stop(self, grace_s: float = 25.0) -> None:
-        for child in self.children.values():
+    def stop(self, exit_margin_s: float = EXIT_MARGIN_S) -> None:
+        """Stop in `STOP_ORDER`: SIGTERM one service, wait until it has drained and exited (killing
+        it if it overruns the drain period by `exit_margin_s`), then the next."""
+        grace_s = self.settings.drain_s + exit_margin_s
+        for name in STOP_ORDER:
+            child = self.children.get(name)
+            if child is None:
+                continue
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for child in self.children.values():
             try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+                child.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+
+
+async def _healthy_unless_stopped(stack: LocalStack, stop: asyncio.Event) -> bool:
+    """Wait for the stack to be healthy; False as soon as a stop is asked for (Ctrl-C during start-up)."""
+    healthy = asyncio.ensure_future(stack.wait_healthy())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({healthy, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not healthy.done():
+        healthy.cancel()
+        await asyncio.gather(healthy, return_exceptions=True)
+        return False
+    healthy.result()  # raises CliError when a service did not come up
+    return True
 
 
 async def run_up(args) -> int:
@@ -154,10 +226,13 @@ async def run_up(args) -> int:
     stack.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP (the terminal closed) stops the stack as Ctrl-C does.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stack.wait_healthy()
+        if not await _healthy_unless_stopped(stack, stop):
+            print("stopping before the stack was up…", flush=True)
+            return EXIT_OK
         print("agentmesh is up:")
         for name, address in settings.addresses.items():
             print(f"  {name:<10} {address}")
@@ -172,7 +247,7 @@ async def run_up(args) -> int:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:
                 pass
-        print("stopping…", flush=True)
+        print("stopping: " + ", ".join(STOP_ORDER) + ", each after the one before has drained…", flush=True)
         return EXIT_OK
     finally:
         await asyncio.to_thread(stack.stop)

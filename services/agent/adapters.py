@@ -185,8 +185,17 @@ class GrpcBackgroundCommands:
 
 
 class GrpcTranscripts:
-    def __init__(self, client: MemoryClient):
+    """Transcripts on the memory service. An append that finds memory away (restarting, a
+    replica gone) is retried until it is saved or `save_within_s` has passed: the loop shows a
+    step to the client only once it is saved, so a short outage delays the turn instead of
+    failing it, and a long one fails it before anything unsaved is shown."""
+
+    RETRY_FIRST_S = 0.1
+    RETRY_MAX_S = 1.0
+
+    def __init__(self, client: MemoryClient, *, save_within_s: float = 30.0):
         self._client = client  # its errors already name the memory service and its address
+        self._save_within_s = save_within_s
 
     async def load(self, session_id: str) -> list[ChatMessage]:
         try:
@@ -196,10 +205,26 @@ class GrpcTranscripts:
         return [message_from_proto(m) for m in messages]
 
     async def append(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
+        batch = [message_to_proto(m) for m in messages]
+        delay = self.RETRY_FIRST_S
+        last: AgentmeshError | None = None
         try:
-            await self._client.append_messages(session_id, [message_to_proto(m) for m in messages])
+            async with asyncio.timeout(self._save_within_s):
+                while True:
+                    try:
+                        await self._client.append_messages(session_id, batch)
+                        return
+                    except Unavailable as exc:
+                        last = exc
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.RETRY_MAX_S)
         except AgentmeshError as exc:
             raise type(exc)(f"could not save the session's transcript: {exc.message}") from None
+        except TimeoutError:
+            reason = last.message if last else "it did not answer"
+            raise Unavailable(
+                f"could not save the session's transcript within {self._save_within_s:g}s: {reason}"
+            ) from None
 
 
 class GrpcLongTermMemory:

@@ -231,7 +231,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     agent = Agent(
         provider=provider,
         tools=GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s),
-        transcripts=GrpcTranscripts(memory_client),
+        transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
         model=_model_name(settings),

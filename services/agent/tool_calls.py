@@ -1,5 +1,5 @@
 """Running one reply's tool calls: concurrently, each behind the approval gate when the policy
-says so, each under an `execute_tool` span; results stream out and are persisted as they
+says so, each under an `execute_tool` span; results are persisted and then streamed out as they
 finish, and go back to the model in call order. A cancel closes the step in the transcript
 (every call gets a result), so the next turn replays cleanly."""
 
@@ -12,6 +12,7 @@ from typing import Awaitable, Callable
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.settings import AgentSettings
@@ -59,10 +60,12 @@ class ToolCalls:
         try:
             for finished in asyncio.as_completed(tasks):
                 outcome = await finished
-                self.emit(ToolResultEvent(outcome))
+                # Saved before it is shown: a result the client saw is never missing from the
+                # transcript (if memory stays away, the turn fails without showing it).
                 await self.persist([outcome.as_message(self.run_id)])
                 saved.add(outcome.call_id)
-        except BaseException:
+                self.emit(ToolResultEvent(outcome))
+        except BaseException as exc:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -71,7 +74,8 @@ class ToolCalls:
                 for call, task in zip(calls, tasks)
                 if call.call_id not in saved
             ]
-            if lost:
+            # After a save memory refused (AgentmeshError), another would only wait out the same deadline.
+            if lost and not isinstance(exc, AgentmeshError):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.persist([o.as_message(self.run_id) for o in lost]),
                                            self.settings.memory_timeout_s)
@@ -81,10 +85,10 @@ class ToolCalls:
     async def not_run(self, calls: tuple[ToolCall, ...], kind: str, text: str) -> None:
         """Record a result for calls the turn will not run, so the transcript stays replayable."""
         outcomes = [ToolOutcome.error(call, kind, text) for call in calls]
+        if outcomes:  # saved before shown, as in run()
+            await self.persist([o.as_message(self.run_id) for o in outcomes])
         for outcome in outcomes:
             self.emit(ToolResultEvent(outcome))
-        if outcomes:
-            await self.persist([o.as_message(self.run_id) for o in outcomes])
 
     async def _gated(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
         """Run the call, first holding it for a person's decision when the policy says so. The

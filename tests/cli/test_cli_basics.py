@@ -72,3 +72,30 @@ def test_up_refuses_when_a_port_is_taken_and_starts_nothing(env):
         if name != "tools":
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", port))
+
+
+def _time_wait_on(port: int) -> None:
+    """Leave `port` as a stopped server leaves it: no listener, and a connection the server side
+    closed first, so that side sits in TIME-WAIT for a minute."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server closes first: its end of the connection enters TIME-WAIT
+        client.recv(1)
+        client.close()
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_stack_is_free_and_a_listening_one_is_not():
+    from agentmesh.cli.stack import port_is_free
+
+    port = _free_port()
+    _time_wait_on(port)
+    assert port_is_free(f"127.0.0.1:{port}")
+    with socket.socket() as holder:  # a server listening again (gRPC binds with SO_REUSEADDR)
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        assert not port_is_free(f"127.0.0.1:{port}")
