@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PROTOS := $(wildcard protos/agentmesh/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
-.PHONY: install system-packages stubs demo test bench up clean wheels images
+.PHONY: install system-packages stubs demo lint test bench up clean wheels images
 
 install: system-packages $(VENV)/.installed $(STUBS)
 
@@ -34,7 +34,14 @@ demo: install
 up: install
 	$(VENV)/bin/agentmesh up
 
-test: install
+# Gates: lint and import order, types (strict on the cores and the shared library), and the
+# import-linter contracts that keep dependencies pointing inward (docs/architecture.md).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(PY) .ci/package_tree.py mypy -p agentmesh
+	$(PY) .ci/package_tree.py lint-imports
+
+test: install lint
 	$(PY) -m pytest -q
 
 bench: install
@@ -80,4 +87,4 @@ images: wheels
 	@podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' $(SERVICES_IMAGE) $(SANDBOX_IMAGE) 2>/dev/null || true
 
 clean:
-	rm -rf $(VENV) .venv-checkov lib/agentmesh/v1/*_pb2*.py* $(STUBS)
+	rm -rf $(VENV) .venv-checkov .mypy_cache .ruff_cache .import_linter_cache lib/agentmesh/v1/*_pb2*.py* $(STUBS)

@@ -112,7 +112,7 @@ async def measure(variants: dict, turns: int, concurrency: int, rounds: int = 4)
         for name in names if r % 2 == 0 else reversed(names):
             counter = iter(range(per_round))
 
-            async def worker(turn=variants[name]) -> None:
+            async def worker(turn=variants[name], counter=counter, r=r) -> None:
                 for n in counter:
                     await turn(100_000 + r * per_round + n)
 

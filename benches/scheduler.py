@@ -163,7 +163,7 @@ async def burst(gateway: InstantGateway, target: str, count: int) -> dict:
     """One tick where `count` jobs are due at the same instant: claim + launch cost per job."""
     with tempfile.TemporaryDirectory() as tmp:
         host = await start_scheduler(Path(tmp), target, {"AGENTMESH_SCHEDULER_POLL_S": "3600"})
-        core, store = host.scheduler, host.scheduler._store  # noqa: SLF001
+        core, store = host.scheduler, host.scheduler._store  # noqa: SLF001 - the bench measures internals
         now = time.time()
         due = now + 3600  # in the future, so the live loop leaves them alone; fired by hand below
         for i in range(count):

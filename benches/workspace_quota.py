@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import statistics
 import subprocess
@@ -27,13 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from benches.sandbox import TRACER, compare, machine
 from agentmesh.tools.quota import workspace_usage
 from agentmesh.tools.sandbox.base import CommandSpec
 from agentmesh.tools.sandbox.k8s_quota import quota_command
 from agentmesh.tools.sandbox.local import LocalJail, jail_host_identity
 from agentmesh.tools.settings import MIB, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
+from benches.sandbox import TRACER, compare, machine
 
 QUOTA = 256 * MIB
 WRITERS = {
@@ -69,8 +68,8 @@ def measuring_table(base: Path) -> list[tuple]:
         fill(directory, files)
         reps = 20 if files <= 10_000 else 7
         walk, du = alternating(
-            lambda: workspace_usage(directory),
-            lambda: subprocess.run(["du", "-skx", "."], cwd=directory, capture_output=True, check=True),
+            lambda directory=directory: workspace_usage(directory),
+            lambda directory=directory: subprocess.run(["du", "-skx", "."], cwd=directory, capture_output=True, check=True),
             reps,
         )
         rows.append((files, walk, du))

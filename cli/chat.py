@@ -11,6 +11,7 @@ from typing import Any, Callable, TextIO
 
 import grpc
 
+from agentmesh.cli.approvals import send_decision
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_SERVER_ERROR,
@@ -21,7 +22,6 @@ from agentmesh.cli.common import (
     print_json,
     rpc_failure,
 )
-from agentmesh.cli.approvals import send_decision
 from agentmesh.cli.tasks import render as render_tasks
 from agentmesh.config import Settings
 from agentmesh.ids import new_id
@@ -90,8 +90,9 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         a = event.approval_request
         base.update(call_id=a.call_id, name=a.name, arguments=_arguments(a.arguments_json), timeout_s=a.timeout_s)
     elif kind == "approval_resolved":
-        r = event.approval_resolved
-        base.update(call_id=r.call_id, name=r.name, approved=r.approved, note=r.note, decided_by=r.decided_by)
+        resolved = event.approval_resolved
+        base.update(call_id=resolved.call_id, name=resolved.name, approved=resolved.approved, note=resolved.note,
+                    decided_by=resolved.decided_by)
     elif kind == "tool_result":
         r = event.tool_result.result
         base.update(
@@ -174,9 +175,9 @@ class HumanRenderer:
                 self._line(f"    approve: agentmesh approvals approve {where}")
                 self._line(f"    deny:    agentmesh approvals deny {where} --note 'why'")
         elif kind == "approval_resolved":
-            r = event.approval_resolved
-            how = "no decision in time" if r.decided_by == "timeout" else ("approved" if r.approved else "denied")
-            self._line(f"{'✓' if r.approved else '✗'} {r.name} {how}{': ' + r.note if r.note else ''}")
+            resolved = event.approval_resolved
+            how = "no decision in time" if resolved.decided_by == "timeout" else ("approved" if resolved.approved else "denied")
+            self._line(f"{'✓' if resolved.approved else '✗'} {resolved.name} {how}{': ' + resolved.note if resolved.note else ''}")
         elif kind == "status":
             self._line(f"· {event.status.message}")
         elif kind == "background_result":
@@ -261,13 +262,14 @@ async def stream_turn(
     call = stub.Chat(request, metadata=call_metadata(settings))
     loop = asyncio.get_running_loop()
     cancel_sent = False
+    cancelling: list[asyncio.Task] = []  # held so the task is not collected before it runs
 
     def request_cancel() -> None:
         nonlocal cancel_sent
         if not cancel_sent:
             cancel_sent = True
             sys.stderr.write("\n· cancelling…\n")
-            loop.create_task(stub.Cancel(gateway_pb2.CancelRequest(session_id=request.session_id), metadata=call_metadata(settings), timeout=10))
+            cancelling.append(loop.create_task(stub.Cancel(gateway_pb2.CancelRequest(session_id=request.session_id), metadata=call_metadata(settings), timeout=10)))
 
     loop.add_signal_handler(signal.SIGINT, request_cancel)
     exit_code = EXIT_OK
@@ -300,8 +302,10 @@ async def run_chat(args) -> int:
                                       session_token_budget=args.session_token_budget, plan=args.plan)
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
+    render: Callable[[common_pb2.Event], None]
     if args.json:
-        render: Callable[[common_pb2.Event], None] = lambda e: print_json(event_to_json(e))
+        def render(e: common_pb2.Event) -> None:
+            print_json(event_to_json(e))
     else:
         # One-shot without a terminal to ask at: print how to decide from another shell.
         render = HumanRenderer(approval_hint=one_shot and not interactive)

@@ -146,7 +146,7 @@ class LocalStack:
 
     def spawn(self, name: str) -> subprocess.Popen:
         """Start (or start again, after it exited) the `name` child; from the main thread."""
-        out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115
+        out = open(self.log_dir / f"{name}.log", "ab") if self.log_dir else None  # noqa: SIM115 - closed below, once the child holds its own copy
         tie = ["--parent-pid", str(os.getpid())] if self.tied_to_parent else []
         self.children[name] = subprocess.Popen(
             [self.python, "-m", "agentmesh.cli.main", "serve", name, *tie],

@@ -64,7 +64,7 @@ async def show_tasks(args) -> int:
     try:
         tasks = with_blocked(json.loads(latest.content)["tasks"]) if latest is not None else []
     except (ValueError, KeyError, TypeError):
-        raise CliError(f"the task board of session {args.session_id} is unreadable (entry {latest.seq})") from None
+        raise CliError(f"the task board of session {args.session_id} is unreadable (entry {latest.seq if latest is not None else '?'})") from None
     if args.json:
         print_json({"session_id": args.session_id, "tasks": tasks})
     elif not tasks:

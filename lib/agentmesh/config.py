@@ -1,16 +1,56 @@
-"""Configuration shared by every service, built once from the environment at start-up.
+"""Configuration: one typed tree, built once from the environment at start-up and passed down.
 
-Each service builds a `Settings` in its entry point and passes it down; nothing reads the
-environment after that. Service-specific knobs live in a section class inside the service
-package (for example `agentmesh.tools.settings.ToolsSettings`), built from the same mapping.
+Each setting is declared once, beside its field, with `env(...)`: the variable's name, its
+default, its bounds or choices, whether it is a secret. The field's type says how the value
+is parsed. One loader, `load`, reads any such dataclass:
+
+    @dataclass(frozen=True)
+    class ToolsSettings(EnvSection):
+        max_file_read_bytes: int = env("AGENTMESH_TOOLS_MAX_FILE_READ_BYTES", 256 * 1024, minimum=1)
+        limits: SandboxLimits = section(SandboxLimits)
+
+Rules that involve several fields (one must be longer than another, a default that depends on
+another variable) live in the section's `__post_init__` and raise `ConfigError`.
+
+`Settings.from_env()` builds the whole tree: the settings every service shares, the telemetry
+section, and each service's own section (`agentmesh.<service>.settings`), so one malformed
+variable stops any service at start-up with a sentence naming it. Code below the entry point
+receives typed objects (`settings.section(AgentSettings)`), never the environment.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import os
-from dataclasses import dataclass, field
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, ClassVar, Self, TypeVar
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "SERVICES",
+    "SERVICE_SECTIONS",
+    "ConfigError",
+    "EnvSection",
+    "EnvVar",
+    "LLMSettings",
+    "OtlpExporterSettings",
+    "ServiceAddresses",
+    "Settings",
+    "TelemetrySettings",
+    "declared_variables",
+    "env",
+    "load",
+    "secret_values",
+    "section",
+    "section_class",
+]
+
+T = TypeVar("T")
 
 SERVICES = ("gateway", "agent", "tools", "memory", "scheduler")
 
@@ -22,139 +62,316 @@ DEFAULT_PORTS = {
     "scheduler": 50055,
 }
 
+# Each service's own section, loaded with the rest of the tree (imported by name: the shared
+# library does not depend on the services, the same way `rpc.launch` finds their servers).
+SERVICE_SECTIONS = {
+    "gateway": "agentmesh.gateway.settings:GatewaySettings",
+    "agent": "agentmesh.agent.settings:AgentSettings",
+    "tools": "agentmesh.tools.settings:ToolsSettings",
+    "memory": "agentmesh.memory.settings:MemorySettings",
+    "scheduler": "agentmesh.scheduler.settings:SchedulerSettings",
+}
+
+_VAR = "agentmesh.config.var"
+_SECTION = "agentmesh.config.section"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
 
 class ConfigError(ValueError):
     """A setting in the environment is missing or malformed; the message names it."""
 
 
-def env_str(env: Mapping[str, str], name: str, default: str = "") -> str:
-    value = env.get(name, "")
-    return value.strip() if value.strip() else default
+@dataclass(frozen=True)
+class EnvVar:
+    """What `env(...)` records about one variable; `declared_variables` lists them for the docs."""
+
+    name: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    secret: bool = False
+    # Custom parsing for types the loader does not know (raise ValueError with the reason).
+    parse: Callable[[str], Any] | None = None
+    # The variable counts in this unit (e.g. MiB for a *_MB variable); the field holds the product.
+    unit: int = 1
 
 
-def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int | None = None) -> int:
-    raw = env_str(env, name)
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
+def env(
+    name: str,
+    default: Any = MISSING,
+    *,
+    default_factory: Callable[[], Any] | Any = MISSING,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    choices: tuple[str, ...] = (),
+    secret: bool = False,
+    parse: Callable[[str], Any] | None = None,
+    unit: int = 1,
+) -> Any:
+    """A dataclass field read from the variable `name` (unset or blank: the default). With
+    `unit`, the variable is given in that unit and bounded in it; the field holds the product."""
+    var = EnvVar(name, minimum, maximum, tuple(choices), secret, parse, unit)
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata={_VAR: var}, repr=not secret)
+    return field(default=default, metadata={_VAR: var}, repr=not secret)
 
 
-def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: float | None = None) -> float:
-    raw = env_str(env, name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
-    return value
+def section(kind: type[T], *, prefix: str = "") -> T:
+    """A nested section, loaded with its parent; `prefix` is put before its variables' names."""
+    return field(default_factory=kind, metadata={_SECTION: prefix})
 
 
-def env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env_str(env, name).lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
+    """An instance of the dataclass `kind` with every declared variable read from `environ`."""
+    hints = typing.get_type_hints(kind)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(kind):  # type: ignore[arg-type]  # `kind` is a dataclass
+        var: EnvVar | None = f.metadata.get(_VAR)
+        if var is not None:
+            name = prefix + var.name
+            raw = environ.get(name, "").strip()
+            if raw:
+                values[f.name] = _parse(name, var, hints[f.name], raw)
+        elif _SECTION in f.metadata:
+            values[f.name] = load(hints[f.name], environ, prefix + f.metadata[_SECTION])
+    return kind(**values)
 
 
-def env_choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = env_str(env, name, default).lower()
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return value
+def declared_variables(kind: type, prefix: str = "") -> Iterator[tuple[str, EnvVar, dataclasses.Field[Any]]]:
+    """(full name, declaration, field) of every variable `kind` and its sections read."""
+    hints = typing.get_type_hints(kind)
+    for f in dataclasses.fields(kind):
+        if _VAR in f.metadata:
+            yield prefix + f.metadata[_VAR].name, f.metadata[_VAR], f
+        elif _SECTION in f.metadata:
+            yield from declared_variables(hints[f.name], prefix + f.metadata[_SECTION])
+
+
+def secret_values(tree: Any) -> list[str]:
+    """Every non-empty value of a field declared `secret=True`, anywhere in a loaded tree."""
+    found: list[str] = []
+    if not dataclasses.is_dataclass(tree):
+        return found
+    for f in dataclasses.fields(tree):
+        value = getattr(tree, f.name)
+        var = f.metadata.get(_VAR)
+        if var is not None and var.secret:
+            found += [str(v) for v in value] if isinstance(value, (tuple, frozenset, list)) else [str(value)]
+        elif isinstance(value, Mapping):
+            for item in value.values():
+                found += secret_values(item)
+        else:
+            found += secret_values(value)
+    return [s for s in found if s]
+
+
+class EnvSection:
+    """Gives a settings dataclass `from_env(environ)`, the loader applied to it."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Self:
+        return load(cls, environ)
+
+
+def _parse(name: str, var: EnvVar, kind: Any, raw: str) -> Any:
+    if var.parse is not None:
+        try:
+            return var.parse(raw)
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+    kind = _without_none(kind)
+    origin = typing.get_origin(kind)
+    if origin in (tuple, frozenset):
+        items = (item.strip() for item in raw.split(","))
+        return origin(item for item in items if item)
+    if kind is bool:
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+    if kind is int or kind is float:
+        try:
+            number = kind(raw)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
+        if var.minimum is not None and number < var.minimum:
+            raise ConfigError(f"{name} must be at least {_plain(var.minimum)}, got {number}")
+        if var.maximum is not None and number > var.maximum:
+            raise ConfigError(f"{name} must be at most {_plain(var.maximum)}, got {number}")
+        return number * var.unit
+    if kind is Path:
+        return Path(raw).expanduser()
+    if var.choices:
+        if raw.lower() not in var.choices:
+            raise ConfigError(f"{name} must be one of {', '.join(var.choices)}; got {raw.lower()!r}")
+        return raw.lower()
+    return raw
+
+
+def _without_none(kind: Any) -> Any:
+    """`float | None` -> `float` (unset stays the default, None)."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        rest = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return kind
+
+
+def _plain(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+# --- the settings every service shares -------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class LLMSettings:
-    provider: str = "scripted"
-    base_url: str = "http://localhost:11434/v1"
-    api_key: str = field(default="", repr=False)  # never printed
-    model: str = "llama3.1"
-    timeout_s: float = 120.0
-    max_retries: int = 4
-    script_path: str = ""  # for the scripted provider; empty = the built-in demo script
+class LLMSettings(EnvSection):
+    """The model endpoint. `base_url` and `model` keep whether they were named ("" = not):
+    each provider has its own default URL, and a scripted demo does not claim a real model."""
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "LLMSettings":
-        return cls(
-            # Pointing AGENTMESH_LLM_BASE_URL at a server is enough to use it; without one the
-            # scripted provider keeps the stack usable offline.
-            provider=env_choice(
-                env,
-                "AGENTMESH_LLM_PROVIDER",
-                "openai" if env_str(env, "AGENTMESH_LLM_BASE_URL") else "scripted",
-                ("openai", "anthropic", "scripted"),
-            ),
-            base_url=env_str(env, "AGENTMESH_LLM_BASE_URL", cls.base_url).rstrip("/"),
-            api_key=env_str(env, "AGENTMESH_LLM_API_KEY"),
-            model=env_str(env, "AGENTMESH_LLM_MODEL", cls.model),
-            timeout_s=env_float(env, "AGENTMESH_LLM_TIMEOUT_S", cls.timeout_s, minimum=1),
-            max_retries=env_int(env, "AGENTMESH_LLM_MAX_RETRIES", cls.max_retries, minimum=0),
-            script_path=env_str(env, "AGENTMESH_LLM_SCRIPT"),
+    DEFAULT_BASE_URL: ClassVar[str] = "http://localhost:11434/v1"
+    DEFAULT_MODEL: ClassVar[str] = "llama3.1"
+
+    # "" = by the base URL: "openai" when one is named, else the offline "scripted" provider.
+    provider: str = env("AGENTMESH_LLM_PROVIDER", "", choices=("openai", "anthropic", "scripted"))
+    base_url: str = env("AGENTMESH_LLM_BASE_URL", "")
+    api_key: str = env("AGENTMESH_LLM_API_KEY", "", secret=True)
+    model: str = env("AGENTMESH_LLM_MODEL", "")
+    timeout_s: float = env("AGENTMESH_LLM_TIMEOUT_S", 120.0, minimum=1)
+    max_retries: int = env("AGENTMESH_LLM_MAX_RETRIES", 4, minimum=0)
+    script_path: str = env("AGENTMESH_LLM_SCRIPT", "")  # scripted provider; "" = the built-in demo
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        if not self.provider:
+            object.__setattr__(self, "provider", "openai" if self.base_url else "scripted")
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL to use with an OpenAI-compatible server."""
+        return self.base_url or self.DEFAULT_BASE_URL
+
+    @property
+    def model_name(self) -> str:
+        """The model requests name: the configured one; for the scripted provider "scripted"
+        unless one was named, so that traces of a demo do not claim a real model answered."""
+        if self.model:
+            return self.model
+        return "scripted" if self.provider == "scripted" else self.DEFAULT_MODEL
+
+
+@dataclass(frozen=True)
+class OtlpExporterSettings:
+    """The standard OTEL_EXPORTER_OTLP_[SIGNAL_]* variables; unset per-signal ones fall back
+    to the general ones (see `TelemetrySettings.otlp`)."""
+
+    endpoint: str = env("ENDPOINT", "")
+    protocol: str = env("PROTOCOL", "", choices=("grpc", "http/protobuf"))
+    headers: str = env("HEADERS", "", secret=True)
+    insecure: bool | None = env("INSECURE", None)
+    timeout_ms: float | None = env("TIMEOUT", None, minimum=0)
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    traces_retention_days: float = env("AGENTMESH_TRACES_RETENTION_DAYS", 7.0, minimum=0.01)
+    traces_max_mb: int = env("AGENTMESH_TRACES_MAX_MB", 64, minimum=1)
+    metric_export_interval_ms: int = env("OTEL_METRIC_EXPORT_INTERVAL", 60_000, minimum=100)
+    sampler: str = env(
+        "OTEL_TRACES_SAMPLER",
+        "parentbased_always_on",
+        choices=("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
+                 "parentbased_traceidratio"),
+    )
+    sampler_arg: float = env("OTEL_TRACES_SAMPLER_ARG", 1.0, minimum=0.0)
+    resource_attributes: str = env("OTEL_RESOURCE_ATTRIBUTES", "")
+    otlp_general: OtlpExporterSettings = section(OtlpExporterSettings, prefix="OTEL_EXPORTER_OTLP_")
+    otlp_traces: OtlpExporterSettings = section(OtlpExporterSettings, prefix="OTEL_EXPORTER_OTLP_TRACES_")
+    otlp_metrics: OtlpExporterSettings = section(OtlpExporterSettings, prefix="OTEL_EXPORTER_OTLP_METRICS_")
+
+    def otlp(self, signal: str) -> OtlpExporterSettings:
+        """The exporter settings for "traces" or "metrics": the signal's own, else the general."""
+        own = self.otlp_traces if signal == "traces" else self.otlp_metrics
+        general = self.otlp_general
+        return OtlpExporterSettings(
+            endpoint=own.endpoint or general.endpoint,
+            protocol=own.protocol or general.protocol or "grpc",
+            headers=own.headers or general.headers,
+            insecure=own.insecure if own.insecure is not None else general.insecure,
+            timeout_ms=own.timeout_ms if own.timeout_ms is not None else general.timeout_ms,
         )
+
+
+@dataclass(frozen=True)
+class ServiceAddresses:
+    gateway: str = env("AGENTMESH_GATEWAY_ADDR", f"127.0.0.1:{DEFAULT_PORTS['gateway']}")
+    agent: str = env("AGENTMESH_AGENT_ADDR", f"127.0.0.1:{DEFAULT_PORTS['agent']}")
+    tools: str = env("AGENTMESH_TOOLS_ADDR", f"127.0.0.1:{DEFAULT_PORTS['tools']}")
+    memory: str = env("AGENTMESH_MEMORY_ADDR", f"127.0.0.1:{DEFAULT_PORTS['memory']}")
+    scheduler: str = env("AGENTMESH_SCHEDULER_ADDR", f"127.0.0.1:{DEFAULT_PORTS['scheduler']}")
+
+
+def _default_home() -> Path:
+    return Path.home() / ".agentmesh"
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What every service knows: where data lives, where its peers are, how to report."""
+    """What every service knows: where data lives, where its peers are, how to report; and,
+    loaded with it, each service's own section (`section(AgentSettings)`)."""
 
-    home: Path
-    addresses: Mapping[str, str]
-    llm: LLMSettings
-    sandbox: str = "local"
-    qdrant_url: str = ""
-    log_level: str = "info"
-    # Addresses a service binds to; defaults to its entry in `addresses`.
-    listen_address: str = ""
+    home: Path = env("AGENTMESH_HOME", default_factory=_default_home)
+    service_addresses: ServiceAddresses = section(ServiceAddresses)
+    # By service name; from `service_addresses` unless given (tests point it at their ports).
+    addresses: Mapping[str, str] = field(default_factory=dict)
+    llm: LLMSettings = section(LLMSettings)
+    telemetry: TelemetrySettings = section(TelemetrySettings)
+    sandbox: str = env("AGENTMESH_SANDBOX", "local", choices=("local", "kubernetes"))
+    qdrant_url: str = env("AGENTMESH_QDRANT_URL", "")
+    log_level: str = env("AGENTMESH_LOG_LEVEL", "info", choices=("debug", "info", "warning", "error"))
+    # Address a service binds to; defaults to its entry in `addresses`.
+    listen_address: str = env("AGENTMESH_LISTEN_ADDR", "")
     # Shutdown grace: how long in-flight RPCs may run on SIGTERM before they are cancelled.
-    drain_s: float = 20.0
+    drain_s: float = env("AGENTMESH_DRAIN_S", 20.0, minimum=0)
     # Gateway bearer tokens; empty disables authentication (local default).
-    auth_tokens: tuple[str, ...] = field(default=(), repr=False)
+    auth_tokens: tuple[str, ...] = env("AGENTMESH_AUTH_TOKENS", (), secret=True)
     # The token the CLI presents when authentication is on (services sign their own calls).
-    client_token: str = field(default="", repr=False)
+    client_token: str = env("AGENTMESH_AUTH_TOKEN", "", secret=True)
     # Each service's signing key and its peers' public keys (docs/security.md); empty: home/keys.
-    service_keys_dir: str = ""
+    service_keys_dir: str = env("AGENTMESH_SERVICE_KEYS_DIR", "")
     # Tracing: "local" keeps spans under home; "otlp" exports; "none" disables.
-    traces: str = "local"
-    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # "" = "otlp" when an OTLP endpoint is configured, else "local".
+    traces: str = env("AGENTMESH_TRACES", "", choices=("local", "otlp", "none"))
+    # Service name -> that service's section, as loaded by `from_env`.
+    sections: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.addresses:
+            object.__setattr__(self, "addresses", dataclasses.asdict(self.service_addresses))
+        if not self.traces:
+            endpoint = self.telemetry.otlp_general.endpoint or self.telemetry.otlp_traces.endpoint
+            object.__setattr__(self, "traces", "otlp" if endpoint else "local")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        env = dict(os.environ if env is None else env)
-        home = Path(env_str(env, "AGENTMESH_HOME", str(Path.home() / ".agentmesh"))).expanduser()
-        addresses = {
-            name: env_str(env, f"AGENTMESH_{name.upper()}_ADDR", f"127.0.0.1:{port}")
-            for name, port in DEFAULT_PORTS.items()
-        }
-        default_traces = "otlp" if env_str(env, "OTEL_EXPORTER_OTLP_ENDPOINT") else "local"
-        tokens = tuple(t for t in env_str(env, "AGENTMESH_AUTH_TOKENS").split(",") if t.strip())
-        return cls(
-            home=home,
-            addresses=addresses,
-            llm=LLMSettings.from_env(env),
-            sandbox=env_choice(env, "AGENTMESH_SANDBOX", "local", ("local", "kubernetes")),
-            qdrant_url=env_str(env, "AGENTMESH_QDRANT_URL"),
-            log_level=env_choice(env, "AGENTMESH_LOG_LEVEL", "info", ("debug", "info", "warning", "error")),
-            listen_address=env_str(env, "AGENTMESH_LISTEN_ADDR"),
-            drain_s=env_float(env, "AGENTMESH_DRAIN_S", 20.0, minimum=0),
-            auth_tokens=tuple(t.strip() for t in tokens),
-            client_token=env_str(env, "AGENTMESH_AUTH_TOKEN"),
-            service_keys_dir=env_str(env, "AGENTMESH_SERVICE_KEYS_DIR"),
-            traces=env_choice(env, "AGENTMESH_TRACES", default_traces, ("local", "otlp", "none")),
-            environ=env,
-        )
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The whole tree from `environ` (default: the process environment)."""
+        environ = dict(os.environ if environ is None else environ)
+        settings = load(cls, environ)
+        sections: dict[str, Any] = {name: load(section_class(name), environ) for name in SERVICE_SECTIONS}
+        return dataclasses.replace(settings, sections=sections)
+
+    def section(self, kind: type[T]) -> T:
+        """This service's own settings, e.g. `settings.section(AgentSettings)`; its defaults
+        when the tree was built without them (a `Settings(...)` made by hand)."""
+        for value in self.sections.values():
+            if isinstance(value, kind):
+                return value
+        return load(kind, {})
 
     @property
     def keys_dir(self) -> Path:
@@ -172,3 +389,10 @@ class Settings:
         if host in ("127.0.0.1", "localhost", "[::1]"):
             return own
         return f"0.0.0.0:{port}"
+
+
+def section_class(service: str) -> type:
+    """The settings class of `service`, e.g. `AgentSettings` for "agent"."""
+    module, _, name = SERVICE_SECTIONS[service].partition(":")
+    kind: type = getattr(importlib.import_module(module), name)
+    return kind

@@ -6,6 +6,19 @@ the status a client should see, with the message written for a person.
 
 from __future__ import annotations
 
+__all__ = [
+    "AgentmeshError",
+    "AlreadyExists",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "Unauthenticated",
+    "Unavailable",
+]
+
 
 class AgentmeshError(Exception):
     """Base class; `code` is the gRPC status name the adapter answers with."""

@@ -7,6 +7,8 @@ import uuid
 
 from agentmesh.errors import InvalidArgument
 
+__all__ = ["DEFAULT_NAMESPACE", "PARENT_SESSION_LABEL", "new_id", "validate_id", "validate_namespace"]
+
 _ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 # Namespaces also name tenants and users ("team:infra", "ada@example"), so ':' and '@' are allowed.
 _NAMESPACE = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")

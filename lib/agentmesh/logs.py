@@ -20,6 +20,11 @@ from typing import Any, Iterable
 
 import structlog
 from opentelemetry import trace
+from structlog.typing import EventDict, Processor
+
+from agentmesh.config import secret_values
+
+__all__ = ["REDACTED", "Redactor", "configure_logging", "get_logger", "secrets_of"]
 
 REDACTED = "[redacted]"
 
@@ -52,11 +57,11 @@ _SECRET_SHAPES = (
 _HANDLER_TAG = "_agentmesh_json_handler"
 
 
-def is_secret_field(name: Any) -> bool:
+def _is_secret_field(name: Any) -> bool:
     return bool(_SECRET_KEY.match(str(name)))
 
 
-def _add_trace_context(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _add_trace_context(_logger: Any, _method: str, event: EventDict) -> EventDict:
     ctx = trace.get_current_span().get_span_context()
     if ctx.is_valid:
         event.setdefault("trace_id", format(ctx.trace_id, "032x"))
@@ -94,7 +99,7 @@ class Redactor:
             return REDACTED
         if isinstance(value, dict):
             return {
-                self.mask_text(str(k)): (REDACTED if is_secret_field(k) else self.mask(v, depth + 1))
+                self.mask_text(str(k)): (REDACTED if _is_secret_field(k) else self.mask(v, depth + 1))
                 for k, v in value.items()
             }
         if isinstance(value, (list, tuple, set, frozenset)):
@@ -107,23 +112,20 @@ class Redactor:
         except Exception:  # noqa: BLE001 - a broken __repr__ must not break logging
             return f"<unrepresentable {type(value).__name__}>"
 
-    def __call__(self, _logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, _logger: Any, _method: str, event: EventDict) -> EventDict:
         return {
-            k: (REDACTED if k not in self._KEEP and is_secret_field(k) else self.mask(v))
+            k: (REDACTED if k not in self._KEEP and _is_secret_field(k) else self.mask(v))
             for k, v in event.items()
         }
 
 
 def secrets_of(settings: Any) -> list[str]:
-    """The credentials a `Settings` carries, for `configure_logging(..., secrets=...)`."""
-    llm = getattr(settings, "llm", None)
-    environ = getattr(settings, "environ", {}) or {}
-    found = [getattr(llm, "api_key", ""), getattr(settings, "client_token", ""), *getattr(settings, "auth_tokens", ())]
-    # Any other AGENTMESH_*/OTEL_* variable named like a credential (e.g. OTLP headers).
-    found += [value for name, value in environ.items() if is_secret_field(name.lower().replace("agentmesh_", ""))]
-    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"):
-        for item in str(environ.get(name, "")).split(","):
-            found.append(item.partition("=")[2].strip())
+    """The credentials a settings tree carries (every field declared `secret=True`), for
+    `configure_logging(..., secrets=...)`. Header lists (`k=v,k2=v2`) count by their values too."""
+    found: list[str] = []
+    for value in secret_values(settings):
+        found.append(value)
+        found += [item.partition("=")[2].strip() for item in value.split(",") if "=" in item]
     return [s for s in found if s]
 
 
@@ -136,13 +138,13 @@ def configure_logging(service: str, level: str = "info", secrets: Iterable[str] 
     redactor = Redactor(secrets)
     service_name = f"agentmesh-{service}"
 
-    def add_service(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    def add_service(_logger: Any, _method: str, event: EventDict) -> EventDict:
         # A processor rather than a bound context variable, so that records from threads
         # (exporters, grpc, the model server in tests) carry it too.
         event.setdefault("service", service_name)
         return event
 
-    shared = [
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         add_service,
         _name_logger,
@@ -150,7 +152,7 @@ def configure_logging(service: str, level: str = "info", secrets: Iterable[str] 
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         _add_trace_context,
     ]
-    rendering = [structlog.processors.format_exc_info, redactor, structlog.processors.JSONRenderer()]
+    rendering: list[Processor] = [structlog.processors.format_exc_info, redactor, structlog.processors.JSONRenderer()]
     numeric = getattr(logging, level.upper(), logging.INFO)
     structlog.configure(
         processors=[*shared, *rendering],
@@ -180,7 +182,7 @@ def get_logger(name: str = "agentmesh") -> Any:
     return structlog.get_logger(name, logger_name=name)
 
 
-def _name_logger(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _name_logger(_logger: Any, _method: str, event: EventDict) -> EventDict:
     if "logger_name" in event:
         event.setdefault("logger", event.pop("logger_name"))
     return event

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from agentmesh.errors import InvalidArgument
 
+__all__ = ["DEEP", "DEFAULT", "RUN_MODES", "validate_mode"]
+
 DEFAULT = "default"
 DEEP = "deep"  # planning, reflection, a larger step budget and sub-agents (docs/agent.md)
 RUN_MODES = (DEFAULT, DEEP)

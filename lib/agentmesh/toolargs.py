@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, ValidationError
 
-MAX_PROBLEMS = 5
+__all__ = ["ArgumentsSchema"]
+
+_MAX_PROBLEMS = 5
 
 
 class ArgumentsSchema:
@@ -26,18 +28,18 @@ class ArgumentsSchema:
         do not match the schema (the schema itself is quoted, so the model can correct the call)."""
         text = arguments_json.strip() or "{}"
         try:
-            arguments = json.loads(text)
+            arguments: dict[str, Any] = json.loads(text)  # the schema's type=object check follows
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"arguments for {self.tool_name} are not valid JSON ({exc.msg} at position {exc.pos})"
             ) from None
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
         if errors:
-            problems = "; ".join(_describe(error) for error in errors[:MAX_PROBLEMS])
+            problems = "; ".join(_describe(error) for error in errors[:_MAX_PROBLEMS])
             raise ValueError(f"invalid arguments for {self.tool_name}: {problems}. Expected schema: {self.schema_json}")
         return arguments
 
 
-def _describe(error) -> str:
+def _describe(error: ValidationError) -> str:
     where = "/".join(str(p) for p in error.absolute_path)
     return f"{where}: {error.message}" if where else error.message

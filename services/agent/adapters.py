@@ -4,21 +4,20 @@ service (transcripts, long-term memory). Protobuf stops here; the core sees `typ
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Sequence
+from dataclasses import replace
+from typing import Sequence, cast
 
 import grpc
-from google.protobuf import json_format
-from opentelemetry.propagate import inject
 
-from agentmesh.errors import AgentmeshError, Unavailable
-from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.agent.ports import MemoryHit, NotSupported
-from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.memory.client import MemoryClient
+from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
+from agentmesh.rpc.peers import OUTAGE, peer_error, rpc_detail
+from agentmesh.telemetry.propagation import trace_metadata
 from agentmesh.v1 import common_pb2, memory_pb2, tools_pb2, tools_pb2_grpc
 
-_OUTAGE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _ERROR_KINDS = {
     grpc.StatusCode.INVALID_ARGUMENT: "invalid_arguments",
     grpc.StatusCode.NOT_FOUND: "not_found",
@@ -45,9 +44,9 @@ def message_to_proto(m: ChatMessage) -> common_pb2.Message:
 
 
 def message_from_proto(m: common_pb2.Message) -> ChatMessage:
-    role = m.role if m.role in ("system", "user", "assistant", "tool") else "user"
+    role = cast(Role, m.role) if m.role in ("system", "user", "assistant", "tool") else "user"
     return ChatMessage(
-        role=role,  # type: ignore[arg-type]
+        role=role,
         content=m.content,
         tool_calls=tuple(ToolCall(c.call_id, c.name, c.arguments_json or "{}") for c in m.tool_calls),
         tool_call_id=m.tool_call_id,
@@ -59,58 +58,7 @@ def message_from_proto(m: common_pb2.Message) -> ChatMessage:
     )
 
 
-def outcome_from_proto(r: common_pb2.ToolResult) -> ToolOutcome:
-    return ToolOutcome(
-        call_id=r.call_id,
-        name=r.name,
-        output=r.output,
-        is_error=r.is_error,
-        error_kind=r.error_kind,
-        exit_code=r.exit_code,
-        stdout=r.stdout,
-        stderr=r.stderr,
-        truncated=r.truncated,
-        duration_ms=r.duration_ms,
-        data=json_format.MessageToDict(r.data) if r.HasField("data") else {},
-    )
-
-
-def outcome_to_proto(o: ToolOutcome) -> common_pb2.ToolResult:
-    result = common_pb2.ToolResult(
-        call_id=o.call_id,
-        name=o.name,
-        output=o.output,
-        is_error=o.is_error,
-        exit_code=o.exit_code,
-        stdout=o.stdout,
-        stderr=o.stderr,
-        truncated=o.truncated,
-        duration_ms=o.duration_ms,
-        error_kind=o.error_kind,
-    )
-    if o.data:
-        result.data.update(json.loads(json.dumps(o.data, default=str)))
-    return result
-
-
-def _spec_from_proto(spec: tools_pb2.ToolSpec) -> ToolSpec:
-    try:
-        parameters = json.loads(spec.parameters_json_schema or "{}")
-    except json.JSONDecodeError:
-        parameters = {}
-    if not isinstance(parameters, dict) or not parameters:
-        parameters = {"type": "object", "properties": {}}
-    return ToolSpec(name=spec.name, description=spec.description, parameters=parameters)
-
-
 # --- tools ----------------------------------------------------------------------------------
-
-
-def trace_metadata() -> tuple[tuple[str, str], ...]:
-    """W3C trace context of the current span as gRPC metadata (`traceparent`, `tracestate`)."""
-    carrier: dict[str, str] = {}
-    inject(carrier)
-    return tuple(carrier.items())
 
 
 class GrpcToolRunner:
@@ -131,8 +79,8 @@ class GrpcToolRunner:
                 tools_pb2.ListToolsRequest(), timeout=self._catalog_timeout_s, metadata=trace_metadata()
             )
         except grpc.aio.AioRpcError as err:
-            raise Unavailable(f"the tools service at {self._target} did not list its tools ({err.details() or err.code().name})") from None
-        return [_spec_from_proto(s) for s in reply.tools]
+            raise Unavailable(f"the tools service at {self._target} did not list its tools ({rpc_detail(err)})") from None
+        return [tool_spec_from_proto(s) for s in reply.tools]
 
     async def execute(self, session_id: str, call: ToolCall) -> ToolOutcome:
         request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
@@ -144,15 +92,13 @@ class GrpcToolRunner:
             rpc.cancel()  # the tools service sees the cancellation and kills the sandboxed process
             raise
         except grpc.aio.AioRpcError as err:
-            detail = err.details() or err.code().name
-            if err.code() in _OUTAGE:
+            detail = rpc_detail(err)
+            if err.code() in OUTAGE:
                 return ToolOutcome.error(
                     call, "sandbox_unavailable", f"error: the tools service at {self._target} is not answering ({detail})"
                 )
             return ToolOutcome.error(call, _ERROR_KINDS.get(err.code(), "tool_error"), f"error: {detail}")
-        outcome = outcome_from_proto(reply.result)
-        outcome.call_id, outcome.name = call.call_id, call.name
-        return outcome
+        return replace(tool_result_from_proto(reply.result), call_id=call.call_id, name=call.name)
 
 
 class GrpcBackgroundCommands:
@@ -168,8 +114,8 @@ class GrpcBackgroundCommands:
             reply = await self._stub.BackgroundResults(tools_pb2.BackgroundResultsRequest(session_id=session_id),
                                                        timeout=self._timeout_s, metadata=trace_metadata())
         except grpc.aio.AioRpcError as err:
-            raise Unavailable(f"the tools service at {self._target} did not answer ({err.details() or err.code().name})") from None
-        return [BackgroundDone(id=c.id, command=c.command, status=c.status, result=outcome_from_proto(c.result),
+            raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
+        return [BackgroundDone(id=c.id, command=c.command, status=c.status, result=tool_result_from_proto(c.result),
                                seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished]
 
     async def stop(self, session_id: str) -> int:
@@ -177,7 +123,7 @@ class GrpcBackgroundCommands:
             reply = await self._stub.StopBackground(tools_pb2.StopBackgroundRequest(session_id=session_id),
                                                     timeout=self._timeout_s, metadata=trace_metadata())
         except grpc.aio.AioRpcError as err:
-            raise Unavailable(f"the tools service at {self._target} did not answer ({err.details() or err.code().name})") from None
+            raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
         return reply.stopped
 
 
@@ -239,9 +185,7 @@ class GrpcLongTermMemory:
     def _error(self, err: grpc.aio.AioRpcError) -> AgentmeshError:
         if err.code() == grpc.StatusCode.UNIMPLEMENTED:
             return NotSupported("the memory service does not implement long-term memory yet")
-        if err.code() in _OUTAGE:
-            return Unavailable(f"the memory service at {self._target} is not answering ({err.details() or err.code().name})")
-        return core_error_from_rpc(err)
+        return peer_error(err, f"the memory service at {self._target}")
 
     @staticmethod
     def _hit(record: memory_pb2.MemoryRecord, score: float = 0.0) -> MemoryHit:

@@ -9,11 +9,11 @@ taking its parent's results would hide them from the parent."""
 
 from __future__ import annotations
 
-from agentmesh.errors import AgentmeshError
-from agentmesh.logs import get_logger
 from agentmesh.agent.context import clip
 from agentmesh.agent.turn import Capability
 from agentmesh.agent.types import BackgroundDone, BackgroundResultEvent, ChatMessage, StatusEvent
+from agentmesh.errors import AgentmeshError
+from agentmesh.logs import get_logger
 
 log = get_logger("agentmesh.agent.background")
 

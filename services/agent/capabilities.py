@@ -3,7 +3,6 @@ class in its own module (see turn.py) and one line here."""
 
 from __future__ import annotations
 
-from agentmesh.modes import DEEP
 from agentmesh.agent import (
     background,
     budget,
@@ -21,6 +20,7 @@ from agentmesh.agent import (
     thinking,
 )
 from agentmesh.agent.turn import Capability, TurnContext
+from agentmesh.modes import DEEP
 
 
 def for_turn(ctx: TurnContext) -> list[Capability]:

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Callable
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agentmesh.errors import AgentmeshError, Unavailable
-from agentmesh.logs import get_logger
 from agentmesh.agent import context
 from agentmesh.agent.model_call import traced_model_call
 from agentmesh.agent.turn import Capability
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent, Usage
+from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.logs import get_logger
 
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
     from agentmesh.agent.loop import Agent, TurnRequest

@@ -28,11 +28,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from agentmesh.modes import DEEP
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.task_tools import TaskBoard
 from agentmesh.agent.turn import Capability, Nudge, TurnContext, Verdict
 from agentmesh.agent.types import ChatMessage, ModelReply, StatusEvent
+from agentmesh.modes import DEEP
 
 if TYPE_CHECKING:
     from agentmesh.agent.loop import TurnRequest

@@ -27,13 +27,11 @@ import dataclasses
 import datetime as dt
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Sequence
+from typing import AsyncIterator, Callable, Sequence, cast
 
 import structlog
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
-from agentmesh.errors import AgentmeshError
-from agentmesh.logs import get_logger
 from agentmesh.agent import capabilities, compaction, context, deep, learning, subagents
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
@@ -64,7 +62,14 @@ from agentmesh.agent.types import (
     ToolSpec,
     Usage,
 )
+from agentmesh.errors import AgentmeshError
+from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
+from agentmesh.telemetry.genai import (
+    ERROR_TYPE,
+    invoke_agent_span,
+    set_usage,
+)
 
 log = get_logger("agentmesh.agent")
 
@@ -106,7 +111,7 @@ class Agent:
         *,
         model: str,
         telemetry: Telemetry,
-        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         sessions: subagents.ChildSessions | None = None,
         background: BackgroundCommands | None = None,
         learning: "learning.LearningSources | None" = None,
@@ -142,8 +147,8 @@ class TurnRun:
         self.trace_id = ""
         self.approvals = approvals or ApprovalGate(agent.settings.approval_tools | request.approval_tools,
                                                    agent.settings.approval_timeout_s)
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._task: asyncio.Task | None = None
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
         self._remote_tools: list[ToolSpec] = []
@@ -170,7 +175,7 @@ class TurnRun:
                 event = await self._queue.get()
                 if event is _END:
                     return
-                yield event
+                yield cast(RunEvent, event)
         finally:
             if not self._task.done():
                 self._task.cancel()
@@ -199,20 +204,13 @@ class TurnRun:
     async def _traced_turn(self) -> None:
         req = self.request
         tracer = self.agent.telemetry.tracer
-        attributes = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": subagents.agent_name(self.settings.name, req),
-            "gen_ai.conversation.id": req.session_id,
-            "gen_ai.request.model": self.model,
-            "gen_ai.provider.name": self.agent.provider.name,
-            "agentmesh.session_id": req.session_id,
-            "agentmesh.run_id": req.run_id,
-            **subagents.span_attributes(req),
-        }
+        attributes = {"agentmesh.session_id": req.session_id, "agentmesh.run_id": req.run_id,
+                      **subagents.span_attributes(req)}
         with structlog.contextvars.bound_contextvars(session_id=req.session_id, run_id=req.run_id), \
                 self.agent.telemetry.metrics.turn_in_flight(), \
-                tracer.start_as_current_span("invoke_agent", kind=SpanKind.INTERNAL, attributes=attributes,
-                                             record_exception=False, set_status_on_exception=False) as span:
+                invoke_agent_span(tracer, agent_name=subagents.agent_name(self.settings.name, req),
+                                  conversation_id=req.session_id, model=self.model,
+                                  provider=self.agent.provider.name, attributes=attributes) as span:
             context_of = span.get_span_context()
             self.trace_id = format(context_of.trace_id, "032x") if context_of.is_valid else ""
             self._emit(RunStartedEvent(trace_id=self.trace_id))
@@ -222,15 +220,15 @@ class TurnRun:
             except asyncio.CancelledError:
                 stop_reason, final_text = "cancelled", ""
                 span.set_status(Status(StatusCode.ERROR, "cancelled"))
-                span.set_attribute("error.type", "cancelled")
+                span.set_attribute(ERROR_TYPE, "cancelled")
             except AgentmeshError as exc:
                 log.warning("turn failed", code=exc.code, error=exc.message)
                 span.set_status(Status(StatusCode.ERROR, exc.message))
-                span.set_attribute("error.type", exc.code)
+                span.set_attribute(ERROR_TYPE, exc.code)
                 await self._after_turn("error")
                 self._emit(RunErrorEvent(code=exc.code, message=exc.message))
                 return
-            except Exception as exc:  # noqa: BLE001 - a bug must end the turn with a clear event
+            except Exception as exc:  # a bug must end the turn with a clear event
                 log.exception("turn crashed")
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
@@ -238,9 +236,8 @@ class TurnRun:
                 self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
                 return
             await self._after_turn(stop_reason)
+            set_usage(span, input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens)
             span.set_attributes({
-                "gen_ai.usage.input_tokens": self.usage.input_tokens,
-                "gen_ai.usage.output_tokens": self.usage.output_tokens,
                 "agentmesh.iterations": self.iterations,
                 "agentmesh.stop_reason": stop_reason,
             })
@@ -335,7 +332,7 @@ class TurnRun:
         for capability in self._capabilities:
             try:
                 await capability.after_turn(stop_reason)
-            except Exception:  # noqa: BLE001 - clean-up must not change how the turn ended
+            except Exception:
                 log.exception("a capability failed after the turn", capability=type(capability).__name__)
 
     # --- context ------------------------------------------------------------------------------

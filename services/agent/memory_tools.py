@@ -3,13 +3,13 @@ scoped to the session's namespace (the model never chooses the namespace)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from agentmesh.errors import AgentmeshError
-from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent.ports import LongTermMemory, MemoryHit, NotSupported
 from agentmesh.agent.turn import Capability, TurnContext
 from agentmesh.agent.types import ToolCall, ToolOutcome, ToolSpec
+from agentmesh.errors import AgentmeshError
+from agentmesh.toolargs import ArgumentsSchema
 
 MAX_TEXT_CHARS = 8000
 MAX_QUERY_CHARS = 2000
@@ -63,7 +63,7 @@ def render_hits(hits: list[MemoryHit]) -> str:
 class MemoryTools:
     specs = (MEMORY_SAVE, MEMORY_SEARCH)
     names = frozenset(s.name for s in specs)
-    _schemas = {s.name: ArgumentsSchema(s.name, s.parameters) for s in specs}
+    _schemas: ClassVar[dict[str, ArgumentsSchema]] = {s.name: ArgumentsSchema(s.name, s.parameters) for s in specs}
 
     def __init__(self, memory: LongTermMemory):
         self._memory = memory

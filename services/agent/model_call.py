@@ -8,10 +8,8 @@ import asyncio
 import time
 from typing import Any, Callable
 
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
-from agentmesh.errors import AgentmeshError, Unavailable
-from agentmesh.logs import get_logger
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.types import (
     ModelReply,
@@ -24,7 +22,16 @@ from agentmesh.agent.types import (
     TextDeltaEvent,
     Usage,
 )
+from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
+from agentmesh.telemetry.genai import (
+    ERROR_TYPE,
+    GEN_AI_RESPONSE_FINISH_REASONS,
+    GEN_AI_RESPONSE_MODEL,
+    chat_span,
+    set_usage,
+)
 
 log = get_logger("agentmesh.agent")
 
@@ -43,21 +50,10 @@ async def traced_model_call(
     """The reply to `request`. Text streams out as `TextDeltaEvent`s (reasoning as
     `ReasoningDeltaEvent`s) unless `stream_text` is off; each retry becomes a span event and a `StatusEvent` naming `what` failed."""
     name = provider.name
-    attributes = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.request.model": request.model,
-        "gen_ai.provider.name": name,
-        "gen_ai.system": name,
-        **(extra_attributes or {}),
-    }
-    if request.max_tokens:
-        attributes["gen_ai.request.max_tokens"] = request.max_tokens
     metrics = telemetry.metrics
     started = time.monotonic()
-    with telemetry.tracer.start_as_current_span(
-        f"chat {request.model}", kind=SpanKind.CLIENT, attributes=attributes,
-        record_exception=False, set_status_on_exception=False,
-    ) as span:
+    with chat_span(telemetry.tracer, model=request.model, provider=name, max_tokens=request.max_tokens,
+                   attributes=extra_attributes) as span:
         reply: ModelReply | None = None
         try:
             async for item in provider.stream(request):
@@ -82,18 +78,15 @@ async def traced_model_call(
             error_type = exc.code if isinstance(exc, AgentmeshError) else (
                 "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__)
             span.set_status(Status(StatusCode.ERROR, getattr(exc, "message", error_type)))
-            span.set_attribute("error.type", error_type)
+            span.set_attribute(ERROR_TYPE, error_type)
             metrics.record_model_call(model=request.model, provider=name, seconds=time.monotonic() - started,
                                       error_type=error_type)
             raise
         usage.add(reply.usage)
-        span.set_attributes({
-            "gen_ai.usage.input_tokens": reply.usage.input_tokens,
-            "gen_ai.usage.output_tokens": reply.usage.output_tokens,
-            "gen_ai.response.finish_reasons": [reply.finish_reason] if reply.finish_reason else [],
-        })
+        set_usage(span, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens)
+        span.set_attribute(GEN_AI_RESPONSE_FINISH_REASONS, [reply.finish_reason] if reply.finish_reason else [])
         if reply.model:
-            span.set_attribute("gen_ai.response.model", reply.model)
+            span.set_attribute(GEN_AI_RESPONSE_MODEL, reply.model)
         metrics.record_model_call(
             model=request.model, provider=name, seconds=time.monotonic() - started,
             input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from agentmesh.errors import AgentmeshError
 from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.errors import AgentmeshError
+
+__all__ = ["BackgroundCommands", "LongTermMemory", "MemoryHit", "NotSupported", "ToolRunner", "TranscriptStore"]
 
 
 class NotSupported(AgentmeshError):

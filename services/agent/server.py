@@ -6,32 +6,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
-from agentmesh.config import Settings, env_str
+from agentmesh.agent import types as t
+from agentmesh.agent.adapters import GrpcBackgroundCommands, GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts
+from agentmesh.agent.learning import LearningSources
+from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
+from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.providers import build_provider
+from agentmesh.agent.reflection import Reflector
+from agentmesh.agent.settings import AgentSettings
+from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
-from agentmesh.rpc.client import open_channel
-from agentmesh.rpc.identity import ServiceIdentity
+from agentmesh.memory.client import MemoryClient
 from agentmesh.modes import validate_mode
+from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.convert import tool_result_to_proto
 from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.agent.adapters import (
-    GrpcBackgroundCommands,
-    GrpcLongTermMemory,
-    GrpcToolRunner,
-    GrpcTranscripts,
-    outcome_to_proto,
-)
-from agentmesh.agent.loop import Agent, TurnRequest
-from agentmesh.agent.providers import build_provider
-from agentmesh.agent.settings import AgentSettings
-from agentmesh.agent import types as t
-from agentmesh.agent.learning import LearningSources
-from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
-from agentmesh.agent.reflection import Reflector
-from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2
 from google.protobuf import json_format
 
@@ -43,7 +39,7 @@ MAX_TOOL_NAME_CHARS = 128
 
 
 def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: int) -> common_pb2.Event:
-    base = dict(session_id=request.session_id, run_id=request.run_id, seq=seq, timestamp=time.time())
+    base: dict[str, Any] = {"session_id": request.session_id, "run_id": request.run_id, "seq": seq, "timestamp": time.time()}
     if isinstance(event, t.RunStartedEvent):
         return common_pb2.Event(**base, run_started=common_pb2.RunStarted(
             session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id))
@@ -56,13 +52,13 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
     if isinstance(event, t.BackgroundResultEvent):
         d = event.done
         return common_pb2.Event(**base, background_result=common_pb2.BackgroundResult(
-            id=d.id, command=d.command, status=d.status, seconds=d.seconds, result=outcome_to_proto(d.result)))
+            id=d.id, command=d.command, status=d.status, seconds=d.seconds, result=tool_result_to_proto(d.result)))
     if isinstance(event, t.ToolCallEvent):
         c = event.call
         return common_pb2.Event(**base, tool_call=common_pb2.ToolCallStarted(
             call_id=c.call_id, name=c.name, arguments_json=c.arguments_json))
     if isinstance(event, t.ToolResultEvent):
-        return common_pb2.Event(**base, tool_result=common_pb2.ToolCallFinished(result=outcome_to_proto(event.result)))
+        return common_pb2.Event(**base, tool_result=common_pb2.ToolCallFinished(result=tool_result_to_proto(event.result)))
     if isinstance(event, t.ApprovalRequestEvent):
         c = event.call
         return common_pb2.Event(**base, approval_request=common_pb2.ApprovalRequested(
@@ -208,19 +204,9 @@ class MemoryChildSessions:
                                        labels={PARENT_SESSION_LABEL: parent_session_id, "role": "sub-agent"})
 
 
-def _model_name(settings: Settings) -> str:
-    """The configured model; for the scripted provider "scripted" unless one was named, so that
-    traces of a demo do not claim a real model answered."""
-    if settings.llm.provider == "scripted" and not env_str(settings.environ, "AGENTMESH_LLM_MODEL"):
-        return "scripted"
-    return settings.llm.model
-
-
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
-    agent_settings = AgentSettings.from_env(settings.environ)
-    provider, close_provider = build_provider(
-        settings.llm, agent_settings, telemetry, base_url_set=bool(env_str(settings.environ, "AGENTMESH_LLM_BASE_URL"))
-    )
+    agent_settings = settings.section(AgentSettings)
+    provider, close_provider = build_provider(settings.llm, agent_settings, telemetry)
     tools_target, memory_target = settings.address_of("tools"), settings.address_of("memory")
     # No tracing interceptor on this channel: it would swallow cancellation (see GrpcToolRunner).
     identity = ServiceIdentity.open("agent", settings.keys_dir)
@@ -234,7 +220,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
-        model=_model_name(settings),
+        model=settings.llm.model_name,
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target),
@@ -243,7 +229,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
-    reflector = Reflector(provider, GrpcReflectionBackend(memory_client), telemetry, model=_model_name(settings),
+    reflector = Reflector(provider, GrpcReflectionBackend(memory_client), telemetry, model=settings.llm.model_name,
                           max_tokens=agent_settings.max_tokens)
     host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
              "agentmesh.v1.Agent")

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
-from agentmesh.config import env_bool, env_float, env_int, env_str
+from agentmesh.config import EnvSection, env
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are agentmesh, an autonomous assistant that gets work done with tools. "
@@ -15,89 +14,94 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+def parse_tool_names(text: str) -> frozenset[str]:
+    """`"shell, python,,web_fetch"` -> {"shell", "python", "web_fetch"}."""
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
 @dataclass(frozen=True)
-class AgentSettings:
+class AgentSettings(EnvSection):
     # Reported as gen_ai.agent.name on the invoke_agent span.
-    name: str = "agentmesh"
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    name: str = env("AGENTMESH_AGENT_NAME", "agentmesh")
+    system_prompt: str = env("AGENTMESH_AGENT_SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT)
     # Model calls with tools per turn; after that, one tool-less call for a summary.
-    max_iterations: int = 12
+    max_iterations: int = env("AGENTMESH_AGENT_MAX_ITERATIONS", 12, minimum=1)
     # Largest max_iterations a request may ask for.
-    max_iterations_cap: int = 100
+    max_iterations_cap: int = env("AGENTMESH_AGENT_MAX_ITERATIONS_CAP", 100, minimum=1)
     # Context budget in characters (roughly 4 per token) for everything sent to the model.
-    context_budget_chars: int = 400_000
+    context_budget_chars: int = env("AGENTMESH_AGENT_CONTEXT_BUDGET_CHARS", 400_000, minimum=1000)
     # Each tool output is cut to this many characters (head and tail kept) in the model's context.
-    tool_output_chars: int = 16_000
+    tool_output_chars: int = env("AGENTMESH_AGENT_TOOL_OUTPUT_CHARS", 16_000, minimum=200)
     # Tool calls of one reply that run at the same time.
-    tool_concurrency: int = 8
+    tool_concurrency: int = env("AGENTMESH_AGENT_TOOL_CONCURRENCY", 8, minimum=1)
     # Tool calls one reply may make; the rest are answered with an error result, not run.
-    max_tool_calls: int = 32
+    max_tool_calls: int = env("AGENTMESH_AGENT_MAX_TOOL_CALLS", 32, minimum=1)
     # Upper bound for one tool call's RPC (the tool's own limit is usually shorter).
-    tool_timeout_s: float = 900.0
+    tool_timeout_s: float = env("AGENTMESH_AGENT_TOOL_TIMEOUT_S", 900.0, minimum=1)
     # Memories recalled into the system prompt at turn start (0 disables recall).
-    recall_k: int = 5
-    recall_timeout_s: float = 5.0
+    recall_k: int = env("AGENTMESH_AGENT_RECALL_K", 5, minimum=0)
+    recall_timeout_s: float = env("AGENTMESH_AGENT_RECALL_TIMEOUT_S", 5.0, minimum=0.1)
     # Bound on the RPCs to the memory service for transcripts.
-    memory_timeout_s: float = 30.0
+    memory_timeout_s: float = env("AGENTMESH_AGENT_MEMORY_TIMEOUT_S", 30.0, minimum=0.1)
     # Output token cap per model call; 0 leaves it to the server (Anthropic, which requires
     # one, then gets 4096). Unset by default: some OpenAI models refuse `max_tokens`.
-    max_tokens: int = 0
+    max_tokens: int = env("AGENTMESH_AGENT_MAX_TOKENS", 0, minimum=0)
     # Backoff between model retries: base * 2^attempt seconds, jittered, capped.
-    retry_base_s: float = 0.5
-    retry_max_s: float = 20.0
+    retry_base_s: float = env("AGENTMESH_AGENT_RETRY_BASE_S", 0.5, minimum=0)
+    retry_max_s: float = env("AGENTMESH_AGENT_RETRY_MAX_S", 20.0, minimum=0)
     # Longest Retry-After the agent honours; longer asks fail the call instead of stalling.
-    retry_after_max_s: float = 60.0
-    connect_timeout_s: float = 10.0
+    retry_after_max_s: float = env("AGENTMESH_AGENT_RETRY_AFTER_MAX_S", 60.0, minimum=0)
+    connect_timeout_s: float = env("AGENTMESH_AGENT_CONNECT_TIMEOUT_S", 10.0, minimum=0.1)
     # Tool names whose calls wait for a person's approval before they run ("*": every tool);
     # empty: none do. A turn's ChatOptions.approval_tools adds to this set, never removes.
-    approval_tools: frozenset[str] = frozenset()
+    approval_tools: frozenset[str] = env("AGENTMESH_AGENT_APPROVAL_TOOLS", frozenset(), parse=parse_tool_names)
     # A held call with no decision after this long is denied (and the turn goes on).
-    approval_timeout_s: float = 600.0
+    approval_timeout_s: float = env("AGENTMESH_AGENT_APPROVAL_TIMEOUT_S", 600.0, minimum=0.1)
     # Deep work (ChatOptions.mode "deep", see deep.py): the step budget when the turn names
     # none (still capped by max_iterations_cap), and a reflection on the plan every N steps (0: never).
-    deep_max_iterations: int = 50
-    deep_reflect_every: int = 8
+    deep_max_iterations: int = env("AGENTMESH_AGENT_DEEP_MAX_ITERATIONS", 50, minimum=1)
+    deep_reflect_every: int = env("AGENTMESH_AGENT_DEEP_REFLECT_EVERY", 8, minimum=0)
     # Sub-agents (delegate_task, see subagents.py): how deep delegation may nest, how many
     # sub-agents one turn may start, each one's step budget and wall-clock limit, and the
     # modes in which the tool is offered at the top level.
-    subagent_max_depth: int = 1
-    max_subagents: int = 8
-    subagent_max_iterations: int = 12
-    subagent_timeout_s: float = 900.0
-    subagent_modes: frozenset[str] = frozenset({"deep"})
+    subagent_max_depth: int = env("AGENTMESH_AGENT_SUBAGENT_MAX_DEPTH", 1, minimum=0)
+    max_subagents: int = env("AGENTMESH_AGENT_MAX_SUBAGENTS", 8, minimum=0)
+    subagent_max_iterations: int = env("AGENTMESH_AGENT_SUBAGENT_MAX_ITERATIONS", 12, minimum=1)
+    subagent_timeout_s: float = env("AGENTMESH_AGENT_SUBAGENT_TIMEOUT_S", 900.0, minimum=1)
+    subagent_modes: frozenset[str] = env("AGENTMESH_AGENT_SUBAGENT_MODES", frozenset({"deep"}), parse=parse_tool_names)
     # Compaction (compaction.py): when the history nears the budget, the oldest turns are
     # summarised by the model (durably, in the transcript) instead of being dropped.
-    compaction: bool = True
+    compaction: bool = env("AGENTMESH_AGENT_COMPACTION", True)
     # Compact when the history the model would see passes this many characters; 0: 3/4 of the budget.
-    compact_at_chars: int = 0
+    compact_at_chars: int = env("AGENTMESH_AGENT_COMPACT_AT_CHARS", 0, minimum=0)
     # Newest whole turns kept verbatim after compacting, in characters; 0: 1/4 of the budget.
-    compact_keep_chars: int = 0
+    compact_keep_chars: int = env("AGENTMESH_AGENT_COMPACT_KEEP_CHARS", 0, minimum=0)
 
     # A loop that finishes well (guards.py, budget.py; docs/agent.md). 0 switches each off.
     # A reply cut off by the output limit (finish_reason "length") is continued up to this many times.
-    max_continuations: int = 3
+    max_continuations: int = env("AGENTMESH_AGENT_MAX_CONTINUATIONS", 3, minimum=0)
     # This many steps before the step budget ends, the model is told to wrap up.
-    wrap_up_steps: int = 2
+    wrap_up_steps: int = env("AGENTMESH_AGENT_WRAP_UP_STEPS", 2, minimum=0)
     # In what is sent each step, this turn's tool results older than the newest N become a one-line placeholder.
-    keep_tool_results: int = 8
+    keep_tool_results: int = env("AGENTMESH_AGENT_KEEP_TOOL_RESULTS", 8, minimum=0)
     # The same tool call (same arguments) this many times in a row, or an A-B-A-B cycle, is a loop.
-    repeat_limit: int = 3
+    repeat_limit: int = env("AGENTMESH_AGENT_REPEAT_LIMIT", 3, minimum=0)
     # Token budgets (input + output, sub-agents included) per turn and per session; 0: none.
-    turn_token_budget: int = 0
-    session_token_budget: int = 0
+    turn_token_budget: int = env("AGENTMESH_AGENT_TURN_TOKEN_BUDGET", 0, minimum=0)
+    session_token_budget: int = env("AGENTMESH_AGENT_SESSION_TOKEN_BUDGET", 0, minimum=0)
     # Share of a budget at which a status event warns and the model is told to wrap up.
-    budget_warn_at: float = 0.8
+    budget_warn_at: float = env("AGENTMESH_AGENT_BUDGET_WARN_AT", 0.8, minimum=0.0)
     # Reasoning a model emits (reasoning_content, <think>): False keeps it out of what is stored
     # and sent back; True stores it with the reply, as <think>…</think> before the text.
-    keep_reasoning: bool = False
+    keep_reasoning: bool = env("AGENTMESH_AGENT_KEEP_REASONING", False)
     # Offer the `think` tool (thinking.py): a scratchpad with no effects.
-    think_tool: bool = True
+    think_tool: bool = env("AGENTMESH_AGENT_THINK_TOOL", True)
     # Modes whose turns get the task board (task_create/update/get/list; task_tools.py).
-    task_modes: frozenset[str] = frozenset({"deep"})
+    task_modes: frozenset[str] = env("AGENTMESH_AGENT_TASK_MODES", frozenset({"deep"}), parse=parse_tool_names)
     # Plan mode: revisions after a denial before the turn ends with stop_reason "plan_rejected".
-    plan_revisions: int = 3
+    plan_revisions: int = env("AGENTMESH_AGENT_PLAN_REVISIONS", 3, minimum=0)
     # Deep work: nudges to go on after a text-only reply while tasks are still open.
-    deep_nudges: int = 2
+    deep_nudges: int = env("AGENTMESH_AGENT_DEEP_NUDGES", 2, minimum=0)
 
     @property
     def compaction_threshold_chars(self) -> int:
@@ -107,55 +111,3 @@ class AgentSettings:
     def compaction_keep_chars(self) -> int:
         # Never more than half the threshold, or a compacted history could be over it again at once.
         return min(self.compact_keep_chars or self.context_budget_chars // 4, self.compaction_threshold_chars // 2)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "AgentSettings":
-        p = "AGENTMESH_AGENT_"
-        return cls(
-            name=env_str(env, p + "NAME", cls.name),
-            system_prompt=env_str(env, p + "SYSTEM_PROMPT", cls.system_prompt),
-            max_iterations=env_int(env, p + "MAX_ITERATIONS", cls.max_iterations, minimum=1),
-            max_iterations_cap=env_int(env, p + "MAX_ITERATIONS_CAP", cls.max_iterations_cap, minimum=1),
-            context_budget_chars=env_int(env, p + "CONTEXT_BUDGET_CHARS", cls.context_budget_chars, minimum=1000),
-            tool_output_chars=env_int(env, p + "TOOL_OUTPUT_CHARS", cls.tool_output_chars, minimum=200),
-            tool_concurrency=env_int(env, p + "TOOL_CONCURRENCY", cls.tool_concurrency, minimum=1),
-            max_tool_calls=env_int(env, p + "MAX_TOOL_CALLS", cls.max_tool_calls, minimum=1),
-            tool_timeout_s=env_float(env, p + "TOOL_TIMEOUT_S", cls.tool_timeout_s, minimum=1),
-            recall_k=env_int(env, p + "RECALL_K", cls.recall_k, minimum=0),
-            recall_timeout_s=env_float(env, p + "RECALL_TIMEOUT_S", cls.recall_timeout_s, minimum=0.1),
-            memory_timeout_s=env_float(env, p + "MEMORY_TIMEOUT_S", cls.memory_timeout_s, minimum=0.1),
-            max_tokens=env_int(env, p + "MAX_TOKENS", cls.max_tokens, minimum=0),
-            retry_base_s=env_float(env, p + "RETRY_BASE_S", cls.retry_base_s, minimum=0),
-            retry_max_s=env_float(env, p + "RETRY_MAX_S", cls.retry_max_s, minimum=0),
-            retry_after_max_s=env_float(env, p + "RETRY_AFTER_MAX_S", cls.retry_after_max_s, minimum=0),
-            connect_timeout_s=env_float(env, p + "CONNECT_TIMEOUT_S", cls.connect_timeout_s, minimum=0.1),
-            approval_tools=parse_tool_names(env_str(env, p + "APPROVAL_TOOLS")),
-            approval_timeout_s=env_float(env, p + "APPROVAL_TIMEOUT_S", cls.approval_timeout_s, minimum=0.1),
-            deep_max_iterations=env_int(env, p + "DEEP_MAX_ITERATIONS", cls.deep_max_iterations, minimum=1),
-            deep_reflect_every=env_int(env, p + "DEEP_REFLECT_EVERY", cls.deep_reflect_every, minimum=0),
-            subagent_max_depth=env_int(env, p + "SUBAGENT_MAX_DEPTH", cls.subagent_max_depth, minimum=0),
-            max_subagents=env_int(env, p + "MAX_SUBAGENTS", cls.max_subagents, minimum=0),
-            subagent_max_iterations=env_int(env, p + "SUBAGENT_MAX_ITERATIONS", cls.subagent_max_iterations, minimum=1),
-            subagent_timeout_s=env_float(env, p + "SUBAGENT_TIMEOUT_S", cls.subagent_timeout_s, minimum=1),
-            subagent_modes=parse_tool_names(env_str(env, p + "SUBAGENT_MODES", "deep")),
-            compaction=env_bool(env, p + "COMPACTION", cls.compaction),
-            compact_at_chars=env_int(env, p + "COMPACT_AT_CHARS", cls.compact_at_chars, minimum=0),
-            compact_keep_chars=env_int(env, p + "COMPACT_KEEP_CHARS", cls.compact_keep_chars, minimum=0),
-            max_continuations=env_int(env, p + "MAX_CONTINUATIONS", cls.max_continuations, minimum=0),
-            wrap_up_steps=env_int(env, p + "WRAP_UP_STEPS", cls.wrap_up_steps, minimum=0),
-            keep_tool_results=env_int(env, p + "KEEP_TOOL_RESULTS", cls.keep_tool_results, minimum=0),
-            repeat_limit=env_int(env, p + "REPEAT_LIMIT", cls.repeat_limit, minimum=0),
-            turn_token_budget=env_int(env, p + "TURN_TOKEN_BUDGET", cls.turn_token_budget, minimum=0),
-            session_token_budget=env_int(env, p + "SESSION_TOKEN_BUDGET", cls.session_token_budget, minimum=0),
-            budget_warn_at=env_float(env, p + "BUDGET_WARN_AT", cls.budget_warn_at, minimum=0.0),
-            keep_reasoning=env_bool(env, p + "KEEP_REASONING", cls.keep_reasoning),
-            think_tool=env_bool(env, p + "THINK_TOOL", cls.think_tool),
-            task_modes=parse_tool_names(env_str(env, p + "TASK_MODES", "deep")),
-            plan_revisions=env_int(env, p + "PLAN_REVISIONS", cls.plan_revisions, minimum=0),
-            deep_nudges=env_int(env, p + "DEEP_NUDGES", cls.deep_nudges, minimum=0),
-        )
-
-
-def parse_tool_names(text: str) -> frozenset[str]:
-    """`"shell, python,,web_fetch"` -> {"shell", "python", "web_fetch"}."""
-    return frozenset(name.strip() for name in text.split(",") if name.strip())

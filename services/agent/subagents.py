@@ -27,10 +27,6 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentmesh.errors import AgentmeshError
-from agentmesh.ids import new_id
-from agentmesh.logs import get_logger
-from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent import budget
 from agentmesh.agent.context import clip
 from agentmesh.agent.settings import AgentSettings
@@ -50,6 +46,10 @@ from agentmesh.agent.types import (
     ToolResultEvent,
     ToolSpec,
 )
+from agentmesh.errors import AgentmeshError
+from agentmesh.ids import new_id
+from agentmesh.logs import get_logger
+from agentmesh.toolargs import ArgumentsSchema
 
 if TYPE_CHECKING:  # the loop imports this module; only type names flow back
     from agentmesh.agent.loop import TurnRequest, TurnRun

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentmesh.logs import get_logger
-from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent.tasks import MAX_DESCRIPTION_CHARS, MAX_OWNER_CHARS, MAX_SUBJECT_CHARS, STATUSES, Board, BoardError
 from agentmesh.agent.turn import Capability, TurnContext
 from agentmesh.agent.types import ChatMessage, TaskSnapshot, TaskUpdateEvent, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.logs import get_logger
+from agentmesh.toolargs import ArgumentsSchema
 
 log = get_logger("agentmesh.agent.tasks")
 

@@ -5,9 +5,9 @@ sessions show`), and the event stream shows it as a `tool_call`."""
 
 from __future__ import annotations
 
-from agentmesh.toolargs import ArgumentsSchema
 from agentmesh.agent.turn import Capability
 from agentmesh.agent.types import ToolCall, ToolOutcome, ToolSpec
+from agentmesh.toolargs import ArgumentsSchema
 
 THINK = "think"
 MAX_THOUGHT_CHARS = 20_000

@@ -25,8 +25,11 @@ from agentmesh.agent.types import (
     ToolCallEvent,
     ToolOutcome,
     ToolResultEvent,
+    tool_message,
 )
+from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
+from agentmesh.telemetry.genai import ERROR_TYPE, GEN_AI_TOOL_CALL_ID, GEN_AI_TOOL_NAME, execute_tool_span
 
 log = get_logger("agentmesh.agent")
 
@@ -62,7 +65,7 @@ class ToolCalls:
                 outcome = await finished
                 # Saved before it is shown: a result the client saw is never missing from the
                 # transcript (if memory stays away, the turn fails without showing it).
-                await self.persist([outcome.as_message(self.run_id)])
+                await self.persist([tool_message(outcome, self.run_id)])
                 saved.add(outcome.call_id)
                 self.emit(ToolResultEvent(outcome))
         except BaseException as exc:
@@ -71,22 +74,22 @@ class ToolCalls:
             await asyncio.gather(*tasks, return_exceptions=True)
             lost = [
                 ToolOutcome.error(call, "cancelled", "error: the run was cancelled before this call finished")
-                for call, task in zip(calls, tasks)
+                for call, task in zip(calls, tasks, strict=True)
                 if call.call_id not in saved
             ]
             # After a save memory refused (AgentmeshError), another would only wait out the same deadline.
             if lost and not isinstance(exc, AgentmeshError):
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.persist([o.as_message(self.run_id) for o in lost]),
+                    await asyncio.wait_for(self.persist([tool_message(o, self.run_id) for o in lost]),
                                            self.settings.memory_timeout_s)
             raise
-        return [task.result().as_message(self.run_id) for task in tasks]
+        return [tool_message(task.result(), self.run_id) for task in tasks]
 
     async def not_run(self, calls: tuple[ToolCall, ...], kind: str, text: str) -> None:
         """Record a result for calls the turn will not run, so the transcript stays replayable."""
         outcomes = [ToolOutcome.error(call, kind, text) for call in calls]
         if outcomes:  # saved before shown, as in run()
-            await self.persist([o.as_message(self.run_id) for o in outcomes])
+            await self.persist([tool_message(o, self.run_id) for o in outcomes])
         for outcome in outcomes:
             self.emit(ToolResultEvent(outcome))
 
@@ -94,7 +97,7 @@ class ToolCalls:
         """Run the call, first holding it for a person's decision when the policy says so. The
         wait holds no concurrency slot, so the reply's other calls run meanwhile."""
         if self.approvals.needs_approval(call):
-            attributes = {"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.call_id}
+            attributes = {GEN_AI_TOOL_NAME: call.name, GEN_AI_TOOL_CALL_ID: call.call_id}
             # A span of its own, so a trace shows the time spent waiting for a person.
             with self.telemetry.tracer.start_as_current_span(
                 f"await_approval {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
@@ -120,25 +123,17 @@ class ToolCalls:
         )
 
     async def _execute(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
-        attributes = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.call_id,
-            "gen_ai.tool.type": "function",
-        }
         async with limit:
-            with self.telemetry.tracer.start_as_current_span(
-                f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes,
-                record_exception=False, set_status_on_exception=False,
-            ) as span, self.telemetry.metrics.tool_timer(call.name) as timer:
+            with execute_tool_span(self.telemetry.tracer, name=call.name, call_id=call.call_id) as span, \
+                    self.telemetry.metrics.tool_timer(call.name) as timer:
                 started = time.monotonic()
                 try:
                     outcome = await self.dispatch(call)
                 except asyncio.CancelledError:
                     span.set_status(Status(StatusCode.ERROR, "cancelled"))
-                    span.set_attribute("error.type", "cancelled")
+                    span.set_attribute(ERROR_TYPE, "cancelled")
                     raise
-                except Exception as exc:  # noqa: BLE001 - a tool must never crash the turn
+                except Exception as exc:
                     log.exception("tool call failed inside the agent", tool=call.name)
                     outcome = ToolOutcome.error(call, "internal", f"error: {call.name} failed inside the agent: {exc}")
                 outcome.call_id, outcome.name = call.call_id, call.name
@@ -147,6 +142,6 @@ class ToolCalls:
                 if outcome.is_error:
                     kind = outcome.error_kind or "error"
                     span.set_status(Status(StatusCode.ERROR, kind))
-                    span.set_attribute("error.type", kind)
+                    span.set_attribute(ERROR_TYPE, kind)
                     timer.outcome = kind if kind in ("timeout", "cancelled") else "error"
                 return outcome

@@ -31,6 +31,8 @@ from agentmesh.agent.ports import MemoryHit
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, ModelReply, RunEvent, ToolCall, ToolOutcome, ToolSpec, Usage
 
+__all__ = ["Capability", "Nudge", "Stop", "TurnContext", "Verdict"]
+
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
     from agentmesh.agent.loop import Agent, TurnRequest, TurnRun
 

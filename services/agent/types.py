@@ -7,8 +7,41 @@ These are deliberately free of protobuf and of any provider's wire format. `serv
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
+
+from agentmesh.tooling import ToolOutcome, ToolSpec
+
+__all__ = [
+    "ApprovalRequestEvent",
+    "ApprovalResolvedEvent",
+    "BackgroundDone",
+    "BackgroundResultEvent",
+    "ChatMessage",
+    "ModelEvent",
+    "ModelReply",
+    "ModelRequest",
+    "ReasoningChunk",
+    "ReasoningDeltaEvent",
+    "Retrying",
+    "Role",
+    "RunErrorEvent",
+    "RunEvent",
+    "RunFinishedEvent",
+    "RunStartedEvent",
+    "StatusEvent",
+    "TaskSnapshot",
+    "TaskUpdateEvent",
+    "TextChunk",
+    "TextDeltaEvent",
+    "ToolCall",
+    "ToolCallEvent",
+    "ToolOutcome",
+    "ToolResultEvent",
+    "ToolSpec",
+    "Usage",
+    "tool_message",
+]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -46,35 +79,9 @@ class ChatMessage:
     covers_through_seq: int = 0
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    parameters: dict[str, Any]
-
-
-@dataclass
-class ToolOutcome:
-    """What one tool call produced. `output` is the text the model sees."""
-
-    call_id: str
-    name: str
-    output: str
-    is_error: bool = False
-    error_kind: str = ""
-    exit_code: int = 0
-    stdout: str = ""
-    stderr: str = ""
-    truncated: bool = False
-    duration_ms: float = 0.0
-    data: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def error(cls, call: ToolCall, kind: str, output: str) -> "ToolOutcome":
-        return cls(call_id=call.call_id, name=call.name, output=output, is_error=True, error_kind=kind)
-
-    def as_message(self, run_id: str) -> ChatMessage:
-        return ChatMessage(role="tool", content=self.output, tool_call_id=self.call_id, name=self.name, run_id=run_id)
+def tool_message(outcome: ToolOutcome, run_id: str) -> ChatMessage:
+    """The transcript message that hands `outcome` back to the model."""
+    return ChatMessage(role="tool", content=outcome.output, tool_call_id=outcome.call_id, name=outcome.name, run_id=run_id)
 
 
 @dataclass

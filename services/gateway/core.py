@@ -11,11 +11,12 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Protocol
+from typing import Any, AsyncIterator
 
 import structlog
 
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
@@ -29,26 +30,6 @@ MAX_APPROVAL_TOOLS = 64
 MAX_TOOL_NAME_CHARS = 128
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
-
-
-class SessionStore(Protocol):
-    async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]: ...
-    async def get_session(self, session_id: str) -> gateway_pb2.Session: ...
-    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse: ...
-    async def delete_session(self, session_id: str) -> bool: ...
-    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse: ...
-
-
-class AgentRunner(Protocol):
-    def run_turn(
-        self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
-    ) -> AsyncIterator[common_pb2.Event]:
-        """Stream the turn's events; decisions put on the queue travel to the agent running it."""
-        ...
-
-
-class Workspaces(Protocol):
-    async def delete_workspace(self, session_id: str) -> None: ...
 
 
 SHUTDOWN_MESSAGE = (
@@ -65,7 +46,7 @@ class _ActiveTurn:
     interrupted: bool = False
     # Tool calls held for approval, as seen in the relayed events, in the order they came.
     pending_approvals: dict[str, common_pb2.ApprovalRequested] = field(default_factory=dict)
-    decisions: asyncio.Queue = field(default_factory=asyncio.Queue)
+    decisions: asyncio.Queue[common_pb2.ApprovalDecision] = field(default_factory=asyncio.Queue)
 
 
 class Gateway:
@@ -222,7 +203,7 @@ class Gateway:
         period ends tell the ones still running why their stream stops."""
         self._draining = True
         deadline = asyncio.get_running_loop().time() + max(0.0, grace_s - min(1.0, grace_s * 0.2))
-        while self._active and asyncio.get_running_loop().time() < deadline:
+        while self._active and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 - turns end on many paths; a 50 ms poll bounds the drain
             await asyncio.sleep(0.05)
         for turn in list(self._active.values()):
             turn.interrupted = True
@@ -230,7 +211,7 @@ class Gateway:
 
     async def _relay(self, run: agent_pb2.RunTurnRequest, turn: _ActiveTurn) -> AsyncIterator[common_pb2.Event]:
         """Pump the agent's stream through a queue so a Cancel can cut in between events."""
-        queue: asyncio.Queue = asyncio.Queue(maxsize=256)
+        queue: asyncio.Queue[object] = asyncio.Queue(maxsize=256)
         done = object()
 
         async def pump() -> None:
@@ -269,6 +250,7 @@ class Gateway:
                 if isinstance(item, AgentmeshError):
                     yield self._event(run, last_seq + 1, error=common_pb2.RunError(code=item.code, message=item.message))
                     return
+                assert isinstance(item, common_pb2.Event)  # the pump puts events, errors and `done`
                 last_seq = max(last_seq, item.seq)
                 self._track_approvals(turn, item)
                 yield item
@@ -290,7 +272,7 @@ class Gateway:
             turn.pending_approvals.pop(event.approval_resolved.call_id, None)
 
     @staticmethod
-    def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload) -> common_pb2.Event:
+    def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload: Any) -> common_pb2.Event:
         return common_pb2.Event(session_id=run.session_id, run_id=run.run_id, seq=seq, timestamp=time.time(), **payload)
 
     def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> gateway_pb2.Session:

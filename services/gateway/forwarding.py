@@ -16,7 +16,7 @@ import collections
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncGenerator
 
 import grpc
 
@@ -67,7 +67,7 @@ class Forwarder:
 
     # --- calls ----------------------------------------------------------------------------
 
-    async def chat(self, owner: str, request, context: grpc.aio.ServicerContext) -> AsyncIterator[common_pb2.Event]:
+    async def chat(self, owner: str, request, context: grpc.aio.ServicerContext) -> AsyncGenerator[common_pb2.Event, None]:
         """The owner's Chat stream, event for event. OwnerUnreachable before the first event."""
         stub = await self._stub(owner)
         call = stub.Chat(request, metadata=self._metadata(context), timeout=context.time_remaining())
@@ -93,6 +93,7 @@ class Forwarder:
                 if err.code() == grpc.StatusCode.UNAVAILABLE:
                     raise OwnerUnreachable(f"{owner}: {err.details() or err.code().name}") from None
                 await context.abort(err.code(), err.details() or "")
+            assert relay.last is not None  # context.abort() above raises
             # Once a stream has started, failures arrive as an error event (docs/api.md); the
             # owner sends its own that way, so this is the hop itself failing.
             log.warning("owning gateway stopped answering mid-turn", owner=owner,
@@ -184,7 +185,7 @@ class Forwarder:
         the grace period ends tell the ones still streaming why they stop."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, grace_s - min(1.0, grace_s * 0.2))
-        while self._relays and loop.time() < deadline:
+        while self._relays and loop.time() < deadline:  # noqa: ASYNC110 - relays end on many paths; a 50 ms poll bounds the drain
             await asyncio.sleep(0.05)
         for relay in list(self._relays):
             relay.interrupted.set()

@@ -115,7 +115,7 @@ class Membership:
             await asyncio.sleep(self._refresh_s)
             try:
                 await self.refresh()
-            except Exception:  # noqa: BLE001 - a bad answer must not stop the refreshing
+            except Exception:  # a bad answer must not stop the refreshing
                 log.exception("gateway peer refresh failed")
 
     def _check_self_listed(self) -> None:

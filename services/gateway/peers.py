@@ -9,15 +9,19 @@ import grpc
 
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc, tools_pb2, tools_pb2_grpc
+from agentmesh.rpc.peers import peer_call
+from agentmesh.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    common_pb2,
+    gateway_pb2,
+    memory_pb2,
+    memory_pb2_grpc,
+    tools_pb2,
+    tools_pb2_grpc,
+)
 
 RPC_TIMEOUT_S = 30.0
-
-
-def _peer_error(err: grpc.aio.AioRpcError, peer: str, target: str):
-    if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return Unavailable(f"the {peer} service at {target} is not answering ({err.details() or err.code().name})")
-    return core_error_from_rpc(err)
 
 
 class MemorySessions:
@@ -26,10 +30,7 @@ class MemorySessions:
         self._target = target
 
     async def _call(self, method, request):
-        try:
-            return await method(request, timeout=RPC_TIMEOUT_S)
-        except grpc.aio.AioRpcError as err:
-            raise _peer_error(err, "memory", self._target) from None
+        return await peer_call(f"the memory service at {self._target}", method(request, timeout=RPC_TIMEOUT_S))
 
     async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]:
         reply = await self._call(self._stub.PutSession, memory_pb2.PutSessionRequest(session=session))
@@ -115,7 +116,5 @@ class ToolsWorkspaces:
         self._target = target
 
     async def delete_workspace(self, session_id: str) -> None:
-        try:
-            await self._stub.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id=session_id), timeout=RPC_TIMEOUT_S)
-        except grpc.aio.AioRpcError as err:
-            raise _peer_error(err, "tools", self._target) from None
+        request = tools_pb2.DeleteWorkspaceRequest(session_id=session_id)
+        await peer_call(f"the tools service at {self._target}", self._stub.DeleteWorkspace(request, timeout=RPC_TIMEOUT_S))

@@ -41,7 +41,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def _forwarded(self, method: str, request, context):
         """The owner's reply when another replica serves the session; None to serve it here."""
         owner = await self._route(validate_id(request.session_id), context)
-        if owner is None:
+        if owner is None or self._router is None:
             return None
         try:
             return await self._router.forwarder.unary(owner, method, request, context)
@@ -73,7 +73,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def Chat(self, request, context):
         self._core.validate_chat(request)  # bad input is refused here, without a hop
         owner = await self._route(request.session_id, context)
-        if owner is not None:
+        if owner is not None and self._router is not None:
             try:
                 async with contextlib.aclosing(self._router.forwarder.chat(owner, request, context)) as events:
                     async for event in events:
@@ -135,7 +135,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                 peer_resolver: Resolver = resolve_addresses) -> ServiceHost:
     """The gateway, unstarted. `peer_resolver` answers the DNS lookups of
     AGENTMESH_GATEWAY_PEERS=dns:///...; tests give one that answers what they choose."""
-    gateway_settings = GatewaySettings.from_env(settings.environ)
+    gateway_settings = settings.section(GatewaySettings)
     identity = ServiceIdentity.open("gateway", settings.keys_dir)
     channels = {
         name: open_channel(settings.address_of(name), telemetry, identity=identity, audience=name)

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
 
-from agentmesh.config import ConfigError, env_float, env_int, env_str
+from agentmesh.config import ConfigError, EnvSection, env
 from agentmesh.gateway.routing import PeerSpec, normalize_address
+
+__all__ = ["GatewaySettings"]
 
 
 @dataclass(frozen=True)
-class GatewaySettings:
-    max_message_chars: int = 100_000
+class GatewaySettings(EnvSection):
+    max_message_chars: int = env("AGENTMESH_GATEWAY_MAX_MESSAGE_CHARS", 100_000, minimum=1)
     max_title_chars: int = 200
     max_labels: int = 32
-    max_iterations_cap: int = 100
+    max_iterations_cap: int = env("AGENTMESH_GATEWAY_MAX_ITERATIONS_CAP", 100, minimum=1)
     # An upper bound on one turn, so a stuck run cannot hold a session forever.
-    turn_timeout_s: float = 1800.0
+    turn_timeout_s: float = env("AGENTMESH_GATEWAY_TURN_TIMEOUT_S", 1800.0, minimum=1)
     # Session routing across replicas (docs/api.md "Scaling the gateway"). No peers: this
     # replica serves every session itself, as a single gateway does.
-    peers: PeerSpec = field(default_factory=PeerSpec)
-    advertise_address: str = ""
-    peer_refresh_s: float = 5.0
+    peers: PeerSpec = env("AGENTMESH_GATEWAY_PEERS", default_factory=PeerSpec, parse=PeerSpec.parse)
+    advertise_address: str = env("AGENTMESH_GATEWAY_ADVERTISE_ADDR", "")
+    peer_refresh_s: float = env("AGENTMESH_GATEWAY_PEER_REFRESH_S", 5.0, minimum=0.1)
     # How long a forwarded call waits to reach the owner before this replica serves it itself.
-    peer_connect_timeout_s: float = 2.0
+    peer_connect_timeout_s: float = env("AGENTMESH_GATEWAY_PEER_CONNECT_TIMEOUT_S", 2.0, minimum=0.05)
 
     @property
     def max_request_bytes(self) -> int:
@@ -31,28 +32,14 @@ class GatewaySettings:
         (at most 4 bytes each in UTF-8) and the rest of a request, with headroom; at least 1 MiB."""
         return max(1024 * 1024, 4 * self.max_message_chars + 256 * 1024)
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "GatewaySettings":
-        peers = PeerSpec.parse(env_str(env, "AGENTMESH_GATEWAY_PEERS"))
-        advertise = env_str(env, "AGENTMESH_GATEWAY_ADVERTISE_ADDR")
-        if peers.enabled and not advertise:
+    def __post_init__(self) -> None:
+        if self.peers.enabled and not self.advertise_address:
             raise ConfigError(
                 "AGENTMESH_GATEWAY_ADVERTISE_ADDR must be set when AGENTMESH_GATEWAY_PEERS is: "
                 "the host:port the other replicas reach this one at (in a pod: $(POD_IP):50051)"
             )
-        if advertise:
+        if self.advertise_address:
             try:
-                advertise = normalize_address(advertise)
+                object.__setattr__(self, "advertise_address", normalize_address(self.advertise_address))
             except ValueError as exc:
                 raise ConfigError(f"AGENTMESH_GATEWAY_ADVERTISE_ADDR: {exc}") from None
-        return cls(
-            max_message_chars=env_int(env, "AGENTMESH_GATEWAY_MAX_MESSAGE_CHARS", cls.max_message_chars, minimum=1),
-            max_iterations_cap=env_int(env, "AGENTMESH_GATEWAY_MAX_ITERATIONS_CAP", cls.max_iterations_cap, minimum=1),
-            turn_timeout_s=env_float(env, "AGENTMESH_GATEWAY_TURN_TIMEOUT_S", cls.turn_timeout_s, minimum=1),
-            peers=peers,
-            advertise_address=advertise,
-            peer_refresh_s=env_float(env, "AGENTMESH_GATEWAY_PEER_REFRESH_S", cls.peer_refresh_s, minimum=0.1),
-            peer_connect_timeout_s=env_float(
-                env, "AGENTMESH_GATEWAY_PEER_CONNECT_TIMEOUT_S", cls.peer_connect_timeout_s, minimum=0.05
-            ),
-        )

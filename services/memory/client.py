@@ -15,19 +15,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 import grpc
-from agentmesh.errors import Unavailable
-from agentmesh.rpc.errors import core_error_from_rpc
+
+from agentmesh.rpc.convert import struct_from_dict
+from agentmesh.rpc.peers import peer_call
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc
-from google.protobuf import struct_pb2
 
 DEFAULT_TIMEOUT_S = 30.0
-
-
-def _struct(value: Mapping[str, Any] | None) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    if value:
-        s.update(dict(value))
-    return s
 
 
 def memory_filter(
@@ -39,7 +32,7 @@ def memory_filter(
 ) -> memory_pb2.MemoryFilter:
     return memory_pb2.MemoryFilter(
         kinds=list(kinds),
-        metadata=_struct(metadata),
+        metadata=struct_from_dict(dict(metadata) if metadata else None),
         created_after=created_after,
         created_before=created_before,
         source_session_id=source_session_id,
@@ -53,12 +46,7 @@ class MemoryClient:
         self._timeout = timeout_s
 
     async def _call(self, method, request, timeout: float | None = None):
-        try:
-            return await method(request, timeout=timeout or self._timeout)
-        except grpc.aio.AioRpcError as err:
-            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise Unavailable(f"{self._target} is not answering ({err.details() or err.code().name})") from None
-            raise core_error_from_rpc(err) from None
+        return await peer_call(self._target, method(request, timeout=timeout or self._timeout))
 
     # --- sessions ---
 
@@ -130,7 +118,7 @@ class MemoryClient:
             namespace=namespace,
             text=text,
             kind=kind,
-            metadata=_struct(metadata),
+            metadata=struct_from_dict(dict(metadata) if metadata else None),
             id=id,
             source_session_id=source_session_id,
             created_at=created_at,

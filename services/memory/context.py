@@ -82,7 +82,5 @@ async def with_neighbors(
             if not is_new and (payload.get(NEIGHBORS) == neighbors or not first_complete <= index <= last_complete):
                 continue
             texts = [r[4]["text"] for r in rows[max(0, index - window) : index] + rows[index + 1 : index + 1 + window]]
-            payload = dict(payload)
-            payload[NEIGHBORS] = neighbors
-            out[pid] = Contextualised(pid, payload, texts)
+            out[pid] = Contextualised(pid, {**payload, NEIGHBORS: neighbors}, texts)
     return list(out.values())

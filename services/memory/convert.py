@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agentmesh.memory.memories import MemoryQuery, MemoryRecord, RememberItem
 from agentmesh.memory.transcripts import SessionRecord, ToolCallRecord, TranscriptMessage
+from agentmesh.rpc.convert import dict_from_struct, struct_from_dict
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
-from google.protobuf import json_format, struct_pb2
 
 
 def session_from_proto(s: gateway_pb2.Session) -> SessionRecord:
@@ -63,23 +63,12 @@ def message_to_proto(m: TranscriptMessage) -> common_pb2.Message:
     )
 
 
-def _struct_to_dict(s: struct_pb2.Struct) -> dict:
-    return json_format.MessageToDict(s)
-
-
-def _dict_to_struct(d: dict) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    if d:
-        s.update(d)
-    return s
-
-
 def remember_from_proto(r: memory_pb2.RememberRequest, default_namespace: str = "") -> RememberItem:
     return RememberItem(
         namespace=r.namespace or default_namespace,
         text=r.text,
         kind=r.kind,
-        metadata=_struct_to_dict(r.metadata),
+        metadata=dict_from_struct(r.metadata),
         id=r.id,
         source_session_id=r.source_session_id,
         created_at=r.created_at,
@@ -89,7 +78,7 @@ def remember_from_proto(r: memory_pb2.RememberRequest, default_namespace: str = 
 def filter_from_proto(f: memory_pb2.MemoryFilter) -> MemoryQuery:
     return MemoryQuery(
         kinds=tuple(f.kinds),
-        metadata=_struct_to_dict(f.metadata),
+        metadata=dict_from_struct(f.metadata),
         created_after=f.created_after,
         created_before=f.created_before,
         source_session_id=f.source_session_id,
@@ -102,7 +91,7 @@ def memory_to_proto(m: MemoryRecord) -> memory_pb2.MemoryRecord:
         namespace=m.namespace,
         text=m.text,
         kind=m.kind,
-        metadata=_dict_to_struct(m.metadata),
+        metadata=struct_from_dict(m.metadata),
         created_at=m.created_at,
         updated_at=m.updated_at,
         source_session_id=m.source_session_id,

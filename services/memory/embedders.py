@@ -7,13 +7,14 @@ the memory collection records both, so a switch is detected instead of mixing ve
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import zlib
-from collections import Counter
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import httpx
 import numpy as np
+
 from agentmesh.errors import FailedPrecondition, InvalidArgument, Unavailable
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import Tokenizer
@@ -50,17 +51,18 @@ class HashingEmbedder:
     async def start(self) -> None:
         return None
 
-    def _features(self, text: str) -> Counter[str]:
-        feats: Counter[str] = Counter()
+    def _features(self, text: str) -> dict[str, float]:
+        feats: dict[str, float] = {}
         terms = self._tokenizer.terms(text)
         for term in terms:
-            feats["w:" + term] += 1.0
+            feats["w:" + term] = feats.get("w:" + term, 0.0) + 1.0
             padded = f"<{term}>"
             for n in (3, 4):
                 for i in range(len(padded) - n + 1):
-                    feats[f"c{n}:" + padded[i : i + n]] += 0.25
-        for left, right in zip(terms, terms[1:]):
-            feats[f"b:{left} {right}"] += 0.5
+                    gram = f"c{n}:" + padded[i : i + n]
+                    feats[gram] = feats.get(gram, 0.0) + 0.25
+        for left, right in itertools.pairwise(terms):
+            feats[f"b:{left} {right}"] = feats.get(f"b:{left} {right}", 0.0) + 0.5
         return feats
 
     def embed_one(self, text: str) -> list[float]:
@@ -176,7 +178,7 @@ class SentenceTransformerEmbedder:
     def __init__(self):
         self.name = "local:all-MiniLM-L6-v2"
         self.dim = 384
-        self._model = None
+        self._model: Any = None  # a sentence-transformers model, loaded on first use
 
     async def start(self) -> None:
         if self._model is None:

@@ -19,19 +19,19 @@ import time
 import uuid
 import weakref
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Sequence
 
+from opentelemetry import trace
+
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from agentmesh.ids import validate_id
+from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.context import NEIGHBORS, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
 from agentmesh.memory.qdrant_store import FusionPlan, PointFilter, QdrantStore, point_id
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
-from agentmesh.ids import validate_namespace
-from opentelemetry import trace
 
 log = get_logger("agentmesh.memory")
 
@@ -107,7 +107,7 @@ class Hit:
     score: float
 
 
-def boost_neighbors(rows: list[tuple[str, float, dict]], boost: float) -> list[tuple[str, float, dict]]:
+def boost_neighbors(rows: list[tuple[str, float, dict[str, Any]]], boost: float) -> list[tuple[str, float, dict[str, Any]]]:
     """Re-rank fused candidates: each gains `boost` x its best stream neighbour's score among them."""
     fused = {pid: score for pid, score, _ in rows}
     out = []
@@ -125,7 +125,7 @@ def default_dense_weight(embedder_name: str) -> float:
 
 
 def date_words(timestamp: float) -> str:
-    moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+    moment = datetime.fromtimestamp(timestamp, tz=UTC)
     return f"{moment.day} {moment:%B} {moment.year} {moment:%A}"
 
 
@@ -166,7 +166,8 @@ def _check_metadata(metadata: dict[str, Any], what: str = "metadata") -> dict[st
     size = len(json.dumps(metadata))
     if size > MAX_METADATA_BYTES:
         raise InvalidArgument(f"{what} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
-    return _plain_numbers(metadata)
+    plain: dict[str, Any] = _plain_numbers(metadata)
+    return plain
 
 
 class Memories:
@@ -279,7 +280,7 @@ class Memories:
         pids = [point_id("memory", it.namespace, it.id) for it in items]
         existing = await self._store.get_memories(items[0].namespace, pids)
         records, pending = [], []
-        for pid, it in zip(pids, items):
+        for pid, it in zip(pids, items, strict=True):
             before = existing.get(pid)
             record = MemoryRecord(
                 id=it.id,
@@ -299,7 +300,7 @@ class Memories:
         await self._store.upsert_memories(items[0].namespace, rows)
         return records
 
-    async def _index(self, items: Sequence[Contextualised]) -> list[tuple]:
+    async def _index(self, items: Sequence[Contextualised]) -> list[tuple[Any, ...]]:
         """Dense and sparse vectors of each memory, its neighbours' words included as configured."""
         s = self._settings
         dense_inputs = [
@@ -313,7 +314,7 @@ class Memories:
         ):
             dense = await self._embedder.embed(dense_inputs)
         rows = []
-        for c, vector in zip(items, dense):
+        for c, vector in zip(items, dense, strict=True):
             extra = [(text, s.context_weight) for text in c.context]
             if s.index_dates:
                 extra.append((date_words(c.payload["created_at"]), 1.0))
@@ -447,8 +448,8 @@ class Memories:
             await self._reindex_neighbours_of(pf.namespace, forgotten)
             return len(forgotten)
 
-    async def _matching(self, pf: PointFilter) -> dict[str, dict]:
-        found: dict[str, dict] = {}
+    async def _matching(self, pf: PointFilter) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
         token: str | None = None
         while True:
             rows, token = await self._store.scroll_memories(pf, MAX_PAGE, token)
@@ -456,7 +457,7 @@ class Memories:
             if not token:
                 return found
 
-    async def _reindex_neighbours_of(self, namespace: str, forgotten: dict[str, dict]) -> None:
+    async def _reindex_neighbours_of(self, namespace: str, forgotten: dict[str, dict[str, Any]]) -> None:
         """A forgotten memory's words must stop finding the memories that were indexed beside it:
         re-index its surviving stream neighbours with the neighbours they have now."""
         neighbour_ids = {n for payload in forgotten.values() for n in payload.get(NEIGHBORS) or () if n}

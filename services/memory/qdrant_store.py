@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from agentmesh.errors import FailedPrecondition, Unavailable
-from agentmesh.logs import get_logger
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
+
+from agentmesh.errors import FailedPrecondition, Unavailable
+from agentmesh.logs import get_logger
 
 log = get_logger("agentmesh.memory.qdrant")
 
@@ -292,7 +293,7 @@ class QdrantStore:
     def _sparse_params(self, qfilter: qm.Filter | None) -> qm.SearchParams | None:
         # In a shared collection, IDF is computed over the namespace's own memories, so one
         # tenant's vocabulary never shifts another's ranking (a collection per namespace has that built in).
-        if self.layout == "shared" and qfilter is not None:
+        if self.layout == "shared" and qfilter is not None and isinstance(qfilter.must, list):
             return qm.SearchParams(idf=qm.IdfCorpusParams(corpus=qm.Filter(must=[qfilter.must[0]])))
         return None
 
@@ -375,7 +376,7 @@ class QdrantStore:
         if name is None:
             return [], [], []
         base = self._memory_filter(f)
-        must = list(base.must) if base else []
+        must: list[qm.Condition] = list(base.must) if base and isinstance(base.must, list) else []
 
         def scroll(rng: qm.Range, direction: qm.Direction | None, n: int) -> list[tuple[str, dict]]:
             cond = qm.FieldCondition(key="created_at", range=rng)
@@ -383,7 +384,7 @@ class QdrantStore:
             points, _ = self._client.scroll(
                 name, scroll_filter=qm.Filter(must=[*must, cond]), limit=n, order_by=order, with_payload=True
             )
-            return [(str(p.id), dict(p.payload)) for p in points]
+            return [(str(p.id), dict(p.payload or {})) for p in points]
 
         def window():
             before = scroll(qm.Range(lt=t_min), qm.Direction.DESC, edge)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from structlog.contextvars import bound_contextvars
+
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
 from agentmesh.memory.convert import (
@@ -29,7 +31,6 @@ from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
 from google.protobuf import json_format
-from structlog.contextvars import bound_contextvars
 
 log = get_logger("agentmesh.memory")
 
@@ -240,7 +241,7 @@ def _profile_to_proto(p: Profile) -> gateway_pb2.Profile:
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
-    memory_settings = MemorySettings.from_env(settings.environ)
+    memory_settings = settings.section(MemorySettings)
     store = QdrantStore.open(settings.home, settings.qdrant_url, memory_settings.layout)
     embedder = build_embedder(memory_settings)
     try:

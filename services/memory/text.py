@@ -26,18 +26,7 @@ import snowballstemmer
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
 
 STOP_WORDS = frozenset(
-    """
-    a about above after again against all am an and any are aren't as at be because been before being
-    below between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down
-    during each few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here
-    here's hers herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself
-    let's me more most mustn't my myself no nor not of off on once only or other ought our ours ourselves
-    out over own same shan't she she'd she'll she's should shouldn't so some such than that that's the
-    their theirs them themselves then there there's these they they'd they'll they're they've this those
-    through to too under until up very was wasn't we we'd we'll we're we've were weren't what what's when
-    when's where where's which while who who's whom why why's with won't would wouldn't you you'd you'll
-    you're you've your yours yourself yourselves also just s t will shall may might must did does
-    """.split()
+    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "aren't", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "can't", "cannot", "could", "couldn't", "did", "didn't", "do", "does", "doesn't", "doing", "don't", "down", "during", "each", "few", "for", "from", "further", "had", "hadn't", "has", "hasn't", "have", "haven't", "having", "he", "he'd", "he'll", "he's", "her", "here", "here's", "hers", "herself", "him", "himself", "his", "how", "how's", "i", "i'd", "i'll", "i'm", "i've", "if", "in", "into", "is", "isn't", "it", "it's", "its", "itself", "let's", "me", "more", "most", "mustn't", "my", "myself", "no", "nor", "not", "of", "off", "on", "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "own", "same", "shan't", "she", "she'd", "she'll", "she's", "should", "shouldn't", "so", "some", "such", "than", "that", "that's", "the", "their", "theirs", "them", "themselves", "then", "there", "there's", "these", "they", "they'd", "they'll", "they're", "they've", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "wasn't", "we", "we'd", "we'll", "we're", "we've", "were", "weren't", "what", "what's", "when", "when's", "where", "where's", "which", "while", "who", "who's", "whom", "why", "why's", "with", "won't", "would", "wouldn't", "you", "you'd", "you'll", "you're", "you've", "your", "yours", "yourself", "yourselves", "also", "just", "s", "t", "will", "shall", "may", "might", "must", "did", "does"]
 )
 
 
@@ -83,10 +72,10 @@ class SparseEncoder:
 
     def document(self, text: str, context: Sequence[tuple[str, float]] = ()) -> tuple[list[int], list[float]]:
         """BM25 weights of `text`; `context` adds neighbouring text whose words count `weight` each."""
-        counts: Counter[str] = Counter(self.tokenizer.terms(text))
+        counts: dict[str, float] = dict(Counter(self.tokenizer.terms(text)))
         for extra, weight in context:
             for term in self.tokenizer.terms(extra):
-                counts[term] += weight
+                counts[term] = counts.get(term, 0.0) + weight
         length = sum(counts.values())
         if not length:
             return [], []

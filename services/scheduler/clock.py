@@ -5,15 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
-
-
-class Clock(Protocol):
-    def now(self) -> float:
-        """Unix seconds."""
-
-    async def sleep_until(self, deadline: float) -> None:
-        """Return once now() >= deadline (or soon after)."""
 
 
 class SystemClock:

@@ -15,16 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from datetime import UTC
 from typing import Any, Mapping
 
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
 from agentmesh.ids import new_id, validate_id
 from agentmesh.logs import get_logger
-from agentmesh.scheduler.clock import Clock
 from agentmesh.scheduler.jobs import TIMETABLE_FIELDS, apply_changes, apply_defaults, is_startup, next_due, validate_job
-from agentmesh.scheduler.leader import LeaderLock
 from agentmesh.scheduler.model import Job, Run
-from agentmesh.scheduler.runs import RunExecutor, RunTarget
+from agentmesh.scheduler.ports import Clock, LeaderLock, RunTarget
+from agentmesh.scheduler.runs import RunExecutor
 from agentmesh.scheduler.schedules import load_timezone, parse_schedule
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import Claim, SqliteStore
@@ -50,7 +50,7 @@ class Scheduler:
         self._leader_event = asyncio.Event()
         self._changed = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._loops: list[asyncio.Task] = []
+        self._loops: list[asyncio.Task[None]] = []
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -168,7 +168,7 @@ class Scheduler:
             now = self._clock.now()
             try:
                 await self._lead_once(now)
-            except Exception:  # noqa: BLE001 - a bad round must not end leadership for good
+            except Exception:  # a bad round must not end leadership for good
                 log.exception("leadership round failed")
             await self._wait(now + self._settings.renew_s)
 
@@ -218,7 +218,7 @@ class Scheduler:
             now = self._clock.now()
             try:
                 batch = await self.fire_due(now)
-            except Exception:  # noqa: BLE001 - keep the timetable going whatever one pass did
+            except Exception:  # keep the timetable going whatever one pass did
                 log.exception("firing pass failed")
                 batch = 0
             if batch >= _DUE_BATCH:
@@ -240,7 +240,7 @@ class Scheduler:
         for job in due:
             try:
                 plans.append(self._plan_due(job, running.get(job.job_id, []), now))
-            except Exception as exc:  # noqa: BLE001 - one broken job must not stall the others
+            except Exception as exc:  # one broken job must not stall the others
                 log.exception("cannot evaluate a job's schedule; it is parked", job_id=job.job_id)
                 note = f"the job's schedule could not be evaluated ({type(exc).__name__}: {exc}); fix and re-enable it"
                 run = self._new_run(job, job.next_run_at, now, "schedule", status="failed", error=note)
@@ -279,7 +279,7 @@ class Scheduler:
 
     async def _carry_out(self, plans: list["_Plan"]) -> None:
         claimed = await self._store.claim_many([plan.claim for plan in plans])
-        for plan, won in zip(plans, claimed):
+        for plan, won in zip(plans, claimed, strict=True):
             run = plan.claim.run
             if not won:
                 continue  # another instance fired this due time
@@ -308,6 +308,6 @@ class _Plan:
 
 
 def _iso(ts: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")

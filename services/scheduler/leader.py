@@ -9,21 +9,15 @@ or stay leader", and returns whether we are leader now.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from filelock import FileLock, Timeout
 
 from agentmesh.logs import get_logger
 
 log = get_logger("agentmesh.scheduler.leader")
-
-
-class LeaderLock(Protocol):
-    async def acquire(self, now: float) -> bool: ...
-
-    async def release(self) -> None: ...
 
 
 class FileLeaderLock:
@@ -51,7 +45,7 @@ def _micro_time(ts: float) -> datetime:
     """A time for a MicroTime field. The API server parses those with exactly six fractional
     digits, but the client serialises with isoformat(), which drops them at .000000 — so a
     whole second is nudged by one microsecond."""
-    when = datetime.fromtimestamp(ts, timezone.utc)
+    when = datetime.fromtimestamp(ts, UTC)
     return when.replace(microsecond=1) if when.microsecond == 0 else when
 
 

@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Awaitable, Callable, Protocol
 
 import structlog
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
-from agentmesh.scheduler.clock import Clock
 from agentmesh.scheduler.model import Job, Run, RunOutcome, RunRequest
+from agentmesh.scheduler.ports import Clock, RunTarget
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import SqliteStore
 from agentmesh.telemetry import Telemetry
 
 log = get_logger("agentmesh.scheduler.runs")
-
-
-class RunTarget(Protocol):
-    """Where runs go: the gateway in production (see gateway_target.py)."""
-
-    async def run(self, request: RunRequest, on_started: Callable[[str, str], Awaitable[None]]) -> RunOutcome: ...
-
-    async def cancel(self, session_id: str) -> None: ...
 
 
 class RunExecutor:
@@ -35,7 +26,7 @@ class RunExecutor:
         self._clock = clock
         self._settings = settings
         self._tracer = telemetry.tracer
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancel_reasons: dict[str, str] = {}
         meter = telemetry.meter
         self._finished = meter.create_counter("agentmesh.scheduler.runs", description="Runs ended, by status")
@@ -72,7 +63,7 @@ class RunExecutor:
             except asyncio.CancelledError:
                 reason = self._cancel_reasons.pop(run.run_id, "the run was cancelled")
                 outcome = RunOutcome("cancelled", run.session_id, run.trace_id, "", reason)
-            except Exception as exc:  # noqa: BLE001 - any failure is recorded, the schedule carries on
+            except Exception as exc:  # any failure is recorded, the schedule carries on
                 log.exception("run crashed")
                 outcome = RunOutcome("failed", run.session_id, run.trace_id, "", f"{type(exc).__name__}: {exc}")
             run.status = outcome.status

@@ -75,7 +75,7 @@ class CronSchedule:
     def next_after(self, t: float, tz: ZoneInfo, anchor: float = 0.0) -> float | None:
         it = croniter(self.expr, datetime.fromtimestamp(t, tz))
         for _ in range(_MAX_SKIPS):
-            ts = it.get_next(float)
+            ts: float = it.get_next(float)
             if ts > t and self._accept(ts, tz):
                 return ts
         return None
@@ -84,7 +84,7 @@ class CronSchedule:
         # croniter's get_prev is strictly before its start; start just past t so t itself counts.
         it = croniter(self.expr, datetime.fromtimestamp(math.floor(t) + 1, tz))
         for _ in range(_MAX_SKIPS):
-            ts = it.get_prev(float)
+            ts: float = it.get_prev(float)
             if ts <= t and self._accept(ts, tz):
                 return ts
         return None
@@ -180,7 +180,7 @@ def _parse_cron(text: str) -> CronSchedule:
             "minute hour day-of-month month day-of-week (e.g. '30 9 * * 1-5'), "
             "or use 'every 10m', 'daily 09:00', 'hourly :15', 'startup'"
         )
-    for name, value in zip(_FIELD_NAMES, fields):
+    for name, value in zip(_FIELD_NAMES, fields, strict=True):
         if not re.fullmatch(r"[0-9A-Za-z*/,\-?LW#]+", value):
             raise InvalidArgument(f"schedule {text!r}: the {name} field {value!r} contains characters cron does not use")
     try:
@@ -197,7 +197,7 @@ def _parse_cron(text: str) -> CronSchedule:
 def _explain(exc: Exception, fields: list[str]) -> str:
     message = str(exc)
     ranges = ("0-59", "0-23", "1-31", "1-12 or JAN-DEC", "0-7 or SUN-SAT")
-    for index, (name, value) in enumerate(zip(_FIELD_NAMES, fields)):
+    for index, (name, value) in enumerate(zip(_FIELD_NAMES, fields, strict=True)):
         try:
             croniter(" ".join(v if i == index else "*" for i, v in enumerate(fields)))
         except Exception:  # noqa: BLE001 - probing which field croniter refuses

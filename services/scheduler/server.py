@@ -12,15 +12,16 @@ from agentmesh.config import Settings
 from agentmesh.errors import InvalidArgument
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.client import open_channel
-from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MIB, ServiceHost
-from agentmesh.scheduler.clock import Clock, SystemClock
+from agentmesh.scheduler.clock import SystemClock
 from agentmesh.scheduler.engine import Scheduler
 from agentmesh.scheduler.gateway_target import GatewayRunTarget
 from agentmesh.scheduler.jobs import EDITABLE_FIELDS
-from agentmesh.scheduler.leader import FileLeaderLock, LeaderLock, LeaseLeaderLock, kubernetes_lease_api
+from agentmesh.scheduler.leader import FileLeaderLock, LeaseLeaderLock, kubernetes_lease_api
 from agentmesh.scheduler.model import Job, Run
+from agentmesh.scheduler.ports import Clock, LeaderLock
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.idle_reflection import (
     GatewaySessions,
@@ -130,7 +131,7 @@ def _leader_lock(config: SchedulerSettings, settings: Settings, identity: str) -
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
                 clock: Clock | None = None, lock: LeaderLock | None = None) -> ServiceHost:
     """The scheduler host; `clock` and `lock` are injectable (tests drive a fake clock)."""
-    config = SchedulerSettings.from_env(settings.environ)
+    config = settings.section(SchedulerSettings)
     identity = _instance_id()
     lock = lock or _leader_lock(config, settings, identity)  # first: the one part that can refuse to start
     store = SqliteStore(settings.home / "scheduler" / "scheduler.db", config.journal_mode, config.max_jobs)
@@ -142,7 +143,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost("scheduler", settings, telemetry, address=address, identity=service_identity,
                        max_receive_bytes=MIB)
     host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core), "agentmesh.v1.Scheduler")
-    host.scheduler = core  # type: ignore[attr-defined] - tests and benches look at leadership
+    host.scheduler = core  # type: ignore[attr-defined]  # tests and benches look at leadership
 
     # Idle reflection: the leader's sweep, beside the jobs, on its own claims table.
     reflection_channel = open_channel(settings.address_of("gateway"), telemetry, identity=service_identity,
@@ -175,4 +176,4 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     return host
 
 
-__all__ = ["build", "SchedulerServicer", "job_to_proto", "run_to_proto"]
+__all__ = ["SchedulerServicer", "build", "job_to_proto", "run_to_proto"]

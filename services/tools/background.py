@@ -171,7 +171,7 @@ class BackgroundCommands:
         except SandboxUnavailable as exc:
             outcome = ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable", exit_code=-1)
             command.status = FINISHED
-        except Exception as exc:  # noqa: BLE001 - a background failure must be reported, not lost
+        except Exception as exc:
             log.exception("background command failed", id=command.id)
             outcome = ToolOutcome(output=f"[the sandbox failed: {exc}]", is_error=True, error_kind="sandbox_error",
                                   exit_code=-1)

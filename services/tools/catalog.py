@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
 from agentmesh.toolargs import ArgumentsSchema
+from agentmesh.tooling import ToolSpec
 from agentmesh.tools.results import ToolFailure, ToolOutcome
+
+__all__ = [
+    "CallContext",
+    "Tool",
+    "ToolFunc",
+    "ToolProvider",
+    "ToolSpec",
+    "boolean",
+    "integer",
+    "number",
+    "obj",
+    "string",
+]
 
 
 @dataclass(frozen=True)
@@ -21,18 +34,6 @@ class CallContext:
 
 
 ToolFunc = Callable[[CallContext, dict[str, Any]], Awaitable[ToolOutcome]]
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    runs_code: bool = False
-
-    @property
-    def schema_json(self) -> str:
-        return json.dumps(self.parameters, separators=(",", ":"), sort_keys=True)
 
 
 @dataclass(frozen=True)

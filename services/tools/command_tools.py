@@ -70,7 +70,7 @@ class CommandTools:
         started = time.monotonic()
         try:
             await asyncio.wait_for(self._slots.acquire(), timeout=timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return ToolOutcome(
                 output=f"[every sandbox of this service was busy for the call's whole {timeout:g} s time limit; try again]",
                 is_error=True,

@@ -17,7 +17,7 @@ import structlog
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
-from agentmesh.tools.background import BackgroundCommands
+from agentmesh.tools.background import BackgroundCommand, BackgroundCommands
 from agentmesh.tools.catalog import CallContext, Tool, ToolProvider, ToolSpec
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces
@@ -81,7 +81,7 @@ class ToolService:
             # Permission problems, full disks and the like: the model may be able to work around them.
             return ToolOutcome(output=f"{name} failed: {exc.strerror or exc}", is_error=True, error_kind="os_error")
 
-    def background_results(self, session_id: str):
+    def background_results(self, session_id: str) -> tuple[list[BackgroundCommand], int]:
         validate_id(session_id, "session_id")
         return self.background.take_finished(session_id) if self.background else ([], 0)
 

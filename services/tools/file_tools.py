@@ -220,10 +220,10 @@ class FileTools:
                 item["target"] = entry.target
             entries.append(item)
         lines = []
-        for entry in entries:
-            suffix = "/" if entry["type"] == "dir" else ""
-            extra = f" -> {entry['target']}" if entry["type"] == "symlink" else (f"  ({entry['size']} bytes)" if entry["type"] == "file" else "")
-            lines.append(f"{entry['path']}{suffix}{extra}")
+        for row in entries:
+            suffix = "/" if row["type"] == "dir" else ""
+            extra = f" -> {row['target']}" if row["type"] == "symlink" else (f"  ({row['size']} bytes)" if row["type"] == "file" else "")
+            lines.append(f"{row['path']}{suffix}{extra}")
         text = "\n".join(lines) if lines else f"{shown} is empty"
         if truncated:
             text += f"\n[... listing stopped at {MAX_LIST_ENTRIES} entries ...]"

@@ -22,6 +22,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agentmesh.tools.results import ToolFailure
 
@@ -63,7 +64,7 @@ class _Walk:
 
     def run(self, top: int) -> int:
         # Per level: [held descriptor or -1, name, names inside not yet visited, st_dev, st_ino].
-        stack: list[list] = []
+        stack: list[list[Any]] = []
         cur = top  # the deepest level's directory; ours to close when that level holds none
         try:
             info, names = self._enter(top)
@@ -95,7 +96,7 @@ class _Walk:
                     os.close(level[0])
         return self.total
 
-    def _descend(self, stack: list[list], cur: int, name: str) -> int:
+    def _descend(self, stack: list[list[Any]], cur: int, name: str) -> int:
         try:
             child = os.open(name, _PATH_FLAGS, dir_fd=cur)
         except OSError as exc:
@@ -113,7 +114,7 @@ class _Walk:
         stack.append([held, name, names, info.st_dev, info.st_ino])
         return child
 
-    def _leave(self, stack: list[list], cur: int) -> int:
+    def _leave(self, stack: list[list[Any]], cur: int) -> int:
         level = stack.pop()
         if level[0] >= 0:
             os.close(level[0])
@@ -123,14 +124,14 @@ class _Walk:
             return -1
         if stack[-1][0] >= 0:
             os.close(cur)
-            return stack[-1][0]
+            return int(stack[-1][0])
         try:
             up = self._parent(cur, stack)
         finally:
             os.close(cur)
         return up
 
-    def _parent(self, cur: int, stack: list[list]) -> int:
+    def _parent(self, cur: int, stack: list[list[Any]]) -> int:
         want = (stack[-1][3], stack[-1][4])
         try:
             up = os.open("..", _PATH_FLAGS, dir_fd=cur)
@@ -142,7 +143,7 @@ class _Walk:
                 return up
             os.close(up)
         held = max(i for i, level in enumerate(stack) if level[0] >= 0)
-        fd = stack[held][0]
+        fd: int = stack[held][0]
         for level in stack[held + 1 :]:
             try:
                 next_fd = os.open(level[1], _PATH_FLAGS, dir_fd=fd)

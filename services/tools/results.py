@@ -1,24 +1,12 @@
-"""What a tool call produces, in plain Python: the core's answer before the adapter makes it a ToolResult."""
+"""How a tool reports a failure the model should read; `ToolOutcome` (shared with the agent) is what a call produced."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from agentmesh.tooling import ToolOutcome
 
-@dataclass
-class ToolOutcome:
-    """The structured result of one call. `output` is the text the model reads."""
-
-    output: str
-    is_error: bool = False
-    error_kind: str = ""
-    exit_code: int = 0
-    stdout: str = ""
-    stderr: str = ""
-    truncated: bool = False
-    duration_ms: float = 0.0
-    data: dict[str, Any] = field(default_factory=dict)
+__all__ = ["ToolFailure", "ToolOutcome"]
 
 
 class ToolFailure(Exception):

@@ -13,7 +13,7 @@ import re
 import stat
 import time
 from pathlib import PurePosixPath
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import regex
 
@@ -135,7 +135,7 @@ class SearchTools:
         deadline = time.monotonic() + REGEX_BUDGET_S
         if stat.S_ISDIR(info.st_mode):
             base = display_path(workspace, real)
-            files = (
+            files: Iterator[tuple[Callable[[], int], str]] = (
                 (entry.open, entry.path if base == "." else f"{base}/{entry.path}")
                 for entry in walk_beneath(workspace, real, max_entries=MAX_VISITED)
                 if entry.kind == "file"

@@ -2,48 +2,30 @@
 
 from __future__ import annotations
 
-from google.protobuf import struct_pb2
+from dataclasses import replace
+
 from opentelemetry import trace
 
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
+from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.tools.background import BackgroundCommands
+from agentmesh.tools.catalog import ToolProvider
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
 from agentmesh.tools.quota import WorkspaceQuota
-from agentmesh.tools.search_tools import SearchTools
-from agentmesh.tools.web_tools import AddressPolicy, WebTools
-from agentmesh.tools.results import ToolOutcome
 from agentmesh.tools.sandbox.base import Executor
+from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.settings import ToolsSettings
+from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
-from agentmesh.v1 import common_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.tools")
-
-
-def to_proto(call_id: str, name: str, outcome: ToolOutcome) -> common_pb2.ToolResult:
-    result = common_pb2.ToolResult(
-        call_id=call_id,
-        name=name,
-        output=outcome.output,
-        is_error=outcome.is_error,
-        exit_code=outcome.exit_code,
-        stdout=outcome.stdout,
-        stderr=outcome.stderr,
-        truncated=outcome.truncated,
-        duration_ms=outcome.duration_ms,
-        error_kind=outcome.error_kind,
-    )
-    if outcome.data:
-        data = struct_pb2.Struct()
-        data.update(outcome.data)
-        result.data.CopyFrom(data)
-    return result
 
 
 class ToolsServicer(tools_pb2_grpc.ToolsServicer):
@@ -52,31 +34,21 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def ListTools(self, request, context):
-        return tools_pb2.ListToolsResponse(
-            tools=[
-                tools_pb2.ToolSpec(
-                    name=spec.name,
-                    description=spec.description,
-                    parameters_json_schema=spec.schema_json,
-                    runs_code=spec.runs_code,
-                )
-                for spec in self._core.specs()
-            ]
-        )
+        return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in self._core.specs()])
 
     @translate_errors
     async def Execute(self, request, context):
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s
         )
-        return tools_pb2.ExecuteResponse(result=to_proto(request.call_id, request.name, outcome))
+        return tools_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
 
     @translate_errors
     async def BackgroundResults(self, request, context):
         finished, running = self._core.background_results(request.session_id)
         return tools_pb2.BackgroundResultsResponse(running=running, finished=[
             tools_pb2.BackgroundCommand(id=c.id, command=c.command, status=c.status, started_at=c.started_at,
-                                        finished_at=c.finished_at, result=to_proto(c.id, "background_run", c.outcome))
+                                        finished_at=c.finished_at, result=tool_result_to_proto(replace(c.outcome, call_id=c.id, name="background_run")))
             for c in finished if c.outcome is not None
         ])
 
@@ -109,7 +81,7 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
     background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
                                     max_lifetime_s=settings.background_max_s, network=settings.command_network)
-    providers = [
+    providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
         FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes)),
         SearchTools(workspaces),

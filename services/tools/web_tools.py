@@ -53,8 +53,8 @@ class AddressPolicy:
     @classmethod
     def parse(cls, allow_private: bool, entries: Iterable[str]) -> "AddressPolicy":
         allowed = []
-        for entry in entries:
-            entry = entry.strip()
+        for raw in entries:
+            entry = raw.strip()
             if not entry:
                 continue
             host, port = entry, None
@@ -93,7 +93,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc.strerror}") from None
-        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         refused = [a for a in addresses if not self._policy.permits(a, port)]
         if refused or not addresses:
             raise AddressRefused(
@@ -113,7 +113,7 @@ def guarded_transport(policy: AddressPolicy, ssl_context: ssl.SSLContext) -> htt
     transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
     # httpx has no public hook for the network backend; the pool it builds is swapped for an
     # identical one that connects through the guard.
-    transport._pool = httpcore.AsyncConnectionPool(
+    transport._pool = httpcore.AsyncConnectionPool(  # noqa: SLF001 - see above
         ssl_context=ssl_context,
         network_backend=GuardedBackend(policy),
         max_connections=10,

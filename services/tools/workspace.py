@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from agentmesh.ids import validate_id
@@ -65,7 +66,7 @@ class Workspaces:
         return workspace, resolve_inside(workspace, user_path)
 
 
-def _make_writable_and_retry(func, path, _exc_info) -> None:
+def _make_writable_and_retry(func: Callable[[str], object], path: str, _exc_info: object) -> None:
     parent = os.path.dirname(path)
     if not os.path.islink(parent):
         os.chmod(parent, 0o700)

@@ -12,14 +12,31 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from agentmesh.agent.loop import TurnRun
 from agentmesh.agent.ports import MemoryHit, NotSupported
-from agentmesh.agent.types import ChatMessage, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import ChatMessage, RunEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import Unavailable
 from agentmesh.telemetry import Telemetry
 
 OBJECT = {"type": "object", "properties": {}}
 
 Handler = Callable[[ToolCall], Awaitable[ToolOutcome]]
+
+
+async def cancel_once(run: TurnRun, ready: Awaitable[object], timeout_s: float = 10) -> list[RunEvent]:
+    """Stream `run`'s events in the background, cancel it once `ready` is done, and return every
+    event it sent (the last one says how the turn ended)."""
+    events: list[RunEvent] = []
+
+    async def consume() -> None:
+        async for event in run.events():
+            events.append(event)
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.wait_for(ready, timeout_s)
+    run.cancel()
+    await asyncio.wait_for(consumer, timeout_s)
+    return events
 
 
 def ok(call: ToolCall, output: str) -> ToolOutcome:

@@ -17,10 +17,10 @@ from agentmesh.agent.providers import OpenAIProvider, RetryPolicy
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, RunFinishedEvent, StatusEvent, TextDeltaEvent, ToolCall
 from agentmesh.errors import Unavailable
-from tests.agent.agent_fakes import FakeTools, FakeTranscripts
+from tests.agent.agent_fakes import FakeTools, FakeTranscripts, cancel_once
 from tests.support.llm_server import ScriptedLLMServer, drop, failure, reply
 
-NOW = dt.datetime(2026, 11, 21, 12, 30, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 21, 12, 30, tzinfo=dt.UTC)
 # Compact past 7 500 characters of history, keep 2 500; the budget itself is roomy unless a test
 # wants the budget policy to drop turns too.
 COMPACTION = {"context_budget_chars": 40_000, "compact_at_chars": 7_500, "compact_keep_chars": 2_500}
@@ -173,16 +173,7 @@ async def test_cancelling_during_the_summary_cancels_the_turn(http, telemetry):
     transcripts = await stored(chat_history(10))
     with ScriptedLLMServer([reply("too slow", delay_s=30)]) as llm:
         run = make_agent(http, llm, transcripts, telemetry).start(TurnRequest("s1", "r1", "latest"))
-        events: list = []
-
-        async def consume():
-            async for event in run.events():
-                events.append(event)
-
-        consumer = asyncio.create_task(consume())
-        await asyncio.to_thread(llm.wait_for_requests, 1, 10)
-        run.cancel()
-        await asyncio.wait_for(consumer, 10)
+        events = await cancel_once(run, asyncio.to_thread(llm.wait_for_requests, 1, 10), timeout_s=10)
 
     assert isinstance(events[-1], RunFinishedEvent) and events[-1].stop_reason == "cancelled"
     assert [m.content for m in transcripts.history["s1"][20:]] == ["latest"]  # no summary saved

@@ -63,7 +63,7 @@ def test_fit_clips_every_tool_output():
 
 
 def test_system_prompt_carries_date_tools_and_memories():
-    now = dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC)
     text = context.system_prompt(
         "Be useful.", now=now, tools=[ToolSpec("shell", "", {}), ToolSpec("memory_save", "", {})],
         memories=[MemoryHit("m1", "Bob likes tea", "preference", 0.9)], omitted=4,

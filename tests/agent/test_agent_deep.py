@@ -8,11 +8,11 @@ import grpc
 import pytest
 
 from agentmesh.agent.deep import step_budget
-from agentmesh.modes import validate_mode
 from agentmesh.agent.loop import TurnRequest
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import RunFinishedEvent, StatusEvent, ToolCall, ToolOutcome, ToolResultEvent
 from agentmesh.errors import InvalidArgument
+from agentmesh.modes import validate_mode
 from agentmesh.v1 import agent_pb2, gateway_pb2
 from tests.agent.agent_fakes import FakeTools, FakeTranscripts, ok
 from tests.agent.test_agent_loop import collect, make_agent, of

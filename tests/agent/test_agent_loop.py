@@ -24,11 +24,11 @@ from agentmesh.agent.types import (
     ToolOutcome,
     ToolResultEvent,
 )
-from tests.agent.agent_fakes import FakeMemory, FakeTools, FakeTranscripts, ok
+from tests.agent.agent_fakes import FakeMemory, FakeTools, FakeTranscripts, cancel_once, ok
 from tests.support.llm_server import ScriptedLLMServer, failure, reply, tool_call
 
 KEY = "sk-loop-secret-key-0123456789"
-NOW = dt.datetime(2026, 11, 21, 12, 30, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 21, 12, 30, tzinfo=dt.UTC)
 
 
 def make_agent(http, llm, tools, transcripts, telemetry, memory=None, **overrides) -> Agent:
@@ -135,16 +135,7 @@ async def test_cancel_in_the_middle_of_a_tool_call(http, telemetry):
     with ScriptedLLMServer([reply("", tool_call("echo", {}, id="fast"), tool_call("hang", {}, id="slow"))]) as llm:
         agent = make_agent(http, llm, tools, transcripts, telemetry)
         run = agent.start(TurnRequest("s1", "r1", "start something long"))
-        events = []
-
-        async def consume():
-            async for event in run.events():
-                events.append(event)
-
-        consumer = asyncio.create_task(consume())
-        await asyncio.wait_for(tools.started["hang"].wait(), 5)
-        run.cancel()
-        await asyncio.wait_for(consumer, 5)
+        events = await cancel_once(run, tools.started["hang"].wait(), timeout_s=5)
 
     assert tools.cancelled == ["slow"]
     assert isinstance(events[-1], RunFinishedEvent) and events[-1].stop_reason == "cancelled"
@@ -398,16 +389,7 @@ async def test_cancel_during_the_model_call_closes_it(http, telemetry):
     with ScriptedLLMServer([reply("too slow", delay_s=30)]) as llm:
         agent = make_agent(http, llm, FakeTools({}), transcripts, telemetry)
         run = agent.start(TurnRequest("s1", "r1", "think hard"))
-        events = []
-
-        async def consume():
-            async for event in run.events():
-                events.append(event)
-
-        consumer = asyncio.create_task(consume())
-        await asyncio.to_thread(llm.wait_for_requests, 1, 10)
-        run.cancel()
-        await asyncio.wait_for(consumer, 10)  # far less than the model's 30 s
+        events = await cancel_once(run, asyncio.to_thread(llm.wait_for_requests, 1, 10), timeout_s=10)  # far less than the model's 30 s
     assert events[-1].stop_reason == "cancelled" and events[-1].iterations == 1
     assert [m.role for m in transcripts.history["s1"]] == ["user"]
     chat = next(s for s in telemetry.finished_spans() if s.name.startswith("chat"))

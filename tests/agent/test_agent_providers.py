@@ -13,7 +13,14 @@ from agentmesh.agent.providers.base import build_timeout, retry_after_s
 from agentmesh.agent.providers.scripted import DEMO_SCRIPT, load_script
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, Retrying, TextChunk, ToolCall, ToolSpec
 from agentmesh.config import ConfigError
-from agentmesh.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, ResourceExhausted, Unauthenticated, Unavailable
+from agentmesh.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
 from tests.support.llm_server import ScriptedLLMServer, drop, failure, reply, tool_call
 
 KEY = "sk-test-provider-key-0123456789"

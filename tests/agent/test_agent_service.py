@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2, memory_pb2
-from tests.support.processes import processes_running
 from tests.support.llm_server import reply, tool_call
+from tests.support.processes import processes_running
 from tests.support.stack import Stack
 
 SERVICES = ("memory", "tools", "agent")

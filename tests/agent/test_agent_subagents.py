@@ -21,7 +21,7 @@ from agentmesh.agent.types import (
     ToolResultEvent,
 )
 from agentmesh.errors import Unavailable
-from tests.agent.agent_fakes import FakeTools, FakeTranscripts, ok
+from tests.agent.agent_fakes import FakeTools, FakeTranscripts, cancel_once, ok
 from tests.agent.test_agent_loop import collect, make_agent, of
 from tests.support.llm_server import ScriptedLLMServer, failure, reply, tool_call
 
@@ -271,16 +271,7 @@ async def test_cancelling_the_parent_cancels_its_children(http, telemetry):
     with ScriptedLLMServer(default=model) as llm:
         agent = make_agent(http, llm, tools, transcripts, telemetry, subagent_modes=ANYWHERE)
         run = agent.start(TurnRequest("s1", "r1", "start"))
-        events = []
-
-        async def consume():
-            async for event in run.events():
-                events.append(event)
-
-        consumer = asyncio.create_task(consume())
-        await asyncio.wait_for(tools.started["hang"].wait(), 10)
-        run.cancel()
-        await asyncio.wait_for(consumer, 10)
+        events = await cancel_once(run, tools.started["hang"].wait(), timeout_s=10)
 
     assert tools.cancelled == ["h1"]
     assert isinstance(events[-1], RunFinishedEvent) and events[-1].stop_reason == "cancelled"

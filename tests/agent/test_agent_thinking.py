@@ -90,7 +90,7 @@ def test_the_splitter_gives_the_same_pieces_however_the_stream_is_cut():
     rng = random.Random(7)
     for _ in range(200):
         cuts = sorted(rng.sample(range(1, len(text)), rng.randint(1, 12)))
-        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
         splitter = ThinkSplitter()
         out = [p for piece in pieces for p in splitter.feed(piece)] + splitter.flush()
         reasoning = "".join(p.text for p in out if isinstance(p, ReasoningChunk))

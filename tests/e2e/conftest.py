@@ -3,9 +3,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from agentmesh.v1 import gateway_pb2
 from tests.support.stack import Stack
 from tests.support.turns import LiveTurn, collect, kinds, of_kind, wait_until  # noqa: F401 - for the e2e tests
-from agentmesh.v1 import gateway_pb2
 
 
 @pytest.fixture

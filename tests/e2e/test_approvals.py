@@ -13,9 +13,9 @@ import pytest
 
 from agentmesh.v1 import gateway_pb2
 from tests.e2e.conftest import chat, kinds, of_kind, rpc_error, transcript, wait_until
-from tests.support.turns import LiveTurn
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
+from tests.support.turns import LiveTurn
 
 APPROVAL_ENV = {"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell"}
 
@@ -276,7 +276,7 @@ async def test_cli_human_chat_without_a_terminal_says_how_to_decide(stack, llm):
     assert "shell" in text and "touch nope.txt" in text
     assert "agentmesh approvals approve c1 --session cli-h" in text
 
-    code, out, err = await run_cli(stack, "approvals", "deny", "c1", "--session", "cli-h", "--note", "no thanks")
+    code, _, err = await run_cli(stack, "approvals", "deny", "c1", "--session", "cli-h", "--note", "no thanks")
     assert code == 0, err
     rest, _ = await asyncio.wait_for(chat_proc.communicate(), 30)
     assert chat_proc.returncode == 0

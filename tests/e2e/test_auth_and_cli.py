@@ -82,7 +82,7 @@ async def test_cli_reports_server_errors_with_exit_code_1(stack, llm):
 
 
 async def test_cli_tools_run_prints_the_structured_result(stack):
-    code, out, err = await run_cli(stack, "tools", "run", "shell", '{"command": "echo hi; exit 4"}', "--session", "t1", "--json")
+    code, out, _ = await run_cli(stack, "tools", "run", "shell", '{"command": "echo hi; exit 4"}', "--session", "t1", "--json")
     result = json.loads(out)
     assert code == 1  # the tool reported an error
     assert result["exit_code"] == 4 and "hi" in result["stdout"] and result["is_error"] is True

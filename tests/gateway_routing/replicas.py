@@ -11,12 +11,12 @@ from typing import Mapping
 import grpc
 
 from agentmesh.config import Settings
-from agentmesh.gateway.routing import owner_of
-from agentmesh.rpc.client import open_channel
 from agentmesh.gateway import server as gateway_server
 from agentmesh.gateway.membership import resolve_addresses
-from agentmesh.telemetry import setup_telemetry
+from agentmesh.gateway.routing import owner_of
+from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.server import ServiceHost
+from agentmesh.telemetry import setup_telemetry
 from agentmesh.v1 import gateway_pb2_grpc
 from tests.support.stack import Stack
 from tests.support.turns import wait_until

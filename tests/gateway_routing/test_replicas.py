@@ -8,12 +8,12 @@ import asyncio
 import grpc
 import pytest
 
+from agentmesh.gateway.routing import owner_of
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import gateway_pb2
-from agentmesh.gateway.routing import owner_of
 from tests.gateway_routing.replicas import FakeDNS, Replicas
-from tests.support.turns import LiveTurn, collect, kinds, of_kind
 from tests.support.llm_server import reply, tool_call
+from tests.support.turns import LiveTurn, collect, kinds, of_kind
 
 A, B = 0, 1
 TOKEN = "tok-routing-0123456789abcdef"

@@ -1,7 +1,7 @@
 """NetworkPolicies allow exactly the request path, judged by evaluating the rendered policies.
 
 Every pair of components is tried on every port any of them serves; the connections that get
-through must be precisely the ones DESIGN.md's request path (plus DNS, the API server, the model
+through must be precisely the ones the request path in docs/architecture.md (plus DNS, the API server, the model
 and the collector, where configured) needs.
 """
 

@@ -20,11 +20,20 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.images.podman import (
-    REPO_ROOT, SERVICE_UID, SERVICES, Podman, chart_image, free_port, missing_tools, owned_directory, podman_env, wait_serving,
-)
 from agentmesh.rpc.auth import SERVICE_TOKEN_HEADER
 from agentmesh.rpc.identity import ServiceIdentity
+from tests.images.podman import (
+    REPO_ROOT,
+    SERVICE_UID,
+    SERVICES,
+    Podman,
+    chart_image,
+    free_port,
+    missing_tools,
+    owned_directory,
+    podman_env,
+    wait_serving,
+)
 from tests.images.podman_kube import PodmanKube
 from tests.support.llm_server import ScriptedLLMServer
 

@@ -7,6 +7,8 @@ itself there comes back through tools, agent and gateway to the model and the cl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -26,7 +28,7 @@ def test_each_service_container_answers_health_checks_as_non_root(stack, service
     state = stack.podman.inspect(stack.containers[service])
     assert state["State"]["Running"] and state["Config"]["User"] == f"{SERVICE_UID}:{SERVICE_UID}"
     # The service's process, seen from the host: the image's user, no capabilities.
-    status = dict(line.split(":\t", 1) for line in open(f"/proc/{state['State']['Pid']}/status").read().splitlines() if ":\t" in line)
+    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{state['State']['Pid']}/status").read_text().splitlines() if ":\t" in line)
     assert status["Uid"].split()[0] == str(SERVICE_UID) and int(status["CapEff"], 16) == 0
 
 

@@ -9,9 +9,10 @@ async def test_x(memory_service):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import pytest
+
 from agentmesh.config import Settings
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.launch import start_service
@@ -84,7 +85,7 @@ class ConceptEmbeddings:
     Set `dim` to change the size of the vectors it answers with mid-test.
     """
 
-    CONCEPTS = [
+    CONCEPTS: ClassVar[list[set[str]]] = [
         {"car", "automobile", "vehicle", "truck", "sedan"},
         {"tea", "coffee", "drink", "beverage", "espresso"},
         {"dog", "cat", "puppy", "pet", "kitten"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.memory.client import memory_filter
 from agentmesh.v1 import memory_pb2
@@ -199,7 +200,7 @@ async def test_bad_remember_is_refused_and_writes_nothing(memory_service, reques
 
 
 async def test_bad_metadata_key_is_refused(memory_service):
-    with pytest.raises(InvalidArgument, match="metadata key 'a.b'"):
+    with pytest.raises(InvalidArgument, match=r"metadata key 'a\.b'"):
         await memory_service.client.remember("x", namespace="n", metadata={"a.b": 1})
 
 

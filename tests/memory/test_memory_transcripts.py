@@ -6,6 +6,7 @@ import asyncio
 
 import grpc
 import pytest
+
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
 
@@ -74,7 +75,7 @@ async def test_concurrent_appends_get_distinct_increasing_seqs(memory_service):
     messages = await client.transcript("busy")
     assert [m.seq for m in messages] == list(range(1, 41))
     # Each append's two messages stay adjacent.
-    for first, second in zip(messages[::2], messages[1::2]):
+    for first, second in zip(messages[::2], messages[1::2], strict=True):
         assert second.content == first.content + "b"
 
 

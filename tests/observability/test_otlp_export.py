@@ -23,7 +23,7 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer, metrics_service_pb2
         self.metrics: list = []
         self.headers: list[dict] = []
 
-    def Export(self, request, context):  # noqa: N802 - both services name it Export
+    def Export(self, request, context):
         self.headers.append(dict(context.invocation_metadata()))
         if isinstance(request, trace_service_pb2.ExportTraceServiceRequest):
             self.traces.append(request)
@@ -105,7 +105,7 @@ def test_http_protobuf_export(tmp_path):
     received: list[tuple[str, bytes]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             received.append((self.path, self.rfile.read(int(self.headers["content-length"]))))
             self.send_response(200)
             self.send_header("content-type", "application/x-protobuf")
@@ -133,13 +133,13 @@ def test_http_protobuf_export(tmp_path):
 
 
 def test_an_unknown_protocol_is_a_clear_configuration_error(tmp_path):
-    settings = Settings.from_env({
-        "AGENTMESH_HOME": str(tmp_path),
-        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
-        "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon",
-    })
-    with pytest.raises(ConfigError, match="grpc or http/protobuf"):
-        setup_telemetry("agent", settings)
+    # Refused when the settings are built at start-up, before any service runs.
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL must be one of grpc, http/protobuf"):
+        Settings.from_env({
+            "AGENTMESH_HOME": str(tmp_path),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon",
+        })
 
 
 def test_the_sampler_comes_from_the_environment(tmp_path):
@@ -148,5 +148,5 @@ def test_the_sampler_comes_from_the_environment(tmp_path):
     with off.tracer.start_as_current_span("dropped") as span:
         assert not span.is_recording()
     off.shutdown()
-    with pytest.raises(ConfigError, match="OTEL_TRACES_SAMPLER"):
-        setup_telemetry("agent", Settings.from_env({**base, "OTEL_TRACES_SAMPLER": "sometimes"}))
+    with pytest.raises(ConfigError, match="OTEL_TRACES_SAMPLER must be one of"):
+        Settings.from_env({**base, "OTEL_TRACES_SAMPLER": "sometimes"})

@@ -143,7 +143,7 @@ def test_genai_attributes_are_present(turn):
     assert invoke["attributes"]["gen_ai.usage.output_tokens"] == 7 + 9
 
     chats = sorted((s for s in spans if s["name"] == "chat test-model"), key=lambda s: s["start"])
-    for span, (inp, out) in zip(chats, [(42, 7), (60, 9)]):
+    for span, (inp, out) in zip(chats, [(42, 7), (60, 9)], strict=True):
         attributes = span["attributes"]
         assert attributes["gen_ai.operation.name"] == "chat"
         assert attributes["gen_ai.request.model"] == "test-model"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -25,7 +25,7 @@ from agentmesh.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.scheduler.fakes import FakeClock, FakeGateway
 
 # Monday 5 January 2026, 00:00 UTC: a round start makes due times easy to read.
-T0 = datetime(2026, 1, 5, tzinfo=timezone.utc).timestamp()
+T0 = datetime(2026, 1, 5, tzinfo=UTC).timestamp()
 
 BASE_ENV = {
     "AGENTMESH_TRACES": "local",

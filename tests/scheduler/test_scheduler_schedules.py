@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -120,7 +121,7 @@ def test_fall_back_keeps_both_real_hours_for_wildcard_hours():
     assert [(d.hour, d.minute) for d in due] == [(1, 0), (1, 30), (1, 0), (1, 30), (2, 0), (2, 30)]
     assert offsets == [-4, -4, -5, -5, -5, -5]
     # Evenly spaced in real time: no run lost, none doubled.
-    assert {b.timestamp() - a.timestamp() for a, b in zip(due, due[1:])} == {1800}
+    assert {b.timestamp() - a.timestamp() for a, b in itertools.pairwise(due)} == {1800}
 
 
 def test_latest_due_time_skips_the_repeated_pass_too():

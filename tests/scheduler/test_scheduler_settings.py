@@ -67,7 +67,7 @@ async def test_timed_runs_are_made_on_behalf_of_the_jobs_creator(harness, gatewa
     token = "tok-creator-0123456789"
     replica = await harness.start({"AGENTMESH_AUTH_TOKENS": token})
     user = (("authorization", f"Bearer {token}"),)
-    job = await replica.stub.CreateJob(scheduler_pb2.CreateJobRequest(
+    await replica.stub.CreateJob(scheduler_pb2.CreateJobRequest(
         job=scheduler_pb2.Job(name="n", schedule="every 1h", prompt="p")), metadata=user)
     await harness.clock.advance(3600)
     await eventually(lambda: gateway.service_tokens, what="the timed run to reach the gateway")

@@ -154,7 +154,7 @@ def test_tokens_check_signature_audience_and_lifetime(tmp_path):
     with pytest.raises(IdentityError, match="addressed to another service"):
         tools.verify(agent.sign("memory"))
     long_lived = jwt.encode({"iss": "agent", "aud": "tools", "sub": "x", "iat": int(time.time()),
-                             "exp": int(time.time()) + 3600}, agent._private, algorithm="EdDSA")
+                             "exp": int(time.time()) + 3600}, agent._private, algorithm="EdDSA")  # noqa: SLF001 - forges a token with the real key
     with pytest.raises(IdentityError, match="lifetime longer"):
         tools.verify(long_lived)
     stranger = jwt.encode({"iss": "agent", "aud": "tools", "sub": "x", "iat": int(time.time()),

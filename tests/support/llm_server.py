@@ -65,7 +65,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class RecordedRequest:
         return list((self.body or {}).get("messages") or [])
 
 
-Step = Union[Reply, Failure, Drop, Callable[[RecordedRequest], Any]]
+Step = Reply | Failure | Drop | Callable[[RecordedRequest], Any]
 
 
 def tool_call(name: str, arguments: dict[str, Any] | str | None = None, id: str | None = None) -> ToolCallSpec:

@@ -18,8 +18,8 @@ from typing import Mapping
 from agentmesh.config import SERVICES, Settings
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import ServiceHost
-from tests.support.identities import caller_channel
 from agentmesh.v1 import gateway_pb2_grpc, memory_pb2_grpc, scheduler_pb2_grpc, tools_pb2_grpc
+from tests.support.identities import caller_channel
 
 START_ORDER = ("memory", "tools", "agent", "gateway", "scheduler")
 
@@ -49,7 +49,7 @@ class Stack:
         self.env = stack_env(Path(home), llm_base_url, env)
         self.services = services
         self.hosts: dict[str, ServiceHost] = {}
-        self.addresses: dict[str, str] = {name: "127.0.0.1:0" for name in SERVICES}
+        self.addresses: dict[str, str] = dict.fromkeys(SERVICES, "127.0.0.1:0")
         self._channels = []
 
     @property

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ def quantity(value: str) -> float:
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -96,19 +96,19 @@ class FakeKube:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 fake._dispatch(self, "GET")
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 fake._dispatch(self, "POST")
 
-            def do_DELETE(self):  # noqa: N802
+            def do_DELETE(self):
                 fake._dispatch(self, "DELETE")
 
-            def do_PUT(self):  # noqa: N802
+            def do_PUT(self):
                 fake._dispatch(self, "PUT")
 
-            def do_PATCH(self):  # noqa: N802
+            def do_PATCH(self):
                 fake._dispatch(self, "PATCH")
 
             def log_message(self, *args):

@@ -1,5 +1,5 @@
-"""One suite of behaviours every executor must show, run against each (DESIGN.md: both executors
-share one interface and one test suite). The `kubernetes` variant needs KUBECONFIG."""
+"""One suite of behaviours every executor must show, run against each (docs/architecture.md: both
+executors share one interface and one test suite). The `kubernetes` variant needs KUBECONFIG."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.tools.backends import CLAIM, NAMESPACE, BACKENDS
+from tests.tools.backends import BACKENDS, CLAIM, NAMESPACE
 from tests.tools.support import ToolsClient, wait_until
 
 CLUSTERS = [

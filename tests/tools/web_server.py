@@ -16,7 +16,7 @@ class WebServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 owner.hits.append(self.path)
                 route = owner.routes.get(self.path)
                 if route is None:

@@ -22,7 +22,7 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The services, in request-path order, and the port each listens on (DESIGN.md). */}}
+{{/* The services, in request-path order, and the port each listens on (docs/architecture.md). */}}
 {{- define "agentmesh.ports" -}}
 gateway: 50051
 agent: 50052
@@ -195,7 +195,7 @@ Pass (dict "root" $ "checks" (list "CKV_K8S_43" ...)).
 {{- define "agentmesh.checkovReasons" -}}
 CKV_K8S_15: Images are referenced by immutable release tag or digest (image.digest) so IfNotPresent cannot run a stale image and keeps air-gapped and kind clusters working
 CKV_K8S_43: Pinning by digest is supported through image.digest and sandbox.image.digest but a digest cannot be known before the image is built for a release
-CKV_K8S_35: The configuration contract is environment-only (DESIGN.md) so the key reaches the process as an env var from a secretKeyRef and is never in the pod spec or logs
+CKV_K8S_35: The configuration contract is environment-only (docs/architecture.md) so the key reaches the process as an env var from a secretKeyRef and is never in the pod spec or logs
 CKV_K8S_38: This service calls the Kubernetes API (RBAC in rbac-calls.yaml) so it needs its service account token; every other pod has automountServiceAccountToken false
 CKV_K8S_40: The upstream unprivileged Qdrant image owns its files as uid 1000; the pod is still non-root with a read-only root filesystem and no capabilities
 {{- end }}

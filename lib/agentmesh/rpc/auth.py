@@ -31,6 +31,20 @@ from agentmesh.logs import get_logger
 from agentmesh.rpc.handlers import rebuild, refusal
 from agentmesh.rpc.identity import IdentityError, Principal, ServiceIdentity
 
+__all__ = [
+    "CALLERS",
+    "OPEN_PREFIXES",
+    "SERVICE_TOKEN_HEADER",
+    "USERS",
+    "Allowed",
+    "CallerAuthInterceptor",
+    "UserTokens",
+    "allowed_callers",
+    "bearer_metadata",
+    "current_principal",
+    "signing_interceptors",
+]
+
 log = get_logger("agentmesh.rpc.auth")
 
 SERVICE_TOKEN_HEADER = "x-agentmesh-service-token"
@@ -131,14 +145,14 @@ def allowed_callers(service: str, method: str) -> Allowed:
     return rules.get(method) or rules.get("*") or _NOBODY
 
 
-def _metadata_value(metadata, name: str) -> str | None:
+def _metadata_value(metadata: Any, name: str) -> str | None:
     for key, value in metadata or ():
         if key == name:
-            return value if isinstance(value, str) else value.decode()
+            return value if isinstance(value, str) else str(value.decode())
     return None
 
 
-def _bearer(metadata) -> str | None:
+def _bearer(metadata: Any) -> str | None:
     value = _metadata_value(metadata, "authorization")
     if value is None:
         return None
@@ -169,7 +183,7 @@ class UserTokens:
         return None
 
 
-class CallerAuthInterceptor(grpc.aio.ServerInterceptor):
+class CallerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     """Admit a call only from the callers `CALLERS` lists for the method it names."""
 
     def __init__(self, service: str, identity: ServiceIdentity, users: UserTokens):
@@ -177,14 +191,14 @@ class CallerAuthInterceptor(grpc.aio.ServerInterceptor):
         self._identity = identity
         self._users = users
 
-    async def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
         full_method = handler_call_details.method
         if handler is None or full_method.startswith(OPEN_PREFIXES):
             return handler
         return self._admit(handler, full_method.rsplit("/", 1)[-1], handler_call_details.invocation_metadata)
 
-    def _admit(self, handler: grpc.RpcMethodHandler, method: str, metadata) -> grpc.RpcMethodHandler:
+    def _admit(self, handler: grpc.RpcMethodHandler, method: str, metadata: Any) -> grpc.RpcMethodHandler:
         decision = self._decide(method, metadata)
         if isinstance(decision, Principal):
             return _with_principal(handler, decision)
@@ -193,7 +207,7 @@ class CallerAuthInterceptor(grpc.aio.ServerInterceptor):
         log.warning("call refused", method=f"{self._service}.{method}", code=code.name, reason=message)
         return refusal(handler, code, message)
 
-    def _decide(self, method: str, metadata) -> Principal | tuple[grpc.StatusCode, str]:
+    def _decide(self, method: str, metadata: Any) -> Principal | tuple[grpc.StatusCode, str]:
         allowed = allowed_callers(self._service, method)
         what = f"{self._service}.{method}"
 
@@ -247,23 +261,23 @@ class _SignCalls:
                                           details.wait_for_ready)
 
 
-class _SignUnaryUnary(_SignCalls, grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(self, continuation, client_call_details, request):
+class _SignUnaryUnary(_SignCalls, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(self._details(client_call_details), request)
 
 
-class _SignUnaryStream(_SignCalls, grpc.aio.UnaryStreamClientInterceptor):
-    async def intercept_unary_stream(self, continuation, client_call_details, request):
+class _SignUnaryStream(_SignCalls, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(self._details(client_call_details), request)
 
 
-class _SignStreamUnary(_SignCalls, grpc.aio.StreamUnaryClientInterceptor):
-    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+class _SignStreamUnary(_SignCalls, grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
+    async def intercept_stream_unary(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
         return await continuation(self._details(client_call_details), request_iterator)
 
 
-class _SignStreamStream(_SignCalls, grpc.aio.StreamStreamClientInterceptor):
-    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+class _SignStreamStream(_SignCalls, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
+    async def intercept_stream_stream(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
         return await continuation(self._details(client_call_details), request_iterator)
 
 

@@ -21,6 +21,8 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry import Telemetry
 
+__all__ = ["WAIT_FOR_PEER_S", "open_channel"]
+
 # Transparent retries for calls that never reached a handler (peer restarting, connection reset).
 _SERVICE_CONFIG = json.dumps(
     {
@@ -45,19 +47,19 @@ _SERVICE_CONFIG = json.dumps(
 # apart (one refused TCP connect each time — nothing on loopback or in a cluster), so a peer
 # that is back is found within a third of a second (with gRPC's ±20 % jitter). Each attempt
 # may take 1 s to connect.
-RECONNECT_OPTIONS = [
+_RECONNECT_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 250),
     ("grpc.min_reconnect_backoff_ms", 1000),
 ]
 
-CHANNEL_OPTIONS = [
+_CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.enable_retries", 1),
     ("grpc.service_config", _SERVICE_CONFIG),
-    *RECONNECT_OPTIONS,
+    *_RECONNECT_OPTIONS,
 ]
 
 # How long a call waits for a peer that is (re)starting before it fails with UNAVAILABLE: long
@@ -96,35 +98,35 @@ class _PeerWait:
 
 # One interceptor per call kind: a channel files each interceptor under the first kind it is an
 # instance of. Each returns the call unawaited, so cancelling it still reaches the server.
-class _WaitUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+class _WaitUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
     def __init__(self, wait: _PeerWait):
         self._wait = wait
 
-    async def intercept_unary_unary(self, continuation, client_call_details, request) -> Any:
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(await self._wait.ready(client_call_details), request)
 
 
-class _WaitUnaryStream(grpc.aio.UnaryStreamClientInterceptor):
+class _WaitUnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
     def __init__(self, wait: _PeerWait):
         self._wait = wait
 
-    async def intercept_unary_stream(self, continuation, client_call_details, request) -> Any:
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(await self._wait.ready(client_call_details), request)
 
 
-class _WaitStreamUnary(grpc.aio.StreamUnaryClientInterceptor):
+class _WaitStreamUnary(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
     def __init__(self, wait: _PeerWait):
         self._wait = wait
 
-    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator) -> Any:
+    async def intercept_stream_unary(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
         return await continuation(await self._wait.ready(client_call_details), request_iterator)
 
 
-class _WaitStreamStream(grpc.aio.StreamStreamClientInterceptor):
+class _WaitStreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
     def __init__(self, wait: _PeerWait):
         self._wait = wait
 
-    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator) -> Any:
+    async def intercept_stream_stream(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
         return await continuation(await self._wait.ready(client_call_details), request_iterator)
 
 
@@ -145,11 +147,11 @@ def open_channel(
     if wait_for_peer_s > 0:
         interceptors += [kind(waiting) for kind in (_WaitUnaryUnary, _WaitUnaryStream, _WaitStreamUnary, _WaitStreamStream)]
     if telemetry:
-        interceptors += aio_client_interceptors(tracer_provider=telemetry.tracer_provider)
+        interceptors += aio_client_interceptors(tracer_provider=telemetry.tracer_provider)  # type: ignore[no-untyped-call]  # untyped library
     if identity is not None:
         if not audience:
             raise ValueError("a signed channel needs the audience: the name of the service it reaches")
         interceptors += signing_interceptors(identity, audience)
-    channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=interceptors)
+    channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS, interceptors=interceptors)
     waiting.channel = channel
     return channel

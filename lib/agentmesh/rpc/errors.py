@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 from opentelemetry import trace
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
+
+__all__ = ["core_error_from_rpc", "status_code", "translate_errors"]
 
 log = get_logger("agentmesh.rpc")
 
@@ -22,7 +24,7 @@ def status_code(name: str) -> grpc.StatusCode:
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     if isinstance(exc, AgentmeshError):
         await context.abort(status_code(exc.code), exc.message)
-    log.exception("unhandled error in handler")
+    log.error("unhandled error in handler", exc_info=exc)
     # The exception text stays in the (redacted) log: it may hold paths or credentials.
     ctx = trace.get_current_span().get_span_context()
     where = f"; trace {format(ctx.trace_id, '032x')}" if ctx.is_valid else ""
@@ -36,7 +38,7 @@ def translate_errors(method: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.isasyncgenfunction(method):
 
         @functools.wraps(method)
-        async def stream_wrapper(self, request, context):
+        async def stream_wrapper(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
             try:
                 async for item in method(self, request, context):
                     yield item
@@ -48,12 +50,12 @@ def translate_errors(method: Callable[..., Any]) -> Callable[..., Any]:
         return stream_wrapper
 
     @functools.wraps(method)
-    async def unary_wrapper(self, request, context):
+    async def unary_wrapper(self: Any, request: Any, context: Any) -> Any:
         try:
             return await method(self, request, context)
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every error must become a status
             await _abort(context, exc)
 
     return unary_wrapper

@@ -13,6 +13,8 @@ import grpc
 
 from agentmesh.rpc.handlers import rebuild
 
+__all__ = ["MALFORMED", "MalformedRequestInterceptor"]
+
 
 class _Malformed:
     __slots__ = ()
@@ -39,15 +41,15 @@ def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return decode
 
 
-class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
-    async def intercept_service(self, continuation, handler_call_details):
+class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
+    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
         message = (f"the request is not a valid {_type_name(handler.request_deserializer)} message "
                    f"(the bytes do not decode as protobuf)")
 
-        async def check(request, context: grpc.aio.ServicerContext) -> None:
+        async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
             if request is MALFORMED:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 

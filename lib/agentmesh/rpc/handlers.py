@@ -8,14 +8,19 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 
+__all__ = ["Prelude", "rebuild", "refusal"]
+
 # Runs before the behaviour with (request or None for a request stream, context); may abort.
 Prelude = Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
 
 
 def _behaviour(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
+    behaviour: Callable[..., Any]
     if handler.request_streaming:
-        return handler.stream_stream if handler.response_streaming else handler.stream_unary
-    return handler.unary_stream if handler.response_streaming else handler.unary_unary
+        behaviour = handler.stream_stream if handler.response_streaming else handler.stream_unary
+    else:
+        behaviour = handler.unary_stream if handler.response_streaming else handler.unary_unary
+    return behaviour
 
 
 def rebuild(
@@ -28,14 +33,14 @@ def rebuild(
     """The same method, with `prelude` awaited first; `requests` may wrap a request stream."""
     inner = _behaviour(handler)
 
-    def arguments(request, context):
+    def arguments(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if handler.request_streaming and requests is not None:
             request = requests(request, context)
         return request
 
     if inspect.isasyncgenfunction(inner):
 
-        async def stream_behaviour(request, context):
+        async def stream_behaviour(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             await prelude(None if handler.request_streaming else request, context)
             async for item in inner(arguments(request, context), context):
                 yield item
@@ -43,7 +48,7 @@ def rebuild(
         behaviour: Callable[..., Any] = stream_behaviour
     else:
 
-        async def call_behaviour(request, context):
+        async def call_behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
             await prelude(None if handler.request_streaming else request, context)
             return await inner(arguments(request, context), context)
 
@@ -67,7 +72,7 @@ def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str)
     before the handler runs, so a refused caller could still make the server take in a message
     of the full receive size; a stream handler that never reads ends the call at once."""
 
-    async def refuse(requests, context):
+    async def refuse(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> None:
         await context.abort(code, message)
 
     return grpc.stream_stream_rpc_method_handler(refuse, lambda raw: None, handler.response_serializer)

@@ -23,6 +23,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jwt
 from cryptography import x509
@@ -30,6 +31,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from agentmesh.config import SERVICES, ConfigError
+
+__all__ = [
+    "ALGORITHM",
+    "CLOCK_SKEW_S",
+    "TOKEN_LIFETIME_S",
+    "IdentityError",
+    "KeyDirectory",
+    "KeyFileError",
+    "Principal",
+    "ServiceIdentity",
+]
 
 ALGORITHM = "EdDSA"
 # Long enough for a call to reach its peer, short enough that a token seen in transit is soon useless.
@@ -180,11 +192,12 @@ class ServiceIdentity:
             self._public[service] = key
         return key
 
-    def _decode(self, token: str, issuer: str) -> dict:
-        return jwt.decode(
+    def _decode(self, token: str, issuer: str) -> dict[str, Any]:
+        claims: dict[str, Any] = jwt.decode(
             token, self._key_of(issuer), algorithms=[ALGORITHM], audience=self.service, leeway=CLOCK_SKEW_S,
             options={"require": ["iss", "aud", "sub", "exp", "iat"]},
         )
+        return claims
 
     def verify(self, token: str) -> Principal:
         """The principal a token from another service speaks for, once its signature,

@@ -13,13 +13,16 @@ from agentmesh.config import SERVICES, Settings
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import setup_telemetry
 
+__all__ = ["build_service", "start_service"]
+
 
 async def build_service(name: str, settings: Settings, address: str | None = None) -> ServiceHost:
     if name not in SERVICES:
         raise ValueError(f"unknown service {name!r}; expected one of {', '.join(SERVICES)}")
     module = importlib.import_module(f"agentmesh.{name}.server")
     telemetry = setup_telemetry(name, settings)
-    return await module.build(settings, telemetry, address=address)
+    host: ServiceHost = await module.build(settings, telemetry, address=address)
+    return host
 
 
 async def start_service(name: str, settings: Settings, address: str | None = None) -> ServiceHost:

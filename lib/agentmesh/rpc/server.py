@@ -24,6 +24,8 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.rpcmetrics import RpcMetricsInterceptor
 
+__all__ = ["DEFAULT_MAX_RECEIVE_BYTES", "MAX_MESSAGE_BYTES", "MIB", "PortInUse", "ServiceHost"]
+
 log = get_logger("agentmesh.rpc")
 
 MIB = 1024 * 1024
@@ -32,7 +34,7 @@ MIB = 1024 * 1024
 MAX_MESSAGE_BYTES = 16 * MIB
 DEFAULT_MAX_RECEIVE_BYTES = 4 * MIB
 
-SERVER_OPTIONS = [
+_SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -82,7 +84,7 @@ class ServiceHost:
                 # Innermost: it wraps the servicer's own decoder.
                 MalformedRequestInterceptor(),
             ],
-            options=[*SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)],
+            options=[*_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)],
         )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -146,7 +148,7 @@ class ServiceHost:
         for callback in reversed(self._on_stop):
             try:
                 await callback()
-            except Exception:  # noqa: BLE001 - clean-up must carry on
+            except Exception:  # clean-up must carry on
                 log.exception("clean-up failed")
         self.telemetry.force_flush()
         log.info("service stopped")

@@ -15,23 +15,23 @@ import os
 import socket
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Callable
 from urllib.parse import unquote
 
 from opentelemetry import metrics, trace
-from opentelemetry.propagate import inject
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider, sampling
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from agentmesh.config import ConfigError, Settings, env_float, env_int, env_str
+from agentmesh.config import OtlpExporterSettings, Settings, TelemetrySettings
 from agentmesh.telemetry.instruments import ServiceMetrics
 from agentmesh.telemetry.metricstore import LocalMetricExporter, metric_store_dir
+from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.telemetry.spanstore import LocalSpanExporter, prune_store, span_store_dir
 
-DEFAULT_METRIC_INTERVAL_MS = 60_000
+__all__ = ["Telemetry", "setup_telemetry", "traceparent_env"]
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Telemetry:
     service: str
     tracer_provider: TracerProvider | trace.NoOpTracerProvider
     meter_provider: MeterProvider | metrics.NoOpMeterProvider
-    _closers: list = field(default_factory=list, repr=False)
+    _closers: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -76,126 +76,95 @@ class Telemetry:
                 stop()
 
 
-def traceparent_env() -> dict[str, str]:
-    """`TRACEPARENT` (and `TRACESTATE`) for the current span, for a sandboxed process or pod.
-
-    Empty when no span is recording, so callers can always `env.update(traceparent_env())`.
-    """
-    carrier: dict[str, str] = {}
-    inject(carrier)
-    env = {}
-    if carrier.get("traceparent"):
-        env["TRACEPARENT"] = carrier["traceparent"]
-        if carrier.get("tracestate"):
-            env["TRACESTATE"] = carrier["tracestate"]
-    return env
-
-
 def setup_telemetry(service: str, settings: Settings) -> Telemetry:
     """Build the providers for `service` as `settings.traces` asks: local store, OTLP, or none."""
     if settings.traces == "none":
         return Telemetry(service, trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
-    env = settings.environ
+    config = settings.telemetry
     resource = Resource.create(
         {
-            **_resource_attributes(env),
+            **_resource_attributes(config.resource_attributes),
             "service.name": f"agentmesh-{service}",
             "service.namespace": "agentmesh",
             # Distinguishes replicas: without it their cumulative series collide in Prometheus.
             "service.instance.id": f"{socket.gethostname()}-{os.getpid()}",
         }
     )
-    tracer_provider = TracerProvider(resource=resource, sampler=_sampler(env))
-    interval_ms = env_int(env, "OTEL_METRIC_EXPORT_INTERVAL", DEFAULT_METRIC_INTERVAL_MS, minimum=100)
+    tracer_provider = TracerProvider(resource=resource, sampler=_sampler(config))
+    metric_exporter: MetricExporter
     if settings.traces == "otlp":
-        span_exporter, metric_exporter = _otlp_exporters(env)
+        span_exporter, metric_exporter = _otlp_exporters(config)
         tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
     else:
-        retention_s = env_float(env, "AGENTMESH_TRACES_RETENTION_DAYS", 7.0, minimum=0.01) * 86400
+        retention_s = config.traces_retention_days * 86400
         for directory in (span_store_dir(settings.home), metric_store_dir(settings.home)):
             prune_store(directory, retention_s)
-        max_bytes = env_int(env, "AGENTMESH_TRACES_MAX_MB", 64, minimum=1) * 1024 * 1024
+        max_bytes = config.traces_max_mb * 1024 * 1024
         exporter = LocalSpanExporter(span_store_dir(settings.home), service, max_bytes=max_bytes)
         # A short delay so `agentmesh trace show --last` sees a turn moments after it ends.
         tracer_provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
         metric_exporter = LocalMetricExporter(metric_store_dir(settings.home), service)
-    reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=interval_ms)
+    reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=config.metric_export_interval_ms)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
     return Telemetry(service, tracer_provider, meter_provider)
 
 
-def _resource_attributes(env: Mapping[str, str]) -> dict[str, str]:
-    """OTEL_RESOURCE_ATTRIBUTES from the settings' environment (k8s.pod.name=..., ...)."""
+def _resource_attributes(text: str) -> dict[str, str]:
+    """OTEL_RESOURCE_ATTRIBUTES (k8s.pod.name=..., ...) as a dict."""
     attributes = {}
-    for item in env_str(env, "OTEL_RESOURCE_ATTRIBUTES").split(","):
+    for item in text.split(","):
         key, sep, value = item.partition("=")
         if sep and key.strip():
             attributes[key.strip()] = unquote(value.strip())
     return attributes
 
 
-def _otlp_exporters(env: Mapping[str, str]) -> tuple[Any, Any]:
+def _otlp_exporters(config: TelemetrySettings) -> tuple[SpanExporter, MetricExporter]:
     """OTLP span and metric exporters over gRPC (default) or HTTP/protobuf, per OTEL_EXPORTER_OTLP_*."""
-    exporters = []
-    for signal, path in (("TRACES", "v1/traces"), ("METRICS", "v1/metrics")):
-        protocol = _pick(env, signal, "PROTOCOL") or "grpc"
-        options = _otlp_options(env, signal)
-        if protocol == "grpc":
-            if signal == "TRACES":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Exporter
-            else:
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Exporter
-        elif protocol == "http/protobuf":
-            options.pop("insecure", None)  # the scheme of the URL decides
-            if not env_str(env, f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT") and "endpoint" in options:
-                # The general endpoint is a base URL; each signal has its own path under it.
-                options["endpoint"] = f"{options['endpoint'].rstrip('/')}/{path}"
-            if signal == "TRACES":
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Exporter
-            else:
-                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Exporter
-        else:
-            raise ConfigError(
-                f"OTEL_EXPORTER_OTLP_PROTOCOL must be grpc or http/protobuf, got {protocol!r}"
-            )
-        exporters.append(Exporter(**options))
-    return exporters[0], exporters[1]
+    traces, metrics_ = config.otlp("traces"), config.otlp("metrics")
+    if traces.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+
+        span_exporter: SpanExporter = GrpcSpans(**_otlp_options(traces))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+
+        span_exporter = HttpSpans(**_otlp_options(traces, config.otlp_traces.endpoint, "v1/traces"))
+    if metrics_.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+
+        metric_exporter: MetricExporter = GrpcMetrics(**_otlp_options(metrics_))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+
+        metric_exporter = HttpMetrics(**_otlp_options(metrics_, config.otlp_metrics.endpoint, "v1/metrics"))
+    return span_exporter, metric_exporter
 
 
-def _pick(env: Mapping[str, str], signal: str, suffix: str) -> str:
-    return env_str(env, f"OTEL_EXPORTER_OTLP_{signal}_{suffix}") or env_str(env, f"OTEL_EXPORTER_OTLP_{suffix}")
-
-
-def _otlp_options(env: Mapping[str, str], signal: str) -> dict[str, Any]:
-    """Exporter arguments from OTEL_EXPORTER_OTLP_{signal}_* or OTEL_EXPORTER_OTLP_*, when set.
-
-    Read from the settings' mapping rather than os.environ so the configuration stays one object.
-    """
+def _otlp_options(otlp: OtlpExporterSettings, own_endpoint: str | None = None, path: str = "") -> dict[str, Any]:
+    """Exporter arguments. Over HTTP (`path` given), the scheme of the URL decides security, and
+    a general endpoint is a base URL under which each signal has its own path."""
     options: dict[str, Any] = {}
-    if endpoint := _pick(env, signal, "ENDPOINT"):
-        options["endpoint"] = endpoint
-    if headers := _pick(env, signal, "HEADERS"):
+    if otlp.endpoint:
+        options["endpoint"] = otlp.endpoint
+        if path and not own_endpoint:
+            options["endpoint"] = f"{otlp.endpoint.rstrip('/')}/{path}"
+    if otlp.headers:
         options["headers"] = {
             unquote(k.strip()): unquote(v.strip())
-            for k, sep, v in (item.partition("=") for item in headers.split(","))
+            for k, sep, v in (item.partition("=") for item in otlp.headers.split(","))
             if sep and k.strip()
         }
-    if insecure := _pick(env, signal, "INSECURE"):
-        options["insecure"] = insecure.lower() in ("1", "true", "yes", "on")
-    if timeout := _pick(env, signal, "TIMEOUT"):
-        try:
-            # The standard unit is milliseconds; the exporters take seconds.
-            options["timeout"] = float(timeout) / 1000
-        except ValueError:
-            raise ConfigError(f"OTEL_EXPORTER_OTLP_TIMEOUT must be milliseconds, got {timeout!r}") from None
+    if otlp.insecure is not None and not path:
+        options["insecure"] = otlp.insecure
+    if otlp.timeout_ms is not None:
+        options["timeout"] = otlp.timeout_ms / 1000  # the standard unit is ms; the exporters take seconds
     return options
 
 
-def _sampler(env: Mapping[str, str]) -> sampling.Sampler:
+def _sampler(config: TelemetrySettings) -> sampling.Sampler:
     """OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG; default: parent-based, always on."""
-    name = env_str(env, "OTEL_TRACES_SAMPLER", "parentbased_always_on").lower()
-    ratio = env_float(env, "OTEL_TRACES_SAMPLER_ARG", 1.0, minimum=0.0)
-    ratio = min(ratio, 1.0)
+    ratio = min(config.sampler_arg, 1.0)
     choices = {
         "always_on": sampling.ALWAYS_ON,
         "always_off": sampling.ALWAYS_OFF,
@@ -204,6 +173,4 @@ def _sampler(env: Mapping[str, str]) -> sampling.Sampler:
         "parentbased_always_off": sampling.ParentBased(sampling.ALWAYS_OFF),
         "parentbased_traceidratio": sampling.ParentBased(sampling.TraceIdRatioBased(ratio)),
     }
-    if name not in choices:
-        raise ConfigError(f"OTEL_TRACES_SAMPLER must be one of {', '.join(choices)}; got {name!r}")
-    return choices[name]
+    return choices[config.sampler]

@@ -21,6 +21,28 @@ from typing import Iterator, Mapping
 
 from opentelemetry import metrics
 
+from agentmesh.telemetry.genai import (
+    ERROR_TYPE,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_PROVIDER_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_TOKEN_TYPE,
+)
+
+__all__ = [
+    "GEN_AI_OPERATION_DURATION",
+    "GEN_AI_TOKEN_USAGE",
+    "MEMORY_SEARCH_DURATION",
+    "RPC_SERVER_DURATION",
+    "SANDBOX_WAIT",
+    "TOOL_DURATION",
+    "TOOL_OUTCOMES",
+    "TURNS_IN_FLIGHT",
+    "ServiceMetrics",
+    "ToolTimer",
+]
+
 # --- instrument names (the contract with the dashboards) -----------------------------------
 RPC_SERVER_DURATION = "rpc.server.duration"  # ms, histogram, per gRPC method
 GEN_AI_TOKEN_USAGE = "gen_ai.client.token.usage"  # {token}, histogram, per model call and token type
@@ -98,19 +120,19 @@ class ServiceMetrics:
     ) -> None:
         """One model call: its duration, and its token usage when the provider reported it."""
         attributes = {
-            "gen_ai.operation.name": operation,
-            "gen_ai.provider.name": provider,
-            "gen_ai.request.model": model,
+            GEN_AI_OPERATION_NAME: operation,
+            GEN_AI_PROVIDER_NAME: provider,
+            GEN_AI_REQUEST_MODEL: model,
         }
         if response_model:
-            attributes["gen_ai.response.model"] = response_model
+            attributes[GEN_AI_RESPONSE_MODEL] = response_model
         duration_attributes = dict(attributes)
         if error_type:
-            duration_attributes["error.type"] = error_type
+            duration_attributes[ERROR_TYPE] = error_type
         self.operation_duration.record(max(seconds, 0.0), duration_attributes)
         for token_type, count in (("input", input_tokens), ("output", output_tokens)):
             if count is not None:
-                self.token_usage.record(max(int(count), 0), {**attributes, "gen_ai.token.type": token_type})
+                self.token_usage.record(max(int(count), 0), {**attributes, GEN_AI_TOKEN_TYPE: token_type})
 
     # --- tools ----------------------------------------------------------------------------
 

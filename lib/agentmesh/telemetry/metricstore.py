@@ -11,7 +11,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from opentelemetry.sdk.metrics.export import (
     HistogramDataPoint,
@@ -23,12 +23,14 @@ from opentelemetry.sdk.metrics.export import (
 
 from agentmesh.telemetry.spanstore import read_jsonl_dir
 
+__all__ = ["LocalMetricExporter", "metric_store_dir", "read_metric_points"]
+
 
 def metric_store_dir(home: Path) -> Path:
     return Path(home) / "metrics"
 
 
-def _points(metrics_data: MetricsData) -> Iterable[dict]:
+def _points(metrics_data: MetricsData) -> Iterable[dict[str, Any]]:
     for resource_metrics in metrics_data.resource_metrics:
         service = resource_metrics.resource.attributes.get("service.name", "")
         for scope_metrics in resource_metrics.scope_metrics:
@@ -41,7 +43,7 @@ def _points(metrics_data: MetricsData) -> Iterable[dict]:
                         "name": metric.name,
                         "unit": metric.unit or "",
                         "type": kind,
-                        "attributes": dict(point.attributes or {}),
+                        "attributes": dict[str, Any](point.attributes or {}),
                     }
                     if isinstance(point, HistogramDataPoint):
                         row.update(
@@ -61,7 +63,7 @@ class LocalMetricExporter(MetricExporter):
         self._path = Path(directory) / f"{service}-{os.getpid()}.jsonl"
         self._lock = threading.Lock()
 
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         lines = "".join(json.dumps(row, separators=(",", ":"), default=str) + "\n" for row in _points(metrics_data))
         if not lines:
             return MetricExportResult.SUCCESS
@@ -77,11 +79,11 @@ class LocalMetricExporter(MetricExporter):
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return True
 
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         return None
 
 
-def read_metric_points(directory: Path) -> Iterable[dict]:
+def read_metric_points(directory: Path) -> Iterable[dict[str, Any]]:
     """Every stored data point in file order (later lines are later, cumulative values)."""
     return read_jsonl_dir(directory)
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 
 from agentmesh.telemetry.instruments import ServiceMetrics
 
+__all__ = ["RpcMetricsInterceptor"]
 
-def split_method(full_method: str) -> tuple[str, str]:
+
+def _split_method(full_method: str) -> tuple[str, str]:
     """"/agentmesh.v1.Gateway/Chat" -> ("agentmesh.v1.Gateway", "Chat")."""
     service, _, method = full_method.lstrip("/").rpartition("/")
     return service or "unknown", method or full_method
@@ -40,11 +42,11 @@ def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) 
     return grpc.StatusCode.UNKNOWN
 
 
-class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
+class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     def __init__(self, metrics: ServiceMetrics):
         self._metrics = metrics
 
-    def _record(self, attributes: dict[str, Any], started: float, context, error: BaseException | None) -> None:
+    def _record(self, attributes: dict[str, Any], started: float, context: Any, error: BaseException | None) -> None:
         code = _final_code(context, error)
         self._metrics.rpc_server_duration.record(
             (time.perf_counter() - started) * 1000.0, {**attributes, "rpc.grpc.status_code": code.value[0]}
@@ -58,12 +60,12 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        service, method = split_method(handler_call_details.method)
+        service, method = _split_method(handler_call_details.method)
         attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
 
         if handler.response_streaming:
             behavior = handler.unary_stream or handler.stream_stream
-            wrapped = self._wrap_streaming(behavior, attributes)
+            wrapped: Callable[[Any, Any], Any] = self._wrap_streaming(behavior, attributes)
             factory = grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
         else:
             behavior = handler.unary_unary or handler.stream_unary
@@ -75,8 +77,8 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
-    def _wrap_unary(self, behavior, attributes):
-        async def unary(request_or_iterator, context):
+    def _wrap_unary(self, behavior: Any, attributes: dict[str, Any]) -> Callable[[Any, Any], Awaitable[Any]]:
+        async def unary(request_or_iterator: Any, context: Any) -> Any:
             started = time.perf_counter()
             error: BaseException | None = None
             try:
@@ -92,8 +94,8 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
 
         return unary
 
-    def _wrap_streaming(self, behavior, attributes):
-        async def streaming(request_or_iterator, context):
+    def _wrap_streaming(self, behavior: Any, attributes: dict[str, Any]) -> Callable[[Any, Any], AsyncIterator[Any]]:
+        async def streaming(request_or_iterator: Any, context: Any) -> AsyncIterator[Any]:
             started = time.perf_counter()
             error: BaseException | None = None
             try:

@@ -10,19 +10,22 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
+
+__all__ = ["LocalSpanExporter", "prune_store", "read_jsonl_dir", "read_spans", "span_store_dir"]
 
 
 def span_store_dir(home: Path) -> Path:
     return Path(home) / "traces"
 
 
-def span_to_dict(span: ReadableSpan) -> dict:
+def _span_to_dict(span: ReadableSpan) -> dict[str, Any]:
     ctx = span.get_span_context()
+    assert ctx is not None  # an SDK span always has one
     parent = span.parent
     return {
         "trace_id": format(ctx.trace_id, "032x"),
@@ -43,7 +46,7 @@ def span_to_dict(span: ReadableSpan) -> dict:
     }
 
 
-def _jsonable(value):
+def _jsonable(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return list(value)
@@ -60,7 +63,7 @@ class LocalSpanExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(json.dumps(span_to_dict(s), separators=(",", ":")) + "\n" for s in spans)
+        lines = "".join(json.dumps(_span_to_dict(s), separators=(",", ":")) + "\n" for s in spans)
         try:
             with self._lock:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,12 +97,12 @@ def prune_store(directory: Path, max_age_s: float, now: float | None = None) -> 
     return removed
 
 
-def read_spans(directory: Path) -> Iterable[dict]:
+def read_spans(directory: Path) -> Iterable[dict[str, Any]]:
     """Every stored span, in no particular order; torn last lines are skipped."""
     return read_jsonl_dir(directory)
 
 
-def read_jsonl_dir(directory: Path) -> Iterable[dict]:
+def read_jsonl_dir(directory: Path) -> Iterable[dict[str, Any]]:
     """Every JSON line of every `*.jsonl` file in `directory`, file by file; torn lines are skipped."""
     directory = Path(directory)
     if not directory.is_dir():

@@ -14,10 +14,24 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
+
+__all__ = [
+    "AmbiguousTraceId",
+    "SpanNode",
+    "TraceNotFound",
+    "TraceView",
+    "format_duration",
+    "last_trace_id",
+    "load_trace",
+    "normalize_trace_id",
+    "recent_traces",
+    "render_waterfall",
+    "short_service",
+]
 
 _HEX = re.compile(r"^[0-9a-f]+$")
-MIN_PREFIX = 8
+_MIN_PREFIX = 8
 
 
 class TraceNotFound(LookupError):
@@ -33,20 +47,20 @@ def normalize_trace_id(text: str) -> str:
     value = text.strip().lower()
     if not value or not _HEX.match(value) or len(value) > 32:
         raise ValueError(f"{text!r} is not a trace id: expected up to 32 hexadecimal characters")
-    if len(value) < 32 and len(value) < MIN_PREFIX:
-        raise ValueError(f"trace id prefix {text!r} is too short: give at least {MIN_PREFIX} characters")
+    if len(value) < 32 and len(value) < _MIN_PREFIX:
+        raise ValueError(f"trace id prefix {text!r} is too short: give at least {_MIN_PREFIX} characters")
     return value
 
 
 @dataclass
 class SpanNode:
-    span: dict
+    span: dict[str, Any]
     children: list["SpanNode"] = field(default_factory=list)
     orphan: bool = False  # its parent span is not in the store
 
     @property
     def duration(self) -> float:
-        return max(self.span.get("end", 0) - self.span.get("start", 0), 0.0)
+        return max(float(self.span.get("end", 0)) - float(self.span.get("start", 0)), 0.0)
 
 
 @dataclass
@@ -57,7 +71,7 @@ class TraceView:
     def walk(self) -> Iterator[tuple[SpanNode, int, tuple[bool, ...]]]:
         """Depth-first in start order: (node, depth, for each ancestor level whether it was the last child)."""
 
-        def visit(node: SpanNode, depth: int, lasts: tuple[bool, ...]):
+        def visit(node: SpanNode, depth: int, lasts: tuple[bool, ...]) -> Iterator[tuple[SpanNode, int, tuple[bool, ...]]]:
             yield node, depth, lasts
             for i, child in enumerate(node.children):
                 yield from visit(child, depth + 1, (*lasts, i == len(node.children) - 1))
@@ -66,16 +80,16 @@ class TraceView:
             yield from visit(root, 0, ())
 
     @property
-    def spans(self) -> list[dict]:
+    def spans(self) -> list[dict[str, Any]]:
         return [node.span for node, _, _ in self.walk()]
 
     @property
     def start(self) -> float:
-        return min(s["start"] for s in self.spans)
+        return min(float(s["start"]) for s in self.spans)
 
     @property
     def end(self) -> float:
-        return max(s["end"] for s in self.spans)
+        return max(float(s["end"]) for s in self.spans)
 
     @property
     def duration(self) -> float:
@@ -86,11 +100,11 @@ class TraceView:
         return sorted({s.get("service", "") for s in self.spans})
 
     @property
-    def errors(self) -> list[dict]:
+    def errors(self) -> list[dict[str, Any]]:
         return [s for s in self.spans if s.get("status") == "ERROR"]
 
 
-def _span_lines(directory: Path, needle: str | None = None) -> Iterable[dict]:
+def _span_lines(directory: Path, needle: str | None = None) -> Iterable[dict[str, Any]]:
     directory = Path(directory)
     if not directory.is_dir():
         return
@@ -108,7 +122,7 @@ def _span_lines(directory: Path, needle: str | None = None) -> Iterable[dict]:
             continue  # a file pruned or rotated while we read
 
 
-def build_tree(trace_id: str, spans: Iterable[dict]) -> TraceView:
+def _build_tree(trace_id: str, spans: Iterable[dict[str, Any]]) -> TraceView:
     by_id: dict[str, SpanNode] = {}
     for span in spans:
         # A span exported twice (a retried batch) counts once.
@@ -122,7 +136,9 @@ def build_tree(trace_id: str, spans: Iterable[dict]) -> TraceView:
         else:
             node.orphan = bool(parent_id)
             roots.append(node)
-    key = lambda n: (n.span.get("start", 0), -n.span.get("end", 0))  # noqa: E731
+    def key(n: SpanNode) -> tuple[float, float]:
+        return (n.span.get("start", 0), -n.span.get("end", 0))
+
     for node in by_id.values():
         node.children.sort(key=key)
     roots.sort(key=key)
@@ -142,7 +158,7 @@ def load_trace(directory: Path, trace_id: str) -> TraceView:
             f"(for example {sorted(ids)[0]})"
         )
     full = ids.pop()
-    return build_tree(full, spans)
+    return _build_tree(full, spans)
 
 
 def last_trace_id(directory: Path) -> str | None:
@@ -163,9 +179,9 @@ def last_trace_id(directory: Path) -> str | None:
     return best[1] if best else None
 
 
-def recent_traces(directory: Path, limit: int = 20) -> list[dict]:
+def recent_traces(directory: Path, limit: int = 20) -> list[dict[str, Any]]:
     """Summaries of the latest traces by root end time: trace_id, name, service, start, end, spans, errors."""
-    summaries: dict[str, dict] = {}
+    summaries: dict[str, dict[str, Any]] = {}
     for span in _span_lines(directory):
         info = summaries.setdefault(span["trace_id"], {"trace_id": span["trace_id"], "name": "", "service": "",
                                                        "start": span["start"], "end": span["end"],
@@ -239,10 +255,9 @@ def render_waterfall(view: TraceView, width: int = 120, ascii_only: bool = False
         header,
         f"{'service':<{service_w}}  {'span':<{name_w}}  {'duration':>10}  {'status':<6} {scale}".rstrip(),
     ]
-    for (node, _, lasts), name in zip(rows, names):
+    for (node, _, lasts), full_name in zip(rows, names, strict=True):
         span = node.span
-        if len(name) > name_w:
-            name = name[: name_w - 1] + ("~" if ascii_only else "…")
+        name = full_name if len(full_name) <= name_w else full_name[: name_w - 1] + ("~" if ascii_only else "…")
         status = "ERROR" if span.get("status") == "ERROR" else "ok"
         lines.append(
             f"{short_service(span.get('service', '')):<{service_w}}  {name:<{name_w}}  "

@@ -10,17 +10,17 @@ from typing import Awaitable, Callable
 
 import httpx
 
-from agentmesh.config import LLMSettings
 from agentmesh.agent.providers.anthropic import AnthropicProvider
 from agentmesh.agent.providers.base import ModelProvider, RetryPolicy, build_timeout
 from agentmesh.agent.providers.openai import OpenAIProvider
 from agentmesh.agent.providers.scripted import ScriptedProvider, load_script
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.config import LLMSettings
 from agentmesh.telemetry import Telemetry
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
 
-__all__ = ["ModelProvider", "RetryPolicy", "build_provider", "OpenAIProvider", "AnthropicProvider", "ScriptedProvider"]
+__all__ = ["AnthropicProvider", "ModelProvider", "OpenAIProvider", "RetryPolicy", "ScriptedProvider", "build_provider"]
 
 
 def http_client(timeout_s: float, connect_timeout_s: float, telemetry: Telemetry | None) -> httpx.AsyncClient:
@@ -37,9 +37,10 @@ def http_client(timeout_s: float, connect_timeout_s: float, telemetry: Telemetry
 
 
 def build_provider(
-    llm: LLMSettings, agent: AgentSettings, telemetry: Telemetry | None = None, *, base_url_set: bool = True
+    llm: LLMSettings, agent: AgentSettings, telemetry: Telemetry | None = None
 ) -> tuple[ModelProvider, Callable[[], Awaitable[None]]]:
-    """`base_url_set`: whether AGENTMESH_LLM_BASE_URL was given (else each API's default applies)."""
+    """The provider `llm` names, with its HTTP client's closer. Without a base URL each API's
+    default applies: a local OpenAI-compatible server, or Anthropic's own API."""
     if llm.provider == "scripted":
 
         async def nothing() -> None:
@@ -56,6 +57,6 @@ def build_provider(
     if llm.provider == "anthropic":
         # The shared default base URL is a local OpenAI-compatible server; Anthropic's own API
         # is the sensible default when the provider is anthropic and no URL was given.
-        base_url = llm.base_url if base_url_set else ANTHROPIC_BASE_URL
+        base_url = llm.base_url or ANTHROPIC_BASE_URL
         return AnthropicProvider(client, base_url, llm.api_key, retry), client.aclose
-    return OpenAIProvider(client, llm.base_url, llm.api_key, retry), client.aclose
+    return OpenAIProvider(client, llm.endpoint, llm.api_key, retry), client.aclose

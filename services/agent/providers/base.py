@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Mapping, Protocol
 
 import httpx
 
+from agentmesh.agent.types import ModelEvent, ModelRequest, Retrying
 from agentmesh.errors import (
     AgentmeshError,
     DeadlineExceeded,
@@ -35,7 +36,6 @@ from agentmesh.errors import (
     Unauthenticated,
     Unavailable,
 )
-from agentmesh.agent.types import ModelEvent, ModelRequest, Retrying
 
 # Statuses that mean "try again later" rather than "your request is wrong".
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})

@@ -16,7 +16,6 @@ from typing import Any, AsyncIterator
 import httpx
 from httpx_sse import EventSource, SSEError
 
-from agentmesh.errors import Unavailable
 from agentmesh.agent.providers.base import (
     HttpStreamOpener,
     Redactor,
@@ -37,6 +36,7 @@ from agentmesh.agent.types import (
     ToolSpec,
     Usage,
 )
+from agentmesh.errors import Unavailable
 
 
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -100,8 +100,8 @@ class OpenAIStreamAssembler:
         self.finish_reason = ""
         self.done = False
 
-    def feed(self, chunk: dict[str, Any]) -> list[TextChunk]:
-        out: list[TextChunk] = []
+    def feed(self, chunk: dict[str, Any]) -> list[TextChunk | ReasoningChunk]:
+        out: list[TextChunk | ReasoningChunk] = []
         self.model = chunk.get("model") or self.model
         usage = chunk.get("usage")
         if isinstance(usage, dict):

@@ -27,9 +27,9 @@ import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from agentmesh.config import ConfigError
 from agentmesh.agent.providers.openai import OpenAIStreamAssembler
 from agentmesh.agent.types import ModelEvent, ModelRequest
+from agentmesh.config import ConfigError
 
 TEXT_CHUNK_CHARS = 12
 ARGUMENT_CHUNK_CHARS = 16

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
+__all__ = ["CommandResult", "CommandSpec", "Executor", "NoMetrics", "SandboxMetrics", "SandboxUnavailable"]
+
 
 @dataclass(frozen=True)
 class CommandSpec:

@@ -162,7 +162,7 @@ class JailWatch:
 
 def process_tree(root: int, page: int, max_count: int) -> tuple[int, int]:
     """(processes, resident bytes) of `root` and its descendants; counting stops past `max_count`."""
-    total, pending, seen = 0, [root], set()
+    total, pending, seen = 0, [root], set[int]()
     while pending and len(seen) <= max_count:
         pid = pending.pop()
         if pid in seen:

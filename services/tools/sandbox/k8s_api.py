@@ -26,7 +26,7 @@ from typing import Any, AsyncIterator, Callable
 
 import urllib3
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from agentmesh.logs import get_logger
 
@@ -93,7 +93,7 @@ class KubernetesJobs:
         try:
             response = await self._call(
                 "create_job",
-                lambda: self._batch.create_namespaced_job(self.namespace, body, _preload_content=False),
+                lambda: self._batch.create_namespaced_job(self.namespace, body, _preload_content=False),  # type: ignore[arg-type]  # a manifest dict is accepted
             )
         except KubeApiError as exc:
             if exc.status == 409:

@@ -1,6 +1,6 @@
 """The batch/v1 Job one sandboxed call runs as: a hardened pod, built as a plain dict.
 
-Hardening (DESIGN.md's security baseline): a non-root uid (the tools service's own, so both
+Hardening (docs/architecture.md, "Security baseline"): a non-root uid (the tools service's own, so both
 can write the shared workspace; 65534 if that is root), read-only root file system, all
 capabilities dropped, no privilege escalation, seccomp RuntimeDefault, no service account token,
 no service links in the environment, requests and limits, activeDeadlineSeconds, backoffLimit 0,

@@ -24,6 +24,8 @@ from opentelemetry import trace
 
 from agentmesh.config import ConfigError
 from agentmesh.logs import get_logger
+from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
+from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
@@ -31,7 +33,6 @@ from agentmesh.tools.sandbox.k8s_job import CONTAINER, LABEL_JOB, build_job, job
 from agentmesh.tools.sandbox.k8s_quota import QUOTA_EXIT, quota_message
 from agentmesh.tools.sandbox.k8s_watch import JobTracker, Verdict
 from agentmesh.tools.sandbox.output import CappedOutput
-from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import KubernetesSandbox, SandboxLimits, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
 
@@ -133,7 +134,7 @@ class KubernetesExecutor:
                 "agentmesh.sandbox.job": name,
                 "agentmesh.sandbox.namespace": self._cfg.namespace,
                 "agentmesh.session_id": spec.session_id,
-                "gen_ai.tool.call.id": spec.call_id,
+                GEN_AI_TOOL_CALL_ID: spec.call_id,
                 "agentmesh.sandbox.timeout_s": spec.timeout_s,
             },
         ) as span:
@@ -142,7 +143,7 @@ class KubernetesExecutor:
                 spec,
                 self._cfg,
                 name,
-                current_traceparent(),
+                traceparent_env().get("TRACEPARENT", ""),
                 self._identity,
                 quota_bytes=self._quota.limit_bytes,
                 file_size_bytes=self._limits.file_size_bytes,
@@ -170,7 +171,7 @@ class KubernetesExecutor:
                 remaining = tracker.next_deadline() - time.monotonic()
                 try:
                     kind, obj = await asyncio.wait_for(updates.get(), timeout=max(remaining, 0.01))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     kind, obj = "tick", None
                 if kind == "error":
                     raise obj

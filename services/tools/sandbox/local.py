@@ -25,12 +25,13 @@ from typing import Mapping
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
+from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
+from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics, SandboxUnavailable
 from agentmesh.tools.sandbox.jail_watch import JailInfo, JailWatch
 from agentmesh.tools.sandbox.process import ProcessRun, run_process
 from agentmesh.tools.sandbox.seccomp import compile_filter, filter_fd
-from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
 
@@ -245,13 +246,13 @@ class LocalJail:
             attributes={
                 "agentmesh.sandbox.executor": "local",
                 "agentmesh.session_id": spec.session_id,
-                "gen_ai.tool.call.id": spec.call_id,
+                GEN_AI_TOOL_CALL_ID: spec.call_id,
                 "agentmesh.sandbox.network": spec.network,
                 "agentmesh.sandbox.timeout_s": spec.timeout_s,
                 "agentmesh.sandbox.host_uid": self._host_identity[0] if self._host_identity else os.geteuid(),
             },
         ) as span:
-            jailed = dataclasses.replace(spec, env={**spec.env, "TRACEPARENT": current_traceparent()})
+            jailed = dataclasses.replace(spec, env={**spec.env, **traceparent_env()})
             info = JailInfo()
             asked = time.monotonic()
             loop = asyncio.get_running_loop()

@@ -14,11 +14,12 @@ import shutil
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
-from agentmesh.tools.sandbox.base import CommandResult, CommandSpec
+from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
+from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
+from agentmesh.tools.sandbox.base import CommandResult, CommandSpec
 from agentmesh.tools.sandbox.local import apply_quota, clean_environment, interpret, rlimit_prefix
 from agentmesh.tools.sandbox.process import run_process
-from agentmesh.tools.sandbox.tracecontext import current_traceparent
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
 
@@ -60,9 +61,9 @@ class UnsafeHostExecutor:
         file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
         with self._tracer.start_as_current_span(
             "sandbox.unsafe_process",
-            attributes={"agentmesh.sandbox.executor": self.name, "gen_ai.tool.call.id": spec.call_id},
+            attributes={"agentmesh.sandbox.executor": self.name, GEN_AI_TOOL_CALL_ID: spec.call_id},
         ) as span:
-            env = clean_environment({"TRACEPARENT": current_traceparent()})
+            env = clean_environment(traceparent_env())
             env["HOME"] = str(workspace)
             prlimit = _system_prlimit()
             # prlimit, not preexec_fn: a preexec_fn makes Python fork() instead of vfork(), and
