@@ -14,7 +14,6 @@ import asyncio
 import os
 import sys
 import time
-
 from dataclasses import dataclass
 
 import grpc
@@ -22,9 +21,8 @@ import grpc
 from agentmesh.cli.chat import HumanRenderer
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, call_metadata, load_settings, rpc_failure
 from agentmesh.cli.stack import LocalStack, free_address, port_is_free
-from agentmesh.config import SERVICES
+from agentmesh.config import SERVICES, Settings
 from agentmesh.rpc.client import open_channel
-from agentmesh.config import Settings
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
 DEMO_MESSAGE = (

@@ -23,7 +23,7 @@ def register(subparsers) -> None:
 
 
 def describe(r) -> str:
-    when = dt.datetime.fromtimestamp(r.started_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    when = dt.datetime.fromtimestamp(r.started_at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     span = f"seq {r.seq_from}-{r.seq_to}" if r.seq_to else "no entries"
     line = (f"{when}  {r.session_id}  {r.status} ({r.trigger})  {span}  +{r.added} added, {r.superseded} superseded, "
             f"{r.unchanged} unchanged, {r.skill_drafts} skill drafts  {r.model_calls} model calls, "

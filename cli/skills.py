@@ -94,7 +94,7 @@ def read_skill_dir(root: Path) -> list[memory_pb2.SkillFile]:
 
 
 def _line(info: memory_pb2.SkillInfo) -> str:
-    when = dt.datetime.fromtimestamp(info.created_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    when = dt.datetime.fromtimestamp(info.created_at, dt.UTC).strftime("%Y-%m-%d %H:%M")
     draft = " [draft]" if info.status == "draft" else ""
     return f"{info.name} v{info.version}{draft}  {info.description}  ({when}, {len(info.paths)} files)"
 
@@ -115,7 +115,7 @@ async def list_tools(args) -> int:
         print("no promoted tools")
     else:
         for t in reply.tools:
-            when = dt.datetime.fromtimestamp(t.created_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+            when = dt.datetime.fromtimestamp(t.created_at, dt.UTC).strftime("%Y-%m-%d %H:%M")
             params = ", ".join(json.loads(t.parameters_json).get("properties", {}))
             summary = t.description.splitlines()[0]
             print(f"{t.name}({params}) v{t.version}  {summary}  ({when}, from {t.origin})")

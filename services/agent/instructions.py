@@ -26,10 +26,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentmesh.agent.turn import Capability, Stop, TurnContext
+from agentmesh.agent.types import ChatMessage, StatusEvent
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
-from agentmesh.agent.turn import Capability, Stop
-from agentmesh.agent.types import ChatMessage, StatusEvent
 
 log = get_logger("agentmesh.agent.instructions")
 
@@ -68,7 +68,7 @@ def render(found: Instructions, *, compact: bool = False) -> str:
 
 
 class StandingInstructions(Capability):
-    def __init__(self, ctx, source: InstructionSource):
+    def __init__(self, ctx: TurnContext, source: InstructionSource):
         super().__init__(ctx)
         self._source = source
         self._section = ""

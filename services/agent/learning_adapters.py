@@ -3,16 +3,17 @@ instructions, skills, promoted tools), kept apart from adapters.py so they grow 
 
 from __future__ import annotations
 
-from agentmesh.errors import NotFound
 import json
+
+from google.protobuf import json_format
 
 from agentmesh.agent.instructions import Instructions
 from agentmesh.agent.promoted_tools import StoredTool
 from agentmesh.agent.reflection import Entry
 from agentmesh.agent.skills import SkillPackage, SkillSummary
+from agentmesh.errors import NotFound
 from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
-from google.protobuf import json_format
 
 
 class GrpcInstructions:

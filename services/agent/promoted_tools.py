@@ -19,14 +19,14 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from agentmesh.agent import subagents, toolmaker
+from agentmesh.agent.turn import Capability, Stop, TurnContext
+from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
-from agentmesh.agent import subagents, toolmaker
-from agentmesh.agent.turn import Capability, Stop
-from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall, ToolOutcome, ToolSpec
 
 log = get_logger("agentmesh.agent.promoted_tools")
 
@@ -74,7 +74,7 @@ except (TypeError, ValueError):
 class StoredTool:
     name: str
     description: str
-    parameters: dict
+    parameters: dict[str, Any]
     source: str
     function: str
     version: int
@@ -91,7 +91,7 @@ class PromotedToolStore(Protocol):
 
 
 class PromotedTools(Capability):
-    def __init__(self, ctx, store: PromotedToolStore):
+    def __init__(self, ctx: TurnContext, store: PromotedToolStore):
         super().__init__(ctx)
         self._store = store
         self._tools: dict[str, tuple[StoredTool, ArgumentsSchema]] = {}
@@ -114,7 +114,7 @@ class PromotedTools(Capability):
         for tool in stored:
             try:
                 self._add(tool)
-            except Exception:  # noqa: BLE001 - one bad record must not cost the others
+            except Exception:
                 log.exception("a stored promoted tool has an unusable schema", tool=tool.name)
         return None
 
@@ -179,7 +179,7 @@ class PromotedTools(Capability):
         return ToolOutcome(call_id=call.call_id, name=call.name, output=ran.stdout.strip(), stdout=ran.stdout,
                            stderr=ran.stderr, duration_ms=ran.duration_ms, data={"version": tool.version})
 
-    async def _sandboxed(self, call: ToolCall, tool: str, arguments: dict, purpose: str) -> ToolOutcome:
+    async def _sandboxed(self, call: ToolCall, tool: str, arguments: dict[str, Any], purpose: str) -> ToolOutcome:
         """One call of the tools service's `tool`, in the session's sandbox."""
         return await self.ctx.agent.tools.execute(
             subagents.workspace_of(self.ctx.request),

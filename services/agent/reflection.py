@@ -29,13 +29,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentmesh.errors import AgentmeshError
-from agentmesh.logs import get_logger
 from agentmesh.agent.context import clip
 from agentmesh.agent.model_call import traced_model_call
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.turn import Capability, Stop
 from agentmesh.agent.types import ChatMessage, ModelRequest, StatusEvent, Usage
+from agentmesh.errors import AgentmeshError
+from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
 
 log = get_logger("agentmesh.agent.reflection")
@@ -156,7 +156,7 @@ class Reflector:
         self._max_tokens = max_tokens
 
     async def reflect(self, session_id: str, trigger: str = "on demand") -> dict[str, Any]:
-        """Reflect once and record the run (as a ReflectionRun dict), whatever happens. Raises
+        """Reflect once and record the run (as a ReflectionRun dict[str, Any]), whatever happens. Raises
         only when the session cannot be found or the run cannot be recorded."""
         namespace = await self._backend.namespace_of(session_id)
         started = time.time()

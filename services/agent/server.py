@@ -8,6 +8,8 @@ import contextlib
 import time
 from typing import Any
 
+from google.protobuf import json_format
+
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters import GrpcBackgroundCommands, GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts
 from agentmesh.agent.learning import LearningSources
@@ -29,7 +31,6 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2
-from google.protobuf import json_format
 
 log = get_logger("agentmesh.agent")
 

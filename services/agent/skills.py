@@ -15,12 +15,12 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
+from agentmesh.agent import subagents
+from agentmesh.agent.turn import Capability, Stop, TurnContext
+from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError, NotFound
 from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
-from agentmesh.agent import subagents
-from agentmesh.agent.turn import Capability, Stop
-from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall, ToolOutcome, ToolSpec
 
 log = get_logger("agentmesh.agent.skills")
 
@@ -77,7 +77,7 @@ def render(found: list[SkillSummary]) -> str:
 
 
 class Skills(Capability):
-    def __init__(self, ctx, source: SkillSource):
+    def __init__(self, ctx: TurnContext, source: SkillSource):
         super().__init__(ctx)
         self._source = source
         self._listed: list[SkillSummary] = []
@@ -112,7 +112,7 @@ class Skills(Capability):
             return ToolOutcome.error(call, "not_found", f"error: there is no skill named {name!r}; skills: {known}")
         except AgentmeshError as exc:
             return ToolOutcome.error(call, "unavailable", f"error: could not load skill {name!r}: {exc.message}")
-        copied = []
+        copied: list[str] = []
         for path, content in package.files:
             target = f"{WORKSPACE_DIR}/{package.name}/{path}"
             written = await self.ctx.agent.tools.execute(

@@ -12,8 +12,6 @@ from typing import Awaitable, Callable
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agentmesh.errors import AgentmeshError
-from agentmesh.logs import get_logger
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import (
@@ -27,6 +25,7 @@ from agentmesh.agent.types import (
     ToolResultEvent,
     tool_message,
 )
+from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.genai import ERROR_TYPE, GEN_AI_TOOL_CALL_ID, GEN_AI_TOOL_NAME, execute_tool_span

@@ -57,7 +57,7 @@ def schema_of(node: ast.expr, where: str) -> dict[str, Any]:
         args = list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
         if outer in ("list", "List", "Sequence") and len(args) == 1:
             return {"type": "array", "items": schema_of(args[0], where)}
-        if outer in ("dict", "Dict", "Mapping") and len(args) == 2:
+        if outer in ("dict[str, Any]", "Dict", "Mapping") and len(args) == 2:
             if _name(args[0]) != "str":
                 raise ToolRefused(f"{where}: dictionary keys must be str (JSON object keys are strings)")
             return {"type": "object", "additionalProperties": schema_of(args[1], where)}
@@ -96,8 +96,8 @@ def describe(source: str, function: str) -> MadeTool:
         raise ToolRefused(f"{function} takes *args, **kwargs or positional-only parameters; "
                           "a tool takes named parameters only")
     params = a.args + a.kwonlyargs
-    defaults = dict(zip([p.arg for p in a.args][len(a.args) - len(a.defaults):], a.defaults))
-    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    defaults = dict(zip([p.arg for p in a.args][len(a.args) - len(a.defaults):], a.defaults, strict=True))
+    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
     missing = [p.arg for p in params if p.annotation is None]
     if missing or fn.returns is None:
         what = ", ".join(repr(m) for m in missing) + (" and the return value" if fn.returns is None and missing else "")
@@ -106,6 +106,7 @@ def describe(source: str, function: str) -> MadeTool:
     properties: dict[str, Any] = {}
     required: list[str] = []
     for p in params:
+        assert p.annotation is not None  # checked above: every parameter has a hint
         prop = schema_of(p.annotation, f"parameter {p.arg!r}")
         if p.arg in defaults:
             try:

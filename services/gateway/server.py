@@ -6,20 +6,20 @@ from __future__ import annotations
 import contextlib
 
 from agentmesh.config import Settings
+from agentmesh.errors import Unavailable
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, MemorySessions, ToolsWorkspaces
+from agentmesh.gateway.profiles import MemoryProfiles
+from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.gateway.settings import GatewaySettings
-from agentmesh.errors import Unavailable
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import ServiceHost
-from agentmesh.gateway.profiles import MemoryProfiles
-from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 

@@ -9,6 +9,7 @@ reflection reads only what came after; a failed run leaves it, so the stretch is
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id, validate_namespace
@@ -24,13 +25,13 @@ class Reflections:
         self._documents = documents
         self._lock = asyncio.Lock()
 
-    async def state(self, namespace: str, session_id: str) -> dict:
+    async def state(self, namespace: str, session_id: str) -> dict[str, Any]:
         namespace, session_id = validate_namespace(namespace), validate_id(session_id)
         found = await self._documents.get_document(KIND, namespace, session_id)
         return found or {"session_id": session_id, "last_seq": 0, "runs": []}
 
-    async def record(self, run: dict) -> dict:
-        """`run`: a ReflectionRun as a dict (proto field names)."""
+    async def record(self, run: dict[str, Any]) -> dict[str, Any]:
+        """`run`: a ReflectionRun as a dict[str, Any] (proto field names)."""
         namespace, session_id = validate_namespace(run.get("namespace", "")), validate_id(run.get("session_id", ""))
         status = run.get("status", "")
         if status not in (*MOVES_CURSOR, "failed"):
@@ -43,10 +44,10 @@ class Reflections:
             await self._documents.put_document(KIND, namespace, session_id, state)
         return state
 
-    async def list(self, namespace: str, session_id: str = "", limit: int = 50) -> list[dict]:
+    async def list(self, namespace: str, session_id: str = "", limit: int = 50) -> list[dict[str, Any]]:
         namespace = validate_namespace(namespace)
         if session_id:
-            runs = (await self.state(namespace, session_id))["runs"]
+            runs: list[dict[str, Any]] = list((await self.state(namespace, session_id))["runs"])
         else:
             runs = [r for _, doc in await self._documents.list_documents(KIND, namespace) for r in doc["runs"]]
         runs.sort(key=lambda r: float(r.get("started_at", 0)), reverse=True)

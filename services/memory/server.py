@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
@@ -18,19 +19,18 @@ from agentmesh.memory.convert import (
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.profiles import Profile, Profiles
+from agentmesh.memory.promoted import PromotedTool, PromotedTools
 from agentmesh.memory.qdrant_documents import QdrantDocuments
 from agentmesh.memory.qdrant_store import QdrantStore
-from agentmesh.memory.promoted import PromotedTool, PromotedTools
 from agentmesh.memory.reflections import Reflections
-from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
 from agentmesh.memory.settings import MemorySettings
+from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
-from google.protobuf import json_format
 
 log = get_logger("agentmesh.memory")
 
@@ -249,7 +249,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         memories = Memories(store, embedder, memory_settings, tracer=telemetry.tracer)
         await memories.open()
         # Standing instructions (and later skills) share the store's client: one per directory.
-        documents = QdrantDocuments(store._client, store._run, local=store.local)
+        client, run = store.shared()
+        documents = QdrantDocuments(client, run, local=store.local)
         await documents.open()
     except BaseException:
         await store.close()

@@ -23,7 +23,7 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 
@@ -182,7 +182,7 @@ class Skills:
         async with self._locks.setdefault((namespace, name), asyncio.Lock()):
             head = await self._documents.get_document(KIND, namespace, name)
             drafts = [int(v) for v, s in (head or {}).get("versions", {}).items() if s == "draft"]
-            if not drafts:
+            if head is None or not drafts:
                 raise NotFound(f"skill {name!r} has no draft to approve in namespace {namespace!r}")
             version = max(drafts)
             head["versions"][str(version)] = "active"
@@ -210,12 +210,12 @@ class Skills:
         return auto_accept
 
 
-def _info_dict(info: SkillInfo) -> dict:
+def _info_dict(info: SkillInfo) -> dict[str, Any]:
     return {"namespace": info.namespace, "name": info.name, "description": info.description, "version": info.version,
             "paths": list(info.paths), "created_at": info.created_at, "source": info.source}
 
 
-def _info_from(stored: dict, head: dict) -> SkillInfo:
+def _info_from(stored: dict[str, Any], head: dict[str, Any]) -> SkillInfo:
     status = head.get("versions", {}).get(str(stored["version"]), "active")
     return SkillInfo(namespace=stored["namespace"], name=stored["name"], description=stored["description"],
                      version=int(stored["version"]), status=status, paths=tuple(stored["paths"]),

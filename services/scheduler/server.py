@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-
 import os
 import socket
 import uuid
@@ -18,11 +17,6 @@ from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.scheduler.clock import SystemClock
 from agentmesh.scheduler.engine import Scheduler
 from agentmesh.scheduler.gateway_target import GatewayRunTarget
-from agentmesh.scheduler.jobs import EDITABLE_FIELDS
-from agentmesh.scheduler.leader import FileLeaderLock, LeaseLeaderLock, kubernetes_lease_api
-from agentmesh.scheduler.model import Job, Run
-from agentmesh.scheduler.ports import Clock, LeaderLock
-from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.idle_reflection import (
     GatewaySessions,
     IdleReflections,
@@ -30,6 +24,11 @@ from agentmesh.scheduler.idle_reflection import (
     ReflectionClaims,
     run_while_leading,
 )
+from agentmesh.scheduler.jobs import EDITABLE_FIELDS
+from agentmesh.scheduler.leader import FileLeaderLock, LeaseLeaderLock, kubernetes_lease_api
+from agentmesh.scheduler.model import Job, Run
+from agentmesh.scheduler.ports import Clock, LeaderLock
+from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import SqliteStore
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import scheduler_pb2, scheduler_pb2_grpc

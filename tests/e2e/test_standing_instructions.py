@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import grpc
 
-from agentmesh.rpc.client import open_channel
-from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import gateway_pb2, memory_pb2_grpc
 from tests.e2e.conftest import chat, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
@@ -21,9 +20,7 @@ PROJECT = "The project is agentmesh, a Python gRPC service mesh."
 
 def user_memory_stub(stack: Stack) -> memory_pb2_grpc.MemoryStub:
     """The memory service as a user (the CLI, an SDK) reaches it: no service token."""
-    channel = open_channel(stack.addresses["memory"])
-    stack._channels.append(channel)
-    return memory_pb2_grpc.MemoryStub(channel)
+    return memory_pb2_grpc.MemoryStub(stack.user_channel("memory"))
 
 
 async def set_part(stub, namespace: str, part: str, text: str) -> gateway_pb2.Profile:
