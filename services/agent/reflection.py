@@ -156,7 +156,7 @@ class Reflector:
         self._max_tokens = max_tokens
 
     async def reflect(self, session_id: str, trigger: str = "on demand") -> dict[str, Any]:
-        """Reflect once and record the run (as a ReflectionRun dict[str, Any]), whatever happens. Raises
+        """Reflect once and record the run (as a ReflectionRun dict), whatever happens. Raises
         only when the session cannot be found or the run cannot be recorded."""
         namespace = await self._backend.namespace_of(session_id)
         started = time.time()

@@ -57,7 +57,7 @@ def schema_of(node: ast.expr, where: str) -> dict[str, Any]:
         args = list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
         if outer in ("list", "List", "Sequence") and len(args) == 1:
             return {"type": "array", "items": schema_of(args[0], where)}
-        if outer in ("dict[str, Any]", "Dict", "Mapping") and len(args) == 2:
+        if outer in ("dict", "Dict", "Mapping") and len(args) == 2:
             if _name(args[0]) != "str":
                 raise ToolRefused(f"{where}: dictionary keys must be str (JSON object keys are strings)")
             return {"type": "object", "additionalProperties": schema_of(args[1], where)}

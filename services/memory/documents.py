@@ -2,7 +2,7 @@
 and promoted tools next. Kept apart from the memory store's port on purpose: these are records
 read by key, never searched by meaning, so they need no vectors and no embedder.
 
-A document is addressed by (kind, namespace, key) and is a JSON-like dict[str, Any]. Writes are durable
+A document is addressed by (kind, namespace, key) and is a JSON-like dict. Writes are durable
 once a call returns; the same address always lands on the same record (a put replaces).
 `qdrant_documents.QdrantDocuments` implements it in the Qdrant store the memory service already
 uses (embedded, or a server in a cluster), so documents live where transcripts live — never on

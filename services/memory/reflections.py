@@ -31,7 +31,7 @@ class Reflections:
         return found or {"session_id": session_id, "last_seq": 0, "runs": []}
 
     async def record(self, run: dict[str, Any]) -> dict[str, Any]:
-        """`run`: a ReflectionRun as a dict[str, Any] (proto field names)."""
+        """`run`: a ReflectionRun as a dict (proto field names)."""
         namespace, session_id = validate_namespace(run.get("namespace", "")), validate_id(run.get("session_id", ""))
         status = run.get("status", "")
         if status not in (*MOVES_CURSOR, "failed"):
