@@ -5,15 +5,28 @@ PY     := $(VENV)/bin/python
 PROTOS := $(wildcard protos/agentmesh/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
-.PHONY: install system-packages stubs demo lint test bench up clean wheels images
+.PHONY: install system-packages browser stubs demo lint test bench up clean wheels images
 
-install: system-packages $(VENV)/.installed $(STUBS)
+install: system-packages $(VENV)/.installed $(STUBS) browser
 
 # bubblewrap and libseccomp2, installed when missing (as root or with passwordless sudo); else
 # it stops with the command that installs them. SYSTEM_PACKAGES=skip leaves the machine alone.
 system-packages:
 ifneq ($(SYSTEM_PACKAGES),skip)
 	@bash scripts/system-packages.sh $(PYTHON)
+endif
+
+# The web console's tests run in Debian's chromium; without it they are skipped, with a reason
+# (so a failed install only warns).
+browser:
+ifneq ($(SYSTEM_PACKAGES),skip)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO="sudo -n"; \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium \
+	      || echo "warning: could not install chromium; the browser tests will be skipped"; \
+	  else echo "note: no apt-get here; install chromium to run the browser tests"; fi; }
 endif
 
 $(VENV)/.installed: pyproject.toml

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from agentmesh.rpc.client import open_channel
-from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import gateway_pb2, learning_pb2, memory_pb2, memory_pb2_grpc
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 
@@ -63,7 +63,7 @@ async def measure_prompt(stack: Stack, llm: ScriptedLLMServer, skills: int) -> l
     memory = memory_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))
     gateway = stack.gateway_stub()
     for part, text in (("soul", SOUL), ("user", USER), ("project", PROJECT)):
-        await memory.SetProfile(gateway_pb2.SetProfileRequest(namespace="rich", part=part, text=text), timeout=10)
+        await memory.SetProfile(learning_pb2.SetProfileRequest(namespace="rich", part=part, text=text), timeout=10)
     for i in range(skills):
         await memory.PutSkill(memory_pb2.PutSkillRequest(
             namespace="rich", files=[memory_pb2.SkillFile(path="SKILL.md", content=skill_md(i))]), timeout=10)
@@ -104,11 +104,11 @@ async def measure_reflection(stack: Stack, llm: ScriptedLLMServer, turns: int) -
     before = len(llm.requests)
     llm.add(reply(answer))
     started = time.perf_counter()
-    first = (await gateway.Reflect(gateway_pb2.ReflectRequest(session_id=session), timeout=120)).run
+    first = (await gateway.Reflect(learning_pb2.ReflectRequest(session_id=session), timeout=120)).run
     first_s = time.perf_counter() - started
     sent = sum(len(m["content"] or "") for m in llm.requests[before].body["messages"])
     started = time.perf_counter()
-    second = (await gateway.Reflect(gateway_pb2.ReflectRequest(session_id=session), timeout=120)).run
+    second = (await gateway.Reflect(learning_pb2.ReflectRequest(session_id=session), timeout=120)).run
     second_s = time.perf_counter() - started
     return {"turns": turns, "entries": first.seq_to - first.seq_from + 1, "calls": first.model_calls,
             "in_tokens": sent // 4, "out_tokens": len(answer) // 4, "first_ms": first_s * 1000,

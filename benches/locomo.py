@@ -8,8 +8,11 @@ created_at, turns one second apart). For each question of categories 1-4 with ev
 conversation: search with the question, top 10; recall@5 and recall@10 = share of evidence
 turns in the top k; MRR over the top 10. Beside it, in the same run, plain BM25 in plain Python
 (k1 1.2, b 0.75, stop words) over the bare turn text (the README's reference) and over the
-same memory text the service gets. The service runs in-process on embedded Qdrant (the same
-core and adapter as over gRPC, minus the wire); latency is one search call end to end.
+same memory text the service gets. The service core runs in-process on the embedded store,
+Qdrant Edge (the same core and adapter as over gRPC, minus the wire); latency is one search call
+end to end. `--stores edge,local` also runs the configurations on the old embedded store
+(qdrant-client local mode) in the same run, and the `edge-bm25` rows swap text.py's BM25 encoder
+for Qdrant Edge's own `Bm25` embedder (its tokenizer, Snowball stemmer and stop words).
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
 from agentmesh.memory.memories import Memories, MemoryQuery, RememberItem
-from agentmesh.memory.qdrant_store import DENSE, SPARSE, PointFilter, QdrantStore
+from agentmesh.memory.ports import DENSE, SPARSE, PointFilter
+from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
-from agentmesh.memory.text import STOP_WORDS
+from agentmesh.memory.text import STOP_WORDS, SparseEncoder, Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo-dev.json"
@@ -57,6 +62,25 @@ CONFIGS: dict[str, tuple[dict, str]] = {
     "default": ({}, "fused"),
 }
 QUICK = ["sparse", "dense", "rrf", "sparse+ctx+dates", "default"]
+
+
+class EdgeBm25Encoder:
+    """Qdrant Edge's own BM25 embedder behind text.py's encoder interface (`document`, `query`).
+
+    Context texts are appended as plain words (Edge's embedder has no per-text weight)."""
+
+    def __init__(self):
+        import qdrant_edge
+
+        self._bm25 = qdrant_edge.Bm25(qdrant_edge.Bm25Config(k=1.2, b=0.75, avg_len=20.0, language="english"))
+
+    def document(self, text: str, context=()) -> tuple[list[int], list[float]]:
+        v = self._bm25.embed_document(" ".join([text, *(t for t, _ in context)]))
+        return list(v.indices), list(v.values)
+
+    def query(self, text: str) -> tuple[list[int], list[float]]:
+        v = self._bm25.embed_query(text)
+        return list(v.indices), list(v.values)
 
 
 @dataclasses.dataclass
@@ -169,13 +193,24 @@ def make_embedder(name: str, settings: MemorySettings):
 
 
 async def run_service(
-    conversations: list[Conversation], embedder_name: str, overrides: dict, retriever: str, env: dict[str, str]
+    conversations: list[Conversation],
+    embedder_name: str,
+    overrides: dict,
+    retriever: str,
+    env: dict[str, str],
+    store_kind: str = "edge",
+    sparse_encoder: str = "agentmesh",
 ) -> tuple[Scores, float]:
     settings = dataclasses.replace(MemorySettings.from_env(env), **overrides)
     with tempfile.TemporaryDirectory() as home:
-        store = QdrantStore.open(Path(home), layout=settings.layout)
+        if store_kind == "edge":
+            store = EdgeStore(Path(home), layout=settings.layout, index_after=settings.index_after)
+        else:
+            store = QdrantStore.connect(path=Path(home) / "qdrant", layout="per-namespace")
+        await store.open()
         embedder = make_embedder(embedder_name, settings)
-        memories = Memories(store, embedder, settings)
+        sparse = EdgeBm25Encoder() if sparse_encoder == "edge-bm25" else None
+        memories = Memories(store, embedder, settings, sparse=sparse)
         try:
             await memories.open()
             started = time.perf_counter()
@@ -210,7 +245,7 @@ async def run_service(
                             vector = (await embedder.embed([question]))[0]
                             rows = await store.ranked(f, vector, DENSE, K)
                         else:
-                            rows = await store.ranked(f, memories._sparse.query(question), SPARSE, K)  # noqa: SLF001 - scores the sparse encoder alone
+                            rows = await store.ranked(f, (sparse or SparseEncoder(Tokenizer())).query(question), SPARSE, K)
                         ranked = [p["metadata"]["dia_id"] for _, _, p in rows]
                     scores.latencies.append(time.perf_counter() - t0)
                     scores.add(ranked, evidence)
@@ -224,14 +259,14 @@ async def grpc_latency(conv: Conversation) -> str:
     """The whole service over real gRPC: Import one conversation, then Search each question (k 5)."""
     from agentmesh.config import Settings
     from agentmesh.memory.client import MemoryClient
-    from agentmesh.rpc.client import open_channel
     from agentmesh.rpc.launch import start_service
     from agentmesh.v1 import memory_pb2
+    from tests.support.identities import signed_channel
 
     with tempfile.TemporaryDirectory() as home:
         env = {"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "none"}
         host = await start_service("memory", Settings.from_env(env), "127.0.0.1:0")
-        channel = open_channel(host.target)
+        channel = signed_channel(Path(home) / "keys", "agent", "memory", host.target)
         try:
             client = MemoryClient(channel)
             requests = [
@@ -276,6 +311,8 @@ async def main(argv: list[str]) -> int:
         help="comma-separated: hashing,local,openai (default: hashing, and local when installed)",
     )
     parser.add_argument("--configs", default="", help=f"comma-separated of: {', '.join(CONFIGS)}; 'all' for every one")
+    parser.add_argument("--stores", default="edge", help="comma-separated: edge (Qdrant Edge), local (the old local mode)")
+    parser.add_argument("--sparse", default="agentmesh,edge-bm25", help="BM25 encoders: agentmesh (text.py), edge-bm25")
     args = parser.parse_args(argv)
     if not args.path.is_file():
         print(f"no LoCoMo data at {args.path}; pass its path", file=sys.stderr)
@@ -303,15 +340,24 @@ async def main(argv: list[str]) -> int:
     ]
     print_table(rows)
     env = dict(__import__("os").environ)
-    for embedder in embedders:
-        for name in names:
-            overrides, retriever = CONFIGS[name]
-            if retriever == "sparse" and embedder != embedders[0]:
-                continue  # the sparse side does not depend on the embedder
-            scores, rate = await run_service(conversations, embedder, overrides, retriever, env)
-            label = f"service {name} [{embedder if retriever != 'sparse' else 'bm25'}]"
-            rows.append((label, scores, f"{rate:.0f}"))
-            print_table(rows[-1:], header=False)
+    for store_kind in [s for s in args.stores.split(",") if s]:
+        for encoder in [e for e in args.sparse.split(",") if e]:
+            if store_kind != "edge" and encoder != "agentmesh":
+                continue
+            for embedder in embedders:
+                for name in names:
+                    overrides, retriever = CONFIGS[name]
+                    if retriever == "sparse" and embedder != embedders[0]:
+                        continue  # the sparse side does not depend on the embedder
+                    if retriever == "dense" and encoder != "agentmesh":
+                        continue  # nor the dense side on the BM25 encoder
+                    scores, rate = await run_service(
+                        conversations, embedder, overrides, retriever, env, store_kind, encoder
+                    )
+                    side = embedder if retriever != "sparse" else "bm25"
+                    label = f"{store_kind} {name} [{side}{'' if encoder == 'agentmesh' else ', ' + encoder}]"
+                    rows.append((label, scores, f"{rate:.0f}"))
+                    print_table(rows[-1:], header=False)
     print(await grpc_latency(conversations[0]))
     return 0
 

@@ -1,14 +1,23 @@
-"""Long-term memory at scale, embedded mode: ingest throughput and search latency p50/p99.
+"""Long-term memory at scale on the embedded store: search and append latency, RSS, and searches
+while indexes are being built; beside it, the old local mode and a single-process baseline.
 
-    .venv/bin/python -m benches.memory_scale [--sizes 10000,100000] [--queries 100] [--budget-s 600]
+    .venv/bin/python -m benches.memory_scale [--sizes 10000,100000] [--million] [--queries 200]
+        [--layouts per-namespace,shared] [--local-sizes 2000,10000] [--local-budget-s 300]
 
-One namespace is filled with synthetic memories (sentences over a 20k-word vocabulary with a
-Zipf-like spread, so BM25 has common and rare words) through the service core's Import in
-batches of 256, on embedded Qdrant (qdrant-client local mode, persisted under a temp home),
-hashing embedder. Then hybrid searches with 4-6 words drawn from stored memories. Beside it,
-the baseline a single-process server would have: the same memories in plain Python lists with
-BM25 computed by a loop over an inverted index, same queries. When filling a size would take
-longer than --budget-s, the run stops there and reports the size reached.
+For each layout and size, the memory service runs as its own `agentmesh serve memory` process on
+a fresh home (Qdrant Edge, hashing embedder). Two other namespaces get size/10 memories each, then
+the measured namespace is filled with `size` synthetic memories (sentences over a 20k-word
+vocabulary with a Zipf-like spread) through the Import RPC in batches of 256. Then:
+
+- **during indexing**: Search RPCs back to back while the service builds indexes off-process
+  (edge_shards.py), p50/p99/max; the service's log says when a build starts and ends;
+- **steady**: Search RPC p50/p99 (k=10, 4-6 words drawn from a stored memory) once no build runs;
+- **RSS** of the service process at that point; **AppendMessages** RPC p50 (one message).
+
+Beside it, in this process: AppendMessages through the transcripts core on Edge and on local mode
+(what the service does inside, without gRPC); local mode's hybrid search at the sizes it can
+fill within --local-budget-s; and the baseline a single-process server would have: the same
+memories in Python lists, BM25 by a loop over an inverted index, the same queries.
 """
 
 from __future__ import annotations
@@ -16,7 +25,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import random
+import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -24,10 +36,15 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from agentmesh.memory.client import MemoryClient
+from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder
 from agentmesh.memory.memories import Memories, RememberItem
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
+from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
+from agentmesh.v1 import common_pb2, memory_pb2
+from tests.support.identities import signed_channel
 
 BATCH = 256
 
@@ -50,6 +67,12 @@ def sentences(n: int, seed: int = 7) -> list[str]:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def ms(values: list[float], q: float | None = None) -> float:
+    if not values:
+        return float("nan")
+    return (statistics.median(values) if q is None else percentile(values, q)) * 1000
 
 
 def baseline_bm25(texts: list[str], queries: list[str]) -> list[float]:
@@ -76,64 +99,203 @@ def baseline_bm25(texts: list[str], queries: list[str]) -> list[float]:
     return latencies
 
 
-async def run_size(size: int, n_queries: int, budget_s: float) -> dict:
-    texts = sentences(size)
-    rng = random.Random(size)
+def make_queries(texts: list[str], n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(texts[rng.randrange(len(texts))].split(), 4)) for _ in range(n)]
+
+
+class ServiceProcess:
+    """`agentmesh serve memory` on its own home; follows its log for index builds."""
+
+    def __init__(self, home: Path, env: dict[str, str]):
+        self.env = {**os.environ, "AGENTMESH_HOME": str(home), "AGENTMESH_LISTEN_ADDR": "127.0.0.1:0",
+                    "AGENTMESH_TRACES": "none", **env}
+        self.proc: asyncio.subprocess.Process | None = None
+        self.builds_started = 0
+        self.builds_done = 0
+        self.build_log: list[str] = []
+
+    async def start(self) -> str:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agentmesh.cli.main", "serve", "memory", env=self.env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, limit=1 << 20,
+        )
+        while True:
+            line = (await self.proc.stdout.readline()).decode()
+            if not line:
+                raise RuntimeError("the memory service did not start")
+            if "service started" in line:
+                port = re.search(r'"port": (\d+)', line).group(1)
+                asyncio.get_running_loop().create_task(self._follow())
+                return f"127.0.0.1:{port}"
+
+    async def _follow(self) -> None:
+        while line := (await self.proc.stdout.readline()).decode():
+            if '"memory shard indexing"' in line:
+                self.builds_started += 1
+            elif '"memory shard indexed"' in line or "index build failed" in line:
+                self.builds_done += 1
+                self.build_log.append(line.strip())
+
+    @property
+    def indexing(self) -> bool:
+        return self.builds_started > self.builds_done
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    async def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        await self.proc.wait()
+
+
+async def fill(client: MemoryClient, namespace: str, texts: list[str]) -> float:
+    started = time.perf_counter()
+    for start in range(0, len(texts), BATCH):
+        batch = [memory_pb2.RememberRequest(text=t, kind="knowledge") for t in texts[start : start + BATCH]]
+        await client.import_memories(batch, namespace=namespace)
+    return len(texts) / (time.perf_counter() - started)
+
+
+async def run_edge(size: int, layout: str, n_queries: int, texts: list[str]) -> dict:
+    others = sentences(size // 10, seed=size + 1)
+    queries = make_queries(texts, n_queries, size)
+    with tempfile.TemporaryDirectory() as home:
+        service = ServiceProcess(Path(home), {"AGENTMESH_MEMORY_LAYOUT": layout})
+        target = await service.start()
+        # The memory service takes transcript writes from the agent only: the bench signs as it.
+        channel = signed_channel(Path(home) / "keys", "agent", "memory", target)
+        client = MemoryClient(channel, target=target, timeout_s=120)
+        try:
+            for other in ("other-a", "other-b"):
+                await fill(client, other, others)
+            ingest = await fill(client, "scale", texts)
+            # Searches while indexes are built (if a build runs now), for at least a few seconds.
+            during, t0, i = [], time.perf_counter(), 0
+            while service.indexing or (during and time.perf_counter() - t0 < 3):
+                q = time.perf_counter()
+                await client.search(queries[i % len(queries)], namespace="scale", k=10)
+                during.append(time.perf_counter() - q)
+                i += 1
+                await asyncio.sleep(0.05)  # a steady ~15 searches/s, not a flood that starves the build
+            while service.indexing:
+                await asyncio.sleep(0.5)
+            for query in queries[:20]:  # warm
+                await client.search(query, namespace="scale", k=10)
+            steady = []
+            for query in queries:
+                q = time.perf_counter()
+                await client.search(query, namespace="scale", k=10)
+                steady.append(time.perf_counter() - q)
+            rss = service.rss_mb()
+            await client.put_session("bench")
+            appends = []
+            for n in range(300):
+                q = time.perf_counter()
+                await client.append_messages("bench", [common_pb2.Message(role="user", content=f"message {n} " * 8)])
+                appends.append(time.perf_counter() - q)
+        finally:
+            await channel.close()
+            await service.stop()
+    return {"layout": layout, "size": size, "ingest": ingest, "p50": ms(steady), "p99": ms(steady, 0.99),
+            "during_n": len(during) if service.builds_done else 0, "during_p50": ms(during), "during_p99": ms(during, 0.99),
+            "during_max": max(during, default=float("nan")) * 1000, "rss": rss, "append_rpc": ms(appends),
+            "builds": service.builds_done, "queries": queries, "build_log": service.build_log}
+
+
+async def core_appends(store, n: int = 500) -> float:
+    await store.open()
+    try:
+        transcripts = Transcripts(store, MemorySettings())
+        await transcripts.put_session(SessionRecord("bench"))
+        times = []
+        for i in range(n):
+            q = time.perf_counter()
+            await transcripts.append_messages("bench", [TranscriptMessage(role="user", content=f"message {i} " * 8)])
+            times.append(time.perf_counter() - q)
+        return ms(times)
+    finally:
+        await store.close()
+
+
+async def run_local(size: int, n_queries: int, budget_s: float, texts: list[str]) -> dict:
     settings = MemorySettings()
     with tempfile.TemporaryDirectory() as home:
-        store = QdrantStore.open(Path(home), layout=settings.layout)
+        store = QdrantStore.connect(path=Path(home) / "qdrant", layout="per-namespace")
+        await store.open()
         memories = Memories(store, HashingEmbedder(settings.hashing_dim), settings)
         try:
             await memories.open()
-            started = time.perf_counter()
-            stored = 0
+            started, stored = time.perf_counter(), 0
             for start in range(0, size, BATCH):
-                batch = [
-                    RememberItem(namespace="scale", text=t, kind="knowledge") for t in texts[start : start + BATCH]
-                ]
+                batch = [RememberItem(namespace="scale", text=t, kind="knowledge") for t in texts[start : start + BATCH]]
                 stored += await memories.import_many("scale", batch)
                 if time.perf_counter() - started > budget_s:
                     break
-            ingest_s = time.perf_counter() - started
-            queries = [" ".join(rng.sample(texts[rng.randrange(stored)].split(), 4)) for _ in range(n_queries)]
+            ingest = stored / (time.perf_counter() - started)
             latencies = []
-            for query in queries:
-                t0 = time.perf_counter()
+            for query in make_queries(texts[:stored], n_queries, size):
+                q = time.perf_counter()
                 await memories.search("scale", query, 10)
-                latencies.append(time.perf_counter() - t0)
+                latencies.append(time.perf_counter() - q)
         finally:
             await store.close()
-    base = baseline_bm25(texts[:stored], queries)
-    return {
-        "size": size,
-        "stored": stored,
-        "ingest_per_s": stored / ingest_s,
-        "p50": statistics.median(latencies) * 1000,
-        "p99": percentile(latencies, 0.99) * 1000,
-        "base_p50": statistics.median(base) * 1000,
-        "base_p99": percentile(base, 0.99) * 1000,
-        "queries": len(queries),
-    }
+    return {"size": size, "stored": stored, "ingest": ingest, "p50": ms(latencies), "p99": ms(latencies, 0.99),
+            "queries": len(latencies)}
 
 
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benches.memory_scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--queries", type=int, default=100)
-    parser.add_argument("--budget-s", type=float, default=600.0, help="stop filling a size after this long")
+    parser.add_argument("--million", action="store_true", help="also 1,000,000 memories (slow to fill)")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--layouts", default="per-namespace,shared")
+    parser.add_argument("--local-sizes", default="2000,10000")
+    parser.add_argument("--local-budget-s", type=float, default=300.0, help="stop filling local mode after this long")
     args = parser.parse_args(argv)
-    print(
-        f"{'memories':>9} {'stored':>7} {'ingest/s':>9} {'search p50 ms':>14} {'p99 ms':>8} "
-        f"{'baseline p50 ms':>16} {'p99 ms':>8} {'queries':>8}"
-    )
-    for size in (int(s) for s in args.sizes.split(",") if s):
-        # Fewer queries at sizes where one search takes seconds in local mode.
-        r = await run_size(size, args.queries if size <= 20_000 else max(10, args.queries // 5), args.budget_s)
-        print(
-            f"{r['size']:>9} {r['stored']:>7} {r['ingest_per_s']:>9.0f} {r['p50']:>14.1f} {r['p99']:>8.1f} "
-            f"{r['base_p50']:>16.2f} {r['base_p99']:>8.2f} {r['queries']:>8}",
-            flush=True,
-        )
+    sizes = [int(s) for s in args.sizes.split(",") if s] + ([1_000_000] if args.million else [])
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
+
+    print("\nQdrant Edge, Search / AppendMessages through gRPC to `agentmesh serve memory`:")
+    print(f"{'layout':>13} {'memories':>9} {'ingest/s':>9} {'search p50':>11} {'p99':>7} {'while indexing p50':>19} "
+          f"{'p99':>7} {'max':>7} {'n':>5} {'builds':>6} {'RSS MB':>7} {'append p50':>11}  (ms)")
+    baselines = {}
+    for layout in [l for l in args.layouts.split(",") if l]:
+        for size in sizes:
+            texts = sentences(size)
+            r = await run_edge(size, layout, args.queries, texts)
+            print(f"{layout:>13} {size:>9} {r['ingest']:>9.0f} {r['p50']:>11.2f} {r['p99']:>7.2f} {r['during_p50']:>19.2f} "
+                  f"{r['during_p99']:>7.2f} {r['during_max']:>7.1f} {r['during_n']:>5} {r['builds']:>6} {r['rss']:>7.0f} "
+                  f"{r['append_rpc']:>11.3f}", flush=True)
+            for line in r["build_log"]:
+                found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
+                print(f"{'':>13}   index build: shard {found.get('shard')}, {found.get('points')} points, "
+                      f"writes paused {found.get('copy_s')} s for the copy and {found.get('swap_s')} s for the swap, "
+                      f"{found.get('total_s')} s in all", flush=True)
+            if size not in baselines:
+                base = baseline_bm25(texts, r["queries"])
+                baselines[size] = (ms(base), ms(base, 0.99))
+
+    print("\nAppendMessages inside the service (transcripts core + store, no gRPC), p50 ms:")
+    with tempfile.TemporaryDirectory() as home:
+        edge = await core_appends(EdgeStore(Path(home)))
+        local = await core_appends(QdrantStore.connect(path=Path(home) / "qdrant", layout="per-namespace"))
+    print(f"  Qdrant Edge {edge:.3f}   local mode {local:.3f}", flush=True)
+
+    print("\nlocal mode (the old embedded store), search through the core in this process, no gRPC:")
+    print(f"{'memories':>9} {'stored':>7} {'ingest/s':>9} {'search p50':>11} {'p99':>7} {'queries':>8}  (ms)")
+    for size in (int(s) for s in args.local_sizes.split(",") if s):
+        r = await run_local(size, max(10, args.queries // 10), args.local_budget_s, sentences(size))
+        print(f"{r['size']:>9} {r['stored']:>7} {r['ingest']:>9.0f} {r['p50']:>11.1f} {r['p99']:>7.1f} {r['queries']:>8}",
+              flush=True)
+
+    print("\nsingle-process baseline (Python BM25 over an inverted index, same queries):")
+    for size, (p50, p99) in baselines.items():
+        print(f"{size:>9} memories: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end", flush=True)
     return 0
 
 

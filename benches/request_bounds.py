@@ -48,7 +48,7 @@ async def refused_requests(extra_env: dict[str, str]) -> tuple[float, float, str
     with tempfile.TemporaryDirectory() as home:
         address = _free_address()
         env = {**os.environ, "AGENTMESH_HOME": home, "AGENTMESH_GATEWAY_ADDR": address, "AGENTMESH_TRACES": "none",
-               "AGENTMESH_LOG_LEVEL": "error", **extra_env}
+               "AGENTMESH_LOG_LEVEL": "error", "AGENTMESH_GATEWAY_HTTP_ADDR": "off", **extra_env}
         child = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", "gateway"], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

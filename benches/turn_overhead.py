@@ -10,7 +10,11 @@ sandboxed process. The model server answers instantly, so what is measured is ag
   jailed process (the tools service's own executor) made directly from one Python process,
   as a single-process agent server would.
 
-    python -m benches.turn_overhead [--turns 100] [--sessions 32] [--turns-per-session 4]
+The memory service's resident memory is sampled after each of `--rss-rounds` further rounds of
+the 32-session load (the first round warms it): flat means it does not grow with the turns it
+has served.
+
+    python -m benches.turn_overhead [--turns 100] [--sessions 32] [--turns-per-session 4] [--rss-rounds 4]
 """
 
 from __future__ import annotations
@@ -139,6 +143,26 @@ async def measure(turn, label: str, turns: int, sessions: int, per_session: int)
     }
 
 
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def rss_rounds(stub, memory_pid: int, rounds: int, sessions: int, per_session: int) -> list[float]:
+    """Memory-service RSS after each round of the concurrent load (new sessions every round)."""
+    samples = []
+    for r in range(rounds):
+        async def worker(n: int, r: int = r) -> None:
+            for _ in range(per_session):
+                await platform_turn(stub, f"rss-{r}-{n}")
+
+        await asyncio.gather(*(worker(n) for n in range(sessions)))
+        samples.append(rss_mb(memory_pid))
+    return samples
+
+
 async def main_async(args) -> None:
     ctx = multiprocessing.get_context("spawn")
     port_out, stop = ctx.Queue(), ctx.Event()
@@ -150,6 +174,7 @@ async def main_async(args) -> None:
     env = {**os.environ, "AGENTMESH_HOME": str(home / "platform"), "AGENTMESH_LLM_PROVIDER": "openai",
            "AGENTMESH_LLM_BASE_URL": base_url, "AGENTMESH_LLM_MODEL": "bench", "AGENTMESH_LOG_LEVEL": "warning"}
     env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
+    env["AGENTMESH_GATEWAY_HTTP_ADDR"] = free_address()
     stack = LocalStack(env, log_dir=home / "logs")
     stack.start()
     try:
@@ -157,6 +182,7 @@ async def main_async(args) -> None:
         async with open_channel(stack.settings.address_of("gateway")) as channel:
             stub = gateway_pb2_grpc.GatewayStub(channel)
             platform = await measure(lambda s: platform_turn(stub, s), "platform", args.turns, args.sessions, args.turns_per_session)
+            rss = await rss_rounds(stub, stack.children["memory"].pid, args.rss_rounds, args.sessions, args.turns_per_session)
     finally:
         await asyncio.to_thread(stack.stop)
     baseline_agent = SingleProcessAgent(home / "baseline", base_url)
@@ -175,6 +201,12 @@ async def main_async(args) -> None:
     for key, label in (("p50_ms", "p50 latency (ms)"), ("p99_ms", "p99 latency (ms)"), ("turns_per_s", f"turns/s, {args.sessions} sessions")):
         ratio = platform[key] / baseline[key]
         print(f"| {label} | {platform[key]:.1f} | {baseline[key]:.1f} | {ratio:.2f}x |")
+    if rss:
+        warm = rss[0]
+        print(f"\nmemory service RSS after each further round of {args.sessions} sessions x {args.turns_per_session} turns: "
+              + ", ".join(f"{r:.1f}" for r in rss) + " MB; change after the first (warm) round: "
+              + f"{(max(rss[1:], default=warm) - warm) / warm * 100:+.1f}% at most")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 def main() -> None:
@@ -182,6 +214,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--turns-per-session", type=int, default=4)
+    parser.add_argument("--rss-rounds", type=int, default=4, help="rounds of the concurrent load to sample RSS after")
     asyncio.run(main_async(parser.parse_args()))
 
 

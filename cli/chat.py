@@ -7,6 +7,7 @@ import asyncio
 import json
 import signal
 import sys
+import threading
 from typing import Any, Callable, TextIO
 
 import grpc
@@ -45,6 +46,10 @@ def register(subparsers) -> None:
                       help="stop this turn cleanly (stop_reason budget) once it has used this many tokens")
     chat.add_argument("--session-token-budget", type=_budget, default=0, metavar="TOKENS",
                       help="stop once the session as a whole has used this many tokens")
+    chat.add_argument("--if-busy", choices=("reject", "enqueue", "interrupt", "rollback"), default="",
+                      help="if the session is already running a turn: refuse (reject), wait for it (enqueue), "
+                           "stop it and go on from its finished steps (interrupt), or stop it and remove its "
+                           "steps (rollback); default: the gateway's AGENTMESH_GATEWAY_IF_BUSY")
     chat.set_defaults(func=run_chat)
 
 
@@ -220,18 +225,39 @@ class ApprovalPrompter:
     """Asks at the terminal whether a held tool call may run, one question at a time, and sends
     the answer with Gateway.Approve (see `parse_answer`)."""
 
-    def __init__(self, stub: gateway_pb2_grpc.GatewayStub, settings: Settings):
+    def __init__(self, stub: gateway_pb2_grpc.GatewayStub, settings: Settings, *, routed: bool = False):
         self._stub = stub
         self._settings = settings
         self._lock = asyncio.Lock()
         self._asking = ""  # the call_id of the open question
+        # routed: the REPL reads the terminal and hands over the answer (take_line); else input().
+        self._routed = routed
+        self._answer: asyncio.Future | None = None
+
+    async def _read(self, prompt: str) -> str:
+        if not self._routed:
+            return await asyncio.to_thread(input, prompt)
+        sys.stderr.write(prompt)
+        sys.stderr.flush()
+        self._answer = asyncio.get_running_loop().create_future()
+        try:
+            return await self._answer
+        finally:
+            self._answer = None
+
+    def take_line(self, line: str) -> bool:
+        """A line typed while a question is open answers it; False when none is open."""
+        if self._answer is None or self._answer.done():
+            return False
+        self._answer.set_result(line)
+        return True
 
     async def ask(self, event: common_pb2.Event) -> None:
         a = event.approval_request
         async with self._lock:
             self._asking = a.call_id
             try:
-                answer = await asyncio.to_thread(input, f"approve {a.name} {_short(a.arguments_json)}? [y/N] ")
+                answer = await self._read(f"approve {a.name} {_short(a.arguments_json)}? [y/N] ")
             except EOFError:
                 answer = ""
             finally:
@@ -256,10 +282,13 @@ async def stream_turn(
     request: gateway_pb2.ChatRequest,
     on_event,
     on_approval: "ApprovalPrompter | None" = None,
+    call=None,
 ) -> int:
     """Send one turn and feed each event to `on_event`; Ctrl-C asks the gateway to cancel.
-    With `on_approval`, each approval_request is asked about while the stream goes on."""
-    call = stub.Chat(request, metadata=call_metadata(settings))
+    With `on_approval`, each approval_request is asked about while the stream goes on. `call`:
+    the turn's Chat call when already sent."""
+    if call is None:
+        call = stub.Chat(request, metadata=call_metadata(settings))
     loop = asyncio.get_running_loop()
     cancel_sent = False
     cancelling: list[asyncio.Task] = []  # held so the task is not collected before it runs
@@ -299,7 +328,8 @@ async def run_chat(args) -> int:
     session_id = args.session or new_id("s")
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
                                       approval_tools=args.require_approval, token_budget=args.token_budget,
-                                      session_token_budget=args.session_token_budget, plan=args.plan)
+                                      session_token_budget=args.session_token_budget, plan=args.plan,
+                                      if_busy=args.if_busy)
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
     render: Callable[[common_pb2.Event], None]
@@ -316,6 +346,9 @@ async def run_chat(args) -> int:
         if one_shot:
             request = gateway_pb2.ChatRequest(session_id=session_id, message=args.message, options=options)
             return await stream_turn(stub, settings, request, render, prompter)
+        if interactive:
+            prompter = ApprovalPrompter(stub, settings, routed=True) if prompter is not None else None
+            return await _terminal_repl(stub, settings, session_id, options, render, prompter)
         return await _repl(stub, settings, session_id, options, render, prompter)
 
 
@@ -335,3 +368,75 @@ async def _repl(stub, settings: Settings, session_id: str, options, render, prom
         except CliError as exc:
             sys.stderr.write(f"agentmesh: {exc}\n")
             exit_code = exc.exit_code
+
+
+class TerminalLines:
+    """The terminal's lines, read by one thread for the whole REPL, so a line typed while a turn
+    runs is seen at once (an interruption, or the answer to an approval question)."""
+
+    def __init__(self, stream: TextIO = sys.stdin):
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def read() -> None:
+            while True:
+                line = stream.readline()
+                loop.call_soon_threadsafe(self._queue.put_nowait, line.rstrip("\n") if line else None)
+                if not line:
+                    return
+
+        threading.Thread(target=read, name="terminal-lines", daemon=True).start()
+
+    async def get(self) -> str | None:
+        """The next line; None at end of input."""
+        return await self._queue.get()
+
+
+async def _terminal_repl(stub, settings: Settings, session_id: str, options, render, prompter=None) -> int:
+    """The REPL at a terminal: typing while the agent works interrupts the turn with that text
+    (if_busy "interrupt": the finished steps stay, the new message goes on from them)."""
+    sys.stderr.write(f"session {session_id} · empty line or Ctrl-D to leave · Ctrl-C cancels a running turn · "
+                     "type while the agent works to interrupt it\n")
+    lines = TerminalLines()
+    interrupting = gateway_pb2.ChatOptions()
+    interrupting.CopyFrom(options)
+    interrupting.if_busy = "interrupt"
+    exit_code = EXIT_OK
+    line: str | None = None
+    call = None  # the next turn's Chat, when typing already sent it (with its message)
+    next_message = ""
+    while True:
+        if call is None:
+            sys.stderr.write("you> ")
+            sys.stderr.flush()
+            line = await lines.get()
+            if line is None or not line.strip():
+                return exit_code
+        request = gateway_pb2.ChatRequest(session_id=session_id, message=next_message if call is not None else line,
+                                          options=interrupting if call is not None else options)
+        turn = asyncio.create_task(stream_turn(stub, settings, request, render, prompter, call=call))
+        call = None
+        ended = False
+        while not turn.done():
+            typed = asyncio.create_task(lines.get())
+            done, _ = await asyncio.wait({turn, typed}, return_when=asyncio.FIRST_COMPLETED)
+            if typed not in done:
+                typed.cancel()
+                break
+            line = typed.result()
+            if line is None:
+                ended = True
+                break
+            if (prompter is not None and prompter.take_line(line)) or not line.strip() or call is not None:
+                continue
+            sys.stderr.write("\n· interrupting…\n")
+            next_message = line
+            request = gateway_pb2.ChatRequest(session_id=session_id, message=line, options=interrupting)
+            call = stub.Chat(request, metadata=call_metadata(settings))
+        try:
+            exit_code = await turn
+        except CliError as exc:
+            sys.stderr.write(f"agentmesh: {exc}\n")
+            exit_code = exc.exit_code
+        if ended:
+            return exit_code

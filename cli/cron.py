@@ -46,6 +46,12 @@ def register(subparsers) -> None:
     add.add_argument("--mode", default="", help="run mode passed to the agent, e.g. deep")
     add.add_argument("--concurrency", choices=("forbid", "replace", "allow"), default="forbid",
                      help="when the previous run is still going: skip (forbid), cancel it (replace), or overlap (allow)")
+    add.add_argument("--if-busy", choices=("reject", "enqueue", "interrupt", "rollback"), default="",
+                     help="when the job's session is already running a turn: fail the run (reject), wait (enqueue), "
+                          "interrupt it, or roll it back (default: the gateway's AGENTMESH_GATEWAY_IF_BUSY)")
+    add.add_argument("--plan", choices=("auto", "ask"), default="",
+                     help="plan mode for its runs: the agent plans onto the task board first; auto approves the "
+                          "plan at once, ask holds it for a person (agentmesh approvals)")
     add.add_argument("--missed", choices=("run_once", "skip"), default="run_once",
                      help="after downtime: run once to catch up, or skip the missed runs")
     add.add_argument("--disabled", action="store_true", help="create the job switched off")
@@ -117,7 +123,7 @@ async def add_job(args) -> int:
     job = scheduler_pb2.Job(
         name=args.name, schedule=args.schedule, prompt=args.prompt, session_id=args.session, mode=args.mode,
         timezone=args.timezone, concurrency_policy=args.concurrency, missed_run_policy=args.missed,
-        enabled=not args.disabled,
+        enabled=not args.disabled, if_busy=args.if_busy, plan=args.plan,
     )
     created = await _call("CreateJob", scheduler_pb2.CreateJobRequest(job=job))
     print(created.job_id)

@@ -21,7 +21,8 @@ import grpc
 from agentmesh.cli.chat import HumanRenderer
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, call_metadata, load_settings, rpc_failure
 from agentmesh.cli.stack import LocalStack, free_address, port_is_free
-from agentmesh.config import SERVICES, Settings
+from agentmesh.config import SERVICES, Settings, load
+from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.rpc.client import open_channel
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -47,6 +48,9 @@ def _demo_env() -> dict[str, str]:
         key = f"AGENTMESH_{name.upper()}_ADDR"
         if not port_is_free(settings.address_of(name)):
             env[key] = free_address()
+    http = load(GatewaySettings, env).http_address
+    if http and not port_is_free(http):
+        env["AGENTMESH_GATEWAY_HTTP_ADDR"] = free_address()
     return env
 
 
@@ -106,7 +110,10 @@ async def run_demo(args) -> int:
     stack.start()
     try:
         await stack.wait_healthy()
-        print(f"· stack healthy in {time.monotonic() - started:.1f}s; running the demo task\n")
+        print(f"· stack healthy in {time.monotonic() - started:.1f}s; running the demo task")
+        if stack.console_url:
+            print(f"· web console: {stack.console_url} (open it while the stack runs: `agentmesh up`)")
+        print()
         print(f"you> {DEMO_MESSAGE}\n")
         async with open_channel(settings.address_of("gateway")) as channel:
             request = gateway_pb2.ChatRequest(session_id=f"demo-{int(time.time())}", message=DEMO_MESSAGE)

@@ -1,4 +1,4 @@
-"""`agentmesh memory add|search|import|forget`: long-term memory by hand."""
+"""`agentmesh memory add|search|import|forget|migrate`: long-term memory by hand."""
 
 from __future__ import annotations
 
@@ -53,6 +53,13 @@ def register(subparsers) -> None:
     forget.add_argument("--kind", action="append", default=[])
     forget.add_argument("--all", action="store_true", help="forget every memory of the namespace")
     forget.set_defaults(func=forget_memories)
+
+    migrate = verbs.add_parser(
+        "migrate",
+        help="move a home written by the old embedded store (qdrant/) into Qdrant Edge (memory/); "
+        "the memory service must be stopped (it also migrates on its first start)",
+    )
+    migrate.set_defaults(func=migrate_home)
 
 
 def _struct(value: dict | None) -> struct_pb2.Struct:
@@ -153,4 +160,46 @@ async def forget_memories(args) -> int:
     )
     reply = await _call("Forget", request)
     print(f"forgot {reply.forgotten} memories")
+    return EXIT_OK
+
+
+async def migrate_home(args) -> int:
+    import sys
+
+    from agentmesh.errors import FailedPrecondition
+    from agentmesh.memory.edge_store import EdgeStore
+    from agentmesh.memory.migrate import MARKER, local_mode_dir, migrate, needs_migration
+    from agentmesh.memory.settings import MemorySettings
+
+    settings = load_settings()
+    if settings.qdrant_url:
+        raise CliError("AGENTMESH_QDRANT_URL is set: memory lives in that Qdrant server, there is nothing to migrate")
+    if not (local_mode_dir(settings.home) / "collection").is_dir():
+        print(f"nothing to migrate: {local_mode_dir(settings.home)} holds no old store")
+        return EXIT_OK
+    memory_settings = settings.section(MemorySettings)
+    store = EdgeStore(settings.home, layout=memory_settings.layout, index_after=memory_settings.index_after)
+    try:
+        await store.open()
+    except FailedPrecondition as exc:
+        raise CliError(exc.message) from None
+    try:
+        if not needs_migration(settings.home, store):
+            print(f"already migrated (see {store.root / MARKER}); the old store is still at {local_mode_dir(settings.home)}")
+            return EXIT_OK
+
+        def progress(what: str, done: int, total: int) -> None:
+            width = 30
+            filled = width * done // max(total, 1)
+            print(f"\r{what:<40} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="", file=sys.stderr)
+            if done >= total:
+                print(file=sys.stderr)
+
+        counts = await migrate(settings.home, store, progress)
+    finally:
+        await store.close()
+    print(
+        f"migrated {counts['sessions']} sessions, {counts['messages']} messages and {counts['memories']} memories "
+        f"into {store.root}; the old store at {local_mode_dir(settings.home)} is left for you to remove"
+    )
     return EXIT_OK

@@ -17,7 +17,7 @@ from agentmesh.cli.common import (
     print_json,
     rpc_failure,
 )
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, learning_pb2
 
 PARTS = ("soul", "user", "project")
 
@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     clear.set_defaults(func=clear_part)
 
 
-async def _call(method_name: str, request) -> gateway_pb2.Profile:
+async def _call(method_name: str, request) -> learning_pb2.Profile:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
@@ -68,19 +68,19 @@ async def set_part(args) -> int:
     text = _read(args.file)
     if not text.strip():
         raise CliError(f"{args.file} is empty; use `agentmesh profile clear {args.part}` to remove the part", EXIT_USAGE)
-    profile = await _call("SetProfile", gateway_pb2.SetProfileRequest(namespace=args.namespace, part=args.part, text=text))
+    profile = await _call("SetProfile", learning_pb2.SetProfileRequest(namespace=args.namespace, part=args.part, text=text))
     print(f"{args.part} set for namespace {profile.namespace} ({len(getattr(profile, args.part))} characters)")
     return EXIT_OK
 
 
 async def clear_part(args) -> int:
-    profile = await _call("SetProfile", gateway_pb2.SetProfileRequest(namespace=args.namespace, part=args.part, text=""))
+    profile = await _call("SetProfile", learning_pb2.SetProfileRequest(namespace=args.namespace, part=args.part, text=""))
     print(f"{args.part} cleared for namespace {profile.namespace}")
     return EXIT_OK
 
 
 async def show_profile(args) -> int:
-    profile = await _call("GetProfile", gateway_pb2.GetProfileRequest(namespace=args.namespace))
+    profile = await _call("GetProfile", learning_pb2.GetProfileRequest(namespace=args.namespace))
     if args.json:
         print_json({"namespace": profile.namespace, **{p: getattr(profile, p) for p in PARTS},
                     "updated_at": profile.updated_at, "max_chars": profile.max_chars})

@@ -8,7 +8,7 @@ import datetime as dt
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, learning_pb2, memory_pb2, memory_pb2_grpc
 
 
 def register(subparsers) -> None:
@@ -53,7 +53,7 @@ async def run(args) -> int:
     async with channel_to(settings, "gateway") as channel:
         try:
             reply = await gateway_pb2_grpc.GatewayStub(channel).Reflect(
-                gateway_pb2.ReflectRequest(session_id=args.session), metadata=call_metadata(settings), timeout=330)
+                learning_pb2.ReflectRequest(session_id=args.session), metadata=call_metadata(settings), timeout=330)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None
     if args.json:

@@ -1,4 +1,4 @@
-"""`agentmesh sessions list|show|delete`, through the gateway."""
+"""`agentmesh sessions list|show|delete|set-model`, through the gateway."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, sessions_pb2
 
 
 def register(subparsers) -> None:
@@ -23,6 +23,10 @@ def register(subparsers) -> None:
     delete = verbs.add_parser("delete", help="delete a session, its transcript and its workspace")
     delete.add_argument("session_id")
     delete.set_defaults(func=delete_session)
+    set_model = verbs.add_parser("set-model", help="the model the session's next turns use (see agentmesh models)")
+    set_model.add_argument("session_id")
+    set_model.add_argument("model", help="a name from `agentmesh models`; \"\" goes back to the default")
+    set_model.set_defaults(func=set_session_model)
 
 
 def _when(ts: float) -> str:
@@ -37,7 +41,7 @@ async def list_sessions(args) -> int:
         try:
             while True:
                 page = await stub.ListSessions(
-                    gateway_pb2.ListSessionsRequest(page_size=200, page_token=token),
+                    sessions_pb2.ListSessionsRequest(page_size=200, page_token=token),
                     metadata=call_metadata(settings), timeout=30,
                 )
                 sessions.extend(page.sessions)
@@ -64,12 +68,12 @@ async def show_session(args) -> int:
         stub = gateway_pb2_grpc.GatewayStub(channel)
         try:
             session = await stub.GetSession(
-                gateway_pb2.GetSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
+                sessions_pb2.GetSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
             )
             messages, after = [], 0
             while True:
                 page = await stub.GetTranscript(
-                    gateway_pb2.GetTranscriptRequest(session_id=args.session_id, page_size=1000, after_seq=after),
+                    sessions_pb2.GetTranscriptRequest(session_id=args.session_id, page_size=1000, after_seq=after),
                     metadata=call_metadata(settings), timeout=30,
                 )
                 messages.extend(page.messages)
@@ -100,9 +104,22 @@ async def delete_session(args) -> int:
     async with channel_to(settings, "gateway") as channel:
         try:
             await gateway_pb2_grpc.GatewayStub(channel).DeleteSession(
-                gateway_pb2.DeleteSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
+                sessions_pb2.DeleteSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
             )
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None
     print(f"deleted session {args.session_id}")
+    return EXIT_OK
+
+
+async def set_session_model(args) -> int:
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            session = await gateway_pb2_grpc.GatewayStub(channel).UpdateSession(
+                sessions_pb2.UpdateSessionRequest(session_id=args.session_id, model=args.model),
+                metadata=call_metadata(settings), timeout=30)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+    print(f"session {session.session_id} now uses model {session.model or 'default'}")
     return EXIT_OK

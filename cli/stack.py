@@ -28,7 +28,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, CliError, load_settings
-from agentmesh.config import SERVICES, ConfigError, Settings
+from agentmesh.config import SERVICES, ConfigError, Settings, load
+from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.logs import configure_logging, secrets_of
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.launch import build_service
@@ -126,12 +127,27 @@ class LocalStack:
     def settings(self) -> Settings:
         return Settings.from_env(self.env)
 
+    @property
+    def console_url(self) -> str:
+        """The web console (and HTTP API) of the gateway, or "" when HTTP is turned off."""
+        address = load(GatewaySettings, self.env).http_address
+        if not address:
+            return ""
+        host, port = port_of(address)
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+
     def check_ports(self) -> None:
-        taken = [f"{name} {addr}" for name, addr in self.settings.addresses.items() if not port_is_free(addr)]
+        listeners = dict(self.settings.addresses)
+        if http := load(GatewaySettings, self.env).http_address:
+            listeners["gateway HTTP"] = http
+        taken = [f"{name} {addr}" for name, addr in listeners.items() if not port_is_free(addr)]
         if taken:
             raise CliError(
                 "cannot start: address already in use — " + ", ".join(taken)
-                + ". Stop what holds it (another `agentmesh up`?) or set AGENTMESH_<SERVICE>_ADDR."
+                + ". Stop what holds it (another `agentmesh up`?) or set AGENTMESH_<SERVICE>_ADDR"
+                " (AGENTMESH_GATEWAY_HTTP_ADDR for the console; 'off' turns it off)."
             )
 
     def start(self) -> None:
@@ -236,6 +252,8 @@ async def run_up(args) -> int:
         print("agentmesh is up:")
         for name, address in settings.addresses.items():
             print(f"  {name:<10} {address}")
+        if stack.console_url:
+            print(f"  {'console':<10} {stack.console_url}  (web console and HTTP API)")
         print(f"data in {settings.home} · model: {settings.llm.provider} · sandbox: {settings.sandbox}")
         print("try: agentmesh chat \"hello\" --session work   ·   Ctrl-C stops everything", flush=True)
         while not stop.is_set():

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, CliError, call_metadata, channel_to, load_settings, print_json, rpc_failure
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, sessions_pb2
 
 TASKS_KIND = "tasks"
 _MARK = {"pending": " ", "in_progress": "~", "done": "x", "cancelled": "-"}
@@ -52,7 +52,7 @@ async def show_tasks(args) -> int:
         try:
             while True:
                 page = await stub.GetTranscript(
-                    gateway_pb2.GetTranscriptRequest(session_id=args.session_id, page_size=1000, after_seq=after),
+                    sessions_pb2.GetTranscriptRequest(session_id=args.session_id, page_size=1000, after_seq=after),
                     metadata=call_metadata(settings), timeout=30,
                 )
                 latest = next((m for m in reversed(page.messages) if m.kind == TASKS_KIND), latest)

@@ -45,6 +45,7 @@ __all__ = [
     "declared_variables",
     "env",
     "load",
+    "referenced_environment",
     "secret_values",
     "section",
     "section_class",
@@ -74,6 +75,7 @@ SERVICE_SECTIONS = {
 
 _VAR = "agentmesh.config.var"
 _SECTION = "agentmesh.config.section"
+_ENVIRON = "agentmesh.config.environ"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -92,9 +94,11 @@ class EnvVar:
     choices: tuple[str, ...] = ()
     secret: bool = False
     # Custom parsing for types the loader does not know (raise ValueError with the reason).
-    parse: Callable[[str], Any] | None = None
+    parse: Callable[..., Any] | None = None
     # The variable counts in this unit (e.g. MiB for a *_MB variable); the field holds the product.
     unit: int = 1
+    # `parse` also takes the environment: a value that names other variables (a key reference).
+    parse_environ: bool = False
 
 
 def env(
@@ -106,12 +110,13 @@ def env(
     maximum: float | None = None,
     choices: tuple[str, ...] = (),
     secret: bool = False,
-    parse: Callable[[str], Any] | None = None,
+    parse: Callable[..., Any] | None = None,
     unit: int = 1,
+    parse_environ: bool = False,
 ) -> Any:
     """A dataclass field read from the variable `name` (unset or blank: the default). With
     `unit`, the variable is given in that unit and bounded in it; the field holds the product."""
-    var = EnvVar(name, minimum, maximum, tuple(choices), secret, parse, unit)
+    var = EnvVar(name, minimum, maximum, tuple(choices), secret, parse, unit, parse_environ)
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata={_VAR: var}, repr=not secret)
     return field(default=default, metadata={_VAR: var}, repr=not secret)
@@ -120,6 +125,13 @@ def env(
 def section(kind: type[T], *, prefix: str = "") -> T:
     """A nested section, loaded with its parent; `prefix` is put before its variables' names."""
     return field(default_factory=kind, metadata={_SECTION: prefix})
+
+
+def referenced_environment(prefix: str) -> Any:
+    """A field holding the variables whose names start with `prefix`, for settings that name
+    variables at run time (an MCP server entry's `${AGENTMESH_MCP_SECRET_...}` references).
+    Only that family is kept, never the rest of the environment; never printed."""
+    return field(default_factory=dict, metadata={_ENVIRON: prefix}, repr=False, compare=False)
 
 
 def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
@@ -132,9 +144,12 @@ def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
             name = prefix + var.name
             raw = environ.get(name, "").strip()
             if raw:
-                values[f.name] = _parse(name, var, hints[f.name], raw)
+                values[f.name] = _parse(name, var, hints[f.name], raw, environ)
         elif _SECTION in f.metadata:
             values[f.name] = load(hints[f.name], environ, prefix + f.metadata[_SECTION])
+        elif f.metadata.get(_ENVIRON):
+            family = f.metadata[_ENVIRON]
+            values[f.name] = {name: value for name, value in environ.items() if name.startswith(family)}
     return kind(**values)
 
 
@@ -174,10 +189,10 @@ class EnvSection:
         return load(cls, environ)
 
 
-def _parse(name: str, var: EnvVar, kind: Any, raw: str) -> Any:
+def _parse(name: str, var: EnvVar, kind: Any, raw: str, environ: Mapping[str, str] | None = None) -> Any:
     if var.parse is not None:
         try:
-            return var.parse(raw)
+            return var.parse(raw, environ or {}) if var.parse_environ else var.parse(raw)
         except ConfigError:
             raise
         except ValueError as exc:
@@ -226,6 +241,12 @@ def _plain(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else str(number)
 
 
+def _load_models(path: str, environ: Mapping[str, str]) -> Any:
+    from agentmesh.models import load_model_file  # models.py uses ConfigError from here
+
+    return load_model_file(path, environ)
+
+
 # --- the settings every service shares -------------------------------------------------------
 
 
@@ -245,6 +266,9 @@ class LLMSettings(EnvSection):
     timeout_s: float = env("AGENTMESH_LLM_TIMEOUT_S", 120.0, minimum=1)
     max_retries: int = env("AGENTMESH_LLM_MAX_RETRIES", 4, minimum=0)
     script_path: str = env("AGENTMESH_LLM_SCRIPT", "")  # scripted provider; "" = the built-in demo
+    # More models by name (agentmesh.models), beside this one as "default"; keys resolved here.
+    models: Any = env("AGENTMESH_MODELS", default_factory=dict, parse=_load_models,
+                      parse_environ=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))

@@ -221,7 +221,8 @@ class Compaction(Capability):
 
     async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
         ctx = self.ctx
-        return await compact_history(ctx.agent, ctx.request, model=ctx.model, history=history, usage=ctx.usage,
+        # Summaries go to the default model (agent.provider), whatever model the turn named.
+        return await compact_history(ctx.agent, ctx.request, model=ctx.agent.model, history=history, usage=ctx.usage,
                                      emit=ctx.emit)
 
 

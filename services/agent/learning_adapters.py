@@ -13,7 +13,7 @@ from agentmesh.agent.reflection import Entry
 from agentmesh.agent.skills import SkillPackage, SkillSummary
 from agentmesh.errors import NotFound
 from agentmesh.memory.client import MemoryClient
-from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
+from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2
 
 
 class GrpcInstructions:
@@ -111,4 +111,4 @@ class GrpcReflectionBackend:
         await self._client.put_skill(request)
 
     async def record(self, run: dict) -> None:
-        await self._client.record_reflection(json_format.ParseDict(run, gateway_pb2.ReflectionRun()))
+        await self._client.record_reflection(json_format.ParseDict(run, learning_pb2.ReflectionRun()))

@@ -5,6 +5,7 @@
     async for event in run.events():   # RunStarted … TextDelta/ToolCall/ToolResult/Status … RunFinished|RunError
         ...
     run.cancel()                       # from anywhere: the stream ends with RunFinished("cancelled")
+    run.interrupt("interrupted")       # a newer message takes over: RunFinished("interrupted")
     run.decide(call_id, approved, note)  # answer an ApprovalRequestEvent (see approvals.py)
 
 The turn runs in a task of its own and hands events over through a queue, so the consumer
@@ -23,6 +24,7 @@ and calls their hooks at fixed points. The turn's state lives here and nowhere e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import time
@@ -36,6 +38,7 @@ from agentmesh.agent import capabilities, compaction, context, deep, learning, s
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
+from agentmesh.agent.model_choice import ModelChoice, NamedModel
 from agentmesh.agent.ports import (
     BackgroundCommands,
     LongTermMemory,
@@ -64,6 +67,7 @@ from agentmesh.agent.types import (
 )
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
+from agentmesh.models import DEFAULT_MODEL
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.genai import (
     ERROR_TYPE,
@@ -114,6 +118,7 @@ class Agent:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         sessions: subagents.ChildSessions | None = None,
         background: BackgroundCommands | None = None,
+        models: dict[str, NamedModel] | None = None,
         learning: "learning.LearningSources | None" = None,
     ):
         self.provider = provider
@@ -128,6 +133,8 @@ class Agent:
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
         self.learning = learning  # standing instructions (learning.py); None: not offered
+        # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
+        self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a
@@ -140,7 +147,8 @@ class TurnRun:
         self.agent = agent
         self.request = request
         self.settings = agent.settings
-        self.model = request.model or agent.model
+        self.models = ModelChoice(agent.models, request.model)
+        self.model = self.models.current.model
         self.max_iterations = deep.step_budget(request, agent.settings)
         self.usage = Usage()
         self.iterations = 0
@@ -149,6 +157,10 @@ class TurnRun:
                                                    agent.settings.approval_timeout_s)
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._interrupted_as = ""  # the stop_reason a newer message asked for (interrupt())
+        self._interrupt_delivered = False
+        self._persisting = 0  # writes in flight: an interrupt waits for them (a safe point)
+        self._unanswered: tuple[ToolCall, ...] = ()  # calls of the persisted reply not yet run
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
         self._remote_tools: list[ToolSpec] = []
@@ -170,6 +182,10 @@ class TurnRun:
     async def events(self) -> AsyncIterator[RunEvent]:
         """Start the turn and stream its events; leaving early (or being cancelled) cancels it."""
         self._task = asyncio.create_task(self._run(), name=f"turn-{self.request.run_id}")
+        if self._interrupted_as:
+            # After the task's first step, so it is inside its try blocks when the cancel lands.
+            # A write then in flight delivers it when done (_persist).
+            asyncio.get_running_loop().call_soon(lambda: None if self._persisting else self._deliver_interrupt())
         try:
             while True:
                 event = await self._queue.get()
@@ -185,6 +201,21 @@ class TurnRun:
     def cancel(self) -> None:
         if self._task is not None and not self._task.done():
             self._task.cancel()
+
+    def interrupt(self, stop_reason: str) -> None:
+        """Stop the turn because a newer message takes over. Steps already persisted stay, a
+        reply still streaming is dropped, started tool calls are stopped and get a recorded
+        result (tool_calls.py), and the stream ends with RunFinished(`stop_reason`)."""
+        self._interrupted_as = self._interrupted_as or stop_reason
+        if not self._persisting:
+            self._deliver_interrupt()
+
+    def _deliver_interrupt(self) -> None:
+        if self._task is None:
+            return  # not started yet: events() delivers it once the turn runs
+        if not self._interrupt_delivered:
+            self._interrupt_delivered = True
+            self.cancel()
 
     def decide(self, call_id: str, approved: bool, note: str = "") -> bool:
         """A person's decision on a held call; False when no call with that id is waiting."""
@@ -218,9 +249,10 @@ class TurnRun:
             try:
                 stop_reason, final_text = await self._turn()
             except asyncio.CancelledError:
-                stop_reason, final_text = "cancelled", ""
-                span.set_status(Status(StatusCode.ERROR, "cancelled"))
-                span.set_attribute(ERROR_TYPE, "cancelled")
+                stop_reason, final_text = self._interrupted_as or "cancelled", ""
+                await self._answer_unrun_calls(stop_reason)
+                span.set_status(Status(StatusCode.ERROR, stop_reason))
+                span.set_attribute(ERROR_TYPE, stop_reason)
             except AgentmeshError as exc:
                 log.warning("turn failed", code=exc.code, error=exc.message)
                 span.set_status(Status(StatusCode.ERROR, exc.message))
@@ -271,10 +303,12 @@ class TurnRun:
             reply = await self._step_reply(turn)
             assistant = ChatMessage(role="assistant", content=self._stored_text(reply), tool_calls=reply.tool_calls,
                                     run_id=req.run_id)
+            self._unanswered = reply.tool_calls
             await self._persist([assistant])
             turn.append(assistant)
             verdict = await self._verdict(step, reply, turn)
             if isinstance(verdict, Stop):
+                self._unanswered = ()
                 await self._tool_calls.not_run(reply.tool_calls, verdict.stop_reason, verdict.not_run)
                 return verdict.stop_reason, verdict.final_text or reply.text
             if not reply.tool_calls:
@@ -282,6 +316,8 @@ class TurnRun:
                     turn.append(ChatMessage(role="system", content=verdict.note))
                     continue
                 return "completed", reply.text
+            # From here ToolCalls records a result for every call, however the step ends.
+            self._unanswered = ()
             turn.extend(await self._tool_calls.run(reply.tool_calls))
         # Out of steps: one last call without tools, so the user gets an answer, not silence.
         self._emit(StatusEvent(f"reached the limit of {self.max_iterations} steps; asking the model for a summary"))
@@ -385,7 +421,24 @@ class TurnRun:
         return hits
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
-        await self.agent.transcripts.append(self.request.session_id, messages)
+        # A write is not a safe point: an interrupt arriving meanwhile lands when it is done.
+        self._persisting += 1
+        try:
+            await self.agent.transcripts.append(self.request.session_id, messages)
+        finally:
+            self._persisting -= 1
+            if self._interrupted_as and not self._persisting:
+                self._deliver_interrupt()
+
+    async def _answer_unrun_calls(self, stop_reason: str) -> None:
+        """The turn stopped between persisting a reply and running its calls: record a result
+        for each, so the stored transcript is valid to replay as it stands."""
+        calls, self._unanswered = self._unanswered, ()
+        if calls:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    self._tool_calls.not_run(calls, stop_reason, f"error: not run: the turn was {stop_reason.replace('_', ' ')}"),
+                    self.settings.memory_timeout_s)
 
     async def _inject(self, messages: list[ChatMessage]) -> None:
         await self._persist(messages)
@@ -421,8 +474,21 @@ class TurnRun:
             max_tokens=s.max_tokens,
         )
         self.iterations += 1
-        return await traced_model_call(self.agent.provider, self.agent.telemetry, request,
-                                       usage=self.usage, emit=self._emit)
+        while True:
+            chosen = self.models.current
+            request = dataclasses.replace(request, model=chosen.model,
+                                          max_tokens=chosen.max_output_tokens or request.max_tokens)
+            try:
+                return await traced_model_call(chosen.provider, self.agent.telemetry, request,
+                                               usage=self.usage, emit=self._emit)
+            except AgentmeshError as exc:
+                fallback = self.models.fall_back()
+                if fallback is None:
+                    raise
+                log.warning("model failed; falling back", model=chosen.name, fallback=fallback.name, error=exc.message)
+                self._emit(StatusEvent(f"model {chosen.name!r} failed ({exc.message}); "
+                                       f"falling back to {fallback.name!r}"))
+                self.model = self._ctx.model = fallback.model
 
     # --- tool calls ---------------------------------------------------------------------------
 

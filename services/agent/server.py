@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from agentmesh.agent.adapters import GrpcBackgroundCommands, GrpcLongTermMemory,
 from agentmesh.agent.learning import LearningSources
 from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
 from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.model_choice import NamedModel
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.reflection import Reflector
 from agentmesh.agent.settings import AgentSettings
@@ -23,6 +25,7 @@ from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
+from agentmesh.models import DEFAULT_MODEL, ModelCatalog, catalog_of
 from agentmesh.modes import validate_mode
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto
@@ -30,7 +33,7 @@ from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2
+from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, learning_pb2
 
 log = get_logger("agentmesh.agent")
 
@@ -104,7 +107,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         if trigger not in ("on demand", "idle"):
             raise InvalidArgument(f"trigger is 'on demand' or 'idle', not {trigger!r}")
         run = await self._reflector.reflect(request.session_id, trigger)
-        return gateway_pb2.ReflectResponse(run=json_format.ParseDict(run, gateway_pb2.ReflectionRun()))
+        return learning_pb2.ReflectResponse(run=json_format.ParseDict(run, learning_pb2.ReflectionRun()))
 
     def _validate(self, request: agent_pb2.RunTurnRequest) -> TurnRequest:
         validate_id(request.session_id, "session_id")
@@ -165,10 +168,18 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
                 await decisions
 
 
+INTERRUPT_REASONS = ("interrupted", "rolled_back")
+
+
 async def _apply_decisions(request_iterator, run) -> None:
-    """Feed the decisions that follow the first message to the run. The caller half-closing
-    (a plain one-message call) only means no decision will come: held calls then time out."""
+    """Feed the decisions (and an interrupt) that follow the first message to the run. The caller
+    half-closing (a plain one-message call) only means no decision will come: held calls then time out."""
     async for message in request_iterator:
+        if message.interrupt:
+            if message.interrupt not in INTERRUPT_REASONS:
+                log.warning("unknown interrupt reason; interrupting", reason=message.interrupt[:64])
+            run.interrupt(message.interrupt if message.interrupt in INTERRUPT_REASONS else "interrupted")
+            continue
         if not message.HasField("decision"):
             continue
         d = message.decision
@@ -205,6 +216,21 @@ class MemoryChildSessions:
                                        labels={PARENT_SESSION_LABEL: parent_session_id, "role": "sub-agent"})
 
 
+def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings: AgentSettings, telemetry: Telemetry):
+    """A provider for each catalogue model but the default (built by the caller); their closers."""
+    named: dict[str, NamedModel] = {}
+    closers = []
+    for spec in catalog.models.values():
+        if spec.name == DEFAULT_MODEL:
+            continue
+        llm = dataclasses.replace(settings.llm, provider=spec.provider, base_url=spec.base_url.rstrip("/"),
+                                  model=spec.model, api_key=spec.api_key)
+        provider, close = build_provider(llm, agent_settings, telemetry)
+        named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens)
+        closers.append(close)
+    return named, closers
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     agent_settings = settings.section(AgentSettings)
     provider, close_provider = build_provider(settings.llm, agent_settings, telemetry)
@@ -215,7 +241,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     memory_channel = open_channel(memory_target, telemetry, identity=identity, audience="memory")
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
                                  timeout_s=agent_settings.memory_timeout_s)
+    named, closers = build_named_models(catalog_of(settings.llm), settings, agent_settings, telemetry)
     agent = Agent(
+        models=named,
         provider=provider,
         tools=GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s),
         transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s),
@@ -237,6 +265,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
 
     async def close() -> None:
         await close_provider()
+        for close_named in closers:
+            await close_named()
         await tools_channel.close()
         await memory_channel.close()
 

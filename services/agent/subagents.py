@@ -254,7 +254,8 @@ class Delegation(Capability):
                                           f"Your role for this task: {instructions}" if instructions else "") if p)
         request = dataclasses.replace(
             preq, session_id=child_id, run_id=new_id("run"), message=task, max_iterations=steps,
-            model=parent.model, system_prompt=prompt, mode="", subagent=link,
+            # model: the one the parent's turn named (preq.model), on its own provider.
+            system_prompt=prompt, mode="", subagent=link,
             token_budget=child_budget(parent), session_token_budget=0,
             plan=False, plan_auto_approve=False,  # the parent's plan was approved already
         )

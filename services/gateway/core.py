@@ -17,11 +17,12 @@ import structlog
 
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
-from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
+from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
 from agentmesh.modes import validate_mode
-from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
+from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
 
@@ -38,6 +39,15 @@ SHUTDOWN_MESSAGE = (
 )
 
 
+_STOP_REASON_OF = {"interrupt": "interrupted", "rollback": "rolled_back"}
+
+
+def validate_if_busy(value: str, what: str = "options.if_busy") -> str:
+    if value and value not in IF_BUSY_POLICIES:
+        raise InvalidArgument(f"{what} must be one of {', '.join(IF_BUSY_POLICIES)}, got {value[:40]!r}")
+    return value
+
+
 @dataclass
 class _ActiveTurn:
     run_id: str
@@ -46,12 +56,26 @@ class _ActiveTurn:
     interrupted: bool = False
     # Tool calls held for approval, as seen in the relayed events, in the order they came.
     pending_approvals: dict[str, common_pb2.ApprovalRequested] = field(default_factory=dict)
-    decisions: asyncio.Queue[common_pb2.ApprovalDecision] = field(default_factory=asyncio.Queue)
+    # To the agent running the turn: approval decisions, an interrupt.
+    controls: asyncio.Queue[agent_pb2.RunTurnRequest] = field(default_factory=asyncio.Queue)
+    # Set once the session no longer belongs to this turn.
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # A newer message that interrupts (or rolls back) this turn takes the session straight from
+    # it, before any message merely waiting in line; "interrupted" | "rolled_back".
+    successor: "_ActiveTurn | None" = None
+    superseded_as: str = ""
+
+    def supersede(self, successor: "_ActiveTurn", stop_reason: str) -> None:
+        self.successor, self.superseded_as = successor, stop_reason
+        self.controls.put_nowait(agent_pb2.RunTurnRequest(interrupt=stop_reason))
 
 
 class Gateway:
-    def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings):
+    def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings,
+                 models: ModelCatalog | None = None):
         self._sessions = sessions
+        # The models a turn or a session may name (AGENTMESH_MODELS and the default).
+        self._models = models or ModelCatalog.of(ModelSpec(DEFAULT_MODEL, "scripted", "", "scripted"), {})
         self._agent = agent
         self._workspaces = workspaces
         self._settings = settings
@@ -62,19 +86,25 @@ class Gateway:
 
     # --- sessions -------------------------------------------------------------------------
 
-    async def create_session(self, request: gateway_pb2.CreateSessionRequest) -> gateway_pb2.Session:
+    async def create_session(self, request: gateway_pb2.CreateSessionRequest) -> sessions_pb2.Session:
         session_id = validate_id(request.session_id) if request.session_id else new_id("s")
         session = self._new_session(session_id, request.title, dict(request.labels), request.namespace)
         stored, _created = await self._sessions.put_session(session)
         return stored
 
-    async def get_session(self, session_id: str) -> gateway_pb2.Session:
+    async def get_session(self, session_id: str) -> sessions_pb2.Session:
         return await self._sessions.get_session(validate_id(session_id))
 
-    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse:
+    async def list_sessions(self, page_size: int, page_token: str) -> sessions_pb2.ListSessionsResponse:
         if page_size < 0 or page_size > MAX_PAGE_SIZE:
             raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
         return await self._sessions.list_sessions(page_size or 50, page_token)
+
+    async def update_session(self, request: sessions_pb2.UpdateSessionRequest) -> sessions_pb2.Session:
+        session_id = validate_id(request.session_id)
+        if request.model and self._models.get(request.model) is None:
+            raise InvalidArgument(self._models.unknown_model_message(request.model, "model"))
+        return await self._sessions.set_model(session_id, request.model)
 
     async def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
@@ -84,7 +114,7 @@ class Gateway:
         await self._workspaces.delete_workspace(session_id)
         return await self._sessions.delete_session(session_id)
 
-    async def transcript(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse:
+    async def transcript(self, session_id: str, page_size: int, after_seq: int) -> sessions_pb2.GetTranscriptResponse:
         validate_id(session_id)
         if page_size < 0 or page_size > 1000:
             raise InvalidArgument(f"page_size must be between 0 and 1000, got {page_size}")
@@ -118,45 +148,106 @@ class Gateway:
             raise InvalidArgument("options.system_prompt is longer than the message limit")
         if len(request.options.model) > 200:
             raise InvalidArgument("options.model is longer than 200 characters")
+        model = request.options.model
+        default = self._models.get(DEFAULT_MODEL)
+        if model and self._models.get(model) is None and (default is None or model != default.model):
+            raise InvalidArgument(self._models.unknown_model_message(model))
         validate_mode(request.options.mode)
+        validate_if_busy(request.options.if_busy)
         for name in ("token_budget", "session_token_budget"):
             if getattr(request.options, name) < 0:
                 raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
 
     async def chat(self, request: gateway_pb2.ChatRequest) -> AsyncIterator[common_pb2.Event]:
         """Run one turn. Refusals happen before the first event; the stream ends with
-        run_finished or error."""
+        run_finished or error. A busy session is met by the request's if_busy policy."""
         self.validate_chat(request)
         session_id = request.session_id
         if self._draining:
             raise Unavailable("the gateway is shutting down; retry in a moment")
-        if session_id in self._active:
-            raise FailedPrecondition(
-                f"session {session_id!r} is already running a turn; wait for it to finish or cancel it"
-            )
         turn = _ActiveTurn(run_id=new_id("run"))
-        self._active[session_id] = turn
         try:
+            replaced = await self._take_session(session_id, turn, request.options.if_busy or self._settings.if_busy)
+            if self._draining:
+                raise Unavailable("the gateway is shutting down; retry in a moment")
+            if replaced is not None and replaced.superseded_as == "rolled_back":
+                dropped = await self._sessions.drop_run(session_id, replaced.run_id)
+                log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
             session, _ = await self._sessions.put_session(self._new_session(session_id, "", {}, ""))
+            options = request.options
+            if not options.model and session.model and self._models.get(session.model) is not None:
+                options = gateway_pb2.ChatOptions()
+                options.CopyFrom(request.options)
+                options.model = session.model
             run = agent_pb2.RunTurnRequest(
                 session_id=session_id,
                 run_id=turn.run_id,
                 message=request.message,
-                options=request.options,
+                options=options,
                 namespace=session.namespace or "default",
             )
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
                 async for event in self._relay(run, turn):
                     if event.WhichOneof("payload") in ("run_finished", "error"):
+                        if turn.superseded_as == "rolled_back" and event.HasField("run_finished"):
+                            # It may have finished on its own meanwhile; its steps go all the same.
+                            event.run_finished.stop_reason = "rolled_back"
                         # Free the session before the last event leaves, so a client that
                         # starts its next turn on seeing it is not refused as busy.
-                        self._active.pop(session_id, None)
+                        self._release(session_id, turn)
                     yield event
                 log.info("turn ended")
         finally:
-            if self._active.get(session_id) is turn:
-                self._active.pop(session_id)
+            self._release(session_id, turn)
+
+    async def _take_session(self, session_id: str, turn: _ActiveTurn, policy: str) -> _ActiveTurn | None:
+        """Make `turn` the session's running turn, by `policy` when another one runs: refuse,
+        wait for it, or stop it and take over. The turn it superseded, if any."""
+        superseded: _ActiveTurn | None = None
+        try:
+            while True:
+                running = self._active.get(session_id)
+                if running is None:
+                    self._active[session_id] = turn
+                    return superseded
+                if running is turn:  # handed over by the turn it superseded
+                    return superseded
+                if policy == "reject":
+                    raise FailedPrecondition(
+                        f"session {session_id!r} is already running a turn; wait for it to finish, cancel it, "
+                        "or send with if_busy enqueue, interrupt or rollback"
+                    )
+                if policy in _STOP_REASON_OF and running.successor is None:
+                    running.supersede(turn, _STOP_REASON_OF[policy])
+                    superseded = running
+                    log.info("turn superseded", session_id=session_id, run_id=running.run_id, by=policy)
+                # Enqueued, or another message already took over: wait, then look again.
+                await running.ended.wait()
+        except BaseException:
+            if superseded is not None and superseded.successor is turn:
+                superseded.successor = None
+            raise
+
+    def _release(self, session_id: str, turn: _ActiveTurn) -> None:
+        """The session stops belonging to `turn`: to the turn that superseded it, if any."""
+        if self._active.get(session_id) is turn:
+            if turn.successor is not None:
+                self._active[session_id] = turn.successor
+            else:
+                del self._active[session_id]
+        turn.ended.set()
+
+    def list_models(self) -> gateway_pb2.ListModelsResponse:
+        catalog = self._models
+        return gateway_pb2.ListModelsResponse(models=[
+            gateway_pb2.ModelInfo(
+                name=spec.name, provider=spec.provider, model=spec.model, context_window=spec.context_window,
+                input_price_per_mtok=spec.input_price_per_mtok, output_price_per_mtok=spec.output_price_per_mtok,
+                max_output_tokens=spec.max_output_tokens, fallback=spec.fallback, is_default=spec.name == DEFAULT_MODEL,
+            )
+            for spec in (catalog.get(name) for name in catalog.names()) if spec is not None
+        ])
 
     def has_active_turn(self, session_id: str) -> bool:
         """Whether this replica runs a turn of `session_id` now (routing serves such calls here)."""
@@ -185,9 +276,8 @@ class Gateway:
                 f"session {session_id!r} has no tool call {request.call_id!r} waiting for approval "
                 "(it may have been decided already, timed out, or the turn ended)"
             )
-        turn.decisions.put_nowait(
-            common_pb2.ApprovalDecision(call_id=request.call_id, approved=request.approved, note=request.note)
-        )
+        turn.controls.put_nowait(agent_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
+            call_id=request.call_id, approved=request.approved, note=request.note)))
         log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
         return turn.run_id
 
@@ -217,7 +307,7 @@ class Gateway:
         async def pump() -> None:
             try:
                 async with asyncio.timeout(self._settings.turn_timeout_s):
-                    async for event in self._agent.run_turn(run, turn.decisions):
+                    async for event in self._agent.run_turn(run, turn.controls):
                         await queue.put(event)
             except TimeoutError:
                 await queue.put(AgentmeshError(f"the turn ran longer than {self._settings.turn_timeout_s:.0f}s and was stopped"))
@@ -275,7 +365,7 @@ class Gateway:
     def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload: Any) -> common_pb2.Event:
         return common_pb2.Event(session_id=run.session_id, run_id=run.run_id, seq=seq, timestamp=time.time(), **payload)
 
-    def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> gateway_pb2.Session:
+    def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> sessions_pb2.Session:
         if len(title) > self._settings.max_title_chars:
             raise InvalidArgument(f"title is longer than {self._settings.max_title_chars} characters")
         if len(labels) > self._settings.max_labels:
@@ -286,7 +376,7 @@ class Gateway:
         if namespace:
             validate_namespace(namespace)
         now = time.time()
-        return gateway_pb2.Session(
+        return sessions_pb2.Session(
             session_id=session_id,
             title=title,
             labels=labels,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import AsyncIterator
 
 import grpc
@@ -10,6 +11,7 @@ import grpc
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.rpc.peers import peer_call
+from agentmesh.telemetry.traceview import TraceView, load_trace
 from agentmesh.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -17,6 +19,7 @@ from agentmesh.v1 import (
     gateway_pb2,
     memory_pb2,
     memory_pb2_grpc,
+    sessions_pb2,
     tools_pb2,
     tools_pb2_grpc,
 )
@@ -32,24 +35,49 @@ class MemorySessions:
     async def _call(self, method, request):
         return await peer_call(f"the memory service at {self._target}", method(request, timeout=RPC_TIMEOUT_S))
 
-    async def put_session(self, session: gateway_pb2.Session) -> tuple[gateway_pb2.Session, bool]:
+    async def put_session(self, session: sessions_pb2.Session) -> tuple[sessions_pb2.Session, bool]:
         reply = await self._call(self._stub.PutSession, memory_pb2.PutSessionRequest(session=session))
         return reply.session, reply.created
 
-    async def get_session(self, session_id: str) -> gateway_pb2.Session:
-        return await self._call(self._stub.GetSession, gateway_pb2.GetSessionRequest(session_id=session_id))
+    async def get_session(self, session_id: str) -> sessions_pb2.Session:
+        return await self._call(self._stub.GetSession, sessions_pb2.GetSessionRequest(session_id=session_id))
 
-    async def list_sessions(self, page_size: int, page_token: str) -> gateway_pb2.ListSessionsResponse:
-        request = gateway_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
+    async def list_sessions(self, page_size: int, page_token: str) -> sessions_pb2.ListSessionsResponse:
+        request = sessions_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
         return await self._call(self._stub.ListSessions, request)
 
     async def delete_session(self, session_id: str) -> bool:
-        reply = await self._call(self._stub.DeleteSession, gateway_pb2.DeleteSessionRequest(session_id=session_id))
+        reply = await self._call(self._stub.DeleteSession, sessions_pb2.DeleteSessionRequest(session_id=session_id))
         return reply.deleted
 
-    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> gateway_pb2.GetTranscriptResponse:
-        request = gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
+    async def list_messages(self, session_id: str, page_size: int, after_seq: int) -> sessions_pb2.GetTranscriptResponse:
+        request = sessions_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
         return await self._call(self._stub.ListMessages, request)
+
+    async def set_model(self, session_id: str, model: str) -> sessions_pb2.Session:
+        request = sessions_pb2.UpdateSessionRequest(session_id=session_id, model=model)
+        return await self._call(self._stub.UpdateSession, request)
+
+    async def drop_run(self, session_id: str, run_id: str) -> int:
+        reply = await self._call(self._stub.DropRun, memory_pb2.DropRunRequest(session_id=session_id, run_id=run_id))
+        return reply.dropped
+
+    async def search(self, namespace: str, query: str, k: int, kinds: list[str]) -> gateway_pb2.SearchMemoryResponse:
+        request = memory_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=memory_pb2.MemoryFilter(kinds=kinds))
+        reply = await self._call(self._stub.Search, request)
+        return gateway_pb2.SearchMemoryResponse(
+            hits=[
+                gateway_pb2.MemoryHit(
+                    id=hit.memory.id,
+                    text=hit.memory.text,
+                    kind=hit.memory.kind,
+                    score=hit.score,
+                    created_at=hit.memory.created_at,
+                    source_session_id=hit.memory.source_session_id,
+                )
+                for hit in reply.hits
+            ]
+        )
 
 
 class AgentClient:
@@ -71,25 +99,25 @@ class AgentClient:
             ) from None
 
     async def run_turn(
-        self, request: agent_pb2.RunTurnRequest, decisions: "asyncio.Queue[common_pb2.ApprovalDecision]"
+        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest]"
     ) -> AsyncIterator[common_pb2.Event]:
         ended = asyncio.Event()
 
         async def requests():
-            # The turn first, then each approval decision on the same stream: it reaches the very
-            # agent replica running the turn, with no lookup and no affinity to configure.
+            # The turn first, then each approval decision (or an interrupt) on the same stream: it
+            # reaches the very agent replica running the turn, with no lookup and no affinity to configure.
             yield request
             # Until the turn ends: an iterator left waiting keeps gRPC's task that reads it
             # pending until the call is garbage-collected ("Task was destroyed but it is pending").
             ending = asyncio.ensure_future(ended.wait())
             try:
                 while True:
-                    decision = asyncio.ensure_future(decisions.get())
-                    done, _ = await asyncio.wait({decision, ending}, return_when=asyncio.FIRST_COMPLETED)
-                    if decision not in done:
-                        decision.cancel()
+                    control = asyncio.ensure_future(controls.get())
+                    done, _ = await asyncio.wait({control, ending}, return_when=asyncio.FIRST_COMPLETED)
+                    if control not in done:
+                        control.cancel()
                         return
-                    yield agent_pb2.RunTurnRequest(decision=decision.result())
+                    yield control.result()
             finally:
                 ending.cancel()
 
@@ -111,6 +139,8 @@ class AgentClient:
 
 
 class ToolsWorkspaces:
+    """The tools service: workspaces (deleted with their session, browsed from the console) and the catalog."""
+
     def __init__(self, channel: grpc.aio.Channel, target: str):
         self._stub = tools_pb2_grpc.ToolsStub(channel)
         self._target = target
@@ -118,3 +148,33 @@ class ToolsWorkspaces:
     async def delete_workspace(self, session_id: str) -> None:
         request = tools_pb2.DeleteWorkspaceRequest(session_id=session_id)
         await peer_call(f"the tools service at {self._target}", self._stub.DeleteWorkspace(request, timeout=RPC_TIMEOUT_S))
+
+    async def list_tools(self) -> tools_pb2.ListToolsResponse:
+        return await self._call(self._stub.ListTools(tools_pb2.ListToolsRequest(), timeout=RPC_TIMEOUT_S))
+
+    async def list_workspace(self, request: tools_pb2.ListWorkspaceRequest) -> tools_pb2.ListWorkspaceResponse:
+        return await self._call(self._stub.ListWorkspace(request, timeout=RPC_TIMEOUT_S))
+
+    async def read_workspace_file(self, request: tools_pb2.ReadWorkspaceFileRequest) -> tools_pb2.ReadWorkspaceFileResponse:
+        return await self._call(self._stub.ReadWorkspaceFile(request, timeout=RPC_TIMEOUT_S))
+
+    async def write_workspace_file(self, request: tools_pb2.WriteWorkspaceFileRequest) -> tools_pb2.WriteWorkspaceFileResponse:
+        return await self._call(self._stub.WriteWorkspaceFile(request, timeout=RPC_TIMEOUT_S))
+
+    async def _call(self, call):
+        return await peer_call(f"the tools service at {self._target}", call)
+
+
+class LocalTraces:
+    """The local span store under AGENTMESH_HOME; `directory` None when traces are kept elsewhere."""
+
+    def __init__(self, directory: Path | None):
+        self._directory = directory
+
+    @property
+    def where(self) -> Path | None:
+        return self._directory
+
+    def load(self, trace_id: str) -> TraceView:
+        assert self._directory is not None
+        return load_trace(self._directory, trace_id)

@@ -8,7 +8,7 @@ import grpc
 
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
-from agentmesh.v1 import gateway_pb2, memory_pb2_grpc
+from agentmesh.v1 import learning_pb2, memory_pb2_grpc
 
 
 class MemoryProfiles:
@@ -17,7 +17,7 @@ class MemoryProfiles:
         self._target = target
         self._timeout_s = timeout_s
 
-    async def _call(self, method, request) -> gateway_pb2.Profile:
+    async def _call(self, method, request) -> learning_pb2.Profile:
         try:
             return await method(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as err:
@@ -26,8 +26,8 @@ class MemoryProfiles:
                                   f"({err.details() or err.code().name})") from None
             raise core_error_from_rpc(err) from None
 
-    async def get(self, request: gateway_pb2.GetProfileRequest) -> gateway_pb2.Profile:
+    async def get(self, request: learning_pb2.GetProfileRequest) -> learning_pb2.Profile:
         return await self._call(self._stub.GetProfile, request)
 
-    async def set(self, request: gateway_pb2.SetProfileRequest) -> gateway_pb2.Profile:
+    async def set(self, request: learning_pb2.SetProfileRequest) -> learning_pb2.Profile:
         return await self._call(self._stub.SetProfile, request)

@@ -7,7 +7,7 @@ import grpc
 
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
-from agentmesh.v1 import agent_pb2_grpc, gateway_pb2
+from agentmesh.v1 import agent_pb2_grpc, learning_pb2
 
 # A reflection is one model call over up to a long transcript: give it the time a slow model needs.
 REFLECT_TIMEOUT_S = 300.0
@@ -18,7 +18,7 @@ class AgentReflect:
         self._stub = agent_pb2_grpc.AgentStub(channel)
         self._target = target
 
-    async def reflect(self, request: gateway_pb2.ReflectRequest) -> gateway_pb2.ReflectResponse:
+    async def reflect(self, request: learning_pb2.ReflectRequest) -> learning_pb2.ReflectResponse:
         try:
             return await self._stub.Reflect(request, timeout=REFLECT_TIMEOUT_S, wait_for_ready=True)
         except grpc.aio.AioRpcError as err:

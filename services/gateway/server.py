@@ -9,27 +9,32 @@ from agentmesh.config import Settings
 from agentmesh.errors import Unavailable
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
+from agentmesh.gateway.http.server import HttpApi
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
-from agentmesh.gateway.peers import AgentClient, MemorySessions, ToolsWorkspaces
+from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.profiles import MemoryProfiles
 from agentmesh.gateway.reflect import AgentReflect
+from agentmesh.gateway.resources import Resources
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
+from agentmesh.models import catalog_of
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.telemetry.spanstore import span_store_dir
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, core: Gateway, router: SessionRouter | None = None, reflect: AgentReflect | None = None,
-                 profiles: MemoryProfiles | None = None):
+    def __init__(self, core: Gateway, resources: Resources, router: SessionRouter | None = None,
+                 reflect: AgentReflect | None = None, profiles: MemoryProfiles | None = None):
         self._core = core
+        self._resources = resources
         self._reflect = reflect
         self._profiles = profiles
         # None: a single gateway, every session served here.
@@ -67,7 +72,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         # The owner knows whether a turn runs, and refuses while one does.
         if (reply := await self._forwarded("DeleteSession", request, context)) is not None:
             return reply
-        return gateway_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id))
+        return sessions_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id))
 
     @translate_errors
     async def Chat(self, request, context):
@@ -107,6 +112,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._core.pending_approvals(request.session_id)
 
     @translate_errors
+    async def UpdateSession(self, request, context):
+        return await self._core.update_session(request)
+
+    @translate_errors
+    async def ListModels(self, request, context):
+        return self._core.list_models()
+
+    @translate_errors
     async def Reflect(self, request, context):
         validate_id(request.session_id)
         await self._core.get_session(request.session_id)  # NOT_FOUND for a session that does not exist
@@ -130,6 +143,32 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def GetTranscript(self, request, context):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
 
+    # Workspaces, memory, the catalog and the span store are shared by every replica: served here.
+
+    @translate_errors
+    async def ListTools(self, request, context):
+        return await self._resources.list_tools()
+
+    @translate_errors
+    async def SearchMemory(self, request, context):
+        return await self._resources.search_memory(request)
+
+    @translate_errors
+    async def ListWorkspace(self, request, context):
+        return await self._resources.list_workspace(request)
+
+    @translate_errors
+    async def ReadWorkspaceFile(self, request, context):
+        return await self._resources.read_workspace_file(request)
+
+    @translate_errors
+    async def WriteWorkspaceFile(self, request, context):
+        return await self._resources.write_workspace_file(request)
+
+    @translate_errors
+    async def GetTrace(self, request, context):
+        return await self._resources.get_trace(request.trace_id)
+
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
                 peer_resolver: Resolver = resolve_addresses) -> ServiceHost:
@@ -141,12 +180,18 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         name: open_channel(settings.address_of(name), telemetry, identity=identity, audience=name)
         for name in ("memory", "agent", "tools")
     }
+    sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
+    tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
     core = Gateway(
-        sessions=MemorySessions(channels["memory"], settings.address_of("memory")),
+        sessions=sessions,
         agent=AgentClient(channels["agent"], settings.address_of("agent")),
-        workspaces=ToolsWorkspaces(channels["tools"], settings.address_of("tools")),
+        workspaces=tools,
         settings=gateway_settings,
+        models=catalog_of(settings.llm),
     )
+    traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
+    resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
+                          max_upload_bytes=gateway_settings.max_upload_bytes)
     host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=gateway_settings.max_request_bytes)
     router = None
@@ -163,8 +208,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(forwarder.close)
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
     reflect = AgentReflect(channels["agent"], settings.address_of("agent"))
-    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(
-        core, router, reflect, MemoryProfiles(channels["memory"], settings.address_of("memory"))), "agentmesh.v1.Gateway")
+    profiles = MemoryProfiles(channels["memory"], settings.address_of("memory"))
+    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
+             GatewayServicer(core, resources, router, reflect, profiles), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():
@@ -172,4 +218,14 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
 
     host.on_drain(core.drain)
     host.on_stop(close_channels)
+    if gateway_settings.http_address:
+        http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
+                       settings.address_of("scheduler"))
+
+        async def start_http() -> None:
+            await http.start(host.target)
+            host.endpoints["http"] = http.target
+
+        host.on_start(start_http)
+        host.on_stop(http.stop)
     return host

@@ -7,7 +7,21 @@ from dataclasses import dataclass
 from agentmesh.config import ConfigError, EnvSection, env
 from agentmesh.gateway.routing import PeerSpec, normalize_address
 
+# What a message to a busy session does (ChatOptions.if_busy); the first is the default.
+IF_BUSY_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
+
 __all__ = ["GatewaySettings"]
+
+
+def _http_address(raw: str) -> str:
+    """AGENTMESH_GATEWAY_HTTP_ADDR: host:port, or "off" (HTTP turned off: "")."""
+    raw = raw.strip()
+    if raw.lower() == "off":
+        return ""
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"must be host:port (or 'off'), got {raw!r}")
+    return raw
 
 
 @dataclass(frozen=True)
@@ -18,6 +32,8 @@ class GatewaySettings(EnvSection):
     max_iterations_cap: int = env("AGENTMESH_GATEWAY_MAX_ITERATIONS_CAP", 100, minimum=1)
     # An upper bound on one turn, so a stuck run cannot hold a session forever.
     turn_timeout_s: float = env("AGENTMESH_GATEWAY_TURN_TIMEOUT_S", 1800.0, minimum=1)
+    # What a message to a session that runs a turn does when its ChatOptions.if_busy is empty.
+    if_busy: str = env("AGENTMESH_GATEWAY_IF_BUSY", "reject", choices=IF_BUSY_POLICIES)
     # Session routing across replicas (docs/api.md "Scaling the gateway"). No peers: this
     # replica serves every session itself, as a single gateway does.
     peers: PeerSpec = env("AGENTMESH_GATEWAY_PEERS", default_factory=PeerSpec, parse=PeerSpec.parse)
@@ -25,12 +41,24 @@ class GatewaySettings(EnvSection):
     peer_refresh_s: float = env("AGENTMESH_GATEWAY_PEER_REFRESH_S", 5.0, minimum=0.1)
     # How long a forwarded call waits to reach the owner before this replica serves it itself.
     peer_connect_timeout_s: float = env("AGENTMESH_GATEWAY_PEER_CONNECT_TIMEOUT_S", 2.0, minimum=0.05)
+    # HTTP/JSON + SSE API and the web console (docs/api.md); "off" turns it off (""); port 0
+    # takes a free port (tests).
+    http_address: str = env("AGENTMESH_GATEWAY_HTTP_ADDR", "127.0.0.1:8080", parse=_http_address)
+    # The largest file a client may upload into a session's workspace (the tools service has
+    # its own bound, AGENTMESH_TOOLS_MAX_UPLOAD_BYTES; the smaller one holds). Small by default:
+    # the gateway's gRPC receive bound grows with it (docs/security.md).
+    max_upload_bytes: int = env("AGENTMESH_GATEWAY_MAX_UPLOAD_BYTES", 2 * 1024 * 1024, minimum=1024,
+                                maximum=12 * 1024 * 1024)
+    # The largest HTTP request body; 0: an upload of max_upload_bytes as base64 and 1 MiB of room
+    # (at least 4 MiB).
+    http_max_body_bytes: int = env("AGENTMESH_GATEWAY_HTTP_MAX_BODY_BYTES", 0, minimum=0)
 
     @property
     def max_request_bytes(self) -> int:
         """The largest request the gateway reads: a message of `max_message_chars` characters
-        (at most 4 bytes each in UTF-8) and the rest of a request, with headroom; at least 1 MiB."""
-        return max(1024 * 1024, 4 * self.max_message_chars + 256 * 1024)
+        (at most 4 bytes each in UTF-8) or an upload of `max_upload_bytes`, and the rest of a
+        request, with headroom; at least 1 MiB."""
+        return max(1024 * 1024, 4 * self.max_message_chars + 256 * 1024, self.max_upload_bytes + 256 * 1024)
 
     def __post_init__(self) -> None:
         if self.peers.enabled and not self.advertise_address:
@@ -43,3 +71,7 @@ class GatewaySettings(EnvSection):
                 object.__setattr__(self, "advertise_address", normalize_address(self.advertise_address))
             except ValueError as exc:
                 raise ConfigError(f"AGENTMESH_GATEWAY_ADVERTISE_ADDR: {exc}") from None
+        if not self.http_max_body_bytes:
+            # Base64 is 4/3 of the bytes; the JSON around it and a chat message fit in the rest.
+            derived = max(4 * 1024 * 1024, self.max_upload_bytes * 4 // 3 + 1024 * 1024)
+            object.__setattr__(self, "http_max_body_bytes", derived)

@@ -18,7 +18,7 @@ import grpc
 
 from agentmesh.rpc.convert import struct_from_dict
 from agentmesh.rpc.peers import peer_call
-from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -52,24 +52,24 @@ class MemoryClient:
 
     async def put_session(
         self, session_id: str, *, title: str = "", namespace: str = "", labels: Mapping[str, str] | None = None
-    ) -> tuple[gateway_pb2.Session, bool]:
-        session = gateway_pb2.Session(
+    ) -> tuple[sessions_pb2.Session, bool]:
+        session = sessions_pb2.Session(
             session_id=session_id, title=title, namespace=namespace, labels=dict(labels or {})
         )
         reply = await self._call(self.stub.PutSession, memory_pb2.PutSessionRequest(session=session))
         return reply.session, reply.created
 
-    async def get_session(self, session_id: str) -> gateway_pb2.Session:
-        return await self._call(self.stub.GetSession, gateway_pb2.GetSessionRequest(session_id=session_id))
+    async def get_session(self, session_id: str) -> sessions_pb2.Session:
+        return await self._call(self.stub.GetSession, sessions_pb2.GetSessionRequest(session_id=session_id))
 
-    async def list_sessions(self, page_size: int = 0, page_token: str = "") -> tuple[list[gateway_pb2.Session], str]:
+    async def list_sessions(self, page_size: int = 0, page_token: str = "") -> tuple[list[sessions_pb2.Session], str]:
         reply = await self._call(
-            self.stub.ListSessions, gateway_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
+            self.stub.ListSessions, sessions_pb2.ListSessionsRequest(page_size=page_size, page_token=page_token)
         )
         return list(reply.sessions), reply.next_page_token
 
     async def delete_session(self, session_id: str) -> bool:
-        reply = await self._call(self.stub.DeleteSession, gateway_pb2.DeleteSessionRequest(session_id=session_id))
+        reply = await self._call(self.stub.DeleteSession, sessions_pb2.DeleteSessionRequest(session_id=session_id))
         return reply.deleted
 
     # --- transcripts ---
@@ -87,7 +87,7 @@ class MemoryClient:
         """One page after `after_seq`; the int is the next `after_seq`, 0 when the transcript ends."""
         reply = await self._call(
             self.stub.ListMessages,
-            gateway_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq),
+            sessions_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq),
         )
         return list(reply.messages), reply.next_after_seq
 
@@ -167,11 +167,11 @@ class MemoryClient:
 
     # --- standing instructions ---
 
-    async def get_profile(self, namespace: str = "default") -> gateway_pb2.Profile:
-        return await self._call(self.stub.GetProfile, gateway_pb2.GetProfileRequest(namespace=namespace))
+    async def get_profile(self, namespace: str = "default") -> learning_pb2.Profile:
+        return await self._call(self.stub.GetProfile, learning_pb2.GetProfileRequest(namespace=namespace))
 
-    async def set_profile(self, part: str, text: str, *, namespace: str = "default") -> gateway_pb2.Profile:
-        return await self._call(self.stub.SetProfile, gateway_pb2.SetProfileRequest(namespace=namespace, part=part, text=text))
+    async def set_profile(self, part: str, text: str, *, namespace: str = "default") -> learning_pb2.Profile:
+        return await self._call(self.stub.SetProfile, learning_pb2.SetProfileRequest(namespace=namespace, part=part, text=text))
 
     # --- skills ---
 
@@ -197,7 +197,7 @@ class MemoryClient:
         request = memory_pb2.GetReflectionStateRequest(namespace=namespace, session_id=session_id)
         return await self._call(self.stub.GetReflectionState, request)
 
-    async def record_reflection(self, run: gateway_pb2.ReflectionRun) -> memory_pb2.ReflectionState:
+    async def record_reflection(self, run: learning_pb2.ReflectionRun) -> memory_pb2.ReflectionState:
         return await self._call(self.stub.RecordReflection, run)
 
     async def put_skill(self, request: memory_pb2.PutSkillRequest) -> memory_pb2.SkillInfo:

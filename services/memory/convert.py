@@ -5,10 +5,10 @@ from __future__ import annotations
 from agentmesh.memory.memories import MemoryQuery, MemoryRecord, RememberItem
 from agentmesh.memory.transcripts import SessionRecord, ToolCallRecord, TranscriptMessage
 from agentmesh.rpc.convert import dict_from_struct, struct_from_dict
-from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
+from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2
 
 
-def session_from_proto(s: gateway_pb2.Session) -> SessionRecord:
+def session_from_proto(s: sessions_pb2.Session) -> SessionRecord:
     return SessionRecord(
         session_id=s.session_id,
         title=s.title,
@@ -19,8 +19,8 @@ def session_from_proto(s: gateway_pb2.Session) -> SessionRecord:
     )
 
 
-def session_to_proto(s: SessionRecord) -> gateway_pb2.Session:
-    return gateway_pb2.Session(
+def session_to_proto(s: SessionRecord) -> sessions_pb2.Session:
+    return sessions_pb2.Session(
         session_id=s.session_id,
         title=s.title,
         created_at=s.created_at,
@@ -28,6 +28,7 @@ def session_to_proto(s: SessionRecord) -> gateway_pb2.Session:
         message_count=s.message_count,
         labels=s.labels,
         namespace=s.namespace,
+        model=s.model,
     )
 
 

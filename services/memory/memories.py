@@ -1,13 +1,9 @@
 """Long-term memory: remember (upsert), search (hybrid), get, list, forget, import.
 
-Namespaces never mix. Against a Qdrant server they share one collection, kept apart by a
-tenant-indexed `namespace` condition on every read, write and delete - what Qdrant recommends
-for many small tenants (a collection each costs its own segments, index and WAL) - and BM25's
-IDF is computed over the namespace alone (`IdfCorpusParams`). Embedded (local mode), each
-namespace gets a collection of its own: local mode evaluates filters and sparse scores in
-Python point by point over the whole collection, so a shared collection makes every tenant pay
-for all the others (docs/memory.md has the numbers). `AGENTMESH_MEMORY_LAYOUT` overrides the
-choice. Point ids derive from the namespace too, so even a known id cannot reach across.
+Namespaces never mix: every call names one, and the store keeps them apart (a shard or
+collection per namespace, or a shared one with the namespace as a filter and IDF corpus; see
+edge_store.py and qdrant_store.py). Point ids derive from the namespace too, so even a known id
+cannot reach across. The core talks to the store through ports.Store only.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.context import NEIGHBORS, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
-from agentmesh.memory.qdrant_store import FusionPlan, PointFilter, QdrantStore, point_id
+from agentmesh.memory.ports import FusionPlan, PointFilter, Store, point_id, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
 
@@ -171,14 +167,16 @@ def _check_metadata(metadata: dict[str, Any], what: str = "metadata") -> dict[st
 
 
 class Memories:
-    def __init__(self, store: QdrantStore, embedder: Embedder, settings: MemorySettings, tracer: Any = None):
+    def __init__(
+        self, store: Store, embedder: Embedder, settings: MemorySettings, tracer: Any = None, sparse: Any = None
+    ):
         self._store = store
         self._embedder = embedder
         self._settings = settings
         # Spans for the two costly steps inside an RPC (the gRPC interceptor makes the RPC's own).
         self._tracer = tracer or trace.NoOpTracer()
-        self._tokenizer = Tokenizer()
-        self._sparse = SparseEncoder(self._tokenizer)
+        # BM25 encoder: text.py's (benches/locomo.py compares others with `.document`/`.query`).
+        self._sparse = sparse or SparseEncoder(Tokenizer())
         self._ready = False
         self._refusal = ""
         self._open_lock = asyncio.Lock()
@@ -206,7 +204,7 @@ class Memories:
             if self._ready:
                 return
             await self._embedder.start()
-            self._refusal = await self._store.ensure_memory_collection(self._embedder.name, self._embedder.dim)
+            self._refusal = await self._store.check_embedder(self._embedder.name, self._embedder.dim)
             if self._refusal:
                 raise FailedPrecondition(self._refusal)
             self._ready = True
@@ -237,6 +235,7 @@ class Memories:
             kind=_check_kind(item.kind or DEFAULT_KIND),
             metadata=_check_metadata(item.metadata),
             id=item.id or content_id(namespace, text),
+            created_at=stored_time(item.created_at),
         )
 
     def _point_filter(self, namespace: str, q: MemoryQuery | None) -> PointFilter:
@@ -322,7 +321,7 @@ class Memories:
         return rows
 
     async def remember(self, item: RememberItem) -> MemoryRecord:
-        now = time.time()
+        now = stored_time(time.time())
         valid = self._validate_item(item, now)
         return (await self._write([valid], now))[0]
 
@@ -334,7 +333,7 @@ class Memories:
             raise InvalidArgument(
                 f"{len(items)} memories in one import; the limit is {self._settings.max_import} - send batches"
             )
-        now = time.time()
+        now = stored_time(time.time())
         valid: dict[str, RememberItem] = {}
         for number, item in enumerate(items, start=1):
             if item.namespace and validate_namespace(item.namespace) != namespace:

@@ -5,7 +5,7 @@ context (`project`), each a short markdown text the agent puts in every turn's s
     await profiles.set("team-a", "soul", "You are terse.")
     profile = await profiles.get("team-a")       # Profile(namespace, soul, user, project, ...)
 
-Each part is one document (documents.py), so setting one never races with setting another.
+Each part is one document (ports.DocumentStore), so setting one never races with setting another.
 The bound keeps the prompt small: every turn of the namespace pays for these texts.
 """
 
@@ -17,7 +17,7 @@ from typing import Callable
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_namespace
-from agentmesh.memory.documents import DocumentStore
+from agentmesh.memory.ports import DocumentStore
 
 # The fixed order they appear in, in the API and in the system prompt.
 PARTS = ("soul", "user", "project")

@@ -2,7 +2,7 @@
 namespace with versions. The agent validates the function and derives its schema; this store
 keeps what it was given, bounds it and caps how many tools a namespace may have.
 
-Documents (documents.py), kind "tool": `<name>` holds the latest version, `<name>@<version>`
+Documents (ports.DocumentStore), kind "tool": `<name>` holds the latest version, `<name>@<version>`
 each version. Nothing here runs the code: the agent runs a tool's calls in the sandbox.
 """
 
@@ -17,7 +17,7 @@ from typing import Callable
 
 from agentmesh.errors import InvalidArgument, NotFound, ResourceExhausted
 from agentmesh.ids import validate_namespace
-from agentmesh.memory.documents import DocumentStore
+from agentmesh.memory.ports import DocumentStore
 
 KIND = "tool"
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

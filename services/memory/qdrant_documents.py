@@ -1,26 +1,25 @@
-"""`DocumentStore` (documents.py) in Qdrant: one vectorless collection, a point per document.
+"""The document port (ports.DocumentStore) on a Qdrant server: one vectorless collection,
+`agentmesh_documents`, a point per document.
 
-Shares the memory service's Qdrant client and executor (the embedded store allows one client per
-directory, and is not thread-safe), reached through the `run` callable the store hands over.
+Shares the memory store's client and executor (`QdrantStore.shared`), reached through the `run`
+callable the store hands over: in qdrant-client's local mode (the conformance tests) one client
+per directory is allowed and it is not thread-safe, so its calls must go through the same worker.
 """
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, Awaitable, Callable
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
+from agentmesh.memory.ports import document_point
+from agentmesh.memory.qdrant_store import QdrantStore
+
 DOCUMENTS = "agentmesh_documents"
-_ID_NAMESPACE = uuid.UUID("0f6b2d1e-8a3c-4c57-9d0e-3b1a7e5c9f24")
 _PAGE = 256
 
 Run = Callable[..., Awaitable[Any]]
-
-
-def document_point(kind: str, namespace: str, key: str) -> str:
-    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join((kind, namespace, key))))
 
 
 def _where(kind: str, namespace: str) -> qm.Filter:
@@ -35,6 +34,11 @@ class QdrantDocuments:
         self._client = client
         self._run = run
         self._local = local
+
+    @classmethod
+    def beside(cls, store: QdrantStore) -> "QdrantDocuments":
+        client, run = store.shared()
+        return cls(client, run, local=store.local)
 
     async def open(self) -> None:
         if await self._run(self._client.collection_exists, DOCUMENTS):

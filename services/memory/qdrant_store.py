@@ -1,19 +1,19 @@
-"""The one adapter that talks to Qdrant: collections, points, filters and hybrid queries.
+"""The storage port (ports.py) over a Qdrant server, through qdrant-client: collections, points,
+filters and hybrid queries.
 
-Everything Qdrant-specific lives here; the cores hand in and get back plain dicts and
-dataclasses. Embedded local mode (`QdrantClient(path=...)`) is synchronous, single-process and
-not thread-safe, so every call runs on a private executor: one worker in local mode (calls are
-serialised and the event loop never blocks on a numpy scan), several against a server (the gRPC
-client is thread-safe). The same code path serves both modes.
+Used when AGENTMESH_QDRANT_URL names a server. It also opens qdrant-client's embedded *local mode*
+(`QdrantClient(path=...)`, a pure-Python stand-in, the embedded store before Qdrant Edge): the
+conformance tests run this adapter against it, and `migrate.py` reads old homes through it. Local
+mode is synchronous, single-process and not thread-safe, so every call runs on a private
+executor: one worker in local mode (calls are serialised), several against a server (the gRPC
+client is thread-safe). The same code path serves both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
@@ -22,43 +22,13 @@ from qdrant_client import models as qm
 
 from agentmesh.errors import FailedPrecondition, Unavailable
 from agentmesh.logs import get_logger
+from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
 
 log = get_logger("agentmesh.memory.qdrant")
 
 SESSIONS = "agentmesh_sessions"
 MESSAGES = "agentmesh_messages"
 MEMORIES = "agentmesh_memories"
-DENSE = "dense"
-SPARSE = "bm25"
-
-# Point ids are UUIDs derived from our string ids, so the same logical record always lands on
-# the same point (idempotent writes, no read-before-write to find it).
-_ID_NAMESPACE = uuid.UUID("5b0c7a4e-2f51-4f0e-9a55-6d1f0b7c2e11")
-
-
-def point_id(*parts: str) -> str:
-    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)))
-
-
-@dataclass(frozen=True)
-class PointFilter:
-    """Conditions on memory payloads; every memory query carries the namespace."""
-
-    namespace: str
-    kinds: tuple[str, ...] = ()
-    metadata: tuple[tuple[str, Any], ...] = ()
-    created_after: float = 0.0
-    created_before: float = 0.0
-    source_session_id: str = ""
-
-
-@dataclass(frozen=True)
-class FusionPlan:
-    fusion: str  # "rrf" | "dbsf" | "weighted"
-    prefetch_limit: int
-    rrf_k: int = 60
-    dense_weight: float = 1.0
-    sparse_weight: float = 1.0
 
 
 def _match(key: str, value: Any) -> qm.FieldCondition:
@@ -98,19 +68,17 @@ class QdrantStore:
         self._executor = ThreadPoolExecutor(max_workers=1 if local else 8, thread_name_prefix="qdrant")
 
     @classmethod
-    def open(cls, home: Path, url: str = "", layout: str = "auto") -> "QdrantStore":
+    def connect(cls, url: str = "", *, path: Path | None = None, layout: str = "auto") -> "QdrantStore":
+        """A server at `url`, or qdrant-client's local mode in the directory `path`."""
         if url:
             client = QdrantClient(url=url, prefer_grpc=True, timeout=30)
             return cls(client, local=False, where=url, layout=layout)
-        path = Path(home) / "qdrant"
+        assert path is not None, "give a server url or a local-mode path"
         path.mkdir(parents=True, exist_ok=True)
         try:
             client = QdrantClient(path=str(path))
         except RuntimeError as exc:  # the local store's file lock is held by another process
-            raise FailedPrecondition(
-                f"the embedded Qdrant store at {path} is in use by another process ({exc}); "
-                "stop it, or point AGENTMESH_QDRANT_URL at a Qdrant server to share memory between processes"
-            ) from None
+            raise FailedPrecondition(f"the local-mode Qdrant store at {path} is in use by another process ({exc})") from None
         return cls(client, local=True, where=str(path), layout=layout)
 
     async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -143,7 +111,7 @@ class QdrantStore:
                 await self._run(self._client.create_payload_index, name, field_name, field_schema=schema)
         return True
 
-    async def ensure_transcript_collections(self) -> None:
+    async def open(self) -> None:
         await self._ensure(SESSIONS, [("created_at", qm.PayloadSchemaType.FLOAT)], vectors_config={})
         await self._ensure(
             MESSAGES,
@@ -165,7 +133,7 @@ class QdrantStore:
         qfilter = to_qdrant_filter(f, with_namespace=self.layout == "shared")
         return qfilter if qfilter.must else None
 
-    async def ensure_memory_collection(self, embedder: str, dim: int) -> str:
+    async def check_embedder(self, embedder: str, dim: int) -> str:
         """Check every memory collection against `embedder`; return why memory cannot be used, or ''.
 
         Collections record which embedder filled them. Vectors of another model (or size)
@@ -265,6 +233,10 @@ class QdrantStore:
         ]
         await self._run(self._client.upsert, MESSAGES, points, wait=True)
 
+    async def append_messages(self, session_id: str, payloads: Sequence[dict], session: dict) -> None:
+        await self.put_messages(session_id, payloads)
+        await self.put_session(session)
+
     async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[dict]:
         ids = [point_id("message", session_id, str(seq)) for seq in seqs]
         points = await self._run(self._client.retrieve, MESSAGES, ids, with_payload=True)
@@ -281,9 +253,7 @@ class QdrantStore:
         points = await self._run(self._client.retrieve, name, list(ids), with_payload=True)
         return {str(p.id): dict(p.payload) for p in points if p.payload.get("namespace") == namespace}
 
-    async def upsert_memories(
-        self, namespace: str, rows: Sequence[tuple[str, list[float], tuple[list[int], list[float]], dict]]
-    ) -> None:
+    async def upsert_memories(self, namespace: str, rows: Sequence[MemoryRow]) -> None:
         name = await self._ensure_memories(namespace)
         points = [
             qm.PointStruct(
@@ -309,7 +279,7 @@ class QdrantStore:
         sparse: tuple[list[int], list[float]],
         limit: int,
         plan: FusionPlan,
-    ) -> list[tuple[str, float, dict]]:
+    ) -> list[ScoredRow]:
         name = self._existing(f.namespace)
         if name is None:
             return []
@@ -335,7 +305,7 @@ class QdrantStore:
         )
         return [(str(p.id), float(p.score), dict(p.payload)) for p in result.points]
 
-    async def ranked(self, f: PointFilter, vector: Any, using: str, limit: int) -> list[tuple[str, float, dict]]:
+    async def ranked(self, f: PointFilter, vector: Any, using: str, limit: int) -> list[ScoredRow]:
         """One retriever on its own (benches compare it with the fused result)."""
         name = self._existing(f.namespace)
         if name is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id, validate_namespace
-from agentmesh.memory.documents import DocumentStore
+from agentmesh.memory.ports import DocumentStore
 
 KIND = "reflection"
 KEEP_RUNS = 50

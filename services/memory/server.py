@@ -20,17 +20,16 @@ from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.profiles import Profile, Profiles
 from agentmesh.memory.promoted import PromotedTool, PromotedTools
-from agentmesh.memory.qdrant_documents import QdrantDocuments
-from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
+from agentmesh.memory.stores import open_documents, open_store
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import gateway_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 
 log = get_logger("agentmesh.memory")
 
@@ -59,13 +58,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def ListSessions(self, request, context):
         sessions, token = await self._transcripts.list_sessions(request.page_size, request.page_token)
-        return gateway_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
+        return sessions_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
 
     @translate_errors
     async def DeleteSession(self, request, context):
         with bound_contextvars(session_id=request.session_id):
             deleted = await self._transcripts.delete_session(request.session_id)
-        return gateway_pb2.DeleteSessionResponse(deleted=deleted)
+        return sessions_pb2.DeleteSessionResponse(deleted=deleted)
 
     # --- transcripts ---
 
@@ -77,12 +76,23 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         return memory_pb2.AppendMessagesResponse(last_seq=last)
 
     @translate_errors
+    async def UpdateSession(self, request, context):
+        with bound_contextvars(session_id=request.session_id):
+            return session_to_proto(await self._transcripts.set_model(request.session_id, request.model))
+
+    @translate_errors
+    async def DropRun(self, request, context):
+        with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
+            dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
+        return memory_pb2.DropRunResponse(dropped=dropped)
+
+    @translate_errors
     async def ListMessages(self, request, context):
         with bound_contextvars(session_id=request.session_id):
             messages, next_after = await self._transcripts.list_messages(
                 request.session_id, request.page_size, request.after_seq
             )
-        return gateway_pb2.GetTranscriptResponse(
+        return sessions_pb2.GetTranscriptResponse(
             messages=[message_to_proto(m) for m in messages], next_after_seq=next_after
         )
 
@@ -206,12 +216,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         return memory_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
 
 
-def _run_to_dict(run: gateway_pb2.ReflectionRun) -> dict:
+def _run_to_dict(run: learning_pb2.ReflectionRun) -> dict:
     return json_format.MessageToDict(run, preserving_proto_field_name=True)
 
 
-def _run_from_dict(run: dict) -> gateway_pb2.ReflectionRun:
-    return json_format.ParseDict(run, gateway_pb2.ReflectionRun(), ignore_unknown_fields=True)
+def _run_from_dict(run: dict) -> learning_pb2.ReflectionRun:
+    return json_format.ParseDict(run, learning_pb2.ReflectionRun(), ignore_unknown_fields=True)
 
 
 def _state_to_proto(state: dict) -> memory_pb2.ReflectionState:
@@ -235,23 +245,20 @@ def _skill_to_proto(s: Skill) -> memory_pb2.Skill:
                             files=[memory_pb2.SkillFile(path=f.path, content=f.content) for f in s.files])
 
 
-def _profile_to_proto(p: Profile) -> gateway_pb2.Profile:
-    return gateway_pb2.Profile(namespace=p.namespace, soul=p.soul, user=p.user, project=p.project,
+def _profile_to_proto(p: Profile) -> learning_pb2.Profile:
+    return learning_pb2.Profile(namespace=p.namespace, soul=p.soul, user=p.user, project=p.project,
                               updated_at=p.updated_at, max_chars=p.max_chars)
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     memory_settings = settings.section(MemorySettings)
-    store = QdrantStore.open(settings.home, settings.qdrant_url, memory_settings.layout)
+    store = await open_store(settings.home, settings.qdrant_url, memory_settings)
     embedder = build_embedder(memory_settings)
     try:
-        await store.ensure_transcript_collections()
         memories = Memories(store, embedder, memory_settings, tracer=telemetry.tracer)
         await memories.open()
-        # Standing instructions (and later skills) share the store's client: one per directory.
-        client, run = store.shared()
-        documents = QdrantDocuments(client, run, local=store.local)
-        await documents.open()
+        # Standing instructions, skills, promoted tools and reflection runs, beside the memories.
+        documents = await open_documents(store)
     except BaseException:
         await store.close()
         await embedder.close()
@@ -274,5 +281,5 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.close()
 
     host.on_stop(close)
-    log.info("memory store ready", qdrant=store.where, embedder=embedder.name, dim=embedder.dim)
+    log.info("memory store ready", store=store.where, embedder=embedder.name, dim=embedder.dim)
     return host

@@ -50,9 +50,12 @@ class MemorySettings(EnvSection):
     # Index the memory's date ("8 May 2023") as words, so "what happened in May" can match.
     index_dates: bool = env("AGENTMESH_MEMORY_INDEX_DATES", True)
 
-    # Memory collections: "shared" (one, namespace as a tenant-indexed field), "per-namespace",
-    # or "auto" = per-namespace embedded, shared against a server (memories.py says why).
+    # Memory collections/shards: "shared" (one, namespace as a tenant-indexed field),
+    # "per-namespace", or "auto" = per-namespace embedded, shared against a server (docs/memory.md).
     layout: str = env("AGENTMESH_MEMORY_LAYOUT", "auto", choices=LAYOUTS)
+    # Embedded: build a memory shard's HNSW index (in a separate process) once this many points
+    # arrived since the last build; below it brute force answers fast enough. 0 = never.
+    index_after: int = env("AGENTMESH_MEMORY_INDEX_AFTER", 20_000, minimum=0)
 
     # --- bounds ---
     max_content_bytes: int = env("AGENTMESH_MEMORY_MAX_CONTENT_BYTES", 1024 * 1024, minimum=1)

@@ -12,7 +12,7 @@ version; the agent lists names and descriptions in its system prompt and loads a
 A skill proposed by reflection arrives as a **draft**: stored, not listed to the model, until a
 person approves it (`ApproveSkill`), unless the namespace auto-accepts (`SetSkillPolicy`).
 
-Documents (documents.py), kind "skill": `<name>` holds the skill's head (latest version, the
+Documents (ports.DocumentStore), kind "skill": `<name>` holds the skill's head (latest version, the
 active version, status of each version); `<name>@<version>` one version's files. The head is
 written last, so a half-written put is never visible.
 """
@@ -25,11 +25,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import validate_namespace
-from agentmesh.memory.documents import DocumentStore
+from agentmesh.memory.ports import DocumentStore
 
 KIND = "skill"
 POLICY_KIND = "skill-policy"

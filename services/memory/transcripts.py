@@ -1,4 +1,4 @@
-"""Sessions and their transcripts: validation, ordering and paging, over the Qdrant adapter.
+"""Sessions and their transcripts: validation, ordering and paging, over the storage port.
 
 Every message gets `seq` = its 1-based position in the session. The session record keeps the
 last assigned seq, so a page of the transcript is read by computing point ids (no ordering
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
-from agentmesh.memory.qdrant_store import QdrantStore
+from agentmesh.memory.ports import Store, stored_time
 from agentmesh.memory.settings import MemorySettings
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -45,6 +45,7 @@ class SessionRecord:
     message_count: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     namespace: str = DEFAULT_NAMESPACE
+    model: str = ""  # the named model its turns use ("": the deployment's default)
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class SessionRecord:
             "message_count": self.message_count,
             "labels": dict(self.labels),
             "namespace": self.namespace,
+            "model": self.model,
         }
 
     @classmethod
@@ -67,6 +69,7 @@ class SessionRecord:
             message_count=int(p.get("message_count", 0)),
             labels=dict(p.get("labels") or {}),
             namespace=p.get("namespace") or DEFAULT_NAMESPACE,
+            model=p.get("model", ""),
         )
 
 
@@ -130,7 +133,7 @@ def _page_size(value: int, default: int, maximum: int, what: str) -> int:
 
 
 class Transcripts:
-    def __init__(self, store: QdrantStore, settings: MemorySettings):
+    def __init__(self, store: Store, settings: MemorySettings):
         self._store = store
         self._settings = settings
         # One lock per live session id; entries disappear when no append holds them.
@@ -164,10 +167,9 @@ class Transcripts:
             existing = await self._store.get_session(session.session_id)
             if existing is not None:
                 return SessionRecord.from_payload(existing), False
-            now = time.time()
-            record = replace(
-                session, created_at=session.created_at or now, updated_at=session.created_at or now, message_count=0
-            )
+            now = stored_time(time.time())
+            created = stored_time(session.created_at) or now
+            record = replace(session, created_at=created, updated_at=created, message_count=0)
             await self._store.put_session(record.payload())
             return record, True
 
@@ -197,6 +199,19 @@ class Transcripts:
         if start == last:
             ties += skip
         return sessions, f"{last!r}:{ties}"
+
+    async def set_model(self, session_id: str, model: str) -> SessionRecord:
+        """Set the model the session's turns use (the gateway checked the name)."""
+        validate_id(session_id)
+        if len(model) > 200:
+            raise InvalidArgument("model is longer than 200 characters")
+        async with self._lock(session_id):
+            payload = await self._store.get_session(session_id)
+            if payload is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            session = replace(SessionRecord.from_payload(payload), model=model, updated_at=time.time())
+            await self._store.put_session(session.payload())
+            return session
 
     async def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
@@ -250,17 +265,57 @@ class Transcripts:
             if payload is None:
                 raise NotFound(f"session {session_id!r} does not exist; create it with PutSession first")
             session = SessionRecord.from_payload(payload)
-            now = time.time()
+            now = stored_time(time.time())
             numbered = [
-                replace(m, seq=session.message_count + i + 1, created_at=m.created_at or now)
+                replace(m, seq=session.message_count + i + 1, created_at=stored_time(m.created_at) or now)
                 for i, m in enumerate(messages)
             ]
-            await self._store.put_messages(session_id, [m.payload(session_id) for m in numbered])
-            # The session record is the commit point: only seqs up to message_count are visible.
+            # The session record, written after the messages, is the commit point: only seqs up
+            # to message_count are visible.
             session.message_count = numbered[-1].seq
             session.updated_at = now
-            await self._store.put_session(session.payload())
+            await self._store.append_messages(
+                session_id, [m.payload(session_id) for m in numbered], session.payload()
+            )
             return session.message_count
+
+    async def drop_run(self, session_id: str, run_id: str) -> int:
+        """Remove a run's messages from the end of the transcript (a turn rolled back): the
+        session's count goes back to just before the run's user message, so the next append
+        overwrites the dropped seqs and nothing reads them meanwhile. The number dropped."""
+        validate_id(session_id)
+        validate_id(run_id, "run_id")
+        async with self._lock(session_id):
+            payload = await self._store.get_session(session_id)
+            if payload is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            session = SessionRecord.from_payload(payload)
+            start = await self._run_start(session_id, session.message_count, run_id)
+            if start == 0:
+                return 0
+            dropped = session.message_count - start + 1
+            session.message_count = start - 1
+            session.updated_at = time.time()
+            await self._store.put_session(session.payload())
+            return dropped
+
+    async def _run_start(self, session_id: str, last_seq: int, run_id: str) -> int:
+        """The first seq of `run_id`'s messages at the end of the transcript (its user message),
+        reading back from the end; 0 if the transcript does not end with that run."""
+        page = 200
+        end, first = last_seq, 0
+        while end > 0:
+            begin = max(1, end - page + 1)
+            for p in reversed(await self._store.get_messages(session_id, range(begin, end + 1))):
+                m = TranscriptMessage.from_payload(p)
+                if m.run_id == run_id:
+                    first = m.seq
+                    if m.role == "user":
+                        return first
+                elif m.run_id:
+                    return first  # an earlier turn (or a later one: then nothing of the run is last)
+            end = begin - 1
+        return first
 
     async def list_messages(
         self, session_id: str, page_size: int, after_seq: int

@@ -37,7 +37,8 @@ class GatewayRunTarget:
         await self._channel.close()
 
     def _chat_request(self, request: RunRequest) -> gateway_pb2.ChatRequest:
-        options = gateway_pb2.ChatOptions(mode=request.mode)
+        options = gateway_pb2.ChatOptions(mode=request.mode, if_busy=request.if_busy,
+                                          plan=bool(request.plan), plan_auto_approve=request.plan == "auto")
         return gateway_pb2.ChatRequest(session_id=request.session_id, message=request.prompt, options=options)
 
     async def run(self, request: RunRequest, on_started: OnStarted) -> RunOutcome:

@@ -26,7 +26,7 @@ import grpc
 
 from agentmesh.ids import PARENT_SESSION_LABEL
 from agentmesh.logs import get_logger
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, learning_pb2, sessions_pb2
 
 log = get_logger("agentmesh.scheduler.reflection")
 T = TypeVar("T")
@@ -136,7 +136,7 @@ class GatewaySessions:
         found: list[SessionView] = []
         token = ""
         while True:
-            page = await self._stub.ListSessions(gateway_pb2.ListSessionsRequest(page_size=500, page_token=token),
+            page = await self._stub.ListSessions(sessions_pb2.ListSessionsRequest(page_size=500, page_token=token),
                                                  timeout=30)
             found += [SessionView(s.session_id, s.updated_at, s.message_count, PARENT_SESSION_LABEL in s.labels)
                       for s in page.sessions]
@@ -146,7 +146,7 @@ class GatewaySessions:
 
     async def reflect(self, session_id: str) -> tuple[bool, str]:
         try:
-            reply = await self._stub.Reflect(gateway_pb2.ReflectRequest(session_id=session_id, trigger="idle"),
+            reply = await self._stub.Reflect(learning_pb2.ReflectRequest(session_id=session_id, trigger="idle"),
                                              timeout=330)
         except grpc.aio.AioRpcError as err:
             return False, f"{err.code().name}: {err.details()}"

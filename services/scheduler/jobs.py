@@ -7,13 +7,13 @@ from typing import Any, Mapping
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id
 from agentmesh.modes import validate_mode
-from agentmesh.scheduler.model import CONCURRENCY_POLICIES, MISSED_RUN_POLICIES, Job
+from agentmesh.scheduler.model import CONCURRENCY_POLICIES, IF_BUSY_POLICIES, MISSED_RUN_POLICIES, PLAN_MODES, Job
 from agentmesh.scheduler.schedules import StartupSchedule, load_timezone, parse_schedule
 
 # Fields a client may set; the rest are the scheduler's own bookkeeping.
 EDITABLE_FIELDS = (
     "name", "schedule", "prompt", "session_id", "mode", "enabled", "timezone",
-    "concurrency_policy", "missed_run_policy",
+    "concurrency_policy", "missed_run_policy", "if_busy", "plan",
 )
 # Changing one of these moves the job onto a new timetable.
 TIMETABLE_FIELDS = ("schedule", "timezone", "enabled")
@@ -36,6 +36,10 @@ def validate_job(job: Job) -> None:
         validate_id(job.session_id, "session_id")
     # Checked here too, so a bad mode is refused when the job is saved, not each time it fires.
     validate_mode(job.mode, "mode")
+    if job.if_busy not in IF_BUSY_POLICIES:
+        raise InvalidArgument(f"if_busy {job.if_busy[:40]!r} is unknown; use one of {', '.join(IF_BUSY_POLICIES)} (or leave it empty)")
+    if job.plan not in PLAN_MODES:
+        raise InvalidArgument(f"plan {job.plan[:40]!r} is unknown; use auto, ask, or leave it empty for no plan mode")
     if job.concurrency_policy not in CONCURRENCY_POLICIES:
         raise InvalidArgument(
             f"concurrency_policy {job.concurrency_policy[:40]!r} is unknown; use one of {', '.join(CONCURRENCY_POLICIES)}"

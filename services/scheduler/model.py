@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 CONCURRENCY_POLICIES = ("forbid", "replace", "allow")
 MISSED_RUN_POLICIES = ("run_once", "skip")
+# ChatOptions.if_busy (the gateway's): "" leaves it to the gateway's AGENTMESH_GATEWAY_IF_BUSY.
+IF_BUSY_POLICIES = ("", "reject", "enqueue", "interrupt", "rollback")
+# Plan mode of a job's runs: none, approved at once, or held for a person.
+PLAN_MODES = ("", "auto", "ask")
 RUN_STATUSES = ("running", "succeeded", "failed", "skipped", "cancelled")
 TRIGGERS = ("schedule", "manual", "catch_up", "startup")
 
@@ -32,6 +36,10 @@ class Job:
     # behalf, so the principal reaches the gateway and every hop after it.
     created_by: str = ""
     created_by_tenant: str = ""
+    # ChatOptions.if_busy of its runs: what a run does to its session's running turn.
+    if_busy: str = ""
+    # Plan mode of its runs (PLAN_MODES).
+    plan: str = ""
 
 
 @dataclass
@@ -58,6 +66,8 @@ class RunRequest:
     timeout_s: float
     principal: str = ""  # the job's creator; empty: the scheduler itself
     tenant: str = ""
+    if_busy: str = ""
+    plan: str = ""
 
 
 @dataclass(frozen=True)

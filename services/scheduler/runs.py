@@ -57,7 +57,8 @@ class RunExecutor:
                 await self._store.mark_started(run.run_id, run.session_id, trace_id)
 
             request = RunRequest(run.session_id, job.prompt, job.mode, self._settings.run_timeout_s,
-                                 principal=job.created_by, tenant=job.created_by_tenant)
+                                 principal=job.created_by, tenant=job.created_by_tenant, if_busy=job.if_busy,
+                                 plan=job.plan)
             try:
                 outcome = await self._target.run(request, on_started)
             except asyncio.CancelledError:

@@ -39,7 +39,7 @@ def job_to_proto(job: Job) -> scheduler_pb2.Job:
         job_id=job.job_id, name=job.name, schedule=job.schedule, prompt=job.prompt, session_id=job.session_id,
         mode=job.mode, enabled=job.enabled, timezone=job.timezone, concurrency_policy=job.concurrency_policy,
         missed_run_policy=job.missed_run_policy, created_at=job.created_at, updated_at=job.updated_at,
-        next_run_at=job.next_run_at, last_run_at=job.last_run_at,
+        next_run_at=job.next_run_at, last_run_at=job.last_run_at, if_busy=job.if_busy, plan=job.plan,
     )
 
 
@@ -57,6 +57,7 @@ def job_from_proto(message: scheduler_pb2.Job) -> Job:
         session_id=message.session_id, mode=message.mode, timezone=message.timezone,
         enabled=message.enabled if message.HasField("enabled") else True,
         concurrency_policy=message.concurrency_policy, missed_run_policy=message.missed_run_policy,
+        if_busy=message.if_busy, plan=message.plan,
     )
 
 

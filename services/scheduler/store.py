@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     concurrency_policy TEXT NOT NULL, missed_run_policy TEXT NOT NULL,
     created_at REAL NOT NULL, updated_at REAL NOT NULL, anchor_at REAL NOT NULL,
     next_run_at REAL NOT NULL, last_run_at REAL NOT NULL,
-    created_by TEXT NOT NULL DEFAULT '', created_by_tenant TEXT NOT NULL DEFAULT ''
+    created_by TEXT NOT NULL DEFAULT '', created_by_tenant TEXT NOT NULL DEFAULT '',
+    if_busy TEXT NOT NULL DEFAULT '', plan TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_due ON jobs (next_run_at) WHERE enabled = 1 AND next_run_at > 0;
 CREATE TABLE IF NOT EXISTS runs (
@@ -86,7 +87,7 @@ class SqliteStore:
     def _add_missing_columns(self) -> None:
         """A database made by an earlier version lacks the newer job columns: add them (empty)."""
         present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        for column in ("created_by", "created_by_tenant"):
+        for column in ("created_by", "created_by_tenant", "if_busy", "plan"):
             if column not in present:
                 self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
 

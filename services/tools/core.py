@@ -33,14 +33,30 @@ class ToolService:
                  background: BackgroundCommands | None = None):
         self.background = background
         self._tools: dict[str, Tool] = {}
+        # Providers whose catalog changes while the service runs (MCP servers): asked on each look.
+        self._dynamic = []
         for provider in providers:
+            if getattr(provider, "dynamic", False):
+                self._dynamic.append(provider)
+                continue
             for tool in provider.tools():
                 self._tools[tool.spec.name] = tool
         self._workspaces = workspaces
         self._max_arguments_bytes = max_arguments_bytes
 
     def specs(self) -> list[ToolSpec]:
-        return [tool.spec for tool in self._tools.values()]
+        specs = [tool.spec for tool in self._tools.values()]
+        for provider in self._dynamic:
+            specs += [tool.spec for tool in provider.tools() if tool.spec.name not in self._tools]
+        return specs
+
+    def _find(self, name: str) -> Tool | None:
+        tool = self._tools.get(name)
+        for provider in self._dynamic:
+            if tool is not None:
+                break
+            tool = provider.find(name)  # type: ignore[attr-defined]  # dynamic providers have find()
+        return tool
 
     async def execute(
         self, session_id: str, call_id: str, name: str, arguments_json: str, timeout_s: float = 0.0
@@ -65,9 +81,9 @@ class ToolService:
             return outcome
 
     async def _dispatch(self, ctx: CallContext, name: str, arguments_json: str) -> ToolOutcome:
-        tool = self._tools.get(name)
+        tool = self._find(name)
         if tool is None:
-            known = ", ".join(sorted(self._tools))
+            known = ", ".join(sorted(spec.name for spec in self.specs()))
             return ToolOutcome(output=f"there is no tool named {name!r}; the tools are: {known}", is_error=True, error_kind="unknown_tool")
         try:
             arguments = tool.parse_arguments(arguments_json)

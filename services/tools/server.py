@@ -10,27 +10,30 @@ from agentmesh.config import Settings
 from agentmesh.logs import get_logger
 from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.rpc.server import MIB, ServiceHost
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES, MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.tools.background import BackgroundCommands
 from agentmesh.tools.catalog import ToolProvider
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
+from agentmesh.tools.mcp.wiring import build_mcp_tools
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.settings import ToolsSettings
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
+from agentmesh.tools.workspace_files import WorkspaceFiles
 from agentmesh.v1 import tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.tools")
 
 
 class ToolsServicer(tools_pb2_grpc.ToolsServicer):
-    def __init__(self, core: ToolService):
+    def __init__(self, core: ToolService, files: WorkspaceFiles):
         self._core = core
+        self._files = files
 
     @translate_errors
     async def ListTools(self, request, context):
@@ -60,6 +63,27 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     async def DeleteWorkspace(self, request, context):
         return tools_pb2.DeleteWorkspaceResponse(deleted=await self._core.delete_workspace(request.session_id))
 
+    @translate_errors
+    async def ListWorkspace(self, request, context):
+        listing = await self._files.list(request.session_id, request.path)
+        return tools_pb2.ListWorkspaceResponse(
+            path=listing.path,
+            entries=[tools_pb2.WorkspaceEntry(**vars(entry)) for entry in listing.entries],
+            truncated=listing.truncated,
+        )
+
+    @translate_errors
+    async def ReadWorkspaceFile(self, request, context):
+        view = await self._files.read(request.session_id, request.path, request.max_bytes)
+        return tools_pb2.ReadWorkspaceFileResponse(
+            path=view.path, content=view.content, size=view.size, truncated=view.truncated
+        )
+
+    @translate_errors
+    async def WriteWorkspaceFile(self, request, context):
+        written = await self._files.write(request.session_id, request.path, request.content, request.overwrite)
+        return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)
+
 
 def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Telemetry) -> Executor:
     if settings.mode == "kubernetes":
@@ -78,7 +102,8 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
     return jail
 
 
-def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None) -> ToolService:
+def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None,
+               extra_providers: tuple = ()) -> ToolService:
     background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
                                     max_lifetime_s=settings.background_max_s, network=settings.command_network)
     providers: list[ToolProvider] = [
@@ -89,6 +114,7 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
     ]
     if settings.background_per_session:
         providers.append(background)
+    providers += list(extra_providers)
     return ToolService(providers, workspaces, settings.max_arguments_bytes,
                        background=background if settings.background_per_session else None)
 
@@ -103,13 +129,27 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
-    core = build_core(tools_settings, executor, workspaces, telemetry.tracer)
-    # An Execute request is bounded by its arguments (max_arguments_bytes); the rest is small.
-    # Twice that still reaches the service, which names the limit in its INVALID_ARGUMENT.
+    mcp_tools = build_mcp_tools(tools_settings, executor, owner, telemetry.tracer)
+    if mcp_tools is not None:
+        try:
+            await mcp_tools.start()
+        except BaseException:
+            await mcp_tools.close()
+            raise
+    core = build_core(tools_settings, executor, workspaces, telemetry.tracer,
+                      extra_providers=(mcp_tools,) if mcp_tools is not None else ())
+    # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by
+    # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
+    # names the limit in its INVALID_ARGUMENT.
+    largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
     host = ServiceHost("tools", settings, telemetry, address=address,
-                       max_receive_bytes=2 * tools_settings.max_arguments_bytes + MIB)
-    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core), "agentmesh.v1.Tools")
+                       max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
+    files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
+                           WorkspaceQuota(tools_settings.workspace_quota_bytes))
+    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files), "agentmesh.v1.Tools")
     if core.background is not None:
         host.on_stop(core.background.close)  # before the executor: stop what still runs
+    if mcp_tools is not None:
+        host.on_stop(mcp_tools.close)
     host.on_stop(executor.close)
     return host

@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from agentmesh.config import EnvSection, Settings, env, load, section
+from agentmesh.config import EnvSection, Settings, env, load, referenced_environment, section
 
 MIB = 1024 * 1024
+# MCP server entries may refer to variables of this family (secrets from a Kubernetes Secret).
+SECRET_PREFIX = "AGENTMESH_MCP_SECRET_"
 
 
 @dataclass(frozen=True)
@@ -66,12 +68,28 @@ class WebFetchSettings:
 
 
 @dataclass(frozen=True)
+class McpSettings:
+    # Path of a JSON file in the shared {"mcpServers": {...}} shape; "" = no MCP servers.
+    servers_file: str = env("AGENTMESH_MCP_SERVERS", "")
+    # A server with no call for this long is stopped (a stdio server's process ends); the next call starts it.
+    idle_s: float = env("AGENTMESH_MCP_IDLE_S", 300.0, minimum=1)
+    connect_timeout_s: float = env("AGENTMESH_MCP_CONNECT_TIMEOUT_S", 20.0, minimum=0.5)
+    ping_interval_s: float = env("AGENTMESH_MCP_PING_INTERVAL_S", 5.0, minimum=0.1)
+    backoff_max_s: float = env("AGENTMESH_MCP_BACKOFF_MAX_S", 60.0, minimum=0.1)
+    # Images and audio one call may attach, all together.
+    attachment_cap_bytes: int = env("AGENTMESH_MCP_ATTACHMENT_CAP_BYTES", 1 * MIB, minimum=0)
+    # The values of the entries' `${AGENTMESH_MCP_SECRET_...}` references (and no other variable).
+    secrets: Mapping[str, str] = referenced_environment(SECRET_PREFIX)
+
+
+@dataclass(frozen=True)
 class ToolsSettings(EnvSection):
     workspace_root: Path = Path("workspaces")  # placed under AGENTMESH_HOME by from_settings
     mode: str = "local"
     limits: SandboxLimits = section(SandboxLimits)
     kubernetes: KubernetesSandbox = section(KubernetesSandbox)
     web: WebFetchSettings = section(WebFetchSettings)
+    mcp: McpSettings = section(McpSettings)
     bwrap_path: str = env("AGENTMESH_SANDBOX_BWRAP", "/usr/bin/bwrap")
     # Loudly named on purpose: command tools run as plain child processes, unconfined.
     unsafe_no_isolation: bool = env("AGENTMESH_SANDBOX_UNSAFE_NO_ISOLATION", False)
@@ -93,6 +111,10 @@ class ToolsSettings(EnvSection):
     background_max_s: float = env("AGENTMESH_TOOLS_BACKGROUND_MAX_S", 1800.0, minimum=1)
     # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
     workspace_quota_bytes: int = env("AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", 1024 * MIB, minimum=1, unit=MIB)
+    # The workspace as people see it (web console): how much of one file a view returns, and the
+    # largest file an upload may write (within the quota too).
+    max_view_bytes: int = env("AGENTMESH_TOOLS_MAX_VIEW_BYTES", 1 * MIB, minimum=1024)
+    max_upload_bytes: int = env("AGENTMESH_TOOLS_MAX_UPLOAD_BYTES", 2 * MIB, minimum=1024)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolsSettings:

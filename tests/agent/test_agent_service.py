@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import pytest
 
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2, memory_pb2
+from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2, memory_pb2, sessions_pb2
 from tests.support.llm_server import reply, tool_call
 from tests.support.processes import processes_running
 from tests.support.stack import Stack
@@ -26,12 +26,12 @@ def agent_stub(stack: Stack) -> agent_pb2_grpc.AgentStub:
 
 
 async def open_session(stack: Stack, session_id: str) -> None:
-    session = gateway_pb2.Session(session_id=session_id, namespace="default")
+    session = sessions_pb2.Session(session_id=session_id, namespace="default")
     await stack.memory_stub().PutSession(memory_pb2.PutSessionRequest(session=session), timeout=10)
 
 
 async def stored(stack: Stack, session_id: str) -> list:
-    reply_ = await stack.memory_stub().ListMessages(gateway_pb2.GetTranscriptRequest(session_id=session_id), timeout=10)
+    reply_ = await stack.memory_stub().ListMessages(sessions_pb2.GetTranscriptRequest(session_id=session_id), timeout=10)
     return list(reply_.messages)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.support.stack import Stack
 from tests.support.turns import LiveTurn, collect, kinds, of_kind, wait_until  # noqa: F401 - for the e2e tests
 
@@ -20,7 +20,7 @@ async def chat(stub, session_id: str, message: str, **options) -> list:
 
 
 async def transcript(stub, session_id: str) -> list:
-    reply = await stub.GetTranscript(gateway_pb2.GetTranscriptRequest(session_id=session_id), timeout=10)
+    reply = await stub.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id=session_id), timeout=10)
     return list(reply.messages)
 
 

@@ -10,7 +10,7 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.e2e.conftest import collect, of_kind, rpc_error
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
@@ -26,7 +26,7 @@ async def test_gateway_requires_a_bearer_token_when_configured(tmp_path):
             assert err.code() == grpc.StatusCode.UNAUTHENTICATED
             assert "Bearer" in err.details()
             err = await rpc_error(
-                gateway.ListSessions(gateway_pb2.ListSessionsRequest(), metadata=(("authorization", "Bearer wrong"),), timeout=10)
+                gateway.ListSessions(sessions_pb2.ListSessionsRequest(), metadata=(("authorization", "Bearer wrong"),), timeout=10)
             )
             assert err.code() == grpc.StatusCode.UNAUTHENTICATED
             assert llm.requests == []

@@ -12,7 +12,7 @@ import json
 import grpc
 
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.e2e.conftest import chat, collect, of_kind, rpc_error, transcript
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
@@ -48,7 +48,7 @@ async def test_an_unknown_mode_is_refused_before_anything_happens(stack, llm):
     err = await rpc_error(collect(gateway.Chat(request, timeout=10)))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.details() == "options.mode 'turbo' is not a run mode: use \"default\" (or leave it empty) or \"deep\""
-    listing = await gateway.ListSessions(gateway_pb2.ListSessionsRequest(), timeout=10)
+    listing = await gateway.ListSessions(sessions_pb2.ListSessionsRequest(), timeout=10)
     assert list(listing.sessions) == [] and llm.requests == []
 
 
@@ -68,12 +68,12 @@ async def test_a_deep_turn_delegates_through_all_five_services(tmp_path):
             child_id = child.data["session_id"]
             child_transcript = await transcript(gateway, child_id)
             parent_transcript = await transcript(gateway, "deep-e2e")
-            sessions = (await gateway.ListSessions(gateway_pb2.ListSessionsRequest(), timeout=10)).sessions
+            sessions = (await gateway.ListSessions(sessions_pb2.ListSessionsRequest(), timeout=10)).sessions
             workspace_file = home / "workspaces" / "deep-e2e" / "report.txt"
             written = workspace_file.read_text() if workspace_file.exists() else None
             # Deleting the conversation deletes the sub-agent's session with it.
-            await gateway.DeleteSession(gateway_pb2.DeleteSessionRequest(session_id="deep-e2e"), timeout=10)
-            child_after_delete = await rpc_error(gateway.GetSession(gateway_pb2.GetSessionRequest(session_id=child_id)))
+            await gateway.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id="deep-e2e"), timeout=10)
+            child_after_delete = await rpc_error(gateway.GetSession(sessions_pb2.GetSessionRequest(session_id=child_id)))
         finally:
             await stack.stop()
         model_calls = len(llm.requests)

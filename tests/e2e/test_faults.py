@@ -16,7 +16,7 @@ import pytest
 from agentmesh.cli.stack import LocalStack, free_address
 from agentmesh.config import SERVICES
 from agentmesh.rpc.client import open_channel
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 from tests.e2e.conftest import collect, of_kind
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.processes import children_of, is_running
@@ -62,7 +62,7 @@ def shell_turn_script(llm: ScriptedLLMServer, command: str) -> None:
 
 
 async def saved_transcript(gateway, session_id: str) -> list:
-    reply_ = await gateway.GetTranscript(gateway_pb2.GetTranscriptRequest(session_id=session_id), timeout=30)
+    reply_ = await gateway.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id=session_id), timeout=30)
     return list(reply_.messages)
 
 

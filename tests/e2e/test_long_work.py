@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.e2e.conftest import chat, of_kind, transcript
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.processes import processes_running
@@ -101,7 +101,7 @@ async def test_the_gateway_refuses_a_negative_budget_before_anything_is_written(
             gateway = stack.gateway_stub()
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await chat(gateway, "neg", "hi", session_token_budget=-1)
-            listing = await gateway.ListSessions(gateway_pb2.ListSessionsRequest(), timeout=10)
+            listing = await gateway.ListSessions(sessions_pb2.ListSessionsRequest(), timeout=10)
         assert llm.requests == []
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details() == ("options.session_token_budget must be 0 (the configured budget) or a positive "

@@ -1,12 +1,13 @@
 """Plan mode end to end (all five services, a scripted model): the plan is held for approval
 through Gateway.Approve before anything runs; approved it runs, denied with a note it is revised,
-undecided it ends the turn with nothing run; scheduled-style runs approve it at once."""
+undecided it ends the turn with nothing run; scheduled runs (plan="auto") approve it at once."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import gateway_pb2, scheduler_pb2
 from tests.e2e.conftest import chat, of_kind
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
@@ -107,3 +108,24 @@ async def test_auto_approval_for_runs_nobody_watches(stack):
     assert (resolved.name, resolved.decided_by) == ("approve_plan", "auto")
     assert of_kind(events, "run_finished")[0].final_text == "Done as planned."
     await wait_until(lambda: workspace_file(stack, "plan-auto").exists())
+
+
+async def test_a_scheduled_job_plans_first_and_approves_its_own_plan(stack):
+    from tests.scheduler.test_scheduler_stack import settled_runs
+
+    scheduler = stack.scheduler_stub()
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+            name="bad", schedule="daily 06:00", prompt="p", plan="maybe")))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "plan" in refused.value.details()
+
+    job = await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+        name="notes", schedule="daily 06:00", prompt="write the notes", session_id="plan-cron", plan="auto")))
+    assert job.plan == "auto"
+    await scheduler.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
+    (run,) = await settled_runs(scheduler, job.job_id, 1)
+    assert run.status == "succeeded", run.error
+    assert run.summary == "Done as planned."
+    # The run planned first (plan mode reached the agent), then carried the plan out.
+    assert any(planning(request) for request in stack.llm.requests)
+    await wait_until(lambda: workspace_file(stack, "plan-cron").exists())

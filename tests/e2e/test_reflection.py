@@ -10,7 +10,7 @@ import json
 
 import grpc
 
-from agentmesh.v1 import gateway_pb2, memory_pb2
+from agentmesh.v1 import learning_pb2, memory_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.e2e.test_standing_instructions import session_in, system_of, user_memory_stub
@@ -29,8 +29,8 @@ def extraction(correction: str = "run scripts with python3", knowledge: str = "p
     }))
 
 
-async def reflect(gateway, session_id: str) -> gateway_pb2.ReflectionRun:
-    return (await gateway.Reflect(gateway_pb2.ReflectRequest(session_id=session_id), timeout=60)).run
+async def reflect(gateway, session_id: str) -> learning_pb2.ReflectionRun:
+    return (await gateway.Reflect(learning_pb2.ReflectRequest(session_id=session_id), timeout=60)).run
 
 
 async def learnings(stub, namespace: str) -> list:
@@ -123,5 +123,5 @@ async def test_a_failed_reflection_is_recorded_and_the_stretch_is_tried_again(st
     retried = await reflect(gateway, "s")
     assert (retried.status, retried.seq_from, retried.added) == ("done", 1, 2)  # the same stretch, read again
 
-    unknown = await rpc_error(gateway.Reflect(gateway_pb2.ReflectRequest(session_id="never-made"), timeout=10))
+    unknown = await rpc_error(gateway.Reflect(learning_pb2.ReflectRequest(session_id="never-made"), timeout=10))
     assert unknown.code() == grpc.StatusCode.NOT_FOUND

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import grpc
 
-from agentmesh.v1 import gateway_pb2, memory_pb2_grpc
+from agentmesh.v1 import gateway_pb2, learning_pb2, memory_pb2_grpc
 from tests.e2e.conftest import chat, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
@@ -23,8 +23,8 @@ def user_memory_stub(stack: Stack) -> memory_pb2_grpc.MemoryStub:
     return memory_pb2_grpc.MemoryStub(stack.user_channel("memory"))
 
 
-async def set_part(stub, namespace: str, part: str, text: str) -> gateway_pb2.Profile:
-    return await stub.SetProfile(gateway_pb2.SetProfileRequest(namespace=namespace, part=part, text=text), timeout=10)
+async def set_part(stub, namespace: str, part: str, text: str) -> learning_pb2.Profile:
+    return await stub.SetProfile(learning_pb2.SetProfileRequest(namespace=namespace, part=part, text=text), timeout=10)
 
 
 async def session_in(gateway, session_id: str, namespace: str) -> None:
@@ -52,13 +52,13 @@ async def test_profile_parts_are_stored_per_namespace_bounded_and_survive_a_rest
     assert bad_namespace.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     # Another namespace sees nothing of it; the refused writes changed nothing.
-    other = await stub.GetProfile(gateway_pb2.GetProfileRequest(namespace="team-b"), timeout=10)
+    other = await stub.GetProfile(learning_pb2.GetProfileRequest(namespace="team-b"), timeout=10)
     assert (other.soul, other.user, other.project, other.updated_at) == ("", "", "", 0)
 
     await stack.restart()
     stub = user_memory_stub(stack)
     # wait_for_ready: the process-wide subchannel to the old port may still be backing off.
-    kept = await stub.GetProfile(gateway_pb2.GetProfileRequest(namespace="team-a"), timeout=10, wait_for_ready=True)
+    kept = await stub.GetProfile(learning_pb2.GetProfileRequest(namespace="team-a"), timeout=10, wait_for_ready=True)
     assert (kept.soul, kept.project) == (SOUL, PROJECT)
     cleared = await set_part(stub, "team-a", "soul", "")
     assert (cleared.soul, cleared.project) == ("", PROJECT)
@@ -145,15 +145,15 @@ async def test_cli_profile_set_show_and_clear(stack, tmp_path):
 
 async def test_the_gateway_api_sets_and_reads_them_with_the_memory_services_refusals(stack):
     gateway = stack.gateway_stub()
-    profile = await gateway.SetProfile(gateway_pb2.SetProfileRequest(namespace="team-a", part="user", text=USER),
+    profile = await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="team-a", part="user", text=USER),
                                        timeout=10)
     assert (profile.namespace, profile.user) == ("team-a", USER)
-    read = await gateway.GetProfile(gateway_pb2.GetProfileRequest(namespace="team-a"), timeout=10)
+    read = await gateway.GetProfile(learning_pb2.GetProfileRequest(namespace="team-a"), timeout=10)
     assert (read.soul, read.user, read.max_chars) == ("", USER, 4000)
     too_long = await rpc_error(gateway.SetProfile(
-        gateway_pb2.SetProfileRequest(namespace="team-a", part="user", text="z" * 4001), timeout=10))
+        learning_pb2.SetProfileRequest(namespace="team-a", part="user", text="z" * 4001), timeout=10))
     assert too_long.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "a profile part may hold at most 4000" in too_long.details()
     # The same record the memory service's own API reads.
-    direct = await user_memory_stub(stack).GetProfile(gateway_pb2.GetProfileRequest(namespace="team-a"), timeout=10)
+    direct = await user_memory_stub(stack).GetProfile(learning_pb2.GetProfileRequest(namespace="team-a"), timeout=10)
     assert direct.user == USER

@@ -7,7 +7,7 @@ import json
 
 import grpc
 
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.e2e.conftest import chat, collect, kinds, of_kind, rpc_error, transcript, wait_until
 from tests.support.llm_server import failure, reply, tool_call
 from tests.support.processes import processes_running
@@ -100,17 +100,17 @@ async def test_bad_inputs_get_clear_statuses_and_write_nothing(stack, llm):
         assert err.code() == code, request
         assert words in err.details()
 
-    err = await rpc_error(gateway.GetSession(gateway_pb2.GetSessionRequest(session_id="nope"), timeout=10))
+    err = await rpc_error(gateway.GetSession(sessions_pb2.GetSessionRequest(session_id="nope"), timeout=10))
     assert err.code() == grpc.StatusCode.NOT_FOUND
-    err = await rpc_error(gateway.DeleteSession(gateway_pb2.DeleteSessionRequest(session_id="nope"), timeout=10))
+    err = await rpc_error(gateway.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id="nope"), timeout=10))
     assert err.code() == grpc.StatusCode.NOT_FOUND
     err = await rpc_error(gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="bad id!"), timeout=10))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    err = await rpc_error(gateway.ListSessions(gateway_pb2.ListSessionsRequest(page_size=10_000), timeout=10))
+    err = await rpc_error(gateway.ListSessions(sessions_pb2.ListSessionsRequest(page_size=10_000), timeout=10))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     # Nothing was written anywhere and the model was never called.
-    listing = await gateway.ListSessions(gateway_pb2.ListSessionsRequest(), timeout=10)
+    listing = await gateway.ListSessions(sessions_pb2.ListSessionsRequest(), timeout=10)
     assert list(listing.sessions) == []
     assert llm.requests == []
     assert not (stack.settings.home / "workspaces" / "s1").exists()

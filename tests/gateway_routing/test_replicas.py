@@ -10,7 +10,7 @@ import pytest
 
 from agentmesh.gateway.routing import owner_of
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
-from agentmesh.v1 import gateway_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.gateway_routing.replicas import FakeDNS, Replicas
 from tests.support.llm_server import reply, tool_call
 from tests.support.turns import LiveTurn, collect, kinds, of_kind
@@ -56,7 +56,7 @@ async def test_a_turn_through_the_other_replica_runs_once_on_the_owner(replicas,
     for stub in (a, b):
         err = await refused(stub.Chat(chat_request(session), timeout=10))
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "already running a turn" in err.details()
-        err = await refused(stub.DeleteSession(gateway_pb2.DeleteSessionRequest(session_id=session), timeout=10))
+        err = await refused(stub.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id=session), timeout=10))
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
         listing = await stub.ListApprovals(gateway_pb2.ListApprovalsRequest(session_id=session), timeout=10)
         assert listing.run_id == run_id and [p.call_id for p in listing.approvals] == [request.call_id]
@@ -77,7 +77,7 @@ async def test_a_turn_through_the_other_replica_runs_once_on_the_owner(replicas,
     # The session is free again through either replica, and can be deleted through the non-owner.
     llm.add(reply("again"))
     assert of_kind(await collect(b.Chat(chat_request(session), timeout=30)), "run_finished")[0].final_text == "again"
-    deleted = await a.DeleteSession(gateway_pb2.DeleteSessionRequest(session_id=session), timeout=10)
+    deleted = await a.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id=session), timeout=10)
     assert deleted.deleted
 
 

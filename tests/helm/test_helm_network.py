@@ -80,6 +80,7 @@ def test_default_policies_allow_exactly_the_request_path():
     # Anyone may call the gateway by default (clients, an ingress controller) - but nothing else.
     for outsider in (STRANGER, INGRESS, INTERNET):
         assert allowed(policies, outsider, services[0], 50051)
+        assert allowed(policies, outsider, services[0], 8080)  # the HTTP API and web console
         for target in services[1:] + [sandbox]:
             assert not any(allowed(policies, outsider, target, port) for port in ALL_PORTS), target.name
 
@@ -144,6 +145,7 @@ def test_production_policies(production_render):
     # Only the ingress controller (and the scheduler) may call the gateway.
     assert allowed(policies, INGRESS, gateway, 50051)
     assert not allowed(policies, STRANGER, gateway, 50051)
+    assert allowed(policies, INGRESS, gateway, 8080) and not allowed(policies, STRANGER, gateway, 8080)
     # Model egress is public internet only; web_fetch likewise (HTTPS only), from tools.
     assert egress_to(policies, agent, MODEL, 443)
     assert not egress_to(policies, tools, INTERNET, 80)

@@ -118,7 +118,10 @@ def test_each_service_runs_its_command_with_native_grpc_probes(default_render, s
     (container,) = pod_spec["containers"]
     port = PORTS[service]
     assert container["command"] == ["agentmesh", "serve"] and container["args"] == [service]
-    assert container["ports"] == [{"name": "grpc", "containerPort": port, "protocol": "TCP"}]
+    expected = [{"name": "grpc", "containerPort": port, "protocol": "TCP"}]
+    if service == "gateway":  # the HTTP API and web console beside gRPC
+        expected.append({"name": "http", "containerPort": 8080, "protocol": "TCP"})
+    assert container["ports"] == expected
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"] == {"port": port}, probe
     env = container_env(container)
@@ -141,8 +144,9 @@ def test_peer_addresses_reach_the_right_pods(default_render, service):
     svc = default_render.get("Service", name)
     pod_labels = default_render.deployment(service)["spec"]["template"]["metadata"]["labels"]
     assert svc["spec"]["selector"].items() <= pod_labels.items()
-    (svc_port,) = svc["spec"]["ports"]
+    svc_port = svc["spec"]["ports"][0]
     assert svc_port["port"] == PORTS[service] and svc_port["targetPort"] == "grpc"
+    assert [p["name"] for p in svc["spec"]["ports"]] == (["grpc", "http"] if service == "gateway" else ["grpc"])
     # ... and no other Deployment's pods match that selector.
     others = [s for s in SERVICES if s != service]
     for other in others:
@@ -403,3 +407,30 @@ def test_the_gateway_settings_the_chart_renders_are_accepted_by_the_gateway(defa
         assert settings.advertise_address == advertised
         assert settings.peers.dns_name == f"{RELEASE}-gateway-peers.{NAMESPACE}.svc"
         assert settings.peers.dns_port == PORTS["gateway"]
+
+
+# --- the gateway's HTTP API and web console -------------------------------------------------
+
+
+def test_the_gateway_serves_http_on_its_service_and_ingress(default_render):
+    container = default_render.deployment("gateway")["spec"]["template"]["spec"]["containers"][0]
+    assert container_env(container)["AGENTMESH_GATEWAY_HTTP_ADDR"] == "0.0.0.0:8080"
+    svc = default_render.get("Service", f"{RELEASE}-gateway")
+    http = next(p for p in svc["spec"]["ports"] if p["name"] == "http")
+    assert (http["port"], http["targetPort"]) == (8080, "http")
+
+    values = {"auth": {"tokens": ["t0ken-for-the-ingress"]}, "gateway": {"ingress": {"enabled": True}}}
+    ingress = render(values).get("Ingress", f"{RELEASE}-gateway")
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": f"{RELEASE}-gateway", "port": {"name": "http"}}
+    grpc_values = {**values, "gateway": {"ingress": {"enabled": True, "servicePort": "grpc"}}}
+    grpc_backend = render(grpc_values).get("Ingress", f"{RELEASE}-gateway")["spec"]["rules"][0]["http"]["paths"][0]["backend"]
+    assert grpc_backend["service"]["port"] == {"name": "grpc"}
+
+
+def test_http_can_be_turned_off(default_render):
+    off = render({"gateway": {"http": {"enabled": False}}})
+    container = off.deployment("gateway")["spec"]["template"]["spec"]["containers"][0]
+    assert container_env(container)["AGENTMESH_GATEWAY_HTTP_ADDR"] == "off"
+    assert [p["name"] for p in container["ports"]] == ["grpc"]
+    assert [p["name"] for p in off.get("Service", f"{RELEASE}-gateway")["spec"]["ports"]] == ["grpc"]

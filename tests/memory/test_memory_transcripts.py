@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from agentmesh.errors import InvalidArgument, NotFound
-from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
+from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2
 
 
 def user(text: str) -> common_pb2.Message:
@@ -30,7 +30,7 @@ async def test_session_namespace_defaults_and_unknown_session_is_not_found(memor
     session, _ = await memory_service.client.put_session("plain")
     assert session.namespace == "default"
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await memory_service.stub.GetSession(gateway_pb2.GetSessionRequest(session_id="nope"))
+        await memory_service.stub.GetSession(sessions_pb2.GetSessionRequest(session_id="nope"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in err.value.details()
 
 
@@ -110,7 +110,7 @@ async def test_list_sessions_pages_newest_first_without_gaps(memory_service):
 async def test_list_sessions_pages_through_sessions_created_at_the_same_instant(memory_service):
     client = memory_service.client
     for i in range(5):
-        session = gateway_pb2.Session(session_id=f"tie{i}", created_at=1_700_000_000.0)
+        session = sessions_pb2.Session(session_id=f"tie{i}", created_at=1_700_000_000.0)
         await memory_service.stub.PutSession(memory_pb2.PutSessionRequest(session=session))
     seen, token = [], ""
     while True:

@@ -13,14 +13,14 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry.instruments import RPC_SERVER_DURATION
-from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, sessions_pb2
 from tests.observability.obs_helpers import memory_telemetry, metric_points
 
 
 class FakeGateway(gateway_pb2_grpc.GatewayServicer):
     @translate_errors
     async def CreateSession(self, request, context):
-        return gateway_pb2.Session(session_id=request.session_id or "s1")
+        return sessions_pb2.Session(session_id=request.session_id or "s1")
 
     @translate_errors
     async def GetSession(self, request, context):
@@ -67,7 +67,7 @@ async def test_unary_calls_are_recorded_with_their_status(served):
     await stub.CreateSession(gateway_pb2.CreateSessionRequest(session_id="a"))
     await stub.CreateSession(gateway_pb2.CreateSessionRequest(session_id="b"))
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.GetSession(gateway_pb2.GetSessionRequest(session_id="nope"))
+        await stub.GetSession(sessions_pb2.GetSessionRequest(session_id="nope"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
     points = by_method(reader)

@@ -8,7 +8,7 @@ import asyncio
 import grpc
 import pytest
 
-from agentmesh.v1 import gateway_pb2, scheduler_pb2
+from agentmesh.v1 import scheduler_pb2, sessions_pb2
 from tests.support.llm_server import ScriptedLLMServer, failure, reply
 from tests.support.stack import Stack
 
@@ -39,7 +39,7 @@ async def test_a_triggered_run_goes_through_the_gateway(tmp_path):
             assert run.session_id == "ops" and len(run.trace_id) == 32
 
             # The turn is in the session's transcript, as if a user had typed it.
-            transcript = await stack.gateway_stub().GetTranscript(gateway_pb2.GetTranscriptRequest(session_id="ops"))
+            transcript = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="ops"))
             assert [(m.role, m.content) for m in transcript.messages] == [
                 ("user", "What happened overnight?"), ("assistant", "All quiet overnight.")]
 
@@ -74,3 +74,34 @@ async def test_a_job_runs_in_its_mode_and_a_bad_mode_is_refused(tmp_path):
             first = llm.requests[0].body["messages"]
             assert any("Deep work mode" in str(m.get("content")) for m in first)
             assert run.summary == "Logs are clean."
+
+
+async def test_a_job_waits_for_a_users_turn_when_it_enqueues_and_a_bad_policy_is_refused(tmp_path):
+    from tests.support.turns import LiveTurn, of_kind
+
+    with ScriptedLLMServer() as llm:
+        llm.add(reply("The user's answer.", delay_s=1.0), reply("The report."))
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
+            scheduler = stack.scheduler_stub()
+            err = None
+            try:
+                await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+                    name="bad", schedule="daily 06:00", prompt="p", session_id="ops", if_busy="whenever")))
+            except grpc.aio.AioRpcError as exc:
+                err = exc
+            assert err is not None and err.code() == grpc.StatusCode.INVALID_ARGUMENT and "if_busy" in err.details()
+
+            job = await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+                name="report", schedule="daily 06:00", prompt="Report.", session_id="ops", if_busy="enqueue")))
+            assert job.if_busy == "enqueue"
+            user = LiveTurn(stack.gateway_stub(), "ops", "A question.")
+            await asyncio.to_thread(llm.wait_for_requests, 1, 10)
+            await scheduler.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
+
+            (run,) = await settled_runs(scheduler, job.job_id, 1)
+            assert run.status == "succeeded", run.error
+            assert run.summary == "The report."
+            assert of_kind(await user.finished(), "run_finished")[0].final_text == "The user's answer."
+            transcript = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="ops"))
+            assert [m.content for m in transcript.messages] == [
+                "A question.", "The user's answer.", "Report.", "The report."]

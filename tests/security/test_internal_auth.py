@@ -30,6 +30,7 @@ from agentmesh.v1 import (
     memory_pb2_grpc,
     scheduler_pb2,
     scheduler_pb2_grpc,
+    sessions_pb2,
     tools_pb2,
     tools_pb2_grpc,
 )
@@ -72,7 +73,7 @@ async def call(stub, service: str, metadata=()):
     if service == "scheduler":
         job = scheduler_pb2.Job(name="x", schedule="every 1h", prompt="run shell as the scheduler")
         return await stub.CreateJob(scheduler_pb2.CreateJobRequest(job=job), metadata=metadata, timeout=10)
-    return await stub.ListSessions(gateway_pb2.ListSessionsRequest(), metadata=metadata, timeout=10)
+    return await stub.ListSessions(sessions_pb2.ListSessionsRequest(), metadata=metadata, timeout=10)
 
 
 async def refused(awaitable) -> grpc.aio.AioRpcError:
@@ -196,7 +197,7 @@ async def test_a_forged_transcript_line_never_reaches_the_session(stack, llm):
     as_gateway = memory_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "gateway", "memory",
                                                            stack.addresses["memory"]))
     await refused(call(as_gateway, "memory"))
-    transcript = await gateway.GetTranscript(gateway_pb2.GetTranscriptRequest(session_id="victim"), metadata=USER,
+    transcript = await gateway.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="victim"), metadata=USER,
                                              timeout=10)
     assert [m.content for m in transcript.messages if "FORGED" in m.content] == []
     assert [m.role for m in transcript.messages] == ["user", "assistant"]
@@ -280,3 +281,14 @@ async def test_the_sandbox_never_sees_the_service_keys(stack):
     assert "PRIVATE KEY" not in out
     assert out.count("No such file or directory") == 3, out
     assert reply_.result.stdout.strip() == "0", out
+
+
+async def test_only_the_gateway_may_drop_a_run_from_a_transcript(stack):
+    # DropRun removes a rolled-back turn: neither the agent nor a user may rewrite history with it.
+    request = memory_pb2.DropRunRequest(session_id="victim", run_id="run-1")
+    agent = memory_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "agent", "memory", stack.addresses["memory"]))
+    err = await refused(agent.DropRun(request, timeout=10))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "only the gateway service may" in err.details()
+    gateway = memory_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "gateway", "memory", stack.addresses["memory"]))
+    err = await refused(gateway.DropRun(request, timeout=10))
+    assert err.code() == grpc.StatusCode.NOT_FOUND  # allowed through; there is no such session

@@ -16,7 +16,7 @@ import pytest
 
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import ServiceIdentity
-from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, sessions_pb2
 from tests.support.llm_server import reply
 from tests.support.stack import Stack
 from tests.support.turns import collect, of_kind
@@ -80,7 +80,7 @@ async def test_a_message_of_the_largest_allowed_size_passes_and_larger_requests_
 @pytest.mark.parametrize("token", ["nan:1", "1e309:5", "inf:0", "-inf:0", "-5:0", "1:-1", "1:99999999", "1:2:3", "x"])
 async def test_forged_page_tokens_are_refused(stack, token):
     gateway = stack.gateway_stub()
-    err = await raw_error(gateway.ListSessions(gateway_pb2.ListSessionsRequest(page_token=token), timeout=10))
+    err = await raw_error(gateway.ListSessions(sessions_pb2.ListSessionsRequest(page_token=token), timeout=10))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "page_token is not one this service issued" in err.details()
 
@@ -111,7 +111,9 @@ async def test_refused_huge_requests_leave_no_memory_behind(tmp_path, service, c
         probe.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{probe.getsockname()[1]}"
     env = {**os.environ, "AGENTMESH_HOME": str(tmp_path), f"AGENTMESH_{service.upper()}_ADDR": address,
-           "AGENTMESH_TRACES": "none", "AGENTMESH_LOG_LEVEL": "error"}
+           "AGENTMESH_TRACES": "none", "AGENTMESH_LOG_LEVEL": "error",
+           # Not the shared default HTTP port: parallel runs would collide on it.
+           "AGENTMESH_GATEWAY_HTTP_ADDR": "off"}
     child = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", service], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

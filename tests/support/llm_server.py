@@ -49,6 +49,12 @@ Steps (consumed one per request, in arrival order; thread-safe):
 When the steps run out, `default` (a step or callable) answers; without one, HTTP 400 with
 "script exhausted" (400, not 5xx, so that clients do not retry it).
 
+Protocol checks: `ScriptedLLMServer(check_protocol=True)` answers an OpenAI request whose
+messages break the tool-call protocol as OpenAI does — HTTP 400 naming the problem, no step
+consumed: every assistant `tool_calls` must be followed at once by one `tool` message per call
+id, and every `tool` message must answer a call of that assistant message
+(`protocol_errors(messages)` gives the problems of a message list).
+
 Recording: `llm.requests` is a list of `RecordedRequest(index, method, path, headers, body,
 received_at, peer)`; header names are lower-case, `body` is the parsed JSON, `peer` the client's
 host:port (equal for two requests on one kept-alive connection). `llm.wait_for_requests(n,
@@ -148,6 +154,29 @@ class _Dropped(Exception):
     """Raised inside the handler to abandon the connection mid-answer."""
 
 
+def protocol_errors(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """What an OpenAI-compatible server would refuse in a chat's messages (tool-call pairing)."""
+    errors: list[str] = []
+    open_calls: set[str] = set()
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in open_calls:
+                errors.append(f"messages[{index}]: tool message {call_id!r} answers no tool call of the assistant message before it")
+            open_calls.discard(call_id)
+            continue
+        if open_calls:
+            errors.append(f"messages[{index}]: an assistant message with 'tool_calls' must be followed by tool "
+                          f"messages responding to each 'tool_call_id'; missing {sorted(open_calls)}")
+            open_calls = set()
+        if role == "assistant":
+            open_calls = {c.get("id") for c in message.get("tool_calls") or []}
+    if open_calls:
+        errors.append(f"messages end with tool calls that have no tool message: {sorted(open_calls)}")
+    return errors
+
+
 def _pieces(text: str, size: int) -> list[str]:
     size = max(1, size)
     return [text[i : i + size] for i in range(0, len(text), size)]
@@ -165,8 +194,10 @@ class _QuietHTTPServer(ThreadingHTTPServer):
 
 
 class ScriptedLLMServer:
-    def __init__(self, steps: Sequence[Step] = (), default: Step | None = None, host: str = "127.0.0.1"):
+    def __init__(self, steps: Sequence[Step] = (), default: Step | None = None, host: str = "127.0.0.1",
+                 check_protocol: bool = False):
         self._steps: list[Step] = list(steps)
+        self.check_protocol = check_protocol
         self._default = default
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
@@ -284,6 +315,12 @@ class ScriptedLLMServer:
                     server._record("POST", self.path, headers, body, consume=False, peer=self._peer())
                     self._json(404, {"error": {"message": f"no route for POST {self.path}"}})
                     return
+                if server.check_protocol and not anthropic and isinstance(body, dict):
+                    problems = protocol_errors(body.get("messages") or [])
+                    if problems:
+                        server._record("POST", self.path, headers, body, consume=False, peer=self._peer())
+                        self._error(400, "invalid request: " + "; ".join(problems), anthropic)
+                        return
                 request, step = server._record("POST", self.path, headers, body, peer=self._peer())
                 try:
                     self._answer(step, request, anthropic)

@@ -15,6 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Mapping
 
+from agentmesh.cli.stack import free_address
 from agentmesh.config import SERVICES, Settings
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.launch import start_service
@@ -34,6 +35,8 @@ def stack_env(home: Path, llm_base_url: str = "", extra: Mapping[str, str] | Non
         "AGENTMESH_LLM_API_KEY": "sk-test-secret-key-0123456789",
         "AGENTMESH_DRAIN_S": "2",
         "AGENTMESH_TRACES": "local",
+        # The gateway's HTTP API on a free port (never the fixed default, shared by parallel runs).
+        "AGENTMESH_GATEWAY_HTTP_ADDR": "127.0.0.1:0",
         # Keep retries quick in tests; the provider tests cover backoff itself.
         "AGENTMESH_LLM_MAX_RETRIES": "3",
         "AGENTMESH_AGENT_RETRY_BASE_S": "0.05",
@@ -59,6 +62,10 @@ class Stack:
         return dataclasses.replace(base, addresses=dict(self.addresses))
 
     async def start(self) -> "Stack":
+        # The gateway's HTTP API reaches the scheduler, which starts after it: give the
+        # scheduler its port up front, as `agentmesh up` does for every service.
+        if "scheduler" in self.services and self.addresses["scheduler"].endswith(":0"):
+            self.addresses["scheduler"] = free_address()
         for name in self.services:
             host = await start_service(name, self.settings, self.addresses[name])
             self.hosts[name] = host
@@ -98,6 +105,11 @@ class Stack:
         channel = open_channel(self.addresses[service])
         self._channels.append(channel)
         return channel
+
+    @property
+    def http_url(self) -> str:
+        """The gateway's HTTP API and web console, e.g. http://127.0.0.1:41234"""
+        return f"http://{self.hosts['gateway'].endpoints['http']}"
 
     def gateway_stub(self) -> gateway_pb2_grpc.GatewayStub:
         return gateway_pb2_grpc.GatewayStub(self.channel("gateway"))

@@ -170,5 +170,6 @@ def test_usage_walks_trees_deeper_than_it_holds_descriptors_for(tmp_path):
     open_before = len(os.listdir("/proc/self/fd"))
     du = int(subprocess.run(["du", "-sB1", str(workspace)], capture_output=True, text=True, check=True).stdout.split()[0])
     assert workspace_usage(workspace) == du
-    assert len(os.listdir("/proc/self/fd")) == open_before
+    # No descriptor is left open (others of this process may close theirs meanwhile).
+    assert len(os.listdir("/proc/self/fd")) <= open_before
     subprocess.run(["rm", "-rf", str(workspace)], check=True)

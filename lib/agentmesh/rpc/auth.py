@@ -83,11 +83,17 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "Reflect": _allow("gateway"),
     },
     "tools": {
-        # `agentmesh tools list|run` is a user's direct call; the agent runs the model's calls.
-        "ListTools": _allow("agent", USERS),
+        # `agentmesh tools list|run` is a user's direct call; the agent runs the model's calls;
+        # the gateway serves the catalog on its public API (GET /v1/tools).
+        "ListTools": _allow("agent", "gateway", USERS),
         "Execute": _allow("agent", USERS),
         # The gateway deletes a session's workspace with the session.
         "DeleteWorkspace": _allow("gateway"),
+        # The workspace as people see it: the gateway's workspace routes (the web console),
+        # after it checked the caller and that the session exists.
+        "ListWorkspace": _allow("gateway"),
+        "ReadWorkspaceFile": _allow("gateway"),
+        "WriteWorkspaceFile": _allow("gateway"),
         # The agent collects a session's ended background commands before each step, and stops
         # them when a turn is cancelled.
         "BackgroundResults": _allow("agent"),
@@ -99,11 +105,14 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "GetSession": _allow("gateway", "agent"),
         "ListSessions": _allow("gateway", "agent"),
         "DeleteSession": _allow("gateway", "agent"),
+        "UpdateSession": _allow("gateway"),
         "ListMessages": _allow("gateway", "agent"),
         "AppendMessages": _allow("agent"),
+        # A turn rolled back by a newer message (ChatOptions.if_busy "rollback").
+        "DropRun": _allow("gateway"),
         # Long-term memory: the agent's memory tools, and `agentmesh memory` for users.
         "Remember": _allow("agent", USERS),
-        "Search": _allow("agent", USERS),
+        "Search": _allow("agent", "gateway", USERS),  # the gateway: POST /v1/memory/search
         "GetMemory": _allow("agent", USERS),
         "ListMemories": _allow("agent", USERS),
         "Forget": _allow("agent", USERS),

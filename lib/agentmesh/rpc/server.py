@@ -89,9 +89,12 @@ class ServiceHost:
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._service_names: list[str] = []
+        self._on_start: list[Callable[[], Awaitable[Any]]] = []
         self._on_stop: list[Callable[[], Awaitable[Any]]] = []
         self._on_drain: list[Callable[[float], Awaitable[Any]]] = []
         self.port: int = 0
+        # Other listeners the service serves beside gRPC, by name ("http": "127.0.0.1:8080").
+        self.endpoints: dict[str, str] = {}
         self._stopped = asyncio.Event()
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
@@ -103,6 +106,10 @@ class ServiceHost:
         """Run `callback(grace_s)` while the server drains, e.g. to end long streams with a reason
         before the grace period runs out and they are cut."""
         self._on_drain.append(callback)
+
+    def on_start(self, callback: Callable[[], Awaitable[Any]]) -> None:
+        """Run `callback` once the gRPC server listens (e.g. a second listener that calls it)."""
+        self._on_start.append(callback)
 
     def on_stop(self, callback: Callable[[], Awaitable[Any]]) -> None:
         """Run `callback` after the server stopped accepting and drained (close clients, stores)."""
@@ -126,6 +133,12 @@ class ServiceHost:
         if self.port == 0:
             raise PortInUse(f"cannot listen on {self.address}: the port is taken or the address is invalid")
         await self.server.start()
+        try:
+            for callback in self._on_start:
+                await callback()
+        except BaseException:
+            await self.server.stop(0)
+            raise
         for name in ["", *self._service_names]:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("service started", address=self.address, port=self.port)

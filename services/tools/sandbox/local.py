@@ -180,7 +180,12 @@ class LocalJail:
         info_fd: int | None = None,
         seccomp_fd: int | None = None,
         file_size_bytes: int | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        ro_binds: tuple[str, ...] = (),
     ) -> list[str]:
+        """`extra_env` and `ro_binds`: what a configured long-lived program (an MCP server) is
+        given on top of the fixed set: its configured environment, and host directories (where it
+        is installed) bound read-only at the same path."""
         limits = self._limits
         argv = []
         if self._host_identity:
@@ -216,6 +221,10 @@ class LocalJail:
         argv += [
             "--ro-bind", str(self._etc_dir / "passwd"), "/etc/passwd",
             "--ro-bind", str(self._etc_dir / "group"), "/etc/group",
+        ]  # fmt: skip
+        for path in ro_binds:
+            argv += ["--ro-bind", path, path]
+        argv += [
             "--proc", "/proc",
             "--dev", "/dev",
             "--size", str(limits.file_size_bytes), "--tmpfs", "/tmp",
@@ -225,7 +234,7 @@ class LocalJail:
             "--chdir", JAIL_WORKSPACE,
             "--clearenv",
         ]  # fmt: skip
-        for key, value in clean_environment(spec.env).items():
+        for key, value in {**(extra_env or {}), **clean_environment(spec.env)}.items():
             argv += ["--setenv", key, value]
         argv.append("--")
         if self._prlimit:

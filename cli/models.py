@@ -1,0 +1,44 @@
+"""`agentmesh models`: the models this deployment offers (AGENTMESH_MODELS and the default)."""
+
+from __future__ import annotations
+
+import grpc
+
+from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+
+
+def register(subparsers) -> None:
+    models = subparsers.add_parser("models", help="the models a turn may name (chat --model NAME)")
+    models.add_argument("--json", action="store_true", help="print one JSON array")
+    models.set_defaults(func=list_models)
+
+
+def _price(value: float) -> str:
+    return f"{value:g}" if value else "-"
+
+
+async def list_models(args) -> int:
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            reply = await gateway_pb2_grpc.GatewayStub(channel).ListModels(
+                gateway_pb2.ListModelsRequest(), metadata=call_metadata(settings), timeout=30)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+    if args.json:
+        print_json([{"name": m.name, "provider": m.provider, "model": m.model, "context_window": m.context_window,
+                     "input_price_per_mtok": m.input_price_per_mtok, "output_price_per_mtok": m.output_price_per_mtok,
+                     "max_output_tokens": m.max_output_tokens, "fallback": m.fallback, "default": m.is_default}
+                    for m in reply.models])
+        return EXIT_OK
+    rows = [("NAME", "PROVIDER", "MODEL", "CONTEXT", "$/MTOK IN", "$/MTOK OUT", "FALLBACK")]
+    for m in reply.models:
+        rows.append((m.name + (" *" if m.is_default else ""), m.provider, m.model,
+                     str(m.context_window) if m.context_window else "-", _price(m.input_price_per_mtok),
+                     _price(m.output_price_per_mtok), m.fallback or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    print("* the default model (AGENTMESH_LLM_*)")
+    return EXIT_OK

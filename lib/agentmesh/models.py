@@ -1,0 +1,150 @@
+"""The models a deployment offers, by name: AGENTMESH_MODELS (a JSON or YAML file) beside the
+single AGENTMESH_LLM_* model, which is always there as `default`.
+
+    models:
+      - name: small
+        provider: openai                 # openai | anthropic
+        base_url: http://localhost:11434/v1
+        model: llama3.1:8b
+        api_key_env: ""                  # the name of the variable holding the key, never the key
+        context_window: 131072
+        prices: {input_per_mtok: 0.0, output_per_mtok: 0.0}
+        temperature: 0.2
+        max_output_tokens: 2048
+        fallback: default                # used when this one fails after its retries
+
+Plain data, parsed once at start-up; a bad file is a ConfigError naming the entry and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
+
+from agentmesh.config import ConfigError
+
+__all__ = ["DEFAULT_MODEL", "MAX_MODELS", "PROVIDERS", "ModelCatalog", "ModelSpec", "catalog_of", "load_catalog", "load_model_file"]
+
+DEFAULT_MODEL = "default"
+PROVIDERS = ("openai", "anthropic", "scripted")
+MAX_MODELS = 64
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    provider: str
+    base_url: str
+    model: str
+    api_key_env: str = ""
+    api_key: str = field(default="", repr=False)  # from the variable api_key_env names; never printed
+    context_window: int = 0
+    input_price_per_mtok: float = 0.0
+    output_price_per_mtok: float = 0.0
+    temperature: float | None = None
+    max_output_tokens: int = 0
+    fallback: str = ""
+
+
+@dataclass(frozen=True)
+class ModelCatalog:
+    """Every named model; `default` is the AGENTMESH_LLM_* one."""
+
+    models: Mapping[str, ModelSpec] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, default: ModelSpec, named: Mapping[str, ModelSpec]) -> "ModelCatalog":
+        """`named` (AGENTMESH_MODELS, as loaded into the settings) with `default` under its name."""
+        return cls({DEFAULT_MODEL: default, **named})
+
+    def names(self) -> list[str]:
+        return [DEFAULT_MODEL, *sorted(n for n in self.models if n != DEFAULT_MODEL)]
+
+    def get(self, name: str) -> ModelSpec | None:
+        return self.models.get(name or DEFAULT_MODEL)
+
+    def unknown_model_message(self, name: str, what: str = "options.model") -> str:
+        return f"{what} {name[:80]!r} is not a model this deployment offers; known models: {', '.join(self.names())}"
+
+
+def load_catalog(path: str, default: ModelSpec, environ: Mapping[str, str] | None = None) -> ModelCatalog:
+    """The catalogue of `path` (empty: only the default) with `default` under its name."""
+    return ModelCatalog.of(default, load_model_file(path, environ or {}) if path else {})
+
+
+def load_model_file(path: str, environ: Mapping[str, str], variable: str = "AGENTMESH_MODELS") -> dict[str, ModelSpec]:
+    """The named models of the file at `path`, keys read from the variables they name."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{variable}: cannot read {path!r} ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{variable}: {path!r} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: {exc}") from None
+    entries = data.get("models") if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise ConfigError(f"{variable}: {path!r} must hold a list of models (or {{models: [...]}})")
+    if len(entries) > MAX_MODELS:
+        raise ConfigError(f"{variable}: at most {MAX_MODELS} models, got {len(entries)}")
+    models: dict[str, ModelSpec] = {}
+    for index, entry in enumerate(entries):
+        spec = _spec(entry, f"{variable}: model {index + 1}")
+        if spec.name in models or spec.name == DEFAULT_MODEL:
+            raise ConfigError(f"{variable}: model {index + 1}: the name {spec.name!r} is taken"
+                              + (" (the AGENTMESH_LLM_* model is 'default')" if spec.name == DEFAULT_MODEL else ""))
+        if spec.api_key_env:
+            spec = replace(spec, api_key=environ.get(spec.api_key_env, ""))
+        models[spec.name] = spec
+    for spec in models.values():
+        if spec.fallback == spec.name:
+            raise ConfigError(f"{variable}: model {spec.name!r} cannot fall back to itself")
+        if spec.fallback and spec.fallback not in models and spec.fallback != DEFAULT_MODEL:
+            raise ConfigError(f"{variable}: model {spec.name!r} falls back to {spec.fallback!r}, which is not defined")
+    return models
+
+
+def _spec(entry: Any, where: str) -> ModelSpec:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected a mapping of name, provider, base_url, model, ...")
+    known = {"name", "provider", "base_url", "model", "api_key_env", "context_window", "prices", "temperature",
+             "max_output_tokens", "fallback"}
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    name = str(entry.get("name") or "")
+    if not name or len(name) > 64 or not all(c.isalnum() or c in "._-" for c in name):
+        raise ConfigError(f"{where}: name is required: 1-64 characters of letters, digits, '.', '_' or '-'")
+    provider = str(entry.get("provider") or "openai")
+    if provider not in PROVIDERS:
+        raise ConfigError(f"{where} ({name}): provider must be one of {', '.join(PROVIDERS)}, got {provider!r}")
+    if not entry.get("model") or not entry.get("base_url"):
+        raise ConfigError(f"{where} ({name}): model and base_url are required")
+    prices = entry.get("prices") or {}
+    try:
+        spec = ModelSpec(
+            name=name, provider=provider, base_url=str(entry["base_url"]), model=str(entry["model"]),
+            api_key_env=str(entry.get("api_key_env") or ""),
+            context_window=int(entry.get("context_window") or 0),
+            input_price_per_mtok=float(prices.get("input_per_mtok") or 0),
+            output_price_per_mtok=float(prices.get("output_per_mtok") or 0),
+            temperature=None if entry.get("temperature") is None else float(entry["temperature"]),
+            max_output_tokens=int(entry.get("max_output_tokens") or 0),
+            fallback=str(entry.get("fallback") or ""),
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{where} ({name}): a number field holds something else ({exc})") from None
+    if min(spec.context_window, spec.max_output_tokens) < 0 or min(spec.input_price_per_mtok, spec.output_price_per_mtok) < 0:
+        raise ConfigError(f"{where} ({name}): context_window, max_output_tokens and prices must not be negative")
+    return spec
+
+
+def catalog_of(llm: Any) -> ModelCatalog:
+    """The deployment's catalogue from its `LLMSettings`: the AGENTMESH_LLM_* model as `default`
+    (named as requests name it) and the AGENTMESH_MODELS ones loaded with the settings."""
+    default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name)
+    return ModelCatalog.of(default, llm.models)

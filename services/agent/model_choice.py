@@ -1,0 +1,44 @@
+"""Which model a turn talks to: a model of the deployment's catalogue by name (AGENTMESH_MODELS,
+`agentmesh.models`), or the configured one; and, when it fails after its retries, its fallback.
+
+Plain Python over the providers the service built at start-up; the loop asks `current` before
+each call and `fall_back()` when a call failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentmesh.agent.providers.base import ModelProvider
+from agentmesh.models import DEFAULT_MODEL
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    name: str  # the catalogue's name ("default": the AGENTMESH_LLM_* model)
+    provider: ModelProvider
+    model: str  # the id the API knows it by
+    fallback: str = ""
+    max_output_tokens: int = 0  # 0: the agent's configured AGENTMESH_LLM_MAX_TOKENS
+
+
+class ModelChoice:
+    """One turn's model. `requested`: a catalogue name; any other text is a model id for the
+    default provider (how `--model` worked before there was a catalogue)."""
+
+    def __init__(self, models: dict[str, NamedModel], requested: str):
+        self._models = models
+        default = models[DEFAULT_MODEL]
+        if requested and requested not in models:
+            default = NamedModel(DEFAULT_MODEL, default.provider, requested, default.fallback, default.max_output_tokens)
+        self.current = models.get(requested) or default
+        self._tried = {self.current.name}
+
+    def fall_back(self) -> NamedModel | None:
+        """Switch to the current model's fallback; None when it has none (or it was tried)."""
+        name = self.current.fallback
+        if not name or name in self._tried or name not in self._models:
+            return None
+        self._tried.add(name)
+        self.current = self._models[name]
+        return self.current

@@ -1,0 +1,333 @@
+// The conversation: a session's history from its transcript, and a running turn from its events.
+
+import { formatMs, h, prettyJson } from "./dom.js";
+
+const STEP = /step (\d+) of (\d+)/;
+
+export class Conversation {
+  // actions: { approve(callId, approved), showTrace(traceId), openSession(id), runsCode(toolName),
+  //            latestPlan(afterSeq) }
+  constructor(log, actions) {
+    this.log = log;
+    this.actions = actions;
+  }
+
+  clear() {
+    this.log.replaceChildren();
+  }
+
+  // The transcript, as the model saw it: messages, tool calls with their results, summaries.
+  renderHistory(messages) {
+    const cards = new Map();
+    for (const message of messages) {
+      if (message.role === "user") {
+        this.log.append(bubble("user", message.content, message.seq));
+      } else if (message.role === "assistant") {
+        if (message.content) this.log.append(bubble("assistant", message.content, message.seq));
+        for (const call of message.tool_calls || []) {
+          const card = new ToolCard(call.call_id, call.name, call.arguments_json, this.actions);
+          cards.set(call.call_id, card);
+          this.log.append(card.element);
+        }
+      } else if (message.role === "tool") {
+        let card = cards.get(message.tool_call_id);
+        if (!card) {
+          card = new ToolCard(message.tool_call_id, message.name, "", this.actions);
+          this.log.append(card.element);
+        }
+        card.recorded(message.content);
+      } else if (message.kind === "summary") {
+        this.log.append(
+          h("details", { class: "summary-card" },
+            h("summary", {}, `Summary of earlier messages (through #${message.covers_through_seq})`),
+            h("p", { class: "summary-text" }, message.content)),
+        );
+      } else if (message.content) {
+        this.log.append(h("p", { class: "note" }, message.content));
+      }
+    }
+    this.scroll();
+  }
+
+  startTurn(text) {
+    this.log.append(bubble("user", text));
+    const turn = new LiveTurn(this, this.actions);
+    this.log.append(turn.element);
+    this.scroll();
+    return turn;
+  }
+
+  scroll() {
+    this.log.scrollTop = this.log.scrollHeight;
+  }
+}
+
+function bubble(role, text, seq) {
+  return h("article", { class: `bubble ${role}`, "aria-label": role === "user" ? "You" : "Agent", dataset: seq ? { seq } : undefined },
+    h("p", { class: "who" }, role === "user" ? "You" : "Agent"),
+    h("div", { class: "text" }, text));
+}
+
+class LiveTurn {
+  constructor(conversation, actions) {
+    this.conversation = conversation;
+    this.actions = actions;
+    this.cards = new Map();
+    this.text = null;
+    this.progress = null;
+    this.traceId = "";
+    this.position = null; // the transcript position the turn began at (from its event ids)
+    this.element = h("section", { class: "turn", "aria-label": "Agent's turn" });
+    this.footer = h("footer", { class: "turn-footer" });
+  }
+
+  handle(kind, event, id = "") {
+    if (this.position === null && id.includes(".")) this.position = Number(id.split(".")[0]);
+    const payload = event[kind];
+    switch (kind) {
+      case "run_started":
+        this.traceId = payload.trace_id;
+        break;
+      case "text_delta":
+        if (!this.text) {
+          this.text = bubble("assistant", "");
+          this.element.append(this.text);
+        }
+        this.text.querySelector(".text").append(payload.text);
+        break;
+      case "tool_call": {
+        this.text = null; // text after the call starts a new bubble
+        const card = new ToolCard(payload.call_id, payload.name, payload.arguments_json, this.actions);
+        card.running();
+        this.cards.set(payload.call_id, card);
+        this.element.append(card.element);
+        break;
+      }
+      case "tool_result": {
+        const result = payload.result;
+        let card = this.cards.get(result.call_id);
+        if (!card) {
+          card = new ToolCard(result.call_id, result.name, "", this.actions);
+          this.element.append(card.element);
+        }
+        card.finished(result);
+        const child = result.data && result.data.session_id;
+        if (result.name === "delegate_task" && child) card.linkSession(child);
+        break;
+      }
+      case "approval_request":
+        this.#card(payload.call_id, payload.name, payload.arguments_json).held(payload);
+        break;
+      case "approval_resolved":
+        this.#card(payload.call_id, payload.name, "").resolved(payload);
+        break;
+      case "status":
+        this.#status(payload.message);
+        break;
+      case "reasoning_delta":
+        this.#reasoning(payload.text);
+        break;
+      case "task_update":
+        this.#tasks(payload.tasks || []);
+        break;
+      case "background_result": {
+        const card = new ToolCard(payload.id, `background ${payload.id}`, JSON.stringify({ command: payload.command }), this.actions);
+        card.finished({ ...payload.result, duration_ms: (payload.seconds || 0) * 1000 });
+        if (payload.status === "stopped") card.note("Stopped before it ended.");
+        this.element.append(card.element);
+        break;
+      }
+      case "run_finished":
+        this.#finished(payload);
+        break;
+      case "error":
+        this.element.append(h("p", { class: "error", role: "alert" }, `${payload.code}: ${payload.message}`));
+        this.#footer({});
+        break;
+      default:
+        break;
+    }
+    this.conversation.scroll();
+  }
+
+  // The model's reasoning, apart from its answer: folded away unless opened.
+  #reasoning(text) {
+    if (!this.reasoningText) {
+      this.reasoningText = h("div", { class: "reasoning-text" });
+      this.element.append(h("details", { class: "reasoning-card" }, h("summary", {}, "Reasoning"), this.reasoningText));
+    }
+    this.reasoningText.append(text);
+    this.text = null; // the answer after it starts a bubble of its own
+  }
+
+  // The session's task board, whole after each change.
+  #tasks(tasks) {
+    if (!this.taskList) {
+      this.taskList = h("ol", { class: "task-list" });
+      this.taskCount = h("span", { class: "muted" });
+      this.element.append(h("details", { class: "tasks-card", open: true, "aria-label": "Task board" },
+        h("summary", {}, "Tasks ", this.taskCount), this.taskList));
+    }
+    const done = tasks.filter((task) => task.status === "done").length;
+    this.taskCount.textContent = `${done} of ${tasks.length} done`;
+    const marks = { done: "✔", in_progress: "▶", cancelled: "✖", pending: "○" };
+    this.taskList.replaceChildren(...tasks.map((task) =>
+      h("li", { class: `task ${task.status}`, dataset: { status: task.status } },
+        h("span", { class: "task-mark", "aria-hidden": "true" }, marks[task.status] || "○"), " ",
+        `#${task.id} ${task.subject}`,
+        h("span", { class: "muted" }, ` — ${task.status.replace("_", " ")}${task.blocked ? ", blocked" : ""}${task.owner ? `, ${task.owner}` : ""}`))));
+  }
+
+  #card(callId, name, args) {
+    let card = this.cards.get(callId);
+    if (!card) {
+      card = new ToolCard(callId, name, args, this.actions);
+      this.cards.set(callId, card);
+      this.element.append(card.element);
+    }
+    return card;
+  }
+
+  #status(message) {
+    if (!this.progress) {
+      this.progressBar = h("progress", { max: 1, value: 0, "aria-label": "Progress of the deep work", hidden: true });
+      this.progressList = h("ol", { class: "status-list" });
+      this.progress = h("details", { class: "progress-card", open: true },
+        h("summary", {}, "Progress"), this.progressBar, this.progressList);
+      this.element.append(this.progress);
+    }
+    const step = STEP.exec(message);
+    if (step) {
+      this.progressBar.hidden = false;
+      this.progressBar.max = Number(step[2]);
+      this.progressBar.value = Number(step[1]);
+    }
+    this.progressList.append(h("li", {}, message));
+    if (message.startsWith("plan ready")) this.#showPlan();
+  }
+
+  // Deep work's plan is not streamed: it is written to the transcript, so read it from there.
+  async #showPlan() {
+    if (this.position === null) return;
+    try {
+      const plan = await this.actions.latestPlan(this.position);
+      if (!plan) return;
+      if (!this.plan) {
+        this.plan = h("pre", { class: "plan", "aria-label": "The agent's plan" });
+        this.progressList.before(this.plan);
+      }
+      this.plan.textContent = plan;
+    } catch {
+      // The progress list still says how far the work is.
+    }
+  }
+
+  #finished(finished) {
+    if (this.progress) this.#showPlan(); // a revised plan, if the agent reflected
+    if (finished.stop_reason && finished.stop_reason !== "completed") {
+      this.element.append(h("p", { class: "note" }, `Stopped: ${finished.stop_reason.replace("_", " ")}`));
+    }
+    this.traceId = finished.trace_id || this.traceId;
+    this.#footer(finished);
+  }
+
+  #footer(finished) {
+    const usage = finished.usage || {};
+    const parts = [];
+    if (usage.total_tokens) {
+      parts.push(`${usage.input_tokens || 0} in · ${usage.output_tokens || 0} out · ${usage.total_tokens} tokens`);
+    }
+    if (finished.iterations) parts.push(`${finished.iterations} iteration${finished.iterations === 1 ? "" : "s"}`);
+    this.footer.replaceChildren(h("span", { class: "usage" }, parts.join(" · ")));
+    if (this.traceId) {
+      const traceId = this.traceId;
+      this.footer.append(h("button", { type: "button", class: "link", onclick: () => this.actions.showTrace(traceId) }, "Trace"));
+    }
+    this.element.append(this.footer);
+  }
+}
+
+class ToolCard {
+  constructor(callId, name, argumentsJson, actions) {
+    this.callId = callId;
+    this.actions = actions;
+    this.status = h("span", { class: "tool-status" }, "");
+    this.output = h("pre", { class: "tool-output" });
+    this.extra = h("div", { class: "tool-extra" });
+    this.element = h("details", { class: "tool-card", dataset: { callId, state: "done" } },
+      h("summary", {}, h("span", { class: "tool-name" }, name || "tool"), " ", this.status),
+      argumentsJson ? h("div", {}, h("h4", {}, "Arguments"), h("pre", { class: "tool-args" }, prettyJson(argumentsJson))) : null,
+      this.extra,
+      this.result = h("div", { class: "tool-result", hidden: true }, h("h4", {}, "Result"), this.output));
+  }
+
+  #state(state, text) {
+    this.element.dataset.state = state;
+    this.status.textContent = text;
+  }
+
+  running() {
+    this.#state("running", "running…");
+  }
+
+  recorded(content) {
+    this.output.textContent = content;
+    this.result.hidden = false;
+    this.#state("done", "done");
+  }
+
+  finished(result) {
+    const parts = [];
+    if (result.is_error) parts.push(result.error_kind ? `error: ${result.error_kind}` : "error");
+    else parts.push("ok");
+    if (this.actions.runsCode(result.name) || result.exit_code) parts.push(`exit ${result.exit_code}`);
+    if (result.duration_ms) parts.push(formatMs(result.duration_ms));
+    this.#state(result.is_error ? "error" : "ok", parts.join(" · "));
+    this.output.textContent = result.output;
+    this.result.hidden = false;
+    if (result.stderr && result.stderr !== result.output) {
+      this.extra.append(h("h4", {}, "stderr"), h("pre", { class: "tool-stderr" }, result.stderr));
+    }
+    if (result.truncated) this.extra.append(h("p", { class: "muted" }, "Output was cut at the service's limit."));
+  }
+
+  held(request) {
+    this.element.open = true;
+    this.#state("held", "waiting for approval");
+    const approve = h("button", { type: "button", class: "approve" }, "Approve");
+    const deny = h("button", { type: "button", class: "danger deny" }, "Deny");
+    const decide = async (approved) => {
+      approve.disabled = deny.disabled = true;
+      try {
+        await this.actions.approve(this.callId, approved);
+      } catch (error) {
+        approve.disabled = deny.disabled = false;
+        this.approval.append(h("p", { class: "error", role: "alert" }, error.message));
+      }
+    };
+    approve.addEventListener("click", () => decide(true));
+    deny.addEventListener("click", () => decide(false));
+    const seconds = Math.round(request.timeout_s || 0);
+    this.approval = h("div", { class: "approval", role: "group", "aria-label": `Approve ${request.name}?` },
+      h("p", {}, `The agent wants to run ${request.name}.` + (seconds ? ` Denied automatically in ${seconds} s.` : "")),
+      approve, " ", deny);
+    this.extra.append(this.approval);
+    approve.focus();
+  }
+
+  resolved(resolution) {
+    if (this.approval) this.approval.remove();
+    const who = resolution.decided_by === "timeout" ? "no decision in time" : "by you";
+    this.extra.append(h("p", { class: "muted" }, `${resolution.approved ? "Approved" : "Denied"} (${who})`));
+    if (resolution.approved) this.#state("running", "running…");
+  }
+
+  note(text) {
+    this.extra.append(h("p", { class: "muted" }, text));
+  }
+
+  linkSession(sessionId) {
+    this.extra.append(h("p", {},
+      h("button", { type: "button", class: "link", onclick: () => this.actions.openSession(sessionId) }, `Open the sub-agent's session ${sessionId}`)));
+  }
+}

@@ -1,0 +1,226 @@
+"""A Qdrant Edge shard that gets its indexes built without stalling the service.
+
+New points land in the shard's appendable segment and are searchable at once (brute force). Once
+`index_after` points have arrived since the last build, the shard is indexed *in another
+process*, because `EdgeShard.optimize()` holds the GIL for its whole run:
+
+1. with the shard's writes paused (searches go on), flush it and copy its directory to the next
+   generation, `gen-<n+1>`; from now on every write is also kept in a replay list;
+2. `python -m agentmesh.memory.edge_indexer gen-<n+1>` optimizes the copy at low priority;
+3. load the indexed copy and replay the writes it missed, a chunk at a time between other work;
+   with writes paused for the last few, point `CURRENT` at it (an atomic rename: a crash before
+   leaves the old generation, which has every write, current), swap it in, close and delete the
+   old one.
+
+Every call into Edge is made on the event-loop thread: `query` and `update` hold the GIL too
+(measured), so a worker thread would add a hop without adding concurrency. Only flush, load,
+close and file copies run on threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import qdrant_edge as qe
+
+from agentmesh.logs import get_logger
+
+log = get_logger("agentmesh.memory.edge")
+
+CURRENT = "CURRENT"
+REPLAY_CHUNK = 64  # kept writes replayed between two turns of the event loop
+
+
+def _generation_dir(root: Path, generation: int) -> Path:
+    return root / f"gen-{generation:04d}"
+
+
+def _read_current(root: Path) -> dict[str, Any]:
+    return json.loads((root / CURRENT).read_text())
+
+
+def _write_current(root: Path, state: dict[str, Any]) -> None:
+    tmp = root / f"{CURRENT}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, root / CURRENT)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class IndexedShard:
+    """One Edge shard under `root` (`CURRENT` + `gen-NNNN/`), with index builds off-process."""
+
+    def __init__(self, root: Path, shard: qe.EdgeShard, state: dict[str, Any], index_after: int):
+        self.root = root
+        self.shard = shard
+        self._state = state  # {"generation": n, "indexed_points": points at the last build}
+        self._index_after = index_after
+        self.write_lock = asyncio.Lock()
+        self._replay: list[qe.UpdateOperation] | None = None
+        self._build: asyncio.Task | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self.dirty = False
+        self._closing = False
+        self.builds = 0  # finished index builds (tests and benches watch it)
+
+    # ------------------------------------------------------------------ open / create
+
+    @classmethod
+    def open_or_create(cls, root: Path, config: Callable[[], qe.EdgeConfig], index_after: int) -> "IndexedShard":
+        if (root / CURRENT).exists():
+            state = _read_current(root)
+            current = _generation_dir(root, state["generation"])
+            for stale in root.glob("gen-*"):
+                if stale != current:  # a build that a crash or stop interrupted
+                    shutil.rmtree(stale, ignore_errors=True)
+            shard = qe.EdgeShard.load(str(current))
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            state = {"generation": 1, "indexed_points": 0}
+            shutil.rmtree(_generation_dir(root, 1), ignore_errors=True)
+            shard = qe.EdgeShard.create(str(_generation_dir(root, 1)), config())
+            _write_current(root, state)
+        return cls(root, shard, state, index_after)
+
+    # ------------------------------------------------------------------ writes
+
+    def update(self, operation: qe.UpdateOperation) -> None:
+        """Apply a write (durable in the WAL when this returns); keep it for a running build."""
+        self.shard.update(operation)
+        self.dirty = True
+        if self._replay is not None:
+            self._replay.append(operation)
+
+    def maybe_index(self) -> None:
+        if self._index_after <= 0 or self._build is not None:
+            return
+        if self.shard.info().points_count - self._state["indexed_points"] >= self._index_after:
+            self._build = asyncio.create_task(self._build_index())
+
+    @property
+    def indexing(self) -> bool:
+        return self._build is not None
+
+    async def flush(self) -> None:
+        # Under the write lock: a build copies the shard's files under it, and must not copy
+        # them half-flushed.
+        async with self.write_lock:
+            if self.dirty:
+                self.dirty = False
+                await asyncio.to_thread(self.shard.flush)
+
+    # ------------------------------------------------------------------ index builds
+
+    async def _build_index(self) -> None:
+        target = _generation_dir(self.root, self._state["generation"] + 1)
+        started = time.monotonic()
+        indexed: qe.EdgeShard | None = None
+        swapped_in = False
+        log.info("memory shard indexing", shard=self.root.name, generation=self._state["generation"] + 1)
+        try:
+            async with self.write_lock:
+                await asyncio.to_thread(self.shard.flush)
+                points = self.shard.info().points_count
+                shutil.rmtree(target, ignore_errors=True)
+                current = _generation_dir(self.root, self._state["generation"])
+                await asyncio.to_thread(shutil.copytree, current, target)
+                self._replay = []
+            copied = time.monotonic()
+            if self._closing:
+                raise RuntimeError("the service is stopping")
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "agentmesh.memory.edge_indexer", str(target),
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            )
+            if self._closing:
+                self._process.kill()
+            _, err = await self._process.communicate()
+            if self._process.returncode != 0:
+                raise RuntimeError(f"the index build exited with {self._process.returncode}: {err.decode()[-500:]}")
+            # Catch the indexed copy up while writes go on (they keep arriving in the replay
+            # list), yielding between chunks; only the last few are replayed with writes paused.
+            # The replayed writes go through the copy's WAL, so it needs no flush to be durable.
+            indexed = await asyncio.to_thread(qe.EdgeShard.load, str(target))
+            replay, applied = self._replay or [], 0
+            while len(replay) - applied > REPLAY_CHUNK:
+                for operation in replay[applied : applied + REPLAY_CHUNK]:
+                    indexed.update(operation)
+                applied += REPLAY_CHUNK
+                await asyncio.sleep(0)
+            swap_started = time.monotonic()
+            async with self.write_lock:
+                for operation in replay[applied:]:
+                    indexed.update(operation)
+                state = {"generation": self._state["generation"] + 1, "indexed_points": points}
+                _write_current(self.root, state)
+                old, self.shard, self._state, self._replay = self.shard, indexed, state, None
+                swapped_in = True  # from here on `target` is the live generation: never discard it
+            swapped = time.monotonic()
+            await asyncio.to_thread(old.close)
+            await asyncio.to_thread(shutil.rmtree, current, True)
+            self.builds += 1
+            log.info(
+                "memory shard indexed",
+                shard=self.root.name,
+                points=points,
+                copy_s=round(copied - started, 2),
+                swap_s=round(swapped - swap_started, 2),
+                total_s=round(time.monotonic() - started, 2),
+            )
+        except asyncio.CancelledError:
+            if not swapped_in:
+                self._discard(indexed, target)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed build must not take the shard down: it serves unindexed, a later write retries
+            if not swapped_in:
+                self._discard(indexed, target)
+                self._state["indexed_points"] = self.shard.info().points_count
+            log.error("memory shard index build failed", shard=self.root.name, reason=str(exc))
+        finally:
+            self._process = None
+            self._build = None
+
+    def _discard(self, indexed: qe.EdgeShard | None, target: Path) -> None:
+        self._replay = None
+        if indexed is not None and indexed is not self.shard:
+            indexed.close()
+        shutil.rmtree(target, ignore_errors=True)
+
+    async def wait_indexed(self) -> None:
+        if self._build is not None:
+            await asyncio.shield(self._build)
+
+    # ------------------------------------------------------------------ close / drop
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._build is not None:
+            # Stop the indexer; the build then ends by itself (its copy discarded), or, when the
+            # indexer had already finished, by swapping the indexed copy in. Cancelling it instead
+            # could interrupt a thread still opening the copy.
+            if self._process is not None and self._process.returncode is None:
+                self._process.kill()
+            try:
+                await asyncio.shield(self._build)
+            except Exception:  # noqa: BLE001 - the build logged its own failure; closing goes on
+                pass
+        await asyncio.to_thread(self.shard.flush)
+        await asyncio.to_thread(self.shard.close)
+
+    async def drop(self) -> None:
+        """Close the shard and delete it from disk."""
+        await self.close()
+        await asyncio.to_thread(shutil.rmtree, self.root, True)

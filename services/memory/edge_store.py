@@ -1,0 +1,450 @@
+"""The storage port (ports.py) on Qdrant Edge: Qdrant's engine embedded in the memory service.
+
+Layout under `$AGENTMESH_HOME/memory/`:
+
+    LOCK                      held by the one memory service using this home
+    sessions/  messages/      payload-only shards (session records; transcript messages)
+    documents/                payload-only shard of the learning documents (edge_documents.py)
+    memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
+                              meta.json names the embedder that filled it
+
+A shard per namespace rather than one shard with a tenant-indexed `namespace` field (measured in
+benches/memory_scale.py, docs/memory.md): a namespace's search, IDF, index build and `Forget
+all` touch its own points only, and a namespace's size alone decides when it gets HNSW.
+`AGENTMESH_MEMORY_LAYOUT=shared` keeps them in one shard (`memories/@shared/`, `@` never appears
+in an escaped name), with the namespace as a filter and as the IDF corpus.
+
+Durability: every write goes through the shard's write-ahead log before the call returns, and
+the WAL survives `kill -9` of the process without a flush (tests/memory/test_crash_safety.py).
+Shards are flushed in the background, so restarts replay little. A power cut can still lose
+what the OS had not written out: Edge does not fsync the WAL per write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import qdrant_edge as qe
+from filelock import FileLock, Timeout
+
+from agentmesh.errors import FailedPrecondition
+from agentmesh.logs import get_logger
+from agentmesh.memory.edge_shards import IndexedShard
+from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
+
+log = get_logger("agentmesh.memory.edge")
+
+SHARED = "@shared"
+META = "meta.json"
+FLUSH_EVERY_S = 5.0
+SEGMENT_POINTS = 50_000  # vectors per indexed segment, at most
+_PAYLOAD_ONLY = "none"  # Edge wants at least one vector; payload-only shards declare an unused sparse one
+
+
+# qdrant-edge-py 0.9 turns a Python bool in MatchValue into an integer, which never matches a
+# stored true/false. Memories therefore carry their boolean metadata a second time as keywords
+# ("key=true") in this field, which the adapter adds on write, filters on, and strips on read.
+_BOOLS = "_metadata_bools"
+
+
+def _match(key: str, value: Any) -> qe.FieldCondition:
+    if isinstance(value, bool) and key.startswith("metadata."):
+        return qe.FieldCondition(_BOOLS, match=qe.MatchValue(f"{key[len('metadata.'):]}={str(value).lower()}"))
+    if isinstance(value, float):
+        # MatchValue takes strings, integers and booleans; a fractional number matches as a point range.
+        return qe.FieldCondition(key, range=qe.RangeFloat(gte=value, lte=value))
+    return qe.FieldCondition(key, match=qe.MatchValue(value))
+
+
+def _conditions(f: PointFilter, with_namespace: bool) -> list:
+    must: list = [_match("namespace", f.namespace)] if with_namespace else []
+    if f.kinds:
+        must.append(qe.FieldCondition("kind", match=qe.MatchAny(list(f.kinds))))
+    for key, value in f.metadata:
+        must.append(_match(f"metadata.{key}", value))
+    if f.created_after or f.created_before:
+        must.append(
+            qe.FieldCondition("created_at", range=qe.RangeFloat(gte=f.created_after or None, lt=f.created_before or None))
+        )
+    if f.source_session_id:
+        must.append(_match("source_session_id", f.source_session_id))
+    return must
+
+
+def _fix_malloc_mmap_threshold() -> None:
+    """With Qdrant Edge in the process, glibc's dynamic mmap threshold rises (a freed large block
+    raises it), and multi-megabyte gRPC request buffers then stay in the heap once freed: 100
+    refused 15 MB requests kept 78-87 MiB instead of under 64 (tests/security/
+    test_request_bounds.py). A fixed 128 KiB threshold hands such buffers back to the OS."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc: nothing to adjust
+        pass
+
+
+def _escape(namespace: str) -> str:
+    return "".join(c if c.isalnum() or c == "-" else f"_{ord(c):02x}" for c in namespace)
+
+
+def _payload_only() -> qe.EdgeConfig:
+    return qe.EdgeConfig(sparse_vectors={_PAYLOAD_ONLY: qe.EdgeSparseVectorParams()})
+
+
+def _with_bools(payload: dict) -> dict:
+    metadata = payload.get("metadata") or {}
+    bools = [f"{k}={str(v).lower()}" for k, v in metadata.items() if isinstance(v, bool)]
+    return {**payload, _BOOLS: bools} if bools else payload
+
+
+def _plain(payload: Any) -> dict:
+    out = dict(payload or {})
+    out.pop(_BOOLS, None)
+    return out
+
+
+def _rows(records) -> list[tuple[str, dict]]:
+    return [(str(r.id), _plain(r.payload)) for r in records]
+
+
+class EdgeStore:
+    def __init__(self, home: Path, *, layout: str = "auto", index_after: int = 20_000):
+        self.root = Path(home) / "memory"
+        self.where = str(self.root)
+        self.layout = "shared" if layout == "shared" else "per-namespace"
+        self.index_after = index_after
+        self._lock = FileLock(str(self.root / "LOCK"))
+        self._sessions: IndexedShard | None = None
+        self._messages: IndexedShard | None = None
+        self._memories: dict[str, IndexedShard] = {}  # open memory shards by directory name
+        self._payload_shards: dict[str, IndexedShard] = {}  # other adapters' shards (payload_shard)
+        self._known: set[str] = set()  # memory shard directories on disk
+        self._embedder: tuple[str, int] = ("", 0)
+        self._flusher: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def open(self) -> None:
+        _fix_malloc_mmap_threshold()
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            raise FailedPrecondition(
+                f"the embedded memory store at {self.root} is in use by another process; stop it, "
+                "or point AGENTMESH_QDRANT_URL at a Qdrant server to share memory between processes"
+            ) from None
+        try:
+            self._sessions = IndexedShard.open_or_create(self.root / "sessions", _payload_only, 0)
+            self._messages = IndexedShard.open_or_create(self.root / "messages", _payload_only, 0)
+            if self._sessions.shard.info().payload_schema.get("created_at") is None:
+                self._sessions.update(qe.UpdateOperation.create_field_index("created_at", qe.PayloadSchemaType.Float))
+            if self._messages.shard.info().payload_schema.get("session_id") is None:
+                self._messages.update(
+                    qe.UpdateOperation.create_field_index("session_id", qe.KeywordIndexParams(is_tenant=True))
+                )
+            (self.root / "memories").mkdir(exist_ok=True)
+            self._known = {p.name for p in (self.root / "memories").iterdir() if (p / META).exists()}
+        except BaseException:
+            self._lock.release()
+            raise
+        self._flusher = asyncio.create_task(self._flush_periodically())
+
+    async def _flush_periodically(self) -> None:
+        # Not for durability (the WAL has every write): so that a restart replays seconds, not days.
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            for shard in self._all_open():
+                try:
+                    await shard.flush()
+                except Exception as exc:  # noqa: BLE001 - the WAL has every write; the next tick retries
+                    log.warning("memory shard flush failed", shard=shard.root.name, reason=str(exc))
+
+    @property
+    def sessions(self) -> IndexedShard:
+        assert self._sessions is not None, "the store is not open"
+        return self._sessions
+
+    @property
+    def messages(self) -> IndexedShard:
+        assert self._messages is not None, "the store is not open"
+        return self._messages
+
+    def _all_open(self) -> list[IndexedShard]:
+        shards = (self._sessions, self._messages, *self._payload_shards.values(), *self._memories.values())
+        return [s for s in shards if s is not None]
+
+    def payload_shard(self, name: str) -> IndexedShard:
+        """A payload-only shard `name` beside the sessions and messages, for an adapter of another
+        port on the same home (edge_documents.py). Opened once, under this store's lock, and
+        flushed and closed with the store's own shards."""
+        assert self._sessions is not None, "the store is not open"
+        shard = self._payload_shards.get(name)
+        if shard is None:
+            shard = IndexedShard.open_or_create(self.root / name, _payload_only, 0)
+            self._payload_shards[name] = shard
+        return shard
+
+    async def flush(self) -> None:
+        for shard in self._all_open():
+            await shard.flush()
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        for shard in self._all_open():
+            await shard.close()
+        self._memories.clear()
+        self._payload_shards.clear()
+        self._sessions = self._messages = None
+        if self._lock.is_locked:
+            self._lock.release()
+
+    async def check_embedder(self, embedder: str, dim: int) -> str:
+        self._embedder = (embedder, dim)
+        for name in sorted(self._known):
+            meta = json.loads((self.root / "memories" / name / META).read_text())
+            if meta.get("dim") != dim or meta.get("embedder") != embedder:
+                return (
+                    f"long-term memory in {self.where} was embedded with {meta.get('embedder', 'unknown')} "
+                    f"({meta.get('dim')} dimensions) but the service is configured with {embedder} ({dim} "
+                    "dimensions); set AGENTMESH_EMBEDDER (and AGENTMESH_EMBEDDINGS_MODEL) back, or move the "
+                    "old store away to start a new one"
+                )
+        return ""
+
+    # ------------------------------------------------------------------ memory shards
+
+    def _shard_name(self, namespace: str) -> str:
+        return SHARED if self.layout == "shared" else _escape(namespace)
+
+    def _memory_config(self) -> qe.EdgeConfig:
+        _, dim = self._embedder
+        return qe.EdgeConfig(
+            vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+            sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            # One indexing thread: the build runs beside the service on the same few cores.
+            hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, max_indexing_threads=1),
+            # Bounded segments: a build indexes what arrived since the last one instead of
+            # merging everything into one segment and re-indexing it all (minutes at 100k).
+            optimizers=qe.EdgeOptimizersConfig(max_segment_size=max(1, dim * 4 * SEGMENT_POINTS // 1024)),
+        )
+
+    def _memory_shard(self, namespace: str, create: bool) -> IndexedShard | None:
+        name = self._shard_name(namespace)
+        shard = self._memories.get(name)
+        if shard is not None:
+            return shard
+        if name not in self._known and not create:
+            return None
+        root = self.root / "memories" / name
+        fresh = name not in self._known
+        shard = IndexedShard.open_or_create(root, self._memory_config, self.index_after)
+        if fresh:
+            for field, schema in (
+                ("namespace", qe.KeywordIndexParams(is_tenant=True)),
+                ("kind", qe.PayloadSchemaType.Keyword),
+                ("source_session_id", qe.PayloadSchemaType.Keyword),
+                ("created_at", qe.PayloadSchemaType.Float),
+                (_BOOLS, qe.PayloadSchemaType.Keyword),
+            ):
+                shard.update(qe.UpdateOperation.create_field_index(field, schema))
+            embedder, dim = self._embedder
+            meta = {"embedder": embedder, "dim": dim, "namespace": "" if name == SHARED else namespace}
+            (root / META).write_text(json.dumps(meta))
+            self._known.add(name)
+        self._memories[name] = shard
+        return shard
+
+    def _filter(self, f: PointFilter) -> qe.Filter | None:
+        must = _conditions(f, with_namespace=self.layout == "shared")
+        return qe.Filter(must=must) if must else None
+
+    def _idf(self, f: PointFilter) -> qe.SearchParams | None:
+        # One shard for all namespaces: IDF over the namespace's own memories, so one tenant's
+        # vocabulary never shifts another's ranking (a shard per namespace has that built in).
+        if self.layout == "shared":
+            return qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=[_match("namespace", f.namespace)])))
+        return None
+
+    async def wait_indexed(self) -> None:
+        """Until no index build is running (benches and tests)."""
+        for shard in list(self._memories.values()):
+            await shard.wait_indexed()
+
+    def memory_shard_stats(self, namespace: str) -> dict[str, Any]:
+        shard = self._memory_shard(namespace, create=False)
+        if shard is None:
+            return {}
+        info = shard.shard.info()
+        return {"points": info.points_count, "segments": info.segments_count, "builds": shard.builds,
+                "indexing": shard.indexing}
+
+    # ------------------------------------------------------------------ sessions
+
+    async def get_session(self, session_id: str) -> dict | None:
+        found = self.sessions.shard.retrieve([point_id("session", session_id)], True, False)
+        return dict(found[0].payload or {}) if found else None
+
+    async def put_session(self, payload: dict) -> None:
+        point = qe.Point(point_id("session", payload["session_id"]), {}, payload)
+        self.sessions.update(qe.UpdateOperation.upsert_points([point]))
+
+    async def list_sessions(self, limit: int, start_before: float | None) -> list[dict]:
+        order = qe.OrderBy("created_at", qe.Direction.Desc, start_before)
+        records, _ = self.sessions.shard.scroll(qe.ScrollRequest(limit=limit, order_by=order, with_payload=True))
+        return [dict(r.payload or {}) for r in records]
+
+    async def child_sessions(self, session_id: str, label: str) -> list[str]:
+        selector = qe.Filter(must=[_match(f"labels.{label}", session_id)])
+        found, offset = [], None
+        while True:
+            records, offset = self.sessions.shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=256, filter=selector, with_payload=["session_id"])
+            )
+            found += [(r.payload or {})["session_id"] for r in records]
+            if offset is None:
+                return found
+
+    async def delete_session(self, session_id: str) -> None:
+        # The record goes first: a crash in between leaves unreachable messages (a re-created
+        # session starts at seq 1 and overwrites them), never a session that lost its history.
+        self.sessions.update(qe.UpdateOperation.delete_points([point_id("session", session_id)]))
+        selector = qe.Filter(must=[_match("session_id", session_id)])
+        self.messages.update(qe.UpdateOperation.delete_points_by_filter(selector))
+
+    # ------------------------------------------------------------------ messages
+
+    async def put_messages(self, session_id: str, payloads: Sequence[dict]) -> None:
+        points = [qe.Point(point_id("message", session_id, str(p["seq"])), {}, p) for p in payloads]
+        self.messages.update(qe.UpdateOperation.upsert_points(points))
+
+    async def append_messages(self, session_id: str, payloads: Sequence[dict], session: dict) -> None:
+        await self.put_messages(session_id, payloads)
+        await self.put_session(session)
+
+    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[dict]:
+        ids: list[Any] = [point_id("message", session_id, str(seq)) for seq in seqs]
+        found = [dict(r.payload or {}) for r in self.messages.shard.retrieve(list(ids), True, False)]
+        return sorted(found, key=lambda p: p["seq"])
+
+    # ------------------------------------------------------------------ memories
+
+    async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, dict]:
+        shard = self._memory_shard(namespace, create=False)
+        if not ids or shard is None:
+            return {}
+        found = _rows(shard.shard.retrieve(list(ids), True, False))
+        return {pid: p for pid, p in found if p.get("namespace") == namespace}
+
+    async def upsert_memories(self, namespace: str, rows: Sequence[MemoryRow]) -> None:
+        shard = self._memory_shard(namespace, create=True)
+        assert shard is not None
+        points = [
+            qe.Point(pid, {DENSE: dense, SPARSE: qe.SparseVector(sparse[0], sparse[1])}, _with_bools(payload))
+            for pid, dense, sparse, payload in rows
+        ]
+        async with shard.write_lock:
+            shard.update(qe.UpdateOperation.upsert_points(points))
+        shard.maybe_index()
+
+    async def hybrid_search(
+        self, f: PointFilter, dense: list[float], sparse: tuple[list[int], list[float]], limit: int, plan: FusionPlan
+    ) -> list[ScoredRow]:
+        shard = self._memory_shard(f.namespace, create=False)
+        if shard is None:
+            return []
+        qfilter = self._filter(f)
+        prefetch = [qe.Prefetch(plan.prefetch_limit, query=qe.Query.Nearest(dense, using=DENSE), filter=qfilter)]
+        if sparse[0]:
+            prefetch.append(
+                qe.Prefetch(
+                    plan.prefetch_limit,
+                    query=qe.Query.Nearest(qe.SparseVector(sparse[0], sparse[1]), using=SPARSE),
+                    filter=qfilter,
+                    params=self._idf(f),
+                )
+            )
+        if plan.fusion == "dbsf":
+            fusion: Any = qe.Fusion.Dbsf()
+        else:
+            weights = [plan.dense_weight, plan.sparse_weight][: len(prefetch)] if plan.fusion == "weighted" else None
+            fusion = qe.Fusion.Rrf(plan.rrf_k, weights)
+        points = shard.shard.query(qe.QueryRequest(limit, prefetches=prefetch, query=fusion, with_payload=True))
+        return [(str(p.id), float(p.score), _plain(p.payload)) for p in points]
+
+    async def ranked(self, f: PointFilter, vector: Any, using: str, limit: int) -> list[ScoredRow]:
+        shard = self._memory_shard(f.namespace, create=False)
+        if shard is None:
+            return []
+        if isinstance(vector, tuple):
+            vector = qe.SparseVector(vector[0], vector[1])
+        params = self._idf(f) if using == SPARSE else None
+        request = qe.QueryRequest(
+            limit, query=qe.Query.Nearest(vector, using=using), filter=self._filter(f), params=params, with_payload=True
+        )
+        return [(str(p.id), float(p.score), _plain(p.payload)) for p in shard.shard.query(request)]
+
+    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, dict]], str]:
+        shard = self._memory_shard(f.namespace, create=False)
+        if shard is None:
+            return [], ""
+        records, next_offset = shard.shard.scroll(
+            qe.ScrollRequest(offset=offset, limit=limit, filter=self._filter(f), with_payload=True)
+        )
+        return _rows(records), ("" if next_offset is None else str(next_offset))
+
+    async def stream_window(
+        self, f: PointFilter, t_min: float, t_max: float, edge: int = 2, limit: int = 10_000
+    ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], list[tuple[str, dict]]]:
+        shard = self._memory_shard(f.namespace, create=False)
+        if shard is None:
+            return [], [], []
+        must = _conditions(f, with_namespace=self.layout == "shared")
+
+        def scroll(rng: qe.RangeFloat, direction: Any, n: int) -> list[tuple[str, dict]]:
+            cond = qe.FieldCondition("created_at", range=rng)
+            order = qe.OrderBy("created_at", direction) if direction is not None else None
+            records, _ = shard.shard.scroll(
+                qe.ScrollRequest(limit=n, filter=qe.Filter(must=[*must, cond]), with_payload=True, order_by=order)
+            )
+            return _rows(records)
+
+        before = scroll(qe.RangeFloat(lt=t_min), qe.Direction.Desc, edge)
+        inside = scroll(qe.RangeFloat(gte=t_min, lte=t_max), None, limit)
+        after = scroll(qe.RangeFloat(gt=t_max), qe.Direction.Asc, edge)
+        return before, inside, after
+
+    async def count_memories(self, f: PointFilter) -> int:
+        shard = self._memory_shard(f.namespace, create=False)
+        if shard is None:
+            return 0
+        return shard.shard.count(qe.CountRequest(exact=True, filter=self._filter(f)))
+
+    async def delete_memories_by_filter(self, f: PointFilter) -> int:
+        shard = self._memory_shard(f.namespace, create=False)
+        count = await self.count_memories(f)
+        if shard is None or not count:
+            return 0
+        qfilter = self._filter(f)
+        if qfilter is None:
+            # The whole namespace, alone in its shard: drop the shard.
+            name = shard.root.name
+            self._memories.pop(name, None)
+            self._known.discard(name)
+            await shard.drop()
+        else:
+            async with shard.write_lock:
+                shard.update(qe.UpdateOperation.delete_points_by_filter(qfilter))
+        return count
+
+    async def delete_memories_by_ids(self, namespace: str, ids: Sequence[str]) -> None:
+        shard = self._memory_shard(namespace, create=False)
+        if ids and shard is not None:
+            async with shard.write_lock:
+                shard.update(qe.UpdateOperation.delete_points(list(ids)))
+

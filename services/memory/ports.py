@@ -1,0 +1,159 @@
+"""The storage ports of the memory core: what `transcripts.py`, `memories.py` and `context.py` need
+from a store (`Store`), and what the learning cores (`profiles.py`, `skills.py`, `promoted.py`,
+`reflections.py`) need (`DocumentStore`), in plain Python types.
+
+Two adapters implement it: `edge_store.EdgeStore` (Qdrant Edge, embedded under AGENTMESH_HOME, the
+default) and `qdrant_store.QdrantStore` (a Qdrant server through qdrant-client). The cores import
+this module only, never an adapter; `stores.open_store` picks one from the settings. The document
+store has the same two adapters (`edge_documents.EdgeDocuments`, `qdrant_documents.QdrantDocuments`),
+opened in the same place as the memory store by `stores.open_documents`.
+
+Payloads are JSON-like dicts. A sparse vector is `(indices, values)`. Point ids are UUID strings
+derived from our own ids (`point_id`), so the same logical record always lands on the same point:
+writes are idempotent and need no read to find what they replace.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+__all__ = [
+    "DENSE", "SPARSE", "DocumentStore", "FusionPlan", "MemoryRow", "PointFilter", "ScoredRow", "Store", "document_point", "point_id", "stored_time",
+]
+
+DENSE = "dense"
+SPARSE = "bm25"
+
+_ID_NAMESPACE = uuid.UUID("5b0c7a4e-2f51-4f0e-9a55-6d1f0b7c2e11")
+
+Payload = dict[str, Any]  # a record as stored: JSON-like values
+SparseVector = tuple[list[int], list[float]]
+# (point id, dense vector, sparse vector, payload): one memory as the core indexes it.
+MemoryRow = tuple[str, list[float], SparseVector, Payload]
+# (point id, score, payload): one search hit.
+ScoredRow = tuple[str, float, Payload]
+
+
+def point_id(*parts: str) -> str:
+    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)))
+
+
+def stored_time(t: float) -> float:
+    """A unix time as the cores keep it: to the microsecond. Qdrant stores payloads as JSON and
+    may parse a 17-digit float back one bit off; a microsecond value (at most 16 significant
+    digits before the year 2255) always reads back exactly, so a record written and the same
+    record read compare equal (and page tokens built from them stay valid)."""
+    return round(t, 6)
+
+
+@dataclass(frozen=True)
+class PointFilter:
+    """Conditions on memory payloads; every memory query carries the namespace."""
+
+    namespace: str
+    kinds: tuple[str, ...] = ()
+    metadata: tuple[tuple[str, Any], ...] = ()
+    created_after: float = 0.0
+    created_before: float = 0.0
+    source_session_id: str = ""
+
+
+@dataclass(frozen=True)
+class FusionPlan:
+    fusion: str  # "rrf" | "dbsf" | "weighted"
+    prefetch_limit: int
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+
+
+class Store(Protocol):
+    """Sessions, transcript messages and long-term memories, durable once a call returns."""
+
+    where: str  # a path or URL, for messages a person reads
+
+    # --- life cycle
+    async def open(self) -> None:
+        """Create what is missing (collections, shards, indexes)."""
+
+    async def check_embedder(self, embedder: str, dim: int) -> str:
+        """Why long-term memory cannot be used with this embedder (vectors of another model are
+        stored), or '' when it can."""
+
+    async def close(self) -> None: ...
+
+    # --- sessions (payload dicts keyed by `session_id`)
+    async def get_session(self, session_id: str) -> Payload | None: ...
+    async def put_session(self, payload: Payload) -> None: ...
+    async def list_sessions(self, limit: int, start_before: float | None) -> list[Payload]:
+        """Newest first, from created_at <= start_before (ties included)."""
+
+    async def child_sessions(self, session_id: str, label: str) -> list[str]:
+        """Ids of the sessions whose label `label` names `session_id`."""
+
+    async def delete_session(self, session_id: str) -> None:
+        """The record, then its messages."""
+
+    # --- transcript messages (payload dicts keyed by `session_id`, `seq`)
+    async def put_messages(self, session_id: str, payloads: Sequence[Payload]) -> None: ...
+    async def append_messages(self, session_id: str, payloads: Sequence[Payload], session: Payload) -> None:
+        """Write the messages, then the session record that makes them visible."""
+
+    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[Payload]:
+        """Those of `seqs` that exist, in seq order."""
+
+    # --- long-term memories
+    async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, Payload]:
+        """Payloads of the namespace's points with these ids that exist, by point id."""
+
+    async def upsert_memories(self, namespace: str, rows: Sequence[MemoryRow]) -> None: ...
+    async def hybrid_search(
+        self, f: PointFilter, dense: list[float], sparse: SparseVector, limit: int, plan: FusionPlan
+    ) -> list[ScoredRow]: ...
+    async def ranked(self, f: PointFilter, vector: Any, using: str, limit: int) -> list[ScoredRow]:
+        """One retriever alone (`using` is DENSE or SPARSE); benches compare it with the fusion."""
+
+    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, Payload]], str]:
+        """A page of matching memories and the next page's offset ('' at the end)."""
+
+    async def stream_window(
+        self, f: PointFilter, t_min: float, t_max: float, edge: int = 2, limit: int = 10_000
+    ) -> tuple[list[tuple[str, Payload]], list[tuple[str, Payload]], list[tuple[str, Payload]]]:
+        """The `edge` nearest before t_min (nearest first), those in [t_min, t_max], the `edge`
+        nearest after t_max."""
+
+    async def count_memories(self, f: PointFilter) -> int: ...
+    async def delete_memories_by_filter(self, f: PointFilter) -> int: ...
+    async def delete_memories_by_ids(self, namespace: str, ids: Sequence[str]) -> None: ...
+
+
+class DocumentStore(Protocol):
+    """A namespace's small keyed documents: standing instructions, skills, promoted tools,
+    reflection runs. Kept apart from `Store` on purpose: they are read by key, never searched by
+    meaning, so they need no vectors and no embedder.
+
+    A document is addressed by (kind, namespace, key) and is a JSON-like dict. Writes are durable
+    once a call returns; the same address always lands on the same record (a put replaces it).
+    The adapters keep documents where transcripts live (embedded under AGENTMESH_HOME, or the
+    Qdrant server of a cluster), never on one pod's disk alone.
+    """
+
+    async def open(self) -> None:
+        """Create what is missing (the shard or collection, its indexes)."""
+
+    async def get_document(self, kind: str, namespace: str, key: str) -> Payload | None: ...
+
+    async def put_document(self, kind: str, namespace: str, key: str, payload: Payload) -> None: ...
+
+    async def delete_document(self, kind: str, namespace: str, key: str) -> bool:
+        """True when a document was there."""
+
+    async def list_documents(self, kind: str, namespace: str) -> list[tuple[str, Payload]]:
+        """(key, payload) of every document of this kind in the namespace, by key."""
+
+
+def document_point(kind: str, namespace: str, key: str) -> str:
+    """The point id of a document: one address, one point, in every adapter."""
+    return point_id("document", kind, namespace, key)

@@ -1,0 +1,149 @@
+"""The `mcpServers` file (AGENTMESH_MCP_SERVERS): the JSON shape MCP clients already share.
+
+    {"mcpServers": {
+        "time":  {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]},
+        "notes": {"url": "https://notes.example.com/mcp", "headers": {"Authorization": "Bearer ..."}}
+    }}
+
+Beyond the shared shape a stdio entry may say `"network": true` (its jail gets the network) and
+`"mounts": ["/opt/mcp"]` (host directories bound read-only into its jail, e.g. where the server is
+installed when that is not under /usr). `${AGENTMESH_MCP_SECRET_X}` in a value of `env` or
+`headers` is replaced at start-up by that variable of the tools service's environment (a secret
+reference), so the file itself can be a ConfigMap while the secrets stay in a Secret. Only that
+family of variables can be referred to: an entry cannot pull the service's own credentials.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlparse
+
+from agentmesh.config import ConfigError
+
+# Model APIs allow [A-Za-z0-9_-] in tool names; the server name is the prefix of each of its tools.
+SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,32}$")
+SECRET_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SECRET_PREFIX = "AGENTMESH_MCP_SECRET_"
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class McpServerEntry:
+    name: str
+    # stdio: the program (an absolute path, or found on the system PATH) and its arguments.
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    network: bool = False
+    mounts: tuple[str, ...] = ()
+    # streamable HTTP
+    url: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command else "http"
+
+
+def _strings(name: str, key: str, value: Any, kind: type) -> Any:
+    if kind is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"MCP server {name!r}: {key!r} must be a list of strings")
+        return tuple(value)
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f"MCP server {name!r}: {key!r} must be an object of string values")
+    return value
+
+
+def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Mapping[str, str]) -> dict[str, str]:
+    """Each `${AGENTMESH_MCP_SECRET_X}` in a value replaced by that variable of the service's environment."""
+    def substitute(match: re.Match[str], item: str) -> str:
+        variable = match.group(1)
+        if not variable.startswith(SECRET_PREFIX):
+            raise ConfigError(f"MCP server {name!r}: {key}.{item} refers to ${{{variable}}}; secret references "
+                              f"must name a variable starting with {SECRET_PREFIX}")
+        if variable not in secrets:
+            raise ConfigError(f"MCP server {name!r}: {key}.{item} refers to ${{{variable}}}, which is not set "
+                              "in the tools service's environment")
+        return secrets[variable]
+
+    resolved = {}
+    for item, value in values.items():
+        resolved[item] = SECRET_REF.sub(functools.partial(substitute, item=item), value)
+    return resolved
+
+
+def resolve_command(name: str, command: str) -> str:
+    """The program's absolute path; ConfigError when it does not exist (checked on the host, whose
+    /usr the jail shares; programs elsewhere need their directory in `mounts`)."""
+    found = command if os.path.isabs(command) else shutil.which(command, path=SYSTEM_PATH)
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise ConfigError(
+            f"MCP server {name!r}: command {command!r} was not found"
+            + ("" if os.path.isabs(command) else f" on {SYSTEM_PATH} (give an absolute path for programs elsewhere)")
+        )
+    return found
+
+
+def parse_entry(name: str, raw: Any, environ: Mapping[str, str]) -> McpServerEntry:
+    if not SERVER_NAME.match(name):
+        raise ConfigError(f"MCP server name {name!r} must be 1-32 letters, digits or '-' (it prefixes tool names)")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"MCP server {name!r} must be an object with either 'command' or 'url'")
+    known = {"command", "args", "env", "network", "mounts", "url", "headers", "type", "transport"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"MCP server {name!r}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    if bool(raw.get("command")) == bool(raw.get("url")):
+        raise ConfigError(f"MCP server {name!r} needs exactly one of 'command' (stdio) or 'url' (streamable HTTP)")
+    if raw.get("url"):
+        url = raw["url"]
+        parsed = urlparse(url) if isinstance(url, str) else None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ConfigError(f"MCP server {name!r}: url {url!r} is not an http(s) URL")
+        headers = _resolve_secrets(name, "headers", _strings(name, "headers", raw.get("headers", {}), dict), environ)
+        return McpServerEntry(name=name, url=url, headers=headers)
+    command = raw["command"]
+    if not isinstance(command, str):
+        raise ConfigError(f"MCP server {name!r}: 'command' must be a string")
+    network = raw.get("network", False)
+    if not isinstance(network, bool):
+        raise ConfigError(f"MCP server {name!r}: 'network' must be true or false")
+    mounts = _strings(name, "mounts", raw.get("mounts", []), list)
+    for mount in mounts:
+        if not os.path.isabs(mount) or not os.path.exists(mount):
+            raise ConfigError(f"MCP server {name!r}: mount {mount!r} is not an existing absolute path")
+    return McpServerEntry(
+        name=name,
+        command=resolve_command(name, command),
+        args=_strings(name, "args", raw.get("args", []), list),
+        env=_resolve_secrets(name, "env", _strings(name, "env", raw.get("env", {}), dict), environ),
+        network=network,
+        mounts=mounts,
+    )
+
+
+def parse_servers(document: Any, environ: Mapping[str, str], source: str = "the MCP server list") -> list[McpServerEntry]:
+    if not isinstance(document, dict) or not isinstance(document.get("mcpServers"), dict):
+        raise ConfigError(f'{source} must be a JSON object {{"mcpServers": {{NAME: {{...}}}}}}')
+    return [parse_entry(name, raw, environ) for name, raw in document["mcpServers"].items()]
+
+
+def load_servers(path: str, environ: Mapping[str, str]) -> list[McpServerEntry]:
+    """Read and check AGENTMESH_MCP_SERVERS; every problem is a ConfigError naming the file."""
+    if not path:
+        return []
+    try:
+        document = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"AGENTMESH_MCP_SERVERS={path}: cannot read it ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"AGENTMESH_MCP_SERVERS={path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    return parse_servers(document, environ, source=f"AGENTMESH_MCP_SERVERS={path}")

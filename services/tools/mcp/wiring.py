@@ -1,0 +1,52 @@
+"""Building the MCP provider from settings: parse the servers file, choose how each server is
+reached, check what can be checked before the service starts serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from opentelemetry import trace
+
+from agentmesh.config import ConfigError
+from agentmesh.tools.mcp.config import load_servers
+from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
+from agentmesh.tools.mcp.openers import http_opener, jailed_stdio_opener, server_workdir
+from agentmesh.tools.mcp.tools import McpTools
+from agentmesh.tools.sandbox.base import Executor
+from agentmesh.tools.sandbox.local import LocalJail
+from agentmesh.tools.sandbox.seccomp import compile_filter
+from agentmesh.tools.settings import ToolsSettings
+from agentmesh.tools.web_tools import AddressPolicy
+
+
+def build_mcp_tools(settings: ToolsSettings, executor: Executor, owner: tuple[int, int] | None,
+                    tracer: trace.Tracer | None = None) -> McpTools | None:
+    entries = load_servers(settings.mcp.servers_file, settings.mcp.secrets)
+    if not entries:
+        return None
+    timings = SupervisorTimings(connect_timeout_s=settings.mcp.connect_timeout_s, idle_s=settings.mcp.idle_s,
+                                ping_interval_s=settings.mcp.ping_interval_s, backoff_max_s=settings.mcp.backoff_max_s)
+    policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)
+    root = settings.workspace_root.parent / "mcp"
+    connections = []
+    seccomp_file: Path | None = None
+    for entry in entries:
+        if entry.transport == "http":
+            opener = http_opener(entry, policy, settings.mcp.connect_timeout_s)
+        else:
+            if not isinstance(executor, LocalJail) or not executor.available:
+                raise ConfigError(
+                    f"MCP server {entry.name!r} is a stdio server, and stdio servers run only in the local jail "
+                    "(AGENTMESH_SANDBOX=local with bubblewrap installed); run it as a streamable-HTTP server instead"
+                )
+            workdir = server_workdir(root, entry.name, owner)
+            if settings.seccomp and seccomp_file is None:
+                program = compile_filter()  # None: libseccomp missing, warned about by the jail too
+                if program is not None:
+                    seccomp_file = root / "seccomp.bpf"
+                    seccomp_file.write_bytes(program)
+                    seccomp_file.chmod(0o644)
+            errlog = open(root / f"{entry.name}.stderr.log", "a", encoding="utf-8")  # noqa: SIM115 - lives with the service
+            opener = jailed_stdio_opener(entry, executor, workdir, errlog, seccomp_file)
+        connections.append(McpServerConnection(entry.name, opener, timings))
+    return McpTools(connections, settings.limits, settings.mcp.attachment_cap_bytes, tracer)

@@ -1,0 +1,42 @@
+"""AGENTMESH_MODELS parsing: a bad file is a configuration error naming the entry and field."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmesh.config import ConfigError
+from agentmesh.models import ModelSpec, load_catalog
+
+DEFAULT = ModelSpec("default", "openai", "http://127.0.0.1:1/v1", "main")
+
+
+def test_json_and_yaml_files_give_the_same_catalogue(tmp_path):
+    (tmp_path / "m.json").write_text('[{"name": "small", "base_url": "http://h/v1", "model": "s", "fallback": "default"}]')
+    (tmp_path / "m.yaml").write_text("models:\n  - {name: small, base_url: 'http://h/v1', model: s, fallback: default}\n")
+    for name in ("m.json", "m.yaml"):
+        catalog = load_catalog(str(tmp_path / name), DEFAULT)
+        assert catalog.names() == ["default", "small"]
+        assert catalog.get("small").fallback == "default" and catalog.get("").model == "main"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[{name: x, base_url: u}]", "model and base_url are required"),
+    ("[{name: x, base_url: u, model: m, fallback: nowhere}]", "falls back to 'nowhere', which is not defined"),
+    ("[{name: default, base_url: u, model: m}]", "the name 'default' is taken"),
+    ("[{name: x, base_url: u, model: m, provider: bard}]", "provider must be one of"),
+    ("[{name: x, base_url: u, model: m, colour: red}]", "unknown field(s) colour"),
+    ("[{name: x, base_url: u, model: m, prices: {input_per_mtok: -1}}]", "must not be negative"),
+    ("{models: 3}", "must hold a list of models"),
+    ("[{name: 'bad name', base_url: u, model: m}]", "name is required"),
+])
+def test_a_bad_catalogue_is_refused_with_the_reason(tmp_path, text, words):
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_catalog(str(path), DEFAULT)
+    assert words in str(info.value)
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_catalog(str(tmp_path / "nope.yaml"), DEFAULT)

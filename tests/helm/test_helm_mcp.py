@@ -1,0 +1,38 @@
+"""tools.mcpServers becomes the tools service's AGENTMESH_MCP_SERVERS file, in the shared shape."""
+
+from __future__ import annotations
+
+import json
+
+import helm_python
+import pytest
+
+from tests.helm.helm_support import RELEASE, container_env, render
+
+SERVERS = {"docs": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${AGENTMESH_MCP_SECRET_DOCS}"}}}
+
+
+def test_mcp_servers_are_mounted_into_the_tools_service_only():
+    rendered = render({"tools": {"mcpServers": SERVERS}})
+    config = rendered.get("ConfigMap", f"{RELEASE}-mcp-servers")
+    assert json.loads(config["data"]["mcp-servers.json"]) == {"mcpServers": SERVERS}
+    tools = rendered.deployment("tools")["spec"]["template"]["spec"]
+    [container] = tools["containers"]
+    path = container_env(container)["AGENTMESH_MCP_SERVERS"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "mcp-servers")
+    assert path == mount["mountPath"] + "/mcp-servers.json" and mount["readOnly"]
+    agent = rendered.deployment("agent")["spec"]["template"]["spec"]["containers"][0]
+    assert "AGENTMESH_MCP_SERVERS" not in container_env(agent)
+
+
+def test_no_mcp_servers_renders_nothing_for_them():
+    rendered = render()
+    assert rendered.find("ConfigMap", f"{RELEASE}-mcp-servers") is None
+    assert "AGENTMESH_MCP_SERVERS" not in container_env(rendered.deployment("tools")["spec"]["template"]["spec"]["containers"][0])
+
+
+@pytest.mark.parametrize("servers", [{"bad name": {"url": "https://x/mcp"}}, {"docs": {"command": "x"}},
+                                     {"docs": {"url": "ftp://x"}}])
+def test_the_schema_refuses_what_the_service_would(servers):
+    with pytest.raises(helm_python.HelmError):
+        render({"tools": {"mcpServers": servers}})

@@ -1,0 +1,94 @@
+"""Index builds of the embedded store run in another process and lose nothing written meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import pytest
+
+from agentmesh.memory.edge_store import EdgeStore
+from agentmesh.memory.ports import FusionPlan, PointFilter, point_id
+
+pytestmark = pytest.mark.slow
+
+DIM = 8
+PLAN = FusionPlan(fusion="weighted", prefetch_limit=20, rrf_k=5, dense_weight=0.1, sparse_weight=1.0)
+
+
+def rows(start: int, n: int, rng: random.Random):
+    out = []
+    for i in range(start, start + n):
+        payload = {"id": f"m{i}", "namespace": "ns", "text": f"memory {i}", "kind": "fact", "metadata": {},
+                   "created_at": float(i), "updated_at": float(i), "source_session_id": ""}
+        dense = [rng.random() for _ in range(DIM)]
+        out.append((point_id("memory", "ns", f"m{i}"), dense, ([i + 1], [1.0]), payload))
+    return out
+
+
+async def test_a_shard_is_indexed_off_process_while_reads_and_writes_go_on(tmp_path):
+    rng = random.Random(1)
+    store = EdgeStore(tmp_path / "home", index_after=300)
+    await store.open()
+    assert await store.check_embedder("e", DIM) == ""
+    try:
+        await store.upsert_memories("ns", rows(0, 299, rng))
+        assert store.memory_shard_stats("ns")["indexing"] is False
+        await store.upsert_memories("ns", rows(299, 1, rng))  # the 300th point starts a build
+        assert store.memory_shard_stats("ns")["indexing"] is True
+
+        written, answered = 300, 0
+        while store.memory_shard_stats("ns")["indexing"]:
+            # Searches answer, and find what was just written, while the copy is being indexed.
+            await store.upsert_memories("ns", rows(written, 5, rng))
+            written += 5
+            hits = await store.hybrid_search(PointFilter("ns"), [0.5] * DIM, ([written], [1.0]), 1, PLAN)
+            assert hits[0][2]["id"] == f"m{written - 1}"
+            answered += 1
+            await asyncio.sleep(0.05)
+        assert answered > 3, "the build finished before the test could search beside it"
+        assert store.memory_shard_stats("ns")["builds"] == 1
+        current = json.loads((store.root / "memories" / "ns" / "CURRENT").read_text())
+        assert current["generation"] == 2 and 300 <= current["indexed_points"] < written
+        assert sorted(p.name for p in (store.root / "memories" / "ns").glob("gen-*")) == ["gen-0002"]
+        # Everything written during the build made it into the indexed generation.
+        assert await store.count_memories(PointFilter("ns")) == written
+        found = await store.get_memories("ns", [point_id("memory", "ns", f"m{i}") for i in range(written)])
+        assert len(found) == written
+    finally:
+        await store.close()
+
+    reopened = EdgeStore(tmp_path / "home", index_after=300)
+    await reopened.open()
+    try:
+        assert await reopened.check_embedder("e", DIM) == ""
+        assert await reopened.count_memories(PointFilter("ns")) == written
+    finally:
+        await reopened.close()
+
+
+async def test_a_build_interrupted_by_a_stop_leaves_the_current_generation_whole(tmp_path):
+    rng = random.Random(2)
+    store = EdgeStore(tmp_path / "home", index_after=100)
+    await store.open()
+    await store.check_embedder("e", DIM)
+    await store.upsert_memories("ns", rows(0, 100, rng))
+    assert store.memory_shard_stats("ns")["indexing"] is True
+    await asyncio.sleep(0.3)  # the copy is made, the indexer process is starting
+    await store.upsert_memories("ns", rows(100, 10, rng))
+    await store.close()  # kills the indexer, drops its copy
+
+    reopened = EdgeStore(tmp_path / "home", index_after=0)
+    await reopened.open()
+    try:
+        await reopened.check_embedder("e", DIM)
+        # Either the build was stopped (its copy gone) or it had finished and was swapped in:
+        # one whole generation, the one CURRENT names, with every write.
+        root = reopened.root / "memories" / "ns"
+        generations = sorted(p.name for p in root.glob("gen-*"))
+        assert generations in (["gen-0001"], ["gen-0002"])
+        assert json.loads((root / "CURRENT").read_text())["generation"] == int(generations[0][4:])
+        assert await reopened.count_memories(PointFilter("ns")) == 110
+    finally:
+        await reopened.close()
