@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from agentmesh.rpc.client import open_channel
-from agentmesh.v1 import gateway_pb2, learning_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import gateway_pb2, learning_pb2, memory_pb2_grpc
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 
@@ -65,8 +65,8 @@ async def measure_prompt(stack: Stack, llm: ScriptedLLMServer, skills: int) -> l
     for part, text in (("soul", SOUL), ("user", USER), ("project", PROJECT)):
         await memory.SetProfile(learning_pb2.SetProfileRequest(namespace="rich", part=part, text=text), timeout=10)
     for i in range(skills):
-        await memory.PutSkill(memory_pb2.PutSkillRequest(
-            namespace="rich", files=[memory_pb2.SkillFile(path="SKILL.md", content=skill_md(i))]), timeout=10)
+        await memory.PutSkill(learning_pb2.PutSkillRequest(
+            namespace="rich", files=[learning_pb2.SkillFile(path="SKILL.md", content=skill_md(i))]), timeout=10)
     rows = []
     for namespace in ("plain", "rich"):
         session = f"prompt-{namespace}"

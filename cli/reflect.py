@@ -1,5 +1,5 @@
 """`agentmesh reflect SESSION` (one reflection now, through the gateway) and
-`agentmesh reflect history` (the runs, from the memory service)."""
+`agentmesh reflect history` (the runs, kept by the memory service, through the gateway)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import datetime as dt
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
-from agentmesh.v1 import gateway_pb2_grpc, learning_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, learning_pb2
 
 
 def register(subparsers) -> None:
@@ -34,14 +34,14 @@ def describe(r) -> str:
 async def run(args) -> int:
     settings = load_settings()
     if args.session == "history":
-        async with channel_to(settings, "memory") as channel:
-            request = memory_pb2.ListReflectionsRequest(namespace=args.namespace, session_id=args.only_session,
-                                                        limit=args.limit)
+        async with channel_to(settings, "gateway") as channel:
+            request = learning_pb2.ListReflectionsRequest(namespace=args.namespace, session_id=args.only_session,
+                                                          limit=args.limit)
             try:
-                reply = await memory_pb2_grpc.MemoryStub(channel).ListReflections(
+                reply = await gateway_pb2_grpc.GatewayStub(channel).ListReflections(
                     request, metadata=call_metadata(settings), timeout=30)
             except grpc.aio.AioRpcError as err:
-                raise rpc_failure(err, "memory", settings) from None
+                raise rpc_failure(err, "gateway", settings) from None
         if args.json:
             print_json([to_dict(r) for r in reply.runs])
         elif not reply.runs:

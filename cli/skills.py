@@ -19,7 +19,7 @@ from agentmesh.cli.common import (
     rpc_failure,
     to_dict,
 )
-from agentmesh.v1 import memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, learning_pb2
 
 FOLDERS = ("scripts", "references")
 
@@ -66,16 +66,17 @@ def register(subparsers) -> None:
 
 
 async def _call(method_name: str, request):
+    """The gateway's RPC of that name (it passes skills calls to the memory service)."""
     settings = load_settings()
-    async with channel_to(settings, "memory") as channel:
+    async with channel_to(settings, "gateway") as channel:
         try:
-            return await getattr(memory_pb2_grpc.MemoryStub(channel), method_name)(
+            return await getattr(gateway_pb2_grpc.GatewayStub(channel), method_name)(
                 request, metadata=call_metadata(settings), timeout=30)
         except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "memory", settings) from None
+            raise rpc_failure(err, "gateway", settings) from None
 
 
-def read_skill_dir(root: Path) -> list[memory_pb2.SkillFile]:
+def read_skill_dir(root: Path) -> list[learning_pb2.SkillFile]:
     """SKILL.md and every file under scripts/ and references/ (UTF-8 text)."""
     if not (root / "SKILL.md").is_file():
         raise CliError(f"{root} is not a skill folder: it has no SKILL.md", EXIT_USAGE)
@@ -89,11 +90,11 @@ def read_skill_dir(root: Path) -> list[memory_pb2.SkillFile]:
             content = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             raise CliError(f"{path} is not UTF-8 text; skills hold text files only", EXIT_USAGE) from None
-        files.append(memory_pb2.SkillFile(path=path.relative_to(root).as_posix(), content=content))
+        files.append(learning_pb2.SkillFile(path=path.relative_to(root).as_posix(), content=content))
     return files
 
 
-def _line(info: memory_pb2.SkillInfo) -> str:
+def _line(info: learning_pb2.SkillInfo) -> str:
     when = dt.datetime.fromtimestamp(info.created_at, dt.UTC).strftime("%Y-%m-%d %H:%M")
     draft = " [draft]" if info.status == "draft" else ""
     return f"{info.name} v{info.version}{draft}  {info.description}  ({when}, {len(info.paths)} files)"
@@ -101,14 +102,14 @@ def _line(info: memory_pb2.SkillInfo) -> str:
 
 async def add_skill(args) -> int:
     files = read_skill_dir(args.dir)
-    info = await _call("PutSkill", memory_pb2.PutSkillRequest(namespace=args.namespace, files=files,
+    info = await _call("PutSkill", learning_pb2.PutSkillRequest(namespace=args.namespace, files=files,
                                                               draft=args.draft, source="cli"))
     print(f"stored {_line(info)}")
     return EXIT_OK
 
 
 async def list_tools(args) -> int:
-    reply = await _call("ListPromotedTools", memory_pb2.ListPromotedToolsRequest(namespace=args.namespace))
+    reply = await _call("ListPromotedTools", learning_pb2.ListPromotedToolsRequest(namespace=args.namespace))
     if args.json:
         print_json([{**to_dict(t), "parameters": json.loads(t.parameters_json)} for t in reply.tools])
     elif not reply.tools:
@@ -125,7 +126,7 @@ async def list_tools(args) -> int:
 async def list_skills(args) -> int:
     if args.tools:
         return await list_tools(args)
-    reply = await _call("ListSkills", memory_pb2.ListSkillsRequest(namespace=args.namespace, include_drafts=args.drafts))
+    reply = await _call("ListSkills", learning_pb2.ListSkillsRequest(namespace=args.namespace, include_drafts=args.drafts))
     if args.json:
         print_json([to_dict(s) for s in reply.skills])
     elif not reply.skills:
@@ -137,7 +138,7 @@ async def list_skills(args) -> int:
 
 
 async def show_skill(args) -> int:
-    skill = await _call("GetSkill", memory_pb2.GetSkillRequest(namespace=args.namespace, name=args.name,
+    skill = await _call("GetSkill", learning_pb2.GetSkillRequest(namespace=args.namespace, name=args.name,
                                                                version=args.version))
     if args.json:
         print_json(to_dict(skill))
@@ -154,21 +155,21 @@ async def show_skill(args) -> int:
 
 async def remove_skill(args) -> int:
     if args.tool:
-        reply = await _call("RemovePromotedTool", memory_pb2.SkillName(namespace=args.namespace, name=args.name))
+        reply = await _call("RemovePromotedTool", learning_pb2.SkillName(namespace=args.namespace, name=args.name))
         print(f"removed the tool {args.name} ({reply.removed_versions} versions)")
         return EXIT_OK
-    reply = await _call("RemoveSkill", memory_pb2.SkillName(namespace=args.namespace, name=args.name))
+    reply = await _call("RemoveSkill", learning_pb2.SkillName(namespace=args.namespace, name=args.name))
     print(f"removed {args.name} ({reply.removed_versions} versions)")
     return EXIT_OK
 
 
 async def approve_skill(args) -> int:
-    info = await _call("ApproveSkill", memory_pb2.SkillName(namespace=args.namespace, name=args.name))
+    info = await _call("ApproveSkill", learning_pb2.SkillName(namespace=args.namespace, name=args.name))
     print(f"approved {_line(info)}")
     return EXIT_OK
 
 
 async def set_auto_accept(args) -> int:
-    policy = await _call("SetSkillPolicy", memory_pb2.SkillPolicy(namespace=args.namespace, auto_accept=args.state == "on"))
+    policy = await _call("SetSkillPolicy", learning_pb2.SkillPolicy(namespace=args.namespace, auto_accept=args.state == "on"))
     print(f"namespace {policy.namespace}: drafts are {'accepted at once' if policy.auto_accept else 'held for approval'}")
     return EXIT_OK

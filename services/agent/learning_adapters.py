@@ -13,7 +13,7 @@ from agentmesh.agent.reflection import Entry
 from agentmesh.agent.skills import SkillPackage, SkillSummary
 from agentmesh.errors import NotFound
 from agentmesh.memory.client import MemoryClient
-from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2
+from agentmesh.v1 import common_pb2, learning_pb2
 
 
 class GrpcInstructions:
@@ -44,7 +44,7 @@ class GrpcSkills:
                             files=tuple((f.path, f.content) for f in found.files if f.path != "SKILL.md"))
 
 
-def _stored(t: memory_pb2.PromotedTool) -> StoredTool:
+def _stored(t: learning_pb2.PromotedTool) -> StoredTool:
     return StoredTool(name=t.name, description=t.description, parameters=json.loads(t.parameters_json),
                       source=t.source, function=t.function, version=t.version)
 
@@ -59,7 +59,7 @@ class GrpcPromotedTools:
         return [_stored(t) for t in await self._client.list_promoted_tools(namespace)]
 
     async def put(self, namespace: str, tool: StoredTool, origin: str) -> StoredTool:
-        record = memory_pb2.PromotedTool(namespace=namespace, name=tool.name, description=tool.description,
+        record = learning_pb2.PromotedTool(namespace=namespace, name=tool.name, description=tool.description,
                                          parameters_json=json.dumps(tool.parameters), source=tool.source,
                                          function=tool.function, origin=origin)
         return _stored(await self._client.put_promoted_tool(record))
@@ -106,8 +106,8 @@ class GrpcReflectionBackend:
                                     source_session_id=session_id)
 
     async def propose_skill(self, namespace: str, skill_md: str, source: str) -> None:
-        request = memory_pb2.PutSkillRequest(namespace=namespace, draft=True, source=source,
-                                             files=[memory_pb2.SkillFile(path="SKILL.md", content=skill_md)])
+        request = learning_pb2.PutSkillRequest(namespace=namespace, draft=True, source=source,
+                                             files=[learning_pb2.SkillFile(path="SKILL.md", content=skill_md)])
         await self._client.put_skill(request)
 
     async def record(self, run: dict) -> None:

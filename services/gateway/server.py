@@ -10,9 +10,9 @@ from agentmesh.errors import Unavailable
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
 from agentmesh.gateway.http.server import HttpApi
+from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
-from agentmesh.gateway.profiles import MemoryProfiles
 from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.gateway.resources import Resources
 from agentmesh.gateway.settings import GatewaySettings
@@ -32,11 +32,11 @@ log = get_logger("agentmesh.gateway")
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, router: SessionRouter | None = None,
-                 reflect: AgentReflect | None = None, profiles: MemoryProfiles | None = None):
+                 reflect: AgentReflect | None = None, learning: MemoryLearning | None = None):
         self._core = core
         self._resources = resources
         self._reflect = reflect
-        self._profiles = profiles
+        self._learning = learning
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -127,17 +127,57 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise Unavailable("reflection is not wired in this gateway")
         return await self._reflect.reflect(request)
 
+    async def _learning_call(self, method: str, request):
+        if self._learning is None:
+            raise Unavailable("the memory service's learning RPCs are not wired in this gateway")
+        return await self._learning.forward(method, request)
+
+    # A namespace's standing instructions, skills, promoted tools and reflection history: the
+    # memory service keeps them and validates each call (learning.py).
+
     @translate_errors
     async def GetProfile(self, request, context):
-        if self._profiles is None:
-            raise Unavailable("standing instructions are not wired in this gateway")
-        return await self._profiles.get(request)
+        return await self._learning_call("GetProfile", request)
 
     @translate_errors
     async def SetProfile(self, request, context):
-        if self._profiles is None:
-            raise Unavailable("standing instructions are not wired in this gateway")
-        return await self._profiles.set(request)
+        return await self._learning_call("SetProfile", request)
+
+    @translate_errors
+    async def PutSkill(self, request, context):
+        return await self._learning_call("PutSkill", request)
+
+    @translate_errors
+    async def ListSkills(self, request, context):
+        return await self._learning_call("ListSkills", request)
+
+    @translate_errors
+    async def GetSkill(self, request, context):
+        return await self._learning_call("GetSkill", request)
+
+    @translate_errors
+    async def ApproveSkill(self, request, context):
+        return await self._learning_call("ApproveSkill", request)
+
+    @translate_errors
+    async def RemoveSkill(self, request, context):
+        return await self._learning_call("RemoveSkill", request)
+
+    @translate_errors
+    async def SetSkillPolicy(self, request, context):
+        return await self._learning_call("SetSkillPolicy", request)
+
+    @translate_errors
+    async def ListPromotedTools(self, request, context):
+        return await self._learning_call("ListPromotedTools", request)
+
+    @translate_errors
+    async def RemovePromotedTool(self, request, context):
+        return await self._learning_call("RemovePromotedTool", request)
+
+    @translate_errors
+    async def ListReflections(self, request, context):
+        return await self._learning_call("ListReflections", request)
 
     @translate_errors
     async def GetTranscript(self, request, context):
@@ -208,9 +248,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(forwarder.close)
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
     reflect = AgentReflect(channels["agent"], settings.address_of("agent"))
-    profiles = MemoryProfiles(channels["memory"], settings.address_of("memory"))
+    learning = MemoryLearning(channels["memory"], settings.address_of("memory"))
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
-             GatewayServicer(core, resources, router, reflect, profiles), "agentmesh.v1.Gateway")
+             GatewayServicer(core, resources, router, reflect, learning), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():

@@ -175,20 +175,20 @@ class MemoryClient:
 
     # --- skills ---
 
-    async def list_skills(self, namespace: str = "default", include_drafts: bool = False) -> list[memory_pb2.SkillInfo]:
-        request = memory_pb2.ListSkillsRequest(namespace=namespace, include_drafts=include_drafts)
+    async def list_skills(self, namespace: str = "default", include_drafts: bool = False) -> list[learning_pb2.SkillInfo]:
+        request = learning_pb2.ListSkillsRequest(namespace=namespace, include_drafts=include_drafts)
         return list((await self._call(self.stub.ListSkills, request)).skills)
 
-    async def get_skill(self, name: str, *, namespace: str = "default", version: int = 0) -> memory_pb2.Skill:
-        return await self._call(self.stub.GetSkill, memory_pb2.GetSkillRequest(namespace=namespace, name=name, version=version))
+    async def get_skill(self, name: str, *, namespace: str = "default", version: int = 0) -> learning_pb2.Skill:
+        return await self._call(self.stub.GetSkill, learning_pb2.GetSkillRequest(namespace=namespace, name=name, version=version))
 
     # --- promoted tools ---
 
-    async def put_promoted_tool(self, tool: memory_pb2.PromotedTool) -> memory_pb2.PromotedTool:
+    async def put_promoted_tool(self, tool: learning_pb2.PromotedTool) -> learning_pb2.PromotedTool:
         return await self._call(self.stub.PutPromotedTool, tool)
 
-    async def list_promoted_tools(self, namespace: str = "default") -> list[memory_pb2.PromotedTool]:
-        reply = await self._call(self.stub.ListPromotedTools, memory_pb2.ListPromotedToolsRequest(namespace=namespace))
+    async def list_promoted_tools(self, namespace: str = "default") -> list[learning_pb2.PromotedTool]:
+        reply = await self._call(self.stub.ListPromotedTools, learning_pb2.ListPromotedToolsRequest(namespace=namespace))
         return list(reply.tools)
 
     # --- reflection ---
@@ -200,5 +200,5 @@ class MemoryClient:
     async def record_reflection(self, run: learning_pb2.ReflectionRun) -> memory_pb2.ReflectionState:
         return await self._call(self.stub.RecordReflection, run)
 
-    async def put_skill(self, request: memory_pb2.PutSkillRequest) -> memory_pb2.SkillInfo:
+    async def put_skill(self, request: learning_pb2.PutSkillRequest) -> learning_pb2.SkillInfo:
         return await self._call(self.stub.PutSkill, request)

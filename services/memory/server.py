@@ -154,16 +154,17 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def PutSkill(self, request, context):
         files = [SkillFile(f.path, f.content) for f in request.files]
-        # A service (the agent's reflection) only proposes: its skills wait for a person.
+        # The agent (reflection) only proposes: its skills wait for a person. The gateway calls
+        # on behalf of the user who asked, and stores what that user chose.
         principal = current_principal.get()
-        draft = request.draft or bool(principal is not None and principal.via)
+        draft = request.draft or bool(principal is not None and principal.via == "agent")
         info = await self._skills.put(request.namespace, files, draft=draft, source=request.source or "api")
         return _skill_info_to_proto(info)
 
     @translate_errors
     async def ListSkills(self, request, context):
         found = await self._skills.list(request.namespace, include_drafts=request.include_drafts)
-        return memory_pb2.ListSkillsResponse(skills=[_skill_info_to_proto(i) for i in found])
+        return learning_pb2.ListSkillsResponse(skills=[_skill_info_to_proto(i) for i in found])
 
     @translate_errors
     async def GetSkill(self, request, context):
@@ -175,12 +176,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def RemoveSkill(self, request, context):
-        return memory_pb2.RemoveSkillResponse(removed_versions=await self._skills.remove(request.namespace, request.name))
+        return learning_pb2.RemoveSkillResponse(removed_versions=await self._skills.remove(request.namespace, request.name))
 
     @translate_errors
     async def SetSkillPolicy(self, request, context):
         auto = await self._skills.set_policy(request.namespace, request.auto_accept)
-        return memory_pb2.SkillPolicy(namespace=request.namespace or "default", auto_accept=auto)
+        return learning_pb2.SkillPolicy(namespace=request.namespace or "default", auto_accept=auto)
 
     # --- promoted tools ---
 
@@ -194,11 +195,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def ListPromotedTools(self, request, context):
         found = await self._promoted.list(request.namespace)
-        return memory_pb2.ListPromotedToolsResponse(tools=[_promoted_to_proto(t) for t in found])
+        return learning_pb2.ListPromotedToolsResponse(tools=[_promoted_to_proto(t) for t in found])
 
     @translate_errors
     async def RemovePromotedTool(self, request, context):
-        return memory_pb2.RemoveSkillResponse(removed_versions=await self._promoted.remove(request.namespace, request.name))
+        return learning_pb2.RemoveSkillResponse(removed_versions=await self._promoted.remove(request.namespace, request.name))
 
     # --- reflection ---
 
@@ -213,7 +214,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def ListReflections(self, request, context):
         runs = await self._reflections.list(request.namespace, request.session_id, request.limit)
-        return memory_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
+        return learning_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
 
 
 def _run_to_dict(run: learning_pb2.ReflectionRun) -> dict:
@@ -229,20 +230,20 @@ def _state_to_proto(state: dict) -> memory_pb2.ReflectionState:
                                       runs=[_run_from_dict(r) for r in state["runs"]])
 
 
-def _promoted_to_proto(t: PromotedTool) -> memory_pb2.PromotedTool:
-    return memory_pb2.PromotedTool(namespace=t.namespace, name=t.name, description=t.description,
+def _promoted_to_proto(t: PromotedTool) -> learning_pb2.PromotedTool:
+    return learning_pb2.PromotedTool(namespace=t.namespace, name=t.name, description=t.description,
                                    parameters_json=t.parameters_json, source=t.source, function=t.function,
                                    version=t.version, created_at=t.created_at, origin=t.origin)
 
 
-def _skill_info_to_proto(i: SkillInfo) -> memory_pb2.SkillInfo:
-    return memory_pb2.SkillInfo(namespace=i.namespace, name=i.name, description=i.description, version=i.version,
+def _skill_info_to_proto(i: SkillInfo) -> learning_pb2.SkillInfo:
+    return learning_pb2.SkillInfo(namespace=i.namespace, name=i.name, description=i.description, version=i.version,
                                 status=i.status, paths=list(i.paths), created_at=i.created_at, source=i.source)
 
 
-def _skill_to_proto(s: Skill) -> memory_pb2.Skill:
-    return memory_pb2.Skill(info=_skill_info_to_proto(s.info), body=s.body,
-                            files=[memory_pb2.SkillFile(path=f.path, content=f.content) for f in s.files])
+def _skill_to_proto(s: Skill) -> learning_pb2.Skill:
+    return learning_pb2.Skill(info=_skill_info_to_proto(s.info), body=s.body,
+                            files=[learning_pb2.SkillFile(path=f.path, content=f.content) for f in s.files])
 
 
 def _profile_to_proto(p: Profile) -> learning_pb2.Profile:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentmesh.v1 import memory_pb2
+from agentmesh.v1 import learning_pb2
 from tests.e2e.conftest import chat
 from tests.e2e.test_reflection import extraction
 from tests.e2e.test_standing_instructions import session_in, user_memory_stub
@@ -25,7 +25,7 @@ async def eventually(check, timeout: float = 20.0) -> None:
 
 async def runs(stack: Stack) -> list:
     reply_ = await user_memory_stub(stack).ListReflections(
-        memory_pb2.ListReflectionsRequest(namespace="team-a"), timeout=10, wait_for_ready=True)
+        learning_pb2.ListReflectionsRequest(namespace="team-a"), timeout=10, wait_for_ready=True)
     return list(reversed(reply_.runs))  # oldest first
 
 

@@ -68,7 +68,7 @@ async def test_a_corrected_mistake_becomes_a_learning_the_next_session_recalls(s
     provenance = dict(learning.metadata)
     assert provenance["session_id"] == "fix" and provenance["dedup_key"] == "python interpreter"
     assert (provenance["seq_from"], provenance["seq_to"], provenance["model"]) == (1, 6, "test-model")
-    drafts = await memory.ListSkills(memory_pb2.ListSkillsRequest(namespace="team-a", include_drafts=True), timeout=10)
+    drafts = await memory.ListSkills(learning_pb2.ListSkillsRequest(namespace="team-a", include_drafts=True), timeout=10)
     assert [(s.name, s.status, s.source) for s in drafts.skills] == [("run-python", "draft", "reflection:fix")]
 
     # A new session of the namespace recalls the learning before its first model call.

@@ -9,7 +9,7 @@ import json
 
 import grpc
 
-from agentmesh.v1 import memory_pb2
+from agentmesh.v1 import learning_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.e2e.test_standing_instructions import session_in, system_of, user_memory_stub
@@ -86,14 +86,14 @@ async def test_versions_drafts_approval_auto_accept_and_a_restart(stack, llm, tm
 
     def files(description: str):
         text = SKILL_MD.replace("Report what the sandbox sees of the environment.", description)
-        return [memory_pb2.SkillFile(path="SKILL.md", content=text)]
+        return [learning_pb2.SkillFile(path="SKILL.md", content=text)]
 
     async def put(description: str, draft: bool = False, namespace: str = "team-a"):
-        return await stub.PutSkill(memory_pb2.PutSkillRequest(namespace=namespace, files=files(description),
+        return await stub.PutSkill(learning_pb2.PutSkillRequest(namespace=namespace, files=files(description),
                                                               draft=draft), timeout=10)
 
     async def listed(drafts: bool = False):
-        reply_ = await stub.ListSkills(memory_pb2.ListSkillsRequest(namespace="team-a", include_drafts=drafts), timeout=10)
+        reply_ = await stub.ListSkills(learning_pb2.ListSkillsRequest(namespace="team-a", include_drafts=drafts), timeout=10)
         return [(s.name, s.version, s.status, s.description) for s in reply_.skills]
 
     assert (await put("First.")).version == 1
@@ -102,20 +102,20 @@ async def test_versions_drafts_approval_auto_accept_and_a_restart(stack, llm, tm
     assert (proposed.version, proposed.status) == (3, "draft")
     assert await listed() == [("env-report", 2, "active", "Second.")]
     assert await listed(drafts=True) == [("env-report", 2, "active", "Second."), ("env-report", 3, "draft", "Proposed.")]
-    old = await stub.GetSkill(memory_pb2.GetSkillRequest(namespace="team-a", name="env-report", version=1), timeout=10)
+    old = await stub.GetSkill(learning_pb2.GetSkillRequest(namespace="team-a", name="env-report", version=1), timeout=10)
     assert old.info.description == "First."
 
     await stack.restart()
     stub = user_memory_stub(stack)
-    await stub.ListSkills(memory_pb2.ListSkillsRequest(namespace="team-a"), timeout=10, wait_for_ready=True)
+    await stub.ListSkills(learning_pb2.ListSkillsRequest(namespace="team-a"), timeout=10, wait_for_ready=True)
     assert await listed(drafts=True) == [("env-report", 2, "active", "Second."), ("env-report", 3, "draft", "Proposed.")]
-    approved = await stub.ApproveSkill(memory_pb2.SkillName(namespace="team-a", name="env-report"), timeout=10)
+    approved = await stub.ApproveSkill(learning_pb2.SkillName(namespace="team-a", name="env-report"), timeout=10)
     assert (approved.version, approved.status) == (3, "active")
     assert await listed() == [("env-report", 3, "active", "Proposed.")]
-    nothing = await rpc_error(stub.ApproveSkill(memory_pb2.SkillName(namespace="team-a", name="env-report"), timeout=10))
+    nothing = await rpc_error(stub.ApproveSkill(learning_pb2.SkillName(namespace="team-a", name="env-report"), timeout=10))
     assert nothing.code() == grpc.StatusCode.NOT_FOUND and "no draft to approve" in nothing.details()
 
-    await stub.SetSkillPolicy(memory_pb2.SkillPolicy(namespace="team-a", auto_accept=True), timeout=10)
+    await stub.SetSkillPolicy(learning_pb2.SkillPolicy(namespace="team-a", auto_accept=True), timeout=10)
     accepted = await put("Accepted at once.", draft=True)
     assert (accepted.version, accepted.status) == (4, "active")
     # Another namespace: its own versions, its own policy.
@@ -131,14 +131,14 @@ async def test_a_malformed_skill_is_refused_with_a_clear_sentence_and_stores_not
         "no body": ("---\nname: env\ndescription: d\n---\n", "has no body"),
     }
     for text, says in cases.values():
-        err = await rpc_error(stub.PutSkill(memory_pb2.PutSkillRequest(
-            namespace="team-a", files=[memory_pb2.SkillFile(path="SKILL.md", content=text)]), timeout=10))
+        err = await rpc_error(stub.PutSkill(learning_pb2.PutSkillRequest(
+            namespace="team-a", files=[learning_pb2.SkillFile(path="SKILL.md", content=text)]), timeout=10))
         assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and says in err.details(), err.details()
-    escape = await rpc_error(stub.PutSkill(memory_pb2.PutSkillRequest(namespace="team-a", files=[
-        memory_pb2.SkillFile(path="SKILL.md", content=SKILL_MD),
-        memory_pb2.SkillFile(path="scripts/../../etc/passwd", content="x")]), timeout=10))
+    escape = await rpc_error(stub.PutSkill(learning_pb2.PutSkillRequest(namespace="team-a", files=[
+        learning_pb2.SkillFile(path="SKILL.md", content=SKILL_MD),
+        learning_pb2.SkillFile(path="scripts/../../etc/passwd", content="x")]), timeout=10))
     assert escape.code() == grpc.StatusCode.INVALID_ARGUMENT and "no '..'" in escape.details()
-    assert list((await stub.ListSkills(memory_pb2.ListSkillsRequest(namespace="team-a", include_drafts=True),
+    assert list((await stub.ListSkills(learning_pb2.ListSkillsRequest(namespace="team-a", include_drafts=True),
                                        timeout=10)).skills) == []
     code, _, err = await run_cli(stack, "skills", "add", str(tmp_path), "--namespace", "team-a")
     assert code == 2 and "has no SKILL.md" in err

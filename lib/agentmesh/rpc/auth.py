@@ -122,24 +122,24 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "GetProfile": _allow("agent", "gateway", USERS),
         "SetProfile": _allow("gateway", USERS),
         # Skills: every turn lists them and `read_skill` loads one; users manage them
-        # (`agentmesh skills`).
-        "ListSkills": _allow("agent", USERS),
-        "GetSkill": _allow("agent", USERS),
+        # (`agentmesh skills`), through the gateway's RPCs of the same names or directly.
+        "ListSkills": _allow("agent", "gateway", USERS),
+        "GetSkill": _allow("agent", "gateway", USERS),
         # The agent stores reflection's skill proposals, always as drafts (server.py forces it).
-        "PutSkill": _allow("agent", USERS),
-        "ApproveSkill": _allow(USERS),
-        "RemoveSkill": _allow(USERS),
-        "SetSkillPolicy": _allow(USERS),
+        "PutSkill": _allow("agent", "gateway", USERS),
+        "ApproveSkill": _allow("gateway", USERS),
+        "RemoveSkill": _allow("gateway", USERS),
+        "SetSkillPolicy": _allow("gateway", USERS),
         # Promoted tools: the agent stores what `promote_skill` made and lists them each turn;
         # users list and remove them (`agentmesh skills list --tools`).
         "PutPromotedTool": _allow("agent"),
-        "ListPromotedTools": _allow("agent", USERS),
-        "RemovePromotedTool": _allow(USERS),
+        "ListPromotedTools": _allow("agent", "gateway", USERS),
+        "RemovePromotedTool": _allow("gateway", USERS),
         # Reflection: the agent reads and records each session's cursor and runs; users read
         # the history (`agentmesh reflect history`).
         "GetReflectionState": _allow("agent"),
         "RecordReflection": _allow("agent"),
-        "ListReflections": _allow("agent", USERS),
+        "ListReflections": _allow("agent", "gateway", USERS),
     },
 }
 
