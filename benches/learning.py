@@ -1,13 +1,14 @@
 """What learning costs: the prompt size standing instructions, skills and promoted tools add to a
-turn (against a turn of a namespace without them, in the same run), and what reflecting on a
-session costs (model calls, tokens, wall time) by session length.
+turn (against a turn of a namespace without them, in the same run), the time a turn takes with
+and without them (they are read from the memory service at every turn's start), and what
+reflecting on a session costs (model calls, tokens, wall time) by session length.
 
 All five services in this process on real ports (tests/support/stack.py), the model the scripted
 OpenAI-compatible server, which answers at once: what is measured is what agentmesh sends.
 Tokens are estimated as characters / 4 (the context budget's own rule); the scripted server's
 usage numbers are not a model's.
 
-    python -m benches.learning [--skills 5] [--sessions-of 2,8,32]
+    python -m benches.learning [--skills 5] [--sessions-of 2,8,32] [--turns 30]
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentmesh.rpc.client import open_channel
-from agentmesh.v1 import gateway_pb2, learning_pb2, memory_pb2_grpc
+from agentmesh.v1 import gateway_pb2, learning_pb2
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 
@@ -60,12 +60,11 @@ def extraction(n: int) -> str:
 
 
 async def measure_prompt(stack: Stack, llm: ScriptedLLMServer, skills: int) -> list[tuple[str, int, int]]:
-    memory = memory_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))
     gateway = stack.gateway_stub()
     for part, text in (("soul", SOUL), ("user", USER), ("project", PROJECT)):
-        await memory.SetProfile(learning_pb2.SetProfileRequest(namespace="rich", part=part, text=text), timeout=10)
+        await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="rich", part=part, text=text), timeout=10)
     for i in range(skills):
-        await memory.PutSkill(learning_pb2.PutSkillRequest(
+        await gateway.PutSkill(learning_pb2.PutSkillRequest(
             namespace="rich", files=[learning_pb2.SkillFile(path="SKILL.md", content=skill_md(i))]), timeout=10)
     rows = []
     for namespace in ("plain", "rich"):
@@ -85,6 +84,19 @@ async def measure_prompt(stack: Stack, llm: ScriptedLLMServer, skills: int) -> l
         if namespace == "plain":
             rows.append(("always", 0, request_sizes(llm.requests[before], ("promote_skill", "read_skill"))[1]))
     return rows
+
+
+async def measure_turn_time(stack: Stack, llm: ScriptedLLMServer, turns: int) -> dict[str, list[float]]:
+    """Wall time of a one-call turn in each namespace, alternating so both see the same load."""
+    gateway = stack.gateway_stub()
+    times: dict[str, list[float]] = {"plain": [], "rich": []}
+    for i in range(turns):
+        for namespace in ("plain", "rich"):
+            llm.add(reply("ok"))
+            started = time.perf_counter()
+            await _chat(gateway, f"prompt-{namespace}", f"status {i}?")
+            times[namespace].append((time.perf_counter() - started) * 1000)
+    return times
 
 
 async def _chat(gateway, session: str, message: str) -> None:
@@ -115,10 +127,11 @@ async def measure_reflection(stack: Stack, llm: ScriptedLLMServer, turns: int) -
             "added": first.added, "second_calls": second.model_calls, "second_ms": second_s * 1000}
 
 
-async def main(skills: int, lengths: list[int]) -> None:
+async def main(skills: int, lengths: list[int], turns: int) -> None:
     with tempfile.TemporaryDirectory() as home, ScriptedLLMServer() as llm:
         async with Stack(Path(home) / "home", llm_base_url=llm.base_url) as stack:
             prompt = await measure_prompt(stack, llm, skills)
+            turn_times = await measure_turn_time(stack, llm, turns)
             reflections = [await measure_reflection(stack, llm, n) for n in lengths]
     (_, base_system, base_tools), (_, _, always_tools), (_, rich_system, rich_tools) = prompt
     print(f"\nPrompt added by learning (3 instruction parts of {len(SOUL)}/{len(USER)}/{len(PROJECT)} chars, "
@@ -131,6 +144,12 @@ async def main(skills: int, lengths: list[int]) -> None:
           f"{(rich_tools - base_tools) // 4} |")
     print(f"\n(`promote_skill`, offered in every turn, is {always_tools} chars (~{always_tools // 4} tokens) of the "
           "'without' tool definitions; `read_skill` is offered only in a namespace with skills.)")
+    print(f"\nTurn wall time, {turns} one-call turns in each namespace, alternating (scripted model answers at once):")
+    print("| namespace | p50 ms | p90 ms |")
+    print("| --- | --- | --- |")
+    for namespace, label in (("plain", "without"), ("rich", "with")):
+        ordered = sorted(turn_times[namespace])
+        print(f"| {label} | {statistics.median(ordered):.1f} | {ordered[int(len(ordered) * 0.9) - 1]:.1f} |")
     print("\nReflection per session (scripted model answers at once; 3 knowledge + 1 learning extracted):")
     print("| session turns | entries read | model calls | ~input tokens | ~output tokens | wall ms | again: model calls, ms |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -145,5 +164,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skills", type=int, default=5)
     parser.add_argument("--sessions-of", default="2,8,32", help="session lengths in turns")
+    parser.add_argument("--turns", type=int, default=30, help="turns per namespace for the turn time")
     args = parser.parse_args()
-    asyncio.run(main(args.skills, [int(n) for n in args.sessions_of.split(",")]))
+    asyncio.run(main(args.skills, [int(n) for n in args.sessions_of.split(",")], args.turns))
