@@ -26,8 +26,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentmesh.agent.turn import Capability, Stop, TurnContext
-from agentmesh.agent.types import ChatMessage, StatusEvent
+from agentmesh.agent.turn import Capability, TurnContext
+from agentmesh.agent.types import StatusEvent
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
@@ -73,7 +73,7 @@ class StandingInstructions(Capability):
         self._source = source
         self._section = ""
 
-    async def before_first_call(self, turn: list[ChatMessage]) -> Stop | None:
+    async def load(self) -> None:
         request = self.ctx.request
         try:
             async with asyncio.timeout(self.ctx.settings.recall_timeout_s):
@@ -82,9 +82,8 @@ class StandingInstructions(Capability):
             reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
             log.warning("standing instructions unavailable", error=reason)
             self.ctx.emit(StatusEvent(f"could not read the standing instructions ({reason}); continuing without them"))
-            return None
+            return
         self._section = render(found, compact=request.subagent is not None)
-        return None
 
     def system_sections(self) -> list[str]:
         return [self._section] if self._section else []

@@ -287,10 +287,15 @@ class TurnRun:
             await self._persist([user])  # after the read, so history holds only earlier turns
             return history
 
-        history, tool_specs, memories = await asyncio.gather(history_then_user(), self._list_tools(), self._recall())
+        async def capabilities_load() -> None:
+            await asyncio.gather(*(capability.load() for capability in self._capabilities))
+
+        history, _, memories, _ = await asyncio.gather(
+            history_then_user(), self._list_tools(), self._recall(), capabilities_load())
         for capability in self._capabilities:
             history = await capability.prepare_history(history)
-        self._ctx.history, self._ctx.tools, self._ctx.memories = history, tool_specs, memories
+        # The catalog again: capabilities' tools may depend on what their `load` read (skills).
+        self._ctx.history, self._ctx.tools, self._ctx.memories = history, self._catalog_of_now(), memories
         turn = self._turn_messages = [user]
         for capability in self._capabilities:
             stop = await capability.before_first_call(turn)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentmesh.agent import subagents, toolmaker
-from agentmesh.agent.turn import Capability, Stop, TurnContext
-from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.turn import Capability, TurnContext
+from agentmesh.agent.types import StatusEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
@@ -102,7 +102,7 @@ class PromotedTools(Capability):
     def tools(self) -> list[ToolSpec]:
         return [PROMOTE_SPEC, *(ToolSpec(t.name, t.description, t.parameters) for t, _ in self._tools.values())]
 
-    async def before_first_call(self, turn: list[ChatMessage]) -> Stop | None:
+    async def load(self) -> None:
         try:
             async with asyncio.timeout(self.ctx.settings.recall_timeout_s):
                 stored = await self._store.list(self.ctx.request.namespace)
@@ -110,13 +110,12 @@ class PromotedTools(Capability):
             reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
             log.warning("promoted tools unavailable", error=reason)
             self.ctx.emit(StatusEvent(f"could not list the namespace's promoted tools ({reason}); continuing without them"))
-            return None
+            return
         for tool in stored:
             try:
                 self._add(tool)
             except Exception:
                 log.exception("a stored promoted tool has an unusable schema", tool=tool.name)
-        return None
 
     async def execute(self, call: ToolCall) -> ToolOutcome:
         if call.name == PROMOTE:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentmesh.agent import subagents
-from agentmesh.agent.turn import Capability, Stop, TurnContext
-from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.turn import Capability, TurnContext
+from agentmesh.agent.types import StatusEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError, NotFound
 from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
@@ -86,7 +86,7 @@ class Skills(Capability):
         # Offered once the namespace is known to have skills (the loop asks again before each step).
         return [READ_SKILL_SPEC] if self._listed else []
 
-    async def before_first_call(self, turn: list[ChatMessage]) -> Stop | None:
+    async def load(self) -> None:
         try:
             async with asyncio.timeout(self.ctx.settings.recall_timeout_s):
                 self._listed = await self._source.skills(self.ctx.request.namespace)
@@ -94,7 +94,6 @@ class Skills(Capability):
             reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
             log.warning("skills unavailable", error=reason)
             self.ctx.emit(StatusEvent(f"could not list the namespace's skills ({reason}); continuing without them"))
-        return None
 
     def system_sections(self) -> list[str]:
         section = render(self._listed)

@@ -5,6 +5,9 @@ each turn it applies to. It sees the turn only through a `TurnContext` — the r
 settings, the running usage, and five actions (`emit`, `call_model`, `persist`, `inject`, `start_child`)
 — and the loop calls its hooks at fixed points:
 
+    load()                          once, as the turn starts, at the same time as the loop's own
+                                    start-up reads (history, tool catalog, recall): the
+                                    capability's own reads (standing instructions, skills)
     prepare_history(history)        once, before anything else: the history the turn starts from
     before_first_call(turn)         once, before the first tool-using step; may return `Stop`
     before_step(step, turn)         before each tool-using step (from 1)
@@ -103,6 +106,11 @@ class Capability:
     async def execute(self, call: ToolCall) -> ToolOutcome:
         """Run a call to one of `tools()`. Return an error outcome rather than raising."""
         raise NotImplementedError(call.name)
+
+    async def load(self) -> None:
+        """Read what the turn needs before its first call; runs concurrently with the loop's own
+        reads and the other capabilities' `load`. Must not raise for a read that fails: note it
+        (a status event) and go on without."""
 
     async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
         return history
