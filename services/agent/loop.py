@@ -34,7 +34,7 @@ from typing import AsyncIterator, Callable, Sequence, cast
 import structlog
 from opentelemetry.trace import Status, StatusCode
 
-from agentmesh.agent import capabilities, compaction, context, deep, learning, subagents
+from agentmesh.agent import capabilities, compaction, context, deep, learning, subagents, tool_access
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
@@ -46,6 +46,7 @@ from agentmesh.agent.ports import (
     NotSupported,
     ToolRunner,
     TranscriptStore,
+    TurnStarter,
 )
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.settings import AgentSettings
@@ -74,6 +75,7 @@ from agentmesh.telemetry.genai import (
     invoke_agent_span,
     set_usage,
 )
+from agentmesh.toolpolicy import ToolPolicy
 
 log = get_logger("agentmesh.agent")
 
@@ -100,6 +102,10 @@ class TurnRequest:
     token_budget: int = 0
     session_token_budget: int = 0
     subagent: subagents.SubagentLink | None = None  # set on a sub-agent's turn (subagents.py)
+    # Which calls are held ("auto" | "normal" | "manual", approvals.py) and which tools are offered
+    # at all (every policy must allow a tool); sub-agents inherit both.
+    permission_mode: str = ""
+    tool_policies: tuple[ToolPolicy, ...] = ()
 
 
 class Agent:
@@ -119,6 +125,7 @@ class Agent:
         sessions: subagents.ChildSessions | None = None,
         background: BackgroundCommands | None = None,
         models: dict[str, NamedModel] | None = None,
+        turn_start: TurnStarter | None = None,
         learning: "learning.LearningSources | None" = None,
     ):
         self.provider = provider
@@ -133,6 +140,8 @@ class Agent:
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
         self.learning = learning  # standing instructions (learning.py); None: not offered
+        # The transcript read, the user's message and recall in one call; None: three calls.
+        self.turn_start = turn_start
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
         self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
 
@@ -154,7 +163,7 @@ class TurnRun:
         self.iterations = 0
         self.trace_id = ""
         self.approvals = approvals or ApprovalGate(agent.settings.approval_tools | request.approval_tools,
-                                                   agent.settings.approval_timeout_s)
+                                                   agent.settings.approval_timeout_s, request.permission_mode)
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._interrupted_as = ""  # the stop_reason a newer message asked for (interrupt())
@@ -175,7 +184,7 @@ class TurnRun:
         self._turn_messages: list[ChatMessage] = []
         self._tool_calls = ToolCalls(run_id=request.run_id, settings=self.settings, telemetry=agent.telemetry,
                                      approvals=self.approvals, emit=self._emit, persist=self._persist,
-                                     dispatch=self._dispatch)
+                                     dispatch=self._dispatch, screen=self._screen, read_only=self._read_only)
 
     # --- the consumer's side ------------------------------------------------------------------
 
@@ -217,9 +226,9 @@ class TurnRun:
             self._interrupt_delivered = True
             self.cancel()
 
-    def decide(self, call_id: str, approved: bool, note: str = "") -> bool:
+    def decide(self, call_id: str, approved: bool, note: str = "", rest_of_turn: bool = False) -> bool:
         """A person's decision on a held call; False when no call with that id is waiting."""
-        return self.approvals.decide(call_id, approved, note)
+        return self.approvals.decide(call_id, approved, note, rest_of_turn)
 
     def _emit(self, event: RunEvent) -> None:
         self._queue.put_nowait(event)
@@ -282,16 +291,10 @@ class TurnRun:
         req = self.request
         user = ChatMessage(role="user", content=req.message, run_id=req.run_id)
 
-        async def history_then_user() -> list[ChatMessage]:
-            history = await self._load_history()
-            await self._persist([user])  # after the read, so history holds only earlier turns
-            return history
-
         async def capabilities_load() -> None:
             await asyncio.gather(*(capability.load() for capability in self._capabilities))
 
-        history, _, memories, _ = await asyncio.gather(
-            history_then_user(), self._list_tools(), self._recall(), capabilities_load())
+        (history, memories), _, _ = await asyncio.gather(self._begin(user), self._list_tools(), capabilities_load())
         for capability in self._capabilities:
             history = await capability.prepare_history(history)
         # The catalog again: capabilities' tools may depend on what their `load` read (skills).
@@ -378,8 +381,33 @@ class TurnRun:
 
     # --- context ------------------------------------------------------------------------------
 
+    async def _begin(self, user: ChatMessage) -> tuple[list[ChatMessage], list[MemoryHit]]:
+        """The history the turn starts from, with `user` persisted after it, and the recalled
+        memories: in one call to memory where it offers one, else a read, an append and a search."""
+        starter, memory, k = self.agent.turn_start, self.agent.memory, self.settings.recall_k
+        if starter is not None:
+            try:
+                async with self._writing():
+                    begun = await starter.start(
+                        self.request.session_id, [user], namespace=self.request.namespace, query=self.request.message,
+                        k=k if memory is not None else 0, recall_timeout_s=self.settings.recall_timeout_s)
+            except NotSupported:
+                pass  # an older memory service: the separate calls below
+            else:
+                return self._history_from(begun.stored), self._recalled(begun.memories, begun.recall_error)
+
+        async def history_then_user() -> list[ChatMessage]:
+            history = await self._load_history()
+            await self._persist([user])  # after the read, so history holds only earlier turns
+            return history
+
+        history, memories = await asyncio.gather(history_then_user(), self._recall())
+        return history, memories
+
     async def _load_history(self) -> list[ChatMessage]:
-        stored = await self.agent.transcripts.load(self.request.session_id)
+        return self._history_from(await self.agent.transcripts.load(self.request.session_id))
+
+    def _history_from(self, stored: list[ChatMessage]) -> list[ChatMessage]:
         self._ctx.stored = stored
         return context.repair(compaction.model_view(stored, use_summaries=self.settings.compaction))
 
@@ -403,6 +431,8 @@ class TurnRun:
                 self._tool_owners[spec.name] = capability
                 own.append(spec)
         specs = [s for s in self._remote_tools if s.name not in self._tool_owners] + own
+        # A tool the policies turn off is not offered at all; a call to it anyway is screened.
+        specs = [s for s in specs if tool_access.offered(self.request.tool_policies, s.name)]
         self._catalog = {s.name: s for s in specs}
         return specs
 
@@ -417,19 +447,28 @@ class TurnRun:
             self._emit(StatusEvent("long-term memory is not available yet; continuing without recall"))
             return []
         except (AgentmeshError, TimeoutError) as exc:
-            reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
-            log.warning("recall failed", error=reason)
-            self._emit(StatusEvent(f"could not recall memories ({reason}); continuing without them"))
+            return self._recalled([], exc.message if isinstance(exc, AgentmeshError) else "it took too long")
+        return self._recalled(hits, "")
+
+    def _recalled(self, hits: list[MemoryHit], error: str) -> list[MemoryHit]:
+        if error:
+            log.warning("recall failed", error=error)
+            self._emit(StatusEvent(f"could not recall memories ({error}); continuing without them"))
             return []
         if hits:  # "recalled 0 memories" on every turn would only be noise
             self._emit(StatusEvent(f"recalled {len(hits)} {'memory' if len(hits) == 1 else 'memories'}"))
         return hits
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
+        async with self._writing():
+            await self.agent.transcripts.append(self.request.session_id, messages)
+
+    @contextlib.asynccontextmanager
+    async def _writing(self) -> AsyncIterator[None]:
         # A write is not a safe point: an interrupt arriving meanwhile lands when it is done.
         self._persisting += 1
         try:
-            await self.agent.transcripts.append(self.request.session_id, messages)
+            yield
         finally:
             self._persisting -= 1
             if self._interrupted_as and not self._persisting:
@@ -496,6 +535,17 @@ class TurnRun:
                 self.model = self._ctx.model = fallback.model
 
     # --- tool calls ---------------------------------------------------------------------------
+
+    def _screen(self, call: ToolCall) -> ToolOutcome | None:
+        refused = tool_access.refusal(call, self.request.tool_policies, self._catalog,
+                                      catalog_known=self._remote_catalog_known, owned=self._tool_owners)
+        if refused is not None:
+            log.info("tool call refused", tool=call.name, call_id=call.call_id, reason=refused.error_kind)
+        return refused
+
+    def _read_only(self, name: str) -> bool:
+        spec = self._catalog.get(name)
+        return spec is not None and spec.read_only
 
     async def _dispatch(self, call: ToolCall) -> ToolOutcome:
         owner = self._tool_owners.get(call.name)

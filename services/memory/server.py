@@ -12,12 +12,15 @@ from agentmesh.memory.convert import (
     memory_to_proto,
     message_from_proto,
     message_to_proto,
+    namespace_to_proto,
     remember_from_proto,
+    session_changes,
     session_from_proto,
     session_to_proto,
 )
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories
+from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.profiles import Profile, Profiles
 from agentmesh.memory.promoted import PromotedTool, PromotedTools
 from agentmesh.memory.reflections import Reflections
@@ -25,6 +28,7 @@ from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
 from agentmesh.memory.transcripts import Transcripts
+from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
@@ -35,10 +39,11 @@ log = get_logger("agentmesh.memory")
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
-    def __init__(self, transcripts: Transcripts, memories: Memories, profiles: Profiles, skills: Skills,
-                 promoted: PromotedTools, reflections: Reflections):
+    def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
+                 skills: Skills, promoted: PromotedTools, reflections: Reflections):
         self._transcripts = transcripts
         self._memories = memories
+        self._namespaces = namespaces
         self._profiles = profiles
         self._skills = skills
         self._promoted = promoted
@@ -78,13 +83,46 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def UpdateSession(self, request, context):
         with bound_contextvars(session_id=request.session_id):
-            return session_to_proto(await self._transcripts.set_model(request.session_id, request.model))
+            return session_to_proto(await self._transcripts.update_session(request.session_id, session_changes(request)))
+
+    @translate_errors
+    async def ClearTranscript(self, request, context):
+        with bound_contextvars(session_id=request.session_id):
+            cleared = await self._transcripts.clear_transcript(request.session_id)
+        return sessions_pb2.ClearTranscriptResponse(cleared=cleared)
+
+    # --- namespaces ---
+
+    @translate_errors
+    async def GetNamespaceSettings(self, request, context):
+        return namespace_to_proto(await self._namespaces.get(request.namespace))
+
+    @translate_errors
+    async def UpdateNamespaceSettings(self, request, context):
+        record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny))
+        return namespace_to_proto(record)
 
     @translate_errors
     async def DropRun(self, request, context):
         with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
             dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
         return memory_pb2.DropRunResponse(dropped=dropped)
+
+    @translate_errors
+    async def StartTurn(self, request, context):
+        messages = [message_from_proto(m) for m in request.messages]
+        recall = Recall(request.namespace, request.recall_query, request.recall_k, request.recall_timeout_s)
+        with bound_contextvars(session_id=request.session_id):
+            started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
+                                       request.page_size, recall if request.recall_k else None)
+        return memory_pb2.StartTurnResponse(
+            messages=[message_to_proto(m) for m in started.transcript],
+            next_after_seq=started.next_after_seq,
+            first_seq=started.first_seq,
+            last_seq=started.last_seq,
+            recalled=[memory_pb2.SearchHit(memory=memory_to_proto(h.memory), score=h.score) for h in started.recalled],
+            recall_error=started.recall_error,
+        )
 
     @translate_errors
     async def ListMessages(self, request, context):
@@ -268,7 +306,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
-        MemoryServicer(Transcripts(store, memory_settings), memories,
+        MemoryServicer(Transcripts(store, memory_settings), memories, Namespaces(store),
                        Profiles(documents, max_chars=memory_settings.profile_max_chars),
                        Skills(documents, SkillLimits()),
                        PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
