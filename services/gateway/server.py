@@ -7,10 +7,12 @@ import contextlib
 
 from agentmesh.config import Settings
 from agentmesh.errors import Unavailable
+from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
 from agentmesh.gateway.http.server import HttpApi
 from agentmesh.gateway.learning import MemoryLearning
+from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.policy import Policies
@@ -20,6 +22,7 @@ from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
+from agentmesh.rpc.auth import current_principal, scope_of_call
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
@@ -32,13 +35,24 @@ from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 log = get_logger("agentmesh.gateway")
 
 
+def _caller() -> Caller:
+    """Who this call is for and what they may see, as the interceptor established it."""
+    principal = current_principal.get()
+    return Caller(subject=principal.subject if principal else "user:anonymous", scope=scope_of_call(),
+                  principal=principal)
+
+
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, router: SessionRouter | None = None,
-                 reflect: AgentReflect | None = None, learning: MemoryLearning | None = None):
+                 reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
+                 authz: Authorizer | None = None):
+        # authz: who may touch which session and namespace (authz.py); None only without a memory
+        # service to ask (then only the learning RPCs, which need one anyway, would use it).
         self._core = core
         self._resources = resources
         self._reflect = reflect
         self._learning = learning
+        self._authz = authz
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -59,11 +73,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def CreateSession(self, request, context):
-        return await self._core.create_session(request)
+        return await self._core.create_session(request, _caller())
 
     @translate_errors
     async def GetSession(self, request, context):
-        return await self._core.get_session(request.session_id)
+        return await self._core.get_session(request.session_id, _caller())
 
     @translate_errors
     async def ListSessions(self, request, context):
@@ -74,7 +88,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         # The owner knows whether a turn runs, and refuses while one does.
         if (reply := await self._forwarded("DeleteSession", request, context)) is not None:
             return reply
-        return sessions_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id))
+        return sessions_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id, _caller()))
 
     @translate_errors
     async def Chat(self, request, context):
@@ -90,32 +104,32 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 # The owner is gone (or going): better to serve the turn than to refuse it.
                 log.warning("owning gateway unreachable; serving the turn here",
                             session_id=request.session_id, owner=owner, error=str(exc))
-        async for event in self._core.chat(request):
+        async for event in self._core.chat(request, _caller()):
             yield event
 
     @translate_errors
     async def Cancel(self, request, context):
         if (reply := await self._forwarded("Cancel", request, context)) is not None:
             return reply
-        cancelled, run_id = await self._core.cancel(request.session_id)
+        cancelled, run_id = await self._core.cancel(request.session_id, _caller())
         return gateway_pb2.CancelResponse(cancelled=cancelled, run_id=run_id)
 
     @translate_errors
     async def Approve(self, request, context):
         if (reply := await self._forwarded("Approve", request, context)) is not None:
             return reply
-        run_id = await self._core.approve(request)
+        run_id = await self._core.approve(request, _caller())
         return gateway_pb2.ApproveResponse(accepted=True, run_id=run_id)
 
     @translate_errors
     async def ListApprovals(self, request, context):
         if (reply := await self._forwarded("ListApprovals", request, context)) is not None:
             return reply
-        return await self._core.pending_approvals(request.session_id)
+        return await self._core.pending_approvals(request.session_id, _caller())
 
     @translate_errors
     async def UpdateSession(self, request, context):
-        return await self._core.update_session(request)
+        return await self._core.update_session(request, _caller())
 
     @translate_errors
     async def ListModels(self, request, context):
@@ -123,15 +137,17 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def Reflect(self, request, context):
-        validate_id(request.session_id)
-        await self._core.get_session(request.session_id)  # NOT_FOUND for a session that does not exist
-        if self._reflect is None:
+        if self._reflect is None or self._authz is None:
             raise Unavailable("reflection is not wired in this gateway")
+        # NOT_FOUND for a session that does not exist or is another tenant's; member in its own.
+        await self._authz.session(_caller(), request.session_id, "Reflect")
         return await self._reflect.reflect(request)
 
     async def _learning_call(self, method: str, request):
-        if self._learning is None:
+        if self._learning is None or self._authz is None:
             raise Unavailable("the memory service's learning RPCs are not wired in this gateway")
+        # The caller's role (REQUIRED_ROLES) in the tenant owning the namespace; memory checks again.
+        request.namespace = self._authz.namespace(_caller(), request.namespace, method)
         return await self._learning.forward(method, request)
 
     # A namespace's standing instructions, skills, promoted tools and reflection history: the
@@ -183,48 +199,48 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def GetTranscript(self, request, context):
-        return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
+        return await self._core.transcript(request.session_id, request.page_size, request.after_seq, _caller())
 
     # Workspaces, memory, the catalog and the span store are shared by every replica: served here.
 
     @translate_errors
     async def ListTools(self, request, context):
-        return await self._resources.list_tools(request)
+        return await self._resources.list_tools(request, _caller())
 
     @translate_errors
     async def ClearTranscript(self, request, context):
         # The owner knows whether a turn runs, and refuses while one does.
         if (reply := await self._forwarded("ClearTranscript", request, context)) is not None:
             return reply
-        return sessions_pb2.ClearTranscriptResponse(cleared=await self._core.clear_transcript(request.session_id))
+        return sessions_pb2.ClearTranscriptResponse(cleared=await self._core.clear_transcript(request.session_id, _caller()))
 
     @translate_errors
     async def GetNamespaceSettings(self, request, context):
-        return await self._core.namespace_settings(request.namespace)
+        return await self._core.namespace_settings(request.namespace, _caller())
 
     @translate_errors
     async def UpdateNamespaceSettings(self, request, context):
-        return await self._core.update_namespace_settings(request)
+        return await self._core.update_namespace_settings(request, _caller())
 
     @translate_errors
     async def SearchMemory(self, request, context):
-        return await self._resources.search_memory(request)
+        return await self._resources.search_memory(request, _caller())
 
     @translate_errors
     async def ListWorkspace(self, request, context):
-        return await self._resources.list_workspace(request)
+        return await self._resources.list_workspace(request, _caller())
 
     @translate_errors
     async def ReadWorkspaceFile(self, request, context):
-        return await self._resources.read_workspace_file(request)
+        return await self._resources.read_workspace_file(request, _caller())
 
     @translate_errors
     async def WriteWorkspaceFile(self, request, context):
-        return await self._resources.write_workspace_file(request)
+        return await self._resources.write_workspace_file(request, _caller())
 
     @translate_errors
     async def GetTrace(self, request, context):
-        return await self._resources.get_trace(request.trace_id)
+        return await self._resources.get_trace(request.trace_id, _caller())
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
@@ -239,6 +255,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     }
     sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
     tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
+    host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
+                       max_receive_bytes=gateway_settings.max_request_bytes)
+    authz = Authorizer(sessions, host.audit)
     policies = Policies(sessions, tools, deployment=ToolPolicy(gateway_settings.tools_allow, gateway_settings.tools_deny),
                         permission_mode=gateway_settings.permission_mode)
     core = Gateway(
@@ -248,12 +267,12 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         workspaces=tools,
         settings=gateway_settings,
         models=catalog_of(settings.llm),
+        authz=authz,
+        limits=TenantLimiter(settings.auth_policy),
     )
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
-                          max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies)
-    host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
-                       max_receive_bytes=gateway_settings.max_request_bytes)
+                          max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies, authz=authz)
     router = None
     if gateway_settings.peers.enabled:
         membership = Membership(
@@ -270,7 +289,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     reflect = AgentReflect(channels["agent"], settings.address_of("agent"))
     learning = MemoryLearning(channels["memory"], settings.address_of("memory"))
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
-             GatewayServicer(core, resources, router, reflect, learning), "agentmesh.v1.Gateway")
+             GatewayServicer(core, resources, router, reflect, learning, authz), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():

@@ -27,8 +27,10 @@ from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
+from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.memory.turns import Recall, start_turn
+from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
@@ -40,7 +42,7 @@ log = get_logger("agentmesh.memory")
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
-                 skills: Skills, promoted: PromotedTools, reflections: Reflections):
+                 skills: Skills, promoted: PromotedTools, reflections: Reflections, audit: AuditLog | None = None):
         self._transcripts = transcripts
         self._memories = memories
         self._namespaces = namespaces
@@ -48,25 +50,31 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         self._skills = skills
         self._promoted = promoted
         self._reflections = reflections
+        # Memory keeps tenants apart itself, whoever calls: a session or namespace outside the
+        # principal's tenants is NOT_FOUND / PERMISSION_DENIED here too, not only at the gateway.
+        self._tenants = TenantGuard(transcripts, audit)
 
     # --- sessions ---
 
     @translate_errors
     async def PutSession(self, request, context):
+        await self._tenants.may_put(request.session.session_id, request.session.namespace)
         session, created = await self._transcripts.put_session(session_from_proto(request.session))
         return memory_pb2.PutSessionResponse(session=session_to_proto(session), created=created)
 
     @translate_errors
     async def GetSession(self, request, context):
-        return session_to_proto(await self._transcripts.get_session(request.session_id))
+        return session_to_proto(await self._tenants.session(request.session_id, "viewer", "GetSession"))
 
     @translate_errors
     async def ListSessions(self, request, context):
-        sessions, token = await self._transcripts.list_sessions(request.page_size, request.page_token)
+        sessions, token = await self._transcripts.list_sessions(request.page_size, request.page_token,
+                                                                self._tenants.visible_namespaces())
         return sessions_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
 
     @translate_errors
     async def DeleteSession(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "DeleteSession")
         with bound_contextvars(session_id=request.session_id):
             deleted = await self._transcripts.delete_session(request.session_id)
         return sessions_pb2.DeleteSessionResponse(deleted=deleted)
@@ -75,6 +83,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def AppendMessages(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "AppendMessages")
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
             last = await self._transcripts.append_messages(request.session_id, messages)
@@ -82,11 +91,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def UpdateSession(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "UpdateSession")
         with bound_contextvars(session_id=request.session_id):
             return session_to_proto(await self._transcripts.update_session(request.session_id, session_changes(request)))
 
     @translate_errors
     async def ClearTranscript(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "ClearTranscript")
         with bound_contextvars(session_id=request.session_id):
             cleared = await self._transcripts.clear_transcript(request.session_id)
         return sessions_pb2.ClearTranscriptResponse(cleared=cleared)
@@ -95,21 +106,27 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def GetNamespaceSettings(self, request, context):
+        self._tenants.namespace(request.namespace, "GetNamespaceSettings")
         return namespace_to_proto(await self._namespaces.get(request.namespace))
 
     @translate_errors
     async def UpdateNamespaceSettings(self, request, context):
+        self._tenants.namespace(request.namespace, "UpdateNamespaceSettings")
         record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny))
         return namespace_to_proto(record)
 
     @translate_errors
     async def DropRun(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "DropRun")
         with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
             dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
         return memory_pb2.DropRunResponse(dropped=dropped)
 
     @translate_errors
     async def StartTurn(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "StartTurn")
+        if request.recall_k:
+            self._tenants.namespace(request.namespace, "Search")
         messages = [message_from_proto(m) for m in request.messages]
         recall = Recall(request.namespace, request.recall_query, request.recall_k, request.recall_timeout_s)
         with bound_contextvars(session_id=request.session_id):
@@ -126,6 +143,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def ListMessages(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "viewer", "ListMessages")
         with bound_contextvars(session_id=request.session_id):
             messages, next_after = await self._transcripts.list_messages(
                 request.session_id, request.page_size, request.after_seq
@@ -138,10 +156,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def Remember(self, request, context):
+        self._tenants.namespace(request.namespace, "Remember")
         return memory_to_proto(await self._memories.remember(remember_from_proto(request)))
 
     @translate_errors
     async def Search(self, request, context):
+        self._tenants.namespace(request.namespace, "Search")
         hits = await self._memories.search(
             request.namespace, request.query, request.k, filter_from_proto(request.filter)
         )
@@ -151,10 +171,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def GetMemory(self, request, context):
+        self._tenants.namespace(request.namespace, "GetMemory")
         return memory_to_proto(await self._memories.get(request.namespace, request.id))
 
     @translate_errors
     async def ListMemories(self, request, context):
+        self._tenants.namespace(request.namespace, "ListMemories")
         memories, token = await self._memories.list(
             request.namespace, filter_from_proto(request.filter), request.page_size, request.page_token
         )
@@ -162,6 +184,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def Forget(self, request, context):
+        self._tenants.namespace(request.namespace, "Forget")
         has_filter = request.HasField("filter")
         forgotten = await self._memories.forget(
             request.namespace,
@@ -174,6 +197,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def Import(self, request, context):
         items = [remember_from_proto(m, default_namespace=request.namespace) for m in request.memories]
+        for namespace in {request.namespace, *(item.namespace for item in items)}:
+            self._tenants.namespace(namespace, "Import")
         imported = await self._memories.import_many(request.namespace, items)
         return memory_pb2.ImportResponse(imported=imported)
 
@@ -181,16 +206,19 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def GetProfile(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetProfile")
         return _profile_to_proto(await self._profiles.get(request.namespace))
 
     @translate_errors
     async def SetProfile(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SetProfile")
         return _profile_to_proto(await self._profiles.set(request.namespace, request.part, request.text))
 
     # --- skills ---
 
     @translate_errors
     async def PutSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutSkill")
         files = [SkillFile(f.path, f.content) for f in request.files]
         # The agent (reflection) only proposes: its skills wait for a person. The gateway calls
         # on behalf of the user who asked, and stores what that user chose.
@@ -201,23 +229,28 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def ListSkills(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListSkills")
         found = await self._skills.list(request.namespace, include_drafts=request.include_drafts)
         return learning_pb2.ListSkillsResponse(skills=[_skill_info_to_proto(i) for i in found])
 
     @translate_errors
     async def GetSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetSkill")
         return _skill_to_proto(await self._skills.get(request.namespace, request.name, request.version))
 
     @translate_errors
     async def ApproveSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ApproveSkill")
         return _skill_info_to_proto(await self._skills.approve(request.namespace, request.name))
 
     @translate_errors
     async def RemoveSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RemoveSkill")
         return learning_pb2.RemoveSkillResponse(removed_versions=await self._skills.remove(request.namespace, request.name))
 
     @translate_errors
     async def SetSkillPolicy(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SetSkillPolicy")
         auto = await self._skills.set_policy(request.namespace, request.auto_accept)
         return learning_pb2.SkillPolicy(namespace=request.namespace or "default", auto_accept=auto)
 
@@ -225,6 +258,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def PutPromotedTool(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutPromotedTool")
         tool = PromotedTool(namespace=request.namespace, name=request.name, description=request.description,
                             parameters_json=request.parameters_json, source=request.source,
                             function=request.function, origin=request.origin)
@@ -232,25 +266,30 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def ListPromotedTools(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListPromotedTools")
         found = await self._promoted.list(request.namespace)
         return learning_pb2.ListPromotedToolsResponse(tools=[_promoted_to_proto(t) for t in found])
 
     @translate_errors
     async def RemovePromotedTool(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RemovePromotedTool")
         return learning_pb2.RemoveSkillResponse(removed_versions=await self._promoted.remove(request.namespace, request.name))
 
     # --- reflection ---
 
     @translate_errors
     async def GetReflectionState(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetReflectionState")
         return _state_to_proto(await self._reflections.state(request.namespace, request.session_id))
 
     @translate_errors
     async def RecordReflection(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RecordReflection")
         return _state_to_proto(await self._reflections.record(_run_to_dict(request)))
 
     @translate_errors
     async def ListReflections(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListReflections")
         runs = await self._reflections.list(request.namespace, request.session_id, request.limit)
         return learning_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
 
@@ -310,7 +349,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                        Profiles(documents, max_chars=memory_settings.profile_max_chars),
                        Skills(documents, SkillLimits()),
                        PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
-                       Reflections(documents)),
+                       Reflections(documents), host.audit),
         "agentmesh.v1.Memory",
     )
 
