@@ -273,7 +273,7 @@ async def main(argv: list[str]) -> int:
             for line in r["build_log"]:
                 found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
                 print(f"{'':>13}   index build: shard {found.get('shard')}, {found.get('points')} points, "
-                      f"writes paused {found.get('copy_s')} s for the copy and {found.get('swap_s')} s for the swap, "
+                      f"copied in {found.get('copy_s')} s (writes go on), writes paused {found.get('swap_s')} s for the swap, "
                       f"{found.get('total_s')} s in all", flush=True)
             if size not in baselines:
                 base = baseline_bm25(texts, r["queries"])
