@@ -127,8 +127,10 @@ def test_the_spans_cover_gateway_agent_model_tools_sandbox_and_memory(turn):
     gateway_reads = ("/agentmesh.v1.Memory/PutSession", "/agentmesh.v1.Memory/GetNamespaceSettings")
     assert all(any(a["name"] == "invoke_agent" or a["name"].endswith("RunTurn") for a in ancestors(m, index))
                or m["name"].startswith(gateway_reads) for m in memory)
-    # The turn's recall: a Search, or the hybrid query inside StartTurn (the agent's one call at a turn's start).
-    assert any("Search" in m["name"] or m["name"] == "memory.hybrid_query" for m in memory), sorted({m["name"] for m in memory})
+    # The turn's recall: its own Search call, or inside StartTurn (the transcript read, the user's
+    # message and recall in one call), with the store's hybrid query beneath it.
+    assert any("Search" in m["name"] or "StartTurn" in m["name"] for m in memory), sorted({m["name"] for m in memory})
+    assert any(m["name"] == "memory.hybrid_query" for m in memory), sorted({m["name"] for m in memory})
 
 
 def test_the_sandboxed_process_received_the_trace_context(turn):
