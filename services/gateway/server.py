@@ -7,8 +7,10 @@ import contextlib
 
 from agentmesh.config import Settings
 from agentmesh.gateway.core import Gateway
+from agentmesh.gateway.a2a.endpoint import A2aEndpoints
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
-from agentmesh.gateway.http.server import HttpApi
+from agentmesh.gateway.http.server import HttpApi, package_version
+from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.resources import Resources
@@ -144,6 +146,20 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._resources.get_trace(request.trace_id)
 
 
+def _protocol_endpoints(settings: Settings, resources: Resources) -> list:
+    """The A2A agents and the MCP server, on the HTTP address (docs/api.md, "Open protocols")."""
+    gateway_settings = settings.section(GatewaySettings)
+    endpoints: list = []
+    if gateway_settings.a2a:
+        endpoints.append(A2aEndpoints(
+            lambda namespace: resources.list_tools(), description=gateway_settings.agent_description,
+            version=package_version(), public_url=gateway_settings.public_url,
+            bearer_required=bool(settings.auth_tokens)))
+    if gateway_settings.mcp:
+        endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
+    return endpoints
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
                 peer_resolver: Resolver = resolve_addresses) -> ServiceHost:
     """The gateway, unstarted. `peer_resolver` answers the DNS lookups of
@@ -191,7 +207,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_stop(close_channels)
     if gateway_settings.http_address:
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
-                       settings.address_of("scheduler"))
+                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources))
 
         async def start_http() -> None:
             await http.start(host.target)
