@@ -154,7 +154,7 @@ def _protocol_endpoints(settings: Settings, resources: Resources) -> list:
         endpoints.append(A2aEndpoints(
             lambda namespace: resources.list_tools(), description=gateway_settings.agent_description,
             version=package_version(), public_url=gateway_settings.public_url,
-            bearer_required=bool(settings.auth_tokens)))
+            bearer_required=bool(settings.auth_tokens), max_depth=gateway_settings.a2a_max_depth))
     if gateway_settings.mcp:
         endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
     return endpoints

@@ -68,6 +68,9 @@ class GatewaySettings(EnvSection):
     # (/.well-known/agent-card.json, /a2a/<namespace>/) and an MCP server with ask_agent (/mcp).
     a2a: bool = env("AGENTMESH_GATEWAY_A2A", True)
     mcp: bool = env("AGENTMESH_GATEWAY_MCP", True)
+    # How many A2A hops deep a message may arrive (agentmesh agents calling each other as tools
+    # count them in the message's metadata); a deeper one is rejected, which ends loops.
+    a2a_max_depth: int = env("AGENTMESH_GATEWAY_A2A_MAX_DEPTH", 3, minimum=0, maximum=32)
     # What the agent card and the MCP server say the agent is for.
     agent_description: str = env("AGENTMESH_GATEWAY_AGENT_DESCRIPTION", DEFAULT_AGENT_DESCRIPTION)
     # The address clients reach the HTTP API at (behind an ingress), for the card's URLs;

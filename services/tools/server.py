@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import grpc
+
 from opentelemetry import trace
 
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
+from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
 from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.tools.background import BackgroundCommands
@@ -17,7 +21,8 @@ from agentmesh.tools.catalog import ToolProvider
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
-from agentmesh.tools.mcp.wiring import build_mcp_tools
+from agentmesh.tools.mcp.a2a_agents import DEPTH_KEY
+from agentmesh.tools.mcp.wiring import build_a2a_tools, build_mcp_tools
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
@@ -25,7 +30,7 @@ from agentmesh.tools.settings import ToolsSettings
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
 from agentmesh.tools.workspace_files import WorkspaceFiles
-from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import memory_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.tools")
 
@@ -119,6 +124,22 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                        background=background if settings.background_per_session else None)
 
 
+def session_depth_reader(memory):
+    """How deep in a chain of A2A agents a session is (its `agentmesh.a2a.depth` label; 0 for a
+    session a person started, or none at all)."""
+    async def depth(session_id: str) -> int:
+        try:
+            session = await memory.GetSession(sessions_pb2.GetSessionRequest(session_id=session_id), timeout=10)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.NOT_FOUND:
+                return 0
+            raise
+        value = session.labels.get(DEPTH_KEY, "0")
+        return int(value) if value.isdigit() else 0
+
+    return depth
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     tools_settings = ToolsSettings.from_settings(settings)
     tools_settings.workspace_root.mkdir(parents=True, exist_ok=True)
@@ -136,13 +157,24 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         except BaseException:
             await mcp_tools.close()
             raise
-    core = build_core(tools_settings, executor, workspaces, telemetry.tracer,
-                      extra_providers=(mcp_tools,) if mcp_tools is not None else ())
+    identity = ServiceIdentity.open("tools", settings.keys_dir)
+    channels: list = []
+
+    def open_session_depth():
+        # Only with remote A2A agents: how deep in a chain of agents the calling session is.
+        channels.append(open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory"))
+        return session_depth_reader(memory_pb2_grpc.MemoryStub(channels[-1]))
+
+    a2a_tools = build_a2a_tools(tools_settings, open_session_depth)
+    if a2a_tools is not None:
+        await a2a_tools.start()
+    extra = tuple(p for p in (mcp_tools, a2a_tools) if p is not None)
+    core = build_core(tools_settings, executor, workspaces, telemetry.tracer, extra_providers=extra)
     # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by
     # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
     # names the limit in its INVALID_ARGUMENT.
     largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
-    host = ServiceHost("tools", settings, telemetry, address=address,
+    host = ServiceHost("tools", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
                            WorkspaceQuota(tools_settings.workspace_quota_bytes))
@@ -151,5 +183,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(core.background.close)  # before the executor: stop what still runs
     if mcp_tools is not None:
         host.on_stop(mcp_tools.close)
+    for channel in channels:
+        host.on_stop(channel.close)
     host.on_stop(executor.close)
     return host

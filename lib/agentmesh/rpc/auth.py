@@ -98,7 +98,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
     "memory": {
         # Sessions and transcripts: the gateway reads and deletes, the agent writes.
         "PutSession": _allow("gateway", "agent"),
-        "GetSession": _allow("gateway", "agent"),
+        # The tools service reads a session's A2A depth label before calling a remote A2A agent.
+        "GetSession": _allow("gateway", "agent", "tools"),
         "ListSessions": _allow("gateway", "agent"),
         "DeleteSession": _allow("gateway", "agent"),
         "UpdateSession": _allow("gateway"),

@@ -83,7 +83,8 @@ class BoundedTaskStore(InMemoryTaskStore):
 
 class A2aEndpoints:
     def __init__(self, list_tools: ToolLister, *, description: str, version: str, public_url: str,
-                 bearer_required: bool):
+                 bearer_required: bool, max_depth: int):
+        self._max_depth = max_depth
         self._calls: GatewayCalls | None = None  # the gateway's own API, once the HTTP server runs
         self._list_tools = list_tools
         self._description = description
@@ -148,7 +149,7 @@ class A2aEndpoints:
 
     def _build(self, namespace: str) -> Starlette:
         card = self._base_card(namespace, "")
-        handler = DefaultRequestHandler(agent_executor=TurnExecutor(self.calls, namespace),
+        handler = DefaultRequestHandler(agent_executor=TurnExecutor(self.calls, namespace, self._max_depth),
                                         task_store=BoundedTaskStore(), agent_card=card)
 
         async def current_card(_card: AgentCard) -> AgentCard:

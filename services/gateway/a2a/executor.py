@@ -25,6 +25,11 @@ from agentmesh.logs import get_logger
 log = get_logger("agentmesh.gateway.a2a")
 
 REPLY_ARTIFACT = "reply"
+# The message metadata key (and session label) that counts A2A hops; the tools service's remote
+# A2A agent tools read the label of their session and send one more.
+DEPTH_LABEL = "agentmesh.a2a.depth"
+# Status metadata saying why a task was refused, for an agentmesh caller to tell the model.
+REASON_KEY = "agentmesh.reason"
 MAX_STATUS_TEXT = 2000
 
 # How a run's stop reason ends its task: a person stopped it, or it ran to an end of its own.
@@ -52,12 +57,22 @@ def user_text(message: Message | None) -> str:
     return "\n".join(p for p in pieces if p)
 
 
+def message_depth(message: Message | None) -> int:
+    """How many A2A hops deep the message is: what the calling agentmesh put in its metadata (0
+    from a person's client, or from an agent that does not count)."""
+    if message is None or DEPTH_LABEL not in message.metadata:
+        return 0
+    value = message.metadata[DEPTH_LABEL]
+    return int(value) if isinstance(value, (int, float)) and 0 <= value < 1000 else 0
+
+
 class TurnExecutor(AgentExecutor):
     """Runs each A2A message as one turn of the namespace's agent."""
 
-    def __init__(self, calls: GatewayCalls, namespace: str):
+    def __init__(self, calls: GatewayCalls, namespace: str, max_depth: int):
         self._calls = calls
         self._namespace = namespace
+        self._max_depth = max_depth
 
     def _agent_message(self, updater: TaskUpdater, text: str) -> Message:
         return updater.new_agent_message([new_text_part(text[:MAX_STATUS_TEXT])])
@@ -72,9 +87,17 @@ class TurnExecutor(AgentExecutor):
         if not text.strip():
             await updater.reject(self._agent_message(updater, "the message has no text: send a text part"))
             return
+        depth = message_depth(context.message)
+        if depth > self._max_depth:
+            await updater.update_status(TaskState.TASK_STATE_REJECTED, self._agent_message(updater, (
+                f"this message is {depth} A2A hops deep and this agent takes at most {self._max_depth} "
+                "(AGENTMESH_GATEWAY_A2A_MAX_DEPTH): agents calling each other stop here, which ends loops")),
+                metadata={REASON_KEY: "depth_limit"})
+            return
         authorization = _authorization(context)
         try:
-            await self._calls.open_session(session_id, self._namespace, "A2A: " + text[:80], authorization)
+            await self._calls.open_session(session_id, self._namespace, "A2A: " + text[:80], authorization,
+                                           labels={DEPTH_LABEL: str(depth)} if depth else None)
             await self._run(updater, session_id, text, authorization)
         except CallerRefused as exc:
             await updater.update_status(TaskState.TASK_STATE_AUTH_REQUIRED, self._agent_message(updater, exc.message))

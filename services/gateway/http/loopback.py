@@ -56,10 +56,12 @@ class GatewayCalls:
         except grpc.aio.AioRpcError as err:
             raise _error(err) from None
 
-    async def open_session(self, session_id: str, namespace: str, title: str,
-                           authorization: str | None) -> sessions_pb2.Session:
-        """The session (created in `namespace` when new). A session of another namespace is refused."""
-        request = gateway_pb2.CreateSessionRequest(session_id=session_id, namespace=namespace, title=title)
+    async def open_session(self, session_id: str, namespace: str, title: str, authorization: str | None,
+                           labels: dict[str, str] | None = None) -> sessions_pb2.Session:
+        """The session (created in `namespace` with `labels` when new). A session of another
+        namespace is refused."""
+        request = gateway_pb2.CreateSessionRequest(session_id=session_id, namespace=namespace, title=title,
+                                                   labels=labels or {})
         try:
             session = await self._stub.CreateSession(request, metadata=caller_metadata(authorization),
                                                      timeout=UNARY_TIMEOUT_S)

@@ -4,11 +4,13 @@ reached, check what can be checked before the service starts serving."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from opentelemetry import trace
 
 from agentmesh.config import ConfigError
-from agentmesh.tools.mcp.config import load_servers
+from agentmesh.tools.mcp.a2a_agents import A2aAgentTools, SessionDepth
+from agentmesh.tools.mcp.config import load_agents, load_servers
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
 from agentmesh.tools.mcp.openers import http_opener, jailed_stdio_opener, server_workdir
 from agentmesh.tools.mcp.tools import McpTools
@@ -50,3 +52,14 @@ def build_mcp_tools(settings: ToolsSettings, executor: Executor, owner: tuple[in
             opener = jailed_stdio_opener(entry, executor, workdir, errlog, seccomp_file)
         connections.append(McpServerConnection(entry.name, opener, timings))
     return McpTools(connections, settings.limits, settings.mcp.attachment_cap_bytes, tracer)
+
+
+
+def build_a2a_tools(settings: ToolsSettings, open_session_depth: Callable[[], SessionDepth]) -> A2aAgentTools | None:
+    """The remote A2A agents of the servers file ("a2aAgents"), reached through web_fetch's egress
+    policy; None when there are none. `open_session_depth` is called only when there are."""
+    entries = load_agents(settings.mcp.servers_file, settings.mcp.secrets)
+    if not entries:
+        return None
+    policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)
+    return A2aAgentTools(entries, policy, settings.limits, open_session_depth(), settings.mcp.connect_timeout_s)
