@@ -62,15 +62,16 @@ def _strings(name: str, key: str, value: Any, kind: type) -> Any:
     return value
 
 
-def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Mapping[str, str]) -> dict[str, str]:
+def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Mapping[str, str],
+                     kind: str = "MCP server") -> dict[str, str]:
     """Each `${AGENTMESH_MCP_SECRET_X}` in a value replaced by that variable of the service's environment."""
     def substitute(match: re.Match[str], item: str) -> str:
         variable = match.group(1)
         if not variable.startswith(SECRET_PREFIX):
-            raise ConfigError(f"MCP server {name!r}: {key}.{item} refers to ${{{variable}}}; secret references "
+            raise ConfigError(f"{kind} {name!r}: {key}.{item} refers to ${{{variable}}}; secret references "
                               f"must name a variable starting with {SECRET_PREFIX}")
         if variable not in secrets:
-            raise ConfigError(f"MCP server {name!r}: {key}.{item} refers to ${{{variable}}}, which is not set "
+            raise ConfigError(f"{kind} {name!r}: {key}.{item} refers to ${{{variable}}}, which is not set "
                               "in the tools service's environment")
         return secrets[variable]
 
@@ -151,7 +152,8 @@ def parse_a2a_entry(name: str, raw: Any, environ: Mapping[str, str]) -> A2aAgent
     parsed = urlparse(url) if isinstance(url, str) else None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(f"A2A agent {name!r}: url {url!r} is not an http(s) URL")
-    headers = _resolve_secrets(name, "headers", _strings(name, "headers", raw.get("headers", {}), dict), environ)
+    headers = _resolve_secrets(name, "headers", _strings(name, "headers", raw.get("headers", {}), dict), environ,
+                               kind="A2A agent")
     return A2aAgentEntry(name=name, url=url.rstrip("/"), headers=headers)
 
 
