@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 
 from agentmesh.config import Settings
-from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.a2a.endpoint import A2aEndpoints
+from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
 from agentmesh.gateway.http.server import HttpApi, package_version
 from agentmesh.gateway.mcp_endpoint import McpEndpoint

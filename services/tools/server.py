@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import grpc
-
 from opentelemetry import trace
 
 from agentmesh.config import Settings

@@ -7,7 +7,6 @@ import asyncio
 import uuid
 
 import httpx
-import pytest
 from a2a.client import ClientConfig, create_client
 from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
 

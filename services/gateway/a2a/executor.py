@@ -16,7 +16,7 @@ from a2a.helpers import new_task, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import Message, Role, TaskState
+from a2a.types import Message, TaskState
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.gateway.http.loopback import CallerRefused, GatewayCalls

@@ -63,7 +63,7 @@ class GatewayCalls:
         request = gateway_pb2.CreateSessionRequest(session_id=session_id, namespace=namespace, title=title,
                                                    labels=labels or {})
         try:
-            session = await self._stub.CreateSession(request, metadata=caller_metadata(authorization),
+            session: sessions_pb2.Session = await self._stub.CreateSession(request, metadata=caller_metadata(authorization),
                                                      timeout=UNARY_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
             raise _error(err) from None

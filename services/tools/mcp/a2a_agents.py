@@ -21,6 +21,7 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import AgentCard, CancelTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
 
 from agentmesh.logs import get_logger
+from agentmesh.tooling import ToolSpec
 from agentmesh.tools.catalog import CallContext, Tool, obj, string
 from agentmesh.tools.mcp.config import A2aAgentEntry
 from agentmesh.tools.mcp.connection import ServerUnavailable
@@ -28,7 +29,6 @@ from agentmesh.tools.mcp.openers import check_egress
 from agentmesh.tools.results import ToolOutcome
 from agentmesh.tools.settings import SandboxLimits
 from agentmesh.tools.web_tools import AddressPolicy
-from agentmesh.tooling import ToolSpec
 
 log = get_logger("agentmesh.tools.a2a")
 

@@ -150,7 +150,7 @@ def parse_a2a_entry(name: str, raw: Any, environ: Mapping[str, str]) -> A2aAgent
         raise ConfigError(f"A2A agent {name!r}: unknown key(s) {', '.join(unknown)}; known: headers, url")
     url = raw.get("url")
     parsed = urlparse(url) if isinstance(url, str) else None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+    if not isinstance(url, str) or parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(f"A2A agent {name!r}: url {url!r} is not an http(s) URL")
     headers = _resolve_secrets(name, "headers", _strings(name, "headers", raw.get("headers", {}), dict), environ,
                                kind="A2A agent")
