@@ -381,7 +381,7 @@ class TurnRun:
                 self._tool_owners[spec.name] = capability
                 own.append(spec)
         try:
-            remote = await self.agent.tools.list_tools()
+            remote = await self.agent.tools.list_tools(self.request.namespace)
             self._remote_catalog_known = True
         except AgentmeshError as exc:
             log.warning("tool catalog unavailable", error=exc.message)
@@ -488,4 +488,4 @@ class TurnRun:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
         # A sub-agent's tools work in its root session's workspace, so files are shared.
-        return await self.agent.tools.execute(subagents.workspace_of(self.request), call)
+        return await self.agent.tools.execute(subagents.workspace_of(self.request), call, self.request.namespace)

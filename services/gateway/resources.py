@@ -24,7 +24,10 @@ MAX_KINDS = 32
 
 
 class ToolCatalog(Protocol):
-    async def list_tools(self) -> tools_pb2.ListToolsResponse: ...
+    async def list_tools(self, namespace: str = "") -> tools_pb2.ListToolsResponse: ...
+    async def add_mcp_server(self, request: tools_pb2.AddMcpServerRequest) -> tools_pb2.McpServerStatus: ...
+    async def list_mcp_servers(self, request: tools_pb2.ListMcpServersRequest) -> tools_pb2.ListMcpServersResponse: ...
+    async def remove_mcp_server(self, request: tools_pb2.RemoveMcpServerRequest) -> tools_pb2.RemoveMcpServerResponse: ...
 
 
 class WorkspaceFiles(Protocol):
@@ -60,8 +63,27 @@ class Resources:
         self._traces = traces
         self._max_upload_bytes = max_upload_bytes
 
-    async def list_tools(self) -> tools_pb2.ListToolsResponse:
-        return await self._tools.list_tools()
+    async def list_tools(self, namespace: str = "") -> tools_pb2.ListToolsResponse:
+        """Everyone's tools; with a namespace, its own MCP servers' tools too."""
+        return await self._tools.list_tools(validate_namespace(namespace) if namespace else "")
+
+    async def add_mcp_server(self, request: tools_pb2.AddMcpServerRequest) -> tools_pb2.McpServerStatus:
+        validate_namespace(request.namespace)
+        if not request.server.name:
+            raise InvalidArgument("server.name is required: 1-32 letters, digits or '-'")
+        if bool(request.server.command) == bool(request.server.url):
+            raise InvalidArgument("give exactly one of server.command (a stdio server) or server.url (streamable HTTP)")
+        return await self._tools.add_mcp_server(request)
+
+    async def list_mcp_servers(self, request: tools_pb2.ListMcpServersRequest) -> tools_pb2.ListMcpServersResponse:
+        validate_namespace(request.namespace)
+        return await self._tools.list_mcp_servers(request)
+
+    async def remove_mcp_server(self, request: tools_pb2.RemoveMcpServerRequest) -> tools_pb2.RemoveMcpServerResponse:
+        validate_namespace(request.namespace)
+        if not request.name:
+            raise InvalidArgument("name is required")
+        return await self._tools.remove_mcp_server(request)
 
     async def search_memory(self, request: gateway_pb2.SearchMemoryRequest) -> gateway_pb2.SearchMemoryResponse:
         namespace = request.namespace or "default"

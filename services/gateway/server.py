@@ -123,7 +123,19 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def ListTools(self, request, context):
-        return await self._resources.list_tools()
+        return await self._resources.list_tools(request.namespace)
+
+    @translate_errors
+    async def AddMcpServer(self, request, context):
+        return await self._resources.add_mcp_server(request)
+
+    @translate_errors
+    async def ListMcpServers(self, request, context):
+        return await self._resources.list_mcp_servers(request)
+
+    @translate_errors
+    async def RemoveMcpServer(self, request, context):
+        return await self._resources.remove_mcp_server(request)
 
     @translate_errors
     async def SearchMemory(self, request, context):
@@ -152,7 +164,7 @@ def _protocol_endpoints(settings: Settings, resources: Resources) -> list:
     endpoints: list = []
     if gateway_settings.a2a:
         endpoints.append(A2aEndpoints(
-            lambda namespace: resources.list_tools(), description=gateway_settings.agent_description,
+            resources.list_tools, description=gateway_settings.agent_description,
             version=package_version(), public_url=gateway_settings.public_url,
             bearer_required=bool(settings.auth_tokens), max_depth=gateway_settings.a2a_max_depth))
     if gateway_settings.mcp:

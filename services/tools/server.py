@@ -8,6 +8,8 @@ import grpc
 from opentelemetry import trace
 
 from agentmesh.config import Settings
+from agentmesh.errors import FailedPrecondition
+from agentmesh.ids import validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
@@ -21,7 +23,8 @@ from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
 from agentmesh.tools.mcp.a2a_agents import DEPTH_KEY
-from agentmesh.tools.mcp.wiring import build_a2a_tools, build_mcp_tools
+from agentmesh.tools.mcp.namespaces import NamespaceServers
+from agentmesh.tools.mcp.wiring import ConnectionFactory, build_a2a_tools, build_mcp_tools
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
@@ -41,14 +44,41 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def ListTools(self, request, context):
-        return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in self._core.specs()])
+        specs = await self._core.catalog(request.namespace)
+        return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in specs])
 
     @translate_errors
     async def Execute(self, request, context):
         outcome = await self._core.execute(
-            request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s
+            request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s,
+            namespace=request.namespace,
         )
         return tools_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
+
+    # --- a namespace's own MCP servers ---
+
+    def _namespaces(self) -> NamespaceServers:
+        if not isinstance(self._core.namespaces, NamespaceServers):
+            raise FailedPrecondition("this tools service keeps no per-namespace MCP servers")
+        return self._core.namespaces
+
+    @translate_errors
+    async def AddMcpServer(self, request, context):
+        namespace = validate_namespace(request.namespace)
+        spec = request.server
+        raw = {"name": spec.name, "command": spec.command, "args": list(spec.args), "url": spec.url,
+               "headers": dict(spec.headers)}
+        return _server_status(await self._namespaces().add(namespace, raw))
+
+    @translate_errors
+    async def ListMcpServers(self, request, context):
+        namespace = validate_namespace(request.namespace)
+        return tools_pb2.ListMcpServersResponse(servers=[_server_status(s) for s in await self._namespaces().list(namespace)])
+
+    @translate_errors
+    async def RemoveMcpServer(self, request, context):
+        await self._namespaces().remove(validate_namespace(request.namespace), request.name)
+        return tools_pb2.RemoveMcpServerResponse(removed=True)
 
     @translate_errors
     async def BackgroundResults(self, request, context):
@@ -87,6 +117,13 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     async def WriteWorkspaceFile(self, request, context):
         written = await self._files.write(request.session_id, request.path, request.content, request.overwrite)
         return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)
+
+
+def _server_status(status: dict) -> tools_pb2.McpServerStatus:
+    return tools_pb2.McpServerStatus(
+        server=tools_pb2.McpServerSpec(name=status["name"], command=status.get("command", ""), args=status.get("args", []),
+                                       url=status.get("url", ""), headers=status.get("headers", {})),
+        available=status["available"], error=status["error"], tools=status["tools"])
 
 
 def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Telemetry) -> Executor:
@@ -149,7 +186,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
-    mcp_tools = build_mcp_tools(tools_settings, executor, owner, telemetry.tracer)
+    connections = ConnectionFactory(tools_settings, executor, owner)
+    mcp_tools = build_mcp_tools(tools_settings, connections, telemetry.tracer)
     if mcp_tools is not None:
         try:
             await mcp_tools.start()
@@ -168,7 +206,12 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     if a2a_tools is not None:
         await a2a_tools.start()
     extra = tuple(p for p in (mcp_tools, a2a_tools) if p is not None)
+    namespaces = NamespaceServers(
+        connections.root / "namespaces", connections, connections.policy, tools_settings.limits,
+        tools_settings.mcp.attachment_cap_bytes, tools_settings.mcp.secrets,
+        reserved=lambda: mcp_tools.names() if mcp_tools is not None else set(), tracer=telemetry.tracer)
     core = build_core(tools_settings, executor, workspaces, telemetry.tracer, extra_providers=extra)
+    core.namespaces = namespaces
     # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by
     # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
     # names the limit in its INVALID_ARGUMENT.
@@ -182,6 +225,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(core.background.close)  # before the executor: stop what still runs
     if mcp_tools is not None:
         host.on_stop(mcp_tools.close)
+    host.on_stop(namespaces.close)
     for channel in channels:
         host.on_stop(channel.close)
     host.on_stop(executor.close)

@@ -94,6 +94,11 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # them when a turn is cancelled.
         "BackgroundResults": _allow("agent"),
         "StopBackground": _allow("agent"),
+        # A namespace's own MCP servers: the gateway's AddMcpServer, ListMcpServers and
+        # RemoveMcpServer (`agentmesh mcp`), after it checked the caller.
+        "AddMcpServer": _allow("gateway"),
+        "ListMcpServers": _allow("gateway"),
+        "RemoveMcpServer": _allow("gateway"),
     },
     "memory": {
         # Sessions and transcripts: the gateway reads and deletes, the agent writes.
