@@ -17,6 +17,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, TaskState
+from google.protobuf.json_format import MessageToDict
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.gateway.http.loopback import CallerRefused, GatewayCalls
@@ -51,8 +52,6 @@ def user_text(message: Message | None) -> str:
         if part.HasField("text"):
             pieces.append(part.text)
         elif part.HasField("data"):
-            from google.protobuf.json_format import MessageToDict
-
             pieces.append(json.dumps(MessageToDict(part.data)))
     return "\n".join(p for p in pieces if p)
 
