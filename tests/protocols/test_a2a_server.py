@@ -128,3 +128,26 @@ async def test_cancelling_the_task_cancels_the_turn(stack, llm):
         except Exception:  # noqa: BLE001 - FAILED_PRECONDITION while the cancelled turn winds down
             await asyncio.sleep(0.1)
     assert events[-1].run_finished.final_text == "again"
+
+
+async def test_plain_json_rpc_in_both_protocol_versions(stack, llm):
+    """What the docs' curl examples send: A2A 1.0's SendMessage, and 0.3's message/send."""
+    llm.add(reply("one"), reply("two"))
+    async with httpx.AsyncClient(timeout=60, headers=AUTH) as http:
+        current = await http.post(f"{stack.http_url}/a2a/default/", headers={"A2A-Version": "1.0"}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+            "params": {"message": {"role": "ROLE_USER", "messageId": "m1", "contextId": "plain",
+                                   "parts": [{"text": "first"}]}}})
+        legacy = await http.post(f"{stack.http_url}/a2a/default/", json={
+            "jsonrpc": "2.0", "id": 2, "method": "message/send",
+            "params": {"message": {"role": "user", "messageId": "m2", "contextId": "plain", "kind": "message",
+                                   "parts": [{"kind": "text", "text": "second"}]}}})
+    assert current.status_code == 200, current.text
+    assert "result" in current.json(), current.json()
+    task = current.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED" and task["contextId"] == "plain"
+    assert legacy.status_code == 200, legacy.text
+    assert "result" in legacy.json(), legacy.json()
+    old = legacy.json()["result"]
+    assert old["kind"] == "task" and old["status"]["state"] == "completed"
+    assert "".join(p["text"] for p in old["artifacts"][0]["parts"]) == "two"
