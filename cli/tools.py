@@ -26,12 +26,14 @@ def register(subparsers) -> None:
     verbs = tools.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="the tools the agent can call, with their arguments")
     listing.add_argument("--json", action="store_true")
+    listing.add_argument("--namespace", default="", help="also that namespace's own MCP servers' tools (agentmesh mcp)")
     listing.set_defaults(func=list_tools)
     run = verbs.add_parser("run", help="run one tool call, e.g. tools run shell '{\"command\": \"ls\"}'")
     run.add_argument("name")
     run.add_argument("arguments", metavar="ARGS_JSON")
     run.add_argument("--session", default="cli", help="whose workspace to run in (default: cli)")
     run.add_argument("--json", action="store_true", help="print the structured result")
+    run.add_argument("--namespace", default="", help="whose own MCP servers' tools may be run (agentmesh mcp)")
     run.set_defaults(func=run_tool)
 
 
@@ -40,7 +42,7 @@ async def list_tools(args) -> int:
     async with channel_to(settings, "tools") as channel:
         try:
             reply = await tools_pb2_grpc.ToolsStub(channel).ListTools(
-                tools_pb2.ListToolsRequest(), metadata=call_metadata(settings), timeout=30
+                tools_pb2.ListToolsRequest(namespace=args.namespace), metadata=call_metadata(settings), timeout=30
             )
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "tools", settings) from None
@@ -59,7 +61,8 @@ async def run_tool(args) -> int:
     settings = load_settings()
     arguments = parse_json_object(args.arguments, "ARGS_JSON")
     request = tools_pb2.ExecuteRequest(
-        session_id=args.session, call_id=new_id("cli"), name=args.name, arguments_json=json.dumps(arguments)
+        session_id=args.session, call_id=new_id("cli"), name=args.name, arguments_json=json.dumps(arguments),
+        namespace=args.namespace,
     )
     async with channel_to(settings, "tools") as channel:
         try:

@@ -157,6 +157,14 @@ async def test_the_http_routes_and_the_cli(stack, calc):
         return subprocess.run([sys.executable, "-m", "agentmesh.cli.main", "mcp", *args], env=env,
                               capture_output=True, text=True, timeout=120)
 
+    def cli_tools(*args):
+        return subprocess.run([sys.executable, "-m", "agentmesh.cli.main", "tools", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    ran = await asyncio.to_thread(cli_tools, "run", "calc__add", '{"a": 20, "b": 22}', "--namespace", "team-a")
+    assert ran.returncode == 0 and "42" in ran.stdout, ran.stderr
+    listed_tools = await asyncio.to_thread(cli_tools, "list", "--namespace", "team-a", "--json")
+    assert "calc__add" in {t["name"] for t in json.loads(listed_tools.stdout)}
     listing = await asyncio.to_thread(cli, "list", "--namespace", "team-a", "--json")
     assert listing.returncode == 0, listing.stderr
     assert json.loads(listing.stdout)[0]["server"]["name"] == "calc"
