@@ -65,12 +65,15 @@ class NamespaceServers:
 
     # --- the catalog of a namespace ---------------------------------------------------------
 
-    async def provider(self, namespace: str) -> McpTools | None:
-        """The namespace's servers, started on first use; None when it has none."""
+    async def provider(self, namespace: str, create: bool = False) -> McpTools | None:
+        """The namespace's servers, started on first use; None when it has none (and `create` is
+        false: nothing is kept for namespaces without servers, whatever names callers send)."""
         if not namespace:
             return None
         if namespace in self._providers:
             return self._providers[namespace]
+        if not create and not self._file(namespace).exists():
+            return None
         async with self._lock(namespace):
             if namespace not in self._providers:
                 raw = self._read(namespace)
@@ -105,7 +108,7 @@ class NamespaceServers:
             entry = parse_entry(name, entry_raw, self._secrets)
         except ConfigError as exc:
             raise InvalidArgument(str(exc)) from None
-        provider = await self.provider(namespace)
+        provider = await self.provider(namespace, create=True)
         assert provider is not None
         async with self._lock(namespace):
             if name in self._reserved():
@@ -170,7 +173,8 @@ class NamespaceServers:
     # --- storage ----------------------------------------------------------------------------
 
     def _root(self, namespace: str) -> Path:
-        return self._store / namespace
+        # Stdio servers' working directories; the suffix keeps "." and ".." (valid namespaces) inside.
+        return self._store / f"{namespace}.servers"
 
     def _read(self, namespace: str) -> dict[str, dict[str, Any]]:
         path = self._file(namespace)
