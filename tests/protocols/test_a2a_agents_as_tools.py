@@ -4,9 +4,11 @@ depth limit stops agents that call each other."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from urllib.parse import urlparse
 
+import grpc
 import pytest
 
 from agentmesh.v1 import gateway_pb2, sessions_pb2, tools_pb2
@@ -68,6 +70,38 @@ async def test_an_agent_calls_another_stacks_agent_as_a_tool(tmp_path, llm, remo
         session = await remote.gateway_stub().GetSession(sessions_pb2.GetSessionRequest(session_id=context_id),
                                                          metadata=(("authorization", f"Bearer {REMOTE_TOKEN}"),))
         assert session.labels["agentmesh.a2a.depth"] == "1"
+
+
+async def test_cancelling_the_turn_cancels_the_remote_task(tmp_path, llm, remote, remote_llm):
+    async with Stack(tmp_path / "local", llm_base_url=llm.base_url, env=servers_file(tmp_path, remote)) as local:
+        metadata = (("authorization", f"Bearer {TOKEN}"),)
+        llm.add(reply("", tool_call("a2a__helper", {"message": "take your time"}, id="c1")))
+        remote_llm.add(reply("too late", delay_s=30))
+        stub = local.gateway_stub()
+        turn = asyncio.ensure_future(collect(stub.Chat(gateway_pb2.ChatRequest(session_id="c", message="go"),
+                                                       metadata=metadata, timeout=120)))
+        await asyncio.to_thread(remote_llm.wait_for_requests, 1, 30)  # the remote turn is running
+        cancelled = await stub.Cancel(gateway_pb2.CancelRequest(session_id="c"), metadata=metadata)
+        assert cancelled.cancelled
+        events = await asyncio.wait_for(turn, 30)
+        assert of_kind(events, "run_finished")[0].stop_reason == "cancelled"
+
+        # The remote turn was cancelled too: its session takes a new turn at once (a running
+        # turn would refuse it for the 30 s the remote model takes).
+        remote_stub = remote.gateway_stub()
+        remote_meta = (("authorization", f"Bearer {REMOTE_TOKEN}"),)
+        listed = await remote_stub.ListSessions(sessions_pb2.ListSessionsRequest(), metadata=remote_meta)
+        [remote_id] = [s.session_id for s in listed.sessions]
+        remote_llm.add(reply("next"))
+        for _ in range(50):
+            try:
+                again = await collect(remote_stub.Chat(gateway_pb2.ChatRequest(session_id=remote_id, message="next"),
+                                                       metadata=remote_meta, timeout=60))
+                break
+            except grpc.aio.AioRpcError as err:
+                assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+                await asyncio.sleep(0.1)
+        assert of_kind(again, "run_finished")[0].final_text == "next"
 
 
 async def test_agents_calling_each_other_stop_at_the_depth_limit(tmp_path, llm, remote_llm):

@@ -186,5 +186,6 @@ class A2aAgentTools:
     async def _cancel(self, client: Any, task_id: str) -> None:
         if not task_id:
             return
+        # Awaited whole (the call is being cancelled: this is its clean-up), within a bound.
         with contextlib.suppress(Exception):
-            await asyncio.shield(asyncio.wait_for(client.cancel_task(CancelTaskRequest(id=task_id)), 5))
+            await asyncio.wait_for(client.cancel_task(CancelTaskRequest(id=task_id)), 5)
