@@ -151,3 +151,18 @@ async def test_plain_json_rpc_in_both_protocol_versions(stack, llm):
     old = legacy.json()["result"]
     assert old["kind"] == "task" and old["status"]["state"] == "completed"
     assert "".join(p["text"] for p in old["artifacts"][0]["parts"]) == "two"
+
+
+async def test_the_turn_joins_the_a2a_callers_trace(stack, llm):
+    llm.add(reply("traced"))
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {**AUTH, "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    client, http = await a2a_client(stack.http_url, headers=headers)
+    try:
+        updates = [u async for u in client.send_message(user_message("trace me"))]
+    finally:
+        await client.close()
+        await http.aclose()
+    traced = [u.status_update.metadata["agentmesh_trace_id"] for u in updates
+              if u.HasField("status_update") and "agentmesh_trace_id" in u.status_update.metadata]
+    assert traced and set(traced) == {trace_id}
