@@ -10,7 +10,13 @@ import time
 from typing import Any
 
 from agentmesh.agent import types as t
-from agentmesh.agent.adapters import GrpcBackgroundCommands, GrpcLongTermMemory, GrpcToolRunner, GrpcTranscripts
+from agentmesh.agent.adapters import (
+    GrpcBackgroundCommands,
+    GrpcLongTermMemory,
+    GrpcToolRunner,
+    GrpcTranscripts,
+    GrpcTurnStart,
+)
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.model_choice import NamedModel
 from agentmesh.agent.providers import build_provider
@@ -236,6 +242,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target),
+        turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
