@@ -13,6 +13,7 @@ from agentmesh.gateway.http.server import HttpApi, package_version
 from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
+from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.resources import Resources
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import validate_id
@@ -24,7 +25,8 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.spanstore import span_store_dir
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
+from agentmesh.toolpolicy import ToolPolicy
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2
 
 log = get_logger("agentmesh.gateway")
 
@@ -123,7 +125,22 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def ListTools(self, request, context):
-        return await self._resources.list_tools(request.namespace)
+        return await self._resources.list_tools(request)
+
+    @translate_errors
+    async def ClearTranscript(self, request, context):
+        # The owner knows whether a turn runs, and refuses while one does.
+        if (reply := await self._forwarded("ClearTranscript", request, context)) is not None:
+            return reply
+        return sessions_pb2.ClearTranscriptResponse(cleared=await self._core.clear_transcript(request.session_id))
+
+    @translate_errors
+    async def GetNamespaceSettings(self, request, context):
+        return await self._core.namespace_settings(request.namespace)
+
+    @translate_errors
+    async def UpdateNamespaceSettings(self, request, context):
+        return await self._core.update_namespace_settings(request)
 
     @translate_errors
     async def AddMcpServer(self, request, context):
@@ -164,7 +181,8 @@ def _protocol_endpoints(settings: Settings, resources: Resources) -> list:
     endpoints: list = []
     if gateway_settings.a2a:
         endpoints.append(A2aEndpoints(
-            resources.list_tools, description=gateway_settings.agent_description,
+            lambda namespace: resources.list_tools(tools_pb2.ListToolsRequest(namespace=namespace)),
+            description=gateway_settings.agent_description,
             version=package_version(), public_url=gateway_settings.public_url,
             bearer_required=bool(settings.auth_tokens), max_depth=gateway_settings.a2a_max_depth))
     if gateway_settings.mcp:
@@ -184,7 +202,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     }
     sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
     tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
+    policies = Policies(sessions, tools, deployment=ToolPolicy(gateway_settings.tools_allow, gateway_settings.tools_deny),
+                        permission_mode=gateway_settings.permission_mode)
     core = Gateway(
+        policies=policies,
         sessions=sessions,
         agent=AgentClient(channels["agent"], settings.address_of("agent")),
         workspaces=tools,
@@ -193,7 +214,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     )
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
-                          max_upload_bytes=gateway_settings.max_upload_bytes)
+                          max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies)
     host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=gateway_settings.max_request_bytes)
     router = None
