@@ -413,7 +413,7 @@ class TurnRun:
 
     async def _list_tools(self) -> list[ToolSpec]:
         try:
-            self._remote_tools = await self.agent.tools.list_tools()
+            self._remote_tools = await self.agent.tools.list_tools(self.request.namespace)
             self._remote_catalog_known = True
         except AgentmeshError as exc:
             log.warning("tool catalog unavailable", error=exc.message)
@@ -555,4 +555,4 @@ class TurnRun:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
         # A sub-agent's tools work in its root session's workspace, so files are shared.
-        return await self.agent.tools.execute(subagents.workspace_of(self.request), call)
+        return await self.agent.tools.execute(subagents.workspace_of(self.request), call, self.request.namespace)

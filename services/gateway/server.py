@@ -7,12 +7,14 @@ import contextlib
 
 from agentmesh.config import Settings
 from agentmesh.errors import Unavailable
+from agentmesh.gateway.a2a.endpoint import A2aEndpoints
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
-from agentmesh.gateway.http.server import HttpApi
+from agentmesh.gateway.http.server import HttpApi, package_version
 from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.limits import TenantLimiter
+from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.policy import Policies
@@ -30,7 +32,7 @@ from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.spanstore import span_store_dir
 from agentmesh.toolpolicy import ToolPolicy
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2
 
 log = get_logger("agentmesh.gateway")
 
@@ -223,6 +225,18 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._core.update_namespace_settings(request, _caller())
 
     @translate_errors
+    async def AddMcpServer(self, request, context):
+        return await self._resources.add_mcp_server(request, _caller())
+
+    @translate_errors
+    async def ListMcpServers(self, request, context):
+        return await self._resources.list_mcp_servers(request, _caller())
+
+    @translate_errors
+    async def RemoveMcpServer(self, request, context):
+        return await self._resources.remove_mcp_server(request, _caller())
+
+    @translate_errors
     async def SearchMemory(self, request, context):
         return await self._resources.search_memory(request, _caller())
 
@@ -241,6 +255,21 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     @translate_errors
     async def GetTrace(self, request, context):
         return await self._resources.get_trace(request.trace_id, _caller())
+
+
+def _protocol_endpoints(settings: Settings, resources: Resources) -> list:
+    """The A2A agents and the MCP server, on the HTTP address (docs/api.md, "Open protocols")."""
+    gateway_settings = settings.section(GatewaySettings)
+    endpoints: list = []
+    if gateway_settings.a2a:
+        endpoints.append(A2aEndpoints(
+            lambda namespace: resources.list_tools(tools_pb2.ListToolsRequest(namespace=namespace)),
+            description=gateway_settings.agent_description,
+            version=package_version(), public_url=gateway_settings.public_url,
+            bearer_required=bool(settings.auth_tokens), max_depth=gateway_settings.a2a_max_depth))
+    if gateway_settings.mcp:
+        endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
+    return endpoints
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
@@ -299,7 +328,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_stop(close_channels)
     if gateway_settings.http_address:
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
-                       settings.address_of("scheduler"))
+                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources))
 
         async def start_http() -> None:
             await http.start(host.target)

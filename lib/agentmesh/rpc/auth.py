@@ -102,11 +102,17 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # them when a turn is cancelled.
         "BackgroundResults": _allow("agent"),
         "StopBackground": _allow("agent"),
+        # A namespace's own MCP servers: the gateway's AddMcpServer, ListMcpServers and
+        # RemoveMcpServer (`agentmesh mcp`), after it checked the caller.
+        "AddMcpServer": _allow("gateway"),
+        "ListMcpServers": _allow("gateway"),
+        "RemoveMcpServer": _allow("gateway"),
     },
     "memory": {
         # Sessions and transcripts: the gateway reads and deletes, the agent writes.
         "PutSession": _allow("gateway", "agent"),
-        # The tools service asks for a session's tenant before touching its workspace.
+        # The tools service asks for a session's tenant before touching its workspace, and reads
+        # its A2A depth label before calling a remote A2A agent.
         "GetSession": _allow("gateway", "agent", "tools"),
         "ListSessions": _allow("gateway", "agent"),
         "DeleteSession": _allow("gateway", "agent"),

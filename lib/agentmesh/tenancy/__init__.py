@@ -98,6 +98,11 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Gateway.ListPromotedTools": "viewer",
     "Gateway.RemovePromotedTool": "admin",
     "Gateway.ListReflections": "viewer",
+    # A namespace's own MCP servers (`agentmesh mcp`): they run programs for everyone in it, so
+    # adding and removing one is set-up; the list is there to read.
+    "Gateway.AddMcpServer": "admin",
+    "Gateway.ListMcpServers": "viewer",
+    "Gateway.RemoveMcpServer": "admin",
     # Scheduler: cron jobs are set-up (admin); their runs and history are there to read.
     "Scheduler.CreateJob": "admin",
     "Scheduler.UpdateJob": "admin",
@@ -153,6 +158,9 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Tools.WriteWorkspaceFile": "member",
     "Tools.BackgroundResults": "member",
     "Tools.StopBackground": "member",
+    "Tools.AddMcpServer": "admin",
+    "Tools.ListMcpServers": "viewer",
+    "Tools.RemoveMcpServer": "admin",
 }
 
 
