@@ -48,6 +48,7 @@ def register(subparsers) -> None:
     run.add_argument("arguments", metavar="ARGS_JSON")
     run.add_argument("--session", default="cli", help="whose workspace to run in (default: cli)")
     run.add_argument("--json", action="store_true", help="print the structured result")
+    run.add_argument("--namespace", default="", help="whose own MCP servers' tools may be run (agentmesh mcp)")
     run.set_defaults(func=run_tool)
 
 
@@ -80,7 +81,8 @@ async def run_tool(args) -> int:
     settings = load_settings()
     arguments = parse_json_object(args.arguments, "ARGS_JSON")
     request = tools_pb2.ExecuteRequest(
-        session_id=args.session, call_id=new_id("cli"), name=args.name, arguments_json=json.dumps(arguments)
+        session_id=args.session, call_id=new_id("cli"), name=args.name, arguments_json=json.dumps(arguments),
+        namespace=args.namespace,
     )
     async with channel_to(settings, "tools") as channel:
         try:

@@ -9,8 +9,12 @@ from agentmesh.agent import (
     compaction,
     deep,
     guards,
+    instructions,
     memory_tools,
     plan_mode,
+    promoted_tools,
+    reflection,
+    skills,
     subagents,
     task_tools,
     thinking,
@@ -22,12 +26,22 @@ from agentmesh.modes import DEEP
 def for_turn(ctx: TurnContext) -> list[Capability]:
     request, settings = ctx.request, ctx.settings
     found: list[Capability] = []
+    learning = ctx.agent.learning
+    if learning is not None and learning.instructions is not None:
+        # First: its section must be in place before any capability's first model call.
+        found.append(instructions.StandingInstructions(ctx, learning.instructions))
+    if learning is not None and learning.skills is not None:
+        found.append(skills.Skills(ctx, learning.skills))
+    if learning is not None and learning.promoted_tools is not None:
+        found.append(promoted_tools.PromotedTools(ctx, learning.promoted_tools))
     if settings.compaction:
         found.append(compaction.Compaction(ctx))
     if budget.applies(ctx):
         found.append(budget.TokenBudget(ctx))
     if ctx.agent.background is not None and request.subagent is None:
         found.append(background.BackgroundResults(ctx))
+    if ctx.agent.memory is not None:
+        found.append(reflection.RecalledLearnings(ctx))
     if ctx.agent.memory_tools is not None:
         found.append(memory_tools.MemoryToolsCapability(ctx, ctx.agent.memory_tools))
     if settings.think_tool:

@@ -1,6 +1,6 @@
 """Context assembly: what the model sees on each call.
 
-    [system prompt: instructions, date, tool guidance, recalled memories]
+    [system prompt: instructions, capabilities' sections, date, tool guidance, recalled memories]
     + earlier turns from the transcript (repaired, trimmed to the budget)
     + this turn so far (user message, assistant replies, tool results)
 
@@ -57,9 +57,11 @@ def system_prompt(
     tools: Iterable[ToolSpec],
     memories: list[MemoryHit],
     omitted: int = 0,
+    sections: Iterable[str] = (),
 ) -> str:
+    """`sections`: what capabilities add (standing instructions, skills), right after `base`."""
     names = [t.name for t in tools]
-    parts = [base.strip(), f"Today is {now:%A, %d %B %Y}; the time is {now:%H:%M} UTC."]
+    parts = [base.strip(), *(s.strip() for s in sections), f"Today is {now:%A, %d %B %Y}; the time is {now:%H:%M} UTC."]
     if names:
         parts.append(
             "You can call these tools: " + ", ".join(names) + ". "

@@ -34,7 +34,7 @@ from typing import AsyncIterator, Callable, Sequence, cast
 import structlog
 from opentelemetry.trace import Status, StatusCode
 
-from agentmesh.agent import capabilities, compaction, context, deep, subagents, tool_access
+from agentmesh.agent import capabilities, compaction, context, deep, learning, subagents, tool_access
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
@@ -126,6 +126,7 @@ class Agent:
         background: BackgroundCommands | None = None,
         models: dict[str, NamedModel] | None = None,
         turn_start: TurnStarter | None = None,
+        learning: "learning.LearningSources | None" = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -138,6 +139,7 @@ class Agent:
         self.clock = clock
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
+        self.learning = learning  # standing instructions (learning.py); None: not offered
         # The transcript read, the user's message and recall in one call; None: three calls.
         self.turn_start = turn_start
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
@@ -170,6 +172,7 @@ class TurnRun:
         self._unanswered: tuple[ToolCall, ...] = ()  # calls of the persisted reply not yet run
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
+        self._remote_tools: list[ToolSpec] = []
         self._ctx = TurnContext(
             request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
             step_budget=self.max_iterations, approvals=self.approvals, emit=self._emit,
@@ -288,10 +291,14 @@ class TurnRun:
         req = self.request
         user = ChatMessage(role="user", content=req.message, run_id=req.run_id)
 
-        (history, memories), tool_specs = await asyncio.gather(self._begin(user), self._list_tools())
+        async def capabilities_load() -> None:
+            await asyncio.gather(*(capability.load() for capability in self._capabilities))
+
+        (history, memories), _, _ = await asyncio.gather(self._begin(user), self._list_tools(), capabilities_load())
         for capability in self._capabilities:
             history = await capability.prepare_history(history)
-        self._ctx.history, self._ctx.tools, self._ctx.memories = history, tool_specs, memories
+        # The catalog again: capabilities' tools may depend on what their `load` read (skills).
+        self._ctx.history, self._ctx.tools, self._ctx.memories = history, self._catalog_of_now(), memories
         turn = self._turn_messages = [user]
         for capability in self._capabilities:
             stop = await capability.before_first_call(turn)
@@ -300,6 +307,7 @@ class TurnRun:
         for step in range(1, self.max_iterations + 1):
             for capability in self._capabilities:
                 await capability.before_step(step, turn)
+            self._ctx.tools = self._catalog_of_now()
             reply = await self._step_reply(turn)
             assistant = ChatMessage(role="assistant", content=self._stored_text(reply), tool_calls=reply.tool_calls,
                                     run_id=req.run_id)
@@ -404,19 +412,25 @@ class TurnRun:
         return context.repair(compaction.model_view(stored, use_summaries=self.settings.compaction))
 
     async def _list_tools(self) -> list[ToolSpec]:
+        try:
+            self._remote_tools = await self.agent.tools.list_tools(self.request.namespace)
+            self._remote_catalog_known = True
+        except AgentmeshError as exc:
+            log.warning("tool catalog unavailable", error=exc.message)
+            self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
+            self._remote_tools = []
+        return self._catalog_of_now()
+
+    def _catalog_of_now(self) -> list[ToolSpec]:
+        """The remote tools and every capability's `tools()` as they are now (a capability's own
+        win a name clash). Asked again before each step: a tool a capability gains mid-turn (a
+        promoted tool) is offered from the next step."""
         own: list[ToolSpec] = []
         for capability in self._capabilities:
             for spec in capability.tools():
                 self._tool_owners[spec.name] = capability
                 own.append(spec)
-        try:
-            remote = await self.agent.tools.list_tools()
-            self._remote_catalog_known = True
-        except AgentmeshError as exc:
-            log.warning("tool catalog unavailable", error=exc.message)
-            self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
-            remote = []
-        specs = [s for s in remote if s.name not in self._tool_owners] + own
+        specs = [s for s in self._remote_tools if s.name not in self._tool_owners] + own
         # A tool the policies turn off is not offered at all; a call to it anyway is screened.
         specs = [s for s in specs if tool_access.offered(self.request.tool_policies, s.name)]
         self._catalog = {s.name: s for s in specs}
@@ -488,12 +502,14 @@ class TurnRun:
         ctx = self._ctx
         tools, memories = ctx.tools, ctx.memories
         base = self.request.system_prompt or s.system_prompt
-        probe = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories)
+        sections = [text for capability in self._capabilities for text in capability.system_sections()]
+        probe = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, sections=sections)
         kept, current, omitted = context.fit(
             probe, ctx.history, [*self._view(turn), *extra], budget_chars=s.context_budget_chars,
             tool_output_chars=s.tool_output_chars,
         )
-        system = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, omitted=omitted)
+        system = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, omitted=omitted,
+                                       sections=sections)
         request = ModelRequest(
             model=self.model,
             messages=[ChatMessage(role="system", content=system), *kept, *current],
@@ -539,4 +555,4 @@ class TurnRun:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
         # A sub-agent's tools work in its root session's workspace, so files are shared.
-        return await self.agent.tools.execute(subagents.workspace_of(self.request), call)
+        return await self.agent.tools.execute(subagents.workspace_of(self.request), call, self.request.namespace)

@@ -29,11 +29,12 @@ class NotSupported(AgentmeshError):
 
 
 class ToolRunner(Protocol):
-    async def list_tools(self) -> list[ToolSpec]:
-        """The tool catalog; raises an AgentmeshError when the tools service is unreachable."""
+    async def list_tools(self, namespace: str = "") -> list[ToolSpec]:
+        """The tool catalog (with the namespace's own MCP servers' tools); raises an AgentmeshError
+        when the tools service is unreachable."""
         ...
 
-    async def execute(self, session_id: str, call: ToolCall) -> ToolOutcome:
+    async def execute(self, session_id: str, call: ToolCall, namespace: str = "") -> ToolOutcome:
         """Run one call. Tool failures and outages come back as an error outcome, never raised;
         cancelling the awaiting task cancels the call (and kills its sandboxed process)."""
         ...

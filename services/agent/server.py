@@ -9,6 +9,8 @@ import dataclasses
 import time
 from typing import Any
 
+from google.protobuf import json_format
+
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters import (
     GrpcBackgroundCommands,
@@ -17,12 +19,15 @@ from agentmesh.agent.adapters import (
     GrpcTranscripts,
     GrpcTurnStart,
 )
+from agentmesh.agent.learning import LearningSources
+from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.model_choice import NamedModel
 from agentmesh.agent.providers import build_provider
+from agentmesh.agent.reflection import Reflector
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.config import Settings
-from agentmesh.errors import InvalidArgument
+from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
@@ -35,7 +40,7 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.toolpolicy import validate_permission_mode, validate_policy
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2
+from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, learning_pb2
 
 log = get_logger("agentmesh.agent")
 
@@ -95,9 +100,21 @@ def task_board_to_proto(tasks) -> common_pb2.TaskBoard:
 
 
 class AgentServicer(agent_pb2_grpc.AgentServicer):
-    def __init__(self, agent: Agent, settings: AgentSettings):
+    def __init__(self, agent: Agent, settings: AgentSettings, reflector: Reflector | None = None):
         self._agent = agent
         self._settings = settings
+        self._reflector = reflector
+
+    @translate_errors
+    async def Reflect(self, request, context):
+        validate_id(request.session_id, "session_id")
+        if self._reflector is None:
+            raise FailedPrecondition("reflection is not configured on this agent")
+        trigger = request.trigger or "on demand"
+        if trigger not in ("on demand", "idle"):
+            raise InvalidArgument(f"trigger is 'on demand' or 'idle', not {trigger!r}")
+        run = await self._reflector.reflect(request.session_id, trigger)
+        return learning_pb2.ReflectResponse(run=json_format.ParseDict(run, learning_pb2.ReflectionRun()))
 
     def _validate(self, request: agent_pb2.RunTurnRequest) -> TurnRequest:
         validate_id(request.session_id, "session_id")
@@ -253,10 +270,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
+        learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
+                                  promoted_tools=GrpcPromotedTools(memory_client)),
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
-    host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings), "agentmesh.v1.Agent")
+    reflector = Reflector(provider, GrpcReflectionBackend(memory_client), telemetry, model=settings.llm.model_name,
+                          max_tokens=agent_settings.max_tokens)
+    host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
+             "agentmesh.v1.Agent")
 
     async def close() -> None:
         await close_provider()

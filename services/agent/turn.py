@@ -5,15 +5,21 @@ each turn it applies to. It sees the turn only through a `TurnContext` — the r
 settings, the running usage, and five actions (`emit`, `call_model`, `persist`, `inject`, `start_child`)
 — and the loop calls its hooks at fixed points:
 
+    load()                          once, as the turn starts, at the same time as the loop's own
+                                    start-up reads (history, tool catalog, recall): the
+                                    capability's own reads (standing instructions, skills)
     prepare_history(history)        once, before anything else: the history the turn starts from
     before_first_call(turn)         once, before the first tool-using step; may return `Stop`
     before_step(step, turn)         before each tool-using step (from 1)
     view(messages)                  every model call: this turn's messages as the model sees them
+    system_sections()               every model call: text for the system prompt, after the base
+                                    prompt, in capability order (standing instructions, skills)
     after_reply(step, reply, turn)  after each step's reply is persisted, before its tools run:
                                     None to go on, `Nudge` (text-only replies) or `Stop`
     after_turn(stop_reason)         once, however the turn ended (also cancelled or failed)
 
-and, for the tools it executes itself, `tools()` (offered to the model) and `execute(call)`.
+and, for the tools it executes itself, `tools()` (offered to the model; asked again before each
+step, so a tool gained mid-turn is offered from the next step) and `execute(call)`.
 The loop owns the turn's state; a capability keeps its own and never reaches into the loop.
 See docs/agent.md, "Adding a capability".
 """
@@ -101,6 +107,11 @@ class Capability:
         """Run a call to one of `tools()`. Return an error outcome rather than raising."""
         raise NotImplementedError(call.name)
 
+    async def load(self) -> None:
+        """Read what the turn needs before its first call; runs concurrently with the loop's own
+        reads and the other capabilities' `load`. Must not raise for a read that fails: note it
+        (a status event) and go on without."""
+
     async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
         return history
 
@@ -114,6 +125,10 @@ class Capability:
     def view(self, messages: list[ChatMessage]) -> list[ChatMessage]:
         """This turn's messages as the model should see them; must not change the list passed in."""
         return messages
+
+    def system_sections(self) -> list[str]:
+        """Text this capability adds to the system prompt, right after the base prompt."""
+        return []
 
     async def after_reply(self, step: int, reply: ModelReply, turn: list[ChatMessage]) -> Verdict:
         return None

@@ -25,6 +25,7 @@ from agentmesh.v1 import (
 )
 
 RPC_TIMEOUT_S = 30.0
+MCP_ADD_TIMEOUT_S = 60.0
 
 
 class MemorySessions:
@@ -159,8 +160,18 @@ class ToolsWorkspaces:
         request = tools_pb2.DeleteWorkspaceRequest(session_id=session_id)
         await peer_call(f"the tools service at {self._target}", self._stub.DeleteWorkspace(request, timeout=RPC_TIMEOUT_S))
 
-    async def list_tools(self) -> tools_pb2.ListToolsResponse:
-        return await self._call(self._stub.ListTools(tools_pb2.ListToolsRequest(), timeout=RPC_TIMEOUT_S))
+    async def list_tools(self, namespace: str = "") -> tools_pb2.ListToolsResponse:
+        return await self._call(self._stub.ListTools(tools_pb2.ListToolsRequest(namespace=namespace), timeout=RPC_TIMEOUT_S))
+
+    # A namespace's own MCP servers. Adding one starts it and lists its tools: give it time.
+    async def add_mcp_server(self, request: tools_pb2.AddMcpServerRequest) -> tools_pb2.McpServerStatus:
+        return await self._call(self._stub.AddMcpServer(request, timeout=MCP_ADD_TIMEOUT_S))
+
+    async def list_mcp_servers(self, request: tools_pb2.ListMcpServersRequest) -> tools_pb2.ListMcpServersResponse:
+        return await self._call(self._stub.ListMcpServers(request, timeout=MCP_ADD_TIMEOUT_S))
+
+    async def remove_mcp_server(self, request: tools_pb2.RemoveMcpServerRequest) -> tools_pb2.RemoveMcpServerResponse:
+        return await self._call(self._stub.RemoveMcpServer(request, timeout=MCP_ADD_TIMEOUT_S))
 
     async def list_workspace(self, request: tools_pb2.ListWorkspaceRequest) -> tools_pb2.ListWorkspaceResponse:
         return await self._call(self._stub.ListWorkspace(request, timeout=RPC_TIMEOUT_S))

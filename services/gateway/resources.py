@@ -26,7 +26,10 @@ MAX_KINDS = 32
 
 
 class ToolCatalog(Protocol):
-    async def list_tools(self) -> tools_pb2.ListToolsResponse: ...
+    async def list_tools(self, namespace: str = "") -> tools_pb2.ListToolsResponse: ...
+    async def add_mcp_server(self, request: tools_pb2.AddMcpServerRequest) -> tools_pb2.McpServerStatus: ...
+    async def list_mcp_servers(self, request: tools_pb2.ListMcpServersRequest) -> tools_pb2.ListMcpServersResponse: ...
+    async def remove_mcp_server(self, request: tools_pb2.RemoveMcpServerRequest) -> tools_pb2.RemoveMcpServerResponse: ...
 
 
 class WorkspaceFiles(Protocol):
@@ -77,12 +80,38 @@ class Resources:
         if request.namespace:
             validate_namespace(request.namespace)
             self._authz.namespace(caller, request.namespace, "ListTools")
-        catalog = await self._tools.list_tools()
+        # The namespace's own MCP servers' tools join the catalog (then the policies apply to them too).
+        namespace = request.namespace or (session.namespace if session is not None else "")
+        catalog = await self._tools.list_tools(namespace)
         if session is None and not request.namespace:
             layers = [self._policies.deployment]
         else:
             layers = await self._policies.layers(session, request.namespace)
         return tools_pb2.ListToolsResponse(tools=self._policies.filter(catalog.tools, layers))
+
+    async def add_mcp_server(self, request: tools_pb2.AddMcpServerRequest,
+                             caller: Caller = ANYONE) -> tools_pb2.McpServerStatus:
+        validate_namespace(request.namespace)
+        self._authz.namespace(caller, request.namespace, "AddMcpServer")
+        if not request.server.name:
+            raise InvalidArgument("server.name is required: 1-32 letters, digits or '-'")
+        if bool(request.server.command) == bool(request.server.url):
+            raise InvalidArgument("give exactly one of server.command (a stdio server) or server.url (streamable HTTP)")
+        return await self._tools.add_mcp_server(request)
+
+    async def list_mcp_servers(self, request: tools_pb2.ListMcpServersRequest,
+                               caller: Caller = ANYONE) -> tools_pb2.ListMcpServersResponse:
+        validate_namespace(request.namespace)
+        self._authz.namespace(caller, request.namespace, "ListMcpServers")
+        return await self._tools.list_mcp_servers(request)
+
+    async def remove_mcp_server(self, request: tools_pb2.RemoveMcpServerRequest,
+                                caller: Caller = ANYONE) -> tools_pb2.RemoveMcpServerResponse:
+        validate_namespace(request.namespace)
+        self._authz.namespace(caller, request.namespace, "RemoveMcpServer")
+        if not request.name:
+            raise InvalidArgument("name is required")
+        return await self._tools.remove_mcp_server(request)
 
     async def search_memory(self, request: gateway_pb2.SearchMemoryRequest,
                             caller: Caller = ANYONE) -> gateway_pb2.SearchMemoryResponse:

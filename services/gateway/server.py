@@ -6,14 +6,19 @@ from __future__ import annotations
 import contextlib
 
 from agentmesh.config import Settings
+from agentmesh.errors import Unavailable
+from agentmesh.gateway.a2a.endpoint import A2aEndpoints
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
-from agentmesh.gateway.http.server import HttpApi
+from agentmesh.gateway.http.server import HttpApi, package_version
+from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.limits import TenantLimiter
+from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.policy import Policies
+from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.gateway.resources import Resources
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.ids import validate_id
@@ -27,7 +32,7 @@ from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.spanstore import span_store_dir
 from agentmesh.toolpolicy import ToolPolicy
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2
 
 log = get_logger("agentmesh.gateway")
 
@@ -40,9 +45,16 @@ def _caller() -> Caller:
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, core: Gateway, resources: Resources, router: SessionRouter | None = None):
+    def __init__(self, core: Gateway, resources: Resources, router: SessionRouter | None = None,
+                 reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
+                 authz: Authorizer | None = None):
+        # authz: who may touch which session and namespace (authz.py); None only without a memory
+        # service to ask (then only the learning RPCs, which need one anyway, would use it).
         self._core = core
         self._resources = resources
+        self._reflect = reflect
+        self._learning = learning
+        self._authz = authz
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -126,6 +138,68 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return self._core.list_models()
 
     @translate_errors
+    async def Reflect(self, request, context):
+        if self._reflect is None or self._authz is None:
+            raise Unavailable("reflection is not wired in this gateway")
+        # NOT_FOUND for a session that does not exist or is another tenant's; member in its own.
+        await self._authz.session(_caller(), request.session_id, "Reflect")
+        return await self._reflect.reflect(request)
+
+    async def _learning_call(self, method: str, request):
+        if self._learning is None or self._authz is None:
+            raise Unavailable("the memory service's learning RPCs are not wired in this gateway")
+        # The caller's role (REQUIRED_ROLES) in the tenant owning the namespace; memory checks again.
+        request.namespace = self._authz.namespace(_caller(), request.namespace, method)
+        return await self._learning.forward(method, request)
+
+    # A namespace's standing instructions, skills, promoted tools and reflection history: the
+    # memory service keeps them and validates each call (learning.py).
+
+    @translate_errors
+    async def GetProfile(self, request, context):
+        return await self._learning_call("GetProfile", request)
+
+    @translate_errors
+    async def SetProfile(self, request, context):
+        return await self._learning_call("SetProfile", request)
+
+    @translate_errors
+    async def PutSkill(self, request, context):
+        return await self._learning_call("PutSkill", request)
+
+    @translate_errors
+    async def ListSkills(self, request, context):
+        return await self._learning_call("ListSkills", request)
+
+    @translate_errors
+    async def GetSkill(self, request, context):
+        return await self._learning_call("GetSkill", request)
+
+    @translate_errors
+    async def ApproveSkill(self, request, context):
+        return await self._learning_call("ApproveSkill", request)
+
+    @translate_errors
+    async def RemoveSkill(self, request, context):
+        return await self._learning_call("RemoveSkill", request)
+
+    @translate_errors
+    async def SetSkillPolicy(self, request, context):
+        return await self._learning_call("SetSkillPolicy", request)
+
+    @translate_errors
+    async def ListPromotedTools(self, request, context):
+        return await self._learning_call("ListPromotedTools", request)
+
+    @translate_errors
+    async def RemovePromotedTool(self, request, context):
+        return await self._learning_call("RemovePromotedTool", request)
+
+    @translate_errors
+    async def ListReflections(self, request, context):
+        return await self._learning_call("ListReflections", request)
+
+    @translate_errors
     async def GetTranscript(self, request, context):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq, _caller())
 
@@ -151,6 +225,18 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._core.update_namespace_settings(request, _caller())
 
     @translate_errors
+    async def AddMcpServer(self, request, context):
+        return await self._resources.add_mcp_server(request, _caller())
+
+    @translate_errors
+    async def ListMcpServers(self, request, context):
+        return await self._resources.list_mcp_servers(request, _caller())
+
+    @translate_errors
+    async def RemoveMcpServer(self, request, context):
+        return await self._resources.remove_mcp_server(request, _caller())
+
+    @translate_errors
     async def SearchMemory(self, request, context):
         return await self._resources.search_memory(request, _caller())
 
@@ -169,6 +255,21 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     @translate_errors
     async def GetTrace(self, request, context):
         return await self._resources.get_trace(request.trace_id, _caller())
+
+
+def _protocol_endpoints(settings: Settings, resources: Resources) -> list:
+    """The A2A agents and the MCP server, on the HTTP address (docs/api.md, "Open protocols")."""
+    gateway_settings = settings.section(GatewaySettings)
+    endpoints: list = []
+    if gateway_settings.a2a:
+        endpoints.append(A2aEndpoints(
+            lambda namespace: resources.list_tools(tools_pb2.ListToolsRequest(namespace=namespace)),
+            description=gateway_settings.agent_description,
+            version=package_version(), public_url=gateway_settings.public_url,
+            bearer_required=bool(settings.auth_tokens), max_depth=gateway_settings.a2a_max_depth))
+    if gateway_settings.mcp:
+        endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
+    return endpoints
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
@@ -214,7 +315,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_drain(forwarder.drain)
         host.on_stop(forwarder.close)
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
-    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(core, resources, router), "agentmesh.v1.Gateway")
+    reflect = AgentReflect(channels["agent"], settings.address_of("agent"))
+    learning = MemoryLearning(channels["memory"], settings.address_of("memory"))
+    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
+             GatewayServicer(core, resources, router, reflect, learning, authz), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():
@@ -224,7 +328,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_stop(close_channels)
     if gateway_settings.http_address:
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
-                       settings.address_of("scheduler"))
+                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources))
 
         async def start_http() -> None:
             await http.start(host.target)

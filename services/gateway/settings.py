@@ -14,6 +14,18 @@ IF_BUSY_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
 
 __all__ = ["GatewaySettings"]
 
+DEFAULT_AGENT_DESCRIPTION = (
+    "An agentmesh agent: it plans, runs tools in a sandbox (shell, Python, files, the web) and "
+    "remembers across conversations. Send it a task in plain words."
+)
+
+
+def _public_url(raw: str) -> str:
+    raw = raw.strip().rstrip("/")
+    if not raw.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http(s) URL, got {raw!r}")
+    return raw
+
 
 def _tool_entries(raw: str) -> tuple[str, ...]:
     """`"shell, python,,github__*"` -> ("shell", "python", "github__*"), each entry well-formed."""
@@ -70,6 +82,18 @@ class GatewaySettings(EnvSection):
     # The largest HTTP request body; 0: an upload of max_upload_bytes as base64 and 1 MiB of room
     # (at least 4 MiB).
     http_max_body_bytes: int = env("AGENTMESH_GATEWAY_HTTP_MAX_BODY_BYTES", 0, minimum=0)
+    # Open protocols on the HTTP address (docs/api.md): each namespace's agent as an A2A agent
+    # (/.well-known/agent-card.json, /a2a/<namespace>/) and an MCP server with ask_agent (/mcp).
+    a2a: bool = env("AGENTMESH_GATEWAY_A2A", True)
+    mcp: bool = env("AGENTMESH_GATEWAY_MCP", True)
+    # How many A2A hops deep a message may arrive (agentmesh agents calling each other as tools
+    # count them in the message's metadata); a deeper one is rejected, which ends loops.
+    a2a_max_depth: int = env("AGENTMESH_GATEWAY_A2A_MAX_DEPTH", 3, minimum=0, maximum=32)
+    # What the agent card and the MCP server say the agent is for.
+    agent_description: str = env("AGENTMESH_GATEWAY_AGENT_DESCRIPTION", DEFAULT_AGENT_DESCRIPTION)
+    # The address clients reach the HTTP API at (behind an ingress), for the card's URLs;
+    # "": the scheme and Host of each request.
+    public_url: str = env("AGENTMESH_GATEWAY_PUBLIC_URL", "", parse=_public_url)
 
     @property
     def max_request_bytes(self) -> int:

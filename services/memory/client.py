@@ -18,7 +18,7 @@ import grpc
 
 from agentmesh.rpc.convert import struct_from_dict
 from agentmesh.rpc.peers import peer_call
-from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
+from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -164,3 +164,41 @@ class MemoryClient:
     ) -> int:
         request = memory_pb2.ImportRequest(namespace=namespace, memories=list(memories))
         return (await self._call(self.stub.Import, request, timeout=timeout_s)).imported
+
+    # --- standing instructions ---
+
+    async def get_profile(self, namespace: str = "default") -> learning_pb2.Profile:
+        return await self._call(self.stub.GetProfile, learning_pb2.GetProfileRequest(namespace=namespace))
+
+    async def set_profile(self, part: str, text: str, *, namespace: str = "default") -> learning_pb2.Profile:
+        return await self._call(self.stub.SetProfile, learning_pb2.SetProfileRequest(namespace=namespace, part=part, text=text))
+
+    # --- skills ---
+
+    async def list_skills(self, namespace: str = "default", include_drafts: bool = False) -> list[learning_pb2.SkillInfo]:
+        request = learning_pb2.ListSkillsRequest(namespace=namespace, include_drafts=include_drafts)
+        return list((await self._call(self.stub.ListSkills, request)).skills)
+
+    async def get_skill(self, name: str, *, namespace: str = "default", version: int = 0) -> learning_pb2.Skill:
+        return await self._call(self.stub.GetSkill, learning_pb2.GetSkillRequest(namespace=namespace, name=name, version=version))
+
+    # --- promoted tools ---
+
+    async def put_promoted_tool(self, tool: learning_pb2.PromotedTool) -> learning_pb2.PromotedTool:
+        return await self._call(self.stub.PutPromotedTool, tool)
+
+    async def list_promoted_tools(self, namespace: str = "default") -> list[learning_pb2.PromotedTool]:
+        reply = await self._call(self.stub.ListPromotedTools, learning_pb2.ListPromotedToolsRequest(namespace=namespace))
+        return list(reply.tools)
+
+    # --- reflection ---
+
+    async def reflection_state(self, session_id: str, *, namespace: str = "default") -> memory_pb2.ReflectionState:
+        request = memory_pb2.GetReflectionStateRequest(namespace=namespace, session_id=session_id)
+        return await self._call(self.stub.GetReflectionState, request)
+
+    async def record_reflection(self, run: learning_pb2.ReflectionRun) -> memory_pb2.ReflectionState:
+        return await self._call(self.stub.RecordReflection, run)
+
+    async def put_skill(self, request: learning_pb2.PutSkillRequest) -> learning_pb2.SkillInfo:
+        return await self._call(self.stub.PutSkill, request)

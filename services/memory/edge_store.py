@@ -5,6 +5,7 @@ Layout under `$AGENTMESH_HOME/memory/`:
     LOCK                      held by the one memory service using this home
     sessions/  messages/      payload-only shards (session records; transcript messages)
     namespaces/               payload-only shard: namespace settings
+    documents/                payload-only shard of the learning documents (edge_documents.py)
     memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
                               meta.json names the embedder that filled it
 
@@ -121,6 +122,7 @@ class EdgeStore:
         self._messages: IndexedShard | None = None
         self._namespaces: IndexedShard | None = None  # namespace settings, one point each
         self._memories: dict[str, IndexedShard] = {}  # open memory shards by directory name
+        self._payload_shards: dict[str, IndexedShard] = {}  # other adapters' shards (payload_shard)
         self._known: set[str] = set()  # memory shard directories on disk
         self._embedder: tuple[str, int] = ("", 0)
         self._flusher: asyncio.Task | None = None
@@ -175,7 +177,20 @@ class EdgeStore:
         return self._messages
 
     def _all_open(self) -> list[IndexedShard]:
-        return [s for s in (self._sessions, self._messages, self._namespaces, *self._memories.values()) if s is not None]
+        shards = (self._sessions, self._messages, self._namespaces, *self._payload_shards.values(),
+                  *self._memories.values())
+        return [s for s in shards if s is not None]
+
+    def payload_shard(self, name: str) -> IndexedShard:
+        """A payload-only shard `name` beside the sessions and messages, for an adapter of another
+        port on the same home (edge_documents.py). Opened once, under this store's lock, and
+        flushed and closed with the store's own shards."""
+        assert self._sessions is not None, "the store is not open"
+        shard = self._payload_shards.get(name)
+        if shard is None:
+            shard = IndexedShard.open_or_create(self.root / name, _payload_only, 0)
+            self._payload_shards[name] = shard
+        return shard
 
     async def flush(self) -> None:
         for shard in self._all_open():
@@ -188,6 +203,7 @@ class EdgeStore:
         for shard in self._all_open():
             await shard.close()
         self._memories.clear()
+        self._payload_shards.clear()
         self._sessions = self._messages = self._namespaces = None
         if self._lock.is_locked:
             self._lock.release()

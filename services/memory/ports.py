@@ -1,9 +1,12 @@
-"""The storage port of the memory core: what `transcripts.py`, `memories.py` and `context.py` need
-from a store, in plain Python types.
+"""The storage ports of the memory core: what `transcripts.py`, `memories.py` and `context.py` need
+from a store (`Store`), and what the learning cores (`profiles.py`, `skills.py`, `promoted.py`,
+`reflections.py`) need (`DocumentStore`), in plain Python types.
 
 Two adapters implement it: `edge_store.EdgeStore` (Qdrant Edge, embedded under AGENTMESH_HOME, the
 default) and `qdrant_store.QdrantStore` (a Qdrant server through qdrant-client). The cores import
-this module only, never an adapter; `stores.open_store` picks one from the settings.
+this module only, never an adapter; `stores.open_store` picks one from the settings. The document
+store has the same two adapters (`edge_documents.EdgeDocuments`, `qdrant_documents.QdrantDocuments`),
+opened in the same place as the memory store by `stores.open_documents`.
 
 Payloads are JSON-like dicts. A sparse vector is `(indices, values)`. Point ids are UUID strings
 derived from our own ids (`point_id`), so the same logical record always lands on the same point:
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 __all__ = [
-    "DENSE", "SPARSE", "FusionPlan", "MemoryRow", "PointFilter", "ScoredRow", "Store", "point_id", "stored_time",
+    "DENSE", "SPARSE", "DocumentStore", "FusionPlan", "MemoryRow", "PointFilter", "ScoredRow", "Store", "document_point", "point_id", "stored_time",
 ]
 
 DENSE = "dense"
@@ -130,3 +133,33 @@ class Store(Protocol):
     async def count_memories(self, f: PointFilter) -> int: ...
     async def delete_memories_by_filter(self, f: PointFilter) -> int: ...
     async def delete_memories_by_ids(self, namespace: str, ids: Sequence[str]) -> None: ...
+
+
+class DocumentStore(Protocol):
+    """A namespace's small keyed documents: standing instructions, skills, promoted tools,
+    reflection runs. Kept apart from `Store` on purpose: they are read by key, never searched by
+    meaning, so they need no vectors and no embedder.
+
+    A document is addressed by (kind, namespace, key) and is a JSON-like dict. Writes are durable
+    once a call returns; the same address always lands on the same record (a put replaces it).
+    The adapters keep documents where transcripts live (embedded under AGENTMESH_HOME, or the
+    Qdrant server of a cluster), never on one pod's disk alone.
+    """
+
+    async def open(self) -> None:
+        """Create what is missing (the shard or collection, its indexes)."""
+
+    async def get_document(self, kind: str, namespace: str, key: str) -> Payload | None: ...
+
+    async def put_document(self, kind: str, namespace: str, key: str, payload: Payload) -> None: ...
+
+    async def delete_document(self, kind: str, namespace: str, key: str) -> bool:
+        """True when a document was there."""
+
+    async def list_documents(self, kind: str, namespace: str) -> list[tuple[str, Payload]]:
+        """(key, payload) of every document of this kind in the namespace, by key."""
+
+
+def document_point(kind: str, namespace: str, key: str) -> str:
+    """The point id of a document: one address, one point, in every adapter."""
+    return point_id("document", kind, namespace, key)

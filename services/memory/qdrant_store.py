@@ -15,7 +15,7 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
@@ -90,6 +90,11 @@ class QdrantStore:
             if self.local or type(exc).__module__.startswith("agentmesh"):
                 raise
             raise Unavailable(f"Qdrant at {self.where} failed: {type(exc).__name__}: {exc}") from exc
+
+    def shared(self) -> tuple[QdrantClient, Callable[..., Awaitable[Any]]]:
+        """The client and the runner bound to this store's executor, for adapters of other
+        collections in the same store (qdrant_documents.py): the embedded store allows one client."""
+        return self._client, self._run
 
     async def close(self) -> None:
         await self._run(self._client.close)

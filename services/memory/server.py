@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
@@ -20,26 +21,35 @@ from agentmesh.memory.convert import (
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.namespaces import Namespaces
+from agentmesh.memory.profiles import Profile, Profiles
+from agentmesh.memory.promoted import PromotedTool, PromotedTools
+from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.settings import MemorySettings
-from agentmesh.memory.stores import open_store
+from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
+from agentmesh.memory.stores import open_documents, open_store
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.rpc.audit import AuditLog
+from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import memory_pb2, memory_pb2_grpc, sessions_pb2
+from agentmesh.v1 import learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 
 log = get_logger("agentmesh.memory")
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
-    def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces,
-                 audit: AuditLog | None = None):
+    def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
+                 skills: Skills, promoted: PromotedTools, reflections: Reflections, audit: AuditLog | None = None):
         self._transcripts = transcripts
         self._memories = memories
         self._namespaces = namespaces
+        self._profiles = profiles
+        self._skills = skills
+        self._promoted = promoted
+        self._reflections = reflections
         # Memory keeps tenants apart itself, whoever calls: a session or namespace outside the
         # principal's tenants is NOT_FOUND / PERMISSION_DENIED here too, not only at the gateway.
         self._tenants = TenantGuard(transcripts, audit)
@@ -192,6 +202,131 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         imported = await self._memories.import_many(request.namespace, items)
         return memory_pb2.ImportResponse(imported=imported)
 
+    # --- standing instructions ---
+
+    @translate_errors
+    async def GetProfile(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetProfile")
+        return _profile_to_proto(await self._profiles.get(request.namespace))
+
+    @translate_errors
+    async def SetProfile(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SetProfile")
+        return _profile_to_proto(await self._profiles.set(request.namespace, request.part, request.text))
+
+    # --- skills ---
+
+    @translate_errors
+    async def PutSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutSkill")
+        files = [SkillFile(f.path, f.content) for f in request.files]
+        # The agent (reflection) only proposes: its skills wait for a person. The gateway calls
+        # on behalf of the user who asked, and stores what that user chose.
+        principal = current_principal.get()
+        draft = request.draft or bool(principal is not None and principal.via == "agent")
+        info = await self._skills.put(request.namespace, files, draft=draft, source=request.source or "api")
+        return _skill_info_to_proto(info)
+
+    @translate_errors
+    async def ListSkills(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListSkills")
+        found = await self._skills.list(request.namespace, include_drafts=request.include_drafts)
+        return learning_pb2.ListSkillsResponse(skills=[_skill_info_to_proto(i) for i in found])
+
+    @translate_errors
+    async def GetSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetSkill")
+        return _skill_to_proto(await self._skills.get(request.namespace, request.name, request.version))
+
+    @translate_errors
+    async def ApproveSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ApproveSkill")
+        return _skill_info_to_proto(await self._skills.approve(request.namespace, request.name))
+
+    @translate_errors
+    async def RemoveSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RemoveSkill")
+        return learning_pb2.RemoveSkillResponse(removed_versions=await self._skills.remove(request.namespace, request.name))
+
+    @translate_errors
+    async def SetSkillPolicy(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SetSkillPolicy")
+        auto = await self._skills.set_policy(request.namespace, request.auto_accept)
+        return learning_pb2.SkillPolicy(namespace=request.namespace or "default", auto_accept=auto)
+
+    # --- promoted tools ---
+
+    @translate_errors
+    async def PutPromotedTool(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutPromotedTool")
+        tool = PromotedTool(namespace=request.namespace, name=request.name, description=request.description,
+                            parameters_json=request.parameters_json, source=request.source,
+                            function=request.function, origin=request.origin)
+        return _promoted_to_proto(await self._promoted.put(tool))
+
+    @translate_errors
+    async def ListPromotedTools(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListPromotedTools")
+        found = await self._promoted.list(request.namespace)
+        return learning_pb2.ListPromotedToolsResponse(tools=[_promoted_to_proto(t) for t in found])
+
+    @translate_errors
+    async def RemovePromotedTool(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RemovePromotedTool")
+        return learning_pb2.RemoveSkillResponse(removed_versions=await self._promoted.remove(request.namespace, request.name))
+
+    # --- reflection ---
+
+    @translate_errors
+    async def GetReflectionState(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetReflectionState")
+        return _state_to_proto(await self._reflections.state(request.namespace, request.session_id))
+
+    @translate_errors
+    async def RecordReflection(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RecordReflection")
+        return _state_to_proto(await self._reflections.record(_run_to_dict(request)))
+
+    @translate_errors
+    async def ListReflections(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListReflections")
+        runs = await self._reflections.list(request.namespace, request.session_id, request.limit)
+        return learning_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
+
+
+def _run_to_dict(run: learning_pb2.ReflectionRun) -> dict:
+    return json_format.MessageToDict(run, preserving_proto_field_name=True)
+
+
+def _run_from_dict(run: dict) -> learning_pb2.ReflectionRun:
+    return json_format.ParseDict(run, learning_pb2.ReflectionRun(), ignore_unknown_fields=True)
+
+
+def _state_to_proto(state: dict) -> memory_pb2.ReflectionState:
+    return memory_pb2.ReflectionState(session_id=state["session_id"], last_seq=int(state["last_seq"]),
+                                      runs=[_run_from_dict(r) for r in state["runs"]])
+
+
+def _promoted_to_proto(t: PromotedTool) -> learning_pb2.PromotedTool:
+    return learning_pb2.PromotedTool(namespace=t.namespace, name=t.name, description=t.description,
+                                   parameters_json=t.parameters_json, source=t.source, function=t.function,
+                                   version=t.version, created_at=t.created_at, origin=t.origin)
+
+
+def _skill_info_to_proto(i: SkillInfo) -> learning_pb2.SkillInfo:
+    return learning_pb2.SkillInfo(namespace=i.namespace, name=i.name, description=i.description, version=i.version,
+                                status=i.status, paths=list(i.paths), created_at=i.created_at, source=i.source)
+
+
+def _skill_to_proto(s: Skill) -> learning_pb2.Skill:
+    return learning_pb2.Skill(info=_skill_info_to_proto(s.info), body=s.body,
+                            files=[learning_pb2.SkillFile(path=f.path, content=f.content) for f in s.files])
+
+
+def _profile_to_proto(p: Profile) -> learning_pb2.Profile:
+    return learning_pb2.Profile(namespace=p.namespace, soul=p.soul, user=p.user, project=p.project,
+                              updated_at=p.updated_at, max_chars=p.max_chars)
+
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     memory_settings = settings.section(MemorySettings)
@@ -200,6 +335,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     try:
         memories = Memories(store, embedder, memory_settings, tracer=telemetry.tracer)
         await memories.open()
+        # Standing instructions, skills, promoted tools and reflection runs, beside the memories.
+        documents = await open_documents(store)
     except BaseException:
         await store.close()
         await embedder.close()
@@ -208,7 +345,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
-        MemoryServicer(Transcripts(store, memory_settings), memories, Namespaces(store), host.audit),
+        MemoryServicer(Transcripts(store, memory_settings), memories, Namespaces(store),
+                       Profiles(documents, max_chars=memory_settings.profile_max_chars),
+                       Skills(documents, SkillLimits()),
+                       PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
+                       Reflections(documents), host.audit),
         "agentmesh.v1.Memory",
     )
 

@@ -62,6 +62,10 @@ class MemorySettings(EnvSection):
     max_memory_bytes: int = env("AGENTMESH_MEMORY_MAX_MEMORY_BYTES", 64 * 1024, minimum=1)
     max_messages_per_append: int = 1000
     max_import: int = 10_000
+    # Each standing-instruction part (soul, user, project): every turn of the namespace carries it.
+    profile_max_chars: int = env("AGENTMESH_PROFILE_MAX_CHARS", 4000, minimum=1)
+    # Tools the agent may promote from its own functions, per namespace.
+    promoted_tools_max: int = env("AGENTMESH_PROMOTED_TOOLS_MAX", 20, minimum=0)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "embeddings_base_url", self.embeddings_base_url.rstrip("/"))

@@ -2,7 +2,8 @@
 
 AGENTMESH_QDRANT_URL set: a Qdrant server through qdrant-client (qdrant_store.py). Otherwise
 Qdrant Edge embedded under AGENTMESH_HOME (edge_store.py), after moving a home that the old
-local mode wrote into it (migrate.py).
+local mode wrote into it (migrate.py). The document store (ports.DocumentStore) always lives in
+the same place as the memory store: `open_documents` picks its adapter by the store's.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentmesh.logs import get_logger
+from agentmesh.memory.edge_documents import EdgeDocuments
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.migrate import migrate, needs_migration
-from agentmesh.memory.ports import Store
+from agentmesh.memory.ports import DocumentStore, Store
+from agentmesh.memory.qdrant_documents import QdrantDocuments
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 
@@ -44,3 +47,17 @@ async def open_store(home: Path, qdrant_url: str, settings: MemorySettings) -> S
             await store.close()
             raise
     return store
+
+
+async def open_documents(store: Store) -> DocumentStore:
+    """The document store beside an open `store` (open_store's): a shard of the same Edge home,
+    or a collection on the same Qdrant server through the same client."""
+    documents: DocumentStore
+    if isinstance(store, EdgeStore):
+        documents = EdgeDocuments(store)
+    elif isinstance(store, QdrantStore):
+        documents = QdrantDocuments.beside(store)
+    else:
+        raise TypeError(f"no document store goes with {type(store).__name__}")
+    await documents.open()
+    return documents

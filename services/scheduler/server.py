@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -17,6 +18,13 @@ from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.scheduler.clock import SystemClock
 from agentmesh.scheduler.engine import Scheduler
 from agentmesh.scheduler.gateway_target import GatewayRunTarget
+from agentmesh.scheduler.idle_reflection import (
+    GatewaySessions,
+    IdleReflections,
+    IdleSettings,
+    ReflectionClaims,
+    run_while_leading,
+)
 from agentmesh.scheduler.jobs import EDITABLE_FIELDS
 from agentmesh.scheduler.leader import FileLeaderLock, LeaseLeaderLock, kubernetes_lease_api
 from agentmesh.scheduler.model import Job, Run
@@ -202,9 +210,29 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core, host.audit), "agentmesh.v1.Scheduler")
     host.scheduler = core  # type: ignore[attr-defined]  # tests and benches look at leadership
 
+    # Idle reflection: the leader's sweep, beside the jobs, on its own claims table.
+    reflection_channel = open_channel(settings.address_of("gateway"), telemetry, identity=service_identity,
+                                      audience="gateway")
+    claims = ReflectionClaims(settings.home / "scheduler" / "reflections.db")
+    sweeper = IdleReflections(claims, GatewaySessions(reflection_channel),
+                              IdleSettings(idle_s=config.reflect_idle_s, check_s=config.reflect_check_s,
+                                           retry_s=config.reflect_retry_s))
+    stopping = asyncio.Event()
+    sweep_loop = None
+    if config.reflect_idle_s > 0:
+        now = (clock or SystemClock()).now
+        sweep_loop = asyncio.create_task(
+            run_while_leading(sweeper, lambda: core.is_leader, now, config.reflect_check_s, stopping),
+            name="idle-reflection")
+
     async def shutdown() -> None:
+        stopping.set()
+        if sweep_loop is not None:
+            await asyncio.wait([sweep_loop], timeout=settings.drain_s)
         await core.stop(settings.drain_s)
         await target.close()
+        await reflection_channel.close()
+        await claims.close()
         await store.close()
 
     host.on_stop(shutdown)

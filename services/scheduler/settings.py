@@ -40,6 +40,12 @@ class SchedulerSettings(EnvSection):
     max_jobs: int = env("AGENTMESH_SCHEDULER_MAX_JOBS", 100_000, minimum=1)
     # SQLite journal: "wal" on a local disk; "delete" when the data directory is a network volume.
     journal_mode: str = env("AGENTMESH_SCHEDULER_JOURNAL", "wal", choices=("wal", "delete"))
+    # Idle reflection (idle_reflection.py): a session idle this long with new entries is reflected
+    # on (0: never); the leader looks every `reflect_check_s`; a failure is retried after
+    # `reflect_retry_s`, doubling.
+    reflect_idle_s: float = env("AGENTMESH_REFLECT_IDLE_S", 600.0, minimum=0)
+    reflect_check_s: float = env("AGENTMESH_REFLECT_CHECK_S", 60.0, minimum=0.05)
+    reflect_retry_s: float = env("AGENTMESH_REFLECT_RETRY_S", 300.0, minimum=0.05)
 
     def __post_init__(self) -> None:
         if self.lease_duration_s <= self.renew_s:

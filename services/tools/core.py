@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Iterable
+from typing import Iterable, Protocol
 
 import structlog
 
 from agentmesh.errors import InvalidArgument
-from agentmesh.ids import validate_id
+from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.tools.background import BackgroundCommand, BackgroundCommands
 from agentmesh.tools.catalog import CallContext, Tool, ToolProvider, ToolSpec
@@ -28,10 +28,18 @@ MAX_NAME_CHARS = 128
 MAX_CALL_ID_CHARS = 256
 
 
+class NamespaceTools(Protocol):
+    """Tools a namespace has of its own (its MCP servers), beside everyone's."""
+
+    async def tools(self, namespace: str) -> list[Tool]: ...
+    async def find(self, namespace: str, name: str) -> Tool | None: ...
+
+
 class ToolService:
     def __init__(self, providers: Iterable[ToolProvider], workspaces: Workspaces, max_arguments_bytes: int,
-                 background: BackgroundCommands | None = None):
+                 background: BackgroundCommands | None = None, namespaces: NamespaceTools | None = None):
         self.background = background
+        self.namespaces = namespaces
         self._tools: dict[str, Tool] = {}
         # Providers whose catalog changes while the service runs (MCP servers): asked on each look.
         self._dynamic = []
@@ -50,6 +58,15 @@ class ToolService:
             specs += [tool.spec for tool in provider.tools() if tool.spec.name not in self._tools]
         return specs
 
+    async def catalog(self, namespace: str = "") -> list[ToolSpec]:
+        """Everyone's tools, and the namespace's own (which cannot shadow them)."""
+        specs = self.specs()
+        if namespace and self.namespaces is not None:
+            validate_namespace(namespace)
+            taken = {spec.name for spec in specs}
+            specs += [tool.spec for tool in await self.namespaces.tools(namespace) if tool.spec.name not in taken]
+        return specs
+
     def _find(self, name: str) -> Tool | None:
         tool = self._tools.get(name)
         for provider in self._dynamic:
@@ -59,9 +76,12 @@ class ToolService:
         return tool
 
     async def execute(
-        self, session_id: str, call_id: str, name: str, arguments_json: str, timeout_s: float = 0.0
+        self, session_id: str, call_id: str, name: str, arguments_json: str, timeout_s: float = 0.0,
+        namespace: str = "",
     ) -> ToolOutcome:
         validate_id(session_id, "session_id")
+        if namespace:
+            validate_namespace(namespace)
         if len(call_id) > MAX_CALL_ID_CHARS:
             raise InvalidArgument(f"call_id is {len(call_id)} characters long; at most {MAX_CALL_ID_CHARS} are allowed")
         if len(name) > MAX_NAME_CHARS:
@@ -74,16 +94,18 @@ class ToolService:
 
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(session_id=session_id, call_id=call_id, tool=name):
-            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s), name, arguments_json)
+            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s), name, arguments_json, namespace)
             if not outcome.duration_ms:
                 outcome.duration_ms = (time.monotonic() - started) * 1000
             log.info("tool call finished", is_error=outcome.is_error, error_kind=outcome.error_kind, duration_ms=round(outcome.duration_ms, 1))
             return outcome
 
-    async def _dispatch(self, ctx: CallContext, name: str, arguments_json: str) -> ToolOutcome:
+    async def _dispatch(self, ctx: CallContext, name: str, arguments_json: str, namespace: str = "") -> ToolOutcome:
         tool = self._find(name)
+        if tool is None and namespace and self.namespaces is not None:
+            tool = await self.namespaces.find(namespace, name)
         if tool is None:
-            known = ", ".join(sorted(spec.name for spec in self.specs()))
+            known = ", ".join(sorted(spec.name for spec in await self.catalog(namespace)))
             return ToolOutcome(output=f"there is no tool named {name!r}; the tools are: {known}", is_error=True, error_kind="unknown_tool")
         try:
             arguments = tool.parse_arguments(arguments_json)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import grpc
 from opentelemetry import trace
 
 from agentmesh.config import Settings
+from agentmesh.errors import FailedPrecondition
+from agentmesh.ids import validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
@@ -19,7 +22,9 @@ from agentmesh.tools.catalog import ToolProvider
 from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
-from agentmesh.tools.mcp.wiring import build_mcp_tools
+from agentmesh.tools.mcp.a2a_agents import DEPTH_KEY
+from agentmesh.tools.mcp.namespaces import NamespaceServers
+from agentmesh.tools.mcp.wiring import ConnectionFactory, build_a2a_tools, build_mcp_tools
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
@@ -28,7 +33,7 @@ from agentmesh.tools.tenancy import SessionTenants
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
 from agentmesh.tools.workspace_files import WorkspaceFiles
-from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import memory_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.tools")
 
@@ -48,15 +53,42 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def ListTools(self, request, context):
-        return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in self._core.specs()])
+        specs = await self._core.catalog(request.namespace)
+        return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in specs])
 
     @translate_errors
     async def Execute(self, request, context):
         await self._session(request.session_id, "Execute", grows=True)
         outcome = await self._core.execute(
-            request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s
+            request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s,
+            namespace=request.namespace,
         )
         return tools_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
+
+    # --- a namespace's own MCP servers ---
+
+    def _namespaces(self) -> NamespaceServers:
+        if not isinstance(self._core.namespaces, NamespaceServers):
+            raise FailedPrecondition("this tools service keeps no per-namespace MCP servers")
+        return self._core.namespaces
+
+    @translate_errors
+    async def AddMcpServer(self, request, context):
+        namespace = validate_namespace(request.namespace)
+        spec = request.server
+        raw = {"name": spec.name, "command": spec.command, "args": list(spec.args), "url": spec.url,
+               "headers": dict(spec.headers)}
+        return _server_status(await self._namespaces().add(namespace, raw))
+
+    @translate_errors
+    async def ListMcpServers(self, request, context):
+        namespace = validate_namespace(request.namespace)
+        return tools_pb2.ListMcpServersResponse(servers=[_server_status(s) for s in await self._namespaces().list(namespace)])
+
+    @translate_errors
+    async def RemoveMcpServer(self, request, context):
+        await self._namespaces().remove(validate_namespace(request.namespace), request.name)
+        return tools_pb2.RemoveMcpServerResponse(removed=True)
 
     @translate_errors
     async def BackgroundResults(self, request, context):
@@ -103,6 +135,13 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)
 
 
+def _server_status(status: dict) -> tools_pb2.McpServerStatus:
+    return tools_pb2.McpServerStatus(
+        server=tools_pb2.McpServerSpec(name=status["name"], command=status.get("command", ""), args=status.get("args", []),
+                                       url=status.get("url", ""), headers=status.get("headers", {})),
+        available=status["available"], error=status["error"], tools=status["tools"])
+
+
 def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Telemetry) -> Executor:
     if settings.mode == "kubernetes":
         from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
@@ -137,6 +176,22 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                        background=background if settings.background_per_session else None)
 
 
+def session_depth_reader(memory):
+    """How deep in a chain of A2A agents a session is (its `agentmesh.a2a.depth` label; 0 for a
+    session a person started, or none at all)."""
+    async def depth(session_id: str) -> int:
+        try:
+            session = await memory.GetSession(sessions_pb2.GetSessionRequest(session_id=session_id), timeout=10)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.NOT_FOUND:
+                return 0
+            raise
+        value = session.labels.get(DEPTH_KEY, "0")
+        return int(value) if value.isdigit() else 0
+
+    return depth
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     tools_settings = ToolsSettings.from_settings(settings)
     tools_settings.workspace_root.mkdir(parents=True, exist_ok=True)
@@ -147,20 +202,36 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
-    mcp_tools = build_mcp_tools(tools_settings, executor, owner, telemetry.tracer)
+    connections = ConnectionFactory(tools_settings, executor, owner)
+    mcp_tools = build_mcp_tools(tools_settings, connections, telemetry.tracer)
     if mcp_tools is not None:
         try:
             await mcp_tools.start()
         except BaseException:
             await mcp_tools.close()
             raise
-    core = build_core(tools_settings, executor, workspaces, telemetry.tracer,
-                      extra_providers=(mcp_tools,) if mcp_tools is not None else ())
+    identity = ServiceIdentity.open("tools", settings.keys_dir)
+    channels: list = []
+
+    def open_session_depth():
+        # Only with remote A2A agents: how deep in a chain of agents the calling session is.
+        channels.append(open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory"))
+        return session_depth_reader(memory_pb2_grpc.MemoryStub(channels[-1]))
+
+    a2a_tools = build_a2a_tools(tools_settings, open_session_depth)
+    if a2a_tools is not None:
+        await a2a_tools.start()
+    extra = tuple(p for p in (mcp_tools, a2a_tools) if p is not None)
+    namespaces = NamespaceServers(
+        connections.root / "namespaces", connections, connections.policy, tools_settings.limits,
+        tools_settings.mcp.attachment_cap_bytes, tools_settings.mcp.secrets,
+        reserved=lambda: mcp_tools.names() if mcp_tools is not None else set(), tracer=telemetry.tracer)
+    core = build_core(tools_settings, executor, workspaces, telemetry.tracer, extra_providers=extra)
+    core.namespaces = namespaces
     # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by
     # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
     # names the limit in its INVALID_ARGUMENT.
     largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
-    identity = ServiceIdentity.open("tools", settings.keys_dir)
     host = ServiceHost("tools", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
     tenants = None
@@ -175,5 +246,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(core.background.close)  # before the executor: stop what still runs
     if mcp_tools is not None:
         host.on_stop(mcp_tools.close)
+    host.on_stop(namespaces.close)
+    for channel in channels:
+        host.on_stop(channel.close)
     host.on_stop(executor.close)
     return host

@@ -56,7 +56,7 @@ class WorkspaceTools(FakeTools):
         super().__init__(handlers)
         self.workspaces: list[str] = []
 
-    async def execute(self, session_id: str, call: ToolCall) -> ToolOutcome:
+    async def execute(self, session_id: str, call: ToolCall, namespace: str = "") -> ToolOutcome:
         self.workspaces.append(session_id)
         return await super().execute(session_id, call)
 

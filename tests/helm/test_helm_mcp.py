@@ -15,7 +15,7 @@ SERVERS = {"docs": {"url": "https://mcp.example.com/mcp", "headers": {"Authoriza
 def test_mcp_servers_are_mounted_into_the_tools_service_only():
     rendered = render({"tools": {"mcpServers": SERVERS}})
     config = rendered.get("ConfigMap", f"{RELEASE}-mcp-servers")
-    assert json.loads(config["data"]["mcp-servers.json"]) == {"mcpServers": SERVERS}
+    assert json.loads(config["data"]["mcp-servers.json"]) == {"mcpServers": SERVERS, "a2aAgents": {}}
     tools = rendered.deployment("tools")["spec"]["template"]["spec"]
     [container] = tools["containers"]
     path = container_env(container)["AGENTMESH_MCP_SERVERS"]
@@ -23,6 +23,17 @@ def test_mcp_servers_are_mounted_into_the_tools_service_only():
     assert path == mount["mountPath"] + "/mcp-servers.json" and mount["readOnly"]
     agent = rendered.deployment("agent")["spec"]["template"]["spec"]["containers"][0]
     assert "AGENTMESH_MCP_SERVERS" not in container_env(agent)
+
+
+def test_remote_a2a_agents_go_into_the_same_file():
+    agents = {"research": {"url": "https://research.example.com", "headers": {"Authorization": "Bearer ${AGENTMESH_MCP_SECRET_R}"}}}
+    rendered = render({"tools": {"a2aAgents": agents}})
+    config = rendered.get("ConfigMap", f"{RELEASE}-mcp-servers")
+    assert json.loads(config["data"]["mcp-servers.json"]) == {"mcpServers": {}, "a2aAgents": agents}
+    [container] = rendered.deployment("tools")["spec"]["template"]["spec"]["containers"]
+    assert container_env(container)["AGENTMESH_MCP_SERVERS"] == "/etc/agentmesh/mcp/mcp-servers.json"
+    with pytest.raises(helm_python.HelmError):
+        render({"tools": {"a2aAgents": {"research": {"url": "ftp://x"}}}})
 
 
 def test_no_mcp_servers_renders_nothing_for_them():

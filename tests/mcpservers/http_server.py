@@ -59,13 +59,14 @@ def build_server(events: list[str]) -> MCPServer:
 
 
 class HttpMcpServer:
-    def __init__(self):
+    def __init__(self, server: MCPServer | None = None):
+        """`server`: another MCPServer to serve instead of the calculator."""
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.events: list[str] = []  # what the server saw happen, for tests
-        app = build_server(self.events).streamable_http_app()
+        app = (server or build_server(self.events)).streamable_http_app()
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

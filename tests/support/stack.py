@@ -17,6 +17,7 @@ from typing import Mapping
 
 from agentmesh.cli.stack import free_address
 from agentmesh.config import SERVICES, Settings
+from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.v1 import gateway_pb2_grpc, memory_pb2_grpc, scheduler_pb2_grpc, tools_pb2_grpc
@@ -96,6 +97,12 @@ class Stack:
         """A channel as `service`'s usual caller: signed as the agent for memory and tools, as
         the gateway for the agent; a user's plain channel to the gateway and the scheduler."""
         channel = caller_channel(self.settings.keys_dir, service, self.addresses[service])
+        self._channels.append(channel)
+        return channel
+
+    def user_channel(self, service: str):
+        """A plain channel to `service`, as a user's client (the CLI, an SDK) opens it."""
+        channel = open_channel(self.addresses[service])
         self._channels.append(channel)
         return channel
 

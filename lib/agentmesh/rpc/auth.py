@@ -81,7 +81,11 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
     # Users create and trigger jobs (`agentmesh cron`); no service calls the scheduler.
     "scheduler": {"*": _allow(USERS)},
     # Turns run only for the gateway.
-    "agent": {"RunTurn": _allow("gateway")},
+    "agent": {
+        "RunTurn": _allow("gateway"),
+        # `agentmesh reflect` and the scheduler's idle reflections, through the gateway.
+        "Reflect": _allow("gateway"),
+    },
     "tools": {
         # `agentmesh tools list|run` is a user's direct call; the agent runs the model's calls;
         # the gateway serves the catalog on its public API (GET /v1/tools).
@@ -98,11 +102,17 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # them when a turn is cancelled.
         "BackgroundResults": _allow("agent"),
         "StopBackground": _allow("agent"),
+        # A namespace's own MCP servers: the gateway's AddMcpServer, ListMcpServers and
+        # RemoveMcpServer (`agentmesh mcp`), after it checked the caller.
+        "AddMcpServer": _allow("gateway"),
+        "ListMcpServers": _allow("gateway"),
+        "RemoveMcpServer": _allow("gateway"),
     },
     "memory": {
         # Sessions and transcripts: the gateway reads and deletes, the agent writes.
         "PutSession": _allow("gateway", "agent"),
-        # The tools service asks for a session's tenant before touching its workspace.
+        # The tools service asks for a session's tenant before touching its workspace, and reads
+        # its A2A depth label before calling a remote A2A agent.
         "GetSession": _allow("gateway", "agent", "tools"),
         "ListSessions": _allow("gateway", "agent"),
         "DeleteSession": _allow("gateway", "agent"),
@@ -126,6 +136,29 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListMemories": _allow("agent", USERS),
         "Forget": _allow("agent", USERS),
         "Import": _allow("agent", USERS),
+        # Standing instructions: every turn reads them; users set them, directly or through the
+        # gateway's GetProfile/SetProfile (`agentmesh profile`).
+        "GetProfile": _allow("agent", "gateway", USERS),
+        "SetProfile": _allow("gateway", USERS),
+        # Skills: every turn lists them and `read_skill` loads one; users manage them
+        # (`agentmesh skills`), through the gateway's RPCs of the same names or directly.
+        "ListSkills": _allow("agent", "gateway", USERS),
+        "GetSkill": _allow("agent", "gateway", USERS),
+        # The agent stores reflection's skill proposals, always as drafts (server.py forces it).
+        "PutSkill": _allow("agent", "gateway", USERS),
+        "ApproveSkill": _allow("gateway", USERS),
+        "RemoveSkill": _allow("gateway", USERS),
+        "SetSkillPolicy": _allow("gateway", USERS),
+        # Promoted tools: the agent stores what `promote_skill` made and lists them each turn;
+        # users list and remove them (`agentmesh skills list --tools`).
+        "PutPromotedTool": _allow("agent"),
+        "ListPromotedTools": _allow("agent", "gateway", USERS),
+        "RemovePromotedTool": _allow("gateway", USERS),
+        # Reflection: the agent reads and records each session's cursor and runs; users read
+        # the history (`agentmesh reflect history`).
+        "GetReflectionState": _allow("agent"),
+        "RecordReflection": _allow("agent"),
+        "ListReflections": _allow("agent", "gateway", USERS),
     },
 }
 

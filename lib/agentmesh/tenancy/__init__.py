@@ -83,6 +83,26 @@ REQUIRED_ROLES: Mapping[str, str] = {
     # Tool policies: reading a namespace's is for anyone in the tenant, changing it is set-up.
     "Gateway.GetNamespaceSettings": "viewer",
     "Gateway.UpdateNamespaceSettings": "admin",
+    # What the agent learns in a namespace: reading it is for anyone in the tenant; reflecting
+    # and adding a skill is a member's work in a session; what changes every turn of the
+    # namespace (standing instructions, approving or removing skills and tools, auto-accept) is set-up.
+    "Gateway.Reflect": "member",
+    "Gateway.GetProfile": "viewer",
+    "Gateway.SetProfile": "admin",
+    "Gateway.PutSkill": "member",
+    "Gateway.ListSkills": "viewer",
+    "Gateway.GetSkill": "viewer",
+    "Gateway.ApproveSkill": "admin",
+    "Gateway.RemoveSkill": "admin",
+    "Gateway.SetSkillPolicy": "admin",
+    "Gateway.ListPromotedTools": "viewer",
+    "Gateway.RemovePromotedTool": "admin",
+    "Gateway.ListReflections": "viewer",
+    # A namespace's own MCP servers (`agentmesh mcp`): they run programs for everyone in it, so
+    # adding and removing one is set-up; the list is there to read.
+    "Gateway.AddMcpServer": "admin",
+    "Gateway.ListMcpServers": "viewer",
+    "Gateway.RemoveMcpServer": "admin",
     # Scheduler: cron jobs are set-up (admin); their runs and history are there to read.
     "Scheduler.CreateJob": "admin",
     "Scheduler.UpdateJob": "admin",
@@ -113,6 +133,22 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Memory.GetNamespaceSettings": "viewer",
     "Memory.UpdateNamespaceSettings": "member",
     "Memory.DropRun": "member",
+    # Memory: what the agent learns (the gateway decides the finer roles above; every turn reads
+    # these, the agent records reflections and promoted tools for the principal of its turn).
+    "Memory.GetProfile": "viewer",
+    "Memory.SetProfile": "member",
+    "Memory.PutSkill": "member",
+    "Memory.ListSkills": "viewer",
+    "Memory.GetSkill": "viewer",
+    "Memory.ApproveSkill": "member",
+    "Memory.RemoveSkill": "member",
+    "Memory.SetSkillPolicy": "member",
+    "Memory.PutPromotedTool": "member",
+    "Memory.ListPromotedTools": "viewer",
+    "Memory.RemovePromotedTool": "member",
+    "Memory.GetReflectionState": "viewer",
+    "Memory.RecordReflection": "member",
+    "Memory.ListReflections": "viewer",
     # Tools: `agentmesh tools list|run`, and every tool call of a turn.
     "Tools.ListTools": "viewer",
     "Tools.Execute": "member",
@@ -122,6 +158,9 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Tools.WriteWorkspaceFile": "member",
     "Tools.BackgroundResults": "member",
     "Tools.StopBackground": "member",
+    "Tools.AddMcpServer": "admin",
+    "Tools.ListMcpServers": "viewer",
+    "Tools.RemoveMcpServer": "admin",
 }
 
 

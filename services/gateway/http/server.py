@@ -19,7 +19,7 @@ import contextlib
 import json
 from importlib import metadata as package_metadata
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Protocol, Sequence
 
 import grpc
 from aiohttp import web
@@ -27,6 +27,7 @@ from opentelemetry import propagate, trace
 
 from agentmesh.errors import AgentmeshError, InvalidArgument
 from agentmesh.gateway.http.errors import error_response
+from agentmesh.gateway.http.loopback import GatewayCalls
 from agentmesh.gateway.http.openapi import openapi_document
 from agentmesh.gateway.http.routes import Route, routes_of
 from agentmesh.gateway.http.sse import TurnFeeds, parse_last_event_id, sse_message, transcript_after
@@ -61,7 +62,7 @@ CONSOLE_CSP = (
 )
 
 
-def _version() -> str:
+def package_version() -> str:
     try:
         return package_metadata.version("agentmesh")
     except package_metadata.PackageNotFoundError:
@@ -80,8 +81,17 @@ def _status_error(err: grpc.aio.AioRpcError) -> web.Response:
     return error_response(err.code().name, err.details() or err.code().name)
 
 
+class Endpoint(Protocol):
+    """More served on the same address: the A2A agents and the MCP server (their own paths)."""
+
+    def add_routes(self, app: web.Application) -> None: ...
+    async def start(self, calls: GatewayCalls) -> None: ...
+    async def stop(self) -> None: ...
+
+
 class HttpApi:
-    def __init__(self, address: str, telemetry: Telemetry, max_body_bytes: int, scheduler_target: str):
+    def __init__(self, address: str, telemetry: Telemetry, max_body_bytes: int, scheduler_target: str,
+                 endpoints: Sequence[Endpoint] = ()):
         self.address = address
         # Cron jobs are the scheduler's own API (it authenticates users itself), so its routes
         # go to the scheduler, the rest to this gateway's gRPC server.
@@ -90,7 +100,7 @@ class HttpApi:
             *routes_of(scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]),
         ]
         self._scheduler_target = scheduler_target
-        self.openapi = openapi_document(self.routes, _version())
+        self.openapi = openapi_document(self.routes, package_version())
         self.port = 0
         self._telemetry = telemetry
         self._max_body_bytes = max_body_bytes
@@ -100,6 +110,7 @@ class HttpApi:
         self._scheduler_channel: grpc.aio.Channel | None = None
         self._stubs: dict[str, Any] = {}  # service name -> its stub, once started
         self._runner: web.AppRunner | None = None
+        self._endpoints = tuple(endpoints)
 
     @property
     def target(self) -> str:
@@ -116,6 +127,8 @@ class HttpApi:
             handler = self._streaming_handler(route) if route.streaming else self._unary_handler(route)
             app.router.add_route(route.http_method, route.path, handler, name=route.rpc)
         app.router.add_get("/openapi.json", self._openapi)
+        for endpoint in self._endpoints:
+            endpoint.add_routes(app)
         app.router.add_get("/", self._console)
         app.router.add_static("/static/", WEB_ROOT, name="static", append_version=False)
         return app
@@ -126,6 +139,8 @@ class HttpApi:
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
         self._scheduler_channel = open_channel(self._scheduler_target, self._telemetry)
         self._stubs = {"Gateway": self._stub, "Scheduler": scheduler_pb2_grpc.SchedulerStub(self._scheduler_channel)}
+        for endpoint in self._endpoints:
+            await endpoint.start(GatewayCalls(self._stub))
         self._runner = web.AppRunner(self.application(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         host, _, port = self.address.rpartition(":")
@@ -140,6 +155,8 @@ class HttpApi:
 
     async def stop(self) -> None:
         await self._feeds.close()
+        for endpoint in self._endpoints:
+            await endpoint.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         for channel in (self._channel, self._scheduler_channel):
@@ -160,7 +177,8 @@ class HttpApi:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
-        api = request.path.startswith("/v1/")
+        # The API and the protocol endpoints (A2A, MCP) get a server span, joining the caller's trace.
+        api = request.path.startswith(("/v1/", "/a2a/", "/mcp", "/.well-known/"))
         if not self._host_allowed(request):
             response = error_response(
                 "PERMISSION_DENIED",

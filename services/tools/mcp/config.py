@@ -62,15 +62,16 @@ def _strings(name: str, key: str, value: Any, kind: type) -> Any:
     return value
 
 
-def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Mapping[str, str]) -> dict[str, str]:
+def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Mapping[str, str],
+                     kind: str = "MCP server") -> dict[str, str]:
     """Each `${AGENTMESH_MCP_SECRET_X}` in a value replaced by that variable of the service's environment."""
     def substitute(match: re.Match[str], item: str) -> str:
         variable = match.group(1)
         if not variable.startswith(SECRET_PREFIX):
-            raise ConfigError(f"MCP server {name!r}: {key}.{item} refers to ${{{variable}}}; secret references "
+            raise ConfigError(f"{kind} {name!r}: {key}.{item} refers to ${{{variable}}}; secret references "
                               f"must name a variable starting with {SECRET_PREFIX}")
         if variable not in secrets:
-            raise ConfigError(f"MCP server {name!r}: {key}.{item} refers to ${{{variable}}}, which is not set "
+            raise ConfigError(f"{kind} {name!r}: {key}.{item} refers to ${{{variable}}}, which is not set "
                               "in the tools service's environment")
         return secrets[variable]
 
@@ -130,20 +131,69 @@ def parse_entry(name: str, raw: Any, environ: Mapping[str, str]) -> McpServerEnt
     )
 
 
+@dataclass(frozen=True)
+class A2aAgentEntry:
+    """A remote A2A agent (another agentmesh, or any A2A server) offered to the model as a tool."""
+
+    name: str
+    url: str  # its base URL: the agent card is at <url>/.well-known/agent-card.json
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_a2a_entry(name: str, raw: Any, environ: Mapping[str, str]) -> A2aAgentEntry:
+    if not SERVER_NAME.match(name):
+        raise ConfigError(f"A2A agent name {name!r} must be 1-32 letters, digits or '-' (it names the tool a2a__{name})")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"A2A agent {name!r} must be an object with 'url' (and optional 'headers')")
+    unknown = sorted(set(raw) - {"url", "headers"})
+    if unknown:
+        raise ConfigError(f"A2A agent {name!r}: unknown key(s) {', '.join(unknown)}; known: headers, url")
+    url = raw.get("url")
+    parsed = urlparse(url) if isinstance(url, str) else None
+    if not isinstance(url, str) or parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(f"A2A agent {name!r}: url {url!r} is not an http(s) URL")
+    headers = _resolve_secrets(name, "headers", _strings(name, "headers", raw.get("headers", {}), dict), environ,
+                               kind="A2A agent")
+    return A2aAgentEntry(name=name, url=url.rstrip("/"), headers=headers)
+
+
 def parse_servers(document: Any, environ: Mapping[str, str], source: str = "the MCP server list") -> list[McpServerEntry]:
-    if not isinstance(document, dict) or not isinstance(document.get("mcpServers"), dict):
-        raise ConfigError(f'{source} must be a JSON object {{"mcpServers": {{NAME: {{...}}}}}}')
-    return [parse_entry(name, raw, environ) for name, raw in document["mcpServers"].items()]
+    if not isinstance(document, dict) or not isinstance(document.get("mcpServers", {}), dict) or \
+            not ("mcpServers" in document or "a2aAgents" in document):
+        raise ConfigError(f'{source} must be a JSON object {{"mcpServers": {{NAME: {{...}}}}}} '
+                          '(and/or "a2aAgents": {NAME: {"url": ...}})')
+    return [parse_entry(name, raw, environ) for name, raw in document.get("mcpServers", {}).items()]
+
+
+def parse_agents(document: Any, environ: Mapping[str, str], source: str = "the MCP server list") -> list[A2aAgentEntry]:
+    agents = document.get("a2aAgents", {}) if isinstance(document, dict) else {}
+    if not isinstance(agents, dict):
+        raise ConfigError(f'{source}: "a2aAgents" must be an object {{NAME: {{"url": ..., "headers": ...}}}}')
+    return [parse_a2a_entry(name, raw, environ) for name, raw in agents.items()]
 
 
 def load_servers(path: str, environ: Mapping[str, str]) -> list[McpServerEntry]:
     """Read and check AGENTMESH_MCP_SERVERS; every problem is a ConfigError naming the file."""
     if not path:
         return []
+    return parse_servers(_read(path), environ, source=f"AGENTMESH_MCP_SERVERS={path}")
+
+
+def load_agents(path: str, environ: Mapping[str, str]) -> list[A2aAgentEntry]:
+    """The remote A2A agents of the same file ("a2aAgents")."""
+    if not path:
+        return []
+    source = f"AGENTMESH_MCP_SERVERS={path}"
+    document = _read(path)
+    parse_servers(document, environ, source=source)  # the same shape checks as for the servers
+    return parse_agents(document, environ, source=source)
+
+
+def _read(path: str) -> Any:
     try:
         document = json.loads(Path(path).read_text())
     except OSError as exc:
         raise ConfigError(f"AGENTMESH_MCP_SERVERS={path}: cannot read it ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"AGENTMESH_MCP_SERVERS={path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    return parse_servers(document, environ, source=f"AGENTMESH_MCP_SERVERS={path}")
+    return document

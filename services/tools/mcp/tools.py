@@ -79,6 +79,23 @@ class McpTools:
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._connections.values()))
 
+    def names(self) -> set[str]:
+        return set(self._connections)
+
+    def add(self, connection: McpServerConnection) -> None:
+        """One more (started) server; its tools join the catalog."""
+        self._connections[connection.name] = connection
+        connection.on_tools_changed = self._rebuild
+        self._rebuild()
+
+    async def remove(self, name: str) -> bool:
+        connection = self._connections.pop(name, None)
+        if connection is None:
+            return False
+        self._rebuild()
+        await connection.close()
+        return True
+
     def status(self) -> dict[str, dict[str, Any]]:
         return {name: {"available": c.available, "error": c.error, "tools": [t.name for t in c.tools]}
                 for name, c in self._connections.items()}

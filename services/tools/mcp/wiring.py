@@ -4,11 +4,13 @@ reached, check what can be checked before the service starts serving."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from opentelemetry import trace
 
 from agentmesh.config import ConfigError
-from agentmesh.tools.mcp.config import load_servers
+from agentmesh.tools.mcp.a2a_agents import A2aAgentTools, SessionDepth
+from agentmesh.tools.mcp.config import McpServerEntry, load_agents, load_servers
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
 from agentmesh.tools.mcp.openers import http_opener, jailed_stdio_opener, server_workdir
 from agentmesh.tools.mcp.tools import McpTools
@@ -19,34 +21,63 @@ from agentmesh.tools.settings import ToolsSettings
 from agentmesh.tools.web_tools import AddressPolicy
 
 
-def build_mcp_tools(settings: ToolsSettings, executor: Executor, owner: tuple[int, int] | None,
+class ConnectionFactory:
+    """A supervised connection for a server entry: HTTP through the egress policy, stdio in the
+    local jail (its /workspace a directory of its own under `root`)."""
+
+    def __init__(self, settings: ToolsSettings, executor: Executor, owner: tuple[int, int] | None):
+        self._settings = settings
+        self._executor = executor
+        self._owner = owner
+        self.timings = SupervisorTimings(
+            connect_timeout_s=settings.mcp.connect_timeout_s, idle_s=settings.mcp.idle_s,
+            ping_interval_s=settings.mcp.ping_interval_s, backoff_max_s=settings.mcp.backoff_max_s)
+        self.policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)
+        self.root = settings.workspace_root.parent / "mcp"
+        self._seccomp_file: Path | None = None
+
+    @property
+    def runs_stdio(self) -> bool:
+        return isinstance(self._executor, LocalJail) and self._executor.available
+
+    def __call__(self, entry: McpServerEntry, root: Path | None = None) -> McpServerConnection:
+        if entry.transport == "http":
+            return McpServerConnection(entry.name, http_opener(entry, self.policy, self._settings.mcp.connect_timeout_s),
+                                       self.timings)
+        if not self.runs_stdio:
+            raise ConfigError(
+                f"MCP server {entry.name!r} is a stdio server, and stdio servers run only in the local jail "
+                "(AGENTMESH_SANDBOX=local with bubblewrap installed); run it as a streamable-HTTP server instead"
+            )
+        root = root or self.root
+        workdir = server_workdir(root, entry.name, self._owner)
+        if self._settings.seccomp and self._seccomp_file is None:
+            program = compile_filter()  # None: libseccomp missing, warned about by the jail too
+            if program is not None:
+                self.root.mkdir(parents=True, exist_ok=True)
+                self._seccomp_file = self.root / "seccomp.bpf"
+                self._seccomp_file.write_bytes(program)
+                self._seccomp_file.chmod(0o644)
+        errlog = open(root / f"{entry.name}.stderr.log", "a", encoding="utf-8")  # noqa: SIM115 - lives with the connection
+        assert isinstance(self._executor, LocalJail)
+        opener = jailed_stdio_opener(entry, self._executor, workdir, errlog, self._seccomp_file)
+        return McpServerConnection(entry.name, opener, self.timings)
+
+
+def build_mcp_tools(settings: ToolsSettings, connections: ConnectionFactory,
                     tracer: trace.Tracer | None = None) -> McpTools | None:
     entries = load_servers(settings.mcp.servers_file, settings.mcp.secrets)
     if not entries:
         return None
-    timings = SupervisorTimings(connect_timeout_s=settings.mcp.connect_timeout_s, idle_s=settings.mcp.idle_s,
-                                ping_interval_s=settings.mcp.ping_interval_s, backoff_max_s=settings.mcp.backoff_max_s)
+    return McpTools([connections(entry) for entry in entries], settings.limits, settings.mcp.attachment_cap_bytes,
+                    tracer)
+
+
+def build_a2a_tools(settings: ToolsSettings, open_session_depth: Callable[[], SessionDepth]) -> A2aAgentTools | None:
+    """The remote A2A agents of the servers file ("a2aAgents"), reached through web_fetch's egress
+    policy; None when there are none. `open_session_depth` is called only when there are."""
+    entries = load_agents(settings.mcp.servers_file, settings.mcp.secrets)
+    if not entries:
+        return None
     policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)
-    root = settings.workspace_root.parent / "mcp"
-    connections = []
-    seccomp_file: Path | None = None
-    for entry in entries:
-        if entry.transport == "http":
-            opener = http_opener(entry, policy, settings.mcp.connect_timeout_s)
-        else:
-            if not isinstance(executor, LocalJail) or not executor.available:
-                raise ConfigError(
-                    f"MCP server {entry.name!r} is a stdio server, and stdio servers run only in the local jail "
-                    "(AGENTMESH_SANDBOX=local with bubblewrap installed); run it as a streamable-HTTP server instead"
-                )
-            workdir = server_workdir(root, entry.name, owner)
-            if settings.seccomp and seccomp_file is None:
-                program = compile_filter()  # None: libseccomp missing, warned about by the jail too
-                if program is not None:
-                    seccomp_file = root / "seccomp.bpf"
-                    seccomp_file.write_bytes(program)
-                    seccomp_file.chmod(0o644)
-            errlog = open(root / f"{entry.name}.stderr.log", "a", encoding="utf-8")  # noqa: SIM115 - lives with the service
-            opener = jailed_stdio_opener(entry, executor, workdir, errlog, seccomp_file)
-        connections.append(McpServerConnection(entry.name, opener, timings))
-    return McpTools(connections, settings.limits, settings.mcp.attachment_cap_bytes, tracer)
+    return A2aAgentTools(entries, policy, settings.limits, open_session_depth(), settings.mcp.connect_timeout_s)

@@ -1,0 +1,116 @@
+"""`agentmesh mcp add|list|remove`: a namespace's own MCP servers, through the gateway.
+
+    agentmesh mcp add time --command /usr/bin/python3 --arg -m --arg mcp_server_time
+    agentmesh mcp add docs --url https://mcp.example.com/mcp --header 'Authorization=Bearer ${AGENTMESH_MCP_SECRET_DOCS}'
+    agentmesh mcp list [--namespace team-a] [--json]
+    agentmesh mcp remove docs
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from agentmesh.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    call_metadata,
+    channel_to,
+    load_settings,
+    print_json,
+    rpc_failure,
+)
+from agentmesh.v1 import gateway_pb2_grpc, tools_pb2
+
+# Adding starts the server and lists its tools before answering.
+ADD_TIMEOUT_S = 90.0
+
+
+def register(subparsers) -> None:
+    mcp = subparsers.add_parser("mcp", help="a namespace's own MCP servers: add, list, remove")
+    commands = mcp.add_subparsers(dest="mcp_command", required=True)
+
+    add = commands.add_parser("add", help="add an MCP server (checked: it must start and list usable tools)")
+    add.add_argument("name", help="1-32 letters, digits or '-'; its tools are NAME__<tool>")
+    source = add.add_mutually_exclusive_group(required=True)
+    source.add_argument("--command", help="a stdio server: the program (run in the sandbox jail, no network)")
+    source.add_argument("--url", help="a streamable-HTTP server's URL (reached through the egress policy)")
+    add.add_argument("--arg", action="append", default=[], dest="args", help="an argument of --command (repeat)")
+    add.add_argument("--header", action="append", default=[], dest="headers", metavar="K=V",
+                     help="an HTTP header for --url (repeat); a value may be ${AGENTMESH_MCP_SECRET_X}")
+    add.add_argument("--namespace", default="default")
+    add.add_argument("--json", action="store_true")
+    add.set_defaults(func=add_server)
+
+    listing = commands.add_parser("list", help="the namespace's MCP servers and their tools")
+    listing.add_argument("--namespace", default="default")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=list_servers)
+
+    remove = commands.add_parser("remove", help="remove an MCP server (its tools leave the catalog)")
+    remove.add_argument("name")
+    remove.add_argument("--namespace", default="default")
+    remove.set_defaults(func=remove_server)
+
+
+def _headers(pairs: list[str]) -> dict[str, str]:
+    headers = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"--header takes K=V, got {pair!r}", EXIT_USAGE)
+        headers[key] = value
+    return headers
+
+
+async def _call(method: str, request, timeout: float = 30.0):
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            return await getattr(gateway_pb2_grpc.GatewayStub(channel), method)(
+                request, metadata=call_metadata(settings), timeout=timeout)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+
+
+def _describe(status: tools_pb2.McpServerStatus) -> str:
+    server = status.server
+    where = server.url or " ".join([server.command, *server.args])
+    state = "available" if status.available else f"unavailable: {status.error}"
+    tools = ", ".join(status.tools) or "no tools"
+    return f"{server.name}  {where}\n  {state}; {tools}"
+
+
+async def add_server(args) -> int:
+    if args.args and not args.command:
+        raise CliError("--arg goes with --command", EXIT_USAGE)
+    if args.headers and not args.url:
+        raise CliError("--header goes with --url", EXIT_USAGE)
+    spec = tools_pb2.McpServerSpec(name=args.name, command=args.command or "", args=args.args, url=args.url or "",
+                                   headers=_headers(args.headers))
+    status = await _call("AddMcpServer", tools_pb2.AddMcpServerRequest(namespace=args.namespace, server=spec),
+                         timeout=ADD_TIMEOUT_S)
+    if args.json:
+        print_json(MessageToDict(status, preserving_proto_field_name=True))
+    else:
+        print(f"added to namespace {args.namespace}: {_describe(status)}")
+    return EXIT_OK
+
+
+async def list_servers(args) -> int:
+    reply = await _call("ListMcpServers", tools_pb2.ListMcpServersRequest(namespace=args.namespace), timeout=ADD_TIMEOUT_S)
+    if args.json:
+        print_json([MessageToDict(s, preserving_proto_field_name=True) for s in reply.servers])
+        return EXIT_OK
+    if not reply.servers:
+        print(f"namespace {args.namespace} has no MCP servers of its own (add one with `agentmesh mcp add`)")
+    for status in reply.servers:
+        print(_describe(status))
+    return EXIT_OK
+
+
+async def remove_server(args) -> int:
+    await _call("RemoveMcpServer", tools_pb2.RemoveMcpServerRequest(namespace=args.namespace, name=args.name))
+    print(f"removed {args.name} from namespace {args.namespace}")
+    return EXIT_OK

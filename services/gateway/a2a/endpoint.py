@@ -1,0 +1,193 @@
+"""The A2A agents of every namespace, served by the a2a-sdk on the gateway's HTTP address.
+
+    GET  /.well-known/agent-card.json              the default namespace's agent card
+    GET  /a2a/<namespace>/.well-known/agent-card.json
+    POST /a2a/<namespace>/                          JSON-RPC: SendMessage, SendStreamingMessage,
+                                                    GetTask, CancelTask, ... (and the A2A 0.3
+                                                    names message/send, message/stream, tasks/*)
+
+One a2a-sdk application (its card and JSON-RPC routes, DefaultRequestHandler, a task store) per
+namespace, made on first use and kept for the most recently used namespaces. The applications
+are Starlette apps: they run through the gateway's small ASGI bridge (http/asgi.py).
+
+Authentication is the gateway's: a JSON-RPC request is let through only when the gateway's gRPC
+interceptor takes its `Authorization` header (one cheap loopback call), and the turn then runs
+with that header, for that principal. The agent card itself is public, as A2A discovery wants;
+it says which scheme to use (HTTP bearer) when the gateway has tokens.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections import OrderedDict
+from typing import Awaitable, Callable
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+    Task,
+)
+from aiohttp import web
+from starlette.applications import Starlette
+
+from agentmesh.errors import InvalidArgument
+from agentmesh.gateway.a2a.executor import TurnExecutor
+from agentmesh.gateway.http.asgi import call_asgi
+from agentmesh.gateway.http.errors import error_response
+from agentmesh.gateway.http.loopback import CallerRefused, GatewayCalls
+from agentmesh.gateway.http.server import SECURITY_HEADERS
+from agentmesh.ids import DEFAULT_NAMESPACE, validate_namespace
+from agentmesh.v1 import tools_pb2
+
+CARD_PATH = "/.well-known/agent-card.json"
+# Namespaces whose application is kept; one used after that many others is made again (its
+# finished tasks are then forgotten: the turns themselves are in the session's transcript).
+MAX_NAMESPACES = 256
+# Tasks one namespace keeps for tasks/get, oldest forgotten first.
+MAX_TASKS = 1000
+MAX_SKILLS = 64
+
+ToolLister = Callable[[str], Awaitable[tools_pb2.ListToolsResponse]]
+
+# The base URL of the request being answered, for the card's interface URL.
+_request_base: contextvars.ContextVar[str] = contextvars.ContextVar("a2a_request_base", default="")
+
+
+class BoundedTaskStore(InMemoryTaskStore):
+    """The SDK's in-memory store, forgetting the oldest tasks past `limit`, so a long-running
+    gateway does not keep every task it ever ran."""
+
+    def __init__(self, limit: int = MAX_TASKS):
+        super().__init__()
+        self._limit = limit
+        self._order: OrderedDict[str, None] = OrderedDict()
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await super().save(task, context)
+        self._order[task.id] = None
+        self._order.move_to_end(task.id)
+        while len(self._order) > self._limit:
+            oldest, _ = self._order.popitem(last=False)
+            await super().delete(oldest, context)
+
+
+class A2aEndpoints:
+    def __init__(self, list_tools: ToolLister, *, description: str, version: str, public_url: str,
+                 bearer_required: bool, max_depth: int):
+        self._max_depth = max_depth
+        self._calls: GatewayCalls | None = None  # the gateway's own API, once the HTTP server runs
+        self._list_tools = list_tools
+        self._description = description
+        self._version = version
+        self._public_url = public_url.rstrip("/")
+        self._bearer_required = bearer_required
+        self._apps: OrderedDict[str, Starlette] = OrderedDict()
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_route("GET", CARD_PATH, self._default_card)
+        app.router.add_route("*", "/a2a/{namespace}", self._namespaced)
+        app.router.add_route("*", "/a2a/{namespace}/{rest:.*}", self._namespaced)
+
+    async def start(self, calls: GatewayCalls) -> None:
+        self._calls = calls
+
+    async def stop(self) -> None:
+        self._apps.clear()
+
+    @property
+    def calls(self) -> GatewayCalls:
+        if self._calls is None:
+            raise RuntimeError("the A2A endpoints are not started")
+        return self._calls
+
+    # --- requests ----------------------------------------------------------------------------
+
+    async def _default_card(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, DEFAULT_NAMESPACE, root_path="")
+
+    async def _namespaced(self, request: web.Request) -> web.StreamResponse:
+        try:
+            namespace = validate_namespace(request.match_info["namespace"])
+        except InvalidArgument as exc:
+            return error_response(exc.code, exc.message)
+        root = f"/a2a/{request.match_info['namespace']}"
+        if request.method == "POST":
+            try:
+                await self.calls.check_caller(request.headers.get("Authorization"))
+            except CallerRefused as exc:
+                return error_response(exc.code, exc.message)
+        return await self._serve(request, namespace, root_path=root)
+
+    async def _serve(self, request: web.Request, namespace: str, root_path: str) -> web.StreamResponse:
+        token = _request_base.set(self._public_url or f"{request.scheme}://{request.host}")
+        try:
+            return await call_asgi(self._app(namespace), request, root_path=root_path, headers=SECURITY_HEADERS)
+        finally:
+            _request_base.reset(token)
+
+    # --- one application per namespace ------------------------------------------------------
+
+    def _app(self, namespace: str) -> Starlette:
+        app = self._apps.get(namespace)
+        if app is None:
+            app = self._build(namespace)
+            self._apps[namespace] = app
+            while len(self._apps) > MAX_NAMESPACES:
+                self._apps.popitem(last=False)
+        self._apps.move_to_end(namespace)
+        return app
+
+    def _build(self, namespace: str) -> Starlette:
+        card = self._base_card(namespace, "")
+        handler = DefaultRequestHandler(agent_executor=TurnExecutor(self.calls, namespace, self._max_depth),
+                                        task_store=BoundedTaskStore(), agent_card=card)
+
+        async def current_card(_card: AgentCard) -> AgentCard:
+            return await self.card(namespace, _request_base.get())
+
+        routes = [
+            *create_agent_card_routes(card, card_modifier=current_card, card_url=CARD_PATH),
+            *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True),
+        ]
+        return Starlette(routes=routes)
+
+    def _base_card(self, namespace: str, base_url: str) -> AgentCard:
+        card = AgentCard(
+            name=f"agentmesh ({namespace})",
+            description=self._description,
+            version=self._version,
+            supported_interfaces=[AgentInterface(url=f"{base_url}/a2a/{namespace}/", protocol_binding="JSONRPC",
+                                                 protocol_version="1.0")],
+            capabilities=AgentCapabilities(streaming=True),
+            default_input_modes=["text/plain"],
+            default_output_modes=["text/plain"],
+            skills=[AgentSkill(id="chat", name="chat", description=self._description, tags=["agent"],
+                               input_modes=["text/plain"], output_modes=["text/plain"])],
+        )
+        card.security_schemes["bearer"].CopyFrom(SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
+            scheme="Bearer", description="a token of the gateway's AGENTMESH_AUTH_TOKENS")))
+        if self._bearer_required:
+            requirement = SecurityRequirement()
+            requirement.schemes["bearer"].CopyFrom(StringList())
+            card.security_requirements.append(requirement)
+        return card
+
+    async def card(self, namespace: str, base_url: str) -> AgentCard:
+        """The namespace's card: its interface at `base_url`, a skill per tool of its catalog."""
+        card = self._base_card(namespace, base_url)
+        catalog = await self._list_tools(namespace)
+        for tool in list(catalog.tools)[: MAX_SKILLS - 1]:
+            card.skills.append(AgentSkill(id=f"tool:{tool.name}", name=tool.name, description=tool.description,
+                                          tags=["tool"]))
+        return card
+

@@ -1,0 +1,92 @@
+"""The gateway's own API, called over the loopback channel for the A2A and MCP endpoints.
+
+Those endpoints run turns as the person who called them: each call here carries the caller's
+`Authorization` header as gRPC metadata, so the gateway's interceptor checks it exactly as it
+checks an HTTP/JSON or gRPC client's, and the turn runs for that principal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import grpc
+
+from agentmesh.errors import AgentmeshError, InvalidArgument
+from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
+
+UNARY_TIMEOUT_S = 60.0
+
+
+class CallerRefused(Exception):
+    """The gateway refused the caller's credentials (gRPC UNAUTHENTICATED or PERMISSION_DENIED)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def caller_metadata(authorization: str | None) -> tuple[tuple[str, str], ...]:
+    if authorization and authorization.isascii() and authorization.isprintable():
+        return (("authorization", authorization),)
+    return ()
+
+
+def _error(err: grpc.aio.AioRpcError) -> Exception:
+    code, text = err.code().name, err.details() or err.code().name
+    if code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return CallerRefused(code, text)
+    failure = AgentmeshError(text)
+    failure.code = code
+    return failure
+
+
+class GatewayCalls:
+    """Turns and sessions for a caller, through the gateway's gRPC server (a GatewayStub)."""
+
+    def __init__(self, stub: Any):
+        self._stub = stub
+
+    async def check_caller(self, authorization: str | None) -> None:
+        """Raises CallerRefused unless the gateway would take calls with these credentials; the
+        cheapest call there is (the model list, answered by the gateway itself)."""
+        try:
+            await self._stub.ListModels(gateway_pb2.ListModelsRequest(), metadata=caller_metadata(authorization),
+                                        timeout=UNARY_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise _error(err) from None
+
+    async def open_session(self, session_id: str, namespace: str, title: str, authorization: str | None,
+                           labels: dict[str, str] | None = None) -> sessions_pb2.Session:
+        """The session (created in `namespace` with `labels` when new). A session of another
+        namespace is refused."""
+        request = gateway_pb2.CreateSessionRequest(session_id=session_id, namespace=namespace, title=title,
+                                                   labels=labels or {})
+        try:
+            session: sessions_pb2.Session = await self._stub.CreateSession(request, metadata=caller_metadata(authorization),
+                                                     timeout=UNARY_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise _error(err) from None
+        if (session.namespace or "default") != namespace:
+            raise InvalidArgument(f"session {session_id!r} belongs to namespace {session.namespace or 'default'!r}, "
+                                  f"not {namespace!r}")
+        return session
+
+    async def chat(self, session_id: str, message: str, authorization: str | None) -> AsyncIterator[common_pb2.Event]:
+        call = self._stub.Chat(gateway_pb2.ChatRequest(session_id=session_id, message=message),
+                               metadata=caller_metadata(authorization))
+        try:
+            async for event in call:
+                yield event
+        except grpc.aio.AioRpcError as err:
+            raise _error(err) from None
+        finally:
+            call.cancel()
+
+    async def cancel(self, session_id: str, authorization: str | None) -> bool:
+        try:
+            reply = await self._stub.Cancel(gateway_pb2.CancelRequest(session_id=session_id),
+                                            metadata=caller_metadata(authorization), timeout=UNARY_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise _error(err) from None
+        return bool(reply.cancelled)

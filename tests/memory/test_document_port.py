@@ -1,0 +1,94 @@
+"""Conformance suite for the document port (agentmesh.memory.ports.DocumentStore), which keeps
+standing instructions, skills, promoted tools and reflection runs, run against each adapter:
+
+- `edge`: a payload shard of the embedded Qdrant Edge home (edge_documents.py, the default);
+- `server`: the Qdrant-server adapter (qdrant_documents.py) through qdrant-client's local mode,
+  with what that does and does not prove as in test_storage_port.py.
+
+Each opens through `stores.open_documents`, beside its memory store, as the memory service does.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmesh.memory.edge_store import EdgeStore
+from agentmesh.memory.qdrant_store import QdrantStore
+from agentmesh.memory.stores import open_documents
+
+
+@pytest.fixture(params=["edge", "server"])
+async def documents_factory(request, tmp_path):
+    opened = []
+
+    async def open_pair():
+        home = tmp_path / "home"
+        store = EdgeStore(home) if request.param == "edge" else QdrantStore.connect(path=home / "qdrant")
+        await store.open()
+        opened.append(store)
+        return store, await open_documents(store)
+
+    async def reopen(store):
+        await store.close()
+        opened.remove(store)
+        return await open_pair()
+
+    open_pair.reopen = reopen
+    yield open_pair
+    for store in opened:
+        await store.close()
+
+
+SKILL = {"name": "deploy", "versions": {"1": {"status": "active"}}, "created_at": 1732400000.123456, "auto": False,
+         "paths": ["SKILL.md", "scripts/run.sh"], "count": 3}
+
+
+async def test_a_document_is_put_read_replaced_and_deleted(documents_factory):
+    _, documents = await documents_factory()
+    assert await documents.get_document("skill", "team-a", "deploy") is None
+    await documents.put_document("skill", "team-a", "deploy", SKILL)
+    assert await documents.get_document("skill", "team-a", "deploy") == SKILL
+
+    await documents.put_document("skill", "team-a", "deploy", {**SKILL, "count": 4})
+    assert (await documents.get_document("skill", "team-a", "deploy"))["count"] == 4
+    assert [key for key, _ in await documents.list_documents("skill", "team-a")] == ["deploy"]
+
+    assert await documents.delete_document("skill", "team-a", "deploy") is True
+    assert await documents.delete_document("skill", "team-a", "deploy") is False
+    assert await documents.get_document("skill", "team-a", "deploy") is None
+    assert await documents.list_documents("skill", "team-a") == []
+
+
+async def test_lists_keep_to_their_kind_and_namespace_sorted_by_key_past_a_page(documents_factory):
+    _, documents = await documents_factory()
+    for i in range(300):  # more than one scroll page
+        await documents.put_document("tool", "team-a", f"t{i:03d}", {"i": i})
+    await documents.put_document("tool", "team-b", "t000", {"i": -1})
+    await documents.put_document("skill", "team-a", "t000", {"i": -2})
+
+    listed = await documents.list_documents("tool", "team-a")
+    assert [key for key, _ in listed] == [f"t{i:03d}" for i in range(300)]
+    assert [body["i"] for _, body in listed] == list(range(300))
+    assert await documents.list_documents("tool", "team-b") == [("t000", {"i": -1})]
+    assert await documents.list_documents("skill", "team-a") == [("t000", {"i": -2})]
+    assert await documents.get_document("tool", "team-c", "t000") is None
+
+    assert await documents.delete_document("tool", "team-b", "t000") is True
+    assert (await documents.get_document("tool", "team-a", "t000")) == {"i": 0}  # the others' stay
+
+
+async def test_documents_are_there_after_a_reopen(documents_factory):
+    store, documents = await documents_factory()
+    await documents.put_document("profile", "team-a", "soul", {"text": "You are terse.", "updated_at": 1732400000.5})
+    await documents.put_document("reflection", "team-a", "s-1", {"last_seq": 7, "runs": [{"status": "done"}]})
+    store, documents = await documents_factory.reopen(store)
+    assert await documents.get_document("profile", "team-a", "soul") == {"text": "You are terse.", "updated_at": 1732400000.5}
+    assert await documents.list_documents("reflection", "team-a") == [("s-1", {"last_seq": 7, "runs": [{"status": "done"}]})]
+
+
+async def test_documents_and_memories_share_a_home_without_touching_each_other(documents_factory):
+    store, documents = await documents_factory()
+    await store.put_session({"session_id": "s", "created_at": 1.0})
+    await documents.put_document("profile", "default", "user", {"text": "Ada"})
+    assert await store.list_sessions(10, None) == [{"session_id": "s", "created_at": 1.0}]
+    assert await documents.list_documents("profile", "default") == [("user", {"text": "Ada"})]
