@@ -65,6 +65,7 @@ from agentmesh.agent.types import (
     ToolSpec,
     Usage,
 )
+from agentmesh.agent.usage_log import UsageLog, UsageTag
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL
@@ -119,6 +120,7 @@ class Agent:
         sessions: subagents.ChildSessions | None = None,
         background: BackgroundCommands | None = None,
         models: dict[str, NamedModel] | None = None,
+        usage_log: UsageLog | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -133,6 +135,7 @@ class Agent:
         self.background = background  # the tools service's background commands; None: not offered
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
         self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
+        self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a
@@ -161,8 +164,11 @@ class TurnRun:
         self._unanswered: tuple[ToolCall, ...] = ()  # calls of the persisted reply not yet run
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
+        self._usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
+                                   subagents.workspace_of(request), agent.settings.memory_timeout_s)
         self._ctx = TurnContext(
             request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
+            usage_tag=self._usage_tag,
             step_budget=self.max_iterations, approvals=self.approvals, emit=self._emit,
             call_model=self._call_model, persist=self._persist, inject=self._inject,
             start_child=lambda child: agent.start(child, approvals=self.approvals),
@@ -465,10 +471,13 @@ class TurnRun:
         while True:
             chosen = self.models.current
             request = dataclasses.replace(request, model=chosen.model,
-                                          max_tokens=chosen.max_output_tokens or request.max_tokens)
+                                          max_tokens=chosen.max_output_tokens or request.max_tokens,
+                                          temperature=chosen.temperature, top_p=chosen.top_p)
+            tag = self._usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
+                                            fallback=self.models.fell_back)
             try:
                 return await traced_model_call(chosen.provider, self.agent.telemetry, request,
-                                               usage=self.usage, emit=self._emit)
+                                               usage=self.usage, emit=self._emit, tag=tag)
             except AgentmeshError as exc:
                 fallback = self.models.fall_back()
                 if fallback is None:

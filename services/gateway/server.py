@@ -13,6 +13,7 @@ from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.resources import Resources
 from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.gateway.usage import UsageReports
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
@@ -28,9 +29,10 @@ log = get_logger("agentmesh.gateway")
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, core: Gateway, resources: Resources, router: SessionRouter | None = None):
+    def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None):
         self._core = core
         self._resources = resources
+        self._usage = usage
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -114,6 +116,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return self._core.list_models()
 
     @translate_errors
+    async def GetUsage(self, request, context):
+        return await self._usage.report(request)
+
+    @translate_errors
     async def GetTranscript(self, request, context):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
 
@@ -156,12 +162,13 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     }
     sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
     tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
+    catalog = catalog_of(settings.llm)
     core = Gateway(
         sessions=sessions,
         agent=AgentClient(channels["agent"], settings.address_of("agent")),
         workspaces=tools,
         settings=gateway_settings,
-        models=catalog_of(settings.llm),
+        models=catalog,
     )
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
@@ -181,7 +188,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_drain(forwarder.drain)
         host.on_stop(forwarder.close)
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
-    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(core, resources, router), "agentmesh.v1.Gateway")
+    host.add(gateway_pb2_grpc.add_GatewayServicer_to_server, GatewayServicer(core, resources, UsageReports(sessions, catalog), router), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():

@@ -4,6 +4,7 @@ Layout under `$AGENTMESH_HOME/memory/`:
 
     LOCK                      held by the one memory service using this home
     sessions/  messages/      payload-only shards (session records; transcript messages)
+    usage/                    payload-only shard: one record per model call (usage.py)
     memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
                               meta.json names the embedder that filled it
 
@@ -118,6 +119,7 @@ class EdgeStore:
         self._lock = FileLock(str(self.root / "LOCK"))
         self._sessions: IndexedShard | None = None
         self._messages: IndexedShard | None = None
+        self._usage: IndexedShard | None = None
         self._memories: dict[str, IndexedShard] = {}  # open memory shards by directory name
         self._known: set[str] = set()  # memory shard directories on disk
         self._embedder: tuple[str, int] = ("", 0)
@@ -138,6 +140,9 @@ class EdgeStore:
         try:
             self._sessions = IndexedShard.open_or_create(self.root / "sessions", _payload_only, 0)
             self._messages = IndexedShard.open_or_create(self.root / "messages", _payload_only, 0)
+            self._usage = IndexedShard.open_or_create(self.root / "usage", _payload_only, 0)
+            if self._usage.shard.info().payload_schema.get("at") is None:
+                self._usage.update(qe.UpdateOperation.create_field_index("at", qe.PayloadSchemaType.Float))
             if self._sessions.shard.info().payload_schema.get("created_at") is None:
                 self._sessions.update(qe.UpdateOperation.create_field_index("created_at", qe.PayloadSchemaType.Float))
             if self._messages.shard.info().payload_schema.get("session_id") is None:
@@ -172,7 +177,7 @@ class EdgeStore:
         return self._messages
 
     def _all_open(self) -> list[IndexedShard]:
-        return [s for s in (self._sessions, self._messages, *self._memories.values()) if s is not None]
+        return [s for s in (self._sessions, self._messages, self._usage, *self._memories.values()) if s is not None]
 
     async def flush(self) -> None:
         for shard in self._all_open():
@@ -185,7 +190,7 @@ class EdgeStore:
         for shard in self._all_open():
             await shard.close()
         self._memories.clear()
-        self._sessions = self._messages = None
+        self._sessions = self._messages = self._usage = None
         if self._lock.is_locked:
             self._lock.release()
 
@@ -433,3 +438,22 @@ class EdgeStore:
             async with shard.write_lock:
                 shard.update(qe.UpdateOperation.delete_points(list(ids)))
 
+
+    # ------------------------------------------------------------------ usage
+
+    @property
+    def usage(self) -> IndexedShard:
+        assert self._usage is not None, "the store is not open"
+        return self._usage
+
+    async def put_usage(self, payloads: Sequence[dict]) -> None:
+        points = [qe.Point(point_id("usage", p["id"]), {}, p) for p in payloads]
+        if points:
+            self.usage.update(qe.UpdateOperation.upsert_points(points))
+
+    async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict], str]:
+        timed = qe.FieldCondition("at", range=qe.RangeFloat(gte=start or None, lt=end or None))
+        records, next_offset = self.usage.shard.scroll(
+            qe.ScrollRequest(offset=offset, limit=limit, filter=qe.Filter(must=[timed]), with_payload=True)
+        )
+        return [dict(r.payload or {}) for r in records], ("" if next_offset is None else str(next_offset))

@@ -20,6 +20,7 @@ from agentmesh.memory.memories import Memories
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.stores import open_store
 from agentmesh.memory.transcripts import Transcripts
+from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
@@ -29,9 +30,10 @@ log = get_logger("agentmesh.memory")
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
-    def __init__(self, transcripts: Transcripts, memories: Memories):
+    def __init__(self, transcripts: Transcripts, memories: Memories, usage: UsageLedger):
         self._transcripts = transcripts
         self._memories = memories
+        self._usage = usage
 
     # --- sessions ---
 
@@ -128,6 +130,31 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         imported = await self._memories.import_many(request.namespace, items)
         return memory_pb2.ImportResponse(imported=imported)
 
+    # --- usage ---
+
+    @translate_errors
+    async def RecordUsage(self, request, context):
+        records = [
+            UsageRecord(
+                id=r.id, at=r.at, session_id=r.session_id, run_id=r.run_id, namespace=r.namespace,
+                model_name=r.model_name, model=r.model, provider=r.provider, input_tokens=r.input_tokens,
+                output_tokens=r.output_tokens, cached_input_tokens=r.cached_input_tokens, fallback=r.fallback,
+                purpose=r.purpose, root_session_id=r.root_session_id,
+            )
+            for r in request.records
+        ]
+        return memory_pb2.RecordUsageResponse(recorded=await self._usage.record(records))
+
+    @translate_errors
+    async def SumUsage(self, request, context):
+        sums, count = await self._usage.sums(request.start, request.end, request.group_by)
+        return memory_pb2.SumUsageResponse(
+            sums=[memory_pb2.UsageSum(key=s.key, model_name=s.model_name, calls=s.calls, input_tokens=s.input_tokens,
+                                      output_tokens=s.output_tokens, cached_input_tokens=s.cached_input_tokens,
+                                      fallback_calls=s.fallback_calls) for s in sums],
+            records=count,
+        )
+
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     memory_settings = settings.section(MemorySettings)
@@ -144,7 +171,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
-        MemoryServicer(Transcripts(store, memory_settings), memories),
+        MemoryServicer(Transcripts(store, memory_settings), memories, UsageLedger(store)),
         "agentmesh.v1.Memory",
     )
 

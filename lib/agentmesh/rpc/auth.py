@@ -113,6 +113,9 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListMemories": _allow("agent", USERS),
         "Forget": _allow("agent", USERS),
         "Import": _allow("agent", USERS),
+        # Usage: the agent records every model call; the gateway sums them (Gateway.GetUsage).
+        "RecordUsage": _allow("agent"),
+        "SumUsage": _allow("gateway"),
     },
 }
 
