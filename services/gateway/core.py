@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator
 import structlog
 
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from agentmesh.gateway.live import LiveTurns
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
@@ -72,7 +73,7 @@ class _ActiveTurn:
 
 class Gateway:
     def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings,
-                 models: ModelCatalog | None = None):
+                 models: ModelCatalog | None = None, live: LiveTurns | None = None):
         self._sessions = sessions
         # The models a turn or a session may name (AGENTMESH_MODELS and the default).
         self._models = models or ModelCatalog.of(ModelSpec(DEFAULT_MODEL, "scripted", "", "scripted"), {})
@@ -83,6 +84,8 @@ class Gateway:
         # each session's calls to the replica that owns it (routing.py), so this is enough.
         self._active: dict[str, _ActiveTurn] = {}
         self._draining = False
+        # The running turns' events, for clients attaching to them and operators watching.
+        self.live = live or LiveTurns()
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -186,17 +189,24 @@ class Gateway:
                 options=options,
                 namespace=session.namespace or "default",
             )
+            feed = self.live.begin(session_id)
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
-                async for event in self._relay(run, turn):
-                    if event.WhichOneof("payload") in ("run_finished", "error"):
-                        if turn.superseded_as == "rolled_back" and event.HasField("run_finished"):
-                            # It may have finished on its own meanwhile; its steps go all the same.
-                            event.run_finished.stop_reason = "rolled_back"
-                        # Free the session before the last event leaves, so a client that
-                        # starts its next turn on seeing it is not refused as busy.
-                        self._release(session_id, turn)
-                    yield event
+                try:
+                    async for event in self._relay(run, turn):
+                        if event.WhichOneof("payload") in ("run_finished", "error"):
+                            if turn.superseded_as == "rolled_back" and event.HasField("run_finished"):
+                                # It may have finished on its own meanwhile; its steps go all the same.
+                                event.run_finished.stop_reason = "rolled_back"
+                            self.live.publish(feed, event)
+                            # Free the session before the last event leaves, so a client that
+                            # starts its next turn on seeing it is not refused as busy.
+                            self._release(session_id, turn)
+                        else:
+                            self.live.publish(feed, event)
+                        yield event
+                finally:
+                    self.live.end(session_id, feed)
                 log.info("turn ended")
         finally:
             self._release(session_id, turn)

@@ -7,7 +7,8 @@ import contextlib
 
 from agentmesh.config import Settings
 from agentmesh.gateway.core import Gateway
-from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
+from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter, was_routed
+from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.http.server import HttpApi
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
@@ -86,6 +87,34 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                             session_id=request.session_id, owner=owner, error=str(exc))
         async for event in self._core.chat(request):
             yield event
+
+    @translate_errors
+    async def AttachTurn(self, request, context):
+        validate_id(request.session_id)
+        owner = await self._route(request.session_id, context)
+        if owner is not None and self._router is not None:
+            try:
+                async with contextlib.aclosing(self._router.forwarder.chat(owner, request, context, "AttachTurn")) as events:
+                    async for event in events:
+                        yield event
+                return
+            except OwnerUnreachable as exc:
+                log.warning("owning gateway unreachable; attaching here", session_id=request.session_id,
+                            owner=owner, error=str(exc))
+        async for event in self._core.live.attach(request.session_id, request.after_seq):
+            yield event
+
+    @translate_errors
+    async def WatchActivity(self, request, context):
+        local = self._core.live.watch(list(request.session_ids))
+        if self._router is None or was_routed(context):
+            async for activity in local:
+                yield activity
+            return
+        # Every replica runs its own sessions' turns: ask each of the others for theirs too.
+        others = [peer for peer in self._router.membership.peers if peer != self._core.live.replica]
+        async for activity in merged([local, *(self._router.forwarder.watch(p, request, context) for p in others)]):
+            yield activity
 
     @translate_errors
     async def Cancel(self, request, context):
@@ -169,6 +198,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         workspaces=tools,
         settings=gateway_settings,
         models=catalog,
+        live=LiveTurns(gateway_settings.advertise_address if gateway_settings.peers.enabled else ""),
     )
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
