@@ -29,9 +29,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentmesh.agent import context
 from agentmesh.agent.model_call import traced_model_call
-from agentmesh.agent.usage_log import UsageTag
 from agentmesh.agent.turn import Capability
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent, Usage
+from agentmesh.agent.usage_log import UsageTag
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 

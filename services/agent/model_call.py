@@ -11,7 +11,6 @@ from typing import Any, Callable
 from opentelemetry.trace import Status, StatusCode
 
 from agentmesh.agent.providers.base import ModelProvider
-from agentmesh.agent.usage_log import UsageTag
 from agentmesh.agent.types import (
     ModelReply,
     ModelRequest,
@@ -23,6 +22,7 @@ from agentmesh.agent.types import (
     TextDeltaEvent,
     Usage,
 )
+from agentmesh.agent.usage_log import UsageTag
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry

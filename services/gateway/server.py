@@ -8,8 +8,8 @@ import contextlib
 from agentmesh.config import Settings
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter, was_routed
-from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.http.server import HttpApi
+from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.resources import Resources

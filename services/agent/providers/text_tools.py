@@ -27,7 +27,7 @@ from typing import Any, AsyncIterator
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.types import ChatMessage, ModelEvent, ModelReply, ModelRequest, TextChunk, ToolCall, ToolSpec
 
-__all__ = ["OPEN", "CLOSE", "TextToolCalls", "parse_tool_calls", "text_request"]
+__all__ = ["CLOSE", "OPEN", "TextToolCalls", "parse_tool_calls", "text_request"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*(?:" + re.escape(CLOSE) + r"|\Z)", re.DOTALL)
