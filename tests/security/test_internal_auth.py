@@ -21,7 +21,6 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import IdentityError, KeyFileError, ServiceIdentity
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import (
-    agent_pb2,
     agent_pb2_grpc,
     common_pb2,
     gateway_pb2,
@@ -60,8 +59,10 @@ async def stack(tmp_path, llm):
 async def call(stub, service: str, metadata=()):
     """One call of each service's most dangerous method, as the issue's attacker made it."""
     if service == "agent":
-        request = agent_pb2.RunTurnRequest(session_id="victim", run_id="r1", message="rm -rf /")
-        return await collect(stub.RunTurn(iter([request]), metadata=metadata, timeout=10))
+        # The refusal comes from the metadata alone. Writing the request as well would race the
+        # server's abort: grpc-aio then reports the failed write (INTERNAL) instead of the status.
+        turn = stub.RunTurn(metadata=metadata, timeout=10)
+        return await turn.read()
     if service == "tools":
         request = tools_pb2.ExecuteRequest(session_id="victim", call_id="c1", name="shell",
                                            arguments_json='{"command": "cat notes.txt"}')
