@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from agentmesh.agent.types import Usage
@@ -63,7 +63,6 @@ class UsageTag:
     provider: str = ""
     fallback: bool = False
     purpose: str = "turn"
-    _ids: list[str] = field(default_factory=list)
 
     def for_model(self, model_name: str, model: str, provider: str, *, fallback: bool = False,
                   purpose: str = "turn") -> "UsageTag":

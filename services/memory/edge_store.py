@@ -140,9 +140,6 @@ class EdgeStore:
         try:
             self._sessions = IndexedShard.open_or_create(self.root / "sessions", _payload_only, 0)
             self._messages = IndexedShard.open_or_create(self.root / "messages", _payload_only, 0)
-            self._usage = IndexedShard.open_or_create(self.root / "usage", _payload_only, 0)
-            if self._usage.shard.info().payload_schema.get("at") is None:
-                self._usage.update(qe.UpdateOperation.create_field_index("at", qe.PayloadSchemaType.Float))
             if self._sessions.shard.info().payload_schema.get("created_at") is None:
                 self._sessions.update(qe.UpdateOperation.create_field_index("created_at", qe.PayloadSchemaType.Float))
             if self._messages.shard.info().payload_schema.get("session_id") is None:
@@ -441,19 +438,31 @@ class EdgeStore:
 
     # ------------------------------------------------------------------ usage
 
-    @property
-    def usage(self) -> IndexedShard:
-        assert self._usage is not None, "the store is not open"
+    def _usage_shard(self, create: bool) -> IndexedShard | None:
+        """Opened on first use, like a namespace's memories: a memory service that records no
+        usage (tests, tools-only set-ups) carries no shard, and no threads, for it."""
+        if self._usage is None:
+            assert self._sessions is not None, "the store is not open"
+            root = self.root / "usage"
+            if not create and not root.exists():
+                return None
+            self._usage = IndexedShard.open_or_create(root, _payload_only, 0)
+            if self._usage.shard.info().payload_schema.get("at") is None:
+                self._usage.update(qe.UpdateOperation.create_field_index("at", qe.PayloadSchemaType.Float))
         return self._usage
 
     async def put_usage(self, payloads: Sequence[dict]) -> None:
         points = [qe.Point(point_id("usage", p["id"]), {}, p) for p in payloads]
-        if points:
-            self.usage.update(qe.UpdateOperation.upsert_points(points))
+        shard = self._usage_shard(create=bool(points))
+        if shard is not None and points:
+            shard.update(qe.UpdateOperation.upsert_points(points))
 
     async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict], str]:
+        shard = self._usage_shard(create=False)
+        if shard is None:
+            return [], ""
         timed = qe.FieldCondition("at", range=qe.RangeFloat(gte=start or None, lt=end or None))
-        records, next_offset = self.usage.shard.scroll(
+        records, next_offset = shard.shard.scroll(
             qe.ScrollRequest(offset=offset, limit=limit, filter=qe.Filter(must=[timed]), with_payload=True)
         )
         return [dict(r.payload or {}) for r in records], ("" if next_offset is None else str(next_offset))

@@ -200,6 +200,7 @@ async def test_timestamps_as_the_cores_keep_them_read_back_exactly(store_factory
 
 async def test_usage_records_are_upserted_by_id_scrolled_by_time_and_survive_reopening(store_factory):
     store = await store_factory()
+    assert await store.scroll_usage(0, 0, 10, None) == ([], "")  # nothing recorded yet
     records = [{"id": f"run-1.{i}", "at": 1000.0 + i, "session_id": "s", "input_tokens": i} for i in range(5)]
     await store.put_usage(records)
     await store.put_usage([{**records[0], "input_tokens": 99}])  # the same id again: replaced, not added
