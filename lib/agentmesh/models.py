@@ -165,5 +165,6 @@ def _flag(value: Any, what: str) -> bool:
 def catalog_of(llm: Any) -> ModelCatalog:
     """The deployment's catalogue from its `LLMSettings`: the AGENTMESH_LLM_* model as `default`
     (named as requests name it) and the AGENTMESH_MODELS ones loaded with the settings."""
-    default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name)
+    default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
+                        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok)
     return ModelCatalog.of(default, llm.models)

@@ -176,3 +176,22 @@ async def test_cli_usage_prints_a_table_and_json(stack, llm, priced):
     assert code == 1 and "must be after start" in err
     code, out, err = await run_cli(stack, "usage", "--by", "user")
     assert code == 2
+
+
+async def test_the_default_models_prices_come_from_the_environment():
+    # The core alone (no wire): the catalogue the gateway builds from its settings prices "default".
+    from agentmesh.config import Settings
+    from agentmesh.gateway.usage import UsageReports
+    from agentmesh.models import catalog_of
+    from agentmesh.v1 import memory_pb2
+
+    class Ledger:
+        async def sum_usage(self, start, end, group_by):
+            return [memory_pb2.UsageSum(key="default", model_name="default", calls=1, input_tokens=2_000_000,
+                                        output_tokens=100_000)]
+
+    settings = Settings.from_env({"AGENTMESH_LLM_INPUT_PRICE_PER_MTOK": "0.5", "AGENTMESH_LLM_OUTPUT_PRICE_PER_MTOK": "4"})
+    report = await UsageReports(Ledger(), catalog_of(settings.llm), clock=lambda: 2_000_000_000.0).report(
+        gateway_pb2.GetUsageRequest(group_by="model"))
+    assert report.total.cost == pytest.approx(2 * 0.5 + 0.1 * 4) and report.total.cost_complete
+    assert report.start == 2_000_000_000.0 - 3 * 3600 - 33 * 60 - 20 - 6 * 86400  # 00:00 UTC six days before

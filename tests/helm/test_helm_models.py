@@ -74,3 +74,9 @@ def test_no_models_renders_nothing_for_them():
 def test_the_schema_refuses_what_the_service_would_and_inline_keys(model):
     with pytest.raises(helm_python.HelmError):
         render({"models": [model]})
+
+
+def test_the_default_models_prices_reach_every_service():
+    rendered = render({"llm": {"provider": "scripted", "prices": {"inputPerMtok": 2.5, "outputPerMtok": 10}}})
+    data = rendered.get("ConfigMap", f"{RELEASE}-config")["data"]
+    assert (data["AGENTMESH_LLM_INPUT_PRICE_PER_MTOK"], data["AGENTMESH_LLM_OUTPUT_PRICE_PER_MTOK"]) == ("2.5", "10")
