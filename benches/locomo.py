@@ -55,6 +55,8 @@ CONFIGS: dict[str, tuple[dict, str]] = {
     "sparse+ctx": ({"index_dates": False}, "sparse"),
     "sparse+ctx+dates": ({}, "sparse"),
     "rrf+ctx+dates": ({"fusion": "rrf", "rrf_k": 60, "neighbor_boost": 0.0}, "fused"),
+    # Standard RRF (k 60, equal weights: no fitted fusion constant) with the neighbour context and boost.
+    "rrf+ctx+dates+boost": ({"fusion": "rrf", "rrf_k": 60}, "fused"),
     "dbsf+ctx+dates": ({"fusion": "dbsf", "neighbor_boost": 0.0}, "fused"),
     "weighted+ctx+dates": ({"neighbor_boost": 0.0}, "fused"),
     "weighted+ctx+dates+densectx": ({"dense_context": True, "neighbor_boost": 0.0}, "fused"),
@@ -313,11 +315,17 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--configs", default="", help=f"comma-separated of: {', '.join(CONFIGS)}; 'all' for every one")
     parser.add_argument("--stores", default="edge", help="comma-separated: edge (Qdrant Edge), local (the old local mode)")
     parser.add_argument("--sparse", default="agentmesh,edge-bm25", help="BM25 encoders: agentmesh (text.py), edge-bm25")
+    parser.add_argument("--conversations", default="",
+                        help="comma-separated indices of the conversations to use (e.g. 0,1 to tune, 2,3,4 held out)")
+    parser.add_argument("--no-grpc", action="store_true", help="skip the gRPC latency line")
     args = parser.parse_args(argv)
     if not args.path.is_file():
         print(f"no LoCoMo data at {args.path}; pass its path", file=sys.stderr)
         return 2
     conversations = load(args.path)
+    if args.conversations:
+        picked = [int(i) for i in args.conversations.split(",")]
+        conversations = [conversations[i] for i in picked]
     n_questions = sum(len(c.questions) for c in conversations)
     print(
         f"LoCoMo: {len(conversations)} conversations, {sum(len(c.turns) for c in conversations)} turns, {n_questions} questions"
@@ -358,7 +366,8 @@ async def main(argv: list[str]) -> int:
                     label = f"{store_kind} {name} [{side}{'' if encoder == 'agentmesh' else ', ' + encoder}]"
                     rows.append((label, scores, f"{rate:.0f}"))
                     print_table(rows[-1:], header=False)
-    print(await grpc_latency(conversations[0]))
+    if not args.no_grpc:
+        print(await grpc_latency(conversations[0]))
     return 0
 
 

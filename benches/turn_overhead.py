@@ -15,6 +15,10 @@ the 32-session load (the first round warms it): flat means it does not grow with
 has served.
 
     python -m benches.turn_overhead [--turns 100] [--sessions 32] [--turns-per-session 4] [--rss-rounds 4]
+                                    [--before-python ../main/.venv/bin/python]
+
+`--before-python` also runs the five services with another checkout's interpreter (and so its
+code), in the same run, for a before/after comparison on a shared machine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import multiprocessing
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -163,19 +168,12 @@ async def rss_rounds(stub, memory_pid: int, rounds: int, sessions: int, per_sess
     return samples
 
 
-async def main_async(args) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    port_out, stop = ctx.Queue(), ctx.Event()
-    llm_process = ctx.Process(target=_serve_llm, args=(port_out, stop), daemon=True)
-    llm_process.start()
-    base_url = port_out.get(timeout=30)
-    home = Path(tempfile.mkdtemp(prefix="agentmesh-bench-"))
-    os.chmod(home, 0o755)
-    env = {**os.environ, "AGENTMESH_HOME": str(home / "platform"), "AGENTMESH_LLM_PROVIDER": "openai",
+async def measure_platform(args, base_url: str, home: Path, python: str) -> tuple[dict, list[float]]:
+    env = {**os.environ, "AGENTMESH_HOME": str(home), "AGENTMESH_LLM_PROVIDER": "openai",
            "AGENTMESH_LLM_BASE_URL": base_url, "AGENTMESH_LLM_MODEL": "bench", "AGENTMESH_LOG_LEVEL": "warning"}
     env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
     env["AGENTMESH_GATEWAY_HTTP_ADDR"] = free_address()
-    stack = LocalStack(env, log_dir=home / "logs")
+    stack = LocalStack(env, log_dir=home / "logs", python=python)
     stack.start()
     try:
         await stack.wait_healthy()
@@ -185,6 +183,22 @@ async def main_async(args) -> None:
             rss = await rss_rounds(stub, stack.children["memory"].pid, args.rss_rounds, args.sessions, args.turns_per_session)
     finally:
         await asyncio.to_thread(stack.stop)
+    return platform, rss
+
+
+async def main_async(args) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    port_out, stop = ctx.Queue(), ctx.Event()
+    llm_process = ctx.Process(target=_serve_llm, args=(port_out, stop), daemon=True)
+    llm_process.start()
+    base_url = port_out.get(timeout=30)
+    home = Path(tempfile.mkdtemp(prefix="agentmesh-bench-"))
+    os.chmod(home, 0o755)
+    load_before = os.getloadavg()[0]
+    before = None
+    if args.before_python:
+        before, _ = await measure_platform(args, base_url, home / "before", args.before_python)
+    platform, rss = await measure_platform(args, base_url, home / "platform", sys.executable)
     baseline_agent = SingleProcessAgent(home / "baseline", base_url)
     try:
         baseline = await measure(baseline_agent.turn, "baseline", args.turns, args.sessions, args.turns_per_session)
@@ -196,17 +210,25 @@ async def main_async(args) -> None:
     print(f"one tool-using turn (2 model calls + 1 jailed `true`); {args.turns} sequential turns, "
           f"{args.sessions} concurrent sessions x {args.turns_per_session} turns")
     print()
-    print("| measure | agentmesh (5 services) | single process | ratio |")
-    print("| --- | --- | --- | --- |")
+    if before is not None:
+        print("| measure | agentmesh before | agentmesh (5 services) | single process | ratio before | ratio |")
+        print("| --- | --- | --- | --- | --- | --- |")
+    else:
+        print("| measure | agentmesh (5 services) | single process | ratio |")
+        print("| --- | --- | --- | --- |")
     for key, label in (("p50_ms", "p50 latency (ms)"), ("p99_ms", "p99 latency (ms)"), ("turns_per_s", f"turns/s, {args.sessions} sessions")):
         ratio = platform[key] / baseline[key]
-        print(f"| {label} | {platform[key]:.1f} | {baseline[key]:.1f} | {ratio:.2f}x |")
+        if before is not None:
+            print(f"| {label} | {before[key]:.1f} | {platform[key]:.1f} | {baseline[key]:.1f} | "
+                  f"{before[key] / baseline[key]:.2f}x | {ratio:.2f}x |")
+        else:
+            print(f"| {label} | {platform[key]:.1f} | {baseline[key]:.1f} | {ratio:.2f}x |")
     if rss:
         warm = rss[0]
         print(f"\nmemory service RSS after each further round of {args.sessions} sessions x {args.turns_per_session} turns: "
               + ", ".join(f"{r:.1f}" for r in rss) + " MB; change after the first (warm) round: "
               + f"{(max(rss[1:], default=warm) - warm) / warm * 100:+.1f}% at most")
-    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(f"load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
 
 
 def main() -> None:
@@ -215,6 +237,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--turns-per-session", type=int, default=4)
     parser.add_argument("--rss-rounds", type=int, default=4, help="rounds of the concurrent load to sample RSS after")
+    parser.add_argument("--before-python", default="", help="also run the services with this interpreter (another checkout)")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -9,7 +9,7 @@ from typing import Sequence, cast
 
 import grpc
 
-from agentmesh.agent.ports import MemoryHit, NotSupported
+from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
 from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.agent.usage_log import UsageEntry
 from agentmesh.errors import AgentmeshError, Unavailable
@@ -110,14 +110,16 @@ class GrpcBackgroundCommands:
         self._target = target
         self._timeout_s = timeout_s
 
-    async def take_finished(self, session_id: str) -> list[BackgroundDone]:
+    async def take_finished(self, session_id: str) -> BackgroundCheck:
         try:
             reply = await self._stub.BackgroundResults(tools_pb2.BackgroundResultsRequest(session_id=session_id),
                                                        timeout=self._timeout_s, metadata=trace_metadata())
         except grpc.aio.AioRpcError as err:
             raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
-        return [BackgroundDone(id=c.id, command=c.command, status=c.status, result=tool_result_from_proto(c.result),
-                               seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished]
+        return BackgroundCheck([BackgroundDone(id=c.id, command=c.command, status=c.status,
+                                               result=tool_result_from_proto(c.result),
+                                               seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished],
+                               reply.running)
 
     async def stop(self, session_id: str) -> int:
         try:
@@ -172,6 +174,62 @@ class GrpcTranscripts:
             raise Unavailable(
                 f"could not save the session's transcript within {self._save_within_s:g}s: {reason}"
             ) from None
+
+
+class GrpcTurnStart:
+    """StartTurn on the memory service: the transcript, the user's message appended after it and
+    the turn's recall in one round trip instead of three. Retried while memory is away, like an
+    append (GrpcTranscripts); an older memory service without it raises NotSupported."""
+
+    PAGE = 1000
+
+    def __init__(self, client: MemoryClient, target: str, *, save_within_s: float = 30.0):
+        self._client = client
+        self._target = target
+        self._save_within_s = save_within_s
+
+    async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
+                    k: int, recall_timeout_s: float) -> TurnBeginning:
+        request = memory_pb2.StartTurnRequest(
+            session_id=session_id, messages=[message_to_proto(m) for m in first], page_size=self.PAGE,
+            namespace=namespace, recall_query=query, recall_k=k, recall_timeout_s=recall_timeout_s)
+        try:
+            reply = await self._call(request)
+            stored = list(reply.messages)
+            after = reply.next_after_seq
+            while after:  # a long transcript: the rest of what preceded the appended messages
+                page, after = await self._client.list_messages(session_id, after_seq=after, page_size=self.PAGE)
+                stored += [m for m in page if m.seq < reply.first_seq]
+                if page and page[-1].seq >= reply.first_seq - 1:
+                    break
+        except AgentmeshError as exc:
+            if isinstance(exc, NotSupported):
+                raise
+            raise type(exc)(f"could not start the turn in the session's transcript: {exc.message}") from None
+        hits = [MemoryHit(id=h.memory.id, text=h.memory.text, kind=h.memory.kind, score=h.score,
+                          created_at=h.memory.created_at) for h in reply.recalled]
+        return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error)
+
+    async def _call(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
+        delay = GrpcTranscripts.RETRY_FIRST_S
+        last: AgentmeshError | None = None
+        try:
+            async with asyncio.timeout(self._save_within_s):
+                while True:
+                    try:
+                        return await self._client.stub.StartTurn(request, timeout=self._save_within_s)
+                    except grpc.aio.AioRpcError as err:
+                        if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                            raise NotSupported(f"the memory service at {self._target} has no StartTurn") from None
+                        error = peer_error(err, f"the memory service at {self._target}")
+                        if not isinstance(error, Unavailable):
+                            raise error from None
+                        last = error
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, GrpcTranscripts.RETRY_MAX_S)
+        except TimeoutError:
+            reason = last.message if last else f"the memory service at {self._target} did not answer"
+            raise Unavailable(f"not done within {self._save_within_s:g}s: {reason}") from None
 
 
 class GrpcLongTermMemory:

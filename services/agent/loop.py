@@ -46,6 +46,7 @@ from agentmesh.agent.ports import (
     NotSupported,
     ToolRunner,
     TranscriptStore,
+    TurnStarter,
 )
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.settings import AgentSettings
@@ -121,6 +122,7 @@ class Agent:
         background: BackgroundCommands | None = None,
         models: dict[str, NamedModel] | None = None,
         usage_log: UsageLog | None = None,
+        turn_start: TurnStarter | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -133,6 +135,8 @@ class Agent:
         self.clock = clock
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
+        # The transcript read, the user's message and recall in one call; None: three calls.
+        self.turn_start = turn_start
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
         self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
@@ -285,12 +289,7 @@ class TurnRun:
         req = self.request
         user = ChatMessage(role="user", content=req.message, run_id=req.run_id)
 
-        async def history_then_user() -> list[ChatMessage]:
-            history = await self._load_history()
-            await self._persist([user])  # after the read, so history holds only earlier turns
-            return history
-
-        history, tool_specs, memories = await asyncio.gather(history_then_user(), self._list_tools(), self._recall())
+        (history, memories), tool_specs = await asyncio.gather(self._begin(user), self._list_tools())
         for capability in self._capabilities:
             history = await capability.prepare_history(history)
         self._ctx.history, self._ctx.tools, self._ctx.memories = history, tool_specs, memories
@@ -375,8 +374,33 @@ class TurnRun:
 
     # --- context ------------------------------------------------------------------------------
 
+    async def _begin(self, user: ChatMessage) -> tuple[list[ChatMessage], list[MemoryHit]]:
+        """The history the turn starts from, with `user` persisted after it, and the recalled
+        memories: in one call to memory where it offers one, else a read, an append and a search."""
+        starter, memory, k = self.agent.turn_start, self.agent.memory, self.settings.recall_k
+        if starter is not None:
+            try:
+                async with self._writing():
+                    begun = await starter.start(
+                        self.request.session_id, [user], namespace=self.request.namespace, query=self.request.message,
+                        k=k if memory is not None else 0, recall_timeout_s=self.settings.recall_timeout_s)
+            except NotSupported:
+                pass  # an older memory service: the separate calls below
+            else:
+                return self._history_from(begun.stored), self._recalled(begun.memories, begun.recall_error)
+
+        async def history_then_user() -> list[ChatMessage]:
+            history = await self._load_history()
+            await self._persist([user])  # after the read, so history holds only earlier turns
+            return history
+
+        history, memories = await asyncio.gather(history_then_user(), self._recall())
+        return history, memories
+
     async def _load_history(self) -> list[ChatMessage]:
-        stored = await self.agent.transcripts.load(self.request.session_id)
+        return self._history_from(await self.agent.transcripts.load(self.request.session_id))
+
+    def _history_from(self, stored: list[ChatMessage]) -> list[ChatMessage]:
         self._ctx.stored = stored
         return context.repair(compaction.model_view(stored, use_summaries=self.settings.compaction))
 
@@ -408,19 +432,28 @@ class TurnRun:
             self._emit(StatusEvent("long-term memory is not available yet; continuing without recall"))
             return []
         except (AgentmeshError, TimeoutError) as exc:
-            reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
-            log.warning("recall failed", error=reason)
-            self._emit(StatusEvent(f"could not recall memories ({reason}); continuing without them"))
+            return self._recalled([], exc.message if isinstance(exc, AgentmeshError) else "it took too long")
+        return self._recalled(hits, "")
+
+    def _recalled(self, hits: list[MemoryHit], error: str) -> list[MemoryHit]:
+        if error:
+            log.warning("recall failed", error=error)
+            self._emit(StatusEvent(f"could not recall memories ({error}); continuing without them"))
             return []
         if hits:  # "recalled 0 memories" on every turn would only be noise
             self._emit(StatusEvent(f"recalled {len(hits)} {'memory' if len(hits) == 1 else 'memories'}"))
         return hits
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
+        async with self._writing():
+            await self.agent.transcripts.append(self.request.session_id, messages)
+
+    @contextlib.asynccontextmanager
+    async def _writing(self) -> AsyncIterator[None]:
         # A write is not a safe point: an interrupt arriving meanwhile lands when it is done.
         self._persisting += 1
         try:
-            await self.agent.transcripts.append(self.request.session_id, messages)
+            yield
         finally:
             self._persisting -= 1
             if self._interrupted_as and not self._persisting:

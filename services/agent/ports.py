@@ -9,7 +9,17 @@ from typing import Protocol, Sequence
 from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 
-__all__ = ["BackgroundCommands", "LongTermMemory", "MemoryHit", "NotSupported", "ToolRunner", "TranscriptStore"]
+__all__ = [
+    "BackgroundCheck",
+    "BackgroundCommands",
+    "LongTermMemory",
+    "MemoryHit",
+    "NotSupported",
+    "ToolRunner",
+    "TranscriptStore",
+    "TurnBeginning",
+    "TurnStarter",
+]
 
 
 class NotSupported(AgentmeshError):
@@ -58,11 +68,37 @@ class LongTermMemory(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class TurnBeginning:
+    stored: list[ChatMessage]  # the session's transcript before the turn's first messages
+    memories: list[MemoryHit]  # recalled for the turn
+    recall_error: str = ""  # why recall failed (the turn goes on without it)
+
+
+class TurnStarter(Protocol):
+    """A turn's first reads and write in one round trip (the memory service's StartTurn)."""
+
+    async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
+                    k: int, recall_timeout_s: float) -> TurnBeginning:
+        """The stored transcript, then `first` durably appended after it, and the `k` memories
+        recalled for `query` (k = 0: none). Raises NotSupported when the memory service has no
+        such call (the loop then makes the separate calls), another AgentmeshError when the
+        transcript cannot be read or written; a failed recall is `recall_error`, not raised."""
+        ...
+
+
+@dataclass(frozen=True)
+class BackgroundCheck:
+    finished: list[BackgroundDone]
+    running: int  # the session's commands still running when asked
+
+
 class BackgroundCommands(Protocol):
     """The tools service's background commands (background_run), seen from the agent."""
 
-    async def take_finished(self, session_id: str) -> list[BackgroundDone]:
-        """Commands that ended since the last ask, each handed over once; raises an AgentmeshError."""
+    async def take_finished(self, session_id: str) -> "BackgroundCheck":
+        """Commands that ended since the last ask, each handed over once, and how many still
+        run; raises an AgentmeshError."""
         ...
 
     async def stop(self, session_id: str) -> int:

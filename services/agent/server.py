@@ -15,6 +15,7 @@ from agentmesh.agent.adapters import (
     GrpcLongTermMemory,
     GrpcToolRunner,
     GrpcTranscripts,
+    GrpcTurnStart,
     GrpcUsageLog,
 )
 from agentmesh.agent.loop import Agent, TurnRequest
@@ -248,6 +249,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target),
         usage_log=GrpcUsageLog(memory_client),
+        turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)

@@ -4,13 +4,21 @@ New points land in the shard's appendable segment and are searchable at once (br
 `index_after` points have arrived since the last build, the shard is indexed *in another
 process*, because `EdgeShard.optimize()` holds the GIL for its whole run:
 
-1. with the shard's writes paused (searches go on), flush it and copy its directory to the next
-   generation, `gen-<n+1>`; from now on every write is also kept in a replay list;
+1. start keeping every write in a replay list, flush the shard and copy its directory to the
+   next generation, `gen-<n+1>`, *while writes go on* (they land in the live shard and in the
+   list); only the shard's own flushes wait for the copy;
 2. `python -m agentmesh.memory.edge_indexer gen-<n+1>` optimizes the copy at low priority;
 3. load the indexed copy and replay the writes it missed, a chunk at a time between other work;
    with writes paused for the last few, point `CURRENT` at it (an atomic rename: a crash before
    leaves the old generation, which has every write, current), swap it in, close and delete the
    old one.
+
+Why a copy taken while writes go on is sound: it is what a `kill -9` in the middle of the copy
+would have left, file by file, with the write-ahead log copied last (so it holds at least what
+the segments hold, as after a crash); Edge recovers such a directory by replaying its WAL, as it
+does after a crash. Whatever the copy caught of the writes made during it, the replay list
+holds all of them, in order, and replaying upserts and deletes in order onto any such state
+ends in the live shard's state. Writes used to wait for the copy: 6.2 s at 91k memories.
 
 Every call into Edge is made on the event-loop thread: `query` and `update` hold the GIL too
 (measured), so a worker thread would add a hop without adding concurrency. Only flush, load,
@@ -36,6 +44,7 @@ log = get_logger("agentmesh.memory.edge")
 
 CURRENT = "CURRENT"
 REPLAY_CHUNK = 64  # kept writes replayed between two turns of the event loop
+WAL = "wal"  # a shard directory's write-ahead log, copied last
 
 
 def _generation_dir(root: Path, generation: int) -> Path:
@@ -44,6 +53,17 @@ def _generation_dir(root: Path, generation: int) -> Path:
 
 def _read_current(root: Path) -> dict[str, Any]:
     return json.loads((root / CURRENT).read_text())
+
+
+def _copy_shard(source: Path, target: Path) -> None:
+    """Copy a shard directory that may be taking writes: everything but the WAL, then the WAL."""
+    target.mkdir(parents=True)
+    entries = sorted(source.iterdir(), key=lambda p: p.name == WAL)
+    for entry in entries:
+        if entry.is_dir():
+            shutil.copytree(entry, target / entry.name)
+        else:
+            shutil.copy2(entry, target / entry.name)
 
 
 def _write_current(root: Path, state: dict[str, Any]) -> None:
@@ -69,12 +89,15 @@ class IndexedShard:
         self._state = state  # {"generation": n, "indexed_points": points at the last build}
         self._index_after = index_after
         self.write_lock = asyncio.Lock()
+        # Flushes and a build's copy of the files exclude each other (writes need neither).
+        self._files_lock = asyncio.Lock()
         self._replay: list[qe.UpdateOperation] | None = None
         self._build: asyncio.Task | None = None
         self._process: asyncio.subprocess.Process | None = None
         self.dirty = False
         self._closing = False
         self.builds = 0  # finished index builds (tests and benches watch it)
+        self.copying = False  # a build is copying the shard's files (tests watch it)
 
     # ------------------------------------------------------------------ open / create
 
@@ -115,9 +138,8 @@ class IndexedShard:
         return self._build is not None
 
     async def flush(self) -> None:
-        # Under the write lock: a build copies the shard's files under it, and must not copy
-        # them half-flushed.
-        async with self.write_lock:
+        # Not while a build copies the shard's files: it must not copy them half-flushed.
+        async with self._files_lock:
             if self.dirty:
                 self.dirty = False
                 await asyncio.to_thread(self.shard.flush)
@@ -131,13 +153,26 @@ class IndexedShard:
         swapped_in = False
         log.info("memory shard indexing", shard=self.root.name, generation=self._state["generation"] + 1)
         try:
-            async with self.write_lock:
-                await asyncio.to_thread(self.shard.flush)
-                points = self.shard.info().points_count
-                shutil.rmtree(target, ignore_errors=True)
-                current = _generation_dir(self.root, self._state["generation"])
-                await asyncio.to_thread(shutil.copytree, current, target)
-                self._replay = []
+            current = _generation_dir(self.root, self._state["generation"])
+            async with self._files_lock:
+                self.copying = True
+                try:
+                    # Kept from here on: the copy may miss any write made after this point.
+                    self._replay = []
+                    points = self.shard.info().points_count
+                    await asyncio.to_thread(self.shard.flush)
+                    shutil.rmtree(target, ignore_errors=True)
+                    try:
+                        await asyncio.to_thread(_copy_shard, current, target)
+                    except OSError as exc:
+                        # A file Edge replaced mid-copy: copy again with writes paused, as before.
+                        log.warning("memory shard copy raced a write; copying with writes paused",
+                                    shard=self.root.name, reason=str(exc))
+                        async with self.write_lock:
+                            shutil.rmtree(target, ignore_errors=True)
+                            await asyncio.to_thread(_copy_shard, current, target)
+                finally:
+                    self.copying = False
             copied = time.monotonic()
             if self._closing:
                 raise RuntimeError("the service is stopping")

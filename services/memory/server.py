@@ -20,6 +20,7 @@ from agentmesh.memory.memories import Memories
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.stores import open_store
 from agentmesh.memory.transcripts import Transcripts
+from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
@@ -76,6 +77,22 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
             dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
         return memory_pb2.DropRunResponse(dropped=dropped)
+
+    @translate_errors
+    async def StartTurn(self, request, context):
+        messages = [message_from_proto(m) for m in request.messages]
+        recall = Recall(request.namespace, request.recall_query, request.recall_k, request.recall_timeout_s)
+        with bound_contextvars(session_id=request.session_id):
+            started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
+                                       request.page_size, recall if request.recall_k else None)
+        return memory_pb2.StartTurnResponse(
+            messages=[message_to_proto(m) for m in started.transcript],
+            next_after_seq=started.next_after_seq,
+            first_seq=started.first_seq,
+            last_seq=started.last_seq,
+            recalled=[memory_pb2.SearchHit(memory=memory_to_proto(h.memory), score=h.score) for h in started.recalled],
+            recall_error=started.recall_error,
+        )
 
     @translate_errors
     async def ListMessages(self, request, context):

@@ -250,7 +250,7 @@ class Transcripts:
         if m.covers_through_seq < 0 or (m.covers_through_seq and m.kind != "summary"):
             raise InvalidArgument(f"{where}: covers_through_seq must be a non-negative seq, set only on a summary")
 
-    async def append_messages(self, session_id: str, messages: Sequence[TranscriptMessage]) -> int:
+    def _validate_append(self, session_id: str, messages: Sequence[TranscriptMessage]) -> None:
         validate_id(session_id)
         if not messages:
             raise InvalidArgument("messages is empty: append at least one message")
@@ -260,24 +260,49 @@ class Transcripts:
             )
         for i, m in enumerate(messages):
             self._validate_message(i, m)
+
+    async def append_messages(self, session_id: str, messages: Sequence[TranscriptMessage]) -> int:
+        self._validate_append(session_id, messages)
         async with self._lock(session_id):
-            payload = await self._store.get_session(session_id)
-            if payload is None:
-                raise NotFound(f"session {session_id!r} does not exist; create it with PutSession first")
-            session = SessionRecord.from_payload(payload)
-            now = stored_time(time.time())
-            numbered = [
-                replace(m, seq=session.message_count + i + 1, created_at=stored_time(m.created_at) or now)
-                for i, m in enumerate(messages)
-            ]
-            # The session record, written after the messages, is the commit point: only seqs up
-            # to message_count are visible.
-            session.message_count = numbered[-1].seq
-            session.updated_at = now
-            await self._store.append_messages(
-                session_id, [m.payload(session_id) for m in numbered], session.payload()
-            )
-            return session.message_count
+            return await self._append(session_id, await self._session_to_append(session_id), messages)
+
+    async def read_then_append(
+        self, session_id: str, messages: Sequence[TranscriptMessage], page_size: int
+    ) -> tuple[list[TranscriptMessage], int, int]:
+        """A turn's start: the transcript's first page as it stands, then `messages` appended
+        after it, under one hold of the session's lock. Returns that page, the seq to read on
+        after (0: the page is all of it) and the seq of the last appended message."""
+        self._validate_append(session_id, messages)
+        size = _page_size(page_size, MAX_PAGE_MESSAGES, MAX_PAGE_MESSAGES, "page_size")
+        async with self._lock(session_id):
+            session = await self._session_to_append(session_id)
+            last_read = min(session.message_count, size)
+            payloads = await self._store.get_messages(session_id, range(1, last_read + 1)) if last_read else []
+            read = [TranscriptMessage.from_payload(p) for p in payloads]
+            next_after = last_read if last_read < session.message_count else 0
+            return read, next_after, await self._append(session_id, session, messages)
+
+    async def _session_to_append(self, session_id: str) -> SessionRecord:
+        payload = await self._store.get_session(session_id)
+        if payload is None:
+            raise NotFound(f"session {session_id!r} does not exist; create it with PutSession first")
+        return SessionRecord.from_payload(payload)
+
+    async def _append(self, session_id: str, session: SessionRecord, messages: Sequence[TranscriptMessage]) -> int:
+        """Number and write `messages` after `session`'s last; the caller holds the session's lock."""
+        now = stored_time(time.time())
+        numbered = [
+            replace(m, seq=session.message_count + i + 1, created_at=stored_time(m.created_at) or now)
+            for i, m in enumerate(messages)
+        ]
+        # The session record, written after the messages, is the commit point: only seqs up
+        # to message_count are visible.
+        session.message_count = numbered[-1].seq
+        session.updated_at = now
+        await self._store.append_messages(
+            session_id, [m.payload(session_id) for m in numbered], session.payload()
+        )
+        return session.message_count
 
     async def drop_run(self, session_id: str, run_id: str) -> int:
         """Remove a run's messages from the end of the transcript (a turn rolled back): the

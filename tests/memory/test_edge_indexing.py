@@ -92,3 +92,39 @@ async def test_a_build_interrupted_by_a_stop_leaves_the_current_generation_whole
         assert await reopened.count_memories(PointFilter("ns")) == 110
     finally:
         await reopened.close()
+
+
+async def test_writes_do_not_wait_for_a_build_to_copy_the_shard(tmp_path):
+    rng = random.Random(3)
+    store = EdgeStore(tmp_path / "home", index_after=2000)
+    await store.open()
+    await store.check_embedder("e", DIM)
+    try:
+        await store.upsert_memories("ns", rows(0, 1999, rng))
+        shard = store._memory_shard("ns", create=False)  # noqa: SLF001 - the shard the build runs on
+        await store.upsert_memories("ns", rows(1999, 1, rng))  # starts a build
+        async with asyncio.timeout(10):
+            while not shard.copying:
+                await asyncio.sleep(0)
+        written, during_copy = 2000, 0
+        async with asyncio.timeout(60):
+            while shard.copying:
+                await store.upsert_memories("ns", rows(written, 1, rng))
+                written += 1
+                during_copy += shard.copying  # acknowledged while the copy still runs
+                await asyncio.sleep(0.001)  # as between two requests: the build's steps get their turn
+        assert during_copy > 0, "every write waited for the copy to finish"
+        await store.wait_indexed()
+        assert store.memory_shard_stats("ns")["builds"] == 1
+        # Nothing written during the copy is missing from the indexed generation.
+        found = await store.get_memories("ns", [point_id("memory", "ns", f"m{i}") for i in range(written)])
+        assert len(found) == written == await store.count_memories(PointFilter("ns"))
+    finally:
+        await store.close()
+    reopened = EdgeStore(tmp_path / "home", index_after=0)
+    await reopened.open()
+    try:
+        await reopened.check_embedder("e", DIM)
+        assert await reopened.count_memories(PointFilter("ns")) == written
+    finally:
+        await reopened.close()

@@ -42,6 +42,7 @@ __all__ = [
     "allowed_callers",
     "bearer_metadata",
     "current_principal",
+    "signed_details",
     "signing_interceptors",
 ]
 
@@ -104,6 +105,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "UpdateSession": _allow("gateway"),
         "ListMessages": _allow("gateway", "agent"),
         "AppendMessages": _allow("agent"),
+        # A turn's first read, append and recall in one call.
+        "StartTurn": _allow("agent"),
         # A turn rolled back by a newer message (ChatOptions.if_busy "rollback").
         "DropRun": _allow("gateway"),
         # Long-term memory: the agent's memory tools, and `agentmesh memory` for users.
@@ -234,16 +237,23 @@ def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grp
     return rebuild(handler, enter)
 
 
+def signed_details(identity: ServiceIdentity, audience: str,
+                   details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+    """`details` with the token `identity` holds for calls to `audience` on behalf of the
+    current principal (reused while it has half its lifetime left, see identity.py)."""
+    metadata = grpc.aio.Metadata(*(tuple(details.metadata) if details.metadata else ()))
+    metadata.add(SERVICE_TOKEN_HEADER, identity.token(audience, current_principal.get()))
+    return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
+                                      details.wait_for_ready)
+
+
 class _SignCalls:
     def __init__(self, identity: ServiceIdentity, audience: str):
         self._identity = identity
         self._audience = audience
 
     def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*(tuple(details.metadata) if details.metadata else ()))
-        metadata.add(SERVICE_TOKEN_HEADER, self._identity.sign(self._audience, current_principal.get()))
-        return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
-                                          details.wait_for_ready)
+        return signed_details(self._identity, self._audience, details)
 
 
 class _SignUnaryUnary(_SignCalls, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types

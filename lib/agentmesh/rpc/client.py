@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
-from agentmesh.rpc.auth import signing_interceptors
+from agentmesh.rpc.auth import signed_details
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry import Telemetry
@@ -71,15 +71,23 @@ class _PeerWait:
     """Wait-for-ready, bounded: while the channel is not READY, hold a call until it is, for at
     most `wait_s` and within the call's deadline; then start it (failing fast if the peer is still
     away). gRPC's own `wait_for_ready` would hold a call for its whole deadline — 15 minutes for a
-    tool call — when a peer is gone for good."""
+    tool call — when a peer is gone for good.
 
-    def __init__(self, wait_s: float):
+    With `identity` it also signs the call (one interceptor doing both: each aio interceptor
+    is a coroutine and a call object more on every call). The token may be signed before the
+    wait: a reused token has at least half its 60 s lifetime left, the wait is at most 10 s."""
+
+    def __init__(self, wait_s: float, identity: ServiceIdentity | None = None, audience: str = ""):
         self.wait_s = wait_s
+        self.identity = identity
+        self.audience = audience
         self.channel: grpc.aio.Channel | None = None  # set right after the channel is made
 
     async def ready(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        if self.identity is not None:
+            details = signed_details(self.identity, self.audience, details)
         channel = self.channel
-        if channel is None or channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+        if self.wait_s <= 0 or channel is None or channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
             return details
         budget = self.wait_s if details.timeout is None else min(self.wait_s, details.timeout)
         started = time.monotonic()
@@ -141,17 +149,15 @@ def open_channel(
     """A channel to `target`. With `identity`, every call on it carries a token that service
     signs for `audience` (the service at `target`), on behalf of the current principal.
     `wait_for_peer_s=0` fails calls at once while the peer is away."""
-    waiting = _PeerWait(wait_for_peer_s)
-    # Waiting first, so a call's token is signed when it is sent, not before the wait.
+    if identity is not None and not audience:
+        raise ValueError("a signed channel needs the audience: the name of the service it reaches")
+    waiting = _PeerWait(wait_for_peer_s, identity, audience)
+    # Waiting (and signing) first; the tracing interceptor then adds the trace context.
     interceptors: list[Any] = []
-    if wait_for_peer_s > 0:
+    if wait_for_peer_s > 0 or identity is not None:
         interceptors += [kind(waiting) for kind in (_WaitUnaryUnary, _WaitUnaryStream, _WaitStreamUnary, _WaitStreamStream)]
     if telemetry:
         interceptors += aio_client_interceptors(tracer_provider=telemetry.tracer_provider)  # type: ignore[no-untyped-call]  # untyped library
-    if identity is not None:
-        if not audience:
-            raise ValueError("a signed channel needs the audience: the name of the service it reaches")
-        interceptors += signing_interceptors(identity, audience)
     channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS, interceptors=interceptors)
     waiting.channel = channel
     return channel

@@ -1,0 +1,111 @@
+"""A turn's start in one call to memory (StartTurn), the fallback to three calls, and the
+background-results check skipped while nothing can have started a command."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from agentmesh.agent.loop import TurnRequest
+from agentmesh.agent.ports import BackgroundCheck, NotSupported, TurnBeginning
+from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall
+from tests.agent.agent_fakes import FakeMemory, FakeTools, FakeTranscripts, ok
+from tests.agent.test_agent_loop import collect, make_agent, of
+from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
+
+
+class CountingTranscripts(FakeTranscripts):
+    loads = 0
+
+    async def load(self, session_id: str) -> list[ChatMessage]:
+        self.loads += 1
+        return await super().load(session_id)
+
+
+class FakeStarter:
+    """StartTurn over the fakes: the stored transcript, then the first messages appended."""
+
+    def __init__(self, transcripts: FakeTranscripts, memory: FakeMemory, *, supported: bool = True,
+                 recall_error: str = ""):
+        self.transcripts, self.memory = transcripts, memory
+        self.supported, self.recall_error = supported, recall_error
+        self.calls: list[tuple[str, str, int]] = []
+
+    async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str, k: int,
+                    recall_timeout_s: float) -> TurnBeginning:
+        if not self.supported:
+            raise NotSupported("the memory service at 127.0.0.1:1 has no StartTurn")
+        self.calls.append((session_id, namespace, k))
+        stored = list(self.transcripts.history.get(session_id, []))
+        await self.transcripts.append(session_id, first)
+        hits = [] if self.recall_error else await self.memory.search(namespace, query, k)
+        return TurnBeginning(stored, hits, self.recall_error)
+
+
+async def answer(call: ToolCall):
+    return ok(call, "done")
+
+
+async def test_a_turn_starts_with_one_call_to_memory(http, telemetry):
+    earlier = [ChatMessage(role="user", content="earlier question"), ChatMessage(role="assistant", content="earlier answer")]
+    transcripts = CountingTranscripts({"s1": earlier})
+    memory = FakeMemory(memories=[("team", "the deploy key lives in vault", "fact")])
+    starter = FakeStarter(transcripts, memory)
+    with ScriptedLLMServer([reply("ok")]) as llm:
+        agent = make_agent(http, llm, FakeTools({}), transcripts, telemetry, memory=memory)
+        agent.turn_start = starter
+        events = await collect(agent.start(TurnRequest(session_id="s1", run_id="r1", message="where is the deploy key",
+                                                       namespace="team")))
+        sent = llm.requests[0].body["messages"]
+
+    assert starter.calls == [("s1", "team", 3)]
+    assert transcripts.loads == 0 and memory.searches == [("team", "where is the deploy key", 3)]
+    assert transcripts.batches[0][0].content == "where is the deploy key"  # persisted before the model call
+    assert [m["content"] for m in sent[1:3]] == ["earlier question", "earlier answer"]
+    assert "the deploy key lives in vault" in sent[0]["content"]
+    assert "recalled 1 memory" in [e.message for e in of(events, StatusEvent)]
+
+
+async def test_a_failed_recall_is_a_status_and_an_older_memory_service_gets_three_calls(http, telemetry):
+    transcripts = CountingTranscripts()
+    memory = FakeMemory(memories=[("default", "tea", "fact")])
+    with ScriptedLLMServer([reply("ok"), reply("ok")]) as llm:
+        agent = make_agent(http, llm, FakeTools({}), transcripts, telemetry, memory=memory)
+        agent.turn_start = FakeStarter(transcripts, memory, recall_error="it took longer than 5s")
+        failed = await collect(agent.start(TurnRequest(session_id="s1", run_id="r1", message="tea please")))
+        agent.turn_start = FakeStarter(transcripts, memory, supported=False)
+        fallback = await collect(agent.start(TurnRequest(session_id="s1", run_id="r2", message="tea please")))
+
+    assert "could not recall memories (it took longer than 5s); continuing without them" in [
+        e.message for e in of(failed, StatusEvent)]
+    assert transcripts.loads == 1 and memory.searches == [("default", "tea please", 3)]  # the second turn's own calls
+    assert "recalled 1 memory" in [e.message for e in of(fallback, StatusEvent)]
+    assert [m.content for m in transcripts.history["s1"] if m.role == "user"] == ["tea please", "tea please"]
+
+
+class CountingBackground:
+    def __init__(self):
+        self.asked = 0
+
+    async def take_finished(self, session_id: str) -> BackgroundCheck:
+        self.asked += 1
+        return BackgroundCheck([], running=0)
+
+    async def stop(self, session_id: str) -> int:
+        return 0
+
+
+async def test_background_results_are_not_asked_for_again_until_something_may_have_started_one(http, telemetry):
+    steps = [reply("", tool_call("shell", {"command": "true"}, id="c1")),
+             reply("", tool_call("background_run", {"command": "sleep 1"}, id="c2")),
+             reply("", tool_call("shell", {"command": "true"}, id="c3")),
+             reply("done")]
+    background = CountingBackground()
+    tools = FakeTools({"shell": answer, "background_run": answer})
+    with ScriptedLLMServer(steps) as llm:
+        agent = make_agent(http, llm, tools, FakeTranscripts(), telemetry)
+        agent.background = background
+        await collect(agent.start(TurnRequest(session_id="s1", run_id="r1", message="go")))
+
+    # Asked before step 1; not before step 2 (only `shell` ran); before step 3 (a background_run
+    # ran in step 2); not before step 4.
+    assert len(llm.requests) == 4 and background.asked == 2

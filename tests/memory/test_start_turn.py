@@ -1,0 +1,83 @@
+"""StartTurn over real gRPC: the transcript as it stood, the turn's message appended after it,
+and recall — in one call — and the agent's adapter of it, paging a long transcript."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from agentmesh.agent.adapters import GrpcTurnStart
+from agentmesh.agent.types import ChatMessage
+from agentmesh.v1 import common_pb2, memory_pb2
+
+
+def user(text: str) -> common_pb2.Message:
+    return common_pb2.Message(role="user", content=text)
+
+
+def start(session_id: str, text: str, **kw) -> memory_pb2.StartTurnRequest:
+    return memory_pb2.StartTurnRequest(session_id=session_id, messages=[user(text)], **kw)
+
+
+async def test_start_turn_reads_then_appends_and_recalls(memory_service):
+    client, stub = memory_service.client, memory_service.stub
+    await client.put_session("s1", namespace="alice")
+    await client.append_messages("s1", [user("one"), user("two")])
+    await client.remember("Alice drinks green tea every morning", namespace="alice")
+    await client.remember("Bob drinks coffee", namespace="bob")
+
+    reply = await stub.StartTurn(start("s1", "what does alice drink", namespace="alice",
+                                       recall_query="what does alice drink", recall_k=3))
+
+    assert [m.content for m in reply.messages] == ["one", "two"]  # before the append, not after
+    assert (reply.next_after_seq, reply.first_seq, reply.last_seq) == (0, 3, 3)
+    assert [h.memory.text for h in reply.recalled] == ["Alice drinks green tea every morning"]
+    assert reply.recall_error == ""
+    stored, _ = await client.list_messages("s1")
+    assert [m.content for m in stored] == ["one", "two", "what does alice drink"]  # durably appended
+
+
+async def test_start_turn_pages_a_long_transcript_and_a_failed_recall_does_not_fail_it(memory_service):
+    client, stub = memory_service.client, memory_service.stub
+    await client.put_session("long")
+    await client.append_messages("long", [user(f"m{i}") for i in range(1, 8)])
+
+    reply = await stub.StartTurn(start("long", "next", page_size=3, recall_query=" ", recall_k=2))
+
+    assert [m.seq for m in reply.messages] == [1, 2, 3] and reply.next_after_seq == 3
+    assert (reply.first_seq, reply.last_seq) == (8, 8)
+    assert not reply.recalled and "query is empty" in reply.recall_error
+    # The agent's adapter reads the rest, up to (not including) what it appended.
+    begun = await GrpcTurnStart(client, "memory").start("long", [ChatMessage(role="user", content="again")],
+                                                        namespace="default", query="again", k=0, recall_timeout_s=1)
+    assert [m.content for m in begun.stored] == [*(f"m{i}" for i in range(1, 8)), "next"]
+    assert begun.memories == [] and begun.recall_error == ""
+
+
+async def test_start_turn_refuses_bad_input_and_changes_nothing(memory_service):
+    client, stub = memory_service.client, memory_service.stub
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.StartTurn(start("missing", "hi"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "create it with PutSession" in err.value.details()
+    await client.put_session("s2")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.StartTurn(memory_pb2.StartTurnRequest(session_id="s2", messages=[common_pb2.Message(role="robot")]))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "role must be one of" in err.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.StartTurn(start("s2", "hi", page_size=5000))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "page_size" in err.value.details()
+    assert (await client.get_session("s2")).message_count == 0
+
+
+async def test_only_the_agent_may_start_a_turn(memory_service):
+    from agentmesh.config import Settings
+    from agentmesh.v1 import memory_pb2_grpc
+    from tests.support.identities import signed_channel
+
+    await memory_service.client.put_session("s3")
+    keys = Settings.from_env(memory_service.env).keys_dir
+    async with signed_channel(keys, "gateway", "memory", memory_service.host.target) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await memory_pb2_grpc.MemoryStub(channel).StartTurn(start("s3", "hi"))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "only the agent service may" in err.value.details()
+    assert (await memory_service.client.get_session("s3")).message_count == 0
