@@ -18,7 +18,9 @@ has served.
                                     [--before-python ../main/.venv/bin/python]
 
 `--before-python` also runs the five services with another checkout's interpreter (and so its
-code), in the same run, for a before/after comparison on a shared machine.
+code), in the same run, for a before/after comparison. All contenders run at once and are
+measured in alternation — turn by turn for latency, round by round for the concurrent load —
+so that the load of a shared machine, which changes by the minute, falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -73,11 +75,12 @@ def percentile(values: list[float], q: float) -> float:
 
 async def platform_turn(stub, session_id: str) -> float:
     started = time.perf_counter()
-    kinds = []
+    kinds, last = [], None
     async for event in stub.Chat(gateway_pb2.ChatRequest(session_id=session_id, message="run true"), timeout=120):
         kinds.append(event.WhichOneof("payload"))
+        last = event
     if kinds[-1] != "run_finished" or "tool_result" not in kinds:
-        raise RuntimeError(f"unexpected turn: {kinds}")
+        raise RuntimeError(f"unexpected turn: {kinds} {last}")
     return time.perf_counter() - started
 
 
@@ -129,25 +132,6 @@ class SingleProcessAgent:
 # --- driver ---------------------------------------------------------------------------------
 
 
-async def measure(turn, label: str, turns: int, sessions: int, per_session: int) -> dict:
-    for i in range(3):  # warm-up: connections, imports, first jail
-        await turn(f"{label}-warm-{i}")
-    latencies = [await turn(f"{label}-seq-{i % 8}") for i in range(turns)]
-
-    async def session_worker(n: int) -> None:
-        for _ in range(per_session):
-            await turn(f"{label}-conc-{n}")
-
-    started = time.perf_counter()
-    await asyncio.gather(*(session_worker(n) for n in range(sessions)))
-    elapsed = time.perf_counter() - started
-    return {
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": percentile(latencies, 0.99) * 1000,
-        "turns_per_s": sessions * per_session / elapsed,
-    }
-
-
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -168,22 +152,48 @@ async def rss_rounds(stub, memory_pid: int, rounds: int, sessions: int, per_sess
     return samples
 
 
-async def measure_platform(args, base_url: str, home: Path, python: str) -> tuple[dict, list[float]]:
+def start_stack(base_url: str, home: Path, python: str) -> LocalStack:
     env = {**os.environ, "AGENTMESH_HOME": str(home), "AGENTMESH_LLM_PROVIDER": "openai",
            "AGENTMESH_LLM_BASE_URL": base_url, "AGENTMESH_LLM_MODEL": "bench", "AGENTMESH_LOG_LEVEL": "warning"}
     env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
     env["AGENTMESH_GATEWAY_HTTP_ADDR"] = free_address()
     stack = LocalStack(env, log_dir=home / "logs", python=python)
     stack.start()
-    try:
-        await stack.wait_healthy()
-        async with open_channel(stack.settings.address_of("gateway")) as channel:
-            stub = gateway_pb2_grpc.GatewayStub(channel)
-            platform = await measure(lambda s: platform_turn(stub, s), "platform", args.turns, args.sessions, args.turns_per_session)
-            rss = await rss_rounds(stub, stack.children["memory"].pid, args.rss_rounds, args.sessions, args.turns_per_session)
-    finally:
-        await asyncio.to_thread(stack.stop)
-    return platform, rss
+    return stack
+
+
+async def interleaved(contenders: dict, turns: int, sessions: int, per_session: int, rounds: int) -> dict[str, dict]:
+    """Every contender measured turn by turn in alternation (the order rotating), and the
+    concurrent load round by round in alternation, so that a shared machine's load, which
+    changes by the minute, falls on all of them alike. Throughput is the median of `rounds`."""
+    names = list(contenders)
+    for name, turn in contenders.items():
+        for i in range(3):  # warm-up: connections, imports, first jail
+            await turn(f"{name}-warm-{i}")
+    latencies: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(turns):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            latencies[name].append(await contenders[name](f"{name}-seq-{i % 8}"))
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            turn = contenders[name]
+
+            async def session_worker(n: int, turn=turn, name=name, r=r) -> None:
+                for _ in range(per_session):
+                    await turn(f"{name}-conc-{r}-{n}")
+
+            started = time.perf_counter()
+            await asyncio.gather(*(session_worker(n) for n in range(sessions)))
+            rates[name].append(sessions * per_session / (time.perf_counter() - started))
+    return {
+        name: {
+            "p50_ms": statistics.median(latencies[name]) * 1000,
+            "p99_ms": percentile(latencies[name], 0.99) * 1000,
+            "turns_per_s": statistics.median(rates[name]),
+        }
+        for name in names
+    }
 
 
 async def main_async(args) -> None:
@@ -195,20 +205,37 @@ async def main_async(args) -> None:
     home = Path(tempfile.mkdtemp(prefix="agentmesh-bench-"))
     os.chmod(home, 0o755)
     load_before = os.getloadavg()[0]
-    before = None
+    stacks = {"platform": start_stack(base_url, home / "platform", sys.executable)}
     if args.before_python:
-        before, _ = await measure_platform(args, base_url, home / "before", args.before_python)
-    platform, rss = await measure_platform(args, base_url, home / "platform", sys.executable)
+        stacks["before"] = start_stack(base_url, home / "before", args.before_python)
     baseline_agent = SingleProcessAgent(home / "baseline", base_url)
+    channels = []
     try:
-        baseline = await measure(baseline_agent.turn, "baseline", args.turns, args.sessions, args.turns_per_session)
+        contenders = {}
+        for name, stack in stacks.items():
+            await stack.wait_healthy()
+            channel = open_channel(stack.settings.address_of("gateway"))
+            channels.append(channel)
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            contenders[name] = lambda s, stub=stub: platform_turn(stub, s)
+        contenders["baseline"] = baseline_agent.turn
+        results = await interleaved(contenders, args.turns, args.sessions, args.turns_per_session, args.rounds)
+        platform_stub = gateway_pb2_grpc.GatewayStub(channels[0])
+        rss = await rss_rounds(platform_stub, stacks["platform"].children["memory"].pid, args.rss_rounds,
+                               args.sessions, args.turns_per_session)
     finally:
+        for channel in channels:
+            await channel.close()
+        for stack in stacks.values():
+            await asyncio.to_thread(stack.stop)
         await baseline_agent.close()
         stop.set()
         llm_process.join(5)
+    platform, baseline, before = results["platform"], results["baseline"], results.get("before")
 
-    print(f"one tool-using turn (2 model calls + 1 jailed `true`); {args.turns} sequential turns, "
-          f"{args.sessions} concurrent sessions x {args.turns_per_session} turns")
+    print(f"one tool-using turn (2 model calls + 1 jailed `true`); {args.turns} sequential turns each, "
+          f"alternating; {args.sessions} concurrent sessions x {args.turns_per_session} turns, median of "
+          f"{args.rounds} alternating rounds")
     print()
     if before is not None:
         print("| measure | agentmesh before | agentmesh (5 services) | single process | ratio before | ratio |")
@@ -237,6 +264,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--turns-per-session", type=int, default=4)
     parser.add_argument("--rss-rounds", type=int, default=4, help="rounds of the concurrent load to sample RSS after")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the concurrent load (median)")
     parser.add_argument("--before-python", default="", help="also run the services with this interpreter (another checkout)")
     asyncio.run(main_async(parser.parse_args()))
 

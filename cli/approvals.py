@@ -23,12 +23,16 @@ def register(subparsers) -> None:
         parser.add_argument("--session", required=True, help="the session whose turn holds the call")
         parser.add_argument("--note", default="", help="words for the model, e.g. why the call is denied")
         parser.add_argument("--json", action="store_true")
-        parser.set_defaults(func=decide, approved=verb == "approve")
+        if verb == "approve":
+            parser.add_argument("--rest-of-turn", action="store_true",
+                                help="also approve every other call this turn holds now or later (the next turn asks again)")
+        parser.set_defaults(func=decide, approved=verb == "approve", rest_of_turn=False)
 
 
 async def send_decision(stub: gateway_pb2_grpc.GatewayStub, settings: Settings, session_id: str, call_id: str,
-                        approved: bool, note: str = "") -> gateway_pb2.ApproveResponse:
-    request = gateway_pb2.ApproveRequest(session_id=session_id, call_id=call_id, approved=approved, note=note)
+                        approved: bool, note: str = "", rest_of_turn: bool = False) -> gateway_pb2.ApproveResponse:
+    request = gateway_pb2.ApproveRequest(session_id=session_id, call_id=call_id, approved=approved, note=note,
+                                         rest_of_turn=rest_of_turn)
     try:
         return await stub.Approve(request, metadata=call_metadata(settings), timeout=30)
     except grpc.aio.AioRpcError as err:
@@ -39,8 +43,8 @@ async def decide(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         answer = await send_decision(gateway_pb2_grpc.GatewayStub(channel), settings, args.session, args.call_id,
-                                     args.approved, args.note)
-    word = "approved" if args.approved else "denied"
+                                     args.approved, args.note, args.rest_of_turn)
+    word = ("approved with the rest of the turn" if args.rest_of_turn else "approved") if args.approved else "denied"
     if args.json:
         print_json({"call_id": args.call_id, "session_id": args.session, "decision": word,
                     "accepted": answer.accepted, "run_id": answer.run_id})

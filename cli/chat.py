@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -24,6 +25,7 @@ from agentmesh.cli.common import (
     print_json,
     rpc_failure,
 )
+from agentmesh.cli.repl_commands import ReplCommands, ReplState
 from agentmesh.cli.tasks import render as render_tasks
 from agentmesh.config import Settings
 from agentmesh.ids import new_id
@@ -50,6 +52,13 @@ def register(subparsers) -> None:
     chat.add_argument("--attach", metavar="SESSION", default="",
                       help="follow the session's running turn from its start to its end (after a dropped "
                            "connection, or a turn another client started); Ctrl-C cancels it")
+    chat.add_argument("--permission-mode", choices=("auto", "normal", "manual"), default="",
+                      help="which tool calls this turn holds for approval: none (auto), every tool not marked "
+                           "read-only (normal), every call (manual); default: the session's (/mode in the REPL)")
+    chat.add_argument("--allow-tool", action="append", default=[], metavar="TOOL",
+                      help="offer only these tools in this turn (within what the session allows); repeatable")
+    chat.add_argument("--deny-tool", action="append", default=[], metavar="TOOL",
+                      help="do not offer this tool in this turn; repeatable")
     chat.add_argument("--if-busy", choices=("reject", "enqueue", "interrupt", "rollback"), default="",
                       help="if the session is already running a turn: refuse (reject), wait for it (enqueue), "
                            "stop it and go on from its finished steps (interrupt), or stop it and remove its "
@@ -215,14 +224,17 @@ def _short(arguments_json: str) -> str:
     return arguments_json if len(arguments_json) <= 200 else arguments_json[:200] + "…"
 
 
-def parse_answer(answer: str) -> tuple[bool, str]:
-    """"y"/"yes" approves; "n REASON"/"no REASON" denies with REASON; any other text denies with
-    that text as the note (so "not on prod please" says why)."""
+def parse_answer(answer: str) -> tuple[bool, str, bool]:
+    """"y"/"yes" approves; "a"/"all" approves this call and the rest of the turn; "n REASON"/"no
+    REASON" denies with REASON; any other text denies with that text as the note (so "not on prod
+    please" says why). (approved, note, rest_of_turn)."""
     text = answer.strip()
     if text.lower() in ("y", "yes"):
-        return True, ""
+        return True, "", False
+    if text.lower() in ("a", "all"):
+        return True, "", True
     first, _, rest = text.partition(" ")
-    return False, rest.strip() if first.lower() in ("n", "no") else text
+    return False, rest.strip() if first.lower() in ("n", "no") else text, False
 
 
 class ApprovalPrompter:
@@ -261,14 +273,14 @@ class ApprovalPrompter:
         async with self._lock:
             self._asking = a.call_id
             try:
-                answer = await self._read(f"approve {a.name} {_short(a.arguments_json)}? [y/N] ")
+                answer = await self._read(f"approve {a.name} {_short(a.arguments_json)}? [y/N/a=all this turn] ")
             except EOFError:
                 answer = ""
             finally:
                 self._asking = ""
-        approved, note = parse_answer(answer)
+        approved, note, rest_of_turn = parse_answer(answer)
         try:
-            await send_decision(self._stub, self._settings, event.session_id, a.call_id, approved, note)
+            await send_decision(self._stub, self._settings, event.session_id, a.call_id, approved, note, rest_of_turn)
         except CliError as exc:  # decided elsewhere, timed out, or the turn ended meanwhile
             sys.stderr.write(f"· {a.name} was not decided here: {exc}\n")
 
@@ -333,7 +345,9 @@ async def run_chat(args) -> int:
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
                                       approval_tools=args.require_approval, token_budget=args.token_budget,
                                       session_token_budget=args.session_token_budget, plan=args.plan,
-                                      if_busy=args.if_busy)
+                                      if_busy=args.if_busy, permission_mode=args.permission_mode)
+    if args.allow_tool or args.deny_tool:
+        options.tools.CopyFrom(common_pb2.ToolPolicy(allow=args.allow_tool, deny=args.deny_tool))
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
     render: Callable[[common_pb2.Event], None]
@@ -363,7 +377,9 @@ async def run_chat(args) -> int:
 
 
 async def _repl(stub, settings: Settings, session_id: str, options, render, prompter=None) -> int:
-    sys.stderr.write(f"session {session_id} · empty line or Ctrl-D to leave · Ctrl-C cancels a running turn\n")
+    state = ReplState(session_id, options)
+    commands = ReplCommands(stub, settings, state)
+    sys.stderr.write(f"session {session_id} · empty line or Ctrl-D to leave · Ctrl-C cancels a running turn · /help\n")
     exit_code = EXIT_OK
     while True:
         try:
@@ -372,7 +388,11 @@ async def _repl(stub, settings: Settings, session_id: str, options, render, prom
             return exit_code
         if not line.strip():
             return exit_code
-        request = gateway_pb2.ChatRequest(session_id=session_id, message=line, options=options)
+        message = commands.message_of(line)
+        if message is None:
+            await commands.run(line)
+            continue
+        request = gateway_pb2.ChatRequest(session_id=state.session_id, message=message, options=state.options)
         try:
             exit_code = await stream_turn(stub, settings, request, render, prompter)
         except CliError as exc:
@@ -401,16 +421,28 @@ class TerminalLines:
         """The next line; None at end of input."""
         return await self._queue.get()
 
+    def put_back(self, line: str | None) -> None:
+        """A line taken but not used: it is read again before anything newer."""
+        rest = []
+        while not self._queue.empty():
+            rest.append(self._queue.get_nowait())
+        for item in (line, *rest):
+            self._queue.put_nowait(item)
+
+
+# Written (on stderr) once the turn runs at the gateway: a line typed from then on interrupts it.
+READY_TO_INTERRUPT = "· working — type to interrupt, Ctrl-C to cancel"
+
 
 async def _terminal_repl(stub, settings: Settings, session_id: str, options, render, prompter=None) -> int:
     """The REPL at a terminal: typing while the agent works interrupts the turn with that text
-    (if_busy "interrupt": the finished steps stay, the new message goes on from them)."""
+    (if_busy "interrupt": the finished steps stay, the new message goes on from them); a line
+    starting with "/" is a command (repl_commands.py), never sent to the model."""
+    state = ReplState(session_id, options)
+    commands = ReplCommands(stub, settings, state)
     sys.stderr.write(f"session {session_id} · empty line or Ctrl-D to leave · Ctrl-C cancels a running turn · "
-                     "type while the agent works to interrupt it\n")
+                     "type while the agent works to interrupt it · /help\n")
     lines = TerminalLines()
-    interrupting = gateway_pb2.ChatOptions()
-    interrupting.CopyFrom(options)
-    interrupting.if_busy = "interrupt"
     exit_code = EXIT_OK
     line: str | None = None
     call = None  # the next turn's Chat, when typing already sent it (with its message)
@@ -422,16 +454,39 @@ async def _terminal_repl(stub, settings: Settings, session_id: str, options, ren
             line = await lines.get()
             if line is None or not line.strip():
                 return exit_code
-        request = gateway_pb2.ChatRequest(session_id=session_id, message=next_message if call is not None else line,
-                                          options=interrupting if call is not None else options)
-        turn = asyncio.create_task(stream_turn(stub, settings, request, render, prompter, call=call))
+            message = commands.message_of(line)
+            if message is None:
+                await commands.run(line)
+                continue
+        else:
+            message = next_message
+        interrupting = gateway_pb2.ChatOptions()
+        interrupting.CopyFrom(state.options)
+        interrupting.if_busy = "interrupt"
+        request = gateway_pb2.ChatRequest(session_id=state.session_id, message=message,
+                                          options=interrupting if call is not None else state.options)
+        started = asyncio.Event()
+
+        def show(event: common_pb2.Event, started: asyncio.Event = started) -> None:
+            render(event)
+            if event.WhichOneof("payload") == "run_started" and not started.is_set():
+                started.set()
+                sys.stderr.write(READY_TO_INTERRUPT + "\n")
+                sys.stderr.flush()
+
+        turn = asyncio.create_task(stream_turn(stub, settings, request, show, prompter, call=call))
         call = None
         ended = False
+        state.busy = True
         while not turn.done():
             typed = asyncio.create_task(lines.get())
             done, _ = await asyncio.wait({turn, typed}, return_when=asyncio.FIRST_COMPLETED)
             if typed not in done:
                 typed.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await typed
+                if not typed.cancelled():  # a line came in just as the turn ended: keep it for the prompt
+                    lines.put_back(typed.result())
                 break
             line = typed.result()
             if line is None:
@@ -439,14 +494,22 @@ async def _terminal_repl(stub, settings: Settings, session_id: str, options, ren
                 break
             if (prompter is not None and prompter.take_line(line)) or not line.strip() or call is not None:
                 continue
+            typed_message = commands.message_of(line)
+            if typed_message is None:
+                await commands.run(line)
+                continue
             sys.stderr.write("\n· interrupting…\n")
-            next_message = line
-            request = gateway_pb2.ChatRequest(session_id=session_id, message=line, options=interrupting)
+            next_message = typed_message
+            interrupting = gateway_pb2.ChatOptions()
+            interrupting.CopyFrom(state.options)
+            interrupting.if_busy = "interrupt"
+            request = gateway_pb2.ChatRequest(session_id=state.session_id, message=typed_message, options=interrupting)
             call = stub.Chat(request, metadata=call_metadata(settings))
         try:
             exit_code = await turn
         except CliError as exc:
             sys.stderr.write(f"agentmesh: {exc}\n")
             exit_code = exc.exit_code
+        state.busy = False
         if ended:
             return exit_code

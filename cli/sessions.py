@@ -1,4 +1,4 @@
-"""`agentmesh sessions list|show|delete|set-model`, through the gateway."""
+"""`agentmesh sessions list|show|delete|set-model|set-mode|set-tools`, through the gateway."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
-from agentmesh.v1 import gateway_pb2_grpc, sessions_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2_grpc, sessions_pb2
 
 
 def register(subparsers) -> None:
@@ -27,6 +27,18 @@ def register(subparsers) -> None:
     set_model.add_argument("session_id")
     set_model.add_argument("model", help="a name from `agentmesh models`; \"\" goes back to the default")
     set_model.set_defaults(func=set_session_model)
+    set_mode = verbs.add_parser("set-mode", help="which calls the session's turns hold for approval")
+    set_mode.add_argument("session_id")
+    set_mode.add_argument("mode", choices=("auto", "normal", "manual", "default"),
+                          help="auto: none; normal: every tool not read-only; manual: every call; "
+                               "default: the deployment's AGENTMESH_GATEWAY_PERMISSION_MODE")
+    set_mode.set_defaults(func=set_session_mode)
+    set_tools = verbs.add_parser("set-tools", help="the tools the session's turns may use (replaces its tool policy)")
+    set_tools.add_argument("session_id")
+    set_tools.add_argument("--allow", action="append", default=[], metavar="TOOL",
+                           help="only these tools (names or patterns such as 'docs__*'); repeatable")
+    set_tools.add_argument("--deny", action="append", default=[], metavar="TOOL", help="never these tools; repeatable")
+    set_tools.set_defaults(func=set_session_tools)
 
 
 def _when(ts: float) -> str:
@@ -123,3 +135,35 @@ async def set_session_model(args) -> int:
             raise rpc_failure(err, "gateway", settings) from None
     print(f"session {session.session_id} now uses model {session.model or 'default'}")
     return EXIT_OK
+
+
+async def update_session(request: sessions_pb2.UpdateSessionRequest) -> sessions_pb2.Session:
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            return await gateway_pb2_grpc.GatewayStub(channel).UpdateSession(
+                request, metadata=call_metadata(settings), timeout=30)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+
+
+async def set_session_mode(args) -> int:
+    mode = "" if args.mode == "default" else args.mode
+    session = await update_session(sessions_pb2.UpdateSessionRequest(
+        session_id=args.session_id, permission_mode=mode,
+        update_mask=["permission_mode"]))
+    print(f"session {session.session_id} now runs in permission mode {session.permission_mode or 'default'}")
+    return EXIT_OK
+
+
+async def set_session_tools(args) -> int:
+    session = await update_session(sessions_pb2.UpdateSessionRequest(
+        session_id=args.session_id, tools=common_pb2.ToolPolicy(allow=args.allow, deny=args.deny),
+        update_mask=["tools"]))
+    print(f"session {session.session_id}: {describe_policy(session.tools)}")
+    return EXIT_OK
+
+
+def describe_policy(policy: common_pb2.ToolPolicy) -> str:
+    allow = ", ".join(policy.allow) if policy.allow else "every tool"
+    return f"allows {allow}" + (f"; denies {', '.join(policy.deny)}" if policy.deny else "")

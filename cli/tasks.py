@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, CliError, call_metadata, channel_to, load_settings, print_json, rpc_failure
+from agentmesh.config import Settings
 from agentmesh.v1 import gateway_pb2_grpc, sessions_pb2
 
 TASKS_KIND = "tasks"
@@ -43,28 +44,32 @@ def render(tasks: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+async def fetch_board(stub: gateway_pb2_grpc.GatewayStub, settings: Settings, session_id: str) -> list[dict[str, Any]]:
+    """The session's board as the agent last saved it; [] when it has none."""
+    latest = None
+    after = 0
+    try:
+        while True:
+            page = await stub.GetTranscript(
+                sessions_pb2.GetTranscriptRequest(session_id=session_id, page_size=1000, after_seq=after),
+                metadata=call_metadata(settings), timeout=30,
+            )
+            latest = next((m for m in reversed(page.messages) if m.kind == TASKS_KIND), latest)
+            after = page.next_after_seq
+            if not after:
+                break
+    except grpc.aio.AioRpcError as err:
+        raise rpc_failure(err, "gateway", settings) from None
+    try:
+        return with_blocked(json.loads(latest.content)["tasks"]) if latest is not None else []
+    except (ValueError, KeyError, TypeError):
+        raise CliError(f"the task board of session {session_id} is unreadable (entry {latest.seq if latest is not None else '?'})") from None
+
+
 async def show_tasks(args) -> int:
     settings = load_settings()
-    latest = None
     async with channel_to(settings, "gateway") as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
-        after = 0
-        try:
-            while True:
-                page = await stub.GetTranscript(
-                    sessions_pb2.GetTranscriptRequest(session_id=args.session_id, page_size=1000, after_seq=after),
-                    metadata=call_metadata(settings), timeout=30,
-                )
-                latest = next((m for m in reversed(page.messages) if m.kind == TASKS_KIND), latest)
-                after = page.next_after_seq
-                if not after:
-                    break
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
-    try:
-        tasks = with_blocked(json.loads(latest.content)["tasks"]) if latest is not None else []
-    except (ValueError, KeyError, TypeError):
-        raise CliError(f"the task board of session {args.session_id} is unreadable (entry {latest.seq if latest is not None else '?'})") from None
+        tasks = await fetch_board(gateway_pb2_grpc.GatewayStub(channel), settings, args.session_id)
     if args.json:
         print_json({"session_id": args.session_id, "tasks": tasks})
     elif not tasks:

@@ -1,4 +1,5 @@
-"""`agentmesh tools list|run`: the tool catalog, and one sandboxed call by hand."""
+"""`agentmesh tools list|run|allow|deny|policy`: the tool catalog, one sandboxed call by hand, and a
+namespace's tool policy."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from agentmesh.cli.common import (
     to_dict,
 )
 from agentmesh.ids import new_id
-from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import common_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grpc
 
 
 def register(subparsers) -> None:
@@ -26,7 +27,22 @@ def register(subparsers) -> None:
     verbs = tools.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="the tools the agent can call, with their arguments")
     listing.add_argument("--json", action="store_true")
+    scope = listing.add_mutually_exclusive_group()
+    scope.add_argument("--session", help="as the tool policies leave them for this session (through the gateway)")
+    scope.add_argument("--namespace", help="as the tool policies leave them for this namespace (through the gateway)")
     listing.set_defaults(func=list_tools)
+    for verb, help_text in (("allow", "let a namespace's sessions use only these tools (adds to its allow list)"),
+                            ("deny", "turn these tools off for a namespace's sessions (adds to its deny list)")):
+        parser = verbs.add_parser(verb, help=help_text)
+        parser.add_argument("namespace")
+        parser.add_argument("names", nargs="+", metavar="TOOL", help="tool names or patterns such as 'docs__*'")
+        parser.add_argument("--json", action="store_true")
+        parser.set_defaults(func=change_namespace_policy, list_name=verb)
+    policy = verbs.add_parser("policy", help="a namespace's tool policy (and the deployment's)")
+    policy.add_argument("namespace")
+    policy.add_argument("--clear", action="store_true", help="remove the namespace's policy: every tool the deployment allows")
+    policy.add_argument("--json", action="store_true")
+    policy.set_defaults(func=show_namespace_policy)
     run = verbs.add_parser("run", help="run one tool call, e.g. tools run shell '{\"command\": \"ls\"}'")
     run.add_argument("name")
     run.add_argument("arguments", metavar="ARGS_JSON")
@@ -37,19 +53,24 @@ def register(subparsers) -> None:
 
 async def list_tools(args) -> int:
     settings = load_settings()
-    async with channel_to(settings, "tools") as channel:
+    scoped = bool(args.session or args.namespace)
+    service = "gateway" if scoped else "tools"
+    async with channel_to(settings, service) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel) if scoped else tools_pb2_grpc.ToolsStub(channel)
         try:
-            reply = await tools_pb2_grpc.ToolsStub(channel).ListTools(
-                tools_pb2.ListToolsRequest(), metadata=call_metadata(settings), timeout=30
+            reply = await stub.ListTools(
+                tools_pb2.ListToolsRequest(session_id=args.session or "", namespace=args.namespace or ""),
+                metadata=call_metadata(settings), timeout=30,
             )
         except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "tools", settings) from None
+            raise rpc_failure(err, service, settings) from None
     if args.json:
         print_json([{**to_dict(t), "parameters": json.loads(t.parameters_json_schema or "{}")} for t in reply.tools])
         return EXIT_OK
     for tool in reply.tools:
         params = json.loads(tool.parameters_json_schema or "{}").get("properties", {})
-        print(f"{tool.name:<12} {tool.description.splitlines()[0] if tool.description else ''}")
+        marks = "".join(f" [{m}]" for m, on in (("read-only", tool.read_only), ("runs code", tool.runs_code)) if on)
+        print(f"{tool.name:<12} {tool.description.splitlines()[0] if tool.description else ''}{marks}")
         if params:
             print(f"{'':<12} args: {', '.join(params)}")
     return EXIT_OK
@@ -72,3 +93,49 @@ async def run_tool(args) -> int:
     else:
         print(result.output)
     return EXIT_SERVER_ERROR if result.is_error else EXIT_OK
+
+
+async def _namespace_call(settings, method: str, request) -> sessions_pb2.NamespaceSettings:
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            return await getattr(gateway_pb2_grpc.GatewayStub(channel), method)(
+                request, metadata=call_metadata(settings), timeout=30)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+
+
+def _print_policy(settings: sessions_pb2.NamespaceSettings, as_json: bool) -> None:
+    if as_json:
+        print_json({"namespace": settings.namespace, "allow": list(settings.tools.allow),
+                    "deny": list(settings.tools.deny), "updated_at": settings.updated_at})
+        return
+    allow = ", ".join(settings.tools.allow) if settings.tools.allow else "every tool the deployment allows"
+    print(f"namespace {settings.namespace}: allows {allow}")
+    if settings.tools.deny:
+        print(f"namespace {settings.namespace}: denies {', '.join(settings.tools.deny)}")
+
+
+async def change_namespace_policy(args) -> int:
+    """Add names to the namespace's allow or deny list (read, change, replace)."""
+    settings = load_settings()
+    current = await _namespace_call(settings, "GetNamespaceSettings",
+                                    sessions_pb2.GetNamespaceSettingsRequest(namespace=args.namespace))
+    allow, deny = list(current.tools.allow), list(current.tools.deny)
+    target = allow if args.list_name == "allow" else deny
+    target.extend(name for name in args.names if name not in target)
+    updated = await _namespace_call(settings, "UpdateNamespaceSettings", sessions_pb2.UpdateNamespaceSettingsRequest(
+        namespace=args.namespace, tools=common_pb2.ToolPolicy(allow=allow, deny=deny)))
+    _print_policy(updated, args.json)
+    return EXIT_OK
+
+
+async def show_namespace_policy(args) -> int:
+    settings = load_settings()
+    if args.clear:
+        shown = await _namespace_call(settings, "UpdateNamespaceSettings",
+                                      sessions_pb2.UpdateNamespaceSettingsRequest(namespace=args.namespace))
+    else:
+        shown = await _namespace_call(settings, "GetNamespaceSettings",
+                                      sessions_pb2.GetNamespaceSettingsRequest(namespace=args.namespace))
+    _print_policy(shown, args.json)
+    return EXIT_OK

@@ -24,6 +24,9 @@ class ToolSpec:
     parameters: dict[str, Any]
     # Whether the tool runs code in a sandbox (command tools), as the catalog reports it.
     runs_code: bool = False
+    # Whether the tool changes nothing (reads, searches, fetches): the "normal" permission mode
+    # never holds its calls (agentmesh.toolpolicy).
+    read_only: bool = False
 
     @property
     def schema_json(self) -> str:

@@ -1,7 +1,10 @@
 """Holding risky tool calls until a person decides (docs/approvals.md).
 
-The policy is a set of tool names (`AGENTMESH_AGENT_APPROVAL_TOOLS`, plus whatever a turn adds;
-"*" means every tool). A call to one of them is held: the loop emits `approval_request`, waits
+Two things hold a call: the approval list (`AGENTMESH_AGENT_APPROVAL_TOOLS`, plus whatever a turn
+adds; "*" means every tool), which always applies, and the turn's permission mode
+(agentmesh.toolpolicy): "auto" adds nothing, "normal" holds every tool not marked read-only,
+"manual" every call. A person may approve "the rest of this turn": the calls held then and every
+later one of the turn run without asking. A held call is held: the loop emits `approval_request`, waits
 here for `decide()` (reached through the same RunTurn stream that carries the turn), and runs
 the call only when approved. A denial or a timeout becomes an error result the model reads,
 with error_kind "denied", so the model can adapt instead of the turn failing.
@@ -13,6 +16,7 @@ import asyncio
 from dataclasses import dataclass
 
 from agentmesh.agent.types import ToolCall, ToolOutcome
+from agentmesh.toolpolicy import AUTO, MANUAL, NORMAL
 
 EVERY_TOOL = "*"
 
@@ -27,13 +31,20 @@ class Decision:
 class ApprovalGate:
     """One per turn: which calls need approval, and the calls now waiting for a decision."""
 
-    def __init__(self, tools: frozenset[str], timeout_s: float):
+    def __init__(self, tools: frozenset[str], timeout_s: float, mode: str = AUTO):
         self.tools = tools
         self.timeout_s = timeout_s
+        self.mode = mode or AUTO
+        # Set by a person's "approve the rest of this turn": nothing more is held.
+        self.rest_of_turn_approved = False
         self._pending: dict[str, asyncio.Future[Decision]] = {}
 
-    def needs_approval(self, call: ToolCall) -> bool:
-        return EVERY_TOOL in self.tools or call.name in self.tools
+    def needs_approval(self, call: ToolCall, read_only: bool = False) -> bool:
+        if self.rest_of_turn_approved:
+            return False
+        if EVERY_TOOL in self.tools or call.name in self.tools:
+            return True
+        return self.mode == MANUAL or (self.mode == NORMAL and not read_only)
 
     @property
     def pending(self) -> list[str]:
@@ -52,12 +63,18 @@ class ApprovalGate:
             if self._pending.get(call.call_id) is future:
                 del self._pending[call.call_id]
 
-    def decide(self, call_id: str, approved: bool, note: str = "") -> bool:
-        """Record a person's decision; False when no call with that id is waiting (any more)."""
+    def decide(self, call_id: str, approved: bool, note: str = "", rest_of_turn: bool = False) -> bool:
+        """Record a person's decision; False when no call with that id is waiting (any more).
+        `rest_of_turn` with an approval lets the other held calls and every later one run too."""
         future = self._pending.get(call_id)
         if future is None or future.done():
             return False
         future.set_result(Decision(approved=approved, note=note, decided_by="user"))
+        if approved and rest_of_turn:
+            self.rest_of_turn_approved = True
+            for other in self._pending.values():
+                if not other.done():
+                    other.set_result(Decision(approved=True, note="approved with the rest of the turn", decided_by="user"))
         return True
 
     def denial(self, call: ToolCall, decision: Decision) -> ToolOutcome:

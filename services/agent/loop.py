@@ -34,7 +34,7 @@ from typing import AsyncIterator, Callable, Sequence, cast
 import structlog
 from opentelemetry.trace import Status, StatusCode
 
-from agentmesh.agent import capabilities, compaction, context, deep, subagents
+from agentmesh.agent import capabilities, compaction, context, deep, subagents, tool_access
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
@@ -76,6 +76,7 @@ from agentmesh.telemetry.genai import (
     invoke_agent_span,
     set_usage,
 )
+from agentmesh.toolpolicy import ToolPolicy
 
 log = get_logger("agentmesh.agent")
 
@@ -102,6 +103,10 @@ class TurnRequest:
     token_budget: int = 0
     session_token_budget: int = 0
     subagent: subagents.SubagentLink | None = None  # set on a sub-agent's turn (subagents.py)
+    # Which calls are held ("auto" | "normal" | "manual", approvals.py) and which tools are offered
+    # at all (every policy must allow a tool); sub-agents inherit both.
+    permission_mode: str = ""
+    tool_policies: tuple[ToolPolicy, ...] = ()
 
 
 class Agent:
@@ -159,7 +164,7 @@ class TurnRun:
         self.iterations = 0
         self.trace_id = ""
         self.approvals = approvals or ApprovalGate(agent.settings.approval_tools | request.approval_tools,
-                                                   agent.settings.approval_timeout_s)
+                                                   agent.settings.approval_timeout_s, request.permission_mode)
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._interrupted_as = ""  # the stop_reason a newer message asked for (interrupt())
@@ -182,7 +187,7 @@ class TurnRun:
         self._turn_messages: list[ChatMessage] = []
         self._tool_calls = ToolCalls(run_id=request.run_id, settings=self.settings, telemetry=agent.telemetry,
                                      approvals=self.approvals, emit=self._emit, persist=self._persist,
-                                     dispatch=self._dispatch)
+                                     dispatch=self._dispatch, screen=self._screen, read_only=self._read_only)
 
     # --- the consumer's side ------------------------------------------------------------------
 
@@ -224,9 +229,9 @@ class TurnRun:
             self._interrupt_delivered = True
             self.cancel()
 
-    def decide(self, call_id: str, approved: bool, note: str = "") -> bool:
+    def decide(self, call_id: str, approved: bool, note: str = "", rest_of_turn: bool = False) -> bool:
         """A person's decision on a held call; False when no call with that id is waiting."""
-        return self.approvals.decide(call_id, approved, note)
+        return self.approvals.decide(call_id, approved, note, rest_of_turn)
 
     def _emit(self, event: RunEvent) -> None:
         self._queue.put_nowait(event)
@@ -418,6 +423,8 @@ class TurnRun:
             self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
             remote = []
         specs = [s for s in remote if s.name not in self._tool_owners] + own
+        # A tool the policies turn off is not offered at all; a call to it anyway is screened.
+        specs = [s for s in specs if tool_access.offered(self.request.tool_policies, s.name)]
         self._catalog = {s.name: s for s in specs}
         return specs
 
@@ -521,6 +528,17 @@ class TurnRun:
                 self.model = self._ctx.model = fallback.model
 
     # --- tool calls ---------------------------------------------------------------------------
+
+    def _screen(self, call: ToolCall) -> ToolOutcome | None:
+        refused = tool_access.refusal(call, self.request.tool_policies, self._catalog,
+                                      catalog_known=self._remote_catalog_known, owned=self._tool_owners)
+        if refused is not None:
+            log.info("tool call refused", tool=call.name, call_id=call.call_id, reason=refused.error_kind)
+        return refused
+
+    def _read_only(self, name: str) -> bool:
+        spec = self._catalog.get(name)
+        return spec is not None and spec.read_only
 
     async def _dispatch(self, call: ToolCall) -> ToolOutcome:
         owner = self._tool_owners.get(call.name)

@@ -49,6 +49,7 @@ MEMORY_SEARCH = ToolSpec(
         "required": ["query"],
         "additionalProperties": False,
     },
+    read_only=True,
 )
 
 UNAVAILABLE_TEXT = "long-term memory is not available on this memory service yet"

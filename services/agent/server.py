@@ -36,6 +36,7 @@ from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
+from agentmesh.toolpolicy import validate_permission_mode, validate_policy
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 log = get_logger("agentmesh.agent")
@@ -122,6 +123,13 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         validate_approval_tools(options.approval_tools)
         validate_budgets(options)
         mode = validate_mode(options.mode)
+        permission_mode = validate_permission_mode(options.permission_mode, "options.permission_mode")
+        # The gateway resolved and checked them against the catalog; here only their form.
+        if len(request.tool_policies) > 8:
+            raise InvalidArgument(f"tool_policies has {len(request.tool_policies)} layers; at most 8")
+        policies = tuple(validate_policy(p.allow, p.deny, "tool_policies") for p in request.tool_policies)
+        if options.HasField("tools"):
+            policies += (validate_policy(options.tools.allow, options.tools.deny, "options.tools"),)
         return TurnRequest(
             session_id=request.session_id,
             run_id=request.run_id or new_id("run"),
@@ -136,6 +144,8 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             session_token_budget=options.session_token_budget,
             plan=options.plan or options.plan_auto_approve,
             plan_auto_approve=options.plan_auto_approve,
+            permission_mode=permission_mode,
+            tool_policies=policies,
         )
 
     @translate_errors
@@ -175,7 +185,7 @@ async def _apply_decisions(request_iterator, run) -> None:
         if not message.HasField("decision"):
             continue
         d = message.decision
-        if not run.decide(d.call_id, d.approved, d.note):
+        if not run.decide(d.call_id, d.approved, d.note, d.rest_of_turn):
             # The gateway checks first, so this is a race with the timeout or a cancel: harmless.
             log.info("decision for a call that is not waiting", call_id=d.call_id[:MAX_TOOL_NAME_CHARS])
 

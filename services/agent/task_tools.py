@@ -60,11 +60,13 @@ SPECS = (
         name="task_get",
         description="One task in full: description, status, owner, what it waits for and what waits for it.",
         parameters={"type": "object", "properties": {"id": _ID}, "required": ["id"], "additionalProperties": False},
+        read_only=True,
     ),
     ToolSpec(
         name="task_list",
         description="The whole task board, one line per task.",
         parameters={"type": "object", "properties": {}, "additionalProperties": False},
+        read_only=True,
     ),
 )
 NAMES = frozenset(s.name for s in SPECS)

@@ -26,6 +26,7 @@ THINK_SPEC = ToolSpec(
         "required": ["thought"],
         "additionalProperties": False,
     },
+    read_only=True,
 )
 _SCHEMA = ArgumentsSchema(THINK, THINK_SPEC.parameters)
 

@@ -33,6 +33,9 @@ from agentmesh.telemetry.genai import ERROR_TYPE, GEN_AI_TOOL_CALL_ID, GEN_AI_TO
 log = get_logger("agentmesh.agent")
 
 Dispatch = Callable[[ToolCall], Awaitable[ToolOutcome]]
+# The result of a call that must not run at all (its tool is turned off, or there is no such
+# tool), before anyone is asked about it; None for a call that may go on.
+Screen = Callable[[ToolCall], "ToolOutcome | None"]
 
 
 class ToolCalls:
@@ -40,7 +43,8 @@ class ToolCalls:
 
     def __init__(self, *, run_id: str, settings: AgentSettings, telemetry: Telemetry, approvals: ApprovalGate,
                  emit: Callable[[RunEvent], None], persist: Callable[[list[ChatMessage]], Awaitable[None]],
-                 dispatch: Dispatch):
+                 dispatch: Dispatch, screen: Screen = lambda call: None,
+                 read_only: Callable[[str], bool] = lambda name: False):
         self.run_id = run_id
         self.settings = settings
         self.telemetry = telemetry
@@ -48,6 +52,8 @@ class ToolCalls:
         self.emit = emit
         self.persist = persist
         self.dispatch = dispatch
+        self.screen = screen
+        self.read_only = read_only  # the catalog's read_only mark of a tool, for the permission mode
 
     async def run(self, calls: tuple[ToolCall, ...]) -> list[ChatMessage]:
         for call in calls:
@@ -95,7 +101,10 @@ class ToolCalls:
     async def _gated(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:
         """Run the call, first holding it for a person's decision when the policy says so. The
         wait holds no concurrency slot, so the reply's other calls run meanwhile."""
-        if self.approvals.needs_approval(call):
+        refused = self.screen(call)
+        if refused is not None:
+            return refused
+        if self.approvals.needs_approval(call, self.read_only(call.name)):
             attributes = {GEN_AI_TOOL_NAME: call.name, GEN_AI_TOOL_CALL_ID: call.call_id}
             # A span of its own, so a trace shows the time spent waiting for a person.
             with self.telemetry.tracer.start_as_current_span(

@@ -17,12 +17,14 @@ import structlog
 
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from agentmesh.gateway.live import LiveTurns
+from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
 from agentmesh.modes import validate_mode
+from agentmesh.toolpolicy import validate_permission_mode, validate_policy
 from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
@@ -32,6 +34,7 @@ MAX_APPROVAL_TOOLS = 64
 MAX_TOOL_NAME_CHARS = 128
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
+SESSION_FIELDS = ("model", "permission_mode", "tools")  # what UpdateSession can change
 
 
 SHUTDOWN_MESSAGE = (
@@ -73,8 +76,9 @@ class _ActiveTurn:
 
 class Gateway:
     def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings,
-                 models: ModelCatalog | None = None, live: LiveTurns | None = None):
+                 policies: Policies, models: ModelCatalog | None = None, live: LiveTurns | None = None):
         self._sessions = sessions
+        self._policies = policies
         # The models a turn or a session may name (AGENTMESH_MODELS and the default).
         self._models = models or ModelCatalog.of(ModelSpec(DEFAULT_MODEL, "scripted", "", "scripted"), {})
         self._agent = agent
@@ -104,10 +108,32 @@ class Gateway:
         return await self._sessions.list_sessions(page_size or 50, page_token)
 
     async def update_session(self, request: sessions_pb2.UpdateSessionRequest) -> sessions_pb2.Session:
-        session_id = validate_id(request.session_id)
+        """Change a session's model, permission mode or tool policy (which: see sessions.proto)."""
+        validate_id(request.session_id)
+        unknown = [path for path in request.update_mask if path not in SESSION_FIELDS]
+        if unknown:
+            raise InvalidArgument(f"update_mask: {unknown[0][:64]!r} cannot be changed; name any of {', '.join(SESSION_FIELDS)}")
         if request.model and self._models.get(request.model) is None:
             raise InvalidArgument(self._models.unknown_model_message(request.model, "model"))
-        return await self._sessions.set_model(session_id, request.model)
+        validate_permission_mode(request.permission_mode)
+        if request.HasField("tools") or "tools" in request.update_mask:
+            await self._policies.checked(request.tools, "tools")
+        return await self._sessions.update_session(request)
+
+    async def clear_transcript(self, session_id: str) -> int:
+        """Empty the session's transcript (and with it its task board and token count); the
+        session, its workspace and its namespace's long-term memory stay."""
+        validate_id(session_id)
+        if session_id in self._active:
+            raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
+        return await self._sessions.clear_transcript(session_id)
+
+    async def namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
+        return await self._policies.namespace_settings(namespace)
+
+    async def update_namespace_settings(
+            self, request: sessions_pb2.UpdateNamespaceSettingsRequest) -> sessions_pb2.NamespaceSettings:
+        return await self._policies.update_namespace_settings(request)
 
     async def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)
@@ -157,6 +183,9 @@ class Gateway:
             raise InvalidArgument(self._models.unknown_model_message(model))
         validate_mode(request.options.mode)
         validate_if_busy(request.options.if_busy)
+        validate_permission_mode(request.options.permission_mode, "options.permission_mode")
+        if request.options.HasField("tools"):
+            validate_policy(request.options.tools.allow, request.options.tools.deny, "options.tools")
         for name in ("token_budget", "session_token_budget"):
             if getattr(request.options, name) < 0:
                 raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
@@ -177,17 +206,19 @@ class Gateway:
                 dropped = await self._sessions.drop_run(session_id, replaced.run_id)
                 log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
             session, _ = await self._sessions.put_session(self._new_session(session_id, "", {}, ""))
-            options = request.options
+            options = gateway_pb2.ChatOptions()
+            options.CopyFrom(request.options)
             if not options.model and session.model and self._models.get(session.model) is not None:
-                options = gateway_pb2.ChatOptions()
-                options.CopyFrom(request.options)
                 options.model = session.model
+            options.permission_mode = self._policies.mode_for(session, options.permission_mode)
+            layers = await self._policies.layers(session, session.namespace)
             run = agent_pb2.RunTurnRequest(
                 session_id=session_id,
                 run_id=turn.run_id,
                 message=request.message,
                 options=options,
                 namespace=session.namespace or "default",
+                tool_policies=[policy_to_proto(layer) for layer in layers],
             )
             feed = self.live.begin(session_id)
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
@@ -280,6 +311,8 @@ class Gateway:
             raise InvalidArgument(f"call_id is longer than {MAX_CALL_ID_CHARS} characters")
         if len(request.note) > MAX_NOTE_CHARS:
             raise InvalidArgument(f"note is {len(request.note)} characters; the limit is {MAX_NOTE_CHARS}")
+        if request.rest_of_turn and not request.approved:
+            raise InvalidArgument("rest_of_turn goes with an approval: approve the call, or deny it on its own")
         turn = self._active.get(session_id)
         if turn is None or turn.pending_approvals.pop(request.call_id, None) is None:
             raise NotFound(
@@ -287,7 +320,7 @@ class Gateway:
                 "(it may have been decided already, timed out, or the turn ended)"
             )
         turn.controls.put_nowait(agent_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
-            call_id=request.call_id, approved=request.approved, note=request.note)))
+            call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn)))
         log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
         return turn.run_id
 

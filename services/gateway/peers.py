@@ -54,9 +54,19 @@ class MemorySessions:
         request = sessions_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
         return await self._call(self._stub.ListMessages, request)
 
-    async def set_model(self, session_id: str, model: str) -> sessions_pb2.Session:
-        request = sessions_pb2.UpdateSessionRequest(session_id=session_id, model=model)
+    async def update_session(self, request: sessions_pb2.UpdateSessionRequest) -> sessions_pb2.Session:
         return await self._call(self._stub.UpdateSession, request)
+
+    async def clear_transcript(self, session_id: str) -> int:
+        reply = await self._call(self._stub.ClearTranscript, sessions_pb2.ClearTranscriptRequest(session_id=session_id))
+        return reply.cleared
+
+    async def get_namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
+        return await self._call(self._stub.GetNamespaceSettings, sessions_pb2.GetNamespaceSettingsRequest(namespace=namespace))
+
+    async def update_namespace_settings(
+            self, request: sessions_pb2.UpdateNamespaceSettingsRequest) -> sessions_pb2.NamespaceSettings:
+        return await self._call(self._stub.UpdateNamespaceSettings, request)
 
     async def drop_run(self, session_id: str, run_id: str) -> int:
         reply = await self._call(self._stub.DropRun, memory_pb2.DropRunRequest(session_id=session_id, run_id=run_id))

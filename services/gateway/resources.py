@@ -14,6 +14,7 @@ from typing import Protocol
 from google.protobuf import struct_pb2
 
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
+from agentmesh.gateway.policy import Policies
 from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.telemetry.traceview import AmbiguousTraceId, TraceNotFound, TraceView, normalize_trace_id
 from agentmesh.v1 import gateway_pb2, sessions_pb2, tools_pb2
@@ -52,16 +53,32 @@ class TraceStore(Protocol):
 
 class Resources:
     def __init__(self, sessions: SessionLookup, tools: ToolCatalog, files: WorkspaceFiles,
-                 memory: MemorySearch, traces: TraceStore, max_upload_bytes: int):
+                 memory: MemorySearch, traces: TraceStore, max_upload_bytes: int, policies: Policies):
         self._sessions = sessions
+        self._policies = policies
         self._tools = tools
         self._files = files
         self._memory = memory
         self._traces = traces
         self._max_upload_bytes = max_upload_bytes
 
-    async def list_tools(self) -> tools_pb2.ListToolsResponse:
-        return await self._tools.list_tools()
+    async def list_tools(self, request: tools_pb2.ListToolsRequest) -> tools_pb2.ListToolsResponse:
+        """The catalog as the policies leave it: the deployment's, and with a session (or a
+        namespace) theirs too."""
+        session = None
+        if request.session_id:
+            session = await self._sessions.get_session(validate_id(request.session_id))
+            if request.namespace and request.namespace != session.namespace:
+                raise InvalidArgument(f"session {request.session_id!r} is in namespace {session.namespace!r}, "
+                                      f"not {request.namespace[:64]!r}: give one of the two")
+        if request.namespace:
+            validate_namespace(request.namespace)
+        catalog = await self._tools.list_tools()
+        if session is None and not request.namespace:
+            layers = [self._policies.deployment]
+        else:
+            layers = await self._policies.layers(session, request.namespace)
+        return tools_pb2.ListToolsResponse(tools=self._policies.filter(catalog.tools, layers))
 
     async def search_memory(self, request: gateway_pb2.SearchMemoryRequest) -> gateway_pb2.SearchMemoryResponse:
         namespace = request.namespace or "default"

@@ -12,6 +12,7 @@ from agentmesh.gateway.http.server import HttpApi
 from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
+from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.resources import Resources
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.gateway.usage import UsageReports
@@ -24,6 +25,7 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.spanstore import span_store_dir
+from agentmesh.toolpolicy import ToolPolicy
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
@@ -156,7 +158,22 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def ListTools(self, request, context):
-        return await self._resources.list_tools()
+        return await self._resources.list_tools(request)
+
+    @translate_errors
+    async def ClearTranscript(self, request, context):
+        # The owner knows whether a turn runs, and refuses while one does.
+        if (reply := await self._forwarded("ClearTranscript", request, context)) is not None:
+            return reply
+        return sessions_pb2.ClearTranscriptResponse(cleared=await self._core.clear_transcript(request.session_id))
+
+    @translate_errors
+    async def GetNamespaceSettings(self, request, context):
+        return await self._core.namespace_settings(request.namespace)
+
+    @translate_errors
+    async def UpdateNamespaceSettings(self, request, context):
+        return await self._core.update_namespace_settings(request)
 
     @translate_errors
     async def SearchMemory(self, request, context):
@@ -192,7 +209,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
     tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
     catalog = catalog_of(settings.llm)
+    policies = Policies(sessions, tools, deployment=ToolPolicy(gateway_settings.tools_allow, gateway_settings.tools_deny),
+                        permission_mode=gateway_settings.permission_mode)
     core = Gateway(
+        policies=policies,
         sessions=sessions,
         agent=AgentClient(channels["agent"], settings.address_of("agent")),
         workspaces=tools,
@@ -202,7 +222,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     )
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
-                          max_upload_bytes=gateway_settings.max_upload_bytes)
+                          max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies)
     host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=gateway_settings.max_request_bytes)
     router = None

@@ -5,12 +5,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentmesh.config import ConfigError, EnvSection, env
+from agentmesh.errors import InvalidArgument
 from agentmesh.gateway.routing import PeerSpec, normalize_address
+from agentmesh.toolpolicy import PERMISSION_MODES, validate_policy
 
 # What a message to a busy session does (ChatOptions.if_busy); the first is the default.
 IF_BUSY_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
 
 __all__ = ["GatewaySettings"]
+
+
+def _tool_entries(raw: str) -> tuple[str, ...]:
+    """`"shell, python,,github__*"` -> ("shell", "python", "github__*"), each entry well-formed."""
+    entries = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
+    try:
+        validate_policy(entries, (), "the list")
+    except InvalidArgument as exc:
+        raise ValueError(exc.message) from None
+    return entries
 
 
 def _http_address(raw: str) -> str:
@@ -34,6 +46,12 @@ class GatewaySettings(EnvSection):
     turn_timeout_s: float = env("AGENTMESH_GATEWAY_TURN_TIMEOUT_S", 1800.0, minimum=1)
     # What a message to a session that runs a turn does when its ChatOptions.if_busy is empty.
     if_busy: str = env("AGENTMESH_GATEWAY_IF_BUSY", "reject", choices=IF_BUSY_POLICIES)
+    # The deployment's tool policy (docs/approvals.md#tool-policy): comma-separated tool names or
+    # patterns; empty allow: every tool. Namespaces, sessions and turns narrow it further.
+    tools_allow: tuple[str, ...] = env("AGENTMESH_GATEWAY_TOOLS_ALLOW", (), parse=_tool_entries)
+    tools_deny: tuple[str, ...] = env("AGENTMESH_GATEWAY_TOOLS_DENY", (), parse=_tool_entries)
+    # The permission mode of a session that has none set (docs/approvals.md#permission-modes).
+    permission_mode: str = env("AGENTMESH_GATEWAY_PERMISSION_MODE", "auto", choices=PERMISSION_MODES)
     # Session routing across replicas (docs/api.md "Scaling the gateway"). No peers: this
     # replica serves every session itself, as a single gateway does.
     peers: PeerSpec = env("AGENTMESH_GATEWAY_PEERS", default_factory=PeerSpec, parse=PeerSpec.parse)

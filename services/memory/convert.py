@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from agentmesh.memory.memories import MemoryQuery, MemoryRecord, RememberItem
-from agentmesh.memory.transcripts import SessionRecord, ToolCallRecord, TranscriptMessage
+from agentmesh.memory.namespaces import NamespaceRecord
+from agentmesh.memory.transcripts import SessionChanges, SessionRecord, ToolCallRecord, TranscriptMessage
 from agentmesh.rpc.convert import dict_from_struct, struct_from_dict
+from agentmesh.toolpolicy import ToolPolicy
 from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2
 
 
@@ -29,7 +31,34 @@ def session_to_proto(s: SessionRecord) -> sessions_pb2.Session:
         labels=s.labels,
         namespace=s.namespace,
         model=s.model,
+        permission_mode=s.permission_mode,
+        tools=common_pb2.ToolPolicy(allow=s.tools_allow, deny=s.tools_deny),
     )
+
+
+def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChanges:
+    """The fields an UpdateSession changes: those its update_mask names, else as the request
+    shows them (see sessions.proto); the gateway checked the mask's paths."""
+    paths = set(request.update_mask)
+    if not paths:
+        given_tools = request.HasField("tools")
+        if request.permission_mode:
+            paths.add("permission_mode")
+        if given_tools:
+            paths.add("tools")
+        if request.model or not paths:
+            paths.add("model")
+    return SessionChanges(
+        model=request.model if "model" in paths else None,
+        permission_mode=request.permission_mode if "permission_mode" in paths else None,
+        tools=ToolPolicy(tuple(request.tools.allow), tuple(request.tools.deny)) if "tools" in paths else None,
+    )
+
+
+def namespace_to_proto(record: NamespaceRecord) -> sessions_pb2.NamespaceSettings:
+    return sessions_pb2.NamespaceSettings(
+        namespace=record.namespace, updated_at=record.updated_at,
+        tools=common_pb2.ToolPolicy(allow=record.tools_allow, deny=record.tools_deny))
 
 
 def message_from_proto(m: common_pb2.Message) -> TranscriptMessage:

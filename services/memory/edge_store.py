@@ -5,6 +5,7 @@ Layout under `$AGENTMESH_HOME/memory/`:
     LOCK                      held by the one memory service using this home
     sessions/  messages/      payload-only shards (session records; transcript messages)
     usage/                    payload-only shard: one record per model call (usage.py)
+    namespaces/               payload-only shard: namespace settings
     memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
                               meta.json names the embedder that filled it
 
@@ -120,6 +121,7 @@ class EdgeStore:
         self._sessions: IndexedShard | None = None
         self._messages: IndexedShard | None = None
         self._usage: IndexedShard | None = None
+        self._namespaces: IndexedShard | None = None  # namespace settings, one point each
         self._memories: dict[str, IndexedShard] = {}  # open memory shards by directory name
         self._known: set[str] = set()  # memory shard directories on disk
         self._embedder: tuple[str, int] = ("", 0)
@@ -140,6 +142,7 @@ class EdgeStore:
         try:
             self._sessions = IndexedShard.open_or_create(self.root / "sessions", _payload_only, 0)
             self._messages = IndexedShard.open_or_create(self.root / "messages", _payload_only, 0)
+            self._namespaces = IndexedShard.open_or_create(self.root / "namespaces", _payload_only, 0)
             if self._sessions.shard.info().payload_schema.get("created_at") is None:
                 self._sessions.update(qe.UpdateOperation.create_field_index("created_at", qe.PayloadSchemaType.Float))
             if self._messages.shard.info().payload_schema.get("session_id") is None:
@@ -174,7 +177,8 @@ class EdgeStore:
         return self._messages
 
     def _all_open(self) -> list[IndexedShard]:
-        return [s for s in (self._sessions, self._messages, self._usage, *self._memories.values()) if s is not None]
+        return [s for s in (self._sessions, self._messages, self._namespaces, self._usage, *self._memories.values())
+                if s is not None]
 
     async def flush(self) -> None:
         for shard in self._all_open():
@@ -187,7 +191,7 @@ class EdgeStore:
         for shard in self._all_open():
             await shard.close()
         self._memories.clear()
-        self._sessions = self._messages = self._usage = None
+        self._sessions = self._messages = self._namespaces = self._usage = None
         if self._lock.is_locked:
             self._lock.release()
 
@@ -285,6 +289,16 @@ class EdgeStore:
         order = qe.OrderBy("created_at", qe.Direction.Desc, start_before)
         records, _ = self.sessions.shard.scroll(qe.ScrollRequest(limit=limit, order_by=order, with_payload=True))
         return [dict(r.payload or {}) for r in records]
+
+    async def get_namespace_settings(self, namespace: str) -> dict | None:
+        assert self._namespaces is not None, "the store is not open"
+        found = self._namespaces.shard.retrieve([point_id("namespace", namespace)], True, False)
+        return dict(found[0].payload or {}) if found else None
+
+    async def put_namespace_settings(self, payload: dict) -> None:
+        assert self._namespaces is not None, "the store is not open"
+        point = qe.Point(point_id("namespace", payload["namespace"]), {}, payload)
+        self._namespaces.update(qe.UpdateOperation.upsert_points([point]))
 
     async def child_sessions(self, session_id: str, label: str) -> list[str]:
         selector = qe.Filter(must=[_match(f"labels.{label}", session_id)])

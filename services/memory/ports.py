@@ -93,6 +93,10 @@ class Store(Protocol):
     async def delete_session(self, session_id: str) -> None:
         """The record, then its messages."""
 
+    # --- namespace settings (payload dicts keyed by `namespace`)
+    async def get_namespace_settings(self, namespace: str) -> Payload | None: ...
+    async def put_namespace_settings(self, payload: Payload) -> None: ...
+
     # --- transcript messages (payload dicts keyed by `session_id`, `seq`)
     async def put_messages(self, session_id: str, payloads: Sequence[Payload]) -> None: ...
     async def append_messages(self, session_id: str, payloads: Sequence[Payload], session: Payload) -> None:

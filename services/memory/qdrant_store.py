@@ -27,6 +27,7 @@ from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFi
 log = get_logger("agentmesh.memory.qdrant")
 
 SESSIONS = "agentmesh_sessions"
+NAMESPACES = "agentmesh_namespaces"  # namespace settings, one point each
 MESSAGES = "agentmesh_messages"
 MEMORIES = "agentmesh_memories"
 USAGE = "agentmesh_usage"
@@ -109,6 +110,7 @@ class QdrantStore:
 
     async def open(self) -> None:
         await self._ensure(SESSIONS, [("created_at", qm.PayloadSchemaType.FLOAT)], vectors_config={})
+        await self._ensure(NAMESPACES, vectors_config={})
         await self._ensure(
             MESSAGES,
             [
@@ -196,6 +198,14 @@ class QdrantStore:
     async def put_session(self, payload: dict) -> None:
         point = qm.PointStruct(id=point_id("session", payload["session_id"]), vector={}, payload=payload)
         await self._run(self._client.upsert, SESSIONS, [point], wait=True)
+
+    async def get_namespace_settings(self, namespace: str) -> dict | None:
+        points = await self._run(self._client.retrieve, NAMESPACES, [point_id("namespace", namespace)], with_payload=True)
+        return dict(points[0].payload) if points else None
+
+    async def put_namespace_settings(self, payload: dict) -> None:
+        point = qm.PointStruct(id=point_id("namespace", payload["namespace"]), vector={}, payload=payload)
+        await self._run(self._client.upsert, NAMESPACES, [point], wait=True)
 
     async def list_sessions(self, limit: int, start_before: float | None) -> list[dict]:
         """Sessions newest first, starting at created_at <= start_before (ties included)."""

@@ -11,12 +11,15 @@ from agentmesh.memory.convert import (
     memory_to_proto,
     message_from_proto,
     message_to_proto,
+    namespace_to_proto,
     remember_from_proto,
+    session_changes,
     session_from_proto,
     session_to_proto,
 )
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.memories import Memories
+from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.stores import open_store
 from agentmesh.memory.transcripts import Transcripts
@@ -31,9 +34,10 @@ log = get_logger("agentmesh.memory")
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
-    def __init__(self, transcripts: Transcripts, memories: Memories, usage: UsageLedger):
+    def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, usage: UsageLedger):
         self._transcripts = transcripts
         self._memories = memories
+        self._namespaces = namespaces
         self._usage = usage
 
     # --- sessions ---
@@ -70,7 +74,24 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def UpdateSession(self, request, context):
         with bound_contextvars(session_id=request.session_id):
-            return session_to_proto(await self._transcripts.set_model(request.session_id, request.model))
+            return session_to_proto(await self._transcripts.update_session(request.session_id, session_changes(request)))
+
+    @translate_errors
+    async def ClearTranscript(self, request, context):
+        with bound_contextvars(session_id=request.session_id):
+            cleared = await self._transcripts.clear_transcript(request.session_id)
+        return sessions_pb2.ClearTranscriptResponse(cleared=cleared)
+
+    # --- namespaces ---
+
+    @translate_errors
+    async def GetNamespaceSettings(self, request, context):
+        return namespace_to_proto(await self._namespaces.get(request.namespace))
+
+    @translate_errors
+    async def UpdateNamespaceSettings(self, request, context):
+        record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny))
+        return namespace_to_proto(record)
 
     @translate_errors
     async def DropRun(self, request, context):
@@ -188,7 +209,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
-        MemoryServicer(Transcripts(store, memory_settings), memories, UsageLedger(store)),
+        MemoryServicer(Transcripts(store, memory_settings), memories, Namespaces(store), UsageLedger(store)),
         "agentmesh.v1.Memory",
     )
 

@@ -23,6 +23,7 @@ from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
 from agentmesh.memory.ports import Store, stored_time
 from agentmesh.memory.settings import MemorySettings
+from agentmesh.toolpolicy import ToolPolicy, validate_permission_mode, validate_policy
 
 ROLES = ("system", "user", "assistant", "tool")
 # The agent's bookkeeping, never shown to the model: "usage", a turn's token count for session
@@ -46,6 +47,9 @@ class SessionRecord:
     labels: dict[str, str] = field(default_factory=dict)
     namespace: str = DEFAULT_NAMESPACE
     model: str = ""  # the named model its turns use ("": the deployment's default)
+    permission_mode: str = ""  # "auto" | "normal" | "manual"; "": the deployment's
+    tools_allow: list[str] = field(default_factory=list)  # the session's tool policy (toolpolicy.py)
+    tools_deny: list[str] = field(default_factory=list)
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -57,6 +61,9 @@ class SessionRecord:
             "labels": dict(self.labels),
             "namespace": self.namespace,
             "model": self.model,
+            "permission_mode": self.permission_mode,
+            "tools_allow": list(self.tools_allow),
+            "tools_deny": list(self.tools_deny),
         }
 
     @classmethod
@@ -70,7 +77,19 @@ class SessionRecord:
             labels=dict(p.get("labels") or {}),
             namespace=p.get("namespace") or DEFAULT_NAMESPACE,
             model=p.get("model", ""),
+            permission_mode=p.get("permission_mode", ""),
+            tools_allow=list(p.get("tools_allow") or []),
+            tools_deny=list(p.get("tools_deny") or []),
         )
+
+
+@dataclass(frozen=True)
+class SessionChanges:
+    """What an UpdateSession changes; None leaves a field as it is."""
+
+    model: str | None = None
+    permission_mode: str | None = None
+    tools: ToolPolicy | None = None
 
 
 @dataclass
@@ -202,16 +221,43 @@ class Transcripts:
 
     async def set_model(self, session_id: str, model: str) -> SessionRecord:
         """Set the model the session's turns use (the gateway checked the name)."""
+        return await self.update_session(session_id, SessionChanges(model=model))
+
+    async def update_session(self, session_id: str, changes: "SessionChanges") -> SessionRecord:
+        """Change what `changes` sets (None: leave it); the gateway checked model and tool names."""
         validate_id(session_id)
-        if len(model) > 200:
+        if changes.model is not None and len(changes.model) > 200:
             raise InvalidArgument("model is longer than 200 characters")
+        if changes.permission_mode is not None:
+            validate_permission_mode(changes.permission_mode)
+        if changes.tools is not None:
+            validate_policy(changes.tools.allow, changes.tools.deny, "tools")
         async with self._lock(session_id):
             payload = await self._store.get_session(session_id)
             if payload is None:
                 raise NotFound(f"session {session_id!r} does not exist")
-            session = replace(SessionRecord.from_payload(payload), model=model, updated_at=time.time())
+            session = replace(SessionRecord.from_payload(payload), updated_at=time.time())
+            if changes.model is not None:
+                session.model = changes.model
+            if changes.permission_mode is not None:
+                session.permission_mode = changes.permission_mode
+            if changes.tools is not None:
+                session.tools_allow, session.tools_deny = list(changes.tools.allow), list(changes.tools.deny)
             await self._store.put_session(session.payload())
             return session
+
+    async def clear_transcript(self, session_id: str) -> int:
+        """Empty the transcript, keeping the session: its count goes back to 0, so nothing reads
+        the old messages and the next append overwrites them (as drop_run does). How many went."""
+        validate_id(session_id)
+        async with self._lock(session_id):
+            payload = await self._store.get_session(session_id)
+            if payload is None:
+                raise NotFound(f"session {session_id!r} does not exist")
+            session = SessionRecord.from_payload(payload)
+            cleared, session.message_count, session.updated_at = session.message_count, 0, time.time()
+            await self._store.put_session(session.payload())
+            return cleared
 
     async def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)

@@ -85,8 +85,7 @@ class BackgroundCommands:
                 "background_check",
                 "Status of a background command (its output once it has finished), or of all of this session's "
                 "background commands when no id is given.",
-                obj({"id": string("The id background_run returned, e.g. bg-1.", 32)}, []),
-            ), self.check),
+                obj({"id": string("The id background_run returned, e.g. bg-1.", 32)}, []), read_only=True), self.check),
         ]
 
     # --- tools --------------------------------------------------------------------------------

@@ -42,8 +42,7 @@ class FileTools:
                             "limit": integer("How many lines to return. Default 2000.", 1, 100_000),
                         },
                         ["path"],
-                    ),
-                ),
+                    ), read_only=True),
                 self.read_file,
             ),
             Tool(
@@ -86,8 +85,7 @@ class FileTools:
                             "depth": integer("How many levels to descend. Default 1.", 1, 5),
                         },
                         [],
-                    ),
-                ),
+                    ), read_only=True),
                 self.list_dir,
             ),
         ]

@@ -75,8 +75,7 @@ class SearchTools:
                 ToolSpec(
                     "glob",
                     "Find workspace files whose path matches a glob pattern, e.g. '**/*.py' or 'src/*.txt'.",
-                    obj({"pattern": string("Glob pattern relative to the workspace; '**' spans directories.", 1000, 1)}, ["pattern"]),
-                ),
+                    obj({"pattern": string("Glob pattern relative to the workspace; '**' spans directories.", 1000, 1)}, ["pattern"]), read_only=True),
                 self.glob,
             ),
             Tool(
@@ -89,8 +88,7 @@ class SearchTools:
                             "path": string("File or directory to search, relative to the workspace. Default '.'."),
                         },
                         ["pattern"],
-                    ),
-                ),
+                    ), read_only=True),
                 self.grep,
             ),
         ]

@@ -153,8 +153,7 @@ class WebTools:
                             "max_chars": integer("Most characters of text to return. Default 20000.", 100, self._settings.max_output_chars),
                         },
                         ["url"],
-                    ),
-                ),
+                    ), read_only=True),
                 self.web_fetch,
             )
         ]

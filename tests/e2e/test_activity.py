@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 
 import grpc
 import httpx
@@ -91,24 +93,32 @@ async def test_attaching_to_a_session_without_a_running_turn_is_not_found(stack)
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-async def test_activity_and_attach_over_http_and_the_cli(stack, llm):
-    from tests.e2e.test_auth_and_cli import run_cli
+async def cli_process(stack, *args: str):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
+    env.update(stack.env)
+    env.update({f"AGENTMESH_{name.upper()}_ADDR": addr for name, addr in stack.addresses.items()})
+    return await asyncio.create_subprocess_exec(sys.executable, "-m", "agentmesh.cli.main", *args, env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
+
+async def test_activity_and_attach_over_http_and_the_cli(stack, llm):
     gateway = stack.gateway_stub()
     llm.add(reply("", tool_call("shell", {"command": "echo over-http"}, id="c2")), reply("fine"))
     first = LiveTurn(gateway, "h", "go")
     await first.approval_request()
-    api = stack.http_url
-    async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+    async with httpx.AsyncClient(base_url=stack.http_url, timeout=30) as http:
         async with http.stream("GET", "/v1/sessions/h/turn") as response:
             assert response.status_code == 200
-            cli = asyncio.create_task(run_cli(stack, "chat", "--attach", "h"))
-            await asyncio.sleep(1.0)
+            cli = await cli_process(stack, "chat", "--attach", "h")
+            # Attached once it has printed the turn's start (replayed from the running turn).
+            head = await asyncio.wait_for(cli.stdout.readline(), 60)
+            assert head.decode().startswith(f"· run {first.events[0].run_id} on session h"), head
             await gateway.Approve(gateway_pb2.ApproveRequest(session_id="h", call_id="c2", approved=True), timeout=10)
             body = (await response.aread()).decode()
         assert "event: run_started" in body and "event: run_finished" in body and "over-http" in body
         missing = await http.get("/v1/sessions/nobody/turn")
         assert missing.status_code == 404
-    code, out, err = await cli
-    assert code == 0, err
+    out, err = await asyncio.wait_for(cli.communicate(), 60)
+    assert cli.returncode == 0, err.decode()
+    out = head.decode() + out.decode()
     assert "← shell" in out and "over-http" in out and out.rstrip().endswith(f"trace {first.events[0].run_started.trace_id}")

@@ -306,7 +306,8 @@ async def test_cli_repl_asks_at_the_prompt_and_sends_the_answer(stack, llm):
 def test_cli_terminal_answers():
     from agentmesh.cli.chat import parse_answer
 
-    assert parse_answer("y") == (True, "") and parse_answer(" YES \n") == (True, "")
-    assert parse_answer("") == (False, "") and parse_answer("no") == (False, "")
-    assert parse_answer("n too risky") == (False, "too risky")
-    assert parse_answer("not on prod please") == (False, "not on prod please")
+    assert parse_answer("y") == (True, "", False) and parse_answer(" YES \n") == (True, "", False)
+    assert parse_answer("") == (False, "", False) and parse_answer("no") == (False, "", False)
+    assert parse_answer("n too risky") == (False, "too risky", False)
+    assert parse_answer("not on prod please") == (False, "not on prod please", False)
+    assert parse_answer("a") == (True, "", True) and parse_answer("all") == (True, "", True)

@@ -153,13 +153,17 @@ async def test_cli_if_busy_interrupt_and_a_bad_policy_is_a_usage_error(stack, ll
     assert code == 2 and "--if-busy" in err
 
 
-@pytest.mark.skip(reason="races: the second line can reach the terminal before the REPL reads it as an "
-                         "interrupt (timed out in 1 of 3 full runs); to be made deterministic with issue 17")
+async def prompt(proc) -> None:
+    """Wait for the REPL's next `you> ` prompt (on stderr, without a newline)."""
+    await asyncio.wait_for(proc.stderr.readuntil(b"you> "), 30)
+
+
 async def test_typing_in_the_repl_while_the_agent_works_interrupts_it(stack, llm):
     import os
     import pty
     import sys
 
+    from agentmesh.cli.chat import READY_TO_INTERRUPT
     from tests.e2e.test_approvals import cli_env, read_until
 
     llm.add(reply("Working.", tool_call("shell", {"command": "sleep 30"})), reply("Redirected at once."))
@@ -170,10 +174,17 @@ async def test_typing_in_the_repl_while_the_agent_works_interrupts_it(stack, llm
     )
     os.close(terminal)
     try:
+        # Each line is typed when the REPL shows it is ready for it, never on a timer: a message at
+        # its prompt, an interruption once it says the turn runs at the gateway (and the tool call
+        # is under way), the empty line that leaves at the prompt after the second turn (an empty
+        # line typed while a turn still runs is ignored, as a stray Enter should be).
+        await prompt(proc)
         os.write(controller, b"a long job\n")
+        await read_until(proc.stderr, lambda line: READY_TO_INTERRUPT in line)
         await read_until(proc.stdout, lambda line: line.startswith("→ shell"))
         os.write(controller, b"never mind, something else\n")
         lines = await read_until(proc.stdout, lambda line: "Redirected at once." in line)
+        await prompt(proc)
         os.write(controller, b"\n")  # an empty line leaves
         assert await asyncio.wait_for(proc.wait(), 30) == 0
     finally:

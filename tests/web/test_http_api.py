@@ -325,3 +325,28 @@ async def test_cron_jobs_are_created_listed_triggered_and_deleted_over_http(http
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_ARGUMENT"
     assert (await http.delete(f"/v1/cron/jobs/{job['job_id']}")).json() == {"deleted": True}
     assert (await http.get(f"/v1/cron/jobs/{job['job_id']}")).status_code == 404
+
+
+async def test_tool_policies_modes_and_clearing_over_http(http, llm):
+    put = await http.put("/v1/namespaces/team/settings", json={"tools": {"deny": ["shell"]}})
+    assert put.status_code == 200 and put.json()["tools"]["deny"] == ["shell"]
+    assert (await http.get("/v1/namespaces/team/settings")).json()["tools"]["deny"] == ["shell"]
+    typo = await http.put("/v1/namespaces/team/settings", json={"tools": {"deny": ["shel"]}})
+    assert typo.status_code == 400 and "no tool named 'shel'" in typo.json()["error"]["message"]
+
+    in_team = {tool["name"] for tool in (await http.get("/v1/tools", params={"namespace": "team"})).json()["tools"]}
+    assert "shell" not in in_team and "read_file" in in_team
+    read_only = {tool["name"] for tool in (await http.get("/v1/tools")).json()["tools"] if tool.get("read_only")}
+    assert {"read_file", "grep"} <= read_only and "write_file" not in read_only
+
+    await http.post("/v1/sessions", json={"session_id": "pol", "namespace": "team"})
+    patched = await http.patch("/v1/sessions/pol", json={"permission_mode": "normal"})
+    assert patched.status_code == 200 and patched.json()["permission_mode"] == "normal"
+    bad = await http.patch("/v1/sessions/pol", json={"permission_mode": "yolo"})
+    assert bad.status_code == 400 and "auto, normal or manual" in bad.json()["error"]["message"]
+
+    llm.add(reply("Hi."))
+    assert (await stream(http, "pol", {"message": "hello"})).status == 200
+    cleared = await http.delete("/v1/sessions/pol/transcript")
+    assert cleared.status_code == 200 and cleared.json() == {"cleared": "2"}  # int64 is a JSON string
+    assert (await http.get("/v1/sessions/pol/transcript")).json().get("messages", []) == []

@@ -109,6 +109,12 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "StartTurn": _allow("agent"),
         # A turn rolled back by a newer message (ChatOptions.if_busy "rollback").
         "DropRun": _allow("gateway"),
+        # Gateway.ClearTranscript (the REPL's /clear).
+        "ClearTranscript": _allow("gateway"),
+        # A namespace's tool policy: the gateway reads it for every turn and sets it for users
+        # (Gateway.UpdateNamespaceSettings, after checking the names against the catalog).
+        "GetNamespaceSettings": _allow("gateway"),
+        "UpdateNamespaceSettings": _allow("gateway"),
         # Long-term memory: the agent's memory tools, and `agentmesh memory` for users.
         "Remember": _allow("agent", USERS),
         "Search": _allow("agent", "gateway", USERS),  # the gateway: POST /v1/memory/search

@@ -42,7 +42,8 @@ def dict_from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
 
 def tool_spec_to_proto(spec: ToolSpec) -> tools_pb2.ToolSpec:
     return tools_pb2.ToolSpec(
-        name=spec.name, description=spec.description, parameters_json_schema=spec.schema_json, runs_code=spec.runs_code
+        name=spec.name, description=spec.description, parameters_json_schema=spec.schema_json, runs_code=spec.runs_code,
+        read_only=spec.read_only,
     )
 
 
@@ -54,7 +55,8 @@ def tool_spec_from_proto(spec: tools_pb2.ToolSpec) -> ToolSpec:
         parameters = {}
     if not isinstance(parameters, dict) or not parameters:
         parameters = dict(_ANY_OBJECT)
-    return ToolSpec(name=spec.name, description=spec.description, parameters=parameters, runs_code=spec.runs_code)
+    return ToolSpec(name=spec.name, description=spec.description, parameters=parameters, runs_code=spec.runs_code,
+                    read_only=spec.read_only)
 
 
 def tool_result_to_proto(outcome: ToolOutcome) -> common_pb2.ToolResult:

@@ -106,7 +106,10 @@ class McpTools:
                     continue
                 name = catalog_name(connection.name, remote.name)
                 description = remote.description or remote.title or remote.name
-                spec = ToolSpec(name=name, description=f"[MCP server {connection.name}] {description}", parameters=schema)
+                # The server's own hint: a tool it marks read-only is never held in "normal" mode.
+                read_only = bool(remote.annotations is not None and remote.annotations.read_only_hint)
+                spec = ToolSpec(name=name, description=f"[MCP server {connection.name}] {description}", parameters=schema,
+                                read_only=read_only)
                 tools[name] = Tool(spec, self._runner(connection, remote.name))
         self._tools = tools
 

@@ -1,0 +1,87 @@
+"""Tool policies and permission modes as the gateway resolves them for a turn (docs/approvals.md).
+
+The layers — the deployment's (AGENTMESH_GATEWAY_TOOLS_*), the namespace's (kept by the memory
+service), the session's — go to the agent with each turn, which offers a tool only when every
+layer allows it; a turn's own ChatOptions.tools is one more layer, so it can narrow and never
+widen. Policies people set are checked here against the catalog, so a misspelt name is refused
+rather than silently matching nothing.
+
+Plain async Python over the ports below, like `core.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.ids import validate_namespace
+from agentmesh.toolpolicy import AGENT_TOOLS, ToolPolicy, allowed_by_all, validate_permission_mode, validate_policy
+from agentmesh.v1 import common_pb2, sessions_pb2, tools_pb2
+
+__all__ = ["NamespaceSettingsStore", "Policies", "policy_of", "policy_to_proto"]
+
+
+class NamespaceSettingsStore(Protocol):
+    async def get_namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings: ...
+    async def update_namespace_settings(
+        self, request: sessions_pb2.UpdateNamespaceSettingsRequest) -> sessions_pb2.NamespaceSettings: ...
+
+
+class ToolCatalog(Protocol):
+    async def list_tools(self) -> tools_pb2.ListToolsResponse: ...
+
+
+def policy_of(message: common_pb2.ToolPolicy) -> ToolPolicy:
+    return ToolPolicy(tuple(message.allow), tuple(message.deny))
+
+
+def policy_to_proto(policy: ToolPolicy) -> common_pb2.ToolPolicy:
+    return common_pb2.ToolPolicy(allow=policy.allow, deny=policy.deny)
+
+
+class Policies:
+    def __init__(self, namespaces: NamespaceSettingsStore, catalog: ToolCatalog, *, deployment: ToolPolicy,
+                 permission_mode: str):
+        self._namespaces = namespaces
+        self._catalog = catalog
+        self.deployment = deployment
+        self.permission_mode = permission_mode  # a session's mode when it has none set
+
+    async def known_tools(self) -> frozenset[str]:
+        try:
+            catalog = await self._catalog.list_tools()
+        except AgentmeshError as exc:
+            raise Unavailable(f"the tool names cannot be checked now: {exc.message}") from None
+        return frozenset(t.name for t in catalog.tools) | AGENT_TOOLS
+
+    async def checked(self, message: common_pb2.ToolPolicy, what: str) -> ToolPolicy:
+        """A policy a person sets, every plain name checked against the catalog."""
+        validate_policy(message.allow, message.deny, what)  # the form first, without a hop
+        return validate_policy(message.allow, message.deny, what, await self.known_tools())
+
+    async def namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
+        return await self._namespaces.get_namespace_settings(validate_namespace(namespace or "default"))
+
+    async def update_namespace_settings(
+            self, request: sessions_pb2.UpdateNamespaceSettingsRequest) -> sessions_pb2.NamespaceSettings:
+        namespace = validate_namespace(request.namespace or "default")
+        policy = await self.checked(request.tools, "tools")
+        return await self._namespaces.update_namespace_settings(
+            sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=policy_to_proto(policy)))
+
+    async def layers(self, session: sessions_pb2.Session | None, namespace: str) -> list[ToolPolicy]:
+        """The deployment's, the namespace's and the session's policies, the empty ones left out."""
+        settings = await self.namespace_settings(session.namespace if session is not None else namespace)
+        found = [self.deployment, policy_of(settings.tools)]
+        if session is not None:
+            found.append(policy_of(session.tools))
+        return [layer for layer in found if not layer.empty]
+
+    def mode_for(self, session: sessions_pb2.Session, requested: str) -> str:
+        """The turn's permission mode: its own, else the session's, else the deployment's."""
+        return validate_permission_mode(requested, "options.permission_mode") or session.permission_mode \
+            or self.permission_mode
+
+    @staticmethod
+    def filter(tools: Sequence[tools_pb2.ToolSpec], layers: Sequence[ToolPolicy]) -> list[tools_pb2.ToolSpec]:
+        return [t for t in tools if allowed_by_all(layers, t.name)]
