@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, TypeVar
 
-from agentmesh.errors import InvalidArgument, NotFound, ResourceExhausted
+from agentmesh.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from agentmesh.gateway.feeds import Feed
 from agentmesh.ids import validate_id
 from agentmesh.v1 import common_pb2, gateway_pb2
@@ -52,6 +52,12 @@ class LiveTurns:
         self.replica = replica  # this gateway's address, as the others know it ("" alone)
         self._feeds: dict[str, Feed[common_pb2.Event]] = {}
         self._watchers: set[_Watcher] = set()
+        self._closing = asyncio.Event()
+
+    async def drain(self, grace_s: float) -> None:
+        """On shutdown: end every watch at once (they would otherwise hold the server for its
+        whole grace period); attached clients follow their turns, which the core drains."""
+        self._closing.set()
 
     # --- the core's side ------------------------------------------------------------------
 
@@ -104,25 +110,31 @@ class LiveTurns:
             raise InvalidArgument(f"session_ids lists {len(session_ids)} sessions; at most {MAX_WATCHED_SESSIONS}")
         for session_id in session_ids:
             validate_id(session_id)
+        if self._closing.is_set():
+            raise Unavailable("the gateway is shutting down; watch again in a moment")
         watcher = _Watcher(frozenset(session_ids))
         self._watchers.add(watcher)
         lagged = asyncio.ensure_future(watcher.lagged.wait())
+        closing = asyncio.ensure_future(self._closing.wait())
         try:
             # First, an activity without payload: this replica is watched from here on.
             yield gateway_pb2.Activity(gateway=self.replica, timestamp=time.time())
             while True:
                 getter = asyncio.ensure_future(watcher.queue.get())
-                done, _ = await asyncio.wait({getter, lagged}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({getter, lagged, closing}, return_when=asyncio.FIRST_COMPLETED)
                 if getter in done:
                     yield getter.result()
                     continue
                 getter.cancel()
+                if closing in done:
+                    return
                 while not watcher.queue.empty():
                     yield watcher.queue.get_nowait()
                 raise ResourceExhausted(
                     f"this activity stream fell more than {WATCH_BACKLOG} events behind and was stopped; watch again")
         finally:
             lagged.cancel()
+            closing.cancel()
             self._watchers.discard(watcher)
 
 

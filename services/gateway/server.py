@@ -245,6 +245,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
             await channel.close()
 
     host.on_drain(core.drain)
+    host.on_drain(core.live.drain)
     host.on_stop(close_channels)
     if gateway_settings.http_address:
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,

@@ -122,3 +122,17 @@ async def test_activity_and_attach_over_http_and_the_cli(stack, llm):
     assert cli.returncode == 0, err.decode()
     out = head.decode() + out.decode()
     assert "← shell" in out and "over-http" in out and out.rstrip().endswith(f"trace {first.events[0].run_started.trace_id}")
+
+
+async def test_a_watch_ends_when_the_gateway_drains(tmp_path, llm):
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
+        watch = Watch(stack.gateway_stub())
+        await watch.live()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        gateway = stack.hosts.pop("gateway")
+        await gateway.stop(grace=30)
+        gateway.telemetry.shutdown()
+        # The watch ended at once, cleanly, rather than holding the gateway for its 30 s grace.
+        await asyncio.wait_for(watch.task, 5)
+        assert loop.time() - started < 10
