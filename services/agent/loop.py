@@ -270,6 +270,7 @@ class TurnRun:
                 span.set_status(Status(StatusCode.ERROR, exc.message))
                 span.set_attribute(ERROR_TYPE, exc.code)
                 await self._after_turn("error")
+                await self._usage_tag.flush()
                 self._emit(RunErrorEvent(code=exc.code, message=exc.message))
                 return
             except Exception as exc:  # a bug must end the turn with a clear event
@@ -277,6 +278,7 @@ class TurnRun:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 await self._after_turn("error")
+                await self._usage_tag.flush()
                 self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
                 return
             await self._after_turn(stop_reason)
@@ -287,6 +289,7 @@ class TurnRun:
             })
             log.info("turn finished", stop_reason=stop_reason, iterations=self.iterations,
                      seconds=round(time.monotonic() - started, 3))
+            await self._usage_tag.flush()
             self._emit(RunFinishedEvent(usage=self.usage, iterations=self.iterations, final_text=final_text,
                                         trace_id=self.trace_id, stop_reason=stop_reason))
 

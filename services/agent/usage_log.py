@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentmesh.agent.types import Usage
@@ -63,13 +63,18 @@ class UsageTag:
     provider: str = ""
     fallback: bool = False
     purpose: str = "turn"
+    # Writes in flight, shared by every tag of the turn (for_model): the turn waits for them
+    # (`flush`) before it ends, but no model call waits for its own.
+    pending: set[asyncio.Task[None]] = field(default_factory=set)
 
     def for_model(self, model_name: str, model: str, provider: str, *, fallback: bool = False,
                   purpose: str = "turn") -> "UsageTag":
         return UsageTag(self.log, self.session_id, self.run_id, self.namespace, self.root_session_id, self.timeout_s,
-                        model_name, model, provider, fallback, purpose)
+                        model_name, model, provider, fallback, purpose, self.pending)
 
     async def record(self, usage: Usage) -> None:
+        """Start writing the call's record: the turn goes on meanwhile (one memory round trip
+        per model call was measurable on a quick model, benches/turn_overhead.py)."""
         if self.log is None:
             return
         entry = UsageEntry(
@@ -78,9 +83,21 @@ class UsageTag:
             provider=self.provider, usage=Usage(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens),
             fallback=self.fallback, purpose=self.purpose, root_session_id=self.root_session_id,
         )
+        task = asyncio.get_running_loop().create_task(self._write(self.log, entry), name=f"usage-{entry.id}")
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def flush(self) -> None:
+        """Until every record started so far is stored (or given up on): a turn's usage is in
+        the ledger by the time its run_finished is sent."""
+        while self.pending:
+            await asyncio.gather(*list(self.pending), return_exceptions=True)
+
+    async def _write(self, log_: UsageLog, entry: UsageEntry) -> None:
+        usage = entry.usage
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.log.record(entry)
+                await log_.record(entry)
         except (AgentmeshError, TimeoutError) as exc:
             reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
             log.warning("model call usage not recorded", error=reason, model=self.model_name,
