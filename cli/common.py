@@ -42,10 +42,21 @@ def channel_to(settings: Settings, service: str) -> grpc.aio.Channel:
     return open_channel(settings.address_of(service), wait_for_peer_s=WAIT_FOR_SERVICE_S)
 
 
+def stored_token(settings: Settings) -> str:
+    """The token `agentmesh login` stored, or ""."""
+    try:
+        return settings.credentials_file.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    except OSError as exc:
+        raise CliError(f"cannot read the stored token at {settings.credentials_file}: {exc.strerror}") from None
+
+
 def call_metadata(settings: Settings) -> tuple[tuple[str, str], ...]:
-    """The user's credentials (AGENTMESH_AUTH_TOKEN), on every call the CLI makes: to the
-    gateway and scheduler, and to the user-facing methods of memory and tools."""
-    return bearer_metadata(settings.client_token)
+    """The user's credentials (AGENTMESH_AUTH_TOKEN, else the token `agentmesh login` stored),
+    on every call the CLI makes: to the gateway and scheduler, and to the user-facing methods
+    of memory and tools."""
+    return bearer_metadata(settings.client_token or stored_token(settings))
 
 
 def rpc_failure(err: grpc.aio.AioRpcError, service: str, settings: Settings) -> CliError:

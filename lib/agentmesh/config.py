@@ -30,6 +30,8 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
+from agentmesh.tenancy import AuthPolicy, load_policy_file
+
 __all__ = [
     "DEFAULT_PORTS",
     "SERVICES",
@@ -369,6 +371,14 @@ class Settings:
     auth_tokens: tuple[str, ...] = env("AGENTMESH_AUTH_TOKENS", (), secret=True)
     # The token the CLI presents when authentication is on (services sign their own calls).
     client_token: str = env("AGENTMESH_AUTH_TOKEN", "", secret=True)
+    # Tenants, their namespaces and members, service accounts, OIDC (docs/security.md): a YAML
+    # or JSON file. Unset: one tenant owns every namespace (AGENTMESH_AUTH_TOKENS are its admins).
+    # Where `agentmesh login` keeps the user's token (mode 0600); AGENTMESH_AUTH_TOKEN wins over it.
+    credentials_file: Path = env("AGENTMESH_CREDENTIALS_FILE",
+                                 default_factory=lambda: Path.home() / ".config" / "agentmesh" / "credentials")
+    # The audit log (docs/security.md): a file of JSON lines; empty: the service's own log.
+    audit_log: str = env("AGENTMESH_AUDIT_LOG", "")
+    auth_policy_file: AuthPolicy = env("AGENTMESH_AUTH_POLICY", default_factory=AuthPolicy, parse=load_policy_file)
     # Each service's signing key and its peers' public keys (docs/security.md); empty: home/keys.
     service_keys_dir: str = env("AGENTMESH_SERVICE_KEYS_DIR", "")
     # Tracing: "local" keeps spans under home; "otlp" exports; "none" disables.
@@ -403,6 +413,11 @@ class Settings:
     @property
     def keys_dir(self) -> Path:
         return Path(self.service_keys_dir).expanduser() if self.service_keys_dir else self.home / "keys"
+
+    @property
+    def auth_policy(self) -> AuthPolicy:
+        """Who may sign in and what they may do: the policy file with AGENTMESH_AUTH_TOKENS."""
+        return self.auth_policy_file.with_static_tokens(self.auth_tokens)
 
     def address_of(self, service: str) -> str:
         return self.addresses[service]

@@ -15,7 +15,16 @@ from typing import Any, AsyncIterator
 
 import structlog
 
-from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from agentmesh.errors import (
+    AgentmeshError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
+from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns
 from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
@@ -55,6 +64,8 @@ def validate_if_busy(value: str, what: str = "options.if_busy") -> str:
 @dataclass
 class _ActiveTurn:
     run_id: str
+    # Who sent the message (a member may decide only the approvals of their own runs).
+    started_by: str = ""
     cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
     # Set when the turn is stopped because the gateway is going away, not by the user.
     interrupted: bool = False
@@ -76,9 +87,13 @@ class _ActiveTurn:
 
 class Gateway:
     def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings,
-                 policies: Policies, models: ModelCatalog | None = None, live: LiveTurns | None = None):
+                 policies: Policies, models: ModelCatalog | None = None, authz: Authorizer | None = None,
+                 limits: TenantLimiter | None = None, live: LiveTurns | None = None):
         self._sessions = sessions
         self._policies = policies
+        # Who may touch what (authz.py), and the per-tenant limits on turns and tokens.
+        self._authz = authz or Authorizer(sessions)
+        self._limits = limits or TenantLimiter(None)
         # The models a turn or a session may name (AGENTMESH_MODELS and the default).
         self._models = models or ModelCatalog.of(ModelSpec(DEFAULT_MODEL, "scripted", "", "scripted"), {})
         self._agent = agent
@@ -93,21 +108,27 @@ class Gateway:
 
     # --- sessions -------------------------------------------------------------------------
 
-    async def create_session(self, request: gateway_pb2.CreateSessionRequest) -> sessions_pb2.Session:
+    async def create_session(self, request: gateway_pb2.CreateSessionRequest, caller: Caller = ANYONE) -> sessions_pb2.Session:
         session_id = validate_id(request.session_id) if request.session_id else new_id("s")
-        session = self._new_session(session_id, request.title, dict(request.labels), request.namespace)
-        stored, _created = await self._sessions.put_session(session)
+        if request.namespace:
+            validate_namespace(request.namespace)
+        namespace = self._authz.namespace(caller, request.namespace, "CreateSession")
+        session = self._new_session(session_id, request.title, dict(request.labels), namespace)
+        stored, created = await self._sessions.put_session(session)
+        if created:
+            self._authz.audit.record("session.create", "allowed", caller.principal, session_id=session_id,
+                                     namespace=stored.namespace)
         return stored
 
-    async def get_session(self, session_id: str) -> sessions_pb2.Session:
-        return await self._sessions.get_session(validate_id(session_id))
+    async def get_session(self, session_id: str, caller: Caller = ANYONE) -> sessions_pb2.Session:
+        return await self._authz.session(caller, session_id, "GetSession")
 
     async def list_sessions(self, page_size: int, page_token: str) -> sessions_pb2.ListSessionsResponse:
         if page_size < 0 or page_size > MAX_PAGE_SIZE:
             raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
         return await self._sessions.list_sessions(page_size or 50, page_token)
 
-    async def update_session(self, request: sessions_pb2.UpdateSessionRequest) -> sessions_pb2.Session:
+    async def update_session(self, request: sessions_pb2.UpdateSessionRequest, caller: Caller = ANYONE) -> sessions_pb2.Session:
         """Change a session's model, permission mode or tool policy (which: see sessions.proto)."""
         validate_id(request.session_id)
         unknown = [path for path in request.update_mask if path not in SESSION_FIELDS]
@@ -118,38 +139,51 @@ class Gateway:
         validate_permission_mode(request.permission_mode)
         if request.HasField("tools") or "tools" in request.update_mask:
             await self._policies.checked(request.tools, "tools")
+        await self._authz.session(caller, request.session_id, "UpdateSession")
         return await self._sessions.update_session(request)
 
-    async def clear_transcript(self, session_id: str) -> int:
+    async def clear_transcript(self, session_id: str, caller: Caller = ANYONE) -> int:
         """Empty the session's transcript (and with it its task board and token count); the
         session, its workspace and its namespace's long-term memory stay."""
         validate_id(session_id)
+        await self._authz.session(caller, session_id, "ClearTranscript")
         if session_id in self._active:
             raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
-        return await self._sessions.clear_transcript(session_id)
+        cleared = await self._sessions.clear_transcript(session_id)
+        self._authz.audit.record("session.clear", "allowed", caller.principal, session_id=session_id)
+        return cleared
 
-    async def namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
-        return await self._policies.namespace_settings(namespace)
+    async def namespace_settings(self, namespace: str, caller: Caller = ANYONE) -> sessions_pb2.NamespaceSettings:
+        # "" is the caller's own namespace ("default" without tenants); another tenant's is refused.
+        return await self._policies.namespace_settings(self._authz.namespace(caller, namespace, "GetNamespaceSettings"))
 
-    async def update_namespace_settings(
-            self, request: sessions_pb2.UpdateNamespaceSettingsRequest) -> sessions_pb2.NamespaceSettings:
-        return await self._policies.update_namespace_settings(request)
+    async def update_namespace_settings(self, request: sessions_pb2.UpdateNamespaceSettingsRequest,
+                                        caller: Caller = ANYONE) -> sessions_pb2.NamespaceSettings:
+        namespace = self._authz.namespace(caller, request.namespace, "UpdateNamespaceSettings")
+        updated = await self._policies.update_namespace_settings(
+            sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=request.tools))
+        self._authz.audit.record("tool_policy.update", "allowed", caller.principal, namespace=namespace)
+        return updated
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str, caller: Caller = ANYONE) -> bool:
         validate_id(session_id)
+        # NOT_FOUND (or another tenant's) before touching anything, and before saying it is busy.
+        await self._authz.session(caller, session_id, "DeleteSession")
         if session_id in self._active:
             raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
-        await self._sessions.get_session(session_id)  # NOT_FOUND before touching anything
         await self._workspaces.delete_workspace(session_id)
-        return await self._sessions.delete_session(session_id)
+        deleted = await self._sessions.delete_session(session_id)
+        self._authz.audit.record("session.delete", "allowed", caller.principal, session_id=session_id)
+        return deleted
 
-    async def transcript(self, session_id: str, page_size: int, after_seq: int) -> sessions_pb2.GetTranscriptResponse:
+    async def transcript(self, session_id: str, page_size: int, after_seq: int,
+                         caller: Caller = ANYONE) -> sessions_pb2.GetTranscriptResponse:
         validate_id(session_id)
         if page_size < 0 or page_size > 1000:
             raise InvalidArgument(f"page_size must be between 0 and 1000, got {page_size}")
         if after_seq < 0:
             raise InvalidArgument("after_seq must not be negative")
-        await self._sessions.get_session(session_id)
+        await self._authz.session(caller, session_id, "GetTranscript")
         return await self._sessions.list_messages(session_id, page_size or 200, after_seq)
 
     # --- turns ----------------------------------------------------------------------------
@@ -190,14 +224,20 @@ class Gateway:
             if getattr(request.options, name) < 0:
                 raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
 
-    async def chat(self, request: gateway_pb2.ChatRequest) -> AsyncIterator[common_pb2.Event]:
+    async def chat(self, request: gateway_pb2.ChatRequest, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
         """Run one turn. Refusals happen before the first event; the stream ends with
         run_finished or error. A busy session is met by the request's if_busy policy."""
         self.validate_chat(request)
         session_id = request.session_id
         if self._draining:
             raise Unavailable("the gateway is shutting down; retry in a moment")
-        turn = _ActiveTurn(run_id=new_id("run"))
+        # Someone else's session is NOT_FOUND; a new id is created in the caller's namespace.
+        # (Without tenants there is nothing to check: no extra call to memory before the turn.)
+        existing = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Chat")
+        namespace = existing.namespace if existing is not None else self._authz.namespace(caller, "", "Chat")
+        tenant = caller.scope.tenant_of(namespace) or ""
+        turn = _ActiveTurn(run_id=new_id("run"), started_by=caller.subject)
+        admitted = self._limits.admit(tenant)
         try:
             replaced = await self._take_session(session_id, turn, request.options.if_busy or self._settings.if_busy)
             if self._draining:
@@ -205,7 +245,10 @@ class Gateway:
             if replaced is not None and replaced.superseded_as == "rolled_back":
                 dropped = await self._sessions.drop_run(session_id, replaced.run_id)
                 log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
-            session, _ = await self._sessions.put_session(self._new_session(session_id, "", {}, ""))
+            session, created = await self._sessions.put_session(self._new_session(session_id, "", {}, namespace))
+            if created:
+                self._authz.audit.record("session.create", "allowed", caller.principal, session_id=session_id,
+                                         namespace=session.namespace)
             options = gateway_pb2.ChatOptions()
             options.CopyFrom(request.options)
             if not options.model and session.model and self._models.get(session.model) is not None:
@@ -220,11 +263,13 @@ class Gateway:
                 namespace=session.namespace or "default",
                 tool_policies=[policy_to_proto(layer) for layer in layers],
             )
-            feed = self.live.begin(session_id)
+            feed = self.live.begin(session_id, session.namespace or "default")
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
                 try:
                     async for event in self._relay(run, turn):
+                        if event.HasField("run_finished"):
+                            self._limits.count_tokens(tenant, event.run_finished.usage.total_tokens)
                         if event.WhichOneof("payload") in ("run_finished", "error"):
                             if turn.superseded_as == "rolled_back" and event.HasField("run_finished"):
                                 # It may have finished on its own meanwhile; its steps go all the same.
@@ -240,6 +285,7 @@ class Gateway:
                     self.live.end(session_id, feed)
                 log.info("turn ended")
         finally:
+            admitted.release()
             self._release(session_id, turn)
 
     async def _take_session(self, session_id: str, turn: _ActiveTurn, policy: str) -> _ActiveTurn | None:
@@ -279,6 +325,12 @@ class Gateway:
                 del self._active[session_id]
         turn.ended.set()
 
+    async def attach(self, session_id: str, after_seq: int, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
+        """The session's running turn, for a caller who may see the session (AttachTurn)."""
+        await self._authz.session(caller, session_id, "AttachTurn")
+        async for event in self.live.attach(session_id, after_seq):
+            yield event
+
     def list_models(self) -> gateway_pb2.ListModelsResponse:
         catalog = self._models
         return gateway_pb2.ListModelsResponse(models=[
@@ -294,15 +346,19 @@ class Gateway:
         """Whether this replica runs a turn of `session_id` now (routing serves such calls here)."""
         return session_id in self._active
 
-    async def cancel(self, session_id: str) -> tuple[bool, str]:
+    async def cancel(self, session_id: str, caller: Caller = ANYONE) -> tuple[bool, str]:
         validate_id(session_id)
+        # A turn may run before its session is stored: no session is "nothing to cancel" — but
+        # only where tenants are not configured; otherwise another tenant's running turn could be hit.
+        if not caller.scope.unrestricted and await self._authz.session_or_none(caller, session_id, "Cancel") is None:
+            return False, ""
         turn = self._active.get(session_id)
         if turn is None:
             return False, ""
         turn.cancel_requested.set()
         return True, turn.run_id
 
-    async def approve(self, request: gateway_pb2.ApproveRequest) -> str:
+    async def approve(self, request: gateway_pb2.ApproveRequest, caller: Caller = ANYONE) -> str:
         """Pass a person's decision on a held tool call to the agent running the turn; the run id."""
         session_id = validate_id(request.session_id)
         if not request.call_id:
@@ -313,7 +369,16 @@ class Gateway:
             raise InvalidArgument(f"note is {len(request.note)} characters; the limit is {MAX_NOTE_CHARS}")
         if request.rest_of_turn and not request.approved:
             raise InvalidArgument("rest_of_turn goes with an approval: approve the call, or deny it on its own")
-        turn = self._active.get(session_id)
+        session = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Approve")
+        turn = self._active.get(session_id) if session is not None or caller.scope.unrestricted else None
+        if (turn is not None and session is not None and turn.started_by and turn.started_by != caller.subject
+                and caller.scope.role_in(session.namespace or "default") != "admin"):
+            self._authz.audit.record("approval.decided", "refused", caller.principal, session_id=session_id,
+                                     call_id=request.call_id, reason="not the run's own")
+            raise PermissionDenied(
+                f"this run was started by {turn.started_by}; a member decides the approvals of their own runs, "
+                "an admin of the tenant any"
+            )
         if turn is None or turn.pending_approvals.pop(request.call_id, None) is None:
             raise NotFound(
                 f"session {session_id!r} has no tool call {request.call_id!r} waiting for approval "
@@ -322,10 +387,15 @@ class Gateway:
         turn.controls.put_nowait(agent_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
             call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn)))
         log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
+        self._authz.audit.record("approval.decided", "allowed", caller.principal, session_id=session_id,
+                                 call_id=request.call_id, approved=request.approved)
         return turn.run_id
 
-    async def pending_approvals(self, session_id: str) -> gateway_pb2.ListApprovalsResponse:
+    async def pending_approvals(self, session_id: str, caller: Caller = ANYONE) -> gateway_pb2.ListApprovalsResponse:
         validate_id(session_id)
+        if (not caller.scope.unrestricted
+                and await self._authz.session_or_none(caller, session_id, "ListApprovals") is None):
+            return gateway_pb2.ListApprovalsResponse()
         turn = self._active.get(session_id)
         if turn is None:
             return gateway_pb2.ListApprovalsResponse()

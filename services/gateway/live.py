@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, TypeVar
+from typing import AsyncIterator, Callable, TypeVar
 
 from agentmesh.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from agentmesh.gateway.feeds import Feed
@@ -33,6 +33,7 @@ MAX_WATCHED_SESSIONS = 256
 @dataclass(eq=False)
 class _Watcher:
     sessions: frozenset[str]
+    visible: Callable[[str], bool]  # the namespaces the watcher may see
     queue: asyncio.Queue[gateway_pb2.Activity] = field(default_factory=lambda: asyncio.Queue(WATCH_BACKLOG))
     lagged: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -52,6 +53,7 @@ class LiveTurns:
         self.replica = replica  # this gateway's address, as the others know it ("" alone)
         self._feeds: dict[str, Feed[common_pb2.Event]] = {}
         self._watchers: set[_Watcher] = set()
+        self._namespaces: dict[int, str] = {}  # each running feed's session namespace
         self._closing = asyncio.Event()
 
     async def drain(self, grace_s: float) -> None:
@@ -61,9 +63,10 @@ class LiveTurns:
 
     # --- the core's side ------------------------------------------------------------------
 
-    def begin(self, session_id: str) -> Feed[common_pb2.Event]:
+    def begin(self, session_id: str, namespace: str = "default") -> Feed[common_pb2.Event]:
         feed: Feed[common_pb2.Event] = Feed()
         self._feeds[session_id] = feed
+        self._namespaces[id(feed)] = namespace
         return feed
 
     def publish(self, feed: Feed[common_pb2.Event], event: common_pb2.Event) -> None:
@@ -73,8 +76,11 @@ class LiveTurns:
         activity = activity_of(event, self.replica)
         if activity is None:
             return
+        namespace = self._namespaces.get(id(feed), "default")
         for watcher in list(self._watchers):
             if watcher.sessions and event.session_id not in watcher.sessions:
+                continue
+            if not watcher.visible(namespace):
                 continue
             try:
                 watcher.queue.put_nowait(activity)
@@ -84,6 +90,7 @@ class LiveTurns:
 
     def end(self, session_id: str, feed: Feed[common_pb2.Event]) -> None:
         feed.finish()
+        self._namespaces.pop(id(feed), None)
         if self._feeds.get(session_id) is feed:
             del self._feeds[session_id]
 
@@ -103,7 +110,8 @@ class LiveTurns:
             if event.WhichOneof("payload") in TERMINAL:
                 return
 
-    async def watch(self, session_ids: list[str]) -> AsyncIterator[gateway_pb2.Activity]:
+    async def watch(self, session_ids: list[str],
+                    visible: Callable[[str], bool] = lambda namespace: True) -> AsyncIterator[gateway_pb2.Activity]:
         """Activity of every running turn (of `session_ids` only, when given) from now on,
         until the caller goes away. The first item has no payload: it says the watch is live."""
         if len(session_ids) > MAX_WATCHED_SESSIONS:
@@ -112,7 +120,7 @@ class LiveTurns:
             validate_id(session_id)
         if self._closing.is_set():
             raise Unavailable("the gateway is shutting down; watch again in a moment")
-        watcher = _Watcher(frozenset(session_ids))
+        watcher = _Watcher(frozenset(session_ids), visible)
         self._watchers.add(watcher)
         lagged = asyncio.ensure_future(watcher.lagged.wait())
         closing = asyncio.ensure_future(self._closing.wait())

@@ -14,6 +14,7 @@ from typing import Protocol
 from google.protobuf import struct_pb2
 
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
+from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
 from agentmesh.gateway.policy import Policies
 from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.telemetry.traceview import AmbiguousTraceId, TraceNotFound, TraceView, normalize_trace_id
@@ -53,26 +54,29 @@ class TraceStore(Protocol):
 
 class Resources:
     def __init__(self, sessions: SessionLookup, tools: ToolCatalog, files: WorkspaceFiles,
-                 memory: MemorySearch, traces: TraceStore, max_upload_bytes: int, policies: Policies):
+                 memory: MemorySearch, traces: TraceStore, max_upload_bytes: int, policies: Policies,
+                 authz: Authorizer | None = None):
         self._sessions = sessions
         self._policies = policies
+        self._authz = authz or Authorizer(sessions)
         self._tools = tools
         self._files = files
         self._memory = memory
         self._traces = traces
         self._max_upload_bytes = max_upload_bytes
 
-    async def list_tools(self, request: tools_pb2.ListToolsRequest) -> tools_pb2.ListToolsResponse:
+    async def list_tools(self, request: tools_pb2.ListToolsRequest, caller: Caller = ANYONE) -> tools_pb2.ListToolsResponse:
         """The catalog as the policies leave it: the deployment's, and with a session (or a
         namespace) theirs too."""
         session = None
         if request.session_id:
-            session = await self._sessions.get_session(validate_id(request.session_id))
+            session = await self._authz.session(caller, validate_id(request.session_id), "ListTools")
             if request.namespace and request.namespace != session.namespace:
                 raise InvalidArgument(f"session {request.session_id!r} is in namespace {session.namespace!r}, "
                                       f"not {request.namespace[:64]!r}: give one of the two")
         if request.namespace:
             validate_namespace(request.namespace)
+            self._authz.namespace(caller, request.namespace, "ListTools")
         catalog = await self._tools.list_tools()
         if session is None and not request.namespace:
             layers = [self._policies.deployment]
@@ -80,9 +84,11 @@ class Resources:
             layers = await self._policies.layers(session, request.namespace)
         return tools_pb2.ListToolsResponse(tools=self._policies.filter(catalog.tools, layers))
 
-    async def search_memory(self, request: gateway_pb2.SearchMemoryRequest) -> gateway_pb2.SearchMemoryResponse:
-        namespace = request.namespace or "default"
-        validate_namespace(namespace)
+    async def search_memory(self, request: gateway_pb2.SearchMemoryRequest,
+                            caller: Caller = ANYONE) -> gateway_pb2.SearchMemoryResponse:
+        if request.namespace:
+            validate_namespace(request.namespace)
+        namespace = self._authz.namespace(caller, request.namespace, "SearchMemory")
         if not request.query.strip():
             raise InvalidArgument("query is empty: give the words to look for")
         if len(request.query) > MAX_QUERY_CHARS:
@@ -95,30 +101,30 @@ class Resources:
 
     # --- a session's workspace: the session must exist, so no workspace is made for a stray id ---
 
-    async def _existing(self, session_id: str) -> None:
-        await self._sessions.get_session(validate_id(session_id))
-
-    async def list_workspace(self, request: tools_pb2.ListWorkspaceRequest) -> tools_pb2.ListWorkspaceResponse:
-        await self._existing(request.session_id)
+    async def list_workspace(self, request: tools_pb2.ListWorkspaceRequest,
+                             caller: Caller = ANYONE) -> tools_pb2.ListWorkspaceResponse:
+        await self._authz.session(caller, request.session_id, "ListWorkspace")
         return await self._files.list_workspace(request)
 
-    async def read_workspace_file(self, request: tools_pb2.ReadWorkspaceFileRequest) -> tools_pb2.ReadWorkspaceFileResponse:
-        await self._existing(request.session_id)
+    async def read_workspace_file(self, request: tools_pb2.ReadWorkspaceFileRequest,
+                                  caller: Caller = ANYONE) -> tools_pb2.ReadWorkspaceFileResponse:
+        await self._authz.session(caller, request.session_id, "ReadWorkspaceFile")
         if not request.path.strip():
             raise InvalidArgument("path is required: which file of the workspace to read")
         return await self._files.read_workspace_file(request)
 
-    async def write_workspace_file(self, request: tools_pb2.WriteWorkspaceFileRequest) -> tools_pb2.WriteWorkspaceFileResponse:
+    async def write_workspace_file(self, request: tools_pb2.WriteWorkspaceFileRequest,
+                                   caller: Caller = ANYONE) -> tools_pb2.WriteWorkspaceFileResponse:
         if len(request.content) > self._max_upload_bytes:
             raise InvalidArgument(
                 f"the file is {len(request.content)} bytes; uploads are limited to {self._max_upload_bytes} bytes"
             )
-        await self._existing(request.session_id)
+        await self._authz.session(caller, request.session_id, "WriteWorkspaceFile")
         return await self._files.write_workspace_file(request)
 
     # --- traces -------------------------------------------------------------------------------
 
-    async def get_trace(self, trace_id: str) -> gateway_pb2.Trace:
+    async def get_trace(self, trace_id: str, caller: Caller = ANYONE) -> gateway_pb2.Trace:
         try:
             wanted = normalize_trace_id(trace_id)
         except ValueError as exc:
@@ -136,7 +142,25 @@ class Resources:
             ) from None
         except AmbiguousTraceId as exc:
             raise InvalidArgument(str(exc)) from None
+        await self._may_see(view, caller, wanted)
         return trace_message(view)
+
+    async def _may_see(self, view: TraceView, caller: Caller, wanted: str) -> None:
+        """A trace is as visible as the session its turn ran in; one naming no session (a
+        service's own work) only where tenants are not configured."""
+        if caller.scope.unrestricted:
+            return
+        missing = f"no trace {wanted} in the local span store (yet: spans are written a moment after a turn ends)"
+        sessions = {str(attrs[key]) for node, _depth, _lasts in view.walk()
+                    if (attrs := node.span.get("attributes") or {})
+                    for key in ("agentmesh.session_id", "gen_ai.conversation.id") if attrs.get(key)}
+        if not sessions:
+            raise NotFound(missing)
+        for session_id in sorted(sessions):
+            try:
+                await self._authz.session(caller, session_id, "GetTrace")
+            except NotFound:
+                raise NotFound(missing) from None
 
 
 def trace_message(view: TraceView) -> gateway_pb2.Trace:

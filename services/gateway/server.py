@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 
 from agentmesh.config import Settings
+from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter, was_routed
 from agentmesh.gateway.http.server import HttpApi
+from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
@@ -19,6 +21,7 @@ from agentmesh.gateway.usage import UsageReports
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
+from agentmesh.rpc.auth import current_principal, scope_of_call
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
@@ -29,6 +32,13 @@ from agentmesh.toolpolicy import ToolPolicy
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
+
+
+def _caller() -> Caller:
+    """Who this call is for and what they may see, as the interceptor established it."""
+    principal = current_principal.get()
+    return Caller(subject=principal.subject if principal else "user:anonymous", scope=scope_of_call(),
+                  principal=principal)
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
@@ -56,11 +66,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def CreateSession(self, request, context):
-        return await self._core.create_session(request)
+        return await self._core.create_session(request, _caller())
 
     @translate_errors
     async def GetSession(self, request, context):
-        return await self._core.get_session(request.session_id)
+        return await self._core.get_session(request.session_id, _caller())
 
     @translate_errors
     async def ListSessions(self, request, context):
@@ -71,7 +81,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         # The owner knows whether a turn runs, and refuses while one does.
         if (reply := await self._forwarded("DeleteSession", request, context)) is not None:
             return reply
-        return sessions_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id))
+        return sessions_pb2.DeleteSessionResponse(deleted=await self._core.delete_session(request.session_id, _caller()))
 
     @translate_errors
     async def Chat(self, request, context):
@@ -87,7 +97,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                 # The owner is gone (or going): better to serve the turn than to refuse it.
                 log.warning("owning gateway unreachable; serving the turn here",
                             session_id=request.session_id, owner=owner, error=str(exc))
-        async for event in self._core.chat(request):
+        async for event in self._core.chat(request, _caller()):
             yield event
 
     @translate_errors
@@ -103,12 +113,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             except OwnerUnreachable as exc:
                 log.warning("owning gateway unreachable; attaching here", session_id=request.session_id,
                             owner=owner, error=str(exc))
-        async for event in self._core.live.attach(request.session_id, request.after_seq):
+        async for event in self._core.attach(request.session_id, request.after_seq, _caller()):
             yield event
 
     @translate_errors
     async def WatchActivity(self, request, context):
-        local = self._core.live.watch(list(request.session_ids))
+        scope = _caller().scope
+        local = self._core.live.watch(list(request.session_ids), lambda namespace: scope.visible(namespace, "viewer"))
         if self._router is None or was_routed(context):
             async for activity in local:
                 yield activity
@@ -122,25 +133,25 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def Cancel(self, request, context):
         if (reply := await self._forwarded("Cancel", request, context)) is not None:
             return reply
-        cancelled, run_id = await self._core.cancel(request.session_id)
+        cancelled, run_id = await self._core.cancel(request.session_id, _caller())
         return gateway_pb2.CancelResponse(cancelled=cancelled, run_id=run_id)
 
     @translate_errors
     async def Approve(self, request, context):
         if (reply := await self._forwarded("Approve", request, context)) is not None:
             return reply
-        run_id = await self._core.approve(request)
+        run_id = await self._core.approve(request, _caller())
         return gateway_pb2.ApproveResponse(accepted=True, run_id=run_id)
 
     @translate_errors
     async def ListApprovals(self, request, context):
         if (reply := await self._forwarded("ListApprovals", request, context)) is not None:
             return reply
-        return await self._core.pending_approvals(request.session_id)
+        return await self._core.pending_approvals(request.session_id, _caller())
 
     @translate_errors
     async def UpdateSession(self, request, context):
-        return await self._core.update_session(request)
+        return await self._core.update_session(request, _caller())
 
     @translate_errors
     async def ListModels(self, request, context):
@@ -148,52 +159,53 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def GetUsage(self, request, context):
-        return await self._usage.report(request)
+        scope = _caller().scope
+        return await self._usage.report(request, lambda namespace: scope.visible(namespace, "viewer"))
 
     @translate_errors
     async def GetTranscript(self, request, context):
-        return await self._core.transcript(request.session_id, request.page_size, request.after_seq)
+        return await self._core.transcript(request.session_id, request.page_size, request.after_seq, _caller())
 
     # Workspaces, memory, the catalog and the span store are shared by every replica: served here.
 
     @translate_errors
     async def ListTools(self, request, context):
-        return await self._resources.list_tools(request)
+        return await self._resources.list_tools(request, _caller())
 
     @translate_errors
     async def ClearTranscript(self, request, context):
         # The owner knows whether a turn runs, and refuses while one does.
         if (reply := await self._forwarded("ClearTranscript", request, context)) is not None:
             return reply
-        return sessions_pb2.ClearTranscriptResponse(cleared=await self._core.clear_transcript(request.session_id))
+        return sessions_pb2.ClearTranscriptResponse(cleared=await self._core.clear_transcript(request.session_id, _caller()))
 
     @translate_errors
     async def GetNamespaceSettings(self, request, context):
-        return await self._core.namespace_settings(request.namespace)
+        return await self._core.namespace_settings(request.namespace, _caller())
 
     @translate_errors
     async def UpdateNamespaceSettings(self, request, context):
-        return await self._core.update_namespace_settings(request)
+        return await self._core.update_namespace_settings(request, _caller())
 
     @translate_errors
     async def SearchMemory(self, request, context):
-        return await self._resources.search_memory(request)
+        return await self._resources.search_memory(request, _caller())
 
     @translate_errors
     async def ListWorkspace(self, request, context):
-        return await self._resources.list_workspace(request)
+        return await self._resources.list_workspace(request, _caller())
 
     @translate_errors
     async def ReadWorkspaceFile(self, request, context):
-        return await self._resources.read_workspace_file(request)
+        return await self._resources.read_workspace_file(request, _caller())
 
     @translate_errors
     async def WriteWorkspaceFile(self, request, context):
-        return await self._resources.write_workspace_file(request)
+        return await self._resources.write_workspace_file(request, _caller())
 
     @translate_errors
     async def GetTrace(self, request, context):
-        return await self._resources.get_trace(request.trace_id)
+        return await self._resources.get_trace(request.trace_id, _caller())
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None, *,
@@ -209,6 +221,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
     tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
     catalog = catalog_of(settings.llm)
+    host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
+                       max_receive_bytes=gateway_settings.max_request_bytes)
+    authz = Authorizer(sessions, host.audit)
     policies = Policies(sessions, tools, deployment=ToolPolicy(gateway_settings.tools_allow, gateway_settings.tools_deny),
                         permission_mode=gateway_settings.permission_mode)
     core = Gateway(
@@ -218,13 +233,13 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         workspaces=tools,
         settings=gateway_settings,
         models=catalog,
+        authz=authz,
+        limits=TenantLimiter(settings.auth_policy),
         live=LiveTurns(gateway_settings.advertise_address if gateway_settings.peers.enabled else ""),
     )
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
-                          max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies)
-    host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
-                       max_receive_bytes=gateway_settings.max_request_bytes)
+                          max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies, authz=authz)
     router = None
     if gateway_settings.peers.enabled:
         membership = Membership(

@@ -75,7 +75,9 @@ class UsageReports:
             return None
         return spec.input_price_per_mtok, spec.output_price_per_mtok
 
-    async def report(self, request: gateway_pb2.GetUsageRequest) -> gateway_pb2.GetUsageResponse:
+    async def report(self, request: gateway_pb2.GetUsageRequest,
+                     visible: Callable[[str], bool] = lambda namespace: True) -> gateway_pb2.GetUsageResponse:
+        """`visible`: the namespaces the caller may see; other tenants' calls are left out."""
         group_by = request.group_by or "day"
         if group_by not in GROUPS:
             raise InvalidArgument(f"group_by must be one of {', '.join(GROUPS)}, got {group_by[:40]!r}")
@@ -84,6 +86,8 @@ class UsageReports:
         groups: dict[str, gateway_pb2.UsageGroup] = {}
         total = gateway_pb2.UsageGroup(key="total", cost_complete=True)
         for row in sums:
+            if not visible(row.namespace or "default"):
+                continue
             group = groups.get(row.key)
             if group is None:
                 group = groups[row.key] = gateway_pb2.UsageGroup(key=row.key, cost_complete=True)

@@ -285,9 +285,15 @@ class EdgeStore:
         point = qe.Point(point_id("session", payload["session_id"]), {}, payload)
         self.sessions.update(qe.UpdateOperation.upsert_points([point]))
 
-    async def list_sessions(self, limit: int, start_before: float | None) -> list[dict]:
+    async def list_sessions(self, limit: int, start_before: float | None,
+                            namespaces: frozenset[str] | None = None) -> list[dict]:
         order = qe.OrderBy("created_at", qe.Direction.Desc, start_before)
-        records, _ = self.sessions.shard.scroll(qe.ScrollRequest(limit=limit, order_by=order, with_payload=True))
+        if namespaces is not None and not namespaces:
+            return []
+        selector = None if namespaces is None else qe.Filter(
+            must=[qe.FieldCondition("namespace", match=qe.MatchAny(sorted(namespaces)))])
+        records, _ = self.sessions.shard.scroll(
+            qe.ScrollRequest(limit=limit, order_by=order, filter=selector, with_payload=True))
         return [dict(r.payload or {}) for r in records]
 
     async def get_namespace_settings(self, namespace: str) -> dict | None:

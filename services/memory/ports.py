@@ -84,8 +84,10 @@ class Store(Protocol):
     # --- sessions (payload dicts keyed by `session_id`)
     async def get_session(self, session_id: str) -> Payload | None: ...
     async def put_session(self, payload: Payload) -> None: ...
-    async def list_sessions(self, limit: int, start_before: float | None) -> list[Payload]:
-        """Newest first, from created_at <= start_before (ties included)."""
+    async def list_sessions(self, limit: int, start_before: float | None,
+                            namespaces: frozenset[str] | None = None) -> list[Payload]:
+        """Newest first, from created_at <= start_before (ties included); only sessions of
+        `namespaces` when given (a caller's tenants)."""
 
     async def child_sessions(self, session_id: str, label: str) -> list[str]:
         """Ids of the sessions whose label `label` names `session_id`."""

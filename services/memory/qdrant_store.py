@@ -207,10 +207,16 @@ class QdrantStore:
         point = qm.PointStruct(id=point_id("namespace", payload["namespace"]), vector={}, payload=payload)
         await self._run(self._client.upsert, NAMESPACES, [point], wait=True)
 
-    async def list_sessions(self, limit: int, start_before: float | None) -> list[dict]:
+    async def list_sessions(self, limit: int, start_before: float | None,
+                            namespaces: frozenset[str] | None = None) -> list[dict]:
         """Sessions newest first, starting at created_at <= start_before (ties included)."""
         order = qm.OrderBy(key="created_at", direction=qm.Direction.DESC, start_from=start_before)
-        points, _ = await self._run(self._client.scroll, SESSIONS, limit=limit, order_by=order, with_payload=True)
+        if namespaces is not None and not namespaces:
+            return []
+        selector = None if namespaces is None else qm.Filter(
+            must=[qm.FieldCondition(key="namespace", match=qm.MatchAny(any=sorted(namespaces)))])
+        points, _ = await self._run(self._client.scroll, SESSIONS, limit=limit, order_by=order,
+                                    scroll_filter=selector, with_payload=True)
         return [dict(p.payload) for p in points]
 
     async def child_sessions(self, session_id: str, label: str) -> list[str]:

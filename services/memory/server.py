@@ -22,9 +22,11 @@ from agentmesh.memory.memories import Memories
 from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.stores import open_store
+from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
+from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
@@ -34,30 +36,37 @@ log = get_logger("agentmesh.memory")
 
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
-    def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, usage: UsageLedger):
+    def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces,
+                 usage: UsageLedger, audit: AuditLog | None = None):
         self._transcripts = transcripts
         self._memories = memories
         self._namespaces = namespaces
+        # Memory keeps tenants apart itself, whoever calls: a session or namespace outside the
+        # principal's tenants is NOT_FOUND / PERMISSION_DENIED here too, not only at the gateway.
+        self._tenants = TenantGuard(transcripts, audit)
         self._usage = usage
 
     # --- sessions ---
 
     @translate_errors
     async def PutSession(self, request, context):
+        await self._tenants.may_put(request.session.session_id, request.session.namespace)
         session, created = await self._transcripts.put_session(session_from_proto(request.session))
         return memory_pb2.PutSessionResponse(session=session_to_proto(session), created=created)
 
     @translate_errors
     async def GetSession(self, request, context):
-        return session_to_proto(await self._transcripts.get_session(request.session_id))
+        return session_to_proto(await self._tenants.session(request.session_id, "viewer", "GetSession"))
 
     @translate_errors
     async def ListSessions(self, request, context):
-        sessions, token = await self._transcripts.list_sessions(request.page_size, request.page_token)
+        sessions, token = await self._transcripts.list_sessions(request.page_size, request.page_token,
+                                                                self._tenants.visible_namespaces())
         return sessions_pb2.ListSessionsResponse(sessions=[session_to_proto(s) for s in sessions], next_page_token=token)
 
     @translate_errors
     async def DeleteSession(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "DeleteSession")
         with bound_contextvars(session_id=request.session_id):
             deleted = await self._transcripts.delete_session(request.session_id)
         return sessions_pb2.DeleteSessionResponse(deleted=deleted)
@@ -66,6 +75,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def AppendMessages(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "AppendMessages")
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
             last = await self._transcripts.append_messages(request.session_id, messages)
@@ -73,11 +83,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def UpdateSession(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "UpdateSession")
         with bound_contextvars(session_id=request.session_id):
             return session_to_proto(await self._transcripts.update_session(request.session_id, session_changes(request)))
 
     @translate_errors
     async def ClearTranscript(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "ClearTranscript")
         with bound_contextvars(session_id=request.session_id):
             cleared = await self._transcripts.clear_transcript(request.session_id)
         return sessions_pb2.ClearTranscriptResponse(cleared=cleared)
@@ -86,21 +98,27 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def GetNamespaceSettings(self, request, context):
+        self._tenants.namespace(request.namespace, "GetNamespaceSettings")
         return namespace_to_proto(await self._namespaces.get(request.namespace))
 
     @translate_errors
     async def UpdateNamespaceSettings(self, request, context):
+        self._tenants.namespace(request.namespace, "UpdateNamespaceSettings")
         record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny))
         return namespace_to_proto(record)
 
     @translate_errors
     async def DropRun(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "DropRun")
         with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
             dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
         return memory_pb2.DropRunResponse(dropped=dropped)
 
     @translate_errors
     async def StartTurn(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "member", "StartTurn")
+        if request.recall_k:
+            self._tenants.namespace(request.namespace, "Search")
         messages = [message_from_proto(m) for m in request.messages]
         recall = Recall(request.namespace, request.recall_query, request.recall_k, request.recall_timeout_s)
         with bound_contextvars(session_id=request.session_id):
@@ -117,6 +135,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def ListMessages(self, request, context):
+        await self._tenants.session_if_any(request.session_id, "viewer", "ListMessages")
         with bound_contextvars(session_id=request.session_id):
             messages, next_after = await self._transcripts.list_messages(
                 request.session_id, request.page_size, request.after_seq
@@ -129,10 +148,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def Remember(self, request, context):
+        self._tenants.namespace(request.namespace, "Remember")
         return memory_to_proto(await self._memories.remember(remember_from_proto(request)))
 
     @translate_errors
     async def Search(self, request, context):
+        self._tenants.namespace(request.namespace, "Search")
         hits = await self._memories.search(
             request.namespace, request.query, request.k, filter_from_proto(request.filter)
         )
@@ -142,10 +163,12 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def GetMemory(self, request, context):
+        self._tenants.namespace(request.namespace, "GetMemory")
         return memory_to_proto(await self._memories.get(request.namespace, request.id))
 
     @translate_errors
     async def ListMemories(self, request, context):
+        self._tenants.namespace(request.namespace, "ListMemories")
         memories, token = await self._memories.list(
             request.namespace, filter_from_proto(request.filter), request.page_size, request.page_token
         )
@@ -153,6 +176,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def Forget(self, request, context):
+        self._tenants.namespace(request.namespace, "Forget")
         has_filter = request.HasField("filter")
         forgotten = await self._memories.forget(
             request.namespace,
@@ -165,6 +189,8 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def Import(self, request, context):
         items = [remember_from_proto(m, default_namespace=request.namespace) for m in request.memories]
+        for namespace in {request.namespace, *(item.namespace for item in items)}:
+            self._tenants.namespace(namespace, "Import")
         imported = await self._memories.import_many(request.namespace, items)
         return memory_pb2.ImportResponse(imported=imported)
 
@@ -189,7 +215,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         return memory_pb2.SumUsageResponse(
             sums=[memory_pb2.UsageSum(key=s.key, model_name=s.model_name, calls=s.calls, input_tokens=s.input_tokens,
                                       output_tokens=s.output_tokens, cached_input_tokens=s.cached_input_tokens,
-                                      fallback_calls=s.fallback_calls) for s in sums],
+                                      fallback_calls=s.fallback_calls, namespace=s.namespace) for s in sums],
             records=count,
         )
 
@@ -209,7 +235,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
-        MemoryServicer(Transcripts(store, memory_settings), memories, Namespaces(store), UsageLedger(store)),
+        MemoryServicer(Transcripts(store, memory_settings), memories, Namespaces(store), UsageLedger(store), host.audit),
         "agentmesh.v1.Memory",
     )
 

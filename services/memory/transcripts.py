@@ -199,14 +199,15 @@ class Transcripts:
             raise NotFound(f"session {session_id!r} does not exist")
         return SessionRecord.from_payload(payload)
 
-    async def list_sessions(self, page_size: int, page_token: str) -> tuple[list[SessionRecord], str]:
+    async def list_sessions(self, page_size: int, page_token: str,
+                            namespaces: frozenset[str] | None = None) -> tuple[list[SessionRecord], str]:
         """Newest first. The token is `created_at:skip`: resume at that time, skipping the
         `skip` sessions of the same instant the previous page already returned."""
         size = _page_size(page_size, 50, MAX_PAGE_SESSIONS, "page_size")
         start, skip = None, 0
         if page_token:
             start, skip = _session_page_token(page_token)
-        rows = await self._store.list_sessions(size + skip + 1, start)
+        rows = await self._store.list_sessions(size + skip + 1, start, namespaces)
         rows = rows[skip:]
         page, more = rows[:size], len(rows) > size
         sessions = [SessionRecord.from_payload(p) for p in page]

@@ -55,6 +55,7 @@ class UsageRecord:
 class UsageSum:
     key: str
     model_name: str
+    namespace: str
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -105,20 +106,21 @@ class UsageLedger:
         return len(checked)
 
     async def sums(self, start: float, end: float, group_by: str) -> tuple[list[UsageSum], int]:
-        """One row per (group, model) of the records in [start, end), by key then model; and
+        """One row per (group, model, namespace) of the records in [start, end), by key then model; and
         how many records there were."""
         if group_by not in GROUPS:
             raise InvalidArgument(f"group_by must be one of {', '.join(GROUPS)}, got {group_by[:40]!r}")
         if start < 0 or end < 0 or (end and end <= start):
             raise InvalidArgument("the usage range must have 0 <= start < end (end 0: now)")
-        rows: dict[tuple[str, str], UsageSum] = {}
+        rows: dict[tuple[str, str, str], UsageSum] = {}
         seen = 0
         offset: str | None = None
         while True:
             page, next_offset = await self._store.scroll_usage(start, end, PAGE, offset)
             for payload in page:
                 seen += 1
-                key = (_key(payload, group_by), str(payload.get("model_name") or ""))
+                key = (_key(payload, group_by), str(payload.get("model_name") or ""),
+                       str(payload.get("namespace") or "default"))
                 row = rows.get(key) or rows.setdefault(key, UsageSum(*key))
                 row.calls += 1
                 row.input_tokens += int(payload.get("input_tokens") or 0)

@@ -7,8 +7,9 @@ import socket
 import uuid
 
 from agentmesh.config import Settings
-from agentmesh.errors import InvalidArgument
-from agentmesh.rpc.auth import current_principal
+from agentmesh.errors import InvalidArgument, NotFound, PermissionDenied
+from agentmesh.rpc.audit import AuditLog
+from agentmesh.rpc.auth import current_principal, scope_of_call
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
@@ -23,6 +24,7 @@ from agentmesh.scheduler.ports import Clock, LeaderLock
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import SqliteStore
 from agentmesh.telemetry import Telemetry
+from agentmesh.tenancy import decode_memberships, encode_memberships, required_role, role_at_least
 from agentmesh.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 
@@ -66,45 +68,108 @@ def changes_from_update(request: scheduler_pb2.UpdateJobRequest) -> dict:
     return {name: getattr(request.job, name) for name in names}
 
 
+def job_tenant(job: Job) -> str:
+    """The tenant a job belongs to: the one its creator made it in (see CreateJob)."""
+    return next(iter(decode_memberships(job.created_by_tenant)), "")
+
+
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, core: Scheduler):
+    def __init__(self, core: Scheduler, audit: AuditLog | None = None):
         self._core = core
+        self._audit = audit
+
+    def _record(self, action: str, job_id: str, outcome: str = "allowed", **fields) -> None:
+        if self._audit is not None:
+            self._audit.record(action, outcome, current_principal.get(), job_id=job_id, **fields)
+
+    async def _job(self, job_id: str, rpc: str) -> Job:
+        """The job, if the caller holds the rpc's role in its tenant; another tenant's is NOT_FOUND."""
+        return await self._visible(await self._core.get_job(job_id), job_id, rpc)
+
+    async def _visible(self, job: Job, job_id: str, rpc: str) -> Job:
+        scope = scope_of_call()
+        if scope.unrestricted:
+            return job
+        tenant = job_tenant(job)
+        have = (scope.memberships or {}).get(tenant)
+        needed = required_role("Scheduler", rpc) or "admin"
+        if have is None:
+            self._record("cross_tenant", job_id, "refused", method=f"scheduler.{rpc}")
+            raise NotFound(f"job {job_id!r} does not exist")
+        if not role_at_least(have, needed):
+            raise PermissionDenied(f"this needs the {needed} role in tenant {tenant!r}; you are {have} there")
+        return job
 
     @translate_errors
     async def CreateJob(self, request, context):
         job = job_from_proto(request.job)
-        # Runs are made on behalf of whoever created the job (agentmesh.rpc.auth set it).
+        # Runs are made on behalf of whoever created the job (agentmesh.rpc.auth set it), in
+        # the tenant it was made in: its runs see that tenant only, at the creator's role there.
         if (principal := current_principal.get()) is not None:
-            job.created_by, job.created_by_tenant = principal.subject, principal.tenant
-        return job_to_proto(await self._core.create_job(job))
+            scope = scope_of_call()
+            tenants = principal.tenant
+            if not scope.unrestricted:
+                tenant = scope.home_tenant("admin")
+                tenants = encode_memberships({tenant: (scope.memberships or {})[tenant]})
+            job.created_by, job.created_by_tenant = principal.subject, tenants
+        created = await self._core.create_job(job)
+        self._record("cron.create", created.job_id, name=created.name, schedule=created.schedule,
+                     tenant=job_tenant(created))
+        return job_to_proto(created)
 
     @translate_errors
     async def UpdateJob(self, request, context):
-        return job_to_proto(await self._core.update_job(request.job.job_id, changes_from_update(request)))
+        await self._job(request.job.job_id, "UpdateJob")
+        changes = changes_from_update(request)
+        updated = await self._core.update_job(request.job.job_id, changes)
+        self._record("cron.update", updated.job_id, fields=",".join(sorted(changes)))
+        return job_to_proto(updated)
 
     @translate_errors
     async def DeleteJob(self, request, context):
-        return scheduler_pb2.DeleteJobResponse(deleted=await self._core.delete_job(request.job_id))
+        try:
+            job = await self._core.get_job(request.job_id)
+        except NotFound:
+            job = None  # deleting what is not there answers deleted=false, as before
+        if job is not None:
+            await self._visible(job, request.job_id, "DeleteJob")
+        deleted = await self._core.delete_job(request.job_id)
+        self._record("cron.delete", request.job_id)
+        return scheduler_pb2.DeleteJobResponse(deleted=deleted)
 
     @translate_errors
     async def GetJob(self, request, context):
-        return job_to_proto(await self._core.get_job(request.job_id))
+        return job_to_proto(await self._job(request.job_id, "GetJob"))
 
     @translate_errors
     async def ListJobs(self, request, context):
-        return scheduler_pb2.ListJobsResponse(jobs=[job_to_proto(j) for j in await self._core.list_jobs()])
+        scope = scope_of_call()
+        jobs = [j for j in await self._core.list_jobs()
+                if scope.unrestricted or job_tenant(j) in (scope.memberships or {})]
+        return scheduler_pb2.ListJobsResponse(jobs=[job_to_proto(j) for j in jobs])
 
     @translate_errors
     async def ToggleJob(self, request, context):
-        return job_to_proto(await self._core.toggle_job(request.job_id))
+        await self._job(request.job_id, "ToggleJob")
+        toggled = await self._core.toggle_job(request.job_id)
+        self._record("cron.toggle", toggled.job_id, enabled=toggled.enabled)
+        return job_to_proto(toggled)
 
     @translate_errors
     async def TriggerJob(self, request, context):
+        await self._job(request.job_id, "TriggerJob")
+        self._record("cron.trigger", request.job_id)
         return run_to_proto(await self._core.trigger_job(request.job_id))
 
     @translate_errors
     async def ListRuns(self, request, context):
+        if request.job_id:
+            await self._job(request.job_id, "ListRuns")
         runs = await self._core.list_runs(request.job_id, request.limit)
+        scope = scope_of_call()
+        if not request.job_id and not scope.unrestricted:
+            mine = {j.job_id for j in await self._core.list_jobs() if job_tenant(j) in (scope.memberships or {})}
+            runs = [r for r in runs if r.job_id in mine]
         return scheduler_pb2.ListRunsResponse(runs=[run_to_proto(r) for r in runs])
 
 
@@ -134,7 +199,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     core = Scheduler(store, target, lock, clock or SystemClock(), config, telemetry, identity)
     host = ServiceHost("scheduler", settings, telemetry, address=address, identity=service_identity,
                        max_receive_bytes=MIB)
-    host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core), "agentmesh.v1.Scheduler")
+    host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core, host.audit), "agentmesh.v1.Scheduler")
     host.scheduler = core  # type: ignore[attr-defined]  # tests and benches look at leadership
 
     async def shutdown() -> None:

@@ -8,8 +8,10 @@ from opentelemetry import trace
 
 from agentmesh.config import Settings
 from agentmesh.logs import get_logger
+from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
 from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.tools.background import BackgroundCommands
@@ -22,6 +24,7 @@ from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.settings import ToolsSettings
+from agentmesh.tools.tenancy import SessionTenants
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
 from agentmesh.tools.workspace_files import WorkspaceFiles
@@ -31,9 +34,17 @@ log = get_logger("agentmesh.tools")
 
 
 class ToolsServicer(tools_pb2_grpc.ToolsServicer):
-    def __init__(self, core: ToolService, files: WorkspaceFiles):
+    def __init__(self, core: ToolService, files: WorkspaceFiles, tenants: SessionTenants | None = None):
         self._core = core
         self._files = files
+        # Where tenants are configured: the session's tenant, asked of memory (tenancy.py).
+        self._tenants = tenants
+
+    async def _session(self, session_id: str, method: str, *, grows: bool = False) -> None:
+        if self._tenants is not None and session_id:
+            tenant = await self._tenants.require(session_id, method)
+            if grows and tenant:
+                await self._tenants.check_disk(session_id, tenant)
 
     @translate_errors
     async def ListTools(self, request, context):
@@ -41,6 +52,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def Execute(self, request, context):
+        await self._session(request.session_id, "Execute", grows=True)
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s
         )
@@ -48,6 +60,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def BackgroundResults(self, request, context):
+        await self._session(request.session_id, "BackgroundResults")
         finished, running = self._core.background_results(request.session_id)
         return tools_pb2.BackgroundResultsResponse(running=running, finished=[
             tools_pb2.BackgroundCommand(id=c.id, command=c.command, status=c.status, started_at=c.started_at,
@@ -57,14 +70,17 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def StopBackground(self, request, context):
+        await self._session(request.session_id, "StopBackground")
         return tools_pb2.StopBackgroundResponse(stopped=await self._core.stop_background(request.session_id))
 
     @translate_errors
     async def DeleteWorkspace(self, request, context):
+        await self._session(request.session_id, "DeleteWorkspace")
         return tools_pb2.DeleteWorkspaceResponse(deleted=await self._core.delete_workspace(request.session_id))
 
     @translate_errors
     async def ListWorkspace(self, request, context):
+        await self._session(request.session_id, "ListWorkspace")
         listing = await self._files.list(request.session_id, request.path)
         return tools_pb2.ListWorkspaceResponse(
             path=listing.path,
@@ -74,6 +90,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def ReadWorkspaceFile(self, request, context):
+        await self._session(request.session_id, "ReadWorkspaceFile")
         view = await self._files.read(request.session_id, request.path, request.max_bytes)
         return tools_pb2.ReadWorkspaceFileResponse(
             path=view.path, content=view.content, size=view.size, truncated=view.truncated
@@ -81,6 +98,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def WriteWorkspaceFile(self, request, context):
+        await self._session(request.session_id, "WriteWorkspaceFile", grows=True)
         written = await self._files.write(request.session_id, request.path, request.content, request.overwrite)
         return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)
 
@@ -142,11 +160,17 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
     # names the limit in its INVALID_ARGUMENT.
     largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
-    host = ServiceHost("tools", settings, telemetry, address=address,
+    identity = ServiceIdentity.open("tools", settings.keys_dir)
+    host = ServiceHost("tools", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
+    tenants = None
+    if settings.auth_policy.enforced:
+        memory = open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory")
+        tenants = SessionTenants(memory, settings.address_of("memory"), settings.auth_policy, workspaces, host.audit)
+        host.on_stop(memory.close)
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
                            WorkspaceQuota(tools_settings.workspace_quota_bytes))
-    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files), "agentmesh.v1.Tools")
+    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files, tenants), "agentmesh.v1.Tools")
     if core.background is not None:
         host.on_stop(core.background.close)  # before the executor: stop what still runs
     if mcp_tools is not None:

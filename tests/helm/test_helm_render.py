@@ -434,3 +434,40 @@ def test_http_can_be_turned_off(default_render):
     assert container_env(container)["AGENTMESH_GATEWAY_HTTP_ADDR"] == "off"
     assert [p["name"] for p in container["ports"]] == ["grpc"]
     assert [p["name"] for p in off.get("Service", f"{RELEASE}-gateway")["spec"]["ports"]] == ["grpc"]
+
+
+POLICY_VALUES = {"auth": {"policy": {
+    "oidc": {"issuer": "https://keycloak.example.com/realms/agents", "audience": "agentmesh", "groupsClaim": "groups"},
+    "tenants": {"acme": {"namespaces": ["acme"], "members": [{"group": "acme-devs", "role": "member"}],
+                         "limits": {"concurrent_turns": 4}},
+                "beta": {"namespaces": ["beta"], "members": [{"group": "beta", "role": "viewer"}]}},
+    "serviceAccounts": [{"name": "nightly-ci", "tenant": "acme", "role": "member"}],
+    "serviceAccountHashes": {"nightly-ci": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
+}}}
+
+
+def test_the_policy_renders_from_values_into_a_secret_the_services_accept():
+    from agentmesh.tenancy import parse_policy
+
+    r = render(POLICY_VALUES)
+    secret = r.get("Secret", f"{RELEASE}-auth-policy")
+    text = base64.b64decode(secret["data"]["policy.yaml"]).decode()
+    policy = parse_policy(text)  # the services' own parser accepts what the chart renders
+    assert policy.oidc is not None and policy.oidc.issuer == "https://keycloak.example.com/realms/agents"
+    assert policy.memberships_of("ada", ["acme-devs"]) == {"acme": "member"}
+    assert policy.service_accounts[0].tenant == "acme" and policy.tenants["acme"].limits.concurrent_turns == 4
+    for service in SERVICES:
+        spec = r.deployment(service)["spec"]["template"]["spec"]
+        env = container_env(spec["containers"][0])
+        mounted = any(v.get("secret", {}).get("secretName") == f"{RELEASE}-auth-policy" for v in spec["volumes"])
+        # The services users reach read it; the agent only relays the principal.
+        assert mounted == (service != "agent") and (("AGENTMESH_AUTH_POLICY" in env) == (service != "agent"))
+    exposed = render({**POLICY_VALUES, "gateway": {"service": {"type": "LoadBalancer"}}})
+    assert exposed.deployment("gateway")  # a policy is authentication enough to expose the gateway
+
+
+def test_a_service_account_without_its_hash_is_refused():
+    values = json.loads(json.dumps(POLICY_VALUES))
+    values["auth"]["policy"]["serviceAccountHashes"] = {}
+    with pytest.raises(Exception, match="nightly-ci has no token hash"):
+        render(values)

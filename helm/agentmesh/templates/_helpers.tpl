@@ -151,6 +151,15 @@ finds its peers for session routing (docs/api.md "Scaling the gateway"). */}}
 {{- if or .Values.auth.existingSecret .Values.auth.tokens }}true{{ end }}
 {{- end }}
 
+{{/* A policy file (tenants, OIDC, service accounts) is mounted into the services users reach. */}}
+{{- define "agentmesh.policyConfigured" -}}
+{{- if or .Values.auth.policy.existingSecret .Values.auth.policy.tenants }}true{{ end }}
+{{- end }}
+
+{{- define "agentmesh.policySecretName" -}}
+{{- default (printf "%s-auth-policy" (include "agentmesh.fullname" .)) .Values.auth.policy.existingSecret }}
+{{- end }}
+
 {{/* Pod-level security context shared by the agentmesh services. */}}
 {{- define "agentmesh.podSecurityContext" -}}
 runAsNonRoot: true

@@ -5,9 +5,10 @@ Two kinds of caller reach a service:
 - another agentmesh service, with a token it signed for this one call
   (`x-agentmesh-service-token`, see identity.py). Only the services in `CALLERS` may call a
   method; a token from any other service is refused with PERMISSION_DENIED.
-- a user (the CLI, an SDK, the web console) with `authorization: Bearer <token>` from
-  AGENTMESH_AUTH_TOKENS, on the methods marked `USERS`. With no tokens configured (the local
-  default) user calls are let in, as the gateway always did.
+- a user (the CLI, an SDK, the web console) with `authorization: Bearer <token>` — a static
+  token, a service account's or an OIDC JWT (users.py) — on the methods marked `USERS`, if
+  they hold the method's role (agentmesh.tenancy.REQUIRED_ROLES) in some tenant. With no
+  credential configured (the local default) user calls are let in, as the gateway always did.
 
 Methods that only services call refuse users whatever they present. Health checks and
 reflection stay open so that probes and tooling work. The principal a call was made for
@@ -18,8 +19,6 @@ interceptor signs it into every call the handler makes in turn, so it travels ho
 from __future__ import annotations
 
 import contextvars
-import hashlib
-import hmac
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -28,8 +27,11 @@ import structlog
 from opentelemetry import trace
 
 from agentmesh.logs import get_logger
+from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.handlers import rebuild, refusal
 from agentmesh.rpc.identity import IdentityError, Principal, ServiceIdentity
+from agentmesh.rpc.users import Refusal, UserAuthenticator
+from agentmesh.tenancy import AuthPolicy, Scope, required_role, role_at_least
 
 __all__ = [
     "CALLERS",
@@ -38,10 +40,11 @@ __all__ = [
     "USERS",
     "Allowed",
     "CallerAuthInterceptor",
-    "UserTokens",
     "allowed_callers",
     "bearer_metadata",
     "current_principal",
+    "current_scope",
+    "scope_of_call",
     "signed_details",
     "signing_interceptors",
 ]
@@ -99,7 +102,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
     "memory": {
         # Sessions and transcripts: the gateway reads and deletes, the agent writes.
         "PutSession": _allow("gateway", "agent"),
-        "GetSession": _allow("gateway", "agent"),
+        # The tools service asks for a session's tenant before touching its workspace.
+        "GetSession": _allow("gateway", "agent", "tools"),
         "ListSessions": _allow("gateway", "agent"),
         "DeleteSession": _allow("gateway", "agent"),
         "UpdateSession": _allow("gateway"),
@@ -132,6 +136,14 @@ _NOBODY = Allowed(frozenset())
 
 # The principal the current RPC runs for; the client interceptor signs it into onward calls.
 current_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("principal", default=None)
+# What that principal may see: its tenants' namespaces at their roles (unrestricted without a
+# policy file). Handlers pass it to their cores, which check what each call touches.
+current_scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("scope", default=None)
+
+
+def scope_of_call() -> Scope:
+    """The current call's scope; outside any call (tests driving a core) nothing is restricted."""
+    return current_scope.get() or AuthPolicy().scope(None)
 
 
 def allowed_callers(service: str, method: str) -> Allowed:
@@ -154,54 +166,39 @@ def _bearer(metadata: Any) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-class UserTokens:
-    """The bearer tokens of AGENTMESH_AUTH_TOKENS; none configured means users are not checked."""
-
-    def __init__(self, tokens: tuple[str, ...]):
-        self._tokens = tuple(t.encode() for t in tokens)
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._tokens)
-
-    def principal(self, token: str | None) -> Principal | None:
-        if not self._tokens:
-            return Principal(subject="user:anonymous")
-        if not token:
-            return None
-        candidate = token.encode()
-        for known in self._tokens:
-            if hmac.compare_digest(candidate, known):
-                # Names the token without revealing it: logs and traces can tell callers apart.
-                return Principal(subject="user:" + hashlib.sha256(known).hexdigest()[:12])
-        return None
-
-
 class CallerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
-    """Admit a call only from the callers `CALLERS` lists for the method it names."""
+    """Admit a call only from the callers `CALLERS` lists for the method it names; a user's own
+    call also needs the role `REQUIRED_ROLES` (agentmesh.tenancy) names for it in some tenant."""
 
-    def __init__(self, service: str, identity: ServiceIdentity, users: UserTokens):
+    def __init__(self, service: str, identity: ServiceIdentity, users: UserAuthenticator,
+                 audit: AuditLog | None = None):
         self._service = service
         self._identity = identity
         self._users = users
+        self._audit = audit
+
+    @property
+    def policy(self) -> AuthPolicy:
+        return self._users.policy
 
     async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
         handler = await continuation(handler_call_details)
         full_method = handler_call_details.method
         if handler is None or full_method.startswith(OPEN_PREFIXES):
             return handler
-        return self._admit(handler, full_method.rsplit("/", 1)[-1], handler_call_details.invocation_metadata)
+        return await self._admit(handler, full_method, handler_call_details.invocation_metadata)
 
-    def _admit(self, handler: grpc.RpcMethodHandler, method: str, metadata: Any) -> grpc.RpcMethodHandler:
-        decision = self._decide(method, metadata)
+    async def _admit(self, handler: grpc.RpcMethodHandler, full_method: str, metadata: Any) -> grpc.RpcMethodHandler:
+        grpc_service, _, method = full_method.lstrip("/").partition("/")
+        decision = await self._decide(grpc_service.rsplit(".", 1)[-1], method, metadata)
         if isinstance(decision, Principal):
-            return _with_principal(handler, decision)
+            return _with_principal(handler, decision, self.policy)
         code, message = decision
         # A refused call is worth a line: it is a misconfiguration or someone probing.
         log.warning("call refused", method=f"{self._service}.{method}", code=code.name, reason=message)
         return refusal(handler, code, message)
 
-    def _decide(self, method: str, metadata: Any) -> Principal | tuple[grpc.StatusCode, str]:
+    async def _decide(self, grpc_service: str, method: str, metadata: Any) -> Principal | tuple[grpc.StatusCode, str]:
         allowed = allowed_callers(self._service, method)
         what = f"{self._service}.{method}"
 
@@ -217,27 +214,57 @@ class CallerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
             return principal
 
         bearer = _bearer(metadata)
-        user = self._users.principal(bearer)
+        user = await self._users.authenticate(bearer)
         if allowed.users:
-            if user is not None:
-                return user
-            detail = ("the bearer token is not one this deployment accepts" if bearer
-                      else "missing credentials: send 'authorization: Bearer <token>' (AGENTMESH_AUTH_TOKEN for the CLI)")
-            return grpc.StatusCode.UNAUTHENTICATED, f"{what} refused: {detail}"
-        if self._users.enabled and user is not None:
+            if isinstance(user, Refusal):
+                self._refused_sign_in(what, user)
+                code = grpc.StatusCode.PERMISSION_DENIED if user.authenticated else grpc.StatusCode.UNAUTHENTICATED
+                return code, f"{what} refused: {user.reason}"
+            return self._with_role(grpc_service, method, what, user)
+        if self._users.enabled and isinstance(user, Principal):
             return (grpc.StatusCode.PERMISSION_DENIED,
                     f"{what} is internal: a user's token is not enough, only {allowed.describe()} may call it")
         return (grpc.StatusCode.UNAUTHENTICATED,
                 f"{what} is internal: only {allowed.describe()} may call it, with a signed service token "
                 "(users reach it through the gateway)")
 
+    def _with_role(self, grpc_service: str, method: str, what: str,
+                   user: Principal) -> Principal | tuple[grpc.StatusCode, str]:
+        """A user's own call: the coarse check — the method's role in at least one tenant. What
+        the call touches is checked against its tenant by the handler (`current_scope`)."""
+        scope = self.policy.scope(user.tenant)
+        if scope.unrestricted:
+            return user
+        needed = required_role(grpc_service, method)
+        if needed is None:
+            return (grpc.StatusCode.PERMISSION_DENIED,
+                    f"{what} refused: no role is declared for it (agentmesh.tenancy.REQUIRED_ROLES), so users may not call it")
+        if not role_at_least(scope.best_role(), needed):
+            if self._audit is not None:
+                self._audit.record("call.refused", "refused", user, method=what, needed=needed)
+            tenants = ", ".join(f"{t} ({r})" for t, r in sorted((scope.memberships or {}).items())) or "none"
+            return (grpc.StatusCode.PERMISSION_DENIED,
+                    f"{what} needs the {needed} role in a tenant; your tenants: {tenants}")
+        return user
 
-def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grpc.RpcMethodHandler:
+    def _refused_sign_in(self, what: str, refusal_: Refusal) -> None:
+        if self._audit is not None:
+            self._audit.record("login.refused", "refused", None, method=what, reason=refusal_.reason,
+                               credential=refusal_.credential)
+
+
+def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal, policy: AuthPolicy) -> grpc.RpcMethodHandler:
+    scope = policy.scope(principal.tenant)
+
     async def enter(request: Any, context: grpc.aio.ServicerContext) -> None:
         # Each RPC runs in its own task: the value stays with this call and what it starts.
         current_principal.set(principal)
+        current_scope.set(scope)
         # Who the work is for, on the call's span and on each log line it writes.
         trace.get_current_span().set_attribute("enduser.id", principal.subject)
+        if principal.tenant:
+            # Its tenants and roles (`acme=member`), so a trace shows whose data a call touched.
+            trace.get_current_span().set_attribute("agentmesh.tenants", principal.tenant)
         structlog.contextvars.bind_contextvars(principal=principal.subject)
 
     return rebuild(handler, enter)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import grpc
@@ -18,9 +19,11 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
 from agentmesh.config import SERVICES, Settings
 from agentmesh.logs import get_logger
-from agentmesh.rpc.auth import CallerAuthInterceptor, UserTokens
+from agentmesh.rpc.audit import AuditLog
+from agentmesh.rpc.auth import CallerAuthInterceptor
 from agentmesh.rpc.guard import MalformedRequestInterceptor
 from agentmesh.rpc.identity import ServiceIdentity
+from agentmesh.rpc.users import UserAuthenticator
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.rpcmetrics import RpcMetricsInterceptor
 
@@ -72,7 +75,10 @@ class ServiceHost:
         if identity is None and service in SERVICES:
             identity = ServiceIdentity.open(service, settings.keys_dir)
         self.identity = identity
-        auth = [CallerAuthInterceptor(service, identity, UserTokens(settings.auth_tokens))] if identity else []
+        # Who did what (sessions, approvals, cron, refused sign-ins, cross-tenant attempts).
+        self.audit = AuditLog(service, Path(settings.audit_log).expanduser() if settings.audit_log else None)
+        self.users = UserAuthenticator(settings.auth_policy)
+        auth = [CallerAuthInterceptor(service, identity, self.users, self.audit)] if identity else []
         self.server = grpc.aio.server(
             interceptors=[
                 # Probes and reflection are not turns: no trace for each of them.
@@ -96,6 +102,12 @@ class ServiceHost:
         # Other listeners the service serves beside gRPC, by name ("http": "127.0.0.1:8080").
         self.endpoints: dict[str, str] = {}
         self._stopped = asyncio.Event()
+
+        async def close_auth() -> None:
+            await self.users.close()
+            self.audit.close()
+
+        self._on_stop.append(close_auth)  # runs last: on_stop callbacks run in reverse
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
         """Register a servicer, e.g. `host.add(add_ToolsServicer_to_server, servicer, "agentmesh.v1.Tools")`."""

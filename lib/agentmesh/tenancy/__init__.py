@@ -1,0 +1,381 @@
+"""Tenants, roles and the one table of who may do what: the authorisation core.
+
+Pure Python, shared by every service (a layer below the configuration, above the errors):
+
+- `AuthPolicy` is AGENTMESH_AUTH_POLICY parsed (YAML or JSON): the OIDC issuer, the tenants
+  with the namespaces they own and their members, and the service accounts (tokens stored as
+  SHA-256 digests). `parse_policy` refuses a bad file with a sentence naming the entry.
+- `REQUIRED_ROLES` is the table: for every RPC a principal can reach (each public Gateway and
+  Scheduler method, the user-callable Memory and Tools methods, and the internal methods that
+  act on a tenant's data), the role it needs in the tenant that owns what the call touches.
+  An RPC missing from it is refused to users (fail closed); `tests/security/test_tenancy.py`
+  checks that every public RPC has a row. Add a row here when you add an RPC.
+- `Scope` is the decision for one principal: which namespaces it sees at which role.
+  `require` answers NOT_FOUND for what belongs to another tenant (so ids do not leak) and
+  PERMISSION_DENIED for a lesser role in the caller's own tenant.
+
+A principal's tenants travel between services as one string, `acme=admin,beta=viewer` (the
+`tenant` claim of the internal service token, the scheduler's stored job creator), built and
+read by `encode_memberships`/`decode_memberships`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agentmesh.errors import NotFound, PermissionDenied
+
+__all__ = [
+    "LEGACY_TENANT",
+    "REQUIRED_ROLES",
+    "ROLES",
+    "AuthPolicy",
+    "Member",
+    "OidcSettings",
+    "PolicyError",
+    "Scope",
+    "ServiceAccount",
+    "Tenant",
+    "TenantLimits",
+    "decode_memberships",
+    "encode_memberships",
+    "load_policy_file",
+    "parse_policy",
+    "required_role",
+    "role_at_least",
+    "token_digest",
+]
+
+# Lowest first: each role can do what the ones before it can.
+ROLES = ("viewer", "member", "admin")
+_RANK = {role: rank for rank, role in enumerate(ROLES)}
+
+# The tenant AGENTMESH_AUTH_TOKENS (and no configuration at all) amounts to: every namespace.
+LEGACY_TENANT = "default"
+_ALL = "*"
+
+# The role each RPC needs in the tenant owning what it touches; "Service.Method".
+# Public API: viewer reads, member works in a session, admin changes the deployment's set-up.
+REQUIRED_ROLES: Mapping[str, str] = {
+    # Gateway: sessions, turns, approvals, workspaces, memory, traces.
+    "Gateway.CreateSession": "member",
+    "Gateway.GetSession": "viewer",
+    "Gateway.ListSessions": "viewer",
+    "Gateway.DeleteSession": "admin",
+    "Gateway.UpdateSession": "member",
+    "Gateway.Chat": "member",
+    "Gateway.Cancel": "member",
+    "Gateway.GetTranscript": "viewer",
+    "Gateway.Approve": "member",       # a member decides the runs they started; an admin any
+    "Gateway.ListApprovals": "viewer",
+    "Gateway.ListTools": "viewer",
+    "Gateway.SearchMemory": "member",  # long-term memory is read and written by members
+    "Gateway.ListWorkspace": "viewer",
+    "Gateway.ReadWorkspaceFile": "viewer",
+    "Gateway.WriteWorkspaceFile": "member",
+    "Gateway.GetTrace": "viewer",
+    "Gateway.ListModels": "viewer",
+    # Usage, the activity view and attaching: reading, limited to the caller's namespaces.
+    "Gateway.GetUsage": "viewer",
+    "Gateway.WatchActivity": "viewer",
+    "Gateway.AttachTurn": "viewer",
+    # A session's transcript emptied (the REPL's /clear): the person chatting in it may.
+    "Gateway.ClearTranscript": "member",
+    # Tool policies: reading a namespace's is for anyone in the tenant, changing it is set-up.
+    "Gateway.GetNamespaceSettings": "viewer",
+    "Gateway.UpdateNamespaceSettings": "admin",
+    # Scheduler: cron jobs are set-up (admin); their runs and history are there to read.
+    "Scheduler.CreateJob": "admin",
+    "Scheduler.UpdateJob": "admin",
+    "Scheduler.DeleteJob": "admin",
+    "Scheduler.ToggleJob": "admin",
+    "Scheduler.TriggerJob": "admin",
+    "Scheduler.GetJob": "viewer",
+    "Scheduler.ListJobs": "viewer",
+    "Scheduler.ListRuns": "viewer",
+    # Memory: long-term memory (users: `agentmesh memory`; the agent's memory tools).
+    "Memory.Remember": "member",
+    "Memory.Search": "member",
+    "Memory.GetMemory": "member",
+    "Memory.ListMemories": "member",
+    "Memory.Forget": "member",
+    "Memory.Import": "member",
+    # Memory: sessions and transcripts, reached through the gateway and the agent only. The
+    # gateway decides the finer roles (deleting is admin there); memory keeps tenants apart.
+    "Memory.PutSession": "member",
+    "Memory.GetSession": "viewer",
+    "Memory.ListSessions": "viewer",
+    "Memory.DeleteSession": "member",
+    "Memory.UpdateSession": "member",
+    "Memory.ListMessages": "viewer",
+    "Memory.AppendMessages": "member",
+    "Memory.StartTurn": "member",  # a turn's first read, append and recall, in one call
+    "Memory.ClearTranscript": "member",
+    "Memory.GetNamespaceSettings": "viewer",
+    "Memory.UpdateNamespaceSettings": "member",
+    "Memory.DropRun": "member",
+    "Memory.RecordUsage": "member",  # the agent, for every model call of a turn
+    "Memory.SumUsage": "viewer",     # the gateway's GetUsage, which keeps to the caller's namespaces
+    # Tools: `agentmesh tools list|run`, and every tool call of a turn.
+    "Tools.ListTools": "viewer",
+    "Tools.Execute": "member",
+    "Tools.DeleteWorkspace": "member",
+    "Tools.ListWorkspace": "viewer",
+    "Tools.ReadWorkspaceFile": "viewer",
+    "Tools.WriteWorkspaceFile": "member",
+    "Tools.BackgroundResults": "member",
+    "Tools.StopBackground": "member",
+}
+
+
+def required_role(service: str, method: str) -> str | None:
+    """The role `Service.Method` needs (`service` as in the proto: "Gateway"); None: undeclared."""
+    return REQUIRED_ROLES.get(f"{service}.{method}")
+
+
+def role_at_least(role: str | None, needed: str) -> bool:
+    return role is not None and _RANK.get(role, -1) >= _RANK[needed]
+
+
+class PolicyError(ValueError):
+    """The policy file is malformed; the message names the entry."""
+
+
+def token_digest(token: str) -> str:
+    """How a token is stored: the hex SHA-256 of its UTF-8 bytes (`printf %s TOKEN | sha256sum`)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def encode_memberships(memberships: Mapping[str, str]) -> str:
+    return ",".join(f"{tenant}={role}" for tenant, role in sorted(memberships.items()))
+
+
+def decode_memberships(value: str) -> dict[str, str]:
+    """`acme=admin,beta=viewer` -> {"acme": "admin", "beta": "viewer"}; entries that are not
+    `tenant=role` with a known role are dropped (they grant nothing)."""
+    result: dict[str, str] = {}
+    for item in value.split(",") if value else ():
+        tenant, sep, role = item.strip().partition("=")
+        if sep and tenant and role in _RANK:
+            result[tenant] = role
+    return result
+
+
+@dataclass(frozen=True)
+class Member:
+    role: str
+    group: str = ""
+    subject: str = ""
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    """0: no limit. Enforced by the gateway (turns, tokens) and the tools service (disk)."""
+
+    concurrent_turns: int = 0
+    tokens_per_day: int = 0
+    workspace_mb: int = 0
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    namespaces: tuple[str, ...]
+    members: tuple[Member, ...] = ()
+    limits: TenantLimits = TenantLimits()
+
+    @property
+    def home_namespace(self) -> str:
+        """Where a session goes when the caller names no namespace: the tenant's first one."""
+        return "default" if self.namespaces[0] == _ALL else self.namespaces[0]
+
+
+@dataclass(frozen=True)
+class ServiceAccount:
+    name: str
+    token_sha256: str = field(repr=False)
+    tenant: str
+    role: str
+
+
+@dataclass(frozen=True)
+class OidcSettings:
+    issuer: str
+    audience: str
+    subject_claim: str = "sub"
+    name_claim: str = "name"
+    groups_claim: str = "groups"
+    # Tokens whose clocks disagree with ours by up to this much are still accepted.
+    clock_skew_s: int = 60
+    # An unknown `kid` refetches the issuer's keys at most this often (a flood of forged kids
+    # must not become a flood of requests to the IdP).
+    jwks_refresh_min_s: float = 30.0
+    # Keys are refetched at least this often even when every kid is known (rotations retire keys).
+    jwks_max_age_s: float = 3600.0
+    algorithms: tuple[str, ...] = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+@dataclass(frozen=True)
+class AuthPolicy:
+    """Who may sign in and what they may do. `enforced` is False without a policy file: then
+    every authenticated caller (any static token; anyone at all when no token is configured)
+    is admin of one tenant owning every namespace, as before tenants existed."""
+
+    tenants: Mapping[str, Tenant] = field(default_factory=dict)
+    service_accounts: tuple[ServiceAccount, ...] = ()
+    oidc: OidcSettings | None = None
+    enforced: bool = False
+    # Digests of AGENTMESH_AUTH_TOKENS: admin of LEGACY_TENANT (or of every tenant of the file).
+    static_token_digests: tuple[str, ...] = field(default=(), repr=False)
+    source: str = ""
+
+    @property
+    def checks_users(self) -> bool:
+        """Whether a user must present a credential (else everyone is let in, the local default)."""
+        return bool(self.static_token_digests or self.service_accounts or self.oidc or self.enforced)
+
+    def with_static_tokens(self, tokens: Iterable[str]) -> "AuthPolicy":
+        digests = tuple(token_digest(t) for t in tokens if t)
+        tenants = self.tenants
+        if digests and not self.enforced and not tenants:
+            tenants = {LEGACY_TENANT: Tenant(LEGACY_TENANT, (_ALL,))}
+        return AuthPolicy(tenants, self.service_accounts, self.oidc, self.enforced, digests, self.source)
+
+    def static_token_memberships(self) -> dict[str, str]:
+        return dict.fromkeys(self.tenants, "admin") or {LEGACY_TENANT: "admin"}
+
+    def static_token(self, token: str) -> str | None:
+        """The digest of `token` when it is one of AGENTMESH_AUTH_TOKENS (compared in constant time)."""
+        digest = token_digest(token)
+        for known in self.static_token_digests:
+            if hmac.compare_digest(digest, known):
+                return digest
+        return None
+
+    def service_account(self, token: str) -> ServiceAccount | None:
+        digest = token_digest(token)
+        found = None
+        for account in self.service_accounts:
+            if hmac.compare_digest(digest, account.token_sha256):
+                found = account
+        return found
+
+    def memberships_of(self, subject: str, groups: Iterable[str]) -> dict[str, str]:
+        """The tenants an OIDC user belongs to, with the highest role any entry gives them."""
+        group_set = set(groups)
+        result: dict[str, str] = {}
+        for tenant in self.tenants.values():
+            for member in tenant.members:
+                named = (member.subject and member.subject == subject) or (member.group and member.group in group_set)
+                if named and not role_at_least(result.get(tenant.name), member.role):
+                    result[tenant.name] = member.role
+        return result
+
+    def owner_of(self, namespace: str) -> str | None:
+        """The tenant that owns `namespace` (the legacy tenant owns every namespace, "*")."""
+        fallback = None
+        for tenant in self.tenants.values():
+            if namespace in tenant.namespaces:
+                return tenant.name
+            if _ALL in tenant.namespaces:
+                fallback = tenant.name
+        return fallback
+
+    def scope(self, memberships: Mapping[str, str] | str | None) -> "Scope":
+        if not self.enforced:
+            return Scope(self, None)
+        if isinstance(memberships, str) or memberships is None:
+            memberships = decode_memberships(memberships or "")
+        return Scope(self, {t: r for t, r in memberships.items() if t in self.tenants})
+
+
+class Scope:
+    """What one principal may see and do: a role per tenant, and through it per namespace.
+    `memberships` None: not restricted (no policy file: one tenant owns everything)."""
+
+    def __init__(self, policy: AuthPolicy, memberships: Mapping[str, str] | None):
+        self._policy = policy
+        self.memberships = memberships
+
+    @property
+    def unrestricted(self) -> bool:
+        return self.memberships is None
+
+    def tenant_of(self, namespace: str) -> str | None:
+        return self._policy.owner_of(namespace)
+
+    def role_in(self, namespace: str) -> str | None:
+        if self.memberships is None:
+            return "admin"
+        tenant = self._policy.owner_of(namespace)
+        return self.memberships.get(tenant) if tenant else None
+
+    def can(self, namespace: str, role: str = "viewer") -> bool:
+        return role_at_least(self.role_in(namespace), role)
+
+    def best_role(self) -> str | None:
+        if self.memberships is None:
+            return "admin"
+        return max(self.memberships.values(), key=lambda r: _RANK[r], default=None)
+
+    def require(self, namespace: str, role: str, missing: str) -> str:
+        """The tenant owning `namespace` when the principal has `role` there. Another tenant's
+        (or nobody's) namespace raises NotFound(`missing`) — the sentence a stranger sees for
+        something that does not exist; a lesser role in one's own tenant raises PermissionDenied."""
+        have = self.role_in(namespace)
+        if have is None:
+            raise NotFound(missing)
+        if not role_at_least(have, role):
+            tenant = self.tenant_of(namespace) or LEGACY_TENANT
+            raise PermissionDenied(f"this needs the {role} role in tenant {tenant!r}; you are {have} there")
+        return self.tenant_of(namespace) or LEGACY_TENANT
+
+    def require_namespace(self, namespace: str, role: str) -> str:
+        """Like `require` for a namespace the caller names (to create in, or search): the same
+        PERMISSION_DENIED sentence whether it is another tenant's or nobody's."""
+        have = self.role_in(namespace)
+        if not role_at_least(have, role):
+            mine = ", ".join(sorted(self.namespaces(role) or ())) or "none"
+            raise PermissionDenied(
+                f"namespace {namespace!r} is not one you may use as {role} (yours: {mine})"
+            )
+        return self.tenant_of(namespace) or LEGACY_TENANT
+
+    def namespaces(self, role: str = "viewer") -> frozenset[str] | None:
+        """The namespace patterns the principal reaches at `role`; None: every namespace."""
+        if self.memberships is None:
+            return None
+        found: set[str] = set()
+        for tenant, have in self.memberships.items():
+            if role_at_least(have, role) and tenant in self._policy.tenants:
+                found.update(self._policy.tenants[tenant].namespaces)
+        return frozenset(found)
+
+    def visible(self, namespace: str, role: str = "viewer") -> bool:
+        return self.can(namespace, role)
+
+    def default_namespace(self, role: str = "member") -> str:
+        """Where a session goes when none is named: the home namespace of the caller's first
+        tenant (by name) where they have `role`; "default" when not restricted."""
+        if self.memberships is None:
+            return "default"
+        for tenant in sorted(self.memberships):
+            if role_at_least(self.memberships[tenant], role):
+                return self._policy.tenants[tenant].home_namespace
+        raise PermissionDenied(f"this needs the {role} role in a tenant; you have it in none")
+
+    def home_tenant(self, role: str) -> str:
+        """The caller's first tenant (by name) where they have `role` (what a new job belongs to)."""
+        if self.memberships is None:
+            return LEGACY_TENANT
+        for tenant in sorted(self.memberships):
+            if role_at_least(self.memberships[tenant], role):
+                return tenant
+        raise PermissionDenied(f"this needs the {role} role in a tenant; you have it in none")
+
+
+# The file's parser lives beside the model; re-exported so callers import one module.
+from agentmesh.tenancy.policy_file import load_policy_file, parse_policy  # noqa: E402
