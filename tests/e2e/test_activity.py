@@ -86,9 +86,13 @@ async def test_watch_shows_tool_calls_of_every_session_and_attach_follows_a_turn
 
 
 async def test_attaching_to_a_session_without_a_running_turn_is_not_found(stack):
-    err = await rpc_error(collect(stack.gateway_stub().AttachTurn(gateway_pb2.AttachTurnRequest(session_id="idle"))))
+    gateway = stack.gateway_stub()
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="idle"), timeout=10)
+    err = await rpc_error(collect(gateway.AttachTurn(gateway_pb2.AttachTurnRequest(session_id="idle"))))
     assert err.code() == grpc.StatusCode.NOT_FOUND
     assert err.details() == "session 'idle' has no turn running now; its transcript has what earlier turns did"
+    err = await rpc_error(collect(gateway.AttachTurn(gateway_pb2.AttachTurnRequest(session_id="ghost"))))
+    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details() == "session 'ghost' does not exist"
     err = await rpc_error(collect(stack.gateway_stub().AttachTurn(gateway_pb2.AttachTurnRequest(session_id="../x"))))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
 
