@@ -29,8 +29,8 @@ async def stack(tmp_path, llm):
 
 
 class Watch:
-    def __init__(self, gateway, **fields):
-        self.call = gateway.WatchActivity(gateway_pb2.WatchActivityRequest(**fields), timeout=60)
+    def __init__(self, gateway, metadata=(), **fields):
+        self.call = gateway.WatchActivity(gateway_pb2.WatchActivityRequest(**fields), timeout=60, metadata=metadata)
         self.items: list = []
         self.task = asyncio.create_task(self._read())
 

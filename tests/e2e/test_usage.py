@@ -14,7 +14,8 @@ import pytest
 
 from agentmesh.agent.compaction import INSTRUCTION
 from agentmesh.v1 import gateway_pb2
-from tests.e2e.conftest import chat, of_kind, rpc_error
+from tests.e2e.conftest import chat, collect, of_kind, rpc_error, wait_until
+from tests.e2e.test_tenants import tenants  # noqa: F401 - the two-tenant stack fixture
 from tests.e2e.test_deep_work import model as deep_model
 from tests.support.llm_server import ScriptedLLMServer, failure, reply
 from tests.support.stack import Stack
@@ -195,3 +196,32 @@ async def test_the_default_models_prices_come_from_the_environment():
         gateway_pb2.GetUsageRequest(group_by="model"))
     assert report.total.cost == pytest.approx(2 * 0.5 + 0.1 * 4) and report.total.cost_complete
     assert report.start == 2_000_000_000.0 - 3 * 3600 - 33 * 60 - 20 - 6 * 86400  # 00:00 UTC six days before
+
+
+async def test_a_tenant_sees_only_its_own_usage_activity_and_turns(tenants, llm):
+    from tests.e2e.test_activity import Watch
+    from tests.e2e.test_tenants import auth
+    from tests.support.llm_server import tool_call
+    from tests.support.turns import LiveTurn
+
+    stack, _ = tenants
+    gateway = stack.gateway_stub()
+    watch_a = Watch(gateway, metadata=auth("a-viewer"))
+    watch_b = Watch(gateway, metadata=auth("b-admin"))
+    await watch_a.live()
+    await watch_b.live()
+    llm.add(reply("", tool_call("memory_search", {"query": "x"})), reply("B's answer", usage=(700, 70)))
+    turn = LiveTurn(gateway, "b-work", "hello", metadata=auth("b-member"))
+    await turn.finished()
+    await wait_until(lambda: ("b-work", "run_finished") in watch_b.kinds())
+    watch_a.stop(), watch_b.stop()
+    assert ("b-work", "run_started") in watch_b.kinds() and watch_a.kinds() == []
+
+    mine = await gateway.GetUsage(gateway_pb2.GetUsageRequest(range="all"), metadata=auth("a-viewer"), timeout=10)
+    theirs = await gateway.GetUsage(gateway_pb2.GetUsageRequest(range="all"), metadata=auth("b-member"), timeout=10)
+    assert mine.total.calls == 0 and list(mine.groups) == []
+    assert theirs.total.calls == 2 and theirs.total.input_tokens == 10 + 700
+
+    err = await rpc_error(collect(gateway.AttachTurn(gateway_pb2.AttachTurnRequest(session_id="b-work"),
+                                                     metadata=auth("a-admin"))))
+    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details() == "session 'b-work' does not exist"
