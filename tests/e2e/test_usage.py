@@ -15,8 +15,8 @@ import pytest
 from agentmesh.agent.compaction import INSTRUCTION
 from agentmesh.v1 import gateway_pb2
 from tests.e2e.conftest import chat, collect, of_kind, rpc_error, wait_until
-from tests.e2e.test_tenants import tenants  # noqa: F401 - the two-tenant stack fixture
 from tests.e2e.test_deep_work import model as deep_model
+from tests.e2e.test_tenants import tenants  # noqa: F401 - the two-tenant stack fixture
 from tests.support.llm_server import ScriptedLLMServer, failure, reply
 from tests.support.stack import Stack
 
