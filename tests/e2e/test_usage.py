@@ -198,7 +198,7 @@ async def test_the_default_models_prices_come_from_the_environment():
     assert report.start == 2_000_000_000.0 - 3 * 3600 - 33 * 60 - 20 - 6 * 86400  # 00:00 UTC six days before
 
 
-async def test_a_tenant_sees_only_its_own_usage_activity_and_turns(tenants, llm):
+async def test_a_tenant_sees_only_its_own_usage_activity_and_turns(tenants, llm):  # noqa: F811 - the fixture
     from tests.e2e.test_activity import Watch
     from tests.e2e.test_tenants import auth
     from tests.support.llm_server import tool_call
