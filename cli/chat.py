@@ -17,6 +17,7 @@ from agentmesh.cli.approvals import send_decision
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_SERVER_ERROR,
+    EXIT_USAGE,
     CliError,
     call_metadata,
     channel_to,
@@ -48,6 +49,9 @@ def register(subparsers) -> None:
                       help="stop this turn cleanly (stop_reason budget) once it has used this many tokens")
     chat.add_argument("--session-token-budget", type=_budget, default=0, metavar="TOKENS",
                       help="stop once the session as a whole has used this many tokens")
+    chat.add_argument("--attach", metavar="SESSION", default="",
+                      help="follow the session's running turn from its start to its end (after a dropped "
+                           "connection, or a turn another client started); Ctrl-C cancels it")
     chat.add_argument("--permission-mode", choices=("auto", "normal", "manual"), default="",
                       help="which tool calls this turn holds for approval: none (auto), every tool not marked "
                            "read-only (normal), every call (manual); default: the session's (/mode in the REPL)")
@@ -353,6 +357,12 @@ async def run_chat(args) -> int:
     else:
         # One-shot without a terminal to ask at: print how to decide from another shell.
         render = HumanRenderer(approval_hint=one_shot and not interactive)
+    if args.attach:
+        if args.message is not None or args.session:
+            raise CliError("--attach SESSION follows a running turn: give no message and no --session", EXIT_USAGE)
+        from agentmesh.cli.activity import attach_turn
+
+        return await attach_turn(settings, args.attach, render)
     async with channel_to(settings, "gateway") as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
         # --json leaves decisions to whoever reads the events (`agentmesh approvals ...`).

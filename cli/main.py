@@ -12,7 +12,8 @@ from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError
 
 # Each module adds its command group with `register(subparsers)`; handlers are async and
 # return the exit code.
-COMMAND_MODULES = ("stack", "demo", "chat", "sessions", "tasks", "tools", "memory", "profile", "skills", "reflect", "cron", "trace", "approvals", "models", "mcp", "login")
+COMMAND_MODULES = ("stack", "demo", "chat", "sessions", "tasks", "tools", "memory", "profile", "skills", "reflect", "cron",
+                   "trace", "approvals", "models", "mcp", "login", "usage", "activity")
 
 
 class _Parser(argparse.ArgumentParser):

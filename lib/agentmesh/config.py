@@ -268,6 +268,9 @@ class LLMSettings(EnvSection):
     timeout_s: float = env("AGENTMESH_LLM_TIMEOUT_S", 120.0, minimum=1)
     max_retries: int = env("AGENTMESH_LLM_MAX_RETRIES", 4, minimum=0)
     script_path: str = env("AGENTMESH_LLM_SCRIPT", "")  # scripted provider; "" = the built-in demo
+    # Its prices per million tokens, for cost estimates (Gateway.GetUsage); 0: not configured.
+    input_price_per_mtok: float = env("AGENTMESH_LLM_INPUT_PRICE_PER_MTOK", 0.0, minimum=0)
+    output_price_per_mtok: float = env("AGENTMESH_LLM_OUTPUT_PRICE_PER_MTOK", 0.0, minimum=0)
     # More models by name (agentmesh.models), beside this one as "default"; keys resolved here.
     models: Any = env("AGENTMESH_MODELS", default_factory=dict, parse=_load_models,
                       parse_environ=True)

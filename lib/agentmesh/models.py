@@ -9,8 +9,11 @@ single AGENTMESH_LLM_* model, which is always there as `default`.
         api_key_env: ""                  # the name of the variable holding the key, never the key
         context_window: 131072
         prices: {input_per_mtok: 0.0, output_per_mtok: 0.0}
-        temperature: 0.2
+        temperature: 0.2                 # sampling parameters, sent with every request
+        top_p: 0.9
         max_output_tokens: 2048
+        text_tool_calls: false           # true: tools described in the prompt, calls parsed from
+                                         # <tool_call>{"name": ..., "arguments": {...}}</tool_call>
         fallback: default                # used when this one fails after its retries
 
 Plain data, parsed once at start-up; a bad file is a ConfigError naming the entry and the field.
@@ -46,8 +49,12 @@ class ModelSpec:
     input_price_per_mtok: float = 0.0
     output_price_per_mtok: float = 0.0
     temperature: float | None = None
+    top_p: float | None = None
     max_output_tokens: int = 0
     fallback: str = ""
+    # For models without native function calling: tools are described in the system prompt and
+    # calls parsed from the reply's text (agent/providers/text_tools.py).
+    text_tool_calls: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping of name, provider, base_url, model, ...")
     known = {"name", "provider", "base_url", "model", "api_key_env", "context_window", "prices", "temperature",
-             "max_output_tokens", "fallback"}
+             "top_p", "max_output_tokens", "fallback", "text_tool_calls"}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -133,18 +140,31 @@ def _spec(entry: Any, where: str) -> ModelSpec:
             input_price_per_mtok=float(prices.get("input_per_mtok") or 0),
             output_price_per_mtok=float(prices.get("output_per_mtok") or 0),
             temperature=None if entry.get("temperature") is None else float(entry["temperature"]),
+            top_p=None if entry.get("top_p") is None else float(entry["top_p"]),
+            text_tool_calls=_flag(entry.get("text_tool_calls"), f"{where} ({name}): text_tool_calls"),
             max_output_tokens=int(entry.get("max_output_tokens") or 0),
             fallback=str(entry.get("fallback") or ""),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{where} ({name}): a number field holds something else ({exc})") from None
+    if spec.temperature is not None and not 0 <= spec.temperature <= 2:
+        raise ConfigError(f"{where} ({name}): temperature must be between 0 and 2")
+    if spec.top_p is not None and not 0 < spec.top_p <= 1:
+        raise ConfigError(f"{where} ({name}): top_p must be above 0 and at most 1")
     if min(spec.context_window, spec.max_output_tokens) < 0 or min(spec.input_price_per_mtok, spec.output_price_per_mtok) < 0:
         raise ConfigError(f"{where} ({name}): context_window, max_output_tokens and prices must not be negative")
     return spec
 
 
+def _flag(value: Any, what: str) -> bool:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise ConfigError(f"{what} must be true or false, got {value!r}")
+
+
 def catalog_of(llm: Any) -> ModelCatalog:
     """The deployment's catalogue from its `LLMSettings`: the AGENTMESH_LLM_* model as `default`
     (named as requests name it) and the AGENTMESH_MODELS ones loaded with the settings."""
-    default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name)
+    default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
+                        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok)
     return ModelCatalog.of(default, llm.models)

@@ -1,5 +1,5 @@
 """The loop's ports over gRPC: the tools service (catalog, sandboxed execution) and the memory
-service (transcripts, long-term memory). Protobuf stops here; the core sees `types`."""
+service (transcripts, long-term memory, the usage ledger). Protobuf stops here; the core sees `types`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import grpc
 
 from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
 from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.usage_log import UsageEntry
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
@@ -263,3 +264,19 @@ class GrpcLongTermMemory:
         except grpc.aio.AioRpcError as err:
             raise self._error(err) from None
         return [self._hit(h.memory, h.score) for h in reply.hits]
+
+
+class GrpcUsageLog:
+    """The usage ledger on the memory service (usage_log.py); one record per model call."""
+
+    def __init__(self, client: MemoryClient):
+        self._client = client
+
+    async def record(self, entry: UsageEntry) -> None:
+        u = entry.usage
+        await self._client.record_usage([memory_pb2.UsageRecord(
+            id=entry.id, at=entry.at, session_id=entry.session_id, run_id=entry.run_id, namespace=entry.namespace,
+            model_name=entry.model_name, model=entry.model, provider=entry.provider, input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens, cached_input_tokens=u.cached_input_tokens, fallback=entry.fallback,
+            purpose=entry.purpose, root_session_id=entry.root_session_id,
+        )])

@@ -31,6 +31,7 @@ from agentmesh.agent import context
 from agentmesh.agent.model_call import traced_model_call
 from agentmesh.agent.turn import Capability
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent, Usage
+from agentmesh.agent.usage_log import UsageTag
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 
@@ -168,7 +169,8 @@ def summary_request(model: str, earlier: str, part: list[str], *, left_out: int,
 
 
 async def compact_history(
-    agent: "Agent", request: "TurnRequest", *, model: str, history: list[ChatMessage], usage: Usage, emit: Emit
+    agent: "Agent", request: "TurnRequest", *, model: str, history: list[ChatMessage], usage: Usage, emit: Emit,
+    tag: UsageTag | None = None,
 ) -> list[ChatMessage]:
     """The history to send from now on: [summary, kept turns] after compacting, or `history`
     unchanged when no compaction is due or it failed."""
@@ -188,7 +190,7 @@ async def compact_history(
         record_exception=False, set_status_on_exception=False,
     ) as span:
         try:
-            text = await _summarise(agent, model, todo, usage, emit)
+            text = await _summarise(agent, model, todo, usage, emit, tag)
         except Exception as exc:  # noqa: BLE001 - compaction must never fail the turn; cancellation passes
             reason = exc.message if isinstance(exc, AgentmeshError) else f"{type(exc).__name__}: {exc}"
             log.warning("compaction failed", error=reason)
@@ -222,8 +224,9 @@ class Compaction(Capability):
     async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
         ctx = self.ctx
         # Summaries go to the default model (agent.provider), whatever model the turn named.
+        tag = ctx.usage_tag.for_model("default", ctx.agent.model, ctx.agent.provider.name, purpose="compaction")
         return await compact_history(ctx.agent, ctx.request, model=ctx.agent.model, history=history, usage=ctx.usage,
-                                     emit=ctx.emit)
+                                     emit=ctx.emit, tag=tag)
 
 
 def summary_cap_chars(settings: "AgentSettings") -> int:
@@ -241,7 +244,7 @@ def pass_chars(settings: "AgentSettings", running_summary_chars: int | None = No
     return max(settings.context_budget_chars - going_in - cap - len(INSTRUCTION), 2000)
 
 
-async def _summarise(agent: "Agent", model: str, todo: Plan, usage: Usage, emit: Emit) -> str:
+async def _summarise(agent: "Agent", model: str, todo: Plan, usage: Usage, emit: Emit, tag: UsageTag | None) -> str:
     s = agent.settings
     running = todo.earlier.content if todo.earlier is not None else ""
     groups, left_out = passes(todo.old, pass_chars(s), first_limit_chars=pass_chars(s, len(running)))
@@ -251,7 +254,7 @@ async def _summarise(agent: "Agent", model: str, todo: Plan, usage: Usage, emit:
         groups, left_out = passes(todo.old, pass_chars(s))
     for i, part in enumerate(groups):
         request = summary_request(model, running, part, left_out=left_out if i == 0 else 0, max_tokens=s.max_tokens)
-        reply = await _call(agent, request, usage, emit)
+        reply = await _call(agent, request, usage, emit, tag)
         running = reply.text.strip()
         if not running:
             raise Unavailable("the model answered with an empty summary")
@@ -260,8 +263,8 @@ async def _summarise(agent: "Agent", model: str, todo: Plan, usage: Usage, emit:
     return running
 
 
-async def _call(agent: "Agent", request: ModelRequest, usage: Usage, emit: Emit) -> ModelReply:
+async def _call(agent: "Agent", request: ModelRequest, usage: Usage, emit: Emit, tag: UsageTag | None) -> ModelReply:
     """One summarising model call: a `chat` span like the loop's, its text not streamed to the user."""
     return await traced_model_call(agent.provider, agent.telemetry, request, usage=usage, emit=emit,
                                    stream_text=False, what="summary call",
-                                   extra_attributes={"agentmesh.compaction": True})
+                                   extra_attributes={"agentmesh.compaction": True}, tag=tag)

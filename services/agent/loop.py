@@ -66,6 +66,7 @@ from agentmesh.agent.types import (
     ToolSpec,
     Usage,
 )
+from agentmesh.agent.usage_log import UsageLog, UsageTag
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL
@@ -125,6 +126,7 @@ class Agent:
         sessions: subagents.ChildSessions | None = None,
         background: BackgroundCommands | None = None,
         models: dict[str, NamedModel] | None = None,
+        usage_log: UsageLog | None = None,
         turn_start: TurnStarter | None = None,
         learning: "learning.LearningSources | None" = None,
     ):
@@ -144,6 +146,7 @@ class Agent:
         self.turn_start = turn_start
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
         self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
+        self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a
@@ -173,8 +176,11 @@ class TurnRun:
         self._catalog: dict[str, ToolSpec] = {}
         self._remote_catalog_known = False
         self._remote_tools: list[ToolSpec] = []
+        self._usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
+                                   subagents.workspace_of(request), agent.settings.memory_timeout_s)
         self._ctx = TurnContext(
             request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
+            usage_tag=self._usage_tag,
             step_budget=self.max_iterations, approvals=self.approvals, emit=self._emit,
             call_model=self._call_model, persist=self._persist, inject=self._inject,
             start_child=lambda child: agent.start(child, approvals=self.approvals),
@@ -267,6 +273,7 @@ class TurnRun:
                 span.set_status(Status(StatusCode.ERROR, exc.message))
                 span.set_attribute(ERROR_TYPE, exc.code)
                 await self._after_turn("error")
+                await self._usage_tag.flush()
                 self._emit(RunErrorEvent(code=exc.code, message=exc.message))
                 return
             except Exception as exc:  # a bug must end the turn with a clear event
@@ -274,6 +281,7 @@ class TurnRun:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 await self._after_turn("error")
+                await self._usage_tag.flush()
                 self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
                 return
             await self._after_turn(stop_reason)
@@ -284,6 +292,7 @@ class TurnRun:
             })
             log.info("turn finished", stop_reason=stop_reason, iterations=self.iterations,
                      seconds=round(time.monotonic() - started, 3))
+            await self._usage_tag.flush()
             self._emit(RunFinishedEvent(usage=self.usage, iterations=self.iterations, final_text=final_text,
                                         trace_id=self.trace_id, stop_reason=stop_reason))
 
@@ -521,10 +530,13 @@ class TurnRun:
         while True:
             chosen = self.models.current
             request = dataclasses.replace(request, model=chosen.model,
-                                          max_tokens=chosen.max_output_tokens or request.max_tokens)
+                                          max_tokens=chosen.max_output_tokens or request.max_tokens,
+                                          temperature=chosen.temperature, top_p=chosen.top_p)
+            tag = self._usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
+                                            fallback=self.models.fell_back)
             try:
                 return await traced_model_call(chosen.provider, self.agent.telemetry, request,
-                                               usage=self.usage, emit=self._emit)
+                                               usage=self.usage, emit=self._emit, tag=tag)
             except AgentmeshError as exc:
                 fallback = self.models.fall_back()
                 if fallback is None:

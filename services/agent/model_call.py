@@ -22,6 +22,7 @@ from agentmesh.agent.types import (
     TextDeltaEvent,
     Usage,
 )
+from agentmesh.agent.usage_log import UsageTag
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.telemetry import Telemetry
@@ -46,9 +47,11 @@ async def traced_model_call(
     stream_text: bool = True,
     what: str = "model call",
     extra_attributes: dict[str, Any] | None = None,
+    tag: UsageTag | None = None,
 ) -> ModelReply:
     """The reply to `request`. Text streams out as `TextDeltaEvent`s (reasoning as
-    `ReasoningDeltaEvent`s) unless `stream_text` is off; each retry becomes a span event and a `StatusEvent` naming `what` failed."""
+    `ReasoningDeltaEvent`s) unless `stream_text` is off; each retry becomes a span event and a `StatusEvent` naming `what` failed.
+    The reply's usage is added to `usage` and, with a `tag`, recorded in the usage ledger."""
     name = provider.name
     metrics = telemetry.metrics
     started = time.monotonic()
@@ -83,6 +86,8 @@ async def traced_model_call(
                                       error_type=error_type)
             raise
         usage.add(reply.usage)
+        if tag is not None:
+            await tag.record(reply.usage)
         set_usage(span, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens)
         span.set_attribute(GEN_AI_RESPONSE_FINISH_REASONS, [reply.finish_reason] if reply.finish_reason else [])
         if reply.model:

@@ -7,6 +7,7 @@ each call and `fall_back()` when a call failed.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from agentmesh.agent.providers.base import ModelProvider
@@ -20,6 +21,9 @@ class NamedModel:
     model: str  # the id the API knows it by
     fallback: str = ""
     max_output_tokens: int = 0  # 0: the agent's configured AGENTMESH_LLM_MAX_TOKENS
+    # Sampling parameters sent with every request to it; None: the server's default.
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 class ModelChoice:
@@ -30,8 +34,9 @@ class ModelChoice:
         self._models = models
         default = models[DEFAULT_MODEL]
         if requested and requested not in models:
-            default = NamedModel(DEFAULT_MODEL, default.provider, requested, default.fallback, default.max_output_tokens)
+            default = dataclasses.replace(default, model=requested)
         self.current = models.get(requested) or default
+        self.chosen = self.current  # before any fallback
         self._tried = {self.current.name}
 
     def fall_back(self) -> NamedModel | None:
@@ -42,3 +47,7 @@ class ModelChoice:
         self._tried.add(name)
         self.current = self._models[name]
         return self.current
+
+    @property
+    def fell_back(self) -> bool:
+        return self.current is not self.chosen

@@ -18,12 +18,14 @@ from agentmesh.agent.adapters import (
     GrpcToolRunner,
     GrpcTranscripts,
     GrpcTurnStart,
+    GrpcUsageLog,
 )
 from agentmesh.agent.learning import LearningSources
 from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
 from agentmesh.agent.loop import Agent, TurnRequest
 from agentmesh.agent.model_choice import NamedModel
 from agentmesh.agent.providers import build_provider
+from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.reflection import Reflector
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.config import Settings
@@ -83,7 +85,8 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
     if isinstance(event, t.RunFinishedEvent):
         u = event.usage
         return common_pb2.Event(**base, run_finished=common_pb2.RunFinished(
-            usage=common_pb2.Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens, total_tokens=u.total_tokens),
+            usage=common_pb2.Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens, total_tokens=u.total_tokens,
+                                   cached_input_tokens=u.cached_input_tokens),
             iterations=event.iterations, final_text=event.final_text, trace_id=event.trace_id,
             stop_reason=event.stop_reason))
     if isinstance(event, t.RunErrorEvent):
@@ -242,7 +245,10 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
         llm = dataclasses.replace(settings.llm, provider=spec.provider, base_url=spec.base_url.rstrip("/"),
                                   model=spec.model, api_key=spec.api_key)
         provider, close = build_provider(llm, agent_settings, telemetry)
-        named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens)
+        if spec.text_tool_calls:
+            provider = TextToolCalls(provider)
+        named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens,
+                                      temperature=spec.temperature, top_p=spec.top_p)
         closers.append(close)
     return named, closers
 
@@ -269,6 +275,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target),
+        usage_log=GrpcUsageLog(memory_client),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client)),

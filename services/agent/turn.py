@@ -33,6 +33,7 @@ from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.ports import MemoryHit
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, ModelReply, RunEvent, ToolCall, ToolOutcome, ToolSpec, Usage
+from agentmesh.agent.usage_log import UsageTag
 
 __all__ = ["Capability", "Nudge", "Stop", "TurnContext", "Verdict"]
 
@@ -64,6 +65,9 @@ class TurnContext:
     inject: Callable[[list[ChatMessage]], Awaitable[None]]
     # A child turn (a sub-agent) that shares this turn's approval gate.
     start_child: Callable[["TurnRequest"], "TurnRun"]
+    # Who this turn's model calls are for, for the usage ledger: a capability that calls a model
+    # itself (compaction) passes `usage_tag.for_model(...)` to `traced_model_call`.
+    usage_tag: UsageTag
     # The session's stored transcript as loaded (every entry, of every kind), before `prepare_history`.
     stored: list[ChatMessage] = field(default_factory=list)
     # Filled in by the loop before `before_first_call`.

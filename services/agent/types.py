@@ -88,6 +88,8 @@ def tool_message(outcome: ToolOutcome, run_id: str) -> ChatMessage:
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    # Of input_tokens, those read from the provider's prompt cache, when it reports them.
+    cached_input_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -96,6 +98,7 @@ class Usage:
     def add(self, other: "Usage") -> None:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.cached_input_tokens += other.cached_input_tokens
 
 
 # --- what a model provider streams while it answers ---------------------------------------
@@ -148,6 +151,9 @@ class ModelRequest:
     # insist when the history holds tool calls) but the model is told not to call them.
     allow_tools: bool = True
     max_tokens: int = 0  # 0: the provider's default
+    # Sampling parameters of the model's catalogue entry (agentmesh.models); None: the server's default.
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 # --- what a run emits (server.py turns these into agentmesh.v1.Event) ----------------------

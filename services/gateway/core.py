@@ -25,6 +25,7 @@ from agentmesh.errors import (
 )
 from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
 from agentmesh.gateway.limits import TenantLimiter
+from agentmesh.gateway.live import LiveTurns
 from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
@@ -87,7 +88,7 @@ class _ActiveTurn:
 class Gateway:
     def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings,
                  policies: Policies, models: ModelCatalog | None = None, authz: Authorizer | None = None,
-                 limits: TenantLimiter | None = None):
+                 limits: TenantLimiter | None = None, live: LiveTurns | None = None):
         self._sessions = sessions
         self._policies = policies
         # Who may touch what (authz.py), and the per-tenant limits on turns and tokens.
@@ -102,6 +103,8 @@ class Gateway:
         # each session's calls to the replica that owns it (routing.py), so this is enough.
         self._active: dict[str, _ActiveTurn] = {}
         self._draining = False
+        # The running turns' events, for clients attaching to them and operators watching.
+        self.live = live or LiveTurns()
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -260,19 +263,26 @@ class Gateway:
                 namespace=session.namespace or "default",
                 tool_policies=[policy_to_proto(layer) for layer in layers],
             )
+            feed = self.live.begin(session_id, session.namespace or "default")
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
-                async for event in self._relay(run, turn):
-                    if event.HasField("run_finished"):
-                        self._limits.count_tokens(tenant, event.run_finished.usage.total_tokens)
-                    if event.WhichOneof("payload") in ("run_finished", "error"):
-                        if turn.superseded_as == "rolled_back" and event.HasField("run_finished"):
-                            # It may have finished on its own meanwhile; its steps go all the same.
-                            event.run_finished.stop_reason = "rolled_back"
-                        # Free the session before the last event leaves, so a client that
-                        # starts its next turn on seeing it is not refused as busy.
-                        self._release(session_id, turn)
-                    yield event
+                try:
+                    async for event in self._relay(run, turn):
+                        if event.HasField("run_finished"):
+                            self._limits.count_tokens(tenant, event.run_finished.usage.total_tokens)
+                        if event.WhichOneof("payload") in ("run_finished", "error"):
+                            if turn.superseded_as == "rolled_back" and event.HasField("run_finished"):
+                                # It may have finished on its own meanwhile; its steps go all the same.
+                                event.run_finished.stop_reason = "rolled_back"
+                            self.live.publish(feed, event)
+                            # Free the session before the last event leaves, so a client that
+                            # starts its next turn on seeing it is not refused as busy.
+                            self._release(session_id, turn)
+                        else:
+                            self.live.publish(feed, event)
+                        yield event
+                finally:
+                    self.live.end(session_id, feed)
                 log.info("turn ended")
         finally:
             admitted.release()
@@ -314,6 +324,12 @@ class Gateway:
             else:
                 del self._active[session_id]
         turn.ended.set()
+
+    async def attach(self, session_id: str, after_seq: int, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
+        """The session's running turn, for a caller who may see the session (AttachTurn)."""
+        await self._authz.session(caller, session_id, "AttachTurn")
+        async for event in self.live.attach(session_id, after_seq):
+            yield event
 
     def list_models(self) -> gateway_pb2.ListModelsResponse:
         catalog = self._models

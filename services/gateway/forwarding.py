@@ -67,10 +67,12 @@ class Forwarder:
 
     # --- calls ----------------------------------------------------------------------------
 
-    async def chat(self, owner: str, request, context: grpc.aio.ServicerContext) -> AsyncGenerator[common_pb2.Event, None]:
-        """The owner's Chat stream, event for event. OwnerUnreachable before the first event."""
+    async def chat(self, owner: str, request, context: grpc.aio.ServicerContext,
+                   method: str = "Chat") -> AsyncGenerator[common_pb2.Event, None]:
+        """The owner's Chat stream (or another stream of a turn's events: AttachTurn), event for
+        event. OwnerUnreachable before the first event."""
         stub = await self._stub(owner)
-        call = stub.Chat(request, metadata=self._metadata(context), timeout=context.time_remaining())
+        call = getattr(stub, method)(request, metadata=self._metadata(context), timeout=context.time_remaining())
         relay = _Relay()
         self._relays.add(relay)
         self._streams[owner] += 1
@@ -109,6 +111,17 @@ class Forwarder:
             call.cancel()
             self._streams[owner] -= 1
             self._close_if_departed(owner)
+
+    async def watch(self, peer: str, request, context: grpc.aio.ServicerContext) -> AsyncGenerator[gateway_pb2.Activity, None]:
+        """`peer`'s own activity (the routed marker keeps it from fanning out again). A peer that
+        cannot be reached or stops answering ends its part quietly: the view shows the rest."""
+        try:
+            stub = await self._stub(peer)
+            async for activity in stub.WatchActivity(request, metadata=self._metadata(context)):
+                yield activity
+        except (OwnerUnreachable, grpc.aio.AioRpcError) as exc:
+            log.info("a gateway replica's activity is not available", peer=peer,
+                     error=str(exc) if isinstance(exc, OwnerUnreachable) else exc.code().name)
 
     async def unary(self, owner: str, method: str, request, context: grpc.aio.ServicerContext):
         """The owner's reply to `method` (e.g. "Cancel"); its error, relayed, if it refused."""

@@ -73,6 +73,10 @@ class MemorySessions:
         reply = await self._call(self._stub.DropRun, memory_pb2.DropRunRequest(session_id=session_id, run_id=run_id))
         return reply.dropped
 
+    async def sum_usage(self, start: float, end: float, group_by: str) -> list[memory_pb2.UsageSum]:
+        reply = await self._call(self._stub.SumUsage, memory_pb2.SumUsageRequest(start=start, end=end, group_by=group_by))
+        return list(reply.sums)
+
     async def search(self, namespace: str, query: str, k: int, kinds: list[str]) -> gateway_pb2.SearchMemoryResponse:
         request = memory_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=memory_pb2.MemoryFilter(kinds=kinds))
         reply = await self._call(self._stub.Search, request)

@@ -10,10 +10,11 @@ from agentmesh.errors import Unavailable
 from agentmesh.gateway.a2a.endpoint import A2aEndpoints
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
-from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter
+from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter, was_routed
 from agentmesh.gateway.http.server import HttpApi, package_version
 from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.limits import TenantLimiter
+from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
@@ -21,6 +22,7 @@ from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.gateway.resources import Resources
 from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.gateway.usage import UsageReports
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
@@ -45,13 +47,14 @@ def _caller() -> Caller:
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, core: Gateway, resources: Resources, router: SessionRouter | None = None,
+    def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None,
                  reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
                  authz: Authorizer | None = None):
         # authz: who may touch which session and namespace (authz.py); None only without a memory
         # service to ask (then only the learning RPCs, which need one anyway, would use it).
         self._core = core
         self._resources = resources
+        self._usage = usage
         self._reflect = reflect
         self._learning = learning
         self._authz = authz
@@ -108,6 +111,35 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                             session_id=request.session_id, owner=owner, error=str(exc))
         async for event in self._core.chat(request, _caller()):
             yield event
+
+    @translate_errors
+    async def AttachTurn(self, request, context):
+        validate_id(request.session_id)
+        owner = await self._route(request.session_id, context)
+        if owner is not None and self._router is not None:
+            try:
+                async with contextlib.aclosing(self._router.forwarder.chat(owner, request, context, "AttachTurn")) as events:
+                    async for event in events:
+                        yield event
+                return
+            except OwnerUnreachable as exc:
+                log.warning("owning gateway unreachable; attaching here", session_id=request.session_id,
+                            owner=owner, error=str(exc))
+        async for event in self._core.attach(request.session_id, request.after_seq, _caller()):
+            yield event
+
+    @translate_errors
+    async def WatchActivity(self, request, context):
+        scope = _caller().scope
+        local = self._core.live.watch(list(request.session_ids), lambda namespace: scope.visible(namespace, "viewer"))
+        if self._router is None or was_routed(context):
+            async for activity in local:
+                yield activity
+            return
+        # Every replica runs its own sessions' turns: ask each of the others for theirs too.
+        others = [peer for peer in self._router.membership.peers if peer != self._core.live.replica]
+        async for activity in merged([local, *(self._router.forwarder.watch(p, request, context) for p in others)]):
+            yield activity
 
     @translate_errors
     async def Cancel(self, request, context):
@@ -198,6 +230,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     @translate_errors
     async def ListReflections(self, request, context):
         return await self._learning_call("ListReflections", request)
+    async def GetUsage(self, request, context):
+        scope = _caller().scope
+        return await self._usage.report(request, lambda namespace: scope.visible(namespace, "viewer"))
 
     @translate_errors
     async def GetTranscript(self, request, context):
@@ -284,6 +319,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     }
     sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
     tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
+    catalog = catalog_of(settings.llm)
     host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=gateway_settings.max_request_bytes)
     authz = Authorizer(sessions, host.audit)
@@ -295,9 +331,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         agent=AgentClient(channels["agent"], settings.address_of("agent")),
         workspaces=tools,
         settings=gateway_settings,
-        models=catalog_of(settings.llm),
+        models=catalog,
         authz=authz,
         limits=TenantLimiter(settings.auth_policy),
+        live=LiveTurns(gateway_settings.advertise_address if gateway_settings.peers.enabled else ""),
     )
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
@@ -318,13 +355,14 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     reflect = AgentReflect(channels["agent"], settings.address_of("agent"))
     learning = MemoryLearning(channels["memory"], settings.address_of("memory"))
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
-             GatewayServicer(core, resources, router, reflect, learning, authz), "agentmesh.v1.Gateway")
+             GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():
             await channel.close()
 
     host.on_drain(core.drain)
+    host.on_drain(core.live.drain)
     host.on_stop(close_channels)
     if gateway_settings.http_address:
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,

@@ -101,6 +101,12 @@ class MemoryClient:
             if not after:
                 return out
 
+    # --- usage ---
+
+    async def record_usage(self, records: Sequence[memory_pb2.UsageRecord]) -> int:
+        reply = await self._call(self.stub.RecordUsage, memory_pb2.RecordUsageRequest(records=list(records)))
+        return reply.recorded
+
     # --- long-term memory ---
 
     async def remember(

@@ -4,6 +4,7 @@ Layout under `$AGENTMESH_HOME/memory/`:
 
     LOCK                      held by the one memory service using this home
     sessions/  messages/      payload-only shards (session records; transcript messages)
+    usage/                    payload-only shard: one record per model call (usage.py)
     namespaces/               payload-only shard: namespace settings
     documents/                payload-only shard of the learning documents (edge_documents.py)
     memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
@@ -120,6 +121,7 @@ class EdgeStore:
         self._lock = FileLock(str(self.root / "LOCK"))
         self._sessions: IndexedShard | None = None
         self._messages: IndexedShard | None = None
+        self._usage: IndexedShard | None = None
         self._namespaces: IndexedShard | None = None  # namespace settings, one point each
         self._memories: dict[str, IndexedShard] = {}  # open memory shards by directory name
         self._payload_shards: dict[str, IndexedShard] = {}  # other adapters' shards (payload_shard)
@@ -177,7 +179,7 @@ class EdgeStore:
         return self._messages
 
     def _all_open(self) -> list[IndexedShard]:
-        shards = (self._sessions, self._messages, self._namespaces, *self._payload_shards.values(),
+        shards = (self._sessions, self._messages, self._namespaces, self._usage, *self._payload_shards.values(),
                   *self._memories.values())
         return [s for s in shards if s is not None]
 
@@ -204,7 +206,7 @@ class EdgeStore:
             await shard.close()
         self._memories.clear()
         self._payload_shards.clear()
-        self._sessions = self._messages = self._namespaces = None
+        self._sessions = self._messages = self._namespaces = self._usage = None
         if self._lock.is_locked:
             self._lock.release()
 
@@ -468,3 +470,34 @@ class EdgeStore:
             async with shard.write_lock:
                 shard.update(qe.UpdateOperation.delete_points(list(ids)))
 
+
+    # ------------------------------------------------------------------ usage
+
+    def _usage_shard(self, create: bool) -> IndexedShard | None:
+        """Opened on first use, like a namespace's memories: a memory service that records no
+        usage (tests, tools-only set-ups) carries no shard, and no threads, for it."""
+        if self._usage is None:
+            assert self._sessions is not None, "the store is not open"
+            root = self.root / "usage"
+            if not create and not root.exists():
+                return None
+            self._usage = IndexedShard.open_or_create(root, _payload_only, 0)
+            if self._usage.shard.info().payload_schema.get("at") is None:
+                self._usage.update(qe.UpdateOperation.create_field_index("at", qe.PayloadSchemaType.Float))
+        return self._usage
+
+    async def put_usage(self, payloads: Sequence[dict]) -> None:
+        points = [qe.Point(point_id("usage", p["id"]), {}, p) for p in payloads]
+        shard = self._usage_shard(create=bool(points))
+        if shard is not None and points:
+            shard.update(qe.UpdateOperation.upsert_points(points))
+
+    async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict], str]:
+        shard = self._usage_shard(create=False)
+        if shard is None:
+            return [], ""
+        timed = qe.FieldCondition("at", range=qe.RangeFloat(gte=start or None, lt=end or None))
+        records, next_offset = shard.shard.scroll(
+            qe.ScrollRequest(offset=offset, limit=limit, filter=qe.Filter(must=[timed]), with_payload=True)
+        )
+        return [dict(r.payload or {}) for r in records], ("" if next_offset is None else str(next_offset))

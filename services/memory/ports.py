@@ -70,7 +70,7 @@ class FusionPlan:
 
 
 class Store(Protocol):
-    """Sessions, transcript messages and long-term memories, durable once a call returns."""
+    """Sessions, transcript messages, long-term memories and usage records, durable once a call returns."""
 
     where: str  # a path or URL, for messages a person reads
 
@@ -134,6 +134,13 @@ class Store(Protocol):
     async def delete_memories_by_filter(self, f: PointFilter) -> int: ...
     async def delete_memories_by_ids(self, namespace: str, ids: Sequence[str]) -> None: ...
 
+    # --- usage records (payload dicts keyed by `id`, timed by `at`; usage.py)
+    async def put_usage(self, payloads: Sequence[Payload]) -> None:
+        """Upsert by `id`: a record written twice is stored once."""
+
+    async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[Payload], str]:
+        """A page of the records with start <= at < end (end 0: no bound), and the next page's
+        offset ('' at the end)."""
 
 class DocumentStore(Protocol):
     """A namespace's small keyed documents: standing instructions, skills, promoted tools,

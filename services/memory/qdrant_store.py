@@ -30,6 +30,7 @@ SESSIONS = "agentmesh_sessions"
 NAMESPACES = "agentmesh_namespaces"  # namespace settings, one point each
 MESSAGES = "agentmesh_messages"
 MEMORIES = "agentmesh_memories"
+USAGE = "agentmesh_usage"
 
 
 def _match(key: str, value: Any) -> qm.FieldCondition:
@@ -123,6 +124,7 @@ class QdrantStore:
             ],
             vectors_config={},
         )
+        await self._ensure(USAGE, [("at", qm.PayloadSchemaType.FLOAT)], vectors_config={})
 
     def memory_collection(self, namespace: str) -> str:
         if self.layout == "shared":
@@ -410,3 +412,18 @@ class QdrantStore:
         name = self._existing(namespace)
         if ids and name is not None:
             await self._run(self._client.delete, name, qm.PointIdsList(points=list(ids)), wait=True)
+
+    # ---------------------------------------------------------------- usage
+
+    async def put_usage(self, payloads: Sequence[dict]) -> None:
+        points = [qm.PointStruct(id=point_id("usage", p["id"]), vector={}, payload=p) for p in payloads]
+        if points:
+            await self._run(self._client.upsert, USAGE, points, wait=True)
+
+    async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict], str]:
+        timed = qm.FieldCondition(key="at", range=qm.Range(gte=start or None, lt=end or None))
+        points, next_offset = await self._run(
+            self._client.scroll, USAGE, scroll_filter=qm.Filter(must=[timed]), limit=limit, offset=offset,
+            with_payload=True,
+        )
+        return [dict(p.payload or {}) for p in points], ("" if next_offset is None else str(next_offset))

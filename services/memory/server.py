@@ -30,6 +30,7 @@ from agentmesh.memory.stores import open_documents, open_store
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.memory.transcripts import Transcripts
 from agentmesh.memory.turns import Recall, start_turn
+from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
@@ -42,7 +43,8 @@ log = get_logger("agentmesh.memory")
 
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
-                 skills: Skills, promoted: PromotedTools, reflections: Reflections, audit: AuditLog | None = None):
+                 skills: Skills, promoted: PromotedTools, reflections: Reflections,
+                 usage: UsageLedger, audit: AuditLog | None = None):
         self._transcripts = transcripts
         self._memories = memories
         self._namespaces = namespaces
@@ -53,6 +55,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         # Memory keeps tenants apart itself, whoever calls: a session or namespace outside the
         # principal's tenants is NOT_FOUND / PERMISSION_DENIED here too, not only at the gateway.
         self._tenants = TenantGuard(transcripts, audit)
+        self._usage = usage
 
     # --- sessions ---
 
@@ -202,6 +205,30 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         imported = await self._memories.import_many(request.namespace, items)
         return memory_pb2.ImportResponse(imported=imported)
 
+    # --- usage ---
+
+    @translate_errors
+    async def RecordUsage(self, request, context):
+        records = [
+            UsageRecord(
+                id=r.id, at=r.at, session_id=r.session_id, run_id=r.run_id, namespace=r.namespace,
+                model_name=r.model_name, model=r.model, provider=r.provider, input_tokens=r.input_tokens,
+                output_tokens=r.output_tokens, cached_input_tokens=r.cached_input_tokens, fallback=r.fallback,
+                purpose=r.purpose, root_session_id=r.root_session_id,
+            )
+            for r in request.records
+        ]
+        return memory_pb2.RecordUsageResponse(recorded=await self._usage.record(records))
+
+    @translate_errors
+    async def SumUsage(self, request, context):
+        sums, count = await self._usage.sums(request.start, request.end, request.group_by)
+        return memory_pb2.SumUsageResponse(
+            sums=[memory_pb2.UsageSum(key=s.key, model_name=s.model_name, calls=s.calls, input_tokens=s.input_tokens,
+                                      output_tokens=s.output_tokens, cached_input_tokens=s.cached_input_tokens,
+                                      fallback_calls=s.fallback_calls, namespace=s.namespace) for s in sums],
+            records=count,
+        )
     # --- standing instructions ---
 
     @translate_errors
@@ -349,7 +376,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                        Profiles(documents, max_chars=memory_settings.profile_max_chars),
                        Skills(documents, SkillLimits()),
                        PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
-                       Reflections(documents), host.audit),
+                       Reflections(documents), UsageLedger(store), host.audit),
         "agentmesh.v1.Memory",
     )
 

@@ -59,7 +59,9 @@ Recording: `llm.requests` is a list of `RecordedRequest(index, method, path, hea
 received_at, peer)`; header names are lower-case, `body` is the parsed JSON, `peer` the client's
 host:port (equal for two requests on one kept-alive connection). `llm.wait_for_requests(n,
 timeout)` blocks until n requests arrived (use `await asyncio.to_thread(...)` from async tests).
-`llm.add(*steps)` appends steps while running.
+`llm.add(*steps)` appends steps while running. `llm.reported_usage` lists what the server
+reported for each answered model call, in answer order: `(input, output, cached)` as the client
+should count it (input includes cached tokens for both APIs).
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ class Reply:
     as_json: bool = False  # answer with one JSON completion even when streaming was asked for
     finish_reason: str | None = None  # e.g. "length" (OpenAI) / "max_tokens" (Anthropic); None: the natural one
     reasoning: str = ""  # OpenAI: streamed as `reasoning_content` deltas before the text
+    # Of the input tokens, those "read from the prompt cache": OpenAI `prompt_tokens_details.cached_tokens`,
+    # Anthropic `cache_read_input_tokens` (Anthropic's `input_tokens` then excludes them, as its API does).
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,7 @@ class ScriptedLLMServer:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._requests: list[RecordedRequest] = []
+        self._reported: list[tuple[int, int, int]] = []
         self._closing = threading.Event()
         self._httpd = _QuietHTTPServer((host, 0), self._handler_class())
         self._httpd.daemon_threads = True
@@ -221,6 +227,16 @@ class ScriptedLLMServer:
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
             return list(self._requests)
+
+    @property
+    def reported_usage(self) -> list[tuple[int, int, int]]:
+        with self._lock:
+            return list(self._reported)
+
+    def _report(self, step: "Reply", include_usage: bool = True) -> None:
+        if include_usage:
+            with self._lock:
+                self._reported.append((step.usage[0], step.usage[1], step.cached_tokens))
 
     def add(self, *steps: Step) -> None:
         with self._lock:
@@ -346,11 +362,14 @@ class ScriptedLLMServer:
                     model = step.model or (request.body or {}).get("model") or "scripted"
                     if anthropic:
                         self._stream(step, self._anthropic_events(step, model))
+                        server._report(step)
                     elif (request.body or {}).get("stream") and not step.as_json:
                         include_usage = bool(((request.body or {}).get("stream_options") or {}).get("include_usage"))
                         self._stream(step, self._openai_events(step, model, include_usage))
+                        server._report(step, include_usage)
                     else:
                         self._json(200, self._openai_completion(step, model))
+                        server._report(step)
                 else:
                     raise TypeError(f"not a step: {step!r}")
 
@@ -429,6 +448,8 @@ class ScriptedLLMServer:
                 if include_usage:
                     prompt, completion = step.usage
                     usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+                    if step.cached_tokens:
+                        usage["prompt_tokens_details"] = {"cached_tokens": step.cached_tokens}
                     out.append(chunk({}, usage=usage, choices=False))
                 out.append(b"data: [DONE]\n\n")
                 return out
@@ -461,7 +482,9 @@ class ScriptedLLMServer:
                 out = [
                     event("message_start", {"type": "message_start", "message": {
                         "id": f"msg_{uuid.uuid4().hex[:12]}", "type": "message", "role": "assistant", "model": model,
-                        "content": [], "stop_reason": None, "usage": {"input_tokens": prompt, "output_tokens": 1}}}),
+                        "content": [], "stop_reason": None, "usage": {
+                            "input_tokens": prompt - step.cached_tokens, "output_tokens": 1,
+                            "cache_read_input_tokens": step.cached_tokens}}}),
                     event("ping", {"type": "ping"}),
                 ]
                 index = 0

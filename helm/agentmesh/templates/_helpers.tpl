@@ -254,3 +254,8 @@ checkov.io/skip{{ add1 $i }}: {{ printf "%s=%s" $id (get $reasons $id) | quote }
               path: {{ $peer }}.crt
       {{- end }}
 {{- end }}
+
+{{/* The variable of the agent's pod that holds the key of models[index] (from its apiKeySecret). */}}
+{{- define "agentmesh.modelKeyEnv" -}}
+AGENTMESH_MODEL_KEY_{{ . }}
+{{- end }}

@@ -159,6 +159,9 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "GetReflectionState": _allow("agent"),
         "RecordReflection": _allow("agent"),
         "ListReflections": _allow("agent", "gateway", USERS),
+        # Usage: the agent records every model call; the gateway sums them (Gateway.GetUsage).
+        "RecordUsage": _allow("agent"),
+        "SumUsage": _allow("gateway"),
     },
 }
 

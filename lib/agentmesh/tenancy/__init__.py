@@ -78,6 +78,10 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Gateway.WriteWorkspaceFile": "member",
     "Gateway.GetTrace": "viewer",
     "Gateway.ListModels": "viewer",
+    # Usage, the activity view and attaching: reading, limited to the caller's namespaces.
+    "Gateway.GetUsage": "viewer",
+    "Gateway.WatchActivity": "viewer",
+    "Gateway.AttachTurn": "viewer",
     # A session's transcript emptied (the REPL's /clear): the person chatting in it may.
     "Gateway.ClearTranscript": "member",
     # Tool policies: reading a namespace's is for anyone in the tenant, changing it is set-up.
@@ -149,6 +153,8 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Memory.GetReflectionState": "viewer",
     "Memory.RecordReflection": "member",
     "Memory.ListReflections": "viewer",
+    "Memory.RecordUsage": "member",  # the agent, for every model call of a turn
+    "Memory.SumUsage": "viewer",     # the gateway's GetUsage, which keeps to the caller's namespaces
     # Tools: `agentmesh tools list|run`, and every tool call of a turn.
     "Tools.ListTools": "viewer",
     "Tools.Execute": "member",

@@ -98,6 +98,10 @@ def anthropic_body(request: ModelRequest) -> dict[str, Any]:
     if request.tools:
         body["tools"] = to_anthropic_tools(request.tools)
         body["tool_choice"] = {"type": "auto" if request.allow_tools else "none"}
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
     return body
 
 
@@ -117,7 +121,12 @@ class AnthropicStreamAssembler:
             message = data.get("message") or {}
             self.model = message.get("model") or self.model
             usage = message.get("usage") or {}
-            self._usage.input_tokens = int(usage.get("input_tokens") or 0)
+            # Anthropic counts cache reads and writes apart from input_tokens; ours is every
+            # prompt token, of which cached_input_tokens came from the cache.
+            cache_read = int(usage.get("cache_read_input_tokens") or 0)
+            cache_write = int(usage.get("cache_creation_input_tokens") or 0)
+            self._usage.input_tokens = int(usage.get("input_tokens") or 0) + cache_read + cache_write
+            self._usage.cached_input_tokens = cache_read
             self._usage.output_tokens = int(usage.get("output_tokens") or 0)
         elif kind == "content_block_start":
             block = data.get("content_block") or {}
@@ -147,7 +156,8 @@ class AnthropicStreamAssembler:
             if usage.get("output_tokens") is not None:
                 self._usage.output_tokens = int(usage["output_tokens"])
             if usage.get("input_tokens"):
-                self._usage.input_tokens = int(usage["input_tokens"])
+                self._usage.input_tokens = int(usage["input_tokens"]) + self._usage.cached_input_tokens + int(
+                    usage.get("cache_creation_input_tokens") or 0)
         elif kind == "message_stop":
             self.done = True
         return []

@@ -80,6 +80,10 @@ def openai_body(request: ModelRequest) -> dict[str, Any]:
         body["tool_choice"] = "auto" if request.allow_tools else "none"
     if request.max_tokens:
         body["max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p
     return body
 
 
@@ -105,7 +109,10 @@ class OpenAIStreamAssembler:
         self.model = chunk.get("model") or self.model
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self._usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+            details = usage.get("prompt_tokens_details") or {}
+            cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+            self._usage = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                                int(cached or 0))
         for choice in chunk.get("choices") or []:
             if choice.get("index", 0) != 0:
                 continue

@@ -124,7 +124,12 @@ class HttpApi:
     def application(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=self._max_body_bytes)
         for route in self.routes:
-            handler = self._streaming_handler(route) if route.streaming else self._unary_handler(route)
+            if not route.streaming:
+                handler = self._unary_handler(route)
+            elif route.rpc == "Chat":
+                handler = self._streaming_handler(route)
+            else:
+                handler = self._sse_handler(route)
             app.router.add_route(route.http_method, route.path, handler, name=route.rpc)
         app.router.add_get("/openapi.json", self._openapi)
         for endpoint in self._endpoints:
@@ -268,6 +273,26 @@ class HttpApi:
                 on_failure=lambda exc: _failure_event(first, exc),
             )
             return await self._stream(request, feed.follow())
+
+        return handle
+
+    def _sse_handler(self, route: Route):
+        """Any other stream (WatchActivity, AttachTurn): one SSE message per message, `event:` its
+        payload's name, `data:` the message as JSON."""
+        async def handle(request: web.Request) -> web.StreamResponse:
+            _require_json(route, request)
+            message = build_request(route, request.match_info, _query(request), await request.read())
+            call = getattr(self._stubs[route.service], route.rpc)(message, metadata=_metadata(request))
+
+            async def messages() -> AsyncIterator[bytes]:
+                try:
+                    async for item in call:
+                        kind = item.WhichOneof("payload") if "payload" in item.DESCRIPTOR.oneofs_by_name else None
+                        yield sse_message("", kind or "message", to_json(item))
+                finally:
+                    call.cancel()
+
+            return await self._stream(request, messages())
 
         return handle
 

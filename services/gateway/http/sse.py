@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from agentmesh.errors import InvalidArgument
+from agentmesh.gateway.feeds import Feed
 from agentmesh.gateway.http.transcode import to_json
 from agentmesh.v1 import common_pb2, sessions_pb2
 
@@ -37,38 +37,18 @@ def sse_message(event_id: str, kind: str, data: dict[str, Any]) -> bytes:
     return f"{head}event: {kind}\ndata: {payload}\n\n".encode()
 
 
-@dataclass
-class TurnFeed:
-    session_id: str
-    base: int
-    messages: list[bytes] = field(default_factory=list)
-    done: bool = False
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
+class TurnFeed(Feed[bytes]):
+    """A turn started over HTTP, as the SSE messages its clients follow (feeds.py)."""
 
-    def add(self, message: bytes) -> None:
-        self.messages.append(message)
-        self._wake()
+    def __init__(self, session_id: str, base: int):
+        super().__init__()
+        self.session_id = session_id
+        self.base = base
+        self.task: asyncio.Task[None] | None = None
 
-    def finish(self) -> None:
-        self.done = True
-        self._wake()
-
-    def _wake(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-    async def follow(self, start: int = 0) -> AsyncIterator[bytes]:
-        """The feed's messages from index `start`, waiting for new ones until the turn ends."""
-        index = start
-        while True:
-            waiter = self.changed
-            while index < len(self.messages):
-                yield self.messages[index]
-                index += 1
-            if self.done:
-                return
-            await waiter.wait()
+    @property
+    def messages(self) -> list[bytes]:
+        return self.items
 
 
 def parse_last_event_id(text: str) -> tuple[int, int | None]:

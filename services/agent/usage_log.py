@@ -1,0 +1,104 @@
+"""Every model call's usage, recorded durably: one `UsageEntry` per call — the loop's steps,
+deep mode's planning and reflection, summaries, continuations, sub-agents' turns, and calls a
+fallback model answered — sent to the memory service's usage ledger (services/memory/usage.py),
+which `Gateway.GetUsage` sums.
+
+`traced_model_call` (model_call.py) is the one place every model call goes through; it hands the
+reply's usage to the `UsageTag` its caller gives, which knows the turn and the model. A ledger
+that cannot be reached costs a warning, never the turn: the tokens are still in the turn's
+`run_finished` usage and in its `chat` spans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agentmesh.agent.types import Usage
+from agentmesh.errors import AgentmeshError
+from agentmesh.logs import get_logger
+
+__all__ = ["UsageEntry", "UsageLog", "UsageTag"]
+
+log = get_logger("agentmesh.agent")
+
+
+@dataclass(frozen=True)
+class UsageEntry:
+    id: str
+    at: float
+    session_id: str
+    run_id: str
+    namespace: str
+    model_name: str  # the catalogue's name ("default": the AGENTMESH_LLM_* model)
+    model: str  # the id the provider's API knows it by
+    provider: str
+    usage: Usage
+    fallback: bool = False
+    purpose: str = "turn"  # "turn" | "compaction"
+    root_session_id: str = ""  # a sub-agent's top-level session
+
+
+class UsageLog(Protocol):
+    async def record(self, entry: UsageEntry) -> None:
+        """Durably record one model call; raises an AgentmeshError when it cannot."""
+        ...
+
+
+@dataclass
+class UsageTag:
+    """Who a model call is for; `record` writes its entry to the log (None: not recorded)."""
+
+    log: UsageLog | None
+    session_id: str
+    run_id: str
+    namespace: str
+    root_session_id: str
+    timeout_s: float
+    model_name: str = "default"
+    model: str = ""
+    provider: str = ""
+    fallback: bool = False
+    purpose: str = "turn"
+    # Writes in flight, shared by every tag of the turn (for_model): the turn waits for them
+    # (`flush`) before it ends, but no model call waits for its own.
+    pending: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def for_model(self, model_name: str, model: str, provider: str, *, fallback: bool = False,
+                  purpose: str = "turn") -> "UsageTag":
+        return UsageTag(self.log, self.session_id, self.run_id, self.namespace, self.root_session_id, self.timeout_s,
+                        model_name, model, provider, fallback, purpose, self.pending)
+
+    async def record(self, usage: Usage) -> None:
+        """Start writing the call's record: the turn goes on meanwhile (one memory round trip
+        per model call was measurable on a quick model, benches/turn_overhead.py)."""
+        if self.log is None:
+            return
+        entry = UsageEntry(
+            id=f"{self.run_id}.{uuid.uuid4().hex[:12]}", at=time.time(), session_id=self.session_id,
+            run_id=self.run_id, namespace=self.namespace, model_name=self.model_name, model=self.model,
+            provider=self.provider, usage=Usage(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens),
+            fallback=self.fallback, purpose=self.purpose, root_session_id=self.root_session_id,
+        )
+        task = asyncio.get_running_loop().create_task(self._write(self.log, entry), name=f"usage-{entry.id}")
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def flush(self) -> None:
+        """Until every record started so far is stored (or given up on): a turn's usage is in
+        the ledger by the time its run_finished is sent."""
+        while self.pending:
+            await asyncio.gather(*list(self.pending), return_exceptions=True)
+
+    async def _write(self, log_: UsageLog, entry: UsageEntry) -> None:
+        usage = entry.usage
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await log_.record(entry)
+        except (AgentmeshError, TimeoutError) as exc:
+            reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
+            log.warning("model call usage not recorded", error=reason, model=self.model_name,
+                        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
