@@ -230,6 +230,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     @translate_errors
     async def ListReflections(self, request, context):
         return await self._learning_call("ListReflections", request)
+
+    @translate_errors
     async def GetUsage(self, request, context):
         scope = _caller().scope
         return await self._usage.report(request, lambda namespace: scope.visible(namespace, "viewer"))
