@@ -76,6 +76,9 @@ class Replicas:
             "AGENTMESH_GATEWAY_ADVERTISE_ADDR": self.addresses[index],
             "AGENTMESH_GATEWAY_PEER_CONNECT_TIMEOUT_S": "1",
             "AGENTMESH_GATEWAY_PEER_REFRESH_S": "0.1",
+            # No HTTP listener: its ephemeral port could take a gRPC address reserved above for
+            # a replica not started yet (seen as "port is taken"); routing tests speak gRPC.
+            "AGENTMESH_GATEWAY_HTTP_ADDR": "off",
             **self._env,
         }
 
