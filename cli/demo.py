@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from agentmesh.cli.chat import HumanRenderer
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, call_metadata, load_settings, rpc_failure
+from agentmesh.cli.render import HumanRenderer
 from agentmesh.cli.stack import LocalStack, free_address, port_is_free
 from agentmesh.config import SERVICES, Settings, load
 from agentmesh.gateway.settings import GatewaySettings

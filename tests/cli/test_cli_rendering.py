@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from agentmesh.cli.chat import HumanRenderer, event_to_json
+from agentmesh.cli.render import HumanRenderer, event_to_json
 from agentmesh.v1 import common_pb2
 
 
