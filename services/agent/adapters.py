@@ -4,20 +4,27 @@ service (transcripts, long-term memory, the usage ledger). Protobuf stops here; 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 from typing import Sequence, cast
 
 import grpc
 
+from agentmesh.agent.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
+from agentmesh.agent.learning_adapters import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
 from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
+from agentmesh.agent.tool_catalog import CachedCatalog, Listing
 from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.agent.usage_log import UsageEntry
 from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
 from agentmesh.rpc.peers import OUTAGE, peer_error, rpc_detail
 from agentmesh.telemetry.propagation import trace_metadata
 from agentmesh.v1 import common_pb2, memory_pb2, tools_pb2, tools_pb2_grpc
+
+log = get_logger("agentmesh.agent")
 
 _ERROR_KINDS = {
     grpc.StatusCode.INVALID_ARGUMENT: "invalid_arguments",
@@ -75,13 +82,17 @@ class GrpcToolRunner:
         self._catalog_timeout_s = catalog_timeout_s
 
     async def list_tools(self, namespace: str = "") -> list[ToolSpec]:
+        return (await self.listing(namespace)).specs
+
+    async def listing(self, namespace: str = "") -> Listing:
+        """The catalog with the version it was listed at (tool_catalog.py)."""
         try:
             reply = await self._stub.ListTools(
                 tools_pb2.ListToolsRequest(namespace=namespace), timeout=self._catalog_timeout_s, metadata=trace_metadata()
             )
         except grpc.aio.AioRpcError as err:
             raise Unavailable(f"the tools service at {self._target} did not list its tools ({rpc_detail(err)})") from None
-        return [tool_spec_from_proto(s) for s in reply.tools]
+        return Listing([tool_spec_from_proto(s) for s in reply.tools], reply.catalog_version)
 
     async def execute(self, session_id: str, call: ToolCall, namespace: str = "") -> ToolOutcome:
         request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
@@ -100,6 +111,46 @@ class GrpcToolRunner:
                 )
             return ToolOutcome.error(call, _ERROR_KINDS.get(err.code(), "tool_error"), f"error: {detail}")
         return replace(tool_result_from_proto(reply.result), call_id=call.call_id, name=call.name)
+
+
+class CatalogWatch:
+    """Keeps a CachedCatalog told of the tools service's catalog version (WatchCatalog) for as
+    long as the agent runs: reconnects after a break, and while broken the catalog keeps
+    nothing (every turn lists). An older tools service without WatchCatalog: never kept."""
+
+    RETRY_FIRST_S = 0.1
+    RETRY_MAX_S = 2.0
+
+    def __init__(self, channel: grpc.aio.Channel, catalog: CachedCatalog):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._catalog = catalog
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="catalog-watch")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        delay = self.RETRY_FIRST_S
+        while True:
+            try:
+                async for message in self._stub.WatchCatalog(tools_pb2.WatchCatalogRequest(), wait_for_ready=True):
+                    self._catalog.version_now(message.version)
+                    delay = self.RETRY_FIRST_S
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self._catalog.version_now(None)
+                    return
+            except Exception:
+                log.warning("catalog watch broke; turns list the tools until it is back", exc_info=True)
+            self._catalog.version_now(None)  # the stream ended (the service drains) or broke
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.RETRY_MAX_S)
 
 
 class GrpcBackgroundCommands:
@@ -189,10 +240,12 @@ class GrpcTurnStart:
         self._save_within_s = save_within_s
 
     async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
-                    k: int, recall_timeout_s: float) -> TurnBeginning:
+                    k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset()) -> TurnBeginning:
         request = memory_pb2.StartTurnRequest(
             session_id=session_id, messages=[message_to_proto(m) for m in first], page_size=self.PAGE,
-            namespace=namespace, recall_query=query, recall_k=k, recall_timeout_s=recall_timeout_s)
+            namespace=namespace, recall_query=query, recall_k=k, recall_timeout_s=recall_timeout_s,
+            with_profile=INSTRUCTIONS in learning, with_skills=SKILLS in learning,
+            with_promoted_tools=PROMOTED_TOOLS in learning)
         try:
             reply = await self._call(request)
             stored = list(reply.messages)
@@ -208,7 +261,8 @@ class GrpcTurnStart:
             raise type(exc)(f"could not start the turn in the session's transcript: {exc.message}") from None
         hits = [MemoryHit(id=h.memory.id, text=h.memory.text, kind=h.memory.kind, score=h.score,
                           created_at=h.memory.created_at) for h in reply.recalled]
-        return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error)
+        learned = _learned(reply, learning) if learning and reply.learning_read else None
+        return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error, learned)
 
     async def _call(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
         delay = GrpcTranscripts.RETRY_FIRST_S
@@ -230,6 +284,20 @@ class GrpcTurnStart:
         except TimeoutError:
             reason = last.message if last else f"the memory service at {self._target} did not answer"
             raise Unavailable(f"not done within {self._save_within_s:g}s: {reason}") from None
+
+
+def _learned(reply: memory_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:
+    errors = dict(reply.learning_errors)
+
+    def read(part: str) -> bool:
+        return part in asked and part not in errors
+
+    return Learned(
+        instructions=instructions_from_proto(reply.profile) if read(INSTRUCTIONS) else None,
+        skills=[skill_summary_from_proto(s) for s in reply.skills] if read(SKILLS) else None,
+        promoted_tools=[stored_tool_from_proto(t) for t in reply.promoted_tools] if read(PROMOTED_TOOLS) else None,
+        errors=errors,
+    )
 
 
 class GrpcLongTermMemory:

@@ -26,7 +26,7 @@ from agentmesh.modes import DEEP
 def for_turn(ctx: TurnContext) -> list[Capability]:
     request, settings = ctx.request, ctx.settings
     found: list[Capability] = []
-    learning = ctx.agent.learning
+    learning = ctx.learning
     if learning is not None and learning.instructions is not None:
         # First: its section must be in place before any capability's first model call.
         found.append(instructions.StandingInstructions(ctx, learning.instructions))

@@ -16,6 +16,14 @@ from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import common_pb2, learning_pb2
 
 
+def instructions_from_proto(profile: learning_pb2.Profile) -> Instructions:
+    return Instructions(soul=profile.soul, user=profile.user, project=profile.project)
+
+
+def skill_summary_from_proto(s: learning_pb2.SkillInfo) -> SkillSummary:
+    return SkillSummary(s.name, s.description, s.version)
+
+
 class GrpcInstructions:
     """GetProfile on the memory service (its errors already name the service and its address)."""
 
@@ -23,8 +31,7 @@ class GrpcInstructions:
         self._client = client
 
     async def instructions(self, namespace: str) -> Instructions:
-        profile = await self._client.get_profile(namespace)
-        return Instructions(soul=profile.soul, user=profile.user, project=profile.project)
+        return instructions_from_proto(await self._client.get_profile(namespace))
 
 
 class GrpcSkills:
@@ -34,7 +41,7 @@ class GrpcSkills:
         self._client = client
 
     async def skills(self, namespace: str) -> list[SkillSummary]:
-        return [SkillSummary(s.name, s.description, s.version) for s in await self._client.list_skills(namespace)]
+        return [skill_summary_from_proto(s) for s in await self._client.list_skills(namespace)]
 
     async def skill(self, namespace: str, name: str) -> SkillPackage:
         found = await self._client.get_skill(name, namespace=namespace)
@@ -44,7 +51,7 @@ class GrpcSkills:
                             files=tuple((f.path, f.content) for f in found.files if f.path != "SKILL.md"))
 
 
-def _stored(t: learning_pb2.PromotedTool) -> StoredTool:
+def stored_tool_from_proto(t: learning_pb2.PromotedTool) -> StoredTool:
     return StoredTool(name=t.name, description=t.description, parameters=json.loads(t.parameters_json),
                       source=t.source, function=t.function, version=t.version)
 
@@ -56,13 +63,13 @@ class GrpcPromotedTools:
         self._client = client
 
     async def list(self, namespace: str) -> list[StoredTool]:
-        return [_stored(t) for t in await self._client.list_promoted_tools(namespace)]
+        return [stored_tool_from_proto(t) for t in await self._client.list_promoted_tools(namespace)]
 
     async def put(self, namespace: str, tool: StoredTool, origin: str) -> StoredTool:
         record = learning_pb2.PromotedTool(namespace=namespace, name=tool.name, description=tool.description,
                                          parameters_json=json.dumps(tool.parameters), source=tool.source,
                                          function=tool.function, origin=origin)
-        return _stored(await self._client.put_promoted_tool(record))
+        return stored_tool_from_proto(await self._client.put_promoted_tool(record))
 
 
 def _entry_text(m: common_pb2.Message) -> str:

@@ -34,16 +34,15 @@ from typing import AsyncIterator, Callable, Sequence, cast
 import structlog
 from opentelemetry.trace import Status, StatusCode
 
-from agentmesh.agent import capabilities, compaction, context, deep, learning, subagents, tool_access
+from agentmesh.agent import capabilities, context, deep, learning, subagents, tool_access
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
 from agentmesh.agent.model_call import traced_model_call
 from agentmesh.agent.model_choice import ModelChoice, NamedModel
 from agentmesh.agent.ports import (
     BackgroundCommands,
+    ListedCatalog,
     LongTermMemory,
-    MemoryHit,
-    NotSupported,
     ToolRunner,
     TranscriptStore,
     TurnStarter,
@@ -52,6 +51,7 @@ from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_calls import ToolCalls
 from agentmesh.agent.turn import Capability, Nudge, Stop, TurnContext, Verdict
+from agentmesh.agent.turn_start import TurnStartup
 from agentmesh.agent.types import (
     ChatMessage,
     ModelReply,
@@ -66,7 +66,7 @@ from agentmesh.agent.types import (
     ToolSpec,
     Usage,
 )
-from agentmesh.agent.usage_log import UsageLog, UsageTag
+from agentmesh.agent.usage_log import UsageLog
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL
@@ -129,6 +129,7 @@ class Agent:
         usage_log: UsageLog | None = None,
         turn_start: TurnStarter | None = None,
         learning: "learning.LearningSources | None" = None,
+        catalog: ListedCatalog | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -142,8 +143,11 @@ class Agent:
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
         self.learning = learning  # standing instructions (learning.py); None: not offered
-        # The transcript read, the user's message and recall in one call; None: three calls.
+        # The transcript read, the user's message, recall and the learning reads in one call;
+        # None: a call each.
         self.turn_start = turn_start
+        # The tools service's catalog kept between turns (tool_catalog.py); None: listed per turn.
+        self.catalog = catalog
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
         self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
@@ -174,13 +178,12 @@ class TurnRun:
         self._persisting = 0  # writes in flight: an interrupt waits for them (a safe point)
         self._unanswered: tuple[ToolCall, ...] = ()  # calls of the persisted reply not yet run
         self._catalog: dict[str, ToolSpec] = {}
-        self._remote_catalog_known = False
-        self._remote_tools: list[ToolSpec] = []
-        self._usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
-                                   subagents.workspace_of(request), agent.settings.memory_timeout_s)
+        # The reads and the write every turn starts with (turn_start.py).
+        self._startup = TurnStartup(agent, request, self._emit)
+        self._usage_tag = self._startup.usage_tag
         self._ctx = TurnContext(
             request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
-            usage_tag=self._usage_tag,
+            usage_tag=self._usage_tag, learning=self._startup.learning,
             step_budget=self.max_iterations, approvals=self.approvals, emit=self._emit,
             call_model=self._call_model, persist=self._persist, inject=self._inject,
             start_child=lambda child: agent.start(child, approvals=self.approvals),
@@ -299,11 +302,8 @@ class TurnRun:
     async def _turn(self) -> tuple[str, str]:
         req = self.request
         user = ChatMessage(role="user", content=req.message, run_id=req.run_id)
-
-        async def capabilities_load() -> None:
-            await asyncio.gather(*(capability.load() for capability in self._capabilities))
-
-        (history, memories), _, _ = await asyncio.gather(self._begin(user), self._list_tools(), capabilities_load())
+        started = await self._startup.run(user, self._capabilities, persist=self._persist, writing=self._writing)
+        self._ctx.stored, history, memories = started.stored, started.history, started.memories
         for capability in self._capabilities:
             history = await capability.prepare_history(history)
         # The catalog again: capabilities' tools may depend on what their `load` read (skills).
@@ -390,46 +390,6 @@ class TurnRun:
 
     # --- context ------------------------------------------------------------------------------
 
-    async def _begin(self, user: ChatMessage) -> tuple[list[ChatMessage], list[MemoryHit]]:
-        """The history the turn starts from, with `user` persisted after it, and the recalled
-        memories: in one call to memory where it offers one, else a read, an append and a search."""
-        starter, memory, k = self.agent.turn_start, self.agent.memory, self.settings.recall_k
-        if starter is not None:
-            try:
-                async with self._writing():
-                    begun = await starter.start(
-                        self.request.session_id, [user], namespace=self.request.namespace, query=self.request.message,
-                        k=k if memory is not None else 0, recall_timeout_s=self.settings.recall_timeout_s)
-            except NotSupported:
-                pass  # an older memory service: the separate calls below
-            else:
-                return self._history_from(begun.stored), self._recalled(begun.memories, begun.recall_error)
-
-        async def history_then_user() -> list[ChatMessage]:
-            history = await self._load_history()
-            await self._persist([user])  # after the read, so history holds only earlier turns
-            return history
-
-        history, memories = await asyncio.gather(history_then_user(), self._recall())
-        return history, memories
-
-    async def _load_history(self) -> list[ChatMessage]:
-        return self._history_from(await self.agent.transcripts.load(self.request.session_id))
-
-    def _history_from(self, stored: list[ChatMessage]) -> list[ChatMessage]:
-        self._ctx.stored = stored
-        return context.repair(compaction.model_view(stored, use_summaries=self.settings.compaction))
-
-    async def _list_tools(self) -> list[ToolSpec]:
-        try:
-            self._remote_tools = await self.agent.tools.list_tools(self.request.namespace)
-            self._remote_catalog_known = True
-        except AgentmeshError as exc:
-            log.warning("tool catalog unavailable", error=exc.message)
-            self._emit(StatusEvent(f"the tools service is unavailable ({exc.message}); continuing without its tools"))
-            self._remote_tools = []
-        return self._catalog_of_now()
-
     def _catalog_of_now(self) -> list[ToolSpec]:
         """The remote tools and every capability's `tools()` as they are now (a capability's own
         win a name clash). Asked again before each step: a tool a capability gains mid-turn (a
@@ -439,34 +399,11 @@ class TurnRun:
             for spec in capability.tools():
                 self._tool_owners[spec.name] = capability
                 own.append(spec)
-        specs = [s for s in self._remote_tools if s.name not in self._tool_owners] + own
+        specs = [s for s in self._startup.remote_tools if s.name not in self._tool_owners] + own
         # A tool the policies turn off is not offered at all; a call to it anyway is screened.
         specs = [s for s in specs if tool_access.offered(self.request.tool_policies, s.name)]
         self._catalog = {s.name: s for s in specs}
         return specs
-
-    async def _recall(self) -> list[MemoryHit]:
-        memory, k = self.agent.memory, self.settings.recall_k
-        if memory is None or k == 0:
-            return []
-        try:
-            async with asyncio.timeout(self.settings.recall_timeout_s):
-                hits = await memory.search(self.request.namespace, self.request.message, k)
-        except NotSupported:
-            self._emit(StatusEvent("long-term memory is not available yet; continuing without recall"))
-            return []
-        except (AgentmeshError, TimeoutError) as exc:
-            return self._recalled([], exc.message if isinstance(exc, AgentmeshError) else "it took too long")
-        return self._recalled(hits, "")
-
-    def _recalled(self, hits: list[MemoryHit], error: str) -> list[MemoryHit]:
-        if error:
-            log.warning("recall failed", error=error)
-            self._emit(StatusEvent(f"could not recall memories ({error}); continuing without them"))
-            return []
-        if hits:  # "recalled 0 memories" on every turn would only be noise
-            self._emit(StatusEvent(f"recalled {len(hits)} {'memory' if len(hits) == 1 else 'memories'}"))
-        return hits
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
         async with self._writing():
@@ -550,7 +487,7 @@ class TurnRun:
 
     def _screen(self, call: ToolCall) -> ToolOutcome | None:
         refused = tool_access.refusal(call, self.request.tool_policies, self._catalog,
-                                      catalog_known=self._remote_catalog_known, owned=self._tool_owners)
+                                      catalog_known=self._startup.remote_catalog_known, owned=self._tool_owners)
         if refused is not None:
             log.info("tool call refused", tool=call.name, call_id=call.call_id, reason=refused.error_kind)
         return refused
@@ -563,7 +500,7 @@ class TurnRun:
         owner = self._tool_owners.get(call.name)
         if owner is not None:
             return await owner.execute(call)
-        if self._remote_catalog_known and call.name not in self._catalog:
+        if self._startup.remote_catalog_known and call.name not in self._catalog:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
         # A sub-agent's tools work in its root session's workspace, so files are shared.

@@ -4,14 +4,18 @@ tests implement them in a few lines each, so the loop is tested without the wire
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 
+if TYPE_CHECKING:  # learning.py imports the capabilities, which import this module
+    from agentmesh.agent.learning import Learned
+
 __all__ = [
     "BackgroundCheck",
     "BackgroundCommands",
+    "ListedCatalog",
     "LongTermMemory",
     "MemoryHit",
     "NotSupported",
@@ -37,6 +41,14 @@ class ToolRunner(Protocol):
     async def execute(self, session_id: str, call: ToolCall, namespace: str = "") -> ToolOutcome:
         """Run one call. Tool failures and outages come back as an error outcome, never raised;
         cancelling the awaiting task cancels the call (and kills its sandboxed process)."""
+        ...
+
+
+class ListedCatalog(Protocol):
+    """The tool catalog as a turn reads it: kept between turns while it holds (tool_catalog.py)."""
+
+    async def tools(self, namespace: str) -> list[ToolSpec]:
+        """The namespace's catalog; raises an AgentmeshError when the tools service is unreachable."""
         ...
 
 
@@ -74,17 +86,21 @@ class TurnBeginning:
     stored: list[ChatMessage]  # the session's transcript before the turn's first messages
     memories: list[MemoryHit]  # recalled for the turn
     recall_error: str = ""  # why recall failed (the turn goes on without it)
+    # What it read for the learning capabilities (learning.py); None: nothing (not asked, or a
+    # memory service that cannot), so they read it themselves.
+    learned: "Learned | None" = None
 
 
 class TurnStarter(Protocol):
     """A turn's first reads and write in one round trip (the memory service's StartTurn)."""
 
     async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
-                    k: int, recall_timeout_s: float) -> TurnBeginning:
+                    k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset()) -> TurnBeginning:
         """The stored transcript, then `first` durably appended after it, and the `k` memories
-        recalled for `query` (k = 0: none). Raises NotSupported when the memory service has no
-        such call (the loop then makes the separate calls), another AgentmeshError when the
-        transcript cannot be read or written; a failed recall is `recall_error`, not raised."""
+        recalled for `query` (k = 0: none), and the `learning` parts of the namespace
+        (learning.py). Raises NotSupported when the memory service has no such call (the loop
+        then makes the separate calls), another AgentmeshError when the transcript cannot be
+        read or written; a failed recall is `recall_error`, not raised."""
         ...
 
 

@@ -13,6 +13,7 @@ from google.protobuf import json_format
 
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters import (
+    CatalogWatch,
     GrpcBackgroundCommands,
     GrpcLongTermMemory,
     GrpcToolRunner,
@@ -28,6 +29,7 @@ from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.reflection import Reflector
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.tool_catalog import CachedCatalog
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
@@ -264,10 +266,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
                                  timeout_s=agent_settings.memory_timeout_s)
     named, closers = build_named_models(catalog_of(settings.llm), settings, agent_settings, telemetry)
+    tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s)
+    # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
+    catalog = CachedCatalog(tools.listing)
+    catalog_watch = CatalogWatch(tools_channel, catalog)
     agent = Agent(
         models=named,
         provider=provider,
-        tools=GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s),
+        tools=tools,
+        catalog=catalog,
         transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
@@ -278,7 +285,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         usage_log=GrpcUsageLog(memory_client),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
-                                  promoted_tools=GrpcPromotedTools(memory_client)),
+                                  promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
@@ -287,7 +294,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
              "agentmesh.v1.Agent")
 
+    catalog_watch.start()
+
     async def close() -> None:
+        await catalog_watch.close()
         await close_provider()
         for close_named in closers:
             await close_named()

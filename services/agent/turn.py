@@ -38,6 +38,7 @@ from agentmesh.agent.usage_log import UsageTag
 __all__ = ["Capability", "Nudge", "Stop", "TurnContext", "Verdict"]
 
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
+    from agentmesh.agent.learning import LearningSources
     from agentmesh.agent.loop import Agent, TurnRequest, TurnRun
 
 
@@ -68,6 +69,9 @@ class TurnContext:
     # Who this turn's model calls are for, for the usage ledger: a capability that calls a model
     # itself (compaction) passes `usage_tag.for_model(...)` to `traced_model_call`.
     usage_tag: UsageTag
+    # Where this turn's learning capabilities read the namespace's standing instructions, skills
+    # and promoted tools (the agent's sources, their first reads served by the turn's start).
+    learning: "LearningSources | None" = None
     # The session's stored transcript as loaded (every entry, of every kind), before `prepare_history`.
     stored: list[ChatMessage] = field(default_factory=list)
     # Filled in by the loop before `before_first_call`.

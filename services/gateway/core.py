@@ -245,7 +245,9 @@ class Gateway:
             if replaced is not None and replaced.superseded_as == "rolled_back":
                 dropped = await self._sessions.drop_run(session_id, replaced.run_id)
                 log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
-            session, created = await self._sessions.put_session(self._new_session(session_id, "", {}, namespace))
+            # The session (created on first use) and its namespace's settings in one call.
+            session, created, namespace_settings = await self._sessions.put_session_for_turn(
+                self._new_session(session_id, "", {}, namespace))
             if created:
                 self._authz.audit.record("session.create", "allowed", caller.principal, session_id=session_id,
                                          namespace=session.namespace)
@@ -254,7 +256,7 @@ class Gateway:
             if not options.model and session.model and self._models.get(session.model) is not None:
                 options.model = session.model
             options.permission_mode = self._policies.mode_for(session, options.permission_mode)
-            layers = await self._policies.layers(session, session.namespace)
+            layers = await self._policies.layers(session, session.namespace, namespace_settings)
             run = agent_pb2.RunTurnRequest(
                 session_id=session_id,
                 run_id=turn.run_id,

@@ -69,9 +69,12 @@ class Policies:
         return await self._namespaces.update_namespace_settings(
             sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=policy_to_proto(policy)))
 
-    async def layers(self, session: sessions_pb2.Session | None, namespace: str) -> list[ToolPolicy]:
-        """The deployment's, the namespace's and the session's policies, the empty ones left out."""
-        settings = await self.namespace_settings(session.namespace if session is not None else namespace)
+    async def layers(self, session: sessions_pb2.Session | None, namespace: str,
+                     settings: sessions_pb2.NamespaceSettings | None = None) -> list[ToolPolicy]:
+        """The deployment's, the namespace's and the session's policies, the empty ones left out.
+        `settings`: the namespace's, when already read (with the session, before a turn)."""
+        if settings is None:
+            settings = await self.namespace_settings(session.namespace if session is not None else namespace)
         found = [self.deployment, policy_of(settings.tools)]
         if session is not None:
             found.append(policy_of(session.tools))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Awaitable, Callable
+
 from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
@@ -63,7 +65,14 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     async def PutSession(self, request, context):
         await self._tenants.may_put(request.session.session_id, request.session.namespace)
         session, created = await self._transcripts.put_session(session_from_proto(request.session))
-        return memory_pb2.PutSessionResponse(session=session_to_proto(session), created=created)
+        reply = memory_pb2.PutSessionResponse(session=session_to_proto(session), created=created)
+        if request.with_namespace_settings:
+            # The session's namespace as stored (an existing session keeps its own), checked as
+            # GetNamespaceSettings is.
+            namespace = session.namespace or "default"
+            self._tenants.namespace(namespace, "GetNamespaceSettings")
+            reply.namespace_settings.CopyFrom(namespace_to_proto(await self._namespaces.get(namespace)))
+        return reply
 
     @translate_errors
     async def GetSession(self, request, context):
@@ -134,15 +143,43 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         recall = Recall(request.namespace, request.recall_query, request.recall_k, request.recall_timeout_s)
         with bound_contextvars(session_id=request.session_id):
             started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
-                                       request.page_size, recall if request.recall_k else None)
-        return memory_pb2.StartTurnResponse(
+                                       request.page_size, recall if request.recall_k else None,
+                                       self._learning_reads(request))
+        reply = memory_pb2.StartTurnResponse(
             messages=[message_to_proto(m) for m in started.transcript],
             next_after_seq=started.next_after_seq,
             first_seq=started.first_seq,
             last_seq=started.last_seq,
             recalled=[memory_pb2.SearchHit(memory=memory_to_proto(h.memory), score=h.score) for h in started.recalled],
             recall_error=started.recall_error,
+            learning_read=True,
+            learning_errors=started.learning_errors,
         )
+        learned = started.learned
+        if "profile" in learned:
+            reply.profile.CopyFrom(_profile_to_proto(learned["profile"]))
+        reply.skills.extend(_skill_info_to_proto(i) for i in learned.get("skills", ()))
+        reply.promoted_tools.extend(_promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
+        return reply
+
+    def _learning_reads(self, request: memory_pb2.StartTurnRequest) -> dict[str, Callable[[], Awaitable[Any]]]:
+        """The learning parts StartTurn was asked for, each checked as its own RPC would be."""
+        namespace = request.namespace or "default"
+
+        def checked(method: str, read: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+            async def run() -> Any:
+                self._tenants.namespace(namespace, method)
+                return await read()
+            return run
+
+        reads: dict[str, Callable[[], Awaitable[Any]]] = {}
+        if request.with_profile:
+            reads["profile"] = checked("GetProfile", lambda: self._profiles.get(request.namespace))
+        if request.with_skills:
+            reads["skills"] = checked("ListSkills", lambda: self._skills.list(request.namespace))
+        if request.with_promoted_tools:
+            reads["promoted_tools"] = checked("ListPromotedTools", lambda: self._promoted.list(request.namespace))
+        return reads
 
     @translate_errors
     async def ListMessages(self, request, context):

@@ -1,17 +1,19 @@
 """A turn's start in one call: the transcript as it stands, the turn's first message appended
-after it, and the memories recalled for it.
+after it, the memories recalled for it, and what the turn's learning capabilities read of the
+namespace (standing instructions, skills, promoted tools).
 
-These were three calls from the agent (ListMessages, AppendMessages, Search), each a gRPC round
-trip with its serialising, token check and spans on both sides, at the start of every turn.
-Recall runs beside the transcript work and never fails the turn: a recall that fails or
-overruns its time comes back as a sentence in `recall_error`.
+These were six calls from the agent (ListMessages, AppendMessages, Search, GetProfile,
+ListSkills, ListPromotedTools), each a gRPC round trip with its serialising, token check and
+spans on both sides, at the start of every turn. Recall and the learning reads run beside the
+transcript work and never fail the turn: a recall that fails or overruns its time comes back
+as a sentence in `recall_error`, a learning part that cannot be read as one in `learning_errors`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
@@ -29,6 +31,10 @@ class Recall:
     timeout_s: float = 0.0  # 0: no bound of its own
 
 
+# A learning part's read ("profile" | "skills" | "promoted_tools"), tenant check included.
+LearningRead = Callable[[], Awaitable[Any]]
+
+
 @dataclass
 class TurnStart:
     transcript: list[TranscriptMessage]
@@ -37,6 +43,8 @@ class TurnStart:
     last_seq: int
     recalled: list[Hit] = field(default_factory=list)
     recall_error: str = ""
+    learned: dict[str, Any] = field(default_factory=dict)  # part -> what its read returned
+    learning_errors: dict[str, str] = field(default_factory=dict)  # part -> why it was not read
 
 
 async def start_turn(
@@ -46,16 +54,36 @@ async def start_turn(
     messages: Sequence[TranscriptMessage],
     page_size: int,
     recall: Recall | None,
+    learning: dict[str, LearningRead] | None = None,
 ) -> TurnStart:
     recalling = asyncio.create_task(_recall(memories, recall)) if recall is not None and recall.k > 0 else None
+    reading = {part: asyncio.create_task(_learn(part, read)) for part, read in (learning or {}).items()}
     try:
         transcript, next_after, last = await transcripts.read_then_append(session_id, messages, page_size)
     except BaseException:
-        if recalling is not None:
-            recalling.cancel()
+        for task in [recalling, *reading.values()]:
+            if task is not None:
+                task.cancel()
         raise
     hits, error = await recalling if recalling is not None else ([], "")
-    return TurnStart(transcript, next_after, last - len(messages) + 1, last, hits, error)
+    started = TurnStart(transcript, next_after, last - len(messages) + 1, last, hits, error)
+    for part, task in reading.items():
+        value, why = await task
+        if why:
+            started.learning_errors[part] = why
+        else:
+            started.learned[part] = value
+    return started
+
+
+async def _learn(part: str, read: LearningRead) -> tuple[Any, str]:
+    try:
+        return await read(), ""
+    except AgentmeshError as exc:
+        return None, exc.message
+    except Exception as exc:  # a failed read must not fail the turn's start
+        log.exception("learning read failed", part=part)
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 async def _recall(memories: Memories, recall: Recall) -> tuple[list[Hit], str]:

@@ -11,6 +11,7 @@ from agentmesh.tools.results import ToolFailure, ToolOutcome
 
 __all__ = [
     "CallContext",
+    "ChangingProvider",
     "Tool",
     "ToolFunc",
     "ToolProvider",
@@ -55,6 +56,17 @@ class Tool:
 
 class ToolProvider(Protocol):
     def tools(self) -> list[Tool]: ...
+
+
+class ChangingProvider(Protocol):
+    """A provider whose tools change while the service runs (`dynamic = True`: MCP servers,
+    remote A2A agents): asked on each look, and it calls `on_change` when they change."""
+
+    dynamic: bool
+    on_change: Callable[[], None]
+
+    def tools(self) -> list[Tool]: ...
+    def find(self, name: str) -> Tool | None: ...
 
 
 def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol, cast
 
 import structlog
 
@@ -18,7 +18,8 @@ from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.tools.background import BackgroundCommand, BackgroundCommands
-from agentmesh.tools.catalog import CallContext, Tool, ToolProvider, ToolSpec
+from agentmesh.tools.catalog import CallContext, ChangingProvider, Tool, ToolProvider, ToolSpec
+from agentmesh.tools.catalog_version import CatalogVersions
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces
 
@@ -31,6 +32,9 @@ MAX_CALL_ID_CHARS = 256
 class NamespaceTools(Protocol):
     """Tools a namespace has of its own (its MCP servers), beside everyone's."""
 
+    # Called whenever some namespace's tools change (set by ToolService).
+    on_change: Callable[[], None]
+
     async def tools(self, namespace: str) -> list[Tool]: ...
     async def find(self, namespace: str, name: str) -> Tool | None: ...
 
@@ -39,18 +43,33 @@ class ToolService:
     def __init__(self, providers: Iterable[ToolProvider], workspaces: Workspaces, max_arguments_bytes: int,
                  background: BackgroundCommands | None = None, namespaces: NamespaceTools | None = None):
         self.background = background
+        # Changes with every change of any catalog (WatchCatalog), so callers can keep listings.
+        self.versions = CatalogVersions()
+        self._namespaces: NamespaceTools | None = None
         self.namespaces = namespaces
         self._tools: dict[str, Tool] = {}
         # Providers whose catalog changes while the service runs (MCP servers): asked on each look.
-        self._dynamic = []
+        self._dynamic: list[ChangingProvider] = []
         for provider in providers:
             if getattr(provider, "dynamic", False):
-                self._dynamic.append(provider)
+                changing = cast(ChangingProvider, provider)
+                changing.on_change = self.versions.changed
+                self._dynamic.append(changing)
                 continue
             for tool in provider.tools():
                 self._tools[tool.spec.name] = tool
         self._workspaces = workspaces
         self._max_arguments_bytes = max_arguments_bytes
+
+    @property
+    def namespaces(self) -> NamespaceTools | None:
+        return self._namespaces
+
+    @namespaces.setter
+    def namespaces(self, namespaces: NamespaceTools | None) -> None:
+        self._namespaces = namespaces
+        if namespaces is not None:
+            namespaces.on_change = self.versions.changed
 
     def specs(self) -> list[ToolSpec]:
         specs = [tool.spec for tool in self._tools.values()]
@@ -67,12 +86,18 @@ class ToolService:
             specs += [tool.spec for tool in await self.namespaces.tools(namespace) if tool.spec.name not in taken]
         return specs
 
+    async def versioned_catalog(self, namespace: str = "") -> tuple[list[ToolSpec], str]:
+        """The catalog and its version, read before the listing: a change during it makes the
+        version stale, never the listing older than its version."""
+        version = self.versions.current
+        return await self.catalog(namespace), version
+
     def _find(self, name: str) -> Tool | None:
         tool = self._tools.get(name)
         for provider in self._dynamic:
             if tool is not None:
                 break
-            tool = provider.find(name)  # type: ignore[attr-defined]  # dynamic providers have find()
+            tool = provider.find(name)
         return tool
 
     async def execute(

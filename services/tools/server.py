@@ -53,8 +53,13 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def ListTools(self, request, context):
-        specs = await self._core.catalog(request.namespace)
-        return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in specs])
+        specs, version = await self._core.versioned_catalog(request.namespace)
+        return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in specs], catalog_version=version)
+
+    @translate_errors
+    async def WatchCatalog(self, request, context):
+        async for version in self._core.versions.watch():
+            yield tools_pb2.CatalogVersion(version=version)
 
     @translate_errors
     async def Execute(self, request, context):
@@ -78,7 +83,9 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         spec = request.server
         raw = {"name": spec.name, "command": spec.command, "args": list(spec.args), "url": spec.url,
                "headers": dict(spec.headers)}
-        return _server_status(await self._namespaces().add(namespace, raw))
+        status = await self._namespaces().add(namespace, raw)
+        await self._core.versions.settled()  # every agent told before the next turn can start
+        return _server_status(status)
 
     @translate_errors
     async def ListMcpServers(self, request, context):
@@ -88,6 +95,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     @translate_errors
     async def RemoveMcpServer(self, request, context):
         await self._namespaces().remove(validate_namespace(request.namespace), request.name)
+        await self._core.versions.settled()
         return tools_pb2.RemoveMcpServerResponse(removed=True)
 
     @translate_errors
@@ -242,6 +250,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
                            WorkspaceQuota(tools_settings.workspace_quota_bytes))
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files, tenants), "agentmesh.v1.Tools")
+    host.on_drain(core.versions.close)  # open WatchCatalog streams would hold the drain up
     if core.background is not None:
         host.on_stop(core.background.close)  # before the executor: stop what still runs
     if mcp_tools is not None:

@@ -90,6 +90,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # `agentmesh tools list|run` is a user's direct call; the agent runs the model's calls;
         # the gateway serves the catalog on its public API (GET /v1/tools).
         "ListTools": _allow("agent", "gateway", USERS),
+        # The agent keeps each namespace's catalog while its version holds (no listing per turn).
+        "WatchCatalog": _allow("agent"),
         "Execute": _allow("agent", USERS),
         # The gateway deletes a session's workspace with the session.
         "DeleteWorkspace": _allow("gateway"),

@@ -62,6 +62,8 @@ class A2aAgentTools:
         self._connect_timeout_s = connect_timeout_s
         self._cards: dict[str, AgentCard] = {}
         self.errors: dict[str, str] = {}
+        # Told when a card read changes the catalog (the tools service's catalog version).
+        self.on_change: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
         await asyncio.gather(*(self._refresh(name) for name in self._entries))
@@ -85,8 +87,11 @@ class A2aAgentTools:
         except Exception as exc:  # noqa: BLE001 - any failure to read the card leaves the agent unavailable
             self.errors[name] = f"cannot read the agent card at {entry.url}: {type(exc).__name__}: {exc}"
         else:
+            changed = self._cards.get(name) != card
             self._cards[name] = card
             self.errors.pop(name, None)
+            if changed:
+                self.on_change()
             return card
         log.warning("A2A agent unavailable", agent=name, error=self.errors[name])
         return None

@@ -56,6 +56,8 @@ class NamespaceServers:
         self._providers: dict[str, McpTools] = {}
         self._raw: dict[str, dict[str, dict[str, Any]]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Told when any namespace's tools change (set by the tools core: its catalog version).
+        self.on_change: Callable[[], None] = lambda: None
 
     def _file(self, namespace: str) -> Path:
         return self._store / f"{namespace}.json"
@@ -78,6 +80,7 @@ class NamespaceServers:
             if namespace not in self._providers:
                 raw = self._read(namespace)
                 provider = McpTools([], self._limits, self._cap, self._tracer)
+                provider.on_change = self._changed
                 for name, entry in raw.items():
                     try:
                         connection = self._connect(parse_entry(name, entry, self._secrets), self._root(namespace))
@@ -89,6 +92,9 @@ class NamespaceServers:
                 self._raw[namespace] = raw
                 self._providers[namespace] = provider
         return self._providers[namespace]
+
+    def _changed(self) -> None:
+        self.on_change()
 
     async def tools(self, namespace: str) -> list[Tool]:
         provider = await self.provider(namespace)

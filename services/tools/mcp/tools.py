@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from typing import Any, Callable
 
 import jsonschema
 import mcp.types as mcp_types
@@ -60,6 +60,8 @@ class McpTools:
         self._image_cap = image_cap_bytes
         self._tracer = tracer or trace.get_tracer("agentmesh.tools.mcp")
         self._tools: dict[str, Tool] = {}
+        # Told when the catalog changes (the tools service's catalog version, catalog_version.py).
+        self.on_change: Callable[[], None] = lambda: None
         for connection in connections:
             connection.on_tools_changed = self._rebuild
 
@@ -128,7 +130,10 @@ class McpTools:
                 spec = ToolSpec(name=name, description=f"[MCP server {connection.name}] {description}", parameters=schema,
                                 read_only=read_only)
                 tools[name] = Tool(spec, self._runner(connection, remote.name))
+        changed = {n: t.spec for n, t in tools.items()} != {n: t.spec for n, t in self._tools.items()}
         self._tools = tools
+        if changed:  # a reconnect that lists the same tools changes nothing
+            self.on_change()
 
     def _unavailable_tool(self, name: str, connection: McpServerConnection) -> Tool:
         async def unavailable(ctx: CallContext, arguments: dict[str, Any]) -> ToolOutcome:
