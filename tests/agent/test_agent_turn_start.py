@@ -109,3 +109,103 @@ async def test_background_results_are_not_asked_for_again_until_something_may_ha
     # Asked before step 1; not before step 2 (only `shell` ran); before step 3 (a background_run
     # ran in step 2); not before step 4.
     assert len(llm.requests) == 4 and background.asked == 2
+
+
+# --- the catalog kept between turns ---------------------------------------------------------
+
+
+class VersionedTools(FakeTools):
+    """FakeTools whose listing carries the catalog's version (as ListTools does)."""
+
+    version = "boot.0"
+    listed = 0
+
+    async def listing(self, namespace: str = ""):
+        from agentmesh.agent.tool_catalog import Listing
+
+        self.listed += 1
+        return Listing(await self.list_tools(namespace), self.version)
+
+
+async def test_the_catalog_is_listed_once_per_version_and_every_turn_while_no_version_is_known():
+    from agentmesh.agent.tool_catalog import CachedCatalog
+
+    tools = VersionedTools({"shell": answer})
+    catalog = CachedCatalog(tools.listing)
+    await catalog.tools("team")
+    await catalog.tools("team")
+    assert tools.listed == 2  # no version streamed yet: nothing is kept
+
+    catalog.version_now("boot.0")
+    assert [s.name for s in await catalog.tools("team")] == ["shell"]
+    await catalog.tools("team")
+    await catalog.tools("team")
+    assert tools.listed == 3  # kept while the version holds
+    await catalog.tools("other")
+    assert tools.listed == 4  # per namespace
+
+    tools.handlers["grep"] = answer
+    tools.version = "boot.1"
+    catalog.version_now("boot.1")  # a change: the next look lists again and sees it
+    assert [s.name for s in await catalog.tools("team")] == ["shell", "grep"]
+    await catalog.tools("team")
+    assert tools.listed == 5
+
+    catalog.version_now(None)  # the watch broke (the tools service restarts): list every time
+    await catalog.tools("team")
+    await catalog.tools("team")
+    assert tools.listed == 7
+
+
+# --- the learning reads, brought by the turn's start -----------------------------------------
+
+
+class CountingInstructions:
+    def __init__(self):
+        self.asked = 0
+
+    async def instructions(self, namespace: str):
+        from agentmesh.agent.instructions import Instructions
+
+        self.asked += 1
+        return Instructions(soul="Read from the source.")
+
+
+class LearningStarter(FakeStarter):
+    """A StartTurn that brings the standing instructions (or, `brings=False`, none: an older memory)."""
+
+    def __init__(self, *args, brings: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.brings = brings
+        self.asked_learning: list[frozenset[str]] = []
+
+    async def start(self, session_id, first, *, namespace, query, k, recall_timeout_s, learning=frozenset()):
+        from agentmesh.agent.instructions import Instructions
+        from agentmesh.agent.learning import Learned
+
+        self.asked_learning.append(learning)
+        begun = await super().start(session_id, first, namespace=namespace, query=query, k=k,
+                                    recall_timeout_s=recall_timeout_s)
+        if not self.brings:
+            return begun
+        return TurnBeginning(begun.stored, begun.memories, begun.recall_error,
+                             Learned(instructions=Instructions(soul="Brought by the turn's start.")))
+
+
+async def test_standing_instructions_come_with_the_turns_start_and_from_the_source_when_it_brings_none(http, telemetry):
+    from agentmesh.agent.learning import INSTRUCTIONS, LearningSources
+
+    transcripts, memory = FakeTranscripts(), FakeMemory()
+    source = CountingInstructions()
+    with ScriptedLLMServer([reply("ok"), reply("ok")]) as llm:
+        agent = make_agent(http, llm, FakeTools({}), transcripts, telemetry, memory=memory)
+        agent.learning = LearningSources(instructions=source, with_turn_start=True)
+        agent.turn_start = starter = LearningStarter(transcripts, memory)
+        await collect(agent.start(TurnRequest(session_id="s1", run_id="r1", message="hi")))
+        agent.turn_start = LearningStarter(transcripts, memory, brings=False)
+        await collect(agent.start(TurnRequest(session_id="s1", run_id="r2", message="hi")))
+
+    assert starter.asked_learning == [frozenset({INSTRUCTIONS})]
+    assert "Brought by the turn's start." in llm.requests[0].body["messages"][0]["content"]
+    assert "Read from the source." in llm.requests[1].body["messages"][0]["content"]
+    assert source.asked == 1  # only for the turn whose start brought nothing

@@ -81,3 +81,63 @@ async def test_only_the_agent_may_start_a_turn(memory_service):
             await memory_pb2_grpc.MemoryStub(channel).StartTurn(start("s3", "hi"))
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "only the agent service may" in err.value.details()
     assert (await memory_service.client.get_session("s3")).message_count == 0
+
+
+def as_gateway(memory_service):
+    """A channel to memory signed as the gateway (who sets profiles, skills and policies)."""
+    from agentmesh.config import Settings
+    from tests.support.identities import signed_channel
+
+    return signed_channel(Settings.from_env(memory_service.env).keys_dir, "gateway", "memory",
+                          memory_service.host.target)
+
+
+async def test_start_turn_brings_the_learning_parts_asked_for(memory_service):
+    from agentmesh.agent.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS
+    from agentmesh.v1 import learning_pb2, memory_pb2_grpc
+
+    client, stub = memory_service.client, memory_service.stub
+    await client.put_session("s4", namespace="team")
+    async with as_gateway(memory_service) as channel:
+        gateway = memory_pb2_grpc.MemoryStub(channel)
+        await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="team", part="soul", text="Be brief."))
+        await gateway.PutSkill(learning_pb2.PutSkillRequest(namespace="team", files=[learning_pb2.SkillFile(
+            path="SKILL.md", content="---\nname: deploy\ndescription: How we deploy.\n---\nRun make deploy.\n")]))
+    await client.put_promoted_tool(learning_pb2.PromotedTool(
+        namespace="team", name="double", description="Doubles.", function="double", source="def double(x: int) -> int: ...",
+        parameters_json='{"type": "object", "properties": {"x": {"type": "integer"}}}'))
+
+    plain = await stub.StartTurn(start("s4", "hi", namespace="team"))
+    assert not plain.HasField("profile") and not plain.skills and not plain.promoted_tools
+
+    asked = await stub.StartTurn(start("s4", "hi", namespace="team", with_profile=True, with_skills=True,
+                                       with_promoted_tools=True))
+    assert asked.learning_read and not asked.learning_errors
+    assert asked.profile.soul == "Be brief."
+    assert [s.name for s in asked.skills] == ["deploy"] and [t.name for t in asked.promoted_tools] == ["double"]
+
+    # The agent's adapter turns them into what the learning capabilities read.
+    begun = await GrpcTurnStart(client, "memory").start(
+        "s4", [ChatMessage(role="user", content="again")], namespace="team", query="again", k=0, recall_timeout_s=1,
+        learning=frozenset({INSTRUCTIONS, SKILLS, PROMOTED_TOOLS}))
+    assert begun.learned is not None and begun.learned.instructions is not None
+    assert begun.learned.instructions.soul == "Be brief."
+    assert [s.name for s in begun.learned.skills or []] == ["deploy"]
+    assert [t.name for t in begun.learned.promoted_tools or []] == ["double"]
+
+
+async def test_put_session_brings_the_namespace_settings_when_asked(memory_service):
+    from agentmesh.v1 import memory_pb2_grpc, sessions_pb2
+
+    async with as_gateway(memory_service) as channel:
+        stub = memory_pb2_grpc.MemoryStub(channel)
+        await stub.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
+            namespace="team", tools=common_pb2.ToolPolicy(deny=["shell"])))
+        session = sessions_pb2.Session(session_id="s5", namespace="team")
+        plain = await stub.PutSession(memory_pb2.PutSessionRequest(session=session))
+        # An existing session keeps its namespace, and the settings are that namespace's.
+        asked = await stub.PutSession(memory_pb2.PutSessionRequest(
+            session=sessions_pb2.Session(session_id="s5", namespace="other"), with_namespace_settings=True))
+    assert plain.created and not plain.HasField("namespace_settings")
+    assert not asked.created and asked.session.namespace == "team"
+    assert list(asked.namespace_settings.tools.deny) == ["shell"]
