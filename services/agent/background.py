@@ -11,13 +11,19 @@ Once an answer says none of the session's commands is running, later steps of th
 ask again until the model has started one (`background_run`) or a sub-agent (who may have):
 a command only starts through such a call, so there is nothing to collect meanwhile, and a
 tool-using turn makes one call to the tools service fewer per step. (A command started at the
-same moment by a person with `agentmesh tools run` is collected at the next turn's start.)"""
+same moment by a person with `agentmesh tools run` is collected at the next turn's start.)
+
+The first step's ask is made in `load`, beside the turn's start (StartTurn), rather than after
+it, so it adds no wait before the first model call. What it collected is shown at step 1; a turn
+that ends before any step (a rejected plan, a failure) persists it as the same system message,
+so the next turn's history has it: a result is handed over once and never dropped."""
 
 from __future__ import annotations
 
 from agentmesh.agent.context import clip
 from agentmesh.agent.subagents import DELEGATE_TASK
 from agentmesh.agent.turn import Capability
+from agentmesh.agent.ports import BackgroundCheck
 from agentmesh.agent.types import BackgroundDone, BackgroundResultEvent, ChatMessage, StatusEvent
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
@@ -50,36 +56,58 @@ def may_have_started(messages: list[ChatMessage]) -> bool:
 class BackgroundResults(Capability):
     # Where in the turn's messages the last answer said nothing runs; None: not known to be quiet.
     _quiet_from: int | None = None
+    # The first step's answer, asked for in `load`; None once used (or when the ask failed).
+    _first: BackgroundCheck | None = None
 
     def _offered(self) -> bool:
         return self.ctx.agent.background is not None and any(t.name == BACKGROUND_RUN for t in self.ctx.tools)
 
-    async def before_step(self, step: int, turn: list[ChatMessage]) -> None:
+    async def load(self) -> None:
         background = self.ctx.agent.background
-        if background is None or not self._offered():
-            return
-        if self._quiet_from is not None and not may_have_started(turn[self._quiet_from:]):
+        if background is None:
             return
         try:
-            check = await background.take_finished(self.ctx.request.session_id)
+            self._first = await background.take_finished(self.ctx.request.session_id)
         except AgentmeshError as exc:
             log.warning("background results unavailable", error=exc.message)
-            self._quiet_from = None
+
+    async def before_step(self, step: int, turn: list[ChatMessage]) -> None:
+        background = self.ctx.agent.background
+        first, self._first = self._first, None
+        if background is None or (not self._offered() and not (first and first.finished)):
             return
+        if first is not None:
+            check = first
+        else:
+            if self._quiet_from is not None and not may_have_started(turn[self._quiet_from:]):
+                return
+            try:
+                check = await background.take_finished(self.ctx.request.session_id)
+            except AgentmeshError as exc:
+                log.warning("background results unavailable", error=exc.message)
+                self._quiet_from = None
+                return
         finished = check.finished
         if not finished:
             self._quiet_from = len(turn) if check.running == 0 else None
             return
-        limit = self.ctx.settings.tool_output_chars
         for done in finished:
             self.ctx.emit(BackgroundResultEvent(done))
             self.ctx.emit(StatusEvent(f"background command {done.id} ended ({done.status}); "
                                       "its result goes to the model"))
-        await self.ctx.inject([ChatMessage(role="system", content="\n\n".join(note(d, limit) for d in finished),
-                                           run_id=self.ctx.request.run_id)])
+        await self.ctx.inject([self._message(finished)])
         self._quiet_from = len(turn) if check.running == 0 else None
 
+    def _message(self, finished: list[BackgroundDone]) -> ChatMessage:
+        limit = self.ctx.settings.tool_output_chars
+        return ChatMessage(role="system", content="\n\n".join(note(d, limit) for d in finished),
+                           run_id=self.ctx.request.run_id)
+
     async def after_turn(self, stop_reason: str) -> None:
+        first, self._first = self._first, None
+        if first is not None and first.finished:
+            # Collected at the start, but the turn ended before its first step: keep them for the next.
+            await self.ctx.persist([self._message(first.finished)])
         background = self.ctx.agent.background
         if stop_reason != "cancelled" or background is None or not self._offered():
             return

@@ -18,7 +18,9 @@ loses nothing already done; `context.repair` fills in results a crash or cancel 
 
 What plugs into a turn (deep work, compaction, sub-agents, the memory tools, …) is a capability
 (turn.py): the loop builds a `TurnContext`, asks `capabilities.for_turn` which capabilities apply,
-and calls their hooks at fixed points. The turn's state lives here and nowhere else.
+and calls their hooks at fixed points. The turn's state lives here and nowhere else; what it
+reads before its first step — transcript, recall, catalog, the capabilities' `load` — is
+turn_start.py's.
 """
 
 from __future__ import annotations

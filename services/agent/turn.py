@@ -6,8 +6,9 @@ settings, the running usage, and five actions (`emit`, `call_model`, `persist`, 
 — and the loop calls its hooks at fixed points:
 
     load()                          once, as the turn starts, at the same time as the loop's own
-                                    start-up reads (history, tool catalog, recall): the
-                                    capability's own reads (standing instructions, skills)
+                                    start-up reads (turn_start.py: history, tool catalog,
+                                    recall): the capability's own reads (standing instructions,
+                                    skills — served from what StartTurn brought, learning.py)
     prepare_history(history)        once, before anything else: the history the turn starts from
     before_first_call(turn)         once, before the first tool-using step; may return `Stop`
     before_step(step, turn)         before each tool-using step (from 1)

@@ -209,3 +209,44 @@ async def test_standing_instructions_come_with_the_turns_start_and_from_the_sour
     assert "Brought by the turn's start." in llm.requests[0].body["messages"][0]["content"]
     assert "Read from the source." in llm.requests[1].body["messages"][0]["content"]
     assert source.asked == 1  # only for the turn whose start brought nothing
+
+
+class FinishedBackground(CountingBackground):
+    """One background command ended before the turn, handed over on the first ask."""
+
+    async def take_finished(self, session_id: str) -> BackgroundCheck:
+        from agentmesh.agent.types import BackgroundDone, ToolOutcome
+
+        self.asked += 1
+        if self.asked > 1:
+            return BackgroundCheck([], running=0)
+        done = BackgroundDone(id="bg1", command="make build", status="finished", seconds=3.0,
+                              result=ToolOutcome(call_id="bg1", name="background_run", output="built", exit_code=0))
+        return BackgroundCheck([done], running=0)
+
+
+async def test_background_results_are_collected_beside_the_start_and_kept_when_the_turn_ends_before_a_step(
+        http, telemetry):
+    from agentmesh.errors import Unavailable
+
+    class FailingStarter(FakeStarter):
+        async def start(self, *args, **kwargs):
+            raise Unavailable("the memory service at 127.0.0.1:1 is not answering")
+
+    tools = FakeTools({"shell": answer, "background_run": answer})
+    transcripts, memory = FakeTranscripts(), FakeMemory()
+    with ScriptedLLMServer([reply("seen")]) as llm:
+        agent = make_agent(http, llm, tools, transcripts, telemetry, memory=memory)
+        agent.background = background = FinishedBackground()
+        agent.turn_start = FailingStarter(transcripts, memory)
+        await collect(agent.start(TurnRequest(session_id="s1", run_id="r1", message="go")))
+        # The turn failed before its first step: what was collected is in the transcript.
+        kept = [m.content for m in transcripts.history["s1"] if m.role == "system"]
+        assert len(kept) == 1 and "make build" in kept[0] and "built" in kept[0]
+
+        agent.background = background = FinishedBackground()
+        agent.turn_start = FakeStarter(transcripts, memory)
+        await collect(agent.start(TurnRequest(session_id="s2", run_id="r2", message="go")))
+    # Shown to the first step's model call, from the one ask made beside the turn's start.
+    assert background.asked == 1
+    assert any("make build" in m["content"] for m in llm.requests[0].body["messages"] if m["role"] == "system")
