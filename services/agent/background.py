@@ -21,9 +21,9 @@ so the next turn's history has it: a result is handed over once and never droppe
 from __future__ import annotations
 
 from agentmesh.agent.context import clip
+from agentmesh.agent.ports import BackgroundCheck
 from agentmesh.agent.subagents import DELEGATE_TASK
 from agentmesh.agent.turn import Capability
-from agentmesh.agent.ports import BackgroundCheck
 from agentmesh.agent.types import BackgroundDone, BackgroundResultEvent, ChatMessage, StatusEvent
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
