@@ -184,18 +184,66 @@ class GrpcBackgroundCommands:
 # --- memory ---------------------------------------------------------------------------------
 
 
+class UsageOutbox:
+    """Usage records waiting for their session's next transcript append to carry them.
+
+    A model call's record is written as soon as the call ends (usage_log.py), and the loop
+    persists the step that call produced right after: sent with that append, the record costs
+    no round trip of its own (two fewer calls to memory in a tool-using turn). A record no
+    append takes within `wait_s` — a call whose output is not persisted — is sent on its own
+    (RecordUsage), as is one the append could not record."""
+
+    def __init__(self, wait_s: float = 0.02):
+        self._wait_s = wait_s
+        self._waiting: dict[str, list[tuple[UsageEntry, asyncio.Future[bool]]]] = {}
+
+    async def carried(self, entry: UsageEntry) -> bool:
+        """Whether an append recorded `entry` (False: send it yourself)."""
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(entry.session_id, [])
+        waiting.append((entry, answer))
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), self._wait_s)
+        except TimeoutError:
+            if (entry, answer) in waiting:
+                waiting.remove((entry, answer))
+                if not waiting:
+                    self._waiting.pop(entry.session_id, None)
+                return False
+            return await answer  # an append took it meanwhile: its answer
+
+    def take(self, session_id: str) -> list[tuple[UsageEntry, "asyncio.Future[bool]"]]:
+        """The session's waiting records, for an append to carry; their answers are its to give."""
+        waiting = self._waiting.pop(session_id, [])
+        taken = list(waiting)
+        waiting.clear()  # a waiter that times out now finds its record taken and awaits the answer
+        return taken
+
+
+def usage_to_proto(entry: UsageEntry) -> memory_pb2.UsageRecord:
+    u = entry.usage
+    return memory_pb2.UsageRecord(
+        id=entry.id, at=entry.at, session_id=entry.session_id, run_id=entry.run_id, namespace=entry.namespace,
+        model_name=entry.model_name, model=entry.model, provider=entry.provider, input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens, cached_input_tokens=u.cached_input_tokens, fallback=entry.fallback,
+        purpose=entry.purpose, root_session_id=entry.root_session_id,
+    )
+
+
 class GrpcTranscripts:
     """Transcripts on the memory service. An append that finds memory away (restarting, a
     replica gone) is retried until it is saved or `save_within_s` has passed: the loop shows a
     step to the client only once it is saved, so a short outage delays the turn instead of
-    failing it, and a long one fails it before anything unsaved is shown."""
+    failing it, and a long one fails it before anything unsaved is shown. An append carries the
+    session's usage records waiting in `outbox` (UsageOutbox)."""
 
     RETRY_FIRST_S = 0.1
     RETRY_MAX_S = 1.0
 
-    def __init__(self, client: MemoryClient, *, save_within_s: float = 30.0):
+    def __init__(self, client: MemoryClient, *, save_within_s: float = 30.0, outbox: UsageOutbox | None = None):
         self._client = client  # its errors already name the memory service and its address
         self._save_within_s = save_within_s
+        self._outbox = outbox
 
     async def load(self, session_id: str) -> list[ChatMessage]:
         try:
@@ -205,6 +253,25 @@ class GrpcTranscripts:
         return [message_from_proto(m) for m in messages]
 
     async def append(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
+        carried: list[tuple[UsageEntry, asyncio.Future[bool]]] = []
+        if self._outbox is not None:
+            # The model call that produced these messages started writing its usage record just
+            # before (a task): let it reach the outbox, so this append carries it.
+            await asyncio.sleep(0)
+            carried = self._outbox.take(session_id)
+        try:
+            usage_error = await self._append(session_id, messages, [usage_to_proto(e) for e, _ in carried])
+        except BaseException:
+            usage_error = "the append failed"
+            raise
+        finally:
+            for _, answer in carried:
+                if not answer.done():
+                    answer.set_result(not usage_error)
+
+    async def _append(self, session_id: str, messages: Sequence[ChatMessage],
+                      usage: Sequence[memory_pb2.UsageRecord]) -> str:
+        """Append (retried while memory is away); why `usage` was not recorded ('' when it was)."""
         batch = [message_to_proto(m) for m in messages]
         delay = self.RETRY_FIRST_S
         last: AgentmeshError | None = None
@@ -212,8 +279,11 @@ class GrpcTranscripts:
             async with asyncio.timeout(self._save_within_s):
                 while True:
                     try:
-                        await self._client.append_messages(session_id, batch)
-                        return
+                        if not usage:
+                            await self._client.append_messages(session_id, batch)
+                            return ""
+                        reply = await self._client.append_with_usage(session_id, batch, usage)
+                        return reply.usage_error
                     except Unavailable as exc:
                         last = exc
                     await asyncio.sleep(delay)
@@ -335,16 +405,14 @@ class GrpcLongTermMemory:
 
 
 class GrpcUsageLog:
-    """The usage ledger on the memory service (usage_log.py); one record per model call."""
+    """The usage ledger on the memory service (usage_log.py); one record per model call, sent
+    with the session's next transcript append when one comes at once (UsageOutbox), else alone."""
 
-    def __init__(self, client: MemoryClient):
+    def __init__(self, client: MemoryClient, outbox: UsageOutbox | None = None):
         self._client = client
+        self._outbox = outbox
 
     async def record(self, entry: UsageEntry) -> None:
-        u = entry.usage
-        await self._client.record_usage([memory_pb2.UsageRecord(
-            id=entry.id, at=entry.at, session_id=entry.session_id, run_id=entry.run_id, namespace=entry.namespace,
-            model_name=entry.model_name, model=entry.model, provider=entry.provider, input_tokens=u.input_tokens,
-            output_tokens=u.output_tokens, cached_input_tokens=u.cached_input_tokens, fallback=entry.fallback,
-            purpose=entry.purpose, root_session_id=entry.root_session_id,
-        )])
+        if self._outbox is not None and await self._outbox.carried(entry):
+            return
+        await self._client.record_usage([usage_to_proto(entry)])

@@ -20,6 +20,7 @@ from agentmesh.agent.adapters import (
     GrpcTranscripts,
     GrpcTurnStart,
     GrpcUsageLog,
+    UsageOutbox,
 )
 from agentmesh.agent.learning import LearningSources
 from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
@@ -270,19 +271,21 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
     catalog = CachedCatalog(tools.listing)
     catalog_watch = CatalogWatch(tools_channel, catalog)
+    # A model call's usage record rides on the append of the step it produced.
+    usage_outbox = UsageOutbox()
     agent = Agent(
         models=named,
         provider=provider,
         tools=tools,
         catalog=catalog,
-        transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s),
+        transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s, outbox=usage_outbox),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
         model=settings.llm.model_name,
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target),
-        usage_log=GrpcUsageLog(memory_client),
+        usage_log=GrpcUsageLog(memory_client, usage_outbox),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),

@@ -81,6 +81,13 @@ class MemoryClient:
         )
         return reply.last_seq
 
+    async def append_with_usage(self, session_id: str, messages: Sequence[common_pb2.Message],
+                                usage: Sequence[memory_pb2.UsageRecord]) -> memory_pb2.AppendMessagesResponse:
+        """As append_messages, with usage records recorded in the same call (`usage_error` says
+        why they were not; the messages are appended all the same)."""
+        request = memory_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages), usage=list(usage))
+        return await self._call(self.stub.AppendMessages, request)
+
     async def list_messages(
         self, session_id: str, *, after_seq: int = 0, page_size: int = 0
     ) -> tuple[list[common_pb2.Message], int]:

@@ -8,6 +8,7 @@ from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
+from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.memory.convert import (
     filter_from_proto,
@@ -99,7 +100,18 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
             last = await self._transcripts.append_messages(request.session_id, messages)
-        return memory_pb2.AppendMessagesResponse(last_seq=last)
+        reply = memory_pb2.AppendMessagesResponse(last_seq=last)
+        if request.usage:
+            # After the append, which has happened whatever becomes of these: a refused or
+            # failed record is a sentence for the caller to act on, never a failed append.
+            try:
+                await self._usage.record(_usage_records(request.usage))
+            except AgentmeshError as exc:
+                reply.usage_error = exc.message
+            except Exception as exc:
+                log.exception("usage records sent with an append not recorded")
+                reply.usage_error = f"{type(exc).__name__}: {exc}"
+        return reply
 
     @translate_errors
     async def UpdateSession(self, request, context):
@@ -246,16 +258,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def RecordUsage(self, request, context):
-        records = [
-            UsageRecord(
-                id=r.id, at=r.at, session_id=r.session_id, run_id=r.run_id, namespace=r.namespace,
-                model_name=r.model_name, model=r.model, provider=r.provider, input_tokens=r.input_tokens,
-                output_tokens=r.output_tokens, cached_input_tokens=r.cached_input_tokens, fallback=r.fallback,
-                purpose=r.purpose, root_session_id=r.root_session_id,
-            )
-            for r in request.records
-        ]
-        return memory_pb2.RecordUsageResponse(recorded=await self._usage.record(records))
+        return memory_pb2.RecordUsageResponse(recorded=await self._usage.record(_usage_records(request.records)))
 
     @translate_errors
     async def SumUsage(self, request, context):
@@ -356,6 +359,18 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         self._tenants.namespace(request.namespace or "default", "ListReflections")
         runs = await self._reflections.list(request.namespace, request.session_id, request.limit)
         return learning_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
+
+
+def _usage_records(records) -> list[UsageRecord]:
+    return [
+        UsageRecord(
+            id=r.id, at=r.at, session_id=r.session_id, run_id=r.run_id, namespace=r.namespace,
+            model_name=r.model_name, model=r.model, provider=r.provider, input_tokens=r.input_tokens,
+            output_tokens=r.output_tokens, cached_input_tokens=r.cached_input_tokens, fallback=r.fallback,
+            purpose=r.purpose, root_session_id=r.root_session_id,
+        )
+        for r in records
+    ]
 
 
 def _run_to_dict(run: learning_pb2.ReflectionRun) -> dict:

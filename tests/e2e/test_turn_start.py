@@ -2,7 +2,8 @@
 
 - the gateway's pre-turn reads are one call (PutSession returns the namespace's settings), the
   agent's are one call to memory (StartTurn brings the transcript, recall, standing
-  instructions, skills and promoted tools) and, once per catalog version, one ListTools;
+  instructions, skills and promoted tools) and, once per catalog version, one ListTools; the
+  model calls' usage records travel with the appends;
 - the catalog the agent keeps follows every change: a namespace's MCP server added or removed,
   a server's `list_changed`; and settings changed through the API apply to the next turn.
 
@@ -56,9 +57,12 @@ async def test_a_turn_reads_what_it_needs_in_one_call_to_memory_and_lists_the_ca
     async with Stack(home, llm_base_url=llm.base_url) as stack:
         gateway = stack.gateway_stub()
         for n in range(3):
-            llm.add(reply("", tool_call("shell", {"command": "true"}, id=f"c{n}")), reply("done"))
+            llm.add(reply("", tool_call("shell", {"command": "true"}, id=f"c{n}"), usage=(10, 1)), reply("done", usage=(20, 2)))
             events = await chat(gateway, "s1", f"turn {n}")
             trace_ids.append(of_kind(events, "run_finished")[0].trace_id)
+        # Every model call's usage is in the ledger when the turn ends, though none was sent alone.
+        ledger = await gateway.GetUsage(gateway_pb2.GetUsageRequest(range="all"), timeout=10)
+        assert (ledger.total.calls, ledger.total.input_tokens, ledger.total.output_tokens) == (6, 90, 9)
     calls = server_calls(home)  # the stack is stopped: every span exported
     for n, trace_id in enumerate(trace_ids):
         served = calls[trace_id]
@@ -67,6 +71,8 @@ async def test_a_turn_reads_what_it_needs_in_one_call_to_memory_and_lists_the_ca
         # The first turn lists the catalog; the next ones keep it (nothing changed).
         assert served.count("ListTools") == (1 if n == 0 else 0), (n, served)
         assert served.count("Execute") == 1 and served.count("AppendMessages") == 3, served
+        # Each model call's usage record rides on the append of the step it produced.
+        assert "RecordUsage" not in served, served
 
 
 async def test_settings_changed_through_the_api_apply_to_the_next_turn(tmp_path, llm):

@@ -141,3 +141,26 @@ async def test_put_session_brings_the_namespace_settings_when_asked(memory_servi
     assert plain.created and not plain.HasField("namespace_settings")
     assert not asked.created and asked.session.namespace == "team"
     assert list(asked.namespace_settings.tools.deny) == ["shell"]
+
+
+async def test_an_append_records_the_usage_sent_with_it_and_a_bad_record_never_fails_the_append(memory_service):
+    from agentmesh.v1 import memory_pb2_grpc
+
+    client = memory_service.client
+    await client.put_session("s6")
+
+    def record(id_: str, tokens: int) -> memory_pb2.UsageRecord:
+        return memory_pb2.UsageRecord(id=id_, at=1_900_000_000.0, session_id="s6", run_id="r1", namespace="default",
+                                      model_name="default", model="m", provider="openai", input_tokens=tokens,
+                                      output_tokens=1)
+
+    reply = await client.append_with_usage("s6", [user("one")], [record("r1.a", 10), record("r1.b", 20)])
+    assert reply.last_seq == 1 and reply.usage_error == ""
+    bad = await client.append_with_usage("s6", [user("two")], [record("r1.c", -5)])
+    assert bad.last_seq == 2 and "input_tokens must be between 0" in bad.usage_error
+    stored, _ = await client.list_messages("s6")
+    assert [m.content for m in stored] == ["one", "two"]  # appended either way
+
+    async with as_gateway(memory_service) as channel:
+        sums = await memory_pb2_grpc.MemoryStub(channel).SumUsage(memory_pb2.SumUsageRequest(group_by="session"))
+    assert [(s.key, s.calls, s.input_tokens) for s in sums.sums] == [("s6", 2, 30)]
