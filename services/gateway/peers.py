@@ -115,6 +115,8 @@ class AgentClient:
         self._target = target
 
     async def _connected(self) -> None:
+        if self._channel.get_state() == grpc.ChannelConnectivity.READY:
+            return  # the usual case: no waiter task and timer for every turn
         try:
             await asyncio.wait_for(self._channel.channel_ready(), self.CONNECT_WAIT_S)
         except TimeoutError:
