@@ -47,7 +47,10 @@ _SERVER_OPTIONS = [
 ]
 
 
-_TRACED_METHODS = filters.negate(filters.any_of(filters.health_check(), filters.service_prefix("grpc.reflection")))
+# Not traced: probes, reflection, and the agent's catalog watch (one stream for the service's
+# lifetime, part of no turn: its span would be a trace of its own, hours long).
+_TRACED_METHODS = filters.negate(filters.any_of(filters.health_check(), filters.service_prefix("grpc.reflection"),
+                                                filters.full_method_name("/agentmesh.v1.Tools/WatchCatalog")))
 
 
 class PortInUse(RuntimeError):
