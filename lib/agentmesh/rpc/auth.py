@@ -156,6 +156,11 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "RemovePromotedTool": _allow("gateway", USERS),
         # Reflection: the agent reads and records each session's cursor and runs; users read
         # the history (`agentmesh reflect history`).
+        # A namespace's own MCP servers: the tools service registers them (after checking them)
+        # and every tools replica reads them when the namespace's version moved.
+        "ListMcpRegistrations": _allow("tools"),
+        "PutMcpRegistration": _allow("tools"),
+        "RemoveMcpRegistration": _allow("tools"),
         "GetReflectionState": _allow("agent"),
         "RecordReflection": _allow("agent"),
         "ListReflections": _allow("agent", "gateway", USERS),
