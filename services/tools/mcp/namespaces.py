@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 from opentelemetry import trace
 
 from agentmesh.config import ConfigError
-from agentmesh.errors import AgentmeshError, AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from agentmesh.errors import AgentmeshError, AlreadyExists, FailedPrecondition, InvalidArgument
 from agentmesh.logs import get_logger
 from agentmesh.tools.catalog import Tool
 from agentmesh.tools.mcp.config import McpServerEntry, parse_entry

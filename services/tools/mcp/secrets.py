@@ -84,13 +84,14 @@ class SecretSource:
 
     def _missing_where(self, name: str) -> str:
         if self.namespace is None:
-            looked = f"the file {Path(self.directory) / name} does not hold" if self.directory else \
-                "no AGENTMESH_MCP_SECRETS_DIR holds"
+            looked = f"there is no file {Path(self.directory) / name}" if self.directory else \
+                "no AGENTMESH_MCP_SECRETS_DIR is mounted"
             return f"is not set: {looked}, and {SECRET_ENV_PREFIX}{name} is not in the tools service's environment"
         if not self.directory:
             return (f"namespace {self.namespace!r} does not have: no secrets are mounted for namespaces "
                     "(AGENTMESH_MCP_SECRETS_DIR is not set)")
-        return f"namespace {self.namespace!r} does not have (no file {self._where(name) or '(none)'})"
+        where = self._where(name)
+        return f"namespace {self.namespace!r} does not have" + (f" (there is no file {where})" if where else "")
 
 
 def resolve_values(server: str, key: str, values: Mapping[str, Any], source: SecretSource) -> dict[str, Any]:
