@@ -8,6 +8,7 @@ from structlog.contextvars import bound_contextvars
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
+from agentmesh.memory.a2a_tasks import A2aTasks
 from agentmesh.memory.convert import (
     filter_from_proto,
     memory_to_proto,
@@ -46,9 +47,11 @@ log = get_logger("agentmesh.memory")
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
-                 usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None):
+                 usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
+                 a2a_tasks: A2aTasks | None = None):
         self._transcripts = transcripts
         self._mcp = mcp_registry
+        self._a2a_tasks = a2a_tasks
         self._memories = memories
         self._namespaces = namespaces
         self._profiles = profiles
@@ -355,6 +358,26 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         version = await self._registry().remove(request.namespace, request.name)
         return await self._registrations(request.namespace, version)
 
+    # --- A2A tasks (a2a_tasks.py) ---
+
+    def _tasks(self) -> A2aTasks:
+        if self._a2a_tasks is None:
+            raise FailedPrecondition("this memory service keeps no A2A tasks")
+        return self._a2a_tasks
+
+    @translate_errors
+    async def PutA2aTask(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutA2aTask")
+        created = await self._tasks().put(request.namespace, request.task_id, request.task_json)
+        return memory_pb2.PutA2aTaskResponse(created=created)
+
+    @translate_errors
+    async def GetA2aTask(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetA2aTask")
+        task_json, updated_at = await self._tasks().get(request.namespace, request.task_id)
+        return memory_pb2.A2aTaskRecord(namespace=request.namespace or "default", task_id=request.task_id,
+                                        task_json=task_json, updated_at=updated_at)
+
 
 def _registration_to_proto(s: McpRegistration) -> memory_pb2.McpRegistration:
     return memory_pb2.McpRegistration(name=s.name, command=s.command, args=list(s.args), url=s.url,
@@ -424,7 +447,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                        Skills(documents, SkillLimits()),
                        PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                        Reflections(documents), UsageLedger(store), host.audit,
-                       mcp_registry=McpRegistry(documents, namespaces)),
+                       mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents)),
         "agentmesh.v1.Memory",
     )
 

@@ -140,3 +140,27 @@ async def test_mcp_registrations_are_kept_per_namespace_move_its_version_and_sur
         await registry.remove("team-a", "docs")
     servers, version = await registry.list("team-a")
     assert version == third and [s.name for s in servers] == ["time"]
+
+
+async def test_a2a_tasks_are_kept_per_namespace_up_to_their_bound(documents_factory):
+    """The gateways' A2A tasks (a2a_tasks.py) on each adapter: read back by id in their namespace
+    only, replaced in place, the oldest forgotten past the bound."""
+    from agentmesh.errors import InvalidArgument, NotFound
+    from agentmesh.memory.a2a_tasks import A2aTasks
+
+    store, documents = await documents_factory()
+    tasks = A2aTasks(documents, max_tasks=3)
+    assert await tasks.put("team-a", "t1", '{"id": "t1", "status": {"state": "TASK_STATE_SUBMITTED"}}') is True
+    assert await tasks.put("team-a", "t1", '{"id": "t1", "status": {"state": "TASK_STATE_COMPLETED"}}') is False
+    assert "COMPLETED" in (await tasks.get("team-a", "t1"))[0]
+    with pytest.raises(NotFound):
+        await tasks.get("team-b", "t1")
+    for task_id in ("t2", "t3", "t4"):
+        await tasks.put("team-a", task_id, "{}")
+    with pytest.raises(NotFound, match="has no A2A task 't1'"):
+        await tasks.get("team-a", "t1")  # the oldest, past the bound of 3
+    store, documents = await documents_factory.reopen(store)
+    tasks = A2aTasks(documents, max_tasks=3)
+    assert [(await tasks.get("team-a", t))[0] for t in ("t2", "t3", "t4")] == ["{}"] * 3
+    with pytest.raises(InvalidArgument):
+        await tasks.put("team-a", "../x", "{}")

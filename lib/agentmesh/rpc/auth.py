@@ -161,6 +161,9 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListMcpRegistrations": _allow("tools"),
         "PutMcpRegistration": _allow("tools"),
         "RemoveMcpRegistration": _allow("tools"),
+        # A2A tasks: each gateway replica's a2a-sdk task store writes through and reads back.
+        "PutA2aTask": _allow("gateway"),
+        "GetA2aTask": _allow("gateway"),
         "GetReflectionState": _allow("agent"),
         "RecordReflection": _allow("agent"),
         "ListReflections": _allow("agent", "gateway", USERS),
