@@ -109,6 +109,9 @@ class TurnRequest:
     # at all (every policy must allow a tool); sub-agents inherit both.
     permission_mode: str = ""
     tool_policies: tuple[ToolPolicy, ...] = ()
+    # The namespace's mcp_servers_version as the gateway read it (None: not known), passed to the
+    # tools service so that a replica which has that version reads nothing more.
+    mcp_servers_version: float | None = None
 
 
 class Agent:
@@ -506,4 +509,5 @@ class TurnRun:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
         # A sub-agent's tools work in its root session's workspace, so files are shared.
-        return await self.agent.tools.execute(subagents.workspace_of(self.request), call, self.request.namespace)
+        return await self.agent.tools.execute(subagents.workspace_of(self.request), call, self.request.namespace,
+                                              mcp_version=self.request.mcp_servers_version)

@@ -8,12 +8,19 @@ The tools service gives its catalog a version that changes with each of those an
 listed at is the last one streamed. No version known — the watch not (yet) open, or broken
 while the tools service restarts — means no keeping: every turn lists, as before.
 
+A namespace's own MCP servers are registered with the memory service, which moves the
+namespace's `mcp_servers_version` with each change; a turn knows it (the gateway reads it with
+the tool policy) and passes it to ListTools, so that a tools replica which has not seen the
+change yet reads it first. A listing is therefore kept per (catalog version, namespace's
+mcp_servers_version): a server added through another tools replica is listed by the next turn
+too.
+
 Promoted tools and skills are not the tools service's: they come with the turn's start from
 memory (turn_start.py), so they are never stale either.
 
-    catalog = CachedCatalog(lister)      # lister(namespace) -> (specs, version)
-    catalog.version_now(v)               # from the watch; None when it broke
-    specs = await catalog.tools("team")  # listed once per version
+    catalog = CachedCatalog(lister)           # lister(namespace, mcp_version) -> Listing
+    catalog.version_now(v)                    # from the watch; None when it broke
+    specs = await catalog.tools("team", 3.0)  # listed once per version
 """
 
 from __future__ import annotations
@@ -33,7 +40,13 @@ class Listing:
     version: str  # "": a tools service that gives none (never kept)
 
 
-Lister = Callable[[str], Awaitable[Listing]]
+Lister = Callable[[str, "float | None"], Awaitable[Listing]]
+
+
+@dataclass(frozen=True)
+class _Kept:
+    listing: Listing
+    mcp_version: float | None  # the namespace's mcp_servers_version it was listed for
 
 
 class CachedCatalog:
@@ -43,7 +56,7 @@ class CachedCatalog:
     def __init__(self, lister: Lister):
         self._lister = lister
         self._version: str | None = None  # the last one the watch streamed
-        self._kept: OrderedDict[str, Listing] = OrderedDict()
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
 
     def version_now(self, version: str | None) -> None:
         """The catalog's version as the tools service streams it; None: not known (no watch)."""
@@ -51,15 +64,18 @@ class CachedCatalog:
         if version is None:
             self._kept.clear()
 
-    async def tools(self, namespace: str) -> list[ToolSpec]:
+    async def tools(self, namespace: str, mcp_version: float | None = None) -> list[ToolSpec]:
+        """`mcp_version`: the namespace's mcp_servers_version as the turn knows it (None: unknown,
+        never kept)."""
         kept = self._kept.get(namespace)
-        if kept is not None and self._version is not None and kept.version == self._version:
+        if (kept is not None and self._version is not None and kept.listing.version == self._version
+                and mcp_version is not None and kept.mcp_version == mcp_version):
             self._kept.move_to_end(namespace)
-            return list(kept.specs)
-        listing = await self._lister(namespace)
-        if listing.version and self._version is not None:
+            return list(kept.listing.specs)
+        listing = await self._lister(namespace, mcp_version)
+        if listing.version and self._version is not None and mcp_version is not None:
             # Kept even when newer than the watch's (its message is on the way): it then matches.
-            self._kept[namespace] = listing
+            self._kept[namespace] = _Kept(listing, mcp_version)
             self._kept.move_to_end(namespace)
             while len(self._kept) > self.MAX_NAMESPACES:
                 self._kept.popitem(last=False)

@@ -147,11 +147,11 @@ class TurnStartup:
     # --- the tool catalog ---------------------------------------------------------------------
 
     async def _list_tools(self) -> None:
-        namespace = self._request.namespace
+        namespace, mcp_version = self._request.namespace, self._request.mcp_servers_version
         try:
             catalog = self._agent.catalog
-            self.remote_tools = await (catalog.tools(namespace) if catalog is not None
-                                       else self._agent.tools.list_tools(namespace))
+            self.remote_tools = await (catalog.tools(namespace, mcp_version) if catalog is not None
+                                       else self._agent.tools.list_tools(namespace, mcp_version=mcp_version))
             self.remote_catalog_known = True
         except AgentmeshError as exc:
             log.warning("tool catalog unavailable", error=exc.message)

@@ -120,11 +120,11 @@ class VersionedTools(FakeTools):
     version = "boot.0"
     listed = 0
 
-    async def listing(self, namespace: str = ""):
+    async def listing(self, namespace: str = "", mcp_version: float | None = None):
         from agentmesh.agent.tool_catalog import Listing
 
         self.listed += 1
-        return Listing(await self.list_tools(namespace), self.version)
+        return Listing(await self.list_tools(namespace, mcp_version=mcp_version), self.version)
 
 
 async def test_the_catalog_is_listed_once_per_version_and_every_turn_while_no_version_is_known():
@@ -132,29 +132,38 @@ async def test_the_catalog_is_listed_once_per_version_and_every_turn_while_no_ve
 
     tools = VersionedTools({"shell": answer})
     catalog = CachedCatalog(tools.listing)
-    await catalog.tools("team")
-    await catalog.tools("team")
+    await catalog.tools("team", 0.0)
+    await catalog.tools("team", 0.0)
     assert tools.listed == 2  # no version streamed yet: nothing is kept
 
     catalog.version_now("boot.0")
-    assert [s.name for s in await catalog.tools("team")] == ["shell"]
-    await catalog.tools("team")
-    await catalog.tools("team")
+    assert [s.name for s in await catalog.tools("team", 0.0)] == ["shell"]
+    await catalog.tools("team", 0.0)
+    await catalog.tools("team", 0.0)
     assert tools.listed == 3  # kept while the version holds
-    await catalog.tools("other")
+    await catalog.tools("other", 0.0)
     assert tools.listed == 4  # per namespace
 
     tools.handlers["grep"] = answer
     tools.version = "boot.1"
     catalog.version_now("boot.1")  # a change: the next look lists again and sees it
-    assert [s.name for s in await catalog.tools("team")] == ["shell", "grep"]
-    await catalog.tools("team")
+    assert [s.name for s in await catalog.tools("team", 0.0)] == ["shell", "grep"]
+    await catalog.tools("team", 0.0)
     assert tools.listed == 5
 
+    # The namespace's own MCP servers changed (through another tools replica, say): the turn
+    # knows a newer mcp_servers_version, so it lists again; a turn that knows none never keeps.
+    await catalog.tools("team", 1.0)
+    await catalog.tools("team", 1.0)
+    assert tools.listed == 6
+    await catalog.tools("team")
+    await catalog.tools("team")
+    assert tools.listed == 8
+
     catalog.version_now(None)  # the watch broke (the tools service restarts): list every time
-    await catalog.tools("team")
-    await catalog.tools("team")
-    assert tools.listed == 7
+    await catalog.tools("team", 1.0)
+    await catalog.tools("team", 1.0)
+    assert tools.listed == 10
 
 
 # --- the learning reads, brought by the turn's start -----------------------------------------
