@@ -19,11 +19,14 @@ The local process is not isolated: this is a stand-in for a container runtime, n
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -36,8 +39,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import kubernetes_validate
+import wsproto.connection
+import wsproto.events
+import wsproto.utilities
 
 K8S_VERSION = "1.30"
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 1e-3}
 
 
@@ -81,6 +88,9 @@ class FakeKube:
         self.events: list[tuple[int, str, str, dict]] = []  # (rv, namespace, type, pod)
         self.logs: dict[tuple[str, str], bytearray] = {}
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
+        # pods/attach: per pod, the attached streams' sinks (channel, bytes); None ends the stream.
+        self.attached: dict[tuple[str, str], list] = {}
+        self.attaches: list[str] = []  # the subprotocol each attach agreed on
         self.requests: list[tuple[str, str]] = []  # (verb, resource)
         self.forbidden: list[str] = []
         self.invalid: list[str] = []
@@ -192,13 +202,20 @@ class FakeKube:
                 return "get", "jobs", self._get_job
             if len(parts) == 7 and method == "DELETE":
                 return "delete", "jobs", self._delete_job
-        if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[2] == "namespaces" and parts[4] == "pods" and method == "GET":
-            if len(parts) == 5:
+        if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[2] == "namespaces" and parts[4] == "pods":
+            if len(parts) == 5 and method == "GET":
                 return ("watch" if query.get("watch") in ("true", "1") else "list"), "pods", self._pods
-            if len(parts) == 6:
+            if len(parts) == 5 and method == "POST":
+                return "create", "pods", self._create_pod
+            if len(parts) == 6 and method == "GET":
                 return "get", "pods", self._get_pod
-            if len(parts) == 7 and parts[6] == "log":
+            if len(parts) == 6 and method == "DELETE":
+                return "delete", "pods", self._delete_pod_request
+            if len(parts) == 7 and parts[6] == "log" and method == "GET":
                 return "get", "pods/log", self._pod_log
+            if len(parts) == 7 and parts[6] == "attach" and method == "GET":
+                # A websocket upgrade: API servers since 1.31 authorize it as "create" (before, "get").
+                return "create", "pods/attach", self._attach
         return None
 
     # --- jobs ----------------------------------------------------------------------------------
@@ -266,6 +283,96 @@ class FakeKube:
             items = [_public(p) for (ns, _), p in self.pods.items() if ns == namespace and selector_matches(selector, p["metadata"]["labels"])]
             version = str(self.rv)
         self._send(handler, 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": version}, "items": items})
+
+    def _create_pod(self, handler, parts, query, raw) -> None:
+        """A bare pod (an MCP server's): validated, scheduled and run like a Job's, never restarted."""
+        namespace = parts[3]
+        body = json.loads(raw or b"{}")
+        self.posted.append(body)
+        try:
+            kubernetes_validate.validate(body, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            self.invalid.append(f"{exc.path}: {exc.message}" if hasattr(exc, "path") else str(exc))
+            self._send(handler, 422, status_body(422, "Invalid", f"Pod is invalid: {exc}"))
+            return
+        meta = body.setdefault("metadata", {})
+        if meta.get("namespace", namespace) != namespace:
+            self._send(handler, 400, status_body(400, "BadRequest", "the namespace of the object does not match the namespace of the request"))
+            return
+        key = (namespace, meta["name"])
+        with self.cond:
+            if key in self.pods:
+                self._send(handler, 409, status_body(409, "AlreadyExists", f'pods "{meta["name"]}" already exists'))
+                return
+            meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
+            body["status"] = {"phase": "Pending", "conditions": []}
+            self.pods[key] = body
+            self._emit("ADDED", key)
+            created = _public(body)
+        self._send(handler, 201, created)
+        threading.Thread(target=self._run_pod, args=(namespace, None, key), daemon=True).start()
+
+    def _delete_pod_request(self, handler, parts, query, raw) -> None:
+        key = (parts[3], parts[5])
+        with self.cond:
+            if key not in self.pods:
+                self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
+                return
+            deleted = _public(self.pods[key])
+            self._delete_pod(key)
+        self._send(handler, 200, deleted)
+
+    def _attach(self, handler, parts, query, raw) -> None:
+        """pods/attach over a websocket, as the API server and kubelet serve it: channel-prefixed
+        binary frames (v5.channel.k8s.io, or v4), 0 stdin, 1 stdout, 2 stderr; v5 adds 255 to close
+        a channel. Output from the moment of attaching on; with `stdinOnce` the container's stdin
+        closes when the attach ends."""
+        key = (parts[3], parts[5])
+        offered = [p.strip() for p in handler.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        protocol = next((p for p in ("v5.channel.k8s.io", "v4.channel.k8s.io") if p in offered), None)
+        if handler.headers.get("Upgrade", "").lower() != "websocket" or not handler.headers.get("Sec-WebSocket-Key"):
+            self._send(handler, 400, status_body(400, "BadRequest", "Upgrade request required"))
+            return
+        if protocol is None:
+            self._send(handler, 400, status_body(400, "BadRequest", f"no supported channel subprotocol in {offered}"))
+            return
+        with self.cond:
+            pod = self.pods.get(key)
+            proc = self.procs.get(key)
+        if pod is None:
+            self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
+            return
+        container = pod["spec"]["containers"][0]
+        if query.get("container", container["name"]) != container["name"]:
+            self._send(handler, 400, status_body(400, "BadRequest", f"container {query['container']} is not valid for pod {parts[5]}"))
+            return
+        if query.get("stdin") in ("true", "1") and not container.get("stdin"):
+            self._send(handler, 400, status_body(400, "BadRequest", f"container {container['name']} in pod {parts[5]} does not have stdin enabled"))
+            return
+        if proc is None or proc.poll() is not None:
+            phase = pod["status"].get("phase", "Pending")
+            message = (f"cannot attach a container in a completed pod; current phase is {phase}" if phase in ("Succeeded", "Failed")
+                       else f'container "{container["name"]}" in pod "{parts[5]}" is waiting to start')
+            self._send(handler, 400, status_body(400, "BadRequest", message))
+            return
+        accept = base64.b64encode(hashlib.sha1((handler.headers["Sec-WebSocket-Key"] + WEBSOCKET_GUID).encode()).digest()).decode()
+        handler.send_response(101, "Switching Protocols")
+        handler.send_header("Upgrade", "websocket")
+        handler.send_header("Connection", "Upgrade")
+        handler.send_header("Sec-WebSocket-Accept", accept)
+        handler.send_header("Sec-WebSocket-Protocol", protocol)
+        handler.end_headers()
+        handler.wfile.flush()
+        handler.close_connection = True
+        self.attaches.append(protocol)
+        AttachSession(self, key, proc, container, protocol, handler).run()
+
+    def _detach_all(self, key: tuple[str, str]) -> None:
+        """The container ended: every attached stream ends with it."""
+        with self.cond:
+            sinks = self.attached.pop(key, [])
+        for sink in sinks:
+            sink(None, b"")
 
     def _get_pod(self, handler, parts, query, raw) -> None:
         with self.cond:
@@ -363,7 +470,7 @@ class FakeKube:
             self._emit("DELETED", key)
             del self.pods[key]
 
-    def _run_pod(self, namespace: str, job: dict, key: tuple[str, str]) -> None:
+    def _run_pod(self, namespace: str, job: dict | None, key: tuple[str, str]) -> None:
         spec = self.pods[key]["spec"]
         container = spec["containers"][0]
         requests = container.get("resources", {}).get("requests", {})
@@ -376,45 +483,95 @@ class FakeKube:
         image = container["image"]
         if image.startswith("registry.invalid/"):
             pull = f'failed to pull and unpack image "{image}": failed to resolve reference: dial tcp: lookup registry.invalid: no such host'
-            self._update(key, lambda s: s.update(containerStatuses=[_status(image, {"waiting": {"reason": "ErrImagePull", "message": pull}})]))
+            self._update(key, lambda s: s.update(containerStatuses=[_status(container, {"waiting": {"reason": "ErrImagePull", "message": pull}})]))
             time.sleep(0.2)
-            self._update(key, lambda s: s.update(containerStatuses=[_status(image, {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}})]))
+            self._update(key, lambda s: s.update(containerStatuses=[_status(container, {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}})]))
             return
         if self.instant_containers:
             with self.cond:
                 self.logs[key] = bytearray(b"ok\n")
             stamp = now_rfc3339()
-            self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[_status(image, {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}})]))
+            self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[_status(container, {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}})]))
             return
         cwd = self._volume_dir(spec, container)
         env = {e["name"]: e["value"] for e in container.get("env", [])}
         env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+        # A container with `stdin: true` (an MCP server pod) keeps stdin open for pods/attach, and
+        # its stdout and stderr apart (attach's channels 1 and 2); the log has both.
+        interactive = bool(container.get("stdin"))
         with self.cond:
             if key not in self.pods:
                 return
             self.logs[key] = bytearray()
-            proc = subprocess.Popen(container["command"], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-            self.procs[key] = proc
+            try:
+                proc = subprocess.Popen(container["command"], cwd=cwd, env=env,
+                                        stdin=subprocess.PIPE if interactive else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE if interactive else subprocess.STDOUT, start_new_session=True)
+            except OSError as exc:
+                proc = None
+                start_error = exc
+            else:
+                self.procs[key] = proc
+        if proc is None:
+            self._start_failed(namespace, job, key, container, start_error)
+            return
         started = now_rfc3339()
-        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[_status(image, {"running": {"startedAt": started}}, ready=True)]))
+        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[_status(container, {"running": {"startedAt": started}}, ready=True)]))
         limit = quantity(container.get("resources", {}).get("limits", {}).get("memory", "0") or "0")
         oom = threading.Event()
         threading.Thread(target=self._memory_guard, args=(proc, limit, oom), daemon=True).start()
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+        try:
+            if interactive:
+                errors = threading.Thread(target=self._copy_output, args=(key, proc.stderr, 2), daemon=True)
+                errors.start()
+                self._copy_output(key, proc.stdout, 1)
+                errors.join()
+            else:
+                self._copy_output(key, proc.stdout, 1)
+            code = proc.wait()
+            with self.cond:
+                if self.procs.pop(key, None) is None:
+                    return  # deleted (job deleted or deadline): no terminal status
+            if oom.is_set():
+                terminated = {"exitCode": 137, "reason": "OOMKilled"}
+            else:
+                terminated = {"exitCode": code if code >= 0 else 128 - code, "reason": "Completed" if code == 0 else "Error"}
+            if terminated["exitCode"] and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+                with self.cond:
+                    tail = bytes(self.logs.get(key, b""))[-2048:].decode(errors="replace").splitlines()[-80:]
+                if tail:
+                    terminated["message"] = "\n".join(tail) + "\n"
+            terminated.update(startedAt=started, finishedAt=now_rfc3339())
+            self._finish(namespace, job, key, container, terminated)
+        finally:
+            self._detach_all(key)
+
+    def _copy_output(self, key: tuple[str, str], stream, channel: int) -> None:
+        """The container's output into its log and to every attached stream."""
+        for chunk in iter(lambda: stream.read1(65536), b""):
             with self.cond:
                 if key in self.logs:
                     self.logs[key] += chunk
-        code = proc.wait()
-        with self.cond:
-            if self.procs.pop(key, None) is None:
-                return  # deleted (job deleted or deadline): no terminal status
-        if oom.is_set():
-            terminated = {"exitCode": 137, "reason": "OOMKilled"}
+                sinks = list(self.attached.get(key, ()))
+            for sink in sinks:
+                sink(channel, chunk)
+
+    def _start_failed(self, namespace: str, job: dict | None, key: tuple[str, str], container: dict, exc: OSError) -> None:
+        """The runtime could not exec the command: what containerd reports (StartError, exit 128)."""
+        command = container["command"][0]
+        if os.path.isabs(command):
+            why = f"exec: \"{command}\": stat {command}: no such file or directory" if isinstance(exc, FileNotFoundError) else f"exec: \"{command}\": {exc.strerror}"
         else:
-            terminated = {"exitCode": code if code >= 0 else 128 - code, "reason": "Completed" if code == 0 else "Error"}
-        terminated.update(startedAt=started, finishedAt=now_rfc3339())
+            why = f"exec: \"{command}\": executable file not found in $PATH"
+        message = f"failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: {why}: unknown"
+        stamp = now_rfc3339()
+        self._finish(namespace, job, key, container, {"exitCode": 128, "reason": "StartError", "message": message, "startedAt": stamp, "finishedAt": stamp})
+
+    def _finish(self, namespace: str, job: dict | None, key: tuple[str, str], container: dict, terminated: dict) -> None:
         phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
-        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[_status(image, {"terminated": terminated})]))
+        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[_status(container, {"terminated": terminated})]))
+        if job is None:
+            return
         with self.cond:
             live = self.jobs.get((namespace, job["metadata"]["name"]))
             if live is not None:
@@ -467,7 +624,9 @@ class FakeKube:
                     self._delete_pod(key)
 
     def _volume_dir(self, spec: dict, container: dict) -> str:
-        mount = next(m for m in container["volumeMounts"] if m["mountPath"] == container.get("workingDir", "/workspace"))
+        mount = next((m for m in container.get("volumeMounts", []) if m["mountPath"] == container.get("workingDir", "/workspace")), None)
+        if mount is None:
+            return tempfile.mkdtemp(dir=self._scratch.name)  # the image's own working directory
         volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
         if "persistentVolumeClaim" in volume:
             base = self.volumes[volume["persistentVolumeClaim"]["claimName"]]
@@ -488,14 +647,105 @@ class FakeKube:
             return sum(1 for p in self.procs.values() if p.poll() is None)
 
 
+class AttachSession:
+    """One attached websocket: frames from the client to the container's stdin, its output to the client."""
+
+    def __init__(self, fake: FakeKube, key: tuple[str, str], proc: subprocess.Popen, container: dict, protocol: str, handler):
+        self.fake = fake
+        self.key = key
+        self.proc = proc
+        self.stdin_once = bool(container.get("stdinOnce"))
+        self.v5 = protocol.startswith("v5")
+        self.socket = handler.connection
+        self.reader = handler.rfile
+        self.ws = wsproto.connection.Connection(wsproto.connection.ConnectionType.SERVER)
+        self.lock = threading.Lock()
+        self.open = True
+
+    def run(self) -> None:
+        with self.fake.cond:
+            self.fake.attached.setdefault(self.key, []).append(self.deliver)
+        if self.proc.poll() is not None and self.key not in self.fake.procs:
+            self.deliver(None, b"")
+        message = b""
+        try:
+            while self.open:
+                data = self.reader.read1(65536)
+                if not data:
+                    break
+                with self.lock:  # wsproto is not thread-safe; output is sent from the container's threads
+                    self.ws.receive_data(data)
+                    events = list(self.ws.events())
+                for event in events:
+                    if isinstance(event, wsproto.events.BytesMessage):
+                        message += bytes(event.data)
+                        if event.message_finished:
+                            self.from_client(message)
+                            message = b""
+                    elif isinstance(event, wsproto.events.Ping):
+                        self.send(event.response())
+                    elif isinstance(event, wsproto.events.CloseConnection):
+                        if self.ws.state == wsproto.connection.ConnectionState.REMOTE_CLOSING:
+                            self.send(event.response())
+                        self.open = False
+        except (OSError, wsproto.utilities.LocalProtocolError, wsproto.utilities.RemoteProtocolError):
+            pass
+        finally:
+            self.open = False
+            with self.fake.cond:
+                sinks = self.fake.attached.get(self.key, [])
+                if self.deliver in sinks:
+                    sinks.remove(self.deliver)
+            if self.stdin_once:
+                self.close_stdin()
+
+    def from_client(self, message: bytes) -> None:
+        if not message:
+            return
+        channel, payload = message[0], message[1:]
+        if channel == 0 and payload:
+            try:
+                self.proc.stdin.write(payload)
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                pass
+        elif channel == 255 and self.v5 and payload[:1] == b"\x00":
+            self.close_stdin()
+
+    def close_stdin(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+
+    def deliver(self, channel: int | None, data: bytes) -> None:
+        """Output for the client; None: the container ended, so the stream does."""
+        if channel is None:
+            self.send(wsproto.events.CloseConnection(code=1000))
+            self.open = False
+            try:
+                self.socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
+        self.send(wsproto.events.BytesMessage(data=bytes([channel]) + data))
+
+    def send(self, event) -> None:
+        with self.lock:
+            try:
+                self.socket.sendall(self.ws.send(event))
+            except (OSError, wsproto.utilities.LocalProtocolError):
+                self.open = False
+
+
 class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         # Clients hang up on watches they no longer need; that is not an error.
         pass
 
 
-def _status(image: str, state: dict, ready: bool = False) -> dict:
-    return {"name": "sandbox", "image": image, "imageID": "", "ready": ready, "restartCount": 0, "started": "running" in state, "state": state}
+def _status(container: dict, state: dict, ready: bool = False) -> dict:
+    return {"name": container["name"], "image": container["image"], "imageID": "", "ready": ready, "restartCount": 0, "started": "running" in state, "state": state}
 
 
 def _public(obj: dict) -> dict:

@@ -38,14 +38,16 @@ MAX_ARGS = 64
 MAX_VALUE_CHARS = 4096
 REDACTED = "(redacted)"
 
-ConnectionMaker = Callable[[McpServerEntry, Path], McpServerConnection]
+# (entry, directory for its files, namespace) -> its supervised connection
+ConnectionMaker = Callable[[McpServerEntry, Path, str], McpServerConnection]
 
 
 class NamespaceServers:
     def __init__(self, store: Path, connect: ConnectionMaker, policy: AddressPolicy, limits: SandboxLimits,
                  attachment_cap_bytes: int, secrets: Mapping[str, str], reserved: Callable[[], set[str]],
-                 tracer: trace.Tracer | None = None):
+                 tracer: trace.Tracer | None = None, sandbox: str = "local"):
         self._store = store
+        self._sandbox = sandbox  # where stdio servers run: "local" (the jail) or "kubernetes" (pods)
         self._connect = connect
         self._policy = policy
         self._limits = limits
@@ -80,7 +82,8 @@ class NamespaceServers:
                 provider = McpTools([], self._limits, self._cap, self._tracer)
                 for name, entry in raw.items():
                     try:
-                        connection = self._connect(parse_entry(name, entry, self._secrets), self._root(namespace))
+                        connection = self._connect(parse_entry(name, entry, self._secrets, self._sandbox), self._root(namespace),
+                                                   namespace)
                     except ConfigError as exc:  # e.g. a secret removed from the environment since
                         log.warning("namespace MCP server left out", namespace=namespace, server=name, error=str(exc))
                         continue
@@ -105,7 +108,7 @@ class NamespaceServers:
         entry_raw = {k: v for k, v in raw.items() if k != "name" and v}
         _check_sizes(name, entry_raw)
         try:
-            entry = parse_entry(name, entry_raw, self._secrets)
+            entry = parse_entry(name, entry_raw, self._secrets, self._sandbox)
         except ConfigError as exc:
             raise InvalidArgument(str(exc)) from None
         provider = await self.provider(namespace, create=True)
@@ -123,7 +126,7 @@ class NamespaceServers:
                 except ServerUnavailable as exc:
                     raise FailedPrecondition(f"MCP server {name!r}: {exc}") from None
             try:
-                connection = self._connect(entry, self._root(namespace))
+                connection = self._connect(entry, self._root(namespace), namespace)
             except ConfigError as exc:
                 raise FailedPrecondition(str(exc)) from None
             await connection.start()
