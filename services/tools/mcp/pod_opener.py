@@ -148,9 +148,7 @@ class PodServer:
                 await self._api.create_pod(body)
                 self.pod = name
                 await self._until_running(name)
-                socket = await self._api.attach(name, CONTAINER)
-            except KubeApiError as exc:
-                raise api_refusal(self.entry.name, self._cfg.namespace, exc) from None
+                socket = await self._attach(name)
             except PodFailed as exc:
                 self.failure = exc
                 raise
@@ -161,9 +159,16 @@ class PodServer:
                 async with bridge.streams() as streams:
                     yield streams
             except Exception as exc:
-                if bridge.ended:
-                    raise ServerUnavailable(await self._why_it_ended(name)) from exc
-                raise
+                if not bridge.ended:
+                    raise
+                ended = await self._termination(name)
+                if ended and not bridge.heard_from_server:
+                    # It never said a word: it cannot run as configured (arguments, a missing module, ...).
+                    self.failure = PodFailed(f"MCP server {self.entry.name!r}: its pod's container ended before the "
+                                             f"server answered ({ended})", configuration=True)
+                    raise self.failure from exc
+                raise ServerUnavailable(f"MCP server {self.entry.name!r}: " + (
+                    f"its pod's container ended ({ended})" if ended else "the attached stream to its pod closed")) from exc
         finally:
             with anyio.CancelScope(shield=True):
                 await self._delete(name)
@@ -191,16 +196,33 @@ class PodServer:
         except TimeoutError:
             raise progress.timed_out() from None
 
-    async def _why_it_ended(self, name: str) -> str:
+    async def _attach(self, name: str) -> ws_client.WSClient:
         try:
-            pod = await self._api.get_pod(name)
-        except Exception:  # noqa: BLE001 - only for the message
-            pod = None
-        statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
-        state = (statuses[0].get("state") or {}) if statuses else {}
-        if "terminated" in state:
-            return f"its pod's container ended ({describe_termination(state['terminated'])})"
-        return "the attached stream to its pod closed"
+            return await self._api.attach(name, CONTAINER)
+        except KubeApiError as exc:
+            # Attaching to a container that has just ended fails; say why it ended instead.
+            ended = await self._termination(name)
+            if ended:
+                raise PodFailed(f"MCP server {self.entry.name!r}: its pod's container ended before the server could be "
+                                f"reached ({ended})", configuration=True) from None
+            raise api_refusal(self.entry.name, self._cfg.namespace, exc) from None
+
+    async def _termination(self, name: str, patience_s: float = 3.0) -> str:
+        """How the pod's container ended ("" if it has not): the kubelet reports it a moment after
+        the stream closes, so ask a few times."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                pod = await self._api.get_pod(name)
+            except Exception:  # noqa: BLE001 - only for the message
+                return ""
+            statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+            state = (statuses[0].get("state") or {}) if statuses else {}
+            if "terminated" in state:
+                return describe_termination(state["terminated"])
+            if pod is None or time.monotonic() > deadline:
+                return ""
+            await asyncio.sleep(0.2)
 
     async def _delete(self, name: str) -> None:
         if not self.pod:
@@ -224,6 +246,7 @@ class AttachedStreams:
         self._socket: Any = socket  # the client library is untyped
         self._errlog = errlog
         self.ended = False  # the stream closed from the far end (the container ended), not by us
+        self.heard_from_server = False  # anything on its stdout
 
     @asynccontextmanager
     async def streams(self) -> AsyncIterator[tuple[Any, Any]]:
@@ -288,6 +311,7 @@ class AttachedStreams:
     def _drain(self, loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes | None]) -> None:
         stdout = self._socket.read_channel(ws_client.STDOUT_CHANNEL, timeout=0)
         if stdout:
+            self.heard_from_server = True
             loop.call_soon_threadsafe(chunks.put_nowait, bytes(stdout))
         stderr = self._socket.read_channel(ws_client.STDERR_CHANNEL, timeout=0)
         if stderr:

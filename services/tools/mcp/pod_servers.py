@@ -15,6 +15,8 @@ import socket
 from pathlib import Path
 from typing import TextIO
 
+import urllib3
+
 from agentmesh.logs import get_logger
 from agentmesh.tools.mcp.config import McpServerEntry
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
@@ -63,7 +65,7 @@ class PodServers:
         """Delete the MCP server pods an earlier run left behind; how many."""
         try:
             pods, _ = await self._api.list_pods(SERVER_PODS)
-        except (KubeApiError, OSError) as exc:
+        except (KubeApiError, urllib3.exceptions.HTTPError, OSError) as exc:
             log.warning("could not look for leftover MCP server pods", error=str(exc))
             return 0
         removed = 0
@@ -74,7 +76,7 @@ class PodServers:
             if (ended or ours) and not metadata.get("deletionTimestamp"):
                 try:
                     removed += await self._api.delete_pod(metadata["name"])
-                except (KubeApiError, OSError) as exc:
+                except (KubeApiError, urllib3.exceptions.HTTPError, OSError) as exc:
                     log.warning("could not delete a leftover MCP server pod", pod=metadata.get("name"), error=str(exc))
         if removed:
             log.info("removed leftover MCP server pods", count=removed)
