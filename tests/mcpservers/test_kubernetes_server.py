@@ -126,6 +126,14 @@ async def test_the_model_calls_the_time_server_running_as_a_pod(home, kube, llm)
     assert server_pods(kube) == [] and running_server_pods(kube) == []
 
 
+async def test_an_api_server_that_speaks_only_the_v4_channel_protocol_serves_too(home, kube):
+    kube.attach_protocols = ("v4.channel.k8s.io",)  # API servers before 1.30
+    async with Stack(home / "home", env=kube_env(kube, home, {"time": time_entry()}), services=("memory", "tools")) as stack:
+        result = await execute(stack, "time__get_current_time", {"timezone": "Asia/Tokyo"})
+    assert not result.is_error and json.loads(result.output)["timezone"] == "Asia/Tokyo", result.output
+    assert kube.attaches == ["v4.channel.k8s.io"] and server_pods(kube) == []
+
+
 async def test_the_trace_context_travels_in_each_call_not_in_the_pod(home, kube):
     """A long-lived server serves many traces: its pod has no TRACEPARENT; each call's _meta carries one."""
     env = kube_env(kube, home, {"time": time_entry(network=True, env={"TZ_HINT": "x-${AGENTMESH_MCP_SECRET_TIME}"})},

@@ -91,6 +91,8 @@ class FakeKube:
         # pods/attach: per pod, the attached streams' sinks (channel, bytes); None ends the stream.
         self.attached: dict[tuple[str, str], list] = {}
         self.attaches: list[str] = []  # the subprotocol each attach agreed on
+        # The channel subprotocols this API server speaks, best first (before 1.30: v4 only).
+        self.attach_protocols: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
         self.requests: list[tuple[str, str]] = []  # (verb, resource)
         self.forbidden: list[str] = []
         self.invalid: list[str] = []
@@ -329,7 +331,7 @@ class FakeKube:
         closes when the attach ends."""
         key = (parts[3], parts[5])
         offered = [p.strip() for p in handler.headers.get("Sec-WebSocket-Protocol", "").split(",")]
-        protocol = next((p for p in ("v5.channel.k8s.io", "v4.channel.k8s.io") if p in offered), None)
+        protocol = next((p for p in self.attach_protocols if p in offered), None)
         if handler.headers.get("Upgrade", "").lower() != "websocket" or not handler.headers.get("Sec-WebSocket-Key"):
             self._send(handler, 400, status_body(400, "BadRequest", "Upgrade request required"))
             return
