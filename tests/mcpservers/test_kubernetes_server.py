@@ -262,3 +262,9 @@ async def test_a_restarted_service_removes_the_pods_an_earlier_run_left(home, ku
     await wait_until(lambda: len(running_server_pods(kube)) == 2 and phase(kube, "agentmesh-mcp-ended") == "Succeeded", timeout=10)
     async with Stack(home / "home", env=kube_env(kube, home), services=("memory", "tools")):
         assert [p["metadata"]["name"] for p in server_pods(kube)] == ["agentmesh-mcp-theirs"]
+
+
+async def test_an_api_server_that_refuses_the_service_stops_it_at_start(home, kube):
+    kube.fail_next = [403, 403]  # the leftovers' list (a warning), then the pod's create
+    error = str(await start_error(home, kube_env(kube, home, {"time": time_entry()})))
+    assert "refused the tools service (403)" in error and "create/get on pods/attach" in error, error

@@ -145,9 +145,12 @@ class PodServer:
         body = build_server_pod(self.entry, self._cfg, name, self._identity, self._owner, self._namespace)
         try:
             try:
-                await self._api.create_pod(body)
-                self.pod = name
-                await self._until_running(name)
+                try:
+                    await self._api.create_pod(body)
+                    self.pod = name
+                    await self._until_running(name)
+                except KubeApiError as exc:
+                    raise api_refusal(self.entry.name, self._cfg.namespace, exc) from None
                 socket = await self._attach(name)
             except PodFailed as exc:
                 self.failure = exc
