@@ -268,3 +268,28 @@ async def test_an_api_server_that_refuses_the_service_stops_it_at_start(home, ku
     kube.fail_next = [403, 403]  # the leftovers' list (a warning), then the pod's create
     error = str(await start_error(home, kube_env(kube, home, {"time": time_entry()})))
     assert "refused the tools service (403)" in error and "create/get on pods/attach" in error, error
+
+
+@pytest.mark.kubernetes
+@pytest.mark.skipif(not (os.environ.get("KUBECONFIG") and os.environ.get("AGENTMESH_TEST_MCP_TIME_IMAGE")),
+                    reason="needs KUBECONFIG and AGENTMESH_TEST_MCP_TIME_IMAGE (an image whose PATH has mcp-server-time)")
+async def test_the_time_server_as_a_pod_of_a_real_cluster(home):
+    """The same through a real API server and kubelet: AGENTMESH_SANDBOX_NAMESPACE (and the rest of
+    AGENTMESH_SANDBOX_*) from the environment, as for the executor's real-cluster tests."""
+    from kubernetes import client, config
+
+    (home / "home").mkdir(parents=True, exist_ok=True)
+    namespace = os.environ.get("AGENTMESH_SANDBOX_NAMESPACE", NAMESPACE)
+    entry = {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "image": os.environ["AGENTMESH_TEST_MCP_TIME_IMAGE"]}
+    env = {"AGENTMESH_SANDBOX": "kubernetes", "KUBECONFIG": os.environ["KUBECONFIG"], "AGENTMESH_SANDBOX_NAMESPACE": namespace,
+           "AGENTMESH_SANDBOX_MEMORY_LIMIT": "256Mi", "AGENTMESH_SANDBOX_START_TIMEOUT_S": "180",
+           "AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"time": entry})}
+    async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
+        result = await execute(stack, "time__get_current_time", {"timezone": "Europe/Paris"}, timeout_s=60)
+        assert not result.is_error and json.loads(result.output)["timezone"] == "Europe/Paris", result.output
+    api = config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
+    try:
+        pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=mcp-server")
+        assert [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp] == []
+    finally:
+        api.close()
