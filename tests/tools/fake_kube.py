@@ -485,15 +485,15 @@ class FakeKube:
         image = container["image"]
         if image.startswith("registry.invalid/"):
             pull = f'failed to pull and unpack image "{image}": failed to resolve reference: dial tcp: lookup registry.invalid: no such host'
-            self._update(key, lambda s: s.update(containerStatuses=[_status(container, {"waiting": {"reason": "ErrImagePull", "message": pull}})]))
+            self._update(key, lambda s: s.update(containerStatuses=[_status(container["image"], {"waiting": {"reason": "ErrImagePull", "message": pull}}, name=container["name"])]))
             time.sleep(0.2)
-            self._update(key, lambda s: s.update(containerStatuses=[_status(container, {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}})]))
+            self._update(key, lambda s: s.update(containerStatuses=[_status(container["image"], {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}, name=container["name"])]))
             return
         if self.instant_containers:
             with self.cond:
                 self.logs[key] = bytearray(b"ok\n")
             stamp = now_rfc3339()
-            self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[_status(container, {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}})]))
+            self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[_status(container["image"], {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}}, name=container["name"])]))
             return
         cwd = self._volume_dir(spec, container)
         env = {e["name"]: e["value"] for e in container.get("env", [])}
@@ -518,7 +518,7 @@ class FakeKube:
             self._start_failed(namespace, job, key, container, start_error)
             return
         started = now_rfc3339()
-        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[_status(container, {"running": {"startedAt": started}}, ready=True)]))
+        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[_status(container["image"], {"running": {"startedAt": started}}, ready=True, name=container["name"])]))
         limit = quantity(container.get("resources", {}).get("limits", {}).get("memory", "0") or "0")
         oom = threading.Event()
         threading.Thread(target=self._memory_guard, args=(proc, limit, oom), daemon=True).start()
@@ -571,7 +571,7 @@ class FakeKube:
 
     def _finish(self, namespace: str, job: dict | None, key: tuple[str, str], container: dict, terminated: dict) -> None:
         phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
-        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[_status(container, {"terminated": terminated})]))
+        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[_status(container["image"], {"terminated": terminated}, name=container["name"])]))
         if job is None:
             return
         with self.cond:
@@ -746,8 +746,8 @@ class _QuietServer(ThreadingHTTPServer):
         pass
 
 
-def _status(container: dict, state: dict, ready: bool = False) -> dict:
-    return {"name": container["name"], "image": container["image"], "imageID": "", "ready": ready, "restartCount": 0, "started": "running" in state, "state": state}
+def _status(image: str, state: dict, ready: bool = False, name: str = "sandbox") -> dict:
+    return {"name": name, "image": image, "imageID": "", "ready": ready, "restartCount": 0, "started": "running" in state, "state": state}
 
 
 def _public(obj: dict) -> dict:
