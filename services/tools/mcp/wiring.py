@@ -14,6 +14,7 @@ from agentmesh.tools.mcp.config import McpServerEntry, load_agents, load_servers
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
 from agentmesh.tools.mcp.openers import http_opener, jailed_stdio_opener, server_workdir
 from agentmesh.tools.mcp.pod_servers import PodServers, owner_name
+from agentmesh.tools.mcp.secrets import SecretSource
 from agentmesh.tools.mcp.tools import McpTools
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
@@ -93,9 +94,15 @@ class ConnectionFactory:
         return McpServerConnection(entry.name, opener, self.timings)
 
 
+def secret_source(settings: ToolsSettings) -> SecretSource:
+    """The deployment's secrets: the mounted files of AGENTMESH_MCP_SECRETS_DIR and the
+    AGENTMESH_MCP_SECRET_* variables (namespaces get `.for_namespace(...)` of it)."""
+    return SecretSource(settings.mcp.secrets_dir, settings.mcp.secrets)
+
+
 def build_mcp_tools(settings: ToolsSettings, connections: ConnectionFactory,
                     tracer: trace.Tracer | None = None) -> McpTools | None:
-    entries = load_servers(settings.mcp.servers_file, settings.mcp.secrets, connections.sandbox)
+    entries = load_servers(settings.mcp.servers_file, secret_source(settings), connections.sandbox)
     if not entries:
         return None
     return McpTools([connections(entry) for entry in entries], settings.limits, settings.mcp.attachment_cap_bytes,
@@ -116,7 +123,7 @@ def build_a2a_tools(settings: ToolsSettings, open_session_depth: Callable[[], Se
     """The remote A2A agents of the servers file ("a2aAgents"), reached through web_fetch's egress
     policy; None when there are none. `open_session_depth` is called only when there are."""
     sandbox = "kubernetes" if settings.mode == "kubernetes" else "local"
-    entries = load_agents(settings.mcp.servers_file, settings.mcp.secrets, sandbox)
+    entries = load_agents(settings.mcp.servers_file, secret_source(settings), sandbox)
     if not entries:
         return None
     policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)
