@@ -25,7 +25,13 @@ from agentmesh.tools.file_tools import FileTools
 from agentmesh.tools.mcp.a2a_agents import DEPTH_KEY
 from agentmesh.tools.mcp.memory_registrations import MemoryRegistrations
 from agentmesh.tools.mcp.namespaces import NamespaceServers
-from agentmesh.tools.mcp.wiring import ConnectionFactory, build_a2a_tools, build_mcp_tools, secret_source, start_mcp_tools
+from agentmesh.tools.mcp.wiring import (
+    ConnectionFactory,
+    build_a2a_tools,
+    build_mcp_tools,
+    secret_source,
+    start_mcp_tools,
+)
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
