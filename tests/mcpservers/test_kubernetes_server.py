@@ -55,7 +55,6 @@ def kube_env(kube: FakeKube, home: Path, servers: dict | None = None, **extra) -
         "KUBECONFIG": str(kube.kubeconfig(home)),
         "AGENTMESH_SANDBOX_NAMESPACE": NAMESPACE,
         "AGENTMESH_SANDBOX_WORKSPACE_PVC": CLAIM,
-        "AGENTMESH_SANDBOX_MEMORY_LIMIT": "512Mi",
         "AGENTMESH_SANDBOX_START_TIMEOUT_S": "15",
     }
     if servers is not None:
@@ -114,7 +113,9 @@ async def test_the_model_calls_the_time_server_running_as_a_pod(home, kube, llm)
     hardening = container["securityContext"]
     assert hardening["readOnlyRootFilesystem"] is True and hardening["allowPrivilegeEscalation"] is False
     assert hardening["capabilities"] == {"drop": ["ALL"]} and hardening["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert set(container["resources"]["limits"]) >= {"cpu", "memory"} and set(container["resources"]["requests"]) >= {"cpu", "memory"}
+    # A long-lived server reserves less than a call's pod: AGENTMESH_SANDBOX_MCP_*_LIMIT.
+    assert container["resources"]["limits"]["memory"] == container["resources"]["requests"]["memory"] == "256Mi"
+    assert container["resources"]["limits"]["cpu"] == "500m" and container["resources"]["requests"]["cpu"] == "100m"
     assert not [v for v in spec["volumes"] if {"secret", "projected", "persistentVolumeClaim"} & set(v)]
     assert not [e for e in container["env"] if e["name"].startswith("AGENTMESH") or e["name"] == "TRACEPARENT"]
     labels = pod["metadata"]["labels"]
@@ -201,7 +202,7 @@ async def test_a_server_that_cannot_run_stops_the_service_at_start(home, kube, e
 
 
 async def test_a_pod_that_cannot_be_scheduled_is_unavailable_not_fatal(home, kube):
-    env = kube_env(kube, home, {"time": time_entry()}, AGENTMESH_SANDBOX_MEMORY_LIMIT="100Ti",
+    env = kube_env(kube, home, {"time": time_entry()}, AGENTMESH_SANDBOX_MCP_MEMORY_LIMIT="100Ti",
                    AGENTMESH_SANDBOX_START_TIMEOUT_S="1", AGENTMESH_MCP_CONNECT_TIMEOUT_S="1")
     async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
         result = await execute(stack, "time__get_current_time", {"timezone": "UTC"}, timeout_s=5)
@@ -282,7 +283,7 @@ async def test_the_time_server_as_a_pod_of_a_real_cluster(home):
     namespace = os.environ.get("AGENTMESH_SANDBOX_NAMESPACE", NAMESPACE)
     entry = {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "image": os.environ["AGENTMESH_TEST_MCP_TIME_IMAGE"]}
     env = {"AGENTMESH_SANDBOX": "kubernetes", "KUBECONFIG": os.environ["KUBECONFIG"], "AGENTMESH_SANDBOX_NAMESPACE": namespace,
-           "AGENTMESH_SANDBOX_MEMORY_LIMIT": "256Mi", "AGENTMESH_SANDBOX_START_TIMEOUT_S": "180",
+           "AGENTMESH_SANDBOX_START_TIMEOUT_S": "180",
            "AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"time": entry})}
     async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
         result = await execute(stack, "time__get_current_time", {"timezone": "Europe/Paris"}, timeout_s=60)

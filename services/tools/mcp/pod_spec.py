@@ -69,8 +69,9 @@ def build_server_pod(entry: McpServerEntry, cfg: KubernetesSandbox, name: str, i
         "stdinOnce": True,
         "tty": False,
         "resources": {
-            "requests": {"cpu": cfg.cpu_request, "memory": cfg.memory_limit, "ephemeral-storage": "64Mi"},
-            "limits": {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit, "ephemeral-storage": cfg.tmp_size},
+            # Memory requested and limited alike, as for the sandbox's Jobs: OOM-killed at it, never evicted.
+            "requests": {"cpu": cfg.cpu_request, "memory": cfg.mcp_memory_limit, "ephemeral-storage": "64Mi"},
+            "limits": {"cpu": cfg.mcp_cpu_limit, "memory": cfg.mcp_memory_limit, "ephemeral-storage": cfg.tmp_size},
         },
         "securityContext": {
             "runAsNonRoot": True,
