@@ -49,6 +49,10 @@ def test_stdio_servers_are_accepted_as_pods_would_run_them():
     config = rendered.get("ConfigMap", f"{RELEASE}-mcp-servers")
     assert json.loads(config["data"]["mcp-servers.json"])["mcpServers"] == servers
     assert rendered.config()["AGENTMESH_SANDBOX"] == "kubernetes"  # the tools service runs them as pods
+    config = rendered.config()
+    assert (config["AGENTMESH_SANDBOX_MCP_CPU_LIMIT"], config["AGENTMESH_SANDBOX_MCP_MEMORY_LIMIT"]) == ("500m", "256Mi")
+    resized = render({"sandbox": {"mcpMemoryLimit": "512Mi"}}).config()
+    assert resized["AGENTMESH_SANDBOX_MCP_MEMORY_LIMIT"] == "512Mi"
 
 
 @pytest.mark.parametrize("servers", [{"bad name": {"url": "https://x/mcp"}}, {"docs": {"url": "ftp://x"}},
