@@ -1,8 +1,9 @@
 """A Kubernetes API server for the executor tests: real HTTP, the real paths, the real semantics.
 
 It serves exactly what the sandbox Role grants (jobs: create/get/list/watch/delete; pods:
-get/list/watch; pods/log: get) and answers 403 to anything else, recording it. Every Job posted
-is validated against the Kubernetes OpenAPI schema with `kubernetes-validate` (422 when invalid).
+create/get/list/watch/delete; pods/log: get; pods/attach, a websocket: fake_kube_attach.py) and
+answers 403 to anything else, recording it. Every Job and Pod posted is validated against the
+Kubernetes OpenAPI schema with `kubernetes-validate` (422 when invalid).
 
 Behind the API, small stand-ins for the control plane do what a cluster does:
 - the Job controller creates one pod per Job (labels `job-name`, `batch.kubernetes.io/job-name`,
@@ -13,20 +14,20 @@ Behind the API, small stand-ins for the control plane do what a cluster does:
   ImagePullBackOff), then runs the container's command as a local process, its working
   directory the volume (a PersistentVolumeClaim maps to a host directory, honouring subPath),
   kills it with OOMKilled (exit 137) when its resident memory passes the container's memory
-  limit, and keeps its combined output as the pod log.
+  limit, and keeps its combined output as the pod log; a command that cannot be executed is a
+  StartError (exit 128), and `FallbackToLogsOnError` puts a failed container's last output in its
+  status. A container with `stdin: true` (an MCP server's bare pod) gets a stdin pipe for
+  pods/attach, its stdout and stderr kept apart for attach's channels.
 The local process is not isolated: this is a stand-in for a container runtime, not a sandbox.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -39,12 +40,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import kubernetes_validate
-import wsproto.connection
-import wsproto.events
-import wsproto.utilities
 
 K8S_VERSION = "1.30"
-WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 1e-3}
 
 
@@ -173,6 +170,10 @@ class FakeKube:
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
+
+    def answer(self, handler, code: int, body: dict | str) -> None:
+        """A plain HTTP answer (for the pods/attach module: a refusal before the upgrade)."""
+        self._send(handler, code, body)
 
     def _dispatch(self, handler, method: str) -> None:
         url = urlparse(handler.path)
@@ -325,49 +326,9 @@ class FakeKube:
         self._send(handler, 200, deleted)
 
     def _attach(self, handler, parts, query, raw) -> None:
-        """pods/attach over a websocket, as the API server and kubelet serve it: channel-prefixed
-        binary frames (v5.channel.k8s.io, or v4), 0 stdin, 1 stdout, 2 stderr; v5 adds 255 to close
-        a channel. Output from the moment of attaching on; with `stdinOnce` the container's stdin
-        closes when the attach ends."""
-        key = (parts[3], parts[5])
-        offered = [p.strip() for p in handler.headers.get("Sec-WebSocket-Protocol", "").split(",")]
-        protocol = next((p for p in self.attach_protocols if p in offered), None)
-        if handler.headers.get("Upgrade", "").lower() != "websocket" or not handler.headers.get("Sec-WebSocket-Key"):
-            self._send(handler, 400, status_body(400, "BadRequest", "Upgrade request required"))
-            return
-        if protocol is None:
-            self._send(handler, 400, status_body(400, "BadRequest", f"no supported channel subprotocol in {offered}"))
-            return
-        with self.cond:
-            pod = self.pods.get(key)
-            proc = self.procs.get(key)
-        if pod is None:
-            self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
-            return
-        container = pod["spec"]["containers"][0]
-        if query.get("container", container["name"]) != container["name"]:
-            self._send(handler, 400, status_body(400, "BadRequest", f"container {query['container']} is not valid for pod {parts[5]}"))
-            return
-        if query.get("stdin") in ("true", "1") and not container.get("stdin"):
-            self._send(handler, 400, status_body(400, "BadRequest", f"container {container['name']} in pod {parts[5]} does not have stdin enabled"))
-            return
-        if proc is None or proc.poll() is not None:
-            phase = pod["status"].get("phase", "Pending")
-            message = (f"cannot attach a container in a completed pod; current phase is {phase}" if phase in ("Succeeded", "Failed")
-                       else f'container "{container["name"]}" in pod "{parts[5]}" is waiting to start')
-            self._send(handler, 400, status_body(400, "BadRequest", message))
-            return
-        accept = base64.b64encode(hashlib.sha1((handler.headers["Sec-WebSocket-Key"] + WEBSOCKET_GUID).encode()).digest()).decode()
-        handler.send_response(101, "Switching Protocols")
-        handler.send_header("Upgrade", "websocket")
-        handler.send_header("Connection", "Upgrade")
-        handler.send_header("Sec-WebSocket-Accept", accept)
-        handler.send_header("Sec-WebSocket-Protocol", protocol)
-        handler.end_headers()
-        handler.wfile.flush()
-        handler.close_connection = True
-        self.attaches.append(protocol)
-        AttachSession(self, key, proc, container, protocol, handler).run()
+        from tests.tools.fake_kube_attach import serve_attach  # the websocket side lives there
+
+        serve_attach(self, handler, parts, query)
 
     def _detach_all(self, key: tuple[str, str]) -> None:
         """The container ended: every attached stream ends with it."""
@@ -647,97 +608,6 @@ class FakeKube:
     def running_processes(self) -> int:
         with self.cond:
             return sum(1 for p in self.procs.values() if p.poll() is None)
-
-
-class AttachSession:
-    """One attached websocket: frames from the client to the container's stdin, its output to the client."""
-
-    def __init__(self, fake: FakeKube, key: tuple[str, str], proc: subprocess.Popen, container: dict, protocol: str, handler):
-        self.fake = fake
-        self.key = key
-        self.proc = proc
-        self.stdin_once = bool(container.get("stdinOnce"))
-        self.v5 = protocol.startswith("v5")
-        self.socket = handler.connection
-        self.reader = handler.rfile
-        self.ws = wsproto.connection.Connection(wsproto.connection.ConnectionType.SERVER)
-        self.lock = threading.Lock()
-        self.open = True
-
-    def run(self) -> None:
-        with self.fake.cond:
-            self.fake.attached.setdefault(self.key, []).append(self.deliver)
-        if self.proc.poll() is not None and self.key not in self.fake.procs:
-            self.deliver(None, b"")
-        message = b""
-        try:
-            while self.open:
-                data = self.reader.read1(65536)
-                if not data:
-                    break
-                with self.lock:  # wsproto is not thread-safe; output is sent from the container's threads
-                    self.ws.receive_data(data)
-                    events = list(self.ws.events())
-                for event in events:
-                    if isinstance(event, wsproto.events.BytesMessage):
-                        message += bytes(event.data)
-                        if event.message_finished:
-                            self.from_client(message)
-                            message = b""
-                    elif isinstance(event, wsproto.events.Ping):
-                        self.send(event.response())
-                    elif isinstance(event, wsproto.events.CloseConnection):
-                        if self.ws.state == wsproto.connection.ConnectionState.REMOTE_CLOSING:
-                            self.send(event.response())
-                        self.open = False
-        except (OSError, wsproto.utilities.LocalProtocolError, wsproto.utilities.RemoteProtocolError):
-            pass
-        finally:
-            self.open = False
-            with self.fake.cond:
-                sinks = self.fake.attached.get(self.key, [])
-                if self.deliver in sinks:
-                    sinks.remove(self.deliver)
-            if self.stdin_once:
-                self.close_stdin()
-
-    def from_client(self, message: bytes) -> None:
-        if not message:
-            return
-        channel, payload = message[0], message[1:]
-        if channel == 0 and payload:
-            try:
-                self.proc.stdin.write(payload)
-                self.proc.stdin.flush()
-            except (OSError, ValueError):
-                pass
-        elif channel == 255 and self.v5 and payload[:1] == b"\x00":
-            self.close_stdin()
-
-    def close_stdin(self) -> None:
-        try:
-            self.proc.stdin.close()
-        except (OSError, ValueError):
-            pass
-
-    def deliver(self, channel: int | None, data: bytes) -> None:
-        """Output for the client; None: the container ended, so the stream does."""
-        if channel is None:
-            self.send(wsproto.events.CloseConnection(code=1000))
-            self.open = False
-            try:
-                self.socket.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            return
-        self.send(wsproto.events.BytesMessage(data=bytes([channel]) + data))
-
-    def send(self, event) -> None:
-        with self.lock:
-            try:
-                self.socket.sendall(self.ws.send(event))
-            except (OSError, wsproto.utilities.LocalProtocolError):
-                self.open = False
 
 
 class _QuietServer(ThreadingHTTPServer):
