@@ -10,6 +10,7 @@ sandboxed process. The model server answers instantly, so what is measured is ag
   jailed process (the tools service's own executor) made directly from one Python process,
   as a single-process agent server would.
 
+Each stack's CPU per turn, by service, is read from /proc over all the turns it served.
 The memory service's resident memory is sampled after each of `--rss-rounds` further rounds of
 the 32-session load (the first round warms it): flat means it does not grow with the turns it
 has served.
@@ -132,6 +133,16 @@ class SingleProcessAgent:
 # --- driver ---------------------------------------------------------------------------------
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stack_cpu(stack: LocalStack) -> dict[str, float]:
+    return {name: cpu_s(child.pid) for name, child in stack.children.items() if name != "scheduler"}
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -219,7 +230,12 @@ async def main_async(args) -> None:
             stub = gateway_pb2_grpc.GatewayStub(channel)
             contenders[name] = lambda s, stub=stub: platform_turn(stub, s)
         contenders["baseline"] = baseline_agent.turn
+        cpu_before = {name: stack_cpu(stack) for name, stack in stacks.items()}
         results = await interleaved(contenders, args.turns, args.sessions, args.turns_per_session, args.rounds)
+        # Every contender served the same turns: 3 warm-up, the sequential ones, the rounds.
+        served = 3 + args.turns + args.rounds * args.sessions * args.turns_per_session
+        cpu_ms = {name: {service: (used - cpu_before[name][service]) * 1000 / served
+                         for service, used in stack_cpu(stack).items()} for name, stack in stacks.items()}
         platform_stub = gateway_pb2_grpc.GatewayStub(channels[0])
         rss = await rss_rounds(platform_stub, stacks["platform"].children["memory"].pid, args.rss_rounds,
                                args.sessions, args.turns_per_session)
@@ -250,6 +266,11 @@ async def main_async(args) -> None:
                   f"{before[key] / baseline[key]:.2f}x | {ratio:.2f}x |")
         else:
             print(f"| {label} | {platform[key]:.1f} | {baseline[key]:.1f} | {ratio:.2f}x |")
+    print(f"\nCPU per turn by service (ms, all {3 + args.turns + args.rounds * args.sessions * args.turns_per_session} "
+          "turns of each stack):")
+    for name, by_service in cpu_ms.items():
+        print(f"  {name}: " + ", ".join(f"{service} {ms:.2f}" for service, ms in by_service.items())
+              + f"; all {sum(by_service.values()):.2f}")
     if rss:
         warm = rss[0]
         print(f"\nmemory service RSS after each further round of {args.sessions} sessions x {args.turns_per_session} turns: "
