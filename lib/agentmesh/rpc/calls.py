@@ -41,7 +41,7 @@ _UNTRACED_PREFIXES = OPEN_PREFIXES
 class _Method:
     """What is the same for every call of one method, worked out once."""
 
-    __slots__ = ("full_name", "attributes", "traced", "checked", "by_code")
+    __slots__ = ("attributes", "by_code", "checked", "full_name", "traced")
 
     def __init__(self, full_name: str, checked: bool):
         self.full_name = full_name
@@ -78,7 +78,7 @@ def _final_code(context: grpc.aio.ServicerContext, error: BaseException | None) 
 class _Call:
     """One call being served: its span (or None), and what ends it."""
 
-    __slots__ = ("method", "started", "span", "token")
+    __slots__ = ("method", "span", "started", "token")
 
     def __init__(self, calls: "ServerCalls", method: _Method, metadata: Any, principal: Principal | None):
         self.method = method
@@ -86,7 +86,7 @@ class _Call:
         self.span: trace.Span | None = None
         self.token: object = None
         if method.traced:
-            carrier = {key: value for key, value in metadata or ()}
+            carrier = dict(metadata or ())
             self.span, self.token = start_server_span(calls.tracer, method.full_name, method.attributes, carrier)
         if principal is not None and calls.callers is not None:
             calls.callers.enter(principal, self.span or trace.INVALID_SPAN)

@@ -19,8 +19,8 @@ from grpc_reflection.v1alpha import reflection
 from agentmesh.config import SERVICES, Settings
 from agentmesh.logs import get_logger
 from agentmesh.rpc.audit import AuditLog
-from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.auth import CallerCheck
+from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.users import UserAuthenticator
 from agentmesh.telemetry import Telemetry

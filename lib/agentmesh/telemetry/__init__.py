@@ -22,6 +22,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import (
     AlwaysOffExemplarFilter,
     AlwaysOnExemplarFilter,
+    ExemplarFilter,
     MeterProvider,
     TraceBasedExemplarFilter,
 )
@@ -39,10 +40,10 @@ from agentmesh.telemetry.spanstore import LocalSpanExporter, prune_store, span_s
 __all__ = ["Telemetry", "setup_telemetry", "traceparent_env"]
 
 # OTEL_METRICS_EXEMPLAR_FILTER, as the OpenTelemetry spec names its values.
-_EXEMPLAR_FILTERS = {
-    "always_off": AlwaysOffExemplarFilter,
-    "always_on": AlwaysOnExemplarFilter,
-    "trace_based": TraceBasedExemplarFilter,
+_EXEMPLAR_FILTERS: dict[str, ExemplarFilter] = {
+    "always_off": AlwaysOffExemplarFilter(),
+    "always_on": AlwaysOnExemplarFilter(),
+    "trace_based": TraceBasedExemplarFilter(),
 }
 
 
@@ -118,7 +119,7 @@ def setup_telemetry(service: str, settings: Settings) -> Telemetry:
         metric_exporter = LocalMetricExporter(metric_store_dir(settings.home), service)
     reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=config.metric_export_interval_ms)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader],
-                                   exemplar_filter=_EXEMPLAR_FILTERS[config.exemplar_filter]())
+                                   exemplar_filter=_EXEMPLAR_FILTERS[config.exemplar_filter])
     return Telemetry(service, tracer_provider, meter_provider)
 
 

@@ -19,6 +19,7 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract, inject
+from opentelemetry.propagators.textmap import Setter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 __all__ = [
@@ -56,7 +57,7 @@ def rpc_attributes(full_method: str) -> dict[str, Any]:
     return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
 
 
-class _MetadataSetter:
+class _MetadataSetter(Setter[grpc.aio.Metadata]):
     """Puts `traceparent` (and `tracestate`, baggage) into outgoing grpc.aio Metadata."""
 
     def set(self, carrier: grpc.aio.Metadata, key: str, value: str) -> None:
