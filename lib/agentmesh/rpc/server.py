@@ -8,6 +8,7 @@ which drains in-flight RPCs on SIGTERM/SIGINT before exiting.
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -172,6 +173,12 @@ class ServiceHost:
     async def serve_forever(self) -> None:
         """Start, then block until SIGTERM or SIGINT, then drain and stop."""
         await self.start()
+        # What exists once the service started (modules, settings, stubs, the store) lives as
+        # long as the process: frozen, the collector's full passes no longer walk it. A full
+        # pass over the memory service's ~140k start-up objects took ~0.4 s under load (a
+        # pause of every call in flight), 1-2 ms once frozen.
+        gc.collect()
+        gc.freeze()
         loop = asyncio.get_running_loop()
         stop_requested = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
