@@ -4,11 +4,12 @@ New points land in the shard's appendable segment and are searchable at once (br
 `index_after` points have arrived since the last build, the shard is indexed *in another
 process*, because `EdgeShard.optimize()` holds the GIL for its whole run:
 
-1. start keeping every write in a replay list, flush the shard and copy its directory to the
-   next generation, `gen-<n+1>`, *while writes go on* (they land in the live shard and in the
-   list); only the shard's own flushes wait for the copy;
+1. start keeping what every write touched (`KeptWrites`), flush the shard and copy its
+   directory to the next generation, `gen-<n+1>`, *while writes go on* (they land in the live
+   shard and are noted); only the shard's own flushes wait for the copy;
 2. `python -m agentmesh.memory.edge_indexer gen-<n+1>` optimizes the copy at low priority;
-3. load the indexed copy and replay the writes it missed, a chunk at a time between other work;
+3. load the indexed copy and bring it up to date with what it missed, a chunk at a time
+   between other work;
    with writes paused for the last few, point `CURRENT` at it (an atomic rename: a crash before
    leaves the old generation, which has every write, current), swap it in, close and delete the
    old one.
@@ -16,9 +17,14 @@ process*, because `EdgeShard.optimize()` holds the GIL for its whole run:
 Why a copy taken while writes go on is sound: it is what a `kill -9` in the middle of the copy
 would have left, file by file, with the write-ahead log copied last (so it holds at least what
 the segments hold, as after a crash); Edge recovers such a directory by replaying its WAL, as it
-does after a crash. Whatever the copy caught of the writes made during it, the replay list
-holds all of them, in order, and replaying upserts and deletes in order onto any such state
-ends in the live shard's state. Writes used to wait for the copy: 6.2 s at 91k memories.
+does after a crash. Whatever the copy caught of the writes made during it, `KeptWrites` notes
+all of them, in order, and bringing the copy up to date from them ends in the live shard's state
+(see there). Writes used to wait for the copy: 6.2 s at 91k memories.
+
+What is kept is the *ids* an upsert or delete touched, not the write: the copy takes each such
+point as the live shard holds it when the catch-up reaches it. Keeping the writes themselves
+(every vector and payload of a build's minutes of imports) held hundreds of MB in the service
+while a build ran, and a build at 500k memories runs for many minutes (docs/memory.md).
 
 Every call into Edge is made on the event-loop thread: `query` and `update` hold the GIL too
 (measured), so a worker thread would add a hop without adding concurrency. Only flush, load,
@@ -43,7 +49,7 @@ from agentmesh.logs import get_logger
 log = get_logger("agentmesh.memory.edge")
 
 CURRENT = "CURRENT"
-REPLAY_CHUNK = 64  # kept writes replayed between two turns of the event loop
+REPLAY_CHUNK = 64  # points (or other writes) brought up to date between two turns of the event loop
 WAL = "wal"  # a shard directory's write-ahead log, copied last
 
 
@@ -80,6 +86,65 @@ def _write_current(root: Path, state: dict[str, Any]) -> None:
         os.close(fd)
 
 
+class KeptWrites:
+    """What the writes to a shard touched while a build indexes a copy of it, in order.
+
+    An upsert or a delete by ids is noted as its ids; any other write (a delete by filter, a
+    payload index) as itself — those carry no vectors. `catch_up` brings the copy up to date:
+    it goes through the notes in order, applying a kept write as it is and setting each noted id
+    to what the live shard holds *at that moment* (the point, or its absence). Why that ends in
+    the live shard's state, for any point P: if P was noted, its last note sets it to the live
+    state, and the only writes after that note that can touch P are kept deletes by filter, which
+    the live state already reflects and which, deleting only, change nothing when applied again;
+    if P was never noted, only kept writes touched it, and they are applied in order onto a copy
+    that holds some prefix of them (a crash-consistent copy), as deletes again idempotent.
+    """
+
+    def __init__(self) -> None:
+        self._notes: list[tuple[list[str], None] | tuple[None, qe.UpdateOperation]] = []
+        self._next = 0  # the first note not yet applied to the copy
+        self._ids_done = 0  # of that note's ids, how many are applied
+
+    def note(self, operation: qe.UpdateOperation, touched: list[str] | None) -> None:
+        self._notes.append((list(touched), None) if touched is not None else (None, operation))
+
+    def pending(self) -> int:
+        return len(self._notes) - self._next
+
+    def catch_up(self, live: qe.EdgeShard, copy: qe.EdgeShard, budget: int | None) -> None:
+        """Apply notes to `copy` until `budget` points or writes are done (None: all of them)."""
+        while self._next < len(self._notes) and (budget is None or budget > 0):
+            ids, operation = self._notes[self._next]
+            if ids is None:
+                copy.update(operation)
+                spent = 1
+            else:
+                take = len(ids) - self._ids_done if budget is None else min(budget, len(ids) - self._ids_done)
+                chunk = ids[self._ids_done : self._ids_done + take]
+                _mirror(live, copy, chunk)
+                self._ids_done += take
+                spent = take
+                if self._ids_done < len(ids):
+                    budget = 0 if budget is not None else None
+                    continue
+            self._notes[self._next] = ([], None)  # let it go
+            self._next += 1
+            self._ids_done = 0
+            if budget is not None:
+                budget -= spent
+
+
+def _mirror(live: qe.EdgeShard, copy: qe.EdgeShard, ids: list[str]) -> None:
+    """Set each of `ids` in `copy` to what `live` holds: the same point, or none."""
+    found = live.retrieve(list(ids), True, True)
+    if found:
+        copy.update(qe.UpdateOperation.upsert_points([qe.Point(r.id, r.vector, r.payload) for r in found]))
+    present = {str(r.id) for r in found}
+    gone = [i for i in ids if i not in present]
+    if gone:
+        copy.update(qe.UpdateOperation.delete_points(gone))
+
+
 class IndexedShard:
     """One Edge shard under `root` (`CURRENT` + `gen-NNNN/`), with index builds off-process."""
 
@@ -91,7 +156,7 @@ class IndexedShard:
         self.write_lock = asyncio.Lock()
         # Flushes and a build's copy of the files exclude each other (writes need neither).
         self._files_lock = asyncio.Lock()
-        self._replay: list[qe.UpdateOperation] | None = None
+        self._kept: KeptWrites | None = None  # while a build runs
         self._build: asyncio.Task | None = None
         self._process: asyncio.subprocess.Process | None = None
         self.dirty = False
@@ -120,12 +185,15 @@ class IndexedShard:
 
     # ------------------------------------------------------------------ writes
 
-    def update(self, operation: qe.UpdateOperation) -> None:
-        """Apply a write (durable in the WAL when this returns); keep it for a running build."""
+    def update(self, operation: qe.UpdateOperation, touched: list[str] | None = None) -> None:
+        """Apply a write (durable in the WAL when this returns); note it for a running build.
+
+        `touched`: the ids of the points an upsert or a delete by ids writes, so that a build
+        notes them instead of keeping the write (its vectors) in memory; None for other writes."""
         self.shard.update(operation)
         self.dirty = True
-        if self._replay is not None:
-            self._replay.append(operation)
+        if self._kept is not None:
+            self._kept.note(operation, touched)
 
     def maybe_index(self) -> None:
         if self._index_after <= 0 or self._build is not None:
@@ -157,8 +225,8 @@ class IndexedShard:
             async with self._files_lock:
                 self.copying = True
                 try:
-                    # Kept from here on: the copy may miss any write made after this point.
-                    self._replay = []
+                    # Noted from here on: the copy may miss any write made after this point.
+                    self._kept = KeptWrites()
                     points = self.shard.info().points_count
                     await asyncio.to_thread(self.shard.flush)
                     shutil.rmtree(target, ignore_errors=True)
@@ -185,23 +253,21 @@ class IndexedShard:
             _, err = await self._process.communicate()
             if self._process.returncode != 0:
                 raise RuntimeError(f"the index build exited with {self._process.returncode}: {err.decode()[-500:]}")
-            # Catch the indexed copy up while writes go on (they keep arriving in the replay
-            # list), yielding between chunks; only the last few are replayed with writes paused.
-            # The replayed writes go through the copy's WAL, so it needs no flush to be durable.
+            # Catch the indexed copy up while writes go on (they keep being noted), yielding
+            # between chunks; only the last few are applied with writes paused. What is applied
+            # goes through the copy's WAL, so it needs no flush to be durable.
             indexed = await asyncio.to_thread(qe.EdgeShard.load, str(target))
-            replay, applied = self._replay or [], 0
-            while len(replay) - applied > REPLAY_CHUNK:
-                for operation in replay[applied : applied + REPLAY_CHUNK]:
-                    indexed.update(operation)
-                applied += REPLAY_CHUNK
+            kept = self._kept
+            assert kept is not None
+            while kept.pending() > 1:
+                kept.catch_up(self.shard, indexed, REPLAY_CHUNK)
                 await asyncio.sleep(0)
             swap_started = time.monotonic()
             async with self.write_lock:
-                for operation in replay[applied:]:
-                    indexed.update(operation)
+                kept.catch_up(self.shard, indexed, None)
                 state = {"generation": self._state["generation"] + 1, "indexed_points": points}
                 _write_current(self.root, state)
-                old, self.shard, self._state, self._replay = self.shard, indexed, state, None
+                old, self.shard, self._state, self._kept = self.shard, indexed, state, None
                 swapped_in = True  # from here on `target` is the live generation: never discard it
             swapped = time.monotonic()
             await asyncio.to_thread(old.close)
@@ -229,7 +295,7 @@ class IndexedShard:
             self._build = None
 
     def _discard(self, indexed: qe.EdgeShard | None, target: Path) -> None:
-        self._replay = None
+        self._kept = None
         if indexed is not None and indexed is not self.shard:
             indexed.close()
         shutil.rmtree(target, ignore_errors=True)

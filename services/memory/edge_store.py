@@ -371,7 +371,7 @@ class EdgeStore:
             for pid, dense, sparse, payload in rows
         ]
         async with shard.write_lock:
-            shard.update(qe.UpdateOperation.upsert_points(points))
+            shard.update(qe.UpdateOperation.upsert_points(points), touched=[row[0] for row in rows])
         shard.maybe_index()
 
     async def hybrid_search(
@@ -468,7 +468,7 @@ class EdgeStore:
         shard = self._memory_shard(namespace, create=False)
         if ids and shard is not None:
             async with shard.write_lock:
-                shard.update(qe.UpdateOperation.delete_points(list(ids)))
+                shard.update(qe.UpdateOperation.delete_points(list(ids)), touched=list(ids))
 
 
     # ------------------------------------------------------------------ usage
