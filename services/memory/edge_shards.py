@@ -167,14 +167,17 @@ class IndexedShard:
     # ------------------------------------------------------------------ open / create
 
     @classmethod
-    def open_or_create(cls, root: Path, config: Callable[[], qe.EdgeConfig], index_after: int) -> "IndexedShard":
+    def open_or_create(cls, root: Path, config: Callable[[], qe.EdgeConfig], index_after: int,
+                       reconfigure: bool = False) -> "IndexedShard":
+        """`reconfigure`: load an existing shard with `config` too, so that a shard created by an
+        older version gets today's settings (memory placement) for the segments built from now on."""
         if (root / CURRENT).exists():
             state = _read_current(root)
             current = _generation_dir(root, state["generation"])
             for stale in root.glob("gen-*"):
                 if stale != current:  # a build that a crash or stop interrupted
                     shutil.rmtree(stale, ignore_errors=True)
-            shard = qe.EdgeShard.load(str(current))
+            shard = qe.EdgeShard.load(str(current), config() if reconfigure else None)
         else:
             root.mkdir(parents=True, exist_ok=True)
             state = {"generation": 1, "indexed_points": 0}

@@ -230,9 +230,15 @@ class EdgeStore:
 
     def _memory_config(self) -> qe.EdgeConfig:
         _, dim = self._embedder
+        # Bounded memory: an indexed segment's vectors, payloads and id tracker stay in their
+        # files, mmap'd without being read in (Cold); Edge's default loads the vectors into the
+        # heap (~2 KB a memory at 512 dimensions: 2 GB at 1M). The HNSW graph and the sparse
+        # index stay in RAM (a small fraction of that) because every search walks them.
         return qe.EdgeConfig(
-            vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+            vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cold)},
             sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            payload_memory=qe.Memory.Cold,
+            id_tracker_memory=qe.Memory.Cold,
             # One indexing thread: the build runs beside the service on the same few cores.
             hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, max_indexing_threads=1),
             # Bounded segments: a build indexes what arrived since the last one instead of
@@ -249,7 +255,7 @@ class EdgeStore:
             return None
         root = self.root / "memories" / name
         fresh = name not in self._known
-        shard = IndexedShard.open_or_create(root, self._memory_config, self.index_after)
+        shard = IndexedShard.open_or_create(root, self._memory_config, self.index_after, reconfigure=True)
         if fresh:
             for field, schema in (
                 ("namespace", qe.KeywordIndexParams(is_tenant=True)),
