@@ -25,7 +25,6 @@ what the OS had not written out: Edge does not fsync the WAL per write.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,6 +35,7 @@ from filelock import FileLock, Timeout
 from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
 from agentmesh.memory.edge_shards import IndexedShard
+from agentmesh.memory.heap import fix_mmap_threshold
 from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
 
 log = get_logger("agentmesh.memory.edge")
@@ -75,17 +75,6 @@ def _conditions(f: PointFilter, with_namespace: bool) -> list:
     if f.source_session_id:
         must.append(_match("source_session_id", f.source_session_id))
     return must
-
-
-def _fix_malloc_mmap_threshold() -> None:
-    """With Qdrant Edge in the process, glibc's dynamic mmap threshold rises (a freed large block
-    raises it), and multi-megabyte gRPC request buffers then stay in the heap once freed: 100
-    refused 15 MB requests kept 78-87 MiB instead of under 64 (tests/security/
-    test_request_bounds.py). A fixed 128 KiB threshold hands such buffers back to the OS."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):  # not glibc: nothing to adjust
-        pass
 
 
 def _escape(namespace: str) -> str:
@@ -132,7 +121,7 @@ class EdgeStore:
     # ------------------------------------------------------------------ life cycle
 
     async def open(self) -> None:
-        _fix_malloc_mmap_threshold()
+        fix_mmap_threshold()  # heap.py: why
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             self._lock.acquire(timeout=0)
