@@ -296,6 +296,11 @@ class IndexedShard:
         finally:
             self._process = None
             self._build = None
+        # What arrived during a long build may already call for the next one: start it now
+        # rather than at the next write, which may not come (a fill that ended, as in a bench),
+        # leaving that many memories to brute force on every search.
+        if swapped_in and not self._closing:
+            self.maybe_index()
 
     def _discard(self, indexed: qe.EdgeShard | None, target: Path) -> None:
         self._kept = None
@@ -304,7 +309,7 @@ class IndexedShard:
         shutil.rmtree(target, ignore_errors=True)
 
     async def wait_indexed(self) -> None:
-        if self._build is not None:
+        while self._build is not None:  # a build may start the next as it ends
             await asyncio.shield(self._build)
 
     # ------------------------------------------------------------------ close / drop
