@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import math
 import os
 import random
@@ -66,7 +67,9 @@ def sentences(n: int, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
     vocab = vocabulary(rng)
     weights = [1 / (rank + 1) for rank in range(len(vocab))]  # Zipf: a few words everywhere, most rare
-    return [" ".join(rng.choices(vocab, weights, k=rng.randint(8, 20))) for _ in range(n)]
+    # Cumulative once (the same draws as `weights`): choices() would re-add 20k weights per sentence.
+    cumulative = list(itertools.accumulate(weights))
+    return [" ".join(rng.choices(vocab, cum_weights=cumulative, k=rng.randint(8, 20))) for _ in range(n)]
 
 
 def percentile(values: list[float], q: float) -> float:
