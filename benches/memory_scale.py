@@ -309,10 +309,11 @@ async def main(argv: list[str]) -> int:
                   f"{r['during_p99']:>7.2f} {r['during_max']:>7.1f} {r['during_n']:>5} {r['builds']:>6} {r['rss']:>7.0f} {r['rss_anon']:>8.0f} "
                   f"{r['append_rpc']:>11.3f}", flush=True)
             for line in r["build_log"]:
-                found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
+                found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s|writes_held_s)": "?([^,"]+)"?', line))
                 print(f"{'':>13}   index build: shard {found.get('shard')}, {found.get('points')} points, "
                       f"copied in {found.get('copy_s')} s (writes go on), writes paused {found.get('swap_s')} s for the swap, "
-                      f"{found.get('total_s')} s in all", flush=True)
+                      f"{found.get('total_s')} s in all; writes held back for builds {found.get('writes_held_s')} s so far",
+                      flush=True)
             if r["size"] not in baselines:
                 base = baseline_bm25(texts[: r["size"]], r["queries"])
                 baselines[r["size"]] = (ms(base), ms(base, 0.99))

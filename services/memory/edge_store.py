@@ -365,6 +365,7 @@ class EdgeStore:
             qe.Point(pid, {DENSE: dense, SPARSE: qe.SparseVector(sparse[0], sparse[1])}, _with_bools(payload))
             for pid, dense, sparse, payload in rows
         ]
+        await shard.admit()  # a bulk import waits for index builds that fall behind it
         async with shard.write_lock:
             shard.update(qe.UpdateOperation.upsert_points(points), touched=[row[0] for row in rows])
         shard.maybe_index()

@@ -168,3 +168,31 @@ async def test_writes_during_a_build_reach_the_indexed_copy_and_can_start_the_ne
         assert not any(f"m{i}" in texts for i in range(10, 20))
     finally:
         await store.close()
+
+
+async def test_writes_wait_for_a_build_they_are_index_after_ahead_of(tmp_path):
+    """A bulk import faster than index builds does not grow the unindexed segment without bound:
+    once `index_after` writes arrived since the running build's copy, the next waits for the swap."""
+    rng = random.Random(5)
+    store = EdgeStore(tmp_path / "home", index_after=300)
+    await store.open()
+    await store.check_embedder("e", DIM)
+    try:
+        await store.upsert_memories("ns", rows(0, 300, rng))  # starts a build
+        shard = store._memory_shard("ns", create=False)  # noqa: SLF001 - the shard the build runs on
+        async with asyncio.timeout(30):
+            while not shard.copying:
+                await asyncio.sleep(0)
+            while shard.copying:
+                await asyncio.sleep(0.01)
+        await store.upsert_memories("ns", rows(300, 301, rng))  # admitted: nothing was ahead yet
+        held = asyncio.create_task(store.upsert_memories("ns", rows(601, 1, rng)))
+        await asyncio.sleep(0.3)
+        assert store.memory_shard_stats("ns")["builds"] == 0, "the build ended before the test could check"
+        assert not held.done(), "a write 301 ahead of the build's copy did not wait for it"
+        async with asyncio.timeout(120):
+            await held
+        assert store.memory_shard_stats("ns")["builds"] >= 1
+        assert await store.count_memories(PointFilter("ns")) == 602
+    finally:
+        await store.close()
