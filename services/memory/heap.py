@@ -11,7 +11,7 @@ used (tests/security/test_request_bounds.py):
   malloc arena; freed, they stay in the arenas as free chunks between live ones. 100 refused
   15 MB requests then left 4-90 MiB more (ten runs, measured with benches/request_bounds.py's
   method), differently each run. `HeapReleaser` gives such free pages back (`malloc_trim`)
-  when the heap has grown since it last did: 4-19 MiB after the same 100 requests.
+  when the heap has grown since it last did: 3-26 MiB after the same 100 requests (five runs).
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ async def test_refused_huge_requests_leave_no_memory_behind(tmp_path, service, c
             await asyncio.sleep(2.5)
             grown = _rss_mib(child.pid) - before
         # Before, the same run grew the gateway by ~600 MB (benches/request_bounds.py), memory by ~110 MB;
-        # keeping the refused requests would be 1,500 MiB. With the releaser memory keeps 2-26 MiB.
+        # keeping the refused requests would be 1,500 MiB. With the releaser memory keeps 3-26 MiB (five runs).
         assert grown < 64, f"the {service} service kept {grown:.0f} MiB after refusing the requests"
     finally:
         child.terminate()
