@@ -9,8 +9,8 @@ used (tests/security/test_request_bounds.py):
   the OS (`fix_mmap_threshold`).
 - gRPC reads a request in pieces below that threshold, on its own threads, each with its own
   malloc arena; freed, they stay in the arenas as free chunks between live ones. 100 refused
-  15 MB requests then left 4-90 MiB more (ten runs, measured with benches/request_bounds.py's
-  method), differently each run. `HeapReleaser` gives such free pages back (`malloc_trim`)
+  15 MB requests then left 4-90 MiB more, differently each run (ten runs, measured as the
+  test does). `HeapReleaser` gives such free pages back (`malloc_trim`)
   when the heap has grown since it last did: 3-26 MiB after the same 100 requests (five runs).
 """
 
