@@ -101,7 +101,8 @@ class KeptWrites:
     """
 
     def __init__(self) -> None:
-        self._notes: list[tuple[list[str], None] | tuple[None, qe.UpdateOperation]] = []
+        # (ids, None) for an upsert or delete by ids, (None, write) for any other write.
+        self._notes: list[tuple[list[str] | None, qe.UpdateOperation | None]] = []
         self._next = 0  # the first note not yet applied to the copy
         self._ids_done = 0  # of that note's ids, how many are applied
 
@@ -116,6 +117,7 @@ class KeptWrites:
         while self._next < len(self._notes) and (budget is None or budget > 0):
             ids, operation = self._notes[self._next]
             if ids is None:
+                assert operation is not None
                 copy.update(operation)
                 spent = 1
             else:
@@ -138,9 +140,9 @@ def _mirror(live: qe.EdgeShard, copy: qe.EdgeShard, ids: list[str]) -> None:
     """Set each of `ids` in `copy` to what `live` holds: the same point, or none."""
     found = live.retrieve(list(ids), True, True)
     if found:
-        copy.update(qe.UpdateOperation.upsert_points([qe.Point(r.id, r.vector, r.payload) for r in found]))
+        copy.update(qe.UpdateOperation.upsert_points([qe.Point(r.id, r.vector or {}, r.payload) for r in found]))
     present = {str(r.id) for r in found}
-    gone = [i for i in ids if i not in present]
+    gone: list[Any] = [i for i in ids if i not in present]
     if gone:
         copy.update(qe.UpdateOperation.delete_points(gone))
 

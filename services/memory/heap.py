@@ -20,10 +20,6 @@ import asyncio
 import ctypes
 import os
 
-from agentmesh.logs import get_logger
-
-log = get_logger("agentmesh.memory.heap")
-
 CHECK_EVERY_S = 1.0
 GROWTH_BYTES = 8 * 1024 * 1024  # anonymous memory grown since the last release that starts the next
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -59,7 +55,7 @@ class HeapReleaser:
 
     def __init__(self) -> None:
         self._libc = _libc()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self.releases = 0
 
     def start(self) -> None:
@@ -67,12 +63,14 @@ class HeapReleaser:
             self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
+        libc = self._libc
+        assert libc is not None
         level = anonymous_bytes()
         while True:
             await asyncio.sleep(CHECK_EVERY_S)
             now = anonymous_bytes()
             if now - level >= GROWTH_BYTES:
-                await asyncio.to_thread(self._libc.malloc_trim, 0)
+                await asyncio.to_thread(libc.malloc_trim, 0)
                 self.releases += 1
                 now = anonymous_bytes()
             level = min(level, now) if now < level else now
