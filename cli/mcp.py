@@ -1,7 +1,8 @@
 """`agentmesh mcp add|list|remove`: a namespace's own MCP servers, through the gateway.
 
     agentmesh mcp add time --command /usr/bin/python3 --arg -m --arg mcp_server_time
-    agentmesh mcp add docs --url https://mcp.example.com/mcp --header 'Authorization=Bearer ${AGENTMESH_MCP_SECRET_DOCS}'
+    agentmesh mcp add docs --url https://mcp.example.com/mcp --header-secret Authorization=DOCS_TOKEN
+    agentmesh mcp add search --command /usr/bin/mcp-search --env-secret API_KEY=SEARCH_KEY --namespace team-a
     agentmesh mcp list [--namespace team-a] [--json]
     agentmesh mcp remove docs
 """
@@ -38,7 +39,11 @@ def register(subparsers) -> None:
     source.add_argument("--url", help="a streamable-HTTP server's URL (reached through the egress policy)")
     add.add_argument("--arg", action="append", default=[], dest="args", help="an argument of --command (repeat)")
     add.add_argument("--header", action="append", default=[], dest="headers", metavar="K=V",
-                     help="an HTTP header for --url (repeat); a value may be ${AGENTMESH_MCP_SECRET_X}")
+                     help="an HTTP header for --url (repeat); stored as given, so put secrets in --header-secret")
+    add.add_argument("--header-secret", action="append", default=[], dest="header_secrets", metavar="HEADER=SECRET",
+                     help="an HTTP header for --url whose value is the namespace's secret SECRET (repeat)")
+    add.add_argument("--env-secret", action="append", default=[], dest="env_secrets", metavar="VAR=SECRET",
+                     help="an environment variable of --command whose value is the namespace's secret SECRET (repeat)")
     add.add_argument("--namespace", default="default")
     add.add_argument("--json", action="store_true")
     add.set_defaults(func=add_server)
@@ -54,14 +59,14 @@ def register(subparsers) -> None:
     remove.set_defaults(func=remove_server)
 
 
-def _headers(pairs: list[str]) -> dict[str, str]:
-    headers = {}
+def _pairs(pairs: list[str], option: str = "--header") -> dict[str, str]:
+    found = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise CliError(f"--header takes K=V, got {pair!r}", EXIT_USAGE)
-        headers[key] = value
-    return headers
+        if not sep or not key or (option != "--header" and not value):
+            raise CliError(f"{option} takes {'K=V' if option == '--header' else 'NAME=SECRET'}, got {pair!r}", EXIT_USAGE)
+        found[key] = value
+    return found
 
 
 async def _call(method: str, request, timeout: float = 30.0):
@@ -79,16 +84,20 @@ def _describe(status: tools_pb2.McpServerStatus) -> str:
     where = server.url or " ".join([server.command, *server.args])
     state = "available" if status.available else f"unavailable: {status.error}"
     tools = ", ".join(status.tools) or "no tools"
-    return f"{server.name}  {where}\n  {state}; {tools}"
+    secrets = ", ".join(f"{key} from secret {name}" for key, name in {**server.env_secrets, **server.header_secrets}.items())
+    return f"{server.name}  {where}\n  {state}; {tools}" + (f"\n  {secrets}" if secrets else "")
 
 
 async def add_server(args) -> int:
     if args.args and not args.command:
         raise CliError("--arg goes with --command", EXIT_USAGE)
-    if args.headers and not args.url:
-        raise CliError("--header goes with --url", EXIT_USAGE)
+    if (args.headers or args.header_secrets) and not args.url:
+        raise CliError("--header and --header-secret go with --url", EXIT_USAGE)
+    if args.env_secrets and not args.command:
+        raise CliError("--env-secret goes with --command", EXIT_USAGE)
     spec = tools_pb2.McpServerSpec(name=args.name, command=args.command or "", args=args.args, url=args.url or "",
-                                   headers=_headers(args.headers))
+                                   headers=_pairs(args.headers), header_secrets=_pairs(args.header_secrets, "--header-secret"),
+                                   env_secrets=_pairs(args.env_secrets, "--env-secret"))
     status = await _call("AddMcpServer", tools_pb2.AddMcpServerRequest(namespace=args.namespace, server=spec),
                          timeout=ADD_TIMEOUT_S)
     if args.json:

@@ -74,18 +74,21 @@ class GrpcToolRunner:
         self._timeout_s = timeout_s
         self._catalog_timeout_s = catalog_timeout_s
 
-    async def list_tools(self, namespace: str = "") -> list[ToolSpec]:
+    async def list_tools(self, namespace: str = "", *, mcp_version: float | None = None) -> list[ToolSpec]:
         try:
             reply = await self._stub.ListTools(
-                tools_pb2.ListToolsRequest(namespace=namespace), timeout=self._catalog_timeout_s, metadata=trace_metadata()
+                tools_pb2.ListToolsRequest(namespace=namespace, mcp_servers_version=mcp_version),
+                timeout=self._catalog_timeout_s, metadata=trace_metadata()
             )
         except grpc.aio.AioRpcError as err:
             raise Unavailable(f"the tools service at {self._target} did not list its tools ({rpc_detail(err)})") from None
         return [tool_spec_from_proto(s) for s in reply.tools]
 
-    async def execute(self, session_id: str, call: ToolCall, namespace: str = "") -> ToolOutcome:
+    async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
+                      mcp_version: float | None = None) -> ToolOutcome:
         request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
-                                           arguments_json=call.arguments_json, namespace=namespace)
+                                           arguments_json=call.arguments_json, namespace=namespace,
+                                           mcp_servers_version=mcp_version)
         rpc = self._stub.Execute(request, timeout=self._timeout_s, metadata=trace_metadata())
         try:
             reply = await rpc

@@ -107,6 +107,9 @@ class TurnRequest:
     # at all (every policy must allow a tool); sub-agents inherit both.
     permission_mode: str = ""
     tool_policies: tuple[ToolPolicy, ...] = ()
+    # The namespace's mcp_servers_version as the gateway read it (None: not known), passed to the
+    # tools service so that a replica which has that version reads nothing more.
+    mcp_servers_version: float | None = None
 
 
 class Agent:
@@ -422,7 +425,8 @@ class TurnRun:
 
     async def _list_tools(self) -> list[ToolSpec]:
         try:
-            self._remote_tools = await self.agent.tools.list_tools(self.request.namespace)
+            self._remote_tools = await self.agent.tools.list_tools(self.request.namespace,
+                                                                   mcp_version=self.request.mcp_servers_version)
             self._remote_catalog_known = True
         except AgentmeshError as exc:
             log.warning("tool catalog unavailable", error=exc.message)
@@ -567,4 +571,5 @@ class TurnRun:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
         # A sub-agent's tools work in its root session's workspace, so files are shared.
-        return await self.agent.tools.execute(subagents.workspace_of(self.request), call, self.request.namespace)
+        return await self.agent.tools.execute(subagents.workspace_of(self.request), call, self.request.namespace,
+                                              mcp_version=self.request.mcp_servers_version)

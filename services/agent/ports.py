@@ -29,12 +29,14 @@ class NotSupported(AgentmeshError):
 
 
 class ToolRunner(Protocol):
-    async def list_tools(self, namespace: str = "") -> list[ToolSpec]:
-        """The tool catalog (with the namespace's own MCP servers' tools); raises an AgentmeshError
-        when the tools service is unreachable."""
+    async def list_tools(self, namespace: str = "", *, mcp_version: float | None = None) -> list[ToolSpec]:
+        """The tool catalog (with the namespace's own MCP servers' tools, as of the namespace's
+        mcp_servers_version when known); raises an AgentmeshError when the tools service is
+        unreachable."""
         ...
 
-    async def execute(self, session_id: str, call: ToolCall, namespace: str = "") -> ToolOutcome:
+    async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
+                      mcp_version: float | None = None) -> ToolOutcome:
         """Run one call. Tool failures and outages come back as an error outcome, never raised;
         cancelling the awaiting task cancels the call (and kills its sandboxed process)."""
         ...

@@ -163,6 +163,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             plan_auto_approve=options.plan_auto_approve,
             permission_mode=permission_mode,
             tool_policies=policies,
+            mcp_servers_version=request.mcp_servers_version if request.HasField("mcp_servers_version") else None,
         )
 
     @translate_errors

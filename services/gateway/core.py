@@ -254,7 +254,7 @@ class Gateway:
             if not options.model and session.model and self._models.get(session.model) is not None:
                 options.model = session.model
             options.permission_mode = self._policies.mode_for(session, options.permission_mode)
-            layers = await self._policies.layers(session, session.namespace)
+            layers, mcp_servers_version = await self._policies.for_turn(session, session.namespace)
             run = agent_pb2.RunTurnRequest(
                 session_id=session_id,
                 run_id=turn.run_id,
@@ -262,6 +262,7 @@ class Gateway:
                 options=options,
                 namespace=session.namespace or "default",
                 tool_policies=[policy_to_proto(layer) for layer in layers],
+                mcp_servers_version=mcp_servers_version,
             )
             feed = self.live.begin(session_id, session.namespace or "default")
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):

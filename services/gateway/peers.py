@@ -62,6 +62,15 @@ class MemorySessions:
         reply = await self._call(self._stub.ClearTranscript, sessions_pb2.ClearTranscriptRequest(session_id=session_id))
         return reply.cleared
 
+    async def put_a2a_task(self, namespace: str, task_id: str, task_json: str) -> None:
+        await self._call(self._stub.PutA2aTask, memory_pb2.A2aTaskRecord(namespace=namespace, task_id=task_id,
+                                                                       task_json=task_json))
+
+    async def get_a2a_task(self, namespace: str, task_id: str) -> str:
+        """The task's JSON; NotFound when the memory service has none."""
+        reply = await self._call(self._stub.GetA2aTask, memory_pb2.GetA2aTaskRequest(namespace=namespace, task_id=task_id))
+        return str(reply.task_json)
+
     async def get_namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
         return await self._call(self._stub.GetNamespaceSettings, sessions_pb2.GetNamespaceSettingsRequest(namespace=namespace))
 

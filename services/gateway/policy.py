@@ -71,11 +71,17 @@ class Policies:
 
     async def layers(self, session: sessions_pb2.Session | None, namespace: str) -> list[ToolPolicy]:
         """The deployment's, the namespace's and the session's policies, the empty ones left out."""
+        return (await self.for_turn(session, namespace))[0]
+
+    async def for_turn(self, session: sessions_pb2.Session | None, namespace: str) -> tuple[list[ToolPolicy], float]:
+        """`layers`, and the namespace's mcp_servers_version read with them (one read): the turn
+        passes it on, so a tools replica knows without asking whether the namespace's own MCP
+        servers changed."""
         settings = await self.namespace_settings(session.namespace if session is not None else namespace)
         found = [self.deployment, policy_of(settings.tools)]
         if session is not None:
             found.append(policy_of(session.tools))
-        return [layer for layer in found if not layer.empty]
+        return [layer for layer in found if not layer.empty], settings.mcp_servers_version
 
     def mode_for(self, session: sessions_pb2.Session, requested: str) -> str:
         """The turn's permission mode: its own, else the session's, else the deployment's."""

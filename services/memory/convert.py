@@ -57,7 +57,7 @@ def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChange
 
 def namespace_to_proto(record: NamespaceRecord) -> sessions_pb2.NamespaceSettings:
     return sessions_pb2.NamespaceSettings(
-        namespace=record.namespace, updated_at=record.updated_at,
+        namespace=record.namespace, updated_at=record.updated_at, mcp_servers_version=record.mcp_servers_version,
         tools=common_pb2.ToolPolicy(allow=record.tools_allow, deny=record.tools_deny))
 
 

@@ -6,7 +6,9 @@ from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
+from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
+from agentmesh.memory.a2a_tasks import A2aTasks
 from agentmesh.memory.convert import (
     filter_from_proto,
     memory_to_proto,
@@ -20,6 +22,7 @@ from agentmesh.memory.convert import (
 )
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.heap import HeapReleaser
+from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.profiles import Profile, Profiles
@@ -45,8 +48,11 @@ log = get_logger("agentmesh.memory")
 class MemoryServicer(memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
-                 usage: UsageLedger, audit: AuditLog | None = None):
+                 usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
+                 a2a_tasks: A2aTasks | None = None):
         self._transcripts = transcripts
+        self._mcp = mcp_registry
+        self._a2a_tasks = a2a_tasks
         self._memories = memories
         self._namespaces = namespaces
         self._profiles = profiles
@@ -321,6 +327,69 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         runs = await self._reflections.list(request.namespace, request.session_id, request.limit)
         return learning_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
 
+    # --- a namespace's own MCP servers (mcp_registry.py) ---
+
+    def _registry(self) -> McpRegistry:
+        if self._mcp is None:
+            raise FailedPrecondition("this memory service keeps no MCP server registrations")
+        return self._mcp
+
+    async def _registrations(self, namespace: str, version: float) -> memory_pb2.McpRegistrations:
+        servers, _ = await self._registry().list(namespace)
+        return memory_pb2.McpRegistrations(namespace=namespace or "default", version=version,
+                                           servers=[_registration_to_proto(s) for s in servers])
+
+    @translate_errors
+    async def ListMcpRegistrations(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListMcpRegistrations")
+        servers, version = await self._registry().list(request.namespace)
+        return memory_pb2.McpRegistrations(namespace=request.namespace or "default", version=version,
+                                           servers=[_registration_to_proto(s) for s in servers])
+
+    @translate_errors
+    async def PutMcpRegistration(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutMcpRegistration")
+        version = await self._registry().put(request.namespace, _registration_from_proto(request.server),
+                                             only_if_absent=request.only_if_absent)
+        return await self._registrations(request.namespace, version)
+
+    @translate_errors
+    async def RemoveMcpRegistration(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RemoveMcpRegistration")
+        version = await self._registry().remove(request.namespace, request.name)
+        return await self._registrations(request.namespace, version)
+
+    # --- A2A tasks (a2a_tasks.py) ---
+
+    def _tasks(self) -> A2aTasks:
+        if self._a2a_tasks is None:
+            raise FailedPrecondition("this memory service keeps no A2A tasks")
+        return self._a2a_tasks
+
+    @translate_errors
+    async def PutA2aTask(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutA2aTask")
+        created = await self._tasks().put(request.namespace, request.task_id, request.task_json)
+        return memory_pb2.PutA2aTaskResponse(created=created)
+
+    @translate_errors
+    async def GetA2aTask(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetA2aTask")
+        task_json, updated_at = await self._tasks().get(request.namespace, request.task_id)
+        return memory_pb2.A2aTaskRecord(namespace=request.namespace or "default", task_id=request.task_id,
+                                        task_json=task_json, updated_at=updated_at)
+
+
+def _registration_to_proto(s: McpRegistration) -> memory_pb2.McpRegistration:
+    return memory_pb2.McpRegistration(name=s.name, command=s.command, args=list(s.args), url=s.url,
+                                      headers=dict(s.headers), env_secrets=dict(s.env_secrets),
+                                      header_secrets=dict(s.header_secrets), added_at=s.added_at)
+
+
+def _registration_from_proto(m: memory_pb2.McpRegistration) -> McpRegistration:
+    return McpRegistration(name=m.name, command=m.command, args=tuple(m.args), url=m.url, headers=dict(m.headers),
+                           env_secrets=dict(m.env_secrets), header_secrets=dict(m.header_secrets), added_at=m.added_at)
+
 
 def _run_to_dict(run: learning_pb2.ReflectionRun) -> dict:
     return json_format.MessageToDict(run, preserving_proto_field_name=True)
@@ -371,13 +440,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         raise
     # Appends and imports carry batches (a turn's messages, 256 memories from the CLI).
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
+    namespaces = Namespaces(store)
     host.add(
         memory_pb2_grpc.add_MemoryServicer_to_server,
-        MemoryServicer(Transcripts(store, memory_settings), memories, Namespaces(store),
+        MemoryServicer(Transcripts(store, memory_settings), memories, namespaces,
                        Profiles(documents, max_chars=memory_settings.profile_max_chars),
                        Skills(documents, SkillLimits()),
                        PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
-                       Reflections(documents), UsageLedger(store), host.audit),
+                       Reflections(documents), UsageLedger(store), host.audit,
+                       mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents)),
         "agentmesh.v1.Memory",
     )
 

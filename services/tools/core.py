@@ -29,10 +29,11 @@ MAX_CALL_ID_CHARS = 256
 
 
 class NamespaceTools(Protocol):
-    """Tools a namespace has of its own (its MCP servers), beside everyone's."""
+    """Tools a namespace has of its own (its MCP servers), beside everyone's. `version`: the
+    namespace's mcp_servers_version as the caller knows it (None: unknown, read it)."""
 
-    async def tools(self, namespace: str) -> list[Tool]: ...
-    async def find(self, namespace: str, name: str) -> Tool | None: ...
+    async def tools(self, namespace: str, version: float | None = None) -> list[Tool]: ...
+    async def find(self, namespace: str, name: str, version: float | None = None) -> Tool | None: ...
 
 
 class ToolService:
@@ -58,13 +59,13 @@ class ToolService:
             specs += [tool.spec for tool in provider.tools() if tool.spec.name not in self._tools]
         return specs
 
-    async def catalog(self, namespace: str = "") -> list[ToolSpec]:
+    async def catalog(self, namespace: str = "", mcp_version: float | None = None) -> list[ToolSpec]:
         """Everyone's tools, and the namespace's own (which cannot shadow them)."""
         specs = self.specs()
         if namespace and self.namespaces is not None:
             validate_namespace(namespace)
             taken = {spec.name for spec in specs}
-            specs += [tool.spec for tool in await self.namespaces.tools(namespace) if tool.spec.name not in taken]
+            specs += [tool.spec for tool in await self.namespaces.tools(namespace, mcp_version) if tool.spec.name not in taken]
         return specs
 
     def _find(self, name: str) -> Tool | None:
@@ -77,7 +78,7 @@ class ToolService:
 
     async def execute(
         self, session_id: str, call_id: str, name: str, arguments_json: str, timeout_s: float = 0.0,
-        namespace: str = "",
+        namespace: str = "", mcp_version: float | None = None,
     ) -> ToolOutcome:
         validate_id(session_id, "session_id")
         if namespace:
@@ -94,18 +95,20 @@ class ToolService:
 
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(session_id=session_id, call_id=call_id, tool=name):
-            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s), name, arguments_json, namespace)
+            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s), name, arguments_json, namespace,
+                                           mcp_version)
             if not outcome.duration_ms:
                 outcome.duration_ms = (time.monotonic() - started) * 1000
             log.info("tool call finished", is_error=outcome.is_error, error_kind=outcome.error_kind, duration_ms=round(outcome.duration_ms, 1))
             return outcome
 
-    async def _dispatch(self, ctx: CallContext, name: str, arguments_json: str, namespace: str = "") -> ToolOutcome:
+    async def _dispatch(self, ctx: CallContext, name: str, arguments_json: str, namespace: str = "",
+                        mcp_version: float | None = None) -> ToolOutcome:
         tool = self._find(name)
         if tool is None and namespace and self.namespaces is not None:
-            tool = await self.namespaces.find(namespace, name)
+            tool = await self.namespaces.find(namespace, name, mcp_version)
         if tool is None:
-            known = ", ".join(sorted(spec.name for spec in await self.catalog(namespace)))
+            known = ", ".join(sorted(spec.name for spec in await self.catalog(namespace, mcp_version)))
             return ToolOutcome(output=f"there is no tool named {name!r}; the tools are: {known}", is_error=True, error_kind="unknown_tool")
         try:
             arguments = tool.parse_arguments(arguments_json)

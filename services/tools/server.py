@@ -23,8 +23,9 @@ from agentmesh.tools.command_tools import CommandTools
 from agentmesh.tools.core import ToolService
 from agentmesh.tools.file_tools import FileTools
 from agentmesh.tools.mcp.a2a_agents import DEPTH_KEY
+from agentmesh.tools.mcp.memory_registrations import MemoryRegistrations
 from agentmesh.tools.mcp.namespaces import NamespaceServers
-from agentmesh.tools.mcp.wiring import ConnectionFactory, build_a2a_tools, build_mcp_tools
+from agentmesh.tools.mcp.wiring import ConnectionFactory, build_a2a_tools, build_mcp_tools, secret_source
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
@@ -53,7 +54,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def ListTools(self, request, context):
-        specs = await self._core.catalog(request.namespace)
+        specs = await self._core.catalog(request.namespace, _version(request))
         return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in specs])
 
     @translate_errors
@@ -61,7 +62,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         await self._session(request.session_id, "Execute", grows=True)
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s,
-            namespace=request.namespace,
+            namespace=request.namespace, mcp_version=_version(request),
         )
         return tools_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
 
@@ -77,7 +78,8 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         namespace = validate_namespace(request.namespace)
         spec = request.server
         raw = {"name": spec.name, "command": spec.command, "args": list(spec.args), "url": spec.url,
-               "headers": dict(spec.headers)}
+               "headers": dict(spec.headers), "env_secrets": dict(spec.env_secrets),
+               "header_secrets": dict(spec.header_secrets)}
         return _server_status(await self._namespaces().add(namespace, raw))
 
     @translate_errors
@@ -135,10 +137,17 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)
 
 
+def _version(request) -> float | None:
+    """The namespace's mcp_servers_version the caller passed, if it did."""
+    return request.mcp_servers_version if request.HasField("mcp_servers_version") else None
+
+
 def _server_status(status: dict) -> tools_pb2.McpServerStatus:
     return tools_pb2.McpServerStatus(
         server=tools_pb2.McpServerSpec(name=status["name"], command=status.get("command", ""), args=status.get("args", []),
-                                       url=status.get("url", ""), headers=status.get("headers", {})),
+                                       url=status.get("url", ""), headers=status.get("headers", {}),
+                                       env_secrets=status.get("env_secrets", {}),
+                                       header_secrets=status.get("header_secrets", {})),
         available=status["available"], error=status["error"], tools=status["tools"])
 
 
@@ -222,10 +231,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     if a2a_tools is not None:
         await a2a_tools.start()
     extra = tuple(p for p in (mcp_tools, a2a_tools) if p is not None)
+    # A namespace's own servers are registered with the memory service, so every replica has them.
+    registry_channel = open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory")
+    channels.append(registry_channel)
     namespaces = NamespaceServers(
-        connections.root / "namespaces", connections, connections.policy, tools_settings.limits,
-        tools_settings.mcp.attachment_cap_bytes, tools_settings.mcp.secrets,
-        reserved=lambda: mcp_tools.names() if mcp_tools is not None else set(), tracer=telemetry.tracer)
+        MemoryRegistrations(registry_channel, settings.address_of("memory")), connections, connections.policy,
+        tools_settings.limits, tools_settings.mcp.attachment_cap_bytes, secret_source(tools_settings),
+        reserved=lambda: mcp_tools.names() if mcp_tools is not None else set(),
+        workdirs=connections.root / "namespaces", legacy_dir=connections.root / "namespaces", tracer=telemetry.tracer)
+    namespaces.start_migration()
     core = build_core(tools_settings, executor, workspaces, telemetry.tracer, extra_providers=extra)
     core.namespaces = namespaces
     # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by

@@ -80,6 +80,9 @@ class McpSettings:
     attachment_cap_bytes: int = env("AGENTMESH_MCP_ATTACHMENT_CAP_BYTES", 1 * MIB, minimum=0)
     # The values of the entries' `${AGENTMESH_MCP_SECRET_...}` references (and no other variable).
     secrets: Mapping[str, str] = referenced_environment(SECRET_PREFIX)
+    # Mounted secrets ({"secretRef": NAME}): the deployment's are its files, a namespace's the
+    # files of its subdirectory <namespace>/ (mcp/secrets.py); "" = none mounted.
+    secrets_dir: str = env("AGENTMESH_MCP_SECRETS_DIR", "")
 
 
 @dataclass(frozen=True)

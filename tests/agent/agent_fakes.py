@@ -53,12 +53,13 @@ class FakeTools:
         self.cancelled: list[str] = []
         self.started: dict[str, asyncio.Event] = {name: asyncio.Event() for name in handlers}
 
-    async def list_tools(self, namespace: str = "") -> list[ToolSpec]:
+    async def list_tools(self, namespace: str = "", *, mcp_version: float | None = None) -> list[ToolSpec]:
         if self.catalog_down:
             raise Unavailable("the tools service at 127.0.0.1:1 did not list its tools (connection refused)")
         return [ToolSpec(name, f"the {name} tool", OBJECT) for name in self.handlers]
 
-    async def execute(self, session_id: str, call: ToolCall, namespace: str = "") -> ToolOutcome:
+    async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
+                      mcp_version: float | None = None) -> ToolOutcome:
         self.calls.append(call)
         self.started[call.name].set()
         try:

@@ -56,7 +56,8 @@ class WorkspaceTools(FakeTools):
         super().__init__(handlers)
         self.workspaces: list[str] = []
 
-    async def execute(self, session_id: str, call: ToolCall, namespace: str = "") -> ToolOutcome:
+    async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
+                      mcp_version: float | None = None) -> ToolOutcome:
         self.workspaces.append(session_id)
         return await super().execute(session_id, call)
 

@@ -47,3 +47,31 @@ def test_no_mcp_servers_renders_nothing_for_them():
 def test_the_schema_refuses_what_the_service_would(servers):
     with pytest.raises(helm_python.HelmError):
         render({"tools": {"mcpServers": servers}})
+
+
+def test_mcp_secrets_are_one_projected_directory_of_the_tools_pods():
+    servers = {"docs": {"url": "https://mcp.example.com/mcp",
+                        "headers": {"Authorization": {"secretRef": "DOCS_TOKEN", "prefix": "Bearer "}}}}
+    rendered = render({"tools": {"mcpServers": servers, "mcpSecrets": [
+        {"secretName": "docs-mcp"}, {"secretName": "team-a-mcp", "namespace": "team-a", "keys": ["CALC_TOKEN"]}]}})
+    config = rendered.get("ConfigMap", f"{RELEASE}-mcp-servers")
+    assert json.loads(config["data"]["mcp-servers.json"])["mcpServers"] == servers
+    tools = rendered.deployment("tools")["spec"]["template"]["spec"]
+    [container] = tools["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "mcp-secrets")
+    assert container_env(container)["AGENTMESH_MCP_SECRETS_DIR"] == mount["mountPath"] and mount["readOnly"]
+    volume = next(v for v in tools["volumes"] if v["name"] == "mcp-secrets")
+    assert volume["projected"]["sources"] == [
+        {"secret": {"name": "docs-mcp"}},
+        {"secret": {"name": "team-a-mcp", "items": [{"key": "CALC_TOKEN", "path": "team-a/CALC_TOKEN"}]}},
+    ]
+    for service in ("agent", "gateway", "memory"):
+        spec = rendered.deployment(service)["spec"]["template"]["spec"]
+        assert "mcp-secrets" not in {v["name"] for v in spec["volumes"]}
+
+
+@pytest.mark.parametrize("secrets", [[{"secretName": "x", "namespace": "team-a"}], [{"name": "x"}],
+                                     [{"secretName": "x", "namespace": "team-a", "keys": ["../x"]}]])
+def test_the_schema_refuses_mcp_secrets_it_cannot_mount(secrets):
+    with pytest.raises(helm_python.HelmError):
+        render({"tools": {"mcpSecrets": secrets}})

@@ -58,15 +58,34 @@ def build_server(events: list[str]) -> MCPServer:
     return server
 
 
+def requiring_authorization(app, expected: str, seen: list[str]):
+    """`app` behind a check of the Authorization header (401 unless it is `expected`); every
+    value received is recorded in `seen`."""
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http":
+            value = dict(scope["headers"]).get(b"authorization", b"").decode()
+            seen.append(value)
+            if value != expected:
+                await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"unauthorized"})
+                return
+        await app(scope, receive, send)
+    return guarded
+
+
 class HttpMcpServer:
-    def __init__(self, server: MCPServer | None = None):
-        """`server`: another MCPServer to serve instead of the calculator."""
+    def __init__(self, server: MCPServer | None = None, authorization: str = ""):
+        """`server`: another MCPServer to serve instead of the calculator; `authorization`: the
+        Authorization header every request must carry (the values received are in `.authorizations`)."""
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.events: list[str] = []  # what the server saw happen, for tests
         app = (server or build_server(self.events)).streamable_http_app()
+        self.authorizations: list[str] = []
+        if authorization:
+            app = requiring_authorization(app, authorization, self.authorizations)
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

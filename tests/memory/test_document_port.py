@@ -92,3 +92,75 @@ async def test_documents_and_memories_share_a_home_without_touching_each_other(d
     await documents.put_document("profile", "default", "user", {"text": "Ada"})
     assert await store.list_sessions(10, None) == [{"session_id": "s", "created_at": 1.0}]
     assert await documents.list_documents("profile", "default") == [("user", {"text": "Ada"})]
+
+
+async def test_mcp_registrations_are_kept_per_namespace_move_its_version_and_survive_a_reopen(documents_factory):
+    """A namespace's MCP servers (mcp_registry.py) on each adapter: kept by name beside the tool
+    policy, each change moving the namespace's mcp_servers_version, which a policy update keeps."""
+    from agentmesh.errors import AlreadyExists, NotFound
+    from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
+    from agentmesh.memory.namespaces import Namespaces
+
+    store, documents = await documents_factory()
+    namespaces = Namespaces(store)
+    registry = McpRegistry(documents, namespaces)
+    assert await registry.list("team-a") == ([], 0.0)
+
+    docs = McpRegistration(name="docs", url="https://mcp.example.com/mcp", headers={"X-Team": "a"},
+                           header_secrets={"Authorization": "DOCS_TOKEN"})
+    first = await registry.put("team-a", docs)
+    time_server = McpRegistration(name="time", command="/usr/bin/mcp-server-time", args=("--local-timezone", "UTC"),
+                                  env_secrets={"API_KEY": "TIME_KEY"})
+    second = await registry.put("team-a", time_server, only_if_absent=True)
+    assert 0 < first < second
+    with pytest.raises(AlreadyExists):
+        await registry.put("team-a", docs, only_if_absent=True)
+    assert (await namespaces.get("team-a")).mcp_servers_version == second  # nothing moved on a refusal
+
+    servers, version = await registry.list("team-a")
+    assert version == second and [s.name for s in servers] == ["docs", "time"]
+    assert servers[0].header_secrets == {"Authorization": "DOCS_TOKEN"} and servers[0].added_at > 0
+    assert servers[1].args == ("--local-timezone", "UTC") and servers[1].env_secrets == {"API_KEY": "TIME_KEY"}
+    assert await registry.list("team-b") == ([], 0.0)  # another namespace sees none of them
+
+    # The tool policy and the MCP version share the namespace's record: neither erases the other.
+    await namespaces.update("team-a", ["docs__*"], [])
+    assert (await namespaces.get("team-a")).mcp_servers_version == second
+
+    store, documents = await documents_factory.reopen(store)
+    namespaces = Namespaces(store)
+    registry = McpRegistry(documents, namespaces)
+    servers, version = await registry.list("team-a")
+    assert version == second and [s.name for s in servers] == ["docs", "time"]
+    assert (await namespaces.get("team-a")).tools_allow == ["docs__*"]
+
+    third = await registry.remove("team-a", "docs")
+    assert third > second
+    with pytest.raises(NotFound, match="has no MCP server 'docs'; it has time"):
+        await registry.remove("team-a", "docs")
+    servers, version = await registry.list("team-a")
+    assert version == third and [s.name for s in servers] == ["time"]
+
+
+async def test_a2a_tasks_are_kept_per_namespace_up_to_their_bound(documents_factory):
+    """The gateways' A2A tasks (a2a_tasks.py) on each adapter: read back by id in their namespace
+    only, replaced in place, the oldest forgotten past the bound."""
+    from agentmesh.errors import InvalidArgument, NotFound
+    from agentmesh.memory.a2a_tasks import A2aTasks
+
+    store, documents = await documents_factory()
+    tasks = A2aTasks(documents, max_tasks=3)
+    assert await tasks.put("team-a", "t1", '{"id": "t1", "status": {"state": "TASK_STATE_SUBMITTED"}}') is True
+    assert await tasks.put("team-a", "t1", '{"id": "t1", "status": {"state": "TASK_STATE_COMPLETED"}}') is False
+    assert "COMPLETED" in (await tasks.get("team-a", "t1"))[0]
+    with pytest.raises(NotFound):
+        await tasks.get("team-b", "t1")
+    for task_id in ("t2", "t3", "t4"):
+        await tasks.put("team-a", task_id, "{}")
+    with pytest.raises(NotFound, match="has no A2A task 't1'"):
+        await tasks.get("team-a", "t1")  # the oldest, past the bound of 3
+    store, documents = await documents_factory.reopen(store)
+    tasks = A2aTasks(documents, max_tasks=3)
+    assert [(await tasks.get("team-a", t))[0] for t in ("t2", "t3", "t4")] == ["{}"] * 3
+    with pytest.raises(InvalidArgument):
+        await tasks.put("team-a", "../x", "{}")

@@ -166,3 +166,47 @@ async def test_the_turn_joins_the_a2a_callers_trace(stack, llm):
     traced = [u.status_update.metadata["agentmesh_trace_id"] for u in updates
               if u.HasField("status_update") and "agentmesh_trace_id" in u.status_update.metadata]
     assert traced and set(traced) == {trace_id}
+
+
+async def test_a_task_run_by_one_gateway_replica_is_read_on_another(stack, llm):
+    """tasks/get on a replica that did not run the task: each replica's task store writes its
+    tasks through to the memory service, and reads there what it does not hold."""
+    from a2a.types import GetTaskRequest
+
+    from agentmesh.rpc.launch import start_service
+
+    other = await start_service("gateway", stack.settings, "127.0.0.1:0")
+    try:
+        llm.add(reply("Hello from replica one."))
+        client, http = await a2a_client(stack.http_url, streaming=False)
+        try:
+            updates = [u async for u in client.send_message(user_message("hello", "ctx-replicas"))]
+        finally:
+            await client.close()
+            await http.aclose()
+        task_id = updates[-1].task.id
+
+        client, http = await a2a_client(f"http://{other.endpoints['http']}/a2a/default")
+        try:
+            task = await client.get_task(GetTaskRequest(id=task_id))
+        finally:
+            await client.close()
+            await http.aclose()
+        assert task.id == task_id and task.context_id == "ctx-replicas"
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert "".join(p.text for p in task.artifacts[0].parts) == "Hello from replica one."
+        # Another namespace's endpoint does not know it.
+        client, http = await a2a_client(f"http://{other.endpoints['http']}/a2a/team-b")
+        try:
+            missing = None
+            try:
+                await client.get_task(GetTaskRequest(id=task_id))
+            except Exception as exc:  # noqa: BLE001 - the SDK's task-not-found error
+                missing = exc
+        finally:
+            await client.close()
+            await http.aclose()
+        assert missing is not None and "not found" in str(missing).lower()
+    finally:
+        await other.stop(grace=1)
+        other.telemetry.shutdown()

@@ -174,3 +174,30 @@ async def test_the_http_routes_and_the_cli(stack, calc):
     assert removed.returncode == 0 and "removed calc" in removed.stdout
     ghost = await asyncio.to_thread(cli, "add", "ghost", "--command", "no-such-program-here")
     assert ghost.returncode == 1 and "was not found" in ghost.stderr
+
+
+async def test_servers_of_an_earlier_homes_files_are_migrated_to_the_memory_service(tmp_path, llm, calc):
+    """Homes of earlier versions kept a namespace's servers in mcp/namespaces/<ns>.json: on the
+    first start they are registered with the memory service (nothing lost) and the file renamed."""
+    home = tmp_path / "home"
+    legacy = home / "mcp" / "namespaces"
+    legacy.mkdir(parents=True)
+    (legacy / "team-a.json").write_text(json.dumps({"mcpServers": {
+        "calc": {"url": calc.url, "headers": {"X-Team": "a"}}}}))
+    env = {"AGENTMESH_AUTH_TOKENS": TOKEN, "AGENTMESH_TOOLS_WEB_ALLOW": f"127.0.0.1:{calc.port}"}
+    async with Stack(home, llm_base_url=llm.base_url, env=env) as stack:
+        gateway = stack.gateway_stub()
+        listed = await gateway.ListMcpServers(tools_pb2.ListMcpServersRequest(namespace="team-a"), metadata=AUTH)
+        assert [s.server.name for s in listed.servers] == ["calc"] and listed.servers[0].available
+        assert dict(listed.servers[0].server.headers) == {"X-Team": "(redacted)"}
+        assert not (legacy / "team-a.json").exists() and (legacy / "team-a.json.migrated").exists()
+
+        # A turn (which carries the namespace's version) finds it.
+        await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="a1", namespace="team-a"), metadata=AUTH)
+        llm.add(reply("", tool_call("calc__add", {"a": 2, "b": 3}, id="c1")), reply("5."))
+        events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="a1", message="add"), metadata=AUTH, timeout=60))
+        assert dict(of_kind(events, "tool_result")[0].result.data["structured_content"]) == {"sum": 5}
+
+        # Kept by the memory service: a restart has it without the file.
+        await stack.restart()
+        assert "calc__add" in await tool_names(stack, "team-a")

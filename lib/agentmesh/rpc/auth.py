@@ -156,6 +156,14 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "RemovePromotedTool": _allow("gateway", USERS),
         # Reflection: the agent reads and records each session's cursor and runs; users read
         # the history (`agentmesh reflect history`).
+        # A namespace's own MCP servers: the tools service registers them (after checking them)
+        # and every tools replica reads them when the namespace's version moved.
+        "ListMcpRegistrations": _allow("tools"),
+        "PutMcpRegistration": _allow("tools"),
+        "RemoveMcpRegistration": _allow("tools"),
+        # A2A tasks: each gateway replica's a2a-sdk task store writes through and reads back.
+        "PutA2aTask": _allow("gateway"),
+        "GetA2aTask": _allow("gateway"),
         "GetReflectionState": _allow("agent"),
         "RecordReflection": _allow("agent"),
         "ListReflections": _allow("agent", "gateway", USERS),

@@ -153,6 +153,11 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "Memory.GetReflectionState": "viewer",
     "Memory.RecordReflection": "member",
     "Memory.ListReflections": "viewer",
+    "Memory.ListMcpRegistrations": "viewer",  # the tools service, for a namespace's catalog
+    "Memory.PutMcpRegistration": "member",    # (the gateway asks admin for `mcp add|remove`)
+    "Memory.RemoveMcpRegistration": "member",
+    "Memory.PutA2aTask": "member",   # the gateway, for an A2A message's task
+    "Memory.GetA2aTask": "viewer",   # tasks/get on any gateway replica
     "Memory.RecordUsage": "member",  # the agent, for every model call of a turn
     "Memory.SumUsage": "viewer",     # the gateway's GetUsage, which keeps to the caller's namespaces
     # Tools: `agentmesh tools list|run`, and every tool call of a turn.

@@ -7,7 +7,10 @@
                                                     names message/send, message/stream, tasks/*)
 
 One a2a-sdk application (its card and JSON-RPC routes, DefaultRequestHandler, a task store) per
-namespace, made on first use and kept for the most recently used namespaces. The applications
+namespace, made on first use and kept for the most recently used namespaces. The task store keeps
+the replica's recent tasks in memory and writes each one through to the memory service when its
+state changes, so `tasks/get` of a task another replica ran (or ran before a restart) is answered
+from there. The applications
 are Starlette apps: they run through the gateway's small ASGI bridge (http/asgi.py).
 
 Authentication is the gateway's: a JSON-RPC request is let through only when the gateway's gRPC
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import contextvars
 from collections import OrderedDict
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -38,16 +41,20 @@ from a2a.types import (
     Task,
 )
 from aiohttp import web
+from google.protobuf.json_format import MessageToJson, Parse
 from starlette.applications import Starlette
 
-from agentmesh.errors import InvalidArgument
+from agentmesh.errors import AgentmeshError, InvalidArgument, NotFound
 from agentmesh.gateway.a2a.executor import TurnExecutor
 from agentmesh.gateway.http.asgi import call_asgi
 from agentmesh.gateway.http.errors import error_response
 from agentmesh.gateway.http.loopback import CallerRefused, GatewayCalls
 from agentmesh.gateway.http.server import SECURITY_HEADERS
 from agentmesh.ids import DEFAULT_NAMESPACE, validate_namespace
+from agentmesh.logs import get_logger
 from agentmesh.v1 import tools_pb2
+
+log = get_logger("agentmesh.gateway.a2a")
 
 CARD_PATH = "/.well-known/agent-card.json"
 # Namespaces whose application is kept; one used after that many others is made again (its
@@ -81,9 +88,57 @@ class BoundedTaskStore(InMemoryTaskStore):
             await super().delete(oldest, context)
 
 
+class TaskRecords(Protocol):
+    """Where tasks are kept for every replica (the memory service: peers.MemorySessions)."""
+
+    async def put_a2a_task(self, namespace: str, task_id: str, task_json: str) -> None: ...
+    async def get_a2a_task(self, namespace: str, task_id: str) -> str: ...
+
+
+class SharedTaskStore(BoundedTaskStore):
+    """The bounded in-memory store, written through to `records` whenever a task's state
+    changes (submitted, working, then its end: a few writes per turn, not one per streamed
+    chunk — the end carries the whole reply), and read from there for a task this replica does
+    not hold. A write that fails is logged: the turn goes on, and the task is still answered
+    here."""
+
+    def __init__(self, namespace: str, records: TaskRecords, limit: int = MAX_TASKS):
+        super().__init__(limit)
+        self._namespace = namespace
+        self._records = records
+        self._written: OrderedDict[str, int] = OrderedDict()  # task id -> the state last written
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await super().save(task, context)
+        if self._written.get(task.id) == task.status.state:
+            return
+        try:
+            await self._records.put_a2a_task(self._namespace, task.id, MessageToJson(task))
+        except AgentmeshError as exc:
+            log.warning("A2A task not written to the memory service", task_id=task.id, error=exc.message)
+            return
+        self._written[task.id] = task.status.state
+        self._written.move_to_end(task.id)
+        while len(self._written) > self._limit:
+            self._written.popitem(last=False)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        task = await super().get(task_id, context)
+        if task is not None:
+            return task
+        try:
+            return Parse(await self._records.get_a2a_task(self._namespace, task_id), Task(), ignore_unknown_fields=True)
+        except NotFound:
+            return None
+        except AgentmeshError as exc:
+            log.warning("A2A task not read from the memory service", task_id=task_id, error=exc.message)
+            return None
+
+
 class A2aEndpoints:
     def __init__(self, list_tools: ToolLister, *, description: str, version: str, public_url: str,
-                 bearer_required: bool, max_depth: int):
+                 bearer_required: bool, max_depth: int, tasks: TaskRecords | None = None):
+        self._tasks = tasks
         self._max_depth = max_depth
         self._calls: GatewayCalls | None = None  # the gateway's own API, once the HTTP server runs
         self._list_tools = list_tools
@@ -149,8 +204,9 @@ class A2aEndpoints:
 
     def _build(self, namespace: str) -> Starlette:
         card = self._base_card(namespace, "")
+        store = SharedTaskStore(namespace, self._tasks) if self._tasks is not None else BoundedTaskStore()
         handler = DefaultRequestHandler(agent_executor=TurnExecutor(self.calls, namespace, self._max_depth),
-                                        task_store=BoundedTaskStore(), agent_card=card)
+                                        task_store=store, agent_card=card)
 
         async def current_card(_card: AgentCard) -> AgentCard:
             return await self.card(namespace, _request_base.get())

@@ -7,10 +7,12 @@
 
 Beyond the shared shape a stdio entry may say `"network": true` (its jail gets the network) and
 `"mounts": ["/opt/mcp"]` (host directories bound read-only into its jail, e.g. where the server is
-installed when that is not under /usr). `${AGENTMESH_MCP_SECRET_X}` in a value of `env` or
-`headers` is replaced at start-up by that variable of the tools service's environment (a secret
-reference), so the file itself can be a ConfigMap while the secrets stay in a Secret. Only that
-family of variables can be referred to: an entry cannot pull the service's own credentials.
+installed when that is not under /usr). A value of `env` or `headers` may be a secret reference
+instead of a literal: `{"secretRef": "NAME"}` (headers: with an optional `"prefix": "Bearer "`),
+a file of AGENTMESH_MCP_SECRETS_DIR or the variable AGENTMESH_MCP_SECRET_NAME (secrets.py); and
+`${AGENTMESH_MCP_SECRET_X}` inside a literal is replaced by that variable. Either way the file
+itself can be a ConfigMap while the secrets stay in a Secret, and only that family of variables
+can be referred to: an entry cannot pull the service's own credentials.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from agentmesh.config import ConfigError
+from agentmesh.tools.mcp.secrets import SecretSource, is_reference, resolve_values
 
 # Model APIs allow [A-Za-z0-9_-] in tool names; the server name is the prefix of each of its tools.
 SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,32}$")
@@ -62,6 +65,20 @@ def _strings(name: str, key: str, value: Any, kind: type) -> Any:
     return value
 
 
+def _values(name: str, key: str, value: Any, environ: Mapping[str, str] | SecretSource,
+            kind: str = "MCP server") -> dict[str, str]:
+    """An `env` or `headers` object: literals (with their ${AGENTMESH_MCP_SECRET_X} references
+    replaced) and {"secretRef": NAME} values, resolved."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and (isinstance(v, str) or is_reference(v))
+                                              for k, v in value.items()):
+        raise ConfigError(f"{kind} {name!r}: {key!r} must be an object of string values or "
+                          '{"secretRef": NAME} references')
+    source = environ if isinstance(environ, SecretSource) else SecretSource("", environ)
+    literals = _resolve_secrets(name, key, {k: v for k, v in value.items() if isinstance(v, str)}, source.environ, kind)
+    references = resolve_values(name, key, {k: v for k, v in value.items() if is_reference(v)}, source)
+    return {item: literals[item] if item in literals else references[item] for item in value}
+
+
 def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Mapping[str, str],
                      kind: str = "MCP server") -> dict[str, str]:
     """Each `${AGENTMESH_MCP_SECRET_X}` in a value replaced by that variable of the service's environment."""
@@ -93,7 +110,10 @@ def resolve_command(name: str, command: str) -> str:
     return found
 
 
-def parse_entry(name: str, raw: Any, environ: Mapping[str, str]) -> McpServerEntry:
+def parse_entry(name: str, raw: Any, environ: Mapping[str, str] | SecretSource) -> McpServerEntry:
+    """An entry checked, its secret references resolved from `environ` (the AGENTMESH_MCP_SECRET_*
+    variables) or a SecretSource (those and the mounted secret files, for the deployment or one
+    namespace)."""
     if not SERVER_NAME.match(name):
         raise ConfigError(f"MCP server name {name!r} must be 1-32 letters, digits or '-' (it prefixes tool names)")
     if not isinstance(raw, dict):
@@ -109,8 +129,7 @@ def parse_entry(name: str, raw: Any, environ: Mapping[str, str]) -> McpServerEnt
         parsed = urlparse(url) if isinstance(url, str) else None
         if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ConfigError(f"MCP server {name!r}: url {url!r} is not an http(s) URL")
-        headers = _resolve_secrets(name, "headers", _strings(name, "headers", raw.get("headers", {}), dict), environ)
-        return McpServerEntry(name=name, url=url, headers=headers)
+        return McpServerEntry(name=name, url=url, headers=_values(name, "headers", raw.get("headers", {}), environ))
     command = raw["command"]
     if not isinstance(command, str):
         raise ConfigError(f"MCP server {name!r}: 'command' must be a string")
@@ -125,7 +144,7 @@ def parse_entry(name: str, raw: Any, environ: Mapping[str, str]) -> McpServerEnt
         name=name,
         command=resolve_command(name, command),
         args=_strings(name, "args", raw.get("args", []), list),
-        env=_resolve_secrets(name, "env", _strings(name, "env", raw.get("env", {}), dict), environ),
+        env=_values(name, "env", raw.get("env", {}), environ),
         network=network,
         mounts=mounts,
     )
@@ -140,7 +159,7 @@ class A2aAgentEntry:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-def parse_a2a_entry(name: str, raw: Any, environ: Mapping[str, str]) -> A2aAgentEntry:
+def parse_a2a_entry(name: str, raw: Any, environ: Mapping[str, str] | SecretSource) -> A2aAgentEntry:
     if not SERVER_NAME.match(name):
         raise ConfigError(f"A2A agent name {name!r} must be 1-32 letters, digits or '-' (it names the tool a2a__{name})")
     if not isinstance(raw, dict):
@@ -152,12 +171,11 @@ def parse_a2a_entry(name: str, raw: Any, environ: Mapping[str, str]) -> A2aAgent
     parsed = urlparse(url) if isinstance(url, str) else None
     if not isinstance(url, str) or parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ConfigError(f"A2A agent {name!r}: url {url!r} is not an http(s) URL")
-    headers = _resolve_secrets(name, "headers", _strings(name, "headers", raw.get("headers", {}), dict), environ,
-                               kind="A2A agent")
+    headers = _values(name, "headers", raw.get("headers", {}), environ, kind="A2A agent")
     return A2aAgentEntry(name=name, url=url.rstrip("/"), headers=headers)
 
 
-def parse_servers(document: Any, environ: Mapping[str, str], source: str = "the MCP server list") -> list[McpServerEntry]:
+def parse_servers(document: Any, environ: Mapping[str, str] | SecretSource, source: str = "the MCP server list") -> list[McpServerEntry]:
     if not isinstance(document, dict) or not isinstance(document.get("mcpServers", {}), dict) or \
             not ("mcpServers" in document or "a2aAgents" in document):
         raise ConfigError(f'{source} must be a JSON object {{"mcpServers": {{NAME: {{...}}}}}} '
@@ -165,21 +183,21 @@ def parse_servers(document: Any, environ: Mapping[str, str], source: str = "the 
     return [parse_entry(name, raw, environ) for name, raw in document.get("mcpServers", {}).items()]
 
 
-def parse_agents(document: Any, environ: Mapping[str, str], source: str = "the MCP server list") -> list[A2aAgentEntry]:
+def parse_agents(document: Any, environ: Mapping[str, str] | SecretSource, source: str = "the MCP server list") -> list[A2aAgentEntry]:
     agents = document.get("a2aAgents", {}) if isinstance(document, dict) else {}
     if not isinstance(agents, dict):
         raise ConfigError(f'{source}: "a2aAgents" must be an object {{NAME: {{"url": ..., "headers": ...}}}}')
     return [parse_a2a_entry(name, raw, environ) for name, raw in agents.items()]
 
 
-def load_servers(path: str, environ: Mapping[str, str]) -> list[McpServerEntry]:
+def load_servers(path: str, environ: Mapping[str, str] | SecretSource) -> list[McpServerEntry]:
     """Read and check AGENTMESH_MCP_SERVERS; every problem is a ConfigError naming the file."""
     if not path:
         return []
     return parse_servers(_read(path), environ, source=f"AGENTMESH_MCP_SERVERS={path}")
 
 
-def load_agents(path: str, environ: Mapping[str, str]) -> list[A2aAgentEntry]:
+def load_agents(path: str, environ: Mapping[str, str] | SecretSource) -> list[A2aAgentEntry]:
     """The remote A2A agents of the same file ("a2aAgents")."""
     if not path:
         return []

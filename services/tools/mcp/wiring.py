@@ -13,6 +13,7 @@ from agentmesh.tools.mcp.a2a_agents import A2aAgentTools, SessionDepth
 from agentmesh.tools.mcp.config import McpServerEntry, load_agents, load_servers
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
 from agentmesh.tools.mcp.openers import http_opener, jailed_stdio_opener, server_workdir
+from agentmesh.tools.mcp.secrets import SecretSource
 from agentmesh.tools.mcp.tools import McpTools
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.sandbox.local import LocalJail
@@ -64,9 +65,15 @@ class ConnectionFactory:
         return McpServerConnection(entry.name, opener, self.timings)
 
 
+def secret_source(settings: ToolsSettings) -> SecretSource:
+    """The deployment's secrets: the mounted files of AGENTMESH_MCP_SECRETS_DIR and the
+    AGENTMESH_MCP_SECRET_* variables (namespaces get `.for_namespace(...)` of it)."""
+    return SecretSource(settings.mcp.secrets_dir, settings.mcp.secrets)
+
+
 def build_mcp_tools(settings: ToolsSettings, connections: ConnectionFactory,
                     tracer: trace.Tracer | None = None) -> McpTools | None:
-    entries = load_servers(settings.mcp.servers_file, settings.mcp.secrets)
+    entries = load_servers(settings.mcp.servers_file, secret_source(settings))
     if not entries:
         return None
     return McpTools([connections(entry) for entry in entries], settings.limits, settings.mcp.attachment_cap_bytes,
@@ -76,7 +83,7 @@ def build_mcp_tools(settings: ToolsSettings, connections: ConnectionFactory,
 def build_a2a_tools(settings: ToolsSettings, open_session_depth: Callable[[], SessionDepth]) -> A2aAgentTools | None:
     """The remote A2A agents of the servers file ("a2aAgents"), reached through web_fetch's egress
     policy; None when there are none. `open_session_depth` is called only when there are."""
-    entries = load_agents(settings.mcp.servers_file, settings.mcp.secrets)
+    entries = load_agents(settings.mcp.servers_file, secret_source(settings))
     if not entries:
         return None
     policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)
