@@ -186,13 +186,15 @@ async def test_writes_wait_for_a_build_they_are_index_after_ahead_of(tmp_path):
             while shard.copying:
                 await asyncio.sleep(0.01)
         await store.upsert_memories("ns", rows(300, 301, rng))  # admitted: nothing was ahead yet
+        # The indexer is a Python process just started: it cannot have ended within the last
+        # 10 ms poll and the write above, which never yields to the event loop.
+        assert store.memory_shard_stats("ns")["builds"] == 0, "the build ended before the test could write"
         held = asyncio.create_task(store.upsert_memories("ns", rows(601, 1, rng)))
-        await asyncio.sleep(0.3)
-        assert store.memory_shard_stats("ns")["builds"] == 0, "the build ended before the test could check"
-        assert not held.done(), "a write 301 ahead of the build's copy did not wait for it"
+        builds_when_done: list[int] = []
+        held.add_done_callback(lambda _: builds_when_done.append(store.memory_shard_stats("ns")["builds"]))
         async with asyncio.timeout(120):
             await held
-        assert store.memory_shard_stats("ns")["builds"] >= 1
+        assert builds_when_done[0] >= 1, "a write 301 ahead of the build's copy did not wait for its swap"
         assert await store.count_memories(PointFilter("ns")) == 602
     finally:
         await store.close()
