@@ -10,7 +10,8 @@ sandboxed process. The model server answers instantly, so what is measured is ag
   jailed process (the tools service's own executor) made directly from one Python process,
   as a single-process agent server would.
 
-The memory service's resident memory is sampled after each of `--rss-rounds` further rounds of
+The CPU each service uses per turn is read from `/proc` over the sequential turns (the
+scheduler, which a turn does not reach, left out). The memory service's resident memory is sampled after each of `--rss-rounds` further rounds of
 the 32-session load (the first round warms it): flat means it does not grow with the turns it
 has served.
 
@@ -40,6 +41,7 @@ from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, ToolSpec
 from agentmesh.cli.stack import LocalStack, free_address
 from agentmesh.config import SERVICES, LLMSettings, Settings
+from agentmesh.logs import configure_logging
 from agentmesh.rpc.client import open_channel
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.tools.sandbox.local import jail_host_identity
@@ -94,6 +96,8 @@ class SingleProcessAgent:
         env = {"AGENTMESH_HOME": str(home), "AGENTMESH_LLM_BASE_URL": base_url, "AGENTMESH_LLM_MODEL": "bench",
                "AGENTMESH_TRACES": "none", "AGENTMESH_LLM_PROVIDER": "openai"}
         settings = Settings.from_env(env)
+        # As the platform's services log in this bench: JSON lines, warnings and worse.
+        configure_logging("baseline", "warning")
         tools_settings = ToolsSettings.from_settings(settings)
         tools_settings.workspace_root.mkdir(parents=True, exist_ok=True)
         workspaces = Workspaces(tools_settings.workspace_root, jail_host_identity(tools_settings))
@@ -162,18 +166,31 @@ def start_stack(base_url: str, home: Path, python: str) -> LocalStack:
     return stack
 
 
-async def interleaved(contenders: dict, turns: int, sessions: int, per_session: int, rounds: int) -> dict[str, dict]:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def interleaved(contenders: dict, turns: int, sessions: int, per_session: int, rounds: int,
+                      processes: dict[str, dict[str, int]]) -> dict[str, dict]:
     """Every contender measured turn by turn in alternation (the order rotating), and the
     concurrent load round by round in alternation, so that a shared machine's load, which
-    changes by the minute, falls on all of them alike. Throughput is the median of `rounds`."""
+    changes by the minute, falls on all of them alike. Throughput is the median of `rounds`.
+    For the contenders in `processes` (service -> pid), the CPU each service used over the
+    sequential turns, per turn (a stack is idle while the others run their turns)."""
     names = list(contenders)
     for name, turn in contenders.items():
         for i in range(3):  # warm-up: connections, imports, first jail
             await turn(f"{name}-warm-{i}")
     latencies: dict[str, list[float]] = {n: [] for n in names}
+    cpu_before = {name: {service: cpu_s(pid) for service, pid in pids.items()} for name, pids in processes.items()}
     for i in range(turns):
         for name in names[i % len(names):] + names[: i % len(names)]:
             latencies[name].append(await contenders[name](f"{name}-seq-{i % 8}"))
+    await asyncio.sleep(0.5)  # the last spans are exported
+    cpu_ms = {name: {service: (cpu_s(pid) - cpu_before[name][service]) / turns * 1000 for service, pid in pids.items()}
+              for name, pids in processes.items()}
     rates: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
@@ -191,6 +208,7 @@ async def interleaved(contenders: dict, turns: int, sessions: int, per_session: 
             "p50_ms": statistics.median(latencies[name]) * 1000,
             "p99_ms": percentile(latencies[name], 0.99) * 1000,
             "turns_per_s": statistics.median(rates[name]),
+            "cpu_ms": cpu_ms.get(name, {}),
         }
         for name in names
     }
@@ -219,7 +237,10 @@ async def main_async(args) -> None:
             stub = gateway_pb2_grpc.GatewayStub(channel)
             contenders[name] = lambda s, stub=stub: platform_turn(stub, s)
         contenders["baseline"] = baseline_agent.turn
-        results = await interleaved(contenders, args.turns, args.sessions, args.turns_per_session, args.rounds)
+        processes = {name: {service: child.pid for service, child in stack.children.items() if service != "scheduler"}
+                     for name, stack in stacks.items()}
+        results = await interleaved(contenders, args.turns, args.sessions, args.turns_per_session, args.rounds,
+                                    processes)
         platform_stub = gateway_pb2_grpc.GatewayStub(channels[0])
         rss = await rss_rounds(platform_stub, stacks["platform"].children["memory"].pid, args.rss_rounds,
                                args.sessions, args.turns_per_session)
@@ -250,6 +271,16 @@ async def main_async(args) -> None:
                   f"{before[key] / baseline[key]:.2f}x | {ratio:.2f}x |")
         else:
             print(f"| {label} | {platform[key]:.1f} | {baseline[key]:.1f} | {ratio:.2f}x |")
+    print("\nCPU per turn by service over the sequential turns (ms):\n")
+    stacks_measured = [name for name in ("before", "platform") if name in results]
+    print("| service | " + " | ".join("agentmesh before" if n == "before" else "agentmesh" for n in stacks_measured) + " |")
+    print("| --- |" + " --- |" * len(stacks_measured))
+    for service in [*results["platform"]["cpu_ms"], "all four"]:
+        cells = []
+        for name in stacks_measured:
+            used = results[name]["cpu_ms"]
+            cells.append(f"{sum(used.values()) if service == 'all four' else used.get(service, float('nan')):.2f}")
+        print(f"| {service} | " + " | ".join(cells) + " |")
     if rss:
         warm = rss[0]
         print(f"\nmemory service RSS after each further round of {args.sessions} sessions x {args.turns_per_session} turns: "

@@ -35,7 +35,7 @@ def register(subparsers) -> None:
     add = commands.add_parser("add", help="add an MCP server (checked: it must start and list usable tools)")
     add.add_argument("name", help="1-32 letters, digits or '-'; its tools are NAME__<tool>")
     source = add.add_mutually_exclusive_group(required=True)
-    source.add_argument("--command", help="a stdio server: the program (run in the sandbox jail, no network)")
+    source.add_argument("--command", help="a stdio server: the program (run in the sandbox — the jail, or a pod of the sandbox image in a cluster — with no network)")
     source.add_argument("--url", help="a streamable-HTTP server's URL (reached through the egress policy)")
     add.add_argument("--arg", action="append", default=[], dest="args", help="an argument of --command (repeat)")
     add.add_argument("--header", action="append", default=[], dest="headers", metavar="K=V",

@@ -54,6 +54,12 @@ _SECRET_SHAPES = (
     (re.compile(r"(://[^/\s:@]+:)[^/\s@]+@"), r"\1" + REDACTED + "@"),
 )
 
+# One pass that finds whether any of the shapes above may be in a text: most values of a line
+# (ids, names, numbers as text) hold none, and running the five substitutions on each of them
+# made rendering a line cost ~0.2 ms. A superset (case-insensitive throughout), so nothing the
+# substitutions would mask is skipped.
+_ANY_SHAPE = re.compile("|".join(f"(?:{pattern.pattern})" for pattern, _ in _SECRET_SHAPES), re.I)
+
 _HANDLER_TAG = "_agentmesh_json_handler"
 
 
@@ -86,6 +92,8 @@ class Redactor:
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
+        if _ANY_SHAPE.search(text) is None:
+            return text
         for pattern, replacement in _SECRET_SHAPES:
             text = pattern.sub(replacement, text)
         return text

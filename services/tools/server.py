@@ -25,7 +25,13 @@ from agentmesh.tools.file_tools import FileTools
 from agentmesh.tools.mcp.a2a_agents import DEPTH_KEY
 from agentmesh.tools.mcp.memory_registrations import MemoryRegistrations
 from agentmesh.tools.mcp.namespaces import NamespaceServers
-from agentmesh.tools.mcp.wiring import ConnectionFactory, build_a2a_tools, build_mcp_tools, secret_source
+from agentmesh.tools.mcp.wiring import (
+    ConnectionFactory,
+    build_a2a_tools,
+    build_mcp_tools,
+    secret_source,
+    start_mcp_tools,
+)
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
@@ -212,13 +218,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
     connections = ConnectionFactory(tools_settings, executor, owner)
+    await connections.start()
     mcp_tools = build_mcp_tools(tools_settings, connections, telemetry.tracer)
     if mcp_tools is not None:
-        try:
-            await mcp_tools.start()
-        except BaseException:
-            await mcp_tools.close()
-            raise
+        await start_mcp_tools(mcp_tools, connections)
     identity = ServiceIdentity.open("tools", settings.keys_dir)
     channels: list = []
 
@@ -238,7 +241,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         MemoryRegistrations(registry_channel, settings.address_of("memory")), connections, connections.policy,
         tools_settings.limits, tools_settings.mcp.attachment_cap_bytes, secret_source(tools_settings),
         reserved=lambda: mcp_tools.names() if mcp_tools is not None else set(),
-        workdirs=connections.root / "namespaces", legacy_dir=connections.root / "namespaces", tracer=telemetry.tracer)
+        workdirs=connections.root / "namespaces", legacy_dir=connections.root / "namespaces", tracer=telemetry.tracer,
+        sandbox=connections.sandbox)
     namespaces.start_migration()
     core = build_core(tools_settings, executor, workspaces, telemetry.tracer, extra_providers=extra)
     core.namespaces = namespaces
@@ -248,6 +252,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
     host = ServiceHost("tools", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
+    # on_stop callbacks run in reverse: the executor closes last, after everything that still
+    # uses it (background commands, MCP server pods) has stopped.
+    host.on_stop(executor.close)
     tenants = None
     if settings.auth_policy.enforced:
         memory = open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory")
@@ -263,5 +270,4 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_stop(namespaces.close)
     for channel in channels:
         host.on_stop(channel.close)
-    host.on_stop(executor.close)
     return host

@@ -43,6 +43,9 @@ class KubernetesSandbox:
     # Requested and limited alike: the pod is OOM-killed at this size, never evicted for it.
     memory_limit: str = env("AGENTMESH_SANDBOX_MEMORY_LIMIT", "1Gi")
     tmp_size: str = env("AGENTMESH_SANDBOX_TMP_SIZE", "256Mi")
+    # A stdio MCP server's pod lives long and idles most of the time: it reserves less than a call's.
+    mcp_cpu_limit: str = env("AGENTMESH_SANDBOX_MCP_CPU_LIMIT", "500m")
+    mcp_memory_limit: str = env("AGENTMESH_SANDBOX_MCP_MEMORY_LIMIT", "256Mi")
     kubeconfig: str = env("KUBECONFIG", "")
     context: str = env("AGENTMESH_SANDBOX_KUBE_CONTEXT", "")
     # Retries of API calls that failed on the way (connection errors, 429, 5xx).

@@ -42,8 +42,24 @@ def test_no_mcp_servers_renders_nothing_for_them():
     assert "AGENTMESH_MCP_SERVERS" not in container_env(rendered.deployment("tools")["spec"]["template"]["spec"]["containers"][0])
 
 
-@pytest.mark.parametrize("servers", [{"bad name": {"url": "https://x/mcp"}}, {"docs": {"command": "x"}},
-                                     {"docs": {"url": "ftp://x"}}])
+def test_stdio_servers_are_accepted_as_pods_would_run_them():
+    servers = {"time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "image": "ghcr.io/example/mcp-time:1",
+                        "env": {"TOKEN": "${AGENTMESH_MCP_SECRET_TIME}"}, "network": True}}
+    rendered = render({"tools": {"mcpServers": servers}})
+    config = rendered.get("ConfigMap", f"{RELEASE}-mcp-servers")
+    assert json.loads(config["data"]["mcp-servers.json"])["mcpServers"] == servers
+    assert rendered.config()["AGENTMESH_SANDBOX"] == "kubernetes"  # the tools service runs them as pods
+    config = rendered.config()
+    assert (config["AGENTMESH_SANDBOX_MCP_CPU_LIMIT"], config["AGENTMESH_SANDBOX_MCP_MEMORY_LIMIT"]) == ("500m", "256Mi")
+    resized = render({"sandbox": {"mcpMemoryLimit": "512Mi"}}).config()
+    assert resized["AGENTMESH_SANDBOX_MCP_MEMORY_LIMIT"] == "512Mi"
+
+
+@pytest.mark.parametrize("servers", [{"bad name": {"url": "https://x/mcp"}}, {"docs": {"url": "ftp://x"}},
+                                     {"docs": {"command": "x", "url": "https://x/mcp"}}, {"docs": {}},
+                                     {"docs": {"command": "x", "mounts": ["/opt/mcp"]}},  # the local jail's only
+                                     {"docs": {"command": "x", "image": "not an image"}},
+                                     {"docs": {"url": "https://x/mcp", "network": True}}])
 def test_the_schema_refuses_what_the_service_would(servers):
     with pytest.raises(helm_python.HelmError):
         render({"tools": {"mcpServers": servers}})

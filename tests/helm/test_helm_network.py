@@ -41,6 +41,14 @@ def sandbox_pod(namespace: str, egress: str = "deny") -> Endpoint:
     })
 
 
+def mcp_server_pod(namespace: str, egress: str = "deny") -> Endpoint:
+    # What the tools service gives the pod of a stdio MCP server (no Job: no job-name label).
+    return pod(f"mcp-{egress}", namespace, {
+        "app.kubernetes.io/name": "agentmesh-sandbox", "app.kubernetes.io/managed-by": "agentmesh-tools",
+        "app.kubernetes.io/component": "mcp-server", "agentmesh.io/mcp-server": "time", "agentmesh.io/egress": egress,
+    })
+
+
 def reachable(policies, endpoints) -> set[tuple[str, str, int]]:
     """Every (source, destination, port) that the policies let through, destinations being pods."""
     edges = set()
@@ -198,7 +206,8 @@ def test_the_sandbox_policy_is_always_rendered(values):
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
     if values:
-        assert len(r.kind("NetworkPolicy")) == 1  # the service policies can be turned off, this one not
+        # The service policies can be turned off, the sandbox's not (its Job pods and MCP server pods).
+        assert sorted(p["metadata"]["name"] for p in r.kind("NetworkPolicy")) == [f"{RELEASE}-sandbox", f"{RELEASE}-sandbox-mcp"]
 
 
 @pytest.mark.parametrize("which", ["default", "production"])
@@ -219,3 +228,26 @@ def test_gateway_replicas_reach_each_other_for_session_routing(which, default_re
     if which == "production":  # there only the ingress controller and the scheduler call in
         assert not allowed(policies, STRANGER, gateway, 50051)
         assert not allowed(policies, pod("lookalike", "default", gateway.label_map), gateway, 50051)
+
+
+@pytest.mark.parametrize("namespace", [NAMESPACE, SANDBOX_NS])
+@pytest.mark.parametrize("egress_rule", [False, True])
+def test_mcp_server_pods_are_sealed_like_sandbox_pods(namespace, egress_rule):
+    rule = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}}], "ports": [{"port": 443, "protocol": "TCP"}]}
+    values: dict = {"sandbox": {"networkPolicy": {"egress": [rule] if egress_rule else []}}}
+    if namespace != NAMESPACE:
+        values["sandbox"].update(namespace=namespace, workspace={"existingClaim": "ws", "accessModes": ["ReadWriteMany"]})
+    r = render(values)
+    policies = r.kind("NetworkPolicy")
+    networked, offline = mcp_server_pod(namespace, "allow"), mcp_server_pod(namespace, "deny")
+    services = [component(r, c) for c in ("gateway", "agent", "tools", "memory")]
+    # No way in (the tools service reaches a server through pods/attach, not the pod network).
+    for server in (networked, offline):
+        assert not any(allowed(policies, src, server, port) for src in services + [STRANGER] for port in ALL_PORTS)
+        for target in services:
+            assert not any(allowed(policies, server, target, port) for port in ALL_PORTS)
+    # Out only for a server whose entry says "network": true, and only as sandbox.networkPolicy.egress allows.
+    assert allowed(policies, networked, INTERNET, 443) is egress_rule
+    assert not allowed(policies, networked, INTERNET, 80)
+    assert not allowed(policies, offline, INTERNET, 443)
+    assert not allowed(policies, networked, KUBE_API, 443) and not allowed(policies, networked, DNS, 53, "UDP")

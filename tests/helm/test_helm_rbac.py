@@ -78,6 +78,9 @@ def required_grants(rendered: Rendered) -> set[tuple[str, str, str, str, str]]:
         for call in entry["calls"]:
             group, resource, verb = rbac_of(*request_of(call["api"], call["method"], call.get("watch", False)))
             grants.add((f"{RELEASE}-{service}", namespaces[entry["namespace"]], group, resource, verb))
+            if call.get("websocket"):
+                # A websocket upgrade (exec, attach, portforward) is authorized as "create" since 1.31.
+                grants.add((f"{RELEASE}-{service}", namespaces[entry["namespace"]], group, resource, "create"))
     return grants
 
 
@@ -105,6 +108,7 @@ def test_the_request_mapping_is_right():
     assert rbac_of(*request_of("CoreV1Api", "read_namespaced_pod_log")) == ("", "pods/log", "get")
     assert rbac_of(*request_of("CoordinationV1Api", "replace_namespaced_lease")) == ("coordination.k8s.io", "leases", "update")
     assert rbac_of(*request_of("CoreV1Api", "delete_collection_namespaced_pod")) == ("", "pods", "deletecollection")
+    assert rbac_of(*request_of("CoreV1Api", "connect_get_namespaced_pod_attach")) == ("", "pods/attach", "get")
 
 
 def test_roles_grant_exactly_the_listed_calls(any_render):

@@ -150,3 +150,27 @@ def test_the_sampler_comes_from_the_environment(tmp_path):
     off.shutdown()
     with pytest.raises(ConfigError, match="OTEL_TRACES_SAMPLER must be one of"):
         Settings.from_env({**base, "OTEL_TRACES_SAMPLER": "sometimes"})
+
+
+def exemplar_count(requests) -> int:
+    return sum(
+        len(point.exemplars)
+        for request in requests
+        for resource_metrics in request.resource_metrics
+        for scope in resource_metrics.scope_metrics
+        for metric in scope.metrics
+        for point in metric.histogram.data_points
+    )
+
+
+@pytest.mark.parametrize(("exemplar_filter", "expect_exemplars"), [(None, False), ("trace_based", True)])
+def test_exemplars_are_off_unless_asked_for(tmp_path, grpc_collector, exemplar_filter, expect_exemplars):
+    # A measurement made inside a sampled span carries that span as an exemplar only when
+    # OTEL_METRICS_EXEMPLAR_FILTER asks for it: by default every call would pay for one.
+    collector, endpoint = grpc_collector
+    env = {"AGENTMESH_HOME": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+    if exemplar_filter:
+        env["OTEL_METRICS_EXEMPLAR_FILTER"] = exemplar_filter
+    emit(setup_telemetry("agent", Settings.from_env(env)))
+    assert metric_names(collector.metrics)
+    assert (exemplar_count(collector.metrics) > 0) is expect_exemplars

@@ -1,8 +1,9 @@
 """A Kubernetes API server for the executor tests: real HTTP, the real paths, the real semantics.
 
 It serves exactly what the sandbox Role grants (jobs: create/get/list/watch/delete; pods:
-get/list/watch; pods/log: get) and answers 403 to anything else, recording it. Every Job posted
-is validated against the Kubernetes OpenAPI schema with `kubernetes-validate` (422 when invalid).
+create/get/list/watch/delete; pods/log: get; pods/attach, a websocket: fake_kube_attach.py) and
+answers 403 to anything else, recording it. Every Job and Pod posted is validated against the
+Kubernetes OpenAPI schema with `kubernetes-validate` (422 when invalid).
 
 Behind the API, small stand-ins for the control plane do what a cluster does:
 - the Job controller creates one pod per Job (labels `job-name`, `batch.kubernetes.io/job-name`,
@@ -13,7 +14,10 @@ Behind the API, small stand-ins for the control plane do what a cluster does:
   ImagePullBackOff), then runs the container's command as a local process, its working
   directory the volume (a PersistentVolumeClaim maps to a host directory, honouring subPath),
   kills it with OOMKilled (exit 137) when its resident memory passes the container's memory
-  limit, and keeps its combined output as the pod log.
+  limit, and keeps its combined output as the pod log; a command that cannot be executed is a
+  StartError (exit 128), and `FallbackToLogsOnError` puts a failed container's last output in its
+  status. A container with `stdin: true` (an MCP server's bare pod) gets a stdin pipe for
+  pods/attach, its stdout and stderr kept apart for attach's channels.
 The local process is not isolated: this is a stand-in for a container runtime, not a sandbox.
 """
 
@@ -81,6 +85,11 @@ class FakeKube:
         self.events: list[tuple[int, str, str, dict]] = []  # (rv, namespace, type, pod)
         self.logs: dict[tuple[str, str], bytearray] = {}
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
+        # pods/attach: per pod, the attached streams' sinks (channel, bytes); None ends the stream.
+        self.attached: dict[tuple[str, str], list] = {}
+        self.attaches: list[str] = []  # the subprotocol each attach agreed on
+        # The channel subprotocols this API server speaks, best first (before 1.30: v4 only).
+        self.attach_protocols: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
         self.requests: list[tuple[str, str]] = []  # (verb, resource)
         self.forbidden: list[str] = []
         self.invalid: list[str] = []
@@ -162,6 +171,10 @@ class FakeKube:
         handler.end_headers()
         handler.wfile.write(data)
 
+    def answer(self, handler, code: int, body: dict | str) -> None:
+        """A plain HTTP answer (for the pods/attach module: a refusal before the upgrade)."""
+        self._send(handler, code, body)
+
     def _dispatch(self, handler, method: str) -> None:
         url = urlparse(handler.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
@@ -192,13 +205,20 @@ class FakeKube:
                 return "get", "jobs", self._get_job
             if len(parts) == 7 and method == "DELETE":
                 return "delete", "jobs", self._delete_job
-        if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[2] == "namespaces" and parts[4] == "pods" and method == "GET":
-            if len(parts) == 5:
+        if parts[:2] == ["api", "v1"] and len(parts) >= 5 and parts[2] == "namespaces" and parts[4] == "pods":
+            if len(parts) == 5 and method == "GET":
                 return ("watch" if query.get("watch") in ("true", "1") else "list"), "pods", self._pods
-            if len(parts) == 6:
+            if len(parts) == 5 and method == "POST":
+                return "create", "pods", self._create_pod
+            if len(parts) == 6 and method == "GET":
                 return "get", "pods", self._get_pod
-            if len(parts) == 7 and parts[6] == "log":
+            if len(parts) == 6 and method == "DELETE":
+                return "delete", "pods", self._delete_pod_request
+            if len(parts) == 7 and parts[6] == "log" and method == "GET":
                 return "get", "pods/log", self._pod_log
+            if len(parts) == 7 and parts[6] == "attach" and method == "GET":
+                # A websocket upgrade: API servers since 1.31 authorize it as "create" (before, "get").
+                return "create", "pods/attach", self._attach
         return None
 
     # --- jobs ----------------------------------------------------------------------------------
@@ -266,6 +286,56 @@ class FakeKube:
             items = [_public(p) for (ns, _), p in self.pods.items() if ns == namespace and selector_matches(selector, p["metadata"]["labels"])]
             version = str(self.rv)
         self._send(handler, 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": version}, "items": items})
+
+    def _create_pod(self, handler, parts, query, raw) -> None:
+        """A bare pod (an MCP server's): validated, scheduled and run like a Job's, never restarted."""
+        namespace = parts[3]
+        body = json.loads(raw or b"{}")
+        self.posted.append(body)
+        try:
+            kubernetes_validate.validate(body, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            self.invalid.append(f"{exc.path}: {exc.message}" if hasattr(exc, "path") else str(exc))
+            self._send(handler, 422, status_body(422, "Invalid", f"Pod is invalid: {exc}"))
+            return
+        meta = body.setdefault("metadata", {})
+        if meta.get("namespace", namespace) != namespace:
+            self._send(handler, 400, status_body(400, "BadRequest", "the namespace of the object does not match the namespace of the request"))
+            return
+        key = (namespace, meta["name"])
+        with self.cond:
+            if key in self.pods:
+                self._send(handler, 409, status_body(409, "AlreadyExists", f'pods "{meta["name"]}" already exists'))
+                return
+            meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
+            body["status"] = {"phase": "Pending", "conditions": []}
+            self.pods[key] = body
+            self._emit("ADDED", key)
+            created = _public(body)
+        self._send(handler, 201, created)
+        threading.Thread(target=self._run_pod, args=(namespace, None, key), daemon=True).start()
+
+    def _delete_pod_request(self, handler, parts, query, raw) -> None:
+        key = (parts[3], parts[5])
+        with self.cond:
+            if key not in self.pods:
+                self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
+                return
+            deleted = _public(self.pods[key])
+            self._delete_pod(key)
+        self._send(handler, 200, deleted)
+
+    def _attach(self, handler, parts, query, raw) -> None:
+        from tests.tools.fake_kube_attach import serve_attach  # the websocket side lives there
+
+        serve_attach(self, handler, parts, query)
+
+    def _detach_all(self, key: tuple[str, str]) -> None:
+        """The container ended: every attached stream ends with it."""
+        with self.cond:
+            sinks = self.attached.pop(key, [])
+        for sink in sinks:
+            sink(None, b"")
 
     def _get_pod(self, handler, parts, query, raw) -> None:
         with self.cond:
@@ -363,7 +433,7 @@ class FakeKube:
             self._emit("DELETED", key)
             del self.pods[key]
 
-    def _run_pod(self, namespace: str, job: dict, key: tuple[str, str]) -> None:
+    def _run_pod(self, namespace: str, job: dict | None, key: tuple[str, str]) -> None:
         spec = self.pods[key]["spec"]
         container = spec["containers"][0]
         requests = container.get("resources", {}).get("requests", {})
@@ -376,45 +446,95 @@ class FakeKube:
         image = container["image"]
         if image.startswith("registry.invalid/"):
             pull = f'failed to pull and unpack image "{image}": failed to resolve reference: dial tcp: lookup registry.invalid: no such host'
-            self._update(key, lambda s: s.update(containerStatuses=[_status(image, {"waiting": {"reason": "ErrImagePull", "message": pull}})]))
+            self._update(key, lambda s: s.update(containerStatuses=[_status(container["image"], {"waiting": {"reason": "ErrImagePull", "message": pull}}, name=container["name"])]))
             time.sleep(0.2)
-            self._update(key, lambda s: s.update(containerStatuses=[_status(image, {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}})]))
+            self._update(key, lambda s: s.update(containerStatuses=[_status(container["image"], {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}, name=container["name"])]))
             return
         if self.instant_containers:
             with self.cond:
                 self.logs[key] = bytearray(b"ok\n")
             stamp = now_rfc3339()
-            self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[_status(image, {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}})]))
+            self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[_status(container["image"], {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}}, name=container["name"])]))
             return
         cwd = self._volume_dir(spec, container)
         env = {e["name"]: e["value"] for e in container.get("env", [])}
         env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+        # A container with `stdin: true` (an MCP server pod) keeps stdin open for pods/attach, and
+        # its stdout and stderr apart (attach's channels 1 and 2); the log has both.
+        interactive = bool(container.get("stdin"))
         with self.cond:
             if key not in self.pods:
                 return
             self.logs[key] = bytearray()
-            proc = subprocess.Popen(container["command"], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-            self.procs[key] = proc
+            try:
+                proc = subprocess.Popen(container["command"], cwd=cwd, env=env,
+                                        stdin=subprocess.PIPE if interactive else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE if interactive else subprocess.STDOUT, start_new_session=True)
+            except OSError as exc:
+                proc = None
+                start_error = exc
+            else:
+                self.procs[key] = proc
+        if proc is None:
+            self._start_failed(namespace, job, key, container, start_error)
+            return
         started = now_rfc3339()
-        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[_status(image, {"running": {"startedAt": started}}, ready=True)]))
+        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[_status(container["image"], {"running": {"startedAt": started}}, ready=True, name=container["name"])]))
         limit = quantity(container.get("resources", {}).get("limits", {}).get("memory", "0") or "0")
         oom = threading.Event()
         threading.Thread(target=self._memory_guard, args=(proc, limit, oom), daemon=True).start()
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+        try:
+            if interactive:
+                errors = threading.Thread(target=self._copy_output, args=(key, proc.stderr, 2), daemon=True)
+                errors.start()
+                self._copy_output(key, proc.stdout, 1)
+                errors.join()
+            else:
+                self._copy_output(key, proc.stdout, 1)
+            code = proc.wait()
+            with self.cond:
+                if self.procs.pop(key, None) is None:
+                    return  # deleted (job deleted or deadline): no terminal status
+            if oom.is_set():
+                terminated = {"exitCode": 137, "reason": "OOMKilled"}
+            else:
+                terminated = {"exitCode": code if code >= 0 else 128 - code, "reason": "Completed" if code == 0 else "Error"}
+            if terminated["exitCode"] and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+                with self.cond:
+                    tail = bytes(self.logs.get(key, b""))[-2048:].decode(errors="replace").splitlines()[-80:]
+                if tail:
+                    terminated["message"] = "\n".join(tail) + "\n"
+            terminated.update(startedAt=started, finishedAt=now_rfc3339())
+            self._finish(namespace, job, key, container, terminated)
+        finally:
+            self._detach_all(key)
+
+    def _copy_output(self, key: tuple[str, str], stream, channel: int) -> None:
+        """The container's output into its log and to every attached stream."""
+        for chunk in iter(lambda: stream.read1(65536), b""):
             with self.cond:
                 if key in self.logs:
                     self.logs[key] += chunk
-        code = proc.wait()
-        with self.cond:
-            if self.procs.pop(key, None) is None:
-                return  # deleted (job deleted or deadline): no terminal status
-        if oom.is_set():
-            terminated = {"exitCode": 137, "reason": "OOMKilled"}
+                sinks = list(self.attached.get(key, ()))
+            for sink in sinks:
+                sink(channel, chunk)
+
+    def _start_failed(self, namespace: str, job: dict | None, key: tuple[str, str], container: dict, exc: OSError) -> None:
+        """The runtime could not exec the command: what containerd reports (StartError, exit 128)."""
+        command = container["command"][0]
+        if os.path.isabs(command):
+            why = f"exec: \"{command}\": stat {command}: no such file or directory" if isinstance(exc, FileNotFoundError) else f"exec: \"{command}\": {exc.strerror}"
         else:
-            terminated = {"exitCode": code if code >= 0 else 128 - code, "reason": "Completed" if code == 0 else "Error"}
-        terminated.update(startedAt=started, finishedAt=now_rfc3339())
+            why = f"exec: \"{command}\": executable file not found in $PATH"
+        message = f"failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: {why}: unknown"
+        stamp = now_rfc3339()
+        self._finish(namespace, job, key, container, {"exitCode": 128, "reason": "StartError", "message": message, "startedAt": stamp, "finishedAt": stamp})
+
+    def _finish(self, namespace: str, job: dict | None, key: tuple[str, str], container: dict, terminated: dict) -> None:
         phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
-        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[_status(image, {"terminated": terminated})]))
+        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[_status(container["image"], {"terminated": terminated}, name=container["name"])]))
+        if job is None:
+            return
         with self.cond:
             live = self.jobs.get((namespace, job["metadata"]["name"]))
             if live is not None:
@@ -467,7 +587,9 @@ class FakeKube:
                     self._delete_pod(key)
 
     def _volume_dir(self, spec: dict, container: dict) -> str:
-        mount = next(m for m in container["volumeMounts"] if m["mountPath"] == container.get("workingDir", "/workspace"))
+        mount = next((m for m in container.get("volumeMounts", []) if m["mountPath"] == container.get("workingDir", "/workspace")), None)
+        if mount is None:
+            return tempfile.mkdtemp(dir=self._scratch.name)  # the image's own working directory
         volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
         if "persistentVolumeClaim" in volume:
             base = self.volumes[volume["persistentVolumeClaim"]["claimName"]]
@@ -494,8 +616,8 @@ class _QuietServer(ThreadingHTTPServer):
         pass
 
 
-def _status(image: str, state: dict, ready: bool = False) -> dict:
-    return {"name": "sandbox", "image": image, "imageID": "", "ready": ready, "restartCount": 0, "started": "running" in state, "state": state}
+def _status(image: str, state: dict, ready: bool = False, name: str = "sandbox") -> dict:
+    return {"name": name, "image": image, "imageID": "", "ready": ready, "restartCount": 0, "started": "running" in state, "state": state}
 
 
 def _public(obj: dict) -> dict:

@@ -28,7 +28,6 @@ from opentelemetry import trace
 
 from agentmesh.logs import get_logger
 from agentmesh.rpc.audit import AuditLog
-from agentmesh.rpc.handlers import rebuild, refusal
 from agentmesh.rpc.identity import IdentityError, Principal, ServiceIdentity
 from agentmesh.rpc.users import Refusal, UserAuthenticator
 from agentmesh.tenancy import AuthPolicy, Scope, required_role, role_at_least
@@ -39,14 +38,12 @@ __all__ = [
     "SERVICE_TOKEN_HEADER",
     "USERS",
     "Allowed",
-    "CallerAuthInterceptor",
+    "CallerCheck",
     "allowed_callers",
     "bearer_metadata",
     "current_principal",
     "current_scope",
     "scope_of_call",
-    "signed_details",
-    "signing_interceptors",
 ]
 
 log = get_logger("agentmesh.rpc.auth")
@@ -207,9 +204,11 @@ def _bearer(metadata: Any) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
-class CallerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
-    """Admit a call only from the callers `CALLERS` lists for the method it names; a user's own
-    call also needs the role `REQUIRED_ROLES` (agentmesh.tenancy) names for it in some tenant."""
+class CallerCheck:
+    """Admits a call only from the callers `CALLERS` lists for the method it names; a user's own
+    call also needs the role `REQUIRED_ROLES` (agentmesh.tenancy) names for it in some tenant.
+    Run by the server's call interceptor (calls.py) before the method's handler is chosen, so a
+    refused call is answered without its request being read."""
 
     def __init__(self, service: str, identity: ServiceIdentity, users: UserAuthenticator,
                  audit: AuditLog | None = None):
@@ -222,22 +221,14 @@ class CallerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
     def policy(self) -> AuthPolicy:
         return self._users.policy
 
-    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
-        handler = await continuation(handler_call_details)
-        full_method = handler_call_details.method
-        if handler is None or full_method.startswith(OPEN_PREFIXES):
-            return handler
-        return await self._admit(handler, full_method, handler_call_details.invocation_metadata)
-
-    async def _admit(self, handler: grpc.RpcMethodHandler, full_method: str, metadata: Any) -> grpc.RpcMethodHandler:
+    async def admit(self, full_method: str, metadata: Any) -> Principal | tuple[grpc.StatusCode, str]:
+        """The principal the call runs for, or the status and message that refuse it."""
         grpc_service, _, method = full_method.lstrip("/").partition("/")
         decision = await self._decide(grpc_service.rsplit(".", 1)[-1], method, metadata)
-        if isinstance(decision, Principal):
-            return _with_principal(handler, decision, self.policy)
-        code, message = decision
-        # A refused call is worth a line: it is a misconfiguration or someone probing.
-        log.warning("call refused", method=f"{self._service}.{method}", code=code.name, reason=message)
-        return refusal(handler, code, message)
+        if not isinstance(decision, Principal):
+            # A refused call is worth a line: it is a misconfiguration or someone probing.
+            log.warning("call refused", method=f"{self._service}.{method}", code=decision[0].name, reason=decision[1])
+        return decision
 
     async def _decide(self, grpc_service: str, method: str, metadata: Any) -> Principal | tuple[grpc.StatusCode, str]:
         allowed = allowed_callers(self._service, method)
@@ -293,66 +284,17 @@ class CallerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
             self._audit.record("login.refused", "refused", None, method=what, reason=refusal_.reason,
                                credential=refusal_.credential)
 
-
-def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal, policy: AuthPolicy) -> grpc.RpcMethodHandler:
-    scope = policy.scope(principal.tenant)
-
-    async def enter(request: Any, context: grpc.aio.ServicerContext) -> None:
-        # Each RPC runs in its own task: the value stays with this call and what it starts.
+    def enter(self, principal: Principal, span: trace.Span) -> None:
+        """Run the handler as `principal`: set for it and what it starts (each RPC runs in its
+        own task, so the values stay with this call), on the call's span and log lines."""
         current_principal.set(principal)
-        current_scope.set(scope)
+        current_scope.set(self.policy.scope(principal.tenant))
         # Who the work is for, on the call's span and on each log line it writes.
-        trace.get_current_span().set_attribute("enduser.id", principal.subject)
+        span.set_attribute("enduser.id", principal.subject)
         if principal.tenant:
             # Its tenants and roles (`acme=member`), so a trace shows whose data a call touched.
-            trace.get_current_span().set_attribute("agentmesh.tenants", principal.tenant)
+            span.set_attribute("agentmesh.tenants", principal.tenant)
         structlog.contextvars.bind_contextvars(principal=principal.subject)
-
-    return rebuild(handler, enter)
-
-
-def signed_details(identity: ServiceIdentity, audience: str,
-                   details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-    """`details` with the token `identity` holds for calls to `audience` on behalf of the
-    current principal (reused while it has half its lifetime left, see identity.py)."""
-    metadata = grpc.aio.Metadata(*(tuple(details.metadata) if details.metadata else ()))
-    metadata.add(SERVICE_TOKEN_HEADER, identity.token(audience, current_principal.get()))
-    return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
-                                      details.wait_for_ready)
-
-
-class _SignCalls:
-    def __init__(self, identity: ServiceIdentity, audience: str):
-        self._identity = identity
-        self._audience = audience
-
-    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        return signed_details(self._identity, self._audience, details)
-
-
-class _SignUnaryUnary(_SignCalls, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
-    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        return await continuation(self._details(client_call_details), request)
-
-
-class _SignUnaryStream(_SignCalls, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
-    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        return await continuation(self._details(client_call_details), request)
-
-
-class _SignStreamUnary(_SignCalls, grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
-    async def intercept_stream_unary(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
-        return await continuation(self._details(client_call_details), request_iterator)
-
-
-class _SignStreamStream(_SignCalls, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
-    async def intercept_stream_stream(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
-        return await continuation(self._details(client_call_details), request_iterator)
-
-
-def signing_interceptors(identity: ServiceIdentity, audience: str) -> list[grpc.aio.ClientInterceptor]:
-    """Client interceptors that sign every call on a channel to `audience` as `identity`."""
-    return [cls(identity, audience) for cls in (_SignUnaryUnary, _SignUnaryStream, _SignStreamUnary, _SignStreamStream)]
 
 
 def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:

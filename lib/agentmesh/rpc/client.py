@@ -1,4 +1,5 @@
-"""Channels to peer services, traced so that W3C context crosses every hop.
+"""Channels to peer services, signed and traced so that the principal and W3C context cross
+every hop.
 
 A restarted peer is used again within about a second: reconnect backoff is bounded (gRPC's
 default grows to 120 s, so a peer that was down for a few seconds stayed unused for 13–18 s
@@ -14,12 +15,13 @@ import time
 from typing import Any
 
 import grpc
-from opentelemetry.instrumentation.grpc import aio_client_interceptors
+from opentelemetry import trace
 
-from agentmesh.rpc.auth import signed_details
+from agentmesh.rpc.auth import SERVICE_TOKEN_HEADER, current_principal
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry import Telemetry
+from agentmesh.telemetry.rpcspans import end_client_span, end_when_done, rpc_attributes, start_client_span
 
 __all__ = ["WAIT_FOR_PEER_S", "open_channel"]
 
@@ -67,25 +69,31 @@ _CHANNEL_OPTIONS = [
 WAIT_FOR_PEER_S = 10.0
 
 
-class _PeerWait:
-    """Wait-for-ready, bounded: while the channel is not READY, hold a call until it is, for at
-    most `wait_s` and within the call's deadline; then start it (failing fast if the peer is still
-    away). gRPC's own `wait_for_ready` would hold a call for its whole deadline — 15 minutes for a
-    tool call — when a peer is gone for good.
+class _Calls:
+    """What every call on a channel does before it starts, in one interceptor (each grpc.aio
+    interceptor is a task and a call object more on every call):
 
-    With `identity` it also signs the call (one interceptor doing both: each aio interceptor
-    is a coroutine and a call object more on every call). The token may be signed before the
-    wait: a reused token has at least half its 60 s lifetime left, the wait is at most 10 s."""
+    - signs it, with `identity`, for `audience` on behalf of the current principal (identity.py
+      reuses a token while it has half its 60 s lifetime left; the wait below is at most 10 s);
+    - waits for the peer, bounded: while the channel is not READY, holds the call until it is,
+      for at most `wait_s` and within the call's deadline; then starts it (failing fast if the
+      peer is still away). gRPC's own `wait_for_ready` would hold a call for its whole deadline
+      — 15 minutes for a tool call — when a peer is gone for good;
+    - with a `tracer`, opens the call's CLIENT span and puts its trace context into the call's
+      metadata (telemetry/rpcspans.py); the span ends when the call does.
 
-    def __init__(self, wait_s: float, identity: ServiceIdentity | None = None, audience: str = ""):
+    The call is returned unawaited, so cancelling it still reaches the server."""
+
+    def __init__(self, wait_s: float, identity: ServiceIdentity | None = None, audience: str = "",
+                 tracer: trace.Tracer | None = None):
         self.wait_s = wait_s
         self.identity = identity
         self.audience = audience
+        self.tracer = tracer
         self.channel: grpc.aio.Channel | None = None  # set right after the channel is made
+        self._attributes: dict[str, dict[str, object]] = {}  # per method, made once
 
     async def ready(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        if self.identity is not None:
-            details = signed_details(self.identity, self.audience, details)
         channel = self.channel
         if self.wait_s <= 0 or channel is None or channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
             return details
@@ -103,39 +111,65 @@ class _PeerWait:
         remaining = max(0.001, details.timeout - (time.monotonic() - started))
         return details._replace(timeout=remaining)
 
+    async def start(self, continuation: Any, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+        if self.identity is None and self.tracer is None:
+            return await continuation(await self.ready(details), request)
+        metadata = grpc.aio.Metadata(*(tuple(details.metadata) if details.metadata else ()))
+        if self.identity is not None:
+            metadata.add(SERVICE_TOKEN_HEADER, self.identity.token(self.audience, current_principal.get()))
+        details = await self.ready(details)
+        span = None
+        if self.tracer is not None:
+            method = details.method.decode() if isinstance(details.method, bytes) else details.method
+            attributes = self._attributes.get(method)
+            if attributes is None:
+                attributes = self._attributes[method] = rpc_attributes(method)
+            span = start_client_span(self.tracer, method, attributes, metadata)
+        details = grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
+                                             details.wait_for_ready)
+        try:
+            call = await continuation(details, request)
+        except BaseException as exc:
+            if span is not None:
+                end_client_span(span, grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+            raise
+        if span is not None:
+            end_when_done(span, call)
+        return call
+
 
 # One interceptor per call kind: a channel files each interceptor under the first kind it is an
-# instance of. Each returns the call unawaited, so cancelling it still reaches the server.
-class _WaitUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
-    def __init__(self, wait: _PeerWait):
-        self._wait = wait
+# instance of.
+class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
+    def __init__(self, calls: _Calls):
+        self._calls = calls
 
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        return await continuation(await self._wait.ready(client_call_details), request)
+        return await self._calls.start(continuation, client_call_details, request)
 
 
-class _WaitUnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
-    def __init__(self, wait: _PeerWait):
-        self._wait = wait
+class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
+    def __init__(self, calls: _Calls):
+        self._calls = calls
 
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        return await continuation(await self._wait.ready(client_call_details), request)
+        return await self._calls.start(continuation, client_call_details, request)
 
 
-class _WaitStreamUnary(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
-    def __init__(self, wait: _PeerWait):
-        self._wait = wait
+class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]  # grpc ships no types
+    def __init__(self, calls: _Calls):
+        self._calls = calls
 
     async def intercept_stream_unary(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
-        return await continuation(await self._wait.ready(client_call_details), request_iterator)
+        return await self._calls.start(continuation, client_call_details, request_iterator)
 
 
-class _WaitStreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
-    def __init__(self, wait: _PeerWait):
-        self._wait = wait
+class _StreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]  # grpc ships no types
+    def __init__(self, calls: _Calls):
+        self._calls = calls
 
     async def intercept_stream_stream(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
-        return await continuation(await self._wait.ready(client_call_details), request_iterator)
+        return await self._calls.start(continuation, client_call_details, request_iterator)
 
 
 def open_channel(
@@ -151,13 +185,11 @@ def open_channel(
     `wait_for_peer_s=0` fails calls at once while the peer is away."""
     if identity is not None and not audience:
         raise ValueError("a signed channel needs the audience: the name of the service it reaches")
-    waiting = _PeerWait(wait_for_peer_s, identity, audience)
-    # Waiting (and signing) first; the tracing interceptor then adds the trace context.
+    tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc") if telemetry else None
+    calls = _Calls(wait_for_peer_s, identity, audience, tracer)
     interceptors: list[Any] = []
-    if wait_for_peer_s > 0 or identity is not None:
-        interceptors += [kind(waiting) for kind in (_WaitUnaryUnary, _WaitUnaryStream, _WaitStreamUnary, _WaitStreamStream)]
-    if telemetry:
-        interceptors += aio_client_interceptors(tracer_provider=telemetry.tracer_provider)  # type: ignore[no-untyped-call]  # untyped library
+    if wait_for_peer_s > 0 or identity is not None or tracer is not None:
+        interceptors = [kind(calls) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)]
     channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS, interceptors=interceptors)
-    waiting.channel = channel
+    calls.channel = channel
     return channel

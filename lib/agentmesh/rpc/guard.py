@@ -2,18 +2,15 @@
 
 grpc.aio decodes the request before the servicer runs; a decoder that raises is logged as an
 "Unexpected error" with its traceback and answered UNKNOWN. Here the decoder's failure becomes
-a marker, and the method answers INVALID_ARGUMENT with the message type it expected.
+a marker, and the method answers INVALID_ARGUMENT with the message type it expected (the
+server's call interceptor, calls.py, does both).
 """
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Callable
+from typing import Any, Callable
 
-import grpc
-
-from agentmesh.rpc.handlers import rebuild
-
-__all__ = ["MALFORMED", "MalformedRequestInterceptor"]
+__all__ = ["MALFORMED", "lenient", "malformed_message"]
 
 
 class _Malformed:
@@ -29,7 +26,15 @@ def _type_name(deserializer: Callable[[bytes], Any] | None) -> str:
     return getattr(descriptor, "full_name", "") or "protobuf"
 
 
-def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
+def malformed_message(deserializer: Callable[[bytes], Any] | None) -> str:
+    """What a caller whose bytes do not decode is told."""
+    return (f"the request is not a valid {_type_name(deserializer)} message "
+            f"(the bytes do not decode as protobuf)")
+
+
+def lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
+    """`deserializer`, returning MALFORMED instead of raising (calls.py answers it)."""
+
     def decode(raw: bytes) -> Any:
         if deserializer is None:
             return raw
@@ -39,23 +44,3 @@ def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
             return MALFORMED
 
     return decode
-
-
-class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
-    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        message = (f"the request is not a valid {_type_name(handler.request_deserializer)} message "
-                   f"(the bytes do not decode as protobuf)")
-
-        async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
-            if request is MALFORMED:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
-
-        async def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            async for request in requests:
-                await check(request, context)
-                yield request
-
-        return rebuild(handler, check, request_deserializer=_lenient(handler.request_deserializer), requests=checked)

@@ -8,6 +8,7 @@ which drains in-flight RPCs on SIGTERM/SIGINT before exiting.
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -15,17 +16,15 @@ from typing import Any, Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
 from agentmesh.config import SERVICES, Settings
 from agentmesh.logs import get_logger
 from agentmesh.rpc.audit import AuditLog
-from agentmesh.rpc.auth import CallerAuthInterceptor
-from agentmesh.rpc.guard import MalformedRequestInterceptor
+from agentmesh.rpc.auth import CallerCheck
+from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.users import UserAuthenticator
 from agentmesh.telemetry import Telemetry
-from agentmesh.telemetry.rpcmetrics import RpcMetricsInterceptor
 
 __all__ = ["DEFAULT_MAX_RECEIVE_BYTES", "MAX_MESSAGE_BYTES", "MIB", "PortInUse", "ServiceHost"]
 
@@ -45,9 +44,6 @@ _SERVER_OPTIONS = [
     # Refuse a second server on a taken port instead of silently sharing it.
     ("grpc.so_reuseport", 0),
 ]
-
-
-_TRACED_METHODS = filters.negate(filters.any_of(filters.health_check(), filters.service_prefix("grpc.reflection")))
 
 
 class PortInUse(RuntimeError):
@@ -78,17 +74,13 @@ class ServiceHost:
         # Who did what (sessions, approvals, cron, refused sign-ins, cross-tenant attempts).
         self.audit = AuditLog(service, Path(settings.audit_log).expanduser() if settings.audit_log else None)
         self.users = UserAuthenticator(settings.auth_policy)
-        auth = [CallerAuthInterceptor(service, identity, self.users, self.audit)] if identity else []
+        callers = CallerCheck(service, identity, self.users, self.audit) if identity else None
         self.server = grpc.aio.server(
             interceptors=[
-                # Probes and reflection are not turns: no trace for each of them.
-                aio_server_interceptor(tracer_provider=telemetry.tracer_provider, filter_=_TRACED_METHODS),
-                # Inside the tracing interceptor, outside auth, so refusals count.
-                RpcMetricsInterceptor(telemetry.metrics),
-                *auth,
+                # The span, rpc.server.duration, the caller check and the malformed-request
+                # guard of every call, in one interceptor (calls.py).
+                ServerCalls(telemetry.tracer_provider.get_tracer("agentmesh.rpc"), telemetry.metrics, callers),
                 *(interceptors or []),
-                # Innermost: it wraps the servicer's own decoder.
-                MalformedRequestInterceptor(),
             ],
             options=[*_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)],
         )
@@ -181,6 +173,12 @@ class ServiceHost:
     async def serve_forever(self) -> None:
         """Start, then block until SIGTERM or SIGINT, then drain and stop."""
         await self.start()
+        # What exists once the service started (modules, settings, stubs, the store) lives as
+        # long as the process: frozen, the collector's full passes no longer walk it. A full
+        # pass over the memory service's ~140k start-up objects took ~0.4 s under load (a
+        # pause of every call in flight), 1-2 ms once frozen.
+        gc.collect()
+        gc.freeze()
         loop = asyncio.get_running_loop()
         stop_requested = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

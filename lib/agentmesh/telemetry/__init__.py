@@ -19,7 +19,13 @@ from typing import Any, Callable
 from urllib.parse import unquote
 
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import (
+    AlwaysOffExemplarFilter,
+    AlwaysOnExemplarFilter,
+    ExemplarFilter,
+    MeterProvider,
+    TraceBasedExemplarFilter,
+)
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider, sampling
@@ -32,6 +38,13 @@ from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.telemetry.spanstore import LocalSpanExporter, prune_store, span_store_dir
 
 __all__ = ["Telemetry", "setup_telemetry", "traceparent_env"]
+
+# OTEL_METRICS_EXEMPLAR_FILTER, as the OpenTelemetry spec names its values.
+_EXEMPLAR_FILTERS: dict[str, ExemplarFilter] = {
+    "always_off": AlwaysOffExemplarFilter(),
+    "always_on": AlwaysOnExemplarFilter(),
+    "trace_based": TraceBasedExemplarFilter(),
+}
 
 
 @dataclass
@@ -105,7 +118,8 @@ def setup_telemetry(service: str, settings: Settings) -> Telemetry:
         tracer_provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
         metric_exporter = LocalMetricExporter(metric_store_dir(settings.home), service)
     reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=config.metric_export_interval_ms)
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader],
+                                   exemplar_filter=_EXEMPLAR_FILTERS[config.exemplar_filter])
     return Telemetry(service, tracer_provider, meter_provider)
 
 

@@ -23,6 +23,9 @@ def span_store_dir(home: Path) -> Path:
     return Path(home) / "traces"
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _span_to_dict(span: ReadableSpan) -> dict[str, Any]:
     ctx = span.get_span_context()
     assert ctx is not None  # an SDK span always has one
@@ -63,11 +66,15 @@ class LocalSpanExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(json.dumps(_span_to_dict(s), separators=(",", ":")) + "\n" for s in spans)
+        lines = "".join([_ENCODE(_span_to_dict(s)) + "\n" for s in spans])
         try:
             with self._lock:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-                with self._path.open("a", encoding="utf-8") as out:
+                try:
+                    out = self._path.open("a", encoding="utf-8")
+                except FileNotFoundError:  # made on the first export, or removed since
+                    self._path.parent.mkdir(parents=True, exist_ok=True)
+                    out = self._path.open("a", encoding="utf-8")
+                with out:
                     out.write(lines)
                     size = out.tell()
                 if size > self._max_bytes:

@@ -5,9 +5,11 @@
         "notes": {"url": "https://notes.example.com/mcp", "headers": {"Authorization": "Bearer ..."}}
     }}
 
-Beyond the shared shape a stdio entry may say `"network": true` (its jail gets the network) and
+Beyond the shared shape a stdio entry may say `"network": true` (its jail or pod gets the network),
 `"mounts": ["/opt/mcp"]` (host directories bound read-only into its jail, e.g. where the server is
-installed when that is not under /usr). A value of `env` or `headers` may be a secret reference
+installed when that is not under /usr; local jail only) and `"image": "ghcr.io/..."` (the image
+its pod runs; AGENTMESH_SANDBOX=kubernetes only, where the command is the image's, not the host's).
+A value of `env` or `headers` may be a secret reference
 instead of a literal: `{"secretRef": "NAME"}` (headers: with an optional `"prefix": "Bearer "`),
 a file of AGENTMESH_MCP_SECRETS_DIR or the variable AGENTMESH_MCP_SECRET_NAME (secrets.py); and
 `${AGENTMESH_MCP_SECRET_X}` inside a literal is replaced by that variable. Either way the file
@@ -35,6 +37,8 @@ SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,32}$")
 SECRET_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SECRET_PREFIX = "AGENTMESH_MCP_SECRET_"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+# An image reference as Kubernetes takes it (registry/path:tag@digest); the kubelet judges the rest.
+IMAGE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ class McpServerEntry:
     env: Mapping[str, str] = field(default_factory=dict)
     network: bool = False
     mounts: tuple[str, ...] = ()
+    # AGENTMESH_SANDBOX=kubernetes: the pod's image ("" = AGENTMESH_SANDBOX_IMAGE).
+    image: str = ""
     # streamable HTTP
     url: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -110,15 +116,16 @@ def resolve_command(name: str, command: str) -> str:
     return found
 
 
-def parse_entry(name: str, raw: Any, environ: Mapping[str, str] | SecretSource) -> McpServerEntry:
+def parse_entry(name: str, raw: Any, environ: Mapping[str, str] | SecretSource, sandbox: str = "local") -> McpServerEntry:
     """An entry checked, its secret references resolved from `environ` (the AGENTMESH_MCP_SECRET_*
     variables) or a SecretSource (those and the mounted secret files, for the deployment or one
-    namespace)."""
+    namespace), for where stdio servers run: `sandbox` "local" (the jail: the command must exist on
+    the host) or "kubernetes" (a pod: the command is the image's, found there)."""
     if not SERVER_NAME.match(name):
         raise ConfigError(f"MCP server name {name!r} must be 1-32 letters, digits or '-' (it prefixes tool names)")
     if not isinstance(raw, dict):
         raise ConfigError(f"MCP server {name!r} must be an object with either 'command' or 'url'")
-    known = {"command", "args", "env", "network", "mounts", "url", "headers", "type", "transport"}
+    known = {"command", "args", "env", "network", "mounts", "image", "url", "headers", "type", "transport"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"MCP server {name!r}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -137,16 +144,31 @@ def parse_entry(name: str, raw: Any, environ: Mapping[str, str] | SecretSource) 
     if not isinstance(network, bool):
         raise ConfigError(f"MCP server {name!r}: 'network' must be true or false")
     mounts = _strings(name, "mounts", raw.get("mounts", []), list)
-    for mount in mounts:
-        if not os.path.isabs(mount) or not os.path.exists(mount):
-            raise ConfigError(f"MCP server {name!r}: mount {mount!r} is not an existing absolute path")
+    image = raw.get("image", "")
+    if not isinstance(image, str) or (image and not IMAGE_REF.match(image)):
+        raise ConfigError(f"MCP server {name!r}: image {image!r} is not an image reference (e.g. ghcr.io/org/server:1.2)")
+    if sandbox == "kubernetes":
+        if mounts:
+            raise ConfigError(f"MCP server {name!r}: 'mounts' binds host directories into the local jail; with "
+                              "AGENTMESH_SANDBOX=kubernetes the server runs in a pod and finds its files in its image ('image')")
+        if not command.strip():
+            raise ConfigError(f"MCP server {name!r}: 'command' is empty")
+    else:
+        if image:
+            raise ConfigError(f"MCP server {name!r}: 'image' is for AGENTMESH_SANDBOX=kubernetes (the server as a pod); "
+                              "in the local jail it runs from the host's /usr and its 'mounts'")
+        for mount in mounts:
+            if not os.path.isabs(mount) or not os.path.exists(mount):
+                raise ConfigError(f"MCP server {name!r}: mount {mount!r} is not an existing absolute path")
     return McpServerEntry(
         name=name,
-        command=resolve_command(name, command),
+        # In a pod the container runtime finds the command on the image's PATH; nothing to check here.
+        command=command if sandbox == "kubernetes" else resolve_command(name, command),
         args=_strings(name, "args", raw.get("args", []), list),
         env=_values(name, "env", raw.get("env", {}), environ),
         network=network,
         mounts=mounts,
+        image=image,
     )
 
 
@@ -175,12 +197,13 @@ def parse_a2a_entry(name: str, raw: Any, environ: Mapping[str, str] | SecretSour
     return A2aAgentEntry(name=name, url=url.rstrip("/"), headers=headers)
 
 
-def parse_servers(document: Any, environ: Mapping[str, str] | SecretSource, source: str = "the MCP server list") -> list[McpServerEntry]:
+def parse_servers(document: Any, environ: Mapping[str, str] | SecretSource, source: str = "the MCP server list",
+                  sandbox: str = "local") -> list[McpServerEntry]:
     if not isinstance(document, dict) or not isinstance(document.get("mcpServers", {}), dict) or \
             not ("mcpServers" in document or "a2aAgents" in document):
         raise ConfigError(f'{source} must be a JSON object {{"mcpServers": {{NAME: {{...}}}}}} '
                           '(and/or "a2aAgents": {NAME: {"url": ...}})')
-    return [parse_entry(name, raw, environ) for name, raw in document.get("mcpServers", {}).items()]
+    return [parse_entry(name, raw, environ, sandbox) for name, raw in document.get("mcpServers", {}).items()]
 
 
 def parse_agents(document: Any, environ: Mapping[str, str] | SecretSource, source: str = "the MCP server list") -> list[A2aAgentEntry]:
@@ -190,20 +213,20 @@ def parse_agents(document: Any, environ: Mapping[str, str] | SecretSource, sourc
     return [parse_a2a_entry(name, raw, environ) for name, raw in agents.items()]
 
 
-def load_servers(path: str, environ: Mapping[str, str] | SecretSource) -> list[McpServerEntry]:
+def load_servers(path: str, environ: Mapping[str, str] | SecretSource, sandbox: str = "local") -> list[McpServerEntry]:
     """Read and check AGENTMESH_MCP_SERVERS; every problem is a ConfigError naming the file."""
     if not path:
         return []
-    return parse_servers(_read(path), environ, source=f"AGENTMESH_MCP_SERVERS={path}")
+    return parse_servers(_read(path), environ, source=f"AGENTMESH_MCP_SERVERS={path}", sandbox=sandbox)
 
 
-def load_agents(path: str, environ: Mapping[str, str] | SecretSource) -> list[A2aAgentEntry]:
+def load_agents(path: str, environ: Mapping[str, str] | SecretSource, sandbox: str = "local") -> list[A2aAgentEntry]:
     """The remote A2A agents of the same file ("a2aAgents")."""
     if not path:
         return []
     source = f"AGENTMESH_MCP_SERVERS={path}"
     document = _read(path)
-    parse_servers(document, environ, source=source)  # the same shape checks as for the servers
+    parse_servers(document, environ, source=source, sandbox=sandbox)  # the same shape checks as for the servers
     return parse_agents(document, environ, source=source)
 
 

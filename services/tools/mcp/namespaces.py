@@ -52,7 +52,8 @@ MAX_VALUE_CHARS = 4096
 REDACTED = "(redacted)"
 MIGRATION_RETRY_S = 5.0
 
-ConnectionMaker = Callable[[McpServerEntry, Path], McpServerConnection]
+# (entry, directory for its files, namespace) -> its supervised connection
+ConnectionMaker = Callable[[McpServerEntry, Path, str], McpServerConnection]
 
 
 @dataclass
@@ -68,8 +69,10 @@ class _Namespace:
 class NamespaceServers:
     def __init__(self, registry: Registrations, connect: ConnectionMaker, policy: AddressPolicy, limits: SandboxLimits,
                  attachment_cap_bytes: int, secrets: SecretSource, reserved: Callable[[], set[str]],
-                 workdirs: Path, legacy_dir: Path | None = None, tracer: trace.Tracer | None = None):
+                 workdirs: Path, legacy_dir: Path | None = None, tracer: trace.Tracer | None = None,
+                 sandbox: str = "local"):
         self._registry = registry
+        self._sandbox = sandbox  # where stdio servers run: "local" (the jail) or "kubernetes" (pods)
         self._connect = connect
         self._policy = policy
         self._limits = limits
@@ -148,8 +151,8 @@ class NamespaceServers:
 
     async def _start(self, namespace: str, server: Registration, state: _Namespace) -> McpServerConnection | None:
         try:
-            entry = parse_entry(server.name, server.entry(), self._secrets.for_namespace(namespace))
-            connection = self._connect(entry, self._root(namespace))
+            entry = parse_entry(server.name, server.entry(), self._secrets.for_namespace(namespace), self._sandbox)
+            connection = self._connect(entry, self._root(namespace), namespace)
         except ConfigError as exc:  # e.g. a secret no longer mounted on this replica
             state.errors[server.name] = str(exc)
             log.warning("namespace MCP server not started", namespace=namespace, server=server.name, error=str(exc))
@@ -181,7 +184,7 @@ class NamespaceServers:
                 except ServerUnavailable as exc:
                     raise FailedPrecondition(f"MCP server {server.name!r}: {exc}") from None
             try:
-                connection = self._connect(entry, self._root(namespace))
+                connection = self._connect(entry, self._root(namespace), namespace)
             except ConfigError as exc:
                 raise FailedPrecondition(str(exc)) from None
             await connection.start()
@@ -230,7 +233,7 @@ class NamespaceServers:
 
     def _entry(self, namespace: str, server: Registration) -> McpServerEntry:
         try:
-            return parse_entry(server.name, server.entry(), self._secrets.for_namespace(namespace))
+            return parse_entry(server.name, server.entry(), self._secrets.for_namespace(namespace), self._sandbox)
         except UnknownSecret as exc:
             raise FailedPrecondition(f"{exc}; nothing was added") from None
         except ConfigError as exc:

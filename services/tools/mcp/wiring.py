@@ -13,9 +13,11 @@ from agentmesh.tools.mcp.a2a_agents import A2aAgentTools, SessionDepth
 from agentmesh.tools.mcp.config import McpServerEntry, load_agents, load_servers
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
 from agentmesh.tools.mcp.openers import http_opener, jailed_stdio_opener, server_workdir
+from agentmesh.tools.mcp.pod_servers import PodServers, owner_name
 from agentmesh.tools.mcp.secrets import SecretSource
 from agentmesh.tools.mcp.tools import McpTools
 from agentmesh.tools.sandbox.base import Executor
+from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
 from agentmesh.tools.sandbox.local import LocalJail
 from agentmesh.tools.sandbox.seccomp import compile_filter
 from agentmesh.tools.settings import ToolsSettings
@@ -24,7 +26,8 @@ from agentmesh.tools.web_tools import AddressPolicy
 
 class ConnectionFactory:
     """A supervised connection for a server entry: HTTP through the egress policy, stdio in the
-    local jail (its /workspace a directory of its own under `root`)."""
+    local jail (its /workspace a directory of its own under `root`) or, with the Kubernetes
+    executor, as a pod of its own reached through `pods/attach` (pod_opener.py)."""
 
     def __init__(self, settings: ToolsSettings, executor: Executor, owner: tuple[int, int] | None):
         self._settings = settings
@@ -36,21 +39,47 @@ class ConnectionFactory:
         self.policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)
         self.root = settings.workspace_root.parent / "mcp"
         self._seccomp_file: Path | None = None
+        self.pods: PodServers | None = None
+        if isinstance(executor, KubernetesExecutor):
+            self.pods = PodServers(executor.api, settings.kubernetes, executor.identity, self.timings,
+                                   owner=owner_name(self.root))
+
+    @property
+    def sandbox(self) -> str:
+        """Where stdio servers run, as server entries are checked for it (config.parse_entry)."""
+        return "kubernetes" if self.pods is not None else "local"
 
     @property
     def runs_stdio(self) -> bool:
-        return isinstance(self._executor, LocalJail) and self._executor.available
+        return self.pods is not None or (isinstance(self._executor, LocalJail) and self._executor.available)
 
-    def __call__(self, entry: McpServerEntry, root: Path | None = None) -> McpServerConnection:
+    async def start(self) -> None:
+        """Before any server starts: remove the server pods an earlier run of this service left."""
+        if self.pods is not None:
+            await self.pods.sweep()
+
+    def check_started(self) -> None:
+        """After the deployment's servers first started: one that cannot run at all (its image, its
+        command, the service's permissions) stops the service, as a command not found does locally."""
+        problems = self.pods.configuration_problems() if self.pods is not None else []
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def __call__(self, entry: McpServerEntry, root: Path | None = None, namespace: str = "") -> McpServerConnection:
         if entry.transport == "http":
             return McpServerConnection(entry.name, http_opener(entry, self.policy, self._settings.mcp.connect_timeout_s),
                                        self.timings)
         if not self.runs_stdio:
             raise ConfigError(
                 f"MCP server {entry.name!r} is a stdio server, and stdio servers run only in the local jail "
-                "(AGENTMESH_SANDBOX=local with bubblewrap installed); run it as a streamable-HTTP server instead"
+                "(AGENTMESH_SANDBOX=local with bubblewrap installed) or as pods (AGENTMESH_SANDBOX=kubernetes); "
+                "run it as a streamable-HTTP server instead"
             )
         root = root or self.root
+        if self.pods is not None:
+            root.mkdir(parents=True, exist_ok=True)
+            errlog = open(root / f"{entry.name}.stderr.log", "a", encoding="utf-8")  # noqa: SIM115 - lives with the connection
+            return self.pods.connection(entry, errlog, namespace)
         workdir = server_workdir(root, entry.name, self._owner)
         if self._settings.seccomp and self._seccomp_file is None:
             program = compile_filter()  # None: libseccomp missing, warned about by the jail too
@@ -73,17 +102,28 @@ def secret_source(settings: ToolsSettings) -> SecretSource:
 
 def build_mcp_tools(settings: ToolsSettings, connections: ConnectionFactory,
                     tracer: trace.Tracer | None = None) -> McpTools | None:
-    entries = load_servers(settings.mcp.servers_file, secret_source(settings))
+    entries = load_servers(settings.mcp.servers_file, secret_source(settings), connections.sandbox)
     if not entries:
         return None
     return McpTools([connections(entry) for entry in entries], settings.limits, settings.mcp.attachment_cap_bytes,
                     tracer)
 
 
+async def start_mcp_tools(mcp_tools: McpTools, connections: ConnectionFactory) -> None:
+    """Start the deployment's servers; ConfigError when one cannot run at all."""
+    try:
+        await mcp_tools.start()
+        connections.check_started()
+    except BaseException:
+        await mcp_tools.close()
+        raise
+
+
 def build_a2a_tools(settings: ToolsSettings, open_session_depth: Callable[[], SessionDepth]) -> A2aAgentTools | None:
     """The remote A2A agents of the servers file ("a2aAgents"), reached through web_fetch's egress
     policy; None when there are none. `open_session_depth` is called only when there are."""
-    entries = load_agents(settings.mcp.servers_file, secret_source(settings))
+    sandbox = "kubernetes" if settings.mode == "kubernetes" else "local"
+    entries = load_agents(settings.mcp.servers_file, secret_source(settings), sandbox)
     if not entries:
         return None
     policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)

@@ -10,6 +10,13 @@ verb the sandbox Role grants in its namespace:
     watch_pods   GET    /api/v1/namespaces/{ns}/pods?labelSelector=&watch=1  pods: watch
     pod_log      GET    /api/v1/namespaces/{ns}/pods/{name}/log              pods/log: get
 
+and for stdio MCP servers run as long-lived pods (agentmesh.tools.mcp.pod_opener):
+
+    create_pod   POST   /api/v1/namespaces/{ns}/pods                         pods: create
+    get_pod      GET    /api/v1/namespaces/{ns}/pods/{name}                  pods: get
+    delete_pod   DELETE /api/v1/namespaces/{ns}/pods/{name}                  pods: delete
+    attach       GET    /api/v1/namespaces/{ns}/pods/{name}/attach (websocket) pods/attach: get, create
+
 The official `kubernetes` client is synchronous; its calls run on a thread pool of our own (so
 long watches never starve the default executor the file tools use). Failures on the way (no
 connection, 429, 5xx) are retried with exponential backoff and jitter, explicitly, here and
@@ -19,20 +26,30 @@ nowhere else; other statuses become `KubeApiError` at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import ws_client
+from kubernetes.stream.stream import _websocket_request
+from kubernetes.stream.ws_client import WSClient
 
 from agentmesh.logs import get_logger
 
 log = get_logger("agentmesh.tools.kubernetes")
 
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+# The client's `stream()` is this partial with `websocket_call` as it is; ours does not keep a copy of
+# everything the other end writes (`capture_all`), which for a connection of hours only grows.
+_stream_uncaptured = functools.partial(_websocket_request, functools.partial(ws_client.websocket_call, capture_all=False), None)
+# The websocket client reports a refused upgrade only in words ("Handshake status 403 Forbidden ...").
+_HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
 
 
 class KubeApiError(Exception):
@@ -201,6 +218,69 @@ class KubernetesJobs:
             ),
         )
         return (response.data or b"").decode("utf-8", errors="replace")
+
+    async def create_pod(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["metadata"]["name"]
+        try:
+            response = await self._call(
+                "create_pod",
+                lambda: self._core.create_namespaced_pod(self.namespace, body, _preload_content=False),  # type: ignore[arg-type]  # a manifest dict is accepted
+            )
+        except KubeApiError as exc:
+            if exc.status == 409:
+                existing = await self.get_pod(name)  # an earlier attempt whose answer was lost
+                if existing is not None:
+                    return existing
+            raise
+        return self._json(response)
+
+    async def get_pod(self, name: str) -> dict[str, Any] | None:
+        try:
+            response = await self._call("get_pod", lambda: self._core.read_namespaced_pod(name, self.namespace, _preload_content=False))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self._json(response)
+
+    async def delete_pod(self, name: str) -> bool:
+        """Delete the pod at once (no grace period); False if it was already gone."""
+        try:
+            await self._call(
+                "delete_pod",
+                lambda: self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0, _preload_content=False),
+            )
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def attach(self, pod: str, container: str) -> WSClient:
+        """A websocket attached to the container's stdin, stdout and stderr (the v5/v4 channel protocol).
+
+        `stream()` swaps the API client's request method for the duration of the call, so it gets an
+        ApiClient of its own: requests other threads make on the shared one meanwhile stay plain HTTP.
+        """
+        def connect() -> WSClient:
+            own = client.ApiClient(self._api_client.configuration)
+            try:
+                socket: WSClient = _stream_uncaptured(
+                    client.CoreV1Api(own).connect_get_namespaced_pod_attach, pod, self.namespace, container=container,
+                    stdin=True, stdout=True, stderr=True, tty=False, binary=True, _preload_content=False,
+                )
+                return socket
+            finally:
+                own.close()  # its pool only: the websocket has a socket of its own
+
+        try:
+            socket: WSClient = await self._call("attach", connect)
+        except KubeApiError as exc:
+            refused = _HANDSHAKE_STATUS.search(exc.message or exc.reason)
+            if exc.status == 0 and refused:
+                raise KubeApiError(int(refused.group(1)), "", exc.reason) from None
+            raise
+        return socket
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -87,6 +87,16 @@ class KubernetesExecutor:
         self._metrics = metrics or NoMetrics()
         self._identity = pod_identity(cfg, os.getuid(), os.getgid())
 
+    @property
+    def api(self) -> KubernetesJobs:
+        """The API adapter, shared with the MCP server pods (agentmesh.tools.mcp.pod_opener)."""
+        return self._api
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        """The (uid, gid) sandbox pods run as."""
+        return self._identity
+
     @classmethod
     def from_settings(
         cls, settings: ToolsSettings, workspaces: Workspaces | None, tracer: trace.Tracer, metrics: SandboxMetrics | None = None

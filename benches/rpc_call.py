@@ -1,0 +1,156 @@
+"""What one internal call costs in CPU, on the caller's side and on the service's.
+
+A real memory service (`agentmesh serve memory`, its own process, local tracing on) answers
+`GetNamespaceSettings` — a call whose own work is a few tens of µs — to a client signed as the
+gateway, on a channel from `open_channel` (signing, waiting for the peer, the client span), as
+the services call each other. CPU is read from `/proc` for the service and from the client's
+own process time; the median of `--rounds` rounds of `--calls` calls one after the other.
+
+    python -m benches.rpc_call [--calls 3000] [--rounds 3] [--before-python ../main/.venv/bin/python]
+
+Each contender runs in a child process with its interpreter (so a checkout's client code and
+service code are measured together); the rounds alternate between contenders so that the load
+of a shared machine falls on all of them alike. `plain channel` is the caller's floor: this
+checkout's service called on a plain grpc.aio channel, the token added by hand, nothing traced
+on the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MEASURED_TO = "rpc_call_result:"
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _free_address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+async def _child(calls: int, bare: bool) -> None:
+    """Serve and call; then, for each line read on stdin, one round; print its result."""
+    import grpc
+
+    from agentmesh.config import Settings
+    from agentmesh.rpc.client import open_channel
+    from agentmesh.rpc.identity import ServiceIdentity
+    from agentmesh.telemetry import setup_telemetry
+    from agentmesh.v1 import memory_pb2_grpc, sessions_pb2
+
+    home = tempfile.mkdtemp(prefix="agentmesh-rpc-call-")
+    address = _free_address()
+    env = {**os.environ, "AGENTMESH_HOME": home, "AGENTMESH_MEMORY_ADDR": address, "AGENTMESH_TRACES": "local",
+           "AGENTMESH_LOG_LEVEL": "warning"}
+    service = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", "memory"], env=env)
+    try:
+        settings = Settings.from_env({"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "local"})
+        identity = ServiceIdentity.open("gateway", settings.keys_dir)
+        telemetry = setup_telemetry("gateway", settings)
+        metadata = None
+        if bare:
+            channel = grpc.aio.insecure_channel(address)
+            metadata = (("x-agentmesh-service-token", identity.token("memory")),)
+        else:
+            channel = open_channel(address, telemetry, identity=identity, audience="memory")
+        await asyncio.wait_for(channel.channel_ready(), 60)
+        stub = memory_pb2_grpc.MemoryStub(channel)
+        request = sessions_pb2.GetNamespaceSettingsRequest(namespace="default")
+        for _ in range(300):  # warm: connections, caches, the checked token
+            await stub.GetNamespaceSettings(request, metadata=metadata, timeout=30)
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, sys.stdin.readline):
+            latencies = []
+            client0, service0 = time.process_time(), _cpu_s(service.pid)
+            for _ in range(calls):
+                started = time.perf_counter()
+                await stub.GetNamespaceSettings(request, metadata=metadata, timeout=30)
+                latencies.append(time.perf_counter() - started)
+            client1, service1 = time.process_time(), _cpu_s(service.pid)
+            print(MEASURED_TO + json.dumps({
+                "p50_ms": statistics.median(latencies) * 1000,
+                "client_ms": (client1 - client0) / calls * 1000,
+                "service_ms": (service1 - service0) / calls * 1000,
+            }), flush=True)
+        await channel.close()
+        telemetry.shutdown()
+    finally:
+        service.terminate()
+        service.wait(30)
+
+
+def _contender(python: str, calls: int, bare: bool) -> subprocess.Popen:
+    argv = [python, str(Path(__file__).resolve()), "--child", "--calls", str(calls)] + (["--bare"] if bare else [])
+    # Run from outside any checkout, so that the interpreter's own install of agentmesh is used.
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+
+
+def _round(child: subprocess.Popen) -> dict[str, float]:
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    while True:
+        line = child.stdout.readline()
+        if not line:
+            raise RuntimeError("a contender stopped before measuring")
+        if line.startswith(MEASURED_TO):
+            return dict(json.loads(line[len(MEASURED_TO):]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before-python", default="", help="also measure another checkout's interpreter (and code)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        asyncio.run(_child(args.calls, args.bare))
+        return
+
+    contenders = {"plain channel": (sys.executable, True)}
+    if args.before_python:
+        contenders["before"] = (args.before_python, False)
+    contenders["agentmesh"] = (sys.executable, False)
+    load = os.getloadavg()[0]
+    children = {name: _contender(python, args.calls, bare) for name, (python, bare) in contenders.items()}
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in children}
+    try:
+        names = list(children)
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                results[name].append(_round(children[name]))
+    finally:
+        for child in children.values():
+            if child.stdin:
+                child.stdin.close()
+        for child in children.values():
+            child.wait(60)
+    print(f"one unary call (memory GetNamespaceSettings, local tracing), {args.calls} calls one after the other, "
+          f"median of {args.rounds} alternating rounds; load average {load:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end\n")
+    print("| contender | p50 latency | client CPU / call | service CPU / call | both |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, rounds in results.items():
+        p50, client, service = (statistics.median(r[key] for r in rounds) for key in ("p50_ms", "client_ms", "service_ms"))
+        print(f"| {name} | {p50:.3f} ms | {client:.3f} ms | {service:.3f} ms | {client + service:.3f} ms |")
+
+
+if __name__ == "__main__":
+    main()
