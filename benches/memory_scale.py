@@ -3,6 +3,7 @@ while indexes are being built; beside it, the old local mode and a single-proces
 
     .venv/bin/python -m benches.memory_scale [--sizes 10000,100000] [--million] [--queries 200]
         [--layouts per-namespace,shared] [--local-sizes 2000,10000] [--local-budget-s 300]
+        [--others N] [--fill-budget-s S] [--checkpoint-every N]
 
 For each layout and size, the memory service runs as its own `agentmesh serve memory` process on
 a fresh home (Qdrant Edge, hashing embedder). Two other namespaces get size/10 memories each, then
@@ -12,7 +13,11 @@ vocabulary with a Zipf-like spread) through the Import RPC in batches of 256. Th
 - **during indexing**: Search RPCs back to back while the service builds indexes off-process
   (edge_shards.py), p50/p99/max; the service's log says when a build starts and ends;
 - **steady**: Search RPC p50/p99 (k=10, 4-6 words drawn from a stored memory) once no build runs;
-- **RSS** of the service process at that point; **AppendMessages** RPC p50 (one message).
+- **RSS** of the service process at that point, and of it the anonymous part (heap: what the
+  kernel cannot page out; the rest is mmap'd files, which it can); **AppendMessages** RPC p50;
+- **along the fill** (every --checkpoint-every memories): the fill rate so far, RSS, anonymous
+  RSS, and Search p50/p99 over 50 queries at that size — so a fill that --fill-budget-s cuts
+  short (the 1M run on a small machine) still reports the largest size it reached.
 
 Beside it, in this process: AppendMessages through the transcripts core on Edge and on local mode
 (what the service does inside, without gRPC); local mode's hybrid search at the sizes it can
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import math
 import os
 import random
@@ -61,7 +67,9 @@ def sentences(n: int, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
     vocab = vocabulary(rng)
     weights = [1 / (rank + 1) for rank in range(len(vocab))]  # Zipf: a few words everywhere, most rare
-    return [" ".join(rng.choices(vocab, weights, k=rng.randint(8, 20))) for _ in range(n)]
+    # Cumulative once (the same draws as `weights`): choices() would re-add 20k weights per sentence.
+    cumulative = list(itertools.accumulate(weights))
+    return [" ".join(rng.choices(vocab, cum_weights=cumulative, k=rng.randint(8, 20))) for _ in range(n)]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -141,9 +149,10 @@ class ServiceProcess:
     def indexing(self) -> bool:
         return self.builds_started > self.builds_done
 
-    def rss_mb(self) -> float:
+    def rss_mb(self, field: str = "VmRSS") -> float:
+        """Resident memory of the service, MB: VmRSS (all), RssAnon (heap), RssFile (mmap'd files)."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
         return float("nan")
 
@@ -152,16 +161,34 @@ class ServiceProcess:
         await self.proc.wait()
 
 
-async def fill(client: MemoryClient, namespace: str, texts: list[str]) -> float:
-    started = time.perf_counter()
+async def fill(client: MemoryClient, namespace: str, texts: list[str], budget_s: float | None = None,
+               checkpoint=None, every: int = 0) -> tuple[float, int]:
+    """Import `texts` in batches; stop after `budget_s`. Returns (memories/s, memories stored)."""
+    started, stored, next_checkpoint = time.perf_counter(), 0, every
     for start in range(0, len(texts), BATCH):
         batch = [memory_pb2.RememberRequest(text=t, kind="knowledge") for t in texts[start : start + BATCH]]
         await client.import_memories(batch, namespace=namespace)
-    return len(texts) / (time.perf_counter() - started)
+        stored += len(batch)
+        if checkpoint is not None and every and stored >= next_checkpoint:
+            await checkpoint(stored, stored / (time.perf_counter() - started))
+            next_checkpoint += every
+        if budget_s is not None and time.perf_counter() - started > budget_s:
+            break
+    return stored / (time.perf_counter() - started), stored
 
 
-async def run_edge(size: int, layout: str, n_queries: int, texts: list[str]) -> dict:
-    others = sentences(size // 10, seed=size + 1)
+async def timed_searches(client: MemoryClient, queries: list[str]) -> list[float]:
+    out = []
+    for query in queries:
+        q = time.perf_counter()
+        await client.search(query, namespace="scale", k=10)
+        out.append(time.perf_counter() - q)
+    return out
+
+
+async def run_edge(size: int, layout: str, n_queries: int, texts: list[str], others_size: int | None = None,
+                   fill_budget_s: float | None = None, checkpoint_every: int = 0) -> dict:
+    others = sentences(size // 10 if others_size is None else others_size, seed=size + 1)
     queries = make_queries(texts, n_queries, size)
     with tempfile.TemporaryDirectory() as home:
         service = ServiceProcess(Path(home), {"AGENTMESH_MEMORY_LAYOUT": layout})
@@ -172,7 +199,16 @@ async def run_edge(size: int, layout: str, n_queries: int, texts: list[str]) -> 
         try:
             for other in ("other-a", "other-b"):
                 await fill(client, other, others)
-            ingest = await fill(client, "scale", texts)
+
+            async def checkpoint(stored: int, rate: float) -> None:
+                lat = await timed_searches(client, make_queries(texts[:stored], 50, stored))
+                print(f"{'':>13}   {stored:>9} memories, {rate:.0f}/s so far, RSS {service.rss_mb():.0f} MB "
+                      f"(anonymous {service.rss_mb('RssAnon'):.0f}), Search p50 {ms(lat):.2f} / p99 {ms(lat, 0.99):.2f} ms"
+                      f"{', index build running' if service.indexing else ''}, load average {os.getloadavg()[0]:.1f}",
+                      flush=True)
+
+            ingest, stored = await fill(client, "scale", texts, fill_budget_s, checkpoint, checkpoint_every)
+            queries = make_queries(texts[:stored], n_queries, size)
             # Searches while indexes are built (if a build runs now), for at least a few seconds.
             during, t0, i = [], time.perf_counter(), 0
             while service.indexing or (during and time.perf_counter() - t0 < 3):
@@ -185,12 +221,8 @@ async def run_edge(size: int, layout: str, n_queries: int, texts: list[str]) -> 
                 await asyncio.sleep(0.5)
             for query in queries[:20]:  # warm
                 await client.search(query, namespace="scale", k=10)
-            steady = []
-            for query in queries:
-                q = time.perf_counter()
-                await client.search(query, namespace="scale", k=10)
-                steady.append(time.perf_counter() - q)
-            rss = service.rss_mb()
+            steady = await timed_searches(client, queries)
+            rss, rss_anon = service.rss_mb(), service.rss_mb("RssAnon")
             await client.put_session("bench")
             appends = []
             for n in range(300):
@@ -200,7 +232,7 @@ async def run_edge(size: int, layout: str, n_queries: int, texts: list[str]) -> 
         finally:
             await channel.close()
             await service.stop()
-    return {"layout": layout, "size": size, "ingest": ingest, "p50": ms(steady), "p99": ms(steady, 0.99),
+    return {"layout": layout, "size": stored, "ingest": ingest, "rss_anon": rss_anon, "p50": ms(steady), "p99": ms(steady, 0.99),
             "during_n": len(during) if service.builds_done else 0, "during_p50": ms(during), "during_p99": ms(during, 0.99),
             "during_max": max(during, default=float("nan")) * 1000, "rss": rss, "append_rpc": ms(appends),
             "builds": service.builds_done, "queries": queries, "build_log": service.build_log}
@@ -255,29 +287,36 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--layouts", default="per-namespace,shared")
     parser.add_argument("--local-sizes", default="2000,10000")
     parser.add_argument("--local-budget-s", type=float, default=300.0, help="stop filling local mode after this long")
+    parser.add_argument("--others", type=int, default=None, help="memories in each of the two other namespaces (default size/10)")
+    parser.add_argument("--fill-budget-s", type=float, default=None,
+                        help="stop filling the measured namespace after this long and measure at the size reached")
+    parser.add_argument("--checkpoint-every", type=int, default=0,
+                        help="every N memories of the fill: rate, RSS and 50 searches (default: 100000 with --million)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([1_000_000] if args.million else [])
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
 
     print("\nQdrant Edge, Search / AppendMessages through gRPC to `agentmesh serve memory`:")
     print(f"{'layout':>13} {'memories':>9} {'ingest/s':>9} {'search p50':>11} {'p99':>7} {'while indexing p50':>19} "
-          f"{'p99':>7} {'max':>7} {'n':>5} {'builds':>6} {'RSS MB':>7} {'append p50':>11}  (ms)")
+          f"{'p99':>7} {'max':>7} {'n':>5} {'builds':>6} {'RSS MB':>7} {'anon MB':>8} {'append p50':>11}  (ms)")
     baselines = {}
     for layout in [l for l in args.layouts.split(",") if l]:
         for size in sizes:
             texts = sentences(size)
-            r = await run_edge(size, layout, args.queries, texts)
-            print(f"{layout:>13} {size:>9} {r['ingest']:>9.0f} {r['p50']:>11.2f} {r['p99']:>7.2f} {r['during_p50']:>19.2f} "
-                  f"{r['during_p99']:>7.2f} {r['during_max']:>7.1f} {r['during_n']:>5} {r['builds']:>6} {r['rss']:>7.0f} "
+            every = args.checkpoint_every or (100_000 if size >= 1_000_000 else 0)
+            r = await run_edge(size, layout, args.queries, texts, args.others, args.fill_budget_s, every)
+            print(f"{layout:>13} {r['size']:>9} {r['ingest']:>9.0f} {r['p50']:>11.2f} {r['p99']:>7.2f} {r['during_p50']:>19.2f} "
+                  f"{r['during_p99']:>7.2f} {r['during_max']:>7.1f} {r['during_n']:>5} {r['builds']:>6} {r['rss']:>7.0f} {r['rss_anon']:>8.0f} "
                   f"{r['append_rpc']:>11.3f}", flush=True)
             for line in r["build_log"]:
-                found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
+                found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s|writes_held_s)": "?([^,"]+)"?', line))
                 print(f"{'':>13}   index build: shard {found.get('shard')}, {found.get('points')} points, "
                       f"copied in {found.get('copy_s')} s (writes go on), writes paused {found.get('swap_s')} s for the swap, "
-                      f"{found.get('total_s')} s in all", flush=True)
-            if size not in baselines:
-                base = baseline_bm25(texts, r["queries"])
-                baselines[size] = (ms(base), ms(base, 0.99))
+                      f"{found.get('total_s')} s in all; writes held back for builds {found.get('writes_held_s')} s so far",
+                      flush=True)
+            if r["size"] not in baselines:
+                base = baseline_bm25(texts[: r["size"]], r["queries"])
+                baselines[r["size"]] = (ms(base), ms(base, 0.99))
 
     print("\nAppendMessages inside the service (transcripts core + store, no gRPC), p50 ms:")
     with tempfile.TemporaryDirectory() as home:

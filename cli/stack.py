@@ -15,6 +15,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -89,8 +90,32 @@ def port_is_free(address: str) -> bool:
     return True
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_address() -> str:
-    with socket.socket() as probe:
+    """A loopback address that is free now, for a service that binds it later.
+
+    Picked below the kernel's ephemeral range: a port handed out for a bind to port 0 (another
+    service's listener, an HTTP server, any outgoing connection) never lands there, so the
+    address stays ours between this probe and the service's bind, and again when the service
+    restarts on it. Only another process picking the same way could race us, and a random
+    pick out of thousands makes that rare."""
+    floor = _ephemeral_floor()
+    low = min(10000, max(1024, floor - 1000))
+    for _ in range(200):
+        port = random.randrange(low, floor)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return f"127.0.0.1:{port}"
+    with socket.socket() as probe:  # everything below the range taken: any free port will do
         probe.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{probe.getsockname()[1]}"
 

@@ -4,11 +4,12 @@ New points land in the shard's appendable segment and are searchable at once (br
 `index_after` points have arrived since the last build, the shard is indexed *in another
 process*, because `EdgeShard.optimize()` holds the GIL for its whole run:
 
-1. start keeping every write in a replay list, flush the shard and copy its directory to the
-   next generation, `gen-<n+1>`, *while writes go on* (they land in the live shard and in the
-   list); only the shard's own flushes wait for the copy;
+1. start keeping what every write touched (`KeptWrites`), flush the shard and copy its
+   directory to the next generation, `gen-<n+1>`, *while writes go on* (they land in the live
+   shard and are noted); only the shard's own flushes wait for the copy;
 2. `python -m agentmesh.memory.edge_indexer gen-<n+1>` optimizes the copy at low priority;
-3. load the indexed copy and replay the writes it missed, a chunk at a time between other work;
+3. load the indexed copy and bring it up to date with what it missed, a chunk at a time
+   between other work;
    with writes paused for the last few, point `CURRENT` at it (an atomic rename: a crash before
    leaves the old generation, which has every write, current), swap it in, close and delete the
    old one.
@@ -16,9 +17,14 @@ process*, because `EdgeShard.optimize()` holds the GIL for its whole run:
 Why a copy taken while writes go on is sound: it is what a `kill -9` in the middle of the copy
 would have left, file by file, with the write-ahead log copied last (so it holds at least what
 the segments hold, as after a crash); Edge recovers such a directory by replaying its WAL, as it
-does after a crash. Whatever the copy caught of the writes made during it, the replay list
-holds all of them, in order, and replaying upserts and deletes in order onto any such state
-ends in the live shard's state. Writes used to wait for the copy: 6.2 s at 91k memories.
+does after a crash. Whatever the copy caught of the writes made during it, `KeptWrites` notes
+all of them, in order, and bringing the copy up to date from them ends in the live shard's state
+(see there). Writes used to wait for the copy: 6.2 s at 91k memories.
+
+What is kept is the *ids* an upsert or delete touched, not the write: the copy takes each such
+point as the live shard holds it when the catch-up reaches it. Keeping the writes themselves
+(every vector and payload of a build's minutes of imports) held hundreds of MB in the service
+while a build ran, and a build at 500k memories runs for many minutes (docs/memory.md).
 
 Every call into Edge is made on the event-loop thread: `query` and `update` hold the GIL too
 (measured), so a worker thread would add a hop without adding concurrency. Only flush, load,
@@ -43,7 +49,7 @@ from agentmesh.logs import get_logger
 log = get_logger("agentmesh.memory.edge")
 
 CURRENT = "CURRENT"
-REPLAY_CHUNK = 64  # kept writes replayed between two turns of the event loop
+REPLAY_CHUNK = 64  # points (or other writes) brought up to date between two turns of the event loop
 WAL = "wal"  # a shard directory's write-ahead log, copied last
 
 
@@ -80,6 +86,67 @@ def _write_current(root: Path, state: dict[str, Any]) -> None:
         os.close(fd)
 
 
+class KeptWrites:
+    """What the writes to a shard touched while a build indexes a copy of it, in order.
+
+    An upsert or a delete by ids is noted as its ids; any other write (a delete by filter, a
+    payload index) as itself — those carry no vectors. `catch_up` brings the copy up to date:
+    it goes through the notes in order, applying a kept write as it is and setting each noted id
+    to what the live shard holds *at that moment* (the point, or its absence). Why that ends in
+    the live shard's state, for any point P: if P was noted, its last note sets it to the live
+    state, and the only writes after that note that can touch P are kept deletes by filter, which
+    the live state already reflects and which, deleting only, change nothing when applied again;
+    if P was never noted, only kept writes touched it, and they are applied in order onto a copy
+    that holds some prefix of them (a crash-consistent copy), as deletes again idempotent.
+    """
+
+    def __init__(self) -> None:
+        # (ids, None) for an upsert or delete by ids, (None, write) for any other write.
+        self._notes: list[tuple[list[str] | None, qe.UpdateOperation | None]] = []
+        self._next = 0  # the first note not yet applied to the copy
+        self._ids_done = 0  # of that note's ids, how many are applied
+
+    def note(self, operation: qe.UpdateOperation, touched: list[str] | None) -> None:
+        self._notes.append((list(touched), None) if touched is not None else (None, operation))
+
+    def pending(self) -> int:
+        return len(self._notes) - self._next
+
+    def catch_up(self, live: qe.EdgeShard, copy: qe.EdgeShard, budget: int | None) -> None:
+        """Apply notes to `copy` until `budget` points or writes are done (None: all of them)."""
+        while self._next < len(self._notes) and (budget is None or budget > 0):
+            ids, operation = self._notes[self._next]
+            if ids is None:
+                assert operation is not None
+                copy.update(operation)
+                spent = 1
+            else:
+                take = len(ids) - self._ids_done if budget is None else min(budget, len(ids) - self._ids_done)
+                chunk = ids[self._ids_done : self._ids_done + take]
+                _mirror(live, copy, chunk)
+                self._ids_done += take
+                spent = take
+                if self._ids_done < len(ids):
+                    budget = 0 if budget is not None else None
+                    continue
+            self._notes[self._next] = ([], None)  # let it go
+            self._next += 1
+            self._ids_done = 0
+            if budget is not None:
+                budget -= spent
+
+
+def _mirror(live: qe.EdgeShard, copy: qe.EdgeShard, ids: list[str]) -> None:
+    """Set each of `ids` in `copy` to what `live` holds: the same point, or none."""
+    found = live.retrieve(list(ids), True, True)
+    if found:
+        copy.update(qe.UpdateOperation.upsert_points([qe.Point(r.id, r.vector or {}, r.payload) for r in found]))
+    present = {str(r.id) for r in found}
+    gone: list[Any] = [i for i in ids if i not in present]
+    if gone:
+        copy.update(qe.UpdateOperation.delete_points(gone))
+
+
 class IndexedShard:
     """One Edge shard under `root` (`CURRENT` + `gen-NNNN/`), with index builds off-process."""
 
@@ -91,25 +158,30 @@ class IndexedShard:
         self.write_lock = asyncio.Lock()
         # Flushes and a build's copy of the files exclude each other (writes need neither).
         self._files_lock = asyncio.Lock()
-        self._replay: list[qe.UpdateOperation] | None = None
+        self._kept: KeptWrites | None = None  # while a build runs
         self._build: asyncio.Task | None = None
         self._process: asyncio.subprocess.Process | None = None
         self.dirty = False
         self._closing = False
+        self._copied_points: int | None = None  # points in the running build's copy
         self.builds = 0  # finished index builds (tests and benches watch it)
+        self.held_writes_s = 0.0  # time writes waited for a build (admit), in all
         self.copying = False  # a build is copying the shard's files (tests watch it)
 
     # ------------------------------------------------------------------ open / create
 
     @classmethod
-    def open_or_create(cls, root: Path, config: Callable[[], qe.EdgeConfig], index_after: int) -> "IndexedShard":
+    def open_or_create(cls, root: Path, config: Callable[[], qe.EdgeConfig], index_after: int,
+                       reconfigure: bool = False) -> "IndexedShard":
+        """`reconfigure`: load an existing shard with `config` too, so that a shard created by an
+        older version gets today's settings (memory placement) for the segments built from now on."""
         if (root / CURRENT).exists():
             state = _read_current(root)
             current = _generation_dir(root, state["generation"])
             for stale in root.glob("gen-*"):
                 if stale != current:  # a build that a crash or stop interrupted
                     shutil.rmtree(stale, ignore_errors=True)
-            shard = qe.EdgeShard.load(str(current))
+            shard = qe.EdgeShard.load(str(current), config() if reconfigure else None)
         else:
             root.mkdir(parents=True, exist_ok=True)
             state = {"generation": 1, "indexed_points": 0}
@@ -120,12 +192,33 @@ class IndexedShard:
 
     # ------------------------------------------------------------------ writes
 
-    def update(self, operation: qe.UpdateOperation) -> None:
-        """Apply a write (durable in the WAL when this returns); keep it for a running build."""
+    def update(self, operation: qe.UpdateOperation, touched: list[str] | None = None) -> None:
+        """Apply a write (durable in the WAL when this returns); note it for a running build.
+
+        `touched`: the ids of the points an upsert or a delete by ids writes, so that a build
+        notes them instead of keeping the write (its vectors) in memory; None for other writes."""
         self.shard.update(operation)
         self.dirty = True
-        if self._replay is not None:
-            self._replay.append(operation)
+        if self._kept is not None:
+            self._kept.note(operation, touched)
+
+    async def admit(self) -> None:
+        """Before a write: wait while the writes since the running build's copy are more than
+        `index_after` — they sit in the appendable segment (~1.3 KB of heap a memory, its vectors
+        in written pages) and the catch-up must apply each of them again. Without this, a bulk
+        import faster than builds (a 1M fill on two busy cores) grew the appendable segment
+        without bound: 300k memories behind, 2 GB RSS. The wait ends when the build swaps in;
+        the next build's copy starts then, and writes go on. Writes at the speed of a person or
+        an agent never get here: it takes `index_after` writes during one build."""
+        started = None
+        while (
+            self._build is not None and self._copied_points is not None and self._index_after > 0
+            and self.shard.info().points_count - self._copied_points > self._index_after
+        ):
+            started = started or time.monotonic()
+            await asyncio.shield(self._build)
+        if started is not None:
+            self.held_writes_s += time.monotonic() - started
 
     def maybe_index(self) -> None:
         if self._index_after <= 0 or self._build is not None:
@@ -157,9 +250,9 @@ class IndexedShard:
             async with self._files_lock:
                 self.copying = True
                 try:
-                    # Kept from here on: the copy may miss any write made after this point.
-                    self._replay = []
-                    points = self.shard.info().points_count
+                    # Noted from here on: the copy may miss any write made after this point.
+                    self._kept = KeptWrites()
+                    points = self._copied_points = self.shard.info().points_count
                     await asyncio.to_thread(self.shard.flush)
                     shutil.rmtree(target, ignore_errors=True)
                     try:
@@ -185,23 +278,21 @@ class IndexedShard:
             _, err = await self._process.communicate()
             if self._process.returncode != 0:
                 raise RuntimeError(f"the index build exited with {self._process.returncode}: {err.decode()[-500:]}")
-            # Catch the indexed copy up while writes go on (they keep arriving in the replay
-            # list), yielding between chunks; only the last few are replayed with writes paused.
-            # The replayed writes go through the copy's WAL, so it needs no flush to be durable.
+            # Catch the indexed copy up while writes go on (they keep being noted), yielding
+            # between chunks; only the last few are applied with writes paused. What is applied
+            # goes through the copy's WAL, so it needs no flush to be durable.
             indexed = await asyncio.to_thread(qe.EdgeShard.load, str(target))
-            replay, applied = self._replay or [], 0
-            while len(replay) - applied > REPLAY_CHUNK:
-                for operation in replay[applied : applied + REPLAY_CHUNK]:
-                    indexed.update(operation)
-                applied += REPLAY_CHUNK
+            kept = self._kept
+            assert kept is not None
+            while kept.pending() > 1:
+                kept.catch_up(self.shard, indexed, REPLAY_CHUNK)
                 await asyncio.sleep(0)
             swap_started = time.monotonic()
             async with self.write_lock:
-                for operation in replay[applied:]:
-                    indexed.update(operation)
+                kept.catch_up(self.shard, indexed, None)
                 state = {"generation": self._state["generation"] + 1, "indexed_points": points}
                 _write_current(self.root, state)
-                old, self.shard, self._state, self._replay = self.shard, indexed, state, None
+                old, self.shard, self._state, self._kept = self.shard, indexed, state, None
                 swapped_in = True  # from here on `target` is the live generation: never discard it
             swapped = time.monotonic()
             await asyncio.to_thread(old.close)
@@ -213,6 +304,7 @@ class IndexedShard:
                 points=points,
                 copy_s=round(copied - started, 2),
                 swap_s=round(swapped - swap_started, 2),
+                writes_held_s=round(self.held_writes_s, 2),  # in all, since the service started
                 total_s=round(time.monotonic() - started, 2),
             )
         except asyncio.CancelledError:
@@ -227,15 +319,21 @@ class IndexedShard:
         finally:
             self._process = None
             self._build = None
+            self._copied_points = None
+        # What arrived during a long build may already call for the next one: start it now
+        # rather than at the next write, which may not come (a fill that ended, as in a bench),
+        # leaving that many memories to brute force on every search.
+        if swapped_in and not self._closing:
+            self.maybe_index()
 
     def _discard(self, indexed: qe.EdgeShard | None, target: Path) -> None:
-        self._replay = None
+        self._kept = None
         if indexed is not None and indexed is not self.shard:
             indexed.close()
         shutil.rmtree(target, ignore_errors=True)
 
     async def wait_indexed(self) -> None:
-        if self._build is not None:
+        while self._build is not None:  # a build may start the next as it ends
             await asyncio.shield(self._build)
 
     # ------------------------------------------------------------------ close / drop

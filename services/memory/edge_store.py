@@ -25,7 +25,6 @@ what the OS had not written out: Edge does not fsync the WAL per write.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,6 +35,7 @@ from filelock import FileLock, Timeout
 from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
 from agentmesh.memory.edge_shards import IndexedShard
+from agentmesh.memory.heap import fix_mmap_threshold
 from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
 
 log = get_logger("agentmesh.memory.edge")
@@ -75,17 +75,6 @@ def _conditions(f: PointFilter, with_namespace: bool) -> list:
     if f.source_session_id:
         must.append(_match("source_session_id", f.source_session_id))
     return must
-
-
-def _fix_malloc_mmap_threshold() -> None:
-    """With Qdrant Edge in the process, glibc's dynamic mmap threshold rises (a freed large block
-    raises it), and multi-megabyte gRPC request buffers then stay in the heap once freed: 100
-    refused 15 MB requests kept 78-87 MiB instead of under 64 (tests/security/
-    test_request_bounds.py). A fixed 128 KiB threshold hands such buffers back to the OS."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):  # not glibc: nothing to adjust
-        pass
 
 
 def _escape(namespace: str) -> str:
@@ -132,7 +121,7 @@ class EdgeStore:
     # ------------------------------------------------------------------ life cycle
 
     async def open(self) -> None:
-        _fix_malloc_mmap_threshold()
+        fix_mmap_threshold()  # heap.py: why
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             self._lock.acquire(timeout=0)
@@ -230,9 +219,15 @@ class EdgeStore:
 
     def _memory_config(self) -> qe.EdgeConfig:
         _, dim = self._embedder
+        # Bounded memory: an indexed segment's vectors, payloads and id tracker stay in their
+        # files, mmap'd without being read in (Cold); Edge's default loads the vectors into the
+        # heap (~2 KB a memory at 512 dimensions: 2 GB at 1M). The HNSW graph and the sparse
+        # index stay in RAM (a small fraction of that) because every search walks them.
         return qe.EdgeConfig(
-            vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+            vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine, memory=qe.Memory.Cold)},
             sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            payload_memory=qe.Memory.Cold,
+            id_tracker_memory=qe.Memory.Cold,
             # One indexing thread: the build runs beside the service on the same few cores.
             hnsw_config=qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000, max_indexing_threads=1),
             # Bounded segments: a build indexes what arrived since the last one instead of
@@ -249,7 +244,7 @@ class EdgeStore:
             return None
         root = self.root / "memories" / name
         fresh = name not in self._known
-        shard = IndexedShard.open_or_create(root, self._memory_config, self.index_after)
+        shard = IndexedShard.open_or_create(root, self._memory_config, self.index_after, reconfigure=True)
         if fresh:
             for field, schema in (
                 ("namespace", qe.KeywordIndexParams(is_tenant=True)),
@@ -370,8 +365,9 @@ class EdgeStore:
             qe.Point(pid, {DENSE: dense, SPARSE: qe.SparseVector(sparse[0], sparse[1])}, _with_bools(payload))
             for pid, dense, sparse, payload in rows
         ]
+        await shard.admit()  # a bulk import waits for index builds that fall behind it
         async with shard.write_lock:
-            shard.update(qe.UpdateOperation.upsert_points(points))
+            shard.update(qe.UpdateOperation.upsert_points(points), touched=[row[0] for row in rows])
         shard.maybe_index()
 
     async def hybrid_search(
@@ -468,7 +464,7 @@ class EdgeStore:
         shard = self._memory_shard(namespace, create=False)
         if ids and shard is not None:
             async with shard.write_lock:
-                shard.update(qe.UpdateOperation.delete_points(list(ids)))
+                shard.update(qe.UpdateOperation.delete_points(list(ids)), touched=list(ids))
 
 
     # ------------------------------------------------------------------ usage

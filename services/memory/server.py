@@ -23,6 +23,7 @@ from agentmesh.memory.convert import (
     session_to_proto,
 )
 from agentmesh.memory.embedders import build_embedder
+from agentmesh.memory.heap import HeapReleaser
 from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.namespaces import Namespaces
@@ -508,5 +509,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.close()
 
     host.on_stop(close)
+    # Freed request buffers go back to the OS instead of staying in gRPC threads' arenas (heap.py).
+    releaser = HeapReleaser()
+    releaser.start()
+    host.on_stop(releaser.stop)
     log.info("memory store ready", store=store.where, embedder=embedder.name, dim=embedder.dim)
     return host

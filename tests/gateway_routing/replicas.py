@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import socket
 from typing import Mapping
 
 import grpc
 
+from agentmesh.cli.stack import free_address
 from agentmesh.config import Settings
 from agentmesh.gateway import server as gateway_server
 from agentmesh.gateway.membership import resolve_addresses
@@ -22,13 +22,6 @@ from tests.support.stack import Stack
 from tests.support.turns import wait_until
 
 BACKENDS = ("memory", "tools", "agent")
-
-
-def free_address() -> str:
-    # The peer list must name every replica before any is built, so ports are picked up front.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 class FakeDNS:

@@ -48,10 +48,12 @@ async def test_a_shard_is_indexed_off_process_while_reads_and_writes_go_on(tmp_p
             answered += 1
             await asyncio.sleep(0.05)
         assert answered > 3, "the build finished before the test could search beside it"
-        assert store.memory_shard_stats("ns")["builds"] == 1
+        # On a slow machine 300 more points arrive during the build, and the next starts as it ends.
+        builds = store.memory_shard_stats("ns")["builds"]
+        assert builds >= 1
         current = json.loads((store.root / "memories" / "ns" / "CURRENT").read_text())
-        assert current["generation"] == 2 and 300 <= current["indexed_points"] < written
-        assert sorted(p.name for p in (store.root / "memories" / "ns").glob("gen-*")) == ["gen-0002"]
+        assert current["generation"] == builds + 1 and 300 <= current["indexed_points"] < written
+        assert sorted(p.name for p in (store.root / "memories" / "ns").glob("gen-*")) == [f"gen-{builds + 1:04d}"]
         # Everything written during the build made it into the indexed generation.
         assert await store.count_memories(PointFilter("ns")) == written
         found = await store.get_memories("ns", [point_id("memory", "ns", f"m{i}") for i in range(written)])
@@ -128,3 +130,71 @@ async def test_writes_do_not_wait_for_a_build_to_copy_the_shard(tmp_path):
         assert await reopened.count_memories(PointFilter("ns")) == written
     finally:
         await reopened.close()
+
+
+async def test_writes_during_a_build_reach_the_indexed_copy_and_can_start_the_next_build(tmp_path):
+    """Upserts of new and existing memories and deletes made while the copy is indexed are in
+    the generation swapped in; and as many new memories as `index_after` start the next build
+    when this one ends, without waiting for another write."""
+    rng = random.Random(4)
+    store = EdgeStore(tmp_path / "home", index_after=300)
+    await store.open()
+    await store.check_embedder("e", DIM)
+    try:
+        await store.upsert_memories("ns", rows(0, 299, rng))
+        shard = store._memory_shard("ns", create=False)  # noqa: SLF001 - the shard the build runs on
+        await store.upsert_memories("ns", rows(299, 1, rng))  # starts a build
+        async with asyncio.timeout(30):
+            while not shard.copying:
+                await asyncio.sleep(0)
+            while shard.copying:
+                await asyncio.sleep(0.01)
+        assert store.memory_shard_stats("ns")["indexing"] is True, "the build ended before the test could write"
+        # While the copy is being indexed: 320 new memories, 10 changed, 10 deleted.
+        await store.upsert_memories("ns", rows(300, 320, rng))
+        changed = rows(0, 10, rng)
+        for _, _, _, payload in changed:
+            payload["text"] += " (changed)"
+        await store.upsert_memories("ns", changed)
+        await store.delete_memories_by_ids("ns", [point_id("memory", "ns", f"m{i}") for i in range(10, 20)])
+        await store.wait_indexed()
+        assert store.memory_shard_stats("ns")["builds"] == 2
+        current = json.loads((store.root / "memories" / "ns" / "CURRENT").read_text())
+        assert current["generation"] == 3 and current["indexed_points"] >= 610
+        found = await store.get_memories("ns", [point_id("memory", "ns", f"m{i}") for i in range(620)])
+        assert len(found) == 610 == await store.count_memories(PointFilter("ns"))
+        texts = {p["id"]: p["text"] for p in found.values()}
+        assert all(texts[f"m{i}"].endswith("(changed)") for i in range(10))
+        assert not any(f"m{i}" in texts for i in range(10, 20))
+    finally:
+        await store.close()
+
+
+async def test_writes_wait_for_a_build_they_are_index_after_ahead_of(tmp_path):
+    """A bulk import faster than index builds does not grow the unindexed segment without bound:
+    once `index_after` writes arrived since the running build's copy, the next waits for the swap."""
+    rng = random.Random(5)
+    store = EdgeStore(tmp_path / "home", index_after=300)
+    await store.open()
+    await store.check_embedder("e", DIM)
+    try:
+        await store.upsert_memories("ns", rows(0, 300, rng))  # starts a build
+        shard = store._memory_shard("ns", create=False)  # noqa: SLF001 - the shard the build runs on
+        async with asyncio.timeout(30):
+            while not shard.copying:
+                await asyncio.sleep(0)
+            while shard.copying:
+                await asyncio.sleep(0.01)
+        await store.upsert_memories("ns", rows(300, 301, rng))  # admitted: nothing was ahead yet
+        # The indexer is a Python process just started: it cannot have ended within the last
+        # 10 ms poll and the write above, which never yields to the event loop.
+        assert store.memory_shard_stats("ns")["builds"] == 0, "the build ended before the test could write"
+        held = asyncio.create_task(store.upsert_memories("ns", rows(601, 1, rng)))
+        builds_when_done: list[int] = []
+        held.add_done_callback(lambda _: builds_when_done.append(store.memory_shard_stats("ns")["builds"]))
+        async with asyncio.timeout(120):
+            await held
+        assert builds_when_done[0] >= 1, "a write 301 ahead of the build's copy did not wait for its swap"
+        assert await store.count_memories(PointFilter("ns")) == 602
+    finally:
+        await store.close()
