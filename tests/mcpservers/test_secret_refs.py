@@ -64,6 +64,18 @@ def test_a_namespace_reads_only_its_own_directory(tmp_path):
                         source.for_namespace(namespace))
 
 
+def test_a_namespace_cannot_substitute_the_deployments_variables(tmp_path):
+    source = SecretSource(str(secrets_dir(tmp_path)), {"AGENTMESH_MCP_SECRET_FROM_ENV": "env-value"})
+    literal = {"url": "https://x/mcp", "headers": {"Authorization": "Bearer ${AGENTMESH_MCP_SECRET_FROM_ENV}"}}
+    assert parse_entry("docs", literal, source).headers["Authorization"] == "Bearer env-value"
+    with pytest.raises(ConfigError, match="a namespace's servers may not use; put the value in a secret of "
+                                          "namespace 'team-a' and refer to it \\(--header-secret\\)"):
+        parse_entry("docs", literal, source.for_namespace("team-a"))
+    stdio = {"command": "/bin/true", "env": {"TOKEN": "${AGENTMESH_MCP_SECRET_FROM_ENV}"}}
+    with pytest.raises(ConfigError, match="--env-secret"):
+        parse_entry("docs", stdio, source.for_namespace("team-a"))
+
+
 @pytest.mark.parametrize(("value", "says"), [
     ({"secretRef": "../team-a/CALC_TOKEN"}, "a secret name is 1-63 letters"),
     ({"secretRef": "..data"}, "a secret name is 1-63 letters"),

@@ -80,7 +80,17 @@ def _values(name: str, key: str, value: Any, environ: Mapping[str, str] | Secret
         raise ConfigError(f"{kind} {name!r}: {key!r} must be an object of string values or "
                           '{"secretRef": NAME} references')
     source = environ if isinstance(environ, SecretSource) else SecretSource("", environ)
-    literals = _resolve_secrets(name, key, {k: v for k, v in value.items() if isinstance(v, str)}, source.environ, kind)
+    literals = {k: v for k, v in value.items() if isinstance(v, str)}
+    if source.namespace is not None:
+        # The deployment's variables are the operator's: a namespace's server, whose URL its
+        # admin chooses, could send them anywhere. A namespace has only its own secrets.
+        for item, literal in literals.items():
+            if SECRET_REF.search(literal):
+                raise ConfigError(
+                    f"{kind} {name!r}: {key}.{item} refers to a variable of the tools service's environment, "
+                    f"which a namespace's servers may not use; put the value in a secret of namespace "
+                    f"{source.namespace!r} and refer to it ({'--env-secret' if key == 'env' else '--header-secret'})")
+    literals = _resolve_secrets(name, key, literals, source.environ, kind)
     references = resolve_values(name, key, {k: v for k, v in value.items() if is_reference(v)}, source)
     return {item: literals[item] if item in literals else references[item] for item in value}
 
