@@ -113,7 +113,9 @@ async def test_a_server_whose_tool_schema_a_model_cannot_fill_is_refused(tmp_pat
     ({"name": "private", "url": "http://10.255.0.1:9/mcp"}, grpc.StatusCode.FAILED_PRECONDITION, "egress policy refuses"),
     ({"name": "down", "url": "http://127.0.0.1:9/mcp"}, grpc.StatusCode.FAILED_PRECONDITION, "not added: it did not start"),
     ({"name": "secret", "url": "https://x/mcp", "headers": {"A": "${HOME}"}}, grpc.StatusCode.INVALID_ARGUMENT,
-     "AGENTMESH_MCP_SECRET_"),
+     "refers to ${HOME}, a variable of the tools service's environment, which a namespace's servers may not use"),
+    ({"name": "deploy", "url": "https://x/mcp", "headers": {"A": "Bearer ${AGENTMESH_MCP_SECRET_X}"}},
+     grpc.StatusCode.INVALID_ARGUMENT, "put the value in a secret of namespace 'team-a'"),
 ])
 async def test_bad_servers_are_refused_on_add_and_nothing_is_stored(stack, server, code, says):
     gateway = stack.gateway_stub()

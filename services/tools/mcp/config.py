@@ -85,9 +85,9 @@ def _values(name: str, key: str, value: Any, environ: Mapping[str, str] | Secret
         # The deployment's variables are the operator's: a namespace's server, whose URL its
         # admin chooses, could send them anywhere. A namespace has only its own secrets.
         for item, literal in literals.items():
-            if SECRET_REF.search(literal):
+            if found := SECRET_REF.search(literal):
                 raise ConfigError(
-                    f"{kind} {name!r}: {key}.{item} refers to a variable of the tools service's environment, "
+                    f"{kind} {name!r}: {key}.{item} refers to ${{{found.group(1)}}}, a variable of the tools service's environment, "
                     f"which a namespace's servers may not use; put the value in a secret of namespace "
                     f"{source.namespace!r} and refer to it ({'--env-secret' if key == 'env' else '--header-secret'})")
     literals = _resolve_secrets(name, key, literals, source.environ, kind)
