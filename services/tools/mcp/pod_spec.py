@@ -17,7 +17,13 @@ import uuid
 from typing import Any
 
 from agentmesh.tools.mcp.config import McpServerEntry
-from agentmesh.tools.sandbox.k8s_job import COMPONENT_LABELS, LABEL_EGRESS, label_value
+from agentmesh.tools.sandbox.k8s_job import (
+    COMPONENT_LABELS,
+    LABEL_EGRESS,
+    container_security,
+    hardened_pod_spec,
+    label_value,
+)
 from agentmesh.tools.settings import KubernetesSandbox
 
 CONTAINER = "server"
@@ -73,42 +79,15 @@ def build_server_pod(entry: McpServerEntry, cfg: KubernetesSandbox, name: str, i
             "requests": {"cpu": cfg.cpu_request, "memory": cfg.mcp_memory_limit, "ephemeral-storage": "64Mi"},
             "limits": {"cpu": cfg.mcp_cpu_limit, "memory": cfg.mcp_memory_limit, "ephemeral-storage": cfg.tmp_size},
         },
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": uid,
-            "runAsGroup": gid,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": container_security(uid, gid),
         "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}, {"name": "tmp", "mountPath": "/tmp"}],
         # A server that fails to start says why on stderr: the pod's status then quotes it.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "hostNetwork": False,
-        "hostPID": False,
-        "hostIPC": False,
-        "terminationGracePeriodSeconds": 0,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": uid,
-            "runAsGroup": gid,
-            "fsGroup": gid,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [container],
-        # A server's files live as long as its pod: no session's workspace is mounted.
-        "volumes": [{"name": "workspace", "emptyDir": {"sizeLimit": cfg.tmp_size}},
-                    {"name": "tmp", "emptyDir": {"sizeLimit": cfg.tmp_size}}],
-    }
-    if cfg.runtime_class:
-        pod_spec["runtimeClassName"] = cfg.runtime_class
+    # A server's files live as long as its pod: no session's workspace is mounted.
+    pod_spec = hardened_pod_spec(cfg, uid, gid, container,
+                                 [{"name": "workspace", "emptyDir": {"sizeLimit": cfg.tmp_size}},
+                                  {"name": "tmp", "emptyDir": {"sizeLimit": cfg.tmp_size}}])
     return {
         "apiVersion": "v1",
         "kind": "Pod",

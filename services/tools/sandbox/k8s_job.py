@@ -96,39 +96,12 @@ def build_job(
             "requests": {"cpu": cfg.cpu_request, "memory": cfg.memory_limit, "ephemeral-storage": "64Mi"},
             "limits": {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit, "ephemeral-storage": cfg.tmp_size},
         },
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": uid,
-            "runAsGroup": gid,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": container_security(uid, gid),
         "volumeMounts": [workspace_mount, {"name": "tmp", "mountPath": "/tmp"}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "hostNetwork": False,
-        "hostPID": False,
-        "hostIPC": False,
-        "terminationGracePeriodSeconds": 0,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": uid,
-            "runAsGroup": gid,
-            "fsGroup": gid,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [container],
-        "volumes": [workspace_volume, {"name": "tmp", "emptyDir": {"sizeLimit": cfg.tmp_size}}],
-    }
-    if cfg.runtime_class:
-        pod_spec["runtimeClassName"] = cfg.runtime_class
+    pod_spec = hardened_pod_spec(cfg, uid, gid, container,
+                                 [workspace_volume, {"name": "tmp", "emptyDir": {"sizeLimit": cfg.tmp_size}}])
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -147,3 +120,44 @@ def build_job(
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         },
     }
+
+
+def container_security(uid: int, gid: int) -> dict[str, Any]:
+    """The container's confinement, the same for every pod the tools service starts."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": gid,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def hardened_pod_spec(cfg: KubernetesSandbox, uid: int, gid: int, container: dict[str, Any],
+                      volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pod spec around `container` with no token, no host namespaces and no service links —
+    for a call's Job and an MCP server's pod alike, so hardening one hardens both."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "terminationGracePeriodSeconds": 0,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": gid,
+            "fsGroup": gid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if cfg.runtime_class:
+        spec["runtimeClassName"] = cfg.runtime_class
+    return spec
