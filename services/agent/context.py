@@ -127,7 +127,9 @@ def fit(
     """Apply the budget policy; returns (history kept, current turn, number of messages left out)."""
 
     def clipped(messages: list[ChatMessage]) -> list[ChatMessage]:
-        return [replace(m, content=clip(m.content, tool_output_chars)) if m.role == "tool" else m for m in messages]
+        # A copy only of the results that are cut: most fit, and the history is walked every call.
+        return [replace(m, content=clip(m.content, tool_output_chars))
+                if m.role == "tool" and len(m.content) > tool_output_chars else m for m in messages]
 
     pinned = history[:1] if history and history[0].kind == "summary" else []
     turns = [clipped(t) for t in whole_turns(history[len(pinned):])]
