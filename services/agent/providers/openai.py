@@ -61,21 +61,61 @@ def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
+def to_openai_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                             "parameters": tool.parameters}}
+
+
 def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
-    return [
-        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-        for t in tools
-    ]
+    return [to_openai_tool(t) for t in tools]
 
 
-def openai_body(request: ModelRequest) -> dict[str, Any]:
+def _dumps(value: Any) -> str:
+    # As httpx encodes `json=`: compact, UTF-8 as is, no NaN.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class EncodedTools:
+    """Each tool's JSON, kept by the ToolSpec object it encodes. The tool catalog is kept between
+    turns (tool_catalog.py) and every call of a turn offers the same spec objects, so the schemas
+    (~9 KB for the default catalog) are encoded once rather than on every model call (~65 µs a
+    call). Keyed by identity, holding the (frozen) spec itself, so an entry never answers for
+    another object; cleared when full."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[ToolSpec, str]] = {}
+
+    def __call__(self, tool: ToolSpec) -> str:
+        kept = self._by_id.get(id(tool))
+        if kept is not None and kept[0] is tool:
+            return kept[1]
+        if len(self._by_id) >= self.LIMIT:
+            self._by_id.clear()
+        encoded = _dumps(to_openai_tool(tool))
+        self._by_id[id(tool)] = (tool, encoded)
+        return encoded
+
+
+def openai_payload(request: ModelRequest, encoded_tools: EncodedTools) -> bytes:
+    """`openai_body(request)` as the JSON bytes sent, with the tools' part from `encoded_tools`."""
+    text = _dumps(openai_body(request, with_tools=False))
+    if request.tools:
+        tools = ",".join(encoded_tools(t) for t in request.tools)
+        choice = "auto" if request.allow_tools else "none"
+        text = f'{text[:-1]},"tools":[{tools}],"tool_choice":"{choice}"}}'
+    return text.encode()
+
+
+def openai_body(request: ModelRequest, *, with_tools: bool = True) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": request.model,
         "messages": to_openai_messages(request.messages),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if request.tools:
+    if request.tools and with_tools:
         body["tools"] = to_openai_tools(request.tools)
         body["tool_choice"] = "auto" if request.allow_tools else "none"
     if request.max_tokens:
@@ -178,6 +218,7 @@ class OpenAIProvider:
         self._api_key = api_key
         self._redact = Redactor(api_key)
         self._opener = HttpStreamOpener(client, retry, self._redact)
+        self._encoded_tools = EncodedTools()
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}
@@ -187,7 +228,7 @@ class OpenAIProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         response: httpx.Response | None = None
-        async for item in self._opener.open(self.url, self._headers(), openai_body(request)):
+        async for item in self._opener.open(self.url, self._headers(), openai_payload(request, self._encoded_tools)):
             if isinstance(item, httpx.Response):
                 response = item
             else:
