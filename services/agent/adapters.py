@@ -51,12 +51,17 @@ def message_to_proto(m: ChatMessage) -> common_pb2.Message:
     )
 
 
+_ROLES = frozenset(("system", "user", "assistant", "tool"))
+
+
 def message_from_proto(m: common_pb2.Message) -> ChatMessage:
-    role = cast(Role, m.role) if m.role in ("system", "user", "assistant", "tool") else "user"
+    # Every turn converts its whole transcript: no generator for the (usual) message without calls.
+    role = m.role
+    calls = m.tool_calls
     return ChatMessage(
-        role=role,
+        role=cast(Role, role) if role in _ROLES else "user",
         content=m.content,
-        tool_calls=tuple(ToolCall(c.call_id, c.name, c.arguments_json or "{}") for c in m.tool_calls),
+        tool_calls=tuple([ToolCall(c.call_id, c.name, c.arguments_json or "{}") for c in calls]) if calls else (),
         tool_call_id=m.tool_call_id,
         name=m.name,
         run_id=m.run_id,
