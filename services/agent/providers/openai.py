@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import httpx
 from httpx_sse import EventSource, SSEError
@@ -39,26 +39,24 @@ from agentmesh.agent.types import (
 from agentmesh.errors import Unavailable
 
 
+def to_openai_message(m: ChatMessage) -> dict[str, Any]:
+    if m.role == "assistant" and m.tool_calls:
+        return {
+            "role": "assistant",
+            # OpenAI wants null rather than "" beside tool calls; some local servers choke on "".
+            "content": m.content or None,
+            "tool_calls": [
+                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json or "{}"}}
+                for c in m.tool_calls
+            ],
+        }
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    return {"role": m.role, "content": m.content}
+
+
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if m.role == "assistant" and m.tool_calls:
-            out.append(
-                {
-                    "role": "assistant",
-                    # OpenAI wants null rather than "" beside tool calls; some local servers choke on "".
-                    "content": m.content or None,
-                    "tool_calls": [
-                        {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json or "{}"}}
-                        for c in m.tool_calls
-                    ],
-                }
-            )
-        elif m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
-        else:
-            out.append({"role": m.role, "content": m.content})
-    return out
+    return [to_openai_message(m) for m in messages]
 
 
 def to_openai_tool(tool: ToolSpec) -> dict[str, Any]:
@@ -75,46 +73,55 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-class EncodedTools:
-    """Each tool's JSON, kept by the ToolSpec object it encodes. The tool catalog is kept between
-    turns (tool_catalog.py) and every call of a turn offers the same spec objects, so the schemas
-    (~9 KB for the default catalog) are encoded once rather than on every model call (~65 µs a
-    call). Keyed by identity, holding the (frozen) spec itself, so an entry never answers for
-    another object; cleared when full."""
+class Encoded:
+    """The JSON of each message or tool spec sent, kept by the (frozen) object it encodes. A turn's
+    calls send the same history messages and, while the catalog holds (tool_catalog.py), the same
+    specs: ~9 KB of tool schemas and the earlier turns, encoded once instead of on every model call
+    (~65 µs a call for the default catalog alone). Keyed by identity and holding the object itself,
+    so an entry never answers for another object; emptied once it holds `max_chars` of JSON."""
 
-    LIMIT = 1024
+    def __init__(self, to_json: Callable[[Any], dict[str, Any]], max_chars: int):
+        self._to_json = to_json
+        self._max_chars = max_chars
+        self._chars = 0
+        self._by_id: dict[int, tuple[Any, str]] = {}
 
-    def __init__(self) -> None:
-        self._by_id: dict[int, tuple[ToolSpec, str]] = {}
-
-    def __call__(self, tool: ToolSpec) -> str:
-        kept = self._by_id.get(id(tool))
-        if kept is not None and kept[0] is tool:
+    def __call__(self, item: Any) -> str:
+        kept = self._by_id.get(id(item))
+        if kept is not None and kept[0] is item:
             return kept[1]
-        if len(self._by_id) >= self.LIMIT:
+        encoded = _dumps(self._to_json(item))
+        if self._chars + len(encoded) > self._max_chars:
             self._by_id.clear()
-        encoded = _dumps(to_openai_tool(tool))
-        self._by_id[id(tool)] = (tool, encoded)
+            self._chars = 0
+        self._by_id[id(item)] = (item, encoded)
+        self._chars += len(encoded)
         return encoded
 
 
-def openai_payload(request: ModelRequest, encoded_tools: EncodedTools) -> bytes:
-    """`openai_body(request)` as the JSON bytes sent, with the tools' part from `encoded_tools`."""
-    text = _dumps(openai_body(request, with_tools=False))
-    if request.tools:
-        tools = ",".join(encoded_tools(t) for t in request.tools)
-        choice = "auto" if request.allow_tools else "none"
-        text = f'{text[:-1]},"tools":[{tools}],"tool_choice":"{choice}"}}'
-    return text.encode()
+class OpenAIEncoder:
+    """`openai_body(request)` as the JSON bytes sent, messages and tools from the caches above."""
+
+    def __init__(self, max_chars: int = 4_000_000) -> None:
+        self._messages = Encoded(to_openai_message, max_chars)
+        self._tools = Encoded(to_openai_tool, max_chars // 4)
+
+    def __call__(self, request: ModelRequest) -> bytes:
+        rest = _dumps(openai_body(request, with_messages=False, with_tools=False))
+        messages = ",".join(self._messages(m) for m in request.messages)
+        text = f'{{"messages":[{messages}],{rest[1:]}'
+        if request.tools:
+            tools = ",".join(self._tools(t) for t in request.tools)
+            choice = "auto" if request.allow_tools else "none"
+            text = f'{text[:-1]},"tools":[{tools}],"tool_choice":"{choice}"}}'
+        return text.encode()
 
 
-def openai_body(request: ModelRequest, *, with_tools: bool = True) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": to_openai_messages(request.messages),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+def openai_body(request: ModelRequest, *, with_messages: bool = True, with_tools: bool = True) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": request.model}
+    if with_messages:
+        body["messages"] = to_openai_messages(request.messages)
+    body.update({"stream": True, "stream_options": {"include_usage": True}})
     if request.tools and with_tools:
         body["tools"] = to_openai_tools(request.tools)
         body["tool_choice"] = "auto" if request.allow_tools else "none"
@@ -218,7 +225,7 @@ class OpenAIProvider:
         self._api_key = api_key
         self._redact = Redactor(api_key)
         self._opener = HttpStreamOpener(client, retry, self._redact)
-        self._encoded_tools = EncodedTools()
+        self._encode = OpenAIEncoder()
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}
@@ -228,7 +235,7 @@ class OpenAIProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         response: httpx.Response | None = None
-        async for item in self._opener.open(self.url, self._headers(), openai_payload(request, self._encoded_tools)):
+        async for item in self._opener.open(self.url, self._headers(), self._encode(request)):
             if isinstance(item, httpx.Response):
                 response = item
             else:
