@@ -78,10 +78,12 @@ class Encoded:
     calls send the same history messages and, while the catalog holds (tool_catalog.py), the same
     specs: ~9 KB of tool schemas and the earlier turns, encoded once instead of on every model call
     (~65 µs a call for the default catalog alone). Keyed by identity and holding the object itself,
-    so an entry never answers for another object; emptied once it holds `max_chars` of JSON."""
+    so an entry never answers for another object; emptied once it holds `max_items` objects or
+    `max_chars` of JSON (a turn's messages are new objects every turn: only its later calls hit)."""
 
-    def __init__(self, to_json: Callable[[Any], dict[str, Any]], max_chars: int):
+    def __init__(self, to_json: Callable[[Any], dict[str, Any]], *, max_items: int, max_chars: int):
         self._to_json = to_json
+        self._max_items = max_items
         self._max_chars = max_chars
         self._chars = 0
         self._by_id: dict[int, tuple[Any, str]] = {}
@@ -91,7 +93,7 @@ class Encoded:
         if kept is not None and kept[0] is item:
             return kept[1]
         encoded = _dumps(self._to_json(item))
-        if self._chars + len(encoded) > self._max_chars:
+        if len(self._by_id) >= self._max_items or self._chars + len(encoded) > self._max_chars:
             self._by_id.clear()
             self._chars = 0
         self._by_id[id(item)] = (item, encoded)
@@ -102,9 +104,10 @@ class Encoded:
 class OpenAIEncoder:
     """`openai_body(request)` as the JSON bytes sent, messages and tools from the caches above."""
 
-    def __init__(self, max_chars: int = 4_000_000) -> None:
-        self._messages = Encoded(to_openai_message, max_chars)
-        self._tools = Encoded(to_openai_tool, max_chars // 4)
+    def __init__(self) -> None:
+        # Enough for the history of a few dozen sessions' turns in flight at once.
+        self._messages = Encoded(to_openai_message, max_items=4096, max_chars=4_000_000)
+        self._tools = Encoded(to_openai_tool, max_items=1024, max_chars=1_000_000)
 
     def __call__(self, request: ModelRequest) -> bytes:
         rest = _dumps(openai_body(request, with_messages=False, with_tools=False))
