@@ -218,7 +218,8 @@ class UsageOutbox:
         """The session's waiting records, for an append to carry; it settles each (HeldUsage.settle)."""
         taken = self._waiting.pop(session_id, [])
         for held in taken:
-            held.timer.cancel()
+            if held.timer is not None:
+                held.timer.cancel()
         return taken
 
     def _expire(self, held: "HeldUsage") -> None:
@@ -252,10 +253,11 @@ class HeldUsage:
     def _sent(self, sending: "asyncio.Future[None]") -> None:
         if self.stored.done():
             return
+        error = None if sending.cancelled() else sending.exception()
         if sending.cancelled():
             self.stored.cancel()
-        elif sending.exception() is not None:
-            self.stored.set_exception(sending.exception())
+        elif error is not None:
+            self.stored.set_exception(error)
         else:
             self.stored.set_result(None)
 

@@ -27,15 +27,12 @@ __all__ = ["AnthropicProvider", "ModelProvider", "OpenAIProvider", "RetryPolicy"
 def http_client(timeout_s: float, connect_timeout_s: float, telemetry: Telemetry | None) -> httpx.AsyncClient:
     """One pooled client per provider; traced with the service's own tracer (never the global
     one): a `POST` span per request, which carries `traceparent` (http_span.py)."""
-    options = dict(
-        timeout=build_timeout(timeout_s, connect_timeout_s),
-        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-        # Environment proxies apply (corporate set-ups); the key travels only in headers.
-        trust_env=True,
-    )
+    timeout = build_timeout(timeout_s, connect_timeout_s)
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    # Environment proxies apply (corporate set-ups); the key travels only in headers.
     if telemetry is None:
-        return httpx.AsyncClient(**options)
-    return TracedClient(tracer=telemetry.tracer, **options)
+        return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=True)
+    return TracedClient(tracer=telemetry.tracer, timeout=timeout, limits=limits, trust_env=True)
 
 
 def build_provider(
