@@ -26,9 +26,9 @@ from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.http import redact_url
 
-__all__ = ["TracedClient"]
+from agentmesh.telemetry.genai import ERROR_TYPE
 
-ERROR_TYPE = "error.type"
+__all__ = ["TracedClient"]
 
 
 @functools.lru_cache(maxsize=64)
