@@ -61,8 +61,13 @@ def turn_requests() -> tuple[ModelRequest, ModelRequest]:
 
 
 async def measure(base_url: str, calls: int, rounds: int, out) -> None:
+    with tempfile.TemporaryDirectory(prefix="agentmesh-model-call-") as home:
+        await _measure(home, base_url, calls, rounds, out)
+
+
+async def _measure(home: str, base_url: str, calls: int, rounds: int, out) -> None:
     """Print one JSON line per round: CPU ms per call."""
-    env = {"AGENTMESH_HOME": tempfile.mkdtemp(prefix="agentmesh-model-call-"), "AGENTMESH_LLM_BASE_URL": base_url,
+    env = {"AGENTMESH_HOME": home, "AGENTMESH_LLM_BASE_URL": base_url,
            "AGENTMESH_LLM_MODEL": "bench", "AGENTMESH_LLM_PROVIDER": "openai", "AGENTMESH_TRACES": "local"}
     configure_logging("agent", "warning")
     telemetry = setup_telemetry("agent", Settings.from_env(env))
