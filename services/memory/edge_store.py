@@ -34,6 +34,7 @@ from filelock import FileLock, Timeout
 
 from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
+from agentmesh.memory.edge_cache import UNKNOWN, TranscriptCache
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.heap import fix_mmap_threshold
 from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
@@ -44,6 +45,9 @@ SHARED = "@shared"
 META = "meta.json"
 FLUSH_EVERY_S = 5.0
 SEGMENT_POINTS = 50_000  # vectors per indexed segment, at most
+# Sessions and transcripts kept in memory (edge_cache.py), by estimated size: a few thousand
+# messages, the recent conversations' whole transcripts.
+TRANSCRIPT_CACHE_BYTES = 8 * 1024 * 1024
 _PAYLOAD_ONLY = "none"  # Edge wants at least one vector; payload-only shards declare an unused sparse one
 
 
@@ -97,6 +101,23 @@ def _plain(payload: Any) -> dict:
     return out
 
 
+# A message's point holds its session (what deleting a session filters on) and the message as
+# one JSON text: Edge converts a payload field by field at several µs a field (~40 µs for a
+# message's eleven), and nothing filters on the others. Points written before hold the fields
+# themselves, and read as they are.
+_PACKED = "_json"
+
+
+def _packed_message(payload: dict) -> dict:
+    return {"session_id": payload["session_id"], _PACKED: json.dumps(payload, ensure_ascii=False)}
+
+
+def _unpacked_message(payload: Any) -> dict:
+    payload = payload or {}
+    packed = payload.get(_PACKED)
+    return json.loads(packed) if packed is not None else dict(payload)
+
+
 def _rows(records) -> list[tuple[str, dict]]:
     return [(str(r.id), _plain(r.payload)) for r in records]
 
@@ -117,6 +138,9 @@ class EdgeStore:
         self._known: set[str] = set()  # memory shard directories on disk
         self._embedder: tuple[str, int] = ("", 0)
         self._flusher: asyncio.Task | None = None
+        # Sessions and messages as the shards hold them; every write to those shards is made
+        # here and goes through it (edge_cache.py: why that is sound in this adapter only).
+        self._cache = TranscriptCache(TRANSCRIPT_CACHE_BYTES)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -288,12 +312,32 @@ class EdgeStore:
     # ------------------------------------------------------------------ sessions
 
     async def get_session(self, session_id: str) -> dict | None:
-        found = self.sessions.shard.retrieve([point_id("session", session_id)], True, False)
-        return dict(found[0].payload or {}) if found else None
+        cached = self._cache.session(session_id)
+        if cached is UNKNOWN:
+            found = self.sessions.shard.retrieve([point_id("session", session_id)], True, False)
+            cached = dict(found[0].payload or {}) if found else None
+            self._cache.put_session(session_id, cached)
+        return None if cached is None else dict(cached)
 
     async def put_session(self, payload: dict) -> None:
-        point = qe.Point(point_id("session", payload["session_id"]), {}, payload)
-        self.sessions.update(qe.UpdateOperation.upsert_points([point]))
+        session_id = payload["session_id"]
+        pid = point_id("session", session_id)
+        known = self._cache.session(session_id)
+        if known is not UNKNOWN and known is not None and known.keys() == payload.keys():
+            # Only what changed (an append: the count and the time) set on the stored record:
+            # Edge takes several µs to convert each field of a payload, and a record has a dozen.
+            changed = {k: v for k, v in payload.items() if known[k] != v}
+            if not changed:
+                return  # the shard holds this record already
+            operation = qe.UpdateOperation.set_payload([pid], changed)
+        else:
+            operation = qe.UpdateOperation.upsert_points([qe.Point(pid, {}, payload)])
+        try:
+            self.sessions.update(operation)
+        except BaseException:
+            self._cache.forget(session_id)  # what the shard holds now is for it to say
+            raise
+        self._cache.put_session(session_id, dict(payload))
 
     async def list_sessions(self, limit: int, start_before: float | None,
                             namespaces: frozenset[str] | None = None) -> list[dict]:
@@ -330,24 +374,40 @@ class EdgeStore:
     async def delete_session(self, session_id: str) -> None:
         # The record goes first: a crash in between leaves unreachable messages (a re-created
         # session starts at seq 1 and overwrites them), never a session that lost its history.
-        self.sessions.update(qe.UpdateOperation.delete_points([point_id("session", session_id)]))
-        selector = qe.Filter(must=[_match("session_id", session_id)])
-        self.messages.update(qe.UpdateOperation.delete_points_by_filter(selector))
+        try:
+            self.sessions.update(qe.UpdateOperation.delete_points([point_id("session", session_id)]))
+            selector = qe.Filter(must=[_match("session_id", session_id)])
+            self.messages.update(qe.UpdateOperation.delete_points_by_filter(selector))
+        finally:
+            self._cache.forget(session_id)
 
     # ------------------------------------------------------------------ messages
 
     async def put_messages(self, session_id: str, payloads: Sequence[dict]) -> None:
-        points = [qe.Point(point_id("message", session_id, str(p["seq"])), {}, p) for p in payloads]
-        self.messages.update(qe.UpdateOperation.upsert_points(points))
+        points = [qe.Point(point_id("message", session_id, str(p["seq"])), {}, _packed_message(p)) for p in payloads]
+        try:
+            self.messages.update(qe.UpdateOperation.upsert_points(points))
+        except BaseException:
+            self._cache.forget(session_id)
+            raise
+        self._cache.put_messages(session_id, payloads)
 
     async def append_messages(self, session_id: str, payloads: Sequence[dict], session: dict) -> None:
         await self.put_messages(session_id, payloads)
         await self.put_session(session)
 
     async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[dict]:
-        ids: list[Any] = [point_id("message", session_id, str(seq)) for seq in seqs]
-        found = [dict(r.payload or {}) for r in self.messages.shard.retrieve(list(ids), True, False)]
-        return sorted(found, key=lambda p: p["seq"])
+        """In seq order; the payloads are shared with the cache: read them, do not change them."""
+        ordered = seqs if isinstance(seqs, range) and seqs.step == 1 else sorted(set(seqs))
+        held, missing = self._cache.messages(session_id, ordered)
+        if not missing:
+            return [held[seq] for seq in ordered]
+        found = {seq: held[seq] for seq in ordered if seq in held}
+        ids: list[Any] = [point_id("message", session_id, str(seq)) for seq in missing]
+        read = [_unpacked_message(r.payload) for r in self.messages.shard.retrieve(ids, True, False)]
+        self._cache.put_messages(session_id, read)
+        found.update((int(p["seq"]), p) for p in read)
+        return [found[seq] for seq in ordered if seq in found]
 
     # ------------------------------------------------------------------ memories
 

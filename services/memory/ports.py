@@ -15,6 +15,7 @@ writes are idempotent and need no read to find what they replace.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
@@ -36,8 +37,20 @@ MemoryRow = tuple[str, list[float], SparseVector, Payload]
 ScoredRow = tuple[str, float, Payload]
 
 
+# uuid5's hash with the namespace already fed in: every id hashes only its own parts.
+_ID_HASH = hashlib.sha1(_ID_NAMESPACE.bytes)
+
+
 def point_id(*parts: str) -> str:
-    return str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)))
+    """`str(uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)))`, computed without building a UUID
+    object: a turn computes dozens of these, and uuid5 spent more on the object than on the hash."""
+    digest = _ID_HASH.copy()
+    digest.update("\x1f".join(parts).encode())
+    raw = bytearray(digest.digest()[:16])
+    raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    x = raw.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 def stored_time(t: float) -> float:
