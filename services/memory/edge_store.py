@@ -102,9 +102,9 @@ def _plain(payload: Any) -> dict:
 
 
 # A message's point holds its session (what deleting a session filters on) and the message as
-# one JSON text: Edge converts a payload field by field at several µs a field (~40 µs for a
-# message's eleven), and nothing filters on the others. Points written before hold the fields
-# themselves, and read as they are.
+# one JSON text; a usage record's, its time and the record. Edge converts a payload field by
+# field at several µs a field (~40 µs for a message's eleven), and nothing filters on the others.
+# Points written before hold the fields themselves, and read as they are.
 _PACKED = "_json"
 
 
@@ -112,7 +112,7 @@ def _packed_message(payload: dict) -> dict:
     return {"session_id": payload["session_id"], _PACKED: json.dumps(payload, ensure_ascii=False)}
 
 
-def _unpacked_message(payload: Any) -> dict:
+def _unpacked(payload: Any) -> dict:
     payload = payload or {}
     packed = payload.get(_PACKED)
     return json.loads(packed) if packed is not None else dict(payload)
@@ -123,7 +123,8 @@ def _rows(records) -> list[tuple[str, dict]]:
 
 
 class EdgeStore:
-    def __init__(self, home: Path, *, layout: str = "auto", index_after: int = 20_000):
+    def __init__(self, home: Path, *, layout: str = "auto", index_after: int = 20_000,
+                 transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES):
         self.root = Path(home) / "memory"
         self.where = str(self.root)
         self.layout = "shared" if layout == "shared" else "per-namespace"
@@ -140,7 +141,7 @@ class EdgeStore:
         self._flusher: asyncio.Task | None = None
         # Sessions and messages as the shards hold them; every write to those shards is made
         # here and goes through it (edge_cache.py: why that is sound in this adapter only).
-        self._cache = TranscriptCache(TRANSCRIPT_CACHE_BYTES)
+        self._cache = TranscriptCache(transcript_cache_bytes)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -180,6 +181,11 @@ class EdgeStore:
                     await shard.flush()
                 except Exception as exc:  # noqa: BLE001 - the WAL has every write; the next tick retries
                     log.warning("memory shard flush failed", shard=shard.root.name, reason=str(exc))
+
+    @property
+    def cached_transcript_bytes(self) -> int:
+        """The estimated size of what the store keeps in memory of sessions and transcripts."""
+        return self._cache.size
 
     @property
     def sessions(self) -> IndexedShard:
@@ -404,7 +410,7 @@ class EdgeStore:
             return [held[seq] for seq in ordered]
         found = {seq: held[seq] for seq in ordered if seq in held}
         ids: list[Any] = [point_id("message", session_id, str(seq)) for seq in missing]
-        read = [_unpacked_message(r.payload) for r in self.messages.shard.retrieve(ids, True, False)]
+        read = [_unpacked(r.payload) for r in self.messages.shard.retrieve(ids, True, False)]
         self._cache.put_messages(session_id, read)
         found.update((int(p["seq"]), p) for p in read)
         return [found[seq] for seq in ordered if seq in found]
@@ -543,7 +549,9 @@ class EdgeStore:
         return self._usage
 
     async def put_usage(self, payloads: Sequence[dict]) -> None:
-        points = [qe.Point(point_id("usage", p["id"]), {}, p) for p in payloads]
+        # As a message (_packed_message): the time, which sums filter on, and the rest as JSON.
+        points = [qe.Point(point_id("usage", p["id"]), {}, {"at": p["at"], _PACKED: json.dumps(p, ensure_ascii=False)})
+                  for p in payloads]
         shard = self._usage_shard(create=bool(points))
         if shard is not None and points:
             shard.update(qe.UpdateOperation.upsert_points(points))
@@ -556,4 +564,4 @@ class EdgeStore:
         records, next_offset = shard.shard.scroll(
             qe.ScrollRequest(offset=offset, limit=limit, filter=qe.Filter(must=[timed]), with_payload=True)
         )
-        return [dict(r.payload or {}) for r in records], ("" if next_offset is None else str(next_offset))
+        return [_unpacked(r.payload) for r in records], ("" if next_offset is None else str(next_offset))
