@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Iterable, Sequence
 
-__all__ = ["TranscriptCache", "UNKNOWN"]
+__all__ = ["UNKNOWN", "TranscriptCache"]
 
 UNKNOWN: Any = object()  # a session whose record the cache does not know (None: known not to exist)
 
@@ -48,7 +48,7 @@ def _session_bytes(payload: dict[str, Any] | None) -> int:
 
 
 class _Entry:
-    __slots__ = ("session", "messages", "size")
+    __slots__ = ("messages", "session", "size")
 
     def __init__(self) -> None:
         self.session: Any = UNKNOWN  # the record's payload, None (no such session) or UNKNOWN

@@ -6,6 +6,7 @@ Layout under `$AGENTMESH_HOME/memory/`:
     sessions/  messages/      payload-only shards (session records; transcript messages)
     usage/                    payload-only shard: one record per model call (usage.py)
     namespaces/               payload-only shard: namespace settings
+                              (these four are read and written by edge_records.py)
     documents/                payload-only shard of the learning documents (edge_documents.py)
     memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
                               meta.json names the embedder that filled it
@@ -34,10 +35,11 @@ from filelock import FileLock, Timeout
 
 from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
-from agentmesh.memory.edge_cache import UNKNOWN, TranscriptCache
+from agentmesh.memory.edge_cache import TranscriptCache
+from agentmesh.memory.edge_records import EdgeRecords, payload_only
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.heap import fix_mmap_threshold
-from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
+from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow
 
 log = get_logger("agentmesh.memory.edge")
 
@@ -48,7 +50,6 @@ SEGMENT_POINTS = 50_000  # vectors per indexed segment, at most
 # Sessions and transcripts kept in memory (edge_cache.py), by estimated size: a few thousand
 # messages, the recent conversations' whole transcripts.
 TRANSCRIPT_CACHE_BYTES = 8 * 1024 * 1024
-_PAYLOAD_ONLY = "none"  # Edge wants at least one vector; payload-only shards declare an unused sparse one
 
 
 # qdrant-edge-py 0.9 turns a Python bool in MatchValue into an integer, which never matches a
@@ -85,10 +86,6 @@ def _escape(namespace: str) -> str:
     return "".join(c if c.isalnum() or c == "-" else f"_{ord(c):02x}" for c in namespace)
 
 
-def _payload_only() -> qe.EdgeConfig:
-    return qe.EdgeConfig(sparse_vectors={_PAYLOAD_ONLY: qe.EdgeSparseVectorParams()})
-
-
 def _with_bools(payload: dict) -> dict:
     metadata = payload.get("metadata") or {}
     bools = [f"{k}={str(v).lower()}" for k, v in metadata.items() if isinstance(v, bool)]
@@ -101,28 +98,11 @@ def _plain(payload: Any) -> dict:
     return out
 
 
-# A message's point holds its session (what deleting a session filters on) and the message as
-# one JSON text; a usage record's, its time and the record. Edge converts a payload field by
-# field at several µs a field (~40 µs for a message's eleven), and nothing filters on the others.
-# Points written before hold the fields themselves, and read as they are.
-_PACKED = "_json"
-
-
-def _packed_message(payload: dict) -> dict:
-    return {"session_id": payload["session_id"], _PACKED: json.dumps(payload, ensure_ascii=False)}
-
-
-def _unpacked(payload: Any) -> dict:
-    payload = payload or {}
-    packed = payload.get(_PACKED)
-    return json.loads(packed) if packed is not None else dict(payload)
-
-
 def _rows(records) -> list[tuple[str, dict]]:
     return [(str(r.id), _plain(r.payload)) for r in records]
 
 
-class EdgeStore:
+class EdgeStore(EdgeRecords):
     def __init__(self, home: Path, *, layout: str = "auto", index_after: int = 20_000,
                  transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES):
         self.root = Path(home) / "memory"
@@ -156,9 +136,9 @@ class EdgeStore:
                 "or point AGENTMESH_QDRANT_URL at a Qdrant server to share memory between processes"
             ) from None
         try:
-            self._sessions = IndexedShard.open_or_create(self.root / "sessions", _payload_only, 0)
-            self._messages = IndexedShard.open_or_create(self.root / "messages", _payload_only, 0)
-            self._namespaces = IndexedShard.open_or_create(self.root / "namespaces", _payload_only, 0)
+            self._sessions = IndexedShard.open_or_create(self.root / "sessions", payload_only, 0)
+            self._messages = IndexedShard.open_or_create(self.root / "messages", payload_only, 0)
+            self._namespaces = IndexedShard.open_or_create(self.root / "namespaces", payload_only, 0)
             if self._sessions.shard.info().payload_schema.get("created_at") is None:
                 self._sessions.update(qe.UpdateOperation.create_field_index("created_at", qe.PayloadSchemaType.Float))
             if self._messages.shard.info().payload_schema.get("session_id") is None:
@@ -182,21 +162,6 @@ class EdgeStore:
                 except Exception as exc:  # noqa: BLE001 - the WAL has every write; the next tick retries
                     log.warning("memory shard flush failed", shard=shard.root.name, reason=str(exc))
 
-    @property
-    def cached_transcript_bytes(self) -> int:
-        """The estimated size of what the store keeps in memory of sessions and transcripts."""
-        return self._cache.size
-
-    @property
-    def sessions(self) -> IndexedShard:
-        assert self._sessions is not None, "the store is not open"
-        return self._sessions
-
-    @property
-    def messages(self) -> IndexedShard:
-        assert self._messages is not None, "the store is not open"
-        return self._messages
-
     def _all_open(self) -> list[IndexedShard]:
         shards = (self._sessions, self._messages, self._namespaces, self._usage, *self._payload_shards.values(),
                   *self._memories.values())
@@ -209,7 +174,7 @@ class EdgeStore:
         assert self._sessions is not None, "the store is not open"
         shard = self._payload_shards.get(name)
         if shard is None:
-            shard = IndexedShard.open_or_create(self.root / name, _payload_only, 0)
+            shard = IndexedShard.open_or_create(self.root / name, payload_only, 0)
             self._payload_shards[name] = shard
         return shard
 
@@ -314,106 +279,6 @@ class EdgeStore:
         info = shard.shard.info()
         return {"points": info.points_count, "segments": info.segments_count, "builds": shard.builds,
                 "indexing": shard.indexing}
-
-    # ------------------------------------------------------------------ sessions
-
-    async def get_session(self, session_id: str) -> dict | None:
-        cached = self._cache.session(session_id)
-        if cached is UNKNOWN:
-            found = self.sessions.shard.retrieve([point_id("session", session_id)], True, False)
-            cached = dict(found[0].payload or {}) if found else None
-            self._cache.put_session(session_id, cached)
-        return None if cached is None else dict(cached)
-
-    async def put_session(self, payload: dict) -> None:
-        session_id = payload["session_id"]
-        pid = point_id("session", session_id)
-        known = self._cache.session(session_id)
-        if known is not UNKNOWN and known is not None and known.keys() == payload.keys():
-            # Only what changed (an append: the count and the time) set on the stored record:
-            # Edge takes several µs to convert each field of a payload, and a record has a dozen.
-            changed = {k: v for k, v in payload.items() if known[k] != v}
-            if not changed:
-                return  # the shard holds this record already
-            operation = qe.UpdateOperation.set_payload([pid], changed)
-        else:
-            operation = qe.UpdateOperation.upsert_points([qe.Point(pid, {}, payload)])
-        try:
-            self.sessions.update(operation)
-        except BaseException:
-            self._cache.forget(session_id)  # what the shard holds now is for it to say
-            raise
-        self._cache.put_session(session_id, dict(payload))
-
-    async def list_sessions(self, limit: int, start_before: float | None,
-                            namespaces: frozenset[str] | None = None) -> list[dict]:
-        order = qe.OrderBy("created_at", qe.Direction.Desc, start_before)
-        if namespaces is not None and not namespaces:
-            return []
-        selector = None if namespaces is None else qe.Filter(
-            must=[qe.FieldCondition("namespace", match=qe.MatchAny(sorted(namespaces)))])
-        records, _ = self.sessions.shard.scroll(
-            qe.ScrollRequest(limit=limit, order_by=order, filter=selector, with_payload=True))
-        return [dict(r.payload or {}) for r in records]
-
-    async def get_namespace_settings(self, namespace: str) -> dict | None:
-        assert self._namespaces is not None, "the store is not open"
-        found = self._namespaces.shard.retrieve([point_id("namespace", namespace)], True, False)
-        return dict(found[0].payload or {}) if found else None
-
-    async def put_namespace_settings(self, payload: dict) -> None:
-        assert self._namespaces is not None, "the store is not open"
-        point = qe.Point(point_id("namespace", payload["namespace"]), {}, payload)
-        self._namespaces.update(qe.UpdateOperation.upsert_points([point]))
-
-    async def child_sessions(self, session_id: str, label: str) -> list[str]:
-        selector = qe.Filter(must=[_match(f"labels.{label}", session_id)])
-        found, offset = [], None
-        while True:
-            records, offset = self.sessions.shard.scroll(
-                qe.ScrollRequest(offset=offset, limit=256, filter=selector, with_payload=["session_id"])
-            )
-            found += [(r.payload or {})["session_id"] for r in records]
-            if offset is None:
-                return found
-
-    async def delete_session(self, session_id: str) -> None:
-        # The record goes first: a crash in between leaves unreachable messages (a re-created
-        # session starts at seq 1 and overwrites them), never a session that lost its history.
-        try:
-            self.sessions.update(qe.UpdateOperation.delete_points([point_id("session", session_id)]))
-            selector = qe.Filter(must=[_match("session_id", session_id)])
-            self.messages.update(qe.UpdateOperation.delete_points_by_filter(selector))
-        finally:
-            self._cache.forget(session_id)
-
-    # ------------------------------------------------------------------ messages
-
-    async def put_messages(self, session_id: str, payloads: Sequence[dict]) -> None:
-        points = [qe.Point(point_id("message", session_id, str(p["seq"])), {}, _packed_message(p)) for p in payloads]
-        try:
-            self.messages.update(qe.UpdateOperation.upsert_points(points))
-        except BaseException:
-            self._cache.forget(session_id)
-            raise
-        self._cache.put_messages(session_id, payloads)
-
-    async def append_messages(self, session_id: str, payloads: Sequence[dict], session: dict) -> None:
-        await self.put_messages(session_id, payloads)
-        await self.put_session(session)
-
-    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[dict]:
-        """In seq order; the payloads are shared with the cache: read them, do not change them."""
-        ordered = seqs if isinstance(seqs, range) and seqs.step == 1 else sorted(set(seqs))
-        held, missing = self._cache.messages(session_id, ordered)
-        if not missing:
-            return [held[seq] for seq in ordered]
-        found = {seq: held[seq] for seq in ordered if seq in held}
-        ids: list[Any] = [point_id("message", session_id, str(seq)) for seq in missing]
-        read = [_unpacked(r.payload) for r in self.messages.shard.retrieve(ids, True, False)]
-        self._cache.put_messages(session_id, read)
-        found.update((int(p["seq"]), p) for p in read)
-        return [found[seq] for seq in ordered if seq in found]
 
     # ------------------------------------------------------------------ memories
 
@@ -531,37 +396,3 @@ class EdgeStore:
         if ids and shard is not None:
             async with shard.write_lock:
                 shard.update(qe.UpdateOperation.delete_points(list(ids)), touched=list(ids))
-
-
-    # ------------------------------------------------------------------ usage
-
-    def _usage_shard(self, create: bool) -> IndexedShard | None:
-        """Opened on first use, like a namespace's memories: a memory service that records no
-        usage (tests, tools-only set-ups) carries no shard, and no threads, for it."""
-        if self._usage is None:
-            assert self._sessions is not None, "the store is not open"
-            root = self.root / "usage"
-            if not create and not root.exists():
-                return None
-            self._usage = IndexedShard.open_or_create(root, _payload_only, 0)
-            if self._usage.shard.info().payload_schema.get("at") is None:
-                self._usage.update(qe.UpdateOperation.create_field_index("at", qe.PayloadSchemaType.Float))
-        return self._usage
-
-    async def put_usage(self, payloads: Sequence[dict]) -> None:
-        # As a message (_packed_message): the time, which sums filter on, and the rest as JSON.
-        points = [qe.Point(point_id("usage", p["id"]), {}, {"at": p["at"], _PACKED: json.dumps(p, ensure_ascii=False)})
-                  for p in payloads]
-        shard = self._usage_shard(create=bool(points))
-        if shard is not None and points:
-            shard.update(qe.UpdateOperation.upsert_points(points))
-
-    async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict], str]:
-        shard = self._usage_shard(create=False)
-        if shard is None:
-            return [], ""
-        timed = qe.FieldCondition("at", range=qe.RangeFloat(gte=start or None, lt=end or None))
-        records, next_offset = shard.shard.scroll(
-            qe.ScrollRequest(offset=offset, limit=limit, filter=qe.Filter(must=[timed]), with_payload=True)
-        )
-        return [_unpacked(r.payload) for r in records], ("" if next_offset is None else str(next_offset))

@@ -73,7 +73,7 @@ async def test_messages_and_usage_written_field_by_field_before_are_read_as_they
     await store.put_messages("s", [message("s", 2, "written now")])
     record = {"id": "run-1.0", "at": 100.0, "session_id": "s", "input_tokens": 7}
     await store.put_usage([{**record, "id": "run-1.1", "at": 101.0}])
-    usage = store._usage_shard(create=True)
+    usage = store.usage_shard(create=True)
     assert usage is not None
     usage.update(qe.UpdateOperation.upsert_points([qe.Point(point_id("usage", "run-1.0"), {}, record)]))
     await store.close()
