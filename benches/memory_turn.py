@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -125,6 +126,7 @@ async def _child(turns: int, sessions: int) -> None:
     finally:
         service.terminate()
         service.wait(30)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _contender(python: str, turns: int, sessions: int) -> subprocess.Popen:
