@@ -9,7 +9,9 @@ A namespace's listings (`list_documents`: its profile, its skills, its promoted 
 memory once read: every turn's start reads three of them, and a filtered scroll with its payloads
 decoded costs far more than a lookup. Sound for the same reason as the transcript cache
 (edge_cache.py): the shard is this process's alone and every write to it is made here, which
-drops the listing of the (kind, namespace) it writes to *after* Edge has the write. The server
+drops the listing of the (kind, namespace) it writes to *after* Edge has the write (one
+`EdgeDocuments` per store, as `stores.open_documents` makes it: a second one on the same shard
+would not see the first one's writes in its listings). The server
 adapter (qdrant_documents.py) keeps no such cache: other memory services write to the same
 collection.
 """

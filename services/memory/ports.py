@@ -121,7 +121,8 @@ class Store(Protocol):
         """Write the messages, then the session record that makes them visible."""
 
     async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[Payload]:
-        """Those of `seqs` that exist, in seq order."""
+        """Those of `seqs` that exist, in seq order. For reading: an adapter may hand out what
+        it keeps in memory (the embedded one does)."""
 
     # --- long-term memories
     async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, Payload]:
@@ -177,7 +178,8 @@ class DocumentStore(Protocol):
         """True when a document was there."""
 
     async def list_documents(self, kind: str, namespace: str) -> list[tuple[str, Payload]]:
-        """(key, payload) of every document of this kind in the namespace, by key."""
+        """(key, payload) of every document of this kind in the namespace, by key. The payloads
+        are for reading: an adapter may hand out what it keeps in memory (the embedded one does)."""
 
 
 def document_point(kind: str, namespace: str, key: str) -> str:
