@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
-from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar, cast
 
 import grpc
 from opentelemetry import context as otel_context
@@ -58,8 +58,81 @@ class NotCarried(Exception):
     make the unary call instead."""
 
 
-def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+def _rpc_error(code: grpc.StatusCode, details: str) -> BaseException:
+    error: BaseException = grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+    return error
+
+
+class _OpenStream:
+    """One open stream: its calls waiting for answers, and the two tasks that write its messages
+    and read its answers. A caller only ever awaits its own future, so asyncio.timeout and
+    cancellation act on it at once — never inside grpc.aio's call machinery, which can hold a
+    cancellation while it waits for the peer."""
+
+    def __init__(self, call: Any, unwrap: Callable[[Any], tuple[common_pb2.CarriedStatus, Any]],
+                 failure_of: Callable[[BaseException], BaseException], on_end: Callable[["_OpenStream"], None]):
+        self.call = call
+        self._unwrap = unwrap
+        self._failure_of = failure_of
+        self._on_end = on_end
+        self.pending: dict[int, asyncio.Future[tuple[common_pb2.CarriedStatus, Any]]] = {}
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._writer = asyncio.get_running_loop().create_task(self._write())
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self.ended = False
+
+    def send(self, call_id: int, message: Any) -> asyncio.Future[tuple[common_pb2.CarriedStatus, Any]]:
+        answer: asyncio.Future[tuple[common_pb2.CarriedStatus, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[call_id] = answer
+        self._outbox.put_nowait((call_id, message))
+        return answer
+
+    async def _write(self) -> None:
+        try:
+            # Connected first (the channel may wait for a restarting peer): a message is written
+            # only once it can go at once, so one whose caller has stopped waiting is never sent
+            # late — an append the caller gave up on (and will retry) must not land after all.
+            await self.call.wait_for_connection()
+            while True:
+                call_id, message = await self._outbox.get()
+                if call_id in self.pending:
+                    await self.call.write(message)
+        except asyncio.CancelledError:
+            pass
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+            self.end(exc)
+
+    async def _read(self) -> None:
+        try:
+            async for message in self.call:
+                status, response = self._unwrap(message)
+                answer = self.pending.pop(status.id, None)
+                if answer is not None and not answer.done():
+                    answer.set_result((status, response))
+            self.end(None)
+        except asyncio.CancelledError:
+            pass
+        except grpc.aio.AioRpcError as exc:
+            self.end(exc)
+
+    def end(self, error: BaseException | None) -> None:
+        """The stream is over (`error`: how it ended, None: the server ended it, e.g. draining):
+        its calls waiting for answers fail as `failure_of` says; the next call opens another."""
+        if self.ended:
+            return
+        self.ended = True
+        self._on_end(self)
+        failure = self._failure_of(error) if error is not None else None
+        for answer in self.pending.values():
+            if not answer.done():
+                answer.set_exception(failure if failure is not None else self._failure_of(
+                    _rpc_error(grpc.StatusCode.UNAVAILABLE, "the stream was closed by the server")))
+        self.pending.clear()
+        current = asyncio.current_task()
+        for task in (self._writer, self._reader):
+            if task is not current:
+                task.cancel()
+        self.call.cancel()
 
 
 class CarriedClient(Generic[Request, Response]):
@@ -83,10 +156,7 @@ class CarriedClient(Generic[Request, Response]):
         self._peer = peer
         self._attributes = rpc_attributes(full_method)
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[tuple[common_pb2.CarriedStatus, Response]]] = {}
-        self._stream: Any = None
-        self._reader: asyncio.Task[None] | None = None
-        self._writing = asyncio.Lock()
+        self._stream: _OpenStream | None = None
         self.unsupported = False  # the server answered UNIMPLEMENTED: unary calls from now on
 
     async def call(self, request: Request, timeout: float) -> Response:
@@ -102,30 +172,19 @@ class CarriedClient(Generic[Request, Response]):
             traceparent=carrier.get("traceparent", ""),
             tracestate=carrier.get("tracestate", ""),
         )
-        answer: asyncio.Future[tuple[common_pb2.CarriedStatus, Response]] = asyncio.get_running_loop().create_future()
-        self._pending[header.id] = answer
         code, details = grpc.StatusCode.CANCELLED, "the caller stopped waiting"
+        stream = self._open()
         try:
             try:
                 async with asyncio.timeout(timeout):
-                    stream = self._open()
-                    async with self._writing:
-                        try:
-                            await stream.write(self._wrap(header, request))
-                        except grpc.aio.AioRpcError as exc:  # the stream had ended: as its reader says
-                            self._broken()
-                            raise self._stream_failure(exc) from None
-                        except (asyncio.InvalidStateError, grpc.aio.UsageError):  # ended, status unread yet
-                            self._broken()
-                            raise _rpc_error(grpc.StatusCode.UNAVAILABLE, f"the stream to {self._peer} ended") from None
-                    status, response = await answer
+                    status, response = await stream.send(header.id, self._wrap(header, request))
             except TimeoutError:
                 code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
                 raise _rpc_error(code, details) from None
             code, details = _CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message
             if code != grpc.StatusCode.OK:
                 raise _rpc_error(code, details)
-            return response
+            return cast(Response, response)
         except NotCarried:
             code, details = grpc.StatusCode.UNIMPLEMENTED, "not carried"
             raise
@@ -133,71 +192,50 @@ class CarriedClient(Generic[Request, Response]):
             code, details = exc.code(), exc.details() or ""
             raise
         finally:
-            self._pending.pop(header.id, None)
+            stream.pending.pop(header.id, None)
             if span is not None:
                 end_client_span(span, code, details)
 
-    def _open(self) -> Any:
+    def _open(self) -> _OpenStream:
         if self._stream is None:
             # The stream outlives the turn that opens it: it runs for no principal and in no
-            # trace (each carried call has its own); its reader task inherits both.
+            # trace (each carried call has its own); its tasks inherit both.
             principal = current_principal.set(None)
             detached = otel_context.attach(trace.set_span_in_context(trace.INVALID_SPAN))
             try:
-                self._stream = stream = self._open_stream()
-                self._reader = asyncio.get_running_loop().create_task(self._read(stream))
+                self._stream = _OpenStream(self._open_stream(), self._unwrap, self._stream_failure, self._ended)
             finally:
                 otel_context.detach(detached)
                 current_principal.reset(principal)
         return self._stream
 
-    async def _read(self, stream: Any) -> None:
-        failure: BaseException = _rpc_error(grpc.StatusCode.UNAVAILABLE, f"the stream to {self._peer} ended")
-        try:
-            async for message in stream:
-                status, response = self._unwrap(message)
-                answer = self._pending.get(status.id)
-                if answer is not None and not answer.done():
-                    answer.set_result((status, response))
-        except grpc.aio.AioRpcError as exc:
-            failure = self._stream_failure(exc)
-            log.info("carried calls' stream ended", method=self._method, peer=self._peer,
-                     code=exc.code().name, pending=len(self._pending))
-        except asyncio.CancelledError:
-            pass
-        finally:
-            if self._stream is stream:
-                self._broken()
-            for answer in list(self._pending.values()):
-                if not answer.done():
-                    answer.set_exception(failure)
+    def _ended(self, stream: _OpenStream) -> None:
+        if self._stream is stream:
+            self._stream = None
 
-    def _stream_failure(self, exc: grpc.aio.AioRpcError) -> BaseException:
+    def _stream_failure(self, exc: BaseException) -> BaseException:
         """What the calls on a stream that ended with `exc` fail with: NotCarried when the
         server has no such stream (older), the stream's refusal as it is (UNAUTHENTICATED,
         PERMISSION_DENIED: the caller's calls would be refused too), else UNAVAILABLE — the
         peer went away, as a unary call would have found."""
-        code = exc.code()
+        if not isinstance(exc, grpc.aio.AioRpcError):
+            return _rpc_error(grpc.StatusCode.UNAVAILABLE, f"the stream to {self._peer} ended ({type(exc).__name__})")
+        code: grpc.StatusCode = exc.code()
+        details: str = exc.details() or code.name
         if code == grpc.StatusCode.UNIMPLEMENTED:
             self.unsupported = True
-            return NotCarried(exc.details() or "")
+            return NotCarried(details)
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-            return exc
-        return _rpc_error(grpc.StatusCode.UNAVAILABLE, f"the stream to {self._peer} ended: {exc.details() or code.name}")
-
-    def _broken(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.cancel()
+            refusal: BaseException = exc
+            return refusal
+        log.info("carried calls' stream ended", method=self._method, peer=self._peer, code=code.name)
+        return _rpc_error(grpc.StatusCode.UNAVAILABLE, f"the stream to {self._peer} ended: {details}")
 
     async def close(self) -> None:
-        stream, reader = self._stream, self._reader
-        self._stream = self._reader = None
+        stream, self._stream = self._stream, None
         if stream is not None:
-            stream.cancel()
-        if reader is not None:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+            stream.end(asyncio.CancelledError())
+            await asyncio.sleep(0)  # let its tasks finish cancelling
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
