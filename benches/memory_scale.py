@@ -3,7 +3,8 @@ while indexes are being built; beside it, the old local mode and a single-proces
 
     .venv/bin/python -m benches.memory_scale [--sizes 10000,100000] [--million] [--queries 200]
         [--layouts per-namespace,shared] [--local-sizes 2000,10000] [--local-budget-s 300]
-        [--others N] [--fill-budget-s S] [--checkpoint-every N]
+        [--others N] [--fill-budget-s S] [--checkpoint-every N] [--build-budget-s S]
+        [--million-through-rpc]
 
 For each layout and size, the memory service runs as its own `agentmesh serve memory` process on
 a fresh home (Qdrant Edge, hashing embedder). Two other namespaces get size/10 memories each, then
@@ -18,6 +19,16 @@ vocabulary with a Zipf-like spread) through the Import RPC in batches of 256. Th
 - **along the fill** (every --checkpoint-every memories): the fill rate so far, RSS, anonymous
   RSS, and Search p50/p99 over 50 queries at that size — so a fill that --fill-budget-s cuts
   short (the 1M run on a small machine) still reports the largest size it reached.
+
+`--million` brings one namespace to 1,000,000 memories the way a bulk import does (and two
+others to --others, default 20,000): a child process under `nice 10` writes them through the
+memory core and the Edge store adapter that `agentmesh memory migrate` uses, with index builds
+off (`index_after=0`); then `agentmesh serve memory` opens that home with default settings, the
+first Search starts the namespace's one index build, and the bench searches once every 2 s while
+it runs (brute force over the unindexed namespace, then the swap), with the service's and the
+builder's RSS; after it (or after --build-budget-s), Search p50/p99 over --queries, RSS split into
+anonymous (heap) and file-backed (mmap'd), AppendMessages RPC p50. `--million-through-rpc` fills
+1M through the Import RPC with builds as it goes instead (the fill's pace is the builder's).
 
 Beside it, in this process: AppendMessages through the transcripts core on Edge and on local mode
 (what the service does inside, without gRPC); local mode's hybrid search at the sizes it can
