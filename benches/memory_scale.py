@@ -290,20 +290,49 @@ async def bulk_fill(home: Path, size: int, others_size: int) -> None:
         await store.close()
 
 
-async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: float) -> dict:
+async def searches_beside_build(service: ServiceProcess, client: MemoryClient, queries: list[str], every_s: float,
+                                budget_s: float, out: dict, key: str) -> None:
+    """Search once every `every_s` while the namespace's build runs: (seconds into it, latency)."""
+    build_started = time.perf_counter()
+    during: list[tuple[float, float]] = []
+    indexer_rss = rss_peak = anon_peak = 0.0
+    while "scale" in service.building and time.perf_counter() - build_started < budget_s:
+        q = time.perf_counter()
+        await client.search(queries[len(during) % len(queries)], namespace="scale", k=10)
+        during.append((q - build_started, time.perf_counter() - q))
+        indexer_rss = max(indexer_rss, service.indexer_rss_mb())
+        rss_peak, anon_peak = max(rss_peak, service.rss_mb()), max(anon_peak, service.rss_mb("RssAnon"))
+        if len(during) % 150 == 0:
+            lat = [d for _, d in during[-150:]]
+            print(f"{'':>13}   build running {time.perf_counter() - build_started:.0f} s: last 150 searches p50 "
+                  f"{ms(lat):.0f} / max {max(lat) * 1000:.0f} ms, service RSS {service.rss_mb():.0f} MB, "
+                  f"builder RSS {service.indexer_rss_mb():.0f} MB, load average {os.getloadavg()[0]:.1f}", flush=True)
+        await asyncio.sleep(every_s)
+    out[key] = {"built": "scale" not in service.building, "build_s": time.perf_counter() - build_started,
+                "during": during, "indexer_rss": indexer_rss, "rss_peak": rss_peak, "anon_peak": anon_peak}
+
+
+async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: float, keep_home: str = "",
+                   grow: int = 0) -> dict:
     """`size` memories brought in by a bulk import (bulk_fill, under nice), then the service on that
-    home builds the namespace's indexes once while Search RPCs run beside the build."""
+    home builds the namespace's indexes once while Search RPCs run beside the build. `keep_home`:
+    fill (or reuse, if filled) that home instead of a temporary one. `grow`: then import that many
+    more through the Import RPC, which starts one ordinary build of the large namespace."""
     out: dict = {"size": size, "others": others_size}
-    with tempfile.TemporaryDirectory() as home:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = keep_home or tmp
         started = time.perf_counter()
-        filler = await asyncio.create_subprocess_exec(
-            "nice", "-n", "10", sys.executable, "-m", "benches.memory_scale", "--bulk-fill", home,
-            "--bulk-size", str(size), "--others", str(others_size))
         texts = sentences(size)  # the filler draws the same memories
         queries = make_queries(texts, n_queries, size)
-        if await filler.wait() != 0:
-            raise RuntimeError("the bulk import failed")
-        out["fill_s"] = time.perf_counter() - started
+        if (Path(home) / "memory" / "memories" / "scale" / "meta.json").exists():
+            out["fill_s"] = 0.0  # reused
+        else:
+            filler = await asyncio.create_subprocess_exec(
+                "nice", "-n", "10", sys.executable, "-m", "benches.memory_scale", "--bulk-fill", home,
+                "--bulk-size", str(size), "--others", str(others_size))
+            if await filler.wait() != 0:
+                raise RuntimeError("the bulk import failed")
+            out["fill_s"] = time.perf_counter() - started
         du = await asyncio.create_subprocess_exec("du", "-sm", str(Path(home) / "memory" / "memories" / "scale"),
                                                   stdout=asyncio.subprocess.PIPE)
         out["disk_mb_before"] = int((await du.communicate())[0].split()[0])
@@ -320,31 +349,14 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
             out["first_search_s"] = time.perf_counter() - q
             for other in ("other-a", "other-b"):
                 await client.search(queries[0], namespace=other, k=10)
-            async with asyncio.timeout(120):
-                while "scale" not in service.building and not service.builds_done:
-                    await asyncio.sleep(0.1)
-            build_started = time.perf_counter()
+            waited = time.perf_counter()
+            while "scale" not in service.building and time.perf_counter() - waited < 15:
+                await asyncio.sleep(0.1)  # no build within 15 s: a reused home, indexed already
             # Searches while the build runs: one every 2 s, so that the searches (brute force over
             # the unindexed namespace until the swap) do not take the builder's CPU.
-            during: list[tuple[float, float]] = []
-            indexer_rss = rss_peak = anon_peak = 0.0
-            while "scale" in service.building and time.perf_counter() - build_started < build_budget_s:
-                q = time.perf_counter()
-                await client.search(queries[len(during) % len(queries)], namespace="scale", k=10)
-                during.append((q - build_started, time.perf_counter() - q))
-                indexer_rss = max(indexer_rss, service.indexer_rss_mb())
-                rss_peak, anon_peak = max(rss_peak, service.rss_mb()), max(anon_peak, service.rss_mb("RssAnon"))
-                if len(during) % 150 == 0:
-                    lat = [d for _, d in during[-150:]]
-                    print(f"{'':>13}   build running {time.perf_counter() - build_started:.0f} s: last 150 searches p50 "
-                          f"{ms(lat):.0f} / max {max(lat) * 1000:.0f} ms, service RSS {service.rss_mb():.0f} MB, "
-                          f"builder RSS {service.indexer_rss_mb():.0f} MB, load average {os.getloadavg()[0]:.1f}", flush=True)
-                await asyncio.sleep(2.0)
-            out["built"] = "scale" not in service.building
-            out["build_s"] = time.perf_counter() - build_started
-            out["during"] = during
-            out["indexer_rss"], out["rss_peak"], out["anon_peak"] = indexer_rss, rss_peak, anon_peak
-            out["build_log"] = service.build_log
+            await searches_beside_build(service, client, queries, 2.0, build_budget_s, out, "first_build")
+            out.update(out["first_build"])
+            out["build_log"] = list(service.build_log)
             await asyncio.sleep(1.0)  # the old generation closes and is deleted
             for query in queries[:20]:  # warm
                 await client.search(query, namespace="scale", k=10)
@@ -362,6 +374,22 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
             du = await asyncio.create_subprocess_exec("du", "-sm", str(Path(home) / "memory" / "memories" / "scale"),
                                                       stdout=asyncio.subprocess.PIPE)
             out["disk_mb_after"] = int((await du.communicate())[0].split()[0])
+            if grow:
+                # The large namespace keeps growing the ordinary way: `grow` more through Import,
+                # which starts one build of it (a copy of the whole shard, then a swap).
+                logged = len(service.build_log)
+                q = time.perf_counter()
+                await fill(client, "scale", sentences(grow, seed=size + 3))
+                out["grow_s"] = time.perf_counter() - q
+                waited = time.perf_counter()
+                while "scale" not in service.building and time.perf_counter() - waited < 30:
+                    await asyncio.sleep(0.1)
+                await searches_beside_build(service, client, queries, 0.25, build_budget_s, out, "grow_build")
+                out["grow_log"] = service.build_log[logged:]
+                await asyncio.sleep(1.0)
+                after = await timed_searches(client, queries)
+                out["grow_p50"], out["grow_p99"] = ms(after), ms(after, 0.99)
+                out["grow_rss"], out["grow_anon"] = service.rss_mb(), service.rss_mb("RssAnon")
         finally:
             await channel.close()
             await service.stop()
@@ -373,7 +401,8 @@ def print_bulk(r: dict) -> None:
     during = [d for _, d in r["during"]]
     print(f"\nQdrant Edge, {r['size']:,} memories by bulk import (+2 x {r['others']:,} in other namespaces), "
           f"Search through gRPC to `agentmesh serve memory`:")
-    print(f"  bulk import (nice 10): {r['fill_s']:.0f} s, {r['size'] / r['fill_s']:.0f}/s; shard on disk {r['disk_mb_before']} MB")
+    fill = f"{r['fill_s']:.0f} s, {r['size'] / r['fill_s']:.0f}/s" if r["fill_s"] else "reused from --home"
+    print(f"  bulk import (nice 10): {fill}; shard on disk {r['disk_mb_before']} MB")
     print(f"  first Search (opens the unindexed shard, starts its build): {r['first_search_s'] * 1000:.0f} ms")
     print(f"  index build: {'done' if r['built'] else 'NOT done'} after {r['build_s']:.0f} s; builder RSS up to "
           f"{r['indexer_rss']:.0f} MB; service RSS up to {r['rss_peak']:.0f} MB ({r['anon_peak']:.0f} anonymous)")
@@ -388,6 +417,21 @@ def print_bulk(r: dict) -> None:
     print(f"  after the build: Search p50 {r['p50']:.2f} / p99 {r['p99']:.2f} ms; service RSS {r['rss']:.0f} MB "
           f"(anonymous {r['rss_anon']:.0f}, file-backed {r['rss_file']:.0f}); AppendMessages RPC p50 {r['append_rpc']:.3f} ms; "
           f"shard on disk {r['disk_mb_after']} MB; load average {r['load']:.1f}")
+    if "grow_build" in r:
+        g = r["grow_build"]
+        during = [d for _, d in g["during"]]
+        print(f"  then {r['grow_s']:.0f} s to import more through the Import RPC; its build "
+              f"{'done' if g['built'] else 'NOT done'} after {g['build_s']:.0f} s")
+        for line in r["grow_log"]:
+            found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
+            print(f"  build of {found.get('shard')}: {found.get('points')} points, copy {found.get('copy_s')} s, "
+                  f"writes paused {found.get('swap_s')} s for the swap, {found.get('total_s')} s in all")
+        if during:
+            worst = sorted(g["during"], key=lambda td: -td[1])[:3]
+            print(f"  Search while it ran (4 a second): n {len(during)}, p50 {ms(during):.1f} / p99 {ms(during, 0.99):.1f} / "
+                  f"max {max(during) * 1000:.0f} ms; slowest at " + ", ".join(f"{t:.0f} s ({d * 1000:.0f} ms)" for t, d in worst))
+        print(f"  after it: Search p50 {r['grow_p50']:.2f} / p99 {r['grow_p99']:.2f} ms; service RSS {r['grow_rss']:.0f} MB "
+              f"(anonymous {r['grow_anon']:.0f})")
     print(f"  single-process baseline (Python BM25, same memories, 50 of the queries): p50 {ms(r['baseline']):.1f} / "
           f"p99 {ms(r['baseline'], 0.99):.1f} ms", flush=True)
 
@@ -451,6 +495,9 @@ async def main(argv: list[str]) -> int:
                         help="fill 1,000,000 through the Import RPC with builds as it goes (the 2026-11-24 run)")
     parser.add_argument("--build-budget-s", type=float, default=5400.0,
                         help="--million: measure after this long even if the build has not finished")
+    parser.add_argument("--home", default="", help="--million: fill this home and keep it, or reuse it if filled")
+    parser.add_argument("--grow", type=int, default=0,
+                        help="--million: then import N more through the Import RPC and measure that build")
     parser.add_argument("--bulk-fill", default="", help=argparse.SUPPRESS)  # the --million child process
     parser.add_argument("--bulk-size", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -484,7 +531,7 @@ async def main(argv: list[str]) -> int:
 
     if args.million:
         print_bulk(await run_bulk(args.bulk_size or 1_000_000, args.queries, 20_000 if args.others is None else args.others,
-                                  args.build_budget_s))
+                                  args.build_budget_s, args.home, args.grow))
 
     print("\nAppendMessages inside the service (transcripts core + store, no gRPC), p50 ms:")
     with tempfile.TemporaryDirectory() as home:
