@@ -45,6 +45,7 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
 import sys
@@ -297,6 +298,9 @@ async def searches_beside_build(service: ServiceProcess, client: MemoryClient, q
     during: list[tuple[float, float]] = []
     indexer_rss = rss_peak = anon_peak = 0.0
     while "scale" in service.building and time.perf_counter() - build_started < budget_s:
+        free_gb = shutil.disk_usage(service.env["AGENTMESH_HOME"]).free / 2**30
+        if free_gb < 1.5:  # a build at 1M needs ~3x the namespace on disk; do not fill a shared disk
+            raise RuntimeError(f"{free_gb:.1f} GB left on the disk during the build: stopping the bench")
         q = time.perf_counter()
         await client.search(queries[len(during) % len(queries)], namespace="scale", k=10)
         during.append((q - build_started, time.perf_counter() - q))
