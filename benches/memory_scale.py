@@ -388,7 +388,7 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
                 waited = time.perf_counter()
                 while "scale" not in service.building and time.perf_counter() - waited < 30:
                     await asyncio.sleep(0.1)
-                await searches_beside_build(service, client, queries, 0.25, build_budget_s, out, "grow_build")
+                await searches_beside_build(service, client, queries, 0.25, min(build_budget_s, 600), out, "grow_build")
                 out["grow_log"] = service.build_log[logged:]
                 await asyncio.sleep(1.0)
                 after = await timed_searches(client, queries)
