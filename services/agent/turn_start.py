@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, AsyncContextManager, Awaitable, Callable, Sequ
 
 from agentmesh.agent import compaction, context, learning, subagents
 from agentmesh.agent.ports import MemoryHit, NotSupported
+from agentmesh.agent.session_open import OpenedSession, resolve
 from agentmesh.agent.turn import Capability
 from agentmesh.agent.types import ChatMessage, RunEvent, StatusEvent, ToolSpec
 from agentmesh.agent.usage_log import UsageTag
@@ -49,11 +50,18 @@ class Started:
 
 
 class TurnStartup:
-    def __init__(self, agent: "Agent", request: "TurnRequest", emit: Callable[[RunEvent], None]):
+    def __init__(self, agent: "Agent", request: "TurnRequest", emit: Callable[[RunEvent], None], *,
+                 on_opened: "Callable[[TurnRequest, OpenedSession | None], None] | None" = None):
         self._agent = agent
         self._request = request
         self._settings = agent.settings
         self._emit = emit
+        # A turn that opens its session (session_open.py): told the resolved request once it is
+        # open; the catalog waits for it (its namespace and mcp_servers_version come from there).
+        self._on_opened = on_opened
+        self._open = asyncio.Event()
+        if request.opening is None:
+            self._open.set()
         self.usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
                                   subagents.workspace_of(request), agent.settings.memory_timeout_s)
         # What StartTurn brings for the learning capabilities (none: they read it themselves).
@@ -91,24 +99,40 @@ class TurnStartup:
                      writing: Callable[[], AsyncContextManager[None]]) -> Started:
         """The history the turn starts from, with `user` persisted after it, and the recalled
         memories: in one call to memory where it offers one, else a read, an append and a search."""
+        try:
+            return await self._begin_or_open(user, persist, writing)
+        finally:
+            self._open.set()  # whatever happened, the catalog waits no longer
+
+    async def _begin_or_open(self, user: ChatMessage, persist: Callable[[list[ChatMessage]], Awaitable[None]],
+                             writing: Callable[[], AsyncContextManager[None]]) -> Started:
         starter, memory, k = self._agent.turn_start, self._agent.memory, self._settings.recall_k
         request = self._request
+        opening = request.opening
         if starter is not None:
             try:
                 async with writing():
                     begun = await starter.start(
                         request.session_id, [user], namespace=request.namespace, query=request.message,
                         k=k if memory is not None else 0, recall_timeout_s=self._settings.recall_timeout_s,
-                        **({"learning": self._learning_parts} if self._learning_parts else {}))
+                        **({"learning": self._learning_parts} if self._learning_parts else {}),
+                        **({"opening": opening} if opening is not None else {}))
             except NotSupported:
                 self._answer_learning(None)  # an older memory service: the separate calls below
             except AgentmeshError as exc:
                 self._answer_learning(learning.Learned.failed(exc.message, self._learning_parts))
                 raise
             else:
+                if opening is not None:
+                    # A memory service that ignores `opening` (older than it) did not open it.
+                    self._opened(begun.opened or await starter.open(request.session_id, request.namespace, opening))
                 self._answer_learning(begun.learned)
                 return Started(begun.stored, self._history_from(begun.stored),
                                self._recalled(begun.memories, begun.recall_error))
+        if opening is not None:
+            self._opened(await starter.open(request.session_id, request.namespace, opening)
+                         if starter is not None else None)
+            request = self._request
 
         async def history_then_user() -> list[ChatMessage]:
             stored = await self._agent.transcripts.load(request.session_id)
@@ -117,6 +141,17 @@ class TurnStartup:
 
         stored, memories = await asyncio.gather(history_then_user(), self._recall())
         return Started(stored, self._history_from(stored), memories)
+
+    def _opened(self, opened: "OpenedSession | None") -> None:
+        """The turn's session is open: resolve the turn's settings from it (None: nothing to
+        resolve from, an agent without StartTurn: the turn's and the deployment's settings)."""
+        request = self._request
+        assert request.opening is not None
+        self._request = resolve(request, opened or OpenedSession(request.namespace, False), self._agent.models)
+        self.usage_tag.namespace = self._request.namespace
+        if self._on_opened is not None:
+            self._on_opened(self._request, opened)
+        self._open.set()
 
     def _history_from(self, stored: list[ChatMessage]) -> list[ChatMessage]:
         return context.repair(compaction.model_view(stored, use_summaries=self._settings.compaction))
@@ -147,6 +182,9 @@ class TurnStartup:
     # --- the tool catalog ---------------------------------------------------------------------
 
     async def _list_tools(self) -> None:
+        await self._open.wait()  # a cached catalog is checked against what the open read
+        if self._request.opening is not None:
+            return  # the session was not opened: the turn does not start
         namespace, mcp_version = self._request.namespace, self._request.mcp_servers_version
         try:
             catalog = self._agent.catalog
