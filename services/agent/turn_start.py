@@ -10,9 +10,12 @@ At the same time, so the turn waits for the slowest of them rather than their su
 - **the turn's start in memory**: the transcript as it stands, the user's message durably
   appended after it, the memories recalled for it, and what the learning capabilities read
   (standing instructions, skills, promoted tools) — one StartTurn call where the memory service
-  offers it (memory/turns.py), else a read, an append and a search (an older memory service);
+  offers it (memory/turns.py), else a read, an append and a search (an older memory service).
+  A turn the gateway sent with its session to open (session_open.py) opens it in that same call
+  and resolves its settings from the answer: `on_opened` tells the loop;
 - **the tool catalog** of the turn's namespace, kept between turns while its version holds
-  (tool_catalog.py), listed otherwise;
+  (tool_catalog.py), listed otherwise — once the session is open, when the turn opens one (the
+  namespace and its mcp_servers_version come from there);
 - **every capability's `load`**, whose learning reads are served from what StartTurn brought
   (learning.py) instead of a call each.
 
