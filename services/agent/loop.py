@@ -50,7 +50,7 @@ from agentmesh.agent.ports import (
     TurnStarter,
 )
 from agentmesh.agent.providers.base import ModelProvider
-from agentmesh.agent.session_open import OpenedSession, SessionToOpen, resolve
+from agentmesh.agent.session_open import OpenedSession, SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_calls import ToolCalls
 from agentmesh.agent.turn import Capability, Nudge, Stop, TurnContext, Verdict

@@ -35,7 +35,7 @@ class SessionToOpen:
     title: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     created_at: float = 0.0  # 0: when memory creates it
-    deployment_tools: ToolPolicy = ToolPolicy()
+    deployment_tools: ToolPolicy = field(default_factory=ToolPolicy)
     deployment_permission_mode: str = ""
 
 
@@ -47,8 +47,8 @@ class OpenedSession:
     created: bool  # this turn created it
     model: str = ""
     permission_mode: str = ""
-    tools: ToolPolicy = ToolPolicy()  # the session's own layer
-    namespace_tools: ToolPolicy = ToolPolicy()
+    tools: ToolPolicy = field(default_factory=ToolPolicy)  # the session's own layer
+    namespace_tools: ToolPolicy = field(default_factory=ToolPolicy)
     mcp_servers_version: float | None = None  # None: not read
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncContextManager, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable, Sequence
 
 from agentmesh.agent import compaction, context, learning, subagents
 from agentmesh.agent.ports import MemoryHit, NotSupported
@@ -113,13 +113,15 @@ class TurnStartup:
         request = self._request
         opening = request.opening
         if starter is not None:
+            # Only what is asked for, so a starter that predates a part need not know of it.
+            asked: dict[str, Any] = {"learning": self._learning_parts} if self._learning_parts else {}
+            if opening is not None:
+                asked["opening"] = opening
             try:
                 async with writing():
                     begun = await starter.start(
                         request.session_id, [user], namespace=request.namespace, query=request.message,
-                        k=k if memory is not None else 0, recall_timeout_s=self._settings.recall_timeout_s,
-                        **({"learning": self._learning_parts} if self._learning_parts else {}),
-                        **({"opening": opening} if opening is not None else {}))
+                        k=k if memory is not None else 0, recall_timeout_s=self._settings.recall_timeout_s, **asked)
             except NotSupported:
                 self._answer_learning(None)  # an older memory service: the separate calls below
             except AgentmeshError as exc:

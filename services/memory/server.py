@@ -194,7 +194,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
             reply.profile.CopyFrom(_profile_to_proto(learned["profile"]))
         reply.skills.extend(_skill_info_to_proto(i) for i in learned.get("skills", ()))
         reply.promoted_tools.extend(_promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
-        if opened is not None:
+        if opened is not None and settings is not None:
             reply.session.CopyFrom(session_to_proto(opened[0]))
             reply.session_created = opened[1]
             reply.namespace_settings.CopyFrom(namespace_to_proto(settings))
