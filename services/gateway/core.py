@@ -232,9 +232,13 @@ class Gateway:
         session_id = request.session_id
         if self._draining:
             raise Unavailable("the gateway is shutting down; retry in a moment")
-        # Someone else's session is NOT_FOUND; a new id is created in the caller's namespace.
-        # (Without tenants there is nothing to check: no extra call to memory before the turn.)
-        existing = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Chat")
+        # Someone else's session is NOT_FOUND; a new id is created in the caller's namespace. No
+        # call to memory before the turn when the caller may chat in one tenant only (or tenants
+        # are not configured): memory checks the session when the agent opens it, with the same
+        # sentences. A caller of several tenants has the session read here, to know which
+        # tenant's limits the turn counts against before anything is written.
+        existing = None if self._authz.one_tenant(caller, "Chat") \
+            else await self._authz.session_or_none(caller, session_id, "Chat")
         namespace = existing.namespace if existing is not None else self._authz.namespace(caller, "", "Chat")
         tenant = caller.scope.tenant_of(namespace) or ""
         turn = _ActiveTurn(run_id=new_id("run"), started_by=caller.subject)
@@ -286,6 +290,12 @@ class Gateway:
                         else:
                             self.live.publish(feed, event)
                         yield event
+                except PermissionDenied as exc:
+                    # The agent could not open the session: a lesser role in its tenant, audited
+                    # as the gateway's own check of it was (another tenant's, memory audits).
+                    self._authz.audit.record("call.refused", "refused", caller.principal, method="gateway.Chat",
+                                             session_id=session_id, reason=exc.message)
+                    raise
                 finally:
                     self.live.end(session_id, feed)
                 log.info("turn ended")
