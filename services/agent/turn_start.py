@@ -14,8 +14,8 @@ At the same time, so the turn waits for the slowest of them rather than their su
   A turn the gateway sent with its session to open (session_open.py) opens it in that same call
   and resolves its settings from the answer: `on_opened` tells the loop;
 - **the tool catalog** of the turn's namespace, kept between turns while its version holds
-  (tool_catalog.py), listed otherwise — once the session is open, when the turn opens one (the
-  namespace and its mcp_servers_version come from there);
+  (tool_catalog.py), listed otherwise — after the turn's start when the turn opens its session
+  (the namespace and its mcp_servers_version come from there);
 - **every capability's `load`**, whose learning reads are served from what StartTurn brought
   (learning.py) instead of a call each.
 
@@ -59,12 +59,8 @@ class TurnStartup:
         self._request = request
         self._settings = agent.settings
         self._emit = emit
-        # A turn that opens its session (session_open.py): told the resolved request once it is
-        # open; the catalog waits for it (its namespace and mcp_servers_version come from there).
+        # A turn that opens its session (session_open.py): told the resolved request once it is open.
         self._on_opened = on_opened
-        self._open = asyncio.Event()
-        if request.opening is None:
-            self._open.set()
         self.usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
                                   subagents.workspace_of(request), agent.settings.memory_timeout_s)
         # What StartTurn brings for the learning capabilities (none: they read it themselves).
@@ -86,9 +82,19 @@ class TurnStartup:
         async def capabilities_load() -> None:
             await asyncio.gather(*(capability.load() for capability in capabilities))
 
+        async def begin_then_list_tools() -> Started:
+            # A turn that opens its session learns its namespace and mcp_servers_version from
+            # the opening: its catalog (kept between turns, so mostly no call) is looked up after.
+            started = await self._begin(user, persist, writing)
+            await self._list_tools()
+            return started
+
         try:
-            started, _, _ = await asyncio.gather(self._begin(user, persist, writing), self._list_tools(),
-                                                 capabilities_load())
+            if self._request.opening is not None:
+                started, _ = await asyncio.gather(begin_then_list_tools(), capabilities_load())
+            else:
+                started, _, _ = await asyncio.gather(self._begin(user, persist, writing), self._list_tools(),
+                                                     capabilities_load())
         finally:
             self._answer_learning(None)  # whatever happened, no load waits forever
         return started
@@ -102,13 +108,6 @@ class TurnStartup:
                      writing: Callable[[], AsyncContextManager[None]]) -> Started:
         """The history the turn starts from, with `user` persisted after it, and the recalled
         memories: in one call to memory where it offers one, else a read, an append and a search."""
-        try:
-            return await self._begin_or_open(user, persist, writing)
-        finally:
-            self._open.set()  # whatever happened, the catalog waits no longer
-
-    async def _begin_or_open(self, user: ChatMessage, persist: Callable[[list[ChatMessage]], Awaitable[None]],
-                             writing: Callable[[], AsyncContextManager[None]]) -> Started:
         starter, memory, k = self._agent.turn_start, self._agent.memory, self._settings.recall_k
         request = self._request
         opening = request.opening
@@ -156,7 +155,6 @@ class TurnStartup:
         self.usage_tag.namespace = self._request.namespace
         if self._on_opened is not None:
             self._on_opened(self._request, opened)
-        self._open.set()
 
     def _history_from(self, stored: list[ChatMessage]) -> list[ChatMessage]:
         return context.repair(compaction.model_view(stored, use_summaries=self._settings.compaction))
@@ -187,9 +185,6 @@ class TurnStartup:
     # --- the tool catalog ---------------------------------------------------------------------
 
     async def _list_tools(self) -> None:
-        await self._open.wait()  # a cached catalog is checked against what the open read
-        if self._request.opening is not None:
-            return  # the session was not opened: the turn does not start
         namespace, mcp_version = self._request.namespace, self._request.mcp_servers_version
         try:
             catalog = self._agent.catalog

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Awaitable, Callable
 
 from google.protobuf import json_format
@@ -158,7 +157,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def StartTurn(self, request, context):
-        namespace, opened = request.namespace, None
+        namespace, opened, settings = request.namespace, None, None
         if request.HasField("session"):
             # The session first, as PutSession (the gateway no longer calls it before the turn):
             # the turn then runs in the namespace the session is stored in.
@@ -167,6 +166,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
             opened = await self._put_session(request.session)
             namespace = opened[0].namespace or "default"
             self._tenants.namespace(namespace, "GetNamespaceSettings")
+            settings = await self._namespaces.get(namespace)  # in-process and quick: no task of its own
         else:
             await self._tenants.session_if_any(request.session_id, "member", "StartTurn")
         if request.recall_k:
@@ -174,11 +174,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         messages = [message_from_proto(m) for m in request.messages]
         recall = Recall(namespace, request.recall_query, request.recall_k, request.recall_timeout_s)
         with bound_contextvars(session_id=request.session_id):
-            started, settings = await asyncio.gather(
-                start_turn(self._transcripts, self._memories, request.session_id, messages,
-                           request.page_size, recall if request.recall_k else None,
-                           self._learning_reads(request, namespace)),
-                self._namespaces.get(namespace) if opened is not None else _nothing())
+            started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
+                                       request.page_size, recall if request.recall_k else None,
+                                       self._learning_reads(request, namespace))
         reply = memory_pb2.StartTurnResponse(
             messages=[message_to_proto(m) for m in started.transcript],
             next_after_seq=started.next_after_seq,
@@ -438,10 +436,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         task_json, updated_at = await self._tasks().get(request.namespace, request.task_id)
         return memory_pb2.A2aTaskRecord(namespace=request.namespace or "default", task_id=request.task_id,
                                         task_json=task_json, updated_at=updated_at)
-
-
-async def _nothing() -> None:
-    return None
 
 
 def _registration_to_proto(s: McpRegistration) -> memory_pb2.McpRegistration:
