@@ -13,16 +13,18 @@ import grpc
 from agentmesh.agent.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
 from agentmesh.agent.learning_adapters import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
 from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
+from agentmesh.agent.session_open import OpenedSession, SessionToOpen
 from agentmesh.agent.tool_catalog import CachedCatalog, Listing
 from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.agent.usage_log import UsageEntry
-from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
 from agentmesh.rpc.peers import OUTAGE, peer_error, rpc_detail
 from agentmesh.telemetry.propagation import trace_metadata
-from agentmesh.v1 import common_pb2, memory_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.toolpolicy import ToolPolicy
+from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2, tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.agent")
 
@@ -313,14 +315,19 @@ class GrpcTurnStart:
         self._save_within_s = save_within_s
 
     async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
-                    k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset()) -> TurnBeginning:
+                    k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset(),
+                    opening: SessionToOpen | None = None) -> TurnBeginning:
         request = memory_pb2.StartTurnRequest(
             session_id=session_id, messages=[message_to_proto(m) for m in first], page_size=self.PAGE,
             namespace=namespace, recall_query=query, recall_k=k, recall_timeout_s=recall_timeout_s,
             with_profile=INSTRUCTIONS in learning, with_skills=SKILLS in learning,
             with_promoted_tools=PROMOTED_TOOLS in learning)
+        if opening is not None:
+            request.session.CopyFrom(_session_of(session_id, namespace, opening))
         try:
-            reply = await self._call(request)
+            # A turn that opens its session fails at once when memory is away, as the gateway's
+            # PutSession did: nothing is shown to the client yet, who gets the status and resends.
+            reply = await self._call(request, retry=opening is None)
             stored = list(reply.messages)
             after = reply.next_after_seq
             while after:  # a long transcript: the rest of what preceded the appended messages
@@ -329,15 +336,26 @@ class GrpcTurnStart:
                 if page and page[-1].seq >= reply.first_seq - 1:
                     break
         except AgentmeshError as exc:
-            if isinstance(exc, NotSupported):
-                raise
+            if isinstance(exc, NotSupported) or (opening is not None and isinstance(exc, SESSION_REFUSALS)):
+                raise  # memory's own sentence, as the client got it from the gateway's PutSession
             raise type(exc)(f"could not start the turn in the session's transcript: {exc.message}") from None
         hits = [MemoryHit(id=h.memory.id, text=h.memory.text, kind=h.memory.kind, score=h.score,
                           created_at=h.memory.created_at) for h in reply.recalled]
         learned = _learned(reply, learning) if learning and reply.learning_read else None
-        return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error, learned)
+        opened = _opened(reply.session, reply.session_created, reply.namespace_settings) \
+            if opening is not None and reply.HasField("session") else None
+        return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error, learned, opened)
 
-    async def _call(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
+    async def open(self, session_id: str, namespace: str, opening: SessionToOpen) -> OpenedSession:
+        request = memory_pb2.PutSessionRequest(session=_session_of(session_id, namespace, opening),
+                                               with_namespace_settings=True)
+        try:
+            reply = await self._client.stub.PutSession(request, timeout=self._save_within_s)
+        except grpc.aio.AioRpcError as err:
+            raise peer_error(err, f"the memory service at {self._target}") from None
+        return _opened(reply.session, reply.created, reply.namespace_settings)
+
+    async def _call(self, request: memory_pb2.StartTurnRequest, *, retry: bool = True) -> memory_pb2.StartTurnResponse:
         delay = GrpcTranscripts.RETRY_FIRST_S
         last: AgentmeshError | None = None
         try:
@@ -349,7 +367,7 @@ class GrpcTurnStart:
                         if err.code() == grpc.StatusCode.UNIMPLEMENTED:
                             raise NotSupported(f"the memory service at {self._target} has no StartTurn") from None
                         error = peer_error(err, f"the memory service at {self._target}")
-                        if not isinstance(error, Unavailable):
+                        if not retry or not isinstance(error, Unavailable):
                             raise error from None
                         last = error
                     await asyncio.sleep(delay)
@@ -357,6 +375,26 @@ class GrpcTurnStart:
         except TimeoutError:
             reason = last.message if last else f"the memory service at {self._target} did not answer"
             raise Unavailable(f"not done within {self._save_within_s:g}s: {reason}") from None
+
+
+# How memory refuses to open a session (another tenant's id, a namespace not the caller's, an
+# outage): passed on in memory's words, which the gateway answers the client with.
+SESSION_REFUSALS = (NotFound, PermissionDenied, Unavailable)
+
+
+def _session_of(session_id: str, namespace: str, opening: SessionToOpen) -> sessions_pb2.Session:
+    return sessions_pb2.Session(session_id=session_id, namespace=namespace, title=opening.title,
+                                labels=opening.labels, created_at=opening.created_at,
+                                updated_at=opening.created_at)
+
+
+def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2.NamespaceSettings) -> OpenedSession:
+    return OpenedSession(
+        namespace=session.namespace or "default", created=created, model=session.model,
+        permission_mode=session.permission_mode,
+        tools=ToolPolicy(tuple(session.tools.allow), tuple(session.tools.deny)),
+        namespace_tools=ToolPolicy(tuple(settings.tools.allow), tuple(settings.tools.deny)),
+        mcp_servers_version=settings.mcp_servers_version)
 
 
 def _learned(reply: memory_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:

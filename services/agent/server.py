@@ -29,6 +29,7 @@ from agentmesh.agent.model_choice import NamedModel
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.reflection import Reflector
+from agentmesh.agent.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_catalog import CachedCatalog
 from agentmesh.config import Settings
@@ -58,7 +59,8 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
     base: dict[str, Any] = {"session_id": request.session_id, "run_id": request.run_id, "seq": seq, "timestamp": time.time()}
     if isinstance(event, t.RunStartedEvent):
         return common_pb2.Event(**base, run_started=common_pb2.RunStarted(
-            session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id))
+            session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id,
+            namespace=event.namespace, session_created=event.session_created))
     if isinstance(event, t.TextDeltaEvent):
         return common_pb2.Event(**base, text_delta=common_pb2.TextDelta(text=event.text))
     if isinstance(event, t.ReasoningDeltaEvent):
@@ -150,6 +152,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         policies = tuple(validate_policy(p.allow, p.deny, "tool_policies") for p in request.tool_policies)
         if options.HasField("tools"):
             policies += (validate_policy(options.tools.allow, options.tools.deny, "options.tools"),)
+        opening = session_to_open(request) if request.HasField("open_session") else None
         return TurnRequest(
             session_id=request.session_id,
             run_id=request.run_id or new_id("run"),
@@ -167,6 +170,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             permission_mode=permission_mode,
             tool_policies=policies,
             mcp_servers_version=request.mcp_servers_version if request.HasField("mcp_servers_version") else None,
+            opening=opening,
         )
 
     @translate_errors
@@ -192,6 +196,23 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 
 
 INTERRUPT_REASONS = ("interrupted", "rolled_back")
+
+
+def session_to_open(request: agent_pb2.RunTurnRequest) -> SessionToOpen:
+    """The gateway's session defaults and deployment settings (session_open.py), their form checked."""
+    given = request.open_session
+    session = given.session
+    if session.session_id and session.session_id != request.session_id:
+        raise InvalidArgument("open_session.session.session_id must be the turn's session_id")
+    if session.namespace and session.namespace != (request.namespace or "default"):
+        raise InvalidArgument("open_session.session.namespace must be the turn's namespace")
+    deployment = given.deployment_tools
+    return SessionToOpen(
+        title=session.title, labels=dict(session.labels), created_at=session.created_at,
+        deployment_tools=validate_policy(deployment.allow, deployment.deny, "open_session.deployment_tools"),
+        deployment_permission_mode=validate_permission_mode(given.deployment_permission_mode,
+                                                            "open_session.deployment_permission_mode"),
+    )
 
 
 async def _apply_decisions(request_iterator, run) -> None:
