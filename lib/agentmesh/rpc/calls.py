@@ -35,9 +35,9 @@ from agentmesh.telemetry.rpcspans import rpc_attributes, server_span_status, sta
 __all__ = ["ServerCalls"]
 
 # Probes and reflection are not turns: no trace for each of them (they are still measured).
-# Nor is the agent's catalog watch: one stream for the service's lifetime, part of no turn, its
-# span would be a trace of its own, hours long.
-_UNTRACED_PREFIXES = (*OPEN_PREFIXES, "/agentmesh.v1.Tools/WatchCatalog")
+# Nor are the agent's catalog and background watches: one stream each for the service's lifetime,
+# part of no turn, their spans would be traces of their own, hours long.
+_UNTRACED_PREFIXES = (*OPEN_PREFIXES, "/agentmesh.v1.Tools/WatchCatalog", "/agentmesh.v1.Tools/WatchBackground")
 
 
 class _Method:
