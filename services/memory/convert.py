@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 from agentmesh.memory.memories import MemoryQuery, MemoryRecord, RememberItem
 from agentmesh.memory.namespaces import NamespaceRecord
 from agentmesh.memory.transcripts import SessionChanges, SessionRecord, ToolCallRecord, TranscriptMessage
@@ -77,20 +79,39 @@ def message_from_proto(m: common_pb2.Message) -> TranscriptMessage:
 
 
 def message_to_proto(m: TranscriptMessage) -> common_pb2.Message:
-    return common_pb2.Message(
-        role=m.role,
-        content=m.content,
-        tool_calls=[
-            common_pb2.ToolCall(call_id=c.call_id, name=c.name, arguments_json=c.arguments_json) for c in m.tool_calls
-        ],
-        tool_call_id=m.tool_call_id,
-        name=m.name,
-        seq=m.seq,
-        run_id=m.run_id,
-        created_at=m.created_at,
-        kind=m.kind,
-        covers_through_seq=m.covers_through_seq,
-    )
+    out = common_pb2.Message()
+    _fill_message(out, m)
+    return out
+
+
+def add_messages(field: Any, messages: Iterable[TranscriptMessage]) -> None:
+    """Append `messages` to a repeated Message field of a reply, built in place: a transcript
+    goes out whole at every turn's start, and building each message apart and copying it in
+    took four times as long."""
+    add = field.add
+    for m in messages:
+        _fill_message(add(), m)
+
+
+def _fill_message(out: common_pb2.Message, m: TranscriptMessage) -> None:
+    # Only the fields that are set: each assignment crosses into protobuf's C code.
+    out.role = m.role
+    if m.content:
+        out.content = m.content
+    for c in m.tool_calls:
+        out.tool_calls.add(call_id=c.call_id, name=c.name, arguments_json=c.arguments_json)
+    if m.tool_call_id:
+        out.tool_call_id = m.tool_call_id
+    if m.name:
+        out.name = m.name
+    out.seq = m.seq
+    if m.run_id:
+        out.run_id = m.run_id
+    out.created_at = m.created_at
+    if m.kind:
+        out.kind = m.kind
+    if m.covers_through_seq:
+        out.covers_through_seq = m.covers_through_seq
 
 
 def remember_from_proto(r: memory_pb2.RememberRequest, default_namespace: str = "") -> RememberItem:

@@ -4,10 +4,21 @@ beside the sessions and messages under `$AGENTMESH_HOME/memory/`, a point per do
 The shard belongs to the memory store (`EdgeStore.payload_shard`), so it shares the store's file
 lock, its background flush and its close; writes go through the shard's write-ahead log before a
 call returns, like every other write of the embedded store.
+
+A namespace's listings (`list_documents`: its profile, its skills, its promoted tools) are kept in
+memory once read: every turn's start reads three of them, and a filtered scroll with its payloads
+decoded costs far more than a lookup. Sound for the same reason as the transcript cache
+(edge_cache.py): the shard is this process's alone and every write to it is made here, which
+drops the listing of the (kind, namespace) it writes to *after* Edge has the write (one
+`EdgeDocuments` per store, as `stores.open_documents` makes it: a second one on the same shard
+would not see the first one's writes in its listings). The server
+adapter (qdrant_documents.py) keeps no such cache: other memory services write to the same
+collection.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import qdrant_edge as qe
@@ -18,6 +29,10 @@ from agentmesh.memory.ports import document_point
 
 SHARD = "documents"
 _PAGE = 256
+# Listings kept, least recently read dropped first; a listing bigger than this is not kept (a
+# namespace's skills with all their versions' files can be large, and are read only on change).
+CACHED_LISTINGS = 256
+CACHED_LISTING_BYTES = 256 * 1024
 
 
 def _where(kind: str, namespace: str) -> qe.Filter:
@@ -31,6 +46,8 @@ class EdgeDocuments:
     def __init__(self, store: EdgeStore):
         self._store = store
         self._shard: IndexedShard | None = None
+        # (kind, namespace) -> its documents, as list_documents returns them
+        self._listings: OrderedDict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = OrderedDict()
 
     @property
     def shard(self) -> IndexedShard:
@@ -50,16 +67,27 @@ class EdgeDocuments:
 
     async def put_document(self, kind: str, namespace: str, key: str, payload: dict[str, Any]) -> None:
         body = {"kind": kind, "namespace": namespace, "key": key, "body": payload}
-        self.shard.update(qe.UpdateOperation.upsert_points([qe.Point(document_point(kind, namespace, key), {}, body)]))
+        try:
+            self.shard.update(qe.UpdateOperation.upsert_points([qe.Point(document_point(kind, namespace, key), {}, body)]))
+        finally:
+            self._listings.pop((kind, namespace), None)
 
     async def delete_document(self, kind: str, namespace: str, key: str) -> bool:
         point = document_point(kind, namespace, key)
         if not self.shard.shard.retrieve([point], False, False):
             return False
-        self.shard.update(qe.UpdateOperation.delete_points([point]))
+        try:
+            self.shard.update(qe.UpdateOperation.delete_points([point]))
+        finally:
+            self._listings.pop((kind, namespace), None)
         return True
 
     async def list_documents(self, kind: str, namespace: str) -> list[tuple[str, dict[str, Any]]]:
+        """By key. The bodies are shared with the cache: read them, do not change them."""
+        cached = self._listings.get((kind, namespace))
+        if cached is not None:
+            self._listings.move_to_end((kind, namespace))
+            return list(cached)
         found: list[tuple[str, dict[str, Any]]] = []
         offset = None
         while True:
@@ -68,4 +96,23 @@ class EdgeDocuments:
             )
             found += [((r.payload or {})["key"], dict((r.payload or {})["body"])) for r in records]
             if offset is None:
-                return sorted(found, key=lambda item: item[0])
+                break
+        found.sort(key=lambda item: item[0])
+        if _size(found) <= CACHED_LISTING_BYTES:
+            self._listings[(kind, namespace)] = found
+            while len(self._listings) > CACHED_LISTINGS:
+                self._listings.popitem(last=False)
+        return list(found)
+
+
+def _size(documents: list[tuple[str, dict[str, Any]]]) -> int:
+    """Roughly what a listing holds, in bytes: its texts and a few hundred bytes a value."""
+    def of(value: Any) -> int:
+        if isinstance(value, str):
+            return 60 + len(value)
+        if isinstance(value, dict):
+            return 200 + sum(60 + len(k) + of(v) for k, v in value.items())
+        if isinstance(value, (list, tuple)):
+            return 60 + sum(of(v) for v in value)
+        return 30
+    return sum(of(key) + of(body) for key, body in documents)

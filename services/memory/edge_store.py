@@ -6,6 +6,7 @@ Layout under `$AGENTMESH_HOME/memory/`:
     sessions/  messages/      payload-only shards (session records; transcript messages)
     usage/                    payload-only shard: one record per model call (usage.py)
     namespaces/               payload-only shard: namespace settings
+                              (these four are read and written by edge_records.py)
     documents/                payload-only shard of the learning documents (edge_documents.py)
     memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
                               meta.json names the embedder that filled it
@@ -34,9 +35,11 @@ from filelock import FileLock, Timeout
 
 from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
+from agentmesh.memory.edge_cache import TranscriptCache
+from agentmesh.memory.edge_records import EdgeRecords, payload_only
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.heap import fix_mmap_threshold
-from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
+from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow
 
 log = get_logger("agentmesh.memory.edge")
 
@@ -44,7 +47,9 @@ SHARED = "@shared"
 META = "meta.json"
 FLUSH_EVERY_S = 5.0
 SEGMENT_POINTS = 50_000  # vectors per indexed segment, at most
-_PAYLOAD_ONLY = "none"  # Edge wants at least one vector; payload-only shards declare an unused sparse one
+# Sessions and transcripts kept in memory (edge_cache.py), by estimated size: a few thousand
+# messages, the recent conversations' whole transcripts.
+TRANSCRIPT_CACHE_BYTES = 8 * 1024 * 1024
 
 
 # qdrant-edge-py 0.9 turns a Python bool in MatchValue into an integer, which never matches a
@@ -81,10 +86,6 @@ def _escape(namespace: str) -> str:
     return "".join(c if c.isalnum() or c == "-" else f"_{ord(c):02x}" for c in namespace)
 
 
-def _payload_only() -> qe.EdgeConfig:
-    return qe.EdgeConfig(sparse_vectors={_PAYLOAD_ONLY: qe.EdgeSparseVectorParams()})
-
-
 def _with_bools(payload: dict) -> dict:
     metadata = payload.get("metadata") or {}
     bools = [f"{k}={str(v).lower()}" for k, v in metadata.items() if isinstance(v, bool)]
@@ -101,8 +102,9 @@ def _rows(records) -> list[tuple[str, dict]]:
     return [(str(r.id), _plain(r.payload)) for r in records]
 
 
-class EdgeStore:
-    def __init__(self, home: Path, *, layout: str = "auto", index_after: int = 20_000):
+class EdgeStore(EdgeRecords):
+    def __init__(self, home: Path, *, layout: str = "auto", index_after: int = 20_000,
+                 transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES):
         self.root = Path(home) / "memory"
         self.where = str(self.root)
         self.layout = "shared" if layout == "shared" else "per-namespace"
@@ -117,6 +119,9 @@ class EdgeStore:
         self._known: set[str] = set()  # memory shard directories on disk
         self._embedder: tuple[str, int] = ("", 0)
         self._flusher: asyncio.Task | None = None
+        # Sessions and messages as the shards hold them; every write to those shards is made
+        # here and goes through it (edge_cache.py: why that is sound in this adapter only).
+        self._cache = TranscriptCache(transcript_cache_bytes)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -131,9 +136,9 @@ class EdgeStore:
                 "or point AGENTMESH_QDRANT_URL at a Qdrant server to share memory between processes"
             ) from None
         try:
-            self._sessions = IndexedShard.open_or_create(self.root / "sessions", _payload_only, 0)
-            self._messages = IndexedShard.open_or_create(self.root / "messages", _payload_only, 0)
-            self._namespaces = IndexedShard.open_or_create(self.root / "namespaces", _payload_only, 0)
+            self._sessions = IndexedShard.open_or_create(self.root / "sessions", payload_only, 0)
+            self._messages = IndexedShard.open_or_create(self.root / "messages", payload_only, 0)
+            self._namespaces = IndexedShard.open_or_create(self.root / "namespaces", payload_only, 0)
             if self._sessions.shard.info().payload_schema.get("created_at") is None:
                 self._sessions.update(qe.UpdateOperation.create_field_index("created_at", qe.PayloadSchemaType.Float))
             if self._messages.shard.info().payload_schema.get("session_id") is None:
@@ -157,16 +162,6 @@ class EdgeStore:
                 except Exception as exc:  # noqa: BLE001 - the WAL has every write; the next tick retries
                     log.warning("memory shard flush failed", shard=shard.root.name, reason=str(exc))
 
-    @property
-    def sessions(self) -> IndexedShard:
-        assert self._sessions is not None, "the store is not open"
-        return self._sessions
-
-    @property
-    def messages(self) -> IndexedShard:
-        assert self._messages is not None, "the store is not open"
-        return self._messages
-
     def _all_open(self) -> list[IndexedShard]:
         shards = (self._sessions, self._messages, self._namespaces, self._usage, *self._payload_shards.values(),
                   *self._memories.values())
@@ -179,7 +174,7 @@ class EdgeStore:
         assert self._sessions is not None, "the store is not open"
         shard = self._payload_shards.get(name)
         if shard is None:
-            shard = IndexedShard.open_or_create(self.root / name, _payload_only, 0)
+            shard = IndexedShard.open_or_create(self.root / name, payload_only, 0)
             self._payload_shards[name] = shard
         return shard
 
@@ -284,70 +279,6 @@ class EdgeStore:
         info = shard.shard.info()
         return {"points": info.points_count, "segments": info.segments_count, "builds": shard.builds,
                 "indexing": shard.indexing}
-
-    # ------------------------------------------------------------------ sessions
-
-    async def get_session(self, session_id: str) -> dict | None:
-        found = self.sessions.shard.retrieve([point_id("session", session_id)], True, False)
-        return dict(found[0].payload or {}) if found else None
-
-    async def put_session(self, payload: dict) -> None:
-        point = qe.Point(point_id("session", payload["session_id"]), {}, payload)
-        self.sessions.update(qe.UpdateOperation.upsert_points([point]))
-
-    async def list_sessions(self, limit: int, start_before: float | None,
-                            namespaces: frozenset[str] | None = None) -> list[dict]:
-        order = qe.OrderBy("created_at", qe.Direction.Desc, start_before)
-        if namespaces is not None and not namespaces:
-            return []
-        selector = None if namespaces is None else qe.Filter(
-            must=[qe.FieldCondition("namespace", match=qe.MatchAny(sorted(namespaces)))])
-        records, _ = self.sessions.shard.scroll(
-            qe.ScrollRequest(limit=limit, order_by=order, filter=selector, with_payload=True))
-        return [dict(r.payload or {}) for r in records]
-
-    async def get_namespace_settings(self, namespace: str) -> dict | None:
-        assert self._namespaces is not None, "the store is not open"
-        found = self._namespaces.shard.retrieve([point_id("namespace", namespace)], True, False)
-        return dict(found[0].payload or {}) if found else None
-
-    async def put_namespace_settings(self, payload: dict) -> None:
-        assert self._namespaces is not None, "the store is not open"
-        point = qe.Point(point_id("namespace", payload["namespace"]), {}, payload)
-        self._namespaces.update(qe.UpdateOperation.upsert_points([point]))
-
-    async def child_sessions(self, session_id: str, label: str) -> list[str]:
-        selector = qe.Filter(must=[_match(f"labels.{label}", session_id)])
-        found, offset = [], None
-        while True:
-            records, offset = self.sessions.shard.scroll(
-                qe.ScrollRequest(offset=offset, limit=256, filter=selector, with_payload=["session_id"])
-            )
-            found += [(r.payload or {})["session_id"] for r in records]
-            if offset is None:
-                return found
-
-    async def delete_session(self, session_id: str) -> None:
-        # The record goes first: a crash in between leaves unreachable messages (a re-created
-        # session starts at seq 1 and overwrites them), never a session that lost its history.
-        self.sessions.update(qe.UpdateOperation.delete_points([point_id("session", session_id)]))
-        selector = qe.Filter(must=[_match("session_id", session_id)])
-        self.messages.update(qe.UpdateOperation.delete_points_by_filter(selector))
-
-    # ------------------------------------------------------------------ messages
-
-    async def put_messages(self, session_id: str, payloads: Sequence[dict]) -> None:
-        points = [qe.Point(point_id("message", session_id, str(p["seq"])), {}, p) for p in payloads]
-        self.messages.update(qe.UpdateOperation.upsert_points(points))
-
-    async def append_messages(self, session_id: str, payloads: Sequence[dict], session: dict) -> None:
-        await self.put_messages(session_id, payloads)
-        await self.put_session(session)
-
-    async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[dict]:
-        ids: list[Any] = [point_id("message", session_id, str(seq)) for seq in seqs]
-        found = [dict(r.payload or {}) for r in self.messages.shard.retrieve(list(ids), True, False)]
-        return sorted(found, key=lambda p: p["seq"])
 
     # ------------------------------------------------------------------ memories
 
@@ -465,35 +396,3 @@ class EdgeStore:
         if ids and shard is not None:
             async with shard.write_lock:
                 shard.update(qe.UpdateOperation.delete_points(list(ids)), touched=list(ids))
-
-
-    # ------------------------------------------------------------------ usage
-
-    def _usage_shard(self, create: bool) -> IndexedShard | None:
-        """Opened on first use, like a namespace's memories: a memory service that records no
-        usage (tests, tools-only set-ups) carries no shard, and no threads, for it."""
-        if self._usage is None:
-            assert self._sessions is not None, "the store is not open"
-            root = self.root / "usage"
-            if not create and not root.exists():
-                return None
-            self._usage = IndexedShard.open_or_create(root, _payload_only, 0)
-            if self._usage.shard.info().payload_schema.get("at") is None:
-                self._usage.update(qe.UpdateOperation.create_field_index("at", qe.PayloadSchemaType.Float))
-        return self._usage
-
-    async def put_usage(self, payloads: Sequence[dict]) -> None:
-        points = [qe.Point(point_id("usage", p["id"]), {}, p) for p in payloads]
-        shard = self._usage_shard(create=bool(points))
-        if shard is not None and points:
-            shard.update(qe.UpdateOperation.upsert_points(points))
-
-    async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict], str]:
-        shard = self._usage_shard(create=False)
-        if shard is None:
-            return [], ""
-        timed = qe.FieldCondition("at", range=qe.RangeFloat(gte=start or None, lt=end or None))
-        records, next_offset = shard.shard.scroll(
-            qe.ScrollRequest(offset=offset, limit=limit, filter=qe.Filter(must=[timed]), with_payload=True)
-        )
-        return [dict(r.payload or {}) for r in records], ("" if next_offset is None else str(next_offset))

@@ -12,10 +12,10 @@ from agentmesh.errors import AgentmeshError, FailedPrecondition
 from agentmesh.logs import get_logger
 from agentmesh.memory.a2a_tasks import A2aTasks
 from agentmesh.memory.convert import (
+    add_messages,
     filter_from_proto,
     memory_to_proto,
     message_from_proto,
-    message_to_proto,
     namespace_to_proto,
     remember_from_proto,
     session_changes,
@@ -164,7 +164,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
                                        request.page_size, recall if request.recall_k else None,
                                        self._learning_reads(request))
         reply = memory_pb2.StartTurnResponse(
-            messages=[message_to_proto(m) for m in started.transcript],
             next_after_seq=started.next_after_seq,
             first_seq=started.first_seq,
             last_seq=started.last_seq,
@@ -173,6 +172,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
             learning_read=True,
             learning_errors=started.learning_errors,
         )
+        add_messages(reply.messages, started.transcript)
         learned = started.learned
         if "profile" in learned:
             reply.profile.CopyFrom(_profile_to_proto(learned["profile"]))
@@ -206,9 +206,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
             messages, next_after = await self._transcripts.list_messages(
                 request.session_id, request.page_size, request.after_seq
             )
-        return sessions_pb2.GetTranscriptResponse(
-            messages=[message_to_proto(m) for m in messages], next_after_seq=next_after
-        )
+        reply = sessions_pb2.GetTranscriptResponse(next_after_seq=next_after)
+        add_messages(reply.messages, messages)
+        return reply
 
     # --- long-term memory ---
 

@@ -129,17 +129,20 @@ class TranscriptMessage:
 
     @classmethod
     def from_payload(cls, p: dict[str, Any]) -> "TranscriptMessage":
+        # Positional, in field order: a turn's start decodes the whole transcript.
+        get = p.get
+        calls = get("tool_calls")
         return cls(
-            role=p["role"],
-            content=p.get("content", ""),
-            tool_calls=[ToolCallRecord(**c) for c in p.get("tool_calls") or []],
-            tool_call_id=p.get("tool_call_id", ""),
-            name=p.get("name", ""),
-            seq=int(p["seq"]),
-            run_id=p.get("run_id", ""),
-            created_at=float(p.get("created_at", 0.0)),
-            kind=p.get("kind", ""),
-            covers_through_seq=int(p.get("covers_through_seq", 0)),
+            p["role"],
+            get("content", ""),
+            [ToolCallRecord(**c) for c in calls] if calls else [],
+            get("tool_call_id", ""),
+            get("name", ""),
+            int(p["seq"]),
+            get("run_id", ""),
+            float(get("created_at", 0.0)),
+            get("kind", ""),
+            int(get("covers_through_seq", 0)),
         )
 
 

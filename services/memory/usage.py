@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument
@@ -48,7 +48,7 @@ class UsageRecord:
     root_session_id: str = ""
 
     def payload(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(vars(self))  # every field a scalar: no need for asdict's deep copy
 
 
 @dataclass
@@ -80,8 +80,8 @@ def _checked(record: UsageRecord) -> UsageRecord:
             raise InvalidArgument(f"usage record {name} must be between 0 and {MAX_TOKENS}")
     if not math.isfinite(record.at) or record.at <= 0:
         raise InvalidArgument("usage record `at` must be a unix time")
-    return UsageRecord(**{**asdict(record), "at": stored_time(record.at), "namespace": record.namespace or "default",
-                          "root_session_id": record.root_session_id or record.session_id})
+    return replace(record, at=stored_time(record.at), namespace=record.namespace or "default",
+                   root_session_id=record.root_session_id or record.session_id)
 
 
 def _key(payload: dict[str, Any], group_by: str) -> str:

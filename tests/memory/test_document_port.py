@@ -59,6 +59,23 @@ async def test_a_document_is_put_read_replaced_and_deleted(documents_factory):
     assert await documents.list_documents("skill", "team-a") == []
 
 
+async def test_a_list_shows_every_write_made_since_the_last_list(documents_factory):
+    # A turn's start lists a namespace's profile, skills and tools every time; a change made
+    # between two turns must show in the next one (the embedded adapter keeps listings).
+    _, documents = await documents_factory()
+    assert await documents.list_documents("profile", "team-a") == []
+    await documents.put_document("profile", "team-a", "soul", {"text": "Be brief."})
+    assert await documents.list_documents("profile", "team-a") == [("soul", {"text": "Be brief."})]
+    await documents.put_document("profile", "team-a", "soul", {"text": "Be thorough."})
+    await documents.put_document("profile", "team-a", "user", {"text": "Alice."})
+    await documents.put_document("profile", "team-b", "soul", {"text": "Other team."})
+    assert await documents.list_documents("profile", "team-a") == [("soul", {"text": "Be thorough."}),
+                                                                   ("user", {"text": "Alice."})]
+    assert await documents.delete_document("profile", "team-a", "soul") is True
+    assert await documents.list_documents("profile", "team-a") == [("user", {"text": "Alice."})]
+    assert await documents.list_documents("profile", "team-b") == [("soul", {"text": "Other team."})]
+
+
 async def test_lists_keep_to_their_kind_and_namespace_sorted_by_key_past_a_page(documents_factory):
     _, documents = await documents_factory()
     for i in range(300):  # more than one scroll page

@@ -126,6 +126,37 @@ async def test_start_turn_brings_the_learning_parts_asked_for(memory_service):
     assert [t.name for t in begun.learned.promoted_tools or []] == ["double"]
 
 
+async def test_a_learning_change_shows_in_the_next_turn_s_start(memory_service):
+    # The embedded store keeps a namespace's listings between turns; every change through the
+    # API must reach the next StartTurn.
+    from agentmesh.v1 import learning_pb2, memory_pb2_grpc
+
+    client, stub = memory_service.client, memory_service.stub
+    await client.put_session("s5", namespace="team")
+    learn = {"namespace": "team", "with_profile": True, "with_skills": True, "with_promoted_tools": True}
+    first = await stub.StartTurn(start("s5", "one", **learn))
+    assert first.profile.soul == "" and not first.skills and not first.promoted_tools
+
+    skill = "---\nname: deploy\ndescription: How we deploy.\n---\nRun make deploy.\n"
+    async with as_gateway(memory_service) as channel:
+        gateway = memory_pb2_grpc.MemoryStub(channel)
+        await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="team", part="soul", text="Be brief."))
+        await gateway.PutSkill(learning_pb2.PutSkillRequest(namespace="team", files=[
+            learning_pb2.SkillFile(path="SKILL.md", content=skill)]))
+        second = await stub.StartTurn(start("s5", "two", **learn))
+        assert second.profile.soul == "Be brief." and [s.name for s in second.skills] == ["deploy"]
+
+        await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="team", part="soul", text="Be thorough."))
+        await gateway.RemoveSkill(learning_pb2.SkillName(namespace="team", name="deploy"))
+    await client.put_promoted_tool(learning_pb2.PromotedTool(
+        namespace="team", name="double", description="Doubles.", function="double", source="def double(x: int) -> int: ...",
+        parameters_json='{"type": "object", "properties": {"x": {"type": "integer"}}}'))
+    third = await stub.StartTurn(start("s5", "three", **learn))
+    assert third.profile.soul == "Be thorough." and not third.skills
+    assert [t.name for t in third.promoted_tools] == ["double"]
+    assert [m.content for m in third.messages] == ["one", "two"]
+
+
 async def test_put_session_brings_the_namespace_settings_when_asked(memory_service):
     from agentmesh.v1 import memory_pb2_grpc, sessions_pb2
 
