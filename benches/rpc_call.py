@@ -13,6 +13,13 @@ service code are measured together); the rounds alternate between contenders so 
 of a shared machine falls on all of them alike. `plain channel` is the caller's floor: this
 checkout's service called on a plain grpc.aio channel, the token added by hand, nothing traced
 on the client.
+
+`--appends` measures the agent's transcript append instead — one step's message, signed as
+the agent, through `MemoryClient.append_messages` — as a unary call against the same call
+carried on the appends' long-lived stream (`Memory.AppendStream`, agentmesh.rpc.carried),
+each against a memory service of its own:
+
+    python -m benches.rpc_call --appends [--calls 3000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -43,15 +50,16 @@ def _free_address() -> str:
         return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
-async def _child(calls: int, bare: bool) -> None:
+async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
     """Serve and call; then, for each line read on stdin, one round; print its result."""
     import grpc
 
     from agentmesh.config import Settings
+    from agentmesh.memory.client import MemoryClient
     from agentmesh.rpc.client import open_channel
     from agentmesh.rpc.identity import ServiceIdentity
     from agentmesh.telemetry import setup_telemetry
-    from agentmesh.v1 import memory_pb2_grpc, sessions_pb2
+    from agentmesh.v1 import common_pb2, memory_pb2_grpc, sessions_pb2
 
     home = tempfile.mkdtemp(prefix="agentmesh-rpc-call-")
     address = _free_address()
@@ -60,8 +68,9 @@ async def _child(calls: int, bare: bool) -> None:
     service = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", "memory"], env=env)
     try:
         settings = Settings.from_env({"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "local"})
-        identity = ServiceIdentity.open("gateway", settings.keys_dir)
-        telemetry = setup_telemetry("gateway", settings)
+        caller = "gateway" if mode == "settings" else "agent"
+        identity = ServiceIdentity.open(caller, settings.keys_dir)
+        telemetry = setup_telemetry(caller, settings)
         metadata = None
         if bare:
             channel = grpc.aio.insecure_channel(address)
@@ -71,15 +80,28 @@ async def _child(calls: int, bare: bool) -> None:
         await asyncio.wait_for(channel.channel_ready(), 60)
         stub = memory_pb2_grpc.MemoryStub(channel)
         request = sessions_pb2.GetNamespaceSettingsRequest(namespace="default")
+        tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
+        # The agent's append of one step, as a unary call or carried on the appends' stream.
+        client = MemoryClient(channel, carry_appends=(identity, tracer) if mode == "append-carried" else None)
+        step = [common_pb2.Message(role="tool", content="ok", tool_call_id="call-1", name="shell")]
+        if mode != "settings":
+            await client.put_session("bench")
+
+        async def one() -> None:
+            if mode == "settings":
+                await stub.GetNamespaceSettings(request, metadata=metadata, timeout=30)
+            else:
+                await client.append_messages("bench", step)
+
         for _ in range(300):  # warm: connections, caches, the checked token
-            await stub.GetNamespaceSettings(request, metadata=metadata, timeout=30)
+            await one()
         loop = asyncio.get_running_loop()
         while await loop.run_in_executor(None, sys.stdin.readline):
             latencies = []
             client0, service0 = time.process_time(), _cpu_s(service.pid)
             for _ in range(calls):
                 started = time.perf_counter()
-                await stub.GetNamespaceSettings(request, metadata=metadata, timeout=30)
+                await one()
                 latencies.append(time.perf_counter() - started)
             client1, service1 = time.process_time(), _cpu_s(service.pid)
             print(MEASURED_TO + json.dumps({
@@ -87,6 +109,7 @@ async def _child(calls: int, bare: bool) -> None:
                 "client_ms": (client1 - client0) / calls * 1000,
                 "service_ms": (service1 - service0) / calls * 1000,
             }), flush=True)
+        await client.close()
         await channel.close()
         telemetry.shutdown()
     finally:
@@ -94,8 +117,9 @@ async def _child(calls: int, bare: bool) -> None:
         service.wait(30)
 
 
-def _contender(python: str, calls: int, bare: bool) -> subprocess.Popen:
-    argv = [python, str(Path(__file__).resolve()), "--child", "--calls", str(calls)] + (["--bare"] if bare else [])
+def _contender(python: str, calls: int, bare: bool, mode: str = "settings") -> subprocess.Popen:
+    argv = [python, str(Path(__file__).resolve()), "--child", "--calls", str(calls), "--mode", mode] \
+        + (["--bare"] if bare else [])
     # Run from outside any checkout, so that the interpreter's own install of agentmesh is used.
     return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
 
@@ -119,17 +143,26 @@ def main() -> None:
     parser.add_argument("--before-python", default="", help="also measure another checkout's interpreter (and code)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--appends", action="store_true",
+                        help="measure the agent's transcript append instead: a unary call against one carried on the "
+                             "appends' stream (agentmesh.rpc.carried)")
+    parser.add_argument("--mode", default="settings", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        asyncio.run(_child(args.calls, args.bare))
+        asyncio.run(_child(args.calls, args.bare, args.mode))
         return
 
-    contenders = {"plain channel": (sys.executable, True)}
-    if args.before_python:
-        contenders["before"] = (args.before_python, False)
-    contenders["agentmesh"] = (sys.executable, False)
+    contenders: dict[str, tuple[str, bool, str]] = {}
+    if args.appends:
+        contenders["AppendMessages, unary call"] = (sys.executable, False, "append-unary")
+        contenders["AppendMessages, carried on the stream"] = (sys.executable, False, "append-carried")
+    else:
+        contenders["plain channel"] = (sys.executable, True, "settings")
+        if args.before_python:
+            contenders["before"] = (args.before_python, False, "settings")
+        contenders["agentmesh"] = (sys.executable, False, "settings")
     load = os.getloadavg()[0]
-    children = {name: _contender(python, args.calls, bare) for name, (python, bare) in contenders.items()}
+    children = {name: _contender(python, args.calls, bare, mode) for name, (python, bare, mode) in contenders.items()}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in children}
     try:
         names = list(children)
@@ -142,7 +175,9 @@ def main() -> None:
                 child.stdin.close()
         for child in children.values():
             child.wait(60)
-    print(f"one unary call (memory GetNamespaceSettings, local tracing), {args.calls} calls one after the other, "
+    what = "one append of a step (memory AppendMessages, signed as the agent" if args.appends else \
+        "one unary call (memory GetNamespaceSettings"
+    print(f"{what}, local tracing), {args.calls} calls one after the other, "
           f"median of {args.rounds} alternating rounds; load average {load:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end\n")
     print("| contender | p50 latency | client CPU / call | service CPU / call | both |")

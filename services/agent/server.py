@@ -267,8 +267,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     identity = ServiceIdentity.open("agent", settings.keys_dir)
     tools_channel = open_channel(tools_target, identity=identity, audience="tools")
     memory_channel = open_channel(memory_target, telemetry, identity=identity, audience="memory")
+    # Every step of a turn appends: those calls ride one stream (agentmesh.rpc.carried).
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
-                                 timeout_s=agent_settings.memory_timeout_s)
+                                 timeout_s=agent_settings.memory_timeout_s,
+                                 carry_appends=(identity, telemetry.tracer_provider.get_tracer("agentmesh.rpc")))
     named, closers = build_named_models(catalog_of(settings.llm), settings, agent_settings, telemetry)
     tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s)
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
@@ -313,6 +315,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         for close_named in closers:
             await close_named()
         await tools_channel.close()
+        await memory_client.close()
         await memory_channel.close()
 
     host.on_stop(close)

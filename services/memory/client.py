@@ -15,8 +15,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 import grpc
+from opentelemetry import trace
 
+from agentmesh.rpc.carried import CarriedClient, NotCarried
 from agentmesh.rpc.convert import struct_from_dict
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.peers import peer_call
 from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 
@@ -39,11 +42,45 @@ def memory_filter(
     )
 
 
+APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
+
+
 class MemoryClient:
-    def __init__(self, channel: grpc.aio.Channel, *, target: str = "", timeout_s: float = DEFAULT_TIMEOUT_S):
+    """`carry_appends` (identity and tracer of the calling service): AppendMessages calls ride one
+    long-lived stream (`Memory.AppendStream`, agentmesh.rpc.carried) — for a caller that appends
+    on every step of a turn, the agent; unary calls when the memory service has no such stream."""
+
+    def __init__(self, channel: grpc.aio.Channel, *, target: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
+                 carry_appends: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
         self.stub = memory_pb2_grpc.MemoryStub(channel)
         self._target = target or "the memory service"
         self._timeout = timeout_s
+        self._appends: CarriedClient[memory_pb2.AppendMessagesRequest, memory_pb2.AppendMessagesResponse] | None = None
+        if carry_appends is not None:
+            identity, tracer = carry_appends
+            self._appends = CarriedClient(
+                APPEND_METHOD, self.stub.AppendStream,
+                wrap=lambda call, request: memory_pb2.AppendStreamRequest(call=call, request=request),
+                unwrap=lambda answer: (answer.status, answer.response),
+                identity=identity, audience="memory", tracer=tracer, peer=self._target)
+
+    @property
+    def carrying_appends(self) -> bool:
+        """Whether appends ride the stream (False: unary calls, e.g. to an older memory service)."""
+        return self._appends is not None and not self._appends.unsupported
+
+    async def close(self) -> None:
+        """Close the appends' stream (the channel is the caller's to close)."""
+        if self._appends is not None:
+            await self._appends.close()
+
+    async def _append(self, request: memory_pb2.AppendMessagesRequest) -> memory_pb2.AppendMessagesResponse:
+        if self._appends is not None:
+            try:
+                return await peer_call(self._target, self._appends.call(request, self._timeout))
+            except NotCarried:
+                pass
+        return await self._call(self.stub.AppendMessages, request)
 
     async def _call(self, method, request, timeout: float | None = None):
         return await peer_call(self._target, method(request, timeout=timeout or self._timeout))
@@ -76,17 +113,15 @@ class MemoryClient:
 
     async def append_messages(self, session_id: str, messages: Sequence[common_pb2.Message]) -> int:
         """Append in order; returns the seq of the last one (seqs are 1, 2, 3, ... per session)."""
-        reply = await self._call(
-            self.stub.AppendMessages, memory_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages))
-        )
+        reply = await self._append(memory_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages)))
         return reply.last_seq
 
     async def append_with_usage(self, session_id: str, messages: Sequence[common_pb2.Message],
                                 usage: Sequence[memory_pb2.UsageRecord]) -> memory_pb2.AppendMessagesResponse:
         """As append_messages, with usage records recorded in the same call (`usage_error` says
         why they were not; the messages are appended all the same)."""
-        request = memory_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages), usage=list(usage))
-        return await self._call(self.stub.AppendMessages, request)
+        return await self._append(
+            memory_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages), usage=list(usage)))
 
     async def list_messages(
         self, session_id: str, *, after_seq: int = 0, page_size: int = 0

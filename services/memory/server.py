@@ -39,6 +39,8 @@ from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.auth import current_principal
+from agentmesh.rpc.calls import ServerCalls
+from agentmesh.rpc.carried import CarriedCalls
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
@@ -53,6 +55,7 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
                  a2a_tasks: A2aTasks | None = None):
         self._transcripts = transcripts
+        self.carried_appends: CarriedCalls | None = None  # set by carry_appends()
         self._mcp = mcp_registry
         self._a2a_tasks = a2a_tasks
         self._memories = memories
@@ -102,6 +105,24 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def AppendMessages(self, request, context):
+        return await self.append_messages(request)
+
+    def AppendStream(self, request_iterator, context):
+        """AppendMessages calls carried on one stream (agentmesh.rpc.carried), each served as
+        the unary call is: checked, traced and measured as one."""
+        if self.carried_appends is None:
+            raise NotImplementedError("AppendStream needs carry_appends()")
+        return self.carried_appends.serve(request_iterator)
+
+    def carry_appends(self, calls: ServerCalls) -> CarriedCalls:
+        self.carried_appends = CarriedCalls(
+            calls, "/agentmesh.v1.Memory/AppendMessages", self.append_messages,
+            unwrap=lambda message: (message.call, message.request),
+            wrap=lambda status, response: memory_pb2.AppendStreamResponse(status=status, response=response))
+        return self.carried_appends
+
+    async def append_messages(self, request: memory_pb2.AppendMessagesRequest) -> memory_pb2.AppendMessagesResponse:
+        """AppendMessages' work, for the unary call and for each call carried on AppendStream."""
         await self._tenants.session_if_any(request.session_id, "member", "AppendMessages")
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
@@ -492,16 +513,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # Appends and imports carry batches (a turn's messages, 256 memories from the CLI).
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     namespaces = Namespaces(store)
-    host.add(
-        memory_pb2_grpc.add_MemoryServicer_to_server,
-        MemoryServicer(Transcripts(store, memory_settings), memories, namespaces,
-                       Profiles(documents, max_chars=memory_settings.profile_max_chars),
-                       Skills(documents, SkillLimits()),
-                       PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
-                       Reflections(documents), UsageLedger(store), host.audit,
-                       mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents)),
-        "agentmesh.v1.Memory",
-    )
+    servicer = MemoryServicer(Transcripts(store, memory_settings), memories, namespaces,
+                              Profiles(documents, max_chars=memory_settings.profile_max_chars),
+                              Skills(documents, SkillLimits()),
+                              PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
+                              Reflections(documents), UsageLedger(store), host.audit,
+                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents))
+    host.add(memory_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.v1.Memory")
+    # Open appends' streams would hold the drain up: they end once their appends are answered.
+    host.on_drain(servicer.carry_appends(host.calls).close)
 
     async def close() -> None:
         await embedder.close()

@@ -120,6 +120,7 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "UpdateSession": _allow("gateway"),
         "ListMessages": _allow("gateway", "agent"),
         "AppendMessages": _allow("agent"),
+        "AppendStream": _allow("agent"),  # AppendMessages calls carried on a stream, each checked too
         # A turn's first read, append and recall in one call.
         "StartTurn": _allow("agent"),
         # A turn rolled back by a newer message (ChatOptions.if_busy "rollback").

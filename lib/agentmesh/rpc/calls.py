@@ -19,25 +19,27 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from agentmesh.errors import AgentmeshError
 from agentmesh.rpc.auth import OPEN_PREFIXES, CallerCheck
+from agentmesh.rpc.errors import internal_error_message, status_code
 from agentmesh.rpc.guard import MALFORMED, lenient, malformed_message
 from agentmesh.rpc.handlers import behaviour_of, refusal
 from agentmesh.rpc.identity import Principal
 from agentmesh.telemetry.instruments import ServiceMetrics
-from agentmesh.telemetry.rpcspans import rpc_attributes, server_span_status, start_server_span
+from agentmesh.telemetry.rpcspans import LONG_LIVED_STREAMS, rpc_attributes, server_span_status, start_server_span
 
 __all__ = ["ServerCalls"]
 
 # Probes and reflection are not turns: no trace for each of them (they are still measured).
-# Nor are the agent's catalog and background watches: one stream each for the service's lifetime,
-# part of no turn, their spans would be traces of their own, hours long.
-_UNTRACED_PREFIXES = (*OPEN_PREFIXES, "/agentmesh.v1.Tools/WatchCatalog", "/agentmesh.v1.Tools/WatchBackground")
+# Nor are the streams that live as long as the service (the agent's catalog watch, carried
+# calls): part of no turn, each span would be a trace of its own, hours long.
+_UNTRACED_PREFIXES = (*OPEN_PREFIXES, *LONG_LIVED_STREAMS)
 
 
 class _Method:
@@ -95,16 +97,19 @@ class _Call:
 
     def end(self, calls: "ServerCalls", context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
         code = _final_code(context, error)
+        details = ""
+        if code != grpc.StatusCode.OK and self.span is not None:
+            try:
+                details = context.details() or ""
+            except Exception:  # noqa: BLE001 - the status message is a nicety on the span
+                details = ""
+            if isinstance(details, bytes):
+                details = details.decode("utf-8", "replace")
+        self.end_with(calls, code, details, error)
+
+    def end_with(self, calls: "ServerCalls", code: grpc.StatusCode, details: str, error: BaseException | None) -> None:
         span = self.span
         if span is not None:
-            details = ""
-            if code != grpc.StatusCode.OK:
-                try:
-                    details = context.details() or ""
-                except Exception:  # noqa: BLE001 - the status message is a nicety on the span
-                    details = ""
-                if isinstance(details, bytes):
-                    details = details.decode("utf-8", "replace")
             server_span_status(span, code, details)
             if error is not None and not isinstance(error, (grpc.aio.AbortError, asyncio.CancelledError, GeneratorExit)):
                 span.record_exception(error)
@@ -142,6 +147,40 @@ class ServerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc shi
                 return self._wrap(refusal(handler, *decision), method, metadata, None, guarded=False)
             principal = decision
         return self._wrap(handler, method, metadata, principal, guarded=True)
+
+    async def carried(self, full_method: str, metadata: tuple[tuple[str, str], ...], request: Any,
+                      handle: Callable[[Any], Awaitable[Any]]) -> tuple[grpc.StatusCode, str, Any]:
+        """Serve one call carried on a stream (carried.py) as a call of `full_method` is served:
+        its caller checked from `metadata`, its SERVER span and duration, the handler run as its
+        principal; core errors become statuses as translate_errors makes them. Returns the
+        status, its message and the handler's answer (None unless OK). Run it in a task of its
+        own: it sets the principal for what the handler does."""
+        method = self._method(full_method)
+        principal: Principal | None = None
+        if method.checked:
+            assert self.callers is not None
+            decision = await self.callers.admit(full_method, metadata)
+            if not isinstance(decision, Principal):
+                refused = _Call(self, method, metadata, None)
+                refused.end_with(self, decision[0], decision[1], None)
+                return decision[0], decision[1], None
+            principal = decision
+        call = _Call(self, method, metadata, principal)
+        try:
+            answer = await handle(request)
+        except AgentmeshError as exc:
+            code, details = status_code(exc.code), exc.message
+            call.end_with(self, code, details, None)
+            return code, details, None
+        except Exception as exc:  # noqa: BLE001 - every error must become a status
+            details = internal_error_message(exc)
+            call.end_with(self, grpc.StatusCode.INTERNAL, details, exc)
+            return grpc.StatusCode.INTERNAL, details, None
+        except BaseException as exc:
+            call.end_with(self, grpc.StatusCode.CANCELLED, "", exc)
+            raise
+        call.end_with(self, grpc.StatusCode.OK, "", None)
+        return grpc.StatusCode.OK, "", answer
 
     def _decoder(self, deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
         decoder = self._lenient.get(deserializer)

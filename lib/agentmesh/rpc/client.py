@@ -21,7 +21,13 @@ from agentmesh.rpc.auth import SERVICE_TOKEN_HEADER, current_principal
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry import Telemetry
-from agentmesh.telemetry.rpcspans import end_client_span, end_when_done, rpc_attributes, start_client_span
+from agentmesh.telemetry.rpcspans import (
+    LONG_LIVED_STREAMS,
+    end_client_span,
+    end_when_done,
+    rpc_attributes,
+    start_client_span,
+)
 
 __all__ = ["WAIT_FOR_PEER_S", "open_channel"]
 
@@ -119,8 +125,8 @@ class _Calls:
             metadata.add(SERVICE_TOKEN_HEADER, self.identity.token(self.audience, current_principal.get()))
         details = await self.ready(details)
         span = None
-        if self.tracer is not None:
-            method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if self.tracer is not None and method not in LONG_LIVED_STREAMS:
             attributes = self._attributes.get(method)
             if attributes is None:
                 attributes = self._attributes[method] = rpc_attributes(method)

@@ -12,7 +12,7 @@ from opentelemetry import trace
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
-__all__ = ["core_error_from_rpc", "status_code", "translate_errors"]
+__all__ = ["core_error_from_rpc", "internal_error_message", "status_code", "translate_errors"]
 
 log = get_logger("agentmesh.rpc")
 
@@ -21,16 +21,19 @@ def status_code(name: str) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, name, grpc.StatusCode.INTERNAL)
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
-    if isinstance(exc, AgentmeshError):
-        await context.abort(status_code(exc.code), exc.message)
+def internal_error_message(exc: BaseException) -> str:
+    """Log an error no handler turned into a status; the INTERNAL status message for it."""
     log.error("unhandled error in handler", exc_info=exc)
     # The exception text stays in the (redacted) log: it may hold paths or credentials.
     ctx = trace.get_current_span().get_span_context()
     where = f"; trace {format(ctx.trace_id, '032x')}" if ctx.is_valid else ""
-    await context.abort(
-        grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); the service log has the details{where}"
-    )
+    return f"internal error ({type(exc).__name__}); the service log has the details{where}"
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+    if isinstance(exc, AgentmeshError):
+        await context.abort(status_code(exc.code), exc.message)
+    await context.abort(grpc.StatusCode.INTERNAL, internal_error_message(exc))
 
 
 def translate_errors(method: Callable[..., Any]) -> Callable[..., Any]:

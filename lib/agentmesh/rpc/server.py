@@ -75,11 +75,12 @@ class ServiceHost:
         self.audit = AuditLog(service, Path(settings.audit_log).expanduser() if settings.audit_log else None)
         self.users = UserAuthenticator(settings.auth_policy)
         callers = CallerCheck(service, identity, self.users, self.audit) if identity else None
+        # The span, rpc.server.duration, the caller check and the malformed-request guard of
+        # every call, in one interceptor (calls.py); also of calls carried on a stream (carried.py).
+        self.calls = ServerCalls(telemetry.tracer_provider.get_tracer("agentmesh.rpc"), telemetry.metrics, callers)
         self.server = grpc.aio.server(
             interceptors=[
-                # The span, rpc.server.duration, the caller check and the malformed-request
-                # guard of every call, in one interceptor (calls.py).
-                ServerCalls(telemetry.tracer_provider.get_tracer("agentmesh.rpc"), telemetry.metrics, callers),
+                self.calls,
                 *(interceptors or []),
             ],
             options=[*_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)],

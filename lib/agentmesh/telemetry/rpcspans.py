@@ -23,15 +23,23 @@ from opentelemetry.propagators.textmap import Setter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 __all__ = [
+    "LONG_LIVED_STREAMS",
     "SERVER_FAULTS",
     "end_client_span",
     "end_when_done",
     "rpc_attributes",
     "server_span_status",
     "split_method",
+    "start_carried_client_span",
     "start_client_span",
     "start_server_span",
 ]
+
+# Streams open for as long as a service runs (the agent's catalog and background watches, the
+# stream its transcript appends are carried on): part of no turn, so neither side makes a span of
+# the stream itself — it would be a trace of its own, hours long. Carried calls get their own.
+LONG_LIVED_STREAMS = ("/agentmesh.v1.Tools/WatchCatalog", "/agentmesh.v1.Tools/WatchBackground",
+                      "/agentmesh.v1.Memory/AppendStream")
 
 # Codes that mean the server failed (the OpenTelemetry RPC conventions): only these make a
 # SERVER span an error; NOT_FOUND or INVALID_ARGUMENT are the caller's, and the call worked.
@@ -74,6 +82,16 @@ def start_client_span(tracer: trace.Tracer, full_method: str, attributes: dict[s
     span = tracer.start_span(full_method, kind=SpanKind.CLIENT, attributes=attributes)
     inject(metadata, context=trace.set_span_in_context(span), setter=_SETTER)
     return span
+
+
+def start_carried_client_span(tracer: trace.Tracer, full_method: str,
+                              attributes: dict[str, Any]) -> tuple[Span, dict[str, str]]:
+    """As start_client_span, for a call carried on a stream (rpc/carried.py): the trace
+    context goes into the returned dict, for the carried call's header."""
+    span = tracer.start_span(full_method, kind=SpanKind.CLIENT, attributes=attributes)
+    carrier: dict[str, str] = {}
+    inject(carrier, context=trace.set_span_in_context(span))
+    return span, carrier
 
 
 def _settled(coroutine: Coroutine[Any, Any, Any], default: Any) -> Any:
