@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from agentmesh.config import Settings
-from agentmesh.errors import PermissionDenied, Unavailable, Unauthenticated
+from agentmesh.errors import PermissionDenied, Unauthenticated, Unavailable
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal, ServiceIdentity
