@@ -10,6 +10,7 @@ from typing import Sequence, cast
 
 import grpc
 
+from agentmesh.agent.background_sessions import KnownBackground
 from agentmesh.agent.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
 from agentmesh.agent.learning_adapters import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
 from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
@@ -158,13 +159,63 @@ class CatalogWatch:
             delay = min(delay * 2, self.RETRY_MAX_S)
 
 
-class GrpcBackgroundCommands:
-    """BackgroundResults / StopBackground on the tools service."""
+class BackgroundWatch:
+    """Keeps a KnownBackground told which sessions the tools service holds background state for
+    (WatchBackground) for as long as the agent runs: reconnects after a break, and while broken
+    knows nothing (every turn asks). It runs on the channel the calls use, so it hears from the
+    tools replica they reach. An older tools service without WatchBackground: never known."""
 
-    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0):
+    RETRY_FIRST_S = 0.1
+    RETRY_MAX_S = 2.0
+
+    def __init__(self, channel: grpc.aio.Channel, known: KnownBackground):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._known = known
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="background-watch")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        delay = self.RETRY_FIRST_S
+        while True:
+            try:
+                async for message in self._stub.WatchBackground(tools_pb2.WatchBackgroundRequest(), wait_for_ready=True):
+                    if message.complete:
+                        self._known.complete(message.pending)
+                    else:
+                        self._known.changed(message.pending, message.cleared)
+                    delay = self.RETRY_FIRST_S
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self._known.lost()
+                    return
+            except Exception:
+                log.warning("background watch broke; turns ask for background results until it is back", exc_info=True)
+            self._known.lost()  # the stream ended (the service drains) or broke
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.RETRY_MAX_S)
+
+
+class GrpcBackgroundCommands:
+    """BackgroundResults / StopBackground on the tools service; which sessions have any to
+    collect, from `known` (BackgroundWatch; None: always ask)."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0,
+                 known: KnownBackground | None = None):
         self._stub = tools_pb2_grpc.ToolsStub(channel)
         self._target = target
         self._timeout_s = timeout_s
+        self._known = known
+
+    def may_have(self, session_id: str) -> bool:
+        return self._known is None or self._known.may_have(session_id)
 
     async def take_finished(self, session_id: str) -> BackgroundCheck:
         try:

@@ -128,6 +128,11 @@ class BackgroundCheck:
 class BackgroundCommands(Protocol):
     """The tools service's background commands (background_run), seen from the agent."""
 
+    def may_have(self, session_id: str) -> bool:
+        """Whether the session may have commands to collect or still running (False only when
+        the tools service has said it has none, background_sessions.py)."""
+        ...
+
     async def take_finished(self, session_id: str) -> "BackgroundCheck":
         """Commands that ended since the last ask, each handed over once, and how many still
         run; raises an AgentmeshError."""

@@ -13,6 +13,7 @@ from google.protobuf import json_format
 
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters import (
+    BackgroundWatch,
     CatalogWatch,
     GrpcBackgroundCommands,
     GrpcLongTermMemory,
@@ -22,6 +23,7 @@ from agentmesh.agent.adapters import (
     GrpcUsageLog,
     UsageOutbox,
 )
+from agentmesh.agent.background_sessions import KnownBackground
 from agentmesh.agent.learning import LearningSources
 from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
 from agentmesh.agent.loop import Agent, TurnRequest
@@ -295,6 +297,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
     catalog = CachedCatalog(tools.listing)
     catalog_watch = CatalogWatch(tools_channel, catalog)
+    # Which sessions have background commands to collect, told by the tools service (background_sessions.py).
+    known_background = KnownBackground()
+    background_watch = BackgroundWatch(tools_channel, known_background)
     # A model call's usage record rides on the append of the step it produced.
     usage_outbox = UsageOutbox()
     agent = Agent(
@@ -308,7 +313,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         model=settings.llm.model_name,
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
-        background=GrpcBackgroundCommands(tools_channel, tools_target),
+        background=GrpcBackgroundCommands(tools_channel, tools_target, known=known_background),
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
@@ -322,9 +327,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
              "agentmesh.v1.Agent")
 
     catalog_watch.start()
+    background_watch.start()
 
     async def close() -> None:
         await catalog_watch.close()
+        await background_watch.close()
         await close_provider()
         for close_named in closers:
             await close_named()

@@ -3,7 +3,8 @@
 - the gateway makes no call to memory before a turn: the agent's one call to memory (StartTurn)
   creates the session when missing and brings it with its namespace's settings, the
   transcript, recall, standing instructions, skills and promoted tools; and, once per catalog
-  version, one ListTools; the model calls' usage records travel with the appends;
+  version, one ListTools; the model calls' usage records travel with the appends; no
+  BackgroundResults call in a session without background commands;
 - the catalog the agent keeps follows every change: a namespace's MCP server added or removed,
   a server's `list_changed`; and settings changed through the API apply to the next turn.
 
@@ -71,6 +72,9 @@ async def test_a_turn_reads_what_it_needs_in_one_call_to_memory_and_lists_the_ca
         # The first turn lists the catalog; the next ones keep it (nothing changed).
         assert served.count("ListTools") == (1 if n == 0 else 0), (n, served)
         assert served.count("Execute") == 1 and served.count("AppendMessages") == 3, served
+        # No background command in the session: the tools service said so (WatchBackground), so
+        # no turn asks for their results (the first may, if it starts before the watch is open).
+        assert served.count("BackgroundResults") == 0 or n == 0, (n, served)
         # Each model call's usage record rides on the append of the step it produced.
         assert "RecordUsage" not in served, served
 
