@@ -99,8 +99,12 @@ class _OpenStream:
                     await self.call.write(message)
         except asyncio.CancelledError:
             pass
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+        except grpc.aio.AioRpcError as exc:
             self.end(exc)
+        except (asyncio.InvalidStateError, grpc.aio.UsageError):
+            # The stream ended before this write: fail its calls with how it ended (an older
+            # server's UNIMPLEMENTED included), whichever of writer and reader sees it first.
+            self.end(_rpc_error(await self.call.code(), await self.call.details() or ""))
 
     async def _read(self) -> None:
         try:
