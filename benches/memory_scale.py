@@ -3,7 +3,8 @@ while indexes are being built; beside it, the old local mode and a single-proces
 
     .venv/bin/python -m benches.memory_scale [--sizes 10000,100000] [--million] [--queries 200]
         [--layouts per-namespace,shared] [--local-sizes 2000,10000] [--local-budget-s 300]
-        [--others N] [--fill-budget-s S] [--checkpoint-every N]
+        [--others N] [--fill-budget-s S] [--checkpoint-every N] [--build-budget-s S]
+        [--million-through-rpc]
 
 For each layout and size, the memory service runs as its own `agentmesh serve memory` process on
 a fresh home (Qdrant Edge, hashing embedder). Two other namespaces get size/10 memories each, then
@@ -18,6 +19,16 @@ vocabulary with a Zipf-like spread) through the Import RPC in batches of 256. Th
 - **along the fill** (every --checkpoint-every memories): the fill rate so far, RSS, anonymous
   RSS, and Search p50/p99 over 50 queries at that size — so a fill that --fill-budget-s cuts
   short (the 1M run on a small machine) still reports the largest size it reached.
+
+`--million` brings one namespace to 1,000,000 memories the way a bulk import does (and two
+others to --others, default 20,000): a child process under `nice 10` writes them through the
+memory core and the Edge store adapter that `agentmesh memory migrate` uses, with index builds
+off (`index_after=0`); then `agentmesh serve memory` opens that home with default settings, the
+first Search starts the namespace's one index build, and the bench searches once every 2 s while
+it runs (brute force over the unindexed namespace, then the swap), with the service's and the
+builder's RSS; after it (or after --build-budget-s), Search p50/p99 over --queries, RSS split into
+anonymous (heap) and file-backed (mmap'd), AppendMessages RPC p50. `--million-through-rpc` fills
+1M through the Import RPC with builds as it goes instead (the fill's pace is the builder's).
 
 Beside it, in this process: AppendMessages through the transcripts core on Edge and on local mode
 (what the service does inside, without gRPC); local mode's hybrid search at the sizes it can
@@ -34,6 +45,7 @@ import math
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
 import sys
@@ -122,6 +134,7 @@ class ServiceProcess:
         self.builds_started = 0
         self.builds_done = 0
         self.build_log: list[str] = []
+        self.building: set[str] = set()  # shards whose build has started and not ended
 
     async def start(self) -> str:
         self.proc = await asyncio.create_subprocess_exec(
@@ -139,11 +152,27 @@ class ServiceProcess:
 
     async def _follow(self) -> None:
         while line := (await self.proc.stdout.readline()).decode():
+            shard = re.search(r'"shard": "([^"]+)"', line)
             if '"memory shard indexing"' in line:
                 self.builds_started += 1
+                self.building.add(shard.group(1) if shard else "")
             elif '"memory shard indexed"' in line or "index build failed" in line:
                 self.builds_done += 1
                 self.build_log.append(line.strip())
+                self.building.discard(shard.group(1) if shard else "")
+
+    def indexer_rss_mb(self) -> float:
+        """Resident memory of the service's child processes (the index builder), MB."""
+        total = 0.0
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            for pid in children:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return total
 
     @property
     def indexing(self) -> bool:
@@ -238,6 +267,179 @@ async def run_edge(size: int, layout: str, n_queries: int, texts: list[str], oth
             "builds": service.builds_done, "queries": queries, "build_log": service.build_log}
 
 
+async def bulk_fill(home: Path, size: int, others_size: int) -> None:
+    """Fill a home the way a bulk import does: through the memory core and the Edge store adapter
+    that `agentmesh memory migrate` writes with, index builds off (a service opened on the home
+    afterwards builds each shard once). Runs in a child process under `nice`."""
+    settings = MemorySettings()
+    store = EdgeStore(home, layout="per-namespace", index_after=0)
+    await store.open()
+    memories = Memories(store, HashingEmbedder(settings.hashing_dim), settings)
+    try:
+        await memories.open()
+        for namespace, texts in (("other-a", sentences(others_size, seed=size + 1)),
+                                 ("other-b", sentences(others_size, seed=size + 2)), ("scale", sentences(size))):
+            started = time.perf_counter()
+            for start in range(0, len(texts), BATCH):
+                batch = [RememberItem(namespace=namespace, text=t, kind="knowledge") for t in texts[start : start + BATCH]]
+                await memories.import_many(namespace, batch)
+                done = start + len(batch)
+                if done % 100_000 < BATCH or done == len(texts):
+                    print(f"{'':>13}   bulk import {namespace}: {done} memories, {done / (time.perf_counter() - started):.0f}/s, "
+                          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        await store.close()
+
+
+async def searches_beside_build(service: ServiceProcess, client: MemoryClient, queries: list[str], every_s: float,
+                                budget_s: float, out: dict, key: str) -> None:
+    """Search once every `every_s` while the namespace's build runs: (seconds into it, latency)."""
+    build_started = time.perf_counter()
+    during: list[tuple[float, float]] = []
+    indexer_rss = rss_peak = anon_peak = 0.0
+    while "scale" in service.building and time.perf_counter() - build_started < budget_s:
+        free_gb = shutil.disk_usage(service.env["AGENTMESH_HOME"]).free / 2**30
+        if free_gb < 1.5:  # a build at 1M needs ~3x the namespace on disk; do not fill a shared disk
+            raise RuntimeError(f"{free_gb:.1f} GB left on the disk during the build: stopping the bench")
+        q = time.perf_counter()
+        await client.search(queries[len(during) % len(queries)], namespace="scale", k=10)
+        during.append((q - build_started, time.perf_counter() - q))
+        indexer_rss = max(indexer_rss, service.indexer_rss_mb())
+        rss_peak, anon_peak = max(rss_peak, service.rss_mb()), max(anon_peak, service.rss_mb("RssAnon"))
+        if len(during) % 150 == 0:
+            lat = [d for _, d in during[-150:]]
+            print(f"{'':>13}   build running {time.perf_counter() - build_started:.0f} s: last 150 searches p50 "
+                  f"{ms(lat):.0f} / max {max(lat) * 1000:.0f} ms, service RSS {service.rss_mb():.0f} MB, "
+                  f"builder RSS {service.indexer_rss_mb():.0f} MB, load average {os.getloadavg()[0]:.1f}", flush=True)
+        await asyncio.sleep(every_s)
+    out[key] = {"built": "scale" not in service.building, "build_s": time.perf_counter() - build_started,
+                "during": during, "indexer_rss": indexer_rss, "rss_peak": rss_peak, "anon_peak": anon_peak}
+
+
+async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: float, keep_home: str = "",
+                   grow: int = 0) -> dict:
+    """`size` memories brought in by a bulk import (bulk_fill, under nice), then the service on that
+    home builds the namespace's indexes once while Search RPCs run beside the build. `keep_home`:
+    fill (or reuse, if filled) that home instead of a temporary one. `grow`: then import that many
+    more through the Import RPC, which starts one ordinary build of the large namespace."""
+    out: dict = {"size": size, "others": others_size}
+    with tempfile.TemporaryDirectory() as tmp:
+        home = keep_home or tmp
+        started = time.perf_counter()
+        texts = sentences(size)  # the filler draws the same memories
+        queries = make_queries(texts, n_queries, size)
+        if (Path(home) / "memory" / "memories" / "scale" / "meta.json").exists():
+            out["fill_s"] = 0.0  # reused
+        else:
+            filler = await asyncio.create_subprocess_exec(
+                "nice", "-n", "10", sys.executable, "-m", "benches.memory_scale", "--bulk-fill", home,
+                "--bulk-size", str(size), "--others", str(others_size))
+            if await filler.wait() != 0:
+                raise RuntimeError("the bulk import failed")
+            out["fill_s"] = time.perf_counter() - started
+        du = await asyncio.create_subprocess_exec("du", "-sm", str(Path(home) / "memory" / "memories" / "scale"),
+                                                  stdout=asyncio.subprocess.PIPE)
+        out["disk_mb_before"] = int((await du.communicate())[0].split()[0])
+
+        service = ServiceProcess(Path(home), {"AGENTMESH_MEMORY_LAYOUT": "per-namespace"})
+        target = await service.start()
+        channel = signed_channel(Path(home) / "keys", "agent", "memory", target)
+        client = MemoryClient(channel, target=target, timeout_s=600)
+        try:
+            # The first search opens the namespace's shard (loading 1M unindexed points) and
+            # starts its build; the other namespaces are opened too, as a busy service would have.
+            q = time.perf_counter()
+            await client.search(queries[0], namespace="scale", k=10)
+            out["first_search_s"] = time.perf_counter() - q
+            for other in ("other-a", "other-b"):
+                await client.search(queries[0], namespace=other, k=10)
+            waited = time.perf_counter()
+            while "scale" not in service.building and time.perf_counter() - waited < 15:
+                await asyncio.sleep(0.1)  # no build within 15 s: a reused home, indexed already
+            # Searches while the build runs: one every 2 s, so that the searches (brute force over
+            # the unindexed namespace until the swap) do not take the builder's CPU.
+            await searches_beside_build(service, client, queries, 2.0, build_budget_s, out, "first_build")
+            out.update(out["first_build"])
+            out["build_log"] = list(service.build_log)
+            await asyncio.sleep(1.0)  # the old generation closes and is deleted
+            for query in queries[:20]:  # warm
+                await client.search(query, namespace="scale", k=10)
+            steady = await timed_searches(client, queries)
+            out["p50"], out["p99"] = ms(steady), ms(steady, 0.99)
+            out["rss"], out["rss_anon"], out["rss_file"] = service.rss_mb(), service.rss_mb("RssAnon"), service.rss_mb("RssFile")
+            out["load"] = os.getloadavg()[0]
+            await client.put_session("bench")
+            appends = []
+            for n in range(300):
+                q = time.perf_counter()
+                await client.append_messages("bench", [common_pb2.Message(role="user", content=f"message {n} " * 8)])
+                appends.append(time.perf_counter() - q)
+            out["append_rpc"] = ms(appends)
+            du = await asyncio.create_subprocess_exec("du", "-sm", str(Path(home) / "memory" / "memories" / "scale"),
+                                                      stdout=asyncio.subprocess.PIPE)
+            out["disk_mb_after"] = int((await du.communicate())[0].split()[0])
+            if grow:
+                # The large namespace keeps growing the ordinary way: `grow` more through Import,
+                # which starts one build of it (a copy of the whole shard, then a swap).
+                logged = len(service.build_log)
+                q = time.perf_counter()
+                await fill(client, "scale", sentences(grow, seed=size + 3))
+                out["grow_s"] = time.perf_counter() - q
+                waited = time.perf_counter()
+                while "scale" not in service.building and time.perf_counter() - waited < 30:
+                    await asyncio.sleep(0.1)
+                await searches_beside_build(service, client, queries, 0.25, min(build_budget_s, 600), out, "grow_build")
+                out["grow_log"] = service.build_log[logged:]
+                await asyncio.sleep(1.0)
+                after = await timed_searches(client, queries)
+                out["grow_p50"], out["grow_p99"] = ms(after), ms(after, 0.99)
+                out["grow_rss"], out["grow_anon"] = service.rss_mb(), service.rss_mb("RssAnon")
+        finally:
+            await channel.close()
+            await service.stop()
+    out["baseline"] = baseline_bm25(texts, queries[:50])  # 50: a Python loop over 1M memories is slow
+    return out
+
+
+def print_bulk(r: dict) -> None:
+    during = [d for _, d in r["during"]]
+    print(f"\nQdrant Edge, {r['size']:,} memories by bulk import (+2 x {r['others']:,} in other namespaces), "
+          f"Search through gRPC to `agentmesh serve memory`:")
+    fill = f"{r['fill_s']:.0f} s, {r['size'] / r['fill_s']:.0f}/s" if r["fill_s"] else "reused from --home"
+    print(f"  bulk import (nice 10): {fill}; shard on disk {r['disk_mb_before']} MB")
+    print(f"  first Search (opens the unindexed shard, starts its build): {r['first_search_s'] * 1000:.0f} ms")
+    print(f"  index build: {'done' if r['built'] else 'NOT done'} after {r['build_s']:.0f} s; builder RSS up to "
+          f"{r['indexer_rss']:.0f} MB; service RSS up to {r['rss_peak']:.0f} MB ({r['anon_peak']:.0f} anonymous)")
+    if during:
+        worst = sorted(r["during"], key=lambda td: -td[1])[:3]
+        print(f"  Search while it ran (1 every 2 s): n {len(during)}, p50 {ms(during):.1f} / p99 {ms(during, 0.99):.1f} / "
+              f"max {max(during) * 1000:.0f} ms; slowest at " + ", ".join(f"{t:.0f} s ({d * 1000:.0f} ms)" for t, d in worst))
+    for line in r["build_log"]:
+        found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
+        print(f"  build of {found.get('shard')}: {found.get('points')} points, copy {found.get('copy_s')} s, "
+              f"writes paused {found.get('swap_s')} s for the swap, {found.get('total_s')} s in all")
+    print(f"  after the build: Search p50 {r['p50']:.2f} / p99 {r['p99']:.2f} ms; service RSS {r['rss']:.0f} MB "
+          f"(anonymous {r['rss_anon']:.0f}, file-backed {r['rss_file']:.0f}); AppendMessages RPC p50 {r['append_rpc']:.3f} ms; "
+          f"shard on disk {r['disk_mb_after']} MB; load average {r['load']:.1f}")
+    if "grow_build" in r:
+        g = r["grow_build"]
+        during = [d for _, d in g["during"]]
+        print(f"  then {r['grow_s']:.0f} s to import more through the Import RPC; its build "
+              f"{'done' if g['built'] else 'NOT done'} after {g['build_s']:.0f} s")
+        for line in r["grow_log"]:
+            found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
+            print(f"  build of {found.get('shard')}: {found.get('points')} points, copy {found.get('copy_s')} s, "
+                  f"writes paused {found.get('swap_s')} s for the swap, {found.get('total_s')} s in all")
+        if during:
+            worst = sorted(g["during"], key=lambda td: -td[1])[:3]
+            print(f"  Search while it ran (4 a second): n {len(during)}, p50 {ms(during):.1f} / p99 {ms(during, 0.99):.1f} / "
+                  f"max {max(during) * 1000:.0f} ms; slowest at " + ", ".join(f"{t:.0f} s ({d * 1000:.0f} ms)" for t, d in worst))
+        print(f"  after it: Search p50 {r['grow_p50']:.2f} / p99 {r['grow_p99']:.2f} ms; service RSS {r['grow_rss']:.0f} MB "
+              f"(anonymous {r['grow_anon']:.0f})")
+    print(f"  single-process baseline (Python BM25, same memories, 50 of the queries): p50 {ms(r['baseline']):.1f} / "
+          f"p99 {ms(r['baseline'], 0.99):.1f} ms", flush=True)
+
+
 async def core_appends(store, n: int = 500) -> float:
     await store.open()
     try:
@@ -282,7 +484,8 @@ async def run_local(size: int, n_queries: int, budget_s: float, texts: list[str]
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benches.memory_scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--million", action="store_true", help="also 1,000,000 memories (slow to fill)")
+    parser.add_argument("--million", action="store_true",
+                        help="also 1,000,000 memories brought in by a bulk import, then indexed once by the service (slow)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--layouts", default="per-namespace,shared")
     parser.add_argument("--local-sizes", default="2000,10000")
@@ -292,8 +495,20 @@ async def main(argv: list[str]) -> int:
                         help="stop filling the measured namespace after this long and measure at the size reached")
     parser.add_argument("--checkpoint-every", type=int, default=0,
                         help="every N memories of the fill: rate, RSS and 50 searches (default: 100000 with --million)")
+    parser.add_argument("--million-through-rpc", action="store_true",
+                        help="fill 1,000,000 through the Import RPC with builds as it goes (the 2026-11-24 run)")
+    parser.add_argument("--build-budget-s", type=float, default=5400.0,
+                        help="--million: measure after this long even if the build has not finished")
+    parser.add_argument("--home", default="", help="--million: fill this home and keep it, or reuse it if filled")
+    parser.add_argument("--grow", type=int, default=0,
+                        help="--million: then import N more through the Import RPC and measure that build")
+    parser.add_argument("--bulk-fill", default="", help=argparse.SUPPRESS)  # the --million child process
+    parser.add_argument("--bulk-size", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",") if s] + ([1_000_000] if args.million else [])
+    if args.bulk_fill:
+        await bulk_fill(Path(args.bulk_fill), args.bulk_size, args.others or 0)
+        return 0
+    sizes = [int(s) for s in args.sizes.split(",") if s] + ([1_000_000] if args.million_through_rpc else [])
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
 
     print("\nQdrant Edge, Search / AppendMessages through gRPC to `agentmesh serve memory`:")
@@ -317,6 +532,10 @@ async def main(argv: list[str]) -> int:
             if r["size"] not in baselines:
                 base = baseline_bm25(texts[: r["size"]], r["queries"])
                 baselines[r["size"]] = (ms(base), ms(base, 0.99))
+
+    if args.million:
+        print_bulk(await run_bulk(args.bulk_size or 1_000_000, args.queries, 20_000 if args.others is None else args.others,
+                                  args.build_budget_s, args.home, args.grow))
 
     print("\nAppendMessages inside the service (transcripts core + store, no gRPC), p50 ms:")
     with tempfile.TemporaryDirectory() as home:

@@ -17,6 +17,7 @@ __all__ = [
     "ResourceExhausted",
     "Unauthenticated",
     "Unavailable",
+    "error_of_code",
 ]
 
 
@@ -64,3 +65,13 @@ class ResourceExhausted(AgentmeshError):
 
 class DeadlineExceeded(AgentmeshError):
     code = "DEADLINE_EXCEEDED"
+
+
+def error_of_code(code: str, message: str) -> AgentmeshError:
+    """The exception whose `code` is `code` (a status name, as a RunError carries it); the base
+    class (INTERNAL) for a name none has."""
+    for cls in (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, Unavailable, PermissionDenied,
+                Unauthenticated, ResourceExhausted, DeadlineExceeded):
+        if cls.code == code:
+            return cls(message)
+    return AgentmeshError(message)

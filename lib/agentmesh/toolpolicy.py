@@ -29,6 +29,8 @@ __all__ = [
     "ToolPolicy",
     "allowed_by_all",
     "is_pattern",
+    "permission_mode_of",
+    "session_layers",
     "validate_permission_mode",
     "validate_policy",
 ]
@@ -69,6 +71,18 @@ class ToolPolicy:
 
 def allowed_by_all(policies: Iterable[ToolPolicy], name: str) -> bool:
     return all(policy.allows(name) for policy in policies)
+
+
+def session_layers(deployment: ToolPolicy, namespace: ToolPolicy, session: ToolPolicy | None) -> list[ToolPolicy]:
+    """The layers a session's turns start from — the deployment's, the namespace's, the
+    session's (None: no session) — the empty ones left out. The gateway (which lists a session's
+    tools) and the agent (which resolves a turn) both take them from here."""
+    return [layer for layer in (deployment, namespace, session) if layer is not None and not layer.empty]
+
+
+def permission_mode_of(requested: str, session: str, deployment: str) -> str:
+    """A turn's permission mode: its own, else its session's, else the deployment's."""
+    return requested or session or deployment
 
 
 def validate_permission_mode(mode: str, what: str = "permission_mode") -> str:

@@ -10,19 +10,22 @@ from typing import Awaitable, Callable, Sequence, cast
 
 import grpc
 
+from agentmesh.agent.background_sessions import KnownBackground
 from agentmesh.agent.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
 from agentmesh.agent.learning_adapters import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
 from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
+from agentmesh.agent.session_open import OpenedSession, SessionToOpen
 from agentmesh.agent.tool_catalog import CachedCatalog, Listing
 from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.agent.usage_log import UsageEntry
-from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
 from agentmesh.rpc.peers import OUTAGE, peer_error, rpc_detail
 from agentmesh.telemetry.propagation import trace_metadata
-from agentmesh.v1 import common_pb2, memory_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.toolpolicy import ToolPolicy
+from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2, tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.agent")
 
@@ -161,13 +164,63 @@ class CatalogWatch:
             delay = min(delay * 2, self.RETRY_MAX_S)
 
 
-class GrpcBackgroundCommands:
-    """BackgroundResults / StopBackground on the tools service."""
+class BackgroundWatch:
+    """Keeps a KnownBackground told which sessions the tools service holds background state for
+    (WatchBackground) for as long as the agent runs: reconnects after a break, and while broken
+    knows nothing (every turn asks). It runs on the channel the calls use, so it hears from the
+    tools replica they reach. An older tools service without WatchBackground: never known."""
 
-    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0):
+    RETRY_FIRST_S = 0.1
+    RETRY_MAX_S = 2.0
+
+    def __init__(self, channel: grpc.aio.Channel, known: KnownBackground):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._known = known
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="background-watch")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        delay = self.RETRY_FIRST_S
+        while True:
+            try:
+                async for message in self._stub.WatchBackground(tools_pb2.WatchBackgroundRequest(), wait_for_ready=True):
+                    if message.complete:
+                        self._known.complete(message.pending)
+                    else:
+                        self._known.changed(message.pending, message.cleared)
+                    delay = self.RETRY_FIRST_S
+            except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self._known.lost()
+                    return
+            except Exception:
+                log.warning("background watch broke; turns ask for background results until it is back", exc_info=True)
+            self._known.lost()  # the stream ended (the service drains) or broke
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.RETRY_MAX_S)
+
+
+class GrpcBackgroundCommands:
+    """BackgroundResults / StopBackground on the tools service; which sessions have any to
+    collect, from `known` (BackgroundWatch; None: always ask)."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0,
+                 known: KnownBackground | None = None):
         self._stub = tools_pb2_grpc.ToolsStub(channel)
         self._target = target
         self._timeout_s = timeout_s
+        self._known = known
+
+    def may_have(self, session_id: str) -> bool:
+        return self._known is None or self._known.may_have(session_id)
 
     async def take_finished(self, session_id: str) -> BackgroundCheck:
         try:
@@ -347,14 +400,19 @@ class GrpcTurnStart:
         self._save_within_s = save_within_s
 
     async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
-                    k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset()) -> TurnBeginning:
+                    k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset(),
+                    opening: SessionToOpen | None = None) -> TurnBeginning:
         request = memory_pb2.StartTurnRequest(
             session_id=session_id, messages=[message_to_proto(m) for m in first], page_size=self.PAGE,
             namespace=namespace, recall_query=query, recall_k=k, recall_timeout_s=recall_timeout_s,
             with_profile=INSTRUCTIONS in learning, with_skills=SKILLS in learning,
             with_promoted_tools=PROMOTED_TOOLS in learning)
+        if opening is not None:
+            request.session.CopyFrom(_session_of(session_id, namespace, opening))
         try:
-            reply = await self._call(request)
+            # A turn that opens its session fails at once when memory is away, as the gateway's
+            # PutSession did: nothing is shown to the client yet, who gets the status and resends.
+            reply = await self._call(request, retry=opening is None)
             stored = list(reply.messages)
             after = reply.next_after_seq
             while after:  # a long transcript: the rest of what preceded the appended messages
@@ -363,15 +421,26 @@ class GrpcTurnStart:
                 if page and page[-1].seq >= reply.first_seq - 1:
                     break
         except AgentmeshError as exc:
-            if isinstance(exc, NotSupported):
-                raise
+            if isinstance(exc, NotSupported) or (opening is not None and isinstance(exc, SESSION_REFUSALS)):
+                raise  # memory's own sentence, as the client got it from the gateway's PutSession
             raise type(exc)(f"could not start the turn in the session's transcript: {exc.message}") from None
         hits = [MemoryHit(id=h.memory.id, text=h.memory.text, kind=h.memory.kind, score=h.score,
                           created_at=h.memory.created_at) for h in reply.recalled]
         learned = _learned(reply, learning) if learning and reply.learning_read else None
-        return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error, learned)
+        opened = _opened(reply.session, reply.session_created, reply.namespace_settings) \
+            if opening is not None and reply.HasField("session") else None
+        return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error, learned, opened)
 
-    async def _call(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
+    async def open(self, session_id: str, namespace: str, opening: SessionToOpen) -> OpenedSession:
+        request = memory_pb2.PutSessionRequest(session=_session_of(session_id, namespace, opening),
+                                               with_namespace_settings=True)
+        try:
+            reply = await self._client.stub.PutSession(request, timeout=self._save_within_s)
+        except grpc.aio.AioRpcError as err:
+            raise peer_error(err, f"the memory service at {self._target}") from None
+        return _opened(reply.session, reply.created, reply.namespace_settings)
+
+    async def _call(self, request: memory_pb2.StartTurnRequest, *, retry: bool = True) -> memory_pb2.StartTurnResponse:
         delay = GrpcTranscripts.RETRY_FIRST_S
         last: AgentmeshError | None = None
         try:
@@ -383,7 +452,7 @@ class GrpcTurnStart:
                         if err.code() == grpc.StatusCode.UNIMPLEMENTED:
                             raise NotSupported(f"the memory service at {self._target} has no StartTurn") from None
                         error = peer_error(err, f"the memory service at {self._target}")
-                        if not isinstance(error, Unavailable):
+                        if not retry or not isinstance(error, Unavailable):
                             raise error from None
                         last = error
                     await asyncio.sleep(delay)
@@ -391,6 +460,26 @@ class GrpcTurnStart:
         except TimeoutError:
             reason = last.message if last else f"the memory service at {self._target} did not answer"
             raise Unavailable(f"not done within {self._save_within_s:g}s: {reason}") from None
+
+
+# How memory refuses to open a session (another tenant's id, a namespace not the caller's, an
+# outage): passed on in memory's words, which the gateway answers the client with.
+SESSION_REFUSALS = (NotFound, PermissionDenied, Unavailable)
+
+
+def _session_of(session_id: str, namespace: str, opening: SessionToOpen) -> sessions_pb2.Session:
+    return sessions_pb2.Session(session_id=session_id, namespace=namespace, title=opening.title,
+                                labels=opening.labels, created_at=opening.created_at,
+                                updated_at=opening.created_at)
+
+
+def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2.NamespaceSettings) -> OpenedSession:
+    return OpenedSession(
+        namespace=session.namespace or "default", created=created, model=session.model,
+        permission_mode=session.permission_mode,
+        tools=ToolPolicy(tuple(session.tools.allow), tuple(session.tools.deny)),
+        namespace_tools=ToolPolicy(tuple(settings.tools.allow), tuple(settings.tools.deny)),
+        mcp_servers_version=settings.mcp_servers_version)
 
 
 def _learned(reply: memory_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:

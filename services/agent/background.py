@@ -14,7 +14,10 @@ tool-using turn makes one call to the tools service fewer per step. (A command s
 same moment by a person with `agentmesh tools run` is collected at the next turn's start.)
 
 The first step's ask is made in `load`, beside the turn's start (StartTurn), rather than after
-it, so it adds no wait before the first model call. What it collected is shown at step 1; a turn
+it, so it adds no wait before the first model call — and only for a session the tools service
+may hold background state for: it streams which sessions have some (WatchBackground,
+background_sessions.py), so a turn in a session without background commands makes no such call
+(while that stream is open; without it, every turn asks). What it collected is shown at step 1; a turn
 that ends before any step (a rejected plan, a failure) persists it as the same system message,
 so the next turn's history has it: a result is handed over once and never dropped."""
 
@@ -65,6 +68,10 @@ class BackgroundResults(Capability):
     async def load(self) -> None:
         background = self.ctx.agent.background
         if background is None:
+            return
+        if not background.may_have(self.ctx.request.session_id):
+            # Nothing runs and nothing waits to be collected: quiet until the model starts one.
+            self._quiet_from = 0
             return
         try:
             self._first = await background.take_finished(self.ctx.request.session_id)

@@ -31,7 +31,7 @@ import dataclasses
 import datetime as dt
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Sequence, cast
+from typing import Any, AsyncIterator, Callable, Sequence, cast
 
 import structlog
 from opentelemetry.trace import Status, StatusCode
@@ -50,6 +50,7 @@ from agentmesh.agent.ports import (
     TurnStarter,
 )
 from agentmesh.agent.providers.base import ModelProvider
+from agentmesh.agent.session_open import OpenedSession, SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_calls import ToolCalls
 from agentmesh.agent.turn import Capability, Nudge, Stop, TurnContext, Verdict
@@ -75,6 +76,7 @@ from agentmesh.models import DEFAULT_MODEL
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.genai import (
     ERROR_TYPE,
+    GEN_AI_REQUEST_MODEL,
     invoke_agent_span,
     set_usage,
 )
@@ -112,6 +114,9 @@ class TurnRequest:
     # The namespace's mcp_servers_version as the gateway read it (None: not known), passed to the
     # tools service so that a replica which has that version reads nothing more.
     mcp_servers_version: float | None = None
+    # Set on a turn whose session the gateway did not read: its start opens it, and the fields
+    # above are resolved from it (session_open.py) before the first model call.
+    opening: SessionToOpen | None = None
 
 
 class Agent:
@@ -183,8 +188,12 @@ class TurnRun:
         self._persisting = 0  # writes in flight: an interrupt waits for them (a safe point)
         self._unanswered: tuple[ToolCall, ...] = ()  # calls of the persisted reply not yet run
         self._catalog: dict[str, ToolSpec] = {}
+        # A turn that opens its session announces itself once the session is open (its
+        # run_started says the namespace): events before that wait for it.
+        self._held: list[RunEvent] | None = [] if request.opening is not None else None
+        self._span: Any = None
         # The reads and the write every turn starts with (turn_start.py).
-        self._startup = TurnStartup(agent, request, self._emit)
+        self._startup = TurnStartup(agent, request, self._emit, on_opened=self._opened)
         self._usage_tag = self._startup.usage_tag
         self._ctx = TurnContext(
             request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
@@ -245,7 +254,33 @@ class TurnRun:
         return self.approvals.decide(call_id, approved, note, rest_of_turn)
 
     def _emit(self, event: RunEvent) -> None:
+        if self._held is not None:
+            if isinstance(event, RunErrorEvent):
+                # The session could not be opened: the turn did not start, and the error alone
+                # says so (the gateway answers the client with its status).
+                self._held = None
+            elif isinstance(event, RunFinishedEvent):  # stopped before it opened (cancelled)
+                held, self._held = self._held, None
+                for waiting in held:
+                    self._queue.put_nowait(waiting)
+            else:
+                self._held.append(event)
+                return
         self._queue.put_nowait(event)
+
+    def _opened(self, resolved: TurnRequest, opened: OpenedSession | None) -> None:
+        """The session is open (turn_start.py): the turn runs with its settings from here on."""
+        self.request = self._ctx.request = resolved
+        self.models = ModelChoice(self.agent.models, resolved.model)
+        self.model = self._ctx.model = self.models.current.model
+        self.approvals.mode = resolved.permission_mode or self.approvals.mode
+        if self._span is not None:
+            self._span.set_attribute(GEN_AI_REQUEST_MODEL, self.model)
+        held, self._held = self._held or [], None
+        self._emit(RunStartedEvent(trace_id=self.trace_id, namespace=resolved.namespace,
+                                   session_created=opened is not None and opened.created))
+        for event in held:
+            self._emit(event)
 
     # --- the turn -----------------------------------------------------------------------------
 
@@ -267,7 +302,9 @@ class TurnRun:
                                   provider=self.agent.provider.name, attributes=attributes) as span:
             context_of = span.get_span_context()
             self.trace_id = format(context_of.trace_id, "032x") if context_of.is_valid else ""
-            self._emit(RunStartedEvent(trace_id=self.trace_id))
+            self._span = span
+            if self._held is None:  # else once its session is open (_opened)
+                self._emit(RunStartedEvent(trace_id=self.trace_id))
             started = time.monotonic()
             try:
                 stop_reason, final_text = await self._turn()

@@ -11,6 +11,7 @@ from agentmesh.errors import AgentmeshError
 
 if TYPE_CHECKING:  # learning.py imports the capabilities, which import this module
     from agentmesh.agent.learning import Learned
+    from agentmesh.agent.session_open import OpenedSession, SessionToOpen
 
 __all__ = [
     "BackgroundCheck",
@@ -92,18 +93,29 @@ class TurnBeginning:
     # What it read for the learning capabilities (learning.py); None: nothing (not asked, or a
     # memory service that cannot), so they read it themselves.
     learned: "Learned | None" = None
+    # The session `opening` put (session_open.py); None: not asked, or a memory service that
+    # ignores it (older than it).
+    opened: "OpenedSession | None" = None
 
 
 class TurnStarter(Protocol):
     """A turn's first reads and write in one round trip (the memory service's StartTurn)."""
 
     async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
-                    k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset()) -> TurnBeginning:
+                    k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset(),
+                    opening: "SessionToOpen | None" = None) -> TurnBeginning:
         """The stored transcript, then `first` durably appended after it, and the `k` memories
         recalled for `query` (k = 0: none), and the `learning` parts of the namespace
-        (learning.py). Raises NotSupported when the memory service has no such call (the loop
+        (learning.py). With `opening`, the session is put first (created in `namespace` when
+        missing) and the rest happens in the namespace it is stored in; its settings come back
+        in `opened`. Raises NotSupported when the memory service has no such call (the loop
         then makes the separate calls), another AgentmeshError when the transcript cannot be
-        read or written; a failed recall is `recall_error`, not raised."""
+        read or written, or the session not opened; a failed recall is `recall_error`, not raised."""
+        ...
+
+    async def open(self, session_id: str, namespace: str, opening: "SessionToOpen") -> "OpenedSession":
+        """The session put on its own (a memory service whose StartTurn cannot), with its
+        namespace's settings."""
         ...
 
 
@@ -115,6 +127,11 @@ class BackgroundCheck:
 
 class BackgroundCommands(Protocol):
     """The tools service's background commands (background_run), seen from the agent."""
+
+    def may_have(self, session_id: str) -> bool:
+        """Whether the session may have commands to collect or still running (False only when
+        the tools service has said it has none, background_sessions.py)."""
+        ...
 
     async def take_finished(self, session_id: str) -> "BackgroundCheck":
         """Commands that ended since the last ask, each handed over once, and how many still

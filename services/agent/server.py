@@ -13,6 +13,7 @@ from google.protobuf import json_format
 
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters import (
+    BackgroundWatch,
     CatalogWatch,
     GrpcBackgroundCommands,
     GrpcLongTermMemory,
@@ -22,6 +23,7 @@ from agentmesh.agent.adapters import (
     GrpcUsageLog,
     UsageOutbox,
 )
+from agentmesh.agent.background_sessions import KnownBackground
 from agentmesh.agent.learning import LearningSources
 from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
 from agentmesh.agent.loop import Agent, TurnRequest
@@ -29,6 +31,7 @@ from agentmesh.agent.model_choice import NamedModel
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.reflection import Reflector
+from agentmesh.agent.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_catalog import CachedCatalog
 from agentmesh.config import Settings
@@ -58,7 +61,8 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
     base: dict[str, Any] = {"session_id": request.session_id, "run_id": request.run_id, "seq": seq, "timestamp": time.time()}
     if isinstance(event, t.RunStartedEvent):
         return common_pb2.Event(**base, run_started=common_pb2.RunStarted(
-            session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id))
+            session_id=request.session_id, run_id=request.run_id, trace_id=event.trace_id,
+            namespace=event.namespace, session_created=event.session_created))
     if isinstance(event, t.TextDeltaEvent):
         return common_pb2.Event(**base, text_delta=common_pb2.TextDelta(text=event.text))
     if isinstance(event, t.ReasoningDeltaEvent):
@@ -150,6 +154,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         policies = tuple(validate_policy(p.allow, p.deny, "tool_policies") for p in request.tool_policies)
         if options.HasField("tools"):
             policies += (validate_policy(options.tools.allow, options.tools.deny, "options.tools"),)
+        opening = session_to_open(request) if request.HasField("open_session") else None
         return TurnRequest(
             session_id=request.session_id,
             run_id=request.run_id or new_id("run"),
@@ -167,6 +172,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             permission_mode=permission_mode,
             tool_policies=policies,
             mcp_servers_version=request.mcp_servers_version if request.HasField("mcp_servers_version") else None,
+            opening=opening,
         )
 
     @translate_errors
@@ -192,6 +198,23 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 
 
 INTERRUPT_REASONS = ("interrupted", "rolled_back")
+
+
+def session_to_open(request: agent_pb2.RunTurnRequest) -> SessionToOpen:
+    """The gateway's session defaults and deployment settings (session_open.py), their form checked."""
+    given = request.open_session
+    session = given.session
+    if session.session_id and session.session_id != request.session_id:
+        raise InvalidArgument("open_session.session.session_id must be the turn's session_id")
+    if session.namespace and session.namespace != (request.namespace or "default"):
+        raise InvalidArgument("open_session.session.namespace must be the turn's namespace")
+    deployment = given.deployment_tools
+    return SessionToOpen(
+        title=session.title, labels=dict(session.labels), created_at=session.created_at,
+        deployment_tools=validate_policy(deployment.allow, deployment.deny, "open_session.deployment_tools"),
+        deployment_permission_mode=validate_permission_mode(given.deployment_permission_mode,
+                                                            "open_session.deployment_permission_mode"),
+    )
 
 
 async def _apply_decisions(request_iterator, run) -> None:
@@ -274,6 +297,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
     catalog = CachedCatalog(tools.listing)
     catalog_watch = CatalogWatch(tools_channel, catalog)
+    # Which sessions have background commands to collect, told by the tools service (background_sessions.py).
+    known_background = KnownBackground()
+    background_watch = BackgroundWatch(tools_channel, known_background)
     # A model call's usage record rides on the append of the step it produced.
     usage_outbox = UsageOutbox()
     agent = Agent(
@@ -287,7 +313,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         model=settings.llm.model_name,
         telemetry=telemetry,
         sessions=MemoryChildSessions(memory_client),
-        background=GrpcBackgroundCommands(tools_channel, tools_target),
+        background=GrpcBackgroundCommands(tools_channel, tools_target, known=known_background),
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
@@ -301,9 +327,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
              "agentmesh.v1.Agent")
 
     catalog_watch.start()
+    background_watch.start()
 
     async def close() -> None:
         await catalog_watch.close()
+        await background_watch.close()
         await close_provider()
         for close_named in closers:
             await close_named()

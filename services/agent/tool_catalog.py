@@ -9,8 +9,8 @@ listed at is the last one streamed. No version known — the watch not (yet) ope
 while the tools service restarts — means no keeping: every turn lists, as before.
 
 A namespace's own MCP servers are registered with the memory service, which moves the
-namespace's `mcp_servers_version` with each change; a turn knows it (the gateway reads it with
-the tool policy) and passes it to ListTools, so that a tools replica which has not seen the
+namespace's `mcp_servers_version` with each change; a turn knows it (its StartTurn reads it
+with the namespace's tool policy, session_open.py) and passes it to ListTools, so that a tools replica which has not seen the
 change yet reads it first. A listing is therefore kept per (catalog version, namespace's
 mcp_servers_version): a server added through another tools replica is listed by the next turn
 too.

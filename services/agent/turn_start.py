@@ -10,9 +10,12 @@ At the same time, so the turn waits for the slowest of them rather than their su
 - **the turn's start in memory**: the transcript as it stands, the user's message durably
   appended after it, the memories recalled for it, and what the learning capabilities read
   (standing instructions, skills, promoted tools) — one StartTurn call where the memory service
-  offers it (memory/turns.py), else a read, an append and a search (an older memory service);
+  offers it (memory/turns.py), else a read, an append and a search (an older memory service).
+  A turn the gateway sent with its session to open (session_open.py) opens it in that same call
+  and resolves its settings from the answer: `on_opened` tells the loop;
 - **the tool catalog** of the turn's namespace, kept between turns while its version holds
-  (tool_catalog.py), listed otherwise;
+  (tool_catalog.py), listed otherwise — after the turn's start when the turn opens its session
+  (the namespace and its mcp_servers_version come from there);
 - **every capability's `load`**, whose learning reads are served from what StartTurn brought
   (learning.py) instead of a call each.
 
@@ -23,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncContextManager, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable, Sequence
 
 from agentmesh.agent import compaction, context, learning, subagents
 from agentmesh.agent.ports import MemoryHit, NotSupported
+from agentmesh.agent.session_open import OpenedSession, resolve
 from agentmesh.agent.turn import Capability
 from agentmesh.agent.types import ChatMessage, RunEvent, StatusEvent, ToolSpec
 from agentmesh.agent.usage_log import UsageTag
@@ -49,11 +53,14 @@ class Started:
 
 
 class TurnStartup:
-    def __init__(self, agent: "Agent", request: "TurnRequest", emit: Callable[[RunEvent], None]):
+    def __init__(self, agent: "Agent", request: "TurnRequest", emit: Callable[[RunEvent], None], *,
+                 on_opened: "Callable[[TurnRequest, OpenedSession | None], None] | None" = None):
         self._agent = agent
         self._request = request
         self._settings = agent.settings
         self._emit = emit
+        # A turn that opens its session (session_open.py): told the resolved request once it is open.
+        self._on_opened = on_opened
         self.usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
                                   subagents.workspace_of(request), agent.settings.memory_timeout_s)
         # What StartTurn brings for the learning capabilities (none: they read it themselves).
@@ -75,9 +82,19 @@ class TurnStartup:
         async def capabilities_load() -> None:
             await asyncio.gather(*(capability.load() for capability in capabilities))
 
+        async def begin_then_list_tools() -> Started:
+            # A turn that opens its session learns its namespace and mcp_servers_version from
+            # the opening: its catalog (kept between turns, so mostly no call) is looked up after.
+            started = await self._begin(user, persist, writing)
+            await self._list_tools()
+            return started
+
         try:
-            started, _, _ = await asyncio.gather(self._begin(user, persist, writing), self._list_tools(),
-                                                 capabilities_load())
+            if self._request.opening is not None:
+                started, _ = await asyncio.gather(begin_then_list_tools(), capabilities_load())
+            else:
+                started, _, _ = await asyncio.gather(self._begin(user, persist, writing), self._list_tools(),
+                                                     capabilities_load())
         finally:
             self._answer_learning(None)  # whatever happened, no load waits forever
         return started
@@ -93,22 +110,33 @@ class TurnStartup:
         memories: in one call to memory where it offers one, else a read, an append and a search."""
         starter, memory, k = self._agent.turn_start, self._agent.memory, self._settings.recall_k
         request = self._request
+        opening = request.opening
         if starter is not None:
+            # Only what is asked for, so a starter that predates a part need not know of it.
+            asked: dict[str, Any] = {"learning": self._learning_parts} if self._learning_parts else {}
+            if opening is not None:
+                asked["opening"] = opening
             try:
                 async with writing():
                     begun = await starter.start(
                         request.session_id, [user], namespace=request.namespace, query=request.message,
-                        k=k if memory is not None else 0, recall_timeout_s=self._settings.recall_timeout_s,
-                        **({"learning": self._learning_parts} if self._learning_parts else {}))
+                        k=k if memory is not None else 0, recall_timeout_s=self._settings.recall_timeout_s, **asked)
             except NotSupported:
                 self._answer_learning(None)  # an older memory service: the separate calls below
             except AgentmeshError as exc:
                 self._answer_learning(learning.Learned.failed(exc.message, self._learning_parts))
                 raise
             else:
+                if opening is not None:
+                    # A memory service that ignores `opening` (older than it) did not open it.
+                    self._opened(begun.opened or await starter.open(request.session_id, request.namespace, opening))
                 self._answer_learning(begun.learned)
                 return Started(begun.stored, self._history_from(begun.stored),
                                self._recalled(begun.memories, begun.recall_error))
+        if opening is not None:
+            self._opened(await starter.open(request.session_id, request.namespace, opening)
+                         if starter is not None else None)
+            request = self._request
 
         async def history_then_user() -> list[ChatMessage]:
             stored = await self._agent.transcripts.load(request.session_id)
@@ -117,6 +145,16 @@ class TurnStartup:
 
         stored, memories = await asyncio.gather(history_then_user(), self._recall())
         return Started(stored, self._history_from(stored), memories)
+
+    def _opened(self, opened: "OpenedSession | None") -> None:
+        """The turn's session is open: resolve the turn's settings from it (None: nothing to
+        resolve from, an agent without StartTurn: the turn's and the deployment's settings)."""
+        request = self._request
+        assert request.opening is not None
+        self._request = resolve(request, opened or OpenedSession(request.namespace, False), self._agent.models)
+        self.usage_tag.namespace = self._request.namespace
+        if self._on_opened is not None:
+            self._on_opened(self._request, opened)
 
     def _history_from(self, stored: list[ChatMessage]) -> list[ChatMessage]:
         return context.repair(compaction.model_view(stored, use_summaries=self._settings.compaction))

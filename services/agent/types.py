@@ -162,6 +162,9 @@ class ModelRequest:
 @dataclass(frozen=True)
 class RunStartedEvent:
     trace_id: str
+    # Of a turn that opened its session (session_open.py): its namespace, and whether it was created.
+    namespace: str = ""
+    session_created: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from agentmesh.errors import NotFound, PermissionDenied
 from agentmesh.ids import validate_id, validate_namespace
-from agentmesh.tenancy import AuthPolicy, Scope, required_role
+from agentmesh.tenancy import AuthPolicy, Scope, required_role, role_at_least
 from agentmesh.v1 import sessions_pb2
 
 __all__ = ["ANYONE", "Auditor", "Authorizer", "Caller", "SessionLookup"]
@@ -81,6 +81,16 @@ class Authorizer:
             return await self.session(caller, session_id, rpc)
         except NotFound:
             return None
+
+    @staticmethod
+    def one_tenant(caller: Caller, rpc: str) -> bool:
+        """Whether `caller` holds the rpc's role in exactly one tenant: every session they may
+        act on is then that tenant's, and memory's own check of a session (the same `require`,
+        the same sentences) is the whole check — no read of the session first is needed."""
+        memberships = caller.scope.memberships
+        if memberships is None:
+            return True
+        return sum(1 for role in memberships.values() if role_at_least(role, caller.role(rpc))) == 1
 
     def namespace(self, caller: Caller, namespace: str, rpc: str) -> str:
         """A namespace the caller names (to create a session in, to search): theirs at the rpc's role."""

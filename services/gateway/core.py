@@ -22,6 +22,7 @@ from agentmesh.errors import (
     NotFound,
     PermissionDenied,
     Unavailable,
+    error_of_code,
 )
 from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
 from agentmesh.gateway.limits import TenantLimiter
@@ -231,9 +232,13 @@ class Gateway:
         session_id = request.session_id
         if self._draining:
             raise Unavailable("the gateway is shutting down; retry in a moment")
-        # Someone else's session is NOT_FOUND; a new id is created in the caller's namespace.
-        # (Without tenants there is nothing to check: no extra call to memory before the turn.)
-        existing = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Chat")
+        # Someone else's session is NOT_FOUND; a new id is created in the caller's namespace. No
+        # call to memory before the turn when the caller may chat in one tenant only (or tenants
+        # are not configured): memory checks the session when the agent opens it, with the same
+        # sentences. A caller of several tenants has the session read here, to know which
+        # tenant's limits the turn counts against before anything is written.
+        existing = None if self._authz.one_tenant(caller, "Chat") \
+            else await self._authz.session_or_none(caller, session_id, "Chat")
         namespace = existing.namespace if existing is not None else self._authz.namespace(caller, "", "Chat")
         tenant = caller.scope.tenant_of(namespace) or ""
         turn = _ActiveTurn(run_id=new_id("run"), started_by=caller.subject)
@@ -245,32 +250,33 @@ class Gateway:
             if replaced is not None and replaced.superseded_as == "rolled_back":
                 dropped = await self._sessions.drop_run(session_id, replaced.run_id)
                 log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
-            # The session (created on first use) and its namespace's settings in one call.
-            session, created, namespace_settings = await self._sessions.put_session_for_turn(
-                self._new_session(session_id, "", {}, namespace))
-            if created:
-                self._authz.audit.record("session.create", "allowed", caller.principal, session_id=session_id,
-                                         namespace=session.namespace)
-            options = gateway_pb2.ChatOptions()
-            options.CopyFrom(request.options)
-            if not options.model and session.model and self._models.get(session.model) is not None:
-                options.model = session.model
-            options.permission_mode = self._policies.mode_for(session, options.permission_mode)
-            layers, mcp_servers_version = await self._policies.for_turn(session, session.namespace, namespace_settings)
+            # No call to memory here: the agent's StartTurn creates the session when missing and
+            # reads it with its namespace's settings, and resolves the turn's model, permission
+            # mode and tool policies from them (agent/session_open.py); run_started says the
+            # session's namespace and whether the turn created it.
             run = agent_pb2.RunTurnRequest(
                 session_id=session_id,
                 run_id=turn.run_id,
                 message=request.message,
-                options=options,
-                namespace=session.namespace or "default",
-                tool_policies=[policy_to_proto(layer) for layer in layers],
-                mcp_servers_version=mcp_servers_version,
+                options=request.options,
+                namespace=namespace,
+                open_session=agent_pb2.SessionToOpen(
+                    session=self._new_session(session_id, "", {}, namespace),
+                    deployment_tools=policy_to_proto(self._policies.deployment),
+                    deployment_permission_mode=self._policies.permission_mode),
             )
-            feed = self.live.begin(session_id, session.namespace or "default")
+            feed = self.live.begin(session_id, namespace)
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
                 try:
                     async for event in self._relay(run, turn):
+                        if event.HasField("run_started") and event.run_started.namespace:
+                            namespace = event.run_started.namespace
+                            tenant = caller.scope.tenant_of(namespace) or ""
+                            self.live.set_namespace(feed, namespace)
+                            if event.run_started.session_created:
+                                self._authz.audit.record("session.create", "allowed", caller.principal,
+                                                         session_id=session_id, namespace=namespace)
                         if event.HasField("run_finished"):
                             self._limits.count_tokens(tenant, event.run_finished.usage.total_tokens)
                         if event.WhichOneof("payload") in ("run_finished", "error"):
@@ -284,6 +290,12 @@ class Gateway:
                         else:
                             self.live.publish(feed, event)
                         yield event
+                except PermissionDenied as exc:
+                    # The agent could not open the session: a lesser role in its tenant, audited
+                    # as the gateway's own check of it was (another tenant's, memory audits).
+                    self._authz.audit.record("call.refused", "refused", caller.principal, method="gateway.Chat",
+                                             session_id=session_id, reason=exc.message)
+                    raise
                 finally:
                     self.live.end(session_id, feed)
                 log.info("turn ended")
@@ -434,6 +446,7 @@ class Gateway:
         pump_task = asyncio.create_task(pump())
         cancel_wait = asyncio.create_task(turn.cancel_requested.wait())
         last_seq = 0
+        opening = run.HasField("open_session")
         try:
             while True:
                 getter = asyncio.create_task(queue.get())
@@ -457,6 +470,10 @@ class Gateway:
                     yield self._event(run, last_seq + 1, error=common_pb2.RunError(code=item.code, message=item.message))
                     return
                 assert isinstance(item, common_pb2.Event)  # the pump puts events, errors and `done`
+                if opening and not last_seq and item.HasField("error"):
+                    # The agent could not open the session (memory refused or is away): the
+                    # client gets the status the gateway's own PutSession answered with before.
+                    raise error_of_code(item.error.code, item.error.message)
                 last_seq = max(last_seq, item.seq)
                 self._track_approvals(turn, item)
                 yield item

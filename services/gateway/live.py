@@ -69,6 +69,11 @@ class LiveTurns:
         self._namespaces[id(feed)] = namespace
         return feed
 
+    def set_namespace(self, feed: Feed[common_pb2.Event], namespace: str) -> None:
+        """The session's namespace as the turn found it (run_started), for the watchers' view."""
+        if id(feed) in self._namespaces:
+            self._namespaces[id(feed)] = namespace
+
     def publish(self, feed: Feed[common_pb2.Event], event: common_pb2.Event) -> None:
         feed.add(event)
         if not self._watchers:

@@ -40,15 +40,6 @@ class MemorySessions:
         reply = await self._call(self._stub.PutSession, memory_pb2.PutSessionRequest(session=session))
         return reply.session, reply.created
 
-    async def put_session_for_turn(
-            self, session: sessions_pb2.Session) -> tuple[sessions_pb2.Session, bool, sessions_pb2.NamespaceSettings]:
-        reply = await self._call(self._stub.PutSession,
-                                 memory_pb2.PutSessionRequest(session=session, with_namespace_settings=True))
-        if reply.HasField("namespace_settings"):
-            return reply.session, reply.created, reply.namespace_settings
-        # A memory service that predates the field: the second call after all.
-        return reply.session, reply.created, await self.get_namespace_settings(reply.session.namespace or "default")
-
     async def get_session(self, session_id: str) -> sessions_pb2.Session:
         return await self._call(self._stub.GetSession, sessions_pb2.GetSessionRequest(session_id=session_id))
 

@@ -1,9 +1,10 @@
-"""Tool policies and permission modes as the gateway resolves them for a turn (docs/approvals.md).
+"""Tool policies and permission modes as the gateway keeps them (docs/approvals.md).
 
 The layers — the deployment's (AGENTMESH_GATEWAY_TOOLS_*), the namespace's (kept by the memory
-service), the session's — go to the agent with each turn, which offers a tool only when every
-layer allows it; a turn's own ChatOptions.tools is one more layer, so it can narrow and never
-widen. Policies people set are checked here against the catalog, so a misspelt name is refused
+service), the session's — apply to every turn: the gateway sends the deployment's with the turn,
+and the agent reads the others with the turn's start (agent/session_open.py) and offers a tool
+only when every layer allows it; a turn's own ChatOptions.tools is one more layer, so it can
+narrow and never widen. Policies people set are checked here against the catalog, so a misspelt name is refused
 rather than silently matching nothing.
 
 Plain async Python over the ports below, like `core.py`.
@@ -15,7 +16,7 @@ from typing import Protocol, Sequence
 
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.ids import validate_namespace
-from agentmesh.toolpolicy import AGENT_TOOLS, ToolPolicy, allowed_by_all, validate_permission_mode, validate_policy
+from agentmesh.toolpolicy import AGENT_TOOLS, ToolPolicy, allowed_by_all, session_layers, validate_policy
 from agentmesh.v1 import common_pb2, sessions_pb2, tools_pb2
 
 __all__ = ["NamespaceSettingsStore", "Policies", "policy_of", "policy_to_proto"]
@@ -70,26 +71,11 @@ class Policies:
             sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=policy_to_proto(policy)))
 
     async def layers(self, session: sessions_pb2.Session | None, namespace: str) -> list[ToolPolicy]:
-        """The deployment's, the namespace's and the session's policies, the empty ones left out."""
-        return (await self.for_turn(session, namespace))[0]
-
-    async def for_turn(self, session: sessions_pb2.Session | None, namespace: str,
-                       settings: sessions_pb2.NamespaceSettings | None = None) -> tuple[list[ToolPolicy], float]:
-        """`layers`, and the namespace's mcp_servers_version read with them (one read): the turn
-        passes it on, so a tools replica knows without asking whether the namespace's own MCP
-        servers changed. `settings`: the namespace's, when already read (with the session, before
-        a turn)."""
-        if settings is None:
-            settings = await self.namespace_settings(session.namespace if session is not None else namespace)
-        found = [self.deployment, policy_of(settings.tools)]
-        if session is not None:
-            found.append(policy_of(session.tools))
-        return [layer for layer in found if not layer.empty], settings.mcp_servers_version
-
-    def mode_for(self, session: sessions_pb2.Session, requested: str) -> str:
-        """The turn's permission mode: its own, else the session's, else the deployment's."""
-        return validate_permission_mode(requested, "options.permission_mode") or session.permission_mode \
-            or self.permission_mode
+        """The deployment's, the namespace's and the session's policies, the empty ones left out
+        (a turn's are resolved the same way by the agent, from what its StartTurn read)."""
+        settings = await self.namespace_settings(session.namespace if session is not None else namespace)
+        return session_layers(self.deployment, policy_of(settings.tools),
+                              policy_of(session.tools) if session is not None else None)
 
     @staticmethod
     def filter(tools: Sequence[tools_pb2.ToolSpec], layers: Sequence[ToolPolicy]) -> list[tools_pb2.ToolSpec]:

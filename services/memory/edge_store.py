@@ -254,6 +254,10 @@ class EdgeStore(EdgeRecords):
             (root / META).write_text(json.dumps(meta))
             self._known.add(name)
         self._memories[name] = shard
+        # A shard that a bulk import or a migration left unindexed (written with builds off, or
+        # by a service stopped mid-way) gets its build on first use, not at its next write:
+        # searches would brute-force it until then.
+        shard.maybe_index()
         return shard
 
     def _filter(self, f: PointFilter) -> qe.Filter | None:

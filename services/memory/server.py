@@ -8,7 +8,7 @@ from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
-from agentmesh.errors import AgentmeshError, FailedPrecondition
+from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
 from agentmesh.logs import get_logger
 from agentmesh.memory.a2a_tasks import A2aTasks
 from agentmesh.memory.convert import (
@@ -34,7 +34,7 @@ from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
 from agentmesh.memory.tenancy import TenantGuard
-from agentmesh.memory.transcripts import Transcripts
+from agentmesh.memory.transcripts import SessionRecord, Transcripts
 from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.audit import AuditLog
@@ -71,10 +71,13 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     # --- sessions ---
 
+    async def _put_session(self, session: sessions_pb2.Session) -> tuple[SessionRecord, bool]:
+        await self._tenants.may_put(session.session_id, session.namespace)
+        return await self._transcripts.put_session(session_from_proto(session))
+
     @translate_errors
     async def PutSession(self, request, context):
-        await self._tenants.may_put(request.session.session_id, request.session.namespace)
-        session, created = await self._transcripts.put_session(session_from_proto(request.session))
+        session, created = await self._put_session(request.session)
         reply = memory_pb2.PutSessionResponse(session=session_to_proto(session), created=created)
         if request.with_namespace_settings:
             # The session's namespace as stored (an existing session keeps its own), checked as
@@ -175,15 +178,26 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def StartTurn(self, request, context):
-        await self._tenants.session_if_any(request.session_id, "member", "StartTurn")
+        namespace, opened, settings = request.namespace, None, None
+        if request.HasField("session"):
+            # The session first, as PutSession (the gateway no longer calls it before the turn):
+            # the turn then runs in the namespace the session is stored in.
+            if request.session.session_id != request.session_id:
+                raise InvalidArgument("session.session_id must be the session_id the turn starts in")
+            opened = await self._put_session(request.session)
+            namespace = opened[0].namespace or "default"
+            self._tenants.namespace(namespace, "GetNamespaceSettings")
+            settings = await self._namespaces.get(namespace)  # in-process and quick: no task of its own
+        else:
+            await self._tenants.session_if_any(request.session_id, "member", "StartTurn")
         if request.recall_k:
-            self._tenants.namespace(request.namespace, "Search")
+            self._tenants.namespace(namespace, "Search")
         messages = [message_from_proto(m) for m in request.messages]
-        recall = Recall(request.namespace, request.recall_query, request.recall_k, request.recall_timeout_s)
+        recall = Recall(namespace, request.recall_query, request.recall_k, request.recall_timeout_s)
         with bound_contextvars(session_id=request.session_id):
             started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
                                        request.page_size, recall if request.recall_k else None,
-                                       self._learning_reads(request))
+                                       self._learning_reads(request, namespace))
         reply = memory_pb2.StartTurnResponse(
             next_after_seq=started.next_after_seq,
             first_seq=started.first_seq,
@@ -199,11 +213,16 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
             reply.profile.CopyFrom(_profile_to_proto(learned["profile"]))
         reply.skills.extend(_skill_info_to_proto(i) for i in learned.get("skills", ()))
         reply.promoted_tools.extend(_promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
+        if opened is not None and settings is not None:
+            reply.session.CopyFrom(session_to_proto(opened[0]))
+            reply.session_created = opened[1]
+            reply.namespace_settings.CopyFrom(namespace_to_proto(settings))
         return reply
 
-    def _learning_reads(self, request: memory_pb2.StartTurnRequest) -> dict[str, Callable[[], Awaitable[Any]]]:
+    def _learning_reads(self, request: memory_pb2.StartTurnRequest,
+                        namespace: str) -> dict[str, Callable[[], Awaitable[Any]]]:
         """The learning parts StartTurn was asked for, each checked as its own RPC would be."""
-        namespace = request.namespace or "default"
+        namespace = namespace or "default"
 
         def checked(method: str, read: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
             async def run() -> Any:
@@ -213,11 +232,11 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
         reads: dict[str, Callable[[], Awaitable[Any]]] = {}
         if request.with_profile:
-            reads["profile"] = checked("GetProfile", lambda: self._profiles.get(request.namespace))
+            reads["profile"] = checked("GetProfile", lambda: self._profiles.get(namespace))
         if request.with_skills:
-            reads["skills"] = checked("ListSkills", lambda: self._skills.list(request.namespace))
+            reads["skills"] = checked("ListSkills", lambda: self._skills.list(namespace))
         if request.with_promoted_tools:
-            reads["promoted_tools"] = checked("ListPromotedTools", lambda: self._promoted.list(request.namespace))
+            reads["promoted_tools"] = checked("ListPromotedTools", lambda: self._promoted.list(namespace))
         return reads
 
     @translate_errors

@@ -7,7 +7,9 @@ process tree killed) when its lifetime (`max_lifetime_s`, or the shorter `timeou
 passes, when the session's commands are stopped (`stop_session`: the agent does this when a turn
 is cancelled) or when the session's workspace is deleted. The agent collects finished commands
 with `take_finished` (the `BackgroundResults` RPC) and puts their results in front of the model
-at its next step, so the model never has to poll.
+at its next step, so the model never has to poll. Which sessions have something to collect (or
+still running) is streamed to the agent (`sessions`, background_sessions.py; WatchBackground),
+so it asks only for those.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmesh.logs import get_logger
+from agentmesh.tools.background_sessions import BackgroundSessions
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, number, obj, string
 from agentmesh.tools.command_tools import MAX_COMMAND_CHARS, command_outcome
 from agentmesh.tools.results import ToolFailure, ToolOutcome
@@ -66,6 +69,13 @@ class BackgroundCommands:
         self._max_lifetime_s = max_lifetime_s
         self._network = network
         self._sessions: dict[str, _Session] = {}
+        # The sessions with a command running or not yet handed over, for WatchBackground.
+        self.sessions = BackgroundSessions()
+
+    def _update(self, session_id: str) -> None:
+        session = self._sessions.get(session_id)
+        self.sessions.set(session_id, session is not None and any(
+            c.status == RUNNING or not c.delivered for c in session.commands.values()))
 
     def tools(self) -> list[Tool]:
         lifetime = number(f"Stop it after this many seconds (at most {self._max_lifetime_s:g}, the default).",
@@ -105,7 +115,11 @@ class BackgroundCommands:
                            argv=("/bin/sh", "-c", command.command), timeout_s=lifetime, network=self._network)
         command.task = asyncio.create_task(self._follow(command, spec), name=f"background-{ctx.session_id}-{command.id}")
         session.commands[command.id] = command
+        self._update(ctx.session_id)
         log.info("background command started", session_id=ctx.session_id, id=command.id, lifetime_s=lifetime)
+        # Every agent watching is told before the model hears of it, so the session's next
+        # turn collects the result (whichever agent replica runs it).
+        await self.sessions.settled()
         return ToolOutcome(output=f"Started {command.id} in the background (stopped after {lifetime:g} s at the "
                                   "latest). Its result will be shown to you when it finishes; carry on meanwhile.",
                            data={"id": command.id, "lifetime_s": lifetime})
@@ -124,6 +138,7 @@ class BackgroundCommands:
         for c in chosen:
             if c.status != RUNNING:
                 c.delivered = True
+        self._update(ctx.session_id)
         text = "\n\n".join(c.summary() for c in chosen) or "No background commands in this session."
         return ToolOutcome(output=text, data={"commands": [{"id": c.id, "status": c.status} for c in chosen]})
 
@@ -137,6 +152,7 @@ class BackgroundCommands:
         done = [c for c in session.commands.values() if c.status != RUNNING and not c.delivered]
         for c in done:
             c.delivered = True
+        self._update(session_id)
         return done, sum(1 for c in session.commands.values() if c.status == RUNNING)
 
     async def stop_session(self, session_id: str) -> int:
@@ -153,6 +169,7 @@ class BackgroundCommands:
     async def forget_session(self, session_id: str) -> None:
         await self.stop_session(session_id)
         self._sessions.pop(session_id, None)
+        self.sessions.set(session_id, False)
 
     async def close(self) -> None:
         for session_id in list(self._sessions):

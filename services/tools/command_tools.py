@@ -69,7 +69,10 @@ class CommandTools:
         timeout = self.effective_timeout(requested_timeout, ctx.caller_timeout_s)
         started = time.monotonic()
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeout=timeout)
+            if self._slots.locked():  # only then wait, under the call's time limit (a task more)
+                await asyncio.wait_for(self._slots.acquire(), timeout=timeout)
+            else:
+                await self._slots.acquire()  # free: taken at once
         except TimeoutError:
             return ToolOutcome(
                 output=f"[every sandbox of this service was busy for the call's whole {timeout:g} s time limit; try again]",

@@ -18,6 +18,7 @@ from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.tools.background import BackgroundCommand, BackgroundCommands
+from agentmesh.tools.background_sessions import BackgroundSessions
 from agentmesh.tools.catalog import CallContext, ChangingProvider, Tool, ToolProvider, ToolSpec
 from agentmesh.tools.catalog_version import CatalogVersions
 from agentmesh.tools.results import ToolFailure, ToolOutcome
@@ -44,6 +45,8 @@ class ToolService:
     def __init__(self, providers: Iterable[ToolProvider], workspaces: Workspaces, max_arguments_bytes: int,
                  background: BackgroundCommands | None = None, namespaces: NamespaceTools | None = None):
         self.background = background
+        # The sessions with background state, streamed by WatchBackground (none without background commands).
+        self.background_sessions = background.sessions if background is not None else BackgroundSessions()
         # Changes with every change of any catalog (WatchCatalog), so callers can keep listings.
         self.versions = CatalogVersions()
         self._namespaces: NamespaceTools | None = None

@@ -117,6 +117,11 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         ])
 
     @translate_errors
+    async def WatchBackground(self, request, context):
+        async for change in self._core.background_sessions.watch():
+            yield tools_pb2.BackgroundSessions(complete=change.complete, pending=change.pending, cleared=change.cleared)
+
+    @translate_errors
     async def StopBackground(self, request, context):
         await self._session(request.session_id, "StopBackground")
         return tools_pb2.StopBackgroundResponse(stopped=await self._core.stop_background(request.session_id))
@@ -272,6 +277,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                            WorkspaceQuota(tools_settings.workspace_quota_bytes))
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files, tenants), "agentmesh.v1.Tools")
     host.on_drain(core.versions.close)  # open WatchCatalog streams would hold the drain up
+    host.on_drain(core.background_sessions.close)  # as WatchCatalog's
     if core.background is not None:
         host.on_stop(core.background.close)  # before the executor: stop what still runs
     if mcp_tools is not None:

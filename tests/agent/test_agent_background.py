@@ -61,8 +61,13 @@ async def test_check_reports_and_the_cap_per_session_holds(tmp_path):
              reply("One runs.")]
     async with Running(tmp_path, in_order(*steps), env={"AGENTMESH_TOOLS_BACKGROUND_PER_SESSION": "1"}) as running:
         events = await run_turn(running.stack, "cap", "start two")
-        assert processes_running("sleep 45.25") and not processes_running("sleep 45.5")
-    first, second, check, unknown = (r.result for r in of_kind(events, "tool_result"))
+        # The jail starts on its own after background_run answers: under load, after the turn.
+        await until(lambda: processes_running("sleep 45.25"))
+        assert not processes_running("sleep 45.5")
+    # Results stream as calls end (the first start answers once the agent has been told of it);
+    # read them in the order of the calls.
+    results = {r.result.call_id: r.result for r in of_kind(events, "tool_result")}
+    first, second, check, unknown = (results[c.call_id] for c in of_kind(events, "tool_call"))
     assert not first.is_error
     assert second.error_kind == "too_many_background" and "the limit is 1" in second.output
     assert check.output.startswith("bg-1 `sleep 45.25` — running after ")

@@ -221,6 +221,29 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
     assert all(token not in audit.read_text() for token in TOKENS.values())
 
 
+async def test_a_turn_runs_in_its_sessions_namespace_of_the_callers_tenant(tenants, llm):
+    stack, audit = tenants
+    gateway = stack.gateway_stub()
+    # Made by an admin in the tenant's second namespace; a member's turn finds it there (the
+    # agent's StartTurn opens it: the gateway read nothing of it first).
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="ops-1", namespace="beta-ops"),
+                                metadata=auth("b-admin"))
+    llm.add(reply("ops answer"))
+    events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="ops-1", message="status?"),
+                                        metadata=auth("b-member"), timeout=60))
+    started = of_kind(events, "run_started")[0]
+    assert (started.namespace, started.session_created) == ("beta-ops", False)
+    assert of_kind(events, "run_finished")[0].final_text == "ops answer"
+    # A new id goes to the member's home namespace, and its creation is audited as before.
+    llm.add(reply("new"))
+    events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="fresh-1", message="hi"),
+                                        metadata=auth("b-member"), timeout=60))
+    started = of_kind(events, "run_started")[0]
+    assert (started.namespace, started.session_created) == ("beta", True)
+    created = [e for e in _audit(audit) if e["action"] == "session.create" and e["session_id"] == "fresh-1"]
+    assert [(e["namespace"], e["principal"]) for e in created] == [("beta", "service-account:b-member")]
+
+
 async def test_roles_within_a_tenant(tenants, llm):
     stack, audit = tenants
     gateway = stack.gateway_stub()

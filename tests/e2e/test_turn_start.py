@@ -1,9 +1,10 @@
 """What a turn reads before its first model call, and that none of it goes stale:
 
-- the gateway's pre-turn reads are one call (PutSession returns the namespace's settings), the
-  agent's are one call to memory (StartTurn brings the transcript, recall, standing
-  instructions, skills and promoted tools) and, once per catalog version, one ListTools; the
-  model calls' usage records travel with the appends;
+- the gateway makes no call to memory before a turn: the agent's one call to memory (StartTurn)
+  creates the session when missing and brings it with its namespace's settings, the
+  transcript, recall, standing instructions, skills and promoted tools; and, once per catalog
+  version, one ListTools; the model calls' usage records travel with the appends; no
+  BackgroundResults call in a session without background commands;
 - the catalog the agent keeps follows every change: a namespace's MCP server added or removed,
   a server's `list_changed`; and settings changed through the API apply to the next turn.
 
@@ -27,7 +28,7 @@ from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 
 # The calls a turn made before it: one each, none of them any more.
-FOLDED = {"GetNamespaceSettings", "GetProfile", "ListSkills", "ListPromotedTools"}
+FOLDED = {"PutSession", "GetSession", "GetNamespaceSettings", "GetProfile", "ListSkills", "ListPromotedTools"}
 
 
 @pytest.fixture
@@ -67,36 +68,58 @@ async def test_a_turn_reads_what_it_needs_in_one_call_to_memory_and_lists_the_ca
     for n, trace_id in enumerate(trace_ids):
         served = calls[trace_id]
         assert not FOLDED & set(served), served
-        assert served.count("PutSession") == 1 and served.count("StartTurn") == 1, served
+        assert served.count("StartTurn") == 1, served
         # The first turn lists the catalog; the next ones keep it (nothing changed).
         assert served.count("ListTools") == (1 if n == 0 else 0), (n, served)
         assert served.count("Execute") == 1 and served.count("AppendMessages") == 3, served
+        # No background command in the session: the tools service said so (WatchBackground), so
+        # no turn asks for their results (the first may, if it starts before the watch is open).
+        assert served.count("BackgroundResults") == 0 or n == 0, (n, served)
         # Each model call's usage record rides on the append of the step it produced.
         assert "RecordUsage" not in served, served
 
 
 async def test_settings_changed_through_the_api_apply_to_the_next_turn(tmp_path, llm):
-    async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
+    catalog = tmp_path / "models.yaml"
+    catalog.write_text(f"models:\n  - name: second\n    base_url: {llm.base_url}\n    model: second-model\n")
+    env = {"AGENTMESH_MODELS": str(catalog), "AGENTMESH_AGENT_APPROVAL_TIMEOUT_S": "0.5",
+           "AGENTMESH_GATEWAY_TOOLS_DENY": "web_fetch"}
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as stack:
         gateway = stack.gateway_stub()
         await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="s1", namespace="team"), timeout=10)
-        llm.add(reply("first"))
-        await chat(gateway, "s1", "hello")
+        llm.add(reply("", tool_call("list_dir", {"path": "."}, id="c1")), reply("first"))
+        events = await chat(gateway, "s1", "hello")
         first = llm.requests[-1]
         assert "shell" in offered(first) and "Always answer in French" not in first.body["messages"][0]["content"]
+        assert "web_fetch" not in offered(first)  # the deployment's layer
+        assert first.body["model"] != "second-model" and not of_kind(events, "approval_request")
+        # The session was created in the namespace it was created in, not the caller's default.
+        assert of_kind(events, "run_started")[0].namespace == "team"
 
-        # The namespace's tool policy and standing instructions, and the session's own policy.
+        # The namespace's tool policy and standing instructions, and the session's own policy,
+        # model and permission mode.
         await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
             namespace="team", tools=common_pb2.ToolPolicy(deny=["shell"])), timeout=10)
         await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="team", part="soul",
                                                                 text="Always answer in French."), timeout=10)
         await gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(
-            session_id="s1", tools=common_pb2.ToolPolicy(deny=["python"]), update_mask=["tools"]), timeout=10)
-        llm.add(reply("second"))
-        await chat(gateway, "s1", "hello again")
+            session_id="s1", tools=common_pb2.ToolPolicy(deny=["python"]), model="second",
+            permission_mode="manual", update_mask=["tools", "model", "permission_mode"]), timeout=10)
+        llm.add(reply("", tool_call("list_dir", {"path": "."}, id="c2")), reply("second"))
+        events = await chat(gateway, "s1", "hello again")
         second = llm.requests[-1]
-        assert "shell" not in offered(second) and "python" not in offered(second)
+        assert "shell" not in offered(second) and "python" not in offered(second) and "web_fetch" not in offered(second)
         assert "read_file" in offered(second)
         assert "Always answer in French." in second.body["messages"][0]["content"]
+        assert second.body["model"] == "second-model"
+        # Manual: even a read is held (and, undecided, times out).
+        assert [a.call_id for a in of_kind(events, "approval_request")] == ["c2"]
+        assert not of_kind(events, "run_started")[0].session_created
+
+        # A turn's own choices still win over the session's.
+        llm.add(reply("", tool_call("list_dir", {"path": "."}, id="c3")), reply("third"))
+        events = await chat(gateway, "s1", "once more", model="default", permission_mode="auto")
+        assert llm.requests[-1].body["model"] != "second-model" and not of_kind(events, "approval_request")
 
 
 async def test_a_namespace_mcp_server_added_or_removed_is_in_the_next_turns_catalog(tmp_path, llm):

@@ -9,6 +9,7 @@ write the dead one acknowledged.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -19,14 +20,14 @@ import pytest
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.memory.client import MemoryClient
-from agentmesh.v1 import common_pb2
+from agentmesh.v1 import common_pb2, memory_pb2
 from tests.support.identities import signed_channel
 
 pytestmark = pytest.mark.slow
 
 
 class ServiceProcess:
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, env: dict[str, str] | None = None):
         self.home = home
         self.env = {
             **os.environ,
@@ -34,6 +35,7 @@ class ServiceProcess:
             "AGENTMESH_LISTEN_ADDR": "127.0.0.1:0",
             "AGENTMESH_TRACES": "none",
             "AGENTMESH_DRAIN_S": "1",
+            **(env or {}),
         }
         self.proc: asyncio.subprocess.Process | None = None
         self.output: list[str] = []
@@ -143,3 +145,68 @@ async def test_a_second_memory_process_on_the_same_home_is_refused_clearly(tmp_p
     finally:
         await first.stop()
         await second.stop()
+
+
+async def test_nothing_acknowledged_is_lost_when_the_service_is_killed_during_an_index_build(tmp_path):
+    """A namespace bulk-imported with builds off; the next service builds it on first use and
+    takes new memories meanwhile; `kill -9` in the middle of the build (the indexer dies with it)
+    loses no acknowledged memory, and the service after it builds the namespace again."""
+    home = tmp_path / "home"
+    importer = ServiceProcess(home, {"AGENTMESH_MEMORY_INDEX_AFTER": "0"})
+    building = ServiceProcess(home, {"AGENTMESH_MEMORY_INDEX_AFTER": "500"})
+    after = ServiceProcess(home, {"AGENTMESH_MEMORY_INDEX_AFTER": "500"})
+    try:
+        target = await importer.start()
+        channel = importer.channel(target)
+        client = MemoryClient(channel, target=target, timeout_s=30)
+        for start in range(0, 3000, 500):
+            batch = [memory_pb2.RememberRequest(text=f"imported fact {i} about shards", kind="knowledge")
+                     for i in range(start, start + 500)]
+            await client.import_memories(batch, namespace="bulk")
+        await channel.close()
+        await importer.stop()
+
+        target = await building.start()
+        channel = building.channel(target)
+        client = MemoryClient(channel, target=target, timeout_s=5)
+        assert len(await client.search("imported fact 7", namespace="bulk", k=3)) == 3  # starts the build
+        acked: list[str] = []
+
+        async def remember_forever():
+            for i in range(1_000_000):
+                acked.append((await client.remember(f"new fact {i} during the build", namespace="bulk")).id)
+
+        writer = asyncio.create_task(remember_forever())
+        async with asyncio.timeout(60):
+            while not any('"memory shard indexing"' in line for line in building.output) or len(acked) < 20:
+                await asyncio.sleep(0.01)
+                assert not writer.done(), writer.exception()
+        assert not any('"memory shard indexed"' in line for line in building.output), "the build ended before the kill"
+        building.proc.send_signal(signal.SIGKILL)
+        assert await building.wait() == -signal.SIGKILL
+        with pytest.raises(AgentmeshError):
+            await writer
+        await channel.close()
+
+        target = await after.start()
+        channel = after.channel(target)
+        client = MemoryClient(channel, target=target, timeout_s=30)
+        try:
+            for memory_id in acked:
+                assert (await client.get_memory(memory_id, namespace="bulk")).id == memory_id
+            hits = await client.search("new fact during the build", namespace="bulk", k=5)
+            assert hits and all("during the build" in h.memory.text for h in hits)
+            root = home / "memory" / "memories" / "bulk"
+            async with asyncio.timeout(120):  # the first use started the build again, and it ends
+                while not any('"memory shard indexed"' in line for line in after.output):
+                    await asyncio.sleep(0.1)
+            current = json.loads((root / "CURRENT").read_text())
+            assert sorted(p.name for p in root.glob("gen-*")) == [f"gen-{current['generation']:04d}"]
+            assert current["indexed_points"] >= 3000 + len(acked)
+            for memory_id in acked:
+                assert (await client.get_memory(memory_id, namespace="bulk")).id == memory_id
+        finally:
+            await channel.close()
+    finally:
+        for service in (importer, building, after):
+            await service.stop()

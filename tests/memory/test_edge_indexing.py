@@ -198,3 +198,39 @@ async def test_writes_wait_for_a_build_they_are_index_after_ahead_of(tmp_path):
         assert await store.count_memories(PointFilter("ns")) == 602
     finally:
         await store.close()
+
+
+async def test_a_shard_a_bulk_import_left_unindexed_is_built_on_first_use(tmp_path):
+    """A bulk import (builds off, as `benches.memory_scale --million` fills 1M) leaves a shard
+    unindexed; the service opened on it afterwards starts the build at the first search rather
+    than at a next write that may never come, and answers and takes writes while it runs."""
+    rng = random.Random(6)
+    bulk = EdgeStore(tmp_path / "home", index_after=0)
+    await bulk.open()
+    await bulk.check_embedder("e", DIM)
+    await bulk.upsert_memories("ns", rows(0, 600, rng))
+    assert bulk.memory_shard_stats("ns")["indexing"] is False
+    await bulk.close()
+
+    store = EdgeStore(tmp_path / "home", index_after=300)
+    await store.open()
+    assert await store.check_embedder("e", DIM) == ""
+    try:
+        hits = await store.hybrid_search(PointFilter("ns"), [0.5] * DIM, ([600], [1.0]), 1, PLAN)
+        assert hits[0][2]["id"] == "m599"
+        assert store.memory_shard_stats("ns")["indexing"] is True, "the first search did not start a build"
+        written, answered = 600, 0
+        while store.memory_shard_stats("ns")["indexing"]:
+            await store.upsert_memories("ns", rows(written, 5, rng))
+            written += 5
+            hits = await store.hybrid_search(PointFilter("ns"), [0.5] * DIM, ([written], [1.0]), 1, PLAN)
+            assert hits[0][2]["id"] == f"m{written - 1}"
+            answered += 1
+            await asyncio.sleep(0.05)
+        assert answered > 3, "the build finished before the test could search beside it"
+        current = json.loads((store.root / "memories" / "ns" / "CURRENT").read_text())
+        assert current["generation"] >= 2 and current["indexed_points"] >= 600
+        found = await store.get_memories("ns", [point_id("memory", "ns", f"m{i}") for i in range(written)])
+        assert len(found) == written == await store.count_memories(PointFilter("ns"))
+    finally:
+        await store.close()

@@ -195,3 +195,35 @@ async def test_an_append_records_the_usage_sent_with_it_and_a_bad_record_never_f
     async with as_gateway(memory_service) as channel:
         sums = await memory_pb2_grpc.MemoryStub(channel).SumUsage(memory_pb2.SumUsageRequest(group_by="session"))
     assert [(s.key, s.calls, s.input_tokens) for s in sums.sums] == [("s6", 2, 30)]
+
+
+async def test_start_turn_opens_the_session_and_runs_in_the_namespace_it_is_stored_in(memory_service):
+    from agentmesh.v1 import memory_pb2_grpc, sessions_pb2
+
+    client, stub = memory_service.client, memory_service.stub
+    await client.remember("Team members deploy on Fridays", namespace="team")
+    async with as_gateway(memory_service) as channel:
+        await memory_pb2_grpc.MemoryStub(channel).UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
+            namespace="team", tools=common_pb2.ToolPolicy(deny=["shell"])))
+
+    first = await stub.StartTurn(start("s7", "hello", session=sessions_pb2.Session(session_id="s7", namespace="team")))
+    assert first.session_created and first.session.namespace == "team" and first.last_seq == 1
+    assert list(first.namespace_settings.tools.deny) == ["shell"]
+    # An existing session keeps its namespace: recall reads the stored one, not the one asked for.
+    again = await stub.StartTurn(start("s7", "when do we deploy", namespace="default", recall_query="deploy",
+                                       recall_k=3, session=sessions_pb2.Session(session_id="s7", namespace="default")))
+    assert not again.session_created and again.session.namespace == "team"
+    assert [h.memory.text for h in again.recalled] == ["Team members deploy on Fridays"]
+    assert [m.content for m in again.messages] == ["hello"] and again.last_seq == 2
+    # Without `session`, nothing of it comes back (the agent then resolves nothing).
+    plain = await stub.StartTurn(start("s7", "plain"))
+    assert not plain.HasField("session") and not plain.HasField("namespace_settings")
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.StartTurn(start("s8", "hi", session=sessions_pb2.Session(session_id="other")))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "session.session_id" in (err.value.details() or "")
+    from agentmesh.errors import NotFound
+
+    with pytest.raises(NotFound):
+        await client.get_session("s8")  # refused before anything was written

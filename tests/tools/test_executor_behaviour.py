@@ -134,3 +134,20 @@ async def test_a_memory_hog_is_stopped_and_reported(tools, backend):
         assert "MemoryError" in result.stderr  # the jail's address-space limit
     else:
         assert result.error_kind == "oom" and "out of memory" in result.output  # the pod's memory limit
+
+
+async def test_the_local_jail_follows_its_process_without_a_thread_of_its_own(home):
+    """Each jailed process is followed on the event loop (a pidfd), not by a thread started per
+    call: while one runs, the service has no thread waiting for it, and its end is seen at once."""
+    import threading
+
+    async with ToolsClient(home, BACKENDS["local"](home).env()) as client:
+        await client.call("shell", {"command": "true"})  # the service's own threads are up
+        before = {t.name for t in threading.enumerate()}
+        call = asyncio.ensure_future(client.call("shell", {"command": "echo started > started.txt; sleep 1.5"}))
+        assert await wait_until((client.workspace("s1") / "started.txt").exists, timeout_s=30)
+        during = {t.name for t in threading.enumerate()} - before
+        result = await call
+    assert not result.is_error, result.output
+    assert not [name for name in during if "waitpid" in name], during
+    assert result.duration_ms < 1500 + 1000

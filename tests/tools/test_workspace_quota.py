@@ -173,3 +173,33 @@ def test_usage_walks_trees_deeper_than_it_holds_descriptors_for(tmp_path):
     # No descriptor is left open (others of this process may close theirs meanwhile).
     assert len(os.listdir("/proc/self/fd")) <= open_before
     subprocess.run(["rm", "-rf", str(workspace)], check=True)
+
+
+async def test_a_workspace_of_many_small_files_past_the_quota_is_measured_whole(quota_tools):
+    """Past `UsageMeter.INLINE_ENTRIES` entries the walk moves off the event loop; it still counts
+    every file (and the quota still holds), on this call and the next."""
+    command = "mkdir -p d/e; for i in $(seq 1 300); do head -c 256K /dev/zero > d/e/f$i || exit 1; done; echo written"
+    result = await quota_tools.call("shell", {"command": command, "timeout_s": 60})
+    assert result.error_kind == "disk_quota", result.output
+    assert result.data["usage_bytes"] == workspace_usage(quota_tools.workspace("s1")) > QUOTA_MB * MIB
+    again = await quota_tools.call("shell", {"command": "head -c 1M /dev/zero > more"})
+    assert again.error_kind == "disk_quota", again.output
+
+
+async def test_the_meter_measures_small_and_big_workspaces_alike(tmp_path):
+    from agentmesh.tools.quota import UsageMeter
+
+    meter = UsageMeter(threads=1)
+    small, big = tmp_path / "small", tmp_path / "big"
+    (small / "a").mkdir(parents=True)
+    (small / "a" / "f").write_bytes(b"x" * 5000)
+    (big / "many").mkdir(parents=True)
+    for i in range(UsageMeter.INLINE_ENTRIES * 2):
+        (big / "many" / f"f{i}").write_bytes(b"y" * 100)
+    try:
+        for _ in range(2):  # the second look at the big one goes straight to the meter's thread
+            assert await meter.usage(small) == workspace_usage(small) > 0
+            assert await meter.usage(big) == workspace_usage(big) > UsageMeter.INLINE_ENTRIES * 4096
+        assert await meter.usage(tmp_path / "none") == 0
+    finally:
+        meter.close()

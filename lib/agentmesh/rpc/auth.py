@@ -89,6 +89,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListTools": _allow("agent", "gateway", USERS),
         # The agent keeps each namespace's catalog while its version holds (no listing per turn).
         "WatchCatalog": _allow("agent"),
+        # ...and knows which sessions have background commands to collect (no call per turn).
+        "WatchBackground": _allow("agent"),
         "Execute": _allow("agent", USERS),
         # The gateway deletes a session's workspace with the session.
         "DeleteWorkspace": _allow("gateway"),

@@ -49,8 +49,8 @@ log = get_logger("agentmesh.rpc")
 # Above this a request goes as a unary call of its own (see the module's docstring).
 CARRY_LIMIT_BYTES = 256 * 1024
 
-Request = TypeVar("Request")
-Response = TypeVar("Response")
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
 
 class NotCarried(Exception):
@@ -99,8 +99,12 @@ class _OpenStream:
                     await self.call.write(message)
         except asyncio.CancelledError:
             pass
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+        except grpc.aio.AioRpcError as exc:
             self.end(exc)
+        except (asyncio.InvalidStateError, grpc.aio.UsageError):
+            # The stream ended before this write: fail its calls with how it ended (an older
+            # server's UNIMPLEMENTED included), whichever of writer and reader sees it first.
+            self.end(_rpc_error(await self.call.code(), await self.call.details() or ""))
 
     async def _read(self) -> None:
         try:
@@ -135,7 +139,7 @@ class _OpenStream:
         self.call.cancel()
 
 
-class CarriedClient(Generic[Request, Response]):
+class CarriedClient(Generic[_Request, _Response]):
     """The caller's side: `await call(request, timeout)` as a unary call of `full_method`.
 
     `open_stream()` opens the stream (e.g. `stub.AppendStream`) on a channel that signs the
@@ -143,8 +147,8 @@ class CarriedClient(Generic[Request, Response]):
     `unwrap(message)` splits an answer into its CarriedStatus and response."""
 
     def __init__(self, full_method: str, open_stream: Callable[[], Any], *,
-                 wrap: Callable[[common_pb2.CarriedCall, Request], Any],
-                 unwrap: Callable[[Any], tuple[common_pb2.CarriedStatus, Response]],
+                 wrap: Callable[[common_pb2.CarriedCall, _Request], Any],
+                 unwrap: Callable[[Any], tuple[common_pb2.CarriedStatus, _Response]],
                  identity: ServiceIdentity | None, audience: str, tracer: trace.Tracer | None, peer: str):
         self._method = full_method
         self._open_stream = open_stream
@@ -159,7 +163,7 @@ class CarriedClient(Generic[Request, Response]):
         self._stream: _OpenStream | None = None
         self.unsupported = False  # the server answered UNIMPLEMENTED: unary calls from now on
 
-    async def call(self, request: Request, timeout: float) -> Response:
+    async def call(self, request: _Request, timeout: float) -> _Response:
         if self.unsupported:
             raise NotCarried(f"{self._peer} does not serve {self._method} on a stream")
         if request.ByteSize() > CARRY_LIMIT_BYTES:  # type: ignore[attr-defined]  # a protobuf message
@@ -184,7 +188,7 @@ class CarriedClient(Generic[Request, Response]):
             code, details = _CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message
             if code != grpc.StatusCode.OK:
                 raise _rpc_error(code, details)
-            return cast(Response, response)
+            return cast(_Response, response)
         except NotCarried:
             code, details = grpc.StatusCode.UNIMPLEMENTED, "not carried"
             raise
@@ -241,15 +245,15 @@ class CarriedClient(Generic[Request, Response]):
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-class CarriedCalls(Generic[Request, Response]):
+class CarriedCalls(Generic[_Request, _Response]):
     """The server's side: serves a stream of carried `full_method` calls with `handle`, each as
     `ServerCalls.carried` serves a call, concurrently (in a task each), answering each as it
     finishes. `unwrap(message)` splits a stream message into its CarriedCall and request;
     `wrap(status, response)` makes the answer."""
 
-    def __init__(self, calls: ServerCalls, full_method: str, handle: Callable[[Request], Awaitable[Response]], *,
-                 unwrap: Callable[[Any], tuple[common_pb2.CarriedCall, Request]],
-                 wrap: Callable[[common_pb2.CarriedStatus, Response | None], Any]):
+    def __init__(self, calls: ServerCalls, full_method: str, handle: Callable[[_Request], Awaitable[_Response]], *,
+                 unwrap: Callable[[Any], tuple[common_pb2.CarriedCall, _Request]],
+                 wrap: Callable[[common_pb2.CarriedStatus, _Response | None], Any]):
         self._calls = calls
         self._method = full_method
         self._handle = handle
@@ -271,7 +275,7 @@ class CarriedCalls(Generic[Request, Response]):
         running: set[asyncio.Task[None]] = set()
         self._streams[answers] = running
 
-        async def one(header: common_pb2.CarriedCall, request: Request) -> None:
+        async def one(header: common_pb2.CarriedCall, request: _Request) -> None:
             metadata = [(SERVICE_TOKEN_HEADER, header.service_token)] if header.service_token else []
             if header.traceparent:
                 metadata.append(("traceparent", header.traceparent))

@@ -99,6 +99,23 @@ def rlimit_prefix(limits: SandboxLimits, prlimit: str, file_size_bytes: int | No
     ]
 
 
+def _system_binds(*, network: bool) -> list[str]:
+    """bwrap arguments for the system's part of a jail's root: the merged-/usr links or
+    directories (the layout, looked up once: it does not change while the service runs), and
+    the /etc entries programs need — bwrap skips one that does not exist when the jail starts
+    (`--ro-bind-try`), so each jail still gets those there are at that moment."""
+    argv: list[str] = []
+    for path in MERGED_USR_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for name in ETC_ALLOWLIST + (NETWORK_ETC if network else ()):
+        source = f"/etc/{name}"
+        argv += ["--ro-bind-try", source, source]
+    return argv
+
+
 def _system_tool(name: str) -> str:
     return shutil.which(name, path="/usr/bin:/bin:/usr/local/bin") or ""
 
@@ -152,6 +169,8 @@ class LocalJail:
         self._setpriv = _system_tool("setpriv")
         self._etc_dir = workspaces.root.parent / "sandbox-etc"
         self._seccomp: bytes | None = None
+        # The system's part of every jail's root, looked up once: (without, with) the network.
+        self._system_binds = (_system_binds(network=False), _system_binds(network=True))
         if self._bwrap:
             self._write_identity_files()
             if settings.seccomp:
@@ -208,16 +227,7 @@ class LocalJail:
             argv += ["--seccomp", str(seccomp_fd)]
         if not spec.network:
             argv.append("--unshare-net")
-        for path in MERGED_USR_DIRS:
-            if os.path.islink(path):
-                argv += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                argv += ["--ro-bind", path, path]
-        etc = ETC_ALLOWLIST + (NETWORK_ETC if spec.network else ())
-        for name in etc:
-            source = Path("/etc") / name
-            if source.exists():
-                argv += ["--ro-bind", str(source), str(source)]
+        argv += self._system_binds[spec.network]
         argv += [
             "--ro-bind", str(self._etc_dir / "passwd"), "/etc/passwd",
             "--ro-bind", str(self._etc_dir / "group"), "/etc/group",

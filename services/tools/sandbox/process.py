@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from agentmesh.tools.sandbox.output import CappedOutput
 
@@ -66,6 +67,67 @@ class _Collector(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
+class PidfdChildWatcher(asyncio.AbstractChildWatcher):
+    """Follows each child through a pidfd on the event loop that started it, as Python 3.12's
+    asyncio does by itself. Python 3.11's default (ThreadedChildWatcher) starts a thread per
+    child and holds the event loop until that thread runs — per sandboxed call, tenths of a
+    millisecond on an idle machine and more under load — then wakes the loop from it. (asyncio's
+    own PidfdChildWatcher of 3.11 is tied to one event loop; this one serves whichever runs.)"""
+
+    def add_child_handler(self, pid: int, callback: Callable[..., object], *args: Any) -> None:  # type: ignore[override]
+        loop = asyncio.get_running_loop()
+        pidfd = os.pidfd_open(pid)
+        loop.add_reader(pidfd, self._reap, loop, pid, pidfd, callback, args)
+
+    @staticmethod
+    def _reap(loop: asyncio.AbstractEventLoop, pid: int, pidfd: int, callback: Callable[..., object],
+              args: tuple[Any, ...]) -> None:
+        loop.remove_reader(pidfd)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped elsewhere: asyncio's convention
+            returncode = 255
+        else:
+            returncode = os.waitstatus_to_exitcode(status)
+        os.close(pidfd)
+        callback(pid, returncode, *args)
+
+    def remove_child_handler(self, pid: int) -> bool:
+        return True
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        pass
+
+    def is_active(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "PidfdChildWatcher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def follow_children_with_pidfds() -> None:
+    """On Python 3.11 with a kernel that has pidfds (Linux 5.3+), follow child processes with
+    PidfdChildWatcher instead of a thread each; a no-op where 3.12+ does so already, or where
+    pidfds are missing. For the whole process, once."""
+    if sys.version_info >= (3, 12) or isinstance(_policy_watcher(), PidfdChildWatcher):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return
+    asyncio.get_event_loop_policy().set_child_watcher(PidfdChildWatcher())
+
+
+def _policy_watcher() -> object:
+    return getattr(asyncio.get_event_loop_policy(), "_watcher", None)
+
+
 def kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -95,6 +157,7 @@ async def run_process(
     awaiting task kills before re-raising, so a cancelled call leaves nothing running.
     """
     kill = killer or _kill_group_async
+    follow_children_with_pidfds()
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     spawn = asyncio.ensure_future(

@@ -1,0 +1,38 @@
+"""What a turn that opens its session resolves from it: the rules the gateway applied before
+(the turn's choice first, then the session's, then the deployment's; every policy layer kept)."""
+
+from __future__ import annotations
+
+from agentmesh.agent.loop import TurnRequest
+from agentmesh.agent.session_open import OpenedSession, SessionToOpen, resolve
+from agentmesh.toolpolicy import ToolPolicy
+
+DEPLOYMENT = ToolPolicy(deny=("web_fetch",))
+MODELS = {"default", "second"}
+
+
+def turn(**kw) -> TurnRequest:
+    opening = SessionToOpen(deployment_tools=DEPLOYMENT, deployment_permission_mode="normal")
+    return TurnRequest(session_id="s1", run_id="r1", message="hi", namespace="default", opening=opening, **kw)
+
+
+def test_the_sessions_settings_apply_unless_the_turn_names_its_own():
+    opened = OpenedSession(namespace="team", created=False, model="second", permission_mode="manual",
+                           tools=ToolPolicy(deny=("python",)), namespace_tools=ToolPolicy(deny=("shell",)),
+                           mcp_servers_version=7.0)
+    resolved = resolve(turn(), opened, MODELS)
+    assert (resolved.namespace, resolved.model, resolved.permission_mode) == ("team", "second", "manual")
+    assert resolved.tool_policies == (DEPLOYMENT, ToolPolicy(deny=("shell",)), ToolPolicy(deny=("python",)))
+    assert resolved.mcp_servers_version == 7.0 and resolved.opening is None  # a sub-agent opens nothing
+
+    own = ToolPolicy(allow=("read_file",))
+    resolved = resolve(turn(model="default", permission_mode="auto", tool_policies=(own,)), opened, MODELS)
+    assert (resolved.model, resolved.permission_mode) == ("default", "auto")
+    assert resolved.tool_policies[-1] == own  # the turn's narrowing stays, after the session's layers
+
+
+def test_an_unknown_session_model_and_unset_modes_fall_back_to_the_deployment():
+    opened = OpenedSession(namespace="default", created=True, model="gone-from-the-catalogue")
+    resolved = resolve(turn(), opened, MODELS)
+    assert (resolved.model, resolved.permission_mode) == ("", "normal")
+    assert resolved.tool_policies == (DEPLOYMENT,)  # empty layers are left out
