@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import replace
-from typing import Sequence, cast
+from dataclasses import dataclass, replace
+from typing import Awaitable, Callable, Sequence, cast
 
 import grpc
 
@@ -54,12 +54,17 @@ def message_to_proto(m: ChatMessage) -> common_pb2.Message:
     )
 
 
+_ROLES = frozenset(("system", "user", "assistant", "tool"))
+
+
 def message_from_proto(m: common_pb2.Message) -> ChatMessage:
-    role = cast(Role, m.role) if m.role in ("system", "user", "assistant", "tool") else "user"
+    # Every turn converts its whole transcript: no generator for the (usual) message without calls.
+    role = m.role
+    calls = m.tool_calls
     return ChatMessage(
-        role=role,
+        role=cast(Role, role) if role in _ROLES else "user",
         content=m.content,
-        tool_calls=tuple(ToolCall(c.call_id, c.name, c.arguments_json or "{}") for c in m.tool_calls),
+        tool_calls=tuple([ToolCall(c.call_id, c.name, c.arguments_json or "{}") for c in calls]) if calls else (),
         tool_call_id=m.tool_call_id,
         name=m.name,
         run_id=m.run_id,
@@ -243,37 +248,71 @@ class GrpcBackgroundCommands:
 class UsageOutbox:
     """Usage records waiting for their session's next transcript append to carry them.
 
-    A model call's record is written as soon as the call ends (usage_log.py), and the loop
+    A model call's record is handed over as soon as the call ends (usage_log.py), and the loop
     persists the step that call produced right after: sent with that append, the record costs
     no round trip of its own (two fewer calls to memory in a tool-using turn). A record no
     append takes within `wait_s` — a call whose output is not persisted — is sent on its own
-    (RecordUsage), as is one the append could not record."""
+    (RecordUsage), as is one the append could not record. Holding a record is synchronous (a
+    timer, no task), so the append that follows finds it without yielding to the event loop."""
 
     def __init__(self, wait_s: float = 0.02):
         self._wait_s = wait_s
-        self._waiting: dict[str, list[tuple[UsageEntry, asyncio.Future[bool]]]] = {}
+        self._waiting: dict[str, list[HeldUsage]] = {}
 
-    async def carried(self, entry: UsageEntry) -> bool:
-        """Whether an append recorded `entry` (False: send it yourself)."""
-        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        waiting = self._waiting.setdefault(entry.session_id, [])
-        waiting.append((entry, answer))
-        try:
-            return await asyncio.wait_for(asyncio.shield(answer), self._wait_s)
-        except TimeoutError:
-            if (entry, answer) in waiting:
-                waiting.remove((entry, answer))
-                if not waiting:
-                    self._waiting.pop(entry.session_id, None)
-                return False
-            return await answer  # an append took it meanwhile: its answer
+    def hold(self, entry: UsageEntry, send_alone: Callable[[UsageEntry], Awaitable[None]]) -> "asyncio.Future[None]":
+        """Keep `entry` for the session's next append; done once it is stored by one way or the other."""
+        loop = asyncio.get_running_loop()
+        held = HeldUsage(entry, loop.create_future(), send_alone)
+        held.timer = loop.call_later(self._wait_s, self._expire, held)
+        self._waiting.setdefault(entry.session_id, []).append(held)
+        return held.stored
 
-    def take(self, session_id: str) -> list[tuple[UsageEntry, "asyncio.Future[bool]"]]:
-        """The session's waiting records, for an append to carry; their answers are its to give."""
-        waiting = self._waiting.pop(session_id, [])
-        taken = list(waiting)
-        waiting.clear()  # a waiter that times out now finds its record taken and awaits the answer
+    def take(self, session_id: str) -> list["HeldUsage"]:
+        """The session's waiting records, for an append to carry; it settles each (HeldUsage.settle)."""
+        taken = self._waiting.pop(session_id, [])
+        for held in taken:
+            if held.timer is not None:
+                held.timer.cancel()
         return taken
+
+    def _expire(self, held: "HeldUsage") -> None:
+        waiting = self._waiting.get(held.entry.session_id, [])
+        if held in waiting:
+            waiting.remove(held)
+            if not waiting:
+                del self._waiting[held.entry.session_id]
+        held.send()
+
+
+@dataclass(eq=False)
+class HeldUsage:
+    entry: UsageEntry
+    stored: "asyncio.Future[None]"
+    send_alone: Callable[[UsageEntry], Awaitable[None]]
+    timer: asyncio.TimerHandle | None = None
+
+    def settle(self, recorded: bool) -> None:
+        """The carrying append is over: stored with it, or (not recorded) sent alone now."""
+        if recorded:
+            if not self.stored.done():
+                self.stored.set_result(None)
+        else:
+            self.send()
+
+    def send(self) -> None:
+        sending = asyncio.ensure_future(self.send_alone(self.entry))
+        sending.add_done_callback(self._sent)
+
+    def _sent(self, sending: "asyncio.Future[None]") -> None:
+        if self.stored.done():
+            return
+        error = None if sending.cancelled() else sending.exception()
+        if sending.cancelled():
+            self.stored.cancel()
+        elif error is not None:
+            self.stored.set_exception(error)
+        else:
+            self.stored.set_result(None)
 
 
 def usage_to_proto(entry: UsageEntry) -> memory_pb2.UsageRecord:
@@ -309,21 +348,16 @@ class GrpcTranscripts:
         return [message_from_proto(m) for m in messages]
 
     async def append(self, session_id: str, messages: Sequence[ChatMessage]) -> None:
-        carried: list[tuple[UsageEntry, asyncio.Future[bool]]] = []
-        if self._outbox is not None:
-            # The model call that produced these messages started writing its usage record just
-            # before (a task): let it reach the outbox, so this append carries it.
-            await asyncio.sleep(0)
-            carried = self._outbox.take(session_id)
+        # The model call that produced these messages handed its usage record over just before.
+        carried = self._outbox.take(session_id) if self._outbox is not None else []
         try:
-            usage_error = await self._append(session_id, messages, [usage_to_proto(e) for e, _ in carried])
+            usage_error = await self._append(session_id, messages, [usage_to_proto(held.entry) for held in carried])
         except BaseException:
             usage_error = "the append failed"
             raise
         finally:
-            for _, answer in carried:
-                if not answer.done():
-                    answer.set_result(not usage_error)
+            for held in carried:
+                held.settle(recorded=not usage_error)
 
     async def _append(self, session_id: str, messages: Sequence[ChatMessage],
                       usage: Sequence[memory_pb2.UsageRecord]) -> str:
@@ -504,7 +538,10 @@ class GrpcUsageLog:
         self._client = client
         self._outbox = outbox
 
-    async def record(self, entry: UsageEntry) -> None:
-        if self._outbox is not None and await self._outbox.carried(entry):
-            return
+    def record(self, entry: UsageEntry) -> "asyncio.Future[None]":
+        if self._outbox is not None:
+            return self._outbox.hold(entry, self._send_alone)
+        return asyncio.ensure_future(self._send_alone(entry))
+
+    async def _send_alone(self, entry: UsageEntry) -> None:
         await self._client.record_usage([usage_to_proto(entry)])

@@ -100,7 +100,7 @@ def plan(history: list[ChatMessage], *, threshold_chars: int, keep_chars: int, t
     """None when the history is under the threshold or holds nothing to compact."""
 
     def size(m: ChatMessage) -> int:
-        return context.size_of(replace(m, content=context.clip(m.content, tool_output_chars)) if m.role == "tool" else m)
+        return context.size_of(m, tool_output_chars)
 
     total = sum(size(m) for m in history)
     if total <= threshold_chars:

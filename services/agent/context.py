@@ -45,9 +45,13 @@ def clip(text: str, limit: int) -> str:
     return f"{text[:head]}\n[… {len(text) - limit} characters cut …]\n{text[-tail:]}"
 
 
-def size_of(message: ChatMessage) -> int:
+def size_of(message: ChatMessage, tool_output_chars: int = 0) -> int:
+    """`tool_output_chars`: the size a tool result will have once clipped to it (0: as it is)."""
     # A small overhead per message stands for the role and formatting tokens.
-    return 16 + len(message.content) + sum(len(c.name) + len(c.arguments_json) + 16 for c in message.tool_calls)
+    content = len(message.content)
+    if tool_output_chars and message.role == "tool" and content > tool_output_chars:
+        content = len(clip(message.content, tool_output_chars))
+    return 16 + content + sum(len(c.name) + len(c.arguments_json) + 16 for c in message.tool_calls)
 
 
 def system_prompt(
@@ -127,7 +131,9 @@ def fit(
     """Apply the budget policy; returns (history kept, current turn, number of messages left out)."""
 
     def clipped(messages: list[ChatMessage]) -> list[ChatMessage]:
-        return [replace(m, content=clip(m.content, tool_output_chars)) if m.role == "tool" else m for m in messages]
+        # A copy only of the results that are cut: most fit, and the history is walked every call.
+        return [replace(m, content=clip(m.content, tool_output_chars))
+                if m.role == "tool" and len(m.content) > tool_output_chars else m for m in messages]
 
     pinned = history[:1] if history and history[0].kind == "summary" else []
     turns = [clipped(t) for t in whole_turns(history[len(pinned):])]

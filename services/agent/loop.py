@@ -491,13 +491,15 @@ class TurnRun:
         tools, memories = ctx.tools, ctx.memories
         base = self.request.system_prompt or s.system_prompt
         sections = [text for capability in self._capabilities for text in capability.system_sections()]
-        probe = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, sections=sections)
+        now = self.agent.clock()
+        system = context.system_prompt(base, now=now, tools=tools, memories=memories, sections=sections)
         kept, current, omitted = context.fit(
-            probe, ctx.history, [*self._view(turn), *extra], budget_chars=s.context_budget_chars,
+            system, ctx.history, [*self._view(turn), *extra], budget_chars=s.context_budget_chars,
             tool_output_chars=s.tool_output_chars,
         )
-        system = context.system_prompt(base, now=self.agent.clock(), tools=tools, memories=memories, omitted=omitted,
-                                       sections=sections)
+        if omitted:  # the prompt then says how many messages were left out
+            system = context.system_prompt(base, now=now, tools=tools, memories=memories, omitted=omitted,
+                                           sections=sections)
         request = ModelRequest(
             model=self.model,
             messages=[ChatMessage(role="system", content=system), *kept, *current],

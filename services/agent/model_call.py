@@ -87,7 +87,7 @@ async def traced_model_call(
             raise
         usage.add(reply.usage)
         if tag is not None:
-            await tag.record(reply.usage)
+            tag.record(reply.usage)
         set_usage(span, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens)
         span.set_attribute(GEN_AI_RESPONSE_FINISH_REASONS, [reply.finish_reason] if reply.finish_reason else [])
         if reply.model:

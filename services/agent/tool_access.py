@@ -21,10 +21,14 @@ def refusal(call: ToolCall, policies: Collection[ToolPolicy], catalog: Mapping[s
     """The result of a call that must not run (its tool is off, or there is no such tool), given
     before anyone is asked to approve it; None for a call that may go on. `catalog`: what the
     turn offers; `owned`: the tools the agent runs itself."""
-    available = ", ".join(sorted(catalog)) or "none"
-    if not offered(policies, call.name):
+    if policies and not offered(policies, call.name):
         return ToolOutcome.error(call, "not_allowed", f"error: {call.name} was not run: the tool policy of this "
-                                 f"deployment, namespace, session or turn turns it off; tools you may use: {available}")
+                                 f"deployment, namespace, session or turn turns it off; tools you may use: "
+                                 f"{_names(catalog)}")
     if catalog_known and call.name not in catalog and call.name not in owned:
-        return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
+        return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {_names(catalog)}")
     return None
+
+
+def _names(catalog: Mapping[str, ToolSpec]) -> str:
+    return ", ".join(sorted(catalog)) or "none"

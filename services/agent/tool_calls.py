@@ -60,6 +60,8 @@ class ToolCalls:
             self.emit(ToolCallEvent(call))
         limit = asyncio.Semaphore(self.settings.tool_concurrency)
         cap = self.settings.max_tool_calls
+        if len(calls) == 1:  # max_tool_calls is at least 1
+            return [await self._only(calls[0], limit)]
         tasks = [
             asyncio.create_task(self._gated(call, limit) if i < cap else self._refuse(call, cap))
             for i, call in enumerate(calls)
@@ -89,6 +91,26 @@ class ToolCalls:
                                            self.settings.memory_timeout_s)
             raise
         return [tool_message(task.result(), self.run_id) for task in tasks]
+
+    async def _only(self, call: ToolCall, limit: asyncio.Semaphore) -> ChatMessage:
+        """A reply's only call, run in the turn's own task (the usual reply): what `run` does for
+        many calls, without a task to start and wait for — one hop of the event loop fewer."""
+        saved = False
+        try:
+            outcome = await self._gated(call, limit)
+            message = tool_message(outcome, self.run_id)
+            await self.persist([message])  # saved before it is shown, as in run()
+            saved = True
+        except BaseException as exc:
+            # After a save memory refused (AgentmeshError), another would only wait out the same deadline.
+            if not saved and not isinstance(exc, AgentmeshError):
+                lost = ToolOutcome.error(call, "cancelled", "error: the run was cancelled before this call finished")
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.persist([tool_message(lost, self.run_id)]),
+                                           self.settings.memory_timeout_s)
+            raise
+        self.emit(ToolResultEvent(outcome))
+        return message
 
     async def not_run(self, calls: tuple[ToolCall, ...], kind: str, text: str) -> None:
         """Record a result for calls the turn will not run, so the transcript stays replayable."""

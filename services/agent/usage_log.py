@@ -12,8 +12,10 @@ that cannot be reached costs a warning, never the turn: the tokens are still in 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,8 +45,9 @@ class UsageEntry:
 
 
 class UsageLog(Protocol):
-    async def record(self, entry: UsageEntry) -> None:
-        """Durably record one model call; raises an AgentmeshError when it cannot."""
+    def record(self, entry: UsageEntry) -> "asyncio.Future[None]":
+        """Start recording one model call durably, without waiting: the future is done once the
+        record is stored, and fails (an AgentmeshError, a TimeoutError) when it cannot be."""
         ...
 
 
@@ -65,40 +68,44 @@ class UsageTag:
     purpose: str = "turn"
     # Writes in flight, shared by every tag of the turn (for_model): the turn waits for them
     # (`flush`) before it ends, but no model call waits for its own.
-    pending: set[asyncio.Task[None]] = field(default_factory=set)
+    pending: set[asyncio.Future[None]] = field(default_factory=set)
 
     def for_model(self, model_name: str, model: str, provider: str, *, fallback: bool = False,
                   purpose: str = "turn") -> "UsageTag":
         return UsageTag(self.log, self.session_id, self.run_id, self.namespace, self.root_session_id, self.timeout_s,
                         model_name, model, provider, fallback, purpose, self.pending)
 
-    async def record(self, usage: Usage) -> None:
+    def record(self, usage: Usage) -> None:
         """Start writing the call's record: the turn goes on meanwhile (one memory round trip
         per model call was measurable on a quick model, benches/turn_overhead.py)."""
         if self.log is None:
             return
         entry = UsageEntry(
-            id=f"{self.run_id}.{uuid.uuid4().hex[:12]}", at=time.time(), session_id=self.session_id,
+            # Unique per call without a UUID object per call; the run id keeps ids apart across runs.
+            id=f"{self.run_id}.{secrets.token_hex(6)}", at=time.time(), session_id=self.session_id,
             run_id=self.run_id, namespace=self.namespace, model_name=self.model_name, model=self.model,
             provider=self.provider, usage=Usage(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens),
             fallback=self.fallback, purpose=self.purpose, root_session_id=self.root_session_id,
         )
-        task = asyncio.get_running_loop().create_task(self._write(self.log, entry), name=f"usage-{entry.id}")
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
+        stored = self.log.record(entry)
+        self.pending.add(stored)
+        stored.add_done_callback(functools.partial(self._settled, entry))
 
     async def flush(self) -> None:
-        """Until every record started so far is stored (or given up on): a turn's usage is in
-        the ledger by the time its run_finished is sent."""
-        while self.pending:
-            await asyncio.gather(*list(self.pending), return_exceptions=True)
-
-    async def _write(self, log_: UsageLog, entry: UsageEntry) -> None:
-        usage = entry.usage
-        try:
+        """Until every record started so far is stored or given up on (at most `timeout_s`): a
+        turn's usage is in the ledger by the time its run_finished is sent."""
+        with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.timeout_s):
-                await log_.record(entry)
-        except (AgentmeshError, TimeoutError) as exc:
-            reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
-            log.warning("model call usage not recorded", error=reason, model=self.model_name,
-                        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+                while self.pending:
+                    await asyncio.gather(*list(self.pending), return_exceptions=True)
+
+    def _settled(self, entry: UsageEntry, stored: "asyncio.Future[None]") -> None:
+        self.pending.discard(stored)
+        error = None if stored.cancelled() else stored.exception()
+        if isinstance(error, (AgentmeshError, TimeoutError)):
+            reason = error.message if isinstance(error, AgentmeshError) else "it took too long"
+            log.warning("model call usage not recorded", error=reason, model=entry.model_name,
+                        input_tokens=entry.usage.input_tokens, output_tokens=entry.usage.output_tokens)
+        elif error is not None:
+            log.error("model call usage not recorded", error=f"{type(error).__name__}: {error}",
+                      model=entry.model_name)

@@ -312,6 +312,10 @@ async def test_spans_and_metrics_follow_the_genai_conventions(http, telemetry):
     # The HTTP call to the model is a child of its chat span.
     http_spans = [s for s in spans if s.parent is not None and s.parent.span_id == chats[0].context.span_id]
     assert http_spans and http_spans[0].attributes.get("http.request.method", http_spans[0].attributes.get("http.method")) == "POST"
+    # Both the older and the stable HTTP names, as the docs promise (observability.md).
+    post = http_spans[0].attributes
+    assert post["http.method"] == "POST" and post["http.status_code"] == post["http.response.status_code"] == 200
+    assert post["http.url"] == post["url.full"] == f"{llm.base_url}/chat/completions"
     tools_spans = {s.name: s for s in spans if s.name.startswith("execute_tool")}
     assert tools_spans["execute_tool echo"].attributes["gen_ai.tool.call.id"] == "e"
     assert tools_spans["execute_tool echo"].status.status_code != StatusCode.ERROR

@@ -10,6 +10,7 @@ import pytest
 
 from agentmesh.agent.providers import AnthropicProvider, OpenAIProvider, RetryPolicy, ScriptedProvider
 from agentmesh.agent.providers.base import build_timeout, retry_after_s
+from agentmesh.agent.providers.openai import openai_body
 from agentmesh.agent.providers.scripted import DEMO_SCRIPT, load_script
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, Retrying, TextChunk, ToolCall, ToolSpec
 from agentmesh.config import ConfigError
@@ -75,6 +76,32 @@ async def test_openai_request_carries_stream_usage_tools_and_the_key_in_a_header
     assert sent.body["model"] == "test-model" and sent.body["tool_choice"] == "auto"
     assert [t["function"]["name"] for t in sent.body["tools"]] == ["shell", "read_file"]
     assert sent.body["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+
+
+async def test_openai_sends_each_calls_own_messages_and_catalog_though_both_are_encoded_once(http):
+    # Each call's body is exactly openai_body's JSON, whatever changed between calls: a tool
+    # added, one dropped, one replaced by a spec of the same name, tools turned off; the same
+    # history objects sent again, one of them replaced by another with other content.
+    renamed = ToolSpec("shell", "Run a command, now with a timeout", {"type": "object", "properties": {
+        "command": {"type": "string"}, "timeout_s": {"type": "number", "description": "höchstens 60"}}})
+    history = [ChatMessage("user", "run true"),
+               ChatMessage("assistant", tool_calls=(ToolCall("c1", "shell", '{"command": "true"}'),)),
+               ChatMessage("tool", "(no output)", tool_call_id="c1", name="shell"), ChatMessage("assistant", "done ✓")]
+    edited = [*history[:2], ChatMessage("tool", "[exit 1]", tool_call_id="c1", name="shell"), history[3]]
+    catalogs = [[SHELL, READ], [SHELL, READ], [READ], [renamed, READ], [], [renamed]]
+    histories = [history, history, edited, history, edited, []]
+    requests = [ModelRequest(model="test-model", messages=[ChatMessage("system", f"call {n}"), *past, ChatMessage("user", "go")],
+                             tools=tools, allow_tools=n != 5, max_tokens=100)
+                for n, (tools, past) in enumerate(zip(catalogs, histories, strict=True))]
+    with ScriptedLLMServer([reply("ok") for _ in requests]) as llm:
+        provider = openai(http, llm)
+        for req in requests:
+            await run(provider, req)
+        sent = [r.body for r in llm.requests]
+    assert sent == [openai_body(req) for req in requests]
+    assert sent[2]["messages"][3]["content"] == "[exit 1]" and sent[3]["messages"][3]["content"] == "(no output)"
+    assert sent[3]["tools"][0]["function"]["parameters"]["properties"]["timeout_s"]["description"] == "höchstens 60"
+    assert "tools" not in sent[4] and sent[5]["tool_choice"] == "none"
 
 
 async def test_openai_replays_tool_calls_and_results_in_the_openai_format(http):

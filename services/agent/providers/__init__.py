@@ -12,6 +12,7 @@ import httpx
 
 from agentmesh.agent.providers.anthropic import AnthropicProvider
 from agentmesh.agent.providers.base import ModelProvider, RetryPolicy, build_timeout
+from agentmesh.agent.providers.http_span import TracedClient
 from agentmesh.agent.providers.openai import OpenAIProvider
 from agentmesh.agent.providers.scripted import ScriptedProvider, load_script
 from agentmesh.agent.settings import AgentSettings
@@ -24,16 +25,14 @@ __all__ = ["AnthropicProvider", "ModelProvider", "OpenAIProvider", "RetryPolicy"
 
 
 def http_client(timeout_s: float, connect_timeout_s: float, telemetry: Telemetry | None) -> httpx.AsyncClient:
-    """One pooled client per provider; traced with the service's own providers (never global)."""
-    client = httpx.AsyncClient(
-        timeout=build_timeout(timeout_s, connect_timeout_s),
-        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-        # Environment proxies apply (corporate set-ups); the key travels only in headers.
-        trust_env=True,
-    )
-    if telemetry is not None:
-        telemetry.instrument_httpx(client)
-    return client
+    """One pooled client per provider; traced with the service's own tracer (never the global
+    one): a `POST` span per request, which carries `traceparent` (http_span.py)."""
+    timeout = build_timeout(timeout_s, connect_timeout_s)
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    # Environment proxies apply (corporate set-ups); the key travels only in headers.
+    if telemetry is None:
+        return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=True)
+    return TracedClient(tracer=telemetry.tracer, timeout=timeout, limits=limits, trust_env=True)
 
 
 def build_provider(

@@ -158,12 +158,19 @@ class HttpStreamOpener:
         self._retry = retry
         self._redact = redact
 
-    async def open(self, url: str, headers: dict[str, str], body: dict[str, Any]) -> AsyncIterator[Retrying | httpx.Response]:
+    async def open(self, url: str, headers: dict[str, str],
+                   body: dict[str, Any] | bytes) -> AsyncIterator[Retrying | httpx.Response]:
+        """`body`: the JSON to post, as an object or already encoded."""
         attempts = self._retry.max_retries + 1
+        if isinstance(body, bytes):
+            headers = {**headers, "Content-Type": "application/json"}
         for attempt in range(1, attempts + 1):
             wait: float | None = None
             try:
-                request = self._client.build_request("POST", url, headers=headers, json=body)
+                if isinstance(body, bytes):
+                    request = self._client.build_request("POST", url, headers=headers, content=body)
+                else:
+                    request = self._client.build_request("POST", url, headers=headers, json=body)
                 response = await self._client.send(request, stream=True)
             except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
                 # A configuration mistake: retrying cannot help.

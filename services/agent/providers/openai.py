@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import httpx
 from httpx_sse import EventSource, SSEError
@@ -39,43 +39,93 @@ from agentmesh.agent.types import (
 from agentmesh.errors import Unavailable
 
 
+def to_openai_message(m: ChatMessage) -> dict[str, Any]:
+    if m.role == "assistant" and m.tool_calls:
+        return {
+            "role": "assistant",
+            # OpenAI wants null rather than "" beside tool calls; some local servers choke on "".
+            "content": m.content or None,
+            "tool_calls": [
+                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json or "{}"}}
+                for c in m.tool_calls
+            ],
+        }
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    return {"role": m.role, "content": m.content}
+
+
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if m.role == "assistant" and m.tool_calls:
-            out.append(
-                {
-                    "role": "assistant",
-                    # OpenAI wants null rather than "" beside tool calls; some local servers choke on "".
-                    "content": m.content or None,
-                    "tool_calls": [
-                        {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json or "{}"}}
-                        for c in m.tool_calls
-                    ],
-                }
-            )
-        elif m.role == "tool":
-            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
-        else:
-            out.append({"role": m.role, "content": m.content})
-    return out
+    return [to_openai_message(m) for m in messages]
+
+
+def to_openai_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                             "parameters": tool.parameters}}
 
 
 def to_openai_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
-    return [
-        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-        for t in tools
-    ]
+    return [to_openai_tool(t) for t in tools]
 
 
-def openai_body(request: ModelRequest) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": to_openai_messages(request.messages),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if request.tools:
+def _dumps(value: Any) -> str:
+    # As httpx encodes `json=`: compact, UTF-8 as is, no NaN.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class Encoded:
+    """The JSON of each message or tool spec sent, kept by the (frozen) object it encodes. A turn's
+    calls send the same history messages and, while the catalog holds (tool_catalog.py), the same
+    specs: ~9 KB of tool schemas and the earlier turns, encoded once instead of on every model call
+    (~65 µs a call for the default catalog alone). Keyed by identity and holding the object itself,
+    so an entry never answers for another object; emptied once it holds `max_items` objects or
+    `max_chars` of JSON (a turn's messages are new objects every turn: only its later calls hit)."""
+
+    def __init__(self, to_json: Callable[[Any], dict[str, Any]], *, max_items: int, max_chars: int):
+        self._to_json = to_json
+        self._max_items = max_items
+        self._max_chars = max_chars
+        self._chars = 0
+        self._by_id: dict[int, tuple[Any, str]] = {}
+
+    def __call__(self, item: Any) -> str:
+        kept = self._by_id.get(id(item))
+        if kept is not None and kept[0] is item:
+            return kept[1]
+        encoded = _dumps(self._to_json(item))
+        if len(self._by_id) >= self._max_items or self._chars + len(encoded) > self._max_chars:
+            self._by_id.clear()
+            self._chars = 0
+        self._by_id[id(item)] = (item, encoded)
+        self._chars += len(encoded)
+        return encoded
+
+
+class OpenAIEncoder:
+    """`openai_body(request)` as the JSON bytes sent, messages and tools from the caches above."""
+
+    def __init__(self) -> None:
+        # Enough for the history of a few dozen sessions' turns in flight at once.
+        self._messages = Encoded(to_openai_message, max_items=4096, max_chars=4_000_000)
+        self._tools = Encoded(to_openai_tool, max_items=1024, max_chars=1_000_000)
+
+    def __call__(self, request: ModelRequest) -> bytes:
+        rest = _dumps(openai_body(request, with_messages=False, with_tools=False))
+        messages = ",".join(self._messages(m) for m in request.messages)
+        text = f'{{"messages":[{messages}],{rest[1:]}'
+        if request.tools:
+            tools = ",".join(self._tools(t) for t in request.tools)
+            choice = "auto" if request.allow_tools else "none"
+            text = f'{text[:-1]},"tools":[{tools}],"tool_choice":"{choice}"}}'
+        return text.encode()
+
+
+def openai_body(request: ModelRequest, *, with_messages: bool = True, with_tools: bool = True) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": request.model}
+    if with_messages:
+        body["messages"] = to_openai_messages(request.messages)
+    body.update({"stream": True, "stream_options": {"include_usage": True}})
+    if request.tools and with_tools:
         body["tools"] = to_openai_tools(request.tools)
         body["tool_choice"] = "auto" if request.allow_tools else "none"
     if request.max_tokens:
@@ -178,6 +228,7 @@ class OpenAIProvider:
         self._api_key = api_key
         self._redact = Redactor(api_key)
         self._opener = HttpStreamOpener(client, retry, self._redact)
+        self._encode = OpenAIEncoder()
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}
@@ -187,7 +238,7 @@ class OpenAIProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         response: httpx.Response | None = None
-        async for item in self._opener.open(self.url, self._headers(), openai_body(request)):
+        async for item in self._opener.open(self.url, self._headers(), self._encode(request)):
             if isinstance(item, httpx.Response):
                 response = item
             else:
