@@ -54,8 +54,9 @@ class Telemetry:
     meter_provider: MeterProvider | metrics.NoOpMeterProvider
     _closers: list[Callable[[], object]] = field(default_factory=list, repr=False)
 
-    @property
+    @cached_property
     def tracer(self) -> trace.Tracer:
+        # Made once: get_tracer goes through the SDK's deprecation wrapper (~15 µs a call).
         return self.tracer_provider.get_tracer(f"agentmesh.{self.service}")
 
     @property
