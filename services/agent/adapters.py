@@ -4,7 +4,6 @@ service (transcripts, long-term memory, the usage ledger). Protobuf stops here; 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Sequence, cast
 
@@ -15,7 +14,7 @@ from agentmesh.agent.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learn
 from agentmesh.agent.learning_adapters import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
 from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
 from agentmesh.agent.session_open import OpenedSession, SessionToOpen
-from agentmesh.agent.tool_catalog import CachedCatalog, Listing
+from agentmesh.agent.tool_catalog import Listing
 from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.agent.usage_log import UsageEntry
 from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
@@ -122,90 +121,6 @@ class GrpcToolRunner:
                 )
             return ToolOutcome.error(call, _ERROR_KINDS.get(err.code(), "tool_error"), f"error: {detail}")
         return replace(tool_result_from_proto(reply.result), call_id=call.call_id, name=call.name)
-
-
-class CatalogWatch:
-    """Keeps a CachedCatalog told of the tools service's catalog version (WatchCatalog) for as
-    long as the agent runs: reconnects after a break, and while broken the catalog keeps
-    nothing (every turn lists). An older tools service without WatchCatalog: never kept."""
-
-    RETRY_FIRST_S = 0.1
-    RETRY_MAX_S = 2.0
-
-    def __init__(self, channel: grpc.aio.Channel, catalog: CachedCatalog):
-        self._stub = tools_pb2_grpc.ToolsStub(channel)
-        self._catalog = catalog
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="catalog-watch")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        delay = self.RETRY_FIRST_S
-        while True:
-            try:
-                async for message in self._stub.WatchCatalog(tools_pb2.WatchCatalogRequest(), wait_for_ready=True):
-                    self._catalog.version_now(message.version)
-                    delay = self.RETRY_FIRST_S
-            except grpc.aio.AioRpcError as err:
-                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    self._catalog.version_now(None)
-                    return
-            except Exception:
-                log.warning("catalog watch broke; turns list the tools until it is back", exc_info=True)
-            self._catalog.version_now(None)  # the stream ended (the service drains) or broke
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.RETRY_MAX_S)
-
-
-class BackgroundWatch:
-    """Keeps a KnownBackground told which sessions the tools service holds background state for
-    (WatchBackground) for as long as the agent runs: reconnects after a break, and while broken
-    knows nothing (every turn asks). It runs on the channel the calls use, so it hears from the
-    tools replica they reach. An older tools service without WatchBackground: never known."""
-
-    RETRY_FIRST_S = 0.1
-    RETRY_MAX_S = 2.0
-
-    def __init__(self, channel: grpc.aio.Channel, known: KnownBackground):
-        self._stub = tools_pb2_grpc.ToolsStub(channel)
-        self._known = known
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="background-watch")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        delay = self.RETRY_FIRST_S
-        while True:
-            try:
-                async for message in self._stub.WatchBackground(tools_pb2.WatchBackgroundRequest(), wait_for_ready=True):
-                    if message.complete:
-                        self._known.complete(message.pending)
-                    else:
-                        self._known.changed(message.pending, message.cleared)
-                    delay = self.RETRY_FIRST_S
-            except grpc.aio.AioRpcError as err:
-                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    self._known.lost()
-                    return
-            except Exception:
-                log.warning("background watch broke; turns ask for background results until it is back", exc_info=True)
-            self._known.lost()  # the stream ended (the service drains) or broke
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.RETRY_MAX_S)
 
 
 class GrpcBackgroundCommands:

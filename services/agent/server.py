@@ -13,8 +13,6 @@ from google.protobuf import json_format
 
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters import (
-    BackgroundWatch,
-    CatalogWatch,
     GrpcBackgroundCommands,
     GrpcLongTermMemory,
     GrpcToolRunner,
@@ -34,6 +32,7 @@ from agentmesh.agent.reflection import Reflector
 from agentmesh.agent.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_catalog import CachedCatalog
+from agentmesh.agent.watches import BackgroundWatch, CatalogWatch
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
