@@ -126,11 +126,11 @@ class _OpenStream:
             return
         self.ended = True
         self._on_end(self)
-        failure = self._failure_of(error) if error is not None else None
+        failure = self._failure_of(
+            error if error is not None else _rpc_error(grpc.StatusCode.UNAVAILABLE, "the stream was closed by the server"))
         for answer in self.pending.values():
             if not answer.done():
-                answer.set_exception(failure if failure is not None else self._failure_of(
-                    _rpc_error(grpc.StatusCode.UNAVAILABLE, "the stream was closed by the server")))
+                answer.set_exception(failure)
         self.pending.clear()
         current = asyncio.current_task()
         for task in (self._writer, self._reader):
