@@ -134,7 +134,7 @@ class ServiceProcess:
         self.builds_started = 0
         self.builds_done = 0
         self.build_log: list[str] = []
-        self.building: set[str] = set()  # shards whose build has started and not ended
+        self.building: set[str] = set()  # shards (and parts: "scale/part-0001") whose build has started and not ended
 
     async def start(self) -> str:
         self.proc = await asyncio.create_subprocess_exec(
@@ -177,6 +177,17 @@ class ServiceProcess:
     @property
     def indexing(self) -> bool:
         return self.builds_started > self.builds_done
+
+    def building_namespace(self, namespace: str) -> bool:
+        return any(name == namespace or name.startswith(f"{namespace}/") for name in self.building)
+
+    async def namespace_built(self, namespace: str, grace_s: float = 3.0) -> bool:
+        """No build of the namespace's parts runs, nor starts within `grace_s` (the parts' builds
+        take turns, and the next starts as one ends)."""
+        if self.building_namespace(namespace):
+            return False
+        await asyncio.sleep(grace_s)
+        return not self.building_namespace(namespace)
 
     def rss_mb(self, field: str = "VmRSS") -> float:
         """Resident memory of the service, MB: VmRSS (all), RssAnon (heap), RssFile (mmap'd files)."""
@@ -267,12 +278,12 @@ async def run_edge(size: int, layout: str, n_queries: int, texts: list[str], oth
             "builds": service.builds_done, "queries": queries, "build_log": service.build_log}
 
 
-async def bulk_fill(home: Path, size: int, others_size: int) -> None:
+async def bulk_fill(home: Path, size: int, others_size: int, part_size: int) -> None:
     """Fill a home the way a bulk import does: through the memory core and the Edge store adapter
     that `agentmesh memory migrate` writes with, index builds off (a service opened on the home
     afterwards builds each shard once). Runs in a child process under `nice`."""
     settings = MemorySettings()
-    store = EdgeStore(home, layout="per-namespace", index_after=0)
+    store = EdgeStore(home, layout="per-namespace", index_after=0, part_size=part_size)
     await store.open()
     memories = Memories(store, HashingEmbedder(settings.hashing_dim), settings)
     try:
@@ -296,11 +307,18 @@ async def searches_beside_build(service: ServiceProcess, client: MemoryClient, q
     """Search once every `every_s` while the namespace's build runs: (seconds into it, latency)."""
     build_started = time.perf_counter()
     during: list[tuple[float, float]] = []
-    indexer_rss = rss_peak = anon_peak = 0.0
-    while "scale" in service.building and time.perf_counter() - build_started < budget_s:
+    indexer_rss = rss_peak = anon_peak = disk_peak = 0.0
+    scale_dir = Path(service.env["AGENTMESH_HOME"]) / "memory" / "memories" / "scale"
+    checked_disk = 0.0
+    while (not await service.namespace_built("scale", 0.0) or not await service.namespace_built("scale")) \
+            and time.perf_counter() - build_started < budget_s:
         free_gb = shutil.disk_usage(service.env["AGENTMESH_HOME"]).free / 2**30
-        if free_gb < 1.5:  # a build at 1M needs ~3x the namespace on disk; do not fill a shared disk
+        if free_gb < 1.5:  # a build copies the part it indexes; do not fill a shared disk
             raise RuntimeError(f"{free_gb:.1f} GB left on the disk during the build: stopping the bench")
+        if time.perf_counter() - checked_disk > 10:  # the namespace's directory with a build's copy in it
+            checked_disk = time.perf_counter()
+            du = await asyncio.create_subprocess_exec("du", "-sm", str(scale_dir), stdout=asyncio.subprocess.PIPE)
+            disk_peak = max(disk_peak, int((await du.communicate())[0].split()[0] or 0))
         q = time.perf_counter()
         await client.search(queries[len(during) % len(queries)], namespace="scale", k=10)
         during.append((q - build_started, time.perf_counter() - q))
@@ -312,17 +330,18 @@ async def searches_beside_build(service: ServiceProcess, client: MemoryClient, q
                   f"{ms(lat):.0f} / max {max(lat) * 1000:.0f} ms, service RSS {service.rss_mb():.0f} MB, "
                   f"builder RSS {service.indexer_rss_mb():.0f} MB, load average {os.getloadavg()[0]:.1f}", flush=True)
         await asyncio.sleep(every_s)
-    out[key] = {"built": "scale" not in service.building, "build_s": time.perf_counter() - build_started,
-                "during": during, "indexer_rss": indexer_rss, "rss_peak": rss_peak, "anon_peak": anon_peak}
+    out[key] = {"built": not service.building_namespace("scale"), "build_s": time.perf_counter() - build_started,
+                "during": during, "indexer_rss": indexer_rss, "rss_peak": rss_peak, "anon_peak": anon_peak,
+                "disk_peak_mb": disk_peak}
 
 
 async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: float, keep_home: str = "",
-                   grow: int = 0) -> dict:
+                   grow: int = 0, part_size: int = 0, every_s: float = 2.0) -> dict:
     """`size` memories brought in by a bulk import (bulk_fill, under nice), then the service on that
     home builds the namespace's indexes once while Search RPCs run beside the build. `keep_home`:
     fill (or reuse, if filled) that home instead of a temporary one. `grow`: then import that many
     more through the Import RPC, which starts one ordinary build of the large namespace."""
-    out: dict = {"size": size, "others": others_size}
+    out: dict = {"size": size, "others": others_size, "part_size": part_size, "every_s": every_s}
     with tempfile.TemporaryDirectory() as tmp:
         home = keep_home or tmp
         started = time.perf_counter()
@@ -333,7 +352,7 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
         else:
             filler = await asyncio.create_subprocess_exec(
                 "nice", "-n", "10", sys.executable, "-m", "benches.memory_scale", "--bulk-fill", home,
-                "--bulk-size", str(size), "--others", str(others_size))
+                "--bulk-size", str(size), "--others", str(others_size), "--part-size", str(part_size))
             if await filler.wait() != 0:
                 raise RuntimeError("the bulk import failed")
             out["fill_s"] = time.perf_counter() - started
@@ -341,7 +360,8 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
                                                   stdout=asyncio.subprocess.PIPE)
         out["disk_mb_before"] = int((await du.communicate())[0].split()[0])
 
-        service = ServiceProcess(Path(home), {"AGENTMESH_MEMORY_LAYOUT": "per-namespace"})
+        service = ServiceProcess(Path(home), {"AGENTMESH_MEMORY_LAYOUT": "per-namespace",
+                                              "AGENTMESH_MEMORY_PART_SIZE": str(part_size)})
         target = await service.start()
         channel = signed_channel(Path(home) / "keys", "agent", "memory", target)
         client = MemoryClient(channel, target=target, timeout_s=600)
@@ -354,11 +374,11 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
             for other in ("other-a", "other-b"):
                 await client.search(queries[0], namespace=other, k=10)
             waited = time.perf_counter()
-            while "scale" not in service.building and time.perf_counter() - waited < 15:
+            while not service.building_namespace("scale") and time.perf_counter() - waited < 15:
                 await asyncio.sleep(0.1)  # no build within 15 s: a reused home, indexed already
             # Searches while the build runs: one every 2 s, so that the searches (brute force over
             # the unindexed namespace until the swap) do not take the builder's CPU.
-            await searches_beside_build(service, client, queries, 2.0, build_budget_s, out, "first_build")
+            await searches_beside_build(service, client, queries, every_s, build_budget_s, out, "first_build")
             out.update(out["first_build"])
             out["build_log"] = list(service.build_log)
             await asyncio.sleep(1.0)  # the old generation closes and is deleted
@@ -386,7 +406,7 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
                 await fill(client, "scale", sentences(grow, seed=size + 3))
                 out["grow_s"] = time.perf_counter() - q
                 waited = time.perf_counter()
-                while "scale" not in service.building and time.perf_counter() - waited < 30:
+                while not service.building_namespace("scale") and time.perf_counter() - waited < 30:
                     await asyncio.sleep(0.1)
                 await searches_beside_build(service, client, queries, 0.25, min(build_budget_s, 600), out, "grow_build")
                 out["grow_log"] = service.build_log[logged:]
@@ -401,23 +421,30 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
     return out
 
 
+def print_build(line: str) -> None:
+    found = dict(re.findall(r'"(shard|points|copy_s|load_s|swap_s|total_s)": "?([^,"]+)"?', line))
+    print(f"  build of {found.get('shard')}: {found.get('points')} points, copy {found.get('copy_s')} s, "
+          f"load of the indexed copy (the service stalls) {found.get('load_s')} s, "
+          f"writes paused {found.get('swap_s')} s for the swap, {found.get('total_s')} s in all", flush=True)
+
+
 def print_bulk(r: dict) -> None:
     during = [d for _, d in r["during"]]
     print(f"\nQdrant Edge, {r['size']:,} memories by bulk import (+2 x {r['others']:,} in other namespaces), "
           f"Search through gRPC to `agentmesh serve memory`:")
     fill = f"{r['fill_s']:.0f} s, {r['size'] / r['fill_s']:.0f}/s" if r["fill_s"] else "reused from --home"
-    print(f"  bulk import (nice 10): {fill}; shard on disk {r['disk_mb_before']} MB")
+    print(f"  bulk import (nice 10): {fill}; namespace on disk {r['disk_mb_before']} MB; "
+          f"parts of {r['part_size'] or 'unbounded'}")
     print(f"  first Search (opens the unindexed shard, starts its build): {r['first_search_s'] * 1000:.0f} ms")
-    print(f"  index build: {'done' if r['built'] else 'NOT done'} after {r['build_s']:.0f} s; builder RSS up to "
-          f"{r['indexer_rss']:.0f} MB; service RSS up to {r['rss_peak']:.0f} MB ({r['anon_peak']:.0f} anonymous)")
+    print(f"  index builds: {'done' if r['built'] else 'NOT done'} after {r['build_s']:.0f} s; builder RSS up to "
+          f"{r['indexer_rss']:.0f} MB; service RSS up to {r['rss_peak']:.0f} MB ({r['anon_peak']:.0f} anonymous); "
+          f"namespace on disk up to {r['disk_peak_mb']} MB during them")
     if during:
         worst = sorted(r["during"], key=lambda td: -td[1])[:3]
-        print(f"  Search while it ran (1 every 2 s): n {len(during)}, p50 {ms(during):.1f} / p99 {ms(during, 0.99):.1f} / "
+        print(f"  Search while they ran (1 every {r['every_s']} s): n {len(during)}, p50 {ms(during):.1f} / p99 {ms(during, 0.99):.1f} / "
               f"max {max(during) * 1000:.0f} ms; slowest at " + ", ".join(f"{t:.0f} s ({d * 1000:.0f} ms)" for t, d in worst))
     for line in r["build_log"]:
-        found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
-        print(f"  build of {found.get('shard')}: {found.get('points')} points, copy {found.get('copy_s')} s, "
-              f"writes paused {found.get('swap_s')} s for the swap, {found.get('total_s')} s in all")
+        print_build(line)
     print(f"  after the build: Search p50 {r['p50']:.2f} / p99 {r['p99']:.2f} ms; service RSS {r['rss']:.0f} MB "
           f"(anonymous {r['rss_anon']:.0f}, file-backed {r['rss_file']:.0f}); AppendMessages RPC p50 {r['append_rpc']:.3f} ms; "
           f"shard on disk {r['disk_mb_after']} MB; load average {r['load']:.1f}")
@@ -427,9 +454,7 @@ def print_bulk(r: dict) -> None:
         print(f"  then {r['grow_s']:.0f} s to import more through the Import RPC; its build "
               f"{'done' if g['built'] else 'NOT done'} after {g['build_s']:.0f} s")
         for line in r["grow_log"]:
-            found = dict(re.findall(r'"(shard|points|copy_s|swap_s|total_s)": "?([^,"]+)"?', line))
-            print(f"  build of {found.get('shard')}: {found.get('points')} points, copy {found.get('copy_s')} s, "
-                  f"writes paused {found.get('swap_s')} s for the swap, {found.get('total_s')} s in all")
+            print_build(line)
         if during:
             worst = sorted(g["during"], key=lambda td: -td[1])[:3]
             print(f"  Search while it ran (4 a second): n {len(during)}, p50 {ms(during):.1f} / p99 {ms(during, 0.99):.1f} / "
@@ -502,11 +527,15 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--home", default="", help="--million: fill this home and keep it, or reuse it if filled")
     parser.add_argument("--grow", type=int, default=0,
                         help="--million: then import N more through the Import RPC and measure that build")
+    parser.add_argument("--part-size", type=int, default=MemorySettings().part_size,
+                        help="--million: AGENTMESH_MEMORY_PART_SIZE of the import and the service (0: one part)")
+    parser.add_argument("--every-s", type=float, default=2.0,
+                        help="--million: one Search every this many seconds while the first builds run")
     parser.add_argument("--bulk-fill", default="", help=argparse.SUPPRESS)  # the --million child process
     parser.add_argument("--bulk-size", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.bulk_fill:
-        await bulk_fill(Path(args.bulk_fill), args.bulk_size, args.others or 0)
+        await bulk_fill(Path(args.bulk_fill), args.bulk_size, args.others or 0, args.part_size)
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([1_000_000] if args.million_through_rpc else [])
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start", flush=True)
@@ -535,7 +564,7 @@ async def main(argv: list[str]) -> int:
 
     if args.million:
         print_bulk(await run_bulk(args.bulk_size or 1_000_000, args.queries, 20_000 if args.others is None else args.others,
-                                  args.build_budget_s, args.home, args.grow))
+                                  args.build_budget_s, args.home, args.grow, args.part_size, args.every_s))
 
     print("\nAppendMessages inside the service (transcripts core + store, no gRPC), p50 ms:")
     with tempfile.TemporaryDirectory() as home:

@@ -150,8 +150,10 @@ def _mirror(live: qe.EdgeShard, copy: qe.EdgeShard, ids: list[str]) -> None:
 class IndexedShard:
     """One Edge shard under `root` (`CURRENT` + `gen-NNNN/`), with index builds off-process."""
 
-    def __init__(self, root: Path, shard: qe.EdgeShard, state: dict[str, Any], index_after: int):
+    def __init__(self, root: Path, shard: qe.EdgeShard, state: dict[str, Any], index_after: int,
+                 build_slot: asyncio.Semaphore | None = None):
         self.root = root
+        self.name = root.name  # in logs: the namespace's directory, and the part's (edge_parts.py)
         self.shard = shard
         self._state = state  # {"generation": n, "indexed_points": points at the last build}
         self._index_after = index_after
@@ -167,12 +169,19 @@ class IndexedShard:
         self.builds = 0  # finished index builds (tests and benches watch it)
         self.held_writes_s = 0.0  # time writes waited for a build (admit), in all
         self.copying = False  # a build is copying the shard's files (tests watch it)
+        # A sealed part of a namespace (edge_parts.py) takes no new memories: whatever it holds
+        # unindexed gets built, however few, so that no search brute-forces it from then on.
+        self.sealed = False
+        # Builds that share it run one at a time: a build needs free disk for its copy, and one
+        # copy at a time bounds that by the largest shard (a part) instead of their sum.
+        self._build_slot = build_slot
+        self._waiting_for_slot = False
 
     # ------------------------------------------------------------------ open / create
 
     @classmethod
     def open_or_create(cls, root: Path, config: Callable[[], qe.EdgeConfig], index_after: int,
-                       reconfigure: bool = False) -> "IndexedShard":
+                       reconfigure: bool = False, build_slot: asyncio.Semaphore | None = None) -> "IndexedShard":
         """`reconfigure`: load an existing shard with `config` too, so that a shard created by an
         older version gets today's settings (memory placement) for the segments built from now on."""
         if (root / CURRENT).exists():
@@ -188,7 +197,7 @@ class IndexedShard:
             shutil.rmtree(_generation_dir(root, 1), ignore_errors=True)
             shard = qe.EdgeShard.create(str(_generation_dir(root, 1)), config())
             _write_current(root, state)
-        return cls(root, shard, state, index_after)
+        return cls(root, shard, state, index_after, build_slot)
 
     # ------------------------------------------------------------------ writes
 
@@ -223,8 +232,9 @@ class IndexedShard:
     def maybe_index(self) -> None:
         if self._index_after <= 0 or self._build is not None:
             return
-        if self.shard.info().points_count - self._state["indexed_points"] >= self._index_after:
-            self._build = asyncio.create_task(self._build_index())
+        threshold = 1 if self.sealed else self._index_after
+        if self.shard.info().points_count - self._state["indexed_points"] >= threshold:
+            self._build = asyncio.create_task(self._build_in_turn())
 
     @property
     def indexing(self) -> bool:
@@ -239,12 +249,28 @@ class IndexedShard:
 
     # ------------------------------------------------------------------ index builds
 
+    async def _build_in_turn(self) -> None:
+        if self._build_slot is None:
+            return await self._build_index()
+        self._waiting_for_slot = True
+        try:
+            await self._build_slot.acquire()
+        finally:
+            self._waiting_for_slot = False
+        try:
+            await self._build_index()
+        finally:
+            self._build_slot.release()
+
     async def _build_index(self) -> None:
+        if self._closing:
+            self._build = None
+            return
         target = _generation_dir(self.root, self._state["generation"] + 1)
         started = time.monotonic()
         indexed: qe.EdgeShard | None = None
         swapped_in = False
-        log.info("memory shard indexing", shard=self.root.name, generation=self._state["generation"] + 1)
+        log.info("memory shard indexing", shard=self.name, generation=self._state["generation"] + 1)
         try:
             current = _generation_dir(self.root, self._state["generation"])
             async with self._files_lock:
@@ -260,7 +286,7 @@ class IndexedShard:
                     except OSError as exc:
                         # A file Edge replaced mid-copy: copy again with writes paused, as before.
                         log.warning("memory shard copy raced a write; copying with writes paused",
-                                    shard=self.root.name, reason=str(exc))
+                                    shard=self.name, reason=str(exc))
                         async with self.write_lock:
                             shutil.rmtree(target, ignore_errors=True)
                             await asyncio.to_thread(_copy_shard, current, target)
@@ -281,7 +307,10 @@ class IndexedShard:
             # Catch the indexed copy up while writes go on (they keep being noted), yielding
             # between chunks; only the last few are applied with writes paused. What is applied
             # goes through the copy's WAL, so it needs no flush to be durable.
+            loading = time.monotonic()
+            # Edge's load holds the GIL: the service stands still for this long (the swap's stall).
             indexed = await asyncio.to_thread(qe.EdgeShard.load, str(target))
+            loaded = time.monotonic()
             kept = self._kept
             assert kept is not None
             while kept.pending() > 1:
@@ -300,9 +329,10 @@ class IndexedShard:
             self.builds += 1
             log.info(
                 "memory shard indexed",
-                shard=self.root.name,
+                shard=self.name,
                 points=points,
                 copy_s=round(copied - started, 2),
+                load_s=round(loaded - loading, 2),
                 swap_s=round(swapped - swap_started, 2),
                 writes_held_s=round(self.held_writes_s, 2),  # in all, since the service started
                 total_s=round(time.monotonic() - started, 2),
@@ -315,7 +345,7 @@ class IndexedShard:
             if not swapped_in:
                 self._discard(indexed, target)
                 self._state["indexed_points"] = self.shard.info().points_count
-            log.error("memory shard index build failed", shard=self.root.name, reason=str(exc))
+            log.error("memory shard index build failed", shard=self.name, reason=str(exc))
         finally:
             self._process = None
             self._build = None
@@ -340,6 +370,13 @@ class IndexedShard:
 
     async def close(self) -> None:
         self._closing = True
+        if self._build is not None and self._waiting_for_slot:
+            self._build.cancel()  # its turn had not come: nothing of it to undo
+            try:
+                await self._build
+            except asyncio.CancelledError:
+                pass
+            self._build = None
         if self._build is not None:
             # Stop the indexer; the build then ends by itself (its copy discarded), or, when the
             # indexer had already finished, by swapping the indexed copy in. Cancelling it instead

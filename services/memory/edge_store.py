@@ -8,8 +8,10 @@ Layout under `$AGENTMESH_HOME/memory/`:
     namespaces/               payload-only shard: namespace settings
                               (these four are read and written by edge_records.py)
     documents/                payload-only shard of the learning documents (edge_documents.py)
-    memories/<namespace>/     one shard per namespace: CURRENT + gen-NNNN/ (edge_shards.py),
-                              meta.json names the embedder that filled it
+    memories/<namespace>/     a namespace's memories: CURRENT + gen-NNNN/ (edge_shards.py),
+                              meta.json names the embedder that filled it; past
+                              AGENTMESH_MEMORY_PART_SIZE memories, more parts beside them in
+                              part-NNNN/, each a shard of its own (edge_parts.py)
 
 A shard per namespace rather than one shard with a tenant-indexed `namespace` field (measured in
 benches/memory_scale.py, docs/memory.md): a namespace's search, IDF, index build and `Forget
@@ -37,6 +39,7 @@ from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
 from agentmesh.memory.edge_cache import TranscriptCache
 from agentmesh.memory.edge_records import EdgeRecords, payload_only
+from agentmesh.memory.edge_parts import PartedNamespace, best_of, fuse, in_id_order
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.heap import fix_mmap_threshold
 from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow
@@ -103,18 +106,21 @@ def _rows(records) -> list[tuple[str, dict]]:
 
 
 class EdgeStore(EdgeRecords):
-    def __init__(self, home: Path, *, layout: str = "auto", index_after: int = 20_000,
+    def __init__(self, home: Path, *, layout: str = "auto", index_after: int = 20_000, part_size: int = 0,
                  transcript_cache_bytes: int = TRANSCRIPT_CACHE_BYTES):
         self.root = Path(home) / "memory"
         self.where = str(self.root)
         self.layout = "shared" if layout == "shared" else "per-namespace"
         self.index_after = index_after
+        self.part_size = part_size  # memories in a namespace's part (edge_parts.py); 0: one part
+        # Memory shards' index builds take turns: each needs its shard's size in free disk.
+        self._build_slot = asyncio.Semaphore(1)
         self._lock = FileLock(str(self.root / "LOCK"))
         self._sessions: IndexedShard | None = None
         self._messages: IndexedShard | None = None
         self._usage: IndexedShard | None = None
         self._namespaces: IndexedShard | None = None  # namespace settings, one point each
-        self._memories: dict[str, IndexedShard] = {}  # open memory shards by directory name
+        self._memories: dict[str, PartedNamespace] = {}  # open namespaces' parts by directory name
         self._payload_shards: dict[str, IndexedShard] = {}  # other adapters' shards (payload_shard)
         self._known: set[str] = set()  # memory shard directories on disk
         self._embedder: tuple[str, int] = ("", 0)
@@ -163,8 +169,9 @@ class EdgeStore(EdgeRecords):
                     log.warning("memory shard flush failed", shard=shard.root.name, reason=str(exc))
 
     def _all_open(self) -> list[IndexedShard]:
+        parts = [part for namespace in self._memories.values() for part in namespace.parts]
         shards = (self._sessions, self._messages, self._namespaces, self._usage, *self._payload_shards.values(),
-                  *self._memories.values())
+                  *parts)
         return [s for s in shards if s is not None]
 
     def payload_shard(self, name: str) -> IndexedShard:
@@ -186,9 +193,11 @@ class EdgeStore(EdgeRecords):
         if self._flusher is not None:
             self._flusher.cancel()
             self._flusher = None
+        for namespace in self._memories.values():
+            await namespace.close()  # the newest part first: an older part's build may be waiting its turn
+        self._memories.clear()
         for shard in self._all_open():
             await shard.close()
-        self._memories.clear()
         self._payload_shards.clear()
         self._sessions = self._messages = self._namespaces = self._usage = None
         if self._lock.is_locked:
@@ -230,35 +239,46 @@ class EdgeStore(EdgeRecords):
             optimizers=qe.EdgeOptimizersConfig(max_segment_size=max(1, dim * 4 * SEGMENT_POINTS // 1024)),
         )
 
-    def _memory_shard(self, namespace: str, create: bool) -> IndexedShard | None:
+    def _prepare_part(self, root: Path) -> IndexedShard:
+        """A new part of a memory shard set, with the payload indexes the filters use."""
+        part = IndexedShard.open_or_create(root, self._memory_config, self.index_after, reconfigure=True,
+                                           build_slot=self._build_slot)
+        for field, schema in (
+            ("namespace", qe.KeywordIndexParams(is_tenant=True)),
+            ("kind", qe.PayloadSchemaType.Keyword),
+            ("source_session_id", qe.PayloadSchemaType.Keyword),
+            ("created_at", qe.PayloadSchemaType.Float),
+            (_BOOLS, qe.PayloadSchemaType.Keyword),
+        ):
+            part.update(qe.UpdateOperation.create_field_index(field, schema))
+        return part
+
+    def _open_part(self, root: Path) -> IndexedShard:
+        return IndexedShard.open_or_create(root, self._memory_config, self.index_after, reconfigure=True,
+                                           build_slot=self._build_slot)
+
+    def _memory_shard(self, namespace: str, create: bool) -> PartedNamespace | None:
         name = self._shard_name(namespace)
-        shard = self._memories.get(name)
-        if shard is not None:
-            return shard
+        parts = self._memories.get(name)
+        if parts is not None:
+            return parts
         if name not in self._known and not create:
             return None
         root = self.root / "memories" / name
         fresh = name not in self._known
-        shard = IndexedShard.open_or_create(root, self._memory_config, self.index_after, reconfigure=True)
+        parts = PartedNamespace.open(root, self.part_size, self._prepare_part if fresh else self._open_part,
+                                     self._prepare_part)
         if fresh:
-            for field, schema in (
-                ("namespace", qe.KeywordIndexParams(is_tenant=True)),
-                ("kind", qe.PayloadSchemaType.Keyword),
-                ("source_session_id", qe.PayloadSchemaType.Keyword),
-                ("created_at", qe.PayloadSchemaType.Float),
-                (_BOOLS, qe.PayloadSchemaType.Keyword),
-            ):
-                shard.update(qe.UpdateOperation.create_field_index(field, schema))
             embedder, dim = self._embedder
             meta = {"embedder": embedder, "dim": dim, "namespace": "" if name == SHARED else namespace}
             (root / META).write_text(json.dumps(meta))
             self._known.add(name)
-        self._memories[name] = shard
+        self._memories[name] = parts
         # A shard that a bulk import or a migration left unindexed (written with builds off, or
         # by a service stopped mid-way) gets its build on first use, not at its next write:
         # searches would brute-force it until then.
-        shard.maybe_index()
-        return shard
+        parts.maybe_index()
+        return parts
 
     def _filter(self, f: PointFilter) -> qe.Filter | None:
         must = _conditions(f, with_namespace=self.layout == "shared")
@@ -272,100 +292,129 @@ class EdgeStore(EdgeRecords):
         return None
 
     async def wait_indexed(self) -> None:
-        """Until no index build is running (benches and tests)."""
-        for shard in list(self._memories.values()):
-            await shard.wait_indexed()
+        """Until no index build is running or waiting its turn (benches and tests)."""
+        while True:
+            parts = [part for namespace in list(self._memories.values()) for part in namespace.parts if part.indexing]
+            if not parts:
+                return
+            for part in parts:
+                await part.wait_indexed()
 
     def memory_shard_stats(self, namespace: str) -> dict[str, Any]:
-        shard = self._memory_shard(namespace, create=False)
-        if shard is None:
+        parts = self._memory_shard(namespace, create=False)
+        if parts is None:
             return {}
-        info = shard.shard.info()
-        return {"points": info.points_count, "segments": info.segments_count, "builds": shard.builds,
-                "indexing": shard.indexing}
+        infos = [part.shard.info() for part in parts.parts]
+        return {"points": sum(i.points_count for i in infos), "segments": sum(i.segments_count for i in infos),
+                "builds": sum(part.builds for part in parts.parts),
+                "indexing": any(part.indexing for part in parts.parts), "parts": len(parts.parts),
+                "part_points": [i.points_count for i in infos]}
 
     # ------------------------------------------------------------------ memories
 
     async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, dict]:
-        shard = self._memory_shard(namespace, create=False)
-        if not ids or shard is None:
+        parts = self._memory_shard(namespace, create=False)
+        if not ids or parts is None:
             return {}
-        found = _rows(shard.shard.retrieve(list(ids), True, False))
+        found = _rows(parts.retrieve(ids))
         return {pid: p for pid, p in found if p.get("namespace") == namespace}
 
     async def upsert_memories(self, namespace: str, rows: Sequence[MemoryRow]) -> None:
-        shard = self._memory_shard(namespace, create=True)
-        assert shard is not None
-        points = [
-            qe.Point(pid, {DENSE: dense, SPARSE: qe.SparseVector(sparse[0], sparse[1])}, _with_bools(payload))
+        parts = self._memory_shard(namespace, create=True)
+        assert parts is not None
+        points = {
+            pid: qe.Point(pid, {DENSE: dense, SPARSE: qe.SparseVector(sparse[0], sparse[1])}, _with_bools(payload))
             for pid, dense, sparse, payload in rows
-        ]
-        await shard.admit()  # a bulk import waits for index builds that fall behind it
-        async with shard.write_lock:
-            shard.update(qe.UpdateOperation.upsert_points(points), touched=[row[0] for row in rows])
-        shard.maybe_index()
+        }
+        async with parts.write_lock:  # where a memory goes is decided and written in one go
+            await parts.open_part.admit()  # a bulk import waits for index builds that fall behind it
+            parts.ensure_room()
+            for part, ids in parts.holders(list(points)):
+                async with part.write_lock:
+                    part.update(qe.UpdateOperation.upsert_points([points[i] for i in ids]), touched=ids)
+                part.maybe_index()
 
     async def hybrid_search(
         self, f: PointFilter, dense: list[float], sparse: tuple[list[int], list[float]], limit: int, plan: FusionPlan
     ) -> list[ScoredRow]:
-        shard = self._memory_shard(f.namespace, create=False)
-        if shard is None:
+        parts = self._memory_shard(f.namespace, create=False)
+        if parts is None:
             return []
         qfilter = self._filter(f)
-        prefetch = [qe.Prefetch(plan.prefetch_limit, query=qe.Query.Nearest(dense, using=DENSE), filter=qfilter)]
-        if sparse[0]:
-            prefetch.append(
-                qe.Prefetch(
-                    plan.prefetch_limit,
-                    query=qe.Query.Nearest(qe.SparseVector(sparse[0], sparse[1]), using=SPARSE),
-                    filter=qfilter,
-                    params=self._idf(f),
-                )
-            )
+        dense_query = qe.Query.Nearest(dense, using=DENSE)
+        sparse_query = qe.Query.Nearest(qe.SparseVector(sparse[0], sparse[1]), using=SPARSE) if sparse[0] else None
+        if len(parts.parts) > 1:
+            # Each part's candidates of each retriever, the best of them across parts, fused here:
+            # what a Qdrant server does with a collection of several shards (docs/memory.md).
+            lists = [best_of(parts.query(lambda: qe.QueryRequest(
+                plan.prefetch_limit, query=dense_query, filter=qfilter, with_payload=False)), plan.prefetch_limit)]
+            if sparse_query is not None:
+                lists.append(best_of(parts.query(lambda: qe.QueryRequest(
+                    plan.prefetch_limit, query=sparse_query, filter=qfilter, params=self._idf(f), with_payload=False)),
+                    plan.prefetch_limit))
+            fused = parts.with_payloads(fuse(lists, plan, limit))
+            return [(pid, score, _plain(payload)) for pid, score, payload in fused]
+        prefetch = [qe.Prefetch(plan.prefetch_limit, query=dense_query, filter=qfilter)]
+        if sparse_query is not None:
+            prefetch.append(qe.Prefetch(plan.prefetch_limit, query=sparse_query, filter=qfilter, params=self._idf(f)))
         if plan.fusion == "dbsf":
             fusion: Any = qe.Fusion.Dbsf()
         else:
             weights = [plan.dense_weight, plan.sparse_weight][: len(prefetch)] if plan.fusion == "weighted" else None
             fusion = qe.Fusion.Rrf(plan.rrf_k, weights)
-        points = shard.shard.query(qe.QueryRequest(limit, prefetches=prefetch, query=fusion, with_payload=True))
+        points = parts.open_part.shard.query(qe.QueryRequest(limit, prefetches=prefetch, query=fusion, with_payload=True))
         return [(str(p.id), float(p.score), _plain(p.payload)) for p in points]
 
     async def ranked(self, f: PointFilter, vector: Any, using: str, limit: int) -> list[ScoredRow]:
-        shard = self._memory_shard(f.namespace, create=False)
-        if shard is None:
+        parts = self._memory_shard(f.namespace, create=False)
+        if parts is None:
             return []
         if isinstance(vector, tuple):
             vector = qe.SparseVector(vector[0], vector[1])
         params = self._idf(f) if using == SPARSE else None
-        request = qe.QueryRequest(
+        found = best_of(parts.query(lambda: qe.QueryRequest(
             limit, query=qe.Query.Nearest(vector, using=using), filter=self._filter(f), params=params, with_payload=True
-        )
-        return [(str(p.id), float(p.score), _plain(p.payload)) for p in shard.shard.query(request)]
+        )), limit)
+        return [(pid, score, _plain(payload)) for pid, score, payload in found]
 
     async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, dict]], str]:
-        shard = self._memory_shard(f.namespace, create=False)
-        if shard is None:
+        parts = self._memory_shard(f.namespace, create=False)
+        if parts is None:
             return [], ""
-        records, next_offset = shard.shard.scroll(
-            qe.ScrollRequest(offset=offset, limit=limit, filter=self._filter(f), with_payload=True)
-        )
-        return _rows(records), ("" if next_offset is None else str(next_offset))
+        if len(parts.parts) == 1:
+            records, next_offset = parts.open_part.shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=limit, filter=self._filter(f), with_payload=True)
+            )
+            return _rows(records), ("" if next_offset is None else str(next_offset))
+        # One more than a page from each part: the parts' pages merged in id order hold the
+        # namespace's page and the id that starts the next one.
+        pages = [
+            _rows(part.shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=limit + 1, filter=self._filter(f), with_payload=True))[0])
+            for part in parts.parts
+        ]
+        return in_id_order(pages, limit)
 
     async def stream_window(
         self, f: PointFilter, t_min: float, t_max: float, edge: int = 2, limit: int = 10_000
     ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]], list[tuple[str, dict]]]:
-        shard = self._memory_shard(f.namespace, create=False)
-        if shard is None:
+        parts = self._memory_shard(f.namespace, create=False)
+        if parts is None:
             return [], [], []
         must = _conditions(f, with_namespace=self.layout == "shared")
 
         def scroll(rng: qe.RangeFloat, direction: Any, n: int) -> list[tuple[str, dict]]:
             cond = qe.FieldCondition("created_at", range=rng)
             order = qe.OrderBy("created_at", direction) if direction is not None else None
-            records, _ = shard.shard.scroll(
-                qe.ScrollRequest(limit=n, filter=qe.Filter(must=[*must, cond]), with_payload=True, order_by=order)
-            )
-            return _rows(records)
+            found: list[tuple[str, dict]] = []
+            for part in parts.parts:
+                records, _ = part.shard.scroll(
+                    qe.ScrollRequest(limit=n, filter=qe.Filter(must=[*must, cond]), with_payload=True, order_by=order)
+                )
+                found += _rows(records)
+            if direction is not None and len(parts.parts) > 1:  # the nearest n of all parts
+                found.sort(key=lambda row: row[1]["created_at"], reverse=direction == qe.Direction.Desc)
+            return found[:n]
 
         before = scroll(qe.RangeFloat(lt=t_min), qe.Direction.Desc, edge)
         inside = scroll(qe.RangeFloat(gte=t_min, lte=t_max), None, limit)
@@ -373,30 +422,31 @@ class EdgeStore(EdgeRecords):
         return before, inside, after
 
     async def count_memories(self, f: PointFilter) -> int:
-        shard = self._memory_shard(f.namespace, create=False)
-        if shard is None:
+        parts = self._memory_shard(f.namespace, create=False)
+        if parts is None:
             return 0
-        return shard.shard.count(qe.CountRequest(exact=True, filter=self._filter(f)))
+        return sum(part.shard.count(qe.CountRequest(exact=True, filter=self._filter(f))) for part in parts.parts)
 
     async def delete_memories_by_filter(self, f: PointFilter) -> int:
-        shard = self._memory_shard(f.namespace, create=False)
+        parts = self._memory_shard(f.namespace, create=False)
         count = await self.count_memories(f)
-        if shard is None or not count:
+        if parts is None or not count:
             return 0
         qfilter = self._filter(f)
         if qfilter is None:
-            # The whole namespace, alone in its shard: drop the shard.
-            name = shard.root.name
-            self._memories.pop(name, None)
-            self._known.discard(name)
-            await shard.drop()
+            # The whole namespace, alone in its shards: drop them.
+            self._memories.pop(parts.root.name, None)
+            self._known.discard(parts.root.name)
+            await parts.drop()
         else:
-            async with shard.write_lock:
-                shard.update(qe.UpdateOperation.delete_points_by_filter(qfilter))
+            for part in parts.parts:
+                async with part.write_lock:
+                    part.update(qe.UpdateOperation.delete_points_by_filter(qfilter))
         return count
 
     async def delete_memories_by_ids(self, namespace: str, ids: Sequence[str]) -> None:
-        shard = self._memory_shard(namespace, create=False)
-        if ids and shard is not None:
-            async with shard.write_lock:
-                shard.update(qe.UpdateOperation.delete_points(list(ids)), touched=list(ids))
+        parts = self._memory_shard(namespace, create=False)
+        if ids and parts is not None:
+            for part, held in parts.holders(list(ids)):
+                async with part.write_lock:
+                    part.update(qe.UpdateOperation.delete_points(held), touched=held)

@@ -56,6 +56,10 @@ class MemorySettings(EnvSection):
     # Embedded: build a memory shard's HNSW index (in a separate process) once this many points
     # arrived since the last build; below it brute force answers fast enough. 0 = never.
     index_after: int = env("AGENTMESH_MEMORY_INDEX_AFTER", 20_000, minimum=0)
+    # Embedded: a namespace's memories are kept in parts of at most this many (each an Edge shard,
+    # indexed once when it is full); a build copies and reloads one part, not the namespace.
+    # 0 = one part, however large.
+    part_size: int = env("AGENTMESH_MEMORY_PART_SIZE", 200_000, minimum=0)
 
     # --- bounds ---
     max_content_bytes: int = env("AGENTMESH_MEMORY_MAX_CONTENT_BYTES", 1024 * 1024, minimum=1)

@@ -27,7 +27,8 @@ async def open_store(home: Path, qdrant_url: str, settings: MemorySettings) -> S
     if qdrant_url:
         store = QdrantStore.connect(qdrant_url, layout=settings.layout)
     else:
-        store = EdgeStore(home, layout=settings.layout, index_after=settings.index_after)
+        store = EdgeStore(home, layout=settings.layout, index_after=settings.index_after,
+                          part_size=settings.part_size)
     await store.open()
     if isinstance(store, EdgeStore) and needs_migration(home, store):
         log.info("migrating the local-mode store to Qdrant Edge", source=str(Path(home) / "qdrant"))

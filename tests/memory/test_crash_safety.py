@@ -88,6 +88,19 @@ async def test_acknowledged_appends_and_memories_survive_kill_9(tmp_path):
         await second.stop()
 
 
+async def test_acknowledged_memories_survive_kill_9_in_a_namespace_of_many_parts(tmp_path):
+    """Parts of 8 memories: the burst seals parts and opens new ones while it is killed."""
+    home = tmp_path / "home"
+    parts = {"AGENTMESH_MEMORY_PART_SIZE": "8"}
+    first, second = ServiceProcess(home, parts), ServiceProcess(home, parts)
+    try:
+        await kill_mid_burst_and_compare(first, second)
+        assert len(list((home / "memory" / "memories" / "crash").glob("part-*"))) >= 3
+    finally:
+        await first.stop()
+        await second.stop()
+
+
 async def kill_mid_burst_and_compare(first: ServiceProcess, second: ServiceProcess) -> None:
     target = await first.start()
     channel = first.channel(target)

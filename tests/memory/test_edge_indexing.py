@@ -103,7 +103,7 @@ async def test_writes_do_not_wait_for_a_build_to_copy_the_shard(tmp_path):
     await store.check_embedder("e", DIM)
     try:
         await store.upsert_memories("ns", rows(0, 1999, rng))
-        shard = store._memory_shard("ns", create=False)  # noqa: SLF001 - the shard the build runs on
+        shard = store._memory_shard("ns", create=False).open_part  # noqa: SLF001 - the shard the build runs on
         await store.upsert_memories("ns", rows(1999, 1, rng))  # starts a build
         async with asyncio.timeout(10):
             while not shard.copying:
@@ -142,7 +142,7 @@ async def test_writes_during_a_build_reach_the_indexed_copy_and_can_start_the_ne
     await store.check_embedder("e", DIM)
     try:
         await store.upsert_memories("ns", rows(0, 299, rng))
-        shard = store._memory_shard("ns", create=False)  # noqa: SLF001 - the shard the build runs on
+        shard = store._memory_shard("ns", create=False).open_part  # noqa: SLF001 - the shard the build runs on
         await store.upsert_memories("ns", rows(299, 1, rng))  # starts a build
         async with asyncio.timeout(30):
             while not shard.copying:
@@ -179,7 +179,7 @@ async def test_writes_wait_for_a_build_they_are_index_after_ahead_of(tmp_path):
     await store.check_embedder("e", DIM)
     try:
         await store.upsert_memories("ns", rows(0, 300, rng))  # starts a build
-        shard = store._memory_shard("ns", create=False)  # noqa: SLF001 - the shard the build runs on
+        shard = store._memory_shard("ns", create=False).open_part  # noqa: SLF001 - the shard the build runs on
         async with asyncio.timeout(30):
             while not shard.copying:
                 await asyncio.sleep(0)

@@ -1,6 +1,8 @@
 """One conformance suite for the storage port (agentmesh.memory.ports.Store), run against each adapter:
 
 - `edge`, `edge-shared`: Qdrant Edge embedded (the default store), a shard per namespace / one shard;
+- `edge-parts`: Qdrant Edge with parts of two memories (edge_parts.py), so that every case that
+  writes more than two memories to a namespace crosses a part boundary;
 - `server`: the Qdrant-server adapter (qdrant_store.QdrantStore) through qdrant-client's local mode.
 
 There is no Qdrant server binary here, so the server adapter runs against local mode: the same
@@ -26,10 +28,12 @@ def make_store(kind: str, home):
         return EdgeStore(home, layout="per-namespace")
     if kind == "edge-shared":
         return EdgeStore(home, layout="shared")
+    if kind == "edge-parts":
+        return EdgeStore(home, layout="per-namespace", part_size=2)
     return QdrantStore.connect(path=home / "qdrant", layout="shared")
 
 
-@pytest.fixture(params=["edge", "edge-shared", "server"])
+@pytest.fixture(params=["edge", "edge-shared", "edge-parts", "server"])
 async def store_factory(request, tmp_path):
     opened = []
 
