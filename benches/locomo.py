@@ -206,7 +206,8 @@ async def run_service(
     settings = dataclasses.replace(MemorySettings.from_env(env), **overrides)
     with tempfile.TemporaryDirectory() as home:
         if store_kind == "edge":
-            store = EdgeStore(Path(home), layout=settings.layout, index_after=settings.index_after)
+            store = EdgeStore(Path(home), layout=settings.layout, index_after=settings.index_after,
+                              part_size=settings.part_size)
         else:
             store = QdrantStore.connect(path=Path(home) / "qdrant", layout="per-namespace")
         await store.open()

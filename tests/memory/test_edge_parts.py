@@ -10,7 +10,6 @@ import uuid
 
 import pytest
 
-from agentmesh.memory.edge_parts import fuse
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, PointFilter, point_id
 from tests.memory.conftest import MemoryService
@@ -77,6 +76,8 @@ async def test_a_namespace_past_its_part_size_is_split_and_searched_in_every_par
 ])
 async def test_the_fusion_across_parts_scores_as_edge_fuses_within_one(tmp_path, plan):
     """Edge's own fused query over one part is the reference for `fuse` (used across parts)."""
+    from agentmesh.memory.edge_parts import fuse
+
     store = await opened(tmp_path / "home", index_after=0)
     rng = random.Random(5)
     try:
@@ -201,7 +202,11 @@ async def test_a_sealed_part_gets_its_last_build_and_builds_take_turns(tmp_path)
 
     watcher = asyncio.create_task(watch())
     try:
-        for start in range(0, 310, 10):  # the first part's builds at 100, sealed at 150; 150 more; 10 more
+        await store.upsert_memories("ns", [row(i) for i in range(100)])  # index_after reached: a build
+        await store.wait_indexed()
+        await store.upsert_memories("ns", [row(i) for i in range(100, 150)])  # 50 behind it: no build
+        assert not store.memory_shard_stats("ns")["indexing"]
+        for start in range(150, 310, 10):  # seals the first part (its last build), fills the second, seals it
             await store.upsert_memories("ns", [row(i) for i in range(start, start + 10)])
         assert store.memory_shard_stats("ns")["part_points"] == [150, 150, 10]
         await store.wait_indexed()
