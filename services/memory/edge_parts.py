@@ -55,7 +55,7 @@ def fuse(lists: Sequence[list[Row]], plan: FusionPlan, limit: int) -> list[Row]:
     """Qdrant's fusion of ranked lists (each best first), computed here because the lists come
     from several parts. Reciprocal rank fusion as Qdrant scores it — rank r (from 0) of a list
     of weight w adds 1 / ((r + 1) / w + k - 1) — or distribution-based score fusion (each list's
-    scores scaled by its mean ± 3 standard deviations, then added). Ties keep the order in which
+    scores scaled by its mean ± 3 sample standard deviations, then added). Ties keep the order in which
     the points were first seen (dense list first)."""
     scores: dict[str, float] = {}
     payloads: dict[str, Any] = {}
@@ -65,7 +65,7 @@ def fuse(lists: Sequence[list[Row]], plan: FusionPlan, limit: int) -> list[Row]:
                 continue
             values = [score for _, score, _ in rows]
             mean = sum(values) / len(values)
-            std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+            std = (sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)) ** 0.5
             low, high = mean - 3 * std, mean + 3 * std
             for pid, score, payload in rows:
                 normalised = 0.5 if high == low else (score - low) / (high - low)

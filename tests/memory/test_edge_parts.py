@@ -73,6 +73,7 @@ async def test_a_namespace_past_its_part_size_is_split_and_searched_in_every_par
     PLAN,
     FusionPlan(fusion="rrf", prefetch_limit=20, rrf_k=60),
     FusionPlan(fusion="weighted", prefetch_limit=15, rrf_k=2, dense_weight=3.0, sparse_weight=0.5),
+    FusionPlan(fusion="dbsf", prefetch_limit=20),
 ])
 async def test_the_fusion_across_parts_scores_as_edge_fuses_within_one(tmp_path, plan):
     """Edge's own fused query over one part is the reference for `fuse` (used across parts)."""
