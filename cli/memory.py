@@ -178,7 +178,8 @@ async def migrate_home(args) -> int:
         print(f"nothing to migrate: {local_mode_dir(settings.home)} holds no old store")
         return EXIT_OK
     memory_settings = settings.section(MemorySettings)
-    store = EdgeStore(settings.home, layout=memory_settings.layout, index_after=memory_settings.index_after)
+    store = EdgeStore(settings.home, layout=memory_settings.layout, index_after=memory_settings.index_after,
+                      part_size=memory_settings.part_size)
     try:
         await store.open()
     except FailedPrecondition as exc:
