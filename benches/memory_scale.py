@@ -134,6 +134,7 @@ class ServiceProcess:
         self.builds_started = 0
         self.builds_done = 0
         self.build_log: list[str] = []
+        self.echo_builds = False
         self.building: set[str] = set()  # shards (and parts: "scale/part-0001") whose build has started and not ended
 
     async def start(self) -> str:
@@ -159,6 +160,9 @@ class ServiceProcess:
             elif '"memory shard indexed"' in line or "index build failed" in line:
                 self.builds_done += 1
                 self.build_log.append(line.strip())
+                if self.echo_builds:  # as they end: a run the disk guard stops still shows them
+                    print(f"{'':>11}{time.strftime('%H:%M:%S')}", end="")
+                    print_build(line)
                 self.building.discard(shard.group(1) if shard else "")
 
     def indexer_rss_mb(self) -> float:
@@ -362,6 +366,7 @@ async def run_bulk(size: int, n_queries: int, others_size: int, build_budget_s: 
 
         service = ServiceProcess(Path(home), {"AGENTMESH_MEMORY_LAYOUT": "per-namespace",
                                               "AGENTMESH_MEMORY_PART_SIZE": str(part_size)})
+        service.echo_builds = True
         target = await service.start()
         channel = signed_channel(Path(home) / "keys", "agent", "memory", target)
         client = MemoryClient(channel, target=target, timeout_s=600)
