@@ -61,7 +61,7 @@ class Lateness:
 
 
 def _du_mb(path: Path) -> int:
-    return int(subprocess.run(["du", "-sm", str(path)], capture_output=True, text=True).stdout.split()[0])
+    return int(subprocess.run(["du", "-sm", str(path)], capture_output=True, text=True, check=True).stdout.split()[0])
 
 
 async def measure(size: int, n_queries: int) -> dict:
@@ -87,8 +87,11 @@ async def measure(size: int, n_queries: int) -> dict:
         copy_s = time.perf_counter() - started
         copy_mb = _du_mb(copy)
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "agentmesh.memory.edge_indexer", str(copy)], check=True,
-                       capture_output=True)
+        indexer = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agentmesh.memory.edge_indexer", str(copy), stderr=asyncio.subprocess.PIPE)
+        _, err = await indexer.communicate()
+        if indexer.returncode != 0:
+            raise RuntimeError(f"the index build failed: {err.decode()[-500:]}")
         build_s = time.perf_counter() - started
         shutil.rmtree(shard_dir)
         copy.rename(shard_dir)

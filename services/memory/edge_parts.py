@@ -73,7 +73,7 @@ def fuse(lists: Sequence[list[Row]], plan: FusionPlan, limit: int) -> list[Row]:
                 payloads.setdefault(pid, payload)
     else:
         weights = [plan.dense_weight, plan.sparse_weight] if plan.fusion == "weighted" else [1.0, 1.0]
-        for rows, weight in zip(lists, weights):
+        for rows, weight in zip(lists, weights[: len(lists)], strict=True):
             for rank, (pid, _, payload) in enumerate(rows):
                 scores[pid] = scores.get(pid, 0.0) + 1.0 / ((rank + 1) / weight + plan.rrf_k - 1)
                 payloads.setdefault(pid, payload)
@@ -162,7 +162,7 @@ class PartedNamespace:
         for part in self.parts[:-1]:
             if not rest:
                 break
-            found = {str(r.id) for r in part.shard.retrieve(rest, False, False)}
+            found = {str(r.id) for r in part.shard.retrieve(list[Any](rest), False, False)}
             if found:
                 out.append((part, [i for i in rest if i in found]))
                 rest = [i for i in rest if i not in found]
@@ -195,9 +195,9 @@ class PartedNamespace:
         wanted: dict[int, list[str]] = {}
         for pid, _, number in rows:
             wanted.setdefault(number, []).append(pid)
-        payloads = {}
+        payloads: dict[str, Any] = {}
         for number, ids in wanted.items():
-            payloads.update((str(r.id), r.payload) for r in self.parts[number].shard.retrieve(ids, True, False))
+            payloads.update((str(r.id), r.payload) for r in self.parts[number].shard.retrieve(list[Any](ids), True, False))
         return [(pid, score, payloads[pid]) for pid, score, _ in rows if pid in payloads]
 
     def points(self) -> int:

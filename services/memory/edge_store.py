@@ -38,8 +38,8 @@ from filelock import FileLock, Timeout
 from agentmesh.errors import FailedPrecondition
 from agentmesh.logs import get_logger
 from agentmesh.memory.edge_cache import TranscriptCache
-from agentmesh.memory.edge_records import EdgeRecords, payload_only
 from agentmesh.memory.edge_parts import PartedNamespace, best_of, fuse, in_id_order
+from agentmesh.memory.edge_records import EdgeRecords, payload_only
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.heap import fix_mmap_threshold
 from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow
@@ -449,4 +449,4 @@ class EdgeStore(EdgeRecords):
         if ids and parts is not None:
             for part, held in parts.holders(list(ids)):
                 async with part.write_lock:
-                    part.update(qe.UpdateOperation.delete_points(held), touched=held)
+                    part.update(qe.UpdateOperation.delete_points(list[Any](held)), touched=held)
