@@ -39,7 +39,8 @@ from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.calls import ServerCalls
-from agentmesh.rpc.carried import CARRY_LIMIT_BYTES, CarriedCalls, ServedMethod, oneof_answers
+from agentmesh.rpc.carried import CARRY_LIMIT_BYTES, ServedMethod, oneof_answers
+from agentmesh.rpc.carried import CarriedCalls as CallCarrier  # the servicer has a method of that name
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
@@ -57,8 +58,8 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
                  a2a_tasks: A2aTasks | None = None):
         self._transcripts = transcripts
-        self.carried_appends: CarriedCalls | None = None  # set by carry()
-        self.carried_calls: CarriedCalls | None = None  # set by carry()
+        self.carried_appends: CallCarrier | None = None  # set by carry()
+        self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
         self._a2a_tasks = a2a_tasks
         self._memories = memories
@@ -128,14 +129,14 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             raise NotImplementedError("CarriedCalls needs carry()")
         return self.carried_calls.serve(request_iterator)
 
-    def carry(self, calls: ServerCalls) -> list[CarriedCalls]:
+    def carry(self, calls: ServerCalls) -> list[CallCarrier]:
         """Serve the carried calls' streams through `calls`; the streams to close on drain."""
         append = ServedMethod(APPEND_METHOD, self.append_messages)
-        self.carried_appends = CarriedCalls(
+        self.carried_appends = CallCarrier(
             calls, {"append_messages": append},
             unwrap=lambda message: (message.call, "append_messages", message.request),
             wrap=lambda status, field, response: memory_pb2.AppendStreamResponse(status=status, response=response))
-        self.carried_calls = CarriedCalls(
+        self.carried_calls = CallCarrier(
             calls, {"append_messages": append, "start_turn": ServedMethod(START_TURN_METHOD, self.start_turn_carried)},
             wrap=oneof_answers(memory_pb2.CarriedMemoryAnswer))
         return [self.carried_appends, self.carried_calls]

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import itertools
 from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Mapping, TypeVar, cast
 
@@ -388,7 +389,7 @@ class CarriedCalls:
                             task.cancel()
                         continue
                     method = self._methods.get(field) if field else None
-                    if method is None:
+                    if method is None or field is None:
                         answers.put_nowait(self._wrap(common_pb2.CarriedStatus(
                             id=header.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0], message=NOT_CARRIED_HERE),
                             field or "", None))
@@ -397,7 +398,7 @@ class CarriedCalls:
                     task = asyncio.get_running_loop().create_task(one(header, field, method, request),
                                                                   context=contextvars.copy_context())
                     running[header.id] = task
-                    task.add_done_callback(lambda done, call_id=header.id: finished(call_id, done))
+                    task.add_done_callback(functools.partial(finished, header.id))
                 if running:
                     await asyncio.wait(set(running.values()))
             finally:
