@@ -29,7 +29,9 @@ A carried call is still a call in everything but its transport:
 - requests larger than `CARRY_LIMIT_BYTES` go as unary calls (`NotCarried`): one stream's flow
   control would make every other call wait behind a large one. Answers are the server's: a
   method whose answer can grow (StartTurn's transcript) bounds it when carried and lets the
-  caller page the rest; a tool call's answer is bounded by the tools service's output caps;
+  caller page the rest; a tool call's answer is bounded by the tools service's output caps,
+  and goes whole; an answer too large for the caller's channel fails its call alone
+  (RESOURCE_EXHAUSTED), as the unary call would, instead of ending the stream;
 - a server without the stream (an older version: UNIMPLEMENTED), or without one of its
   methods (a oneof field it does not know: that call alone answered UNIMPLEMENTED), gets
   unary calls from then on (`NotCarried`).
@@ -57,16 +59,21 @@ from agentmesh.logs import get_logger
 from agentmesh.rpc.auth import SERVICE_TOKEN_HEADER, current_principal
 from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.identity import ServiceIdentity
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry.rpcspans import end_client_span, rpc_attributes, start_carried_client_span
 from agentmesh.v1 import common_pb2
 
-__all__ = ["CARRY_LIMIT_BYTES", "CarriedCalls", "CarriedClient", "CarriedMethod", "NotCarried", "ServedMethod",
-           "oneof_answers", "oneof_requests"]
+__all__ = ["CARRY_LIMIT_BYTES", "MAX_ANSWER_BYTES", "NOT_CARRIED_HERE", "CarriedCalls", "CarriedClient",
+           "CarriedMethod", "NotCarried", "ServedMethod", "oneof_answers", "oneof_requests"]
 
 log = get_logger("agentmesh.rpc")
 
 # Above this a request goes as a unary call of its own (see the module's docstring).
 CARRY_LIMIT_BYTES = 256 * 1024
+
+# The largest answer a carried call may have: a message on the stream is bounded by what the
+# caller's channel receives (MAX_MESSAGE_BYTES), less room for the answer's status.
+MAX_ANSWER_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 # How the server answers a call of a method it does not carry (a oneof field it does not know).
 NOT_CARRIED_HERE = "this server does not carry that method on this stream: make it as a unary call"
@@ -371,6 +378,12 @@ class CarriedCalls:
                     metadata.append(("tracestate", header.tracestate))
             code, details, response = await self._calls.carried(method.full_method, tuple(metadata), request,
                                                                 method.handle, timeout_s=header.timeout_s)
+            if response is not None and response.ByteSize() > MAX_ANSWER_BYTES:
+                # Past what the caller's channel receives: that would end the stream, and every
+                # call on it. This call alone fails, as the unary call would at the caller.
+                code, details, response = grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                    f"the answer is {response.ByteSize()} bytes, more than the {MAX_ANSWER_BYTES} a carried "
+                    "call's answer may be"), None
             answers.put_nowait(self._wrap(common_pb2.CarriedStatus(id=header.id, code=code.value[0], message=details),
                                           field, response))
 
