@@ -143,3 +143,20 @@ async def test_an_older_tools_service_gets_unary_tool_calls():
         await runner.close()
         await channel.close()
         await server.stop(0)
+
+
+async def test_an_answer_too_large_for_the_stream_fails_its_call_alone(home):
+    from tests.tools.support import ToolsClient
+
+    # An output cap above what a message to the agent may hold (16 MiB).
+    async with ToolsClient(home, {"AGENTMESH_TOOLS_OUTPUT_CAP_BYTES": str(17 * 1024 * 1024)}) as tools:
+        runner, channel, _ = _runner(tools)
+        try:
+            huge = await runner.execute("s1", _shell("yes | head -c 17000000"))
+            assert huge.is_error and huge.error_kind == "resource_exhausted", (huge.error_kind, huge.output[:200])
+            # The stream was not ended by it: the next call rides it.
+            assert (await runner.execute("s1", _shell("echo next", "c2"))).output.strip() == "next"
+            assert runner.carrying_executes
+        finally:
+            await runner.close()
+            await channel.close()
