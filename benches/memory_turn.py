@@ -34,9 +34,9 @@ import tempfile
 import time
 
 if __package__:  # python -m benches.memory_turn
-    from benches.contenders import alternate, cpu_s, free_address, serve_rounds, service, start
-else:  # a contender: this file run by path under another checkout's interpreter (benches/contenders.py)
-    from contenders import alternate, cpu_s, free_address, serve_rounds, service, start
+    from benches._contenders import alternate, cpu_s, free_address, serve_rounds, service, start
+else:  # a contender: this file run by path under another checkout's interpreter (benches/_contenders.py)
+    from _contenders import alternate, cpu_s, free_address, serve_rounds, service, start
 
 MEASURED_TO = "memory_turn_result:"
 CALLS = ("PutSession", "StartTurn", "AppendMessages")

@@ -33,9 +33,9 @@ import tempfile
 import time
 
 if __package__:  # python -m benches.rpc_call
-    from benches.contenders import alternate, cpu_s, free_address, serve_rounds, service, start
-else:  # a contender: this file run by path under another checkout's interpreter (benches/contenders.py)
-    from contenders import alternate, cpu_s, free_address, serve_rounds, service, start
+    from benches._contenders import alternate, cpu_s, free_address, serve_rounds, service, start
+else:  # a contender: this file run by path under another checkout's interpreter (benches/_contenders.py)
+    from _contenders import alternate, cpu_s, free_address, serve_rounds, service, start
 
 MEASURED_TO = "rpc_call_result:"
 

@@ -8,8 +8,9 @@ them alike.
 
 The children run this checkout's bench file under another checkout's interpreter, where the
 `benches` package is not importable; Python puts the directory of a script run by path first on
-`sys.path`, so they import this module by its plain name (`import contenders`) while the parent
-imports `benches.contenders`. It must therefore import nothing of agentmesh, nor of `benches`.
+`sys.path`, so they import this module by its plain name (`import _contenders`) while the parent
+imports `benches._contenders`. It must therefore import nothing of agentmesh, nor of `benches`.
+(The leading underscore keeps `make bench` from running it as a bench of its own.)
 
 Parent::
 
