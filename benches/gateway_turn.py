@@ -3,9 +3,10 @@ out (a stream-stream call), the turn's events back.
 
 The gateway is a real `agentmesh serve gateway` process (local tracing on, signed calls, as in
 `agentmesh up`); the agent it calls is a stand-in in this process that answers every `RunTurn`
-at once with the five events of the turn bench's turn (run_started, tool_call, tool_result,
-text_delta, run_finished). Nothing else runs, so the gateway's CPU (read from `/proc`) is all
-its own: the median over `--rounds` rounds of `--turns` turns one after the other.
+with the five events of the turn bench's turn (run_started, tool_call, tool_result, text_delta,
+run_finished), a millisecond apart and with no work between them. Nothing else runs, so the
+gateway's CPU (read from `/proc`) is all its own: the median over `--rounds` rounds of
+`--turns` turns one after the other.
 
     python -m benches.gateway_turn [--turns 1000] [--rounds 5] [--before-python ../main/.venv/bin/python]
 
@@ -31,6 +32,8 @@ import grpc
 from agentmesh.v1 import agent_pb2_grpc, common_pb2, gateway_pb2, gateway_pb2_grpc
 from benches._contenders import cpu_s, free_address
 
+EVENT_GAP_S = 0.001
+
 
 class _InstantAgent(agent_pb2_grpc.AgentServicer):
     """The agent's side of RunTurn, with no work in it: the turn's five events, then the end."""
@@ -46,6 +49,10 @@ class _InstantAgent(agent_pb2_grpc.AgentServicer):
             {"run_finished": common_pb2.RunFinished(stop_reason="completed", final_text="done")},
         ]
         for seq, payload in enumerate(payloads, start=1):
+            if seq > 1:
+                # A real turn's events come milliseconds apart (model calls, the tool): each
+                # one wakes the gateway on its own, as here.
+                await asyncio.sleep(EVENT_GAP_S)
             yield common_pb2.Event(**ids, seq=seq, timestamp=time.time(), **payload)
 
 
