@@ -71,7 +71,8 @@ def alternate(children: Mapping[str, subprocess.Popen], rounds: int, tag: str) -
     finally:
         for child in children.values():
             if child.stdin:
-                child.stdin.close()
+                with contextlib.suppress(BrokenPipeError):  # a child that failed has said why on stderr
+                    child.stdin.close()
         for child in children.values():
             child.wait(60)
     return results
@@ -79,8 +80,11 @@ def alternate(children: Mapping[str, subprocess.Popen], rounds: int, tag: str) -
 
 def _round(child: subprocess.Popen, tag: str) -> dict[str, Any]:
     assert child.stdin is not None and child.stdout is not None
-    child.stdin.write("go\n")
-    child.stdin.flush()
+    try:
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    except BrokenPipeError:
+        raise RuntimeError("a contender stopped before measuring (its error is above)") from None
     while True:
         line = child.stdout.readline()
         if not line:
