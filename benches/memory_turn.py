@@ -25,30 +25,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import contextlib
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+
+if __package__:  # python -m benches.memory_turn
+    from benches._contenders import alternate, cpu_s, free_address, serve_rounds, service, start
+else:  # a contender: this file run by path under another checkout's interpreter (benches/_contenders.py)
+    from _contenders import alternate, cpu_s, free_address, serve_rounds, service, start
 
 MEASURED_TO = "memory_turn_result:"
 CALLS = ("PutSession", "StartTurn", "AppendMessages")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 async def _child(turns: int, sessions: int) -> None:
@@ -60,11 +51,12 @@ async def _child(turns: int, sessions: int) -> None:
     from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 
     home = tempfile.mkdtemp(prefix="agentmesh-memory-turn-")
-    address = _free_address()
+    address = free_address()
     env = {**os.environ, "AGENTMESH_HOME": home, "AGENTMESH_MEMORY_ADDR": address, "AGENTMESH_TRACES": "local",
            "AGENTMESH_LOG_LEVEL": "warning"}
-    service = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", "memory"], env=env)
-    try:
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, home, ignore_errors=True)
+        memory = cleanup.enter_context(service("memory", env))
         settings = Settings.from_env({"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "local"})
         telemetry = setup_telemetry("agent", settings)
         channels = {name: open_channel(address, telemetry, identity=ServiceIdentity.open(name, settings.keys_dir),
@@ -108,43 +100,27 @@ async def _child(turns: int, sessions: int) -> None:
         warm = {name: [] for name in CALLS}
         for _ in range(2 * sessions):  # warm: connections, the checked tokens, every session created
             await turn(warm)
-        loop = asyncio.get_running_loop()
-        while await loop.run_in_executor(None, sys.stdin.readline):
+
+        async def measure() -> dict[str, float]:
             latencies: dict[str, list[float]] = {name: [] for name in CALLS}
-            service0 = _cpu_s(service.pid)
+            service0 = cpu_s(memory.pid)
             for _ in range(turns):
                 await turn(latencies)
-            service1 = _cpu_s(service.pid)
-            print(MEASURED_TO + json.dumps({
+            service1 = cpu_s(memory.pid)
+            return {
                 "service_ms": (service1 - service0) / turns * 1000,
                 **{f"{name}_ms": statistics.median(values) * 1000 for name, values in latencies.items()},
                 "messages": 4 * played // sessions,
-            }), flush=True)
+            }
+
+        await serve_rounds(MEASURED_TO, measure)
         for channel in channels.values():
             await channel.close()
         telemetry.shutdown()
-    finally:
-        service.terminate()
-        service.wait(30)
-        shutil.rmtree(home, ignore_errors=True)
 
 
-def _contender(python: str, turns: int, sessions: int) -> subprocess.Popen:
-    argv = [python, str(Path(__file__).resolve()), "--child", "--turns", str(turns), "--sessions", str(sessions)]
-    # From outside any checkout, so that the interpreter's own install of agentmesh is used.
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
-
-
-def _round(child: subprocess.Popen) -> dict[str, float]:
-    assert child.stdin is not None and child.stdout is not None
-    child.stdin.write("go\n")
-    child.stdin.flush()
-    while True:
-        line = child.stdout.readline()
-        if not line:
-            raise RuntimeError("a contender stopped before measuring")
-        if line.startswith(MEASURED_TO):
-            return dict(json.loads(line[len(MEASURED_TO):]))
+def _contender(python: str, turns: int, sessions: int):
+    return start(python, __file__, ["--child", "--turns", str(turns), "--sessions", str(sessions)])
 
 
 def main() -> None:
@@ -163,18 +139,7 @@ def main() -> None:
     contenders["agentmesh"] = sys.executable
     load = os.getloadavg()[0]
     children = {name: _contender(python, args.turns, args.sessions) for name, python in contenders.items()}
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in children}
-    try:
-        names = list(children)
-        for r in range(args.rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
-                results[name].append(_round(children[name]))
-    finally:
-        for child in children.values():
-            if child.stdin:
-                child.stdin.close()
-        for child in children.values():
-            child.wait(60)
+    results = alternate(children, args.rounds, MEASURED_TO)
     last = max(r["messages"] for rounds in results.values() for r in rounds)
     print(f"one turn's memory calls (PutSession, StartTurn, 3 AppendMessages; local tracing), {args.turns} turns "
           f"one after the other over {args.sessions} sessions (transcripts up to ~{last} messages), median of "

@@ -36,26 +36,17 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
+
+if __package__:  # python -m benches.rpc_call
+    from benches._contenders import alternate, cpu_s, free_address, serve_rounds, service, start
+else:  # a contender: this file run by path under another checkout's interpreter (benches/_contenders.py)
+    from _contenders import alternate, cpu_s, free_address, serve_rounds, service, start
 
 MEASURED_TO = "rpc_call_result:"
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
@@ -72,13 +63,12 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
     from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 
     home = tempfile.mkdtemp(prefix="agentmesh-rpc-call-")
-    address = _free_address()
+    address = free_address()
     env = {**os.environ, "AGENTMESH_HOME": home, "AGENTMESH_MEMORY_ADDR": address, "AGENTMESH_TRACES": "local",
            "AGENTMESH_LOG_LEVEL": "warning"}
     served = "tools" if mode.startswith("execute") else "memory"
     env["AGENTMESH_TOOLS_ADDR"] = address
-    service = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", served], env=env)
-    try:
+    with service(served, env) as server:
         settings = Settings.from_env({"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "local"})
         caller = "gateway" if mode == "settings" else "agent"
         identity = ServiceIdentity.open(caller, settings.keys_dir)
@@ -115,48 +105,31 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
             else:
                 await runner.execute("bench", tool_call)
 
-        for _ in range(300):  # warm: connections, caches, the checked token
-            await one()
-        loop = asyncio.get_running_loop()
-        while await loop.run_in_executor(None, sys.stdin.readline):
+        async def measure() -> dict[str, float]:
             latencies = []
-            client0, service0 = time.process_time(), _cpu_s(service.pid)
+            client0, service0 = time.process_time(), cpu_s(server.pid)
             for _ in range(calls):
                 started = time.perf_counter()
                 await one()
                 latencies.append(time.perf_counter() - started)
-            client1, service1 = time.process_time(), _cpu_s(service.pid)
-            print(MEASURED_TO + json.dumps({
+            client1, service1 = time.process_time(), cpu_s(server.pid)
+            return {
                 "p50_ms": statistics.median(latencies) * 1000,
                 "client_ms": (client1 - client0) / calls * 1000,
                 "service_ms": (service1 - service0) / calls * 1000,
-            }), flush=True)
+            }
+
+        for _ in range(300):  # warm: connections, caches, the checked token
+            await one()
+        await serve_rounds(MEASURED_TO, measure)
         await client.close()
         await runner.close()
         await channel.close()
         telemetry.shutdown()
-    finally:
-        service.terminate()
-        service.wait(30)
 
 
-def _contender(python: str, calls: int, bare: bool, mode: str = "settings") -> subprocess.Popen:
-    argv = [python, str(Path(__file__).resolve()), "--child", "--calls", str(calls), "--mode", mode] \
-        + (["--bare"] if bare else [])
-    # Run from outside any checkout, so that the interpreter's own install of agentmesh is used.
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
-
-
-def _round(child: subprocess.Popen) -> dict[str, float]:
-    assert child.stdin is not None and child.stdout is not None
-    child.stdin.write("go\n")
-    child.stdin.flush()
-    while True:
-        line = child.stdout.readline()
-        if not line:
-            raise RuntimeError("a contender stopped before measuring")
-        if line.startswith(MEASURED_TO):
-            return dict(json.loads(line[len(MEASURED_TO):]))
+def _contender(python: str, calls: int, bare: bool, mode: str = "settings"):
+    return start(python, __file__, ["--child", "--calls", str(calls), "--mode", mode] + (["--bare"] if bare else []))
 
 
 def main() -> None:
@@ -194,18 +167,7 @@ def main() -> None:
         contenders["agentmesh"] = (sys.executable, False, "settings")
     load = os.getloadavg()[0]
     children = {name: _contender(python, args.calls, bare, mode) for name, (python, bare, mode) in contenders.items()}
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in children}
-    try:
-        names = list(children)
-        for r in range(args.rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
-                results[name].append(_round(children[name]))
-    finally:
-        for child in children.values():
-            if child.stdin:
-                child.stdin.close()
-        for child in children.values():
-            child.wait(60)
+    results = alternate(children, args.rounds, MEASURED_TO)
     what = {
         "append": "one append of a step (memory AppendMessages, signed as the agent",
         "start-turn": "one turn's start (memory StartTurn after a 20-message page, signed as the agent",

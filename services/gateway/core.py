@@ -8,28 +8,19 @@ messages it passes along are data only: the gateway relays the agent's events un
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import structlog
 
-from agentmesh.errors import (
-    AgentmeshError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    Unavailable,
-    error_of_code,
-)
+from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
 from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns
 from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
+from agentmesh.gateway.turns import RunningTurn, SessionTurns, relay
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
@@ -47,43 +38,10 @@ MAX_NOTE_CHARS = 4000
 SESSION_FIELDS = ("model", "permission_mode", "tools")  # what UpdateSession can change
 
 
-SHUTDOWN_MESSAGE = (
-    "the gateway is shutting down and this turn was interrupted; the steps completed so far are "
-    "saved — send the message again to continue"
-)
-
-
-_STOP_REASON_OF = {"interrupt": "interrupted", "rollback": "rolled_back"}
-
-
 def validate_if_busy(value: str, what: str = "options.if_busy") -> str:
     if value and value not in IF_BUSY_POLICIES:
         raise InvalidArgument(f"{what} must be one of {', '.join(IF_BUSY_POLICIES)}, got {value[:40]!r}")
     return value
-
-
-@dataclass
-class _ActiveTurn:
-    run_id: str
-    # Who sent the message (a member may decide only the approvals of their own runs).
-    started_by: str = ""
-    cancel_requested: asyncio.Event = field(default_factory=asyncio.Event)
-    # Set when the turn is stopped because the gateway is going away, not by the user.
-    interrupted: bool = False
-    # Tool calls held for approval, as seen in the relayed events, in the order they came.
-    pending_approvals: dict[str, common_pb2.ApprovalRequested] = field(default_factory=dict)
-    # To the agent running the turn: approval decisions, an interrupt.
-    controls: asyncio.Queue[agent_pb2.RunTurnRequest] = field(default_factory=asyncio.Queue)
-    # Set once the session no longer belongs to this turn.
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    # A newer message that interrupts (or rolls back) this turn takes the session straight from
-    # it, before any message merely waiting in line; "interrupted" | "rolled_back".
-    successor: "_ActiveTurn | None" = None
-    superseded_as: str = ""
-
-    def supersede(self, successor: "_ActiveTurn", stop_reason: str) -> None:
-        self.successor, self.superseded_as = successor, stop_reason
-        self.controls.put_nowait(agent_pb2.RunTurnRequest(interrupt=stop_reason))
 
 
 class Gateway:
@@ -100,9 +58,10 @@ class Gateway:
         self._agent = agent
         self._workspaces = workspaces
         self._settings = settings
-        # One turn per session in this replica. With several replicas, the gRPC adapter sends
-        # each session's calls to the replica that owns it (routing.py), so this is enough.
-        self._active: dict[str, _ActiveTurn] = {}
+        # The deployment's tool policy goes with every turn; it is fixed at start-up.
+        self._deployment_tools = policy_to_proto(policies.deployment)
+        # One turn per session in this replica (turns.py).
+        self._turns = SessionTurns()
         self._draining = False
         # The running turns' events, for clients attaching to them and operators watching.
         self.live = live or LiveTurns()
@@ -148,7 +107,7 @@ class Gateway:
         session, its workspace and its namespace's long-term memory stay."""
         validate_id(session_id)
         await self._authz.session(caller, session_id, "ClearTranscript")
-        if session_id in self._active:
+        if session_id in self._turns:
             raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
         cleared = await self._sessions.clear_transcript(session_id)
         self._authz.audit.record("session.clear", "allowed", caller.principal, session_id=session_id)
@@ -170,7 +129,7 @@ class Gateway:
         validate_id(session_id)
         # NOT_FOUND (or another tenant's) before touching anything, and before saying it is busy.
         await self._authz.session(caller, session_id, "DeleteSession")
-        if session_id in self._active:
+        if session_id in self._turns:
             raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
         await self._workspaces.delete_workspace(session_id)
         deleted = await self._sessions.delete_session(session_id)
@@ -241,10 +200,10 @@ class Gateway:
             else await self._authz.session_or_none(caller, session_id, "Chat")
         namespace = existing.namespace if existing is not None else self._authz.namespace(caller, "", "Chat")
         tenant = caller.scope.tenant_of(namespace) or ""
-        turn = _ActiveTurn(run_id=new_id("run"), started_by=caller.subject)
+        turn = RunningTurn(run_id=new_id("run"), started_by=caller.subject)
         admitted = self._limits.admit(tenant)
         try:
-            replaced = await self._take_session(session_id, turn, request.options.if_busy or self._settings.if_busy)
+            replaced = await self._turns.take(session_id, turn, request.options.if_busy or self._settings.if_busy)
             if self._draining:
                 raise Unavailable("the gateway is shutting down; retry in a moment")
             if replaced is not None and replaced.superseded_as == "rolled_back":
@@ -262,33 +221,33 @@ class Gateway:
                 namespace=namespace,
                 open_session=agent_pb2.SessionToOpen(
                     session=self._new_session(session_id, "", {}, namespace),
-                    deployment_tools=policy_to_proto(self._policies.deployment),
+                    deployment_tools=self._deployment_tools,
                     deployment_permission_mode=self._policies.permission_mode),
             )
             feed = self.live.begin(session_id, namespace)
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
                 try:
-                    async for event in self._relay(run, turn):
-                        if event.HasField("run_started") and event.run_started.namespace:
+                    async for event in relay(self._agent, run, turn, self._settings.turn_timeout_s):
+                        kind = event.WhichOneof("payload")
+                        turn.track(kind, event)
+                        if kind == "run_started" and event.run_started.namespace:
                             namespace = event.run_started.namespace
                             tenant = caller.scope.tenant_of(namespace) or ""
                             self.live.set_namespace(feed, namespace)
                             if event.run_started.session_created:
                                 self._authz.audit.record("session.create", "allowed", caller.principal,
                                                          session_id=session_id, namespace=namespace)
-                        if event.HasField("run_finished"):
+                        elif kind == "run_finished":
                             self._limits.count_tokens(tenant, event.run_finished.usage.total_tokens)
-                        if event.WhichOneof("payload") in ("run_finished", "error"):
-                            if turn.superseded_as == "rolled_back" and event.HasField("run_finished"):
+                            if turn.superseded_as == "rolled_back":
                                 # It may have finished on its own meanwhile; its steps go all the same.
                                 event.run_finished.stop_reason = "rolled_back"
-                            self.live.publish(feed, event)
+                        self.live.publish(feed, event)
+                        if kind == "run_finished" or kind == "error":
                             # Free the session before the last event leaves, so a client that
                             # starts its next turn on seeing it is not refused as busy.
-                            self._release(session_id, turn)
-                        else:
-                            self.live.publish(feed, event)
+                            self._turns.release(session_id, turn)
                         yield event
                 except PermissionDenied as exc:
                     # The agent could not open the session: a lesser role in its tenant, audited
@@ -301,44 +260,7 @@ class Gateway:
                 log.info("turn ended")
         finally:
             admitted.release()
-            self._release(session_id, turn)
-
-    async def _take_session(self, session_id: str, turn: _ActiveTurn, policy: str) -> _ActiveTurn | None:
-        """Make `turn` the session's running turn, by `policy` when another one runs: refuse,
-        wait for it, or stop it and take over. The turn it superseded, if any."""
-        superseded: _ActiveTurn | None = None
-        try:
-            while True:
-                running = self._active.get(session_id)
-                if running is None:
-                    self._active[session_id] = turn
-                    return superseded
-                if running is turn:  # handed over by the turn it superseded
-                    return superseded
-                if policy == "reject":
-                    raise FailedPrecondition(
-                        f"session {session_id!r} is already running a turn; wait for it to finish, cancel it, "
-                        "or send with if_busy enqueue, interrupt or rollback"
-                    )
-                if policy in _STOP_REASON_OF and running.successor is None:
-                    running.supersede(turn, _STOP_REASON_OF[policy])
-                    superseded = running
-                    log.info("turn superseded", session_id=session_id, run_id=running.run_id, by=policy)
-                # Enqueued, or another message already took over: wait, then look again.
-                await running.ended.wait()
-        except BaseException:
-            if superseded is not None and superseded.successor is turn:
-                superseded.successor = None
-            raise
-
-    def _release(self, session_id: str, turn: _ActiveTurn) -> None:
-        """The session stops belonging to `turn`: to the turn that superseded it, if any."""
-        if self._active.get(session_id) is turn:
-            if turn.successor is not None:
-                self._active[session_id] = turn.successor
-            else:
-                del self._active[session_id]
-        turn.ended.set()
+            self._turns.release(session_id, turn)
 
     async def attach(self, session_id: str, after_seq: int, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
         """The session's running turn, for a caller who may see the session (AttachTurn)."""
@@ -359,7 +281,7 @@ class Gateway:
 
     def has_active_turn(self, session_id: str) -> bool:
         """Whether this replica runs a turn of `session_id` now (routing serves such calls here)."""
-        return session_id in self._active
+        return session_id in self._turns
 
     async def cancel(self, session_id: str, caller: Caller = ANYONE) -> tuple[bool, str]:
         validate_id(session_id)
@@ -367,10 +289,10 @@ class Gateway:
         # only where tenants are not configured; otherwise another tenant's running turn could be hit.
         if not caller.scope.unrestricted and await self._authz.session_or_none(caller, session_id, "Cancel") is None:
             return False, ""
-        turn = self._active.get(session_id)
+        turn = self._turns.get(session_id)
         if turn is None:
             return False, ""
-        turn.cancel_requested.set()
+        turn.cancel()
         return True, turn.run_id
 
     async def approve(self, request: gateway_pb2.ApproveRequest, caller: Caller = ANYONE) -> str:
@@ -385,7 +307,7 @@ class Gateway:
         if request.rest_of_turn and not request.approved:
             raise InvalidArgument("rest_of_turn goes with an approval: approve the call, or deny it on its own")
         session = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Approve")
-        turn = self._active.get(session_id) if session is not None or caller.scope.unrestricted else None
+        turn = self._turns.get(session_id) if session is not None or caller.scope.unrestricted else None
         if (turn is not None and session is not None and turn.started_by and turn.started_by != caller.subject
                 and caller.scope.role_in(session.namespace or "default") != "admin"):
             self._authz.audit.record("approval.decided", "refused", caller.principal, session_id=session_id,
@@ -411,7 +333,7 @@ class Gateway:
         if (not caller.scope.unrestricted
                 and await self._authz.session_or_none(caller, session_id, "ListApprovals") is None):
             return gateway_pb2.ListApprovalsResponse()
-        turn = self._active.get(session_id)
+        turn = self._turns.get(session_id)
         if turn is None:
             return gateway_pb2.ListApprovalsResponse()
         return gateway_pb2.ListApprovalsResponse(run_id=turn.run_id, approvals=list(turn.pending_approvals.values()))
@@ -421,82 +343,10 @@ class Gateway:
         period ends tell the ones still running why their stream stops."""
         self._draining = True
         deadline = asyncio.get_running_loop().time() + max(0.0, grace_s - min(1.0, grace_s * 0.2))
-        while self._active and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 - turns end on many paths; a 50 ms poll bounds the drain
+        while self._turns and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 - turns end on many paths; a 50 ms poll bounds the drain
             await asyncio.sleep(0.05)
-        for turn in list(self._active.values()):
-            turn.interrupted = True
-            turn.cancel_requested.set()
-
-    async def _relay(self, run: agent_pb2.RunTurnRequest, turn: _ActiveTurn) -> AsyncIterator[common_pb2.Event]:
-        """Pump the agent's stream through a queue so a Cancel can cut in between events."""
-        queue: asyncio.Queue[object] = asyncio.Queue(maxsize=256)
-        done = object()
-
-        async def pump() -> None:
-            try:
-                async with asyncio.timeout(self._settings.turn_timeout_s):
-                    async for event in self._agent.run_turn(run, turn.controls):
-                        await queue.put(event)
-            except TimeoutError:
-                await queue.put(AgentmeshError(f"the turn ran longer than {self._settings.turn_timeout_s:.0f}s and was stopped"))
-            except AgentmeshError as exc:
-                await queue.put(exc)
-            await queue.put(done)
-
-        pump_task = asyncio.create_task(pump())
-        cancel_wait = asyncio.create_task(turn.cancel_requested.wait())
-        last_seq = 0
-        opening = run.HasField("open_session")
-        try:
-            while True:
-                getter = asyncio.create_task(queue.get())
-                finished, _ = await asyncio.wait({getter, cancel_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in finished:
-                    getter.cancel()
-                    pump_task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await pump_task
-                    if turn.interrupted:
-                        log.info("turn interrupted by shutdown")
-                        yield self._event(run, last_seq + 1, error=common_pb2.RunError(code="UNAVAILABLE", message=SHUTDOWN_MESSAGE))
-                        return
-                    log.info("turn cancelled")
-                    yield self._event(run, last_seq + 1, run_finished=common_pb2.RunFinished(stop_reason="cancelled"))
-                    return
-                item = getter.result()
-                if item is done:
-                    return
-                if isinstance(item, AgentmeshError):
-                    yield self._event(run, last_seq + 1, error=common_pb2.RunError(code=item.code, message=item.message))
-                    return
-                assert isinstance(item, common_pb2.Event)  # the pump puts events, errors and `done`
-                if opening and not last_seq and item.HasField("error"):
-                    # The agent could not open the session (memory refused or is away): the
-                    # client gets the status the gateway's own PutSession answered with before.
-                    raise error_of_code(item.error.code, item.error.message)
-                last_seq = max(last_seq, item.seq)
-                self._track_approvals(turn, item)
-                yield item
-        finally:
-            cancel_wait.cancel()
-            if not pump_task.done():
-                pump_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pump_task
-
-    @staticmethod
-    def _track_approvals(turn: _ActiveTurn, event: common_pb2.Event) -> None:
-        """Know which calls wait for a decision before the client can see the request, so an
-        Approve for anything else is answered NOT_FOUND here, without a trip to the agent."""
-        kind = event.WhichOneof("payload")
-        if kind == "approval_request":
-            turn.pending_approvals[event.approval_request.call_id] = event.approval_request
-        elif kind == "approval_resolved":
-            turn.pending_approvals.pop(event.approval_resolved.call_id, None)
-
-    @staticmethod
-    def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload: Any) -> common_pb2.Event:
-        return common_pb2.Event(session_id=run.session_id, run_id=run.run_id, seq=seq, timestamp=time.time(), **payload)
+        for turn in self._turns.all():
+            turn.cancel(interrupted=True)
 
     def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> sessions_pb2.Session:
         if len(title) > self._settings.max_title_chars:

@@ -21,7 +21,9 @@ class Feed(Generic[T]):
     def __init__(self) -> None:
         self.items: list[T] = []
         self.done = False
-        self._changed = asyncio.Event()
+        # What readers that caught up wait on; made only when one does, so a feed nobody
+        # follows (most turns) costs a list append per item.
+        self._changed: asyncio.Event | None = None
 
     def add(self, item: T) -> None:
         self.items.append(item)
@@ -32,14 +34,18 @@ class Feed(Generic[T]):
         self._wake()
 
     def _wake(self) -> None:
-        # A fresh event per change: readers that were waiting wake, later ones wait anew.
-        self._changed.set()
-        self._changed = asyncio.Event()
+        # The waiting readers wake; later ones wait on a fresh event.
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     async def follow(self, start: int = 0) -> AsyncIterator[T]:
         """The items from index `start`, waiting for new ones until the feed is finished."""
         index = start
         while True:
+            # Taken before yielding: an item added while the reader is away wakes it at once.
+            if self._changed is None:
+                self._changed = asyncio.Event()
             waiter = self._changed
             while index < len(self.items):
                 yield self.items[index]

@@ -21,7 +21,7 @@ from typing import AsyncGenerator
 import grpc
 
 from agentmesh.errors import Unavailable
-from agentmesh.gateway.core import SHUTDOWN_MESSAGE
+from agentmesh.gateway.turns import SHUTDOWN_MESSAGE
 from agentmesh.logs import get_logger
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.client import open_channel

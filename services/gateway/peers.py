@@ -125,27 +125,17 @@ class AgentClient:
             ) from None
 
     async def run_turn(
-        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest]"
+        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest | None]"
     ) -> AsyncIterator[common_pb2.Event]:
-        ended = asyncio.Event()
-
-        async def requests():
+        async def requests() -> AsyncIterator[agent_pb2.RunTurnRequest]:
             # The turn first, then each approval decision (or an interrupt) on the same stream: it
-            # reaches the very agent replica running the turn, with no lookup and no affinity to configure.
+            # reaches the very agent replica running the turn, with no lookup and no affinity to
+            # configure. gRPC reads this in a task of its own until it ends: the None put on the
+            # queue when the call is over ends it (left waiting, the task would stay pending until
+            # the call is garbage-collected: "Task was destroyed but it is pending").
             yield request
-            # Until the turn ends: an iterator left waiting keeps gRPC's task that reads it
-            # pending until the call is garbage-collected ("Task was destroyed but it is pending").
-            ending = asyncio.ensure_future(ended.wait())
-            try:
-                while True:
-                    control = asyncio.ensure_future(controls.get())
-                    done, _ = await asyncio.wait({control, ending}, return_when=asyncio.FIRST_COMPLETED)
-                    if control not in done:
-                        control.cancel()
-                        return
-                    yield control.result()
-            finally:
-                ending.cancel()
+            while (control := await controls.get()) is not None:
+                yield control
 
         await self._connected()
         call = self._stub.RunTurn(requests())
@@ -159,7 +149,7 @@ class AgentClient:
                 ) from None
             raise core_error_from_rpc(err) from None
         finally:
-            ended.set()
+            controls.put_nowait(None)
             # Leaving early (cancel, client gone) must stop the run on the agent too.
             call.cancel()
 

@@ -28,10 +28,10 @@ class SessionStore(Protocol):
 
 class AgentRunner(Protocol):
     def run_turn(
-        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest]"
+        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest | None]"
     ) -> AsyncIterator[common_pb2.Event]:
         """Stream the turn's events; what is put on the queue (approval decisions, an interrupt)
-        travels to the agent running it."""
+        travels to the agent running it. The runner puts None on it when the turn's call is over."""
         ...
 
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from agentmesh.tools.sandbox.k8s_job import CONTAINER
 from tests.images.podman import Podman, podman_env
-from tests.tools.fake_kube import FakeKube, _status, now_rfc3339
+from tests.tools.fake_kube import FakeKube
+from tests.tools.fake_kubelet import container_status, now_rfc3339
 
 
 def kubelet_pod(pod: dict[str, Any], claims: dict[str, Path]) -> dict[str, Any]:
@@ -80,7 +81,7 @@ class PodmanKube(FakeKube):
         played = self.podman.run("kube", "play", "--network", "none", "--quiet", str(path), check=False, timeout=120)
         if played.returncode != 0:
             message = played.stderr.decode(errors="replace").strip()[-500:]
-            self._update(key, lambda s: s.update(containerStatuses=[_status(image, {"waiting": {"reason": "CreateContainerError", "message": message}})]))
+            self._update(key, lambda s: s.update(containerStatuses=[container_status(image, {"waiting": {"reason": "CreateContainerError", "message": message}})]))
             return
         started = self.podman.inspect(container)["State"].get("StartedAt") or now_rfc3339()
         waiter = subprocess.Popen(["podman", "wait", container], env=podman_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -89,7 +90,7 @@ class PodmanKube(FakeKube):
                 waiter.kill()
                 return
             self.procs[key] = waiter
-        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[_status(image, {"running": {"startedAt": started}}, ready=True)]))
+        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[container_status(image, {"running": {"startedAt": started}}, ready=True)]))
         waiter.wait()
         with self.cond:
             if self.procs.pop(key, None) is None:
@@ -105,7 +106,7 @@ class PodmanKube(FakeKube):
                       "startedAt": started, "finishedAt": now_rfc3339()}
         self.terminated[name] = {"terminated": terminated, "container": state}
         phase = "Succeeded" if code == 0 else "Failed"
-        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[_status(image, {"terminated": terminated})]))
+        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[container_status(image, {"terminated": terminated})]))
         self._finish_job(namespace, job, phase)
 
     def _finish_job(self, namespace: str, job: dict, phase: str) -> None:

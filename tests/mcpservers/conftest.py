@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import sysconfig
@@ -53,15 +54,40 @@ def home():
 
 
 def server_pids(marker: str) -> list[int]:
-    """Processes whose command line holds `marker`, leaving out the jail's own (bwrap, setpriv, sh)."""
+    """This test's processes whose command line holds `marker`, leaving out the jail's own (bwrap,
+    setpriv, sh). Only descendants of this process count: the machine may be running other test
+    sessions at the same time, with servers of the same name of their own."""
     pids = []
+    ours = _descendants(os.getpid())
+    for pid in ours:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and marker.encode() in argv and Path(argv[0].decode(errors="replace")).name.startswith("python"):
+            pids.append(pid)
+    return sorted(pids)
+
+
+def _descendants(root: int) -> set[int]:
+    """The processes below `root` now, by the parent each one names in /proc (jails included:
+    their PID namespaces still show the host's parent chain)."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
         except OSError:
-            continue
-        if argv and marker.encode() in argv and Path(argv[0].decode(errors="replace")).name.startswith("python"):
-            pids.append(int(entry.name))
-    return pids
+            continue  # ended while we looked
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    frontier = [root]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found

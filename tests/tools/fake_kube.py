@@ -9,31 +9,19 @@ Behind the API, small stand-ins for the control plane do what a cluster does:
 - the Job controller creates one pod per Job (labels `job-name`, `batch.kubernetes.io/job-name`,
   controller uid, owner reference), sets Job conditions (Complete / Failed with
   BackoffLimitExceeded or DeadlineExceeded) and deletes active pods past activeDeadlineSeconds;
-- the scheduler marks pods whose requests exceed the node's capacity `Unschedulable`;
-- the kubelet "pulls" the image (anything from registry.invalid fails: ErrImagePull, then
-  ImagePullBackOff), then runs the container's command as a local process, its working
-  directory the volume (a PersistentVolumeClaim maps to a host directory, honouring subPath),
-  kills it with OOMKilled (exit 137) when its resident memory passes the container's memory
-  limit, and keeps its combined output as the pod log; a command that cannot be executed is a
-  StartError (exit 128), and `FallbackToLogsOnError` puts a failed container's last output in its
-  status. A container with `stdin: true` (an MCP server's bare pod) gets a stdin pipe for
-  pods/attach, its stdout and stderr kept apart for attach's channels.
-The local process is not isolated: this is a stand-in for a container runtime, not a sandbox.
+- the node (fake_kubelet.py) schedules, "pulls" and runs each pod's container as a local process.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import signal
 import subprocess
 import tempfile
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -41,21 +29,9 @@ from urllib.parse import parse_qs, urlparse
 
 import kubernetes_validate
 
+from tests.tools.fake_kubelet import Kubelet, kill_container, now_rfc3339, quantity
+
 K8S_VERSION = "1.30"
-UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 1e-3}
-
-
-def quantity(value: str) -> float:
-    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(value))
-    if not match:
-        raise ValueError(f"bad quantity {value!r}")
-    number, unit = match.groups()
-    return float(number) * UNITS.get(unit, 1)
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
 
 def selector_matches(selector: str, labels: dict[str, str]) -> bool:
     for term in filter(None, (t.strip() for t in selector.split(","))):
@@ -74,7 +50,7 @@ def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
 
 
-class FakeKube:
+class FakeKube(Kubelet):
     def __init__(self, volumes: dict[str, Path] | None = None, node_cpu: str = "4", node_memory: str = "8Gi"):
         self.volumes = volumes or {}  # claimName -> host directory
         self.node = {"cpu": quantity(node_cpu), "memory": quantity(node_memory)}
@@ -139,7 +115,7 @@ class FakeKube:
         self._closed = True
         with self.cond:
             for proc in self.procs.values():
-                _kill(proc)
+                kill_container(proc)
             self.cond.notify_all()
         self.server.shutdown()
         self.server.server_close()
@@ -428,139 +404,10 @@ class FakeKube:
     def _delete_pod(self, key: tuple[str, str]) -> None:
         proc = self.procs.pop(key, None)
         if proc:
-            _kill(proc)
+            kill_container(proc)
         if key in self.pods:
             self._emit("DELETED", key)
             del self.pods[key]
-
-    def _run_pod(self, namespace: str, job: dict | None, key: tuple[str, str]) -> None:
-        spec = self.pods[key]["spec"]
-        container = spec["containers"][0]
-        requests = container.get("resources", {}).get("requests", {})
-        short = [r for r in ("cpu", "memory") if r in requests and quantity(requests[r]) > self.node[r]]
-        if short:
-            message = f"0/1 nodes are available: {', '.join('1 Insufficient ' + r for r in short)}. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
-            self._update(key, lambda s: s["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}))
-            return
-        self._update(key, lambda s: s["conditions"].append({"type": "PodScheduled", "status": "True"}))
-        image = container["image"]
-        if image.startswith("registry.invalid/"):
-            pull = f'failed to pull and unpack image "{image}": failed to resolve reference: dial tcp: lookup registry.invalid: no such host'
-            self._update(key, lambda s: s.update(containerStatuses=[_status(container["image"], {"waiting": {"reason": "ErrImagePull", "message": pull}}, name=container["name"])]))
-            time.sleep(0.2)
-            self._update(key, lambda s: s.update(containerStatuses=[_status(container["image"], {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}, name=container["name"])]))
-            return
-        if self.instant_containers:
-            with self.cond:
-                self.logs[key] = bytearray(b"ok\n")
-            stamp = now_rfc3339()
-            self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[_status(container["image"], {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}}, name=container["name"])]))
-            return
-        cwd = self._volume_dir(spec, container)
-        env = {e["name"]: e["value"] for e in container.get("env", [])}
-        env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-        # A container with `stdin: true` (an MCP server pod) keeps stdin open for pods/attach, and
-        # its stdout and stderr apart (attach's channels 1 and 2); the log has both.
-        interactive = bool(container.get("stdin"))
-        with self.cond:
-            if key not in self.pods:
-                return
-            self.logs[key] = bytearray()
-            try:
-                proc = subprocess.Popen(container["command"], cwd=cwd, env=env,
-                                        stdin=subprocess.PIPE if interactive else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE if interactive else subprocess.STDOUT, start_new_session=True)
-            except OSError as exc:
-                proc = None
-                start_error = exc
-            else:
-                self.procs[key] = proc
-        if proc is None:
-            self._start_failed(namespace, job, key, container, start_error)
-            return
-        started = now_rfc3339()
-        self._update(key, lambda s: s.update(phase="Running", containerStatuses=[_status(container["image"], {"running": {"startedAt": started}}, ready=True, name=container["name"])]))
-        limit = quantity(container.get("resources", {}).get("limits", {}).get("memory", "0") or "0")
-        oom = threading.Event()
-        threading.Thread(target=self._memory_guard, args=(proc, limit, oom), daemon=True).start()
-        try:
-            if interactive:
-                errors = threading.Thread(target=self._copy_output, args=(key, proc.stderr, 2), daemon=True)
-                errors.start()
-                self._copy_output(key, proc.stdout, 1)
-                errors.join()
-            else:
-                self._copy_output(key, proc.stdout, 1)
-            code = proc.wait()
-            with self.cond:
-                if self.procs.pop(key, None) is None:
-                    return  # deleted (job deleted or deadline): no terminal status
-            if oom.is_set():
-                terminated = {"exitCode": 137, "reason": "OOMKilled"}
-            else:
-                terminated = {"exitCode": code if code >= 0 else 128 - code, "reason": "Completed" if code == 0 else "Error"}
-            if terminated["exitCode"] and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-                with self.cond:
-                    tail = bytes(self.logs.get(key, b""))[-2048:].decode(errors="replace").splitlines()[-80:]
-                if tail:
-                    terminated["message"] = "\n".join(tail) + "\n"
-            terminated.update(startedAt=started, finishedAt=now_rfc3339())
-            self._finish(namespace, job, key, container, terminated)
-        finally:
-            self._detach_all(key)
-
-    def _copy_output(self, key: tuple[str, str], stream, channel: int) -> None:
-        """The container's output into its log and to every attached stream."""
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            with self.cond:
-                if key in self.logs:
-                    self.logs[key] += chunk
-                sinks = list(self.attached.get(key, ()))
-            for sink in sinks:
-                sink(channel, chunk)
-
-    def _start_failed(self, namespace: str, job: dict | None, key: tuple[str, str], container: dict, exc: OSError) -> None:
-        """The runtime could not exec the command: what containerd reports (StartError, exit 128)."""
-        command = container["command"][0]
-        if os.path.isabs(command):
-            why = f"exec: \"{command}\": stat {command}: no such file or directory" if isinstance(exc, FileNotFoundError) else f"exec: \"{command}\": {exc.strerror}"
-        else:
-            why = f"exec: \"{command}\": executable file not found in $PATH"
-        message = f"failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: {why}: unknown"
-        stamp = now_rfc3339()
-        self._finish(namespace, job, key, container, {"exitCode": 128, "reason": "StartError", "message": message, "startedAt": stamp, "finishedAt": stamp})
-
-    def _finish(self, namespace: str, job: dict | None, key: tuple[str, str], container: dict, terminated: dict) -> None:
-        phase = "Succeeded" if terminated["exitCode"] == 0 else "Failed"
-        self._update(key, lambda s: s.update(phase=phase, containerStatuses=[_status(container["image"], {"terminated": terminated}, name=container["name"])]))
-        if job is None:
-            return
-        with self.cond:
-            live = self.jobs.get((namespace, job["metadata"]["name"]))
-            if live is not None:
-                stamp = now_rfc3339()
-                if phase == "Succeeded":
-                    live["status"].update(active=0, succeeded=1, completionTime=stamp, conditions=[{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True", "lastTransitionTime": stamp}])
-                else:
-                    live["status"].update(active=0, failed=1, conditions=[{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"}, {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": stamp}])
-                live["metadata"]["resourceVersion"] = self._bump()
-
-    def _memory_guard(self, proc: subprocess.Popen, limit: float, oom: threading.Event) -> None:
-        """The cgroup OOM killer's stand-in: SIGKILL the container when its processes' resident memory
-        together passes the limit (a cgroup counts them all, the command's children included)."""
-        while limit and proc.poll() is None:
-            rss = 0
-            for pid in _process_tree(proc.pid):
-                try:
-                    status = Path(f"/proc/{pid}/status").read_text()
-                    rss += int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
-                except (OSError, AttributeError):
-                    continue
-            if rss > limit:
-                oom.set()
-                _kill(proc)
-                return
-            time.sleep(0.01)
 
     def _deadline(self, namespace: str, name: str) -> None:
         with self.cond:
@@ -586,19 +433,6 @@ class FakeKube:
                 if key[0] == namespace and pod["metadata"]["labels"].get("job-name") == name:
                     self._delete_pod(key)
 
-    def _volume_dir(self, spec: dict, container: dict) -> str:
-        mount = next((m for m in container.get("volumeMounts", []) if m["mountPath"] == container.get("workingDir", "/workspace")), None)
-        if mount is None:
-            return tempfile.mkdtemp(dir=self._scratch.name)  # the image's own working directory
-        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
-        if "persistentVolumeClaim" in volume:
-            base = self.volumes[volume["persistentVolumeClaim"]["claimName"]]
-        else:
-            base = Path(tempfile.mkdtemp(dir=self._scratch.name))
-        path = Path(base) / mount.get("subPath", "")
-        path.mkdir(parents=True, exist_ok=True)  # the kubelet creates a missing subPath
-        return str(path)
-
     # --- what tests look at ----------------------------------------------------------------------
 
     def live_objects(self) -> tuple[list[str], list[str]]:
@@ -616,37 +450,5 @@ class _QuietServer(ThreadingHTTPServer):
         pass
 
 
-def _status(image: str, state: dict, ready: bool = False, name: str = "sandbox") -> dict:
-    return {"name": name, "image": image, "imageID": "", "ready": ready, "restartCount": 0, "started": "running" in state, "state": state}
-
-
 def _public(obj: dict) -> dict:
     return {k: v for k, v in obj.items() if not k.startswith("_")}
-
-
-def _process_tree(root: int) -> list[int]:
-    """`root` and its descendants (a container's processes, which a real pod's PID namespace holds)."""
-    found, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        found.append(pid)
-        try:
-            for task in os.listdir(f"/proc/{pid}/task"):
-                pending.extend(int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """End the container: its process group and every descendant's group (the command may run in a
-    session of its own), as the end of a pod's PID namespace would."""
-    own = os.getpgrp()
-    for pid in _process_tree(proc.pid):
-        try:
-            group = os.getpgid(pid)
-            if group != own:
-                os.killpg(group, signal.SIGKILL)
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass

@@ -16,6 +16,7 @@ does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 
 from aiohttp import web
@@ -55,7 +56,9 @@ async def call_asgi(app: AsgiApp, request: web.Request, *, root_path: str = "",
     if bridge.response is None:
         return web.Response(status=500, text="the application sent no response")
     if not bridge.ended:
-        await bridge.response.write_eof()
+        # A client gone by now (a stream it stopped reading) has nothing left to be told.
+        with contextlib.suppress(ConnectionResetError):
+            await bridge.response.write_eof()
     return bridge.response
 
 

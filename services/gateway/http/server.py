@@ -368,9 +368,16 @@ class HttpApi:
             pending.cancel()
             raise
         finally:
+            if not pending.done():
+                # Closing the iterator while its next step is still running would fail ("already
+                # running") and leave it open: let the cancelled step end first.
+                pending.cancel()
+                await asyncio.wait({pending})
             with contextlib.suppress(Exception):
                 await iterator.aclose()  # type: ignore[attr-defined]
-        await response.write_eof()
+        # A client gone by now (it dropped the stream as the turn ended) has nothing left to be told.
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
         return response
 
     # --- documents -------------------------------------------------------------------------
