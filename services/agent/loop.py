@@ -13,14 +13,18 @@ going away (a cancelled RPC) cancels exactly that task, and spans are opened and
 one task (OpenTelemetry contexts must not hop across async generators).
 
 Each step is persisted as soon as it happens: the user message before the first model call,
-each assistant message with its tool calls, each tool result as it arrives. A crash mid-turn
-loses nothing already done; `context.repair` fills in results a crash or cancel lost.
+each assistant message with its tool calls, each tool result as it arrives — and shown only once
+its append is acknowledged. A crash mid-turn loses nothing already done; `context.repair` fills
+in results a crash or cancel lost. A step's last tool results are saved beside the next model
+call rather than before it (turn_model.py): nothing that follows them, the call's reply
+included, is shown, persisted or acted on until their append is acknowledged.
 
 What plugs into a turn (deep work, compaction, sub-agents, the memory tools, …) is a capability
 (turn.py): the loop builds a `TurnContext`, asks `capabilities.for_turn` which capabilities apply,
 and calls their hooks at fixed points. The turn's state lives here and nowhere else; what it
 reads before its first step — transcript, recall, catalog, the capabilities' `load` — is
-turn_start.py's.
+turn_start.py's; how a model call is made (prompt, fallback, continuation) is turn_model.py's,
+and what a turn is asked, turn_request.py's.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import time
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, cast
 
 import structlog
@@ -48,11 +51,12 @@ from agentmesh.agent.ports import (
     TurnStarter,
 )
 from agentmesh.agent.providers.base import ModelProvider
-from agentmesh.agent.session_open import OpenedSession, SessionToOpen
+from agentmesh.agent.session_open import OpenedSession
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_calls import ToolCalls, UnsavedResults
 from agentmesh.agent.turn import Capability, Nudge, Stop, TurnContext, Verdict
 from agentmesh.agent.turn_model import TurnModel
+from agentmesh.agent.turn_request import TurnRequest
 from agentmesh.agent.turn_start import TurnStartup
 from agentmesh.agent.types import (
     ChatMessage,
@@ -78,41 +82,10 @@ from agentmesh.telemetry.genai import (
     invoke_agent_span,
     set_usage,
 )
-from agentmesh.toolpolicy import ToolPolicy
 
 log = get_logger("agentmesh.agent")
 
 _END = object()
-
-
-@dataclass(frozen=True)
-class TurnRequest:
-    session_id: str
-    run_id: str
-    message: str
-    namespace: str = "default"
-    max_iterations: int = 0  # 0: the configured default
-    model: str = ""  # "": the configured model
-    system_prompt: str = ""  # "": the configured prompt
-    # Tools that need approval in this turn on top of the configured ones.
-    approval_tools: frozenset[str] = frozenset()
-    mode: str = ""  # "" | "default" | "deep" (deep.py)
-    plan: bool = False  # plan mode (plan_mode.py): a person approves the plan before anything runs
-    plan_auto_approve: bool = False  # ... or nobody is asked (scheduled runs)
-    # Token budgets (budget.py); 0: the configured one. They can only tighten the configured ones.
-    token_budget: int = 0
-    session_token_budget: int = 0
-    subagent: subagents.SubagentLink | None = None  # set on a sub-agent's turn (subagents.py)
-    # Which calls are held ("auto" | "normal" | "manual", approvals.py) and which tools are offered
-    # at all (every policy must allow a tool); sub-agents inherit both.
-    permission_mode: str = ""
-    tool_policies: tuple[ToolPolicy, ...] = ()
-    # The namespace's mcp_servers_version as the gateway read it (None: not known), passed to the
-    # tools service so that a replica which has that version reads nothing more.
-    mcp_servers_version: float | None = None
-    # Set on a turn whose session the gateway did not read: its start opens it, and the fields
-    # above are resolved from it (session_open.py) before the first model call.
-    opening: SessionToOpen | None = None
 
 
 class Agent:
