@@ -219,6 +219,9 @@ def session_to_open(request: agent_pb2.RunTurnRequest) -> SessionToOpen:
 async def _apply_decisions(request_iterator, run) -> None:
     """Feed the decisions (and an interrupt) that follow the first message to the run. The caller
     half-closing (a plain one-message call) only means no decision will come: held calls then time out."""
+    # Started before the turn's task: one hop of the event loop, so the turn's first step (up to
+    # its StartTurn call) runs before this waits on the stream; a decision waits there meanwhile.
+    await asyncio.sleep(0)
     async for message in request_iterator:
         if message.interrupt:
             if message.interrupt not in INTERRUPT_REASONS:

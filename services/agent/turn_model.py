@@ -86,7 +86,7 @@ class TurnModel:
         write = self.pending_write()
         if write is None:
             return await self._reply(request)
-        reply = asyncio.create_task(self._reply(request), name=f"model-call-{self.ctx.request.run_id}")
+        reply = asyncio.create_task(self._reply(request, after_write=True), name=f"model-call-{self.ctx.request.run_id}")
         try:
             await write
         except BaseException:
@@ -124,8 +124,12 @@ class TurnModel:
             messages = capability.view(messages)
         return messages
 
-    async def _reply(self, request: ModelRequest) -> ModelReply:
+    async def _reply(self, request: ModelRequest, *, after_write: bool = False) -> ModelReply:
         """The reply of the turn's model, or of its fallback when it fails."""
+        if after_write:
+            # One hop of the event loop, so the write this call overlaps goes out first (the
+            # append's stream writer was woken after this task was started).
+            await asyncio.sleep(0)
         ctx = self.ctx
         while True:
             chosen = self.models.current
