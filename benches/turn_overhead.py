@@ -8,7 +8,11 @@ sandboxed process. The model server answers instantly, so what is measured is ag
   services running as separate `agentmesh serve` processes, as `agentmesh up` runs them.
 - **baseline**: the same two model calls (the agent's own OpenAI provider) and the same
   jailed process (the tools service's own executor) made directly from one Python process,
-  as a single-process agent server would.
+  as a single-process agent server would. "The same calls" means the same request: the
+  platform's first model request is recorded by the model server, and the baseline sends its
+  system prompt and its tool catalog (15 tools, ~9.8 KB) too — an agent server with the same
+  tools sends them on every call. `--minimal-baseline` adds the bench's earlier baseline beside
+  it (one tool, no system prompt, ~0.3 KB), for comparison with numbers taken before.
 
 The CPU each service uses per turn is read from `/proc` over the sequential turns (the
 scheduler, which a turn does not reach, left out). The memory service's resident memory is sampled after each of `--rss-rounds` further rounds of
@@ -16,7 +20,7 @@ the 32-session load (the first round warms it): flat means it does not grow with
 has served.
 
     python -m benches.turn_overhead [--turns 100] [--sessions 32] [--turns-per-session 4] [--rss-rounds 4]
-                                    [--before-python ../main/.venv/bin/python]
+                                    [--before-python ../main/.venv/bin/python] [--minimal-baseline]
 
 `--before-python` also runs the five services with another checkout's interpreter (and so its
 code), in the same run, for a before/after comparison. All contenders run at once and are
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import os
 import statistics
@@ -35,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Awaitable, Callable
 
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
@@ -61,8 +67,21 @@ def respond(request):
     return reply("", tool_call("shell", {"command": "true"}), chunk_chars=64)
 
 
-def _serve_llm(port_out, stop) -> None:
-    with ScriptedLLMServer(default=respond) as llm:
+def _serve_llm(port_out, stop, record_to: str = "") -> None:
+    """The model server; with `record_to`, the first request that has a system prompt (the
+    platform's) is written there as JSON, for the baseline to send the same."""
+    recorded = False
+
+    def recording(request):
+        nonlocal recorded
+        if not recorded and request.body["messages"][0]["role"] == "system":
+            recorded = True
+            partial = Path(record_to + ".partial")
+            partial.write_text(json.dumps(request.body))
+            partial.rename(record_to)
+        return respond(request)
+
+    with ScriptedLLMServer(default=recording if record_to else respond) as llm:
         port_out.put(llm.base_url)
         stop.wait()
 
@@ -90,7 +109,8 @@ async def platform_turn(stub, session_id: str) -> float:
 
 
 class SingleProcessAgent:
-    """What a single-process agent server does for this turn, with agentmesh's own parts."""
+    """What a single-process agent server does for this turn, with agentmesh's own parts: one
+    tool and no system prompt until `send_as` gives it the platform's."""
 
     def __init__(self, home: Path, base_url: str):
         env = {"AGENTMESH_HOME": str(home), "AGENTMESH_LLM_BASE_URL": base_url, "AGENTMESH_LLM_MODEL": "bench",
@@ -105,10 +125,19 @@ class SingleProcessAgent:
         self.executor = make_executor(tools_settings, workspaces, telemetry)
         self.tools = build_core(tools_settings, self.executor, workspaces)
         self.provider, self.close_provider = build_provider(LLMSettings.from_env(env), AgentSettings.from_env(env))
+        self.prompt: list[ChatMessage] = []
+        self.specs = [SHELL_SPEC]
+
+    def send_as(self, request: dict) -> None:
+        """Send the system prompt and the tool catalog of this recorded OpenAI request."""
+        self.prompt = [ChatMessage(role="system", content=request["messages"][0]["content"])]
+        self.specs = [ToolSpec(t["function"]["name"], t["function"]["description"], t["function"]["parameters"])
+                      for t in request["tools"]]
 
     async def _call(self, messages) -> ModelReply:
         final = None
-        async for item in self.provider.stream(ModelRequest(model="bench", messages=messages, tools=[SHELL_SPEC])):
+        request = ModelRequest(model="bench", messages=self.prompt + messages, tools=self.specs)
+        async for item in self.provider.stream(request):
             if isinstance(item, ModelReply):
                 final = item
         return final
@@ -217,26 +246,32 @@ async def interleaved(contenders: dict, turns: int, sessions: int, per_session: 
 async def main_async(args) -> None:
     ctx = multiprocessing.get_context("spawn")
     port_out, stop = ctx.Queue(), ctx.Event()
-    llm_process = ctx.Process(target=_serve_llm, args=(port_out, stop), daemon=True)
-    llm_process.start()
-    base_url = port_out.get(timeout=30)
     home = Path(tempfile.mkdtemp(prefix="agentmesh-bench-"))
     os.chmod(home, 0o755)
+    recorded = home / "platform-request.json"
+    llm_process = ctx.Process(target=_serve_llm, args=(port_out, stop, str(recorded)), daemon=True)
+    llm_process.start()
+    base_url = port_out.get(timeout=30)
     load_before = os.getloadavg()[0]
     stacks = {"platform": start_stack(base_url, home / "platform", sys.executable)}
     if args.before_python:
         stacks["before"] = start_stack(base_url, home / "before", args.before_python)
     baseline_agent = SingleProcessAgent(home / "baseline", base_url)
+    minimal_agent = SingleProcessAgent(home / "minimal", base_url) if args.minimal_baseline else None
     channels = []
     try:
-        contenders = {}
+        contenders: dict[str, Callable[[str], Awaitable[float]]] = {}
         for name, stack in stacks.items():
             await stack.wait_healthy()
             channel = open_channel(stack.settings.address_of("gateway"))
             channels.append(channel)
             stub = gateway_pb2_grpc.GatewayStub(channel)
             contenders[name] = lambda s, stub=stub: platform_turn(stub, s)
+        await contenders["platform"]("platform-recorded")
+        baseline_agent.send_as(json.loads(recorded.read_text()))
         contenders["baseline"] = baseline_agent.turn
+        if minimal_agent is not None:
+            contenders["minimal"] = minimal_agent.turn
         processes = {name: {service: child.pid for service, child in stack.children.items() if service != "scheduler"}
                      for name, stack in stacks.items()}
         results = await interleaved(contenders, args.turns, args.sessions, args.turns_per_session, args.rounds,
@@ -250,27 +285,28 @@ async def main_async(args) -> None:
         for stack in stacks.values():
             await asyncio.to_thread(stack.stop)
         await baseline_agent.close()
+        if minimal_agent is not None:
+            await minimal_agent.close()
         stop.set()
         llm_process.join(5)
-    platform, baseline, before = results["platform"], results["baseline"], results.get("before")
+    platform, baseline, before, minimal = (results["platform"], results["baseline"], results.get("before"),
+                                           results.get("minimal"))
 
     print(f"one tool-using turn (2 model calls + 1 jailed `true`); {args.turns} sequential turns each, "
           f"alternating; {args.sessions} concurrent sessions x {args.turns_per_session} turns, median of "
           f"{args.rounds} alternating rounds")
     print()
-    if before is not None:
-        print("| measure | agentmesh before | agentmesh (5 services) | single process | ratio before | ratio |")
-        print("| --- | --- | --- | --- | --- | --- |")
-    else:
-        print("| measure | agentmesh (5 services) | single process | ratio |")
-        print("| --- | --- | --- | --- |")
+    measured = [("agentmesh before", before), ("agentmesh (5 services)", platform), ("single process", baseline),
+                ("single process, minimal request", minimal)]
+    columns = [(label, r) for label, r in measured if r is not None]
+    ratios = [(label, a, b) for label, a, b in (("ratio before", before, baseline), ("ratio", platform, baseline),
+                                                ("ratio to minimal", platform, minimal))
+              if a is not None and b is not None]
+    print("| measure | " + " | ".join([label for label, _ in columns] + [label for label, _, _ in ratios]) + " |")
+    print("| --- |" + " --- |" * (len(columns) + len(ratios)))
     for key, label in (("p50_ms", "p50 latency (ms)"), ("p99_ms", "p99 latency (ms)"), ("turns_per_s", f"turns/s, {args.sessions} sessions")):
-        ratio = platform[key] / baseline[key]
-        if before is not None:
-            print(f"| {label} | {before[key]:.1f} | {platform[key]:.1f} | {baseline[key]:.1f} | "
-                  f"{before[key] / baseline[key]:.2f}x | {ratio:.2f}x |")
-        else:
-            print(f"| {label} | {platform[key]:.1f} | {baseline[key]:.1f} | {ratio:.2f}x |")
+        cells = [f"{r[key]:.1f}" for _, r in columns] + [f"{a[key] / b[key]:.2f}x" for _, a, b in ratios]
+        print(f"| {label} | " + " | ".join(cells) + " |")
     print("\nCPU per turn by service over the sequential turns (ms):\n")
     stacks_measured = [name for name in ("before", "platform") if name in results]
     print("| service | " + " | ".join("agentmesh before" if n == "before" else "agentmesh" for n in stacks_measured) + " |")
@@ -297,6 +333,8 @@ def main() -> None:
     parser.add_argument("--rss-rounds", type=int, default=4, help="rounds of the concurrent load to sample RSS after")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the concurrent load (median)")
     parser.add_argument("--before-python", default="", help="also run the services with this interpreter (another checkout)")
+    parser.add_argument("--minimal-baseline", action="store_true",
+                        help="also measure the earlier baseline: one tool and no system prompt in its model requests")
     asyncio.run(main_async(parser.parse_args()))
 
 
