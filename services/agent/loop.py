@@ -83,6 +83,8 @@ from agentmesh.telemetry.genai import (
     set_usage,
 )
 
+__all__ = ["Agent", "TurnRequest", "TurnRun"]  # TurnRequest: turn_request.py
+
 log = get_logger("agentmesh.agent")
 
 _END = object()

@@ -24,7 +24,7 @@ from agentmesh.agent.adapters import (
 from agentmesh.agent.background_sessions import KnownBackground
 from agentmesh.agent.learning import LearningSources
 from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.loop import Agent
 from agentmesh.agent.model_choice import NamedModel
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
@@ -32,6 +32,7 @@ from agentmesh.agent.reflection import Reflector
 from agentmesh.agent.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_catalog import CachedCatalog
+from agentmesh.agent.turn_request import TurnRequest
 from agentmesh.agent.watches import BackgroundWatch, CatalogWatch
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument

@@ -38,7 +38,8 @@ from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
 if TYPE_CHECKING:  # the loop imports this module
-    from agentmesh.agent.loop import Agent, TurnRequest
+    from agentmesh.agent.loop import Agent
+    from agentmesh.agent.turn_request import TurnRequest
 
 log = get_logger("agentmesh.agent")
 
