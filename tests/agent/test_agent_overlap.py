@@ -83,12 +83,27 @@ async def model_requests(llm, count: int) -> None:
     await asyncio.to_thread(llm.wait_for_requests, count, 10.0)
 
 
+def spans(home) -> list[dict]:
+    return [json.loads(line) for path in (home / "traces").glob("*.jsonl") for line in path.read_text().splitlines()]
+
+
+async def chat_spans(home, turn: Turn, count: int = 2) -> list[dict]:
+    """The turn's `chat` spans (the agent's model calls, from its traces) once `count` have ended."""
+    trace_id = turn.events[0].run_started.trace_id
+    for _ in range(200):
+        chats = [s for s in spans(home) if s["trace_id"] == trace_id and s["name"].startswith("chat ")]
+        if len(chats) >= count:
+            return sorted(chats, key=lambda s: s["start"])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the turn's {count} model calls never reached the trace store")
+
+
 def write_then_answer(llm, answer=None) -> None:
     llm.add(reply("", tool_call("write_file", {"path": "a.txt", "content": "hello"}, id="w"), usage=(100, 10)),
             answer or reply(ANSWER, usage=(200, 20)))
 
 
-async def test_the_reply_waits_for_the_tool_results_acknowledgement(services, llm):
+async def test_the_reply_waits_for_the_tool_results_acknowledgement(services, llm, tmp_path):
     backends, gate, agent = services
     await open_session(backends, "held")
     write_then_answer(llm)
@@ -98,7 +113,8 @@ async def test_the_reply_waits_for_the_tool_results_acknowledgement(services, ll
     # The second model call starts while the result's append is not acknowledged...
     await asyncio.wait_for(gate.seen.wait(), 10)
     await model_requests(llm, 2)
-    await asyncio.sleep(0.5)  # ...and its whole reply has come back meanwhile
+    second = (await chat_spans(tmp_path / "home", turn))[1]  # ...and its whole reply has come back
+    assert second["status"] == "OK"
     assert "tool_result" not in turn.kinds() and ANSWER not in turn.text(), turn.kinds()
     assert [role for role, _ in await stored(backends, "held")] == ["user", "assistant", "tool"]
     assert not turn.done.done()
@@ -114,7 +130,7 @@ async def test_the_reply_waits_for_the_tool_results_acknowledgement(services, ll
     assert [role for role, _ in await stored(backends, "held")] == ["user", "assistant", "tool", "assistant"]
 
 
-async def test_a_failed_result_append_leaves_no_trace_of_the_reply(services, llm):
+async def test_a_failed_result_append_leaves_no_trace_of_the_reply(services, llm, tmp_path):
     backends, gate, agent = services
     await open_session(backends, "refused")
     write_then_answer(llm)
@@ -123,7 +139,8 @@ async def test_a_failed_result_append_leaves_no_trace_of_the_reply(services, llm
 
     await asyncio.wait_for(gate.seen.wait(), 10)
     await model_requests(llm, 2)
-    await asyncio.sleep(0.5)  # the reply is back before the append fails
+    second = (await chat_spans(tmp_path / "home", turn))[1]  # the reply is back before the append fails
+    assert second["status"] == "OK"
     gate.release.set()
     await asyncio.wait_for(turn.done, 10)
 
@@ -162,10 +179,6 @@ async def test_an_interrupt_while_the_call_runs_beside_the_append_stops_the_call
     assert [role for role, _ in await stored(backends, "stopped")] == ["user", "assistant", "tool"]
 
 
-def spans(home) -> list[dict]:
-    return [json.loads(line) for path in (home / "traces").glob("*.jsonl") for line in path.read_text().splitlines()]
-
-
 async def test_a_failed_result_append_cancels_the_call_beside_it(services, llm, tmp_path):
     backends, gate, agent = services
     await open_session(backends, "cut")
@@ -182,13 +195,6 @@ async def test_a_failed_result_append_cancels_the_call_beside_it(services, llm, 
     assert turn.kinds()[-1] == "error" and ANSWER not in turn.text()
 
     # The call was stopped, not left to run: its chat span ends, cancelled, within the turn.
-    trace_id = turn.events[0].run_started.trace_id
-    for _ in range(100):
-        chats = [s for s in spans(tmp_path / "home") if s["trace_id"] == trace_id and s["name"].startswith("chat ")]
-        if len(chats) == 2:
-            break
-        await asyncio.sleep(0.05)
-    assert len(chats) == 2, chats
-    first, second = sorted(chats, key=lambda s: s["start"])
+    first, second = await chat_spans(tmp_path / "home", turn)
     assert (second["status"], second["attributes"]["error.type"]) == ("ERROR", "cancelled")
     assert second["parent_span_id"] == first["parent_span_id"]  # under the turn's invoke_agent, like any call
