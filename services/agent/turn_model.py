@@ -81,12 +81,12 @@ class TurnModel:
     async def call(self, turn: Sequence[ChatMessage], *, extra: Sequence[ChatMessage] = (),
                    allow_tools: bool = False) -> ModelReply:
         """One model call (TurnContext.call_model), beside the pending write if there is one."""
-        request = self._request(turn, extra, allow_tools)
         self.calls += 1
         write = self.pending_write()
         if write is None:
-            return await self._reply(request)
-        reply = asyncio.create_task(self._reply(request, after_write=True), name=f"model-call-{self.ctx.request.run_id}")
+            return await self._reply(self._request(turn, extra, allow_tools))
+        reply = asyncio.create_task(self._reply_after_write(turn, extra, allow_tools),
+                                    name=f"model-call-{self.ctx.request.run_id}")
         try:
             await write
         except BaseException:
@@ -95,6 +95,14 @@ class TurnModel:
             await asyncio.gather(reply, return_exceptions=True)
             raise
         return await reply  # a cancel of the turn here cancels the call too
+
+    async def _reply_after_write(self, turn: Sequence[ChatMessage], extra: Sequence[ChatMessage],
+                                 allow_tools: bool) -> ModelReply:
+        # One hop of the event loop first, so the write this call overlaps goes out before the
+        # request is built and sent (the append's stream writer was woken after this task was
+        # started). The turn's messages do not change meanwhile: the turn waits for the write.
+        await asyncio.sleep(0)
+        return await self._reply(self._request(turn, extra, allow_tools))
 
     def _request(self, turn: Sequence[ChatMessage], extra: Sequence[ChatMessage], allow_tools: bool) -> ModelRequest:
         ctx, s = self.ctx, self.ctx.settings
@@ -124,12 +132,8 @@ class TurnModel:
             messages = capability.view(messages)
         return messages
 
-    async def _reply(self, request: ModelRequest, *, after_write: bool = False) -> ModelReply:
+    async def _reply(self, request: ModelRequest) -> ModelReply:
         """The reply of the turn's model, or of its fallback when it fails."""
-        if after_write:
-            # One hop of the event loop, so the write this call overlaps goes out first (the
-            # append's stream writer was woken after this task was started).
-            await asyncio.sleep(0)
         ctx = self.ctx
         while True:
             chosen = self.models.current
