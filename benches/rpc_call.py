@@ -20,6 +20,14 @@ carried on the appends' long-lived stream (`Memory.AppendStream`, agentmesh.rpc.
 each against a memory service of its own:
 
     python -m benches.rpc_call --appends [--calls 3000] [--rounds 3]
+
+`--start-turns` does the same for the agent's StartTurn (a turn's first message after a
+20-message page of its session's transcript, on `Memory.CarriedCalls`), `--executes` for its
+tool call (`read_file` of a missing file — the tools service's own work without a sandbox —
+through the agent's GrpcToolRunner, on `Tools.CarriedCalls`), each against a service of its own:
+
+    python -m benches.rpc_call --start-turns [--calls 1000] [--rounds 3]
+    python -m benches.rpc_call --executes [--calls 3000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -54,18 +62,22 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
     """Serve and call; then, for each line read on stdin, one round; print its result."""
     import grpc
 
+    from agentmesh.agent.tool_adapters import GrpcToolRunner
+    from agentmesh.agent.types import ToolCall
     from agentmesh.config import Settings
     from agentmesh.memory.client import MemoryClient
     from agentmesh.rpc.client import open_channel
     from agentmesh.rpc.identity import ServiceIdentity
     from agentmesh.telemetry import setup_telemetry
-    from agentmesh.v1 import common_pb2, memory_pb2_grpc, sessions_pb2
+    from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 
     home = tempfile.mkdtemp(prefix="agentmesh-rpc-call-")
     address = _free_address()
     env = {**os.environ, "AGENTMESH_HOME": home, "AGENTMESH_MEMORY_ADDR": address, "AGENTMESH_TRACES": "local",
            "AGENTMESH_LOG_LEVEL": "warning"}
-    service = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", "memory"], env=env)
+    served = "tools" if mode.startswith("execute") else "memory"
+    env["AGENTMESH_TOOLS_ADDR"] = address
+    service = subprocess.Popen([sys.executable, "-m", "agentmesh.cli.main", "serve", served], env=env)
     try:
         settings = Settings.from_env({"AGENTMESH_HOME": home, "AGENTMESH_TRACES": "local"})
         caller = "gateway" if mode == "settings" else "agent"
@@ -76,22 +88,32 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
             channel = grpc.aio.insecure_channel(address)
             metadata = (("x-agentmesh-service-token", identity.token("memory")),)
         else:
-            channel = open_channel(address, telemetry, identity=identity, audience="memory")
+            channel = open_channel(address, telemetry, identity=identity, audience=served)
         await asyncio.wait_for(channel.channel_ready(), 60)
         stub = memory_pb2_grpc.MemoryStub(channel)
         request = sessions_pb2.GetNamespaceSettingsRequest(namespace="default")
         tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
-        # The agent's append of one step, as a unary call or carried on the appends' stream.
-        client = MemoryClient(channel, carry_appends=(identity, tracer) if mode == "append-carried" else None)
+        # The agent's calls, as unary calls or carried on its streams (agentmesh.rpc.carried).
+        carried = mode.endswith("-carried")
+        client = MemoryClient(channel, carry=(identity, tracer) if carried else None)
         step = [common_pb2.Message(role="tool", content="ok", tool_call_id="call-1", name="shell")]
-        if mode != "settings":
+        turn = memory_pb2.StartTurnRequest(session_id="bench", messages=[common_pb2.Message(role="user", content="hi")],
+                                           page_size=20)
+        runner = GrpcToolRunner(channel, address, timeout_s=30, carry=(identity, tracer) if carried else None)
+        tool_call = ToolCall("call-1", "read_file", json.dumps({"path": "missing.txt"}))
+        if mode.startswith(("append", "start-turn")):
             await client.put_session("bench")
+            await client.append_messages("bench", step * 20)
 
         async def one() -> None:
             if mode == "settings":
                 await stub.GetNamespaceSettings(request, metadata=metadata, timeout=30)
-            else:
+            elif mode.startswith("append"):
                 await client.append_messages("bench", step)
+            elif mode.startswith("start-turn"):
+                await client.start_turn(turn, 30)
+            else:
+                await runner.execute("bench", tool_call)
 
         for _ in range(300):  # warm: connections, caches, the checked token
             await one()
@@ -110,6 +132,7 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
                 "service_ms": (service1 - service0) / calls * 1000,
             }), flush=True)
         await client.close()
+        await runner.close()
         await channel.close()
         telemetry.shutdown()
     finally:
@@ -146,6 +169,10 @@ def main() -> None:
     parser.add_argument("--appends", action="store_true",
                         help="measure the agent's transcript append instead: a unary call against one carried on the "
                              "appends' stream (agentmesh.rpc.carried)")
+    parser.add_argument("--start-turns", action="store_true",
+                        help="measure the agent's StartTurn instead: unary against carried on its stream to memory")
+    parser.add_argument("--executes", action="store_true",
+                        help="measure the agent's tool call instead: unary against carried on its stream to tools")
     parser.add_argument("--mode", default="settings", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -153,9 +180,13 @@ def main() -> None:
         return
 
     contenders: dict[str, tuple[str, bool, str]] = {}
-    if args.appends:
-        contenders["AppendMessages, unary call"] = (sys.executable, False, "append-unary")
-        contenders["AppendMessages, carried on the stream"] = (sys.executable, False, "append-carried")
+    agent_call = next(((method, mode) for flag, method, mode in (
+        (args.appends, "AppendMessages", "append"), (args.start_turns, "StartTurn", "start-turn"),
+        (args.executes, "Execute", "execute")) if flag), None)
+    if agent_call is not None:
+        method, mode = agent_call
+        contenders[f"{method}, unary call"] = (sys.executable, False, f"{mode}-unary")
+        contenders[f"{method}, carried on the stream"] = (sys.executable, False, f"{mode}-carried")
     else:
         contenders["plain channel"] = (sys.executable, True, "settings")
         if args.before_python:
@@ -175,8 +206,11 @@ def main() -> None:
                 child.stdin.close()
         for child in children.values():
             child.wait(60)
-    what = "one append of a step (memory AppendMessages, signed as the agent" if args.appends else \
-        "one unary call (memory GetNamespaceSettings"
+    what = {
+        "append": "one append of a step (memory AppendMessages, signed as the agent",
+        "start-turn": "one turn's start (memory StartTurn after a 20-message page, signed as the agent",
+        "execute": "one tool call (tools Execute of read_file, no sandbox, signed as the agent",
+    }[agent_call[1]] if agent_call is not None else "one unary call (memory GetNamespaceSettings"
     print(f"{what}, local tracing), {args.calls} calls one after the other, "
           f"median of {args.rounds} alternating rounds; load average {load:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end\n")

@@ -4,37 +4,26 @@ service (transcripts, long-term memory, the usage ledger). Protobuf stops here; 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence, cast
 
 import grpc
 
-from agentmesh.agent.background_sessions import KnownBackground
 from agentmesh.agent.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
 from agentmesh.agent.learning_adapters import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
-from agentmesh.agent.ports import BackgroundCheck, MemoryHit, NotSupported, TurnBeginning
+from agentmesh.agent.ports import MemoryHit, NotSupported, TurnBeginning
 from agentmesh.agent.session_open import OpenedSession, SessionToOpen
-from agentmesh.agent.tool_catalog import Listing
-from agentmesh.agent.types import BackgroundDone, ChatMessage, Role, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import ChatMessage, Role, ToolCall
 from agentmesh.agent.usage_log import UsageEntry
 from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
-from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
-from agentmesh.rpc.peers import OUTAGE, peer_error, rpc_detail
-from agentmesh.telemetry.propagation import trace_metadata
+from agentmesh.rpc.peers import peer_error
 from agentmesh.toolpolicy import ToolPolicy
-from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2
 
 log = get_logger("agentmesh.agent")
 
-_ERROR_KINDS = {
-    grpc.StatusCode.INVALID_ARGUMENT: "invalid_arguments",
-    grpc.StatusCode.NOT_FOUND: "not_found",
-    grpc.StatusCode.PERMISSION_DENIED: "denied",
-    grpc.StatusCode.RESOURCE_EXHAUSTED: "resource_exhausted",
-    grpc.StatusCode.FAILED_PRECONDITION: "failed_precondition",
-}
 
 
 # --- conversions ----------------------------------------------------------------------------
@@ -71,90 +60,6 @@ def message_from_proto(m: common_pb2.Message) -> ChatMessage:
         kind=m.kind,
         covers_through_seq=m.covers_through_seq,
     )
-
-
-# --- tools ----------------------------------------------------------------------------------
-
-
-class GrpcToolRunner:
-    """Tools over a channel *without* the tracing client interceptor: that interceptor awaits
-    the call's status inside its own task, so cancelling a call through it never reaches the
-    server (opentelemetry-instrumentation-grpc 0.5x). Trace context is injected by hand instead;
-    the execute_tool span is the parent of the tools service's spans."""
-
-    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float, catalog_timeout_s: float = 10.0):
-        self._stub = tools_pb2_grpc.ToolsStub(channel)
-        self._target = target
-        self._timeout_s = timeout_s
-        self._catalog_timeout_s = catalog_timeout_s
-
-    async def list_tools(self, namespace: str = "", *, mcp_version: float | None = None) -> list[ToolSpec]:
-        return (await self.listing(namespace, mcp_version)).specs
-
-    async def listing(self, namespace: str = "", mcp_version: float | None = None) -> Listing:
-        """The catalog with the version it was listed at (tool_catalog.py)."""
-        try:
-            reply = await self._stub.ListTools(
-                tools_pb2.ListToolsRequest(namespace=namespace, mcp_servers_version=mcp_version),
-                timeout=self._catalog_timeout_s, metadata=trace_metadata()
-            )
-        except grpc.aio.AioRpcError as err:
-            raise Unavailable(f"the tools service at {self._target} did not list its tools ({rpc_detail(err)})") from None
-        return Listing([tool_spec_from_proto(s) for s in reply.tools], reply.catalog_version)
-
-    async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
-                      mcp_version: float | None = None) -> ToolOutcome:
-        request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
-                                           arguments_json=call.arguments_json, namespace=namespace,
-                                           mcp_servers_version=mcp_version)
-        rpc = self._stub.Execute(request, timeout=self._timeout_s, metadata=trace_metadata())
-        try:
-            reply = await rpc
-        except asyncio.CancelledError:
-            rpc.cancel()  # the tools service sees the cancellation and kills the sandboxed process
-            raise
-        except grpc.aio.AioRpcError as err:
-            detail = rpc_detail(err)
-            if err.code() in OUTAGE:
-                return ToolOutcome.error(
-                    call, "sandbox_unavailable", f"error: the tools service at {self._target} is not answering ({detail})"
-                )
-            return ToolOutcome.error(call, _ERROR_KINDS.get(err.code(), "tool_error"), f"error: {detail}")
-        return replace(tool_result_from_proto(reply.result), call_id=call.call_id, name=call.name)
-
-
-class GrpcBackgroundCommands:
-    """BackgroundResults / StopBackground on the tools service; which sessions have any to
-    collect, from `known` (BackgroundWatch; None: always ask)."""
-
-    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0,
-                 known: KnownBackground | None = None):
-        self._stub = tools_pb2_grpc.ToolsStub(channel)
-        self._target = target
-        self._timeout_s = timeout_s
-        self._known = known
-
-    def may_have(self, session_id: str) -> bool:
-        return self._known is None or self._known.may_have(session_id)
-
-    async def take_finished(self, session_id: str) -> BackgroundCheck:
-        try:
-            reply = await self._stub.BackgroundResults(tools_pb2.BackgroundResultsRequest(session_id=session_id),
-                                                       timeout=self._timeout_s, metadata=trace_metadata())
-        except grpc.aio.AioRpcError as err:
-            raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
-        return BackgroundCheck([BackgroundDone(id=c.id, command=c.command, status=c.status,
-                                               result=tool_result_from_proto(c.result),
-                                               seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished],
-                               reply.running)
-
-    async def stop(self, session_id: str) -> int:
-        try:
-            reply = await self._stub.StopBackground(tools_pb2.StopBackgroundRequest(session_id=session_id),
-                                                    timeout=self._timeout_s, metadata=trace_metadata())
-        except grpc.aio.AioRpcError as err:
-            raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
-        return reply.stopped
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -362,7 +267,10 @@ class GrpcTurnStart:
             async with asyncio.timeout(self._save_within_s):
                 while True:
                     try:
-                        return await self._client.stub.StartTurn(request, timeout=self._save_within_s)
+                        # Carried on the agent's stream to memory when it can be (MemoryClient),
+                        # retries too: a carried StartTurn is no likelier to have landed unseen
+                        # than a unary one (docs/architecture.md, "Calls carried on a stream").
+                        return await self._client.start_turn(request, self._save_within_s)
                     except grpc.aio.AioRpcError as err:
                         if err.code() == grpc.StatusCode.UNIMPLEMENTED:
                             raise NotSupported(f"the memory service at {self._target} has no StartTurn") from None

@@ -13,9 +13,7 @@ from google.protobuf import json_format
 
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters import (
-    GrpcBackgroundCommands,
     GrpcLongTermMemory,
-    GrpcToolRunner,
     GrpcTranscripts,
     GrpcTurnStart,
     GrpcUsageLog,
@@ -31,6 +29,7 @@ from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.reflection import Reflector
 from agentmesh.agent.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.agent.tool_adapters import GrpcBackgroundCommands, GrpcToolRunner
 from agentmesh.agent.tool_catalog import CachedCatalog
 from agentmesh.agent.turn_request import TurnRequest
 from agentmesh.agent.watches import BackgroundWatch, CatalogWatch
@@ -291,12 +290,14 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     identity = ServiceIdentity.open("agent", settings.keys_dir)
     tools_channel = open_channel(tools_target, identity=identity, audience="tools")
     memory_channel = open_channel(memory_target, telemetry, identity=identity, audience="memory")
-    # Every step of a turn appends: those calls ride one stream (agentmesh.rpc.carried).
+    # A turn's start, every step's append and every tool call ride one stream to each service
+    # (agentmesh.rpc.carried), each message still a call of its own.
+    rpc_tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
-                                 timeout_s=agent_settings.memory_timeout_s,
-                                 carry_appends=(identity, telemetry.tracer_provider.get_tracer("agentmesh.rpc")))
+                                 timeout_s=agent_settings.memory_timeout_s, carry=(identity, rpc_tracer))
     named, closers = build_named_models(catalog_of(settings.llm), settings, agent_settings, telemetry)
-    tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s)
+    tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s,
+                           carry=(identity, rpc_tracer))
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
     catalog = CachedCatalog(tools.listing)
     catalog_watch = CatalogWatch(tools_channel, catalog)
@@ -338,6 +339,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await close_provider()
         for close_named in closers:
             await close_named()
+        await tools.close()
         await tools_channel.close()
         await memory_client.close()
         await memory_channel.close()

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import grpc
 from opentelemetry import trace
 
-from agentmesh.rpc.carried import CarriedClient, NotCarried
+from agentmesh.rpc.carried import CarriedClient, CarriedMethod, NotCarried
 from agentmesh.rpc.convert import struct_from_dict
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.peers import peer_call
@@ -43,36 +43,46 @@ def memory_filter(
 
 
 APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
+START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 
 
 class MemoryClient:
-    """`carry_appends` (identity and tracer of the calling service): AppendMessages calls ride one
-    long-lived stream (`Memory.AppendStream`, agentmesh.rpc.carried) — for a caller that appends
-    on every step of a turn, the agent; unary calls when the memory service has no such stream."""
+    """`carry` (identity and tracer of the calling service): AppendMessages and StartTurn calls
+    ride one long-lived stream (`Memory.CarriedCalls`, agentmesh.rpc.carried) — for a caller
+    that makes them on every turn and step, the agent; unary calls when the memory service has
+    no such stream. `carry_appends` is its older name."""
 
     def __init__(self, channel: grpc.aio.Channel, *, target: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
+                 carry: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None,
                  carry_appends: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
         self.stub = memory_pb2_grpc.MemoryStub(channel)
         self._target = target or "the memory service"
         self._timeout = timeout_s
-        self._appends: CarriedClient[memory_pb2.AppendMessagesRequest, memory_pb2.AppendMessagesResponse] | None = None
-        if carry_appends is not None:
-            identity, tracer = carry_appends
-            self._appends = CarriedClient(
-                APPEND_METHOD, self.stub.AppendStream,
-                wrap=lambda call, request: memory_pb2.AppendStreamRequest(call=call, request=request),
-                unwrap=lambda answer: (answer.status, answer.response),
-                identity=identity, audience="memory", tracer=tracer, peer=self._target)
+        self._carrier: CarriedClient | None = None
+        self._appends: CarriedMethod[memory_pb2.AppendMessagesRequest, memory_pb2.AppendMessagesResponse] | None = None
+        self._starts: CarriedMethod[memory_pb2.StartTurnRequest, memory_pb2.StartTurnResponse] | None = None
+        carry = carry or carry_appends
+        if carry is not None:
+            identity, tracer = carry
+            self._carrier = CarriedClient(self.stub.CarriedCalls, memory_pb2.CarriedMemoryCall,
+                                          identity=identity, audience="memory", tracer=tracer, peer=self._target)
+            self._appends = self._carrier.method(APPEND_METHOD, "append_messages")
+            self._starts = self._carrier.method(START_TURN_METHOD, "start_turn")
 
     @property
     def carrying_appends(self) -> bool:
         """Whether appends ride the stream (False: unary calls, e.g. to an older memory service)."""
-        return self._appends is not None and not self._appends.unsupported
+        return self._appends is not None and self._appends.carried
+
+    @property
+    def carrying_turn_starts(self) -> bool:
+        """Whether StartTurn calls ride the stream (False: unary calls)."""
+        return self._starts is not None and self._starts.carried
 
     async def close(self) -> None:
-        """Close the appends' stream (the channel is the caller's to close)."""
-        if self._appends is not None:
-            await self._appends.close()
+        """Close the carried calls' stream (the channel is the caller's to close)."""
+        if self._carrier is not None:
+            await self._carrier.close()
 
     async def _append(self, request: memory_pb2.AppendMessagesRequest) -> memory_pb2.AppendMessagesResponse:
         if self._appends is not None:
@@ -81,6 +91,16 @@ class MemoryClient:
             except NotCarried:
                 pass
         return await self._call(self.stub.AppendMessages, request)
+
+    async def start_turn(self, request: memory_pb2.StartTurnRequest, timeout: float) -> memory_pb2.StartTurnResponse:
+        """One StartTurn, carried when it can be; its failure raised as grpc.aio.AioRpcError,
+        as the unary call's (the caller tells outages from refusals and retries)."""
+        if self._starts is not None:
+            try:
+                return await self._starts.call(request, timeout)
+            except NotCarried:
+                pass
+        return await self.stub.StartTurn(request, timeout=timeout)
 
     async def _call(self, method, request, timeout: float | None = None):
         return await peer_call(self._target, method(request, timeout=timeout or self._timeout))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
-from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
@@ -24,38 +23,43 @@ from agentmesh.memory.convert import (
 )
 from agentmesh.memory.embedders import build_embedder
 from agentmesh.memory.heap import HeapReleaser
+from agentmesh.memory.learning_rpcs import LearningRpcs, profile_to_proto, promoted_to_proto, skill_info_to_proto
 from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.namespaces import Namespaces
-from agentmesh.memory.profiles import Profile, Profiles
-from agentmesh.memory.promoted import PromotedTool, PromotedTools
+from agentmesh.memory.profiles import Profiles
+from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.settings import MemorySettings
-from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, SkillLimits, Skills
+from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.memory.transcripts import SessionRecord, Transcripts
 from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.audit import AuditLog
-from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.calls import ServerCalls
-from agentmesh.rpc.carried import CarriedCalls
+from agentmesh.rpc.carried import CARRY_LIMIT_BYTES, ServedMethod, oneof_answers
+from agentmesh.rpc.carried import CarriedCalls as CallCarrier  # the servicer has a method of that name
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
+from agentmesh.v1 import memory_pb2, memory_pb2_grpc, sessions_pb2
 
 log = get_logger("agentmesh.memory")
 
+APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
+START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 
-class MemoryServicer(memory_pb2_grpc.MemoryServicer):
+
+class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
                  a2a_tasks: A2aTasks | None = None):
         self._transcripts = transcripts
-        self.carried_appends: CarriedCalls | None = None  # set by carry_appends()
+        self.carried_appends: CallCarrier | None = None  # set by carry()
+        self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
         self._a2a_tasks = a2a_tasks
         self._memories = memories
@@ -112,17 +116,30 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     def AppendStream(self, request_iterator, context):
         """AppendMessages calls carried on one stream (agentmesh.rpc.carried), each served as
-        the unary call is: checked, traced and measured as one."""
+        the unary call is: checked, traced and measured as one. Today's agents carry them on
+        CarriedCalls; this serves agents from before it."""
         if self.carried_appends is None:
-            raise NotImplementedError("AppendStream needs carry_appends()")
+            raise NotImplementedError("AppendStream needs carry()")
         return self.carried_appends.serve(request_iterator)
 
-    def carry_appends(self, calls: ServerCalls) -> CarriedCalls:
-        self.carried_appends = CarriedCalls(
-            calls, "/agentmesh.v1.Memory/AppendMessages", self.append_messages,
-            unwrap=lambda message: (message.call, message.request),
-            wrap=lambda status, response: memory_pb2.AppendStreamResponse(status=status, response=response))
-        return self.carried_appends
+    def CarriedCalls(self, request_iterator, context):
+        """AppendMessages and StartTurn calls carried on one stream (agentmesh.rpc.carried),
+        each served as its unary call is: checked, traced and measured as one."""
+        if self.carried_calls is None:
+            raise NotImplementedError("CarriedCalls needs carry()")
+        return self.carried_calls.serve(request_iterator)
+
+    def carry(self, calls: ServerCalls) -> list[CallCarrier]:
+        """Serve the carried calls' streams through `calls`; the streams to close on drain."""
+        append = ServedMethod(APPEND_METHOD, self.append_messages)
+        self.carried_appends = CallCarrier(
+            calls, {"append_messages": append},
+            unwrap=lambda message: (message.call, "append_messages", message.request),
+            wrap=lambda status, field, response: memory_pb2.AppendStreamResponse(status=status, response=response))
+        self.carried_calls = CallCarrier(
+            calls, {"append_messages": append, "start_turn": ServedMethod(START_TURN_METHOD, self.start_turn_carried)},
+            wrap=oneof_answers(memory_pb2.CarriedMemoryAnswer))
+        return [self.carried_appends, self.carried_calls]
 
     async def append_messages(self, request: memory_pb2.AppendMessagesRequest) -> memory_pb2.AppendMessagesResponse:
         """AppendMessages' work, for the unary call and for each call carried on AppendStream."""
@@ -178,6 +195,17 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def StartTurn(self, request, context):
+        return await self.start_turn(request)
+
+    async def start_turn_carried(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
+        """StartTurn carried on a stream: its answer bounded as a carried request is
+        (CARRY_LIMIT_BYTES) — a long transcript would hold every other answer on the stream
+        behind it. What does not fit is left for the caller to page with ListMessages, as it
+        pages a transcript longer than page_size (next_after_seq)."""
+        return bound_transcript(await self.start_turn(request), CARRY_LIMIT_BYTES)
+
+    async def start_turn(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
+        """StartTurn's work, for the unary call and for each call carried on CarriedCalls."""
         namespace, opened, settings = request.namespace, None, None
         if request.HasField("session"):
             # The session first, as PutSession (the gateway no longer calls it before the turn):
@@ -210,9 +238,9 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
         add_messages(reply.messages, started.transcript)
         learned = started.learned
         if "profile" in learned:
-            reply.profile.CopyFrom(_profile_to_proto(learned["profile"]))
-        reply.skills.extend(_skill_info_to_proto(i) for i in learned.get("skills", ()))
-        reply.promoted_tools.extend(_promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
+            reply.profile.CopyFrom(profile_to_proto(learned["profile"]))
+        reply.skills.extend(skill_info_to_proto(i) for i in learned.get("skills", ()))
+        reply.promoted_tools.extend(promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
         if opened is not None and settings is not None:
             reply.session.CopyFrom(session_to_proto(opened[0]))
             reply.session_created = opened[1]
@@ -315,97 +343,6 @@ class MemoryServicer(memory_pb2_grpc.MemoryServicer):
                                       fallback_calls=s.fallback_calls, namespace=s.namespace) for s in sums],
             records=count,
         )
-    # --- standing instructions ---
-
-    @translate_errors
-    async def GetProfile(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "GetProfile")
-        return _profile_to_proto(await self._profiles.get(request.namespace))
-
-    @translate_errors
-    async def SetProfile(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "SetProfile")
-        return _profile_to_proto(await self._profiles.set(request.namespace, request.part, request.text))
-
-    # --- skills ---
-
-    @translate_errors
-    async def PutSkill(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "PutSkill")
-        files = [SkillFile(f.path, f.content) for f in request.files]
-        # The agent (reflection) only proposes: its skills wait for a person. The gateway calls
-        # on behalf of the user who asked, and stores what that user chose.
-        principal = current_principal.get()
-        draft = request.draft or bool(principal is not None and principal.via == "agent")
-        info = await self._skills.put(request.namespace, files, draft=draft, source=request.source or "api")
-        return _skill_info_to_proto(info)
-
-    @translate_errors
-    async def ListSkills(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "ListSkills")
-        found = await self._skills.list(request.namespace, include_drafts=request.include_drafts)
-        return learning_pb2.ListSkillsResponse(skills=[_skill_info_to_proto(i) for i in found])
-
-    @translate_errors
-    async def GetSkill(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "GetSkill")
-        return _skill_to_proto(await self._skills.get(request.namespace, request.name, request.version))
-
-    @translate_errors
-    async def ApproveSkill(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "ApproveSkill")
-        return _skill_info_to_proto(await self._skills.approve(request.namespace, request.name))
-
-    @translate_errors
-    async def RemoveSkill(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "RemoveSkill")
-        return learning_pb2.RemoveSkillResponse(removed_versions=await self._skills.remove(request.namespace, request.name))
-
-    @translate_errors
-    async def SetSkillPolicy(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "SetSkillPolicy")
-        auto = await self._skills.set_policy(request.namespace, request.auto_accept)
-        return learning_pb2.SkillPolicy(namespace=request.namespace or "default", auto_accept=auto)
-
-    # --- promoted tools ---
-
-    @translate_errors
-    async def PutPromotedTool(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "PutPromotedTool")
-        tool = PromotedTool(namespace=request.namespace, name=request.name, description=request.description,
-                            parameters_json=request.parameters_json, source=request.source,
-                            function=request.function, origin=request.origin)
-        return _promoted_to_proto(await self._promoted.put(tool))
-
-    @translate_errors
-    async def ListPromotedTools(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "ListPromotedTools")
-        found = await self._promoted.list(request.namespace)
-        return learning_pb2.ListPromotedToolsResponse(tools=[_promoted_to_proto(t) for t in found])
-
-    @translate_errors
-    async def RemovePromotedTool(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "RemovePromotedTool")
-        return learning_pb2.RemoveSkillResponse(removed_versions=await self._promoted.remove(request.namespace, request.name))
-
-    # --- reflection ---
-
-    @translate_errors
-    async def GetReflectionState(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "GetReflectionState")
-        return _state_to_proto(await self._reflections.state(request.namespace, request.session_id))
-
-    @translate_errors
-    async def RecordReflection(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "RecordReflection")
-        return _state_to_proto(await self._reflections.record(_run_to_dict(request)))
-
-    @translate_errors
-    async def ListReflections(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "ListReflections")
-        runs = await self._reflections.list(request.namespace, request.session_id, request.limit)
-        return learning_pb2.ListReflectionsResponse(runs=[_run_from_dict(r) for r in runs])
-
     # --- a namespace's own MCP servers (mcp_registry.py) ---
 
     def _registry(self) -> McpRegistry:
@@ -470,6 +407,23 @@ def _registration_from_proto(m: memory_pb2.McpRegistration) -> McpRegistration:
                            env_secrets=dict(m.env_secrets), header_secrets=dict(m.header_secrets), added_at=m.added_at)
 
 
+def bound_transcript(reply: memory_pb2.StartTurnResponse, limit_bytes: int) -> memory_pb2.StartTurnResponse:
+    """`reply` with as much of its transcript page as keeps it within `limit_bytes` (at least
+    one message), and next_after_seq where the rest starts."""
+    if reply.ByteSize() <= limit_bytes or len(reply.messages) <= 1:
+        return reply
+    room = limit_bytes - (reply.ByteSize() - sum(m.ByteSize() + 8 for m in reply.messages))
+    kept = 1
+    room -= reply.messages[0].ByteSize() + 8
+    while kept < len(reply.messages) and room - (reply.messages[kept].ByteSize() + 8) >= 0:
+        room -= reply.messages[kept].ByteSize() + 8
+        kept += 1
+    if kept < len(reply.messages):
+        reply.next_after_seq = reply.messages[kept - 1].seq
+        del reply.messages[kept:]
+    return reply
+
+
 def _usage_records(records) -> list[UsageRecord]:
     return [
         UsageRecord(
@@ -480,40 +434,6 @@ def _usage_records(records) -> list[UsageRecord]:
         )
         for r in records
     ]
-
-
-def _run_to_dict(run: learning_pb2.ReflectionRun) -> dict:
-    return json_format.MessageToDict(run, preserving_proto_field_name=True)
-
-
-def _run_from_dict(run: dict) -> learning_pb2.ReflectionRun:
-    return json_format.ParseDict(run, learning_pb2.ReflectionRun(), ignore_unknown_fields=True)
-
-
-def _state_to_proto(state: dict) -> memory_pb2.ReflectionState:
-    return memory_pb2.ReflectionState(session_id=state["session_id"], last_seq=int(state["last_seq"]),
-                                      runs=[_run_from_dict(r) for r in state["runs"]])
-
-
-def _promoted_to_proto(t: PromotedTool) -> learning_pb2.PromotedTool:
-    return learning_pb2.PromotedTool(namespace=t.namespace, name=t.name, description=t.description,
-                                   parameters_json=t.parameters_json, source=t.source, function=t.function,
-                                   version=t.version, created_at=t.created_at, origin=t.origin)
-
-
-def _skill_info_to_proto(i: SkillInfo) -> learning_pb2.SkillInfo:
-    return learning_pb2.SkillInfo(namespace=i.namespace, name=i.name, description=i.description, version=i.version,
-                                status=i.status, paths=list(i.paths), created_at=i.created_at, source=i.source)
-
-
-def _skill_to_proto(s: Skill) -> learning_pb2.Skill:
-    return learning_pb2.Skill(info=_skill_info_to_proto(s.info), body=s.body,
-                            files=[learning_pb2.SkillFile(path=f.path, content=f.content) for f in s.files])
-
-
-def _profile_to_proto(p: Profile) -> learning_pb2.Profile:
-    return learning_pb2.Profile(namespace=p.namespace, soul=p.soul, user=p.user, project=p.project,
-                              updated_at=p.updated_at, max_chars=p.max_chars)
 
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
@@ -539,8 +459,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                               Reflections(documents), UsageLedger(store), host.audit,
                               mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents))
     host.add(memory_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.v1.Memory")
-    # Open appends' streams would hold the drain up: they end once their appends are answered.
-    host.on_drain(servicer.carry_appends(host.calls).close)
+    # Open carried calls' streams would hold the drain up: they end once their calls are answered.
+    for carried in servicer.carry(host.calls):
+        host.on_drain(carried.close)
 
     async def close() -> None:
         await embedder.close()

@@ -11,6 +11,8 @@ from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition
 from agentmesh.ids import validate_namespace
 from agentmesh.logs import get_logger
+from agentmesh.rpc.calls import ServerCalls
+from agentmesh.rpc.carried import CarriedCalls, ServedMethod, oneof_answers
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto, tool_spec_to_proto
 from agentmesh.rpc.errors import translate_errors
@@ -44,13 +46,20 @@ from agentmesh.v1 import memory_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grp
 
 log = get_logger("agentmesh.tools")
 
+EXECUTE_METHOD = "/agentmesh.v1.Tools/Execute"
+
 
 class ToolsServicer(tools_pb2_grpc.ToolsServicer):
-    def __init__(self, core: ToolService, files: WorkspaceFiles, tenants: SessionTenants | None = None):
+    def __init__(self, calls: ServerCalls, core: ToolService, files: WorkspaceFiles,
+                 tenants: SessionTenants | None = None):
         self._core = core
         self._files = files
         # Where tenants are configured: the session's tenant, asked of memory (tenancy.py).
         self._tenants = tenants
+        # The agent's Execute calls, carried on one stream per agent process; served through
+        # the host's interceptor (`calls`) as unary calls are.
+        self.carried_calls = CarriedCalls(calls, {"execute": ServedMethod(EXECUTE_METHOD, self.execute)},
+                                          wrap=oneof_answers(tools_pb2.CarriedToolsAnswer))
 
     async def _session(self, session_id: str, method: str, *, grows: bool = False) -> None:
         if self._tenants is not None and session_id:
@@ -70,6 +79,16 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
 
     @translate_errors
     async def Execute(self, request, context):
+        return await self.execute(request)
+
+    def CarriedCalls(self, request_iterator, context):
+        """Execute calls carried on one stream (agentmesh.rpc.carried), each served as the unary
+        call is — checked, traced and measured as one, stopped at its deadline, cancelled (its
+        sandboxed process killed) when its caller cancels it or the stream ends."""
+        return self.carried_calls.serve(request_iterator)
+
+    async def execute(self, request: tools_pb2.ExecuteRequest) -> tools_pb2.ExecuteResponse:
+        """Execute's work, for the unary call and for each call carried on CarriedCalls."""
         await self._session(request.session_id, "Execute", grows=True)
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s,
@@ -275,7 +294,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(memory.close)
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
                            WorkspaceQuota(tools_settings.workspace_quota_bytes))
-    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, ToolsServicer(core, files, tenants), "agentmesh.v1.Tools")
+    servicer = ToolsServicer(host.calls, core, files, tenants)
+    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, servicer, "agentmesh.v1.Tools")
+    # Open carried calls' streams would hold the drain up: they end once their calls are answered.
+    host.on_drain(servicer.carried_calls.close)
     host.on_drain(core.versions.close)  # open WatchCatalog streams would hold the drain up
     host.on_drain(core.background_sessions.close)  # as WatchCatalog's
     if core.background is not None:

@@ -113,7 +113,10 @@ async def test_a_deep_turn_delegates_through_all_five_services(tmp_path):
     assert child_invoke["attributes"]["gen_ai.agent.name"] == "agentmesh/sub-agent"
     write = next(s for s in spans if s["name"] == "execute_tool write_file")
     assert write["parent_span_id"] == child_invoke["span_id"]
-    assert any(s["service"] == "agentmesh-tools" and s["parent_span_id"] == write["span_id"] for s in spans)
+    # The call's CLIENT span (carried on the agent's stream to tools), the tools service's beneath it.
+    call = next(s for s in spans if s["kind"] == "CLIENT" and s["name"] == "/agentmesh.v1.Tools/Execute"
+                and s["parent_span_id"] == write["span_id"])
+    assert any(s["service"] == "agentmesh-tools" and s["parent_span_id"] == call["span_id"] for s in spans)
 
 
 async def test_cli_chat_mode_deep(stack, llm):

@@ -92,6 +92,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # ...and knows which sessions have background commands to collect (no call per turn).
         "WatchBackground": _allow("agent"),
         "Execute": _allow("agent", USERS),
+        # The agent's Execute calls carried on a stream, each checked as an Execute.
+        "CarriedCalls": _allow("agent"),
         # The gateway deletes a session's workspace with the session.
         "DeleteWorkspace": _allow("gateway"),
         # The workspace as people see it: the gateway's workspace routes (the web console),
@@ -121,6 +123,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListMessages": _allow("gateway", "agent"),
         "AppendMessages": _allow("agent"),
         "AppendStream": _allow("agent"),  # AppendMessages calls carried on a stream, each checked too
+        # AppendMessages and StartTurn calls carried on a stream, each checked as its own method.
+        "CarriedCalls": _allow("agent"),
         # A turn's first read, append and recall in one call.
         "StartTurn": _allow("agent"),
         # A turn rolled back by a newer message (ChatOptions.if_busy "rollback").

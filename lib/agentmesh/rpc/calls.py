@@ -149,12 +149,14 @@ class ServerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc shi
         return self._wrap(handler, method, metadata, principal, guarded=True)
 
     async def carried(self, full_method: str, metadata: tuple[tuple[str, str], ...], request: Any,
-                      handle: Callable[[Any], Awaitable[Any]]) -> tuple[grpc.StatusCode, str, Any]:
+                      handle: Callable[[Any], Awaitable[Any]], *,
+                      timeout_s: float = 0.0) -> tuple[grpc.StatusCode, str, Any]:
         """Serve one call carried on a stream (carried.py) as a call of `full_method` is served:
         its caller checked from `metadata`, its SERVER span and duration, the handler run as its
-        principal; core errors become statuses as translate_errors makes them. Returns the
-        status, its message and the handler's answer (None unless OK). Run it in a task of its
-        own: it sets the principal for what the handler does."""
+        principal, stopped after `timeout_s` (0: no deadline) with DEADLINE_EXCEEDED; core errors
+        become statuses as translate_errors makes them. Returns the status, its message and the
+        handler's answer (None unless OK). Run it in a task of its own: it sets the principal
+        for what the handler does, and cancelling the task cancels the call."""
         method = self._method(full_method)
         principal: Principal | None = None
         if method.checked:
@@ -166,8 +168,17 @@ class ServerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc shi
                 return decision[0], decision[1], None
             principal = decision
         call = _Call(self, method, metadata, principal)
+        deadline = asyncio.timeout(timeout_s if timeout_s > 0 else None)
         try:
-            answer = await handle(request)
+            async with deadline:
+                answer = await handle(request)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                details = internal_error_message(exc)
+                call.end_with(self, grpc.StatusCode.INTERNAL, details, exc)
+                return grpc.StatusCode.INTERNAL, details, None
+            call.end_with(self, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", None)
+            return grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", None
         except AgentmeshError as exc:
             code, details = status_code(exc.code), exc.message
             call.end_with(self, code, details, None)

@@ -2,9 +2,12 @@
 
 Why: on grpc.aio a unary call between two processes costs ~0.46 ms of CPU (caller and server
 together) and ~0.40 ms of latency on this project's 2-core machine; a message each way on a
-stream that is already open, 0.16 ms and 0.15 ms (`python -m benches.carried_call`). The
-calls on a turn's critical path that come several times a turn — the transcript appends, one
-per step — ride one stream per caller process instead (`Memory.AppendStream`).
+stream that is already open, 0.16 ms and 0.15 ms (`python -m benches.carried_call`). The calls
+on a turn's critical path ride one stream per (caller process, service) instead: the agent's
+transcript appends and its StartTurn on `Memory.CarriedCalls`, its tool calls on
+`Tools.CarriedCalls`. One stream carries several methods: its request message is a `CarriedCall`
+header beside a oneof with one field per method, its answer a `CarriedStatus` beside the same
+oneof of responses.
 
 A carried call is still a call in everything but its transport:
 - it carries its own signed service token, checked by the server exactly as a call's
@@ -14,22 +17,39 @@ A carried call is still a call in everything but its transport:
   trace reads the same; its own `rpc.server.duration`; and its own status: a refusal or a
   core error comes back as the gRPC code and message the unary call would have had, raised at
   the caller as `grpc.aio.AioRpcError`, so `peer_call` and retries treat both alike;
+- its deadline goes with it (`CarriedCall.timeout_s`): the server stops the call then and
+  answers DEADLINE_EXCEEDED, as it stops a unary call past its deadline;
+- its cancellation goes too: a caller that stops waiting (cancelled, or past its timeout)
+  after the call was written sends a cancel for it, and the server cancels the call's task —
+  a tool call's sandboxed process is killed as when the unary call is cancelled. A call not yet
+  written when its caller stops waiting is never written;
 - the stream is opened lazily and opened again after it breaks; calls in flight when it
-  breaks fail with UNAVAILABLE (the unary call's failure when its peer goes away);
-- requests larger than `CARRY_LIMIT_BYTES` go as unary calls: one stream's flow control would
-  make every other call wait behind a large one.
+  breaks fail with UNAVAILABLE (the unary call's failure when its peer goes away), and the
+  server cancels every call of a stream that ends;
+- requests larger than `CARRY_LIMIT_BYTES` go as unary calls (`NotCarried`): one stream's flow
+  control would make every other call wait behind a large one. Answers are the server's: a
+  method whose answer can grow (StartTurn's transcript) bounds it when carried and lets the
+  caller page the rest; a tool call's answer is bounded by the tools service's output caps,
+  and goes whole; an answer too large for the caller's channel fails its call alone
+  (RESOURCE_EXHAUSTED), as the unary call would, instead of ending the stream;
+- a server without the stream (an older version: UNIMPLEMENTED), or without one of its
+  methods (a oneof field it does not know: that call alone answered UNIMPLEMENTED), gets
+  unary calls from then on (`NotCarried`).
 
-What it does not carry: a deadline to the server (the caller stops waiting at its timeout;
-the server finishes the call) and cancellation (likewise) — fine for short, idempotent-on-
-retry writes such as appends, which is why only those are carried.
+What it changes: which replica serves. round_robin picks a replica per call; a stream is one
+call, so every call a caller process carries goes to the replica its stream reached, until the
+stream breaks (that replica drains or goes away) and the next is opened on the next pick. Load
+spreads per caller process, not per call: with several agent replicas the streams spread over
+the memory and tools replicas as calls did; one agent process drives one replica of each.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import itertools
-from typing import Any, AsyncIterator, Awaitable, Callable, Generic, TypeVar, cast
+from typing import Any, AsyncIterator, Awaitable, Callable, Generic, Mapping, TypeVar, cast
 
 import grpc
 from opentelemetry import context as otel_context
@@ -39,23 +59,32 @@ from agentmesh.logs import get_logger
 from agentmesh.rpc.auth import SERVICE_TOKEN_HEADER, current_principal
 from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.identity import ServiceIdentity
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry.rpcspans import end_client_span, rpc_attributes, start_carried_client_span
 from agentmesh.v1 import common_pb2
 
-__all__ = ["CARRY_LIMIT_BYTES", "CarriedCalls", "CarriedClient", "NotCarried"]
+__all__ = ["CARRY_LIMIT_BYTES", "MAX_ANSWER_BYTES", "NOT_CARRIED_HERE", "CarriedCalls", "CarriedClient",
+           "CarriedMethod", "NotCarried", "ServedMethod", "oneof_answers", "oneof_requests"]
 
 log = get_logger("agentmesh.rpc")
 
 # Above this a request goes as a unary call of its own (see the module's docstring).
 CARRY_LIMIT_BYTES = 256 * 1024
 
+# The largest answer a carried call may have: a message on the stream is bounded by what the
+# caller's channel receives (MAX_MESSAGE_BYTES), less room for the answer's status.
+MAX_ANSWER_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+
+# How the server answers a call of a method it does not carry (a oneof field it does not know).
+NOT_CARRIED_HERE = "this server does not carry that method on this stream: make it as a unary call"
+
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
 
 class NotCarried(Exception):
-    """The server has no such stream (an older version), or the request is too large to carry:
-    make the unary call instead."""
+    """The server has no such stream (an older version) or does not carry this method, or the
+    request is too large to carry: make the unary call instead."""
 
 
 def _rpc_error(code: grpc.StatusCode, details: str) -> BaseException:
@@ -69,23 +98,29 @@ class _OpenStream:
     cancellation act on it at once — never inside grpc.aio's call machinery, which can hold a
     cancellation while it waits for the peer."""
 
-    def __init__(self, call: Any, unwrap: Callable[[Any], tuple[common_pb2.CarriedStatus, Any]],
-                 failure_of: Callable[[BaseException], BaseException], on_end: Callable[["_OpenStream"], None]):
+    def __init__(self, call: Any, failure_of: Callable[[BaseException], BaseException],
+                 on_end: Callable[["_OpenStream"], None]):
         self.call = call
-        self._unwrap = unwrap
         self._failure_of = failure_of
         self._on_end = on_end
-        self.pending: dict[int, asyncio.Future[tuple[common_pb2.CarriedStatus, Any]]] = {}
-        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.written: set[int] = set()  # calls written and not yet answered or cancelled
+        self._outbox: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self._writer = asyncio.get_running_loop().create_task(self._write())
         self._reader = asyncio.get_running_loop().create_task(self._read())
         self.ended = False
 
-    def send(self, call_id: int, message: Any) -> asyncio.Future[tuple[common_pb2.CarriedStatus, Any]]:
-        answer: asyncio.Future[tuple[common_pb2.CarriedStatus, Any]] = asyncio.get_running_loop().create_future()
+    def send(self, call_id: int, message: Any) -> asyncio.Future[Any]:
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending[call_id] = answer
         self._outbox.put_nowait((call_id, message))
         return answer
+
+    def cancel(self, call_id: int, message: Any) -> None:
+        """The caller stopped waiting for `call_id`: tell the server, if the call was written."""
+        if call_id in self.written and not self.ended:
+            self.written.discard(call_id)
+            self._outbox.put_nowait((0, message))
 
     async def _write(self) -> None:
         try:
@@ -95,7 +130,10 @@ class _OpenStream:
             await self.call.wait_for_connection()
             while True:
                 call_id, message = await self._outbox.get()
-                if call_id in self.pending:
+                if not call_id:  # a cancel, queued only for a call already written
+                    await self.call.write(message)
+                elif call_id in self.pending:
+                    self.written.add(call_id)
                     await self.call.write(message)
         except asyncio.CancelledError:
             pass
@@ -109,10 +147,11 @@ class _OpenStream:
     async def _read(self) -> None:
         try:
             async for message in self.call:
-                status, response = self._unwrap(message)
+                status = message.status
                 answer = self.pending.pop(status.id, None)
+                self.written.discard(status.id)
                 if answer is not None and not answer.done():
-                    answer.set_result((status, response))
+                    answer.set_result(message)
             self.end(None)
         except asyncio.CancelledError:
             pass
@@ -132,6 +171,7 @@ class _OpenStream:
             if not answer.done():
                 answer.set_exception(failure)
         self.pending.clear()
+        self.written.clear()
         current = asyncio.current_task()
         for task in (self._writer, self._reader):
             if task is not current:
@@ -139,64 +179,73 @@ class _OpenStream:
         self.call.cancel()
 
 
-class CarriedClient(Generic[_Request, _Response]):
-    """The caller's side: `await call(request, timeout)` as a unary call of `full_method`.
+class CarriedClient:
+    """The caller's side of one stream to one service, e.g. `Memory.CarriedCalls`: opened by
+    `open_stream()` on a channel that signs the stream itself; `message_type` is its request
+    message (a `call` CarriedCall header and a oneof `request`). Each carried method is a
+    `CarriedMethod` from `method()`."""
 
-    `open_stream()` opens the stream (e.g. `stub.AppendStream`) on a channel that signs the
-    stream itself; `wrap(header, request)` makes the stream's request message and
-    `unwrap(message)` splits an answer into its CarriedStatus and response."""
-
-    def __init__(self, full_method: str, open_stream: Callable[[], Any], *,
-                 wrap: Callable[[common_pb2.CarriedCall, _Request], Any],
-                 unwrap: Callable[[Any], tuple[common_pb2.CarriedStatus, _Response]],
+    def __init__(self, open_stream: Callable[[], Any], message_type: Callable[..., Any], *,
                  identity: ServiceIdentity | None, audience: str, tracer: trace.Tracer | None, peer: str):
-        self._method = full_method
         self._open_stream = open_stream
-        self._wrap = wrap
-        self._unwrap = unwrap
+        self._message_type = message_type
         self._identity = identity
         self._audience = audience
         self._tracer = tracer
         self._peer = peer
-        self._attributes = rpc_attributes(full_method)
         self._ids = itertools.count(1)
         self._stream: _OpenStream | None = None
         self.unsupported = False  # the server answered UNIMPLEMENTED: unary calls from now on
 
-    async def call(self, request: _Request, timeout: float) -> _Response:
+    def method(self, full_method: str, field: str) -> "CarriedMethod[Any, Any]":
+        """`full_method` (e.g. "/agentmesh.v1.Memory/StartTurn") carried as the oneof `field`."""
+        return CarriedMethod(self, full_method, field)
+
+    async def call(self, method: "CarriedMethod[Any, Any]", request: Any, timeout: float) -> Any:
         if self.unsupported:
-            raise NotCarried(f"{self._peer} does not serve {self._method} on a stream")
-        if request.ByteSize() > CARRY_LIMIT_BYTES:  # type: ignore[attr-defined]  # a protobuf message
+            raise NotCarried(f"{self._peer} does not serve {method.full_method} on a stream")
+        if request.ByteSize() > CARRY_LIMIT_BYTES:
             raise NotCarried("too large to carry")
         span, carrier = (None, {}) if self._tracer is None else start_carried_client_span(
-            self._tracer, self._method, self._attributes)
+            self._tracer, method.full_method, method.attributes)
         header = common_pb2.CarriedCall(
             id=next(self._ids),
             service_token=self._identity.token(self._audience, current_principal.get()) if self._identity else "",
             traceparent=carrier.get("traceparent", ""),
             tracestate=carrier.get("tracestate", ""),
+            timeout_s=timeout,
         )
         code, details = grpc.StatusCode.CANCELLED, "the caller stopped waiting"
+        answered = False
         stream = self._open()
         try:
             try:
                 async with asyncio.timeout(timeout):
-                    status, response = await stream.send(header.id, self._wrap(header, request))
+                    answer = await stream.send(header.id, self._message_type(call=header, **{method.field: request}))
             except TimeoutError:
                 code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
                 raise _rpc_error(code, details) from None
+            answered = True
+            status = answer.status
             code, details = _CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message
+            if code == grpc.StatusCode.UNIMPLEMENTED and details == NOT_CARRIED_HERE:
+                method.unsupported = True
+                raise NotCarried(details)
             if code != grpc.StatusCode.OK:
                 raise _rpc_error(code, details)
-            return cast(_Response, response)
+            return getattr(answer, method.field)
         except NotCarried:
             code, details = grpc.StatusCode.UNIMPLEMENTED, "not carried"
+            answered = True
             raise
         except grpc.aio.AioRpcError as exc:
             code, details = exc.code(), exc.details() or ""
             raise
         finally:
             stream.pending.pop(header.id, None)
+            if not answered:
+                # Cancelled, or past its deadline: stop the call at the server too.
+                stream.cancel(header.id, self._message_type(call=common_pb2.CarriedCall(id=header.id, cancel=True)))
             if span is not None:
                 end_client_span(span, code, details)
 
@@ -207,7 +256,7 @@ class CarriedClient(Generic[_Request, _Response]):
             principal = current_principal.set(None)
             detached = otel_context.attach(trace.set_span_in_context(trace.INVALID_SPAN))
             try:
-                self._stream = _OpenStream(self._open_stream(), self._unwrap, self._stream_failure, self._ended)
+                self._stream = _OpenStream(self._open_stream(), self._stream_failure, self._ended)
             finally:
                 otel_context.detach(detached)
                 current_principal.reset(principal)
@@ -232,7 +281,7 @@ class CarriedClient(Generic[_Request, _Response]):
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             refusal: BaseException = exc
             return refusal
-        log.info("carried calls' stream ended", method=self._method, peer=self._peer, code=code.name)
+        log.info("carried calls' stream ended", peer=self._peer, code=code.name)
         return _rpc_error(grpc.StatusCode.UNAVAILABLE, f"the stream to {self._peer} ended: {details}")
 
     async def close(self) -> None:
@@ -242,59 +291,129 @@ class CarriedClient(Generic[_Request, _Response]):
             await asyncio.sleep(0)  # let its tasks finish cancelling
 
 
+class CarriedMethod(Generic[_Request, _Response]):
+    """One method carried on a `CarriedClient`'s stream: `await call(request, timeout)` as the
+    unary call of `full_method`; NotCarried when it cannot be carried (make the unary call)."""
+
+    def __init__(self, client: CarriedClient, full_method: str, field: str):
+        self.full_method = full_method
+        self.field = field
+        self.attributes = rpc_attributes(full_method)
+        self._client = client
+        self.unsupported = False  # the server's stream does not carry this method
+
+    @property
+    def carried(self) -> bool:
+        """Whether calls ride the stream (False: unary calls, e.g. to an older server)."""
+        return not (self.unsupported or self._client.unsupported)
+
+    async def call(self, request: _Request, timeout: float) -> _Response:
+        if self.unsupported:
+            raise NotCarried(f"{self.full_method} is not carried on this stream")
+        return cast(_Response, await self._client.call(self, request, timeout))
+
+
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-class CarriedCalls(Generic[_Request, _Response]):
-    """The server's side: serves a stream of carried `full_method` calls with `handle`, each as
-    `ServerCalls.carried` serves a call, concurrently (in a task each), answering each as it
-    finishes. `unwrap(message)` splits a stream message into its CarriedCall and request;
-    `wrap(status, response)` makes the answer."""
+class ServedMethod:
+    """A method a `CarriedCalls` stream serves: its full name (its token is checked, its span
+    named and its duration recorded as that method's) and its handler."""
 
-    def __init__(self, calls: ServerCalls, full_method: str, handle: Callable[[_Request], Awaitable[_Response]], *,
-                 unwrap: Callable[[Any], tuple[common_pb2.CarriedCall, _Request]],
-                 wrap: Callable[[common_pb2.CarriedStatus, _Response | None], Any]):
+    __slots__ = ("full_method", "handle")
+
+    def __init__(self, full_method: str, handle: Callable[[Any], Awaitable[Any]]):
+        self.full_method = full_method
+        self.handle = handle
+
+
+def oneof_requests(message: Any) -> tuple[common_pb2.CarriedCall, str | None, Any]:
+    """A `call` header beside a oneof `request`: the header, the field set (None: none — a
+    cancel, or a method this server's messages do not know) and its request."""
+    field = message.WhichOneof("request")
+    return message.call, field, getattr(message, field) if field else None
+
+
+def oneof_answers(answer_type: Callable[..., Any]) -> Callable[[common_pb2.CarriedStatus, str, Any], Any]:
+    """The answer message: a `status` beside a oneof `response` of the request's field."""
+    def wrap(status: common_pb2.CarriedStatus, field: str, response: Any) -> Any:
+        return answer_type(status=status) if response is None else answer_type(status=status, **{field: response})
+    return wrap
+
+
+class CarriedCalls:
+    """The server's side: serves a stream of carried calls, each with its `methods` entry (by
+    the request's field) as `ServerCalls.carried` serves a call, concurrently (in a task each),
+    answering each as it finishes. `unwrap(message)` splits a stream message into its header,
+    field and request (`oneof_requests`); `wrap(status, field, response)` makes the answer."""
+
+    def __init__(self, calls: ServerCalls, methods: Mapping[str, ServedMethod], *,
+                 unwrap: Callable[[Any], tuple[common_pb2.CarriedCall, str | None, Any]] = oneof_requests,
+                 wrap: Callable[[common_pb2.CarriedStatus, str, Any], Any]):
         self._calls = calls
-        self._method = full_method
-        self._handle = handle
+        self._methods = dict(methods)
         self._unwrap = unwrap
         self._wrap = wrap
-        # Each open stream's answer queue and calls in flight, for close().
-        self._streams: dict[asyncio.Queue[Any], set[asyncio.Task[None]]] = {}
+        # Each open stream's answer queue and calls in flight (by id), for close().
+        self._streams: dict[asyncio.Queue[Any], dict[int, asyncio.Task[None]]] = {}
 
     async def close(self, grace_s: float = 0.0) -> None:
         """End every open stream once its calls in flight are answered (a draining service):
         callers open their next stream to a replica that serves."""
         for answers, running in list(self._streams.items()):
             if running:
-                await asyncio.wait(set(running), timeout=grace_s or None)
+                await asyncio.wait(set(running.values()), timeout=grace_s or None)
             answers.put_nowait(None)
 
     async def serve(self, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         answers: asyncio.Queue[Any] = asyncio.Queue()
-        running: set[asyncio.Task[None]] = set()
+        running: dict[int, asyncio.Task[None]] = {}
         self._streams[answers] = running
 
-        async def one(header: common_pb2.CarriedCall, request: _Request) -> None:
+        async def one(header: common_pb2.CarriedCall, field: str, method: ServedMethod, request: Any) -> None:
             metadata = [(SERVICE_TOKEN_HEADER, header.service_token)] if header.service_token else []
             if header.traceparent:
                 metadata.append(("traceparent", header.traceparent))
                 if header.tracestate:
                     metadata.append(("tracestate", header.tracestate))
-            code, details, response = await self._calls.carried(self._method, tuple(metadata), request, self._handle)
+            code, details, response = await self._calls.carried(method.full_method, tuple(metadata), request,
+                                                                method.handle, timeout_s=header.timeout_s)
+            if response is not None and response.ByteSize() > MAX_ANSWER_BYTES:
+                # Past what the caller's channel receives: that would end the stream, and every
+                # call on it. This call alone fails, as the unary call would at the caller.
+                code, details, response = grpc.StatusCode.RESOURCE_EXHAUSTED, (
+                    f"the answer is {response.ByteSize()} bytes, more than the {MAX_ANSWER_BYTES} a carried "
+                    "call's answer may be"), None
             answers.put_nowait(self._wrap(common_pb2.CarriedStatus(id=header.id, code=code.value[0], message=details),
-                                          response))
+                                          field, response))
+
+        def finished(call_id: int, task: asyncio.Task[None]) -> None:
+            if running.get(call_id) is task:
+                del running[call_id]
 
         async def read() -> None:
             try:
                 async for message in requests:
-                    header, request = self._unwrap(message)
+                    header, field, request = self._unwrap(message)
+                    if header.cancel:
+                        # The caller stopped waiting: cancelled as a unary call is (no answer).
+                        task = running.get(header.id)
+                        if task is not None:
+                            task.cancel()
+                        continue
+                    method = self._methods.get(field) if field else None
+                    if method is None or field is None:
+                        answers.put_nowait(self._wrap(common_pb2.CarriedStatus(
+                            id=header.id, code=grpc.StatusCode.UNIMPLEMENTED.value[0], message=NOT_CARRIED_HERE),
+                            field or "", None))
+                        continue
                     # A context of its own: the call's principal and span stay with it.
-                    task = asyncio.get_running_loop().create_task(one(header, request), context=contextvars.copy_context())
-                    running.add(task)
-                    task.add_done_callback(running.discard)
+                    task = asyncio.get_running_loop().create_task(one(header, field, method, request),
+                                                                  context=contextvars.copy_context())
+                    running[header.id] = task
+                    task.add_done_callback(functools.partial(finished, header.id))
                 if running:
-                    await asyncio.wait(set(running))
+                    await asyncio.wait(set(running.values()))
             finally:
                 answers.put_nowait(None)
 
@@ -306,5 +425,7 @@ class CarriedCalls(Generic[_Request, _Response]):
         finally:
             self._streams.pop(answers, None)
             reader.cancel()
-            for task in list(running):
+            # The caller is gone (or the service stops): its calls are cancelled, as unary
+            # calls are when their caller goes away.
+            for task in list(running.values()):
                 task.cancel()

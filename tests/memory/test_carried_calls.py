@@ -1,0 +1,160 @@
+"""StartTurn carried beside the appends on the agent's one stream to memory
+(Memory.CarriedCalls, agentmesh.rpc.carried): each a call in all but transport — checked as
+StartTurn, answered as StartTurn — with its answer bounded as a carried request is, and unary
+calls for a server that does not carry it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from agentmesh.agent.adapters import GrpcTurnStart
+from agentmesh.agent.types import ChatMessage
+from agentmesh.config import Settings
+from agentmesh.memory.client import MemoryClient
+from agentmesh.rpc.carried import CARRY_LIMIT_BYTES, NOT_CARRIED_HERE
+from agentmesh.rpc.identity import ServiceIdentity
+from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+from tests.support.recording import recording_channel
+
+
+def _user(text: str) -> common_pb2.Message:
+    return common_pb2.Message(role="user", content=text)
+
+
+def _start(session_id: str, text: str, **kw) -> memory_pb2.StartTurnRequest:
+    return memory_pb2.StartTurnRequest(session_id=session_id, messages=[_user(text)], **kw)
+
+
+class Carrying:
+    """A MemoryClient signed as `caller`, carrying, on a channel that records the calls it makes."""
+
+    def __init__(self, service, caller: str = "agent"):
+        keys = Settings.from_env(service.env).keys_dir
+        self.channel, self.made = recording_channel(keys, caller, "memory", service.host.target)
+        self.client = MemoryClient(self.channel, target=service.host.target, timeout_s=5,
+                                   carry=(ServiceIdentity.open(caller, keys), None))
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.channel.close()
+
+
+@pytest.fixture
+async def carrying(memory_service):
+    agent = Carrying(memory_service)
+    try:
+        yield agent
+    finally:
+        await agent.close()
+
+
+async def test_start_turn_and_appends_ride_one_stream(memory_service, carrying):
+    await memory_service.client.put_session("s")
+    await memory_service.client.append_messages("s", [_user("before")])
+
+    reply = await carrying.client.start_turn(_start("s", "hello"), timeout=5)
+    assert [m.content for m in reply.messages] == ["before"] and (reply.first_seq, reply.last_seq) == (2, 2)
+    assert await carrying.client.append_messages("s", [_user("step")]) == 3
+    again = await carrying.client.start_turn(_start("s", "next"), timeout=5)
+    assert [m.content for m in again.messages] == ["before", "hello", "step"]
+
+    # One stream carried all four: no unary StartTurn or AppendMessages was made.
+    assert carrying.made == ["/agentmesh.v1.Memory/CarriedCalls"]
+    assert carrying.client.carrying_turn_starts and carrying.client.carrying_appends
+    stored = [m.content for m in await memory_service.client.transcript("s")]
+    assert stored == ["before", "hello", "step", "next"]
+
+
+async def test_a_carried_start_turn_is_checked_as_a_start_turn(memory_service):
+    await memory_service.client.put_session("s")
+    tools = Carrying(memory_service, caller="tools")
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await tools.client.start_turn(_start("s", "forged"), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "only the agent service may" in refused.value.details()
+        assert tools.made == ["/agentmesh.v1.Memory/CarriedCalls"]  # refused on the stream, not as a unary call
+    finally:
+        await tools.close()
+    assert await memory_service.client.transcript("s") == []
+
+
+async def test_a_carried_start_turn_answer_is_bounded_and_the_turn_reads_the_rest(memory_service, carrying):
+    await memory_service.client.put_session("long")
+    chunk = "y" * 20_000
+    for i in range(30):  # ~600 KB of transcript, more than one carried answer may hold
+        await memory_service.client.append_messages("long", [_user(f"{i}:{chunk}")])
+
+    reply = await carrying.client.start_turn(_start("long", "first"), timeout=10)
+    assert reply.ByteSize() <= CARRY_LIMIT_BYTES
+    assert 1 <= len(reply.messages) < 30 and reply.next_after_seq == reply.messages[-1].seq
+    assert (reply.first_seq, reply.last_seq) == (31, 31)
+
+    # The agent's adapter pages the rest (ListMessages) and sees the whole transcript.
+    began = await GrpcTurnStart(carrying.client, memory_service.host.target).start(
+        "long", [ChatMessage(role="user", content="second")], namespace="", query="", k=0, recall_timeout_s=0)
+    assert [m.content.split(":")[0] for m in began.stored] == [str(i) for i in range(30)] + ["first"]
+    assert "/agentmesh.v1.Memory/StartTurn" not in carrying.made
+
+
+async def test_a_call_of_a_method_the_server_does_not_carry_is_answered_unimplemented_alone(memory_service):
+    await memory_service.client.put_session("s")
+    keys = Settings.from_env(memory_service.env).keys_dir
+    channel, _ = recording_channel(keys, "agent", "memory", memory_service.host.target)
+    token = ServiceIdentity.open("agent", keys).token("memory")
+    # A newer caller's message: a request field (15) this server's messages do not have.
+    stream = channel.stream_stream("/agentmesh.v1.Memory/CarriedCalls", request_serializer=lambda raw: raw,
+                                   response_deserializer=memory_pb2.CarriedMemoryAnswer.FromString)()
+    try:
+        header = memory_pb2.CarriedMemoryCall(call=common_pb2.CarriedCall(id=7, service_token=token))
+        await stream.write(header.SerializeToString() + b"\x7a\x00")
+        unknown = await asyncio.wait_for(stream.read(), 5)
+        assert (unknown.status.id, unknown.status.code) == (7, grpc.StatusCode.UNIMPLEMENTED.value[0])
+        assert unknown.status.message == NOT_CARRIED_HERE
+        # The stream still serves what it knows.
+        known = memory_pb2.CarriedMemoryCall(call=common_pb2.CarriedCall(id=8, service_token=token),
+                                             start_turn=_start("s", "hi"))
+        await stream.write(known.SerializeToString())
+        answer = await asyncio.wait_for(stream.read(), 5)
+        assert (answer.status.id, answer.status.code, answer.start_turn.last_seq) == (8, 0, 1)
+    finally:
+        stream.cancel()
+        await channel.close()
+
+
+class OlderMemory(memory_pb2_grpc.MemoryServicer):
+    """A memory service from before CarriedCalls: unary StartTurn and AppendMessages."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def StartTurn(self, request, context):
+        self.calls.append("StartTurn")
+        return memory_pb2.StartTurnResponse(first_seq=1, last_seq=1)
+
+    async def AppendMessages(self, request, context):
+        self.calls.append("AppendMessages")
+        return memory_pb2.AppendMessagesResponse(last_seq=2)
+
+
+async def test_an_older_memory_service_gets_unary_start_turns():
+    server = grpc.aio.server()
+    older = OlderMemory()
+    memory_pb2_grpc.add_MemoryServicer_to_server(older, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    client = MemoryClient(channel, carry=(None, None))
+    try:
+        assert (await client.start_turn(_start("s", "hi"), timeout=5)).last_seq == 1
+        assert await client.append_messages("s", [_user("step")]) == 2
+        assert (await client.start_turn(_start("s", "again"), timeout=5)).last_seq == 1
+        assert older.calls == ["StartTurn", "AppendMessages", "StartTurn"]
+        assert not client.carrying_turn_starts and not client.carrying_appends
+    finally:
+        await client.close()
+        await channel.close()
+        await server.stop(0)
