@@ -1,7 +1,8 @@
 """A gRPC proxy in front of a real memory service that can hold or refuse the appends of tool
 results: every Memory call is passed on as it came (bytes and metadata, the callers' signed
-tokens included), except that an append carrying a `tool` message — unary or carried on
-`AppendStream` — can be held until `release` is set, and then passed on or refused.
+tokens included), except that an append carrying a `tool` message — unary, or carried on
+`CarriedCalls` or `AppendStream` — can be held until `release` is set, and then passed on or
+refused.
 
     proxy = await AppendGate.start(memory_target)    # then point the agent at proxy.target
     proxy.hold_answer()          # stored by memory, its acknowledgement held back
@@ -22,8 +23,25 @@ SERVICE = "agentmesh.v1.Memory"
 REFUSAL = "the transcript store is full (no space left on device)"
 
 
-def _has_tool_result(request: memory_pb2.AppendMessagesRequest) -> bool:
-    return any(m.role == "tool" for m in request.messages)
+def _has_tool_result(request: memory_pb2.AppendMessagesRequest | None) -> bool:
+    return request is not None and any(m.role == "tool" for m in request.messages)
+
+
+def _append_in(call: Any) -> memory_pb2.AppendMessagesRequest | None:
+    """The append a carried call holds, if it is one (CarriedCalls also carries StartTurn)."""
+    if isinstance(call, memory_pb2.AppendStreamRequest):
+        return call.request
+    return call.append_messages if call.WhichOneof("request") == "append_messages" else None
+
+
+# The streams that carry appends: their request and answer messages, and how the answer to a
+# refused call reads.
+CARRIERS: dict[str, tuple[Any, Any, Any]] = {
+    "AppendStream": (memory_pb2.AppendStreamRequest, memory_pb2.AppendStreamResponse,
+                     lambda status: memory_pb2.AppendStreamResponse(status=status)),
+    "CarriedCalls": (memory_pb2.CarriedMemoryCall, memory_pb2.CarriedMemoryAnswer,
+                     lambda status: memory_pb2.CarriedMemoryAnswer(status=status)),
+}
 
 
 class AppendGate:
@@ -63,10 +81,11 @@ class AppendGate:
         handlers: dict[str, grpc.RpcMethodHandler] = {}
         for method in methods:
             path = f"/{SERVICE}/{method.name}"
-            if method.name == "AppendStream":
+            if method.name in CARRIERS:
+                request_type, answer_type, _ = CARRIERS[method.name]
                 handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                    self._append_stream, request_deserializer=memory_pb2.AppendStreamRequest.FromString,
-                    response_serializer=memory_pb2.AppendStreamResponse.SerializeToString)
+                    self._carried(method.name), request_deserializer=request_type.FromString,
+                    response_serializer=answer_type.SerializeToString)
             elif method.name == "AppendMessages":
                 handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                     self._append, request_deserializer=memory_pb2.AppendMessagesRequest.FromString,
@@ -118,44 +137,47 @@ class AppendGate:
             await self.release.wait()
         return answer
 
-    async def _append_stream(self, requests: AsyncIterator[memory_pb2.AppendStreamRequest],
-                             context: grpc.aio.ServicerContext) -> AsyncIterator[memory_pb2.AppendStreamResponse]:
-        upstream = self._channel.stream_stream(
-            f"/{SERVICE}/AppendStream", request_serializer=memory_pb2.AppendStreamRequest.SerializeToString,
-            response_deserializer=memory_pb2.AppendStreamResponse.FromString)(metadata=self._metadata(context))
-        answers: asyncio.Queue[memory_pb2.AppendStreamResponse | None] = asyncio.Queue()
-        held_ids: set[int] = set()
+    def _carried(self, name: str):
+        request_type, answer_type, refusal = CARRIERS[name]
+        path = f"/{SERVICE}/{name}"
 
-        async def refuse_later(call_id: int) -> None:
-            await self.release.wait()
-            status = common_pb2.CarriedStatus(id=call_id, code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
-                                              message=REFUSAL)
-            await answers.put(memory_pb2.AppendStreamResponse(status=status))
+        async def forward(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            upstream = self._channel.stream_stream(
+                path, request_serializer=request_type.SerializeToString,
+                response_deserializer=answer_type.FromString)(metadata=self._metadata(context))
+            answers: asyncio.Queue[Any] = asyncio.Queue()
+            held_ids: set[int] = set()
+            refusals: list[asyncio.Task[None]] = []
 
-        async def pass_requests() -> None:
-            async for request in requests:
-                if self.holding and _has_tool_result(request.request):
-                    self.seen.set()
-                    if self.refuse:
-                        refusals.append(asyncio.create_task(refuse_later(request.call.id)))
-                        continue
-                    held_ids.add(request.call.id)
-                await upstream.write(request)
-            await upstream.done_writing()
+            async def refuse_later(call_id: int) -> None:
+                await self.release.wait()
+                await answers.put(refusal(common_pb2.CarriedStatus(
+                    id=call_id, code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message=REFUSAL)))
 
-        async def pass_answers() -> None:
-            async for answer in upstream:
-                if answer.status.id in held_ids:
-                    await self.release.wait()
-                await answers.put(answer)
-            await answers.put(None)
+            async def pass_requests() -> None:
+                async for request in requests:
+                    if self.holding and _has_tool_result(_append_in(request)):
+                        self.seen.set()
+                        if self.refuse:
+                            refusals.append(asyncio.create_task(refuse_later(request.call.id)))
+                            continue
+                        held_ids.add(request.call.id)
+                    await upstream.write(request)
+                await upstream.done_writing()
 
-        refusals: list[asyncio.Task[None]] = []
-        pumps = [asyncio.create_task(pass_requests()), asyncio.create_task(pass_answers())]
-        try:
-            while (answer := await answers.get()) is not None:
-                yield answer
-        finally:
-            for task in pumps + refusals:
-                task.cancel()
-            upstream.cancel()
+            async def pass_answers() -> None:
+                async for answer in upstream:
+                    if answer.status.id in held_ids:
+                        await self.release.wait()
+                    await answers.put(answer)
+                await answers.put(None)
+
+            pumps = [asyncio.create_task(pass_requests()), asyncio.create_task(pass_answers())]
+            try:
+                while (answer := await answers.get()) is not None:
+                    yield answer
+            finally:
+                for task in pumps + refusals:
+                    task.cancel()
+                upstream.cancel()
+        return forward
