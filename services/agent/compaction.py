@@ -36,8 +36,9 @@ from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
-    from agentmesh.agent.loop import Agent, TurnRequest
+    from agentmesh.agent.loop import Agent
     from agentmesh.agent.settings import AgentSettings
+    from agentmesh.agent.turn_request import TurnRequest
 
 log = get_logger("agentmesh.agent.compaction")
 

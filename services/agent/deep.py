@@ -35,7 +35,7 @@ from agentmesh.agent.types import ChatMessage, ModelReply, StatusEvent
 from agentmesh.modes import DEEP
 
 if TYPE_CHECKING:
-    from agentmesh.agent.loop import TurnRequest
+    from agentmesh.agent.turn_request import TurnRequest
 
 
 PLAN_INSTRUCTION = (

@@ -13,25 +13,27 @@ going away (a cancelled RPC) cancels exactly that task, and spans are opened and
 one task (OpenTelemetry contexts must not hop across async generators).
 
 Each step is persisted as soon as it happens: the user message before the first model call,
-each assistant message with its tool calls, each tool result as it arrives. A crash mid-turn
-loses nothing already done; `context.repair` fills in results a crash or cancel lost.
+each assistant message with its tool calls, each tool result as it arrives — and shown only once
+its append is acknowledged. A crash mid-turn loses nothing already done; `context.repair` fills
+in results a crash or cancel lost. A step's last tool results are saved beside the next model
+call rather than before it (turn_model.py): nothing that follows them, the call's reply
+included, is shown, persisted or acted on until their append is acknowledged.
 
 What plugs into a turn (deep work, compaction, sub-agents, the memory tools, …) is a capability
 (turn.py): the loop builds a `TurnContext`, asks `capabilities.for_turn` which capabilities apply,
 and calls their hooks at fixed points. The turn's state lives here and nowhere else; what it
 reads before its first step — transcript, recall, catalog, the capabilities' `load` — is
-turn_start.py's.
+turn_start.py's; how a model call is made (prompt, fallback, continuation) is turn_model.py's,
+and what a turn is asked, turn_request.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime as dt
 import time
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Sequence, cast
+from typing import Any, AsyncIterator, Awaitable, Callable, cast
 
 import structlog
 from opentelemetry.trace import Status, StatusCode
@@ -39,7 +41,6 @@ from opentelemetry.trace import Status, StatusCode
 from agentmesh.agent import capabilities, context, deep, learning, subagents, tool_access
 from agentmesh.agent.approvals import ApprovalGate
 from agentmesh.agent.memory_tools import MemoryTools
-from agentmesh.agent.model_call import traced_model_call
 from agentmesh.agent.model_choice import ModelChoice, NamedModel
 from agentmesh.agent.ports import (
     BackgroundCommands,
@@ -50,15 +51,16 @@ from agentmesh.agent.ports import (
     TurnStarter,
 )
 from agentmesh.agent.providers.base import ModelProvider
-from agentmesh.agent.session_open import OpenedSession, SessionToOpen
+from agentmesh.agent.session_open import OpenedSession
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.agent.tool_calls import ToolCalls
+from agentmesh.agent.tool_calls import ToolCalls, UnsavedResults
 from agentmesh.agent.turn import Capability, Nudge, Stop, TurnContext, Verdict
+from agentmesh.agent.turn_model import TurnModel
+from agentmesh.agent.turn_request import TurnRequest
 from agentmesh.agent.turn_start import TurnStartup
 from agentmesh.agent.types import (
     ChatMessage,
     ModelReply,
-    ModelRequest,
     RunErrorEvent,
     RunEvent,
     RunFinishedEvent,
@@ -80,43 +82,12 @@ from agentmesh.telemetry.genai import (
     invoke_agent_span,
     set_usage,
 )
-from agentmesh.toolpolicy import ToolPolicy
+
+__all__ = ["Agent", "TurnRequest", "TurnRun"]  # TurnRequest: turn_request.py
 
 log = get_logger("agentmesh.agent")
 
 _END = object()
-# Finish reasons of a reply cut off by the output token limit (OpenAI, Anthropic).
-CUT_OFF = frozenset({"length", "max_tokens"})
-
-
-@dataclass(frozen=True)
-class TurnRequest:
-    session_id: str
-    run_id: str
-    message: str
-    namespace: str = "default"
-    max_iterations: int = 0  # 0: the configured default
-    model: str = ""  # "": the configured model
-    system_prompt: str = ""  # "": the configured prompt
-    # Tools that need approval in this turn on top of the configured ones.
-    approval_tools: frozenset[str] = frozenset()
-    mode: str = ""  # "" | "default" | "deep" (deep.py)
-    plan: bool = False  # plan mode (plan_mode.py): a person approves the plan before anything runs
-    plan_auto_approve: bool = False  # ... or nobody is asked (scheduled runs)
-    # Token budgets (budget.py); 0: the configured one. They can only tighten the configured ones.
-    token_budget: int = 0
-    session_token_budget: int = 0
-    subagent: subagents.SubagentLink | None = None  # set on a sub-agent's turn (subagents.py)
-    # Which calls are held ("auto" | "normal" | "manual", approvals.py) and which tools are offered
-    # at all (every policy must allow a tool); sub-agents inherit both.
-    permission_mode: str = ""
-    tool_policies: tuple[ToolPolicy, ...] = ()
-    # The namespace's mcp_servers_version as the gateway read it (None: not known), passed to the
-    # tools service so that a replica which has that version reads nothing more.
-    mcp_servers_version: float | None = None
-    # Set on a turn whose session the gateway did not read: its start opens it, and the fields
-    # above are resolved from it (session_open.py) before the first model call.
-    opening: SessionToOpen | None = None
 
 
 class Agent:
@@ -173,11 +144,9 @@ class TurnRun:
         self.agent = agent
         self.request = request
         self.settings = agent.settings
-        self.models = ModelChoice(agent.models, request.model)
-        self.model = self.models.current.model
+        models = ModelChoice(agent.models, request.model)
         self.max_iterations = deep.step_budget(request, agent.settings)
         self.usage = Usage()
-        self.iterations = 0
         self.trace_id = ""
         self.approvals = approvals or ApprovalGate(agent.settings.approval_tools | request.approval_tools,
                                                    agent.settings.approval_timeout_s, request.permission_mode)
@@ -187,6 +156,10 @@ class TurnRun:
         self._interrupt_delivered = False
         self._persisting = 0  # writes in flight: an interrupt waits for them (a safe point)
         self._unanswered: tuple[ToolCall, ...] = ()  # calls of the persisted reply not yet run
+        # A step's last tool results, not saved yet (the next model call saves them, turn_model.py),
+        # and the events withheld meanwhile: none is shown before the results are.
+        self._unsaved: UnsavedResults | None = None
+        self._withheld: list[RunEvent] | None = None
         self._catalog: dict[str, ToolSpec] = {}
         # A turn that opens its session announces itself once the session is open (its
         # run_started says the namespace): events before that wait for it.
@@ -196,18 +169,27 @@ class TurnRun:
         self._startup = TurnStartup(agent, request, self._emit, on_opened=self._opened)
         self._usage_tag = self._startup.usage_tag
         self._ctx = TurnContext(
-            request=request, settings=self.settings, agent=agent, model=self.model, usage=self.usage,
+            request=request, settings=self.settings, agent=agent, model=models.current.model, usage=self.usage,
             usage_tag=self._usage_tag, learning=self._startup.learning,
             step_budget=self.max_iterations, approvals=self.approvals, emit=self._emit,
             call_model=self._call_model, persist=self._persist, inject=self._inject,
             start_child=lambda child: agent.start(child, approvals=self.approvals),
         )
         self._capabilities: list[Capability] = capabilities.for_turn(self._ctx)
+        self._model = TurnModel(self._ctx, self._capabilities, models, self._pending_write)
         self._tool_owners: dict[str, Capability] = {}
         self._turn_messages: list[ChatMessage] = []
         self._tool_calls = ToolCalls(run_id=request.run_id, settings=self.settings, telemetry=agent.telemetry,
                                      approvals=self.approvals, emit=self._emit, persist=self._persist,
                                      dispatch=self._dispatch, screen=self._screen, read_only=self._read_only)
+
+    @property
+    def model(self) -> str:
+        return self._ctx.model
+
+    @property
+    def iterations(self) -> int:
+        return self._model.calls
 
     # --- the consumer's side ------------------------------------------------------------------
 
@@ -254,6 +236,9 @@ class TurnRun:
         return self.approvals.decide(call_id, approved, note, rest_of_turn)
 
     def _emit(self, event: RunEvent) -> None:
+        if self._withheld is not None:  # after results not yet saved (_save_unsaved)
+            self._withheld.append(event)
+            return
         if self._held is not None:
             if isinstance(event, RunErrorEvent):
                 # The session could not be opened: the turn did not start, and the error alone
@@ -271,8 +256,7 @@ class TurnRun:
     def _opened(self, resolved: TurnRequest, opened: OpenedSession | None) -> None:
         """The session is open (turn_start.py): the turn runs with its settings from here on."""
         self.request = self._ctx.request = resolved
-        self.models = ModelChoice(self.agent.models, resolved.model)
-        self.model = self._ctx.model = self.models.current.model
+        self._model.choose(ModelChoice(self.agent.models, resolved.model))
         self.approvals.mode = resolved.permission_mode or self.approvals.mode
         if self._span is not None:
             self._span.set_attribute(GEN_AI_REQUEST_MODEL, self.model)
@@ -310,11 +294,13 @@ class TurnRun:
                 stop_reason, final_text = await self._turn()
             except asyncio.CancelledError:
                 stop_reason, final_text = self._interrupted_as or "cancelled", ""
+                await self._settle_unsaved()
                 await self._answer_unrun_calls(stop_reason)
                 span.set_status(Status(StatusCode.ERROR, stop_reason))
                 span.set_attribute(ERROR_TYPE, stop_reason)
             except AgentmeshError as exc:
                 log.warning("turn failed", code=exc.code, error=exc.message)
+                await self._settle_unsaved()
                 span.set_status(Status(StatusCode.ERROR, exc.message))
                 span.set_attribute(ERROR_TYPE, exc.code)
                 await self._after_turn("error")
@@ -323,12 +309,14 @@ class TurnRun:
                 return
             except Exception as exc:  # a bug must end the turn with a clear event
                 log.exception("turn crashed")
+                await self._settle_unsaved()
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 await self._after_turn("error")
                 await self._usage_tag.flush()
                 self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
                 return
+            await self._settle_unsaved()
             await self._after_turn(stop_reason)
             set_usage(span, input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens)
             span.set_attributes({
@@ -359,8 +347,8 @@ class TurnRun:
             for capability in self._capabilities:
                 await capability.before_step(step, turn)
             self._ctx.tools = self._catalog_of_now()
-            reply = await self._step_reply(turn)
-            assistant = ChatMessage(role="assistant", content=self._stored_text(reply), tool_calls=reply.tool_calls,
+            reply = await self._model.step_reply(turn)
+            assistant = ChatMessage(role="assistant", content=self._model.stored_text(reply), tool_calls=reply.tool_calls,
                                     run_id=req.run_id)
             self._unanswered = reply.tool_calls
             await self._persist([assistant])
@@ -377,40 +365,15 @@ class TurnRun:
                 return "completed", reply.text
             # From here ToolCalls records a result for every call, however the step ends.
             self._unanswered = ()
-            turn.extend(await self._tool_calls.run(reply.tool_calls))
+            results, self._unsaved = await self._tool_calls.run(reply.tool_calls)
+            self._withheld = []
+            turn.extend(results)
         # Out of steps: one last call without tools, so the user gets an answer, not silence.
         self._emit(StatusEvent(f"reached the limit of {self.max_iterations} steps; asking the model for a summary"))
         note = ChatMessage(role="system", content=context.SUMMARY_INSTRUCTION.format(n=self.max_iterations))
-        reply = await self._call_model(turn, extra=[note], allow_tools=False)
+        reply = await self._model.call(turn, extra=[note], allow_tools=False)
         await self._persist([ChatMessage(role="assistant", content=reply.text, run_id=req.run_id)])
         return "max_iterations", reply.text
-
-    async def _step_reply(self, turn: list[ChatMessage]) -> ModelReply:
-        """One step's reply. A text reply cut off by the output limit is continued — the partial
-        text sent back as the assistant's, with a note to go on — up to `max_continuations`
-        times, and the pieces stitched into one reply."""
-        reply = await self._call_model(turn, allow_tools=True)
-        bound = self.settings.max_continuations
-        pieces, reasoning = [reply.text], [reply.reasoning]
-        while reply.finish_reason in CUT_OFF and not reply.tool_calls and len(pieces) <= bound:
-            self._emit(StatusEvent(f"the reply was cut off by the output limit; continuing it "
-                                   f"({len(pieces)} of at most {bound})"))
-            partial = ChatMessage(role="assistant", content="".join(pieces))
-            note = ChatMessage(role="system", content=context.CONTINUE_INSTRUCTION)
-            reply = await self._call_model(turn, extra=[partial, note], allow_tools=True)
-            pieces.append(reply.text)
-            reasoning.append(reply.reasoning)
-        if len(pieces) == 1:
-            return reply
-        if reply.finish_reason in CUT_OFF and not reply.tool_calls:
-            self._emit(StatusEvent(f"the reply was still cut off after {bound} continuations; keeping what there is"))
-        return dataclasses.replace(reply, text="".join(pieces), reasoning="".join(reasoning))
-
-    def _stored_text(self, reply: ModelReply) -> str:
-        """The reply as stored and sent back: its reasoning only when the settings keep it."""
-        if self.settings.keep_reasoning and reply.reasoning.strip():
-            return f"<think>\n{reply.reasoning.strip()}\n</think>\n{reply.text}"
-        return reply.text
 
     async def _verdict(self, step: int, reply: ModelReply, turn: list[ChatMessage]) -> Verdict:
         """Every capability sees the reply; the first Stop wins, else the first Nudge."""
@@ -448,6 +411,8 @@ class TurnRun:
         return specs
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
+        if self._unsaved is not None:  # in order: what the turn saves comes after those results
+            await self._save_unsaved()
         async with self._writing():
             await self.agent.transcripts.append(self.request.session_id, messages)
 
@@ -462,6 +427,33 @@ class TurnRun:
             if self._interrupted_as and not self._persisting:
                 self._deliver_interrupt()
 
+    def _pending_write(self) -> Awaitable[None] | None:
+        """The save a model call may overlap (turn_model.py): the step's last results, if unsaved."""
+        return self._save_unsaved() if self._unsaved is not None else None
+
+    async def _save_unsaved(self) -> None:
+        """Save the step's last results, then show them and every event withheld meanwhile; if
+        the save fails, nothing withheld is ever shown (a reply that came meanwhile included)."""
+        unsaved, self._unsaved = self._unsaved, None
+        if unsaved is None:
+            return
+        try:
+            await unsaved.save()
+        except BaseException:
+            self._withheld = None
+            raise
+        withheld, self._withheld = self._withheld or [], None
+        unsaved.show()
+        for event in withheld:
+            self._emit(event)
+
+    async def _settle_unsaved(self) -> None:
+        """The turn ended before a model call took the results' save: save them now (bounded)."""
+        if self._unsaved is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._save_unsaved(), self.settings.memory_timeout_s)
+            self._withheld = None
+
     async def _answer_unrun_calls(self, stop_reason: str) -> None:
         """The turn stopped between persisting a reply and running its calls: record a result
         for each, so the stored transcript is valid to replay as it stands."""
@@ -472,60 +464,12 @@ class TurnRun:
                     self._tool_calls.not_run(calls, stop_reason, f"error: not run: the turn was {stop_reason.replace('_', ' ')}"),
                     self.settings.memory_timeout_s)
 
+    async def _call_model(self, turn: list[ChatMessage], **options: Any) -> ModelReply:
+        return await self._model.call(turn, **options)
+
     async def _inject(self, messages: list[ChatMessage]) -> None:
         await self._persist(messages)
         self._turn_messages.extend(messages)
-
-    # --- model calls --------------------------------------------------------------------------
-
-    def _view(self, turn: Sequence[ChatMessage]) -> list[ChatMessage]:
-        messages = list(turn)
-        for capability in self._capabilities:
-            messages = capability.view(messages)
-        return messages
-
-    async def _call_model(self, turn: Sequence[ChatMessage], *, extra: Sequence[ChatMessage] = (),
-                          allow_tools: bool = False) -> ModelReply:
-        s = self.settings
-        ctx = self._ctx
-        tools, memories = ctx.tools, ctx.memories
-        base = self.request.system_prompt or s.system_prompt
-        sections = [text for capability in self._capabilities for text in capability.system_sections()]
-        now = self.agent.clock()
-        system = context.system_prompt(base, now=now, tools=tools, memories=memories, sections=sections)
-        kept, current, omitted = context.fit(
-            system, ctx.history, [*self._view(turn), *extra], budget_chars=s.context_budget_chars,
-            tool_output_chars=s.tool_output_chars,
-        )
-        if omitted:  # the prompt then says how many messages were left out
-            system = context.system_prompt(base, now=now, tools=tools, memories=memories, omitted=omitted,
-                                           sections=sections)
-        request = ModelRequest(
-            model=self.model,
-            messages=[ChatMessage(role="system", content=system), *kept, *current],
-            tools=tools,
-            allow_tools=allow_tools,
-            max_tokens=s.max_tokens,
-        )
-        self.iterations += 1
-        while True:
-            chosen = self.models.current
-            request = dataclasses.replace(request, model=chosen.model,
-                                          max_tokens=chosen.max_output_tokens or request.max_tokens,
-                                          temperature=chosen.temperature, top_p=chosen.top_p)
-            tag = self._usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
-                                            fallback=self.models.fell_back)
-            try:
-                return await traced_model_call(chosen.provider, self.agent.telemetry, request,
-                                               usage=self.usage, emit=self._emit, tag=tag)
-            except AgentmeshError as exc:
-                fallback = self.models.fall_back()
-                if fallback is None:
-                    raise
-                log.warning("model failed; falling back", model=chosen.name, fallback=fallback.name, error=exc.message)
-                self._emit(StatusEvent(f"model {chosen.name!r} failed ({exc.message}); "
-                                       f"falling back to {fallback.name!r}"))
-                self.model = self._ctx.model = fallback.model
 
     # --- tool calls ---------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from agentmesh.agent.adapters import (
 from agentmesh.agent.background_sessions import KnownBackground
 from agentmesh.agent.learning import LearningSources
 from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.loop import Agent
 from agentmesh.agent.model_choice import NamedModel
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
@@ -31,6 +31,7 @@ from agentmesh.agent.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.tool_adapters import GrpcBackgroundCommands, GrpcToolRunner
 from agentmesh.agent.tool_catalog import CachedCatalog
+from agentmesh.agent.turn_request import TurnRequest
 from agentmesh.agent.watches import BackgroundWatch, CatalogWatch
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
@@ -218,6 +219,9 @@ def session_to_open(request: agent_pb2.RunTurnRequest) -> SessionToOpen:
 async def _apply_decisions(request_iterator, run) -> None:
     """Feed the decisions (and an interrupt) that follow the first message to the run. The caller
     half-closing (a plain one-message call) only means no decision will come: held calls then time out."""
+    # Started before the turn's task: one hop of the event loop, so the turn's first step (up to
+    # its StartTurn call) runs before this waits on the stream; a decision waits there meanwhile.
+    await asyncio.sleep(0)
     async for message in request_iterator:
         if message.interrupt:
             if message.interrupt not in INTERRUPT_REASONS:

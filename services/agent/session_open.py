@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Container
 from agentmesh.toolpolicy import ToolPolicy, permission_mode_of, session_layers
 
 if TYPE_CHECKING:  # the loop imports this module
-    from agentmesh.agent.loop import TurnRequest
+    from agentmesh.agent.turn_request import TurnRequest
 
 __all__ = ["OpenedSession", "SessionToOpen", "resolve"]
 

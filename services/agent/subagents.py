@@ -52,8 +52,9 @@ from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
 
 if TYPE_CHECKING:  # the loop imports this module; only type names flow back
-    from agentmesh.agent.loop import TurnRequest, TurnRun
+    from agentmesh.agent.loop import TurnRun
     from agentmesh.agent.task_tools import TaskBoard
+    from agentmesh.agent.turn_request import TurnRequest
 
 log = get_logger("agentmesh.agent")
 

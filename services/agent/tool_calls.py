@@ -1,14 +1,18 @@
 """Running one reply's tool calls: concurrently, each behind the approval gate when the policy
 says so, each under an `execute_tool` span; results are persisted and then streamed out as they
 finish, and go back to the model in call order. A cancel closes the step in the transcript
-(every call gets a result), so the next turn replays cleanly."""
+(every call gets a result), so the next turn replays cleanly.
+
+The step's last result is handed back unsaved (`UnsavedResults`): the loop saves it beside the
+next model call, which needs nothing from the write (loop.py, "the write and the next call")."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from typing import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Sequence
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -38,6 +42,30 @@ Dispatch = Callable[[ToolCall], Awaitable[ToolOutcome]]
 Screen = Callable[[ToolCall], "ToolOutcome | None"]
 
 
+@dataclass(eq=False)
+class UnsavedResults:
+    """A step's last results: run, in the turn's messages, neither saved nor shown yet. `save`,
+    then `show` — the client never sees a result the transcript may miss."""
+
+    calls: "ToolCalls"
+    outcomes: list[ToolOutcome]
+
+    async def save(self) -> None:
+        calls = self.calls
+        try:
+            await calls.persist([tool_message(o, calls.run_id) for o in self.outcomes])
+        except BaseException as exc:
+            # Stopped while saving (cancelled): record the calls as cancelled, as run() does;
+            # after a save memory refused (AgentmeshError), another would only wait out the same deadline.
+            if not isinstance(exc, AgentmeshError):
+                await calls.record_cancelled(self.outcomes)
+            raise
+
+    def show(self) -> None:
+        for outcome in self.outcomes:
+            self.calls.emit(ToolResultEvent(outcome))
+
+
 class ToolCalls:
     """One per turn; `dispatch` routes a call to the capability or the tools service that runs it."""
 
@@ -55,21 +83,27 @@ class ToolCalls:
         self.screen = screen
         self.read_only = read_only  # the catalog's read_only mark of a tool, for the permission mode
 
-    async def run(self, calls: tuple[ToolCall, ...]) -> list[ChatMessage]:
+    async def run(self, calls: tuple[ToolCall, ...]) -> tuple[list[ChatMessage], UnsavedResults]:
+        """Run the calls; their results in call order, and the last to finish still unsaved (the
+        others are saved and shown as they finish)."""
         for call in calls:
             self.emit(ToolCallEvent(call))
         limit = asyncio.Semaphore(self.settings.tool_concurrency)
         cap = self.settings.max_tool_calls
         if len(calls) == 1:  # max_tool_calls is at least 1
-            return [await self._only(calls[0], limit)]
+            return await self._only(calls[0], limit)
         tasks = [
             asyncio.create_task(self._gated(call, limit) if i < cap else self._refuse(call, cap))
             for i, call in enumerate(calls)
         ]
         saved: set[str] = set()
+        left = len(tasks)
         try:
             for finished in asyncio.as_completed(tasks):
                 outcome = await finished
+                left -= 1
+                if not left:
+                    break  # the last: saved beside the next model call (UnsavedResults)
                 # Saved before it is shown: a result the client saw is never missing from the
                 # transcript (if memory stays away, the turn fails without showing it).
                 await self.persist([tool_message(outcome, self.run_id)])
@@ -79,38 +113,33 @@ class ToolCalls:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            lost = [
-                ToolOutcome.error(call, "cancelled", "error: the run was cancelled before this call finished")
-                for call, task in zip(calls, tasks, strict=True)
-                if call.call_id not in saved
-            ]
             # After a save memory refused (AgentmeshError), another would only wait out the same deadline.
-            if lost and not isinstance(exc, AgentmeshError):
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.persist([tool_message(o, self.run_id) for o in lost]),
-                                           self.settings.memory_timeout_s)
+            if not isinstance(exc, AgentmeshError):
+                await self.record_cancelled([c for c in calls if c.call_id not in saved])
             raise
-        return [tool_message(task.result(), self.run_id) for task in tasks]
+        results = [task.result() for task in tasks]
+        return [tool_message(o, self.run_id) for o in results], UnsavedResults(self, [outcome])
 
-    async def _only(self, call: ToolCall, limit: asyncio.Semaphore) -> ChatMessage:
+    async def _only(self, call: ToolCall, limit: asyncio.Semaphore) -> tuple[list[ChatMessage], UnsavedResults]:
         """A reply's only call, run in the turn's own task (the usual reply): what `run` does for
         many calls, without a task to start and wait for — one hop of the event loop fewer."""
-        saved = False
         try:
             outcome = await self._gated(call, limit)
-            message = tool_message(outcome, self.run_id)
-            await self.persist([message])  # saved before it is shown, as in run()
-            saved = True
         except BaseException as exc:
-            # After a save memory refused (AgentmeshError), another would only wait out the same deadline.
-            if not saved and not isinstance(exc, AgentmeshError):
-                lost = ToolOutcome.error(call, "cancelled", "error: the run was cancelled before this call finished")
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.persist([tool_message(lost, self.run_id)]),
-                                           self.settings.memory_timeout_s)
+            if not isinstance(exc, AgentmeshError):
+                await self.record_cancelled([call])
             raise
-        self.emit(ToolResultEvent(outcome))
-        return message
+        return [tool_message(outcome, self.run_id)], UnsavedResults(self, [outcome])
+
+    async def record_cancelled(self, calls: "Sequence[ToolCall | ToolOutcome]") -> None:
+        """Save a "cancelled" result for each of `calls` (best effort, bounded): the turn was
+        stopped before their results were saved, and the transcript must stay replayable."""
+        if calls:
+            lost = [ToolOutcome.error(c, "cancelled", "error: the run was cancelled before this call finished")
+                    for c in calls]
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.persist([tool_message(o, self.run_id) for o in lost]),
+                                       self.settings.memory_timeout_s)
 
     async def not_run(self, calls: tuple[ToolCall, ...], kind: str, text: str) -> None:
         """Record a result for calls the turn will not run, so the transcript stays replayable."""

@@ -40,7 +40,8 @@ __all__ = ["Capability", "Nudge", "Stop", "TurnContext", "Verdict"]
 
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
     from agentmesh.agent.learning import LearningSources
-    from agentmesh.agent.loop import Agent, TurnRequest, TurnRun
+    from agentmesh.agent.loop import Agent, TurnRun
+    from agentmesh.agent.turn_request import TurnRequest
 
 
 @dataclass

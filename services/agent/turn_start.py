@@ -38,7 +38,8 @@ from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
 if TYPE_CHECKING:  # the loop imports this module
-    from agentmesh.agent.loop import Agent, TurnRequest
+    from agentmesh.agent.loop import Agent
+    from agentmesh.agent.turn_request import TurnRequest
 
 log = get_logger("agentmesh.agent")
 
@@ -79,22 +80,24 @@ class TurnStartup:
                   writing: Callable[[], AsyncContextManager[None]]) -> Started:
         """`persist` appends to the transcript; `writing` marks a write in flight (not a safe
         point for an interrupt, loop.py)."""
-        async def capabilities_load() -> None:
-            await asyncio.gather(*(capability.load() for capability in capabilities))
-
-        async def begin_then_list_tools() -> Started:
-            # A turn that opens its session learns its namespace and mcp_servers_version from
-            # the opening: its catalog (kept between turns, so mostly no call) is looked up after.
-            started = await self._begin(user, persist, writing)
-            await self._list_tools()
-            return started
-
+        # The loads that do something (most capabilities have none), each in a task of its own:
+        # those served from what `_begin` brings wait for it.
+        loads = [capability.load() for capability in capabilities if type(capability).load is not Capability.load]
+        loading = asyncio.gather(*loads) if loads else None
         try:
             if self._request.opening is not None:
-                started, _ = await asyncio.gather(begin_then_list_tools(), capabilities_load())
+                # A turn that opens its session learns its namespace and mcp_servers_version from
+                # the opening: its catalog (kept between turns, so mostly no call) is looked up after.
+                started = await self._begin(user, persist, writing)
+                await self._list_tools()
             else:
-                started, _, _ = await asyncio.gather(self._begin(user, persist, writing), self._list_tools(),
-                                                     capabilities_load())
+                started, _ = await asyncio.gather(self._begin(user, persist, writing), self._list_tools())
+            if loading is not None:
+                await loading
+        except BaseException:
+            if loading is not None:
+                loading.cancel()
+            raise
         finally:
             self._answer_learning(None)  # whatever happened, no load waits forever
         return started
