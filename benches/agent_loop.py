@@ -45,10 +45,11 @@ class NoopTools:
     def __init__(self, tools: Sequence[ToolSpec] = (TOOL,)):
         self.tools = list(tools)
 
-    async def list_tools(self) -> list[ToolSpec]:
+    async def list_tools(self, namespace: str = "", *, mcp_version: float | None = None) -> list[ToolSpec]:
         return list(self.tools)
 
-    async def execute(self, session_id: str, call: ToolCall) -> ToolOutcome:
+    async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
+                      mcp_version: float | None = None) -> ToolOutcome:
         return ToolOutcome(call_id=call.call_id, name=call.name, output="ok")
 
 
