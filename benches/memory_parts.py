@@ -34,7 +34,7 @@ from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder
 from agentmesh.memory.memories import Memories, RememberItem
 from agentmesh.memory.settings import MemorySettings
-from benches.memory_scale import BATCH, make_queries, ms, sentences
+from benches._memory_fixtures import BATCH, make_queries, ms, sentences
 
 
 class Lateness:
