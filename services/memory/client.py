@@ -50,18 +50,16 @@ class MemoryClient:
     """`carry` (identity and tracer of the calling service): AppendMessages and StartTurn calls
     ride one long-lived stream (`Memory.CarriedCalls`, agentmesh.rpc.carried) — for a caller
     that makes them on every turn and step, the agent; unary calls when the memory service has
-    no such stream. `carry_appends` is its older name."""
+    no such stream."""
 
     def __init__(self, channel: grpc.aio.Channel, *, target: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
-                 carry: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None,
-                 carry_appends: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
+                 carry: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
         self.stub = memory_pb2_grpc.MemoryStub(channel)
         self._target = target or "the memory service"
         self._timeout = timeout_s
         self._carrier: CarriedClient | None = None
         self._appends: CarriedMethod[memory_pb2.AppendMessagesRequest, memory_pb2.AppendMessagesResponse] | None = None
         self._starts: CarriedMethod[memory_pb2.StartTurnRequest, memory_pb2.StartTurnResponse] | None = None
-        carry = carry or carry_appends
         if carry is not None:
             identity, tracer = carry
             self._carrier = CarriedClient(self.stub.CarriedCalls, memory_pb2.CarriedMemoryCall,

@@ -4,6 +4,9 @@ async def test_x(memory_service):
     client = memory_service.client          # agentmesh.memory.client.MemoryClient
     stub = memory_service.stub              # the raw Memory stub, for status codes
     await memory_service.restart()          # stop, then start again on the same home
+
+async def test_y(carrying):                 # an agent's MemoryClient whose calls ride its stream
+    await carrying.client.append_messages(...); carrying.made  # the methods its channel called
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import pytest
 
 from agentmesh.config import Settings
 from agentmesh.memory.client import MemoryClient
+from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import ServiceHost
 from tests.support.identities import signed_channel
+from tests.support.recording import recording_channel
 
 
 class MemoryService:
@@ -171,3 +176,27 @@ async def any_layout_service(request, tmp_path):
         yield service
     finally:
         await service.stop()
+
+
+class Carrying:
+    """A MemoryClient signed as `caller` that carries its calls on a stream (as the agent's does),
+    on a channel of its own that records the methods it calls (`made`)."""
+
+    def __init__(self, service: MemoryService, caller: str = "agent"):
+        keys = Settings.from_env(service.env).keys_dir
+        self.channel, self.made = recording_channel(keys, caller, "memory", service.host.target)
+        self.client = MemoryClient(self.channel, target=service.host.target, timeout_s=5,
+                                   carry=(ServiceIdentity.open(caller, keys), None))
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.channel.close()
+
+
+@pytest.fixture
+async def carrying(memory_service):
+    agent = Carrying(memory_service)
+    try:
+        yield agent
+    finally:
+        await agent.close()

@@ -17,34 +17,12 @@ from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal, ServiceIdentity
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+from tests.memory.conftest import Carrying
 from tests.support.identities import signed_channel
 
 
 def _step(text: str) -> list[common_pb2.Message]:
     return [common_pb2.Message(role="user", content=text)]
-
-
-class CarryingAgent:
-    """A caller signed as `caller` whose appends ride the stream, on a channel of its own."""
-
-    def __init__(self, service, caller: str = "agent"):
-        keys = Settings.from_env(service.env).keys_dir
-        self.channel = signed_channel(keys, caller, "memory", service.host.target)
-        self.client = MemoryClient(self.channel, target=service.host.target, timeout_s=5,
-                                   carry_appends=(ServiceIdentity.open(caller, keys), None))
-
-    async def close(self) -> None:
-        await self.client.close()
-        await self.channel.close()
-
-
-@pytest.fixture
-async def carrying(memory_service):
-    agent = CarryingAgent(memory_service)
-    try:
-        yield agent
-    finally:
-        await agent.close()
 
 
 async def test_carried_appends_land_in_order_and_concurrent_sessions_do_not_mix(memory_service, carrying):
@@ -65,7 +43,7 @@ async def test_carried_appends_land_in_order_and_concurrent_sessions_do_not_mix(
 async def test_each_carried_append_is_checked_as_a_call(memory_service):
     await memory_service.client.put_session("s")
     # The tools service may not append to transcripts: refused per call, on an open stream.
-    tools = CarryingAgent(memory_service, caller="tools")
+    tools = Carrying(memory_service, caller="tools")
     try:
         with pytest.raises(PermissionDenied, match="only the agent service may"):
             await tools.client.append_messages("s", _step("forged"))
@@ -116,7 +94,7 @@ async def test_each_carried_append_has_its_own_client_and_server_span(tmp_path, 
     settings = Settings.from_env(service.env)
     telemetry = setup_telemetry("agent", settings)
     channel = signed_channel(settings.keys_dir, "agent", "memory", service.host.target)
-    client = MemoryClient(channel, carry_appends=(ServiceIdentity.open("agent", settings.keys_dir),
+    client = MemoryClient(channel, carry=(ServiceIdentity.open("agent", settings.keys_dir),
                                                   telemetry.tracer_provider.get_tracer("agentmesh.rpc")))
     try:
         tracer = telemetry.tracer_provider.get_tracer("test")
@@ -185,7 +163,7 @@ async def test_an_older_memory_service_gets_unary_appends():
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    client = MemoryClient(channel, carry_appends=(None, None))
+    client = MemoryClient(channel, carry=(None, None))
     try:
         assert await client.append_messages("s", _step("one")) == 1
         assert await client.append_messages("s", _step("two")) == 2

@@ -17,6 +17,7 @@ from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.carried import CARRY_LIMIT_BYTES, NOT_CARRIED_HERE
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+from tests.memory.conftest import Carrying
 from tests.support.recording import recording_channel
 
 
@@ -26,29 +27,6 @@ def _user(text: str) -> common_pb2.Message:
 
 def _start(session_id: str, text: str, **kw) -> memory_pb2.StartTurnRequest:
     return memory_pb2.StartTurnRequest(session_id=session_id, messages=[_user(text)], **kw)
-
-
-class Carrying:
-    """A MemoryClient signed as `caller`, carrying, on a channel that records the calls it makes."""
-
-    def __init__(self, service, caller: str = "agent"):
-        keys = Settings.from_env(service.env).keys_dir
-        self.channel, self.made = recording_channel(keys, caller, "memory", service.host.target)
-        self.client = MemoryClient(self.channel, target=service.host.target, timeout_s=5,
-                                   carry=(ServiceIdentity.open(caller, keys), None))
-
-    async def close(self) -> None:
-        await self.client.close()
-        await self.channel.close()
-
-
-@pytest.fixture
-async def carrying(memory_service):
-    agent = Carrying(memory_service)
-    try:
-        yield agent
-    finally:
-        await agent.close()
 
 
 async def test_start_turn_and_appends_ride_one_stream(memory_service, carrying):
