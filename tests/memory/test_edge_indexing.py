@@ -27,6 +27,21 @@ def rows(start: int, n: int, rng: random.Random):
     return out
 
 
+
+async def write_and_search_while_building(store: EdgeStore, rng, written: int) -> tuple[int, int]:
+    """While namespace "ns" is being indexed: write 5 points at a time and search for the last one
+    (searches answer, and find what was just written, while the copy is indexed). Returns the
+    points written and the searches answered."""
+    answered = 0
+    while store.memory_shard_stats("ns")["indexing"]:
+        await store.upsert_memories("ns", rows(written, 5, rng))
+        written += 5
+        hits = await store.hybrid_search(PointFilter("ns"), [0.5] * DIM, ([written], [1.0]), 1, PLAN)
+        assert hits[0][2]["id"] == f"m{written - 1}"
+        answered += 1
+        await asyncio.sleep(0.05)
+    return written, answered
+
 async def test_a_shard_is_indexed_off_process_while_reads_and_writes_go_on(tmp_path):
     rng = random.Random(1)
     store = EdgeStore(tmp_path / "home", index_after=300)
@@ -38,15 +53,7 @@ async def test_a_shard_is_indexed_off_process_while_reads_and_writes_go_on(tmp_p
         await store.upsert_memories("ns", rows(299, 1, rng))  # the 300th point starts a build
         assert store.memory_shard_stats("ns")["indexing"] is True
 
-        written, answered = 300, 0
-        while store.memory_shard_stats("ns")["indexing"]:
-            # Searches answer, and find what was just written, while the copy is being indexed.
-            await store.upsert_memories("ns", rows(written, 5, rng))
-            written += 5
-            hits = await store.hybrid_search(PointFilter("ns"), [0.5] * DIM, ([written], [1.0]), 1, PLAN)
-            assert hits[0][2]["id"] == f"m{written - 1}"
-            answered += 1
-            await asyncio.sleep(0.05)
+        written, answered = await write_and_search_while_building(store, rng, written=300)
         assert answered > 3, "the build finished before the test could search beside it"
         # On a slow machine 300 more points arrive during the build, and the next starts as it ends.
         builds = store.memory_shard_stats("ns")["builds"]
@@ -219,14 +226,7 @@ async def test_a_shard_a_bulk_import_left_unindexed_is_built_on_first_use(tmp_pa
         hits = await store.hybrid_search(PointFilter("ns"), [0.5] * DIM, ([600], [1.0]), 1, PLAN)
         assert hits[0][2]["id"] == "m599"
         assert store.memory_shard_stats("ns")["indexing"] is True, "the first search did not start a build"
-        written, answered = 600, 0
-        while store.memory_shard_stats("ns")["indexing"]:
-            await store.upsert_memories("ns", rows(written, 5, rng))
-            written += 5
-            hits = await store.hybrid_search(PointFilter("ns"), [0.5] * DIM, ([written], [1.0]), 1, PLAN)
-            assert hits[0][2]["id"] == f"m{written - 1}"
-            answered += 1
-            await asyncio.sleep(0.05)
+        written, answered = await write_and_search_while_building(store, rng, written=600)
         assert answered > 3, "the build finished before the test could search beside it"
         current = json.loads((store.root / "memories" / "ns" / "CURRENT").read_text())
         assert current["generation"] >= 2 and current["indexed_points"] >= 600
