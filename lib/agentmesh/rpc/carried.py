@@ -123,6 +123,7 @@ class _OpenStream:
             self._outbox.put_nowait((0, message))
 
     async def _write(self) -> None:
+        call_id = 0
         try:
             # Connected first (the channel may wait for a restarting peer): a message is written
             # only once it can go at once, so one whose caller has stopped waiting is never sent
@@ -138,7 +139,11 @@ class _OpenStream:
         except asyncio.CancelledError:
             pass
         except grpc.aio.AioRpcError as exc:
-            self.end(exc)
+            # A write the stream refused: grpc.aio reports it as INTERNAL ("Internal error from
+            # Core") in place of how the stream ended — an older server's UNIMPLEMENTED, when its
+            # answer crossed this first write. The message was not sent, so its call may go as
+            # the unary call, which finds the server's real answer.
+            self.end(exc, unsent=call_id)
         except (asyncio.InvalidStateError, grpc.aio.UsageError):
             # The stream ended before this write: fail its calls with how it ended (an older
             # server's UNIMPLEMENTED included), whichever of writer and reader sees it first.
@@ -158,18 +163,20 @@ class _OpenStream:
         except grpc.aio.AioRpcError as exc:
             self.end(exc)
 
-    def end(self, error: BaseException | None) -> None:
+    def end(self, error: BaseException | None, unsent: int = 0) -> None:
         """The stream is over (`error`: how it ended, None: the server ended it, e.g. draining):
-        its calls waiting for answers fail as `failure_of` says; the next call opens another."""
+        its calls waiting for answers fail as `failure_of` says; the next call opens another.
+        The call `unsent`, whose message the stream refused, fails with NotCarried instead: it
+        never reached the server, so its caller makes the unary call."""
         if self.ended:
             return
         self.ended = True
         self._on_end(self)
         failure = self._failure_of(
             error if error is not None else _rpc_error(grpc.StatusCode.UNAVAILABLE, "the stream was closed by the server"))
-        for answer in self.pending.values():
+        for call_id, answer in self.pending.items():
             if not answer.done():
-                answer.set_exception(failure)
+                answer.set_exception(NotCarried("the stream refused the call's message") if call_id == unsent else failure)
         self.pending.clear()
         self.written.clear()
         current = asyncio.current_task()
