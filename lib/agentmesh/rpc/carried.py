@@ -2,7 +2,7 @@
 
 Why: on grpc.aio a unary call between two processes costs ~0.46 ms of CPU (caller and server
 together) and ~0.40 ms of latency on this project's 2-core machine; a message each way on a
-stream that is already open, 0.16 ms and 0.15 ms (`python -m benches.carried_call`). The calls
+stream that is already open, 0.16 ms and 0.2 ms (`python -m benches.rpc_call`, `benches.idle_hops`). The calls
 on a turn's critical path ride one stream per (caller process, service) instead: the agent's
 transcript appends and its StartTurn on `Memory.CarriedCalls`, its tool calls on
 `Tools.CarriedCalls`. One stream carries several methods: its request message is a `CarriedCall`
