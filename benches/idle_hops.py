@@ -18,7 +18,9 @@ of 0, 1, 3 and 10 ms:
     python -m benches.idle_hops [--calls 300] [--rounds 3]
 
 The contenders run in alternation, gap by gap, so that the load of a shared machine falls on
-all of them alike; each cell is the median over `--rounds` rounds of each round's p50.
+all of them alike; each cell is the median over `--rounds` rounds of each round's p50. With no
+gap, the CPU each round trip costs the caller (this process) and the callee (its process, from
+`/proc`) is reported too: what one message each way costs a turn's CPU.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import tempfile
 import time
 from typing import Awaitable, Callable
 
-from benches._contenders import free_address, service
+from benches._contenders import cpu_s, free_address, service
 
 GAPS_MS = (0, 1, 3, 10)
 ECHO_METHOD = "/bench.Echo/Stream"
@@ -129,15 +131,19 @@ async def carried_append(address: str, home: str) -> tuple[Callable[[], Awaitabl
     return once, close
 
 
-async def p50_ms(once: Callable[[], Awaitable[None]], calls: int, gap_ms: float) -> float:
+async def measure(once: Callable[[], Awaitable[None]], calls: int, gap_ms: float, callee: int) -> dict[str, float]:
+    """p50 latency (ms), and the caller's and the callee's CPU per round trip (ms)."""
     latencies = []
+    caller0, callee0 = time.process_time(), cpu_s(callee)
     for _ in range(calls):
         if gap_ms:
             await asyncio.sleep(gap_ms / 1000)
         started = time.perf_counter()
         await once()
         latencies.append(time.perf_counter() - started)
-    return statistics.median(latencies) * 1000
+    return {"p50": statistics.median(latencies) * 1000,
+            "caller_cpu": (time.process_time() - caller0) / calls * 1000,
+            "callee_cpu": (cpu_s(callee) - callee0) / calls * 1000}
 
 
 async def main_async(args) -> None:
@@ -150,32 +156,40 @@ async def main_async(args) -> None:
     env = {**os.environ, "AGENTMESH_HOME": home, "AGENTMESH_MEMORY_ADDR": address, "AGENTMESH_TRACES": "local",
            "AGENTMESH_LOG_LEVEL": "warning"}
     load_before = os.getloadavg()[0]
-    with service("memory", env):
+    with service("memory", env) as memory:
         contenders = {
-            "TCP echo (asyncio, both sides)": await tcp_echo(tcp_port.get(timeout=60)),
-            "gRPC stream echo (grpc.aio, both sides)": await grpc_echo(grpc_port.get(timeout=60)),
-            "carried append (agent → memory service)": await carried_append(address, home),
+            "TCP echo (asyncio, both sides)": (await tcp_echo(tcp_port.get(timeout=60)), echo.pid),
+            "gRPC stream echo (grpc.aio, both sides)": (await grpc_echo(grpc_port.get(timeout=60)), echo.pid),
+            "carried append (agent → memory service)": (await carried_append(address, home), memory.pid),
         }
         try:
             names = list(contenders)
-            for once, _ in contenders.values():
-                await p50_ms(once, 200, 0)  # warm: connections, caches, the checked token
-            cells: dict[str, dict[int, list[float]]] = {name: {gap: [] for gap in GAPS_MS} for name in names}
+            for (once, _), callee in contenders.values():
+                await measure(once, 200, 0, callee)  # warm: connections, caches, the checked token
+            cells: dict[str, dict[int, list[dict[str, float]]]] = {name: {gap: [] for gap in GAPS_MS} for name in names}
             for r in range(args.rounds):
                 for gap in GAPS_MS:
                     for name in names[r % len(names):] + names[: r % len(names)]:
-                        cells[name][gap].append(await p50_ms(contenders[name][0], args.calls, gap))
+                        (once, _), callee = contenders[name]
+                        cells[name][gap].append(await measure(once, args.calls, gap, callee))
         finally:
-            for _, close in contenders.values():
+            for (_, close), _callee in contenders.values():
                 await close()
             echo.terminate()
-    print(f"round trip p50 (ms) after an idle gap; {args.calls} calls per cell, median of {args.rounds} alternating rounds")
+
+    def median(name: str, gap: int, key: str) -> float:
+        return statistics.median(cell[key] for cell in cells[name][gap])
+
+    print(f"round trip p50 (ms) after an idle gap; {args.calls} calls per cell, median of {args.rounds} alternating rounds;"
+          " CPU per round trip with no gap")
     print()
-    print("| round trip | " + " | ".join(f"{gap} ms idle" for gap in GAPS_MS) + " | 10 ms idle − none |")
-    print("| --- |" + " --- |" * (len(GAPS_MS) + 1))
+    print("| round trip | " + " | ".join(f"{gap} ms idle" for gap in GAPS_MS)
+          + " | 10 ms idle − none | CPU: caller | CPU: callee |")
+    print("| --- |" + " --- |" * (len(GAPS_MS) + 3))
     for name in names:
-        medians = [statistics.median(cells[name][gap]) for gap in GAPS_MS]
-        print(f"| {name} | " + " | ".join(f"{m:.3f}" for m in medians) + f" | +{medians[-1] - medians[0]:.3f} |")
+        p50s = [median(name, gap, "p50") for gap in GAPS_MS]
+        print(f"| {name} | " + " | ".join(f"{m:.3f}" for m in p50s) + f" | +{p50s[-1] - p50s[0]:.3f} | "
+              f"{median(name, 0, 'caller_cpu'):.3f} | {median(name, 0, 'callee_cpu'):.3f} |")
     print(f"\nload average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
 
 
