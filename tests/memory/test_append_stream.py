@@ -19,6 +19,7 @@ from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 from tests.memory.conftest import Carrying
 from tests.support.identities import signed_channel
+from tests.support.servicers import served
 
 
 def _step(text: str) -> list[common_pb2.Message]:
@@ -157,22 +158,16 @@ class OlderMemory(memory_pb2_grpc.MemoryServicer):
 
 
 async def test_an_older_memory_service_gets_unary_appends():
-    server = grpc.aio.server()
     older = OlderMemory()
-    memory_pb2_grpc.add_MemoryServicer_to_server(older, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    client = MemoryClient(channel, carry=(None, None))
-    try:
-        assert await client.append_messages("s", _step("one")) == 1
-        assert await client.append_messages("s", _step("two")) == 2
-        assert older.appended == ["one", "two"]
-        assert not client.carrying_appends
-    finally:
-        await client.close()
-        await channel.close()
-        await server.stop(0)
+    async with served(memory_pb2_grpc.add_MemoryServicer_to_server, older) as (channel, _):
+        client = MemoryClient(channel, carry=(None, None))
+        try:
+            assert await client.append_messages("s", _step("one")) == 1
+            assert await client.append_messages("s", _step("two")) == 2
+            assert older.appended == ["one", "two"]
+            assert not client.carrying_appends
+        finally:
+            await client.close()
 
 
 async def test_a_request_too_large_to_carry_goes_as_a_unary_call(memory_service, carrying):

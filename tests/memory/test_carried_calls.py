@@ -19,6 +19,7 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 from tests.memory.conftest import Carrying
 from tests.support.recording import recording_channel
+from tests.support.servicers import served
 
 
 def _user(text: str) -> common_pb2.Message:
@@ -119,20 +120,14 @@ class OlderMemory(memory_pb2_grpc.MemoryServicer):
 
 
 async def test_an_older_memory_service_gets_unary_start_turns():
-    server = grpc.aio.server()
     older = OlderMemory()
-    memory_pb2_grpc.add_MemoryServicer_to_server(older, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    client = MemoryClient(channel, carry=(None, None))
-    try:
-        assert (await client.start_turn(_start("s", "hi"), timeout=5)).last_seq == 1
-        assert await client.append_messages("s", [_user("step")]) == 2
-        assert (await client.start_turn(_start("s", "again"), timeout=5)).last_seq == 1
-        assert older.calls == ["StartTurn", "AppendMessages", "StartTurn"]
-        assert not client.carrying_turn_starts and not client.carrying_appends
-    finally:
-        await client.close()
-        await channel.close()
-        await server.stop(0)
+    async with served(memory_pb2_grpc.add_MemoryServicer_to_server, older) as (channel, _):
+        client = MemoryClient(channel, carry=(None, None))
+        try:
+            assert (await client.start_turn(_start("s", "hi"), timeout=5)).last_seq == 1
+            assert await client.append_messages("s", [_user("step")]) == 2
+            assert (await client.start_turn(_start("s", "again"), timeout=5)).last_seq == 1
+            assert older.calls == ["StartTurn", "AppendMessages", "StartTurn"]
+            assert not client.carrying_turn_starts and not client.carrying_appends
+        finally:
+            await client.close()

@@ -18,6 +18,7 @@ from agentmesh.config import Settings
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.v1 import common_pb2, tools_pb2, tools_pb2_grpc
 from tests.support.recording import recording_channel
+from tests.support.servicers import served
 from tests.tools.support import describe, processes_with, wait_until
 
 
@@ -128,21 +129,15 @@ class OlderTools(tools_pb2_grpc.ToolsServicer):
 
 
 async def test_an_older_tools_service_gets_unary_tool_calls():
-    server = grpc.aio.server()
     older = OlderTools()
-    tools_pb2_grpc.add_ToolsServicer_to_server(older, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    runner = GrpcToolRunner(channel, f"127.0.0.1:{port}", timeout_s=5, carry=(None, None))
-    try:
-        assert (await runner.execute("s", _shell("true", "a"))).output == "ran"
-        assert (await runner.execute("s", _shell("true", "b"))).output == "ran"
-        assert older.executed == ["a", "b"] and not runner.carrying_executes
-    finally:
-        await runner.close()
-        await channel.close()
-        await server.stop(0)
+    async with served(tools_pb2_grpc.add_ToolsServicer_to_server, older) as (channel, address):
+        runner = GrpcToolRunner(channel, address, timeout_s=5, carry=(None, None))
+        try:
+            assert (await runner.execute("s", _shell("true", "a"))).output == "ran"
+            assert (await runner.execute("s", _shell("true", "b"))).output == "ran"
+            assert older.executed == ["a", "b"] and not runner.carrying_executes
+        finally:
+            await runner.close()
 
 
 async def test_an_answer_too_large_for_the_stream_fails_its_call_alone(home):
