@@ -42,7 +42,7 @@ class Caller:
     principal: Any = None
 
     def role(self, rpc: str) -> str:
-        return required_role("Gateway", rpc) or "admin"
+        return required_role(rpc)
 
 
 # A call made with no principal in view (a core driven directly, as the unit tests do).

@@ -93,7 +93,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def GetSession(self, request, context):
-        return session_to_proto(await self._tenants.session(request.session_id, "viewer", "GetSession"))
+        return session_to_proto(await self._tenants.session(request.session_id, "GetSession"))
 
     @translate_errors
     async def ListSessions(self, request, context):
@@ -103,7 +103,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def DeleteSession(self, request, context):
-        await self._tenants.session_if_any(request.session_id, "member", "DeleteSession")
+        await self._tenants.session_if_any(request.session_id, "DeleteSession")
         with bound_contextvars(session_id=request.session_id):
             deleted = await self._transcripts.delete_session(request.session_id)
         return sessions_pb2.DeleteSessionResponse(deleted=deleted)
@@ -143,7 +143,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     async def append_messages(self, request: memory_pb2.AppendMessagesRequest) -> memory_pb2.AppendMessagesResponse:
         """AppendMessages' work, for the unary call and for each call carried on AppendStream."""
-        await self._tenants.session_if_any(request.session_id, "member", "AppendMessages")
+        await self._tenants.session_if_any(request.session_id, "AppendMessages")
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
             last = await self._transcripts.append_messages(request.session_id, messages)
@@ -162,13 +162,13 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def UpdateSession(self, request, context):
-        await self._tenants.session_if_any(request.session_id, "member", "UpdateSession")
+        await self._tenants.session_if_any(request.session_id, "UpdateSession")
         with bound_contextvars(session_id=request.session_id):
             return session_to_proto(await self._transcripts.update_session(request.session_id, session_changes(request)))
 
     @translate_errors
     async def ClearTranscript(self, request, context):
-        await self._tenants.session_if_any(request.session_id, "member", "ClearTranscript")
+        await self._tenants.session_if_any(request.session_id, "ClearTranscript")
         with bound_contextvars(session_id=request.session_id):
             cleared = await self._transcripts.clear_transcript(request.session_id)
         return sessions_pb2.ClearTranscriptResponse(cleared=cleared)
@@ -188,7 +188,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def DropRun(self, request, context):
-        await self._tenants.session_if_any(request.session_id, "member", "DropRun")
+        await self._tenants.session_if_any(request.session_id, "DropRun")
         with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
             dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
         return memory_pb2.DropRunResponse(dropped=dropped)
@@ -217,7 +217,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             self._tenants.namespace(namespace, "GetNamespaceSettings")
             settings = await self._namespaces.get(namespace)  # in-process and quick: no task of its own
         else:
-            await self._tenants.session_if_any(request.session_id, "member", "StartTurn")
+            await self._tenants.session_if_any(request.session_id, "StartTurn")
         if request.recall_k:
             self._tenants.namespace(namespace, "Search")
         messages = [message_from_proto(m) for m in request.messages]
@@ -269,7 +269,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def ListMessages(self, request, context):
-        await self._tenants.session_if_any(request.session_id, "viewer", "ListMessages")
+        await self._tenants.session_if_any(request.session_id, "ListMessages")
         with bound_contextvars(session_id=request.session_id):
             messages, next_after = await self._transcripts.list_messages(
                 request.session_id, request.page_size, request.after_seq

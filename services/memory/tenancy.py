@@ -3,8 +3,11 @@
 The principal of the call (and so its tenants) comes signed in the internal service token, so
 even a service with a valid token cannot read a session or a namespace of a tenant the
 principal is not in: a session of another tenant is NOT_FOUND (its id does not leak), a
-namespace of another tenant PERMISSION_DENIED with the same sentence as one of nobody's. Roles
-are decided at the edge (the gateway's table); here a read needs viewer, a write member.
+namespace of another tenant PERMISSION_DENIED with the same sentence as one of nobody's. Each
+method needs the role agentmesh.tenancy.REQUIRED_ROLES gives it — the table the gateway checks
+too — in the tenant owning the session or namespace: memory is reached directly as well (users
+may call some methods; any service signs calls for the principal it serves), so it never relies
+on the gateway having asked for admin.
 """
 
 from __future__ import annotations
@@ -28,23 +31,24 @@ class TenantGuard:
         if self._audit is not None:
             self._audit.record("cross_tenant", "refused", current_principal.get(), method=f"memory.{method}", **what)
 
-    async def session(self, session_id: str, role: str, method: str) -> SessionRecord:
-        """The session, if the principal may `role` in its namespace; else NOT_FOUND."""
+    async def session(self, session_id: str, method: str) -> SessionRecord:
+        """The session, if the principal holds `method`'s role (REQUIRED_ROLES) in its namespace;
+        else NOT_FOUND (another tenant's) or PERMISSION_DENIED (a lesser role in one's own)."""
         session = await self._transcripts.get_session(session_id)
         scope = scope_of_call()
         try:
-            scope.require(session.namespace, role, f"session {session_id!r} does not exist")
+            scope.require(session.namespace, required_role(method), f"session {session_id!r} does not exist")
         except NotFound:
             self._cross_tenant(method, session_id=session_id)
             raise
         return session
 
-    async def session_if_any(self, session_id: str, role: str, method: str) -> None:
+    async def session_if_any(self, session_id: str, method: str) -> None:
         """As `session`, but a session that does not exist is left to the method to answer."""
         if scope_of_call().unrestricted:
             return
         try:
-            await self.session(validate_id(session_id), role, method)
+            await self.session(validate_id(session_id), method)
         except NotFound:
             # Either it is not there (the method says so) or it is another tenant's: both read
             # as "does not exist", and nothing of the other tenant's is touched.
@@ -66,7 +70,7 @@ class TenantGuard:
         if scope.unrestricted:
             return
         if await self._exists(validate_id(session_id)):
-            await self.session(session_id, "member", "PutSession")
+            await self.session(session_id, "PutSession")
         self.namespace(namespace, "PutSession")
 
     def namespace(self, namespace: str, method: str) -> None:
@@ -74,7 +78,7 @@ class TenantGuard:
         if scope.unrestricted:
             return
         namespace = validate_namespace(namespace)
-        role = required_role("Memory", method) or "member"
+        role = required_role(method)
         try:
             scope.require_namespace(namespace, role)
         except Exception:

@@ -100,7 +100,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             return job
         tenant = job_tenant(job)
         have = (scope.memberships or {}).get(tenant)
-        needed = required_role("Scheduler", rpc) or "admin"
+        needed = required_role(rpc)
         if have is None:
             self._record("cross_tenant", job_id, "refused", method=f"scheduler.{rpc}")
             raise NotFound(f"job {job_id!r} does not exist")
@@ -117,7 +117,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             scope = scope_of_call()
             tenants = principal.tenant
             if not scope.unrestricted:
-                tenant = scope.home_tenant("admin")
+                tenant = scope.home_tenant(required_role("CreateJob"))
                 tenants = encode_memberships({tenant: (scope.memberships or {})[tenant]})
             job.created_by, job.created_by_tenant = principal.subject, tenants
         created = await self._core.create_job(job)

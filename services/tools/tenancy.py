@@ -49,7 +49,7 @@ class SessionTenants:
         except NotFound:
             raise NotFound(missing) from None
         try:
-            return scope.require(session.namespace or "default", required_role("Tools", method) or "member", missing)
+            return scope.require(session.namespace or "default", required_role(method), missing)
         except NotFound:
             if self._audit is not None:
                 self._audit.record("cross_tenant", "refused", current_principal.get(), method=f"tools.{method}",

@@ -30,7 +30,7 @@ from agentmesh.logs import get_logger
 from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.identity import IdentityError, Principal, ServiceIdentity
 from agentmesh.rpc.users import Refusal, UserAuthenticator
-from agentmesh.tenancy import AuthPolicy, Scope, required_role, role_at_least
+from agentmesh.tenancy import REQUIRED_ROLES, AuthPolicy, Scope, role_at_least
 
 __all__ = [
     "CALLERS",
@@ -276,7 +276,7 @@ class CallerCheck:
         scope = self.policy.scope(user.tenant)
         if scope.unrestricted:
             return user
-        needed = required_role(grpc_service, method)
+        needed = REQUIRED_ROLES.get(method)
         if needed is None:
             return (grpc.StatusCode.PERMISSION_DENIED,
                     f"{what} refused: no role is declared for it (agentmesh.tenancy.REQUIRED_ROLES), so users may not call it")

@@ -5,11 +5,11 @@ Pure Python, shared by every service (a layer below the configuration, above the
 - `AuthPolicy` is AGENTMESH_AUTH_POLICY parsed (YAML or JSON): the OIDC issuer, the tenants
   with the namespaces they own and their members, and the service accounts (tokens stored as
   SHA-256 digests). `parse_policy` refuses a bad file with a sentence naming the entry.
-- `REQUIRED_ROLES` is the table: for every RPC a principal can reach (each public Gateway and
-  Scheduler method, the user-callable Memory and Tools methods, and the internal methods that
-  act on a tenant's data), the role it needs in the tenant that owns what the call touches.
-  An RPC missing from it is refused to users (fail closed); `tests/security/test_tenancy.py`
-  checks that every public RPC has a row. Add a row here when you add an RPC.
+- `REQUIRED_ROLES` is the table: for every RPC of every service, by method name, the role it
+  needs in the tenant that owns what the call touches. The gateway, memory, the tools service
+  and the scheduler all check against it; none keeps a copy. An RPC missing from it is refused
+  to users and needs admin in the handlers (fail closed); `tests/security/test_tenancy.py`
+  checks that every RPC has a row. Add a row here when you add an RPC.
 - `Scope` is the decision for one principal: which namespaces it sees at which role.
   `require` answers NOT_FOUND for what belongs to another tenant (so ids do not leak) and
   PERMISSION_DENIED for a lesser role in the caller's own tenant.
@@ -57,127 +57,114 @@ _RANK = {role: rank for rank, role in enumerate(ROLES)}
 LEGACY_TENANT = "default"
 _ALL = "*"
 
-# The role each RPC needs in the tenant owning what it touches; "Service.Method".
+# The role each RPC needs in the tenant owning what it touches, by method name — the one table,
+# for every service. A name means one action wherever it is served: the gateway's SetProfile and
+# the memory method it forwards to are one row, so no service can be reached with a lesser role
+# than another asks for (memory is called directly too: by users, and by any service signing a
+# call for a user's principal). Every RPC of every service has a row (tests/security/
+# test_tenancy.py); an RPC without one is refused to users, and needs admin in the handlers.
 # Public API: viewer reads, member works in a session, admin changes the deployment's set-up.
 REQUIRED_ROLES: Mapping[str, str] = {
-    # Gateway: sessions, turns, approvals, workspaces, memory, traces.
-    "Gateway.CreateSession": "member",
-    "Gateway.GetSession": "viewer",
-    "Gateway.ListSessions": "viewer",
-    "Gateway.DeleteSession": "admin",
-    "Gateway.UpdateSession": "member",
-    "Gateway.Chat": "member",
-    "Gateway.Cancel": "member",
-    "Gateway.GetTranscript": "viewer",
-    "Gateway.Approve": "member",       # a member decides the runs they started; an admin any
-    "Gateway.ListApprovals": "viewer",
-    "Gateway.ListTools": "viewer",
-    "Gateway.SearchMemory": "member",  # long-term memory is read and written by members
-    "Gateway.ListWorkspace": "viewer",
-    "Gateway.ReadWorkspaceFile": "viewer",
-    "Gateway.WriteWorkspaceFile": "member",
-    "Gateway.GetTrace": "viewer",
-    "Gateway.ListModels": "viewer",
+    # Sessions and transcripts.
+    "CreateSession": "member",
+    "PutSession": "member",
+    "GetSession": "viewer",
+    "ListSessions": "viewer",
+    "DeleteSession": "admin",     # a session, its transcript and its workspace, for everyone in it
+    "DeleteWorkspace": "admin",   # (the gateway deletes a session's workspace with the session)
+    "UpdateSession": "member",    # its own model, permission mode and tools
+    "GetTranscript": "viewer",
+    "ListMessages": "viewer",
+    "ClearTranscript": "member",  # the REPL's /clear: the person chatting in it may
+    # Turns: chatting is a member's; the agent's turn and every memory write it makes are too.
+    "Chat": "member",
+    "RunTurn": "member",
+    "Cancel": "member",
+    "Approve": "member",          # a member decides the runs they started; an admin any
+    "ListApprovals": "viewer",
+    "StartTurn": "member",        # a turn's first read, append and recall, in one call
+    "AppendMessages": "member",
+    "DropRun": "member",          # a turn rolled back by a newer message of the same session
+    # Streams that carry the agent's calls: opened by the agent for itself; each call on them
+    # is checked as its own method (AppendMessages, StartTurn, Execute).
+    "AppendStream": "member",
+    "CarriedCalls": "member",
     # Usage, the activity view and attaching: reading, limited to the caller's namespaces.
-    "Gateway.GetUsage": "viewer",
-    "Gateway.WatchActivity": "viewer",
-    "Gateway.AttachTurn": "viewer",
-    # A session's transcript emptied (the REPL's /clear): the person chatting in it may.
-    "Gateway.ClearTranscript": "member",
+    "GetUsage": "viewer",
+    "SumUsage": "viewer",
+    "RecordUsage": "member",      # the agent, for every model call of a turn
+    "WatchActivity": "viewer",
+    "AttachTurn": "viewer",
+    "GetTrace": "viewer",
+    "ListModels": "viewer",
+    # Tools and workspaces: `agentmesh tools list|run`, and every tool call of a turn.
+    "ListTools": "viewer",
+    "WatchCatalog": "viewer",
+    "Execute": "member",
+    "ListWorkspace": "viewer",
+    "ReadWorkspaceFile": "viewer",
+    "WriteWorkspaceFile": "member",
+    "BackgroundResults": "member",
+    "StopBackground": "member",
+    "WatchBackground": "member",
     # Tool policies: reading a namespace's is for anyone in the tenant, changing it is set-up.
-    "Gateway.GetNamespaceSettings": "viewer",
-    "Gateway.UpdateNamespaceSettings": "admin",
-    # What the agent learns in a namespace: reading it is for anyone in the tenant; reflecting
-    # and adding a skill is a member's work in a session; what changes every turn of the
-    # namespace (standing instructions, approving or removing skills and tools, auto-accept) is set-up.
-    "Gateway.Reflect": "member",
-    "Gateway.GetProfile": "viewer",
-    "Gateway.SetProfile": "admin",
-    "Gateway.PutSkill": "member",
-    "Gateway.ListSkills": "viewer",
-    "Gateway.GetSkill": "viewer",
-    "Gateway.ApproveSkill": "admin",
-    "Gateway.RemoveSkill": "admin",
-    "Gateway.SetSkillPolicy": "admin",
-    "Gateway.ListPromotedTools": "viewer",
-    "Gateway.RemovePromotedTool": "admin",
-    "Gateway.ListReflections": "viewer",
+    "GetNamespaceSettings": "viewer",
+    "UpdateNamespaceSettings": "admin",
     # A namespace's own MCP servers (`agentmesh mcp`): they run programs for everyone in it, so
-    # adding and removing one is set-up; the list is there to read.
-    "Gateway.AddMcpServer": "admin",
-    "Gateway.ListMcpServers": "viewer",
-    "Gateway.RemoveMcpServer": "admin",
-    # Scheduler: cron jobs are set-up (admin); their runs and history are there to read.
-    "Scheduler.CreateJob": "admin",
-    "Scheduler.UpdateJob": "admin",
-    "Scheduler.DeleteJob": "admin",
-    "Scheduler.ToggleJob": "admin",
-    "Scheduler.TriggerJob": "admin",
-    "Scheduler.GetJob": "viewer",
-    "Scheduler.ListJobs": "viewer",
-    "Scheduler.ListRuns": "viewer",
-    # Memory: long-term memory (users: `agentmesh memory`; the agent's memory tools).
-    "Memory.Remember": "member",
-    "Memory.Search": "member",
-    "Memory.GetMemory": "member",
-    "Memory.ListMemories": "member",
-    "Memory.Forget": "member",
-    "Memory.Import": "member",
-    # Memory: sessions and transcripts, reached through the gateway and the agent only. The
-    # gateway decides the finer roles (deleting is admin there); memory keeps tenants apart.
-    "Memory.PutSession": "member",
-    "Memory.GetSession": "viewer",
-    "Memory.ListSessions": "viewer",
-    "Memory.DeleteSession": "member",
-    "Memory.UpdateSession": "member",
-    "Memory.ListMessages": "viewer",
-    "Memory.AppendMessages": "member",
-    "Memory.StartTurn": "member",  # a turn's first read, append and recall, in one call
-    "Memory.ClearTranscript": "member",
-    "Memory.GetNamespaceSettings": "viewer",
-    "Memory.UpdateNamespaceSettings": "member",
-    "Memory.DropRun": "member",
-    # Memory: what the agent learns (the gateway decides the finer roles above; every turn reads
-    # these, the agent records reflections and promoted tools for the principal of its turn).
-    "Memory.GetProfile": "viewer",
-    "Memory.SetProfile": "member",
-    "Memory.PutSkill": "member",
-    "Memory.ListSkills": "viewer",
-    "Memory.GetSkill": "viewer",
-    "Memory.ApproveSkill": "member",
-    "Memory.RemoveSkill": "member",
-    "Memory.SetSkillPolicy": "member",
-    "Memory.PutPromotedTool": "member",
-    "Memory.ListPromotedTools": "viewer",
-    "Memory.RemovePromotedTool": "member",
-    "Memory.GetReflectionState": "viewer",
-    "Memory.RecordReflection": "member",
-    "Memory.ListReflections": "viewer",
-    "Memory.ListMcpRegistrations": "viewer",  # the tools service, for a namespace's catalog
-    "Memory.PutMcpRegistration": "member",    # (the gateway asks admin for `mcp add|remove`)
-    "Memory.RemoveMcpRegistration": "member",
-    "Memory.PutA2aTask": "member",   # the gateway, for an A2A message's task
-    "Memory.GetA2aTask": "viewer",   # tasks/get on any gateway replica
-    "Memory.RecordUsage": "member",  # the agent, for every model call of a turn
-    "Memory.SumUsage": "viewer",     # the gateway's GetUsage, which keeps to the caller's namespaces
-    # Tools: `agentmesh tools list|run`, and every tool call of a turn.
-    "Tools.ListTools": "viewer",
-    "Tools.Execute": "member",
-    "Tools.DeleteWorkspace": "member",
-    "Tools.ListWorkspace": "viewer",
-    "Tools.ReadWorkspaceFile": "viewer",
-    "Tools.WriteWorkspaceFile": "member",
-    "Tools.BackgroundResults": "member",
-    "Tools.StopBackground": "member",
-    "Tools.AddMcpServer": "admin",
-    "Tools.ListMcpServers": "viewer",
-    "Tools.RemoveMcpServer": "admin",
+    # adding and removing one is set-up — at the gateway, the tools service and memory alike.
+    "AddMcpServer": "admin",
+    "RemoveMcpServer": "admin",
+    "PutMcpRegistration": "admin",
+    "RemoveMcpRegistration": "admin",
+    "ListMcpServers": "viewer",
+    "ListMcpRegistrations": "viewer",
+    # Long-term memory is read and written by members (users: `agentmesh memory`; the agent's
+    # memory tools).
+    "SearchMemory": "member",
+    "Remember": "member",
+    "Search": "member",
+    "GetMemory": "member",
+    "ListMemories": "member",
+    "Forget": "member",
+    "Import": "member",
+    # What the agent learns in a namespace: reading it is for anyone in the tenant; reflecting,
+    # adding a skill (a draft, unless an admin turned on auto-accept) and promoting a tool is a
+    # member's work in a session; what changes every turn of the namespace (standing
+    # instructions, approving or removing skills and tools, auto-accept) is set-up.
+    "Reflect": "member",
+    "GetReflectionState": "viewer",
+    "RecordReflection": "member",
+    "ListReflections": "viewer",
+    "GetProfile": "viewer",
+    "SetProfile": "admin",
+    "PutSkill": "member",
+    "ListSkills": "viewer",
+    "GetSkill": "viewer",
+    "ApproveSkill": "admin",
+    "RemoveSkill": "admin",
+    "SetSkillPolicy": "admin",
+    "PutPromotedTool": "member",
+    "ListPromotedTools": "viewer",
+    "RemovePromotedTool": "admin",
+    # A2A tasks: the gateway, for an A2A message's task; tasks/get on any gateway replica.
+    "PutA2aTask": "member",
+    "GetA2aTask": "viewer",
+    # Cron jobs are set-up; their runs and history are there to read.
+    "CreateJob": "admin",
+    "UpdateJob": "admin",
+    "DeleteJob": "admin",
+    "ToggleJob": "admin",
+    "TriggerJob": "admin",
+    "GetJob": "viewer",
+    "ListJobs": "viewer",
+    "ListRuns": "viewer",
 }
 
 
-def required_role(service: str, method: str) -> str | None:
-    """The role `Service.Method` needs (`service` as in the proto: "Gateway"); None: undeclared."""
-    return REQUIRED_ROLES.get(f"{service}.{method}")
+def required_role(method: str) -> str:
+    """The role `method` ("SetProfile", as in the proto) needs, whichever service serves it. A
+    method without a row needs admin: fail closed (the table's test names the missing row)."""
+    return REQUIRED_ROLES.get(method, "admin")
 
 
 def role_at_least(role: str | None, needed: str) -> bool:
@@ -379,8 +366,12 @@ class Scope:
 
     def require_namespace(self, namespace: str, role: str) -> str:
         """Like `require` for a namespace the caller names (to create in, or search): the same
-        PERMISSION_DENIED sentence whether it is another tenant's or nobody's."""
+        PERMISSION_DENIED sentence whether it is another tenant's or nobody's; a lesser role in
+        one's own tenant is told which role it takes (the caller knows that tenant already)."""
         have = self.role_in(namespace)
+        if have is not None and not role_at_least(have, role):
+            tenant = self.tenant_of(namespace) or LEGACY_TENANT
+            raise PermissionDenied(f"this needs the {role} role in tenant {tenant!r}; you are {have} there")
         if not role_at_least(have, role):
             mine = ", ".join(sorted(self.namespaces(role) or ())) or "none"
             raise PermissionDenied(
