@@ -22,6 +22,7 @@ from agentmesh.errors import InvalidArgument
 __all__ = [
     "AGENT_TOOLS",
     "AUTO",
+    "CODE_TOOLS",
     "MANUAL",
     "MAX_ENTRIES",
     "NORMAL",
@@ -30,6 +31,7 @@ __all__ = [
     "allowed_by_all",
     "is_pattern",
     "permission_mode_of",
+    "runs_code_allowed",
     "session_layers",
     "validate_permission_mode",
     "validate_policy",
@@ -38,10 +40,17 @@ __all__ = [
 AUTO, NORMAL, MANUAL = "auto", "normal", "manual"
 PERMISSION_MODES = (AUTO, NORMAL, MANUAL)
 
-# The tools the agent runs itself (not the tools service's catalog): a policy may name them too.
+# The tools the agent runs itself (not the tools service's catalog): a policy may name them too,
+# and a self-made (promoted) tool may take none of their names.
 AGENT_TOOLS = frozenset({
     "memory_save", "memory_search", "task_create", "task_update", "task_get", "task_list", "delegate_task", "think",
+    "read_skill", "promote_skill",
 })
+
+# The tools that run code the model wrote. A policy that turns off either has said "no code
+# here" (each can start the other's interpreter), so everything else that runs model-written
+# code — a self-made tool runs its function through `python` — needs both allowed.
+CODE_TOOLS = ("shell", "python")
 
 MAX_ENTRIES = 64
 _ENTRY = re.compile(r"[A-Za-z0-9_.:/*?\[\]-]{1,128}")
@@ -71,6 +80,12 @@ class ToolPolicy:
 
 def allowed_by_all(policies: Iterable[ToolPolicy], name: str) -> bool:
     return all(policy.allows(name) for policy in policies)
+
+
+def runs_code_allowed(policies: Iterable[ToolPolicy]) -> bool:
+    """Whether every layer allows running code (every tool of CODE_TOOLS)."""
+    layers = list(policies)
+    return all(allowed_by_all(layers, name) for name in CODE_TOOLS)
 
 
 def session_layers(deployment: ToolPolicy, namespace: ToolPolicy, session: ToolPolicy | None) -> list[ToolPolicy]:

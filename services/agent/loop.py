@@ -334,6 +334,7 @@ class TurnRun:
         user = ChatMessage(role="user", content=req.message, run_id=req.run_id)
         started = await self._startup.run(user, self._capabilities, persist=self._persist, writing=self._writing)
         self._ctx.stored, history, memories = started.stored, started.history, started.memories
+        self._ctx.catalog = list(self._startup.remote_tools) if self._startup.remote_catalog_known else None
         for capability in self._capabilities:
             history = await capability.prepare_history(history)
         # The catalog again: capabilities' tools may depend on what their `load` read (skills).

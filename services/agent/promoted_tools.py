@@ -10,6 +10,16 @@ next step on the tool is in the turn's catalog; every later turn of the namespac
 Calling a promoted tool: its arguments are checked against the derived schema here; then a small
 runner — the stored source, the arguments and the call — goes to the tools service's `python`
 tool, so the function runs in the session's sandbox (jail or pod), never in a service process.
+
+What a self-made tool may not do (docs/security.md, "Self-made tools"):
+- run where running code is off: it is code the model wrote, so promoting or calling one needs
+  every layer of the tool policy to allow `shell` and `python` (toolpolicy.CODE_TOOLS) — else
+  refused with a sentence naming the policy;
+- take another tool's name: not one of the tools service's catalogue (built-in, MCP, remote
+  agents — the whole catalogue, not what the policies leave the turn), not one of the agent's
+  own (toolpolicy.AGENT_TOOLS), not an MCP-style `server__tool`. Checked when it is promoted and
+  again whenever the turn's catalogue is assembled, where one stored before is left out with a
+  warning: a self-made `shell` would otherwise stand in for the real one in every session.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from agentmesh.agent.types import StatusEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
+from agentmesh.toolpolicy import AGENT_TOOLS, runs_code_allowed
 
 log = get_logger("agentmesh.agent.promoted_tools")
 
@@ -34,6 +45,8 @@ PROMOTE = "promote_skill"
 TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 # The runner is one `python3 -c` argument: the kernel caps one at 128 KiB, the tools service at 100k.
 MAX_SOURCE_CHARS = 32_000
+NO_CODE = ("the tool policy of this deployment, namespace, session or turn turns off running code "
+           "(shell, python)")
 
 PROMOTE_SPEC = ToolSpec(
     name=PROMOTE,
@@ -95,12 +108,37 @@ class PromotedTools(Capability):
         super().__init__(ctx)
         self._store = store
         self._tools: dict[str, tuple[StoredTool, ArgumentsSchema]] = {}
+        self._ignored: set[str] = set()  # stored tools left out for a taken name (said once a turn)
 
     def _add(self, tool: StoredTool) -> None:
         self._tools[tool.name] = (tool, ArgumentsSchema(tool.name, tool.parameters))
 
     def tools(self) -> list[ToolSpec]:
-        return [PROMOTE_SPEC, *(ToolSpec(t.name, t.description, t.parameters) for t, _ in self._tools.values())]
+        # Asked as the catalogue is assembled, before each step: a stored tool whose name another
+        # tool has is left out here, so the loop never lets it stand in for that tool.
+        offered = [PROMOTE_SPEC]
+        for name, (tool, _) in list(self._tools.items()):
+            taken = self._taken(name)
+            if taken is None:
+                offered.append(ToolSpec(tool.name, tool.description, tool.parameters))
+                continue
+            del self._tools[name]
+            if name not in self._ignored:
+                self._ignored.add(name)
+                log.warning("a self-made tool has a taken name; ignored", tool=name, reason=taken)
+                self.ctx.emit(StatusEvent(f"the self-made tool {name!r} is ignored: {taken}; remove it "
+                                          f"(`agentmesh skills remove {name} --tool`)"))
+        return offered
+
+    def _taken(self, name: str) -> str | None:
+        """Why a self-made tool may not be called `name` (another tool has it); None: it may."""
+        if "__" in name:
+            return "names with '__' are MCP servers' tools (server__tool)"
+        if name in AGENT_TOOLS:
+            return f"{name!r} is one of the agent's own tools"
+        if self.ctx.catalog is not None and any(spec.name == name for spec in self.ctx.catalog):
+            return f"{name!r} is the name of a tool of this deployment"
+        return None
 
     async def load(self) -> None:
         try:
@@ -118,8 +156,13 @@ class PromotedTools(Capability):
                 log.exception("a stored promoted tool has an unusable schema", tool=tool.name)
 
     async def execute(self, call: ToolCall) -> ToolOutcome:
+        # A self-made tool is code the model wrote: where the policy turns code off, neither made nor run.
+        code_off = not runs_code_allowed(self.ctx.request.tool_policies)
         if call.name == PROMOTE:
-            return await self._promote(call)
+            return _refused(call, f"a self-made tool runs code, and {NO_CODE}") if code_off else await self._promote(call)
+        if code_off:
+            return ToolOutcome.error(call, "not_allowed", f"error: {call.name} was not run: it is a self-made tool, "
+                                     f"which runs code, and {NO_CODE}")
         return await self._run(call)
 
     # --- promote_skill ----------------------------------------------------------------------
@@ -132,9 +175,13 @@ class PromotedTools(Capability):
         path, function, name = args["path"], args["function"], args["tool_name"]
         if not TOOL_NAME.match(name):
             return _refused(call, f"{name!r} is not a tool name: use a-z, 0-9 and '_', starting with a letter")
-        taken = {spec.name for spec in self.ctx.tools}
-        if name in taken and name not in self._tools:
-            return _refused(call, f"{name!r} is already a tool; choose another name")
+        # Against every tool there is, not the ones the policies offer this turn: a name a policy
+        # hides now would be shadowed by this one the day the policy changes.
+        if (taken := self._taken(name)) is not None:
+            return _refused(call, f"{taken}; a self-made tool may not take it (choose another name)")
+        if self.ctx.catalog is None:
+            return _refused(call, "the tools service's catalogue could not be read this turn, so whether the name "
+                                  f"{name!r} is taken cannot be checked; try again in a later turn")
         read = await self._sandboxed(call, "shell", {"command": f"cat -- {shlex.quote(path)}"}, "read")
         if read.is_error:
             return _refused(call, f"could not read {path}: {read.output}")

@@ -80,6 +80,10 @@ class TurnContext:
     history: list[ChatMessage] = field(default_factory=list)
     tools: list[ToolSpec] = field(default_factory=list)
     memories: list[MemoryHit] = field(default_factory=list)
+    # The tools service's whole catalogue for the namespace (built-in, MCP, remote agents) before
+    # any tool policy — `tools` is what the policies leave. None until the turn's start has read
+    # it, and when it could not be read. What a self-made tool may never be named after.
+    catalog: list[ToolSpec] | None = None
 
 
 @dataclass(frozen=True)

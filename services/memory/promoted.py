@@ -18,6 +18,7 @@ from typing import Callable
 from agentmesh.errors import InvalidArgument, NotFound, ResourceExhausted
 from agentmesh.ids import validate_namespace
 from agentmesh.memory.ports import DocumentStore
+from agentmesh.toolpolicy import AGENT_TOOLS
 
 KIND = "tool"
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -49,6 +50,11 @@ class PromotedTools:
         if not NAME.match(tool.name):
             raise InvalidArgument(f"{tool.name!r} is not a tool name: use 1-64 characters from a-z, 0-9 and '_', "
                                   "starting with a letter")
+        # The names memory can tell are taken without the tools service's catalogue (the agent
+        # checks that one): a self-made tool must never stand in for another tool.
+        if "__" in tool.name or tool.name in AGENT_TOOLS:
+            raise InvalidArgument(f"{tool.name!r} is another tool's name (the agent's own, or an MCP server's "
+                                  "server__tool); a self-made tool may not take it")
         if not tool.description.strip() or not tool.function:
             raise InvalidArgument("a promoted tool needs a description (its docstring) and a function name")
         try:

@@ -1,15 +1,16 @@
 """The agent's own tools, as `agentmesh.toolpolicy.AGENT_TOOLS` names them for the gateway (which
-checks a tool policy's names against them and the tools service's catalog): the two lists may not drift."""
+checks a tool policy's names against them and the tools service's catalog, and which no self-made
+tool may be named after): the two lists may not drift."""
 
 from __future__ import annotations
 
-from agentmesh.agent import memory_tools, subagents, task_tools, thinking
+from agentmesh.agent import memory_tools, promoted_tools, skills, subagents, task_tools, thinking
 from agentmesh.toolpolicy import AGENT_TOOLS
 
 
 def test_the_gateway_knows_every_tool_the_agent_runs_itself():
     own = {memory_tools.MEMORY_SAVE.name, memory_tools.MEMORY_SEARCH.name, subagents.DELEGATE_TASK, thinking.THINK,
-           *(spec.name for spec in task_tools.SPECS)}
+           skills.READ_SKILL, promoted_tools.PROMOTE, *(spec.name for spec in task_tools.SPECS)}
     assert own == AGENT_TOOLS
 
 

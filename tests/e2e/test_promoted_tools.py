@@ -131,7 +131,7 @@ async def test_what_cannot_be_a_tool_is_refused_and_versions_and_the_cap_hold(tm
         assert untyped.startswith("error: promote_skill refused: untyped lacks type hints ('a', 'b' and the return value)")
         assert "the type 'set[int]' cannot be described as JSON" in sets
         assert "there is no top-level function 'nope'" in missing and "word_count, where_am_i" in missing
-        assert "'shell' is already a tool" in clash
+        assert "'shell' is the name of a tool of this deployment; a self-made tool may not take it" in clash
         assert "(version 1)" in first and "(version 2)" in second
         assert "has 1 promoted tools, the most it may have" in over_cap
         assert "adder" not in tool_names(llm.requests[-1]) and "where" not in tool_names(llm.requests[-1])
