@@ -105,7 +105,7 @@ async def test_a_self_made_tool_never_takes_another_tools_name(stack, llm):
             reply("", *(_promote("grep", name) for name in taken)),
             reply("Done."))
     events = await chat(gateway, "team-1", "make a grep")
-    refused = {name: r for name, r in zip(taken, results(events)[1:], strict=True)}
+    refused = dict(zip(taken, results(events)[1:], strict=True))
     assert all(r.is_error and r.error_kind == "refused" for r in refused.values()), refused
     assert refused["grep"].output == ("error: promote_skill refused: 'grep' is the name of a tool of this "
                                       "deployment; a self-made tool may not take it (choose another name)")
