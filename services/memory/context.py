@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from agentmesh.memory.ports import PointFilter, Store
+from agentmesh.memory.ports import MemorySearch, PointFilter
 
 NEIGHBORS = "neighbors"  # payload field: [previous point id, next point id] ('' at an end)
 
@@ -45,7 +45,7 @@ def _group_key(payload: dict[str, Any], kinds: Sequence[str]) -> tuple[str, str,
 
 
 async def with_neighbors(
-    store: Store, batch: Sequence[Pending], window: int = 1, kinds: Sequence[str] = ("episode",)
+    store: MemorySearch, batch: Sequence[Pending], window: int = 1, kinds: Sequence[str] = ("episode",)
 ) -> list[Contextualised]:
     """The batch with each member's neighbour texts, plus stored memories whose neighbours changed."""
     out: dict[str, Contextualised] = {}

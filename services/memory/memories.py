@@ -3,7 +3,7 @@
 Namespaces never mix: every call names one, and the store keeps them apart (a shard or
 collection per namespace, or a shared one with the namespace as a filter and IDF corpus; see
 edge_store.py and qdrant_store.py). Point ids derive from the namespace too, so even a known id
-cannot reach across. The core talks to the store through ports.Store only.
+cannot reach across. The core talks to the store through ports.LongTermStore only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.context import NEIGHBORS, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
-from agentmesh.memory.ports import FusionPlan, PointFilter, Store, point_id, stored_time
+from agentmesh.memory.ports import FusionPlan, LongTermStore, PointFilter, point_id, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
 
@@ -168,7 +168,7 @@ def _check_metadata(metadata: dict[str, Any], what: str = "metadata") -> dict[st
 
 class Memories:
     def __init__(
-        self, store: Store, embedder: Embedder, settings: MemorySettings, tracer: Any = None, sparse: Any = None
+        self, store: LongTermStore, embedder: Embedder, settings: MemorySettings, tracer: Any = None, sparse: Any = None
     ):
         self._store = store
         self._embedder = embedder

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmesh.ids import validate_namespace
-from agentmesh.memory.ports import Store
+from agentmesh.memory.ports import NamespaceSettingsStore
 from agentmesh.toolpolicy import validate_policy
 
 
@@ -36,7 +36,7 @@ class NamespaceRecord:
 
 
 class Namespaces:
-    def __init__(self, store: Store):
+    def __init__(self, store: NamespaceSettingsStore):
         self._store = store
         # One record holds both the policy and the MCP version: its read-modify-writes are
         # serialised here (within a replica; across replicas two changes in the same instant

@@ -1,6 +1,10 @@
-"""The storage ports of the memory core: what `transcripts.py`, `memories.py` and `context.py` need
-from a store (`Store`), and what the learning cores (`profiles.py`, `skills.py`, `promoted.py`,
-`reflections.py`) need (`DocumentStore`), in plain Python types.
+"""The storage ports of the memory core, in plain Python types, one per thing stored: sessions
+(`SessionStore`) and their messages (`MessageStore`) — together `TranscriptStore`, for
+`transcripts.py` —, namespace settings (`NamespaceSettingsStore`, `namespaces.py`), long-term
+memories kept (`MemoryStore`) and searched (`MemorySearch`) — together `LongTermStore`, for
+`memories.py` and `context.py` —, usage records (`UsageStore`, `usage.py`); `Store` is all of
+them with the life cycle (`StoreLifecycle`). The learning cores (`profiles.py`, `skills.py`,
+`promoted.py`, `reflections.py`) need `DocumentStore`.
 
 Two adapters implement it: `edge_store.EdgeStore` (Qdrant Edge, embedded under AGENTMESH_HOME, the
 default) and `qdrant_store.QdrantStore` (a Qdrant server through qdrant-client). The cores import
@@ -21,7 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 __all__ = [
-    "DENSE", "SPARSE", "DocumentStore", "FusionPlan", "MemoryRow", "PointFilter", "ScoredRow", "Store", "document_point", "point_id", "stored_time",
+    "DENSE", "SPARSE", "DocumentStore", "FusionPlan", "LongTermStore", "MemoryRow", "MemorySearch", "MemoryStore",
+    "MessageStore", "NamespaceSettingsStore", "PointFilter", "ScoredRow", "SessionStore", "Store", "StoreLifecycle",
+    "TranscriptStore", "UsageStore", "document_point", "point_id", "stored_time",
 ]
 
 DENSE = "dense"
@@ -82,22 +88,26 @@ class FusionPlan:
     sparse_weight: float = 1.0
 
 
-class Store(Protocol):
-    """Sessions, transcript messages, long-term memories and usage records, durable once a call returns."""
+# The storage port, split by what is stored: each core asks for the small ports it uses, and each
+# small port has a conformance suite of its own run against every adapter
+# (tests/memory/test_*_port.py; tests/memory/test_storage_port.py checks the split). `Store` is
+# all of them: what an adapter implements and `stores.open_store` returns.
+
+
+class StoreLifecycle(Protocol):
+    """Opening and closing a store."""
 
     where: str  # a path or URL, for messages a person reads
 
-    # --- life cycle
     async def open(self) -> None:
         """Create what is missing (collections, shards, indexes)."""
 
-    async def check_embedder(self, embedder: str, dim: int) -> str:
-        """Why long-term memory cannot be used with this embedder (vectors of another model are
-        stored), or '' when it can."""
-
     async def close(self) -> None: ...
 
-    # --- sessions (payload dicts keyed by `session_id`)
+
+class SessionStore(Protocol):
+    """Session records (payload dicts keyed by `session_id`), durable once a call returns."""
+
     async def get_session(self, session_id: str) -> Payload | None: ...
     async def put_session(self, payload: Payload) -> None: ...
     async def list_sessions(self, limit: int, start_before: float | None,
@@ -111,11 +121,10 @@ class Store(Protocol):
     async def delete_session(self, session_id: str) -> None:
         """The record, then its messages."""
 
-    # --- namespace settings (payload dicts keyed by `namespace`)
-    async def get_namespace_settings(self, namespace: str) -> Payload | None: ...
-    async def put_namespace_settings(self, payload: Payload) -> None: ...
 
-    # --- transcript messages (payload dicts keyed by `session_id`, `seq`)
+class MessageStore(Protocol):
+    """Transcript messages (payload dicts keyed by `session_id`, `seq`)."""
+
     async def put_messages(self, session_id: str, payloads: Sequence[Payload]) -> None: ...
     async def append_messages(self, session_id: str, payloads: Sequence[Payload], session: Payload) -> None:
         """Write the messages, then the session record that makes them visible."""
@@ -124,19 +133,46 @@ class Store(Protocol):
         """Those of `seqs` that exist, in seq order. For reading: an adapter may hand out what
         it keeps in memory (the embedded one does)."""
 
-    # --- long-term memories
+
+class TranscriptStore(SessionStore, MessageStore, Protocol):
+    """Sessions with their messages: what the transcripts core needs (a session's record makes
+    its messages visible, and deleting it deletes them)."""
+
+
+class NamespaceSettingsStore(Protocol):
+    """A namespace's settings (payload dicts keyed by `namespace`)."""
+
+    async def get_namespace_settings(self, namespace: str) -> Payload | None: ...
+    async def put_namespace_settings(self, payload: Payload) -> None: ...
+
+
+class MemoryStore(Protocol):
+    """Long-term memories as records: written, read by id or filter, counted, deleted."""
+
+    async def check_embedder(self, embedder: str, dim: int) -> str:
+        """Why long-term memory cannot be used with this embedder (vectors of another model are
+        stored), or '' when it can."""
+
     async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, Payload]:
         """Payloads of the namespace's points with these ids that exist, by point id."""
 
     async def upsert_memories(self, namespace: str, rows: Sequence[MemoryRow]) -> None: ...
+    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, Payload]], str]:
+        """A page of matching memories and the next page's offset ('' at the end)."""
+
+    async def count_memories(self, f: PointFilter) -> int: ...
+    async def delete_memories_by_filter(self, f: PointFilter) -> int: ...
+    async def delete_memories_by_ids(self, namespace: str, ids: Sequence[str]) -> None: ...
+
+
+class MemorySearch(Protocol):
+    """Long-term memories found: by meaning and terms fused, by one retriever, or by time."""
+
     async def hybrid_search(
         self, f: PointFilter, dense: list[float], sparse: SparseVector, limit: int, plan: FusionPlan
     ) -> list[ScoredRow]: ...
     async def ranked(self, f: PointFilter, vector: Any, using: str, limit: int) -> list[ScoredRow]:
         """One retriever alone (`using` is DENSE or SPARSE); benches compare it with the fusion."""
-
-    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, Payload]], str]:
-        """A page of matching memories and the next page's offset ('' at the end)."""
 
     async def stream_window(
         self, f: PointFilter, t_min: float, t_max: float, edge: int = 2, limit: int = 10_000
@@ -144,17 +180,26 @@ class Store(Protocol):
         """The `edge` nearest before t_min (nearest first), those in [t_min, t_max], the `edge`
         nearest after t_max."""
 
-    async def count_memories(self, f: PointFilter) -> int: ...
-    async def delete_memories_by_filter(self, f: PointFilter) -> int: ...
-    async def delete_memories_by_ids(self, namespace: str, ids: Sequence[str]) -> None: ...
 
-    # --- usage records (payload dicts keyed by `id`, timed by `at`; usage.py)
+class LongTermStore(MemoryStore, MemorySearch, Protocol):
+    """Long-term memories, kept and searched: what the memories core needs."""
+
+
+class UsageStore(Protocol):
+    """Usage records (payload dicts keyed by `id`, timed by `at`; usage.py)."""
+
     async def put_usage(self, payloads: Sequence[Payload]) -> None:
         """Upsert by `id`: a record written twice is stored once."""
 
     async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[Payload], str]:
         """A page of the records with start <= at < end (end 0: no bound), and the next page's
         offset ('' at the end)."""
+
+
+class Store(StoreLifecycle, TranscriptStore, NamespaceSettingsStore, LongTermStore, UsageStore, Protocol):
+    """Every small port: sessions, transcript messages, namespace settings, long-term memories
+    and usage records, durable once a call returns. What an adapter implements."""
+
 
 class DocumentStore(Protocol):
     """A namespace's small keyed documents: standing instructions, skills, promoted tools,

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
-from agentmesh.memory.ports import Store, stored_time
+from agentmesh.memory.ports import TranscriptStore, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.toolpolicy import ToolPolicy, validate_permission_mode, validate_policy
 
@@ -155,7 +155,7 @@ def _page_size(value: int, default: int, maximum: int, what: str) -> int:
 
 
 class Transcripts:
-    def __init__(self, store: Store, settings: MemorySettings):
+    def __init__(self, store: TranscriptStore, settings: MemorySettings):
         self._store = store
         self._settings = settings
         # One lock per live session id; entries disappear when no append holds them.

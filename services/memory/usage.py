@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id, validate_namespace
-from agentmesh.memory.ports import Store, stored_time
+from agentmesh.memory.ports import UsageStore, stored_time
 
 GROUPS = ("day", "model", "session", "namespace")
 MAX_RECORDS_PER_CALL = 1000
@@ -95,7 +95,7 @@ def _key(payload: dict[str, Any], group_by: str) -> str:
 
 
 class UsageLedger:
-    def __init__(self, store: Store):
+    def __init__(self, store: UsageStore):
         self._store = store
 
     async def record(self, records: Sequence[UsageRecord]) -> int:

@@ -21,6 +21,7 @@ from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import ServiceHost
+from tests.memory.store_adapters import store_factory  # noqa: F401 - every adapter, for the port suites
 from tests.support.identities import signed_channel
 from tests.support.recording import recording_channel
 

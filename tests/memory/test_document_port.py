@@ -3,7 +3,7 @@ standing instructions, skills, promoted tools and reflection runs, run against e
 
 - `edge`: a payload shard of the embedded Qdrant Edge home (edge_documents.py, the default);
 - `server`: the Qdrant-server adapter (qdrant_documents.py) through qdrant-client's local mode,
-  with what that does and does not prove as in test_storage_port.py.
+  with what that does and does not prove as in store_adapters.py.
 
 Each opens through `stores.open_documents`, beside its memory store, as the memory service does.
 """
