@@ -24,7 +24,7 @@ import httpx
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.loop.run import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy, http_client
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, RunFinishedEvent, ToolCall, ToolOutcome, ToolSpec

@@ -51,8 +51,8 @@ import time
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from agentmesh.agent import compaction, deep, subagents
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.capabilities import compaction, deep, subagents
+from agentmesh.agent.loop.run import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy, http_client
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import RunFinishedEvent, ToolSpec

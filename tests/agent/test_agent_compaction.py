@@ -11,8 +11,9 @@ from typing import Sequence
 import pytest
 from opentelemetry.trace import StatusCode
 
-from agentmesh.agent import compaction, context
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.capabilities import compaction
+from agentmesh.agent.loop import context
+from agentmesh.agent.loop.run import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, RunFinishedEvent, StatusEvent, TextDeltaEvent, ToolCall

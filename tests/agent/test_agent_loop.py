@@ -9,7 +9,7 @@ import json
 import pytest
 from opentelemetry.trace import StatusCode
 
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.loop.run import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy, ScriptedProvider, http_client
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import (

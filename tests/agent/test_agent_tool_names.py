@@ -3,7 +3,7 @@ checks a tool policy's names against them and the tools service's catalog): the 
 
 from __future__ import annotations
 
-from agentmesh.agent import memory_tools, subagents, task_tools, thinking
+from agentmesh.agent.capabilities import memory_tools, subagents, task_tools, thinking
 from agentmesh.toolpolicy import AGENT_TOOLS
 
 
