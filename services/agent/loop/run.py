@@ -16,7 +16,7 @@ Each step is persisted as soon as it happens: the user message before the first 
 each assistant message with its tool calls, each tool result as it arrives — and shown only once
 its append is acknowledged. A crash mid-turn loses nothing already done; `context.repair` fills
 in results a crash or cancel lost. A step's last tool results are saved beside the next model
-call rather than before it (turn_model.py): nothing that follows them, the call's reply
+call rather than before it (show_after_save.py): nothing that follows them, the call's reply
 included, is shown, persisted or acted on until their append is acknowledged.
 
 What plugs into a turn (deep work, compaction, sub-agents, the memory tools, …) is a capability
@@ -32,8 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, cast
+from typing import Any, AsyncIterator, Callable, cast
 
 import structlog
 from opentelemetry.trace import Status, StatusCode
@@ -53,7 +54,8 @@ from agentmesh.agent.loop.ports import (
     TurnStarter,
 )
 from agentmesh.agent.loop.session_open import OpenedSession
-from agentmesh.agent.loop.tool_calls import ToolCalls, UnsavedResults
+from agentmesh.agent.loop.show_after_save import ShowAfterSave
+from agentmesh.agent.loop.tool_calls import ToolCalls
 from agentmesh.agent.loop.turn import Capability, Nudge, Stop, TurnContext, Verdict
 from agentmesh.agent.loop.turn_model import TurnModel
 from agentmesh.agent.loop.turn_request import TurnRequest
@@ -71,6 +73,7 @@ from agentmesh.agent.types import (
     StatusEvent,
     ToolCall,
     ToolOutcome,
+    ToolResultEvent,
     ToolSpec,
     Usage,
 )
@@ -158,10 +161,9 @@ class TurnRun:
         self._interrupt_delivered = False
         self._persisting = 0  # writes in flight: an interrupt waits for them (a safe point)
         self._unanswered: tuple[ToolCall, ...] = ()  # calls of the persisted reply not yet run
-        # A step's last tool results, not saved yet (the next model call saves them, turn_model.py),
-        # and the events withheld meanwhile: none is shown before the results are.
-        self._unsaved: UnsavedResults | None = None
-        self._withheld: list[RunEvent] | None = None
+        # A step's last tool results, saved beside the next model call, and the events withheld
+        # until they are: none is shown before the results are (show_after_save.py).
+        self._shown: ShowAfterSave[RunEvent] = ShowAfterSave(self._show)
         self._catalog: dict[str, ToolSpec] = {}
         # A turn that opens its session announces itself once the session is open (its
         # run_started says the namespace): events before that wait for it.
@@ -178,7 +180,7 @@ class TurnRun:
             start_child=lambda child: agent.start(child, approvals=self.approvals),
         )
         self._capabilities: list[Capability] = capabilities.for_turn(self._ctx)
-        self._model = TurnModel(self._ctx, self._capabilities, models, self._pending_write)
+        self._model = TurnModel(self._ctx, self._capabilities, models, self._shown)
         self._tool_owners: dict[str, Capability] = {}
         self._turn_messages: list[ChatMessage] = []
         self._tool_calls = ToolCalls(run_id=request.run_id, settings=self.settings, telemetry=agent.telemetry,
@@ -238,9 +240,9 @@ class TurnRun:
         return self.approvals.decide(call_id, approved, note, rest_of_turn)
 
     def _emit(self, event: RunEvent) -> None:
-        if self._withheld is not None:  # after results not yet saved (_save_unsaved)
-            self._withheld.append(event)
-            return
+        self._shown.emit(event)  # withheld after results not yet saved
+
+    def _show(self, event: RunEvent) -> None:
         if self._held is not None:
             if isinstance(event, RunErrorEvent):
                 # The session could not be opened: the turn did not start, and the error alone
@@ -296,13 +298,13 @@ class TurnRun:
                 stop_reason, final_text = await self._turn()
             except asyncio.CancelledError:
                 stop_reason, final_text = self._interrupted_as or "cancelled", ""
-                await self._settle_unsaved()
+                await self._shown.settle(self.settings.memory_timeout_s)
                 await self._answer_unrun_calls(stop_reason)
                 span.set_status(Status(StatusCode.ERROR, stop_reason))
                 span.set_attribute(ERROR_TYPE, stop_reason)
             except AgentmeshError as exc:
                 log.warning("turn failed", code=exc.code, error=exc.message)
-                await self._settle_unsaved()
+                await self._shown.settle(self.settings.memory_timeout_s)
                 span.set_status(Status(StatusCode.ERROR, exc.message))
                 span.set_attribute(ERROR_TYPE, exc.code)
                 await self._after_turn("error")
@@ -311,14 +313,14 @@ class TurnRun:
                 return
             except Exception as exc:  # a bug must end the turn with a clear event
                 log.exception("turn crashed")
-                await self._settle_unsaved()
+                await self._shown.settle(self.settings.memory_timeout_s)
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 await self._after_turn("error")
                 await self._usage_tag.flush()
                 self._emit(RunErrorEvent(code="INTERNAL", message=f"the agent failed: {type(exc).__name__}: {exc}"))
                 return
-            await self._settle_unsaved()
+            await self._shown.settle(self.settings.memory_timeout_s)
             await self._after_turn(stop_reason)
             set_usage(span, input_tokens=self.usage.input_tokens, output_tokens=self.usage.output_tokens)
             span.set_attributes({
@@ -367,8 +369,8 @@ class TurnRun:
                 return "completed", reply.text
             # From here ToolCalls records a result for every call, however the step ends.
             self._unanswered = ()
-            results, self._unsaved = await self._tool_calls.run(reply.tool_calls)
-            self._withheld = []
+            results, unsaved = await self._tool_calls.run(reply.tool_calls)
+            self._shown.hold(functools.partial(self._tool_calls.save, unsaved), [ToolResultEvent(o) for o in unsaved])
             turn.extend(results)
         # Out of steps: one last call without tools, so the user gets an answer, not silence.
         self._emit(StatusEvent(f"reached the limit of {self.max_iterations} steps; asking the model for a summary"))
@@ -413,8 +415,8 @@ class TurnRun:
         return specs
 
     async def _persist(self, messages: list[ChatMessage]) -> None:
-        if self._unsaved is not None:  # in order: what the turn saves comes after those results
-            await self._save_unsaved()
+        if self._shown.pending:  # in order: what the turn saves comes after those results
+            await self._shown.save()
         async with self._writing():
             await self.agent.transcripts.append(self.request.session_id, messages)
 
@@ -428,33 +430,6 @@ class TurnRun:
             self._persisting -= 1
             if self._interrupted_as and not self._persisting:
                 self._deliver_interrupt()
-
-    def _pending_write(self) -> Awaitable[None] | None:
-        """The save a model call may overlap (turn_model.py): the step's last results, if unsaved."""
-        return self._save_unsaved() if self._unsaved is not None else None
-
-    async def _save_unsaved(self) -> None:
-        """Save the step's last results, then show them and every event withheld meanwhile; if
-        the save fails, nothing withheld is ever shown (a reply that came meanwhile included)."""
-        unsaved, self._unsaved = self._unsaved, None
-        if unsaved is None:
-            return
-        try:
-            await unsaved.save()
-        except BaseException:
-            self._withheld = None
-            raise
-        withheld, self._withheld = self._withheld or [], None
-        unsaved.show()
-        for event in withheld:
-            self._emit(event)
-
-    async def _settle_unsaved(self) -> None:
-        """The turn ended before a model call took the results' save: save them now (bounded)."""
-        if self._unsaved is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._save_unsaved(), self.settings.memory_timeout_s)
-            self._withheld = None
 
     async def _answer_unrun_calls(self, stop_reason: str) -> None:
         """The turn stopped between persisting a reply and running its calls: record a result

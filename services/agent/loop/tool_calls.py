@@ -3,15 +3,14 @@ says so, each under an `execute_tool` span; results are persisted and then strea
 finish, and go back to the model in call order. A cancel closes the step in the transcript
 (every call gets a result), so the next turn replays cleanly.
 
-The step's last result is handed back unsaved (`UnsavedResults`): the loop saves it beside the
-next model call, which needs nothing from the write (loop.py, "the write and the next call")."""
+The step's last result is handed back unsaved: it is saved (`save`) beside the next model call,
+which needs nothing from the write, and shown once saved (show_after_save.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -42,30 +41,6 @@ Dispatch = Callable[[ToolCall], Awaitable[ToolOutcome]]
 Screen = Callable[[ToolCall], "ToolOutcome | None"]
 
 
-@dataclass(eq=False)
-class UnsavedResults:
-    """A step's last results: run, in the turn's messages, neither saved nor shown yet. `save`,
-    then `show` — the client never sees a result the transcript may miss."""
-
-    calls: "ToolCalls"
-    outcomes: list[ToolOutcome]
-
-    async def save(self) -> None:
-        calls = self.calls
-        try:
-            await calls.persist([tool_message(o, calls.run_id) for o in self.outcomes])
-        except BaseException as exc:
-            # Stopped while saving (cancelled): record the calls as cancelled, as run() does;
-            # after a save memory refused (AgentmeshError), another would only wait out the same deadline.
-            if not isinstance(exc, AgentmeshError):
-                await calls.record_cancelled(self.outcomes)
-            raise
-
-    def show(self) -> None:
-        for outcome in self.outcomes:
-            self.calls.emit(ToolResultEvent(outcome))
-
-
 class ToolCalls:
     """One per turn; `dispatch` routes a call to the capability or the tools service that runs it."""
 
@@ -83,9 +58,9 @@ class ToolCalls:
         self.screen = screen
         self.read_only = read_only  # the catalog's read_only mark of a tool, for the permission mode
 
-    async def run(self, calls: tuple[ToolCall, ...]) -> tuple[list[ChatMessage], UnsavedResults]:
-        """Run the calls; their results in call order, and the last to finish still unsaved (the
-        others are saved and shown as they finish)."""
+    async def run(self, calls: tuple[ToolCall, ...]) -> tuple[list[ChatMessage], list[ToolOutcome]]:
+        """Run the calls; their results in call order, and the last to finish, neither saved nor
+        shown yet (the others are saved and shown as they finish): `save` it, then show it."""
         for call in calls:
             self.emit(ToolCallEvent(call))
         limit = asyncio.Semaphore(self.settings.tool_concurrency)
@@ -103,7 +78,7 @@ class ToolCalls:
                 outcome = await finished
                 left -= 1
                 if not left:
-                    break  # the last: saved beside the next model call (UnsavedResults)
+                    break  # the last: saved beside the next model call (show_after_save.py)
                 # Saved before it is shown: a result the client saw is never missing from the
                 # transcript (if memory stays away, the turn fails without showing it).
                 await self.persist([tool_message(outcome, self.run_id)])
@@ -118,9 +93,9 @@ class ToolCalls:
                 await self.record_cancelled([c for c in calls if c.call_id not in saved])
             raise
         results = [task.result() for task in tasks]
-        return [tool_message(o, self.run_id) for o in results], UnsavedResults(self, [outcome])
+        return [tool_message(o, self.run_id) for o in results], [outcome]
 
-    async def _only(self, call: ToolCall, limit: asyncio.Semaphore) -> tuple[list[ChatMessage], UnsavedResults]:
+    async def _only(self, call: ToolCall, limit: asyncio.Semaphore) -> tuple[list[ChatMessage], list[ToolOutcome]]:
         """A reply's only call, run in the turn's own task (the usual reply): what `run` does for
         many calls, without a task to start and wait for — one hop of the event loop fewer."""
         try:
@@ -129,7 +104,18 @@ class ToolCalls:
             if not isinstance(exc, AgentmeshError):
                 await self.record_cancelled([call])
             raise
-        return [tool_message(outcome, self.run_id)], UnsavedResults(self, [outcome])
+        return [tool_message(outcome, self.run_id)], [outcome]
+
+    async def save(self, outcomes: list[ToolOutcome]) -> None:
+        """Save results `run` handed back unsaved."""
+        try:
+            await self.persist([tool_message(o, self.run_id) for o in outcomes])
+        except BaseException as exc:
+            # Stopped while saving (cancelled): record the calls as cancelled, as run() does;
+            # after a save memory refused (AgentmeshError), another would only wait out the same deadline.
+            if not isinstance(exc, AgentmeshError):
+                await self.record_cancelled(outcomes)
+            raise
 
     async def record_cancelled(self, calls: "Sequence[ToolCall | ToolOutcome]") -> None:
         """Save a "cancelled" result for each of `calls` (best effort, bounded): the turn was

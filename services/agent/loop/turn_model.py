@@ -3,28 +3,24 @@ prompt, the history fitted to the context budget, this turn's messages through e
 capability's `view`), sent to the turn's model and, when that fails, to the catalogue's
 fallback (model_choice.py); a step's reply cut off by the output limit is continued.
 
-**A call beside the write before it.** A step's tool results are the last thing saved before
-the next model call, and the call needs nothing from that write: the results are in the turn's
-messages already. So the loop hands the unsaved write to `call` (`pending_write`), which starts
-the model call at once and saves meanwhile; the reply is returned — and so persisted, shown or
-acted on — only once the write is acknowledged. Until then the turn's events are withheld
-(loop.py `_emit`): the model's streamed deltas are sent after the results they follow. If the
-write fails or the turn is stopped meanwhile, the call is cancelled and the error is the
-write's, as without the overlap; a reply that already came is dropped unseen and unsaved (its
-tokens are counted all the same: model_call.py records usage as the reply arrives).
+**A call beside the write before it.** A step's last tool results are saved beside the next
+model call, and shown — with the reply and everything after them — only once saved: that rule is
+show_after_save.py's, and `call` runs each model call through it (`ShowAfterSave.beside`). A
+reply dropped because the save failed is unseen and unsaved, but its tokens are counted all the
+same (model_call.py records usage as the reply arrives).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from typing import Awaitable, Callable, Sequence
+from typing import Sequence
 
 from agentmesh.agent.loop import context
 from agentmesh.agent.loop.model_call import traced_model_call
 from agentmesh.agent.loop.model_choice import ModelChoice
+from agentmesh.agent.loop.show_after_save import ShowAfterSave
 from agentmesh.agent.loop.turn import Capability, TurnContext
-from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, StatusEvent
+from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
@@ -35,15 +31,15 @@ CUT_OFF = frozenset({"length", "max_tokens"})
 
 
 class TurnModel:
-    """The model calls of one turn. `pending_write()`: the save the next call may overlap (taken
-    by that call), or None."""
+    """The model calls of one turn. `shown`: the turn's save-before-show rule, which each call
+    goes through (a call starts beside the save of the step's last results, if they are unsaved)."""
 
     def __init__(self, ctx: TurnContext, capabilities: list[Capability], models: ModelChoice,
-                 pending_write: Callable[[], Awaitable[None] | None]):
+                 shown: ShowAfterSave[RunEvent]):
         self.ctx = ctx
         self.capabilities = capabilities
         self.models = models
-        self.pending_write = pending_write
+        self.shown = shown
         self.calls = 0  # the turn's `iterations`
 
     def choose(self, models: ModelChoice) -> None:
@@ -80,29 +76,13 @@ class TurnModel:
 
     async def call(self, turn: Sequence[ChatMessage], *, extra: Sequence[ChatMessage] = (),
                    allow_tools: bool = False) -> ModelReply:
-        """One model call (TurnContext.call_model), beside the pending write if there is one."""
+        """One model call (TurnContext.call_model), beside the save of the step's last results
+        if they are unsaved (show_after_save.py)."""
         self.calls += 1
-        write = self.pending_write()
-        if write is None:
+        if not self.shown.pending:
             return await self._reply(self._request(turn, extra, allow_tools))
-        reply = asyncio.create_task(self._reply_after_write(turn, extra, allow_tools),
-                                    name=f"model-call-{self.ctx.request.run_id}")
-        try:
-            await write
-        except BaseException:
-            # The write failed or the turn was stopped: the reply must leave no trace.
-            reply.cancel()
-            await asyncio.gather(reply, return_exceptions=True)
-            raise
-        return await reply  # a cancel of the turn here cancels the call too
-
-    async def _reply_after_write(self, turn: Sequence[ChatMessage], extra: Sequence[ChatMessage],
-                                 allow_tools: bool) -> ModelReply:
-        # One hop of the event loop first, so the write this call overlaps goes out before the
-        # request is built and sent (the append's stream writer was woken after this task was
-        # started). The turn's messages do not change meanwhile: the turn waits for the write.
-        await asyncio.sleep(0)
-        return await self._reply(self._request(turn, extra, allow_tools))
+        return await self.shown.beside(lambda: self._reply(self._request(turn, extra, allow_tools)),
+                                       name=f"model-call-{self.ctx.request.run_id}")
 
     def _request(self, turn: Sequence[ChatMessage], extra: Sequence[ChatMessage], allow_tools: bool) -> ModelRequest:
         ctx, s = self.ctx, self.ctx.settings
