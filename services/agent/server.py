@@ -26,6 +26,7 @@ from agentmesh.agent.adapters.tools import GrpcBackgroundCommands, GrpcToolRunne
 from agentmesh.agent.adapters.watches import BackgroundWatch, CatalogWatch
 from agentmesh.agent.capabilities.learning import LearningSources
 from agentmesh.agent.capabilities.reflection import Reflector
+from agentmesh.agent.capabilities.registry import for_turn
 from agentmesh.agent.loop.model_choice import NamedModel
 from agentmesh.agent.loop.run import Agent
 from agentmesh.agent.loop.session_open import SessionToOpen
@@ -316,6 +317,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         settings=agent_settings,
         model=settings.llm.model_name,
         telemetry=telemetry,
+        capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target, known=known_background),
         usage_log=GrpcUsageLog(memory_client, usage_outbox),

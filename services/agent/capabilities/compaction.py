@@ -13,7 +13,7 @@ Policy (characters, like the budget in context.py):
   An old part too big for one call is summarised in passes, each folding in the last.
 - **Durability**: the summary is appended to the transcript as a `role: system` message with
   `kind: "summary"` and `covers_through_seq` (the last stored message it replaces). `model_view`
-  turns a stored transcript into [latest summary] + messages after it covers, so the next turn
+  (context.py) turns a stored transcript into [latest summary] + messages after it covers, so the next turn
   reuses it. The transcript keeps every message; compaction only changes what the model sees.
 - **Failure**: a summary call that fails (after the provider's retries) leaves the history as
   it was — `context.fit` then drops the oldest turns as before — with a status note. Compaction
@@ -22,12 +22,13 @@ Policy (characters, like the budget in context.py):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentmesh.agent.loop import context
+from agentmesh.agent.loop.context import SUMMARY_KIND
 from agentmesh.agent.loop.model_call import traced_model_call
 from agentmesh.agent.loop.turn import Capability
 from agentmesh.agent.loop.usage_log import UsageTag
@@ -35,14 +36,13 @@ from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEven
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
 
-if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
+if TYPE_CHECKING:  # only type names: the loop runs this capability, never imports it
     from agentmesh.agent.loop.run import Agent
     from agentmesh.agent.loop.turn_request import TurnRequest
     from agentmesh.agent.settings import AgentSettings
 
 log = get_logger("agentmesh.agent.compaction")
 
-SUMMARY_KIND = "summary"
 SUMMARY_HEADER = (
     "Summary of this conversation up to message {n} (compacted to fit the context; the transcript keeps every "
     "message):"
@@ -78,23 +78,6 @@ class Plan:
     kept: list[ChatMessage]  # the newest whole turns, kept verbatim
     covers_through_seq: int
     chars_before: int
-
-
-def model_view(stored: list[ChatMessage], *, use_summaries: bool) -> list[ChatMessage]:
-    """What the model sees of a stored transcript: the latest summary, then every message after
-    the ones it covers. Without summaries (or compaction off) the summary entries are skipped
-    and everything else is replayed, as before compaction existed.
-
-    A store that assigns no seq (an in-process store) numbers messages by position, which is
-    exactly what the memory service assigns."""
-    numbered = [m if m.seq else replace(m, seq=i + 1) for i, m in enumerate(stored)]
-    # Entries of other kinds (usage, …) are the agent's bookkeeping, never conversation.
-    messages = [m for m in numbered if not m.kind]
-    summaries = [m for m in numbered if m.kind == SUMMARY_KIND]
-    if not use_summaries or not summaries:
-        return messages
-    latest = max(summaries, key=lambda m: (m.covers_through_seq, m.seq))
-    return [latest, *(m for m in messages if m.seq > latest.covers_through_seq)]
 
 
 def plan(history: list[ChatMessage], *, threshold_chars: int, keep_chars: int, tool_output_chars: int) -> Plan | None:

@@ -30,12 +30,10 @@ from typing import TYPE_CHECKING
 
 from agentmesh.agent.capabilities.task_tools import TaskBoard
 from agentmesh.agent.loop.turn import Capability, Nudge, TurnContext, Verdict
-from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, ModelReply, StatusEvent
-from agentmesh.modes import DEEP
 
 if TYPE_CHECKING:
-    from agentmesh.agent.loop.turn_request import TurnRequest
+    pass
 
 
 PLAN_INSTRUCTION = (
@@ -74,15 +72,6 @@ _ITEM = re.compile(r"^\s*\d+[.)]\s+(.+?)\s*$", re.MULTILINE)
 def plan_items(plan: str) -> list[str]:
     """The numbered items of a plan, without their numbers or markdown emphasis."""
     return [item.replace("**", "").strip() for item in _ITEM.findall(plan) if item.strip()]
-
-
-def step_budget(request: "TurnRequest", settings: AgentSettings) -> int:
-    """Tool-using model calls the turn may make."""
-    if request.max_iterations:
-        return request.max_iterations
-    if request.mode == DEEP:
-        return min(settings.deep_max_iterations, settings.max_iterations_cap)
-    return settings.max_iterations
 
 
 class DeepWork(Capability):

@@ -41,6 +41,12 @@ class LearningSources:
         wanted = ((INSTRUCTIONS, self.instructions), (SKILLS, self.skills), (PROMOTED_TOOLS, self.promoted_tools))
         return frozenset(part for part, source in wanted if source is not None)
 
+    def for_turn(self) -> "tuple[LearningSources, Brought]":
+        """One turn's sources, the first read of each served from what its start brings; the
+        start answers through the `Brought` (the loop's `TurnLearning`, ports.py)."""
+        brought = Brought(self.parts())
+        return prefetched(self, brought), brought
+
 
 @dataclass(frozen=True)
 class Learned:
@@ -61,7 +67,8 @@ class Brought:
     """What a turn's start brought for the learning capabilities, once it has answered; their
     `load` runs beside the start and waits for it here."""
 
-    def __init__(self) -> None:
+    def __init__(self, parts: frozenset[str] = frozenset()) -> None:
+        self._parts = parts  # what the start was asked to bring
         self._answered = asyncio.Event()
         self._learned: Learned | None = None
 
@@ -70,6 +77,10 @@ class Brought:
         if not self._answered.is_set():
             self._learned = learned
             self._answered.set()
+
+    def fail(self, reason: str) -> None:
+        """The start failed: every part it was to bring failed with `reason`."""
+        self.answer(Learned.failed(reason, self._parts))
 
     async def part(self, name: str, value_of: str) -> tuple[bool, Any]:
         await self._answered.wait()

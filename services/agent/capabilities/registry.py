@@ -1,7 +1,12 @@
 """Which capabilities a turn gets, in the order their hooks run. Adding a capability means a
-class in its own module (see turn.py) and one line here."""
+class in its own module (see loop/turn.py, the seam) and one line here.
+
+The loop imports no capability: whoever composes the agent hands it `for_turn`
+(`Agent(..., capabilities=for_turn)`, in server.py's `build`)."""
 
 from __future__ import annotations
+
+from typing import cast
 
 from agentmesh.agent.capabilities import (
     background,
@@ -19,6 +24,7 @@ from agentmesh.agent.capabilities import (
     task_tools,
     thinking,
 )
+from agentmesh.agent.capabilities.learning import LearningSources
 from agentmesh.agent.loop.turn import Capability, TurnContext
 from agentmesh.modes import DEEP
 
@@ -26,7 +32,8 @@ from agentmesh.modes import DEEP
 def for_turn(ctx: TurnContext) -> list[Capability]:
     request, settings = ctx.request, ctx.settings
     found: list[Capability] = []
-    learning = ctx.learning
+    # The agent's LearningSources, as the turn's start serves them (learning.py).
+    learning = cast("LearningSources | None", ctx.learning)
     if learning is not None and learning.instructions is not None:
         # First: its section must be in place before any capability's first model call.
         found.append(instructions.StandingInstructions(ctx, learning.instructions))
@@ -42,8 +49,8 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(background.BackgroundResults(ctx))
     if ctx.agent.memory is not None:
         found.append(reflection.RecalledLearnings(ctx))
-    if ctx.agent.memory_tools is not None:
-        found.append(memory_tools.MemoryToolsCapability(ctx, ctx.agent.memory_tools))
+    if ctx.agent.memory is not None:
+        found.append(memory_tools.MemoryToolsCapability(ctx, memory_tools.MemoryTools(ctx.agent.memory)))
     if settings.think_tool:
         found.append(thinking.ThinkTool(ctx))
     wants_board = request.plan or (request.mode or "default") in settings.task_modes

@@ -24,13 +24,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from agentmesh.agent.capabilities import budget
 from agentmesh.agent.capabilities.tasks import PENDING, BoardError
 from agentmesh.agent.loop.context import clip
 from agentmesh.agent.loop.turn import Capability, TurnContext
+from agentmesh.agent.loop.turn_request import SubagentLink
+from agentmesh.agent.loop.turn_request import (
+    workspace_of as workspace_of,  # skills, promoted tools: subagents.workspace_of
+)
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import (
     ApprovalRequestEvent,
@@ -51,7 +54,7 @@ from agentmesh.ids import new_id
 from agentmesh.logs import get_logger
 from agentmesh.toolargs import ArgumentsSchema
 
-if TYPE_CHECKING:  # the loop imports this module; only type names flow back
+if TYPE_CHECKING:  # only type names: the loop runs this capability, never imports it
     from agentmesh.agent.capabilities.task_tools import TaskBoard
     from agentmesh.agent.loop.run import TurnRun
     from agentmesh.agent.loop.turn_request import TurnRequest
@@ -72,23 +75,6 @@ SUBAGENT_NOTE = (
     "or their output. Files you read and write are in the workspace you share with it. Do not ask questions: "
     "if something blocks you, say what it is and stop."
 )
-
-
-@dataclass(frozen=True)
-class SubagentLink:
-    """What makes a turn a sub-agent's: who delegated it and where its tools work."""
-
-    parent_session_id: str
-    workspace_id: str  # the top-level session's id: every sub-agent shares its workspace
-    depth: int  # 1 for a child of a top-level turn
-    index: int  # 1, 2, ... within the parent turn
-    label: str  # "sub-agent 1 (research the API)"
-
-
-class ChildSessions(Protocol):
-    async def open_child(self, session_id: str, *, parent_session_id: str, namespace: str, title: str) -> None:
-        """Create the child's session record (a no-op when it exists); raises an AgentmeshError."""
-        ...
 
 
 TASK_ID_PROPERTY = {
@@ -150,22 +136,6 @@ def offered(request: "TurnRequest", settings: AgentSettings) -> bool:
     if depth >= settings.subagent_max_depth or settings.max_subagents == 0:
         return False
     return depth > 0 or (request.mode or "default") in settings.subagent_modes
-
-
-def workspace_of(request: "TurnRequest") -> str:
-    """The session whose workspace the turn's tool calls use: a sub-agent works in its root's."""
-    return request.subagent.workspace_id if request.subagent else request.session_id
-
-
-def agent_name(base: str, request: "TurnRequest") -> str:
-    return f"{base}/sub-agent" if request.subagent else base
-
-
-def span_attributes(request: "TurnRequest") -> dict[str, Any]:
-    link = request.subagent
-    if link is None:
-        return {}
-    return {"agentmesh.subagent.depth": link.depth, "agentmesh.subagent.parent_session_id": link.parent_session_id}
 
 
 def child_session_id(parent_session_id: str, run_id: str, call_id: str) -> str:

@@ -24,6 +24,8 @@ from typing import Iterable
 from agentmesh.agent.loop.ports import MemoryHit
 from agentmesh.agent.types import ChatMessage, ToolSpec
 
+# A compaction summary stored in the transcript (compaction.py) has this kind.
+SUMMARY_KIND = "summary"
 INTERRUPTED = "error: no result was recorded for this call (the run was interrupted or cancelled)"
 OMITTED_OUTPUT = "[output omitted to fit the context budget]"
 MEMORY_CHARS = 1000
@@ -87,6 +89,23 @@ def system_prompt(
     return "\n\n".join(p for p in parts if p)
 
 
+def model_view(stored: list[ChatMessage], *, use_summaries: bool) -> list[ChatMessage]:
+    """What the model sees of a stored transcript: the latest summary, then every message after
+    the ones it covers. Without summaries (or compaction off) the summary entries are skipped
+    and everything else is replayed, as before compaction existed.
+
+    A store that assigns no seq (an in-process store) numbers messages by position, which is
+    exactly what the memory service assigns."""
+    numbered = [m if m.seq else replace(m, seq=i + 1) for i, m in enumerate(stored)]
+    # Entries of other kinds (usage, …) are the agent's bookkeeping, never conversation.
+    messages = [m for m in numbered if not m.kind]
+    summaries = [m for m in numbered if m.kind == SUMMARY_KIND]
+    if not use_summaries or not summaries:
+        return messages
+    latest = max(summaries, key=lambda m: (m.covers_through_seq, m.seq))
+    return [latest, *(m for m in messages if m.seq > latest.covers_through_seq)]
+
+
 def repair(history: list[ChatMessage]) -> list[ChatMessage]:
     """Make a stored transcript valid to replay: every assistant tool call followed by exactly one
     result (in call order; a placeholder when a crash or cancel lost it), no orphan results."""
@@ -135,7 +154,7 @@ def fit(
         return [replace(m, content=clip(m.content, tool_output_chars))
                 if m.role == "tool" and len(m.content) > tool_output_chars else m for m in messages]
 
-    pinned = history[:1] if history and history[0].kind == "summary" else []
+    pinned = history[:1] if history and history[0].kind == SUMMARY_KIND else []
     turns = [clipped(t) for t in whole_turns(history[len(pinned):])]
     current = clipped(current)
     total = (len(system) + sum(size_of(m) for m in pinned) + sum(size_of(m) for t in turns for m in t)

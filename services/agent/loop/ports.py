@@ -4,18 +4,19 @@ tests implement them in a few lines each, so the loop is tested without the wire
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 
-if TYPE_CHECKING:  # learning.py imports the capabilities, which import this module
-    from agentmesh.agent.capabilities.learning import Learned
+if TYPE_CHECKING:
     from agentmesh.agent.loop.session_open import OpenedSession, SessionToOpen
 
 __all__ = [
     "BackgroundCheck",
     "BackgroundCommands",
+    "ChildSessions",
+    "LearningAnswer",
     "ListedCatalog",
     "LongTermMemory",
     "MemoryHit",
@@ -23,6 +24,7 @@ __all__ = [
     "ToolRunner",
     "TranscriptStore",
     "TurnBeginning",
+    "TurnLearning",
     "TurnStarter",
 ]
 
@@ -90,9 +92,10 @@ class TurnBeginning:
     stored: list[ChatMessage]  # the session's transcript before the turn's first messages
     memories: list[MemoryHit]  # recalled for the turn
     recall_error: str = ""  # why recall failed (the turn goes on without it)
-    # What it read for the learning capabilities (learning.py); None: nothing (not asked, or a
-    # memory service that cannot), so they read it themselves.
-    learned: "Learned | None" = None
+    # What it read for the learning capabilities (capabilities/learning.py's `Learned`, handed to
+    # them unread: `TurnLearning`); None: nothing (not asked, or a memory service that cannot),
+    # so they read it themselves.
+    learned: Any = None
     # The session `opening` put (session_open.py); None: not asked, or a memory service that
     # ignores it (older than it).
     opened: "OpenedSession | None" = None
@@ -140,4 +143,39 @@ class BackgroundCommands(Protocol):
 
     async def stop(self, session_id: str) -> int:
         """Stop every running background command of the session; raises an AgentmeshError."""
+        ...
+
+
+class ChildSessions(Protocol):
+    """Creates sub-agents' sessions (capabilities/subagents.py)."""
+
+    async def open_child(self, session_id: str, *, parent_session_id: str, namespace: str, title: str) -> None:
+        """Create the child's session record (a no-op when it exists); raises an AgentmeshError."""
+        ...
+
+
+class LearningAnswer(Protocol):
+    """Where a turn's start hands what it brought for the learning capabilities."""
+
+    def answer(self, learned: Any) -> None:
+        """What the start brought (`TurnBeginning.learned`); None: nothing, they read it themselves."""
+        ...
+
+    def fail(self, reason: str) -> None:
+        """The start failed: every part it was to bring failed with `reason`."""
+        ...
+
+
+class TurnLearning(Protocol):
+    """What the agent reads to learn across sessions (capabilities/learning.py's `LearningSources`),
+    as the loop sees it: which parts a turn's start should bring, and one turn's view of it
+    served from what that start brings."""
+
+    def parts(self) -> frozenset[str]:
+        """What a turn's start should bring (none: the capabilities read it themselves)."""
+        ...
+
+    def for_turn(self) -> "tuple[TurnLearning, LearningAnswer]":
+        """One turn's sources, their first reads served from what its start brings (answered
+        through the second)."""
         ...

@@ -39,18 +39,17 @@ from typing import Any, AsyncIterator, Callable, cast
 import structlog
 from opentelemetry.trace import Status, StatusCode
 
-from agentmesh.agent.capabilities import deep, learning, subagents
-from agentmesh.agent.capabilities import registry as capabilities
-from agentmesh.agent.capabilities.memory_tools import MemoryTools
 from agentmesh.agent.loop import context, tool_access
 from agentmesh.agent.loop.approvals import ApprovalGate
 from agentmesh.agent.loop.model_choice import ModelChoice, NamedModel
 from agentmesh.agent.loop.ports import (
     BackgroundCommands,
+    ChildSessions,
     ListedCatalog,
     LongTermMemory,
     ToolRunner,
     TranscriptStore,
+    TurnLearning,
     TurnStarter,
 )
 from agentmesh.agent.loop.session_open import OpenedSession
@@ -58,7 +57,7 @@ from agentmesh.agent.loop.show_after_save import ShowAfterSave
 from agentmesh.agent.loop.tool_calls import ToolCalls
 from agentmesh.agent.loop.turn import Capability, Nudge, Stop, TurnContext, Verdict
 from agentmesh.agent.loop.turn_model import TurnModel
-from agentmesh.agent.loop.turn_request import TurnRequest
+from agentmesh.agent.loop.turn_request import TurnRequest, agent_name, span_attributes, step_budget, workspace_of
 from agentmesh.agent.loop.turn_start import TurnStartup
 from agentmesh.agent.loop.usage_log import UsageLog
 from agentmesh.agent.providers.base import ModelProvider
@@ -94,6 +93,9 @@ log = get_logger("agentmesh.agent")
 
 _END = object()
 
+# Which capabilities a turn gets, in the order their hooks run (capabilities/registry.py).
+CapabilitiesFor = Callable[[TurnContext], list[Capability]]
+
 
 class Agent:
     """Everything a turn needs, shared by all turns of this service."""
@@ -108,23 +110,25 @@ class Agent:
         *,
         model: str,
         telemetry: Telemetry,
+        capabilities: CapabilitiesFor,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-        sessions: subagents.ChildSessions | None = None,
+        sessions: ChildSessions | None = None,
         background: BackgroundCommands | None = None,
         models: dict[str, NamedModel] | None = None,
         usage_log: UsageLog | None = None,
         turn_start: TurnStarter | None = None,
-        learning: "learning.LearningSources | None" = None,
+        learning: TurnLearning | None = None,
         catalog: ListedCatalog | None = None,
     ):
         self.provider = provider
         self.tools = tools
         self.transcripts = transcripts
         self.memory = memory
-        self.memory_tools = MemoryTools(memory) if memory is not None else None
         self.settings = settings
         self.model = model
         self.telemetry = telemetry
+        # Which capabilities a turn gets (capabilities/registry.py's `for_turn`, wired by the server).
+        self.capabilities = capabilities
         self.clock = clock
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
@@ -150,7 +154,7 @@ class TurnRun:
         self.request = request
         self.settings = agent.settings
         models = ModelChoice(agent.models, request.model)
-        self.max_iterations = deep.step_budget(request, agent.settings)
+        self.max_iterations = step_budget(request, agent.settings)
         self.usage = Usage()
         self.trace_id = ""
         self.approvals = approvals or ApprovalGate(agent.settings.approval_tools | request.approval_tools,
@@ -179,7 +183,7 @@ class TurnRun:
             call_model=self._call_model, persist=self._persist, inject=self._inject,
             start_child=lambda child: agent.start(child, approvals=self.approvals),
         )
-        self._capabilities: list[Capability] = capabilities.for_turn(self._ctx)
+        self._capabilities: list[Capability] = agent.capabilities(self._ctx)
         self._model = TurnModel(self._ctx, self._capabilities, models, self._shown)
         self._tool_owners: dict[str, Capability] = {}
         self._turn_messages: list[ChatMessage] = []
@@ -282,10 +286,10 @@ class TurnRun:
         req = self.request
         tracer = self.agent.telemetry.tracer
         attributes = {"agentmesh.session_id": req.session_id, "agentmesh.run_id": req.run_id,
-                      **subagents.span_attributes(req)}
+                      **span_attributes(req)}
         with structlog.contextvars.bound_contextvars(session_id=req.session_id, run_id=req.run_id), \
                 self.agent.telemetry.metrics.turn_in_flight(), \
-                invoke_agent_span(tracer, agent_name=subagents.agent_name(self.settings.name, req),
+                invoke_agent_span(tracer, agent_name=agent_name(self.settings.name, req),
                                   conversation_id=req.session_id, model=self.model,
                                   provider=self.agent.provider.name, attributes=attributes) as span:
             context_of = span.get_span_context()
@@ -469,5 +473,5 @@ class TurnRun:
             available = ", ".join(sorted(self._catalog)) or "none"
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
         # A sub-agent's tools work in its root session's workspace, so files are shared.
-        return await self.agent.tools.execute(subagents.workspace_of(self.request), call, self.request.namespace,
+        return await self.agent.tools.execute(workspace_of(self.request), call, self.request.namespace,
                                               mcp_version=self.request.mcp_servers_version)

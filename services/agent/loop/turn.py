@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from agentmesh.agent.loop.approvals import ApprovalGate
-from agentmesh.agent.loop.ports import MemoryHit
+from agentmesh.agent.loop.ports import MemoryHit, TurnLearning
 from agentmesh.agent.loop.usage_log import UsageTag
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, ModelReply, RunEvent, ToolCall, ToolOutcome, ToolSpec, Usage
@@ -39,7 +39,6 @@ from agentmesh.agent.types import ChatMessage, ModelReply, RunEvent, ToolCall, T
 __all__ = ["Capability", "Nudge", "Stop", "TurnContext", "Verdict"]
 
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
-    from agentmesh.agent.capabilities.learning import LearningSources
     from agentmesh.agent.loop.run import Agent, TurnRun
     from agentmesh.agent.loop.turn_request import TurnRequest
 
@@ -73,7 +72,7 @@ class TurnContext:
     usage_tag: UsageTag
     # Where this turn's learning capabilities read the namespace's standing instructions, skills
     # and promoted tools (the agent's sources, their first reads served by the turn's start).
-    learning: "LearningSources | None" = None
+    learning: TurnLearning | None = None
     # The session's stored transcript as loaded (every entry, of every kind), before `prepare_history`.
     stored: list[ChatMessage] = field(default_factory=list)
     # Filled in by the loop before `before_first_call`.

@@ -28,11 +28,11 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable, Sequence
 
-from agentmesh.agent.capabilities import compaction, learning, subagents
 from agentmesh.agent.loop import context
-from agentmesh.agent.loop.ports import MemoryHit, NotSupported
+from agentmesh.agent.loop.ports import LearningAnswer, MemoryHit, NotSupported
 from agentmesh.agent.loop.session_open import OpenedSession, resolve
 from agentmesh.agent.loop.turn import Capability
+from agentmesh.agent.loop.turn_request import TurnRequest, workspace_of
 from agentmesh.agent.loop.usage_log import UsageTag
 from agentmesh.agent.types import ChatMessage, RunEvent, StatusEvent, ToolSpec
 from agentmesh.errors import AgentmeshError
@@ -40,7 +40,6 @@ from agentmesh.logs import get_logger
 
 if TYPE_CHECKING:  # the loop imports this module
     from agentmesh.agent.loop.run import Agent
-    from agentmesh.agent.loop.turn_request import TurnRequest
 
 log = get_logger("agentmesh.agent")
 
@@ -64,14 +63,14 @@ class TurnStartup:
         # A turn that opens its session (session_open.py): told the resolved request once it is open.
         self._on_opened = on_opened
         self.usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
-                                  subagents.workspace_of(request), agent.settings.memory_timeout_s)
-        # What StartTurn brings for the learning capabilities (none: they read it themselves).
-        self._brought = learning.Brought()
+                                  workspace_of(request), agent.settings.memory_timeout_s)
+        # Where StartTurn's answer for the learning capabilities goes (None: they read it themselves).
+        self._brought: LearningAnswer | None = None
         self._learning_parts: frozenset[str] = frozenset()
         self.learning = agent.learning
         if agent.learning is not None and agent.turn_start is not None and agent.learning.parts():
             self._learning_parts = agent.learning.parts()
-            self.learning = learning.prefetched(agent.learning, self._brought)
+            self.learning, self._brought = agent.learning.for_turn()
         # The tools service's catalog for this turn; known: listed (not an outage stand-in).
         self.remote_tools: list[ToolSpec] = []
         self.remote_catalog_known = False
@@ -103,8 +102,9 @@ class TurnStartup:
             self._answer_learning(None)  # whatever happened, no load waits forever
         return started
 
-    def _answer_learning(self, learned: "learning.Learned | None") -> None:
-        self._brought.answer(learned)
+    def _answer_learning(self, learned: Any) -> None:
+        if self._brought is not None:
+            self._brought.answer(learned)
 
     # --- the turn's start in memory -----------------------------------------------------------
 
@@ -128,7 +128,8 @@ class TurnStartup:
             except NotSupported:
                 self._answer_learning(None)  # an older memory service: the separate calls below
             except AgentmeshError as exc:
-                self._answer_learning(learning.Learned.failed(exc.message, self._learning_parts))
+                if self._brought is not None:
+                    self._brought.fail(exc.message)
                 raise
             else:
                 if opening is not None:
@@ -161,7 +162,7 @@ class TurnStartup:
             self._on_opened(self._request, opened)
 
     def _history_from(self, stored: list[ChatMessage]) -> list[ChatMessage]:
-        return context.repair(compaction.model_view(stored, use_summaries=self._settings.compaction))
+        return context.repair(context.model_view(stored, use_summaries=self._settings.compaction))
 
     async def _recall(self) -> list[MemoryHit]:
         memory, k = self._agent.memory, self._settings.recall_k
