@@ -1,5 +1,5 @@
 """gRPC adapters of what the learning capabilities read from the memory service (standing
-instructions, skills, promoted tools), kept apart from adapters.py so they grow with those capabilities."""
+instructions, skills, promoted tools), kept apart from memory.py so they grow with those capabilities."""
 
 from __future__ import annotations
 

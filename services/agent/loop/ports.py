@@ -1,4 +1,4 @@
-"""The narrow interfaces the agent loop depends on. `adapters.py` implements them over gRPC;
+"""The narrow interfaces the agent loop depends on. `adapters/` implements them over gRPC;
 tests implement them in a few lines each, so the loop is tested without the wire."""
 
 from __future__ import annotations

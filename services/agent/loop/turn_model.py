@@ -1,4 +1,4 @@
-"""How a turn calls its model; loop.py decides when. One call is: the request (the system
+"""How a turn calls its model; run.py decides when. One call is: the request (the system
 prompt, the history fitted to the context budget, this turn's messages through every
 capability's `view`), sent to the turn's model and, when that fails, to the catalogue's
 fallback (model_choice.py); a step's reply cut off by the output limit is continued.

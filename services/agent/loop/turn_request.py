@@ -1,5 +1,5 @@
 """What one turn is asked to do: the message, the session, and the options the gateway (or a
-parent turn, for a sub-agent) resolved for it. The loop (loop.py) runs it."""
+parent turn, for a sub-agent) resolved for it. The loop (run.py) runs it."""
 
 from __future__ import annotations
 

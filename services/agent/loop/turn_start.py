@@ -79,7 +79,7 @@ class TurnStartup:
                   persist: Callable[[list[ChatMessage]], Awaitable[None]],
                   writing: Callable[[], AsyncContextManager[None]]) -> Started:
         """`persist` appends to the transcript; `writing` marks a write in flight (not a safe
-        point for an interrupt, loop.py)."""
+        point for an interrupt, run.py)."""
         # The loads that do something (most capabilities have none), each in a task of its own:
         # those served from what `_begin` brings wait for it.
         loads = [capability.load() for capability in capabilities if type(capability).load is not Capability.load]
