@@ -24,7 +24,8 @@ import httpx
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.loop.run import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy, http_client
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, RunFinishedEvent, ToolCall, ToolOutcome, ToolSpec
@@ -134,7 +135,7 @@ async def main(turns: int, concurrency: int) -> None:
         client = http_client(30, 5, telemetry)
         provider = OpenAIProvider(client, llm.base_url, "", RetryPolicy())
         agent = Agent(provider, NoopTools(), MemoryTranscripts(), None, AgentSettings(recall_k=0), model="m",
-                      telemetry=telemetry)
+                      telemetry=telemetry, capabilities=for_turn)
 
         async def loop_turn(n: int) -> None:
             events = [e async for e in agent.start(TurnRequest(f"s{n}", f"r{n}", f"turn {n}")).events()]

@@ -51,8 +51,9 @@ import time
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from agentmesh.agent import compaction, deep, subagents
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.capabilities import compaction, deep, subagents
+from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.loop.run import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy, http_client
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import RunFinishedEvent, ToolSpec
@@ -85,7 +86,8 @@ def make_agent(llm: ScriptedLLMServer, telemetry: Telemetry, env: dict[str, str]
     client = http_client(30, 5, telemetry)
     provider = OpenAIProvider(client, llm.base_url, "", RetryPolicy())
     settings = AgentSettings.from_env({"AGENTMESH_AGENT_RECALL_K": "0", **env})
-    agent = Agent(provider, NoopTools(tools), MemoryTranscripts(), None, settings, model="m", telemetry=telemetry)
+    agent = Agent(provider, NoopTools(tools), MemoryTranscripts(), None, settings, model="m", telemetry=telemetry,
+                  capabilities=for_turn)
     return agent, client
 
 
@@ -232,7 +234,8 @@ async def trimming_turn(llm: ScriptedLLMServer, telemetry: Telemetry, *, keep: i
     client = http_client(30, 5, telemetry)
     provider = OpenAIProvider(client, llm.base_url, "", RetryPolicy())
     settings = AgentSettings.from_env({"AGENTMESH_AGENT_RECALL_K": "0", **env})
-    agent = Agent(provider, BigOutputTools(chars), MemoryTranscripts(), None, settings, model="m", telemetry=telemetry)
+    agent = Agent(provider, BigOutputTools(chars), MemoryTranscripts(), None, settings, model="m", telemetry=telemetry,
+                  capabilities=for_turn)
     try:
         before = len(llm.requests)
         started = time.perf_counter()

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentmesh.agent.model_call import traced_model_call
+from agentmesh.agent.loop.model_call import traced_model_call
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, ModelRequest, ToolCall, ToolSpec, Usage

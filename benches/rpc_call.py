@@ -53,7 +53,7 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
     """Serve and call; then, for each line read on stdin, one round; print its result."""
     import grpc
 
-    from agentmesh.agent.tool_adapters import GrpcToolRunner
+    from agentmesh.agent.adapters.tools import GrpcToolRunner
     from agentmesh.agent.types import ToolCall
     from agentmesh.config import Settings
     from agentmesh.memory.client import MemoryClient

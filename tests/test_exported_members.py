@@ -22,8 +22,8 @@ import agentmesh.telemetry
 CONVENTIONAL = {"log", "T"}
 
 SERVICE_PORTS = [
-    "agentmesh.agent.ports",
-    "agentmesh.agent.turn",  # the seam capabilities plug into
+    "agentmesh.agent.loop.ports",
+    "agentmesh.agent.loop.turn",  # the seam capabilities plug into
     "agentmesh.gateway.ports",
     "agentmesh.scheduler.ports",
     "agentmesh.tools.catalog",

@@ -12,27 +12,28 @@ from typing import Any
 from google.protobuf import json_format
 
 from agentmesh.agent import types as t
-from agentmesh.agent.adapters import (
+from agentmesh.agent.adapters.background_sessions import KnownBackground
+from agentmesh.agent.adapters.learning import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
+from agentmesh.agent.adapters.memory import (
     GrpcLongTermMemory,
     GrpcTranscripts,
     GrpcTurnStart,
     GrpcUsageLog,
     UsageOutbox,
 )
-from agentmesh.agent.background_sessions import KnownBackground
-from agentmesh.agent.learning import LearningSources
-from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
-from agentmesh.agent.loop import Agent
-from agentmesh.agent.model_choice import NamedModel
+from agentmesh.agent.adapters.tool_catalog import CachedCatalog
+from agentmesh.agent.adapters.tools import GrpcBackgroundCommands, GrpcToolRunner
+from agentmesh.agent.adapters.watches import BackgroundWatch, CatalogWatch
+from agentmesh.agent.capabilities.learning import LearningSources
+from agentmesh.agent.capabilities.reflection import Reflector
+from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.loop.model_choice import NamedModel
+from agentmesh.agent.loop.run import Agent
+from agentmesh.agent.loop.session_open import SessionToOpen
+from agentmesh.agent.loop.turn_request import TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
-from agentmesh.agent.reflection import Reflector
-from agentmesh.agent.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.agent.tool_adapters import GrpcBackgroundCommands, GrpcToolRunner
-from agentmesh.agent.tool_catalog import CachedCatalog
-from agentmesh.agent.turn_request import TurnRequest
-from agentmesh.agent.watches import BackgroundWatch, CatalogWatch
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
@@ -316,6 +317,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         settings=agent_settings,
         model=settings.llm.model_name,
         telemetry=telemetry,
+        capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target, known=known_background),
         usage_log=GrpcUsageLog(memory_client, usage_outbox),

@@ -1,7 +1,7 @@
 """Plain data the agent core works with: messages, tool calls and results, usage, events.
 
 These are deliberately free of protobuf and of any provider's wire format. `server.py` and
-`adapters.py` translate at the edges; the providers translate to OpenAI / Anthropic JSON.
+`adapters/` translate at the edges; the providers translate to OpenAI / Anthropic JSON.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentmesh.agent.loop import TurnRun
-from agentmesh.agent.ports import MemoryHit, NotSupported
+from agentmesh.agent.loop.ports import MemoryHit, NotSupported
+from agentmesh.agent.loop.run import TurnRun
 from agentmesh.agent.types import ChatMessage, RunEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import Unavailable
 from agentmesh.telemetry import Telemetry

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agentmesh.agent.loop import TurnRequest
+from agentmesh.agent.loop.run import TurnRequest
 from agentmesh.agent.settings import AgentSettings, parse_tool_names
 from agentmesh.agent.types import (
     ApprovalRequestEvent,

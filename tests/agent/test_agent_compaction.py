@@ -11,8 +11,10 @@ from typing import Sequence
 import pytest
 from opentelemetry.trace import StatusCode
 
-from agentmesh.agent import compaction, context
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.capabilities import compaction
+from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.loop import context
+from agentmesh.agent.loop.run import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, RunFinishedEvent, StatusEvent, TextDeltaEvent, ToolCall
@@ -39,7 +41,7 @@ def make_agent(http, llm, transcripts, telemetry, **overrides) -> Agent:
     settings = AgentSettings(**{"retry_base_s": 0.01, "recall_k": 0, **COMPACTION, **overrides})
     provider = OpenAIProvider(http, llm.base_url, "", RetryPolicy(max_retries=2, base_s=0.01))
     return Agent(provider, FakeTools({}), transcripts, None, settings, model="test-model", telemetry=telemetry,
-                 clock=lambda: NOW)
+                 capabilities=for_turn, clock=lambda: NOW)
 
 
 def chat_history(turns: int, start: int = 0, size: int = 800) -> list[ChatMessage]:
@@ -213,7 +215,7 @@ def pairs_intact(messages: list) -> bool:
 
 @pytest.mark.parametrize("keep_chars", range(0, 6000, 250))
 def test_the_plan_never_splits_a_tool_call_from_its_result(keep_chars):
-    history = compaction.model_view([m for i in range(4) for m in tool_turn(i, 600)], use_summaries=True)
+    history = context.model_view([m for i in range(4) for m in tool_turn(i, 600)], use_summaries=True)
     todo = compaction.plan(history, threshold_chars=100, keep_chars=keep_chars, tool_output_chars=16_000)
     if todo is None:  # everything fits in what is kept: nothing to compact
         assert sum(context.size_of(m) for m in history) <= keep_chars
@@ -297,11 +299,11 @@ async def test_a_store_without_seqs_is_numbered_by_position(http, telemetry):
 def test_model_view_uses_the_latest_summary():
     entries = [*chat_history(3), ChatMessage("system", "S1", kind="summary", covers_through_seq=2),
                *chat_history(2, start=3), ChatMessage("system", "S2", kind="summary", covers_through_seq=6)]
-    view = compaction.model_view(entries, use_summaries=True)
+    view = context.model_view(entries, use_summaries=True)
     assert [m.content[:10] for m in view] == ["S2", "question 3", "answer 3", "question 4", "answer 4"]
     assert [m.seq for m in view] == [12, 8, 9, 10, 11]
-    assert all(m.kind != "summary" for m in compaction.model_view(entries, use_summaries=False))
-    assert compaction.model_view(chat_history(1), use_summaries=True)[1].seq == 2
+    assert all(m.kind != "summary" for m in context.model_view(entries, use_summaries=False))
+    assert context.model_view(chat_history(1), use_summaries=True)[1].seq == 2
 
 
 def test_fit_keeps_the_summary_when_it_must_drop_turns():

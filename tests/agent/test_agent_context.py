@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from agentmesh.agent import context
-from agentmesh.agent.ports import MemoryHit
+from agentmesh.agent.loop import context
+from agentmesh.agent.loop.ports import MemoryHit
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, ToolCall, ToolSpec
 from agentmesh.config import ConfigError

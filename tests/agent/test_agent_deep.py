@@ -7,8 +7,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from agentmesh.agent.deep import step_budget
-from agentmesh.agent.loop import TurnRequest
+from agentmesh.agent.loop.run import TurnRequest
+from agentmesh.agent.loop.turn_request import step_budget
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import RunFinishedEvent, StatusEvent, ToolCall, ToolOutcome, ToolResultEvent
 from agentmesh.errors import InvalidArgument

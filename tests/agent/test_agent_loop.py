@@ -9,7 +9,8 @@ import json
 import pytest
 from opentelemetry.trace import StatusCode
 
-from agentmesh.agent.loop import Agent, TurnRequest
+from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.loop.run import Agent, TurnRequest
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy, ScriptedProvider, http_client
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import (
@@ -35,7 +36,7 @@ def make_agent(http, llm, tools, transcripts, telemetry, memory=None, **override
     settings = AgentSettings(**{"retry_base_s": 0.01, "recall_k": 3, **overrides})
     provider = OpenAIProvider(http, llm.base_url, KEY, RetryPolicy(max_retries=2, base_s=0.01))
     return Agent(provider, tools, transcripts, memory, settings, model="test-model", telemetry=telemetry,
-                 clock=lambda: NOW)
+                 capabilities=for_turn, clock=lambda: NOW)
 
 
 async def collect(run) -> list:
@@ -346,7 +347,7 @@ async def test_the_builtin_demo_script_drives_tools_and_memory(telemetry):
     memory = FakeMemory()
     tools = FakeTools({"write_file": write_file, "read_file": read_file, "shell": shell})
     agent = Agent(ScriptedProvider(DEMO_SCRIPT), tools, FakeTranscripts(), memory, AgentSettings(), model="scripted",
-                  telemetry=telemetry)
+                  telemetry=telemetry, capabilities=for_turn)
     events = await collect(agent.start(TurnRequest("demo", "r1", "write a note and remember it")))
     names = [e.call.name for e in of(events, ToolCallEvent)]
     assert names == ["write_file", "read_file", "shell", "memory_save", "memory_search"]
@@ -359,7 +360,7 @@ async def test_the_builtin_demo_script_drives_tools_and_memory(telemetry):
 @pytest.mark.parametrize("max_iterations", [1])
 async def test_a_scripted_turn_without_replies_left_still_finishes(telemetry, max_iterations):
     agent = Agent(ScriptedProvider({"turns": [{"match": "nothing-matches", "replies": []}]}), FakeTools({}),
-                  FakeTranscripts(), None, AgentSettings(), model="scripted", telemetry=telemetry)
+                  FakeTranscripts(), None, AgentSettings(), model="scripted", telemetry=telemetry, capabilities=for_turn)
     events = await collect(agent.start(TurnRequest("s", "r", "hello", max_iterations=max_iterations)))
     assert events[-1].stop_reason == "completed" and "no more replies" in events[-1].final_text
 

@@ -112,7 +112,7 @@ def closed_port() -> int:
 
 
 async def test_a_tools_outage_becomes_an_error_result():
-    from agentmesh.agent.tool_adapters import GrpcToolRunner
+    from agentmesh.agent.adapters.tools import GrpcToolRunner
     from agentmesh.agent.types import ToolCall
     from agentmesh.rpc.client import open_channel
 

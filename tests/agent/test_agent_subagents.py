@@ -9,8 +9,8 @@ import threading
 
 from opentelemetry.trace import StatusCode
 
-from agentmesh.agent.loop import TurnRequest
-from agentmesh.agent.subagents import child_session_id
+from agentmesh.agent.capabilities.subagents import child_session_id
+from agentmesh.agent.loop.run import TurnRequest
 from agentmesh.agent.types import (
     ApprovalRequestEvent,
     ApprovalResolvedEvent,

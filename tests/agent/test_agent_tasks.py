@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentmesh.agent.tasks import Board, BoardError
+from agentmesh.agent.capabilities.tasks import Board, BoardError
 from tests.agent.test_agent_finishing import Running, finished, of_kind, run_turn, statuses
 from tests.agent.test_agent_service import stored
 from tests.support.llm_server import failure, reply, tool_call

@@ -4,7 +4,7 @@ tool may be named after): the two lists may not drift."""
 
 from __future__ import annotations
 
-from agentmesh.agent import memory_tools, promoted_tools, skills, subagents, task_tools, thinking
+from agentmesh.agent.capabilities import memory_tools, promoted_tools, skills, subagents, task_tools, thinking
 from agentmesh.toolpolicy import AGENT_TOOLS
 
 

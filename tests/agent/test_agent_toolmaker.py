@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentmesh.agent.toolmaker import ToolRefused, describe
+from agentmesh.agent.capabilities.toolmaker import ToolRefused, describe
 
 SOURCE = '''
 from typing import Literal, Optional

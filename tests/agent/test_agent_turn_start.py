@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from agentmesh.agent.loop import TurnRequest
-from agentmesh.agent.ports import BackgroundCheck, NotSupported, TurnBeginning
+from agentmesh.agent.loop.ports import BackgroundCheck, NotSupported, TurnBeginning
+from agentmesh.agent.loop.run import TurnRequest
 from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall
 from tests.agent.agent_fakes import FakeMemory, FakeTools, FakeTranscripts, ok
 from tests.agent.test_agent_loop import collect, make_agent, of
@@ -124,14 +124,14 @@ class VersionedTools(FakeTools):
     listed = 0
 
     async def listing(self, namespace: str = "", mcp_version: float | None = None):
-        from agentmesh.agent.tool_catalog import Listing
+        from agentmesh.agent.adapters.tool_catalog import Listing
 
         self.listed += 1
         return Listing(await self.list_tools(namespace, mcp_version=mcp_version), self.version)
 
 
 async def test_the_catalog_is_listed_once_per_version_and_every_turn_while_no_version_is_known():
-    from agentmesh.agent.tool_catalog import CachedCatalog
+    from agentmesh.agent.adapters.tool_catalog import CachedCatalog
 
     tools = VersionedTools({"shell": answer})
     catalog = CachedCatalog(tools.listing)
@@ -177,7 +177,7 @@ class CountingInstructions:
         self.asked = 0
 
     async def instructions(self, namespace: str):
-        from agentmesh.agent.instructions import Instructions
+        from agentmesh.agent.capabilities.instructions import Instructions
 
         self.asked += 1
         return Instructions(soul="Read from the source.")
@@ -192,8 +192,8 @@ class LearningStarter(FakeStarter):
         self.asked_learning: list[frozenset[str]] = []
 
     async def start(self, session_id, first, *, namespace, query, k, recall_timeout_s, learning=frozenset()):
-        from agentmesh.agent.instructions import Instructions
-        from agentmesh.agent.learning import Learned
+        from agentmesh.agent.capabilities.instructions import Instructions
+        from agentmesh.agent.capabilities.learning import Learned
 
         self.asked_learning.append(learning)
         begun = await super().start(session_id, first, namespace=namespace, query=query, k=k,
@@ -205,7 +205,7 @@ class LearningStarter(FakeStarter):
 
 
 async def test_standing_instructions_come_with_the_turns_start_and_from_the_source_when_it_brings_none(http, telemetry):
-    from agentmesh.agent.learning import INSTRUCTIONS, LearningSources
+    from agentmesh.agent.capabilities.learning import INSTRUCTIONS, LearningSources
 
     transcripts, memory = FakeTranscripts(), FakeMemory()
     source = CountingInstructions()

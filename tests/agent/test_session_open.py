@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from agentmesh.agent.loop import TurnRequest
-from agentmesh.agent.session_open import OpenedSession, SessionToOpen, resolve
+from agentmesh.agent.loop.run import TurnRequest
+from agentmesh.agent.loop.session_open import OpenedSession, SessionToOpen, resolve
 from agentmesh.toolpolicy import ToolPolicy
 
 DEPLOYMENT = ToolPolicy(deny=("web_fetch",))

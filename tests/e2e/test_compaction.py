@@ -7,7 +7,7 @@ import json
 
 import grpc
 
-from agentmesh.agent.compaction import INSTRUCTION
+from agentmesh.agent.capabilities.compaction import INSTRUCTION
 from agentmesh.v1 import common_pb2, memory_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error, transcript
 from tests.support.llm_server import ScriptedLLMServer, reply

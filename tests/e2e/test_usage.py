@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from agentmesh.agent.compaction import INSTRUCTION
+from agentmesh.agent.capabilities.compaction import INSTRUCTION
 from agentmesh.v1 import gateway_pb2
 from tests.e2e.conftest import chat, collect, of_kind, rpc_error, wait_until
 from tests.e2e.test_deep_work import model as deep_model

@@ -10,7 +10,7 @@ import asyncio
 import grpc
 import pytest
 
-from agentmesh.agent.adapters import GrpcTurnStart
+from agentmesh.agent.adapters.memory import GrpcTurnStart
 from agentmesh.agent.types import ChatMessage
 from agentmesh.config import Settings
 from agentmesh.memory.client import MemoryClient

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from agentmesh.agent.adapters import GrpcTurnStart
+from agentmesh.agent.adapters.memory import GrpcTurnStart
 from agentmesh.agent.types import ChatMessage
 from agentmesh.v1 import common_pb2, memory_pb2
 
@@ -93,7 +93,7 @@ def as_gateway(memory_service):
 
 
 async def test_start_turn_brings_the_learning_parts_asked_for(memory_service):
-    from agentmesh.agent.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS
+    from agentmesh.agent.capabilities.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS
     from agentmesh.v1 import learning_pb2, memory_pb2_grpc
 
     client, stub = memory_service.client, memory_service.stub

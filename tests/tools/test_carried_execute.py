@@ -12,7 +12,7 @@ import uuid
 import grpc
 import pytest
 
-from agentmesh.agent.tool_adapters import GrpcToolRunner
+from agentmesh.agent.adapters.tools import GrpcToolRunner
 from agentmesh.agent.types import ToolCall
 from agentmesh.config import Settings
 from agentmesh.rpc.identity import ServiceIdentity

@@ -1,0 +1,150 @@
+"""The loop's tool ports over gRPC: the tools service's catalog, sandboxed execution (carried
+on one stream per agent process, agentmesh.rpc.carried) and background commands. Protobuf
+stops here; the core sees `types`."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import grpc
+from opentelemetry import trace
+
+from agentmesh.agent.adapters.background_sessions import KnownBackground
+from agentmesh.agent.adapters.tool_catalog import Listing
+from agentmesh.agent.loop.ports import BackgroundCheck
+from agentmesh.agent.types import BackgroundDone, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.errors import Unavailable
+from agentmesh.rpc.carried import CarriedClient, CarriedMethod, NotCarried
+from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
+from agentmesh.rpc.identity import ServiceIdentity
+from agentmesh.rpc.peers import OUTAGE, rpc_detail
+from agentmesh.telemetry.propagation import trace_metadata
+from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+
+__all__ = ["EXECUTE_METHOD", "GrpcBackgroundCommands", "GrpcToolRunner"]
+
+EXECUTE_METHOD = "/agentmesh.v1.Tools/Execute"
+
+_ERROR_KINDS = {
+    grpc.StatusCode.INVALID_ARGUMENT: "invalid_arguments",
+    grpc.StatusCode.NOT_FOUND: "not_found",
+    grpc.StatusCode.PERMISSION_DENIED: "denied",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "resource_exhausted",
+    grpc.StatusCode.FAILED_PRECONDITION: "failed_precondition",
+}
+
+
+
+
+class GrpcToolRunner:
+    """Tools over a channel *without* the tracing client interceptor: that interceptor awaits
+    the call's status inside its own task, so cancelling a call through it never reaches the
+    server (opentelemetry-instrumentation-grpc 0.5x). Trace context is injected by hand instead;
+    the execute_tool span is the parent of the tools service's spans.
+
+    `carry` (the agent's identity and tracer): Execute calls ride one long-lived stream
+    (`Tools.CarriedCalls`, agentmesh.rpc.carried), each with its own token, CLIENT span,
+    deadline and cancellation — cancelling the awaiting task cancels the call at the tools
+    service, which kills its sandboxed process; unary calls when the service has no such stream."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float, catalog_timeout_s: float = 10.0,
+                 carry: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._target = target
+        self._timeout_s = timeout_s
+        self._catalog_timeout_s = catalog_timeout_s
+        self._carrier: CarriedClient | None = None
+        self._executes: CarriedMethod[tools_pb2.ExecuteRequest, tools_pb2.ExecuteResponse] | None = None
+        if carry is not None:
+            identity, tracer = carry
+            self._carrier = CarriedClient(self._stub.CarriedCalls, tools_pb2.CarriedToolsCall, identity=identity,
+                                          audience="tools", tracer=tracer, peer=f"the tools service at {target}")
+            self._executes = self._carrier.method(EXECUTE_METHOD, "execute")
+
+    @property
+    def carrying_executes(self) -> bool:
+        """Whether Execute calls ride the stream (False: unary calls, e.g. to an older tools service)."""
+        return self._executes is not None and self._executes.carried
+
+    async def close(self) -> None:
+        """Close the carried calls' stream (the channel is the caller's to close)."""
+        if self._carrier is not None:
+            await self._carrier.close()
+
+    async def list_tools(self, namespace: str = "", *, mcp_version: float | None = None) -> list[ToolSpec]:
+        return (await self.listing(namespace, mcp_version)).specs
+
+    async def listing(self, namespace: str = "", mcp_version: float | None = None) -> Listing:
+        """The catalog with the version it was listed at (tool_catalog.py)."""
+        try:
+            reply = await self._stub.ListTools(
+                tools_pb2.ListToolsRequest(namespace=namespace, mcp_servers_version=mcp_version),
+                timeout=self._catalog_timeout_s, metadata=trace_metadata()
+            )
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"the tools service at {self._target} did not list its tools ({rpc_detail(err)})") from None
+        return Listing([tool_spec_from_proto(s) for s in reply.tools], reply.catalog_version)
+
+    async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
+                      mcp_version: float | None = None) -> ToolOutcome:
+        request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
+                                           arguments_json=call.arguments_json, namespace=namespace,
+                                           mcp_servers_version=mcp_version)
+        try:
+            reply = await self._execute(request)
+        except grpc.aio.AioRpcError as err:
+            detail = rpc_detail(err)
+            if err.code() in OUTAGE:
+                return ToolOutcome.error(
+                    call, "sandbox_unavailable", f"error: the tools service at {self._target} is not answering ({detail})"
+                )
+            return ToolOutcome.error(call, _ERROR_KINDS.get(err.code(), "tool_error"), f"error: {detail}")
+        return replace(tool_result_from_proto(reply.result), call_id=call.call_id, name=call.name)
+
+    async def _execute(self, request: tools_pb2.ExecuteRequest) -> tools_pb2.ExecuteResponse:
+        if self._executes is not None:
+            try:
+                return await self._executes.call(request, self._timeout_s)
+            except NotCarried:
+                pass
+        rpc = self._stub.Execute(request, timeout=self._timeout_s, metadata=trace_metadata())
+        try:
+            return await rpc
+        except asyncio.CancelledError:
+            rpc.cancel()  # the tools service sees the cancellation and kills the sandboxed process
+            raise
+
+
+class GrpcBackgroundCommands:
+    """BackgroundResults / StopBackground on the tools service; which sessions have any to
+    collect, from `known` (BackgroundWatch; None: always ask)."""
+
+    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0,
+                 known: KnownBackground | None = None):
+        self._stub = tools_pb2_grpc.ToolsStub(channel)
+        self._target = target
+        self._timeout_s = timeout_s
+        self._known = known
+
+    def may_have(self, session_id: str) -> bool:
+        return self._known is None or self._known.may_have(session_id)
+
+    async def take_finished(self, session_id: str) -> BackgroundCheck:
+        try:
+            reply = await self._stub.BackgroundResults(tools_pb2.BackgroundResultsRequest(session_id=session_id),
+                                                       timeout=self._timeout_s, metadata=trace_metadata())
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
+        return BackgroundCheck([BackgroundDone(id=c.id, command=c.command, status=c.status,
+                                               result=tool_result_from_proto(c.result),
+                                               seconds=max(c.finished_at - c.started_at, 0.0)) for c in reply.finished],
+                               reply.running)
+
+    async def stop(self, session_id: str) -> int:
+        try:
+            reply = await self._stub.StopBackground(tools_pb2.StopBackgroundRequest(session_id=session_id),
+                                                    timeout=self._timeout_s, metadata=trace_metadata())
+        except grpc.aio.AioRpcError as err:
+            raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
+        return reply.stopped

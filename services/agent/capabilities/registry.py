@@ -1,0 +1,72 @@
+"""Which capabilities a turn gets, in the order their hooks run. Adding a capability means a
+class in its own module (see loop/turn.py, the seam) and one line here.
+
+The loop imports no capability: whoever composes the agent hands it `for_turn`
+(`Agent(..., capabilities=for_turn)`, in server.py's `build`)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from agentmesh.agent.capabilities import (
+    background,
+    budget,
+    compaction,
+    deep,
+    guards,
+    instructions,
+    memory_tools,
+    plan_mode,
+    promoted_tools,
+    reflection,
+    skills,
+    subagents,
+    task_tools,
+    thinking,
+)
+from agentmesh.agent.capabilities.learning import LearningSources
+from agentmesh.agent.loop.turn import Capability, TurnContext
+from agentmesh.modes import DEEP
+
+
+def for_turn(ctx: TurnContext) -> list[Capability]:
+    request, settings = ctx.request, ctx.settings
+    found: list[Capability] = []
+    # The agent's LearningSources, as the turn's start serves them (learning.py).
+    learning = cast("LearningSources | None", ctx.learning)
+    if learning is not None and learning.instructions is not None:
+        # First: its section must be in place before any capability's first model call.
+        found.append(instructions.StandingInstructions(ctx, learning.instructions))
+    if learning is not None and learning.skills is not None:
+        found.append(skills.Skills(ctx, learning.skills))
+    if learning is not None and learning.promoted_tools is not None:
+        found.append(promoted_tools.PromotedTools(ctx, learning.promoted_tools))
+    if settings.compaction:
+        found.append(compaction.Compaction(ctx))
+    if budget.applies(ctx):
+        found.append(budget.TokenBudget(ctx))
+    if ctx.agent.background is not None and request.subagent is None:
+        found.append(background.BackgroundResults(ctx))
+    if ctx.agent.memory is not None:
+        found.append(reflection.RecalledLearnings(ctx))
+    if ctx.agent.memory is not None:
+        found.append(memory_tools.MemoryToolsCapability(ctx, memory_tools.MemoryTools(ctx.agent.memory)))
+    if settings.think_tool:
+        found.append(thinking.ThinkTool(ctx))
+    wants_board = request.plan or (request.mode or "default") in settings.task_modes
+    board = task_tools.TaskBoard(ctx) if wants_board else None
+    if board is not None:
+        found.append(board)
+    if subagents.offered(request, settings):
+        found.append(subagents.Delegation(ctx, board))
+    if board is not None and request.plan:
+        found.append(plan_mode.PlanMode(ctx, board, pins_board=request.mode != DEEP))
+    if request.mode == DEEP:
+        found.append(deep.DeepWork(ctx, board))
+    if settings.keep_tool_results:
+        found.append(guards.ToolOutputTrim(ctx))
+    if settings.wrap_up_steps:
+        found.append(guards.WrapUp(ctx))
+    if settings.repeat_limit >= 2:
+        found.append(guards.RepeatGuard(ctx))
+    return found

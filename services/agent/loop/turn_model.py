@@ -1,0 +1,135 @@
+"""How a turn calls its model; run.py decides when. One call is: the request (the system
+prompt, the history fitted to the context budget, this turn's messages through every
+capability's `view`), sent to the turn's model and, when that fails, to the catalogue's
+fallback (model_choice.py); a step's reply cut off by the output limit is continued.
+
+**A call beside the write before it.** A step's last tool results are saved beside the next
+model call, and shown — with the reply and everything after them — only once saved: that rule is
+show_after_save.py's, and `call` runs each model call through it (`ShowAfterSave.beside`). A
+reply dropped because the save failed is unseen and unsaved, but its tokens are counted all the
+same (model_call.py records usage as the reply arrives).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from agentmesh.agent.loop import context
+from agentmesh.agent.loop.model_call import traced_model_call
+from agentmesh.agent.loop.model_choice import ModelChoice
+from agentmesh.agent.loop.show_after_save import ShowAfterSave
+from agentmesh.agent.loop.turn import Capability, TurnContext
+from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent
+from agentmesh.errors import AgentmeshError
+from agentmesh.logs import get_logger
+
+log = get_logger("agentmesh.agent")
+
+# Finish reasons of a reply cut off by the output token limit (OpenAI, Anthropic).
+CUT_OFF = frozenset({"length", "max_tokens"})
+
+
+class TurnModel:
+    """The model calls of one turn. `shown`: the turn's save-before-show rule, which each call
+    goes through (a call starts beside the save of the step's last results, if they are unsaved)."""
+
+    def __init__(self, ctx: TurnContext, capabilities: list[Capability], models: ModelChoice,
+                 shown: ShowAfterSave[RunEvent]):
+        self.ctx = ctx
+        self.capabilities = capabilities
+        self.models = models
+        self.shown = shown
+        self.calls = 0  # the turn's `iterations`
+
+    def choose(self, models: ModelChoice) -> None:
+        """The turn's model as its session resolved it (session_open.py)."""
+        self.models = models
+        self.ctx.model = models.current.model
+
+    async def step_reply(self, turn: list[ChatMessage]) -> ModelReply:
+        """One step's reply. A text reply cut off by the output limit is continued — the partial
+        text sent back as the assistant's, with a note to go on — up to `max_continuations`
+        times, and the pieces stitched into one reply."""
+        reply = await self.call(turn, allow_tools=True)
+        bound = self.ctx.settings.max_continuations
+        pieces, reasoning = [reply.text], [reply.reasoning]
+        while reply.finish_reason in CUT_OFF and not reply.tool_calls and len(pieces) <= bound:
+            self.ctx.emit(StatusEvent(f"the reply was cut off by the output limit; continuing it "
+                                      f"({len(pieces)} of at most {bound})"))
+            partial = ChatMessage(role="assistant", content="".join(pieces))
+            note = ChatMessage(role="system", content=context.CONTINUE_INSTRUCTION)
+            reply = await self.call(turn, extra=[partial, note], allow_tools=True)
+            pieces.append(reply.text)
+            reasoning.append(reply.reasoning)
+        if len(pieces) == 1:
+            return reply
+        if reply.finish_reason in CUT_OFF and not reply.tool_calls:
+            self.ctx.emit(StatusEvent(f"the reply was still cut off after {bound} continuations; keeping what there is"))
+        return dataclasses.replace(reply, text="".join(pieces), reasoning="".join(reasoning))
+
+    def stored_text(self, reply: ModelReply) -> str:
+        """The reply as stored and sent back: its reasoning only when the settings keep it."""
+        if self.ctx.settings.keep_reasoning and reply.reasoning.strip():
+            return f"<think>\n{reply.reasoning.strip()}\n</think>\n{reply.text}"
+        return reply.text
+
+    async def call(self, turn: Sequence[ChatMessage], *, extra: Sequence[ChatMessage] = (),
+                   allow_tools: bool = False) -> ModelReply:
+        """One model call (TurnContext.call_model), beside the save of the step's last results
+        if they are unsaved (show_after_save.py)."""
+        self.calls += 1
+        if not self.shown.pending:
+            return await self._reply(self._request(turn, extra, allow_tools))
+        return await self.shown.beside(lambda: self._reply(self._request(turn, extra, allow_tools)),
+                                       name=f"model-call-{self.ctx.request.run_id}")
+
+    def _request(self, turn: Sequence[ChatMessage], extra: Sequence[ChatMessage], allow_tools: bool) -> ModelRequest:
+        ctx, s = self.ctx, self.ctx.settings
+        tools, memories = ctx.tools, ctx.memories
+        base = ctx.request.system_prompt or s.system_prompt
+        sections = [text for capability in self.capabilities for text in capability.system_sections()]
+        now = ctx.agent.clock()
+        system = context.system_prompt(base, now=now, tools=tools, memories=memories, sections=sections)
+        kept, current, omitted = context.fit(
+            system, ctx.history, [*self._view(turn), *extra], budget_chars=s.context_budget_chars,
+            tool_output_chars=s.tool_output_chars,
+        )
+        if omitted:  # the prompt then says how many messages were left out
+            system = context.system_prompt(base, now=now, tools=tools, memories=memories, omitted=omitted,
+                                           sections=sections)
+        return ModelRequest(
+            model=ctx.model,
+            messages=[ChatMessage(role="system", content=system), *kept, *current],
+            tools=tools,
+            allow_tools=allow_tools,
+            max_tokens=s.max_tokens,
+        )
+
+    def _view(self, turn: Sequence[ChatMessage]) -> list[ChatMessage]:
+        messages = list(turn)
+        for capability in self.capabilities:
+            messages = capability.view(messages)
+        return messages
+
+    async def _reply(self, request: ModelRequest) -> ModelReply:
+        """The reply of the turn's model, or of its fallback when it fails."""
+        ctx = self.ctx
+        while True:
+            chosen = self.models.current
+            request = dataclasses.replace(request, model=chosen.model,
+                                          max_tokens=chosen.max_output_tokens or request.max_tokens,
+                                          temperature=chosen.temperature, top_p=chosen.top_p)
+            tag = ctx.usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
+                                          fallback=self.models.fell_back)
+            try:
+                return await traced_model_call(chosen.provider, ctx.agent.telemetry, request,
+                                               usage=ctx.usage, emit=ctx.emit, tag=tag)
+            except AgentmeshError as exc:
+                fallback = self.models.fall_back()
+                if fallback is None:
+                    raise
+                log.warning("model failed; falling back", model=chosen.name, fallback=fallback.name, error=exc.message)
+                ctx.emit(StatusEvent(f"model {chosen.name!r} failed ({exc.message}); "
+                                     f"falling back to {fallback.name!r}"))
+                ctx.model = fallback.model
