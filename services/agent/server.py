@@ -24,7 +24,7 @@ from agentmesh.agent.learning import LearningSources
 from agentmesh.agent.learning_adapters import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
 from agentmesh.agent.loop import Agent
 from agentmesh.agent.model_choice import NamedModel
-from agentmesh.agent.providers import build_provider
+from agentmesh.agent.providers import build_provider, model_keys
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.reflection import Reflector
 from agentmesh.agent.session_open import SessionToOpen
@@ -271,9 +271,11 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
     for spec in catalog.models.values():
         if spec.name == DEFAULT_MODEL:
             continue
+        limit = settings.llm.max_concurrency if spec.max_concurrency is None else spec.max_concurrency
         llm = dataclasses.replace(settings.llm, provider=spec.provider, base_url=spec.base_url.rstrip("/"),
-                                  model=spec.model, api_key=spec.api_key)
-        provider, close = build_provider(llm, agent_settings, telemetry)
+                                  model=spec.model, api_key=spec.api_key, max_concurrency=limit)
+        # Every configured key is masked in every model's replies: one could be told another's.
+        provider, close = build_provider(llm, agent_settings, telemetry, name=spec.name, keys=model_keys(settings.llm))
         if spec.text_tool_calls:
             provider = TextToolCalls(provider)
         named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens,

@@ -55,6 +55,12 @@ class RetryPolicy:
     max_s: float = 20.0
     retry_after_max_s: float = 60.0
 
+    def after_s(self, asked_s: float) -> float:
+        """The delay for a server's Retry-After: what it asked, plus up to a quarter more (at most
+        2 s) — never sooner, but not every waiting call in step: a server that answered a burst
+        with 429 and `Retry-After: 1` would get the whole burst back in the same instant."""
+        return asked_s + random.uniform(0.0, min(asked_s / 4, 2.0))
+
     def backoff_s(self, attempt: int) -> float:
         """Delay before retry number `attempt` (from 1): exponential, capped, with full jitter
         over its upper half so that many agents hitting one server do not retry in step."""
@@ -205,7 +211,7 @@ class HttpStreamOpener:
                         f"the model server at {url} asked to retry after {wait:.0f}s (HTTP {status}), longer than "
                         f"the {self._retry.retry_after_max_s:.0f}s the agent waits{': ' + detail if detail else ''}"
                     )
-            delay = wait if wait is not None else self._retry.backoff_s(attempt)
+            delay = self._retry.after_s(wait) if wait is not None else self._retry.backoff_s(attempt)
             yield Retrying(attempt=attempt, max_attempts=attempts, delay_s=delay, reason=reason)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
