@@ -81,7 +81,7 @@ MAX_ANSWER_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 # seconds (benches/concurrent_turns.py). A call goes on a stream with nothing waiting to be
 # written — another is opened while there are fewer than this — so one turn at a time still
 # uses one stream, and a burst spreads over several that write side by side.
-MAX_STREAMS = 8
+MAX_STREAMS = 64
 
 # How the server answers a call of a method it does not carry (a oneof field it does not know).
 NOT_CARRIED_HERE = "this server does not carry that method on this stream: make it as a unary call"
