@@ -32,7 +32,7 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
 from agentmesh.config import ConfigError, secret_field
 
-__all__ = ["DEFAULT_MODEL", "MAX_MODELS", "PROVIDERS", "ModelCatalog", "ModelSpec", "catalog_of", "load_catalog", "load_model_file"]
+__all__ = ["DEFAULT_MODEL", "MAX_CONCURRENCY", "MAX_MODELS", "PROVIDERS", "ModelCatalog", "ModelSpec", "catalog_of", "load_catalog", "load_model_file"]
 
 DEFAULT_MODEL = "default"
 PROVIDERS = ("openai", "anthropic", "scripted")

@@ -427,8 +427,14 @@ class Transcripts:
         messages = [TranscriptMessage.from_payload(p) for p in payloads]
         # Transcripts written before appends were idempotent may hold a second result for a call.
         seen: set[str] = set()
-        messages = [m for m in messages if not (m.role == "tool" and m.tool_call_id and
-                                                (m.tool_call_id in seen or seen.add(m.tool_call_id)))]
+        shown: list[TranscriptMessage] = []
+        for m in messages:
+            if m.role == "tool" and m.tool_call_id:
+                if m.tool_call_id in seen:
+                    continue
+                seen.add(m.tool_call_id)
+            shown.append(m)
+        messages = shown
         next_after = last if last < session.message_count else 0
         return messages, next_after
 

@@ -63,7 +63,7 @@ from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry.rpcspans import end_client_span, rpc_attributes, start_carried_client_span
 from agentmesh.v1 import common_pb2
 
-__all__ = ["CARRY_LIMIT_BYTES", "MAX_ANSWER_BYTES", "NOT_CARRIED_HERE", "CarriedCalls", "CarriedClient",
+__all__ = ["CARRY_LIMIT_BYTES", "MAX_ANSWER_BYTES", "MAX_STREAMS", "NOT_CARRIED_HERE", "CarriedCalls", "CarriedClient",
            "CarriedMethod", "NotCarried", "ServedMethod", "oneof_answers", "oneof_requests"]
 
 log = get_logger("agentmesh.rpc")

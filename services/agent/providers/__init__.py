@@ -77,8 +77,9 @@ def build_provider(
         provider = AnthropicProvider(client, base_url, llm.api_key, retry)
     else:
         provider = OpenAIProvider(client, llm.endpoint, llm.api_key, retry)
-    slots = ModelSlots(name, llm.max_concurrency, telemetry.metrics if telemetry is not None else None)
-    provider = SlotLimited(provider, slots)
+    if llm.max_concurrency > 0:  # without a limit there is no wait to hold, say or count
+        slots = ModelSlots(name, llm.max_concurrency, telemetry.metrics if telemetry is not None else None)
+        provider = SlotLimited(provider, slots)
     masked = keys_worth_masking(model_keys(llm) if keys is None else keys)
     if masked:
         provider = KeyRedacting(provider, masked)

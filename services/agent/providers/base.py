@@ -20,7 +20,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping, Protocol
+from typing import Any, AsyncIterator, Mapping, Protocol, TypeVar
 
 import httpx
 
@@ -244,6 +244,21 @@ async def drain(events: AsyncIterator[Any], limit_s: float = 2.0) -> None:
         async with asyncio.timeout(limit_s):
             async for _ in events:
                 pass
+
+
+_Item = TypeVar("_Item")
+
+
+@contextlib.asynccontextmanager
+async def closing(events: AsyncIterator[_Item]) -> AsyncIterator[AsyncIterator[_Item]]:
+    """`events` (a provider's stream), closed on leaving the block — not whenever it is
+    collected: a wrapper that stops early must end its inner stream's HTTP response at once."""
+    try:
+        yield events
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def build_timeout(read_s: float, connect_s: float) -> httpx.Timeout:

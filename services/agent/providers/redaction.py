@@ -14,11 +14,10 @@ a key. What is streamed, joined, is what the reply holds.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import AsyncIterator, Iterable
 
-from agentmesh.agent.providers.base import ModelProvider
+from agentmesh.agent.providers.base import ModelProvider, closing
 from agentmesh.agent.types import ModelEvent, ModelReply, ModelRequest, ReasoningChunk, TextChunk
 
 __all__ = ["MASK", "KeyRedacting", "StreamMask", "keys_worth_masking"]
@@ -84,7 +83,7 @@ class KeyRedacting:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         text, reasoning = StreamMask(self.keys), StreamMask(self.keys)
-        async with contextlib.aclosing(self.inner.stream(request)) as events:
+        async with closing(self.inner.stream(request)) as events:
             async for event in events:
                 if isinstance(event, TextChunk):
                     shown = text.feed(event.text)

@@ -16,13 +16,12 @@ sent no more calls at once than before.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import AsyncIterator
 
 import httpx
 
-from agentmesh.agent.providers.base import ModelProvider
+from agentmesh.agent.providers.base import ModelProvider, closing
 from agentmesh.agent.types import ModelEvent, ModelRequest, WaitingForSlot
 from agentmesh.telemetry.instruments import ServiceMetrics
 
@@ -101,7 +100,7 @@ class SlotLimited:
         try:
             # Closed here, not when collected: its connection goes back to the pool before the
             # slot does, so the pool (sized to the slots) never makes a call wait.
-            async with contextlib.aclosing(self.inner.stream(request)) as events:
+            async with closing(self.inner.stream(request)) as events:
                 async for event in events:
                     yield event
         finally:
