@@ -249,7 +249,7 @@ async def main_async(args) -> None:
         return await asyncio.to_thread(arrivals_out.get, True, 30)
 
     model.start()
-    base_url = port_out.get(timeout=30)
+    base_url = port_out.get(timeout=120)  # a loaded machine starts a process slowly
     home = Path(tempfile.mkdtemp(prefix="agentmesh-concurrent-"))
     os.chmod(home, 0o755)
     pythons = {"agentmesh": sys.executable}
