@@ -48,6 +48,7 @@ __all__ = [
     "env",
     "load",
     "referenced_environment",
+    "secret_field",
     "secret_values",
     "section",
     "section_class",
@@ -78,6 +79,7 @@ SERVICE_SECTIONS = {
 _VAR = "agentmesh.config.var"
 _SECTION = "agentmesh.config.section"
 _ENVIRON = "agentmesh.config.environ"
+_SECRET = "agentmesh.config.secret"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -165,6 +167,12 @@ def declared_variables(kind: type, prefix: str = "") -> Iterator[tuple[str, EnvV
             yield from declared_variables(hints[f.name], prefix + f.metadata[_SECTION])
 
 
+def secret_field(default: str = "") -> Any:
+    """A field holding a credential that no variable declares (a key read from the variable a
+    file names): kept out of `repr`, and found by `secret_values` like a `secret=True` one."""
+    return field(default=default, repr=False, metadata={_SECRET: True})
+
+
 def secret_values(tree: Any) -> list[str]:
     """Every non-empty value of a field declared `secret=True`, anywhere in a loaded tree."""
     found: list[str] = []
@@ -173,7 +181,7 @@ def secret_values(tree: Any) -> list[str]:
     for f in dataclasses.fields(tree):
         value = getattr(tree, f.name)
         var = f.metadata.get(_VAR)
-        if var is not None and var.secret:
+        if (var is not None and var.secret) or f.metadata.get(_SECRET):
             found += [str(v) for v in value] if isinstance(value, (tuple, frozenset, list)) else [str(value)]
         elif isinstance(value, Mapping):
             for item in value.values():
@@ -267,6 +275,9 @@ class LLMSettings(EnvSection):
     model: str = env("AGENTMESH_LLM_MODEL", "")
     timeout_s: float = env("AGENTMESH_LLM_TIMEOUT_S", 120.0, minimum=1)
     max_retries: int = env("AGENTMESH_LLM_MAX_RETRIES", 4, minimum=0)
+    # Calls to this model at once; more wait for a slot, visibly (a status event, metrics). Also
+    # the default of every AGENTMESH_MODELS entry without its own `max_concurrency`. 0: no limit.
+    max_concurrency: int = env("AGENTMESH_LLM_MAX_CONCURRENCY", 1024, minimum=0, maximum=1_000_000)
     script_path: str = env("AGENTMESH_LLM_SCRIPT", "")  # scripted provider; "" = the built-in demo
     # Its prices per million tokens, for cost estimates (Gateway.GetUsage); 0: not configured.
     input_price_per_mtok: float = env("AGENTMESH_LLM_INPUT_PRICE_PER_MTOK", 0.0, minimum=0)

@@ -14,6 +14,8 @@ single AGENTMESH_LLM_* model, which is always there as `default`.
         max_output_tokens: 2048
         text_tool_calls: false           # true: tools described in the prompt, calls parsed from
                                          # <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+        max_concurrency: 64              # calls to it at once, the rest wait (visibly); 0: no
+                                         # limit; unset: AGENTMESH_LLM_MAX_CONCURRENCY
         fallback: default                # used when this one fails after its retries
 
 Plain data, parsed once at start-up; a bad file is a ConfigError naming the entry and the field.
@@ -28,9 +30,9 @@ from typing import Any, Mapping
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
-from agentmesh.config import ConfigError
+from agentmesh.config import ConfigError, secret_field
 
-__all__ = ["DEFAULT_MODEL", "MAX_MODELS", "PROVIDERS", "ModelCatalog", "ModelSpec", "catalog_of", "load_catalog", "load_model_file"]
+__all__ = ["DEFAULT_MODEL", "MAX_CONCURRENCY", "MAX_MODELS", "PROVIDERS", "ModelCatalog", "ModelSpec", "catalog_of", "load_catalog", "load_model_file"]
 
 DEFAULT_MODEL = "default"
 PROVIDERS = ("openai", "anthropic", "scripted")
@@ -44,7 +46,8 @@ class ModelSpec:
     base_url: str
     model: str
     api_key_env: str = ""
-    api_key: str = field(default="", repr=False)  # from the variable api_key_env names; never printed
+    # From the variable api_key_env names; never printed, masked in logs and model replies.
+    api_key: str = secret_field()
     context_window: int = 0
     input_price_per_mtok: float = 0.0
     output_price_per_mtok: float = 0.0
@@ -55,6 +58,9 @@ class ModelSpec:
     # For models without native function calling: tools are described in the system prompt and
     # calls parsed from the reply's text (agent/providers/text_tools.py).
     text_tool_calls: bool = False
+    # Calls to it at once (agent/providers/slots.py); 0: no limit; None: the deployment's
+    # AGENTMESH_LLM_MAX_CONCURRENCY.
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping of name, provider, base_url, model, ...")
     known = {"name", "provider", "base_url", "model", "api_key_env", "context_window", "prices", "temperature",
-             "top_p", "max_output_tokens", "fallback", "text_tool_calls"}
+             "top_p", "max_output_tokens", "fallback", "text_tool_calls", "max_concurrency"}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -144,6 +150,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
             text_tool_calls=_flag(entry.get("text_tool_calls"), f"{where} ({name}): text_tool_calls"),
             max_output_tokens=int(entry.get("max_output_tokens") or 0),
             fallback=str(entry.get("fallback") or ""),
+            max_concurrency=_concurrency(entry.get("max_concurrency"), f"{where} ({name}): max_concurrency"),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{where} ({name}): a number field holds something else ({exc})") from None
@@ -154,6 +161,20 @@ def _spec(entry: Any, where: str) -> ModelSpec:
     if min(spec.context_window, spec.max_output_tokens) < 0 or min(spec.input_price_per_mtok, spec.output_price_per_mtok) < 0:
         raise ConfigError(f"{where} ({name}): context_window, max_output_tokens and prices must not be negative")
     return spec
+
+
+MAX_CONCURRENCY = 1_000_000
+
+
+def _concurrency(value: Any, what: str) -> int | None:
+    """A whole number of calls, 0 (no limit) up to MAX_CONCURRENCY; absent: None (the default).
+    Strict: `true` or `2.5` or `"many"` is a mistake to point out, not a number to guess at."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CONCURRENCY:
+        raise ConfigError(f"{what} must be a whole number of calls at once from 0 (no limit) to "
+                          f"{MAX_CONCURRENCY}, got {value!r}")
+    return value
 
 
 def _flag(value: Any, what: str) -> bool:

@@ -31,7 +31,7 @@ from agentmesh.agent.loop.model_choice import NamedModel
 from agentmesh.agent.loop.run import Agent
 from agentmesh.agent.loop.session_open import SessionToOpen
 from agentmesh.agent.loop.turn_request import TurnRequest
-from agentmesh.agent.providers import build_provider
+from agentmesh.agent.providers import build_provider, model_keys
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.config import Settings
@@ -272,9 +272,11 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
     for spec in catalog.models.values():
         if spec.name == DEFAULT_MODEL:
             continue
+        limit = settings.llm.max_concurrency if spec.max_concurrency is None else spec.max_concurrency
         llm = dataclasses.replace(settings.llm, provider=spec.provider, base_url=spec.base_url.rstrip("/"),
-                                  model=spec.model, api_key=spec.api_key)
-        provider, close = build_provider(llm, agent_settings, telemetry)
+                                  model=spec.model, api_key=spec.api_key, max_concurrency=limit)
+        # Every configured key is masked in every model's replies: one could be told another's.
+        provider, close = build_provider(llm, agent_settings, telemetry, name=spec.name, keys=model_keys(settings.llm))
         if spec.text_tool_calls:
             provider = TextToolCalls(provider)
         named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens,

@@ -40,6 +40,7 @@ __all__ = [
     "ToolResultEvent",
     "ToolSpec",
     "Usage",
+    "WaitingForSlot",
     "tool_message",
 ]
 
@@ -128,6 +129,16 @@ class Retrying:
 
 
 @dataclass(frozen=True)
+class WaitingForSlot:
+    """The call waits for one of its model's slots (the model's `max_concurrency` calls are
+    running): said to the user, who would otherwise see a turn that hangs for no reason."""
+
+    model: str  # the catalogue's name
+    limit: int
+    waiting: int  # calls waiting for this model's slots, this one included
+
+
+@dataclass(frozen=True)
 class ModelReply:
     """The complete answer of one model call; always the last item a provider yields."""
 
@@ -139,7 +150,7 @@ class ModelReply:
     reasoning: str = ""  # what the model reasoned before answering (not part of `text`)
 
 
-ModelEvent = TextChunk | ReasoningChunk | Retrying | ModelReply
+ModelEvent = TextChunk | ReasoningChunk | Retrying | WaitingForSlot | ModelReply
 
 
 @dataclass(frozen=True)

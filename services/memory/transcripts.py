@@ -35,6 +35,9 @@ MAX_LABEL_CHARS = 256
 MAX_TOOL_CALLS = 128
 MAX_PAGE_SESSIONS = 500
 MAX_PAGE_MESSAGES = 1000
+# The result memory records for a call whose step ended without one (the agent was killed).
+NO_RESULT = ("error: no result was recorded for this call — its run stopped before the call finished "
+             "(the agent was stopped or crashed); the call may or may not have taken effect")
 
 
 @dataclass
@@ -50,6 +53,11 @@ class SessionRecord:
     permission_mode: str = ""  # "auto" | "normal" | "manual"; "": the deployment's
     tools_allow: list[str] = field(default_factory=list)  # the session's tool policy (toolpolicy.py)
     tools_deny: list[str] = field(default_factory=list)
+    # The latest step's tool calls ([call id, tool name, run id]) and the ids answered so far,
+    # kept by `_append` so that a call gets one result, ever (`_one_result_per_call`).
+    step_calls: list[list[str]] = field(default_factory=list)
+    step_answered: list[str] = field(default_factory=list)
+    step_before: list[str] = field(default_factory=list)  # the step before's call ids: closed, answered
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -64,6 +72,9 @@ class SessionRecord:
             "permission_mode": self.permission_mode,
             "tools_allow": list(self.tools_allow),
             "tools_deny": list(self.tools_deny),
+            "step_calls": [list(c) for c in self.step_calls],
+            "step_answered": list(self.step_answered),
+            "step_before": list(self.step_before),
         }
 
     @classmethod
@@ -80,6 +91,9 @@ class SessionRecord:
             permission_mode=p.get("permission_mode", ""),
             tools_allow=list(p.get("tools_allow") or []),
             tools_deny=list(p.get("tools_deny") or []),
+            step_calls=[list(c) for c in p.get("step_calls") or []],
+            step_answered=list(p.get("step_answered") or []),
+            step_before=list(p.get("step_before") or []),
         )
 
 
@@ -260,6 +274,7 @@ class Transcripts:
                 raise NotFound(f"session {session_id!r} does not exist")
             session = SessionRecord.from_payload(payload)
             cleared, session.message_count, session.updated_at = session.message_count, 0, time.time()
+            session.step_calls, session.step_answered, session.step_before = [], [], []
             await self._store.put_session(session.payload())
             return cleared
 
@@ -341,6 +356,9 @@ class Transcripts:
     async def _append(self, session_id: str, session: SessionRecord, messages: Sequence[TranscriptMessage]) -> int:
         """Number and write `messages` after `session`'s last; the caller holds the session's lock."""
         now = stored_time(time.time())
+        messages = _one_result_per_call(session, messages, now)
+        if not messages:  # all of it was there already (a retried append that had landed)
+            return session.message_count
         numbered = [
             replace(m, seq=session.message_count + i + 1, created_at=stored_time(m.created_at) or now)
             for i, m in enumerate(messages)
@@ -370,6 +388,8 @@ class Transcripts:
                 return 0
             dropped = session.message_count - start + 1
             session.message_count = start - 1
+            # The dropped run held the latest step; the one before it was closed by its user message.
+            session.step_calls, session.step_answered, session.step_before = [], [], []
             session.updated_at = time.time()
             await self._store.put_session(session.payload())
             return dropped
@@ -405,8 +425,55 @@ class Transcripts:
             return [], 0
         payloads = await self._store.get_messages(session_id, range(after_seq + 1, last + 1))
         messages = [TranscriptMessage.from_payload(p) for p in payloads]
+        # Transcripts written before appends were idempotent may hold a second result for a call.
+        seen: set[str] = set()
+        shown: list[TranscriptMessage] = []
+        for m in messages:
+            if m.role == "tool" and m.tool_call_id:
+                if m.tool_call_id in seen:
+                    continue
+                seen.add(m.tool_call_id)
+            shown.append(m)
+        messages = shown
         next_after = last if last < session.message_count else 0
         return messages, next_after
+
+
+def _one_result_per_call(session: SessionRecord, messages: Sequence[TranscriptMessage],
+                         now: float) -> list[TranscriptMessage]:
+    """`messages` as they go into the transcript: one result per tool call, ever. Appending is
+    idempotent by call id. Why it must be: the agent retries an append that failed UNAVAILABLE,
+    and one whose answer was lost to a memory restart (kill -9 between the commit and the
+    answer) had landed — the retry wrote the step again; a turn stopped while its results' save
+    was in flight records them "cancelled", and that save may have landed too. So a result for a
+    call already answered is dropped, as is an assistant message whose calls are the latest
+    step's own (the same message written again). And when a step ends without a result for
+    each of its calls (the agent was killed mid-step), the next user or assistant message closes
+    it with an explicit NO_RESULT for each missing one — the stored transcript, as GetTranscript
+    shows it, says what happened instead of leaving the call unanswered; a result arriving after
+    that (a stopped turn's late "cancelled") is dropped too. `session`'s step record is updated."""
+    calls = {c[0]: c for c in session.step_calls}
+    answered, before = set(session.step_answered), set(session.step_before)
+    kept: list[TranscriptMessage] = []
+    for m in messages:
+        if m.role == "tool" and m.tool_call_id:
+            if m.tool_call_id in answered or m.tool_call_id in before:
+                continue
+            answered.add(m.tool_call_id)
+        elif m.role in ("user", "assistant") and not m.kind:
+            ids = [c.call_id for c in m.tool_calls]
+            if ids and calls and set(ids) <= set(calls):
+                continue
+            kept += [TranscriptMessage("tool", NO_RESULT, tool_call_id=call_id, name=name, run_id=run_id, created_at=now)
+                     for call_id, name, run_id in calls.values() if call_id not in answered]
+            before = set(calls) if calls else before
+            calls = {c.call_id: [c.call_id, c.name, m.run_id] for c in m.tool_calls}
+            answered = set()
+        kept.append(m)
+    session.step_before = sorted(before)
+    session.step_calls = list(calls.values())
+    session.step_answered = [call_id for call_id in calls if call_id in answered]
+    return kept
 
 
 # A page token's skip counts sessions created in the same instant; more than this is no token we issued.

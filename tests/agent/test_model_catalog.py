@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentmesh.config import ConfigError
+from agentmesh.config import ConfigError, Settings
+from agentmesh.logs import secrets_of
 from agentmesh.models import ModelSpec, load_catalog
 
 DEFAULT = ModelSpec("default", "openai", "http://127.0.0.1:1/v1", "main")
@@ -28,6 +29,11 @@ def test_json_and_yaml_files_give_the_same_catalogue(tmp_path):
     ("[{name: x, base_url: u, model: m, prices: {input_per_mtok: -1}}]", "must not be negative"),
     ("{models: 3}", "must hold a list of models"),
     ("[{name: 'bad name', base_url: u, model: m}]", "name is required"),
+    ("[{name: x, base_url: u, model: m, max_concurrency: many}]", "(x): max_concurrency must be a whole number"),
+    ("[{name: x, base_url: u, model: m, max_concurrency: -1}]", "from 0 (no limit) to 1000000, got -1"),
+    ("[{name: x, base_url: u, model: m, max_concurrency: 2.5}]", "got 2.5"),
+    ("[{name: x, base_url: u, model: m, max_concurrency: true}]", "got True"),
+    ("[{name: x, base_url: u, model: m, max_concurrency: 1000001}]", "max_concurrency must be a whole number"),
 ])
 def test_a_bad_catalogue_is_refused_with_the_reason(tmp_path, text, words):
     path = tmp_path / "m.yaml"
@@ -40,3 +46,26 @@ def test_a_bad_catalogue_is_refused_with_the_reason(tmp_path, text, words):
 def test_a_missing_file_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_catalog(str(tmp_path / "nope.yaml"), DEFAULT)
+
+
+def test_max_concurrency_is_read_per_model_and_unset_means_the_deployment_default(tmp_path):
+    (tmp_path / "m.yaml").write_text("[{name: a, base_url: u, model: m, max_concurrency: 3},"
+                                     " {name: b, base_url: u, model: m, max_concurrency: 0}, {name: c, base_url: u, model: m}]")
+    catalog = load_catalog(str(tmp_path / "m.yaml"), DEFAULT)
+    assert [catalog.get(n).max_concurrency for n in "abc"] == [3, 0, None]
+
+
+def test_the_deployment_default_is_a_setting_with_a_clear_error(tmp_path):
+    assert Settings.from_env({"AGENTMESH_HOME": str(tmp_path)}).llm.max_concurrency == 1024
+    assert Settings.from_env({"AGENTMESH_HOME": str(tmp_path), "AGENTMESH_LLM_MAX_CONCURRENCY": "0"}).llm.max_concurrency == 0
+    for bad in ("-1", "lots"):
+        with pytest.raises(ConfigError, match="AGENTMESH_LLM_MAX_CONCURRENCY"):
+            Settings.from_env({"AGENTMESH_HOME": str(tmp_path), "AGENTMESH_LLM_MAX_CONCURRENCY": bad})
+
+
+def test_catalogue_keys_are_secrets_the_log_redactor_masks(tmp_path):
+    (tmp_path / "m.yaml").write_text("[{name: a, base_url: u, model: m, api_key_env: A_KEY}]")
+    settings = Settings.from_env({"AGENTMESH_HOME": str(tmp_path), "AGENTMESH_MODELS": str(tmp_path / "m.yaml"),
+                                  "A_KEY": "sk-catalogue-key-12345"})
+    assert "sk-catalogue-key-12345" in secrets_of(settings)
+    assert "sk-catalogue-key-12345" not in repr(settings.llm.models)

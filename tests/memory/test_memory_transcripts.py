@@ -191,3 +191,48 @@ async def test_deleting_a_session_deletes_the_sessions_started_for_it(memory_ser
         with pytest.raises(NotFound):
             await client.list_messages(gone)
     assert [m.content for m in await client.transcript("other")] == ["in other"]
+
+
+def calls_of(*ids: str) -> common_pb2.Message:
+    return common_pb2.Message(role="assistant", run_id="r1", tool_calls=[
+        common_pb2.ToolCall(call_id=i, name="shell", arguments_json="{}") for i in ids])
+
+
+def result(call_id: str, text: str) -> common_pb2.Message:
+    return common_pb2.Message(role="tool", content=text, tool_call_id=call_id, name="shell", run_id="r1")
+
+
+async def test_a_call_gets_one_result_however_often_the_step_is_written(memory_service):
+    """What a kill -9 of memory between an append's commit and its answer leaves the agent to
+    do: it retries the append (it had landed), or records the call "cancelled" after a save
+    whose fate it does not know. The transcript keeps the first result, and the step once."""
+    client = memory_service.client
+    await client.put_session("twice")
+    await client.append_messages("twice", [user("go"), calls_of("c1", "c2")])
+    assert await client.append_messages("twice", [calls_of("c1", "c2")]) == 2  # the assistant step again
+    await client.append_messages("twice", [result("c1", "first")])
+    await client.append_messages("twice", [result("c1", "first")])  # the retried append
+    await memory_service.restart()  # what the service knows of the step survives a restart
+    await memory_service.client.append_messages("twice", [result("c2", "second"), result("c1", "cancelled")])
+    await memory_service.client.append_messages("twice", [common_pb2.Message(role="assistant", content="done")])
+
+    messages = await memory_service.client.transcript("twice")
+    assert [(m.role, m.tool_call_id, m.content) for m in messages] == [
+        ("user", "", "go"), ("assistant", "", ""), ("tool", "c1", "first"), ("tool", "c2", "second"),
+        ("assistant", "", "done")]
+
+
+async def test_a_step_left_without_a_result_is_closed_with_an_explicit_one(memory_service):
+    """The agent killed mid-step: one call answered, one not. The next turn's first message
+    closes the step, and the missing result says so; a late result for it is not added after."""
+    client = memory_service.client
+    await client.put_session("cut")
+    await client.append_messages("cut", [user("go"), calls_of("a", "b"), result("a", "done a")])
+    await client.append_messages("cut", [user("again")])
+    await client.append_messages("cut", [result("b", "cancelled, late")])
+
+    messages = await client.transcript("cut")
+    assert [(m.role, m.tool_call_id) for m in messages] == [
+        ("user", ""), ("assistant", ""), ("tool", "a"), ("tool", "b"), ("user", "")]
+    missing = messages[3]
+    assert missing.name == "shell" and missing.run_id == "r1" and "no result was recorded" in missing.content

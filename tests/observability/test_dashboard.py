@@ -36,6 +36,8 @@ def exported_series() -> set[str]:
     metrics.record_tool("t", 1)
     metrics.record_sandbox_wait(1, "local")
     metrics.record_memory_search(1)
+    metrics.model_slot_waiting_add("m", 1)
+    metrics.record_model_slot_wait("m", 1)
     with metrics.turn_in_flight():
         pass
     names = set()

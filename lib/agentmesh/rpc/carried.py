@@ -63,7 +63,7 @@ from agentmesh.rpc.server import MAX_MESSAGE_BYTES
 from agentmesh.telemetry.rpcspans import end_client_span, rpc_attributes, start_carried_client_span
 from agentmesh.v1 import common_pb2
 
-__all__ = ["CARRY_LIMIT_BYTES", "MAX_ANSWER_BYTES", "NOT_CARRIED_HERE", "CarriedCalls", "CarriedClient",
+__all__ = ["CARRY_LIMIT_BYTES", "MAX_ANSWER_BYTES", "MAX_STREAMS", "NOT_CARRIED_HERE", "CarriedCalls", "CarriedClient",
            "CarriedMethod", "NotCarried", "ServedMethod", "oneof_answers", "oneof_requests"]
 
 log = get_logger("agentmesh.rpc")
@@ -74,6 +74,14 @@ CARRY_LIMIT_BYTES = 256 * 1024
 # The largest answer a carried call may have: a message on the stream is bounded by what the
 # caller's channel receives (MAX_MESSAGE_BYTES), less room for the answer's status.
 MAX_ANSWER_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+
+# Streams one caller keeps to one service at most. A stream writes one message at a time, each
+# write a trip through grpc.aio's completion queue and the event loop, and the server answers
+# on it one message at a time too: with a thousand turns in flight one stream became a queue of
+# seconds (benches/concurrent_turns.py). A call goes on a stream with nothing waiting to be
+# written — another is opened while there are fewer than this — so one turn at a time still
+# uses one stream, and a burst spreads over several that write side by side.
+MAX_STREAMS = 64
 
 # How the server answers a call of a method it does not carry (a oneof field it does not know).
 NOT_CARRIED_HERE = "this server does not carry that method on this stream: make it as a unary call"
@@ -106,9 +114,15 @@ class _OpenStream:
         self.pending: dict[int, asyncio.Future[Any]] = {}
         self.written: set[int] = set()  # calls written and not yet answered or cancelled
         self._outbox: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        self._writing = False
         self._writer = asyncio.get_running_loop().create_task(self._write())
         self._reader = asyncio.get_running_loop().create_task(self._read())
         self.ended = False
+
+    @property
+    def backlog(self) -> int:
+        """Messages waiting to be written, the one being written included."""
+        return self._outbox.qsize() + self._writing
 
     def send(self, call_id: int, message: Any) -> asyncio.Future[Any]:
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -131,11 +145,13 @@ class _OpenStream:
             await self.call.wait_for_connection()
             while True:
                 call_id, message = await self._outbox.get()
+                self._writing = True
                 if not call_id:  # a cancel, queued only for a call already written
                     await self.call.write(message)
                 elif call_id in self.pending:
                     self.written.add(call_id)
                     await self.call.write(message)
+                self._writing = False
         except asyncio.CancelledError:
             pass
         except grpc.aio.AioRpcError as exc:
@@ -187,10 +203,11 @@ class _OpenStream:
 
 
 class CarriedClient:
-    """The caller's side of one stream to one service, e.g. `Memory.CarriedCalls`: opened by
+    """The caller's side of the streams to one service, e.g. `Memory.CarriedCalls`: opened by
     `open_stream()` on a channel that signs the stream itself; `message_type` is its request
     message (a `call` CarriedCall header and a oneof `request`). Each carried method is a
-    `CarriedMethod` from `method()`."""
+    `CarriedMethod` from `method()`. One stream while calls come one at a time; up to
+    MAX_STREAMS while they come faster than one stream writes them."""
 
     def __init__(self, open_stream: Callable[[], Any], message_type: Callable[..., Any], *,
                  identity: ServiceIdentity | None, audience: str, tracer: trace.Tracer | None, peer: str):
@@ -201,7 +218,7 @@ class CarriedClient:
         self._tracer = tracer
         self._peer = peer
         self._ids = itertools.count(1)
-        self._stream: _OpenStream | None = None
+        self._streams: list[_OpenStream] = []
         self.unsupported = False  # the server answered UNIMPLEMENTED: unary calls from now on
 
     def method(self, full_method: str, field: str) -> "CarriedMethod[Any, Any]":
@@ -257,21 +274,31 @@ class CarriedClient:
                 end_client_span(span, code, details)
 
     def _open(self) -> _OpenStream:
-        if self._stream is None:
-            # The stream outlives the turn that opens it: it runs for no principal and in no
-            # trace (each carried call has its own); its tasks inherit both.
-            principal = current_principal.set(None)
-            detached = otel_context.attach(trace.set_span_in_context(trace.INVALID_SPAN))
-            try:
-                self._stream = _OpenStream(self._open_stream(), self._stream_failure, self._ended)
-            finally:
-                otel_context.detach(detached)
-                current_principal.reset(principal)
-        return self._stream
+        """A stream with nothing waiting to be written; else a new one, up to MAX_STREAMS; else
+        the one with the fewest messages waiting."""
+        least: _OpenStream | None = None
+        for stream in self._streams:
+            if not stream.backlog:
+                return stream
+            if least is None or stream.backlog < least.backlog:
+                least = stream
+        if least is not None and len(self._streams) >= MAX_STREAMS:
+            return least
+        # The stream outlives the turn that opens it: it runs for no principal and in no
+        # trace (each carried call has its own); its tasks inherit both.
+        principal = current_principal.set(None)
+        detached = otel_context.attach(trace.set_span_in_context(trace.INVALID_SPAN))
+        try:
+            opened = _OpenStream(self._open_stream(), self._stream_failure, self._ended)
+        finally:
+            otel_context.detach(detached)
+            current_principal.reset(principal)
+        self._streams.append(opened)
+        return opened
 
     def _ended(self, stream: _OpenStream) -> None:
-        if self._stream is stream:
-            self._stream = None
+        if stream in self._streams:
+            self._streams.remove(stream)
 
     def _stream_failure(self, exc: BaseException) -> BaseException:
         """What the calls on a stream that ended with `exc` fail with: NotCarried when the
@@ -292,10 +319,11 @@ class CarriedClient:
         return _rpc_error(grpc.StatusCode.UNAVAILABLE, f"the stream to {self._peer} ended: {details}")
 
     async def close(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
+        streams, self._streams = self._streams, []
+        for stream in streams:
             stream.end(asyncio.CancelledError())
-            await asyncio.sleep(0)  # let its tasks finish cancelling
+        if streams:
+            await asyncio.sleep(0)  # let their tasks finish cancelling
 
 
 class CarriedMethod(Generic[_Request, _Response]):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import resource
 import signal
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -26,7 +27,7 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.users import UserAuthenticator
 from agentmesh.telemetry import Telemetry
 
-__all__ = ["DEFAULT_MAX_RECEIVE_BYTES", "MAX_MESSAGE_BYTES", "MIB", "PortInUse", "ServiceHost"]
+__all__ = ["DEFAULT_MAX_RECEIVE_BYTES", "MAX_MESSAGE_BYTES", "MIB", "PortInUse", "ServiceHost", "raise_open_files_limit"]
 
 log = get_logger("agentmesh.rpc")
 
@@ -48,6 +49,25 @@ _SERVER_OPTIONS = [
 
 class PortInUse(RuntimeError):
     pass
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft limit on open files to its hard limit; the limits after.
+
+    Every turn in flight holds descriptors — the agent a connection to the model, the gateway
+    and the tools service a stream or a process each — and the soft limit many systems start
+    processes with (1024) ends a burst of a thousand turns with EMFILE ("too many open files")
+    where nothing else would stop it. The hard limit is the administrator's bound; the soft one
+    is only a default that a process may raise to it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass  # kept as it was: the service still runs, with the lower limit
+    return soft, hard
 
 
 class ServiceHost:
@@ -129,6 +149,7 @@ class ServiceHost:
         return f"{host}:{self.port}"
 
     async def start(self) -> "ServiceHost":
+        raise_open_files_limit()
         names = [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, self.server)
         try:

@@ -34,6 +34,8 @@ __all__ = [
     "GEN_AI_OPERATION_DURATION",
     "GEN_AI_TOKEN_USAGE",
     "MEMORY_SEARCH_DURATION",
+    "MODEL_SLOT_WAIT",
+    "MODEL_SLOT_WAITING",
     "RPC_SERVER_DURATION",
     "SANDBOX_WAIT",
     "TOOL_DURATION",
@@ -51,6 +53,10 @@ TOOL_DURATION = "agentmesh.tool.duration"  # s, histogram, per tool call {tool, 
 TURNS_IN_FLIGHT = "agentmesh.turns.in_flight"  # {turn}, up-down counter
 SANDBOX_WAIT = "agentmesh.sandbox.wait"  # s, histogram: asked for a sandbox -> process/pod running
 MEMORY_SEARCH_DURATION = "agentmesh.memory.search.duration"  # s, histogram
+# A model's concurrency limit (its max_concurrency): calls waiting for one of its slots right
+# now, and how long each call waited for one (0 for most) — a queue inside the agent, made visible.
+MODEL_SLOT_WAITING = "agentmesh.model.slot.waiting"  # {call}, up-down counter {model}
+MODEL_SLOT_WAIT = "agentmesh.model.slot.wait"  # s, histogram {model}
 
 # Outcomes a tool call ends with; anything else is reported as "error".
 TOOL_OUTCOMES = ("ok", "error", "timeout", "denied", "cancelled")
@@ -97,6 +103,13 @@ class ServiceMetrics:
         )
         self.sandbox_wait = meter.create_histogram(
             SANDBOX_WAIT, unit="s", description="Time from asking for a sandbox until its process or pod runs",
+            explicit_bucket_boundaries_advisory=_LONG_SECONDS_BUCKETS,
+        )
+        self.model_slot_waiting = meter.create_up_down_counter(
+            MODEL_SLOT_WAITING, unit="{call}", description="Model calls waiting for a slot of their model's concurrency limit"
+        )
+        self.model_slot_wait = meter.create_histogram(
+            MODEL_SLOT_WAIT, unit="s", description="Time a model call waited for a slot of its model's concurrency limit",
             explicit_bucket_boundaries_advisory=_LONG_SECONDS_BUCKETS,
         )
         self.memory_search_duration = meter.create_histogram(
@@ -169,6 +182,13 @@ class ServiceMetrics:
     def record_sandbox_wait(self, seconds: float, executor: str) -> None:
         """`executor` is "local" (bubblewrap) or "kubernetes" (a Job pod)."""
         self.sandbox_wait.record(max(seconds, 0.0), {"executor": executor})
+
+    def model_slot_waiting_add(self, model: str, delta: int) -> None:
+        """`model` is the catalogue's name ("default": the AGENTMESH_LLM_* model)."""
+        self.model_slot_waiting.add(delta, {"model": model})
+
+    def record_model_slot_wait(self, model: str, seconds: float) -> None:
+        self.model_slot_wait.record(max(seconds, 0.0), {"model": model})
 
     def record_memory_search(self, seconds: float, kind: str = "hybrid") -> None:
         self.memory_search_duration.record(max(seconds, 0.0), {"kind": kind})

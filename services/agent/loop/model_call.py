@@ -22,6 +22,7 @@ from agentmesh.agent.types import (
     TextChunk,
     TextDeltaEvent,
     Usage,
+    WaitingForSlot,
 )
 from agentmesh.errors import AgentmeshError, Unavailable
 from agentmesh.logs import get_logger
@@ -50,7 +51,8 @@ async def traced_model_call(
     tag: UsageTag | None = None,
 ) -> ModelReply:
     """The reply to `request`. Text streams out as `TextDeltaEvent`s (reasoning as
-    `ReasoningDeltaEvent`s) unless `stream_text` is off; each retry becomes a span event and a `StatusEvent` naming `what` failed.
+    `ReasoningDeltaEvent`s) unless `stream_text` is off; each retry becomes a span event and a `StatusEvent` naming `what` failed,
+    and a wait for one of the model's slots a span event and a `StatusEvent` saying so.
     The reply's usage is added to `usage` and, with a `tag`, recorded in the usage ledger."""
     name = provider.name
     metrics = telemetry.metrics
@@ -72,6 +74,13 @@ async def traced_model_call(
                     emit(StatusEvent(
                         f"{what} failed ({item.reason}); retrying in {item.delay_s:.1f}s "
                         f"(attempt {item.attempt + 1} of {item.max_attempts})"
+                    ))
+                elif isinstance(item, WaitingForSlot):
+                    # The turn is not stuck: it queues, in the open, behind its model's limit.
+                    span.add_event("wait_for_slot", {"limit": item.limit, "waiting": item.waiting})
+                    emit(StatusEvent(
+                        f"waiting for a model slot: {item.model!r} is answering {item.limit} calls at once, "
+                        f"its limit (max_concurrency); {item.waiting} waiting"
                     ))
                 elif isinstance(item, ModelReply):
                     reply = item

@@ -20,7 +20,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Mapping, Protocol
+from typing import Any, AsyncIterator, Mapping, Protocol, TypeVar
 
 import httpx
 
@@ -54,6 +54,12 @@ class RetryPolicy:
     base_s: float = 0.5
     max_s: float = 20.0
     retry_after_max_s: float = 60.0
+
+    def after_s(self, asked_s: float) -> float:
+        """The delay for a server's Retry-After: what it asked, plus up to a quarter more (at most
+        2 s) — never sooner, but not every waiting call in step: a server that answered a burst
+        with 429 and `Retry-After: 1` would get the whole burst back in the same instant."""
+        return asked_s + random.uniform(0.0, min(asked_s / 4, 2.0))
 
     def backoff_s(self, attempt: int) -> float:
         """Delay before retry number `attempt` (from 1): exponential, capped, with full jitter
@@ -205,7 +211,7 @@ class HttpStreamOpener:
                         f"the model server at {url} asked to retry after {wait:.0f}s (HTTP {status}), longer than "
                         f"the {self._retry.retry_after_max_s:.0f}s the agent waits{': ' + detail if detail else ''}"
                     )
-            delay = wait if wait is not None else self._retry.backoff_s(attempt)
+            delay = self._retry.after_s(wait) if wait is not None else self._retry.backoff_s(attempt)
             yield Retrying(attempt=attempt, max_attempts=attempts, delay_s=delay, reason=reason)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # the loop returns or raises on its last attempt
@@ -238,6 +244,21 @@ async def drain(events: AsyncIterator[Any], limit_s: float = 2.0) -> None:
         async with asyncio.timeout(limit_s):
             async for _ in events:
                 pass
+
+
+_Item = TypeVar("_Item")
+
+
+@contextlib.asynccontextmanager
+async def closing(events: AsyncIterator[_Item]) -> AsyncIterator[AsyncIterator[_Item]]:
+    """`events` (a provider's stream), closed on leaving the block — not whenever it is
+    collected: a wrapper that stops early must end its inner stream's HTTP response at once."""
+    try:
+        yield events
+    finally:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def build_timeout(read_s: float, connect_s: float) -> httpx.Timeout:
