@@ -28,6 +28,10 @@ class SandboxLimits:
     memory_bytes: int = env("AGENTMESH_SANDBOX_MEMORY_BYTES", 1024 * MIB, minimum=16 * MIB)
     processes: int = env("AGENTMESH_SANDBOX_PROCESSES", 128, minimum=4)
     file_size_bytes: int = env("AGENTMESH_SANDBOX_FILE_SIZE_BYTES", 256 * MIB, minimum=MIB)
+    # The local jail's in-memory file systems (/tmp, /dev/shm): each bounded, and what they
+    # hold counts against memory_bytes.
+    tmp_bytes: int = env("AGENTMESH_SANDBOX_TMP_BYTES", 256 * MIB, minimum=MIB)
+    shm_bytes: int = env("AGENTMESH_SANDBOX_SHM_BYTES", 64 * MIB, minimum=MIB)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import asyncio
 import os
 import socket
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlparse
@@ -19,31 +19,76 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentmesh.tools.mcp.config import McpServerEntry
 from agentmesh.tools.mcp.connection import Opener, ServerUnavailable
+from agentmesh.tools.mcp.server_paths import server_binds
 from agentmesh.tools.sandbox.base import CommandSpec
 from agentmesh.tools.sandbox.local import LocalJail
 from agentmesh.tools.web_tools import AddressPolicy
 
-# bwrap takes its seccomp filter as an open descriptor; the SDK's spawn cannot pass one, so a
-# shell opens the compiled filter on fd 3 and execs the jail.
-SECCOMP_FD = 3
-SECCOMP_WRAPPER = ("/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"')
+# bwrap takes its options (with the server's environment: its secrets) and its seccomp filter as
+# open descriptors; the SDK's spawn cannot pass any, so a shell opens them and execs the jail.
+# The options are a memfd of this process, opened through /proc (no file on disk holds the
+# secrets); the shell's own command line names only that and the compiled filter, and is gone
+# with its exec.
+OPTIONS_FD = 3
+SECCOMP_FD = 4
+WRAPPER = ("/bin/sh", "-c", f'exec "$@" {OPTIONS_FD}<"$0"')
+SECCOMP_WRAPPER = ("/bin/sh", "-c", f'f=$1; shift; exec "$@" {OPTIONS_FD}<"$0" {SECCOMP_FD}<"$f"')
 
 
 def jailed_stdio_opener(entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
                         seccomp_file: Path | None) -> Opener:
-    def open_jailed() -> AbstractAsyncContextManager[tuple[Any, Any]]:
+    @asynccontextmanager
+    async def open_jailed() -> AsyncIterator[tuple[Any, Any]]:
         spec = CommandSpec(
             session_id=f"mcp-{entry.name}", call_id="", argv=(entry.command, *entry.args), timeout_s=0,
             # No TRACEPARENT: one long-lived process serves many traces; each call's _meta carries its own.
             network=entry.network,
         )
-        argv = jail.jail_argv(workdir, spec, seccomp_fd=SECCOMP_FD if seccomp_file else None,
-                              extra_env=entry.env, ro_binds=entry.mounts)
-        if seccomp_file is not None:
-            argv = [*SECCOMP_WRAPPER, str(seccomp_file), *argv]
-        return stdio_client(StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(workdir)), errlog=errlog)
+        command = jail.jail_argv(workdir, spec, seccomp_fd=SECCOMP_FD if seccomp_file else None,
+                                 extra_env=entry.env, ro_binds=(*server_binds(entry.command, jail.home), *entry.mounts),
+                                 options_fd=OPTIONS_FD)
+        options = os.memfd_create(f"mcp-{entry.name}-options", os.MFD_CLOEXEC)
+        try:
+            command.write_options(options)
+            source = f"/proc/{os.getpid()}/fd/{options}"
+            if seccomp_file is not None:
+                argv = [*SECCOMP_WRAPPER, source, str(seccomp_file), *command.argv]
+            else:
+                argv = [*WRAPPER, source, *command.argv]
+            parameters = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(workdir))
+            errlog.flush()
+            start = os.fstat(errlog.fileno()).st_size
+            try:
+                async with stdio_client(parameters, errlog=errlog) as streams:
+                    yield streams
+            except Exception as exc:
+                # The SDK says only "Connection closed" when the process ends; what the server
+                # (or bwrap) wrote on its way out is the reason.
+                reason = stderr_reason(errlog, start)
+                if reason:
+                    raise ServerUnavailable(f"its process ended: {reason}") from exc
+                raise
+        finally:
+            os.close(options)
 
     return open_jailed
+
+
+def stderr_reason(errlog: TextIO, start: int, limit: int = 300) -> str:
+    """The last line the server wrote to stderr since `start` (its log's size when it was
+    started): a traceback ends with the exception, bwrap's own errors are one line."""
+    try:
+        errlog.flush()
+        with open(errlog.name, "rb") as log:  # the log is opened for appending only
+            log.seek(max(start, os.fstat(log.fileno()).st_size - 64 * 1024))
+            tail = log.read(64 * 1024).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    last = lines[-1]
+    return last if len(last) <= limit else last[: limit - 1] + "…"
 
 
 async def check_egress(url: str, policy: AddressPolicy) -> None:

@@ -101,8 +101,10 @@ class JailWatch:
         quota: WorkspaceQuota | None = None,
         disk_baseline: int = 0,
         meter: UsageMeter | None = None,
+        tmpfs: tuple[str, ...] = (),
     ):
         self._info = info
+        self._tmpfs = tmpfs
         self._memory = memory_bytes
         self._processes = processes
         self._workspace = workspace
@@ -125,6 +127,7 @@ class JailWatch:
             if init is None:
                 continue
             count, used = process_tree(init, self.PAGE, self._processes + 2)
+            used += tmpfs_usage(init, self._tmpfs)
             # The jail's init (bwrap) is not the program's; allow for it.
             if count > self._processes + 1:
                 self._stop("processes")
@@ -175,6 +178,19 @@ def process_tree(root: int, page: int, max_count: int) -> tuple[int, int]:
         except (OSError, ValueError, IndexError):
             continue
     return len(seen), total
+
+
+def tmpfs_usage(init: int, mounts: tuple[str, ...]) -> int:
+    """Bytes the jail's in-memory file systems hold, seen through its init's root (the kernel
+    lets the jail's owner look). A mount that cannot be looked at (the jail is ending) counts 0."""
+    total = 0
+    for mount in mounts:
+        try:
+            info = os.statvfs(f"/proc/{init}/root{mount}")
+        except OSError:
+            continue
+        total += (info.f_blocks - info.f_bfree) * info.f_frsize
+    return total
 
 
 def _alive(pid: int) -> bool:
