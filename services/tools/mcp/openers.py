@@ -36,7 +36,11 @@ SECCOMP_WRAPPER = ("/bin/sh", "-c", f'f=$1; shift; exec "$@" {OPTIONS_FD}<"$0" {
 
 
 def jailed_stdio_opener(entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
-                        seccomp_file: Path | None) -> Opener:
+                        seccomp_file: Path | None, find_binds: bool = True) -> Opener:
+    """`find_binds`: bind what the command needs to run (its interpreter, its virtual
+    environment: server_paths.py) besides the entry's own `mounts`."""
+    binds = (*server_binds(entry.command, jail.home), *entry.mounts) if find_binds else entry.mounts
+
     @asynccontextmanager
     async def open_jailed() -> AsyncIterator[tuple[Any, Any]]:
         spec = CommandSpec(
@@ -45,7 +49,7 @@ def jailed_stdio_opener(entry: McpServerEntry, jail: LocalJail, workdir: Path, e
             network=entry.network,
         )
         command = jail.jail_argv(workdir, spec, seccomp_fd=SECCOMP_FD if seccomp_file else None,
-                                 extra_env=entry.env, ro_binds=(*server_binds(entry.command, jail.home), *entry.mounts),
+                                 extra_env=entry.env, ro_binds=binds,
                                  options_fd=OPTIONS_FD)
         options = os.memfd_create(f"mcp-{entry.name}-options", os.MFD_CLOEXEC)
         try:

@@ -90,7 +90,10 @@ class ConnectionFactory:
                 self._seccomp_file.chmod(0o644)
         errlog = open(root / f"{entry.name}.stderr.log", "a", encoding="utf-8")  # noqa: SIM115 - lives with the connection
         assert isinstance(self._executor, LocalJail)
-        opener = jailed_stdio_opener(entry, self._executor, workdir, errlog, self._seccomp_file)
+        # The deployment's servers (the operator's file) get what their command needs bound in
+        # (server_paths.py); a namespace's admin names only its command, not host directories.
+        opener = jailed_stdio_opener(entry, self._executor, workdir, errlog, self._seccomp_file,
+                                     find_binds=not namespace)
         return McpServerConnection(entry.name, opener, self.timings)
 
 

@@ -280,9 +280,10 @@ class LocalJail:
             "--ro-bind", str(self._etc_dir / "passwd"), "/etc/passwd",
             "--ro-bind", str(self._etc_dir / "group"), "/etc/group",
         ]  # fmt: skip
+        options += ["--proc", "/proc", *bounded_tmpfs_options(limits)]
+        # After the tmpfs: a program installed under /tmp (a venv there) stays visible over the jail's own /tmp.
         for path in ro_binds:
             options += ["--ro-bind", path, path]
-        options += ["--proc", "/proc", *bounded_tmpfs_options(limits)]
         options += [
             "--bind", str(workspace), JAIL_WORKSPACE,
             # The root itself is bwrap's scratch tmpfs; freeze it so only /workspace and the
