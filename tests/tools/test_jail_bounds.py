@@ -107,3 +107,22 @@ async def test_depth_within_the_bound_reaches_the_schema_check(tools):
     result = await tools.call("shell", deep(63))
     assert result.error_kind == "invalid_arguments" and "nest too deeply" not in result.output
     assert "Additional properties are not allowed ('x' was unexpected)" in result.output
+
+
+async def test_model_written_arguments_30000_deep_are_one_error_result_and_the_turn_goes_on(home, llm):
+    from agentmesh.v1 import gateway_pb2
+    from tests.support.llm_server import reply, tool_call
+    from tests.support.stack import Stack
+    from tests.support.turns import collect, of_kind
+
+    deep_call = tool_call("shell", deep(30_000), id="deep")
+    llm.add(reply("", deep_call, tool_call("shell", {"command": "echo still-here"}, id="fine")), reply("Recovered."))
+    async with Stack(home, llm_base_url=llm.base_url) as stack:
+        request = gateway_pb2.ChatRequest(session_id="deep-args", message="go")
+        events = await collect(stack.gateway_stub().Chat(request, timeout=120))
+
+    results = {e.result.call_id: e.result for e in of_kind(events, "tool_result")}
+    assert results["deep"].is_error and results["deep"].error_kind == "invalid_arguments", results["deep"]
+    assert "nest too deeply" in results["deep"].output
+    assert not results["fine"].is_error and "still-here" in results["fine"].output
+    assert of_kind(events, "run_finished")[0].final_text == "Recovered."
