@@ -121,6 +121,9 @@ class ToolsSettings(EnvSection):
     background_max_s: float = env("AGENTMESH_TOOLS_BACKGROUND_MAX_S", 1800.0, minimum=1)
     # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
     workspace_quota_bytes: int = env("AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", 1024 * MIB, minimum=1, unit=MIB)
+    # Files (inodes) it may hold: empty files cost the host an inode each and every measure of
+    # the workspace a look, while taking next to no bytes.
+    workspace_quota_files: int = env("AGENTMESH_TOOLS_WORKSPACE_QUOTA_FILES", 100_000, minimum=1)
     # The workspace as people see it (web console): how much of one file a view returns, and the
     # largest file an upload may write (within the quota too).
     max_view_bytes: int = env("AGENTMESH_TOOLS_MAX_VIEW_BYTES", 1 * MIB, minimum=1024)

@@ -100,6 +100,7 @@ class JailWatch:
         workspace: Path | None = None,
         quota: WorkspaceQuota | None = None,
         disk_baseline: int = 0,
+        files_baseline: int = 0,
         meter: UsageMeter | None = None,
         tmpfs: tuple[str, ...] = (),
     ):
@@ -109,9 +110,10 @@ class JailWatch:
         self._processes = processes
         self._workspace = workspace
         self._quota = quota
-        self.exceeded = ""  # "memory" | "processes" | "disk_quota"
+        self.exceeded = ""  # "memory" | "processes" | "disk_quota" | "file_quota"
         self.disk_usage = 0  # the workspace's size when the disk watch last looked
         self._disk_baseline = disk_baseline  # its size when the call began
+        self._files_baseline = files_baseline  # and its files
         self._meter = meter
 
     async def run(self) -> None:
@@ -142,12 +144,15 @@ class JailWatch:
                 continue
             started = time.monotonic()
             try:
-                self.disk_usage = await meter.usage(workspace)
+                usage = await meter.measure(workspace)
             except OSError:
                 continue  # the workspace was deleted under the call, or a directory vanished mid-walk
+            self.disk_usage = usage.bytes
             # Growth past the quota, not being past it: a call that starts over it may delete.
-            if quota.over(self.disk_usage) and self.disk_usage > self._disk_baseline:
+            if quota.over(usage.bytes) and usage.bytes > self._disk_baseline:
                 self._stop("disk_quota")
+            elif quota.files_over(usage.files) and usage.files > self._files_baseline:
+                self._stop("file_quota")
             interval = max(self.DISK_INTERVAL_S, 4 * (time.monotonic() - started))
 
     def _stop(self, reason: str) -> None:

@@ -194,7 +194,7 @@ class LocalJail:
         self._host_identity = workspaces.owner
         self._limits = settings.limits
         self._workspaces = workspaces
-        self._quota = WorkspaceQuota(settings.workspace_quota_bytes)
+        self._quota = WorkspaceQuota(settings.workspace_quota_bytes, settings.workspace_quota_files)
         self._meter = UsageMeter()
         self._tracer = tracer
         self._bwrap = shutil.which(settings.bwrap_path) or ""
@@ -302,7 +302,8 @@ class LocalJail:
         workspace = self._workspaces.ensure(spec.session_id)
         # No file may outgrow what the quota leaves (one writer is stopped by the kernel at once);
         # many files together are the watch's to stop.
-        used_before = await self._meter.usage(workspace)
+        before = await self._meter.measure(workspace)
+        used_before = before.bytes
         file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
         with self._tracer.start_as_current_span(
             "sandbox.jail",
@@ -328,6 +329,7 @@ class LocalJail:
                 workspace=workspace,
                 quota=self._quota,
                 disk_baseline=used_before,
+                files_baseline=before.files,
                 meter=self._meter,
             )
             watch = asyncio.create_task(guard.run())
@@ -371,9 +373,10 @@ class LocalJail:
                 result.error_kind = "process_limit"
                 result.detail = f"the sandbox ran more than {self._limits.processes} processes at once and was stopped"
             else:
-                used_after = await self._meter.usage(workspace)
+                after = await self._meter.measure(workspace)
                 lowered = file_size < self._limits.file_size_bytes
-                apply_quota(result, self._quota, used_before, used_after, lowered, stopped=guard.exceeded == "disk_quota")
+                apply_quota(result, self._quota, used_before, after.bytes, lowered, stopped=guard.exceeded == "disk_quota")
+                apply_file_quota(result, self._quota, before.files, after.files, stopped=guard.exceeded == "file_quota")
             span.set_attribute("agentmesh.sandbox.workspace_bytes", max(guard.disk_usage, used_before))
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
@@ -408,6 +411,22 @@ def apply_quota(
     else:
         return
     result.data.update(quota_bytes=quota.limit_bytes, usage_bytes=used_after)
+
+
+def apply_file_quota(result: CommandResult, quota: WorkspaceQuota, files_before: int, files_after: int, *,
+                     stopped: bool) -> None:
+    """Say `disk_quota` when the workspace's file limit ended the call (`stopped`), or when the
+    call, ending on its own, left more files than the limit and more than it found. No kernel
+    limit counts a directory's files, so a call may make some past the limit before the watch's
+    next look; they stay, and file tools refuse new files until the session deletes some."""
+    if stopped:
+        result.detail = quota.files_detail(files_after, stopped=True)
+    elif not result.error_kind and quota.files_over(files_after) and files_after > files_before:
+        result.detail = quota.files_detail(files_after, stopped=False)
+    else:
+        return
+    result.error_kind = "disk_quota"
+    result.data.update(quota_files=quota.limit_files, usage_files=files_after)
 
 
 def interpret(run: ProcessRun, spec: CommandSpec, limits: SandboxLimits) -> CommandResult:
