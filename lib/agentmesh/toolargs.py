@@ -9,7 +9,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 
-__all__ = ["ArgumentsSchema", "MAX_DEPTH", "decode_arguments"]
+__all__ = ["MAX_DEPTH", "ArgumentsSchema", "decode_arguments"]
 
 _MAX_PROBLEMS = 5
 # Arguments nest a few levels in practice. A bound far above that, and far below Python's

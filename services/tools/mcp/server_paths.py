@@ -100,8 +100,8 @@ def _install_root(path: str) -> str:
 def _narrowed(paths: list[str], private: Path | None) -> tuple[str, ...]:
     keep: list[str] = []
     private_real = os.path.realpath(private) if private is not None else None
-    for path in paths:
-        path = os.path.normpath(path)
+    for given in paths:
+        path = os.path.normpath(given)
         if path == "/" or not os.path.exists(path) or _under_any(path, SHARED):
             continue
         if private_real is not None and (_under_any(private_real, (path,)) or _under_any(path, (private_real,))):
