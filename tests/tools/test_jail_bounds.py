@@ -126,3 +126,30 @@ async def test_model_written_arguments_30000_deep_are_one_error_result_and_the_t
     assert "nest too deeply" in results["deep"].output
     assert not results["fine"].is_error and "still-here" in results["fine"].output
     assert of_kind(events, "run_finished")[0].final_text == "Recovered."
+
+
+async def test_a_session_whose_workspace_is_3000_directories_deep_is_deleted_through_the_gateway(home, llm):
+    from agentmesh.v1 import gateway_pb2, sessions_pb2
+    from tests.support.llm_server import reply, tool_call
+    from tests.support.stack import Stack
+    from tests.support.turns import collect, of_kind
+
+    nest = "import os\nfor _ in range(3000):\n    os.mkdir('x'); os.chdir('x')\nprint('nested')\n"
+    llm.add(reply("", tool_call("python", {"code": nest}, id="nest")), reply("Nested."))
+    async with Stack(home, llm_base_url=llm.base_url) as stack:
+        gateway = stack.gateway_stub()
+        events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="deep-tree", message="nest"), timeout=120))
+        assert "nested" in of_kind(events, "tool_result")[0].result.output
+        workspace = home / "workspaces" / "deep-tree"
+        assert workspace.is_dir()
+        deleted = await gateway.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id="deep-tree"), timeout=120)
+        assert deleted.deleted and not workspace.exists()
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            await gateway.GetSession(sessions_pb2.GetSessionRequest(session_id="deep-tree"), timeout=30)
+        assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_no_host_path_is_on_the_command_line_a_jailed_program_sees(tools):
+    result = await tools.call("shell", {"command": "tr '\\0' ' ' < /proc/1/cmdline"})
+    assert result.stdout.startswith("/usr/bin/bwrap --args "), result.output
+    assert str(tools.home) not in result.stdout
