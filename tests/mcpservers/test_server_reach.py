@@ -93,6 +93,16 @@ async def test_a_server_in_a_virtual_environment_under_tmp_answers_without_mount
     assert json.loads(result.output)["timezone"] == "Europe/Paris"
 
 
+async def test_a_command_named_on_the_services_path_runs_from_its_venv(home, monkeypatch):
+    # As after `pipx install mcp-server-time` or activating a venv: the name, found on PATH.
+    script = venv_with_the_time_server(home)
+    monkeypatch.setenv("PATH", f"{script.parent}:{os.environ['PATH']}")
+    env = {"AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"time": {"command": "mcp-server-time"}})}
+    async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
+        result = await execute(stack, "time__get_current_time", {"timezone": "UTC"})
+    assert not result.is_error, result.output
+
+
 async def test_a_server_that_cannot_start_is_reported_with_its_own_reason(home):
     exits = "import sys; sys.exit('broken-server: cannot read /etc/broken-server.toml (No such file)')"
     env = {"AGENTMESH_AUTH_TOKENS": TOKEN}
