@@ -63,6 +63,15 @@ async def test_a_workspace_3000_directories_deep_is_deleted(tools):
     assert reply.deleted and not tools.workspace("deep").exists()
 
 
+async def test_an_upload_2000_directories_deep_is_deleted_with_its_workspace(tools):
+    path = "x/" * 2000 + "f.txt"
+    written = await tools.as_gateway.WriteWorkspaceFile(
+        tools_pb2.WriteWorkspaceFileRequest(session_id="upload", path=path, content=b"deep"), timeout=60)
+    assert written.created
+    reply = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="upload"), timeout=120)
+    assert reply.deleted and not tools.workspace("upload").exists()
+
+
 def deep(levels: int) -> str:
     return '{"command": "echo hi", "x": ' + "[" * levels + "]" * levels + "}"
 
