@@ -35,47 +35,51 @@ WRAPPER = ("/bin/sh", "-c", f'exec "$@" {OPTIONS_FD}<"$0"')
 SECCOMP_WRAPPER = ("/bin/sh", "-c", f'f=$1; shift; exec "$@" {OPTIONS_FD}<"$0" {SECCOMP_FD}<"$f"')
 
 
-def jailed_stdio_opener(entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
-                        seccomp_file: Path | None, find_binds: bool = True) -> Opener:
-    """`find_binds`: bind what the command needs to run (its interpreter, its virtual
+class JailedStdioOpener:
+    """Opens a stdio server as a process in the local jail (an `Opener`), and says what the last
+    process started wrote to stderr (`last_words`): when it ends before it answered, the SDK
+    says only "Connection closed", and that line is the reason (a traceback's exception, bwrap's
+    own error). `find_binds`: bind what the command needs to run (its interpreter, its virtual
     environment: server_paths.py) besides the entry's own `mounts`."""
-    binds = (*server_binds(entry.command, jail.home), *entry.mounts) if find_binds else entry.mounts
+
+    def __init__(self, entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
+                 seccomp_file: Path | None, find_binds: bool = True):
+        self._entry = entry
+        self._jail = jail
+        self._workdir = workdir
+        self._errlog = errlog
+        self._seccomp_file = seccomp_file
+        self._binds = (*server_binds(entry.command, jail.home), *entry.mounts) if find_binds else entry.mounts
+        self._log_start = 0  # the stderr log's size when the last process started
+
+    def last_words(self) -> str:
+        return stderr_reason(self._errlog, self._log_start)
 
     @asynccontextmanager
-    async def open_jailed() -> AsyncIterator[tuple[Any, Any]]:
+    async def __call__(self) -> AsyncIterator[tuple[Any, Any]]:
+        entry = self._entry
         spec = CommandSpec(
             session_id=f"mcp-{entry.name}", call_id="", argv=(entry.command, *entry.args), timeout_s=0,
             # No TRACEPARENT: one long-lived process serves many traces; each call's _meta carries its own.
             network=entry.network,
         )
-        command = jail.jail_argv(workdir, spec, seccomp_fd=SECCOMP_FD if seccomp_file else None,
-                                 extra_env=entry.env, ro_binds=binds,
-                                 options_fd=OPTIONS_FD)
+        command = self._jail.jail_argv(self._workdir, spec, seccomp_fd=SECCOMP_FD if self._seccomp_file else None,
+                                       extra_env=entry.env, ro_binds=self._binds, options_fd=OPTIONS_FD)
         options = os.memfd_create(f"mcp-{entry.name}-options", os.MFD_CLOEXEC)
         try:
             command.write_options(options)
             source = f"/proc/{os.getpid()}/fd/{options}"
-            if seccomp_file is not None:
-                argv = [*SECCOMP_WRAPPER, source, str(seccomp_file), *command.argv]
+            if self._seccomp_file is not None:
+                argv = [*SECCOMP_WRAPPER, source, str(self._seccomp_file), *command.argv]
             else:
                 argv = [*WRAPPER, source, *command.argv]
-            parameters = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(workdir))
-            errlog.flush()
-            start = os.fstat(errlog.fileno()).st_size
-            try:
-                async with stdio_client(parameters, errlog=errlog) as streams:
-                    yield streams
-            except Exception as exc:
-                # The SDK says only "Connection closed" when the process ends; what the server
-                # (or bwrap) wrote on its way out is the reason.
-                reason = stderr_reason(errlog, start)
-                if reason:
-                    raise ServerUnavailable(f"its process ended: {reason}") from exc
-                raise
+            parameters = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(self._workdir))
+            self._errlog.flush()
+            self._log_start = os.fstat(self._errlog.fileno()).st_size
+            async with stdio_client(parameters, errlog=self._errlog) as streams:
+                yield streams
         finally:
             os.close(options)
-
-    return open_jailed
 
 
 def stderr_reason(errlog: TextIO, start: int, limit: int = 300) -> str:
