@@ -3,7 +3,9 @@
 Namespaces: user (the program runs as uid/gid 65534 inside), pid, net (unless the call may use
 the network), ipc, uts, cgroup, mount. The root file system is built from read-only binds of the
 system directories and a handful of /etc files; the session workspace is the only writable bind
-(at /workspace); /tmp is a private size-limited tmpfs. Resource limits are applied inside the
+(at /workspace); /tmp and /dev/shm are private size-limited tmpfs (counted against the memory
+limit) and /dev is otherwise read-only. bwrap reads its options from a memfd (`--args`), so no
+environment value or host path is on any command line. Resource limits are applied inside the
 jail by util-linux `prlimit` right before the program starts, so they count the jail's own
 processes. A root service starts bwrap as an unprivileged host user (`setpriv`), see
 `jail_host_identity`. Stopping a call (timeout, output flood, cancelled RPC) kills the jail's
