@@ -162,3 +162,14 @@ async def test_no_host_path_is_on_the_command_line_a_jailed_program_sees(tools):
     result = await tools.call("shell", {"command": "tr '\\0' ' ' < /proc/1/cmdline"})
     assert result.stdout.startswith("/usr/bin/bwrap --args "), result.output
     assert str(tools.home) not in result.stdout
+
+
+def test_a_jail_being_built_is_not_charged_the_hosts_tmp():
+    # Until bwrap has pivoted into the jail, its init's root is the host's, whose /tmp may hold
+    # gigabytes: counted as the jail's, short calls of a loaded machine were stopped as `oom`.
+    # A process whose root is the host's (this one) has no jail tmpfs to count.
+    import os
+
+    from agentmesh.tools.sandbox.jail_watch import tmpfs_usage
+
+    assert tmpfs_usage(os.getpid(), {"/tmp": 8 * MIB, "/dev/shm": 8 * MIB}) == 0

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
@@ -102,10 +103,10 @@ class JailWatch:
         disk_baseline: int = 0,
         files_baseline: int = 0,
         meter: UsageMeter | None = None,
-        tmpfs: tuple[str, ...] = (),
+        tmpfs: Mapping[str, int] | None = None,
     ):
         self._info = info
-        self._tmpfs = tmpfs
+        self._tmpfs = dict(tmpfs or {})  # the jail's in-memory file systems: path -> size
         self._memory = memory_bytes
         self._processes = processes
         self._workspace = workspace
@@ -185,15 +186,19 @@ def process_tree(root: int, page: int, max_count: int) -> tuple[int, int]:
     return len(seen), total
 
 
-def tmpfs_usage(init: int, mounts: tuple[str, ...]) -> int:
-    """Bytes the jail's in-memory file systems hold, seen through its init's root (the kernel
-    lets the jail's owner look). A mount that cannot be looked at (the jail is ending) counts 0."""
+def tmpfs_usage(init: int, mounts: Mapping[str, int]) -> int:
+    """Bytes the jail's in-memory file systems (path -> the size it was given) hold, seen through
+    its init's root (the kernel lets the jail's owner look). Until bwrap has built the jail, that
+    root is still the host's — whose /tmp holds gigabytes — so only a file system of exactly the
+    size given counts; one that cannot be looked at (the jail is ending) counts 0."""
     total = 0
-    for mount in mounts:
+    for mount, size in mounts.items():
         try:
             info = os.statvfs(f"/proc/{init}/root{mount}")
         except OSError:
             continue
+        if info.f_blocks * info.f_frsize != -(-size // info.f_frsize) * info.f_frsize:
+            continue  # not (yet) the jail's own
         total += (info.f_blocks - info.f_bfree) * info.f_frsize
     return total
 

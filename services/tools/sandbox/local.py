@@ -104,7 +104,8 @@ def rlimit_prefix(limits: SandboxLimits, prlimit: str, file_size_bytes: int | No
 # The jail's writable in-memory file systems. Each is a tmpfs bounded by its size, and what
 # they hold counts against the jail's memory limit (the watch adds it to the processes' memory):
 # tmpfs pages are host memory that no process's resident size shows.
-JAIL_TMPFS = ("/tmp", "/dev/shm")
+def jail_tmpfs(limits: SandboxLimits) -> dict[str, int]:
+    return {"/tmp": limits.tmp_bytes, "/dev/shm": limits.shm_bytes}
 
 
 def bounded_tmpfs_options(limits: SandboxLimits) -> list[str]:
@@ -327,7 +328,7 @@ class LocalJail:
                 info,
                 self._limits.memory_bytes,
                 self._limits.processes,
-                tmpfs=JAIL_TMPFS,
+                tmpfs=jail_tmpfs(self._limits),
                 workspace=workspace,
                 quota=self._quota,
                 disk_baseline=used_before,
