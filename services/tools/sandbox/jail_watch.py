@@ -189,8 +189,15 @@ def process_tree(root: int, page: int, max_count: int) -> tuple[int, int]:
 def tmpfs_usage(init: int, mounts: Mapping[str, int]) -> int:
     """Bytes the jail's in-memory file systems (path -> the size it was given) hold, seen through
     its init's root (the kernel lets the jail's owner look). Until bwrap has built the jail, that
-    root is still the host's — whose /tmp holds gigabytes — so only a file system of exactly the
-    size given counts; one that cannot be looked at (the jail is ending) counts 0."""
+    root is still the host's — whose /tmp holds gigabytes — so nothing counts while it is, and only
+    a file system of exactly the size given counts; one that cannot be looked at (the jail is
+    ending) counts 0."""
+    try:
+        root, ours = os.stat(f"/proc/{init}/root"), os.stat("/")
+    except OSError:
+        return 0
+    if (root.st_dev, root.st_ino) == (ours.st_dev, ours.st_ino):
+        return 0
     total = 0
     for mount, size in mounts.items():
         try:
