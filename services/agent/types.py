@@ -60,6 +60,8 @@ class ToolCall:
             value = json.loads(self.arguments_json or "{}")
         except json.JSONDecodeError as exc:
             raise ValueError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from None
+        except RecursionError:
+            raise ValueError("arguments nest too deeply (arrays and objects within each other)") from None
         if not isinstance(value, dict):
             raise ValueError("arguments must be a JSON object")
         return value

@@ -22,7 +22,7 @@ from typing import Any
 from agentmesh.logs import get_logger
 from agentmesh.tools.background_sessions import BackgroundSessions
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, number, obj, string
-from agentmesh.tools.command_tools import MAX_COMMAND_CHARS, command_outcome
+from agentmesh.tools.command_tools import MAX_COMMAND_CHARS, command_outcome, program_text
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.sandbox.base import CommandSpec, Executor, SandboxUnavailable
 
@@ -101,6 +101,7 @@ class BackgroundCommands:
     # --- tools --------------------------------------------------------------------------------
 
     async def run(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        program_text(args, "command")
         session = self._sessions.setdefault(ctx.session_id, _Session())
         running = [c for c in session.commands.values() if c.status == RUNNING]
         if len(running) >= self._max_per_session:

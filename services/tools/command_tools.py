@@ -8,11 +8,21 @@ import time
 from typing import Any
 
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, number, obj, string
-from agentmesh.tools.results import ToolOutcome
+from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, Executor, SandboxUnavailable
 from agentmesh.tools.settings import SandboxLimits
 
 MAX_COMMAND_CHARS = 100_000  # argv strings are capped by the kernel at 128 KiB each
+
+
+def program_text(args: dict[str, Any], key: str) -> str:
+    """A command or program as the model wrote it, refused when it holds a NUL: an argv string
+    ends at the first NUL, so no program could receive it (and spawning would fail)."""
+    text: str = args[key]
+    if "\x00" in text:
+        raise ToolFailure("invalid_arguments", f"{key} contains a NUL character (\\u0000, at position "
+                          f"{text.index(chr(0))}), which no program can receive in its arguments; remove it")
+    return text
 
 
 class CommandTools:
@@ -54,10 +64,10 @@ class CommandTools:
         ]
 
     async def shell(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
-        return await self._run(ctx, ("/bin/sh", "-c", args["command"]), args.get("timeout_s"))
+        return await self._run(ctx, ("/bin/sh", "-c", program_text(args, "command")), args.get("timeout_s"))
 
     async def python(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
-        return await self._run(ctx, ("python3", "-c", args["code"]), args.get("timeout_s"))
+        return await self._run(ctx, ("python3", "-c", program_text(args, "code")), args.get("timeout_s"))
 
     def effective_timeout(self, requested: float | None, caller: float) -> float:
         timeout = float(requested) if requested else self._limits.default_timeout_s

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentmesh.tools.beneath import open_beneath, walk_beneath
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, boolean, integer, obj, string
-from agentmesh.tools.quota import WorkspaceQuota, WriteGate, workspace_usage
+from agentmesh.tools.quota import WorkspaceQuota, WriteGate, measure_workspace
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces, display_path
 
@@ -145,7 +145,7 @@ class FileTools:
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
         with self._gate.lock(session_id):
             freed = 0 if append else _allocated(real)
-            self._check_quota(workspace, len(data) - freed)
+            self._check_quota(workspace, len(data) - freed, new_file=not os.path.lexists(real))
             fd = open_beneath(workspace, real, flags, make_parents=True, adopt=self._workspaces.adopt_fd)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -186,13 +186,16 @@ class FileTools:
                 handle.write(updated)
         return ToolOutcome(output=f"edited {shown} at line {line}", data={"path": shown, "line": line})
 
-    def _check_quota(self, workspace: Path, adding: int) -> None:
-        """Refuse a write that would take the workspace past its quota; one that frees space always passes."""
-        if adding <= 0:
+    def _check_quota(self, workspace: Path, adding: int, new_file: bool = False) -> None:
+        """Refuse a write that would take the workspace past its quota (bytes, or files when it
+        makes one); one that frees space and makes no file always passes."""
+        if adding <= 0 and not new_file:
             return
-        usage = workspace_usage(workspace)
-        if self._quota.over(usage + adding):
-            raise self._quota.refuse_write(usage, adding)
+        usage = measure_workspace(workspace)
+        if new_file and self._quota.files_at_limit(usage.files):
+            raise self._quota.refuse_new_file(usage.files)
+        if adding > 0 and self._quota.over(usage.bytes + adding):
+            raise self._quota.refuse_write(usage.bytes, adding)
 
     # --- list_dir --------------------------------------------------------------------------
 

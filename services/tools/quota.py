@@ -42,14 +42,33 @@ class TooManyEntries(Exception):
     """The walk met more entries than it was allowed to look at."""
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What a workspace holds: bytes on disk, and files (inodes: files, directories, symlinks;
+    hard links once; the workspace itself not counted)."""
+
+    bytes: int = 0
+    files: int = 0
+
+    def grew_from(self, before: Usage) -> bool:
+        return self.bytes > before.bytes or self.files > before.files
+
+
 def workspace_usage(workspace: Path, max_entries: int | None = None) -> int:
     """Bytes the workspace takes on disk (0 if it does not exist). With `max_entries`, raises
     TooManyEntries rather than look at more entries than that."""
+    return measure_workspace(workspace, max_entries).bytes
+
+
+def measure_workspace(workspace: Path, max_entries: int | None = None) -> Usage:
+    """The workspace's bytes and files, in one walk (an empty Usage if it does not exist)."""
     try:
         top = os.open(workspace, _PATH_FLAGS)
     except FileNotFoundError:
-        return 0
-    return _Walk(max_entries).run(top)
+        return Usage()
+    walk = _Walk(max_entries)
+    size = walk.run(top)
+    return Usage(size, walk.files)
 
 
 class _Walk:
@@ -66,6 +85,7 @@ class _Walk:
 
     def __init__(self, max_entries: int | None = None) -> None:
         self.total = 0
+        self.files = -1  # the top directory is the workspace itself, not one of its files
         self._seen: set[tuple[int, int]] = set()
         self._budget = max_entries
 
@@ -95,6 +115,7 @@ class _Walk:
                         continue
                     self._seen.add(key)
                 self.total += entry.st_blocks * 512
+                self.files += 1
         finally:
             if cur >= 0 and (not stack or stack[-1][0] < 0):
                 os.close(cur)  # not held by a level (the top itself, when listing it failed)
@@ -164,6 +185,7 @@ class _Walk:
         """Count the directory `path_fd` (an O_PATH descriptor) and list what it holds."""
         info = os.fstat(path_fd)
         self.total += info.st_blocks * 512
+        self.files += 1
         if info.st_mode & _OWNER_RX != _OWNER_RX and info.st_uid == os.geteuid():
             # Taken away by a program to hide what it writes there; given back so it is measured.
             os.chmod(f"/proc/self/fd/{path_fd}", stat.S_IMODE(info.st_mode) | _OWNER_RX)
@@ -189,9 +211,34 @@ class _Walk:
 
 @dataclass(frozen=True)
 class WorkspaceQuota:
-    """The disk one session's workspace may use, and the sentences that say it was reached."""
+    """The disk one session's workspace may use — bytes, and files (inodes: a file costs the
+    host one however small, and every measure of the workspace looks at each) — and the
+    sentences that say it was reached. `limit_files` 0: no file limit."""
 
     limit_bytes: int
+    limit_files: int = 0
+
+    def files_over(self, files: int) -> bool:
+        return bool(self.limit_files) and files > self.limit_files
+
+    def files_at_limit(self, files: int) -> bool:
+        return bool(self.limit_files) and files >= self.limit_files
+
+    def files_detail(self, files: int, *, stopped: bool) -> str:
+        what = "and the command was stopped" if stopped else "after the command"
+        return (
+            f"the session's workspace holds {files} files and directories, over its limit of {self.limit_files} files, "
+            f"{what}; what was made stays, and new files are refused until you delete files you no longer need "
+            "(`rm`, or archive a directory: `tar czf d.tgz d && rm -r d`)"
+        )
+
+    def refuse_new_file(self, files: int) -> ToolFailure:
+        return ToolFailure(
+            "disk_quota",
+            f"the session's workspace holds {files} files and directories, at its limit of {self.limit_files} files; "
+            "nothing was written. Delete files you no longer need (`rm` in the shell tool) to make room",
+            {"quota_files": self.limit_files, "usage_files": files},
+        )
 
     def remaining(self, usage: int) -> int:
         return max(self.limit_bytes - usage, 0)
@@ -249,9 +296,12 @@ class UsageMeter:
         self._big: OrderedDict[Path, None] = OrderedDict()
 
     async def usage(self, workspace: Path) -> int:
+        return (await self.measure(workspace)).bytes
+
+    async def measure(self, workspace: Path) -> Usage:
         if workspace not in self._big:
             try:
-                return workspace_usage(workspace, self.INLINE_ENTRIES)
+                return measure_workspace(workspace, self.INLINE_ENTRIES)
             except TooManyEntries:
                 self._big[workspace] = None
                 while len(self._big) > self.REMEMBERED:
@@ -265,12 +315,12 @@ class UsageMeter:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _measure(workspace: Path, small_entries: int) -> tuple[int, bool]:
+def _measure(workspace: Path, small_entries: int) -> tuple[Usage, bool]:
     """The workspace's usage, and whether it has at most `small_entries` entries."""
     try:
-        return workspace_usage(workspace, small_entries), True
+        return measure_workspace(workspace, small_entries), True
     except TooManyEntries:
-        return workspace_usage(workspace), False
+        return measure_workspace(workspace), False
 
 
 class WriteGate:

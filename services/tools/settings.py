@@ -28,6 +28,10 @@ class SandboxLimits:
     memory_bytes: int = env("AGENTMESH_SANDBOX_MEMORY_BYTES", 1024 * MIB, minimum=16 * MIB)
     processes: int = env("AGENTMESH_SANDBOX_PROCESSES", 128, minimum=4)
     file_size_bytes: int = env("AGENTMESH_SANDBOX_FILE_SIZE_BYTES", 256 * MIB, minimum=MIB)
+    # The local jail's in-memory file systems (/tmp, /dev/shm): each bounded, and what they
+    # hold counts against memory_bytes.
+    tmp_bytes: int = env("AGENTMESH_SANDBOX_TMP_BYTES", 256 * MIB, minimum=MIB)
+    shm_bytes: int = env("AGENTMESH_SANDBOX_SHM_BYTES", 64 * MIB, minimum=MIB)
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,9 @@ class ToolsSettings(EnvSection):
     background_max_s: float = env("AGENTMESH_TOOLS_BACKGROUND_MAX_S", 1800.0, minimum=1)
     # Disk one session's workspace may hold: commands (jail or pod) and file tools alike.
     workspace_quota_bytes: int = env("AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB", 1024 * MIB, minimum=1, unit=MIB)
+    # Files (inodes) it may hold: empty files cost the host an inode each and every measure of
+    # the workspace a look, while taking next to no bytes.
+    workspace_quota_files: int = env("AGENTMESH_TOOLS_WORKSPACE_QUOTA_FILES", 100_000, minimum=1)
     # The workspace as people see it (web console): how much of one file a view returns, and the
     # largest file an upload may write (within the quota too).
     max_view_bytes: int = env("AGENTMESH_TOOLS_MAX_VIEW_BYTES", 1 * MIB, minimum=1024)

@@ -10,12 +10,11 @@ symlink swapped in after the check is not followed either.
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from agentmesh.ids import validate_id
 from agentmesh.tools.results import ToolFailure
+from agentmesh.tools.tree_delete import remove_tree
 
 JAIL_PREFIX = PurePosixPath("/workspace")
 
@@ -55,24 +54,15 @@ class Workspaces:
         if workspace.is_symlink() or not workspace.is_dir():
             workspace.unlink()
             return True
-        # rmtree does not follow symlinks inside, so links to elsewhere cannot widen the delete;
-        # directories a program locked (chmod 0) are opened up and retried.
-        shutil.rmtree(workspace, onerror=_make_writable_and_retry)
+        # Without recursion (a tree may be thousands deep), never following a symlink inside, so
+        # links to elsewhere cannot widen the delete; locked directories (chmod 0) are opened up.
+        remove_tree(workspace)
         return True
 
     def resolve(self, session_id: str, user_path: str) -> tuple[Path, Path]:
         """Return (workspace, real path) for `user_path`, or raise ToolFailure("path_escape")."""
         workspace = self.ensure(session_id)
         return workspace, resolve_inside(workspace, user_path)
-
-
-def _make_writable_and_retry(func: Callable[[str], object], path: str, _exc_info: object) -> None:
-    parent = os.path.dirname(path)
-    if not os.path.islink(parent):
-        os.chmod(parent, 0o700)
-    if os.path.isdir(path) and not os.path.islink(path):
-        os.chmod(path, 0o700)
-    func(path)
 
 
 def resolve_inside(workspace: Path, user_path: str) -> Path:

@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 
 from agentmesh.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from agentmesh.tools.beneath import DIR_FLAGS, open_beneath
-from agentmesh.tools.quota import WorkspaceQuota, WriteGate, workspace_usage
+from agentmesh.tools.quota import WorkspaceQuota, WriteGate, measure_workspace
 from agentmesh.tools.results import ToolFailure
 from agentmesh.tools.workspace import Workspaces, display_path
 
@@ -160,10 +160,12 @@ class WorkspaceFiles:
         with self._gate.lock(session_id):
             # The session's disk quota holds for uploads as for the file tools' writes.
             adding = len(content) - (_allocated(real) if exists else 0)
-            if adding > 0:
-                usage = workspace_usage(workspace)
-                if self._quota.over(usage + adding):
-                    raise self._quota.refuse_write(usage, adding)
+            if adding > 0 or not exists:
+                usage = measure_workspace(workspace)
+                if not exists and self._quota.files_at_limit(usage.files):
+                    raise self._quota.refuse_new_file(usage.files)
+                if adding > 0 and self._quota.over(usage.bytes + adding):
+                    raise self._quota.refuse_write(usage.bytes, adding)
             try:
                 fd = open_beneath(workspace, real, flags, make_parents=True, adopt=self._workspaces.adopt_fd)
             except FileExistsError:

@@ -18,5 +18,17 @@ def exists(path: str) -> str:
     return "yes" if os.path.exists(path) else "no"
 
 
+@server.tool(description="The command line of every process this server can see, one a line.")
+def cmdlines() -> str:
+    lines = []
+    for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                lines.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     server.run("stdio")

@@ -74,7 +74,7 @@ def signature(calls: tuple[ToolCall, ...]) -> tuple[tuple[str, str], ...]:
     def normal(arguments_json: str) -> str:
         try:
             return json.dumps(json.loads(arguments_json or "{}"), sort_keys=True)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad or absurdly nested JSON: compared as written
             return arguments_json
 
     return tuple(sorted((c.name, normal(c.arguments_json)) for c in calls))

@@ -43,8 +43,8 @@ DEFAULT_MAX_TOKENS = 4096
 def _input_object(arguments_json: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments_json or "{}")
-    except json.JSONDecodeError:
-        # The model once wrote bad JSON; replay it as a string so the history stays faithful.
+    except (json.JSONDecodeError, RecursionError):
+        # The model once wrote bad (or absurdly nested) JSON; replay it as a string so the history stays faithful.
         return {"_raw": arguments_json}
     return value if isinstance(value, dict) else {"_value": value}
 

@@ -51,7 +51,7 @@ def _describe(tools: list[ToolSpec]) -> str:
 def _call_text(call: ToolCall) -> str:
     try:
         arguments: Any = json.loads(call.arguments_json or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         arguments = call.arguments_json
     return f"{OPEN}{json.dumps({'name': call.name, 'arguments': arguments})}{CLOSE}"
 

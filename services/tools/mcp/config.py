@@ -114,14 +114,20 @@ def _resolve_secrets(name: str, key: str, values: Mapping[str, str], secrets: Ma
     return resolved
 
 
-def resolve_command(name: str, command: str) -> str:
+def resolve_command(name: str, command: str, service_path: bool = False) -> str:
     """The program's absolute path; ConfigError when it does not exist (checked on the host, whose
-    /usr the jail shares; programs elsewhere need their directory in `mounts`)."""
+    /usr the jail shares). With `service_path` (the deployment's own servers, whose install the
+    jail binds in: server_paths.py) a name not on the system PATH is looked for on the service's
+    PATH too — a pipx or venv install's bin directory."""
     found = command if os.path.isabs(command) else shutil.which(command, path=SYSTEM_PATH)
+    searched = SYSTEM_PATH
+    if not found and service_path and not os.path.isabs(command):
+        searched = f"{SYSTEM_PATH} or the tools service's PATH"
+        found = shutil.which(command)
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise ConfigError(
             f"MCP server {name!r}: command {command!r} was not found"
-            + ("" if os.path.isabs(command) else f" on {SYSTEM_PATH} (give an absolute path for programs elsewhere)")
+            + ("" if os.path.isabs(command) else f" on {searched} (give an absolute path for programs elsewhere)")
         )
     return found
 
@@ -173,13 +179,18 @@ def parse_entry(name: str, raw: Any, environ: Mapping[str, str] | SecretSource, 
     return McpServerEntry(
         name=name,
         # In a pod the container runtime finds the command on the image's PATH; nothing to check here.
-        command=command if sandbox == "kubernetes" else resolve_command(name, command),
+        command=command if sandbox == "kubernetes" else resolve_command(name, command, service_path=not _of_namespace(environ)),
         args=_strings(name, "args", raw.get("args", []), list),
         env=_values(name, "env", raw.get("env", {}), environ),
         network=network,
         mounts=mounts,
         image=image,
     )
+
+
+def _of_namespace(environ: Mapping[str, str] | SecretSource) -> bool:
+    """Whether the entry is a namespace's own (its admin's), not the deployment's (the operator's)."""
+    return isinstance(environ, SecretSource) and environ.namespace is not None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from agentmesh.logs import get_logger
 log = get_logger("agentmesh.tools.mcp")
 
 Opener = Callable[[], AbstractAsyncContextManager[tuple[Any, Any]]]
+TIMED_OUT = "it did not answer in time"
 
 
 class ServerUnavailable(Exception):
@@ -42,9 +43,13 @@ class SupervisorTimings:
 
 
 class McpServerConnection:
-    def __init__(self, name: str, opener: Opener, timings: SupervisorTimings):
+    def __init__(self, name: str, opener: Opener, timings: SupervisorTimings,
+                 last_words: Callable[[], str] | None = None):
+        """`last_words`: what the server's process last wrote to stderr, the reason it gives
+        when it ends before it answered (a stdio server); None where there is no such process."""
         self.name = name
         self._opener = opener
+        self._last_words = last_words
         self._timings = timings
         self.tools: list[mcp_types.Tool] = []
         self.error = "not started"
@@ -124,6 +129,13 @@ class McpServerConnection:
                 raise
             except BaseException as exc:  # noqa: BLE001 - a dead server is a state, not a crash
                 self.error = describe(exc)
+                started = self._session is not None or self.error == TIMED_OUT  # a hung server did not end
+                said = self._last_words() if self._last_words is not None and not started else ""
+                if said:
+                    # It ended before it answered: the SDK's "Connection closed" says nothing, the
+                    # process's own last line says why (a crash of a server that had been
+                    # answering keeps the SDK's sentence: its last line is likely just logging).
+                    self.error = f"its process ended: {said}"
                 log.warning("MCP server unavailable", server=self.name, error=self.error)
             finally:
                 self._session = None
@@ -216,6 +228,6 @@ def describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
-        return "it did not answer in time"
+        return TIMED_OUT
     text = str(exc) or type(exc).__name__
     return text

@@ -7,7 +7,7 @@ import asyncio
 import os
 import socket
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlparse
@@ -19,31 +19,84 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentmesh.tools.mcp.config import McpServerEntry
 from agentmesh.tools.mcp.connection import Opener, ServerUnavailable
+from agentmesh.tools.mcp.server_paths import server_binds
 from agentmesh.tools.sandbox.base import CommandSpec
 from agentmesh.tools.sandbox.local import LocalJail
 from agentmesh.tools.web_tools import AddressPolicy
 
-# bwrap takes its seccomp filter as an open descriptor; the SDK's spawn cannot pass one, so a
-# shell opens the compiled filter on fd 3 and execs the jail.
-SECCOMP_FD = 3
-SECCOMP_WRAPPER = ("/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"')
+# bwrap takes its options (with the server's environment: its secrets) and its seccomp filter as
+# open descriptors; the SDK's spawn cannot pass any, so a shell opens them and execs the jail.
+# The options are a memfd of this process, opened through /proc (no file on disk holds the
+# secrets); the shell's own command line names only that and the compiled filter, and is gone
+# with its exec.
+OPTIONS_FD = 3
+SECCOMP_FD = 4
+WRAPPER = ("/bin/sh", "-c", f'exec "$@" {OPTIONS_FD}<"$0"')
+SECCOMP_WRAPPER = ("/bin/sh", "-c", f'f=$1; shift; exec "$@" {OPTIONS_FD}<"$0" {SECCOMP_FD}<"$f"')
 
 
-def jailed_stdio_opener(entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
-                        seccomp_file: Path | None) -> Opener:
-    def open_jailed() -> AbstractAsyncContextManager[tuple[Any, Any]]:
+class JailedStdioOpener:
+    """Opens a stdio server as a process in the local jail (an `Opener`), and says what the last
+    process started wrote to stderr (`last_words`): when it ends before it answered, the SDK
+    says only "Connection closed", and that line is the reason (a traceback's exception, bwrap's
+    own error). `find_binds`: bind what the command needs to run (its interpreter, its virtual
+    environment: server_paths.py) besides the entry's own `mounts`."""
+
+    def __init__(self, entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
+                 seccomp_file: Path | None, find_binds: bool = True):
+        self._entry = entry
+        self._jail = jail
+        self._workdir = workdir
+        self._errlog = errlog
+        self._seccomp_file = seccomp_file
+        self._binds = (*server_binds(entry.command, jail.home), *entry.mounts) if find_binds else entry.mounts
+        self._log_start = 0  # the stderr log's size when the last process started
+
+    def last_words(self) -> str:
+        return stderr_reason(self._errlog, self._log_start)
+
+    @asynccontextmanager
+    async def __call__(self) -> AsyncIterator[tuple[Any, Any]]:
+        entry = self._entry
         spec = CommandSpec(
             session_id=f"mcp-{entry.name}", call_id="", argv=(entry.command, *entry.args), timeout_s=0,
             # No TRACEPARENT: one long-lived process serves many traces; each call's _meta carries its own.
             network=entry.network,
         )
-        argv = jail.jail_argv(workdir, spec, seccomp_fd=SECCOMP_FD if seccomp_file else None,
-                              extra_env=entry.env, ro_binds=entry.mounts)
-        if seccomp_file is not None:
-            argv = [*SECCOMP_WRAPPER, str(seccomp_file), *argv]
-        return stdio_client(StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(workdir)), errlog=errlog)
+        command = self._jail.jail_argv(self._workdir, spec, seccomp_fd=SECCOMP_FD if self._seccomp_file else None,
+                                       extra_env=entry.env, ro_binds=self._binds, options_fd=OPTIONS_FD)
+        options = os.memfd_create(f"mcp-{entry.name}-options", os.MFD_CLOEXEC)
+        try:
+            command.write_options(options)
+            source = f"/proc/{os.getpid()}/fd/{options}"
+            if self._seccomp_file is not None:
+                argv = [*SECCOMP_WRAPPER, source, str(self._seccomp_file), *command.argv]
+            else:
+                argv = [*WRAPPER, source, *command.argv]
+            parameters = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(self._workdir))
+            self._errlog.flush()
+            self._log_start = os.fstat(self._errlog.fileno()).st_size
+            async with stdio_client(parameters, errlog=self._errlog) as streams:
+                yield streams
+        finally:
+            os.close(options)
 
-    return open_jailed
+
+def stderr_reason(errlog: TextIO, start: int, limit: int = 300) -> str:
+    """The last line the server wrote to stderr since `start` (its log's size when it was
+    started): a traceback ends with the exception, bwrap's own errors are one line."""
+    try:
+        errlog.flush()
+        with open(errlog.name, "rb") as log:  # the log is opened for appending only
+            log.seek(max(start, os.fstat(log.fileno()).st_size - 64 * 1024))
+            tail = log.read(64 * 1024).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    last = lines[-1]
+    return last if len(last) <= limit else last[: limit - 1] + "…"
 
 
 async def check_egress(url: str, policy: AddressPolicy) -> None:

@@ -12,7 +12,7 @@ from agentmesh.config import ConfigError
 from agentmesh.tools.mcp.a2a_agents import A2aAgentTools, SessionDepth
 from agentmesh.tools.mcp.config import McpServerEntry, load_agents, load_servers
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
-from agentmesh.tools.mcp.openers import http_opener, jailed_stdio_opener, server_workdir
+from agentmesh.tools.mcp.openers import JailedStdioOpener, http_opener, server_workdir
 from agentmesh.tools.mcp.pod_servers import PodServers, owner_name
 from agentmesh.tools.mcp.secrets import SecretSource
 from agentmesh.tools.mcp.tools import McpTools
@@ -90,8 +90,10 @@ class ConnectionFactory:
                 self._seccomp_file.chmod(0o644)
         errlog = open(root / f"{entry.name}.stderr.log", "a", encoding="utf-8")  # noqa: SIM115 - lives with the connection
         assert isinstance(self._executor, LocalJail)
-        opener = jailed_stdio_opener(entry, self._executor, workdir, errlog, self._seccomp_file)
-        return McpServerConnection(entry.name, opener, self.timings)
+        # The deployment's servers (the operator's file) get what their command needs bound in
+        # (server_paths.py); a namespace's admin names only its command, not host directories.
+        opener = JailedStdioOpener(entry, self._executor, workdir, errlog, self._seccomp_file, find_binds=not namespace)
+        return McpServerConnection(entry.name, opener, self.timings, last_words=opener.last_words)
 
 
 def secret_source(settings: ToolsSettings) -> SecretSource:

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
@@ -100,16 +101,20 @@ class JailWatch:
         workspace: Path | None = None,
         quota: WorkspaceQuota | None = None,
         disk_baseline: int = 0,
+        files_baseline: int = 0,
         meter: UsageMeter | None = None,
+        tmpfs: Mapping[str, int] | None = None,
     ):
         self._info = info
+        self._tmpfs = dict(tmpfs or {})  # the jail's in-memory file systems: path -> size
         self._memory = memory_bytes
         self._processes = processes
         self._workspace = workspace
         self._quota = quota
-        self.exceeded = ""  # "memory" | "processes" | "disk_quota"
+        self.exceeded = ""  # "memory" | "processes" | "disk_quota" | "file_quota"
         self.disk_usage = 0  # the workspace's size when the disk watch last looked
         self._disk_baseline = disk_baseline  # its size when the call began
+        self._files_baseline = files_baseline  # and its files
         self._meter = meter
 
     async def run(self) -> None:
@@ -125,6 +130,7 @@ class JailWatch:
             if init is None:
                 continue
             count, used = process_tree(init, self.PAGE, self._processes + 2)
+            used += tmpfs_usage(init, self._tmpfs)
             # The jail's init (bwrap) is not the program's; allow for it.
             if count > self._processes + 1:
                 self._stop("processes")
@@ -139,12 +145,15 @@ class JailWatch:
                 continue
             started = time.monotonic()
             try:
-                self.disk_usage = await meter.usage(workspace)
+                usage = await meter.measure(workspace)
             except OSError:
                 continue  # the workspace was deleted under the call, or a directory vanished mid-walk
+            self.disk_usage = usage.bytes
             # Growth past the quota, not being past it: a call that starts over it may delete.
-            if quota.over(self.disk_usage) and self.disk_usage > self._disk_baseline:
+            if quota.over(usage.bytes) and usage.bytes > self._disk_baseline:
                 self._stop("disk_quota")
+            elif quota.files_over(usage.files) and usage.files > self._files_baseline:
+                self._stop("file_quota")
             interval = max(self.DISK_INTERVAL_S, 4 * (time.monotonic() - started))
 
     def _stop(self, reason: str) -> None:
@@ -175,6 +184,30 @@ def process_tree(root: int, page: int, max_count: int) -> tuple[int, int]:
         except (OSError, ValueError, IndexError):
             continue
     return len(seen), total
+
+
+def tmpfs_usage(init: int, mounts: Mapping[str, int]) -> int:
+    """Bytes the jail's in-memory file systems (path -> the size it was given) hold, seen through
+    its init's root (the kernel lets the jail's owner look). Until bwrap has built the jail, that
+    root is still the host's — whose /tmp holds gigabytes — so nothing counts while it is, and only
+    a file system of exactly the size given counts; one that cannot be looked at (the jail is
+    ending) counts 0."""
+    try:
+        root, ours = os.stat(f"/proc/{init}/root"), os.stat("/")
+    except OSError:
+        return 0
+    if (root.st_dev, root.st_ino) == (ours.st_dev, ours.st_ino):
+        return 0
+    total = 0
+    for mount, size in mounts.items():
+        try:
+            info = os.statvfs(f"/proc/{init}/root{mount}")
+        except OSError:
+            continue
+        if info.f_blocks * info.f_frsize != -(-size // info.f_frsize) * info.f_frsize:
+            continue  # not (yet) the jail's own
+        total += (info.f_blocks - info.f_bfree) * info.f_frsize
+    return total
 
 
 def _alive(pid: int) -> bool:

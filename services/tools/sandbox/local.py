@@ -3,7 +3,9 @@
 Namespaces: user (the program runs as uid/gid 65534 inside), pid, net (unless the call may use
 the network), ipc, uts, cgroup, mount. The root file system is built from read-only binds of the
 system directories and a handful of /etc files; the session workspace is the only writable bind
-(at /workspace); /tmp is a private size-limited tmpfs. Resource limits are applied inside the
+(at /workspace); /tmp and /dev/shm are private size-limited tmpfs (counted against the memory
+limit) and /dev is otherwise read-only. bwrap reads its options from a memfd (`--args`), so no
+environment value or host path is on any command line. Resource limits are applied inside the
 jail by util-linux `prlimit` right before the program starts, so they count the jail's own
 processes. A root service starts bwrap as an unprivileged host user (`setpriv`), see
 `jail_host_identity`. Stopping a call (timeout, output flood, cancelled RPC) kills the jail's
@@ -99,6 +101,40 @@ def rlimit_prefix(limits: SandboxLimits, prlimit: str, file_size_bytes: int | No
     ]
 
 
+# The jail's writable in-memory file systems. Each is a tmpfs bounded by its size, and what
+# they hold counts against the jail's memory limit (the watch adds it to the processes' memory):
+# tmpfs pages are host memory that no process's resident size shows.
+def jail_tmpfs(limits: SandboxLimits) -> dict[str, int]:
+    return {"/tmp": limits.tmp_bytes, "/dev/shm": limits.shm_bytes}
+
+
+def bounded_tmpfs_options(limits: SandboxLimits) -> list[str]:
+    """bwrap options for /dev and /tmp. `--dev` makes /dev a tmpfs without a size: anything
+    written there (a file of /dev, POSIX shared memory in /dev/shm) took host memory without
+    bound. So /dev is made read-only once built, with a bounded tmpfs for /dev/shm inside it."""
+    return [
+        "--dev", "/dev",
+        "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm",
+        "--remount-ro", "/dev",
+        "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+    ]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class JailCommand:
+    """A jail's command line, and the bwrap options it reads from its `--args` descriptor."""
+
+    argv: list[str]
+    options: bytes
+
+    def write_options(self, fd: int) -> None:
+        """Fill `fd` (a memfd) with the options and rewind it for bwrap to read."""
+        view = memoryview(self.options)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+
+
 def _system_binds(*, network: bool) -> list[str]:
     """bwrap arguments for the system's part of a jail's root: the merged-/usr links or
     directories (the layout, looked up once: it does not change while the service runs), and
@@ -161,7 +197,7 @@ class LocalJail:
         self._host_identity = workspaces.owner
         self._limits = settings.limits
         self._workspaces = workspaces
-        self._quota = WorkspaceQuota(settings.workspace_quota_bytes)
+        self._quota = WorkspaceQuota(settings.workspace_quota_bytes, settings.workspace_quota_files)
         self._meter = UsageMeter()
         self._tracer = tracer
         self._bwrap = shutil.which(settings.bwrap_path) or ""
@@ -182,6 +218,11 @@ class LocalJail:
     def available(self) -> bool:
         return bool(self._bwrap)
 
+    @property
+    def home(self) -> Path:
+        """The service's home (its keys): nothing at or above it is ever bound into a jail."""
+        return self._workspaces.root.parent
+
     def _write_identity_files(self) -> None:
         # A passwd/group naming the jail's user, so `whoami`, `ls -l` and Python's getpass work
         # without exposing the host's account list.
@@ -201,8 +242,15 @@ class LocalJail:
         file_size_bytes: int | None = None,
         extra_env: Mapping[str, str] | None = None,
         ro_binds: tuple[str, ...] = (),
-    ) -> list[str]:
-        """`extra_env` and `ro_binds`: what a configured long-lived program (an MCP server) is
+        *,
+        options_fd: int,
+    ) -> JailCommand:
+        """The jail's command line, and bwrap's options for `--args options_fd` (what the caller
+        must put on that descriptor). The options hold the environment (an MCP server's secrets)
+        and host paths (the workspace's): on a command line they would show in every process
+        listing of the host, and in the jail's own /proc/1/cmdline.
+
+        `extra_env` and `ro_binds`: what a configured long-lived program (an MCP server) is
         given on top of the fixed set: its configured environment, and host directories (where it
         is installed) bound read-only at the same path."""
         limits = self._limits
@@ -212,8 +260,11 @@ class LocalJail:
             # fork handlers of libraries in this process (gRPC's) then run in the child.
             uid, gid = self._host_identity
             argv += [self._setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
-        argv += [
-            self._bwrap,
+        argv += [self._bwrap, "--args", str(options_fd), "--"]
+        if self._prlimit:
+            argv += rlimit_prefix(limits, self._prlimit, file_size_bytes)
+        argv += list(spec.argv)
+        options = [
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
             "--disable-userns",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -222,35 +273,31 @@ class LocalJail:
             "--ro-bind", "/usr", "/usr",
         ]  # fmt: skip
         if info_fd is not None:
-            argv += ["--info-fd", str(info_fd)]
+            options += ["--info-fd", str(info_fd)]
         if seccomp_fd is not None:
-            argv += ["--seccomp", str(seccomp_fd)]
+            options += ["--seccomp", str(seccomp_fd)]
         if not spec.network:
-            argv.append("--unshare-net")
-        argv += self._system_binds[spec.network]
-        argv += [
+            options.append("--unshare-net")
+        options += self._system_binds[spec.network]
+        options += [
             "--ro-bind", str(self._etc_dir / "passwd"), "/etc/passwd",
             "--ro-bind", str(self._etc_dir / "group"), "/etc/group",
         ]  # fmt: skip
+        options += ["--proc", "/proc", *bounded_tmpfs_options(limits)]
+        # After the tmpfs: a program installed under /tmp (a venv there) stays visible over the jail's own /tmp.
         for path in ro_binds:
-            argv += ["--ro-bind", path, path]
-        argv += [
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--size", str(limits.file_size_bytes), "--tmpfs", "/tmp",
+            options += ["--ro-bind", path, path]
+        options += [
             "--bind", str(workspace), JAIL_WORKSPACE,
-            # The root itself is bwrap's scratch tmpfs; freeze it so only /workspace and /tmp take writes.
+            # The root itself is bwrap's scratch tmpfs; freeze it so only /workspace and the
+            # bounded tmpfs take writes.
             "--remount-ro", "/",
             "--chdir", JAIL_WORKSPACE,
             "--clearenv",
         ]  # fmt: skip
         for key, value in {**(extra_env or {}), **clean_environment(spec.env)}.items():
-            argv += ["--setenv", key, value]
-        argv.append("--")
-        if self._prlimit:
-            argv += rlimit_prefix(limits, self._prlimit, file_size_bytes)
-        argv += list(spec.argv)
-        return argv
+            options += ["--setenv", key, value]
+        return JailCommand(argv, b"".join(option.encode() + b"\0" for option in options))
 
     async def run(self, spec: CommandSpec) -> CommandResult:
         if not self._bwrap:
@@ -258,7 +305,8 @@ class LocalJail:
         workspace = self._workspaces.ensure(spec.session_id)
         # No file may outgrow what the quota leaves (one writer is stopped by the kernel at once);
         # many files together are the watch's to stop.
-        used_before = await self._meter.usage(workspace)
+        before = await self._meter.measure(workspace)
+        used_before = before.bytes
         file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
         with self._tracer.start_as_current_span(
             "sandbox.jail",
@@ -280,26 +328,35 @@ class LocalJail:
                 info,
                 self._limits.memory_bytes,
                 self._limits.processes,
+                tmpfs=jail_tmpfs(self._limits),
                 workspace=workspace,
                 quota=self._quota,
                 disk_baseline=used_before,
+                files_baseline=before.files,
                 meter=self._meter,
             )
             watch = asyncio.create_task(guard.run())
             seccomp_fd = filter_fd(self._seccomp) if self._seccomp else None
             span.set_attribute("agentmesh.sandbox.seccomp", seccomp_fd is not None)
+            options_fd = -1
             try:
+                options_fd = os.memfd_create("bwrap-options", os.MFD_CLOEXEC)
+                command = self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd, file_size, options_fd=options_fd)
+                command.write_options(options_fd)
+                passed = (info.write_fd, options_fd) if seccomp_fd is None else (info.write_fd, options_fd, seccomp_fd)
                 run = await run_process(
-                    self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd, file_size),
+                    command.argv,
                     env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
                     cwd=str(workspace),
                     timeout_s=spec.timeout_s,
                     output_cap=self._limits.output_cap_bytes,
                     drain_limit=self._limits.output_drain_bytes,
-                    pass_fds=(info.write_fd,) if seccomp_fd is None else (info.write_fd, seccomp_fd),
+                    pass_fds=passed,
                     killer=info.kill,
                 )
             finally:
+                if options_fd >= 0:
+                    os.close(options_fd)
                 if seccomp_fd is not None:
                     os.close(seccomp_fd)
                 watch.cancel()
@@ -319,9 +376,10 @@ class LocalJail:
                 result.error_kind = "process_limit"
                 result.detail = f"the sandbox ran more than {self._limits.processes} processes at once and was stopped"
             else:
-                used_after = await self._meter.usage(workspace)
+                after = await self._meter.measure(workspace)
                 lowered = file_size < self._limits.file_size_bytes
-                apply_quota(result, self._quota, used_before, used_after, lowered, stopped=guard.exceeded == "disk_quota")
+                apply_quota(result, self._quota, used_before, after.bytes, lowered, stopped=guard.exceeded == "disk_quota")
+                apply_file_quota(result, self._quota, before.files, after.files, stopped=guard.exceeded == "file_quota")
             span.set_attribute("agentmesh.sandbox.workspace_bytes", max(guard.disk_usage, used_before))
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
@@ -356,6 +414,22 @@ def apply_quota(
     else:
         return
     result.data.update(quota_bytes=quota.limit_bytes, usage_bytes=used_after)
+
+
+def apply_file_quota(result: CommandResult, quota: WorkspaceQuota, files_before: int, files_after: int, *,
+                     stopped: bool) -> None:
+    """Say `disk_quota` when the workspace's file limit ended the call (`stopped`), or when the
+    call, ending on its own, left more files than the limit and more than it found. No kernel
+    limit counts a directory's files, so a call may make some past the limit before the watch's
+    next look; they stay, and file tools refuse new files until the session deletes some."""
+    if stopped:
+        result.detail = quota.files_detail(files_after, stopped=True)
+    elif not result.error_kind and quota.files_over(files_after) and files_after > files_before:
+        result.detail = quota.files_detail(files_after, stopped=False)
+    else:
+        return
+    result.error_kind = "disk_quota"
+    result.data.update(quota_files=quota.limit_files, usage_files=files_after)
 
 
 def interpret(run: ProcessRun, spec: CommandSpec, limits: SandboxLimits) -> CommandResult:
