@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from agentmesh import error_reasons
 from agentmesh.errors import ResourceExhausted
 from agentmesh.tenancy import AuthPolicy
 
@@ -55,13 +56,15 @@ class TenantLimiter:
         if limits.tokens_per_day and self.tokens_today(tenant) >= limits.tokens_per_day:
             raise ResourceExhausted(
                 f"tenant {tenant!r} has used its {limits.tokens_per_day} model tokens for today "
-                f"(limits.tokens_per_day); it resets at 00:00 UTC"
+                f"(limits.tokens_per_day); it resets at 00:00 UTC",
+                reason=error_reasons.QUOTA_EXCEEDED, metadata={"limit": "tokens_per_day", "tenant": tenant},
             )
         running = self._running.get(tenant, 0)
         if limits.concurrent_turns and running >= limits.concurrent_turns:
             raise ResourceExhausted(
                 f"tenant {tenant!r} already runs {running} turns at once, its limit (limits.concurrent_turns); "
-                "wait for one to finish"
+                "wait for one to finish",
+                reason=error_reasons.QUOTA_EXCEEDED, metadata={"limit": "concurrent_turns", "tenant": tenant},
             )
         self._running[tenant] = running + 1
         return Admission(self, tenant)

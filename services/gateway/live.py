@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, TypeVar
 
+from agentmesh import error_reasons
 from agentmesh.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from agentmesh.gateway.feeds import Feed
 from agentmesh.ids import validate_id
@@ -144,7 +145,8 @@ class LiveTurns:
                 while not watcher.queue.empty():
                     yield watcher.queue.get_nowait()
                 raise ResourceExhausted(
-                    f"this activity stream fell more than {WATCH_BACKLOG} events behind and was stopped; watch again")
+                    f"this activity stream fell more than {WATCH_BACKLOG} events behind and was stopped; watch again",
+                    reason=error_reasons.WATCHER_TOO_SLOW)
         finally:
             lagged.cancel()
             closing.cancel()

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
+from agentmesh import error_reasons
 from agentmesh.errors import AgentmeshError, FailedPrecondition, error_of_code
 from agentmesh.gateway.ports import AgentRunner
 from agentmesh.logs import get_logger
@@ -113,7 +114,8 @@ class SessionTurns:
                 if policy == "reject":
                     raise FailedPrecondition(
                         f"session {session_id!r} is already running a turn; wait for it to finish, cancel it, "
-                        "or send with if_busy enqueue, interrupt or rollback"
+                        "or send with if_busy enqueue, interrupt or rollback",
+                        reason=error_reasons.SESSION_BUSY, metadata={"session_id": session_id},
                     )
                 if policy in _STOP_REASON_OF and running.successor is None:
                     running.supersede(turn, _STOP_REASON_OF[policy])
