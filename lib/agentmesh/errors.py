@@ -14,6 +14,7 @@ from agentmesh import error_reasons as reasons
 __all__ = [
     "AgentmeshError",
     "AlreadyExists",
+    "ConfigError",
     "DeadlineExceeded",
     "FailedPrecondition",
     "InvalidArgument",
@@ -88,6 +89,12 @@ class ResourceExhausted(AgentmeshError):
 class DeadlineExceeded(AgentmeshError):
     code = "DEADLINE_EXCEEDED"
     default_reason = reasons.DEADLINE_EXCEEDED
+
+
+class ConfigError(ValueError):
+    """A setting in the environment is missing or malformed; the message names it. Not a status
+    of any call: it stops a service at start-up (raised by `agentmesh.config` and the files it
+    reads, such as `agentmesh.models`' AGENTMESH_MODELS, so it lives below both)."""
 
 
 def error_of_code(code: str, message: str, *, reason: str = "", metadata: Mapping[str, str] | None = None) -> AgentmeshError:

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
-from agentmesh.config import ConfigError
+from agentmesh.errors import ConfigError
 
 __all__ = ["DEFAULT_MODEL", "MAX_MODELS", "PROVIDERS", "ModelCatalog", "ModelSpec", "catalog_of", "load_catalog", "load_model_file"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from agentmesh import error_reasons
 from agentmesh.errors import ResourceExhausted
-from agentmesh.tenancy import AuthPolicy
+from agentmesh.tenancy import AuthPolicy, TenantLimits
 
 __all__ = ["Admission", "TenantLimiter"]
 
@@ -39,7 +39,7 @@ class TenantLimiter:
         self._running: dict[str, int] = {}
         self._tokens: dict[str, tuple[int, int]] = {}  # tenant -> (UTC day number, tokens that day)
 
-    def _limits(self, tenant: str):  # type: ignore[no-untyped-def]
+    def _limits(self, tenant: str) -> TenantLimits | None:
         if self._policy is None or not self._policy.enforced or tenant not in self._policy.tenants:
             return None
         return self._policy.tenants[tenant].limits

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncGenerator
 from importlib import metadata as package_metadata
 from pathlib import Path
 from typing import Any, AsyncIterator, Protocol, Sequence
@@ -372,8 +373,9 @@ class HttpApi:
                 # running") and leave it open: let the cancelled step end first.
                 pending.cancel()
                 await asyncio.wait({pending})
-            with contextlib.suppress(Exception):
-                await iterator.aclose()  # type: ignore[attr-defined]
+            if isinstance(iterator, AsyncGenerator):  # every source here is one; a plain iterator has nothing to close
+                with contextlib.suppress(Exception):
+                    await iterator.aclose()
         # A client gone by now (it dropped the stream as the turn ended) has nothing left to be told.
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
