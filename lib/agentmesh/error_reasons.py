@@ -35,6 +35,7 @@ __all__ = [
     "SERVICE_UNAVAILABLE",
     "SESSION_BUSY",
     "SHUTTING_DOWN",
+    "TURN_TIMEOUT",
     "UNAUTHENTICATED",
     "UNIMPLEMENTED",
     "UNKNOWN_MODEL",
@@ -80,6 +81,7 @@ MALFORMED_REQUEST = "MALFORMED_REQUEST"
 REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
 SHUTTING_DOWN = "SHUTTING_DOWN"
 WATCHER_TOO_SLOW = "WATCHER_TOO_SLOW"
+TURN_TIMEOUT = "TURN_TIMEOUT"
 
 REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(INVALID_ARGUMENT, "INVALID_ARGUMENT",
@@ -119,6 +121,9 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(REQUEST_TOO_LARGE, "INVALID_ARGUMENT",
            "the HTTP request body is larger than AGENTMESH_GATEWAY_HTTP_MAX_BODY_BYTES; metadata `limit_bytes`"),
     Reason(SHUTTING_DOWN, "UNAVAILABLE", "the gateway is draining; retry in a moment (another replica takes it)"),
+    Reason(TURN_TIMEOUT, "DEADLINE_EXCEEDED",
+           "a turn ran longer than AGENTMESH_GATEWAY_TURN_TIMEOUT_S and was stopped (an `error` event); "
+           "metadata `timeout_s`"),
     Reason(WATCHER_TOO_SLOW, "RESOURCE_EXHAUSTED",
            "a WatchActivity stream fell too far behind and was stopped; watch again"),
 )}

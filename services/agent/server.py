@@ -96,7 +96,8 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
             iterations=event.iterations, final_text=event.final_text, trace_id=event.trace_id,
             stop_reason=event.stop_reason))
     if isinstance(event, t.RunErrorEvent):
-        return common_pb2.Event(**base, error=common_pb2.RunError(code=event.code, message=event.message))
+        return common_pb2.Event(**base, error=common_pb2.RunError(code=event.code, message=event.message,
+                                                                  reason=event.reason, metadata=event.metadata))
     raise TypeError(f"unknown run event {event!r}")
 
 

@@ -103,7 +103,7 @@ class Forwarder:
             log.warning("owning gateway stopped answering mid-turn", owner=owner,
                         session_id=relay.last.session_id, code=err.code().name)
             yield self._event_after(relay.last, error=common_pb2.RunError(
-                code=err.code().name,
+                code=err.code().name, reason=error_reasons.default_reason(err.code().name),
                 message=f"the gateway replica running this turn stopped answering ({err.details() or err.code().name}); "
                 "the steps completed so far are saved — send the message again to continue",
             ))
@@ -217,7 +217,8 @@ class Forwarder:
         if relay.last is None:
             raise Unavailable("the gateway is shutting down; retry in a moment", reason=error_reasons.SHUTTING_DOWN)
         log.info("forwarded turn interrupted by shutdown", session_id=relay.last.session_id, run_id=relay.last.run_id)
-        return cls._event_after(relay.last, error=common_pb2.RunError(code="UNAVAILABLE", message=SHUTDOWN_MESSAGE))
+        return cls._event_after(relay.last, error=common_pb2.RunError(code="UNAVAILABLE", message=SHUTDOWN_MESSAGE,
+                                                                     reason=error_reasons.SHUTTING_DOWN))
 
     @staticmethod
     def _event_after(last: common_pb2.Event, **payload) -> common_pb2.Event:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 
 import grpc
 import httpx
@@ -17,9 +18,9 @@ from grpc_status import rpc_status
 from agentmesh import error_reasons
 from agentmesh.rpc.auth import bearer_metadata
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2, sessions_pb2, tools_pb2
-from tests.support.llm_server import reply
+from tests.support.llm_server import failure, reply
 from tests.support.stack import Stack
-from tests.support.turns import collect
+from tests.support.turns import collect, of_kind
 
 TOKEN = "reasons-test-token-0123456789"
 AUTH = bearer_metadata(TOKEN)
@@ -195,3 +196,18 @@ async def test_an_upload_past_the_workspace_quota_is_quota_exceeded(stack):
         body = http_error(await client.put("/v1/sessions/full/workspace/file",
                                            json={"path": "big.bin", "content": base64.b64encode(big).decode()}), 429)
     assert body["reason"] == "QUOTA_EXCEEDED" and body["metadata"]["limit"] == "workspace_quota"
+
+
+async def test_a_turn_that_fails_after_it_started_says_why_in_its_error_event(stack, llm):
+    # The model stays down: the agent's Unavailable ends the turn as an error event, not a status.
+    llm.add(*[failure(503) for _ in range(8)])
+    events = await collect(stack.gateway_stub().Chat(chat("down"), metadata=AUTH, timeout=60))
+    error = of_kind(events, "error")[0]
+    assert (error.code, error.reason) == ("UNAVAILABLE", "SERVICE_UNAVAILABLE")
+
+    llm.add(*[failure(503) for _ in range(8)])
+    async with httpx.AsyncClient(base_url=stack.http_url, headers=HTTP_AUTH, timeout=60) as client:
+        response = await client.post("/v1/sessions/down/chat", json={"message": "again"})
+    sent = [json.loads(line[len("data: "):]) for line in response.text.splitlines() if line.startswith("data: ")]
+    errors = [event["error"] for event in sent if "error" in event]
+    assert [(e["code"], e["reason"]) for e in errors] == [("UNAVAILABLE", "SERVICE_UNAVAILABLE")]

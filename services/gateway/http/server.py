@@ -400,9 +400,12 @@ async def _remaining(call) -> AsyncIterator[common_pb2.Event]:
 
 def _failure_event(first: common_pb2.Event, exc: BaseException) -> common_pb2.Event:
     if isinstance(exc, grpc.aio.AioRpcError):
-        error = common_pb2.RunError(code=exc.code().name, message=exc.details() or exc.code().name)
+        body = error_of(exc)["error"]
+        error = common_pb2.RunError(code=body["code"], message=body["message"], reason=body["reason"],
+                                    metadata=body["metadata"])
     else:
-        error = common_pb2.RunError(code="INTERNAL", message=f"the turn's stream failed ({type(exc).__name__})")
+        error = common_pb2.RunError(code="INTERNAL", message=f"the turn's stream failed ({type(exc).__name__})",
+                                    reason=error_reasons.INTERNAL_ERROR)
     return common_pb2.Event(session_id=first.session_id, run_id=first.run_id, error=error)
 
 
