@@ -106,7 +106,7 @@ async def test_an_invalid_argument_names_its_field(stack, llm):
     # And as Google's APIs do, a BadRequest naming the field.
     violations = [v for detail in rpc_status.from_call(err).details
                   if detail.Unpack(bad := error_details_pb2.BadRequest()) for v in bad.field_violations]
-    assert [(v.field, v.description) for v in violations] == [("options.max_iterations", err.details())]
+    assert [v.field for v in violations] == ["options.max_iterations"]
 
     err = await refusal(gateway.Chat(chat("s1", model="no-such-model"), metadata=AUTH, timeout=10))
     info = error_info(err)
