@@ -211,3 +211,15 @@ async def test_a_turn_that_fails_after_it_started_says_why_in_its_error_event(st
     sent = [json.loads(line[len("data: "):]) for line in response.text.splitlines() if line.startswith("data: ")]
     errors = [event["error"] for event in sent if "error" in event]
     assert [(e["code"], e["reason"]) for e in errors] == [("UNAVAILABLE", "SERVICE_UNAVAILABLE")]
+
+
+async def test_the_a2a_and_mcp_endpoints_see_the_reason_of_what_they_call(stack):
+    # They run turns through the gateway's own gRPC API (http/loopback.py): its errors keep their reasons.
+    from agentmesh.errors import AgentmeshError
+    from agentmesh.gateway.http.loopback import GatewayCalls
+
+    calls = GatewayCalls(stack.gateway_stub())
+    with pytest.raises(AgentmeshError) as refused_:
+        await calls.open_session("bad id!", "default", "", f"Bearer {TOKEN}")
+    failure = refused_.value
+    assert (failure.code, failure.reason, failure.metadata) == ("INVALID_ARGUMENT", "INVALID_ARGUMENT", {"field": "session_id"})
