@@ -185,7 +185,7 @@ async def kubernetes_table(calls: int) -> list[tuple]:
             cfg = KubernetesSandbox(namespace="bench", kubeconfig=str(fake.kubeconfig(base)))
             settings = ToolsSettings.from_env({}, home=base / "home")
             api = KubernetesJobs(api_client_for(cfg), cfg.namespace)
-            executor = KubernetesExecutor(api, cfg, settings.limits, None, TRACER)
+            executor = KubernetesExecutor(api, cfg, settings.limits, None, TRACER, quota=settings.workspace_quota)
             raw = api_client_for(cfg)
             batch, core = client.BatchV1Api(raw), client.CoreV1Api(raw)
 

@@ -87,3 +87,34 @@ def test_the_model_keeps_whether_it_was_named():
     served = Settings.from_env({"AGENTMESH_LLM_BASE_URL": "http://127.0.0.1:9/v1/"})
     assert served.llm.provider == "openai" and served.llm.model_name == "llama3.1"
     assert served.llm.endpoint == "http://127.0.0.1:9/v1"
+
+
+def test_a_tree_without_a_service_section_says_so_instead_of_running_on_defaults():
+    from agentmesh.gateway.settings import GatewaySettings
+
+    by_hand = Settings()  # no sections: not what from_env builds
+    with pytest.raises(ConfigError, match=r"hold no GatewaySettings section \(loaded: none\).*Settings.from_env\(\)"):
+        by_hand.section(GatewaySettings)
+    assert Settings.from_env({"AGENTMESH_GATEWAY_MAX_MESSAGE_CHARS": "5000"}).section(GatewaySettings).max_message_chars == 5000
+
+
+def test_each_default_model_constant_says_which_default_it_is():
+    from agentmesh.config import LLMSettings
+    from agentmesh.models import DEFAULT_MODEL, catalog_of
+
+    served = Settings.from_env({"AGENTMESH_LLM_BASE_URL": "http://127.0.0.1:9/v1"}).llm
+    # The model id asked of the server when none is named, and the catalogue's name of that entry.
+    assert served.model_name == LLMSettings.MODEL_ID_WHEN_UNNAMED == "llama3.1"
+    assert not hasattr(LLMSettings, "DEFAULT_MODEL")
+    default = catalog_of(served).get(DEFAULT_MODEL)
+    assert default is not None and (default.name, default.model) == ("default", "llama3.1")
+
+
+def test_the_model_catalogue_does_not_import_the_configuration():
+    # config reads AGENTMESH_MODELS through models; models needs only ConfigError, from errors.
+    import subprocess
+    import sys
+
+    probe = "import sys, agentmesh.models; print('agentmesh.config' in sys.modules)"
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "False"

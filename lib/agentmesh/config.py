@@ -30,6 +30,9 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
+from agentmesh.errors import ConfigError
+from agentmesh.models import load_model_file
+from agentmesh.secret_fields import SECRET, secret_field
 from agentmesh.tenancy import AuthPolicy, load_policy_file
 
 __all__ = [
@@ -79,13 +82,8 @@ SERVICE_SECTIONS = {
 _VAR = "agentmesh.config.var"
 _SECTION = "agentmesh.config.section"
 _ENVIRON = "agentmesh.config.environ"
-_SECRET = "agentmesh.config.secret"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-
-
-class ConfigError(ValueError):
-    """A setting in the environment is missing or malformed; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -167,11 +165,6 @@ def declared_variables(kind: type, prefix: str = "") -> Iterator[tuple[str, EnvV
             yield from declared_variables(hints[f.name], prefix + f.metadata[_SECTION])
 
 
-def secret_field(default: str = "") -> Any:
-    """A field holding a credential that no variable declares (a key read from the variable a
-    file names): kept out of `repr`, and found by `secret_values` like a `secret=True` one."""
-    return field(default=default, repr=False, metadata={_SECRET: True})
-
 
 def secret_values(tree: Any) -> list[str]:
     """Every non-empty value of a field declared `secret=True`, anywhere in a loaded tree."""
@@ -181,7 +174,7 @@ def secret_values(tree: Any) -> list[str]:
     for f in dataclasses.fields(tree):
         value = getattr(tree, f.name)
         var = f.metadata.get(_VAR)
-        if (var is not None and var.secret) or f.metadata.get(_SECRET):
+        if (var is not None and var.secret) or f.metadata.get(SECRET):
             found += [str(v) for v in value] if isinstance(value, (tuple, frozenset, list)) else [str(value)]
         elif isinstance(value, Mapping):
             for item in value.values():
@@ -252,8 +245,6 @@ def _plain(number: float) -> str:
 
 
 def _load_models(path: str, environ: Mapping[str, str]) -> Any:
-    from agentmesh.models import load_model_file  # models.py uses ConfigError from here
-
     return load_model_file(path, environ)
 
 
@@ -266,7 +257,9 @@ class LLMSettings(EnvSection):
     each provider has its own default URL, and a scripted demo does not claim a real model."""
 
     DEFAULT_BASE_URL: ClassVar[str] = "http://localhost:11434/v1"
-    DEFAULT_MODEL: ClassVar[str] = "llama3.1"
+    # The model id asked of an OpenAI-compatible server when AGENTMESH_LLM_MODEL names none (not
+    # `agentmesh.models.DEFAULT_MODEL`, the catalogue's name for this whole model entry).
+    MODEL_ID_WHEN_UNNAMED: ClassVar[str] = "llama3.1"
 
     # "" = by the base URL: "openai" when one is named, else the offline "scripted" provider.
     provider: str = env("AGENTMESH_LLM_PROVIDER", "", choices=("openai", "anthropic", "scripted"))
@@ -302,7 +295,7 @@ class LLMSettings(EnvSection):
         unless one was named, so that traces of a demo do not claim a real model answered."""
         if self.model:
             return self.model
-        return "scripted" if self.provider == "scripted" else self.DEFAULT_MODEL
+        return "scripted" if self.provider == "scripted" else self.MODEL_ID_WHEN_UNNAMED
 
 
 @dataclass(frozen=True)
@@ -418,12 +411,17 @@ class Settings:
         return dataclasses.replace(settings, sections=sections)
 
     def section(self, kind: type[T]) -> T:
-        """This service's own settings, e.g. `settings.section(AgentSettings)`; its defaults
-        when the tree was built without them (a `Settings(...)` made by hand)."""
+        """This service's own settings, e.g. `settings.section(AgentSettings)`, as `from_env`
+        loaded them. A tree without it (a `Settings(...)` made by hand) is a mistake, not a reason
+        to run on defaults that ignore the environment: ConfigError saying so."""
         for value in self.sections.values():
             if isinstance(value, kind):
                 return value
-        return load(kind, {})
+        loaded = ", ".join(type(value).__name__ for value in self.sections.values()) or "none"
+        raise ConfigError(
+            f"these settings hold no {kind.__name__} section (loaded: {loaded}); build them with "
+            "Settings.from_env(), which loads every service's section, rather than Settings(...)"
+        )
 
     @property
     def keys_dir(self) -> Path:

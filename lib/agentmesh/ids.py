@@ -18,11 +18,11 @@ DEFAULT_NAMESPACE = "default"
 def validate_id(value: str, what: str = "session_id") -> str:
     """Return `value` if it is a safe id (also safe as a directory name), else raise InvalidArgument."""
     if not value:
-        raise InvalidArgument(f"{what} is required")
+        raise InvalidArgument(f"{what} is required", field=what)
     if not _ID.match(value) or value in (".", ".."):
         shown = value if len(value) <= 40 else value[:40] + "…"
         raise InvalidArgument(
-            f"{what} {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_' and '-'"
+            f"{what} {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_' and '-'", field=what
         )
     return value
 
@@ -33,7 +33,8 @@ def validate_namespace(namespace: str) -> str:
     if not _NAMESPACE.match(namespace):
         shown = namespace if len(namespace) <= 40 else namespace[:40] + "…"
         raise InvalidArgument(
-            f"namespace {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_', '-', ':' and '@'"
+            f"namespace {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_', '-', ':' and '@'",
+            field="namespace",
         )
     return namespace
 

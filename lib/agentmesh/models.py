@@ -30,7 +30,8 @@ from typing import Any, Mapping
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
-from agentmesh.config import ConfigError, secret_field
+from agentmesh.errors import ConfigError
+from agentmesh.secret_fields import secret_field
 
 __all__ = ["DEFAULT_MODEL", "MAX_CONCURRENCY", "MAX_MODELS", "PROVIDERS", "ModelCatalog", "ModelSpec", "catalog_of", "load_catalog", "load_model_file"]
 

@@ -17,4 +17,5 @@ def validate_mode(mode: str, field: str = "options.mode") -> str:
     if mode in ("", *RUN_MODES):
         return mode or DEFAULT
     shown = mode if len(mode) <= 40 else mode[:40] + "…"
-    raise InvalidArgument(f"{field} {shown!r} is not a run mode: use \"default\" (or leave it empty) or \"deep\"")
+    raise InvalidArgument(f"{field} {shown!r} is not a run mode: use \"default\" (or leave it empty) or \"deep\"",
+                          field=field)

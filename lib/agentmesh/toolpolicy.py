@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from agentmesh import error_reasons
 from agentmesh.errors import InvalidArgument
 
 __all__ = [
@@ -105,7 +106,7 @@ def validate_permission_mode(mode: str, what: str = "permission_mode") -> str:
     if mode in ("", *PERMISSION_MODES):
         return mode
     shown = mode if len(mode) <= 40 else mode[:40] + "…"
-    raise InvalidArgument(f"{what} {shown!r} is not a permission mode: use auto, normal or manual")
+    raise InvalidArgument(f"{what} {shown!r} is not a permission mode: use auto, normal or manual", field=what)
 
 
 def validate_policy(allow: Sequence[str], deny: Sequence[str], what: str,
@@ -116,14 +117,16 @@ def validate_policy(allow: Sequence[str], deny: Sequence[str], what: str,
     are checked for their form only."""
     for field, entries in (("allow", allow), ("deny", deny)):
         if len(entries) > MAX_ENTRIES:
-            raise InvalidArgument(f"{what}.{field} lists {len(entries)} entries; at most {MAX_ENTRIES}")
+            raise InvalidArgument(f"{what}.{field} lists {len(entries)} entries; at most {MAX_ENTRIES}",
+                                  field=f"{what}.{field}")
         for entry in entries:
             if not _ENTRY.fullmatch(entry):
                 shown = entry if len(entry) <= 40 else entry[:40] + "…"
                 raise InvalidArgument(
                     f"{what}.{field}: {shown!r} is not a tool name or pattern (1-128 characters of letters, digits "
-                    "and _ . : / - , with * ? [ ] for patterns)")
+                    "and _ . : / - , with * ? [ ] for patterns)", field=f"{what}.{field}")
             if known is not None and not is_pattern(entry) and "__" not in entry and entry not in known:
                 raise InvalidArgument(
-                    f"{what}.{field}: there is no tool named {entry!r}; known tools: {', '.join(sorted(known))}")
+                    f"{what}.{field}: there is no tool named {entry!r}; known tools: {', '.join(sorted(known))}",
+                    field=f"{what}.{field}", reason=error_reasons.UNKNOWN_TOOL, metadata={"tool": entry})
     return ToolPolicy(tuple(dict.fromkeys(allow)), tuple(dict.fromkeys(deny)))

@@ -48,13 +48,13 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.toolpolicy import validate_permission_mode, validate_policy
+from agentmesh.turn_input import MAX_TOOL_NAME_CHARS, TurnLimits, validate_turn
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, learning_pb2
 
 log = get_logger("agentmesh.agent")
 
+# Above any gateway's AGENTMESH_GATEWAY_MAX_MESSAGE_CHARS: the gateway holds turns to its own bound.
 MAX_MESSAGE_CHARS = 1_000_000
-MAX_APPROVAL_TOOLS = 64
-MAX_TOOL_NAME_CHARS = 128
 
 
 def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: int) -> common_pb2.Event:
@@ -97,7 +97,8 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
             iterations=event.iterations, final_text=event.final_text, trace_id=event.trace_id,
             stop_reason=event.stop_reason))
     if isinstance(event, t.RunErrorEvent):
-        return common_pb2.Event(**base, error=common_pb2.RunError(code=event.code, message=event.message))
+        return common_pb2.Event(**base, error=common_pb2.RunError(code=event.code, message=event.message,
+                                                                  reason=event.reason, metadata=event.metadata))
     raise TypeError(f"unknown run event {event!r}")
 
 
@@ -114,6 +115,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         self._agent = agent
         self._settings = settings
         self._reflector = reflector
+        self._turn_limits = TurnLimits(MAX_MESSAGE_CHARS, settings.max_iterations_cap)
 
     @translate_errors
     async def Reflect(self, request, context):
@@ -127,27 +129,15 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         return learning_pb2.ReflectResponse(run=json_format.ParseDict(run, learning_pb2.ReflectionRun()))
 
     def _validate(self, request: agent_pb2.RunTurnRequest) -> TurnRequest:
-        validate_id(request.session_id, "session_id")
         if request.run_id:
             validate_id(request.run_id, "run_id")
         if request.namespace:
             validate_namespace(request.namespace)
-        if not request.message.strip():
-            raise InvalidArgument("message is empty: send the text of the user's turn")
-        if len(request.message) > MAX_MESSAGE_CHARS:
-            raise InvalidArgument(f"message is {len(request.message)} characters; the limit is {MAX_MESSAGE_CHARS}")
         options = request.options
-        cap = self._settings.max_iterations_cap
-        if not 0 <= options.max_iterations <= cap:
-            raise InvalidArgument(f"options.max_iterations must be between 0 and {cap}")
-        if len(options.model) > 200:
-            raise InvalidArgument("options.model is longer than 200 characters")
-        if len(options.system_prompt) > MAX_MESSAGE_CHARS:
-            raise InvalidArgument(f"options.system_prompt is longer than {MAX_MESSAGE_CHARS} characters")
-        validate_approval_tools(options.approval_tools)
-        validate_budgets(options)
+        # The gateway checked the same rules (agentmesh.turn_input); again here, with the agent's bounds.
+        validate_turn(request.session_id, request.message, options, self._turn_limits)
         mode = validate_mode(options.mode)
-        permission_mode = validate_permission_mode(options.permission_mode, "options.permission_mode")
+        permission_mode = options.permission_mode
         # The gateway resolved and checked them against the catalog; here only their form.
         if len(request.tool_policies) > 8:
             raise InvalidArgument(f"tool_policies has {len(request.tool_policies)} layers; at most 8")
@@ -235,22 +225,6 @@ async def _apply_decisions(request_iterator, run) -> None:
         if not run.decide(d.call_id, d.approved, d.note, d.rest_of_turn):
             # The gateway checks first, so this is a race with the timeout or a cancel: harmless.
             log.info("decision for a call that is not waiting", call_id=d.call_id[:MAX_TOOL_NAME_CHARS])
-
-
-def validate_approval_tools(names) -> None:
-    if len(names) > MAX_APPROVAL_TOOLS:
-        raise InvalidArgument(f"options.approval_tools lists {len(names)} names; at most {MAX_APPROVAL_TOOLS}")
-    for name in names:
-        if not name.strip() or len(name) > MAX_TOOL_NAME_CHARS:
-            raise InvalidArgument(
-                f"options.approval_tools: each entry is a tool name of 1-{MAX_TOOL_NAME_CHARS} characters, or \"*\""
-            )
-
-
-def validate_budgets(options) -> None:
-    for name in ("token_budget", "session_token_budget"):
-        if getattr(options, name) < 0:
-            raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
 
 
 class MemoryChildSessions:

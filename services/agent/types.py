@@ -7,7 +7,8 @@ These are deliberately free of protobuf and of any provider's wire format. `serv
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentmesh.tooling import ToolOutcome, ToolSpec
@@ -268,6 +269,9 @@ class RunFinishedEvent:
 class RunErrorEvent:
     code: str  # gRPC status name, e.g. "UNAVAILABLE"
     message: str
+    # The error's reason and metadata (agentmesh.error_reasons), for the client's program.
+    reason: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
 
 RunEvent = (

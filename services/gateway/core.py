@@ -13,35 +13,28 @@ from typing import AsyncIterator
 
 import structlog
 
+from agentmesh import error_reasons
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
 from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns
 from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
-from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
+from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.gateway.turns import RunningTurn, SessionTurns, relay
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
-from agentmesh.modes import validate_mode
-from agentmesh.toolpolicy import validate_permission_mode, validate_policy
+from agentmesh.toolpolicy import validate_permission_mode
+from agentmesh.turn_input import TurnLimits, validate_turn
 from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
 
 MAX_PAGE_SIZE = 500
-MAX_APPROVAL_TOOLS = 64
-MAX_TOOL_NAME_CHARS = 128
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
 SESSION_FIELDS = ("model", "permission_mode", "tools")  # what UpdateSession can change
-
-
-def validate_if_busy(value: str, what: str = "options.if_busy") -> str:
-    if value and value not in IF_BUSY_POLICIES:
-        raise InvalidArgument(f"{what} must be one of {', '.join(IF_BUSY_POLICIES)}, got {value[:40]!r}")
-    return value
 
 
 class Gateway:
@@ -58,6 +51,7 @@ class Gateway:
         self._agent = agent
         self._workspaces = workspaces
         self._settings = settings
+        self._turn_limits = TurnLimits(settings.max_message_chars, settings.max_iterations_cap)
         # The deployment's tool policy goes with every turn; it is fixed at start-up.
         self._deployment_tools = policy_to_proto(policies.deployment)
         # One turn per session in this replica (turns.py).
@@ -85,7 +79,7 @@ class Gateway:
 
     async def list_sessions(self, page_size: int, page_token: str) -> sessions_pb2.ListSessionsResponse:
         if page_size < 0 or page_size > MAX_PAGE_SIZE:
-            raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
+            raise InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}", field="page_size")
         return await self._sessions.list_sessions(page_size or 50, page_token)
 
     async def update_session(self, request: sessions_pb2.UpdateSessionRequest, caller: Caller = ANYONE) -> sessions_pb2.Session:
@@ -93,9 +87,11 @@ class Gateway:
         validate_id(request.session_id)
         unknown = [path for path in request.update_mask if path not in SESSION_FIELDS]
         if unknown:
-            raise InvalidArgument(f"update_mask: {unknown[0][:64]!r} cannot be changed; name any of {', '.join(SESSION_FIELDS)}")
+            raise InvalidArgument(f"update_mask: {unknown[0][:64]!r} cannot be changed; name any of {', '.join(SESSION_FIELDS)}",
+                                  field="update_mask")
         if request.model and self._models.get(request.model) is None:
-            raise InvalidArgument(self._models.unknown_model_message(request.model, "model"))
+            raise InvalidArgument(self._models.unknown_model_message(request.model, "model"), field="model",
+                                  reason=error_reasons.UNKNOWN_MODEL, metadata={"model": request.model[:80]})
         validate_permission_mode(request.permission_mode)
         if request.HasField("tools") or "tools" in request.update_mask:
             await self._policies.checked(request.tools, "tools")
@@ -108,7 +104,8 @@ class Gateway:
         validate_id(session_id)
         await self._authz.session(caller, session_id, "ClearTranscript")
         if session_id in self._turns:
-            raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
+            raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first",
+                                     reason=error_reasons.SESSION_BUSY, metadata={"session_id": session_id})
         cleared = await self._sessions.clear_transcript(session_id)
         self._authz.audit.record("session.clear", "allowed", caller.principal, session_id=session_id)
         return cleared
@@ -130,7 +127,8 @@ class Gateway:
         # NOT_FOUND (or another tenant's) before touching anything, and before saying it is busy.
         await self._authz.session(caller, session_id, "DeleteSession")
         if session_id in self._turns:
-            raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first")
+            raise FailedPrecondition(f"session {session_id!r} has a turn running; cancel it first",
+                                     reason=error_reasons.SESSION_BUSY, metadata={"session_id": session_id})
         await self._workspaces.delete_workspace(session_id)
         deleted = await self._sessions.delete_session(session_id)
         self._authz.audit.record("session.delete", "allowed", caller.principal, session_id=session_id)
@@ -140,57 +138,27 @@ class Gateway:
                          caller: Caller = ANYONE) -> sessions_pb2.GetTranscriptResponse:
         validate_id(session_id)
         if page_size < 0 or page_size > 1000:
-            raise InvalidArgument(f"page_size must be between 0 and 1000, got {page_size}")
+            raise InvalidArgument(f"page_size must be between 0 and 1000, got {page_size}", field="page_size")
         if after_seq < 0:
-            raise InvalidArgument("after_seq must not be negative")
+            raise InvalidArgument("after_seq must not be negative", field="after_seq")
         await self._authz.session(caller, session_id, "GetTranscript")
         return await self._sessions.list_messages(session_id, page_size or 200, after_seq)
 
     # --- turns ----------------------------------------------------------------------------
 
     def validate_chat(self, request: gateway_pb2.ChatRequest) -> None:
-        """Everything about a chat request that can be refused before anything is written."""
-        validate_id(request.session_id)
-        if not request.message.strip():
-            raise InvalidArgument("message is empty: send the text of the user's turn")
-        if len(request.message) > self._settings.max_message_chars:
-            raise InvalidArgument(
-                f"message is {len(request.message)} characters; the limit is {self._settings.max_message_chars}"
-            )
-        tools = request.options.approval_tools
-        if len(tools) > MAX_APPROVAL_TOOLS:
-            raise InvalidArgument(f"options.approval_tools lists {len(tools)} names; at most {MAX_APPROVAL_TOOLS}")
-        if any(not name.strip() or len(name) > MAX_TOOL_NAME_CHARS for name in tools):
-            raise InvalidArgument(
-                f"options.approval_tools: each entry is a tool name of 1-{MAX_TOOL_NAME_CHARS} characters, or \"*\""
-            )
-        cap = self._settings.max_iterations_cap
-        if request.options.max_iterations < 0 or request.options.max_iterations > cap:
-            raise InvalidArgument(f"options.max_iterations must be between 0 and {cap}")
-        if len(request.options.system_prompt) > self._settings.max_message_chars:
-            raise InvalidArgument("options.system_prompt is longer than the message limit")
-        if len(request.options.model) > 200:
-            raise InvalidArgument("options.model is longer than 200 characters")
-        model = request.options.model
-        default = self._models.get(DEFAULT_MODEL)
-        if model and self._models.get(model) is None and (default is None or model != default.model):
-            raise InvalidArgument(self._models.unknown_model_message(model))
-        validate_mode(request.options.mode)
-        validate_if_busy(request.options.if_busy)
-        validate_permission_mode(request.options.permission_mode, "options.permission_mode")
-        if request.options.HasField("tools"):
-            validate_policy(request.options.tools.allow, request.options.tools.deny, "options.tools")
-        for name in ("token_budget", "session_token_budget"):
-            if getattr(request.options, name) < 0:
-                raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens")
+        """Everything about a chat request that can be refused before anything is written
+        (agentmesh.turn_input, the rules the agent checks again). The servicer calls it once,
+        before routing the turn to another replica or to `chat`."""
+        validate_turn(request.session_id, request.message, request.options, self._turn_limits, self._models)
 
     async def chat(self, request: gateway_pb2.ChatRequest, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
-        """Run one turn. Refusals happen before the first event; the stream ends with
-        run_finished or error. A busy session is met by the request's if_busy policy."""
-        self.validate_chat(request)
+        """Run one turn of a request `validate_chat` accepted. Refusals happen before the first
+        event; the stream ends with run_finished or error. A busy session is met by the
+        request's if_busy policy."""
         session_id = request.session_id
         if self._draining:
-            raise Unavailable("the gateway is shutting down; retry in a moment")
+            raise Unavailable("the gateway is shutting down; retry in a moment", reason=error_reasons.SHUTTING_DOWN)
         # Someone else's session is NOT_FOUND; a new id is created in the caller's namespace. No
         # call to memory before the turn when the caller may chat in one tenant only (or tenants
         # are not configured): memory checks the session when the agent opens it, with the same
@@ -205,7 +173,7 @@ class Gateway:
         try:
             replaced = await self._turns.take(session_id, turn, request.options.if_busy or self._settings.if_busy)
             if self._draining:
-                raise Unavailable("the gateway is shutting down; retry in a moment")
+                raise Unavailable("the gateway is shutting down; retry in a moment", reason=error_reasons.SHUTTING_DOWN)
             if replaced is not None and replaced.superseded_as == "rolled_back":
                 dropped = await self._sessions.drop_run(session_id, replaced.run_id)
                 log.info("turn rolled back", session_id=session_id, run_id=replaced.run_id, dropped=dropped)
@@ -299,13 +267,14 @@ class Gateway:
         """Pass a person's decision on a held tool call to the agent running the turn; the run id."""
         session_id = validate_id(request.session_id)
         if not request.call_id:
-            raise InvalidArgument("call_id is required: the call_id of the approval_request event")
+            raise InvalidArgument("call_id is required: the call_id of the approval_request event", field="call_id")
         if len(request.call_id) > MAX_CALL_ID_CHARS:
-            raise InvalidArgument(f"call_id is longer than {MAX_CALL_ID_CHARS} characters")
+            raise InvalidArgument(f"call_id is longer than {MAX_CALL_ID_CHARS} characters", field="call_id")
         if len(request.note) > MAX_NOTE_CHARS:
-            raise InvalidArgument(f"note is {len(request.note)} characters; the limit is {MAX_NOTE_CHARS}")
+            raise InvalidArgument(f"note is {len(request.note)} characters; the limit is {MAX_NOTE_CHARS}", field="note")
         if request.rest_of_turn and not request.approved:
-            raise InvalidArgument("rest_of_turn goes with an approval: approve the call, or deny it on its own")
+            raise InvalidArgument("rest_of_turn goes with an approval: approve the call, or deny it on its own",
+                                  field="rest_of_turn")
         session = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Approve")
         turn = self._turns.get(session_id) if session is not None or caller.scope.unrestricted else None
         if (turn is not None and session is not None and turn.started_by and turn.started_by != caller.subject
@@ -314,12 +283,14 @@ class Gateway:
                                      call_id=request.call_id, reason="not the run's own")
             raise PermissionDenied(
                 f"this run was started by {turn.started_by}; a member decides the approvals of their own runs, "
-                "an admin of the tenant any"
+                "an admin of the tenant any",
+                reason=error_reasons.NOT_RUN_OWNER, metadata={"session_id": session_id},
             )
         if turn is None or turn.pending_approvals.pop(request.call_id, None) is None:
             raise NotFound(
                 f"session {session_id!r} has no tool call {request.call_id!r} waiting for approval "
-                "(it may have been decided already, timed out, or the turn ended)"
+                "(it may have been decided already, timed out, or the turn ended)",
+                reason=error_reasons.APPROVAL_NOT_FOUND, metadata={"session_id": session_id, "call_id": request.call_id},
             )
         turn.controls.put_nowait(agent_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
             call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn)))
@@ -350,12 +321,12 @@ class Gateway:
 
     def _new_session(self, session_id: str, title: str, labels: dict[str, str], namespace: str) -> sessions_pb2.Session:
         if len(title) > self._settings.max_title_chars:
-            raise InvalidArgument(f"title is longer than {self._settings.max_title_chars} characters")
+            raise InvalidArgument(f"title is longer than {self._settings.max_title_chars} characters", field="title")
         if len(labels) > self._settings.max_labels:
-            raise InvalidArgument(f"at most {self._settings.max_labels} labels per session")
+            raise InvalidArgument(f"at most {self._settings.max_labels} labels per session", field="labels")
         for key, value in labels.items():
             if not key or len(key) > 63 or len(value) > 256:
-                raise InvalidArgument(f"label {key[:63]!r}: keys are 1-63 characters, values at most 256")
+                raise InvalidArgument(f"label {key[:63]!r}: keys are 1-63 characters, values at most 256", field="labels")
         if namespace:
             validate_namespace(namespace)
         now = time.time()

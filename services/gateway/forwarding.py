@@ -20,11 +20,13 @@ from typing import AsyncGenerator
 
 import grpc
 
+from agentmesh import error_reasons
 from agentmesh.errors import Unavailable
 from agentmesh.gateway.turns import SHUTDOWN_MESSAGE
 from agentmesh.logs import get_logger
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.errors import STATUS_DETAILS_KEY
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -94,14 +96,14 @@ class Forwarder:
             if relay.last is None:
                 if err.code() == grpc.StatusCode.UNAVAILABLE:
                     raise OwnerUnreachable(f"{owner}: {err.details() or err.code().name}") from None
-                await context.abort(err.code(), err.details() or "")
+                await context.abort(err.code(), err.details() or "", _status_trailers(err))
             assert relay.last is not None  # context.abort() above raises
             # Once a stream has started, failures arrive as an error event (docs/api.md); the
             # owner sends its own that way, so this is the hop itself failing.
             log.warning("owning gateway stopped answering mid-turn", owner=owner,
                         session_id=relay.last.session_id, code=err.code().name)
             yield self._event_after(relay.last, error=common_pb2.RunError(
-                code=err.code().name,
+                code=err.code().name, reason=error_reasons.default_reason(err.code().name),
                 message=f"the gateway replica running this turn stopped answering ({err.details() or err.code().name}); "
                 "the steps completed so far are saved — send the message again to continue",
             ))
@@ -131,7 +133,7 @@ class Forwarder:
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.UNAVAILABLE:
                 raise OwnerUnreachable(f"{owner}: {err.details() or err.code().name}") from None
-            await context.abort(err.code(), err.details() or "")
+            await context.abort(err.code(), err.details() or "", _status_trailers(err))
 
     async def runs_turn(self, peer: str, session_id: str, context: grpc.aio.ServicerContext) -> bool:
         """Whether `peer` runs a turn of `session_id` now (its ListApprovals names a run). A
@@ -213,14 +215,20 @@ class Forwarder:
     @classmethod
     def _shutdown_event(cls, relay: _Relay) -> common_pb2.Event:
         if relay.last is None:
-            raise Unavailable("the gateway is shutting down; retry in a moment")
+            raise Unavailable("the gateway is shutting down; retry in a moment", reason=error_reasons.SHUTTING_DOWN)
         log.info("forwarded turn interrupted by shutdown", session_id=relay.last.session_id, run_id=relay.last.run_id)
-        return cls._event_after(relay.last, error=common_pb2.RunError(code="UNAVAILABLE", message=SHUTDOWN_MESSAGE))
+        return cls._event_after(relay.last, error=common_pb2.RunError(code="UNAVAILABLE", message=SHUTDOWN_MESSAGE,
+                                                                     reason=error_reasons.SHUTTING_DOWN))
 
     @staticmethod
     def _event_after(last: common_pb2.Event, **payload) -> common_pb2.Event:
         return common_pb2.Event(session_id=last.session_id, run_id=last.run_id, seq=last.seq + 1,
                                 timestamp=time.time(), **payload)
+
+
+def _status_trailers(err: grpc.aio.AioRpcError) -> tuple[tuple[str, bytes], ...]:
+    """The owner's status details (its ErrorInfo), to relay with its code and sentence."""
+    return tuple((key, value) for key, value in err.trailing_metadata() or () if key == STATUS_DETAILS_KEY)
 
 
 class SessionRouter:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from agentmesh import error_reasons
 from agentmesh.errors import ResourceExhausted
-from agentmesh.tenancy import AuthPolicy
+from agentmesh.tenancy import AuthPolicy, TenantLimits
 
 __all__ = ["Admission", "TenantLimiter"]
 
@@ -38,7 +39,7 @@ class TenantLimiter:
         self._running: dict[str, int] = {}
         self._tokens: dict[str, tuple[int, int]] = {}  # tenant -> (UTC day number, tokens that day)
 
-    def _limits(self, tenant: str):  # type: ignore[no-untyped-def]
+    def _limits(self, tenant: str) -> TenantLimits | None:
         if self._policy is None or not self._policy.enforced or tenant not in self._policy.tenants:
             return None
         return self._policy.tenants[tenant].limits
@@ -55,13 +56,15 @@ class TenantLimiter:
         if limits.tokens_per_day and self.tokens_today(tenant) >= limits.tokens_per_day:
             raise ResourceExhausted(
                 f"tenant {tenant!r} has used its {limits.tokens_per_day} model tokens for today "
-                f"(limits.tokens_per_day); it resets at 00:00 UTC"
+                f"(limits.tokens_per_day); it resets at 00:00 UTC",
+                reason=error_reasons.QUOTA_EXCEEDED, metadata={"limit": "tokens_per_day", "tenant": tenant},
             )
         running = self._running.get(tenant, 0)
         if limits.concurrent_turns and running >= limits.concurrent_turns:
             raise ResourceExhausted(
                 f"tenant {tenant!r} already runs {running} turns at once, its limit (limits.concurrent_turns); "
-                "wait for one to finish"
+                "wait for one to finish",
+                reason=error_reasons.QUOTA_EXCEEDED, metadata={"limit": "concurrent_turns", "tenant": tenant},
             )
         self._running[tenant] = running + 1
         return Admission(self, tenant)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, TypeVar
+from typing import AsyncIterator, Callable, TypeVar, cast
 
+from agentmesh import error_reasons
 from agentmesh.errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from agentmesh.gateway.feeds import Feed
 from agentmesh.ids import validate_id
@@ -144,7 +145,8 @@ class LiveTurns:
                 while not watcher.queue.empty():
                     yield watcher.queue.get_nowait()
                 raise ResourceExhausted(
-                    f"this activity stream fell more than {WATCH_BACKLOG} events behind and was stopped; watch again")
+                    f"this activity stream fell more than {WATCH_BACKLOG} events behind and was stopped; watch again",
+                    reason=error_reasons.WATCHER_TOO_SLOW)
         finally:
             lagged.cancel()
             closing.cancel()
@@ -178,7 +180,7 @@ async def merged(sources: list[AsyncIterator[T]]) -> AsyncIterator[T]:
                 if index == 0:
                     raise item
                 continue
-            yield item  # type: ignore[misc]
+            yield cast(T, item)  # neither `done` nor an exception: an item its source yielded
     finally:
         for task in tasks:
             task.cancel()

@@ -8,9 +8,7 @@ from agentmesh.config import ConfigError, EnvSection, env
 from agentmesh.errors import InvalidArgument
 from agentmesh.gateway.routing import PeerSpec, normalize_address
 from agentmesh.toolpolicy import PERMISSION_MODES, validate_policy
-
-# What a message to a busy session does (ChatOptions.if_busy); the first is the default.
-IF_BUSY_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
+from agentmesh.turn_input import IF_BUSY_POLICIES
 
 __all__ = ["GatewaySettings"]
 

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
-from agentmesh.errors import AgentmeshError, FailedPrecondition, error_of_code
+from agentmesh import error_reasons
+from agentmesh.errors import AgentmeshError, DeadlineExceeded, FailedPrecondition, error_of_code
 from agentmesh.gateway.ports import AgentRunner
 from agentmesh.logs import get_logger
 from agentmesh.v1 import agent_pb2, common_pb2
@@ -113,7 +114,8 @@ class SessionTurns:
                 if policy == "reject":
                     raise FailedPrecondition(
                         f"session {session_id!r} is already running a turn; wait for it to finish, cancel it, "
-                        "or send with if_busy enqueue, interrupt or rollback"
+                        "or send with if_busy enqueue, interrupt or rollback",
+                        reason=error_reasons.SESSION_BUSY, metadata={"session_id": session_id},
                     )
                 if policy in _STOP_REASON_OF and running.successor is None:
                     running.supersede(turn, _STOP_REASON_OF[policy])
@@ -157,7 +159,8 @@ async def relay(agent: AgentRunner, run: agent_pb2.RunTurnRequest, turn: Running
                 async for event in agent.run_turn(run, turn.controls):
                     await queue.put(event)
         except TimeoutError:
-            await queue.put(AgentmeshError(f"the turn ran longer than {timeout_s:.0f}s and was stopped"))
+            await queue.put(DeadlineExceeded(f"the turn ran longer than {timeout_s:.0f}s and was stopped",
+                                             reason=error_reasons.TURN_TIMEOUT, metadata={"timeout_s": f"{timeout_s:g}"}))
         except AgentmeshError as exc:
             await queue.put(exc)
         await queue.put(_DONE)
@@ -178,7 +181,8 @@ async def relay(agent: AgentRunner, run: agent_pb2.RunTurnRequest, turn: Running
                     await pump_task
                 if turn.interrupted:
                     log.info("turn interrupted by shutdown")
-                    yield _event(run, last_seq + 1, error=common_pb2.RunError(code="UNAVAILABLE", message=SHUTDOWN_MESSAGE))
+                    yield _event(run, last_seq + 1, error=common_pb2.RunError(
+                        code="UNAVAILABLE", message=SHUTDOWN_MESSAGE, reason=error_reasons.SHUTTING_DOWN))
                     return
                 log.info("turn cancelled")
                 yield _event(run, last_seq + 1, run_finished=common_pb2.RunFinished(stop_reason="cancelled"))
@@ -189,13 +193,18 @@ async def relay(agent: AgentRunner, run: agent_pb2.RunTurnRequest, turn: Running
             if item is _DONE:
                 return
             if isinstance(item, AgentmeshError):
-                yield _event(run, last_seq + 1, error=common_pb2.RunError(code=item.code, message=item.message))
+                yield _event(run, last_seq + 1, error=common_pb2.RunError(
+                    code=item.code, message=item.message, reason=item.reason, metadata=item.metadata))
                 return
             assert isinstance(item, common_pb2.Event)  # the pump puts events, errors and _DONE
             if opening and not last_seq and item.HasField("error"):
                 # The agent could not open the session (memory refused or is away): the
                 # client gets the status the gateway's own PutSession answered with before.
-                raise error_of_code(item.error.code, item.error.message)
+                raise error_of_code(item.error.code, item.error.message, reason=item.error.reason,
+                                    metadata=item.error.metadata)
+            if item.HasField("error") and not item.error.reason:
+                # An agent from before reasons: every error the gateway returns carries one.
+                item.error.reason = error_reasons.default_reason(item.error.code)
             last_seq = max(last_seq, item.seq)
             yield item
     finally:

@@ -130,7 +130,7 @@ class GatewaySessions:
     """Sessions listed, and reflections asked for, through the gateway (as the scheduler)."""
 
     def __init__(self, channel: grpc.aio.Channel):
-        self._stub = gateway_pb2_grpc.GatewayStub(channel)  # type: ignore[no-untyped-call]
+        self._stub = gateway_pb2_grpc.GatewayStub(channel)  # type: ignore[no-untyped-call]  # generated: protoc's grpc stubs carry no annotations
 
     async def list(self) -> list[SessionView]:
         found: list[SessionView] = []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentmesh import turn_input
+
 CONCURRENCY_POLICIES = ("forbid", "replace", "allow")
 MISSED_RUN_POLICIES = ("run_once", "skip")
 # ChatOptions.if_busy (the gateway's): "" leaves it to the gateway's AGENTMESH_GATEWAY_IF_BUSY.
-IF_BUSY_POLICIES = ("", "reject", "enqueue", "interrupt", "rollback")
+IF_BUSY_POLICIES = ("", *turn_input.IF_BUSY_POLICIES)
 # Plan mode of a job's runs: none, approved at once, or held for a person.
 PLAN_MODES = ("", "auto", "ask")
 RUN_STATUSES = ("running", "succeeded", "failed", "skipped", "cancelled")

@@ -34,7 +34,6 @@ from agentmesh.tools.mcp.wiring import (
     secret_source,
     start_mcp_tools,
 )
-from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.base import Executor
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.settings import ToolsSettings
@@ -212,7 +211,7 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                                     max_lifetime_s=settings.background_max_s, network=settings.command_network)
     providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
-        FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes, settings.workspace_quota_files)),
+        FileTools(workspaces, settings.max_file_read_bytes, settings.workspace_quota),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]
@@ -293,7 +292,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         tenants = SessionTenants(memory, settings.address_of("memory"), settings.auth_policy, workspaces, host.audit)
         host.on_stop(memory.close)
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
-                           WorkspaceQuota(tools_settings.workspace_quota_bytes, tools_settings.workspace_quota_files))
+                           tools_settings.workspace_quota)
     servicer = ToolsServicer(host.calls, core, files, tenants)
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, servicer, "agentmesh.v1.Tools")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.

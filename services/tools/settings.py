@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 from agentmesh.config import EnvSection, Settings, env, load, referenced_environment, section
+from agentmesh.tools.quota import WorkspaceQuota
 
 MIB = 1024 * 1024
 # MCP server entries may refer to variables of this family (secrets from a Kubernetes Secret).
@@ -128,6 +130,12 @@ class ToolsSettings(EnvSection):
     # largest file an upload may write (within the quota too).
     max_view_bytes: int = env("AGENTMESH_TOOLS_MAX_VIEW_BYTES", 1 * MIB, minimum=1024)
     max_upload_bytes: int = env("AGENTMESH_TOOLS_MAX_UPLOAD_BYTES", 2 * MIB, minimum=1024)
+
+    @cached_property
+    def workspace_quota(self) -> WorkspaceQuota:
+        """The session workspace quota every executor, the file tools and uploads hold to: built
+        here once, from workspace_quota_bytes and workspace_quota_files, so no part can hold to another figure."""
+        return WorkspaceQuota(self.workspace_quota_bytes, self.workspace_quota_files)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolsSettings:

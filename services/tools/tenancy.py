@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agentmesh import error_reasons
 from agentmesh.errors import NotFound, ResourceExhausted
 from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.auth import current_principal, scope_of_call
@@ -69,5 +70,6 @@ class SessionTenants:
         if used >= limit * MIB:
             raise ResourceExhausted(
                 f"session {session_id!r}'s workspace holds {mib(used)}; tenant {tenant!r} allows {limit} MiB per "
-                "workspace (limits.workspace_mb): delete files before running more"
+                "workspace (limits.workspace_mb): delete files before running more",
+                reason=error_reasons.QUOTA_EXCEEDED, metadata={"limit": "workspace_mb", "tenant": tenant},
             )

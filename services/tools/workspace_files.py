@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from agentmesh import error_reasons
 from agentmesh.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from agentmesh.tools.beneath import DIR_FLAGS, open_beneath
 from agentmesh.tools.quota import WorkspaceQuota, WriteGate, measure_workspace
@@ -63,7 +64,9 @@ def _as_error(failure: ToolFailure) -> Exception:
     if failure.kind == "not_found":
         return NotFound(failure.message)
     if failure.kind == "disk_quota":
-        return ResourceExhausted(failure.message)
+        # The session's disk quota (AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB), with its figures.
+        return ResourceExhausted(failure.message, reason=error_reasons.QUOTA_EXCEEDED,
+                                 metadata={"limit": "workspace_quota", **{k: str(v) for k, v in failure.data.items()}})
     return InvalidArgument(failure.message)
 
 

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from agentmesh.gateway.routing import owner_of
+from agentmesh.rpc.errors import error_info_of
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.gateway_routing.replicas import FakeDNS, Replicas
@@ -44,6 +45,11 @@ def assert_one_intact_run(events) -> None:
     assert len({e.run_id for e in events}) == 1 and events[0].run_id
 
 
+def reason_of(err: grpc.aio.AioRpcError) -> str:
+    info = error_info_of(err)
+    return info.reason if info is not None else ""
+
+
 async def test_a_turn_through_the_other_replica_runs_once_on_the_owner(replicas, llm):
     session = replicas.session_owned_by(B)
     a, b = replicas.stub(A), replicas.stub(B)
@@ -56,13 +62,15 @@ async def test_a_turn_through_the_other_replica_runs_once_on_the_owner(replicas,
     for stub in (a, b):
         err = await refused(stub.Chat(chat_request(session), timeout=10))
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "already running a turn" in err.details()
+        assert reason_of(err) == "SESSION_BUSY"  # the owner's reason, relayed with its status
         err = await refused(stub.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id=session), timeout=10))
-        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and reason_of(err) == "SESSION_BUSY"
         listing = await stub.ListApprovals(gateway_pb2.ListApprovalsRequest(session_id=session), timeout=10)
         assert listing.run_id == run_id and [p.call_id for p in listing.approvals] == [request.call_id]
     # A decision on a call the turn does not hold is the owner's NOT_FOUND, relayed unchanged.
     err = await refused(a.Approve(gateway_pb2.ApproveRequest(session_id=session, call_id="nope"), timeout=10))
     assert err.code() == grpc.StatusCode.NOT_FOUND and "no tool call 'nope' waiting" in err.details()
+    assert reason_of(err) == "APPROVAL_NOT_FOUND"
 
     # Seen through A, decided through B.
     answer = await b.Approve(gateway_pb2.ApproveRequest(session_id=session, call_id="c1", approved=True), timeout=10)

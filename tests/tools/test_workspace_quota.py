@@ -203,3 +203,23 @@ async def test_the_meter_measures_small_and_big_workspaces_alike(tmp_path):
         assert await meter.usage(tmp_path / "none") == 0
     finally:
         meter.close()
+
+
+def test_the_quota_is_built_once_from_the_settings_and_nowhere_else():
+    import ast
+    import inspect
+    from pathlib import Path
+
+    from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
+    from agentmesh.tools.settings import ToolsSettings
+
+    settings = ToolsSettings.from_env({"AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB": "3"})
+    assert settings.workspace_quota.limit_bytes == 3 * MIB
+    assert settings.workspace_quota is settings.workspace_quota  # one object: the executors, file tools and uploads share it
+    # No executor falls back on a default of its own.
+    assert inspect.signature(KubernetesExecutor).parameters["quota"].default is inspect.Parameter.empty
+    services = Path(__file__).resolve().parents[2] / "services"
+    built = [f"{path.relative_to(services)}:{node.lineno}" for path in services.rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "WorkspaceQuota"]
+    assert [where.split(":")[0] for where in built] == ["tools/settings.py"], built

@@ -29,7 +29,8 @@ async def test_sessions_can_be_created_read_listed_and_deleted(http):
     assert deleted.status_code == 200 and deleted.json() == {"deleted": True}
     gone = await http.get("/v1/sessions/s1")
     assert gone.status_code == 404
-    assert gone.json()["error"] == {"code": "NOT_FOUND", "message": "session 's1' does not exist", "http_status": 404}
+    assert gone.json()["error"] == {"code": "NOT_FOUND", "message": "session 's1' does not exist", "http_status": 404,
+                                    "reason": "NOT_FOUND", "domain": "agentmesh.dev", "metadata": {}}
 
 
 async def test_a_tool_using_turn_streams_the_same_events_as_grpc(stack, http, llm):

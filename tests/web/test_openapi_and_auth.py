@@ -89,7 +89,9 @@ async def test_without_a_valid_token_nothing_is_answered(secured):
                                                     metadata=tuple((k.lower(), v) for k, v in headers.items()))
         answer = await http.get("/v1/sessions", headers=headers)
         assert answer.status_code == 401
-        assert answer.json()["error"] == {"code": "UNAUTHENTICATED", "message": refused.value.details(), "http_status": 401}
+        assert answer.json()["error"] == {"code": "UNAUTHENTICATED", "message": refused.value.details(), "http_status": 401,
+                                          "reason": "UNAUTHENTICATED", "domain": "agentmesh.dev",
+                                          "metadata": {"method": "/agentmesh.v1.Gateway/ListSessions"}}
         assert answer.headers["WWW-Authenticate"].startswith("Bearer")
     chat = await http.post("/v1/sessions/s/chat", json={"message": "hi"})
     assert chat.status_code == 401 and chat.headers["content-type"].startswith("application/json")

@@ -25,9 +25,10 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from agentmesh import error_reasons
 from agentmesh.errors import AgentmeshError
 from agentmesh.rpc.auth import OPEN_PREFIXES, CallerCheck
-from agentmesh.rpc.errors import internal_error_message, status_code
+from agentmesh.rpc.errors import abort_with, internal_error_message, status_code
 from agentmesh.rpc.guard import MALFORMED, lenient, malformed_message
 from agentmesh.rpc.handlers import behaviour_of, refusal
 from agentmesh.rpc.identity import Principal
@@ -144,7 +145,7 @@ class ServerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc shi
             assert self.callers is not None
             decision = await self.callers.admit(method.full_name, metadata)
             if not isinstance(decision, Principal):
-                return self._wrap(refusal(handler, *decision), method, metadata, None, guarded=False)
+                return self._wrap(refusal(handler, *decision, method.full_name), method, metadata, None, guarded=False)
             principal = decision
         return self._wrap(handler, method, metadata, principal, guarded=True)
 
@@ -209,7 +210,7 @@ class ServerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc shi
         async def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             async for request in requests:
                 if request is MALFORMED:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, invalid)
+                    await abort_with(context, grpc.StatusCode.INVALID_ARGUMENT, invalid, error_reasons.MALFORMED_REQUEST)
                 yield request
 
         if handler.response_streaming:
@@ -222,7 +223,7 @@ class ServerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc shi
                         if request_streaming:
                             request = checked(request, context)
                         elif request is MALFORMED:
-                            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, invalid)
+                            await abort_with(context, grpc.StatusCode.INVALID_ARGUMENT, invalid, error_reasons.MALFORMED_REQUEST)
                     result = inner(request, context)
                     if hasattr(result, "__aiter__"):
                         async for response in result:
@@ -246,7 +247,7 @@ class ServerCalls(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc shi
                         if request_streaming:
                             request = checked(request, context)
                         elif request is MALFORMED:
-                            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, invalid)
+                            await abort_with(context, grpc.StatusCode.INVALID_ARGUMENT, invalid, error_reasons.MALFORMED_REQUEST)
                     result = inner(request, context)
                     return (await result) if inspect.isawaitable(result) else result
                 except BaseException as exc:

@@ -6,6 +6,8 @@ from typing import Any, AsyncIterator, Callable
 
 import grpc
 
+from agentmesh.rpc.errors import abort_with
+
 __all__ = ["behaviour_of", "refusal"]
 
 
@@ -19,14 +21,15 @@ def behaviour_of(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
     return behaviour
 
 
-def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
-    """A handler that answers every call with `code` and `message`, without reading the request.
+def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str, method: str = "") -> grpc.RpcMethodHandler:
+    """A handler that answers every call with `code` and `message` (and the code's generic
+    reason, with the refused `method` in its metadata), without reading the request.
 
     Declared as a request stream whatever the method is: grpc.aio reads a unary request whole
     before the handler runs, so a refused caller could still make the server take in a message
     of the full receive size; a stream handler that never reads ends the call at once."""
 
     async def refuse(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> None:
-        await context.abort(code, message)
+        await abort_with(context, code, message, metadata={"method": method} if method else None)
 
     return grpc.stream_stream_rpc_method_handler(refuse, lambda raw: None, handler.response_serializer)

@@ -413,4 +413,4 @@ class Scope:
 
 
 # The file's parser lives beside the model; re-exported so callers import one module.
-from agentmesh.tenancy.policy_file import load_policy_file, parse_policy  # noqa: E402
+from agentmesh.tenancy.policy_file import load_policy_file, parse_policy  # noqa: E402 - policy_file builds this module's classes, so it loads after them

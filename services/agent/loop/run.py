@@ -313,7 +313,7 @@ class TurnRun:
                 span.set_attribute(ERROR_TYPE, exc.code)
                 await self._after_turn("error")
                 await self._usage_tag.flush()
-                self._emit(RunErrorEvent(code=exc.code, message=exc.message))
+                self._emit(RunErrorEvent(code=exc.code, message=exc.message, reason=exc.reason, metadata=exc.metadata))
                 return
             except Exception as exc:  # a bug must end the turn with a clear event
                 log.exception("turn crashed")

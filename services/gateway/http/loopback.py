@@ -11,7 +11,9 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from agentmesh.errors import AgentmeshError, InvalidArgument
+from agentmesh.error_reasons import default_reason
+from agentmesh.errors import InvalidArgument
+from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
 
 UNARY_TIMEOUT_S = 60.0
@@ -36,8 +38,9 @@ def _error(err: grpc.aio.AioRpcError) -> Exception:
     code, text = err.code().name, err.details() or err.code().name
     if code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
         return CallerRefused(code, text)
-    failure = AgentmeshError(text)
-    failure.code = code
+    failure = core_error_from_rpc(err)  # with the status's reason and metadata
+    if failure.code != code:  # a code no core exception has (CANCELLED, ...) stays as the gateway said it
+        failure.code, failure.reason = code, default_reason(code)
     return failure
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncGenerator
 from importlib import metadata as package_metadata
 from pathlib import Path
 from typing import Any, AsyncIterator, Protocol, Sequence
@@ -25,8 +26,9 @@ import grpc
 from aiohttp import web
 from opentelemetry import propagate, trace
 
+from agentmesh import error_reasons
 from agentmesh.errors import AgentmeshError, InvalidArgument
-from agentmesh.gateway.http.errors import error_response
+from agentmesh.gateway.http.errors import error_of, error_response, json_error
 from agentmesh.gateway.http.loopback import GatewayCalls
 from agentmesh.gateway.http.openapi import openapi_document
 from agentmesh.gateway.http.routes import Route, routes_of
@@ -75,10 +77,6 @@ def _metadata(request: web.Request) -> tuple[tuple[str, str], ...]:
     if value and value.isascii() and value.isprintable():
         return (("authorization", value),)
     return ()
-
-
-def _status_error(err: grpc.aio.AioRpcError) -> web.Response:
-    return error_response(err.code().name, err.details() or err.code().name)
 
 
 class Endpoint(Protocol):
@@ -214,17 +212,17 @@ class HttpApi:
                 response = error_response("NOT_FOUND", f"no route {request.method} {request.path}: see /openapi.json")
             except web.HTTPRequestEntityTooLarge:
                 response = error_response(
-                    "INVALID_ARGUMENT", f"the request body is larger than {self._max_body_bytes} bytes"
+                    "INVALID_ARGUMENT", f"the request body is larger than {self._max_body_bytes} bytes",
+                    error_reasons.REQUEST_TOO_LARGE, {"limit_bytes": str(self._max_body_bytes)},
                 )
-            except AgentmeshError as exc:
-                response = error_response(exc.code, exc.message)
-            except grpc.aio.AioRpcError as err:
-                response = _status_error(err)
+            except (AgentmeshError, grpc.aio.AioRpcError) as exc:
+                response = json_error(error_of(exc))
             except Exception as exc:
                 log.exception("unhandled error in an HTTP handler", route=template)
                 trace_id = format(span.get_span_context().trace_id, "032x")
                 response = error_response(
-                    "INTERNAL", f"internal error ({type(exc).__name__}); the gateway log has the details; trace {trace_id}"
+                    "INTERNAL", f"internal error ({type(exc).__name__}); the gateway log has the details; trace {trace_id}",
+                    error_reasons.INTERNAL_ERROR, {"trace_id": trace_id},
                 )
             span.set_attribute("http.response.status_code", response.status)
             if response.status >= 500:
@@ -356,10 +354,12 @@ class HttpApi:
                 await response.write(chunk)
                 pending = asyncio.ensure_future(anext(iterator, None))
         except (AgentmeshError, grpc.aio.AioRpcError) as exc:
-            # Failed once the stream had started: say so the way a turn's stream ends, as an error event.
-            code, text = (exc.code, exc.message) if isinstance(exc, AgentmeshError) else (exc.code().name, exc.details() or "")
+            # Failed once the stream had started: say so the way a turn's stream ends, as an error
+            # event (with the reason and metadata an error body has).
+            error = error_of(exc)["error"]
             with contextlib.suppress(ConnectionResetError):
-                await response.write(sse_message("", "error", {"error": {"code": code, "message": text}}))
+                await response.write(sse_message("", "error", {"error": {
+                    key: error[key] for key in ("code", "message", "reason", "domain", "metadata")}}))
         except ConnectionResetError:
             # The client went away. A turn goes on in its feed; the client may resume it.
             pending.cancel()
@@ -373,8 +373,9 @@ class HttpApi:
                 # running") and leave it open: let the cancelled step end first.
                 pending.cancel()
                 await asyncio.wait({pending})
-            with contextlib.suppress(Exception):
-                await iterator.aclose()  # type: ignore[attr-defined]
+            if isinstance(iterator, AsyncGenerator):  # every source here is one; a plain iterator has nothing to close
+                with contextlib.suppress(Exception):
+                    await iterator.aclose()
         # A client gone by now (it dropped the stream as the turn ended) has nothing left to be told.
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
@@ -399,9 +400,12 @@ async def _remaining(call) -> AsyncIterator[common_pb2.Event]:
 
 def _failure_event(first: common_pb2.Event, exc: BaseException) -> common_pb2.Event:
     if isinstance(exc, grpc.aio.AioRpcError):
-        error = common_pb2.RunError(code=exc.code().name, message=exc.details() or exc.code().name)
+        body = error_of(exc)["error"]
+        error = common_pb2.RunError(code=body["code"], message=body["message"], reason=body["reason"],
+                                    metadata=body["metadata"])
     else:
-        error = common_pb2.RunError(code="INTERNAL", message=f"the turn's stream failed ({type(exc).__name__})")
+        error = common_pb2.RunError(code="INTERNAL", message=f"the turn's stream failed ({type(exc).__name__})",
+                                    reason=error_reasons.INTERNAL_ERROR)
     return common_pb2.Event(session_id=first.session_id, run_id=first.run_id, error=error)
 
 

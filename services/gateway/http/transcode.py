@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from agentmesh import error_reasons
 from agentmesh.errors import InvalidArgument
 from agentmesh.gateway.http.routes import Route, is_repeated
 
@@ -40,14 +41,15 @@ def build_request(route: Route, path_values: Mapping[str, str], query: Mapping[s
     for name in route.path_fields:
         given = fields.get(name)
         if given not in (None, "", path_values[name]):
-            raise InvalidArgument(f"{name} is {path_values[name]!r} in the path but {given!r} in the body; leave it out of the body")
+            raise InvalidArgument(f"{name} is {path_values[name]!r} in the path but {given!r} in the body; leave it out of the body", field=name)
         fields[name] = path_values[name]
     _refuse_unknown(route, fields)
     message = route.request_type()
     try:
         json_format.ParseDict(fields, message, ignore_unknown_fields=False)
     except json_format.ParseError as exc:
-        raise InvalidArgument(f"the request does not fit {route.request_type.DESCRIPTOR.name}: {_plain(str(exc))}") from None
+        raise InvalidArgument(f"the request does not fit {route.request_type.DESCRIPTOR.name}: {_plain(str(exc))}",
+                              reason=error_reasons.MALFORMED_REQUEST) from None
     return message
 
 
@@ -57,7 +59,7 @@ def _refuse_unknown(route: Route, fields: Mapping[str, Any]) -> None:
     for name in fields:
         if name not in known:
             names = ", ".join(f.name for f in descriptor.fields if f.name not in route.path_fields)
-            raise InvalidArgument(f"unknown field {name[:64]!r} in the request; {route.rpc} takes: {names}")
+            raise InvalidArgument(f"unknown field {name[:64]!r} in the request; {route.rpc} takes: {names}", field=name[:64])
 
 
 def _body_object(body: bytes) -> dict[str, Any]:
@@ -67,9 +69,11 @@ def _body_object(body: bytes) -> dict[str, Any]:
         value = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise InvalidArgument(f"the request body is not valid JSON{where}: send a JSON object") from None
+        raise InvalidArgument(f"the request body is not valid JSON{where}: send a JSON object",
+                              reason=error_reasons.MALFORMED_REQUEST) from None
     if not isinstance(value, dict):
-        raise InvalidArgument(f"the request body must be a JSON object, not {type(value).__name__}")
+        raise InvalidArgument(f"the request body must be a JSON object, not {type(value).__name__}",
+                              reason=error_reasons.MALFORMED_REQUEST)
     return value
 
 
@@ -80,13 +84,13 @@ def _query_fields(route: Route, query: Mapping[str, list[str]]) -> dict[str, Any
     for name, values in query.items():
         if name not in allowed:
             known = ", ".join(allowed) or "none"
-            raise InvalidArgument(f"unknown query parameter {name!r}; this route takes: {known}")
+            raise InvalidArgument(f"unknown query parameter {name!r}; this route takes: {known}", field=name[:64])
         field = descriptor.fields_by_name[name]
         converted = [_scalar(name, field, value) for value in values]
         if is_repeated(field):
             fields[name] = converted
         elif len(converted) > 1:
-            raise InvalidArgument(f"query parameter {name!r} is given {len(converted)} times; give it once")
+            raise InvalidArgument(f"query parameter {name!r} is given {len(converted)} times; give it once", field=name)
         else:
             fields[name] = converted[0]
     return fields
@@ -98,17 +102,17 @@ def _scalar(name: str, field: Any, text: str) -> Any:
             return True
         if text.lower() in ("false", "0"):
             return False
-        raise InvalidArgument(f"query parameter {name!r} must be true or false, got {text!r}")
+        raise InvalidArgument(f"query parameter {name!r} must be true or false, got {text!r}", field=name)
     if field.type in _INTEGER_TYPES:
         try:
             return int(text)
         except ValueError:
-            raise InvalidArgument(f"query parameter {name!r} must be a whole number, got {text!r}") from None
+            raise InvalidArgument(f"query parameter {name!r} must be a whole number, got {text!r}", field=name) from None
     if field.type in _FLOAT_TYPES:
         try:
             return float(text)
         except ValueError:
-            raise InvalidArgument(f"query parameter {name!r} must be a number, got {text!r}") from None
+            raise InvalidArgument(f"query parameter {name!r} must be a number, got {text!r}", field=name) from None
     return text
 
 

@@ -75,12 +75,13 @@ class KubernetesExecutor:
         workspaces: Workspaces | None,
         tracer: trace.Tracer,
         metrics: SandboxMetrics | None = None,
-        quota_bytes: int = ToolsSettings.workspace_quota_bytes,
+        *,
+        quota: WorkspaceQuota,
     ):
         self._api = api
         self._cfg = cfg
         self._limits = limits
-        self._quota = WorkspaceQuota(quota_bytes)
+        self._quota = quota
         self._meter = UsageMeter()
         self._workspaces = workspaces
         self._tracer = tracer
@@ -103,7 +104,7 @@ class KubernetesExecutor:
     ) -> "KubernetesExecutor":
         cfg = settings.kubernetes
         api = KubernetesJobs(api_client_for(cfg), cfg.namespace, retries=cfg.api_retries)
-        return cls(api, cfg, settings.limits, workspaces, tracer, metrics, settings.workspace_quota_bytes)
+        return cls(api, cfg, settings.limits, workspaces, tracer, metrics, quota=settings.workspace_quota)
 
     async def run(self, spec: CommandSpec) -> CommandResult:
         try:

@@ -197,7 +197,7 @@ class LocalJail:
         self._host_identity = workspaces.owner
         self._limits = settings.limits
         self._workspaces = workspaces
-        self._quota = WorkspaceQuota(settings.workspace_quota_bytes, settings.workspace_quota_files)
+        self._quota = settings.workspace_quota
         self._meter = UsageMeter()
         self._tracer = tracer
         self._bwrap = shutil.which(settings.bwrap_path) or ""

@@ -17,12 +17,14 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVarTuple, Unpack
 
 from agentmesh.tools.sandbox.output import CappedOutput
 
 # After the program exits, how long output still in flight (or held by a leftover process) is awaited.
 PIPE_GRACE_S = 0.5
+# The extra arguments a child handler is registered with, passed back to it (as asyncio types them).
+_Ts = TypeVarTuple("_Ts")
 
 
 @dataclass
@@ -74,7 +76,7 @@ class PidfdChildWatcher(asyncio.AbstractChildWatcher):
     millisecond on an idle machine and more under load — then wakes the loop from it. (asyncio's
     own PidfdChildWatcher of 3.11 is tied to one event loop; this one serves whichever runs.)"""
 
-    def add_child_handler(self, pid: int, callback: Callable[..., object], *args: Any) -> None:  # type: ignore[override]
+    def add_child_handler(self, pid: int, callback: Callable[[int, int, Unpack[_Ts]], object], *args: *_Ts) -> None:
         loop = asyncio.get_running_loop()
         pidfd = os.pidfd_open(pid)
         loop.add_reader(pidfd, self._reap, loop, pid, pidfd, callback, args)

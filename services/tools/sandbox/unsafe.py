@@ -16,7 +16,7 @@ from opentelemetry import trace
 from agentmesh.logs import get_logger
 from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
 from agentmesh.telemetry.propagation import traceparent_env
-from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
+from agentmesh.tools.quota import UsageMeter
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec
 from agentmesh.tools.sandbox.local import apply_quota, clean_environment, interpret, rlimit_prefix
 from agentmesh.tools.sandbox.process import run_process
@@ -45,7 +45,7 @@ class UnsafeHostExecutor:
 
     def __init__(self, settings: ToolsSettings, workspaces: Workspaces, tracer: trace.Tracer):
         self._limits = settings.limits
-        self._quota = WorkspaceQuota(settings.workspace_quota_bytes)
+        self._quota = settings.workspace_quota
         self._meter = UsageMeter(threads=1)
         self._workspaces = workspaces
         self._tracer = tracer
