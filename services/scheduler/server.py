@@ -84,9 +84,10 @@ def job_tenant(job: Job) -> str:
     return next(iter(decode_memberships(job.created_by_tenant)), "")
 
 
-def _declared_in_file(job: Job) -> None:
-    """The jobs file owns its jobs: an edit through the API would be undone by the next reconcile."""
-    if job.source.startswith("file:"):
+def _declared_in_file(job: Job, watched: JobsFileWatcher | None) -> None:
+    """The watched jobs file owns its jobs: an edit through the API would be undone by the next
+    reconcile. Jobs of a file no longer watched (the setting changed) are anyone's to clean up."""
+    if watched is not None and job.source == watched.source:
         raise FailedPrecondition(
             f"job {job.job_id!r} is declared in the jobs file {job.source.removeprefix('file:')}; "
             "change or remove it there (running it now with `cron run` is allowed)"
@@ -145,7 +146,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     @translate_errors
     async def UpdateJob(self, request, context):
-        _declared_in_file(await self._job(request.job.job_id, "UpdateJob"))
+        _declared_in_file(await self._job(request.job.job_id, "UpdateJob"), self._jobs_file)
         changes = changes_from_update(request)
         updated = await self._core.update_job(request.job.job_id, changes)
         self._record("cron.update", updated.job_id, fields=",".join(sorted(changes)))
@@ -158,7 +159,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         except NotFound:
             job = None  # deleting what is not there answers deleted=false, as before
         if job is not None:
-            _declared_in_file(await self._visible(job, request.job_id, "DeleteJob"))
+            _declared_in_file(await self._visible(job, request.job_id, "DeleteJob"), self._jobs_file)
         deleted = await self._core.delete_job(request.job_id)
         self._record("cron.delete", request.job_id)
         return scheduler_pb2.DeleteJobResponse(deleted=deleted)
@@ -182,7 +183,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     @translate_errors
     async def ToggleJob(self, request, context):
-        _declared_in_file(await self._job(request.job_id, "ToggleJob"))
+        _declared_in_file(await self._job(request.job_id, "ToggleJob"), self._jobs_file)
         toggled = await self._core.toggle_job(request.job_id)
         self._record("cron.toggle", toggled.job_id, enabled=toggled.enabled)
         return job_to_proto(toggled)

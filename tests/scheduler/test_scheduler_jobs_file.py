@@ -150,3 +150,15 @@ async def test_the_api_may_run_but_not_edit_or_delete_a_file_job(harness, gatewa
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await replica.create(name="sneaky", schedule="every 1m", prompt="p", source=f"file:{path}")
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "cannot be set" in info.value.details()
+
+
+async def test_jobs_of_a_file_no_longer_watched_can_be_cleaned_up(harness, tmp_path):
+    path = tmp_path / "jobs.json"
+    _write(path, [{"name": "digest", "schedule": "every 10m", "message": "send the digest"}])
+    first = await harness.start(_env(path))
+    (job,) = (await _file_jobs_until(first, lambda jobs: len(jobs) == 1, "the file's job")).values()
+    await harness.stop(first)
+    second = await harness.start()  # AGENTMESH_SCHEDULER_JOBS_FILE no longer set
+    listing = await _listing(second)
+    assert [j.job_id for j in listing.jobs] == [job.job_id] and not listing.HasField("jobs_file")
+    assert (await second.stub.DeleteJob(scheduler_pb2.DeleteJobRequest(job_id=job.job_id))).deleted
