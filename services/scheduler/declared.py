@@ -17,7 +17,7 @@ import hashlib
 import json
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.scheduler.jobs import EDITABLE_FIELDS, apply_defaults, validate_job

@@ -84,7 +84,7 @@ class JobsFileWatcher:
             self._refuse(f"{self._path} is not UTF-8 text", digest)
             return
         except InvalidArgument as exc:
-            self._refuse(f"{self._path}: {exc.message}", digest)
+            self._refuse(exc.message, digest)  # the status names the path already
             return
         for job in plan.added:
             try:
