@@ -180,8 +180,10 @@ async def list_jobs(args) -> int:
         status = response.jobs_file
         if status.ok:
             print(f"jobs file {status.path}: {status.jobs} jobs, applied {_when(status.applied_at)}")
-        else:
+        elif status.error:
             print(f"jobs file {status.path}: NOT APPLIED, the jobs stay as they were: {status.error}")
+        else:
+            print(f"jobs file {status.path}: not read yet (the active scheduler reads it)")
     if not jobs:
         print('no jobs yet — add one with: agentmesh cron add --name NAME --schedule "daily 09:00" --prompt TEXT')
         return EXIT_OK

@@ -62,7 +62,7 @@ def read_document(text: str, filename: str) -> list[Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise InvalidArgument(f"{filename} is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
-    if isinstance(data, dict) and set(data) == {"jobs"}:
+    if isinstance(data, dict) and "jobs" in data:  # {"version": 1, "jobs": [...]} as some servers write it
         data = data["jobs"]
     if data is None:  # an empty YAML file (or a ConfigMap rendered from `jobs: []` as null)
         data = []

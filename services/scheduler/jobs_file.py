@@ -30,7 +30,7 @@ log = get_logger("agentmesh.scheduler.jobs_file")
 class JobsFileStatus:
     path: str
     ok: bool = False
-    error: str = "not read yet"
+    error: str = ""  # with ok False: not read yet (only the active scheduler reads it)
     checked_at: float = 0.0
     applied_at: float = 0.0
     jobs: int = 0

@@ -12,7 +12,9 @@ import time
 import pytest
 
 from agentmesh.cli.common import CliError
+from agentmesh.cli.main import build_parser
 from agentmesh.v1 import scheduler_pb2
+from tests.scheduler.conftest import eventually
 from tests.scheduler.fakes import FakeClock
 
 
@@ -121,3 +123,23 @@ async def test_apply_refuses_a_bad_file_and_changes_nothing(cli, tmp_path):
         await cli("apply", str(path))
     assert info.value.exit_code == 2 and "in the past" in str(info.value)
     assert not await _jobs(cli.replica)
+
+
+async def test_list_shows_the_watched_file_and_why_it_was_not_applied(harness, monkeypatch, logs_to_stderr, capsys,
+                                                                      tmp_path):
+    path = tmp_path / "jobs.json"
+    path.write_text("[{")
+    replica = await harness.start({"AGENTMESH_SCHEDULER_JOBS_FILE": str(path),
+                                   "AGENTMESH_SCHEDULER_JOBS_FILE_POLL_S": "0.05"})
+    monkeypatch.setenv("AGENTMESH_SCHEDULER_ADDR", replica.host.target)
+    monkeypatch.delenv("AGENTMESH_AUTH_TOKEN", raising=False)
+
+    async def listed(says: str) -> bool:
+        args = build_parser().parse_args(["cron", "list"])
+        assert await args.func(args) == 0
+        return says in capsys.readouterr().out
+
+    await eventually(lambda: listed(f"jobs file {path}: NOT APPLIED, the jobs stay as they were: jobs.json is not "
+                                    "valid JSON"), timeout=30, what="the refusal in cron list")
+    path.write_text(json.dumps([{"name": "digest", "schedule": "every 10m", "message": "m"}]))
+    await eventually(lambda: listed(f"jobs file {path}: 1 jobs, applied"), timeout=30, what="the applied file")
