@@ -12,6 +12,7 @@ import pytest
 
 from agentmesh.v1 import scheduler_pb2
 from tests.scheduler.conftest import T0, eventually
+from tests.scheduler.test_scheduler_replicas import AlwaysLeader
 
 
 def _env(path: Path) -> dict[str, str]:
@@ -162,3 +163,29 @@ async def test_jobs_of_a_file_no_longer_watched_can_be_cleaned_up(harness, tmp_p
     listing = await _listing(second)
     assert [j.job_id for j in listing.jobs] == [job.job_id] and not listing.HasField("jobs_file")
     assert (await second.stub.DeleteJob(scheduler_pb2.DeleteJobRequest(job_id=job.job_id))).deleted
+
+
+async def test_two_leaders_at_once_declare_each_job_once_and_fire_a_one_off_once(harness, gateway, tmp_path):
+    # The worst case a lease handover could produce: both instances reconcile the same file.
+    path = tmp_path / "jobs.json"
+    _write(path, [{"name": f"j{i}", "schedule": "every 10m", "message": "m"} for i in range(5)]
+           + [{"name": "once", "at": "2026-01-05T00:02:00Z", "message": "just once"}])
+    first = await harness.start(_env(path), lock=AlwaysLeader())
+    second = await harness.start(_env(path), lock=AlwaysLeader())
+    assert first.core.is_leader and second.core.is_leader
+
+    for replica in (first, second):
+        await eventually(lambda replica=replica: _applied(replica), timeout=30, what="both to apply the file")
+    jobs = await _file_jobs_until(first, lambda jobs: len(jobs) == 6, "the file's jobs")
+    assert len((await _listing(first)).jobs) == 6  # no job twice
+
+    await harness.tick(180, step=30)
+    (run,) = await first.runs_until(jobs["once"].job_id, lambda runs: len(runs) == 1 and runs[0].status != "running")
+    assert run.status == "succeeded"
+    await harness.tick(120, step=30)
+    assert len(await first.runs(jobs["once"].job_id)) == 1
+    assert [c.message for c in gateway.calls].count("just once") == 1
+
+
+async def _applied(replica) -> bool:
+    return (await _listing(replica)).jobs_file.ok
