@@ -1,4 +1,4 @@
-"""`agentmesh cron add|list|run|toggle|delete|history|import`: scheduled agent runs.
+"""`agentmesh cron add|list|run|toggle|delete|history|import|apply`: scheduled agent runs.
 
 Talks to the scheduler at AGENTMESH_SCHEDULER_ADDR. Schedules, timezones and session ids are
 checked here first, so a typo is a usage error (exit 2) before anything reaches the server;
@@ -7,6 +7,7 @@ the server checks everything again and its refusals exit 1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -33,14 +34,18 @@ CALL_TIMEOUT_S = 30.0
 
 
 def register(subparsers) -> None:
-    cron = subparsers.add_parser("cron", help="schedule agent runs: add, list, run, toggle, delete, history, import")
+    cron = subparsers.add_parser("cron", help="schedule agent runs: add, list, run, toggle, delete, history, import, "
+                                              "apply")
     verbs = cron.add_subparsers(dest="verb", required=True)
 
     add = verbs.add_parser("add", help="add a job; prints its id")
-    add.add_argument("--name", required=True)
-    add.add_argument("--schedule", required=True,
+    add.add_argument("message", nargs="*", help="the message the agent receives (or --prompt)")
+    add.add_argument("--name", default="", help="default: the start of the message")
+    add.add_argument("--schedule", default="",
                      help="'*/5 * * * *', 'every 30s|10m|2h|1d', 'daily 09:00', 'hourly :15' or 'startup'")
-    add.add_argument("--prompt", required=True, help="the message the agent receives on each run")
+    add.add_argument("--at", default="", help="run once at this time: '2026-12-01T09:00Z' (no offset: in --timezone)")
+    add.add_argument("--in", dest="delay", default="", help="run once after this delay: 30s, 10m, 2h, 1d")
+    add.add_argument("--prompt", default="", help="the message the agent receives on each run")
     add.add_argument("--session", default="", help="run in this session every time (default: a fresh one per run)")
     add.add_argument("--timezone", default="UTC", help="IANA timezone for cron and daily times (default UTC)")
     add.add_argument("--mode", default="", help="run mode passed to the agent, e.g. deep")
@@ -83,6 +88,10 @@ def register(subparsers) -> None:
     imp.add_argument("file", type=Path)
     imp.set_defaults(func=import_jobs)
 
+    apply = verbs.add_parser("apply", help="make the jobs of a jobs file (JSON or YAML) exactly those it declares")
+    apply.add_argument("file", type=Path)
+    apply.set_defaults(func=apply_jobs)
+
 
 # --- plumbing ----------------------------------------------------------------------------
 
@@ -103,7 +112,8 @@ def _check_locally(schedule: str, timezone: str, session_id: str, where: str = "
     from agentmesh.scheduler.schedules import load_timezone, parse_schedule
 
     try:
-        parse_schedule(schedule)
+        if schedule:  # a one-off job has none
+            parse_schedule(schedule)
         load_timezone(timezone)
         if session_id:
             validate_id(session_id, "session id")
@@ -118,29 +128,68 @@ def _when(ts: float) -> str:
 # --- verbs -------------------------------------------------------------------------------
 
 
+def _one_off_time(args) -> float:
+    """run_at of `--at` / `--in` (0 for a recurring job), checked here so a bad time exits 2."""
+    from agentmesh.scheduler.schedules import check_run_at, load_timezone, parse_delay, parse_time
+
+    try:
+        if args.delay:
+            return time.time() + parse_delay(args.delay)
+        if args.at:
+            load_timezone(args.timezone)
+            run_at = parse_time(args.at, args.timezone)
+            check_run_at(run_at, time.time())
+            return run_at
+    except InvalidArgument as exc:
+        raise CliError(f"{'--in' if args.delay else '--at'}: {exc.message}", EXIT_USAGE) from None
+    return 0.0
+
+
 async def add_job(args) -> int:
+    if sum(map(bool, (args.schedule, args.at, args.delay))) != 1:
+        raise CliError("exactly one of --schedule (a recurring job), --at TIME or --in DELAY (a one-off job) is required",
+                       EXIT_USAGE)
+    if bool(args.prompt) == bool(args.message):
+        raise CliError("the message is required, once: as the last arguments or as --prompt", EXIT_USAGE)
+    prompt = args.prompt or " ".join(args.message)
+    run_at = _one_off_time(args)
     _check_locally(args.schedule, args.timezone, args.session)
     job = scheduler_pb2.Job(
-        name=args.name, schedule=args.schedule, prompt=args.prompt, session_id=args.session, mode=args.mode,
-        timezone=args.timezone, concurrency_policy=args.concurrency, missed_run_policy=args.missed,
-        enabled=not args.disabled, if_busy=args.if_busy, plan=args.plan,
+        name=args.name or " ".join(prompt.split())[:60], schedule=args.schedule, prompt=prompt,
+        session_id=args.session, mode=args.mode, timezone=args.timezone, concurrency_policy=args.concurrency,
+        missed_run_policy=args.missed, enabled=not args.disabled, if_busy=args.if_busy, plan=args.plan, run_at=run_at,
     )
     created = await _call("CreateJob", scheduler_pb2.CreateJobRequest(job=job))
     print(created.job_id)
     return EXIT_OK
 
 
+def _timetable(job: scheduler_pb2.Job) -> str:
+    if not job.run_at:
+        return job.schedule
+    return f"{'done' if job.done_at else 'at'} {time.strftime('%Y-%m-%d %H:%M', time.localtime(job.run_at))}"
+
+
 async def list_jobs(args) -> int:
-    jobs = (await _call("ListJobs", scheduler_pb2.ListJobsRequest())).jobs
+    response = await _call("ListJobs", scheduler_pb2.ListJobsRequest())
+    jobs = response.jobs
     if args.json:
         print_json([to_dict(j) for j in jobs])
         return EXIT_OK
+    if response.HasField("jobs_file"):
+        status = response.jobs_file
+        if status.ok:
+            print(f"jobs file {status.path}: {status.jobs} jobs, applied {_when(status.applied_at)}")
+        elif status.error:
+            print(f"jobs file {status.path}: NOT APPLIED, the jobs stay as they were: {status.error}")
+        else:
+            print(f"jobs file {status.path}: not read yet (the active scheduler reads it)")
     if not jobs:
         print('no jobs yet — add one with: agentmesh cron add --name NAME --schedule "daily 09:00" --prompt TEXT')
         return EXIT_OK
     print(f"{'ID':<24} {'ON':<3} {'SCHEDULE':<18} {'TZ':<16} {'NEXT RUN':<19}  {'LAST RUN':<19}  NAME")
     for j in jobs:
-        print(f"{j.job_id:<24} {'yes' if j.enabled else 'no':<3} {j.schedule:<18} {j.timezone:<16} "
+        print(f"{j.job_id:<24} {'yes' if j.enabled else 'no':<3} {_timetable(j):<18} {j.timezone:<16} "
               f"{_when(j.next_run_at):<19}  {_when(j.last_run_at):<19}  {j.name}")
     return EXIT_OK
 
@@ -276,3 +325,68 @@ async def import_jobs(args) -> int:
                 raise CliError(f"job {job.job_id or job.name!r}: {failure}", failure.exit_code) from None
     print(f"imported {len(jobs)} jobs from {args.file}: {created} created, {updated} updated")
     return EXIT_OK
+
+
+# --- cron apply: a jobs file reconciled through the API -----------------------------------
+
+
+def _job_of(message: scheduler_pb2.Job):
+    from agentmesh.scheduler.model import Job
+
+    return Job(job_id=message.job_id, name=message.name, schedule=message.schedule, prompt=message.prompt,
+               session_id=message.session_id, mode=message.mode, enabled=message.enabled, timezone=message.timezone,
+               concurrency_policy=message.concurrency_policy, missed_run_policy=message.missed_run_policy,
+               if_busy=message.if_busy, plan=message.plan, run_at=message.run_at, done_at=message.done_at,
+               source=message.source)
+
+
+async def apply_jobs(args) -> int:
+    """The scheduler's jobs-file reconcile, through the API: jobs of source `apply:<file name>`
+    become exactly those the file declares; no other job is touched."""
+    from agentmesh.scheduler.declared import declared_jobs, plan_reconcile, read_document
+
+    source = f"apply:{args.file.name}"
+    try:
+        text = args.file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {args.file}: {getattr(exc, 'strerror', None) or exc}", EXIT_USAGE) from None
+    try:
+        desired = declared_jobs(read_document(text, args.file.name), source)
+    except InvalidArgument as exc:
+        raise CliError(f"{args.file}: {exc.message}; nothing was changed", EXIT_USAGE) from None
+    settings = load_settings()
+    async with channel_to(settings, "scheduler") as channel:
+        stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        metadata = call_metadata(settings)
+        try:
+            listed = await stub.ListJobs(scheduler_pb2.ListJobsRequest(), metadata=metadata, timeout=CALL_TIMEOUT_S)
+            try:
+                plan = plan_reconcile([_job_of(j) for j in listed.jobs], desired, source, time.time())
+            except InvalidArgument as exc:
+                raise CliError(f"{args.file}: {exc.message}; nothing was changed", EXIT_USAGE) from None
+            for job in plan.added:
+                await stub.CreateJob(scheduler_pb2.CreateJobRequest(job=_proto_of(job)), metadata=metadata,
+                                     timeout=CALL_TIMEOUT_S)
+                print(f"added   {job.name} ({job.job_id})")
+            for job, changes in plan.changed:
+                wanted = _proto_of(dataclasses.replace(job, **changes))
+                await stub.UpdateJob(scheduler_pb2.UpdateJobRequest(job=wanted, update_mask=sorted(changes)),
+                                     metadata=metadata, timeout=CALL_TIMEOUT_S)
+                print(f"changed {job.name} ({job.job_id}): {', '.join(sorted(changes))}")
+            for job in plan.removed:
+                await stub.DeleteJob(scheduler_pb2.DeleteJobRequest(job_id=job.job_id), metadata=metadata,
+                                     timeout=CALL_TIMEOUT_S)
+                print(f"removed {job.name} ({job.job_id})")
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "scheduler", settings) from None
+    print(f"applied {args.file}: {plan.summary()}" if not plan.empty else f"applied {args.file}: nothing changed")
+    return EXIT_OK
+
+
+def _proto_of(job) -> scheduler_pb2.Job:
+    return scheduler_pb2.Job(
+        job_id=job.job_id, name=job.name, schedule=job.schedule, prompt=job.prompt, session_id=job.session_id,
+        mode=job.mode, enabled=job.enabled, timezone=job.timezone, concurrency_policy=job.concurrency_policy,
+        missed_run_policy=job.missed_run_policy, if_busy=job.if_busy, plan=job.plan, run_at=job.run_at,
+        source=job.source,
+    )

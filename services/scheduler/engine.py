@@ -21,11 +21,19 @@ from typing import Any, Mapping
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
 from agentmesh.ids import new_id, validate_id
 from agentmesh.logs import get_logger
-from agentmesh.scheduler.jobs import TIMETABLE_FIELDS, apply_changes, apply_defaults, is_startup, next_due, validate_job
+from agentmesh.scheduler.jobs import (
+    TIMETABLE_FIELDS,
+    apply_changes,
+    apply_defaults,
+    is_startup,
+    next_due,
+    schedule_of,
+    validate_job,
+)
 from agentmesh.scheduler.model import Job, Run
 from agentmesh.scheduler.ports import Clock, LeaderLock, RunTarget
 from agentmesh.scheduler.runs import RunExecutor
-from agentmesh.scheduler.schedules import load_timezone, parse_schedule
+from agentmesh.scheduler.schedules import check_run_at, load_timezone
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import Claim, SqliteStore
 from agentmesh.telemetry import Telemetry
@@ -90,8 +98,10 @@ class Scheduler:
         job.job_id = validate_id(job.job_id, "job_id") if job.job_id else new_id("job")
         validate_job(job)
         now = self._clock.now()
+        if job.run_at:
+            check_run_at(job.run_at, now)
         job.created_at = job.updated_at = job.anchor_at = now
-        job.last_run_at = 0.0
+        job.last_run_at = job.done_at = 0.0
         job.next_run_at = next_due(job, now)
         await self._store.create_job(job)
         self._changed.set()
@@ -113,6 +123,10 @@ class Scheduler:
         job = apply_changes(dataclasses.replace(current), changes)
         validate_job(job)
         now = self._clock.now()
+        if job.run_at != current.run_at:
+            if job.run_at:
+                check_run_at(job.run_at, now)  # only a time being set must lie ahead; a kept one may be past
+            job.done_at = 0.0  # a new one-off time re-arms a done job
         job.updated_at = now
         retimed = any(getattr(job, f) != getattr(current, f) for f in TIMETABLE_FIELDS)
         if job.schedule != current.schedule or job.timezone != current.timezone:
@@ -250,21 +264,27 @@ class Scheduler:
 
     def _plan_due(self, job: Job, running: list[Run], now: float) -> "_Plan":
         """What to do about a job whose due time has come: run it, catch up, or skip."""
-        schedule, tz = parse_schedule(job.schedule), load_timezone(job.timezone)
+        schedule, tz = schedule_of(job), load_timezone(job.timezone)
         due = job.next_run_at
         new_next = schedule.next_after(now, tz, job.anchor_at) or 0.0
         latest = schedule.latest_at_or_before(now, tz, job.anchor_at) or due
         # Missed: more than one due time went by, or this one is later than the grace allows.
         missed = latest > due or now - due > self._settings.misfire_grace_s
         if not missed:
-            return self._plan(job, running, now, expected_next=due, new_next=new_next, scheduled_for=due,
+            plan = self._plan(job, running, now, expected_next=due, new_next=new_next, scheduled_for=due,
                               trigger="schedule")
-        if job.missed_run_policy == "skip":
+        elif job.missed_run_policy == "skip":
             note = f"missed while no scheduler was running (due {_iso(due)}, now {_iso(now)}); missed-run policy skip"
             run = self._new_run(job, latest, now, "catch_up", status="skipped", error=note)
-            return _Plan(job, Claim(job.job_id, due, new_next, run, ran=False))
-        return self._plan(job, running, now, expected_next=due, new_next=new_next, scheduled_for=latest,
-                          trigger="catch_up")
+            plan = _Plan(job, Claim(job.job_id, due, new_next, run, ran=False))
+        else:
+            plan = self._plan(job, running, now, expected_next=due, new_next=new_next, scheduled_for=latest,
+                              trigger="catch_up")
+        if job.run_at:
+            # A one-off has one due time: whatever became of it (run, caught up, skipped) is
+            # recorded in the same transaction that marks the job done, so it never fires again.
+            plan.claim = dataclasses.replace(plan.claim, done=True)
+        return plan
 
     def _plan(self, job: Job, running: list[Run], now: float, *, expected_next: float, new_next: float,
               scheduled_for: float, trigger: str) -> "_Plan":

@@ -8,15 +8,15 @@ from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id
 from agentmesh.modes import validate_mode
 from agentmesh.scheduler.model import CONCURRENCY_POLICIES, IF_BUSY_POLICIES, MISSED_RUN_POLICIES, PLAN_MODES, Job
-from agentmesh.scheduler.schedules import StartupSchedule, load_timezone, parse_schedule
+from agentmesh.scheduler.schedules import OnceSchedule, Schedule, StartupSchedule, load_timezone, parse_schedule
 
 # Fields a client may set; the rest are the scheduler's own bookkeeping.
 EDITABLE_FIELDS = (
     "name", "schedule", "prompt", "session_id", "mode", "enabled", "timezone",
-    "concurrency_policy", "missed_run_policy", "if_busy", "plan",
+    "concurrency_policy", "missed_run_policy", "if_busy", "plan", "run_at",
 )
 # Changing one of these moves the job onto a new timetable.
-TIMETABLE_FIELDS = ("schedule", "timezone", "enabled")
+TIMETABLE_FIELDS = ("schedule", "timezone", "enabled", "run_at")
 
 MAX_NAME_CHARS = 200
 MAX_PROMPT_CHARS = 100_000  # the gateway's default message limit
@@ -49,7 +49,15 @@ def validate_job(job: Job) -> None:
             f"missed_run_policy {job.missed_run_policy[:40]!r} is unknown; use one of {', '.join(MISSED_RUN_POLICIES)}"
         )
     load_timezone(job.timezone)
-    parse_schedule(job.schedule)
+    if job.run_at and job.schedule:
+        raise InvalidArgument("give either a schedule (a recurring job) or run_at (a one-off job), not both")
+    if not job.run_at:
+        parse_schedule(job.schedule)
+
+
+def schedule_of(job: Job) -> Schedule:
+    """The job's timetable: its one-off time, or its parsed schedule."""
+    return OnceSchedule(job.run_at) if job.run_at else parse_schedule(job.schedule)
 
 
 def apply_defaults(job: Job) -> Job:
@@ -72,12 +80,12 @@ def apply_changes(job: Job, changes: Mapping[str, Any]) -> Job:
 
 
 def is_startup(job: Job) -> bool:
-    return isinstance(parse_schedule(job.schedule), StartupSchedule)
+    return isinstance(schedule_of(job), StartupSchedule)
 
 
 def next_due(job: Job, after: float) -> float:
     """The job's first due time strictly after `after`; 0 when disabled or never on the clock."""
     if not job.enabled:
         return 0.0
-    due = parse_schedule(job.schedule).next_after(after, load_timezone(job.timezone), job.anchor_at)
+    due = schedule_of(job).next_after(after, load_timezone(job.timezone), job.anchor_at)
     return due or 0.0

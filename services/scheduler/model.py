@@ -42,6 +42,13 @@ class Job:
     if_busy: str = ""
     # Plan mode of its runs (PLAN_MODES).
     plan: str = ""
+    # A one-off job fires once at run_at (schedule empty); done_at is when it fired. It is then
+    # kept for its history and never fired again.
+    run_at: float = 0.0
+    done_at: float = 0.0
+    # Who declares it: "" the API, "file:<path>" the watched jobs file, "apply:<name>" `cron apply`.
+    # The file's reconcile touches only its own jobs.
+    source: str = ""
 
 
 @dataclass

@@ -115,7 +115,65 @@ class StartupSchedule:
         return None
 
 
-Schedule = CronSchedule | IntervalSchedule | StartupSchedule
+@dataclass(frozen=True)
+class OnceSchedule:
+    """A one-off job (`run_at`): due once at `at`, then never again."""
+
+    at: float
+
+    def next_after(self, t: float, tz: ZoneInfo, anchor: float = 0.0) -> float | None:
+        return self.at if self.at > t else None
+
+    def latest_at_or_before(self, t: float, tz: ZoneInfo, anchor: float = 0.0) -> float | None:
+        return self.at if self.at <= t else None
+
+
+Schedule = CronSchedule | IntervalSchedule | StartupSchedule | OnceSchedule
+
+# How far ahead a one-off job may be set: as far as the longest interval, so a typo in the year
+# ("2062") is refused rather than silently parked for decades.
+MAX_ONE_OFF_S = MAX_INTERVAL_S
+_DELAY = re.compile(r"^(\d+)\s*([a-z]+)$")
+
+
+def parse_delay(text: str) -> int:
+    """`30s`, `10m`, `2h`, `1d` as seconds (`--in`), or InvalidArgument saying how to write it."""
+    match = _DELAY.match(" ".join((text or "").split()).lower())
+    if not match or match.group(2) not in _UNITS:
+        raise InvalidArgument(f"delay {text[:40]!r}: write it as a number and a unit s, m, h or d, e.g. '30s' or '2h'")
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds < 1:
+        raise InvalidArgument(f"delay {text!r}: it must be at least 1 second")
+    if seconds > MAX_ONE_OFF_S:
+        raise InvalidArgument(f"delay {text!r}: a one-off job may be at most 366 days ahead")
+    return seconds
+
+
+def parse_time(text: str, timezone: str = "UTC") -> float:
+    """An ISO 8601 time (`2026-12-01T09:00Z`, `2026-12-01 09:00+01:00`) as Unix seconds; one
+    without an offset is a wall-clock time in `timezone`."""
+    value = (text or "").strip()
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidArgument(
+            f"time {value[:60]!r} is not an ISO 8601 time; write it like '2026-12-01T09:00Z' or "
+            "'2026-12-01T09:00+01:00'"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=load_timezone(timezone))
+    return moment.timestamp()
+
+
+def check_run_at(run_at: float, now: float) -> None:
+    """A one-off time being set must be ahead of `now` and within the horizon."""
+    if not math.isfinite(run_at) or run_at <= 0:
+        raise InvalidArgument("run_at must be a time (Unix seconds) in the future")
+    when = datetime.fromtimestamp(run_at, ZoneInfo("UTC")).strftime("%Y-%m-%d %H:%M:%SZ")
+    if run_at <= now:
+        raise InvalidArgument(f"run_at {when} is in the past; a one-off job needs a time in the future")
+    if run_at - now > MAX_ONE_OFF_S:
+        raise InvalidArgument(f"run_at {when} is more than 366 days ahead; a one-off job may be at most 366 days away")
 
 
 def parse_schedule(spec: str) -> Schedule:

@@ -6,9 +6,10 @@ import asyncio
 import os
 import socket
 import uuid
+from pathlib import Path
 
 from agentmesh.config import Settings
-from agentmesh.errors import InvalidArgument, NotFound, PermissionDenied
+from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.auth import current_principal, scope_of_call
 from agentmesh.rpc.client import open_channel
@@ -26,6 +27,7 @@ from agentmesh.scheduler.idle_reflection import (
     run_while_leading,
 )
 from agentmesh.scheduler.jobs import EDITABLE_FIELDS
+from agentmesh.scheduler.jobs_file import JobsFileWatcher
 from agentmesh.scheduler.leader import FileLeaderLock, LeaseLeaderLock, kubernetes_lease_api
 from agentmesh.scheduler.model import Job, Run
 from agentmesh.scheduler.ports import Clock, LeaderLock
@@ -42,6 +44,7 @@ def job_to_proto(job: Job) -> scheduler_pb2.Job:
         mode=job.mode, enabled=job.enabled, timezone=job.timezone, concurrency_policy=job.concurrency_policy,
         missed_run_policy=job.missed_run_policy, created_at=job.created_at, updated_at=job.updated_at,
         next_run_at=job.next_run_at, last_run_at=job.last_run_at, if_busy=job.if_busy, plan=job.plan,
+        run_at=job.run_at, done_at=job.done_at, source=job.source,
     )
 
 
@@ -59,7 +62,7 @@ def job_from_proto(message: scheduler_pb2.Job) -> Job:
         session_id=message.session_id, mode=message.mode, timezone=message.timezone,
         enabled=message.enabled if message.HasField("enabled") else True,
         concurrency_policy=message.concurrency_policy, missed_run_policy=message.missed_run_policy,
-        if_busy=message.if_busy, plan=message.plan,
+        if_busy=message.if_busy, plan=message.plan, run_at=message.run_at, source=message.source,
     )
 
 
@@ -81,10 +84,21 @@ def job_tenant(job: Job) -> str:
     return next(iter(decode_memberships(job.created_by_tenant)), "")
 
 
+def _declared_in_file(job: Job, watched: JobsFileWatcher | None) -> None:
+    """The watched jobs file owns its jobs: an edit through the API would be undone by the next
+    reconcile. Jobs of a file no longer watched (the setting changed) are anyone's to clean up."""
+    if watched is not None and job.source == watched.source:
+        raise FailedPrecondition(
+            f"job {job.job_id!r} is declared in the jobs file {job.source.removeprefix('file:')}; "
+            "change or remove it there (running it now with `cron run` is allowed)"
+        )
+
+
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, core: Scheduler, audit: AuditLog | None = None):
+    def __init__(self, core: Scheduler, audit: AuditLog | None = None, jobs_file: JobsFileWatcher | None = None):
         self._core = core
         self._audit = audit
+        self._jobs_file = jobs_file
 
     def _record(self, action: str, job_id: str, outcome: str = "allowed", **fields) -> None:
         if self._audit is not None:
@@ -111,6 +125,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     @translate_errors
     async def CreateJob(self, request, context):
         job = job_from_proto(request.job)
+        if job.source and not (job.source.startswith("apply:") and len(job.source) <= 300):
+            raise InvalidArgument(
+                f"source {job.source[:60]!r} cannot be set: leave it empty, or 'apply:<name>' for jobs of "
+                "`agentmesh cron apply` (file: jobs belong to the scheduler's jobs file)"
+            )
         # Runs are made on behalf of whoever created the job (agentmesh.rpc.auth set it), in
         # the tenant it was made in: its runs see that tenant only, at the creator's role there.
         if (principal := current_principal.get()) is not None:
@@ -127,7 +146,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
     @translate_errors
     async def UpdateJob(self, request, context):
-        await self._job(request.job.job_id, "UpdateJob")
+        _declared_in_file(await self._job(request.job.job_id, "UpdateJob"), self._jobs_file)
         changes = changes_from_update(request)
         updated = await self._core.update_job(request.job.job_id, changes)
         self._record("cron.update", updated.job_id, fields=",".join(sorted(changes)))
@@ -140,7 +159,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         except NotFound:
             job = None  # deleting what is not there answers deleted=false, as before
         if job is not None:
-            await self._visible(job, request.job_id, "DeleteJob")
+            _declared_in_file(await self._visible(job, request.job_id, "DeleteJob"), self._jobs_file)
         deleted = await self._core.delete_job(request.job_id)
         self._record("cron.delete", request.job_id)
         return scheduler_pb2.DeleteJobResponse(deleted=deleted)
@@ -154,11 +173,17 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         scope = scope_of_call()
         jobs = [j for j in await self._core.list_jobs()
                 if scope.unrestricted or job_tenant(j) in (scope.memberships or {})]
-        return scheduler_pb2.ListJobsResponse(jobs=[job_to_proto(j) for j in jobs])
+        response = scheduler_pb2.ListJobsResponse(jobs=[job_to_proto(j) for j in jobs])
+        if self._jobs_file is not None:
+            status = self._jobs_file.status
+            response.jobs_file.CopyFrom(scheduler_pb2.JobsFileStatus(
+                path=status.path, ok=status.ok, error=status.error, checked_at=status.checked_at,
+                applied_at=status.applied_at, jobs=status.jobs))
+        return response
 
     @translate_errors
     async def ToggleJob(self, request, context):
-        await self._job(request.job_id, "ToggleJob")
+        _declared_in_file(await self._job(request.job_id, "ToggleJob"), self._jobs_file)
         toggled = await self._core.toggle_job(request.job_id)
         self._record("cron.toggle", toggled.job_id, enabled=toggled.enabled)
         return job_to_proto(toggled)
@@ -207,7 +232,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     core = Scheduler(store, target, lock, clock or SystemClock(), config, telemetry, identity)
     host = ServiceHost("scheduler", settings, telemetry, address=address, identity=service_identity,
                        max_receive_bytes=MIB)
-    host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core, host.audit), "agentmesh.v1.Scheduler")
+    now = (clock or SystemClock()).now
+    jobs_file = JobsFileWatcher(core, Path(config.jobs_file), now) if config.jobs_file else None
+    host.add(scheduler_pb2_grpc.add_SchedulerServicer_to_server, SchedulerServicer(core, host.audit, jobs_file),
+             "agentmesh.v1.Scheduler")
     host.scheduler = core  # type: ignore[attr-defined]  # tests and benches look at leadership
 
     # Idle reflection: the leader's sweep, beside the jobs, on its own claims table.
@@ -220,15 +248,19 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     stopping = asyncio.Event()
     sweep_loop = None
     if config.reflect_idle_s > 0:
-        now = (clock or SystemClock()).now
         sweep_loop = asyncio.create_task(
             run_while_leading(sweeper, lambda: core.is_leader, now, config.reflect_check_s, stopping),
             name="idle-reflection")
 
+    file_loop = None
+    if jobs_file is not None:
+        file_loop = asyncio.create_task(jobs_file.run(config.jobs_file_poll_s, stopping), name="jobs-file")
+
     async def shutdown() -> None:
         stopping.set()
-        if sweep_loop is not None:
-            await asyncio.wait([sweep_loop], timeout=settings.drain_s)
+        loops = [loop for loop in (sweep_loop, file_loop) if loop is not None]
+        if loops:
+            await asyncio.wait(loops, timeout=settings.drain_s)
         await core.stop(settings.drain_s)
         await target.close()
         await reflection_channel.close()

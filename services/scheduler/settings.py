@@ -40,6 +40,11 @@ class SchedulerSettings(EnvSection):
     max_jobs: int = env("AGENTMESH_SCHEDULER_MAX_JOBS", 100_000, minimum=1)
     # SQLite journal: "wal" on a local disk; "delete" when the data directory is a network volume.
     journal_mode: str = env("AGENTMESH_SCHEDULER_JOURNAL", "wal", choices=("wal", "delete"))
+    # Jobs declared in a file (jobs_file.py; a JSON or YAML list, in a cluster a mounted ConfigMap):
+    # the leader keeps the scheduler's jobs of that file equal to it. "": no jobs file.
+    jobs_file: str = env("AGENTMESH_SCHEDULER_JOBS_FILE", "")
+    # How often the jobs file is read for changes (its hash compared).
+    jobs_file_poll_s: float = env("AGENTMESH_SCHEDULER_JOBS_FILE_POLL_S", 2.0, minimum=0.05)
     # Idle reflection (idle_reflection.py): a session idle this long with new entries is reflected
     # on (0: never); the leader looks every `reflect_check_s`; a failure is retried after
     # `reflect_retry_s`, doubling.

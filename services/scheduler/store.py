@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at REAL NOT NULL, updated_at REAL NOT NULL, anchor_at REAL NOT NULL,
     next_run_at REAL NOT NULL, last_run_at REAL NOT NULL,
     created_by TEXT NOT NULL DEFAULT '', created_by_tenant TEXT NOT NULL DEFAULT '',
-    if_busy TEXT NOT NULL DEFAULT '', plan TEXT NOT NULL DEFAULT ''
+    if_busy TEXT NOT NULL DEFAULT '', plan TEXT NOT NULL DEFAULT '',
+    run_at REAL NOT NULL DEFAULT 0, done_at REAL NOT NULL DEFAULT 0, source TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_due ON jobs (next_run_at) WHERE enabled = 1 AND next_run_at > 0;
 CREATE TABLE IF NOT EXISTS runs (
@@ -61,6 +62,7 @@ class Claim:
     new_next: float
     run: Run
     ran: bool = True  # False for a skipped run: last_run_at stays
+    done: bool = False  # the last due time of a one-off job: it is done once claimed
 
 
 def _job(row: tuple) -> Job:
@@ -87,9 +89,12 @@ class SqliteStore:
     def _add_missing_columns(self) -> None:
         """A database made by an earlier version lacks the newer job columns: add them (empty)."""
         present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        for column in ("created_by", "created_by_tenant", "if_busy", "plan"):
+        # In the order of the Job record: rows are read positionally.
+        for column, kind in (("created_by", "TEXT"), ("created_by_tenant", "TEXT"), ("if_busy", "TEXT"),
+                             ("plan", "TEXT"), ("run_at", "REAL"), ("done_at", "REAL"), ("source", "TEXT")):
             if column not in present:
-                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+                default = "''" if kind == "TEXT" else "0"
+                self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind} NOT NULL DEFAULT {default}")
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -124,9 +129,10 @@ class SqliteStore:
 
     async def put_job(self, job: Job, retimed: bool = True) -> None:
         """Save an edit. The firing path owns last_run_at, and next_run_at unless the edit moved
-        the job onto a new timetable, so an edit racing a firing never rolls either back."""
-        kept = ("job_id", "created_at", "last_run_at", "created_by", "created_by_tenant") + (
-            () if retimed else ("next_run_at", "anchor_at"))
+        the job onto a new timetable, so an edit racing a firing never rolls either back (a new
+        one-off time re-arms a done job: done_at goes with the timetable)."""
+        kept = ("job_id", "created_at", "last_run_at", "created_by", "created_by_tenant", "source") + (
+            () if retimed else ("next_run_at", "anchor_at", "done_at"))
         columns = [c for c in _JOB_COLUMNS if c not in kept]
         values = [getattr(job, c) for c in columns]
         sets = ", ".join(f"{c} = ?" for c in columns)
@@ -187,10 +193,11 @@ class SqliteStore:
 
         def claim_all(db: sqlite3.Connection) -> list[bool]:
             results = []
-            advance = ("UPDATE jobs SET next_run_at = ?, last_run_at = CASE WHEN ? THEN ? ELSE last_run_at END "
-                       "WHERE job_id = ? AND next_run_at = ?")
+            advance = ("UPDATE jobs SET next_run_at = ?, last_run_at = CASE WHEN ? THEN ? ELSE last_run_at END, "
+                       "done_at = CASE WHEN ? THEN ? ELSE done_at END WHERE job_id = ? AND next_run_at = ?")
             for claim in claims:
-                args = (claim.new_next, claim.ran, claim.run.started_at, claim.job_id, claim.expected_next)
+                args = (claim.new_next, claim.ran, claim.run.started_at, claim.done, claim.run.started_at,
+                        claim.job_id, claim.expected_next)
                 db.execute("SAVEPOINT claim")
                 try:
                     moved = db.execute(advance, args).rowcount
@@ -203,7 +210,8 @@ class SqliteStore:
                     # job on anyway, or it would stay due and be retried forever.
                     db.execute("ROLLBACK TO claim")
                     db.execute("RELEASE claim")
-                    db.execute(advance, (claim.new_next, False, 0.0, claim.job_id, claim.expected_next))
+                    db.execute(advance, (claim.new_next, False, 0.0, claim.done, claim.run.started_at, claim.job_id,
+                                         claim.expected_next))
                     results.append(False)
             return results
 

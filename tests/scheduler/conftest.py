@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import pytest
+import structlog
 
+from agentmesh.cli.main import build_parser
 from agentmesh.config import Settings
 from agentmesh.rpc.client import open_channel
 from agentmesh.scheduler.server import build
@@ -151,3 +154,26 @@ async def harness(tmp_path, gateway, clock):
     gateway.release_all()
     for replica in list(h.replicas):
         await h.stop(replica)
+
+
+@pytest.fixture
+def logs_to_stderr():
+    """The scheduler logs in this process too; keep stdout for what the command prints."""
+    saved = structlog.get_config()
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+    yield
+    structlog.configure(**saved)
+
+
+@pytest.fixture
+async def cli(harness, monkeypatch, logs_to_stderr):
+    replica = await harness.start()
+    monkeypatch.setenv("AGENTMESH_SCHEDULER_ADDR", replica.host.target)
+    monkeypatch.delenv("AGENTMESH_AUTH_TOKEN", raising=False)
+
+    async def run(*argv: str) -> int:
+        args = build_parser().parse_args(["cron", *argv])
+        return await args.func(args)
+
+    run.replica = replica
+    return run

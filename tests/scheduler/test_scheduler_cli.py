@@ -9,34 +9,9 @@ import subprocess
 import sys
 
 import pytest
-import structlog
 
 from agentmesh.cli.common import CliError
-from agentmesh.cli.main import build_parser
 from agentmesh.v1 import scheduler_pb2
-
-
-@pytest.fixture
-def logs_to_stderr():
-    """The scheduler logs in this process too; keep stdout for what the command prints."""
-    saved = structlog.get_config()
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
-    yield
-    structlog.configure(**saved)
-
-
-@pytest.fixture
-async def cli(harness, monkeypatch, logs_to_stderr):
-    replica = await harness.start()
-    monkeypatch.setenv("AGENTMESH_SCHEDULER_ADDR", replica.host.target)
-    monkeypatch.delenv("AGENTMESH_AUTH_TOKEN", raising=False)
-
-    async def run(*argv: str) -> int:
-        args = build_parser().parse_args(["cron", *argv])
-        return await args.func(args)
-
-    run.replica = replica
-    return run
 
 
 async def test_add_list_run_history_toggle_delete(cli, capsys, harness):
