@@ -136,6 +136,18 @@ def die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def child_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for a service child, with PYTHONSAFEPATH=1: `python -m` would otherwise put the
+    working directory `up` was started in first on the child's import path, so a `secrets.py`
+    (or `json.py`, …) lying there would replace the standard library's module in every service.
+
+    The variable rather than `python -P`: it is inherited, so it also covers the Python the
+    services start themselves (the memory service's index builder, `python -m
+    agentmesh.memory.edge_indexer`, in the same directory). Sandboxed programs never see it:
+    they get a clean environment of their own (tools/sandbox/local.py)."""
+    return {**env, "PYTHONSAFEPATH": "1"}
+
+
 @dataclass
 class LocalStack:
     """Five `agentmesh serve` children sharing one environment."""
@@ -191,7 +203,7 @@ class LocalStack:
         tie = ["--parent-pid", str(os.getpid())] if self.tied_to_parent else []
         self.children[name] = subprocess.Popen(
             [self.python, "-m", "agentmesh.cli.main", "serve", name, *tie],
-            env=dict(self.env),
+            env=child_environment(self.env),
             stdout=out or None,
             stderr=out or None,
             # Own process group: the terminal's Ctrl-C reaches us, and we stop children in order.
