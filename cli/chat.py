@@ -14,6 +14,8 @@ import grpc
 
 from agentmesh.cli.approvals import send_decision
 from agentmesh.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_LIMIT,
     EXIT_OK,
     EXIT_SERVER_ERROR,
     EXIT_USAGE,
@@ -27,7 +29,8 @@ from agentmesh.cli.common import (
 from agentmesh.cli.render import HumanRenderer, event_to_json, shorten
 from agentmesh.cli.repl_commands import ReplCommands, ReplState
 from agentmesh.config import Settings
-from agentmesh.ids import new_id
+from agentmesh.errors import InvalidArgument
+from agentmesh.ids import new_id, validate_id
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
@@ -36,7 +39,7 @@ def register(subparsers) -> None:
     chat.add_argument("message", nargs="?", help="the user's message; omit it for an interactive session")
     chat.add_argument("--session", help="session id (created when new; default: a fresh session)")
     chat.add_argument("--json", action="store_true", help="print one JSON event per line")
-    chat.add_argument("--max-iterations", type=int, default=0, help="cap on model calls in this turn")
+    chat.add_argument("--max-iterations", type=_steps, default=0, help="cap on model calls in this turn")
     chat.add_argument("--model", default="", help="override the configured model for this turn")
     chat.add_argument("--mode", choices=("default", "deep"), default="",
                       help="run mode: deep plans first, reflects on the plan, has a larger step budget and sub-agents")
@@ -73,6 +76,36 @@ def _budget(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError("a token budget is a positive number of tokens (0: the configured one)")
     return value
+
+
+def _steps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of model calls") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a cap on model calls is 0 (the configured one) or more")
+    return value
+
+
+# How a turn's end becomes the exit code (docs/architecture.md, "The command line"). A turn that
+# stopped at a limit ended cleanly but short of an answer: a script should be able to tell.
+LIMIT_STOPS = ("max_iterations", "budget")
+# Ended early by someone else: cancelled or interrupted from another client, or its steps rolled back.
+ENDED_ELSEWHERE = ("cancelled", "interrupted", "rolled_back")
+
+
+def turn_exit_code(stop_reason: str | None, failed: bool, cancel_asked: bool) -> int:
+    """The exit code of a turn: `stop_reason` of its run_finished (None: none came), `failed`
+    when an error event came, `cancel_asked` when Ctrl-C asked to cancel it here."""
+    if cancel_asked:
+        return EXIT_INTERRUPTED
+    if failed or stop_reason in ENDED_ELSEWHERE:
+        return EXIT_SERVER_ERROR
+    if stop_reason is None:
+        raise CliError("the turn's stream ended before the turn did (no run_finished); "
+                       "see `agentmesh sessions show` for what was saved")
+    return EXIT_LIMIT if stop_reason in LIMIT_STOPS else EXIT_OK
 
 
 def parse_answer(answer: str) -> tuple[bool, str, bool]:
@@ -160,22 +193,32 @@ async def stream_turn(
     cancel_sent = False
     cancelling: list[asyncio.Task] = []  # held so the task is not collected before it runs
 
+    async def send_cancel() -> None:
+        try:
+            await stub.Cancel(gateway_pb2.CancelRequest(session_id=request.session_id),
+                              metadata=call_metadata(settings), timeout=10)
+        except grpc.aio.AioRpcError as err:  # the turn's own stream still says how it ended
+            sys.stderr.write(f"· the cancel was not taken: {rpc_failure(err, 'gateway', settings)}\n")
+
     def request_cancel() -> None:
         nonlocal cancel_sent
         if not cancel_sent:
             cancel_sent = True
             sys.stderr.write("\n· cancelling…\n")
-            cancelling.append(loop.create_task(stub.Cancel(gateway_pb2.CancelRequest(session_id=request.session_id), metadata=call_metadata(settings), timeout=10)))
+            cancelling.append(loop.create_task(send_cancel()))
 
     loop.add_signal_handler(signal.SIGINT, request_cancel)
-    exit_code = EXIT_OK
+    stop_reason: str | None = None
+    failed = False
     questions: list[asyncio.Task] = []
     try:
         async for event in call:
             on_event(event)
             kind = event.WhichOneof("payload")
             if kind == "error":
-                exit_code = EXIT_SERVER_ERROR
+                failed = True
+            elif kind == "run_finished":
+                stop_reason = event.run_finished.stop_reason or "completed"
             if on_approval is not None:
                 on_approval.notice(event)
                 if kind == "approval_request":
@@ -187,12 +230,17 @@ async def stream_turn(
         # A question still open holds a thread reading stdin: let it finish before the next prompt.
         if questions:
             await asyncio.gather(*questions, return_exceptions=True)
-    return exit_code
+    return turn_exit_code(stop_reason, failed, cancel_sent)
 
 
 async def run_chat(args) -> int:
     settings = load_settings()
-    session_id = args.session or new_id("s")
+    try:  # a malformed id is the command line's mistake: say so before anything is sent
+        session_id = validate_id(args.session, "--session") if args.session else new_id("s")
+        if args.attach:
+            validate_id(args.attach, "--attach")
+    except InvalidArgument as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
                                       approval_tools=args.require_approval, token_budget=args.token_budget,
                                       session_token_budget=args.session_token_budget, plan=args.plan,

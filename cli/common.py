@@ -13,9 +13,12 @@ from agentmesh.config import ConfigError, Settings
 from agentmesh.rpc.auth import bearer_metadata
 from agentmesh.rpc.client import open_channel
 
+# The exit codes every command keeps (docs/architecture.md, "The command line").
 EXIT_OK = 0
-EXIT_SERVER_ERROR = 1
-EXIT_USAGE = 2
+EXIT_SERVER_ERROR = 1  # an error the server reported, or a service that could not be reached
+EXIT_USAGE = 2  # the command line or the configuration is wrong; nothing was sent
+EXIT_LIMIT = 3  # a turn stopped at its step or token limit: it ended, but short of an answer
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports a process SIGINT ended)
 
 CALL_TIMEOUT_S = 30.0
 # A command waits this long for a service that is (re)starting; longer, and "is `agentmesh up`

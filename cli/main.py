@@ -1,4 +1,5 @@
-"""The `agentmesh` command line. Exit codes: 0 success, 1 a server error, 2 a usage error."""
+"""The `agentmesh` command line. Exit codes (common.py): 0 success, 1 a server error, 2 a usage error,
+3 a turn stopped at its step or token limit, 130 interrupted."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import importlib
 import os
 import sys
 
-from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError
+from agentmesh.cli.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 
 # Each module adds its command group with `register(subparsers)`; handlers are async and
 # return the exit code.
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"agentmesh: {exc}\n")
         return exc.exit_code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`agentmesh tools list | head`): not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
