@@ -1,17 +1,20 @@
-"""What every CLI command shares: settings, channels, and turning failures into exit codes."""
+"""What every CLI command shares: settings, channels, and turning failures into exit codes.
+
+Every command module imports this one, and `agentmesh chat --help` imports the chat module: so
+nothing heavy at the top here. gRPC, protobuf and the settings are imported by the functions that
+use them, when a command runs (main.py).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
-from google.protobuf.json_format import MessageToDict
+if TYPE_CHECKING:
+    import grpc
 
-from agentmesh.config import ConfigError, Settings
-from agentmesh.rpc.auth import bearer_metadata
-from agentmesh.rpc.client import open_channel
+    from agentmesh.config import Settings
 
 # The exit codes every command keeps (docs/architecture.md, "The command line").
 EXIT_OK = 0
@@ -35,6 +38,8 @@ class CliError(Exception):
 
 
 def load_settings() -> Settings:
+    from agentmesh.config import ConfigError, Settings
+
     try:
         return Settings.from_env()
     except ConfigError as exc:
@@ -42,6 +47,8 @@ def load_settings() -> Settings:
 
 
 def channel_to(settings: Settings, service: str) -> grpc.aio.Channel:
+    from agentmesh.rpc.client import open_channel
+
     return open_channel(settings.address_of(service), wait_for_peer_s=WAIT_FOR_SERVICE_S)
 
 
@@ -62,8 +69,17 @@ def call_metadata(settings: Settings) -> tuple[tuple[str, str], ...]:
     return bearer_metadata(settings.client_token or stored_token(settings))
 
 
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """`authorization: Bearer <token>` (nothing without a token), as agentmesh.rpc.auth reads
+    it. Written out here rather than imported from there: that module brings JWT, OpenTelemetry
+    and the access policy with it, which a command that only sends a token does not need."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
 def rpc_failure(err: grpc.aio.AioRpcError, service: str, settings: Settings) -> CliError:
     """A server's status as a sentence: unreachable services get a hint about how to start them."""
+    import grpc
+
     if err.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (err.details() or "").lower():
         return CliError(
             f"cannot reach the {service} service at {settings.address_of(service)}: "
@@ -85,6 +101,8 @@ def parse_json_object(text: str, what: str) -> dict[str, Any]:
 
 
 def to_dict(message) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
     return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
 
 
