@@ -1,0 +1,101 @@
+"""How long a whole `agentmesh` command takes, from exec to exit, against `python -c pass`.
+
+Each command runs as a user runs it — the installed `agentmesh` script next to this interpreter —
+under hyperfine, with `python -c pass` (the interpreter's own start) as the baseline in the same
+run, so the load of a shared machine falls on every row alike; the table gives each command's
+time and its ratio to the baseline. The RPC commands run against a local stack (`agentmesh up`'s
+five services, the scripted model) this bench starts on free ports and stops.
+
+    python -m benches.cli_startup [--runs 30] [--warmup 3]
+
+Needs hyperfine (Debian: `sudo apt-get install -y hyperfine`); without it, it says so and stops.
+Goals (docs/architecture.md, "The command line"): `--help` and `chat --help` within 2x the
+baseline; a one-shot RPC command (`sessions list`) within 0.4 s on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from agentmesh.cli.stack import LocalStack, free_address
+from agentmesh.config import SERVICES
+
+AGENTMESH = str(Path(sys.executable).with_name("agentmesh"))
+COMMANDS = [
+    ("python -c pass", [sys.executable, "-c", "pass"]),
+    ("agentmesh --help", [AGENTMESH, "--help"]),
+    ("agentmesh chat --help", [AGENTMESH, "chat", "--help"]),
+    ("agentmesh sessions list", [AGENTMESH, "sessions", "list"]),
+    ("agentmesh memory search", [AGENTMESH, "memory", "search", "hello"]),
+]
+
+
+def _quoted(argv: list[str]) -> str:
+    return " ".join(arg if arg.replace("/", "").replace("-", "").replace(".", "").replace("_", "").isalnum()
+                    else f"'{arg}'" for arg in argv)
+
+
+def measure(env: dict[str, str], runs: int, warmup: int) -> list[dict]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = ["hyperfine", "--shell=none", "--style", "basic", "--runs", str(runs), "--warmup", str(warmup),
+                   "--export-json", out.name]
+        for name, argv in COMMANDS:
+            command += ["--command-name", name, _quoted(argv)]
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+        return json.loads(Path(out.name).read_text())["results"]
+
+
+def table(results: list[dict]) -> str:
+    base = next(r for r in results if r["command"] == "python -c pass")["median"]
+    rows = ["| command | median | mean ± sd | min | × python -c pass (median) |", "|---|---|---|---|---|"]
+    for r in results:
+        rows.append(f"| `{r['command']}` | {r['median'] * 1e3:.0f} ms | {r['mean'] * 1e3:.0f} ± {r['stddev'] * 1e3:.0f} ms "
+                    f"| {r['min'] * 1e3:.0f} ms | {r['median'] / base:.2f}x |")
+    return "\n".join(rows)
+
+
+def machine() -> str:
+    try:
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        load = "?"
+    return (f"{platform.node()} · {os.cpu_count()} cores · load {load} · Python {platform.python_version()} · "
+            f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    if not shutil.which("hyperfine"):
+        print("skipped: needs hyperfine (Debian: sudo apt-get install -y hyperfine)")
+        return 0
+    with tempfile.TemporaryDirectory() as home:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
+        env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
+        env.update({"AGENTMESH_HOME": home, "AGENTMESH_GATEWAY_HTTP_ADDR": "off", "AGENTMESH_LLM_PROVIDER": "scripted"})
+        stack = LocalStack(env, log_dir=Path(home) / "logs")
+        stack.start()
+        try:
+            asyncio.run(stack.wait_healthy())
+            results = measure(env, args.runs, args.warmup)
+        finally:
+            stack.stop()
+    print(machine())
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
