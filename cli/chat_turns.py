@@ -32,6 +32,33 @@ from agentmesh.ids import new_id, validate_id
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 
+async def read_line(prompt: str) -> str:
+    """input(prompt) without holding up the exit: read in a daemon thread of its own, not
+    asyncio's executor, whose threads the interpreter joins on the way out — Ctrl-C at the
+    prompt (stdin a pipe) then waited for a line that might never come. EOFError at the end."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str] = loop.create_future()
+
+    def settle(line: str | None, error: BaseException | None) -> None:
+        if answer.done():  # given up on (Ctrl-C): nobody reads this line
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(line or "")
+
+    def read() -> None:
+        try:
+            line, error = input(prompt), None
+        except (EOFError, OSError, ValueError) as exc:  # ValueError: stdin closed under us
+            line, error = None, exc if isinstance(exc, EOFError) else EOFError(str(exc))
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the command is over
+            loop.call_soon_threadsafe(settle, line, error)
+
+    threading.Thread(target=read, name="read-line", daemon=True).start()
+    return await answer
+
+
 class ApprovalPrompter:
     """Asks at the terminal whether a held tool call may run, one question at a time, and sends
     the answer with Gateway.Approve (see `parse_answer`)."""
@@ -47,7 +74,7 @@ class ApprovalPrompter:
 
     async def _read(self, prompt: str) -> str:
         if not self._routed:
-            return await asyncio.to_thread(input, prompt)
+            return await read_line(prompt)
         sys.stderr.write(prompt)
         sys.stderr.flush()
         self._answer = asyncio.get_running_loop().create_future()
@@ -194,7 +221,7 @@ async def _repl(stub, settings: Settings, session_id: str, options, render, prom
     exit_code = EXIT_OK
     while True:
         try:
-            line = await asyncio.to_thread(input, "you> ")
+            line = await read_line("you> ")
         except EOFError:
             return exit_code
         if not line.strip():

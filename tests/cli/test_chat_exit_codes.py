@@ -114,3 +114,39 @@ async def test_usage_errors_exit_2_before_anything_runs(stack, llm, args, says):
     assert code == 2, err
     assert says in err and "Traceback" not in err
     assert llm.requests == []
+
+
+async def start_repl(stack: Stack) -> asyncio.subprocess.Process:
+    """`agentmesh chat` without a message, its stdin a pipe: the REPL that reads line by line."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentmesh.cli.main", "chat", "--json", env=cli_env(stack),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def repl_prompt(proc: asyncio.subprocess.Process) -> None:
+    await asyncio.wait_for(proc.stdout.readuntil(b"you> "), 30)
+
+
+async def test_ctrl_c_at_the_repl_prompt_leaves_at_once_with_130(stack):
+    proc = await start_repl(stack)
+    await repl_prompt(proc)
+    proc.send_signal(signal.SIGINT)
+    # stdin stays open: the REPL must not wait for a line that is never typed.
+    assert await asyncio.wait_for(proc.wait(), 30) == 130
+    proc.stdin.close()
+
+
+async def test_the_repl_leaves_with_130_after_ctrl_c_cancelled_its_last_turn(stack, llm):
+    llm.add(reply("", tool_call("shell", {"command": "sleep 30"})))
+    proc = await start_repl(stack)
+    await repl_prompt(proc)
+    proc.stdin.write(b"run something slow\n")
+    await asyncio.to_thread(llm.wait_for_requests, 1, 30)
+    await asyncio.sleep(0.5)
+    proc.send_signal(signal.SIGINT)  # cancels the turn; the REPL goes on to its next prompt
+    await repl_prompt(proc)
+    proc.stdin.write(b"\n")  # an empty line leaves
+    await proc.stdin.drain()
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 130, err.decode()
