@@ -6,7 +6,12 @@ run, so the load of a shared machine falls on every row alike; the table gives e
 time and its ratio to the baseline. The RPC commands run against a local stack (`agentmesh up`'s
 five services, the scripted model) this bench starts on free ports and stops.
 
-    python -m benches.cli_startup [--runs 30] [--warmup 3]
+    python -m benches.cli_startup [--runs 30] [--warmup 3] [--before REV]
+
+`--before REV` adds each command as it was at git revision REV, in the same run: REV's `cli/`,
+`lib/` and `services/` laid out as the installed package in a temporary directory that leads
+PYTHONPATH (this checkout's generated stubs copied in). Every row then runs through `env`, so
+both sides pay the same exec.
 
 Needs hyperfine (Debian: `sudo apt-get install -y hyperfine`); without it, it says so and stops.
 Goals (docs/architecture.md, "The command line"): `--help` and `chat --help` within 2x the
@@ -31,13 +36,33 @@ from agentmesh.cli.stack import LocalStack, free_address
 from agentmesh.config import SERVICES
 
 AGENTMESH = str(Path(sys.executable).with_name("agentmesh"))
+BASELINE = "python -c pass"
 COMMANDS = [
-    ("python -c pass", [sys.executable, "-c", "pass"]),
+    (BASELINE, [sys.executable, "-c", "pass"]),
     ("agentmesh --help", [AGENTMESH, "--help"]),
     ("agentmesh chat --help", [AGENTMESH, "chat", "--help"]),
     ("agentmesh sessions list", [AGENTMESH, "sessions", "list"]),
     ("agentmesh memory search", [AGENTMESH, "memory", "search", "hello"]),
 ]
+ROOT = Path(__file__).resolve().parent.parent
+SERVICE_PACKAGES = ("gateway", "agent", "tools", "memory", "scheduler")
+
+
+def tree_at(rev: str, into: Path) -> Path:
+    """REV's code as the installed `agentmesh` package (pyproject's package-dir), under `into`."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "cli", "lib", "services"],
+                             check=True, capture_output=True).stdout
+    source = into / "source"
+    source.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    package = into / "tree" / "agentmesh"
+    shutil.copytree(source / "lib" / "agentmesh", package)
+    shutil.copytree(source / "cli", package / "cli")
+    for name in SERVICE_PACKAGES:
+        shutil.copytree(source / "services" / name, package / name)
+    for stub in (ROOT / "lib" / "agentmesh" / "v1").glob("*_pb2*.py"):  # generated, not in git
+        shutil.copy2(stub, package / "v1" / stub.name)
+    return into / "tree"
 
 
 def _quoted(argv: list[str]) -> str:
@@ -45,18 +70,23 @@ def _quoted(argv: list[str]) -> str:
                     else f"'{arg}'" for arg in argv)
 
 
-def measure(env: dict[str, str], runs: int, warmup: int) -> list[dict]:
+def measure(env: dict[str, str], runs: int, warmup: int, before: tuple[str, Path] | None = None) -> list[dict]:
+    rows = [(name, argv) for name, argv in COMMANDS]
+    if before is not None:
+        rev, tree = before
+        rows = [(name, ["env", *argv]) for name, argv in rows]
+        rows += [(f"{name} @{rev}", ["env", f"PYTHONPATH={tree}", *argv]) for name, argv in COMMANDS if name != BASELINE]
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         command = ["hyperfine", "--shell=none", "--style", "basic", "--runs", str(runs), "--warmup", str(warmup),
                    "--export-json", out.name]
-        for name, argv in COMMANDS:
+        for name, argv in rows:
             command += ["--command-name", name, _quoted(argv)]
         subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
         return json.loads(Path(out.name).read_text())["results"]
 
 
 def table(results: list[dict]) -> str:
-    base = next(r for r in results if r["command"] == "python -c pass")["median"]
+    base = next(r for r in results if r["command"] == BASELINE)["median"]
     rows = ["| command | median | mean ± sd | min | × python -c pass (median) |", "|---|---|---|---|---|"]
     for r in results:
         rows.append(f"| `{r['command']}` | {r['median'] * 1e3:.0f} ms | {r['mean'] * 1e3:.0f} ± {r['stddev'] * 1e3:.0f} ms "
@@ -77,6 +107,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--before", metavar="REV", help="also run each command as it was at this git revision")
     args = parser.parse_args()
     if not shutil.which("hyperfine"):
         print("skipped: needs hyperfine (Debian: sudo apt-get install -y hyperfine)")
@@ -89,7 +120,8 @@ def main() -> int:
         stack.start()
         try:
             asyncio.run(stack.wait_healthy())
-            results = measure(env, args.runs, args.warmup)
+            before = (args.before, tree_at(args.before, Path(home) / "before")) if args.before else None
+            results = measure(env, args.runs, args.warmup, before)
         finally:
             stack.stop()
     print(machine())
