@@ -31,10 +31,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, CliError, load_settings
 from agentmesh.config import SERVICES, ConfigError, Settings, load
 from agentmesh.gateway.settings import GatewaySettings
-from agentmesh.logs import configure_logging, secrets_of
 from agentmesh.rpc.client import open_channel
-from agentmesh.rpc.launch import build_service
-from agentmesh.rpc.server import PortInUse
 
 STARTUP_TIMEOUT_S = 60.0
 # Callers first, what they call last: the gateway drains its turns while agent, tools and memory
@@ -58,6 +55,12 @@ def register(subparsers) -> None:
 
 
 async def run_serve(args) -> int:
+    # The services' code is imported here, in the child that serves: `up` itself only starts
+    # and watches the children, and needs none of it.
+    from agentmesh.logs import configure_logging, secrets_of
+    from agentmesh.rpc.launch import build_service
+    from agentmesh.rpc.server import PortInUse
+
     if args.parent_pid:
         die_with_parent(args.parent_pid)
     settings = load_settings()
