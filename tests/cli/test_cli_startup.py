@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import subprocess
 import sys
 
@@ -78,3 +79,21 @@ def test_the_cli_sends_the_bearer_header_the_gateway_reads():
 
     for token in ("", "tok-123"):
         assert bearer_metadata(token) == auth.bearer_metadata(token)
+
+
+def test_a_command_that_calls_the_gateway_loads_grpc_but_not_the_services_machinery(tmp_path):
+    """A plain channel (rpc/client.py without identity or tracer) costs gRPC alone: no
+    OpenTelemetry, no service-token crypto, no YAML, no structured logging."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on: the call fails, after the imports
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
+    env.update({"AGENTMESH_HOME": str(tmp_path), "AGENTMESH_GATEWAY_ADDR": address})
+    result = subprocess.run([sys.executable, "-c", WRAPPER, "sessions", "list"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "cannot reach the gateway" in result.stderr
+    modules = set(result.stderr.rpartition("\nMODULES ")[2].split())
+    assert "grpc" in modules and "agentmesh.v1.sessions_pb2" in modules
+    assert heavy_among(modules - {m for m in modules if m.startswith(("grpc", "google.protobuf", "agentmesh.v1"))}) == []
