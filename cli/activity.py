@@ -72,7 +72,7 @@ async def watch_activity(args) -> int:
 
 
 async def attach_turn(settings: Settings, session_id: str, render: Callable[[common_pb2.Event], None]) -> int:
-    from agentmesh.cli.chat import stream_turn
+    from agentmesh.cli.chat_turns import stream_turn
 
     async with channel_to(settings, "gateway") as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)

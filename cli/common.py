@@ -1,21 +1,30 @@
-"""What every CLI command shares: settings, channels, and turning failures into exit codes."""
+"""What every CLI command shares: settings, channels, and turning failures into exit codes.
+
+Every command module imports this one, and `agentmesh chat --help` imports the chat module: so
+nothing heavy at the top here. gRPC, protobuf and the settings are imported by the functions that
+use them, when a command runs (main.py).
+"""
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
 
-import grpc
-from google.protobuf.json_format import MessageToDict
+# typing.TYPE_CHECKING without importing typing, a few ms of every `--help` (mypy reads any
+# name TYPE_CHECKING as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-from agentmesh.config import ConfigError, Settings
-from agentmesh.rpc.auth import bearer_metadata
-from agentmesh.rpc.client import open_channel
+    import grpc
 
+    from agentmesh.config import Settings
+
+# The exit codes every command keeps (docs/architecture.md, "The command line").
 EXIT_OK = 0
-EXIT_SERVER_ERROR = 1
-EXIT_USAGE = 2
+EXIT_SERVER_ERROR = 1  # an error the server reported, or a service that could not be reached
+EXIT_USAGE = 2  # the command line or the configuration is wrong; nothing was sent
+EXIT_LIMIT = 3  # a turn stopped at its step or token limit: it ended, but short of an answer
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports a process SIGINT ended)
 
 CALL_TIMEOUT_S = 30.0
 # A command waits this long for a service that is (re)starting; longer, and "is `agentmesh up`
@@ -32,6 +41,8 @@ class CliError(Exception):
 
 
 def load_settings() -> Settings:
+    from agentmesh.config import ConfigError, Settings
+
     try:
         return Settings.from_env()
     except ConfigError as exc:
@@ -39,6 +50,8 @@ def load_settings() -> Settings:
 
 
 def channel_to(settings: Settings, service: str) -> grpc.aio.Channel:
+    from agentmesh.rpc.client import open_channel
+
     return open_channel(settings.address_of(service), wait_for_peer_s=WAIT_FOR_SERVICE_S)
 
 
@@ -59,8 +72,17 @@ def call_metadata(settings: Settings) -> tuple[tuple[str, str], ...]:
     return bearer_metadata(settings.client_token or stored_token(settings))
 
 
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """`authorization: Bearer <token>` (nothing without a token), as agentmesh.rpc.auth reads
+    it. Written out here rather than imported from there: that module brings JWT, OpenTelemetry
+    and the access policy with it, which a command that only sends a token does not need."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
 def rpc_failure(err: grpc.aio.AioRpcError, service: str, settings: Settings) -> CliError:
     """A server's status as a sentence: unreachable services get a hint about how to start them."""
+    import grpc
+
     if err.code() == grpc.StatusCode.UNAVAILABLE and "connect" in (err.details() or "").lower():
         return CliError(
             f"cannot reach the {service} service at {settings.address_of(service)}: "
@@ -72,6 +94,8 @@ def rpc_failure(err: grpc.aio.AioRpcError, service: str, settings: Settings) -> 
 
 
 def parse_json_object(text: str, what: str) -> dict[str, Any]:
+    import json
+
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -82,9 +106,13 @@ def parse_json_object(text: str, what: str) -> dict[str, Any]:
 
 
 def to_dict(message) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
     return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
 
 
 def print_json(value: Any) -> None:
+    import json
+
     sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
     sys.stdout.flush()

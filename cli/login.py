@@ -15,8 +15,7 @@ from pathlib import Path
 
 import grpc
 
-from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError, channel_to, load_settings, rpc_failure
-from agentmesh.rpc.auth import bearer_metadata
+from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError, bearer_metadata, channel_to, load_settings, rpc_failure
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
 

@@ -31,10 +31,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, CliError, load_settings
 from agentmesh.config import SERVICES, ConfigError, Settings, load
 from agentmesh.gateway.settings import GatewaySettings
-from agentmesh.logs import configure_logging, secrets_of
 from agentmesh.rpc.client import open_channel
-from agentmesh.rpc.launch import build_service
-from agentmesh.rpc.server import PortInUse
 
 STARTUP_TIMEOUT_S = 60.0
 # Callers first, what they call last: the gateway drains its turns while agent, tools and memory
@@ -58,6 +55,12 @@ def register(subparsers) -> None:
 
 
 async def run_serve(args) -> int:
+    # The services' code is imported here, in the child that serves: `up` itself only starts
+    # and watches the children, and needs none of it.
+    from agentmesh.logs import configure_logging, secrets_of
+    from agentmesh.rpc.launch import build_service
+    from agentmesh.rpc.server import PortInUse
+
     if args.parent_pid:
         die_with_parent(args.parent_pid)
     settings = load_settings()
@@ -136,6 +139,18 @@ def die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def child_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for a service child, with PYTHONSAFEPATH=1: `python -m` would otherwise put the
+    working directory `up` was started in first on the child's import path, so a `secrets.py`
+    (or `json.py`, …) lying there would replace the standard library's module in every service.
+
+    The variable rather than `python -P`: it is inherited, so it also covers the Python the
+    services start themselves (the memory service's index builder, `python -m
+    agentmesh.memory.edge_indexer`, in the same directory). Sandboxed programs never see it:
+    they get a clean environment of their own (tools/sandbox/local.py)."""
+    return {**env, "PYTHONSAFEPATH": "1"}
+
+
 @dataclass
 class LocalStack:
     """Five `agentmesh serve` children sharing one environment."""
@@ -191,7 +206,7 @@ class LocalStack:
         tie = ["--parent-pid", str(os.getpid())] if self.tied_to_parent else []
         self.children[name] = subprocess.Popen(
             [self.python, "-m", "agentmesh.cli.main", "serve", name, *tie],
-            env=dict(self.env),
+            env=child_environment(self.env),
             stdout=out or None,
             stderr=out or None,
             # Own process group: the terminal's Ctrl-C reaches us, and we stop children in order.

@@ -12,22 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from opentelemetry import trace
 
-from agentmesh.rpc.auth import SERVICE_TOKEN_HEADER, current_principal
-from agentmesh.rpc.identity import ServiceIdentity
-from agentmesh.rpc.server import MAX_MESSAGE_BYTES
-from agentmesh.telemetry import Telemetry
-from agentmesh.telemetry.rpcspans import (
-    LONG_LIVED_STREAMS,
-    end_client_span,
-    end_when_done,
-    rpc_attributes,
-    start_client_span,
-)
+from agentmesh.rpc.limits import MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
+    from agentmesh.rpc.identity import ServiceIdentity
+    from agentmesh.telemetry import Telemetry
 
 __all__ = ["WAIT_FOR_PEER_S", "open_channel"]
 
@@ -96,6 +91,13 @@ class _Calls:
         self.identity = identity
         self.audience = audience
         self.tracer = tracer
+        # Signing and spans bring JWT and OpenTelemetry: imported by the channels that use them,
+        # so a plain channel (the command line's) costs gRPC alone.
+        if identity is not None or tracer is not None:
+            from agentmesh.rpc import auth
+            from agentmesh.telemetry import rpcspans
+
+            self._auth, self._spans = auth, rpcspans
         self.channel: grpc.aio.Channel | None = None  # set right after the channel is made
         self._attributes: dict[str, dict[str, object]] = {}  # per method, made once
 
@@ -122,25 +124,25 @@ class _Calls:
             return await continuation(await self.ready(details), request)
         metadata = grpc.aio.Metadata(*(tuple(details.metadata) if details.metadata else ()))
         if self.identity is not None:
-            metadata.add(SERVICE_TOKEN_HEADER, self.identity.token(self.audience, current_principal.get()))
+            metadata.add(self._auth.SERVICE_TOKEN_HEADER, self.identity.token(self.audience, self._auth.current_principal.get()))
         details = await self.ready(details)
         span = None
         method = details.method.decode() if isinstance(details.method, bytes) else details.method
-        if self.tracer is not None and method not in LONG_LIVED_STREAMS:
+        if self.tracer is not None and method not in self._spans.LONG_LIVED_STREAMS:
             attributes = self._attributes.get(method)
             if attributes is None:
-                attributes = self._attributes[method] = rpc_attributes(method)
-            span = start_client_span(self.tracer, method, attributes, metadata)
+                attributes = self._attributes[method] = self._spans.rpc_attributes(method)
+            span = self._spans.start_client_span(self.tracer, method, attributes, metadata)
         details = grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
                                              details.wait_for_ready)
         try:
             call = await continuation(details, request)
         except BaseException as exc:
             if span is not None:
-                end_client_span(span, grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
+                self._spans.end_client_span(span, grpc.StatusCode.UNKNOWN, f"{type(exc).__name__}: {exc}")
             raise
         if span is not None:
-            end_when_done(span, call)
+            self._spans.end_when_done(span, call)
         return call
 
 

@@ -24,6 +24,7 @@ from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.auth import CallerCheck
 from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.identity import ServiceIdentity
+from agentmesh.rpc.limits import DEFAULT_MAX_RECEIVE_BYTES, MAX_MESSAGE_BYTES, MIB
 from agentmesh.rpc.users import UserAuthenticator
 from agentmesh.telemetry import Telemetry
 
@@ -31,11 +32,6 @@ __all__ = ["DEFAULT_MAX_RECEIVE_BYTES", "MAX_MESSAGE_BYTES", "MIB", "PortInUse",
 
 log = get_logger("agentmesh.rpc")
 
-MIB = 1024 * 1024
-# What a service sends and what its clients accept. What a service *receives* is bounded
-# lower, per service, by what its API can take (`max_receive_bytes`).
-MAX_MESSAGE_BYTES = 16 * MIB
-DEFAULT_MAX_RECEIVE_BYTES = 4 * MIB
 
 _SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
-
 from agentmesh.tenancy import (
     AuthPolicy,
     Member,
@@ -170,6 +168,10 @@ def _service_accounts(raw: Any, tenants: Mapping[str, Tenant]) -> tuple[ServiceA
 
 def parse_policy(text: str, source: str = "the policy") -> AuthPolicy:
     """AGENTMESH_AUTH_POLICY's content (YAML, of which JSON is a subset)."""
+    # Imported here: every process loads the settings (this module with them), few set a policy,
+    # and PyYAML is a good part of the command line's start-up.
+    import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
+
     try:
         raw = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
