@@ -28,8 +28,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
-
 from agentmesh.errors import ConfigError
 from agentmesh.secret_fields import secret_field
 
@@ -96,6 +94,10 @@ def load_model_file(path: str, environ: Mapping[str, str], variable: str = "AGEN
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"{variable}: cannot read {path!r} ({exc.strerror or exc})") from None
+    # PyYAML is imported only when a catalogue is read: the command line loads this module with
+    # the settings, and a command that reads no catalogue should not pay for the parser.
+    import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
+
     try:
         data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
