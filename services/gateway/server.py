@@ -26,7 +26,7 @@ from agentmesh.gateway.usage import UsageReports
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
-from agentmesh.rpc.auth import current_principal, scope_of_call
+from agentmesh.rpc.auth import CallerCheck, current_principal, scope_of_call
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
@@ -294,7 +294,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._resources.get_trace(request.trace_id, _caller())
 
 
-def _protocol_endpoints(settings: Settings, resources: Resources, sessions: MemorySessions | None = None) -> list:
+def _protocol_endpoints(settings: Settings, resources: Resources, sessions: MemorySessions | None = None,
+                        callers: CallerCheck | None = None) -> list:
     """The A2A agents and the MCP server, on the HTTP address (docs/api.md, "Open protocols")."""
     gateway_settings = settings.section(GatewaySettings)
     endpoints: list = []
@@ -303,7 +304,8 @@ def _protocol_endpoints(settings: Settings, resources: Resources, sessions: Memo
             lambda namespace: resources.list_tools(tools_pb2.ListToolsRequest(namespace=namespace)),
             description=gateway_settings.agent_description,
             version=package_version(), public_url=gateway_settings.public_url,
-            bearer_required=bool(settings.auth_tokens), max_depth=gateway_settings.a2a_max_depth, tasks=sessions))
+            bearer_required=settings.auth_policy.checks_users, max_depth=gateway_settings.a2a_max_depth,
+            tasks=sessions, callers=callers))
     if gateway_settings.mcp:
         endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
     return endpoints
@@ -368,7 +370,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_stop(close_channels)
     if gateway_settings.http_address:
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
-                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions))
+                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions, host.calls.callers))
 
         async def start_http() -> None:
             await http.start(host.target)
