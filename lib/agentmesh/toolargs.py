@@ -28,16 +28,30 @@ class ArgumentsSchema:
         do not match the schema (the schema itself is quoted, so the model can correct the call)."""
         text = arguments_json.strip() or "{}"
         try:
-            arguments: dict[str, Any] = json.loads(text)  # the schema's type=object check follows
+            # The schema's type=object check follows. NaN and Infinity are not JSON, and no
+            # bound of a schema holds them back (every comparison with NaN is false).
+            arguments: dict[str, Any] = json.loads(text, parse_constant=_not_a_number)
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"arguments for {self.tool_name} are not valid JSON ({exc.msg} at position {exc.pos})"
             ) from None
+        except RecursionError:
+            raise ValueError(f"arguments for {self.tool_name} nest too deeply: send a flatter JSON object") from None
+        except _NotANumber as exc:
+            raise ValueError(f"arguments for {self.tool_name} are not valid JSON: {exc} (write a number)") from None
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
         if errors:
             problems = "; ".join(_describe(error) for error in errors[:_MAX_PROBLEMS])
             raise ValueError(f"invalid arguments for {self.tool_name}: {problems}. Expected schema: {self.schema_json}")
         return arguments
+
+
+class _NotANumber(ValueError):
+    pass
+
+
+def _not_a_number(literal: str) -> Any:
+    raise _NotANumber(f"{literal} is not a JSON number")
 
 
 def _describe(error: ValidationError) -> str:
