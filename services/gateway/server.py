@@ -11,6 +11,7 @@ from agentmesh.gateway.a2a.endpoint import A2aEndpoints
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter, was_routed
+from agentmesh.gateway.http.guard import HttpLimits
 from agentmesh.gateway.http.server import HttpApi, package_version
 from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.limits import TenantLimiter
@@ -369,8 +370,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_drain(core.live.drain)
     host.on_stop(close_channels)
     if gateway_settings.http_address:
+        limits = HttpLimits(gateway_settings.http_header_timeout_s, gateway_settings.http_body_timeout_s,
+                            gateway_settings.http_idle_timeout_s, gateway_settings.http_max_connections_per_ip)
+        # Who an HTTP request is from, when it is refused before its RPC (the scheduler's routes
+        # are checked as the scheduler checks them).
+        callers = {"Gateway": host.calls.callers,
+                   "Scheduler": CallerCheck("scheduler", identity, host.users)} if host.calls.callers else None
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
-                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions, host.calls.callers))
+                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions, host.calls.callers),
+                       limits=limits, callers=callers)
 
         async def start_http() -> None:
             await http.start(host.target)
