@@ -43,7 +43,7 @@ class HttpLimits:
     """The HTTP server's bounds on its clients (GatewaySettings: AGENTMESH_GATEWAY_HTTP_*)."""
 
     header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
     idle_timeout_s: float = 30.0
     max_per_ip: int = 256
 
