@@ -44,6 +44,7 @@ __all__ = [
     "EnvVar",
     "LLMSettings",
     "OtlpExporterSettings",
+    "RpcServerSettings",
     "ServiceAddresses",
     "Settings",
     "TelemetrySettings",
@@ -353,6 +354,17 @@ class ServiceAddresses:
     scheduler: str = env("AGENTMESH_SCHEDULER_ADDR", f"127.0.0.1:{DEFAULT_PORTS['scheduler']}")
 
 
+@dataclass(frozen=True)
+class RpcServerSettings:
+    """How every service's gRPC server treats its connections (docs/security.md, slow and idle
+    clients): a connection is closed once it has carried no call for `idle_s` (clients open a
+    new one on their next call), and one that has not finished its HTTP/2 handshake in
+    `handshake_timeout_s`. Dead peers are found by keepalive pings (30 s, 20 s to answer)."""
+
+    idle_s: float = env("AGENTMESH_GRPC_MAX_CONNECTION_IDLE_S", 300.0, minimum=1)
+    handshake_timeout_s: float = env("AGENTMESH_GRPC_HANDSHAKE_TIMEOUT_S", 10.0, minimum=0.1)
+
+
 def _default_home() -> Path:
     return Path.home() / ".agentmesh"
 
@@ -364,6 +376,7 @@ class Settings:
 
     home: Path = env("AGENTMESH_HOME", default_factory=_default_home)
     service_addresses: ServiceAddresses = section(ServiceAddresses)
+    rpc_server: RpcServerSettings = section(RpcServerSettings)
     # By service name; from `service_addresses` unless given (tests point it at their ports).
     addresses: Mapping[str, str] = field(default_factory=dict)
     llm: LLMSettings = section(LLMSettings)

@@ -7,11 +7,16 @@ import uuid
 
 from agentmesh.errors import InvalidArgument
 
-__all__ = ["DEFAULT_NAMESPACE", "PARENT_SESSION_LABEL", "new_id", "validate_id", "validate_namespace"]
+__all__ = ["DEFAULT_NAMESPACE", "ID_PATTERN", "NAMESPACE_PATTERN", "PARENT_SESSION_LABEL", "new_id", "validate_id",
+           "validate_namespace"]
 
-_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+# Also what the OpenAPI document says (JSON Schema `pattern`). Matched whole (fullmatch): with
+# re.match, `$` also matches before a final newline, so "s1\n" passed.
+ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 # Namespaces also name tenants and users ("team:infra", "ada@example"), so ':' and '@' are allowed.
-_NAMESPACE = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
+NAMESPACE_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
+_ID = re.compile(ID_PATTERN[1:-1])
+_NAMESPACE = re.compile(NAMESPACE_PATTERN[1:-1])
 DEFAULT_NAMESPACE = "default"
 
 
@@ -19,7 +24,7 @@ def validate_id(value: str, what: str = "session_id") -> str:
     """Return `value` if it is a safe id (also safe as a directory name), else raise InvalidArgument."""
     if not value:
         raise InvalidArgument(f"{what} is required", field=what)
-    if not _ID.match(value) or value in (".", ".."):
+    if not _ID.fullmatch(value) or value in (".", ".."):
         shown = value if len(value) <= 40 else value[:40] + "…"
         raise InvalidArgument(
             f"{what} {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_' and '-'", field=what
@@ -30,7 +35,7 @@ def validate_id(value: str, what: str = "session_id") -> str:
 def validate_namespace(namespace: str) -> str:
     """The memory namespace to use: `namespace`, or "default" when empty; InvalidArgument if malformed."""
     namespace = namespace or DEFAULT_NAMESPACE
-    if not _NAMESPACE.match(namespace):
+    if not _NAMESPACE.fullmatch(namespace):
         shown = namespace if len(namespace) <= 40 else namespace[:40] + "…"
         raise InvalidArgument(
             f"namespace {shown!r} is malformed: use 1-128 characters from A-Z, a-z, 0-9, '.', '_', '-', ':' and '@'",

@@ -63,8 +63,13 @@ class Authorizer:
         """The session `rpc` acts on, if `caller` holds the rpc's role in its tenant."""
         validate_id(session_id)
         session = await self._sessions.get_session(session_id)  # memory: NOT_FOUND for another tenant's
+        self.known_session(caller, session_id, session.namespace, rpc)
+        return session
+
+    def known_session(self, caller: Caller, session_id: str, namespace: str, rpc: str) -> None:
+        """As `session`, for a session whose namespace is already known here (a running turn's)."""
         try:
-            caller.scope.require(session.namespace or "default", caller.role(rpc), f"session {session_id!r} does not exist")
+            caller.scope.require(namespace or "default", caller.role(rpc), f"session {session_id!r} does not exist")
         except NotFound:
             self.audit.record("cross_tenant", "refused", caller.principal, method=f"gateway.{rpc}", session_id=session_id)
             raise
@@ -72,7 +77,6 @@ class Authorizer:
             self.audit.record("call.refused", "refused", caller.principal, method=f"gateway.{rpc}",
                               session_id=session_id, reason=exc.message)
             raise
-        return session
 
     async def session_or_none(self, caller: Caller, session_id: str, rpc: str) -> sessions_pb2.Session | None:
         """As `session`, but None when no session has that id (Chat creates it; an id another

@@ -168,10 +168,16 @@ class Gateway:
             else await self._authz.session_or_none(caller, session_id, "Chat")
         namespace = existing.namespace if existing is not None else self._authz.namespace(caller, "", "Chat")
         tenant = caller.scope.tenant_of(namespace) or ""
-        turn = RunningTurn(run_id=new_id("run"), started_by=caller.subject)
+        turn = RunningTurn(run_id=new_id("run"), started_by=caller.subject, namespace=namespace)
         admitted = self._limits.admit(tenant)
         try:
-            replaced = await self._turns.take(session_id, turn, request.options.if_busy or self._settings.if_busy)
+            # A running turn is checked against the caller before if_busy acts on it (locally:
+            # its namespace is the session's), so another tenant's busy session answers exactly
+            # as an idle one does — NOT_FOUND — whatever the policy, and its turn goes on.
+            replaced = await self._turns.take(
+                session_id, turn, request.options.if_busy or self._settings.if_busy,
+                authorize=None if caller.scope.unrestricted
+                else lambda running: self._authz.known_session(caller, session_id, running.namespace, "Chat"))
             if self._draining:
                 raise Unavailable("the gateway is shutting down; retry in a moment", reason=error_reasons.SHUTTING_DOWN)
             if replaced is not None and replaced.superseded_as == "rolled_back":
@@ -200,7 +206,7 @@ class Gateway:
                         kind = event.WhichOneof("payload")
                         turn.track(kind, event)
                         if kind == "run_started" and event.run_started.namespace:
-                            namespace = event.run_started.namespace
+                            namespace = turn.namespace = event.run_started.namespace
                             tenant = caller.scope.tenant_of(namespace) or ""
                             self.live.set_namespace(feed, namespace)
                             if event.run_started.session_created:
@@ -211,6 +217,7 @@ class Gateway:
                             if turn.superseded_as == "rolled_back":
                                 # It may have finished on its own meanwhile; its steps go all the same.
                                 event.run_finished.stop_reason = "rolled_back"
+                        turn.opened.set()  # the agent opened the session: memory let the caller in
                         self.live.publish(feed, event)
                         if kind == "run_finished" or kind == "error":
                             # Free the session before the last event leaves, so a client that

@@ -11,6 +11,7 @@ from agentmesh.gateway.a2a.endpoint import A2aEndpoints
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
 from agentmesh.gateway.forwarding import Forwarder, OwnerUnreachable, SessionRouter, was_routed
+from agentmesh.gateway.http.guard import HttpLimits
 from agentmesh.gateway.http.server import HttpApi, package_version
 from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.limits import TenantLimiter
@@ -26,7 +27,7 @@ from agentmesh.gateway.usage import UsageReports
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
-from agentmesh.rpc.auth import current_principal, scope_of_call
+from agentmesh.rpc.auth import CallerCheck, current_principal, scope_of_call
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
@@ -294,7 +295,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._resources.get_trace(request.trace_id, _caller())
 
 
-def _protocol_endpoints(settings: Settings, resources: Resources, sessions: MemorySessions | None = None) -> list:
+def _protocol_endpoints(settings: Settings, resources: Resources, sessions: MemorySessions | None = None,
+                        callers: CallerCheck | None = None) -> list:
     """The A2A agents and the MCP server, on the HTTP address (docs/api.md, "Open protocols")."""
     gateway_settings = settings.section(GatewaySettings)
     endpoints: list = []
@@ -303,7 +305,8 @@ def _protocol_endpoints(settings: Settings, resources: Resources, sessions: Memo
             lambda namespace: resources.list_tools(tools_pb2.ListToolsRequest(namespace=namespace)),
             description=gateway_settings.agent_description,
             version=package_version(), public_url=gateway_settings.public_url,
-            bearer_required=bool(settings.auth_tokens), max_depth=gateway_settings.a2a_max_depth, tasks=sessions))
+            bearer_required=settings.auth_policy.checks_users, max_depth=gateway_settings.a2a_max_depth,
+            tasks=sessions, callers=callers))
     if gateway_settings.mcp:
         endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
     return endpoints
@@ -367,8 +370,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_drain(core.live.drain)
     host.on_stop(close_channels)
     if gateway_settings.http_address:
+        limits = HttpLimits(gateway_settings.http_header_timeout_s, gateway_settings.http_body_timeout_s,
+                            gateway_settings.http_idle_timeout_s, gateway_settings.http_max_connections_per_ip)
+        # Who an HTTP request is from, when it is refused before its RPC (the scheduler's routes
+        # are checked as the scheduler checks them).
+        callers = {"Gateway": host.calls.callers,
+                   "Scheduler": CallerCheck("scheduler", identity, host.users)} if host.calls.callers else None
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
-                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions))
+                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions, host.calls.callers),
+                       limits=limits, callers=callers)
 
         async def start_http() -> None:
             await http.start(host.target)

@@ -80,6 +80,15 @@ class GatewaySettings(EnvSection):
     # The largest HTTP request body; 0: an upload of max_upload_bytes as base64 and 1 MiB of room
     # (at least 4 MiB).
     http_max_body_bytes: int = env("AGENTMESH_GATEWAY_HTTP_MAX_BODY_BYTES", 0, minimum=0)
+    # Slow and greedy HTTP clients (docs/security.md): a request's head must arrive within the
+    # header timeout (counted from the connection or the head's first byte), its body within the
+    # body timeout; a connection idle between requests is closed after the idle timeout; one
+    # client address holds at most so many connections at once (0: no cap — behind a proxy or
+    # ingress every client has the proxy's address: raise it, or set 0 and cap at the proxy).
+    http_header_timeout_s: float = env("AGENTMESH_GATEWAY_HTTP_HEADER_TIMEOUT_S", 10.0, minimum=0.1)
+    http_body_timeout_s: float = env("AGENTMESH_GATEWAY_HTTP_BODY_TIMEOUT_S", 60.0, minimum=0.1)
+    http_idle_timeout_s: float = env("AGENTMESH_GATEWAY_HTTP_IDLE_TIMEOUT_S", 30.0, minimum=0.1)
+    http_max_connections_per_ip: int = env("AGENTMESH_GATEWAY_HTTP_MAX_CONNECTIONS_PER_IP", 256, minimum=0)
     # Open protocols on the HTTP address (docs/api.md): each namespace's agent as an A2A agent
     # (/.well-known/agent-card.json, /a2a/<namespace>/) and an MCP server with ask_agent (/mcp).
     a2a: bool = env("AGENTMESH_GATEWAY_A2A", True)

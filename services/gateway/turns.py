@@ -43,6 +43,13 @@ class RunningTurn:
     run_id: str
     # Who sent the message (a member may decide only the approvals of their own runs).
     started_by: str = ""
+    # The namespace of the session it runs in: where the turn meant to open it, then what the
+    # agent's run_started said it is. Another message to the session is checked against it.
+    namespace: str = ""
+    # Set once the agent opened the session (its first event) or the turn ended: until then
+    # the turn may be a stranger's that memory is about to refuse, so it is no sign of whose
+    # the session is.
+    opened: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_requested: bool = False
     # Set when the turn is stopped because the gateway is going away, not by the user.
     interrupted: bool = False
@@ -99,9 +106,14 @@ class SessionTurns:
     def all(self) -> list[RunningTurn]:
         return list(self._running.values())
 
-    async def take(self, session_id: str, turn: RunningTurn, policy: str) -> RunningTurn | None:
+    async def take(self, session_id: str, turn: RunningTurn, policy: str,
+                   authorize: Callable[[RunningTurn], None] | None = None) -> RunningTurn | None:
         """Make `turn` the session's running turn, by `policy` when another one runs: refuse,
-        wait for it, or stop it and take over. The turn it superseded, if any."""
+        wait for it, or stop it and take over. The turn it superseded, if any.
+
+        `authorize` sees the running turn (its session opened, so its namespace is the
+        session's) before the policy touches it, and raises for a caller who may not use the
+        session: a stranger cannot stop, queue behind or even learn of another tenant's turn."""
         superseded: RunningTurn | None = None
         try:
             while True:
@@ -111,6 +123,13 @@ class SessionTurns:
                     return superseded
                 if running is turn:  # handed over by the turn it superseded
                     return superseded
+                if not running.opened.is_set():
+                    # Opening: it may be a stranger's turn memory is about to refuse. Neither
+                    # refuse nor stop anything on its account; look again once it is known.
+                    await running.opened.wait()
+                    continue
+                if authorize is not None:
+                    authorize(running)
                 if policy == "reject":
                     raise FailedPrecondition(
                         f"session {session_id!r} is already running a turn; wait for it to finish, cancel it, "
@@ -135,6 +154,7 @@ class SessionTurns:
                 self._running[session_id] = turn.successor
             else:
                 del self._running[session_id]
+        turn.opened.set()
         turn.ended.set()
 
 

@@ -31,6 +31,10 @@ class UsageLedger(Protocol):
         ...
 
 
+# 9999-12-31 23:59:59 UTC, the last second a date can name.
+MAX_UNIX_TIME = 253_402_300_799.0
+
+
 def _midnight_utc(now: float, days_back: int = 0) -> float:
     day = dt.datetime.fromtimestamp(now, dt.UTC).date() - dt.timedelta(days=days_back)
     return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
@@ -44,8 +48,10 @@ def resolve_range(name: str, start: float, end: float, now: float) -> tuple[floa
     """[start, end) in unix seconds for a named range, or for explicit times (end 0: now).
     Anything that makes no sense is InvalidArgument with a sentence saying why."""
     for what, value in (("start", start), ("end", end)):
-        if not math.isfinite(value) or value < 0:
-            raise InvalidArgument(f"{what} must be a unix time in seconds (0 or more), got {value}")
+        # Past year 9999 no date exists to print or compare (datetime overflows), so it is refused.
+        if not math.isfinite(value) or value < 0 or value > MAX_UNIX_TIME:
+            raise InvalidArgument(
+                f"{what} must be a unix time in seconds, from 0 to {MAX_UNIX_TIME:.0f} (9999-12-31), got {value:g}")
     if name and (start or end):
         raise InvalidArgument(f"give either range ({name!r}) or start/end, not both")
     if name:

@@ -29,8 +29,11 @@ async def a2a_client(base: str, *, streaming: bool = True, headers: dict | None 
 
 async def test_the_default_agent_card_describes_the_agent_its_tools_and_its_auth(stack):
     async with httpx.AsyncClient(timeout=30) as http:
-        answer = await http.get(f"{stack.http_url}/.well-known/agent-card.json")  # discovery needs no token
-    assert answer.status_code == 200
+        public = await http.get(f"{stack.http_url}/.well-known/agent-card.json")  # discovery needs no token
+        answer = await http.get(f"{stack.http_url}/.well-known/agent-card.json", headers=AUTH)
+    assert public.status_code == 200 and answer.status_code == 200
+    # The namespace's tools are listed to a caller who may see it, not to anyone who asks.
+    assert {s["name"] for s in public.json()["skills"]} == {"chat"}
     card = answer.json()
     assert card["supportedInterfaces"][0]["url"] == f"{stack.http_url}/a2a/default/"
     assert card["supportedInterfaces"][0]["protocolBinding"] == "JSONRPC"

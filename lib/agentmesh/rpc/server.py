@@ -99,7 +99,11 @@ class ServiceHost:
                 self.calls,
                 *(interceptors or []),
             ],
-            options=[*_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes)],
+            options=[*_SERVER_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes),
+                     # Reap connections that carry no call (a client that connects and waits, or
+                     # never finishes the handshake): grpc keeps them forever otherwise.
+                     ("grpc.max_connection_idle_ms", int(settings.rpc_server.idle_s * 1000)),
+                     ("grpc.server_handshake_timeout_ms", int(settings.rpc_server.handshake_timeout_s * 1000))],
         )
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -13,10 +13,13 @@ state changes, so `tasks/get` of a task another replica ran (or ran before a res
 from there. The applications
 are Starlette apps: they run through the gateway's small ASGI bridge (http/asgi.py).
 
-Authentication is the gateway's: a JSON-RPC request is let through only when the gateway's gRPC
-interceptor takes its `Authorization` header (one cheap loopback call), and the turn then runs
-with that header, for that principal. The agent card itself is public, as A2A discovery wants;
-it says which scheme to use (HTTP bearer) when the gateway has tokens.
+Authentication is the gateway's: a JSON-RPC request is let through only when the gateway's
+caller check (the one its gRPC interceptor runs) takes its `Authorization` header and the caller
+may see the namespace, and the turn then runs with that header, for that principal. The request
+runs as that principal too, so what the task store reads and writes in the memory service is
+signed for it and kept to its tenant. The agent card itself is public, as A2A discovery wants;
+it says which scheme to use (HTTP bearer) when users sign in, and lists the namespace's tools
+only to a caller who may see the namespace (everyone, where users do not sign in).
 """
 
 from __future__ import annotations
@@ -48,10 +51,12 @@ from agentmesh.errors import AgentmeshError, InvalidArgument, NotFound
 from agentmesh.gateway.a2a.executor import TurnExecutor
 from agentmesh.gateway.http.asgi import call_asgi
 from agentmesh.gateway.http.errors import error_response
-from agentmesh.gateway.http.loopback import CallerRefused, GatewayCalls
+from agentmesh.gateway.http.loopback import CallerRefused, GatewayCalls, caller_metadata
 from agentmesh.gateway.http.server import SECURITY_HEADERS
 from agentmesh.ids import DEFAULT_NAMESPACE, validate_namespace
 from agentmesh.logs import get_logger
+from agentmesh.rpc.auth import CallerCheck, current_principal, current_scope
+from agentmesh.rpc.identity import Principal
 from agentmesh.v1 import tools_pb2
 
 log = get_logger("agentmesh.gateway.a2a")
@@ -63,6 +68,8 @@ MAX_NAMESPACES = 256
 # Tasks one namespace keeps for tasks/get, oldest forgotten first.
 MAX_TASKS = 1000
 MAX_SKILLS = 64
+# The method a caller is checked for before anything of A2A runs (the cheapest one a viewer has).
+SIGN_IN_METHOD = "/agentmesh.v1.Gateway/ListModels"
 
 ToolLister = Callable[[str], Awaitable[tools_pb2.ListToolsResponse]]
 
@@ -137,8 +144,11 @@ class SharedTaskStore(BoundedTaskStore):
 
 class A2aEndpoints:
     def __init__(self, list_tools: ToolLister, *, description: str, version: str, public_url: str,
-                 bearer_required: bool, max_depth: int, tasks: TaskRecords | None = None):
+                 bearer_required: bool, max_depth: int, tasks: TaskRecords | None = None,
+                 callers: CallerCheck | None = None):
         self._tasks = tasks
+        # The gateway's own caller check: who a request is for, without a loopback call.
+        self._callers = callers
         self._max_depth = max_depth
         self._calls: GatewayCalls | None = None  # the gateway's own API, once the HTTP server runs
         self._list_tools = list_tools
@@ -168,7 +178,7 @@ class A2aEndpoints:
     # --- requests ----------------------------------------------------------------------------
 
     async def _default_card(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, DEFAULT_NAMESPACE, root_path="")
+        return await self._serve(request, DEFAULT_NAMESPACE, root_path="", principal=await self._reader(request))
 
     async def _namespaced(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -176,18 +186,52 @@ class A2aEndpoints:
         except InvalidArgument as exc:
             return error_response(exc.code, exc.message)
         root = f"/a2a/{request.match_info['namespace']}"
-        if request.method == "POST":
-            try:
-                await self.calls.check_caller(request.headers.get("Authorization"))
-            except CallerRefused as exc:
-                return error_response(exc.code, exc.message)
-        return await self._serve(request, namespace, root_path=root)
+        if request.method != "POST":
+            return await self._serve(request, namespace, root_path=root, principal=await self._reader(request))
+        authorization = request.headers.get("Authorization")
+        try:
+            if self._callers is None:
+                await self.calls.check_caller(authorization)
+                principal = None
+            else:
+                principal = await self._principal(authorization)
+                # Another tenant's namespace: refused before its tasks or its agent are reached.
+                self._callers.policy.scope(principal.tenant).require_namespace(namespace, "viewer")
+        except CallerRefused as exc:
+            return error_response(exc.code, exc.message)
+        except AgentmeshError as exc:
+            return error_response(exc.code, exc.message)
+        return await self._serve(request, namespace, root_path=root, principal=principal)
 
-    async def _serve(self, request: web.Request, namespace: str, root_path: str) -> web.StreamResponse:
+    async def _principal(self, authorization: str | None) -> Principal:
+        assert self._callers is not None
+        decision = await self._callers.admit(SIGN_IN_METHOD, caller_metadata(authorization))
+        if not isinstance(decision, Principal):
+            raise CallerRefused(decision[0].name, decision[1])
+        return decision
+
+    async def _reader(self, request: web.Request) -> Principal | None:
+        """Who reads a card: the caller its credentials name, if it sent valid ones."""
+        if self._callers is None or not request.headers.get("Authorization"):
+            return None
+        try:
+            return await self._principal(request.headers.get("Authorization"))
+        except CallerRefused:
+            return None
+
+    async def _serve(self, request: web.Request, namespace: str, root_path: str,
+                     principal: Principal | None) -> web.StreamResponse:
         token = _request_base.set(self._public_url or f"{request.scheme}://{request.host}")
+        # The request runs as its caller: the SDK's tasks (the executor, the task store) are
+        # started from here and keep these, so the memory service sees whose task it is.
+        who = current_principal.set(principal)
+        scope = current_scope.set(self._callers.policy.scope(principal.tenant)
+                                  if principal is not None and self._callers is not None else None)
         try:
             return await call_asgi(self._app(namespace), request, root_path=root_path, headers=SECURITY_HEADERS)
         finally:
+            current_scope.reset(scope)
+            current_principal.reset(who)
             _request_base.reset(token)
 
     # --- one application per namespace ------------------------------------------------------
@@ -239,9 +283,19 @@ class A2aEndpoints:
         return card
 
     async def card(self, namespace: str, base_url: str) -> AgentCard:
-        """The namespace's card: its interface at `base_url`, a skill per tool of its catalog."""
+        """The namespace's card: its interface at `base_url`, and a skill per tool of its catalog
+        for a reader who may see the namespace (the tools are listed as that reader)."""
         card = self._base_card(namespace, base_url)
-        catalog = await self._list_tools(namespace)
+        principal = current_principal.get()
+        if self._callers is not None and self._callers.policy.checks_users and (
+                principal is None or not self._callers.policy.scope(principal.tenant).can(namespace, "viewer")):
+            return card
+        try:
+            catalog = await self._list_tools(namespace)
+        except AgentmeshError as exc:
+            # The card still answers (discovery must not fail on the tools service); without tools.
+            log.warning("A2A card: the tools could not be listed", namespace=namespace, error=exc.message)
+            return card
         for tool in list(catalog.tools)[: MAX_SKILLS - 1]:
             card.skills.append(AgentSkill(id=f"tool:{tool.name}", name=tool.name, description=tool.description,
                                           tags=["tool"]))

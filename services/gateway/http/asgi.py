@@ -69,12 +69,14 @@ class _Exchange:
         self.response: web.StreamResponse | None = None
         self.ended = False
         self.finished = asyncio.Event()
+        self._body_given = False
 
     async def receive(self) -> Message:
-        content = self._request.content
-        if not content.at_eof():
-            chunk = await content.readany()
-            return {"type": "http.request", "body": chunk, "more_body": not content.at_eof()}
+        if not self._body_given:
+            # The whole body, at once: the server's middleware has read it already (within its
+            # size and time bounds), and aiohttp keeps it.
+            self._body_given = True
+            return {"type": "http.request", "body": await self._request.read(), "more_body": False}
         # The body is read: what is left to say is that the client went away (or the answer is done).
         while not self.finished.is_set() and not self._client_gone():
             try:

@@ -10,6 +10,9 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from agentmesh.gateway.http.errors import HTTP_STATUS
 from agentmesh.gateway.http.routes import Route, is_repeated
+from agentmesh.gateway.http.sse import EVENT_ID_PATTERN
+from agentmesh.ids import ID_PATTERN, NAMESPACE_PATTERN
+from agentmesh.v1 import common_pb2
 
 _SCALARS: dict[int, dict[str, Any]] = {
     FieldDescriptor.TYPE_STRING: {"type": "string"},
@@ -25,6 +28,9 @@ _SCALARS: dict[int, dict[str, Any]] = {
     FieldDescriptor.TYPE_SINT64: {"type": ["string", "integer"], "format": "int64"},
     FieldDescriptor.TYPE_UINT64: {"type": ["string", "integer"], "format": "int64"},
 }
+# Fields whose values the gateway checks against a pattern (agentmesh.ids); in a body they may
+# also be left empty (the default: a new id, the caller's namespace).
+_PATTERNS = {"session_id": ID_PATTERN, "job_id": ID_PATTERN, "namespace": NAMESPACE_PATTERN}
 _WELL_KNOWN: dict[str, dict[str, Any]] = {
     "google.protobuf.Struct": {"type": "object", "additionalProperties": True},
     "google.protobuf.Value": {},
@@ -71,7 +77,9 @@ def openapi_document(routes: list[Route], version: str) -> dict[str, Any]:
 def _operation(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
     request = route.request_type.DESCRIPTOR
     parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": _field_schema(request.fields_by_name[name], schemas)}
+        {"name": name, "in": "path", "required": True,
+         "schema": {**_field_schema(request.fields_by_name[name], schemas),
+                    **({"pattern": _PATTERNS[name]} if name in _PATTERNS else {})}}
         for name in route.path_fields
     ]
     parameters += [
@@ -88,15 +96,14 @@ def _operation(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
         },
     }
     if route.streaming:
-        parameters.append({
-            "name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"},
-            "description": "Resume a dropped stream after this event instead of starting a turn (docs/api.md).",
-        })
-        operation["responses"]["200"] = {
-            "description": f"Server-Sent Events: one {route.response_type.DESCRIPTOR.name} per event "
-                           "(event: the payload's name, data: the JSON object)",
-            "content": {"text/event-stream": {"itemSchema": response}},
-        }
+        operation["responses"]["200"] = _event_stream(route, response, schemas)
+        if route.rpc == "Chat":
+            parameters.append({
+                "name": "Last-Event-ID", "in": "header", "required": False,
+                "schema": {"type": "string", "pattern": EVENT_ID_PATTERN},
+                "description": "Resume a dropped stream after this event instead of starting a turn: the id of "
+                               "the last event received, 'B.N' or 'P' (docs/api.md).",
+            })
     else:
         operation["responses"]["200"] = {"description": "OK", "content": {"application/json": {"schema": response}}}
     if route.body:
@@ -105,6 +112,36 @@ def _operation(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
             "content": {"application/json": {"schema": _ref(request, schemas, omit=route.path_fields)}},
         }
     return operation
+
+
+def _event_stream(route: Route, item: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    """A stream's 200: one SSE message per message of the RPC's stream, as the server writes them
+    (`id:` only on a chat's, `event:` the payload's name, `data:` one line of JSON)."""
+    descriptor = route.response_type.DESCRIPTOR
+    payload = descriptor.oneofs_by_name.get("payload")
+    kinds = [field.name for field in payload.fields] if payload is not None else ["message"]
+    data: list[dict[str, Any]] = [item, {"$ref": "#/components/schemas/Error"}]
+    properties: dict[str, Any] = {}
+    description = (f"Server-Sent Events: one message per {descriptor.name}, `event:` its payload's name and "
+                   f"`data:` the {descriptor.name} as JSON; a failure once the stream has begun is an `error` "
+                   "message whose data is the Error object. Comment lines (': keep-alive') come on a quiet stream.")
+    if route.rpc == "Chat":
+        kinds.append("message")  # a resumed stream's transcript entries
+        data.insert(1, _ref(common_pb2.Message.DESCRIPTOR, schemas))
+        properties["id"] = {
+            "type": "string", "pattern": EVENT_ID_PATTERN,
+            "description": "'B.N' for a running turn's Nth event (B: the transcript position it began at), 'P' "
+                           "(the position after the turn) on its last, a transcript entry's seq on a `message`; "
+                           "send it back as Last-Event-ID to resume",
+        }
+        description += " A resumed stream (Last-Event-ID) first replays the transcript as `message` messages."
+    properties["event"] = {"type": "string", "enum": sorted({*kinds, "error"})}
+    properties["data"] = {"oneOf": data}
+    return {
+        "description": description,
+        "content": {"text/event-stream": {"itemSchema": {
+            "type": "object", "properties": properties, "required": ["event", "data"]}}},
+    }
 
 
 def _ref(descriptor: Any, schemas: dict[str, Any], omit: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -118,6 +155,8 @@ def _ref(descriptor: Any, schemas: dict[str, Any], omit: tuple[str, ...] = ()) -
             if field.name in omit:
                 continue
             properties[field.name] = _field_schema(field, schemas)
+            if field.name in _PATTERNS and properties[field.name] == {"type": "string"}:
+                properties[field.name]["pattern"] = _PATTERNS[field.name].replace("^", "^(?:", 1)[:-1] + ")?$"
         schemas[name] = {"type": "object", "properties": properties, "additionalProperties": False}
     return {"$ref": f"#/components/schemas/{name}"}
 

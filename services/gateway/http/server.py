@@ -20,7 +20,7 @@ import json
 from collections.abc import AsyncGenerator
 from importlib import metadata as package_metadata
 from pathlib import Path
-from typing import Any, AsyncIterator, Protocol, Sequence
+from typing import Any, AsyncIterator, Mapping, Protocol, Sequence
 
 import grpc
 from aiohttp import web
@@ -29,13 +29,16 @@ from opentelemetry import propagate, trace
 from agentmesh import error_reasons
 from agentmesh.errors import AgentmeshError, InvalidArgument
 from agentmesh.gateway.http.errors import error_of, error_response, json_error
+from agentmesh.gateway.http.guard import BodyTooSlow, ClientLimits, HttpLimits, check_host, read_body
 from agentmesh.gateway.http.loopback import GatewayCalls
 from agentmesh.gateway.http.openapi import openapi_document
 from agentmesh.gateway.http.routes import Route, routes_of
 from agentmesh.gateway.http.sse import TurnFeeds, parse_last_event_id, sse_message, transcript_after
 from agentmesh.gateway.http.transcode import build_request, to_json
 from agentmesh.logs import get_logger
+from agentmesh.rpc.auth import CallerCheck
 from agentmesh.rpc.client import open_channel
+from agentmesh.rpc.identity import Principal
 from agentmesh.rpc.server import PortInUse
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import (
@@ -89,8 +92,15 @@ class Endpoint(Protocol):
 
 class HttpApi:
     def __init__(self, address: str, telemetry: Telemetry, max_body_bytes: int, scheduler_target: str,
-                 endpoints: Sequence[Endpoint] = ()):
+                 endpoints: Sequence[Endpoint] = (), limits: HttpLimits | None = None,
+                 callers: Mapping[str, CallerCheck] | None = None):
         self.address = address
+        # Slow and greedy clients (guard.py), and who a request is from when it is refused
+        # before its RPC is made (by service: the gateway's and the scheduler's caller checks).
+        self.limits = limits or HttpLimits()
+        self.clients = ClientLimits(self.limits)
+        self._callers = dict(callers or {})
+        self._listener: asyncio.AbstractServer | None = None
         # Cron jobs are the scheduler's own API (it authenticates users itself), so its routes
         # go to the scheduler, the rest to this gateway's gRPC server.
         self.routes: list[Route] = [
@@ -144,22 +154,29 @@ class HttpApi:
         self._stubs = {"Gateway": self._stub, "Scheduler": scheduler_pb2_grpc.SchedulerStub(self._scheduler_channel)}
         for endpoint in self._endpoints:
             await endpoint.start(GatewayCalls(self._stub))
-        self._runner = web.AppRunner(self.application(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        # keepalive_timeout: how long a connection may sit idle between requests.
+        self._runner = web.AppRunner(self.application(), access_log=None, handle_signals=False, shutdown_timeout=1.0,
+                                     keepalive_timeout=self.limits.idle_timeout_s)
         await self._runner.setup()
         host, _, port = self.address.rpartition(":")
-        site = web.TCPSite(self._runner, host.strip("[]"), int(port), reuse_port=False)
+        assert self._runner.server is not None
+        # Listening here rather than through a TCPSite: each connection's protocol is wrapped
+        # in the guard (header timeout, per-address cap) before aiohttp sees a byte.
         try:
-            await site.start()
+            self._listener = await asyncio.get_running_loop().create_server(
+                self.clients.factory(self._runner.server), host.strip("[]"), int(port), reuse_address=True, backlog=1024)
         except OSError as exc:
             await self._runner.cleanup()
             raise PortInUse(f"cannot listen for HTTP on {self.address}: {exc.strerror or exc}") from None
-        self.port = self._runner.addresses[0][1]
+        self.port = self._listener.sockets[0].getsockname()[1]
         log.info("http api started", address=self.address, port=self.port, console=f"http://{self.target}/")
 
     async def stop(self) -> None:
         await self._feeds.close()
         for endpoint in self._endpoints:
             await endpoint.stop()
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
         for channel in (self._channel, self._scheduler_channel):
@@ -168,26 +185,34 @@ class HttpApi:
 
     # --- every request ---------------------------------------------------------------------
 
-    def _host_allowed(self, request: web.Request) -> bool:
-        """On a loopback address, only requests naming a loopback host: a web page elsewhere
-        cannot reach the local API through DNS rebinding (a name of its own resolving to 127.0.0.1)."""
-        bound = self.address.rpartition(":")[0].strip("[]")
-        if bound not in ("127.0.0.1", "localhost", "::1"):
-            return True
-        named = request.host or ""
-        host = named if named.endswith("]") else named.rsplit(":", 1)[0]  # "[::1]" or "name:port"
-        return host.strip("[]").lower() in ("127.0.0.1", "localhost", "::1")
-
     @web.middleware
     async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        try:
+            return await self._answer(request, handler)
+        finally:
+            # Answered: the connection's next request head is timed from its first byte.
+            self.clients.request_done(request.transport)
+
+    async def _answer(self, request: web.Request, handler) -> web.StreamResponse:
         # The API and the protocol endpoints (A2A, MCP) get a server span, joining the caller's trace.
         api = request.path.startswith(("/v1/", "/a2a/", "/mcp", "/.well-known/"))
-        if not self._host_allowed(request):
-            response = error_response(
-                "PERMISSION_DENIED",
-                f"this gateway listens on {self.address} and answers only requests addressed to a loopback "
-                "host (127.0.0.1, localhost, [::1]); set AGENTMESH_GATEWAY_HTTP_ADDR to serve other names",
-            )
+        try:
+            check_host(request, self.address.rpartition(":")[0].strip("[]"))
+            if request.body_exists:
+                await read_body(request, self.limits.body_timeout_s)
+        except AgentmeshError as exc:
+            response = json_error(error_of(exc))
+            response.headers.update(SECURITY_HEADERS)
+            return response
+        except BodyTooSlow as exc:
+            response = error_response("DEADLINE_EXCEEDED", exc.message)
+            response.set_status(408)
+            response.force_close()
+            return response
+        except web.HTTPRequestEntityTooLarge:
+            response = await self._refused_first(request) or error_response(
+                "INVALID_ARGUMENT", f"the request body is larger than {self._max_body_bytes} bytes")
+            response.force_close()  # the rest of the body is not read
             response.headers.update(SECURITY_HEADERS)
             return response
         if not api:
@@ -215,8 +240,11 @@ class HttpApi:
                     "INVALID_ARGUMENT", f"the request body is larger than {self._max_body_bytes} bytes",
                     error_reasons.REQUEST_TOO_LARGE, {"limit_bytes": str(self._max_body_bytes)},
                 )
-            except (AgentmeshError, grpc.aio.AioRpcError) as exc:
-                response = json_error(error_of(exc))
+            except AgentmeshError as exc:
+                # Refused here, before any RPC: an unauthenticated caller still hears 401 first.
+                response = await self._refused_first(request) or json_error(error_of(exc))
+            except grpc.aio.AioRpcError as err:
+                response = json_error(error_of(err))
             except Exception as exc:
                 log.exception("unhandled error in an HTTP handler", route=template)
                 trace_id = format(span.get_span_context().trace_id, "032x")
@@ -230,6 +258,22 @@ class HttpApi:
             response.headers.update(SECURITY_HEADERS)
             response.headers.setdefault("Cache-Control", "no-store")
             return response
+
+    async def _refused_first(self, request: web.Request) -> web.Response | None:
+        """The caller's refusal (401/403, the RPC's own sentence), for a request refused before
+        its RPC: the gRPC interceptor never saw it, and bad input must not be told to a caller
+        who may not call at all. None when the caller would be let in (or the route has no RPC)."""
+        route = request.match_info.route
+        rpc = route.name if route is not None else None
+        check = next((self._callers[r.service] for r in self.routes
+                      if r.rpc == rpc and r.service in self._callers), None)
+        if check is None or not request.path.startswith("/v1/"):
+            return None
+        service = next(r.service for r in self.routes if r.rpc == rpc)
+        decision = await check.admit(f"/agentmesh.v1.{service}/{rpc}", _metadata(request))
+        if isinstance(decision, Principal):
+            return None
+        return error_response(decision[0].name, decision[1])
 
     # --- unary routes ----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from agentmesh.errors import InvalidArgument
@@ -51,19 +52,22 @@ class TurnFeed(Feed[bytes]):
         return self.items
 
 
+# What this server sends as event ids, exactly: `P` or `B.N`, ASCII digits, at most 18 each (so
+# every id fits the transcript's 64-bit positions). int() would take more: spaces, signs, "1_0",
+# other scripts' digits, and numbers past any position.
+EVENT_ID_PATTERN = r"^[0-9]{1,18}(\.[0-9]{1,18})?$"
+_EVENT_ID = re.compile(EVENT_ID_PATTERN)
+
+
 def parse_last_event_id(text: str) -> tuple[int, int | None]:
     """`B.N` -> (B, N); `P` -> (P, None). Anything else is not an id this server sent."""
-    base, dot, index = text.strip().partition(".")
-    try:
-        position = int(base)
-        number = int(index) if dot else None
-    except ValueError:
+    if not _EVENT_ID.fullmatch(text):
         raise InvalidArgument(
-            f"Last-Event-ID {text[:64]!r} is not an event id of this API (expected 'B.N' or 'P', numbers)"
-        ) from None
-    if position < 0 or (number is not None and number < 0):
-        raise InvalidArgument("Last-Event-ID must not be negative")
-    return position, number
+            f"Last-Event-ID {text[:64]!r} is not an event id of this API: 'B.N' or 'P', "
+            "each a whole number of at most 18 digits"
+        )
+    base, dot, index = text.partition(".")
+    return int(base), int(index) if dot else None
 
 
 class TurnFeeds:

@@ -10,6 +10,7 @@ fields left at their defaults, so clients see every field.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 from google.protobuf import json_format
@@ -66,15 +67,24 @@ def _body_object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_not_json)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise InvalidArgument(f"the request body is not valid JSON{where}: send a JSON object",
+                              reason=error_reasons.MALFORMED_REQUEST) from None
+    except RecursionError:
+        # Python's parser recurses per level: a body of 100,000 brackets would otherwise be a 500.
+        raise InvalidArgument("the request body nests too deeply to parse: send a flatter JSON object",
                               reason=error_reasons.MALFORMED_REQUEST) from None
     if not isinstance(value, dict):
         raise InvalidArgument(f"the request body must be a JSON object, not {type(value).__name__}",
                               reason=error_reasons.MALFORMED_REQUEST)
     return value
+
+
+def _not_json(literal: str) -> Any:
+    # Python reads NaN and Infinity; JSON has neither, and no bound holds NaN back.
+    raise InvalidArgument(f"the request body is not valid JSON: {literal} is not a JSON number")
 
 
 def _query_fields(route: Route, query: Mapping[str, list[str]]) -> dict[str, Any]:
@@ -110,9 +120,12 @@ def _scalar(name: str, field: Any, text: str) -> Any:
             raise InvalidArgument(f"query parameter {name!r} must be a whole number, got {text!r}", field=name) from None
     if field.type in _FLOAT_TYPES:
         try:
-            return float(text)
+            number = float(text)
         except ValueError:
-            raise InvalidArgument(f"query parameter {name!r} must be a number, got {text!r}", field=name) from None
+            raise InvalidArgument(f"query parameter {name!r} must be a number, got {text[:64]!r}", field=name) from None
+        if not math.isfinite(number):
+            raise InvalidArgument(f"query parameter {name!r} must be a finite number, got {text[:64]!r}", field=name)
+        return number
     return text
 
 
