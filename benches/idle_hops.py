@@ -104,8 +104,8 @@ async def grpc_echo(port: int) -> tuple[Callable[[], Awaitable[None]], Callable[
 
 
 async def carried_append(address: str, home: str) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+    from agentmesh.clients.memory import MemoryClient
     from agentmesh.config import Settings
-    from agentmesh.memory.client import MemoryClient
     from agentmesh.rpc.client import open_channel
     from agentmesh.rpc.identity import ServiceIdentity
     from agentmesh.telemetry import setup_telemetry

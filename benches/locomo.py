@@ -260,8 +260,8 @@ async def run_service(
 
 async def grpc_latency(conv: Conversation) -> str:
     """The whole service over real gRPC: Import one conversation, then Search each question (k 5)."""
+    from agentmesh.clients.memory import MemoryClient
     from agentmesh.config import Settings
-    from agentmesh.memory.client import MemoryClient
     from agentmesh.rpc.launch import start_service
     from agentmesh.v1 import memory_pb2
     from tests.support.identities import signed_channel

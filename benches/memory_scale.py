@@ -48,7 +48,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentmesh.memory.client import MemoryClient
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder
 from agentmesh.memory.memories import Memories, RememberItem

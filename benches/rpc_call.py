@@ -55,8 +55,9 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
 
     from agentmesh.agent.adapters.tools import GrpcToolRunner
     from agentmesh.agent.types import ToolCall
+    from agentmesh.clients.memory import MemoryClient
+    from agentmesh.clients.tools import ToolsClient
     from agentmesh.config import Settings
-    from agentmesh.memory.client import MemoryClient
     from agentmesh.rpc.client import open_channel
     from agentmesh.rpc.identity import ServiceIdentity
     from agentmesh.telemetry import setup_telemetry
@@ -89,7 +90,7 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
         step = [common_pb2.Message(role="tool", content="ok", tool_call_id="call-1", name="shell")]
         turn = memory_pb2.StartTurnRequest(session_id="bench", messages=[common_pb2.Message(role="user", content="hi")],
                                            page_size=20)
-        runner = GrpcToolRunner(channel, address, timeout_s=30, carry=(identity, tracer) if carried else None)
+        runner = GrpcToolRunner(ToolsClient(channel, address, carry=(identity, tracer) if carried else None), timeout_s=30)
         tool_call = ToolCall("call-1", "read_file", json.dumps({"path": "missing.txt"}))
         if mode.startswith(("append", "start-turn")):
             await client.put_session("bench")

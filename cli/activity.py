@@ -10,8 +10,9 @@ from typing import Callable
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.config import Settings
-from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import common_pb2, gateway_pb2
 
 
 def register(subparsers) -> None:
@@ -54,7 +55,7 @@ async def watch_activity(args) -> int:
     settings = load_settings()
     request = gateway_pb2.WatchActivityRequest(session_ids=args.session)
     async with channel_to(settings, "gateway") as channel:
-        call = gateway_pb2_grpc.GatewayStub(channel).WatchActivity(request, metadata=call_metadata(settings))
+        call = GatewayClient(channel).stub.WatchActivity(request, metadata=call_metadata(settings))
         try:
             async for activity in call:
                 if activity.WhichOneof("payload") is None:
@@ -75,7 +76,7 @@ async def attach_turn(settings: Settings, session_id: str, render: Callable[[com
     from agentmesh.cli.chat_turns import stream_turn
 
     async with channel_to(settings, "gateway") as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
+        stub = GatewayClient(channel).stub
         call = stub.AttachTurn(gateway_pb2.AttachTurnRequest(session_id=session_id), metadata=call_metadata(settings))
         # The same loop as a turn of our own: Ctrl-C cancels the turn we follow.
         return await stream_turn(stub, settings, gateway_pb2.ChatRequest(session_id=session_id), render, call=call)

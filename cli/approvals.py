@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.config import Settings
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -42,7 +43,7 @@ async def send_decision(stub: gateway_pb2_grpc.GatewayStub, settings: Settings, 
 async def decide(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
-        answer = await send_decision(gateway_pb2_grpc.GatewayStub(channel), settings, args.session, args.call_id,
+        answer = await send_decision(GatewayClient(channel).stub, settings, args.session, args.call_id,
                                      args.approved, args.note, args.rest_of_turn)
     word = ("approved with the rest of the turn" if args.rest_of_turn else "approved") if args.approved else "denied"
     if args.json:
@@ -56,7 +57,7 @@ async def decide(args) -> int:
 async def list_pending(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
+        stub = GatewayClient(channel).stub
         try:
             reply = await stub.ListApprovals(gateway_pb2.ListApprovalsRequest(session_id=args.session),
                                              metadata=call_metadata(settings), timeout=30)

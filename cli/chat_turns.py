@@ -26,6 +26,7 @@ from agentmesh.cli.common import (
 )
 from agentmesh.cli.render import HumanRenderer, event_to_json, shorten
 from agentmesh.cli.repl_commands import ReplCommands, ReplState
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.config import Settings
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import new_id, validate_id
@@ -202,7 +203,7 @@ async def chat(args) -> int:
 
         return await attach_turn(settings, args.attach, render)
     async with channel_to(settings, "gateway") as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
+        stub = GatewayClient(channel).stub
         # --json leaves decisions to whoever reads the events (`agentmesh approvals ...`).
         prompter = ApprovalPrompter(stub, settings) if not args.json and (interactive or not one_shot) else None
         if one_shot:

@@ -27,8 +27,9 @@ from agentmesh.cli.common import (
     rpc_failure,
     to_dict,
 )
+from agentmesh.clients.gateway import SchedulerClient
 from agentmesh.errors import InvalidArgument
-from agentmesh.v1 import scheduler_pb2, scheduler_pb2_grpc
+from agentmesh.v1 import scheduler_pb2
 
 CALL_TIMEOUT_S = 30.0
 
@@ -99,7 +100,7 @@ def register(subparsers) -> None:
 async def _call(method: str, request):
     settings = load_settings()
     async with channel_to(settings, "scheduler") as channel:
-        stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        stub = SchedulerClient(channel).stub
         try:
             return await getattr(stub, method)(request, metadata=call_metadata(settings), timeout=CALL_TIMEOUT_S)
         except grpc.aio.AioRpcError as err:
@@ -302,7 +303,7 @@ async def import_jobs(args) -> int:
     settings = load_settings()
     created = updated = 0
     async with channel_to(settings, "scheduler") as channel:
-        stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        stub = SchedulerClient(channel).stub
         metadata = call_metadata(settings)
         for job in jobs:
             try:
@@ -356,7 +357,7 @@ async def apply_jobs(args) -> int:
         raise CliError(f"{args.file}: {exc.message}; nothing was changed", EXIT_USAGE) from None
     settings = load_settings()
     async with channel_to(settings, "scheduler") as channel:
-        stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        stub = SchedulerClient(channel).stub
         metadata = call_metadata(settings)
         try:
             listed = await stub.ListJobs(scheduler_pb2.ListJobsRequest(), metadata=metadata, timeout=CALL_TIMEOUT_S)

@@ -21,6 +21,7 @@ import grpc
 from agentmesh.cli.common import EXIT_OK, EXIT_SERVER_ERROR, call_metadata, load_settings, rpc_failure
 from agentmesh.cli.render import HumanRenderer
 from agentmesh.cli.stack import LocalStack, free_address, port_is_free
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.config import SERVICES, Settings, load
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.rpc.client import open_channel
@@ -117,7 +118,7 @@ async def run_demo(args) -> int:
         print(f"you> {DEMO_MESSAGE}\n")
         async with open_channel(settings.address_of("gateway")) as channel:
             request = gateway_pb2.ChatRequest(session_id=f"demo-{int(time.time())}", message=DEMO_MESSAGE)
-            outcome = await run_task(gateway_pb2_grpc.GatewayStub(channel), settings, request)
+            outcome = await run_task(GatewayClient(channel).stub, settings, request)
         if outcome.failure:
             print(f"\n✗ the demo did not complete: {outcome.failure}")
             print(f"  the services' logs are in {stack.log_dir}")

@@ -16,7 +16,8 @@ from pathlib import Path
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError, bearer_metadata, channel_to, load_settings, rpc_failure
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.v1 import gateway_pb2
 
 
 def register(subparsers) -> None:
@@ -48,7 +49,7 @@ async def run_login(args) -> int:
     if not args.no_verify:
         async with channel_to(settings, "gateway") as channel:
             try:
-                await gateway_pb2_grpc.GatewayStub(channel).ListModels(
+                await GatewayClient(channel).stub.ListModels(
                     gateway_pb2.ListModelsRequest(), metadata=bearer_metadata(token), timeout=30)
             except grpc.aio.AioRpcError as err:
                 raise rpc_failure(err, "gateway", settings) from None

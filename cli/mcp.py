@@ -22,7 +22,8 @@ from agentmesh.cli.common import (
     print_json,
     rpc_failure,
 )
-from agentmesh.v1 import gateway_pb2_grpc, tools_pb2
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.v1 import tools_pb2
 
 # Adding starts the server and lists its tools before answering.
 ADD_TIMEOUT_S = 90.0
@@ -73,7 +74,7 @@ async def _call(method: str, request, timeout: float = 30.0):
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
-            return await getattr(gateway_pb2_grpc.GatewayStub(channel), method)(
+            return await getattr(GatewayClient(channel).stub, method)(
                 request, metadata=call_metadata(settings), timeout=timeout)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

@@ -18,7 +18,8 @@ from agentmesh.cli.common import (
     print_json,
     rpc_failure,
 )
-from agentmesh.v1 import memory_pb2, memory_pb2_grpc
+from agentmesh.clients.memory import MemoryClient
+from agentmesh.v1 import memory_pb2
 
 IMPORT_BATCH = 256
 
@@ -73,7 +74,7 @@ async def _call(method_name: str, request):
     settings = load_settings()
     async with channel_to(settings, "memory") as channel:
         try:
-            return await getattr(memory_pb2_grpc.MemoryStub(channel), method_name)(request, metadata=call_metadata(settings), timeout=120)
+            return await getattr(MemoryClient(channel).stub, method_name)(request, metadata=call_metadata(settings), timeout=120)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "memory", settings) from None
 

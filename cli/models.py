@@ -5,7 +5,8 @@ from __future__ import annotations
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.v1 import gateway_pb2
 
 
 def register(subparsers) -> None:
@@ -22,7 +23,7 @@ async def list_models(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
-            reply = await gateway_pb2_grpc.GatewayStub(channel).ListModels(
+            reply = await GatewayClient(channel).stub.ListModels(
                 gateway_pb2.ListModelsRequest(), metadata=call_metadata(settings), timeout=30)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

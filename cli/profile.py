@@ -17,7 +17,8 @@ from agentmesh.cli.common import (
     print_json,
     rpc_failure,
 )
-from agentmesh.v1 import gateway_pb2_grpc, learning_pb2
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.v1 import learning_pb2
 
 PARTS = ("soul", "user", "project")
 
@@ -47,7 +48,7 @@ async def _call(method_name: str, request) -> learning_pb2.Profile:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
-            return await getattr(gateway_pb2_grpc.GatewayStub(channel), method_name)(
+            return await getattr(GatewayClient(channel).stub, method_name)(
                 request, metadata=call_metadata(settings), timeout=30)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

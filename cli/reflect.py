@@ -8,7 +8,8 @@ import datetime as dt
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
-from agentmesh.v1 import gateway_pb2_grpc, learning_pb2
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.v1 import learning_pb2
 
 
 def register(subparsers) -> None:
@@ -38,7 +39,7 @@ async def run(args) -> int:
             request = learning_pb2.ListReflectionsRequest(namespace=args.namespace, session_id=args.only_session,
                                                           limit=args.limit)
             try:
-                reply = await gateway_pb2_grpc.GatewayStub(channel).ListReflections(
+                reply = await GatewayClient(channel).stub.ListReflections(
                     request, metadata=call_metadata(settings), timeout=30)
             except grpc.aio.AioRpcError as err:
                 raise rpc_failure(err, "gateway", settings) from None
@@ -52,7 +53,7 @@ async def run(args) -> int:
         return EXIT_OK
     async with channel_to(settings, "gateway") as channel:
         try:
-            reply = await gateway_pb2_grpc.GatewayStub(channel).Reflect(
+            reply = await GatewayClient(channel).stub.Reflect(
                 learning_pb2.ReflectRequest(session_id=args.session), metadata=call_metadata(settings), timeout=330)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

@@ -7,7 +7,8 @@ import time
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure, to_dict
-from agentmesh.v1 import common_pb2, gateway_pb2_grpc, sessions_pb2
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.v1 import common_pb2, sessions_pb2
 
 
 def register(subparsers) -> None:
@@ -48,7 +49,7 @@ def _when(ts: float) -> str:
 async def list_sessions(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
+        stub = GatewayClient(channel).stub
         sessions, token = [], ""
         try:
             while True:
@@ -77,7 +78,7 @@ async def list_sessions(args) -> int:
 async def show_session(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
+        stub = GatewayClient(channel).stub
         try:
             session = await stub.GetSession(
                 sessions_pb2.GetSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
@@ -115,7 +116,7 @@ async def delete_session(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
-            await gateway_pb2_grpc.GatewayStub(channel).DeleteSession(
+            await GatewayClient(channel).stub.DeleteSession(
                 sessions_pb2.DeleteSessionRequest(session_id=args.session_id), metadata=call_metadata(settings), timeout=30
             )
         except grpc.aio.AioRpcError as err:
@@ -128,7 +129,7 @@ async def set_session_model(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
-            session = await gateway_pb2_grpc.GatewayStub(channel).UpdateSession(
+            session = await GatewayClient(channel).stub.UpdateSession(
                 sessions_pb2.UpdateSessionRequest(session_id=args.session_id, model=args.model),
                 metadata=call_metadata(settings), timeout=30)
         except grpc.aio.AioRpcError as err:
@@ -141,7 +142,7 @@ async def update_session(request: sessions_pb2.UpdateSessionRequest) -> sessions
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
-            return await gateway_pb2_grpc.GatewayStub(channel).UpdateSession(
+            return await GatewayClient(channel).stub.UpdateSession(
                 request, metadata=call_metadata(settings), timeout=30)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

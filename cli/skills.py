@@ -19,7 +19,8 @@ from agentmesh.cli.common import (
     rpc_failure,
     to_dict,
 )
-from agentmesh.v1 import gateway_pb2_grpc, learning_pb2
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.v1 import learning_pb2
 
 FOLDERS = ("scripts", "references")
 
@@ -70,7 +71,7 @@ async def _call(method_name: str, request):
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
-            return await getattr(gateway_pb2_grpc.GatewayStub(channel), method_name)(
+            return await getattr(GatewayClient(channel).stub, method_name)(
                 request, metadata=call_metadata(settings), timeout=30)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

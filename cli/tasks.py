@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 
 from agentmesh.cli.common import EXIT_OK, CliError, call_metadata, channel_to, load_settings, print_json, rpc_failure
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.config import Settings
 from agentmesh.v1 import gateway_pb2_grpc, sessions_pb2
 
@@ -69,7 +70,7 @@ async def fetch_board(stub: gateway_pb2_grpc.GatewayStub, settings: Settings, se
 async def show_tasks(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
-        tasks = await fetch_board(gateway_pb2_grpc.GatewayStub(channel), settings, args.session_id)
+        tasks = await fetch_board(GatewayClient(channel).stub, settings, args.session_id)
     if args.json:
         print_json({"session_id": args.session_id, "tasks": tasks})
     elif not tasks:

@@ -18,8 +18,10 @@ from agentmesh.cli.common import (
     rpc_failure,
     to_dict,
 )
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.clients.tools import ToolsClient
 from agentmesh.ids import new_id
-from agentmesh.v1 import common_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import common_pb2, sessions_pb2, tools_pb2
 
 
 def register(subparsers) -> None:
@@ -57,7 +59,7 @@ async def list_tools(args) -> int:
     scoped = bool(args.session or args.namespace)
     service = "gateway" if scoped else "tools"
     async with channel_to(settings, service) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel) if scoped else tools_pb2_grpc.ToolsStub(channel)
+        stub = GatewayClient(channel).stub if scoped else ToolsClient(channel).stub
         try:
             reply = await stub.ListTools(
                 tools_pb2.ListToolsRequest(session_id=args.session or "", namespace=args.namespace or ""),
@@ -86,7 +88,7 @@ async def run_tool(args) -> int:
     )
     async with channel_to(settings, "tools") as channel:
         try:
-            reply = await tools_pb2_grpc.ToolsStub(channel).Execute(request, metadata=call_metadata(settings), timeout=600)
+            reply = await ToolsClient(channel).stub.Execute(request, metadata=call_metadata(settings), timeout=600)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "tools", settings) from None
     result = reply.result
@@ -100,7 +102,7 @@ async def run_tool(args) -> int:
 async def _namespace_call(settings, method: str, request) -> sessions_pb2.NamespaceSettings:
     async with channel_to(settings, "gateway") as channel:
         try:
-            return await getattr(gateway_pb2_grpc.GatewayStub(channel), method)(
+            return await getattr(GatewayClient(channel).stub, method)(
                 request, metadata=call_metadata(settings), timeout=30)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

@@ -17,7 +17,8 @@ from agentmesh.cli.common import (
     print_json,
     rpc_failure,
 )
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.v1 import gateway_pb2
 
 RANGES = ("today", "7d", "30d", "all")
 GROUPS = ("day", "model", "session", "namespace")
@@ -71,7 +72,7 @@ async def show_usage(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         try:
-            reply = await gateway_pb2_grpc.GatewayStub(channel).GetUsage(
+            reply = await GatewayClient(channel).stub.GetUsage(
                 request, metadata=call_metadata(settings), timeout=60)
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None

@@ -34,11 +34,12 @@ from agentmesh.agent.loop.turn_request import TurnRequest
 from agentmesh.agent.providers import build_provider, model_keys
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.clients.memory import MemoryClient
+from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
-from agentmesh.memory.client import MemoryClient
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, catalog_of
 from agentmesh.modes import validate_mode
 from agentmesh.rpc.client import open_channel
@@ -270,17 +271,17 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # A turn's start, every step's append and every tool call ride one stream to each service
     # (agentmesh.rpc.carried), each message still a call of its own.
     rpc_tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
-    memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
-                                 timeout_s=agent_settings.memory_timeout_s, carry=(identity, rpc_tracer))
+    memory_client = MemoryClient(memory_channel, memory_target, timeout_s=agent_settings.memory_timeout_s,
+                                 carry=(identity, rpc_tracer))
+    tools_client = ToolsClient(tools_channel, tools_target, carry=(identity, rpc_tracer))
     named, closers = build_named_models(catalog_of(settings.llm), settings, agent_settings, telemetry)
-    tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s,
-                           carry=(identity, rpc_tracer))
+    tools = GrpcToolRunner(tools_client, timeout_s=agent_settings.tool_timeout_s)
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
     catalog = CachedCatalog(tools.listing)
-    catalog_watch = CatalogWatch(tools_channel, catalog)
+    catalog_watch = CatalogWatch(tools_client, catalog)
     # Which sessions have background commands to collect, told by the tools service (background_sessions.py).
     known_background = KnownBackground()
-    background_watch = BackgroundWatch(tools_channel, known_background)
+    background_watch = BackgroundWatch(tools_client, known_background)
     # A model call's usage record rides on the append of the step it produced.
     usage_outbox = UsageOutbox()
     agent = Agent(
@@ -295,7 +296,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         telemetry=telemetry,
         capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
-        background=GrpcBackgroundCommands(tools_channel, tools_target, known=known_background),
+        background=GrpcBackgroundCommands(tools_client, known=known_background),
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),

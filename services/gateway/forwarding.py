@@ -21,6 +21,7 @@ from typing import AsyncGenerator
 import grpc
 
 from agentmesh import error_reasons
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.errors import Unavailable
 from agentmesh.gateway.turns import SHUTDOWN_MESSAGE
 from agentmesh.logs import get_logger
@@ -162,7 +163,7 @@ class Forwarder:
             # A replica that vanished with its address black-holed costs this long, not the
             # caller's whole deadline.
             raise OwnerUnreachable(f"{owner}: not reachable within {self._connect_timeout_s:g}s") from None
-        return gateway_pb2_grpc.GatewayStub(channel)
+        return GatewayClient(channel, owner).stub
 
     @staticmethod
     async def _ready(channel: grpc.aio.Channel) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 
 import grpc
 
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
-from agentmesh.v1 import memory_pb2_grpc
 
 # Gateway RPCs answered by the memory RPC of the same name, request and reply unchanged.
 FORWARDED = (
@@ -28,9 +28,9 @@ FORWARDED = (
 
 
 class MemoryLearning:
-    def __init__(self, channel: grpc.aio.Channel, target: str, timeout_s: float = 30.0):
-        self._stub = memory_pb2_grpc.MemoryStub(channel)
-        self._target = target
+    def __init__(self, client: MemoryClient, timeout_s: float = 30.0):
+        self._stub = client.stub
+        self._target = client.target
         self._timeout_s = timeout_s
 
     async def forward(self, method: str, request: Any) -> Any:

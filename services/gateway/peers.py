@@ -8,20 +8,20 @@ from typing import AsyncIterator
 
 import grpc
 
+from agentmesh.clients.agent import AgentClient
+from agentmesh.clients.memory import MemoryClient
+from agentmesh.clients.tools import ToolsClient
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.rpc.peers import peer_call
 from agentmesh.telemetry.traceview import TraceView, load_trace
 from agentmesh.v1 import (
     agent_pb2,
-    agent_pb2_grpc,
     common_pb2,
     gateway_pb2,
     memory_pb2,
-    memory_pb2_grpc,
     sessions_pb2,
     tools_pb2,
-    tools_pb2_grpc,
 )
 
 RPC_TIMEOUT_S = 30.0
@@ -29,9 +29,9 @@ MCP_ADD_TIMEOUT_S = 60.0
 
 
 class MemorySessions:
-    def __init__(self, channel: grpc.aio.Channel, target: str):
-        self._stub = memory_pb2_grpc.MemoryStub(channel)
-        self._target = target
+    def __init__(self, client: MemoryClient):
+        self._stub = client.stub
+        self._target = client.target
 
     async def _call(self, method, request):
         return await peer_call(f"the memory service at {self._target}", method(request, timeout=RPC_TIMEOUT_S))
@@ -104,15 +104,15 @@ class MemorySessions:
         )
 
 
-class AgentClient:
+class AgentTurns:
     # A turn waits this long for an agent that is (re)starting before it is refused: a rolling
     # restart should not fail the turns that arrive during it.
     CONNECT_WAIT_S = 10.0
 
-    def __init__(self, channel: grpc.aio.Channel, target: str):
-        self._channel = channel
-        self._stub = agent_pb2_grpc.AgentStub(channel)
-        self._target = target
+    def __init__(self, client: AgentClient):
+        self._channel = client.channel
+        self._stub = client.stub
+        self._target = client.target
 
     async def _connected(self) -> None:
         if self._channel.get_state() == grpc.ChannelConnectivity.READY:
@@ -157,9 +157,9 @@ class AgentClient:
 class ToolsWorkspaces:
     """The tools service: workspaces (deleted with their session, browsed from the console) and the catalog."""
 
-    def __init__(self, channel: grpc.aio.Channel, target: str):
-        self._stub = tools_pb2_grpc.ToolsStub(channel)
-        self._target = target
+    def __init__(self, client: ToolsClient):
+        self._stub = client.stub
+        self._target = client.target
 
     async def delete_workspace(self, session_id: str) -> None:
         request = tools_pb2.DeleteWorkspaceRequest(session_id=session_id)

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import grpc
 
+from agentmesh.clients.agent import AgentClient
 from agentmesh.errors import Unavailable
 from agentmesh.rpc.errors import core_error_from_rpc
-from agentmesh.v1 import agent_pb2_grpc, learning_pb2
+from agentmesh.v1 import learning_pb2
 
 # A reflection is one model call over up to a long transcript: give it the time a slow model needs.
 REFLECT_TIMEOUT_S = 300.0
 
 
 class AgentReflect:
-    def __init__(self, channel: grpc.aio.Channel, target: str):
-        self._stub = agent_pb2_grpc.AgentStub(channel)
-        self._target = target
+    def __init__(self, client: AgentClient):
+        self._stub = client.stub
+        self._target = client.target
 
     async def reflect(self, request: learning_pb2.ReflectRequest) -> learning_pb2.ReflectResponse:
         try:

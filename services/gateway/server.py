@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import contextlib
 
+from agentmesh.clients.agent import AgentClient
+from agentmesh.clients.memory import MemoryClient
+from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
 from agentmesh.errors import Unavailable
 from agentmesh.gateway.a2a.endpoint import A2aEndpoints
@@ -18,7 +21,7 @@ from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
-from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
+from agentmesh.gateway.peers import AgentTurns, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.gateway.resources import Resources
@@ -322,8 +325,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         name: open_channel(settings.address_of(name), telemetry, identity=identity, audience=name)
         for name in ("memory", "agent", "tools")
     }
-    sessions = MemorySessions(channels["memory"], settings.address_of("memory"))
-    tools = ToolsWorkspaces(channels["tools"], settings.address_of("tools"))
+    # One client per peer service, built here once and handed to every adapter that calls it.
+    memory_client = MemoryClient(channels["memory"], settings.address_of("memory"))
+    agent_client = AgentClient(channels["agent"], settings.address_of("agent"))
+    sessions = MemorySessions(memory_client)
+    tools = ToolsWorkspaces(ToolsClient(channels["tools"], settings.address_of("tools")))
     catalog = catalog_of(settings.llm)
     host = ServiceHost("gateway", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=gateway_settings.max_request_bytes)
@@ -333,7 +339,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     core = Gateway(
         policies=policies,
         sessions=sessions,
-        agent=AgentClient(channels["agent"], settings.address_of("agent")),
+        agent=AgentTurns(agent_client),
         workspaces=tools,
         settings=gateway_settings,
         models=catalog,
@@ -357,8 +363,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_drain(forwarder.drain)
         host.on_stop(forwarder.close)
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
-    reflect = AgentReflect(channels["agent"], settings.address_of("agent"))
-    learning = MemoryLearning(channels["memory"], settings.address_of("memory"))
+    reflect = AgentReflect(agent_client)
+    learning = MemoryLearning(memory_client)
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
              GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz), "agentmesh.v1.Gateway")
 

@@ -10,10 +10,11 @@ from typing import Awaitable, Callable
 
 import grpc
 
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal
 from agentmesh.scheduler.model import RunOutcome, RunRequest
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from agentmesh.v1 import gateway_pb2
 
 SUMMARY_CHARS = 2000
 ERROR_CHARS = 2000
@@ -27,10 +28,10 @@ def _clip(text: str, limit: int) -> str:
 
 
 class GatewayRunTarget:
-    def __init__(self, channel: grpc.aio.Channel):
+    def __init__(self, gateway: GatewayClient):
         # The channel signs each call with the scheduler's service identity (agentmesh.rpc.auth).
-        self._channel = channel
-        self._stub = gateway_pb2_grpc.GatewayStub(channel)
+        self._channel = gateway.channel
+        self._stub = gateway.stub
         self._metadata = ()
 
     async def close(self) -> None:

@@ -9,7 +9,7 @@ never claimed again; a failed one (the agent, the model or its output) is releas
 (`retry_s`, doubling, at most an hour) and tried again — a session's turns never wait on it.
 Sub-agent sessions are left out: their work is part of their parent's.
 
-    sweeper = IdleReflections(ReflectionClaims(path), GatewaySessions(channel), clock, settings)
+    sweeper = IdleReflections(ReflectionClaims(path), GatewaySessions(GatewayClient(channel)), clock, settings)
     await sweeper.sweep(now)        # the leader's loop calls this; returns how many it started
 """
 
@@ -24,9 +24,10 @@ from typing import Callable, Protocol, TypeVar
 
 import grpc
 
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.ids import PARENT_SESSION_LABEL
 from agentmesh.logs import get_logger
-from agentmesh.v1 import gateway_pb2_grpc, learning_pb2, sessions_pb2
+from agentmesh.v1 import learning_pb2, sessions_pb2
 
 log = get_logger("agentmesh.scheduler.reflection")
 T = TypeVar("T")
@@ -129,8 +130,8 @@ class ReflectionClaims:
 class GatewaySessions:
     """Sessions listed, and reflections asked for, through the gateway (as the scheduler)."""
 
-    def __init__(self, channel: grpc.aio.Channel):
-        self._stub = gateway_pb2_grpc.GatewayStub(channel)  # type: ignore[no-untyped-call]  # generated: protoc's grpc stubs carry no annotations
+    def __init__(self, gateway: GatewayClient):
+        self._stub = gateway.stub
 
     async def list(self) -> list[SessionView]:
         found: list[SessionView] = []

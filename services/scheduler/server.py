@@ -8,6 +8,7 @@ import socket
 import uuid
 from pathlib import Path
 
+from agentmesh.clients.gateway import GatewayClient
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from agentmesh.rpc.audit import AuditLog
@@ -227,8 +228,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     store = SqliteStore(settings.home / "scheduler" / "scheduler.db", config.journal_mode, config.max_jobs)
     service_identity = ServiceIdentity.open("scheduler", settings.keys_dir)
     # Runs reach the gateway under the scheduler's own identity, not a user's token.
-    target = GatewayRunTarget(open_channel(settings.address_of("gateway"), telemetry,
-                                           identity=service_identity, audience="gateway"))
+    # One channel and one client to the gateway: the jobs' runs and idle reflection.
+    gateway = GatewayClient(open_channel(settings.address_of("gateway"), telemetry, identity=service_identity,
+                                         audience="gateway"), settings.address_of("gateway"))
+    target = GatewayRunTarget(gateway)
     core = Scheduler(store, target, lock, clock or SystemClock(), config, telemetry, identity)
     host = ServiceHost("scheduler", settings, telemetry, address=address, identity=service_identity,
                        max_receive_bytes=MIB)
@@ -239,10 +242,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.scheduler = core  # type: ignore[attr-defined]  # tests and benches look at leadership
 
     # Idle reflection: the leader's sweep, beside the jobs, on its own claims table.
-    reflection_channel = open_channel(settings.address_of("gateway"), telemetry, identity=service_identity,
-                                      audience="gateway")
     claims = ReflectionClaims(settings.home / "scheduler" / "reflections.db")
-    sweeper = IdleReflections(claims, GatewaySessions(reflection_channel),
+    sweeper = IdleReflections(claims, GatewaySessions(gateway),
                               IdleSettings(idle_s=config.reflect_idle_s, check_s=config.reflect_check_s,
                                            retry_s=config.reflect_retry_s))
     stopping = asyncio.Event()
@@ -263,7 +264,6 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
             await asyncio.wait(loops, timeout=settings.drain_s)
         await core.stop(settings.drain_s)
         await target.close()
-        await reflection_channel.close()
         await claims.close()
         await store.close()
 

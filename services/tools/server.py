@@ -7,6 +7,7 @@ from dataclasses import replace
 import grpc
 from opentelemetry import trace
 
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition
 from agentmesh.ids import validate_namespace
@@ -41,7 +42,7 @@ from agentmesh.tools.tenancy import SessionTenants
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
 from agentmesh.tools.workspace_files import WorkspaceFiles
-from agentmesh.v1 import memory_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import sessions_pb2, tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.tools")
 
@@ -254,22 +255,22 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     if mcp_tools is not None:
         await start_mcp_tools(mcp_tools, connections)
     identity = ServiceIdentity.open("tools", settings.keys_dir)
-    channels: list = []
+    # One channel and one client to the memory service, for everything this service asks it: the
+    # namespaces' MCP servers, a session's tenant, how deep in a chain of agents a session is.
+    memory_channel = open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory")
+    memory = MemoryClient(memory_channel, settings.address_of("memory"))
 
     def open_session_depth():
         # Only with remote A2A agents: how deep in a chain of agents the calling session is.
-        channels.append(open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory"))
-        return session_depth_reader(memory_pb2_grpc.MemoryStub(channels[-1]))
+        return session_depth_reader(memory.stub)
 
     a2a_tools = build_a2a_tools(tools_settings, open_session_depth)
     if a2a_tools is not None:
         await a2a_tools.start()
     extra = tuple(p for p in (mcp_tools, a2a_tools) if p is not None)
     # A namespace's own servers are registered with the memory service, so every replica has them.
-    registry_channel = open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory")
-    channels.append(registry_channel)
     namespaces = NamespaceServers(
-        MemoryRegistrations(registry_channel, settings.address_of("memory")), connections, connections.policy,
+        MemoryRegistrations(memory), connections, connections.policy,
         tools_settings.limits, tools_settings.mcp.attachment_cap_bytes, secret_source(tools_settings),
         reserved=lambda: mcp_tools.names() if mcp_tools is not None else set(),
         workdirs=connections.root / "namespaces", legacy_dir=connections.root / "namespaces", tracer=telemetry.tracer,
@@ -288,9 +289,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_stop(executor.close)
     tenants = None
     if settings.auth_policy.enforced:
-        memory = open_channel(settings.address_of("memory"), telemetry, identity=identity, audience="memory")
-        tenants = SessionTenants(memory, settings.address_of("memory"), settings.auth_policy, workspaces, host.audit)
-        host.on_stop(memory.close)
+        tenants = SessionTenants(memory, settings.auth_policy, workspaces, host.audit)
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
                            tools_settings.workspace_quota)
     servicer = ToolsServicer(host.calls, core, files, tenants)
@@ -304,6 +303,5 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     if mcp_tools is not None:
         host.on_stop(mcp_tools.close)
     host.on_stop(namespaces.close)
-    for channel in channels:
-        host.on_stop(channel.close)
+    host.on_stop(memory_channel.close)
     return host

@@ -12,9 +12,9 @@ asked (one tenant owns everything).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from agentmesh import error_reasons
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import NotFound, ResourceExhausted
 from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.auth import current_principal, scope_of_call
@@ -22,7 +22,7 @@ from agentmesh.rpc.peers import peer_call
 from agentmesh.tenancy import AuthPolicy, required_role
 from agentmesh.tools.quota import MIB, mib, workspace_usage
 from agentmesh.tools.workspace import Workspaces
-from agentmesh.v1 import memory_pb2_grpc, sessions_pb2
+from agentmesh.v1 import sessions_pb2
 
 __all__ = ["SessionTenants"]
 
@@ -30,12 +30,12 @@ LOOKUP_TIMEOUT_S = 10.0
 
 
 class SessionTenants:
-    def __init__(self, channel: Any, target: str, policy: AuthPolicy, workspaces: Workspaces,
+    def __init__(self, memory: MemoryClient, policy: AuthPolicy, workspaces: Workspaces,
                  audit: AuditLog | None = None):
         self._policy = policy
         self._workspaces = workspaces
-        self._memory = memory_pb2_grpc.MemoryStub(channel)  # type: ignore[no-untyped-call]  # generated stubs are untyped
-        self._target = f"the memory service at {target}"
+        self._memory = memory.stub
+        self._target = memory.peer
         self._audit = audit
 
     async def require(self, session_id: str, method: str) -> str:

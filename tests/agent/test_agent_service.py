@@ -7,6 +7,7 @@ import asyncio
 import grpc
 import pytest
 
+from agentmesh.clients.tools import ToolsClient
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2, memory_pb2, sessions_pb2
 from tests.support.llm_server import reply, tool_call
 from tests.support.processes import processes_running
@@ -118,7 +119,7 @@ async def test_a_tools_outage_becomes_an_error_result():
 
     target = f"127.0.0.1:{closed_port()}"
     async with open_channel(target) as channel:
-        runner = GrpcToolRunner(channel, target, timeout_s=5)
+        runner = GrpcToolRunner(ToolsClient(channel, target), timeout_s=5)
         outcome = await runner.execute("s1", ToolCall("c1", "shell", '{"command": "true"}'))
     assert outcome.is_error and outcome.error_kind == "sandbox_unavailable"
     assert target in outcome.output and outcome.call_id == "c1"

@@ -1,7 +1,7 @@
 """The memory service on a real port, over real gRPC, on a fresh AGENTMESH_HOME per test.
 
 async def test_x(memory_service):
-    client = memory_service.client          # agentmesh.memory.client.MemoryClient
+    client = memory_service.client          # agentmesh.clients.memory.MemoryClient
     stub = memory_service.stub              # the raw Memory stub, for status codes
     await memory_service.restart()          # stop, then start again on the same home
 
@@ -16,8 +16,8 @@ from typing import ClassVar, Mapping
 
 import pytest
 
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.config import Settings
-from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import ServiceHost

@@ -10,9 +10,9 @@ import json
 import grpc
 import pytest
 
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.config import Settings
 from agentmesh.errors import PermissionDenied, Unauthenticated, Unavailable
-from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal, ServiceIdentity
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir

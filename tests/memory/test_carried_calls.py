@@ -12,8 +12,8 @@ import pytest
 
 from agentmesh.agent.adapters.memory import GrpcTurnStart
 from agentmesh.agent.types import ChatMessage
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.config import Settings
-from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.carried import CARRY_LIMIT_BYTES, NOT_CARRIED_HERE
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc

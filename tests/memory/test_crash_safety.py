@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import AgentmeshError
-from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import common_pb2, memory_pb2
 from tests.support.identities import signed_channel
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from agentmesh.clients.memory import memory_filter
 from agentmesh.errors import InvalidArgument, NotFound
-from agentmesh.memory.client import memory_filter
 from agentmesh.v1 import memory_pb2
 
 FILLER = [

@@ -14,6 +14,7 @@ import pytest
 
 from agentmesh.agent.adapters.tools import GrpcToolRunner
 from agentmesh.agent.types import ToolCall
+from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.v1 import common_pb2, tools_pb2, tools_pb2_grpc
@@ -28,8 +29,8 @@ def _keys(tools):
 
 def _runner(tools, caller: str = "agent", timeout_s: float = 30.0):
     channel, made = recording_channel(_keys(tools), caller, "tools", tools.host.target)
-    runner = GrpcToolRunner(channel, tools.host.target, timeout_s=timeout_s,
-                            carry=(ServiceIdentity.open(caller, _keys(tools)), None))
+    client = ToolsClient(channel, tools.host.target, carry=(ServiceIdentity.open(caller, _keys(tools)), None))
+    runner = GrpcToolRunner(client, timeout_s=timeout_s)
     return runner, channel, made
 
 
@@ -131,7 +132,7 @@ class OlderTools(tools_pb2_grpc.ToolsServicer):
 async def test_an_older_tools_service_gets_unary_tool_calls():
     older = OlderTools()
     async with served(tools_pb2_grpc.add_ToolsServicer_to_server, older) as (channel, address):
-        runner = GrpcToolRunner(channel, address, timeout_s=5, carry=(None, None))
+        runner = GrpcToolRunner(ToolsClient(channel, address, carry=(None, None)), timeout_s=5)
         try:
             assert (await runner.execute("s", _shell("true", "a"))).output == "ran"
             assert (await runner.execute("s", _shell("true", "b"))).output == "ran"

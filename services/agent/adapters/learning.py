@@ -11,8 +11,8 @@ from agentmesh.agent.capabilities.instructions import Instructions
 from agentmesh.agent.capabilities.promoted_tools import StoredTool
 from agentmesh.agent.capabilities.reflection import Entry
 from agentmesh.agent.capabilities.skills import SkillPackage, SkillSummary
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import NotFound
-from agentmesh.memory.client import MemoryClient
 from agentmesh.v1 import common_pb2, learning_pb2
 
 

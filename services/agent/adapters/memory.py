@@ -15,9 +15,9 @@ from agentmesh.agent.loop.ports import MemoryHit, NotSupported, TurnBeginning
 from agentmesh.agent.loop.session_open import OpenedSession, SessionToOpen
 from agentmesh.agent.loop.usage_log import UsageEntry
 from agentmesh.agent.types import ChatMessage, Role, ToolCall
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
 from agentmesh.logs import get_logger
-from agentmesh.memory.client import MemoryClient
 from agentmesh.rpc.peers import peer_error
 from agentmesh.toolpolicy import ToolPolicy
 from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2

@@ -8,23 +8,22 @@ import asyncio
 from dataclasses import replace
 
 import grpc
-from opentelemetry import trace
 
 from agentmesh.agent.adapters.background_sessions import KnownBackground
 from agentmesh.agent.adapters.tool_catalog import Listing
 from agentmesh.agent.loop.ports import BackgroundCheck
 from agentmesh.agent.types import BackgroundDone, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.clients.tools import EXECUTE_METHOD, ToolsClient
 from agentmesh.errors import Unavailable
-from agentmesh.rpc.carried import CarriedClient, CarriedMethod, NotCarried
+from agentmesh.rpc.carried import NotCarried
 from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
-from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.peers import OUTAGE, rpc_detail
 from agentmesh.telemetry.propagation import trace_metadata
-from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import tools_pb2
 
 __all__ = ["EXECUTE_METHOD", "GrpcBackgroundCommands", "GrpcToolRunner"]
 
-EXECUTE_METHOD = "/agentmesh.v1.Tools/Execute"
+
 
 _ERROR_KINDS = {
     grpc.StatusCode.INVALID_ARGUMENT: "invalid_arguments",
@@ -48,19 +47,13 @@ class GrpcToolRunner:
     deadline and cancellation — cancelling the awaiting task cancels the call at the tools
     service, which kills its sandboxed process; unary calls when the service has no such stream."""
 
-    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float, catalog_timeout_s: float = 10.0,
-                 carry: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
-        self._stub = tools_pb2_grpc.ToolsStub(channel)
-        self._target = target
+    def __init__(self, client: ToolsClient, *, timeout_s: float, catalog_timeout_s: float = 10.0):
+        self._client = client
+        self._stub = client.stub
+        self._target = client.target
         self._timeout_s = timeout_s
         self._catalog_timeout_s = catalog_timeout_s
-        self._carrier: CarriedClient | None = None
-        self._executes: CarriedMethod[tools_pb2.ExecuteRequest, tools_pb2.ExecuteResponse] | None = None
-        if carry is not None:
-            identity, tracer = carry
-            self._carrier = CarriedClient(self._stub.CarriedCalls, tools_pb2.CarriedToolsCall, identity=identity,
-                                          audience="tools", tracer=tracer, peer=f"the tools service at {target}")
-            self._executes = self._carrier.method(EXECUTE_METHOD, "execute")
+        self._executes = client.executes
 
     @property
     def carrying_executes(self) -> bool:
@@ -69,8 +62,7 @@ class GrpcToolRunner:
 
     async def close(self) -> None:
         """Close the carried calls' stream (the channel is the caller's to close)."""
-        if self._carrier is not None:
-            await self._carrier.close()
+        await self._client.close()
 
     async def list_tools(self, namespace: str = "", *, mcp_version: float | None = None) -> list[ToolSpec]:
         return (await self.listing(namespace, mcp_version)).specs
@@ -120,10 +112,9 @@ class GrpcBackgroundCommands:
     """BackgroundResults / StopBackground on the tools service; which sessions have any to
     collect, from `known` (BackgroundWatch; None: always ask)."""
 
-    def __init__(self, channel: grpc.aio.Channel, target: str, *, timeout_s: float = 10.0,
-                 known: KnownBackground | None = None):
-        self._stub = tools_pb2_grpc.ToolsStub(channel)
-        self._target = target
+    def __init__(self, client: ToolsClient, *, timeout_s: float = 10.0, known: KnownBackground | None = None):
+        self._stub = client.stub
+        self._target = client.target
         self._timeout_s = timeout_s
         self._known = known
 

@@ -16,8 +16,9 @@ import grpc
 
 from agentmesh.agent.adapters.background_sessions import KnownBackground
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
+from agentmesh.clients.tools import ToolsClient
 from agentmesh.logs import get_logger
-from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import tools_pb2
 
 __all__ = ["BackgroundWatch", "CatalogWatch"]
 
@@ -33,8 +34,8 @@ class _ToolsWatch:
     name = ""
     broken_message = ""
 
-    def __init__(self, channel: grpc.aio.Channel):
-        self._stub = tools_pb2_grpc.ToolsStub(channel)
+    def __init__(self, client: ToolsClient):
+        self._stub = client.stub
         self._task: asyncio.Task[None] | None = None
 
     def _stream(self) -> AsyncIterator[Any]:
@@ -79,8 +80,8 @@ class CatalogWatch(_ToolsWatch):
     name = "catalog-watch"
     broken_message = "catalog watch broke; turns list the tools until it is back"
 
-    def __init__(self, channel: grpc.aio.Channel, catalog: CachedCatalog):
-        super().__init__(channel)
+    def __init__(self, client: ToolsClient, catalog: CachedCatalog):
+        super().__init__(client)
         self._catalog = catalog
 
     def _stream(self) -> AsyncIterator[Any]:
@@ -101,8 +102,8 @@ class BackgroundWatch(_ToolsWatch):
     name = "background-watch"
     broken_message = "background watch broke; turns ask for background results until it is back"
 
-    def __init__(self, channel: grpc.aio.Channel, known: KnownBackground):
-        super().__init__(channel)
+    def __init__(self, client: ToolsClient, known: KnownBackground):
+        super().__init__(client)
         self._known = known
 
     def _stream(self) -> AsyncIterator[Any]:

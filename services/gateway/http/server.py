@@ -27,6 +27,7 @@ from aiohttp import web
 from opentelemetry import propagate, trace
 
 from agentmesh import error_reasons
+from agentmesh.clients.gateway import GatewayClient, SchedulerClient
 from agentmesh.errors import AgentmeshError, InvalidArgument
 from agentmesh.gateway.http.errors import error_of, error_response, json_error
 from agentmesh.gateway.http.guard import BodyTooSlow, ClientLimits, HttpLimits, check_host, read_body
@@ -44,9 +45,7 @@ from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import (
     common_pb2,
     gateway_pb2,
-    gateway_pb2_grpc,
     scheduler_pb2,
-    scheduler_pb2_grpc,
     sessions_pb2,
 )
 
@@ -149,9 +148,10 @@ class HttpApi:
     async def start(self, grpc_target: str) -> None:
         """Listen on `address`, calling the gateway's gRPC server at `grpc_target`."""
         self._channel = open_channel(grpc_target, self._telemetry)
-        self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
+        self._stub = GatewayClient(self._channel, grpc_target).stub
         self._scheduler_channel = open_channel(self._scheduler_target, self._telemetry)
-        self._stubs = {"Gateway": self._stub, "Scheduler": scheduler_pb2_grpc.SchedulerStub(self._scheduler_channel)}
+        self._stubs = {"Gateway": self._stub,
+                       "Scheduler": SchedulerClient(self._scheduler_channel, self._scheduler_target).stub}
         for endpoint in self._endpoints:
             await endpoint.start(GatewayCalls(self._stub))
         # keepalive_timeout: how long a connection may sit idle between requests.

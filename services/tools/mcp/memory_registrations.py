@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from agentmesh.clients.memory import MemoryClient
 from agentmesh.rpc.peers import peer_call
 from agentmesh.tools.mcp.registry import Registration
-from agentmesh.v1 import memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import memory_pb2
 
 __all__ = ["MemoryRegistrations"]
 
@@ -28,9 +27,9 @@ class MemoryRegistrations:
     """The registrations on the memory service (its ListMcpRegistrations, PutMcpRegistration and
     RemoveMcpRegistration), signed for the principal of the call being served."""
 
-    def __init__(self, channel: Any, target: str):
-        self._stub = memory_pb2_grpc.MemoryStub(channel)  # type: ignore[no-untyped-call]  # generated stubs are untyped
-        self._peer = f"the memory service at {target}"
+    def __init__(self, memory: MemoryClient):
+        self._stub = memory.stub
+        self._peer = memory.peer
 
     async def list(self, namespace: str) -> tuple[list[Registration], float]:
         reply = await peer_call(self._peer, self._stub.ListMcpRegistrations(

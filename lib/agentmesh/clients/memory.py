@@ -1,6 +1,6 @@
-"""A typed async client of the memory service, for the other services and the CLI.
+"""The memory service's client, for the other services, the CLI and the benches.
 
-    client = MemoryClient(open_channel(settings.address_of("memory"), telemetry))
+    client = MemoryClient(open_channel(address, telemetry), address)
     await client.put_session("work", namespace="alice")
     await client.append_messages("work", [common_pb2.Message(role="user", content="hi")])
     await client.remember("Alice prefers tea", namespace="alice", kind="preference")
@@ -17,13 +17,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import grpc
 from opentelemetry import trace
 
+from agentmesh.clients.base import DEFAULT_TIMEOUT_S, ServiceClient
 from agentmesh.rpc.carried import CarriedClient, CarriedMethod, NotCarried
 from agentmesh.rpc.convert import struct_from_dict
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.peers import peer_call
 from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
-
-DEFAULT_TIMEOUT_S = 30.0
 
 
 def memory_filter(
@@ -46,26 +45,29 @@ APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 
 
-class MemoryClient:
+class MemoryClient(ServiceClient):
     """`carry` (identity and tracer of the calling service): AppendMessages and StartTurn calls
     ride one long-lived stream (`Memory.CarriedCalls`, agentmesh.rpc.carried) — for a caller
     that makes them on every turn and step, the agent; unary calls when the memory service has
     no such stream."""
 
-    def __init__(self, channel: grpc.aio.Channel, *, target: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
+    service = "memory"
+
+    def __init__(self, channel: grpc.aio.Channel, target: str = "", *, timeout_s: float = DEFAULT_TIMEOUT_S,
                  carry: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
-        self.stub = memory_pb2_grpc.MemoryStub(channel)
-        self._target = target or "the memory service"
-        self._timeout = timeout_s
+        super().__init__(channel, target, timeout_s=timeout_s)
         self._carrier: CarriedClient | None = None
         self._appends: CarriedMethod[memory_pb2.AppendMessagesRequest, memory_pb2.AppendMessagesResponse] | None = None
         self._starts: CarriedMethod[memory_pb2.StartTurnRequest, memory_pb2.StartTurnResponse] | None = None
         if carry is not None:
             identity, tracer = carry
             self._carrier = CarriedClient(self.stub.CarriedCalls, memory_pb2.CarriedMemoryCall,
-                                          identity=identity, audience="memory", tracer=tracer, peer=self._target)
+                                          identity=identity, audience="memory", tracer=tracer, peer=self.peer)
             self._appends = self._carrier.method(APPEND_METHOD, "append_messages")
             self._starts = self._carrier.method(START_TURN_METHOD, "start_turn")
+
+    def _make_stub(self, channel: grpc.aio.Channel) -> memory_pb2_grpc.MemoryStub:
+        return memory_pb2_grpc.MemoryStub(channel)
 
     @property
     def carrying_appends(self) -> bool:
@@ -85,7 +87,7 @@ class MemoryClient:
     async def _append(self, request: memory_pb2.AppendMessagesRequest) -> memory_pb2.AppendMessagesResponse:
         if self._appends is not None:
             try:
-                return await peer_call(self._target, self._appends.call(request, self._timeout))
+                return await peer_call(self.peer, self._appends.call(request, self.timeout_s))
             except NotCarried:
                 pass
         return await self._call(self.stub.AppendMessages, request)
@@ -101,7 +103,7 @@ class MemoryClient:
         return await self.stub.StartTurn(request, timeout=timeout)
 
     async def _call(self, method, request, timeout: float | None = None):
-        return await peer_call(self._target, method(request, timeout=timeout or self._timeout))
+        return await self.call(method, request, timeout)
 
     # --- sessions ---
 
