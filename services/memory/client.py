@@ -49,8 +49,8 @@ START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 class MemoryClient:
     """`carry` (identity and tracer of the calling service): AppendMessages and StartTurn calls
     ride one long-lived stream (`Memory.CarriedCalls`, agentmesh.rpc.carried) — for a caller
-    that makes them on every turn and step, the agent; unary calls when the memory service has
-    no such stream."""
+    that makes them on every turn and step, the agent; a request too large to carry goes as the
+    unary call."""
 
     def __init__(self, channel: grpc.aio.Channel, *, target: str = "", timeout_s: float = DEFAULT_TIMEOUT_S,
                  carry: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
@@ -69,13 +69,13 @@ class MemoryClient:
 
     @property
     def carrying_appends(self) -> bool:
-        """Whether appends ride the stream (False: unary calls, e.g. to an older memory service)."""
-        return self._appends is not None and self._appends.carried
+        """Whether appends ride the stream (False: a client made without `carry`)."""
+        return self._appends is not None
 
     @property
     def carrying_turn_starts(self) -> bool:
-        """Whether StartTurn calls ride the stream (False: unary calls)."""
-        return self._starts is not None and self._starts.carried
+        """Whether StartTurn calls ride the stream (False: a client made without `carry`)."""
+        return self._starts is not None
 
     async def close(self) -> None:
         """Close the carried calls' stream (the channel is the caller's to close)."""
@@ -86,7 +86,7 @@ class MemoryClient:
         if self._appends is not None:
             try:
                 return await peer_call(self._target, self._appends.call(request, self._timeout))
-            except NotCarried:
+            except NotCarried:  # too large to carry
                 pass
         return await self._call(self.stub.AppendMessages, request)
 
@@ -96,7 +96,7 @@ class MemoryClient:
         if self._starts is not None:
             try:
                 return await self._starts.call(request, timeout)
-            except NotCarried:
+            except NotCarried:  # too large to carry
                 pass
         return await self.stub.StartTurn(request, timeout=timeout)
 
