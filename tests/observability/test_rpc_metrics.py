@@ -15,6 +15,7 @@ from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry.instruments import RPC_SERVER_DURATION
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, sessions_pb2
 from tests.observability.obs_helpers import memory_telemetry, metric_points
+from tests.support.timing import polling
 
 
 class FakeGateway(gateway_pb2_grpc.GatewayServicer):
@@ -128,8 +129,7 @@ async def test_a_stream_the_client_cancels_counts_as_cancelled(served):
     def cancelled():
         return by_method(reader).get(("Chat", grpc.StatusCode.CANCELLED.value[0]))
 
-    for _ in range(200):  # the server sees the cancellation asynchronously
+    async for _ in polling(0.025):  # the server sees the cancellation asynchronously
         if cancelled():
             break
-        await asyncio.sleep(0.025)
     assert cancelled() is not None and cancelled().count == 1

@@ -18,6 +18,7 @@ from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry.instruments import RPC_SERVER_DURATION
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 from tests.observability.obs_helpers import memory_telemetry, metric_points
+from tests.support.timing import polling
 
 
 class SlowGateway(gateway_pb2_grpc.GatewayServicer):
@@ -112,10 +113,9 @@ async def test_cancelling_a_traced_call_reaches_the_server(traced):
                 if p.attributes["rpc.method"] == "CreateSession"
                 and p.attributes["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]]
 
-    for _ in range(200):  # the server sees the cancellation asynchronously
+    async for _ in polling(0.025):  # the server sees the cancellation asynchronously
         if cancelled():
             break
-        await asyncio.sleep(0.025)
     assert cancelled(), "the server never saw the call cancelled"
     client = only(client_spans, SpanKind.CLIENT)
     assert client.attributes["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]
