@@ -12,6 +12,50 @@ from tests.support.llm_server import ScriptedLLMServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# What `make test-fast` leaves out (marked `slow` here): directories whose tests start whole
+# stacks, subprocesses, a browser, chart renders or podman, and the modules elsewhere that took
+# the longest per test in a full run (2 s and more each, or 25 s and more in all, with 4 workers
+# on a loaded 2-core machine). A slow test elsewhere may also say so itself (`pytest.mark.slow`).
+SLOW_DIRS = ("e2e", "web", "helm", "images", "mcpservers", "protocols", "gateway_routing")
+SLOW_MODULES = (
+    "agent/test_agent_approvals.py", "agent/test_agent_background.py", "agent/test_agent_background_watch.py",
+    "agent/test_agent_finishing.py", "agent/test_agent_overlap.py", "agent/test_agent_service.py",
+    "agent/test_agent_tasks.py", "agent/test_agent_thinking.py", "cli/test_cli_basics.py",
+    "gateway/test_dropped_streams.py", "memory/test_edge_parts.py", "memory/test_kept_writes.py",
+    "memory/test_memory_longterm.py", "memory/test_storage_port.py", "scheduler/test_scheduler_stack.py",
+    "security/test_internal_auth.py", "security/test_oidc.py", "security/test_request_bounds.py",
+    "tools/test_search_and_web.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    tests = REPO_ROOT / "tests"
+    grouping = bool(config.getoption("loadgroup", default=False)) or config.getoption("dist", default=None) == "loadgroup"
+    for item in items:
+        where = item.path.relative_to(tests)
+        if where.parts[0] in SLOW_DIRS or where.as_posix() in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+        if grouping:
+            _into_its_group(item)
+
+
+def _into_its_group(item) -> None:
+    """`--dist loadgroup` sends the tests of one `xdist_group` to one worker, one after the other,
+    by a `@group` suffix on their ids. pytest-xdist 3.8 sets it as `item._nodeid`, which pytest 9
+    no longer reads (a node's id is `item._id`), so it is set here, once, for either."""
+    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")})
+    if not groups or "@" in item.nodeid.rsplit("]", 1)[-1]:
+        return
+    grouped = f"{item.nodeid}@{'_'.join(groups)}"
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(grouped)  # noqa: SLF001 - as pytest-xdist does with _nodeid
+    else:
+        item._nodeid = grouped  # noqa: SLF001
+
 
 @pytest.fixture
 def llm():
