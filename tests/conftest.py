@@ -19,12 +19,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SLOW_DIRS = ("e2e", "web", "helm", "images", "mcpservers", "protocols", "gateway_routing")
 SLOW_MODULES = (
     "agent/test_agent_approvals.py", "agent/test_agent_background.py", "agent/test_agent_background_watch.py",
-    "agent/test_agent_finishing.py", "agent/test_agent_overlap.py", "agent/test_agent_service.py",
-    "agent/test_agent_tasks.py", "agent/test_agent_thinking.py", "cli/test_cli_basics.py",
-    "gateway/test_dropped_streams.py", "memory/test_edge_parts.py", "memory/test_kept_writes.py",
-    "memory/test_memory_longterm.py", "memory/test_storage_port.py", "scheduler/test_scheduler_stack.py",
-    "security/test_internal_auth.py", "security/test_oidc.py", "security/test_request_bounds.py",
-    "tools/test_search_and_web.py",
+    "agent/test_agent_deep.py", "agent/test_agent_finishing.py", "agent/test_agent_overlap.py",
+    "agent/test_agent_service.py", "agent/test_agent_tasks.py", "agent/test_agent_thinking.py",
+    "cli/test_cli_basics.py", "gateway/test_dropped_streams.py", "memory/test_edge_parts.py",
+    "memory/test_kept_writes.py", "memory/test_memory_longterm.py", "memory/test_storage_port.py",
+    "observability/test_trace_view.py", "observability/test_turn_trace_e2e.py",
+    "scheduler/test_scheduler_cli.py", "scheduler/test_scheduler_firing.py", "scheduler/test_scheduler_lease.py",
+    "scheduler/test_scheduler_stack.py", "security/test_internal_auth.py", "security/test_oidc.py",
+    "security/test_request_bounds.py", "tools/test_search_and_web.py",
 )
 
 
