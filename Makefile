@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PROTOS := $(wildcard protos/agentmesh/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
-.PHONY: install system-packages browser stubs demo lint test bench up clean wheels images
+.PHONY: install system-packages browser stubs demo lint test test-fast bench up clean wheels images
 
 install: system-packages $(VENV)/.installed $(STUBS) browser
 
@@ -54,8 +54,25 @@ lint: install
 	$(PY) .ci/package_tree.py mypy -p agentmesh
 	$(PY) .ci/package_tree.py lint-imports
 
+# The suite on TEST_WORKERS pytest-xdist workers: every test has its own ports, homes and
+# temporary directories, so tests run side by side; the image tests share one build and one
+# podman stack and run on one worker (--dist loadgroup). Most tests wait on processes, sockets and
+# jails rather than compute, hence more workers than cores. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 4
+PYTEST_WORKERS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: install lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_WORKERS)
+
+# Before every commit (about a minute): ruff, then the tests not marked slow — the cores against
+# their ports, the shared library, each service's own tests; not the end-to-end, browser, chart,
+# MCP-server, protocol, multi-replica or image tests (tests/conftest.py: SLOW_DIRS).
+FAST_PATHS := tests/agent tests/cli tests/gateway tests/memory tests/observability tests/scheduler \
+              tests/security tests/tools $(wildcard tests/test_*.py)
+
+test-fast: install
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" $(FAST_PATHS)
 
 bench: install
 	$(PY) -m benches

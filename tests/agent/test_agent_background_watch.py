@@ -17,6 +17,7 @@ from tests.agent.test_agent_finishing import Running, finished, of_kind, run_tur
 from tests.agent.test_agent_service import open_session
 from tests.support.identities import caller_channel
 from tests.support.llm_server import reply, tool_call
+from tests.support.timing import polling
 
 
 def spans(home: Path) -> list[dict]:
@@ -27,11 +28,10 @@ async def served(running, trace_id: str) -> list[str]:
     """The RPCs the tools service served in one turn (from the local span store), once the
     turn's spans are on disk: the agent's RunTurn span ends last, and each service writes its
     spans every 0.2 s."""
-    for _ in range(200):
+    async for _ in polling(0.05):
         if any(s["trace_id"] == trace_id and s["kind"] == "SERVER" and s["service"] == "agentmesh-agent"
                for s in spans(running.home)):
             break
-        await asyncio.sleep(0.05)
     else:
         raise AssertionError(f"the turn's spans never reached the store (trace {trace_id})")
     await asyncio.sleep(0.5)  # the tools service's own batch

@@ -16,6 +16,7 @@ from tests.agent.memory_proxy import REFUSAL, AppendGate
 from tests.support.identities import signed_channel
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
+from tests.support.timing import polling
 
 ANSWER = "Done: a.txt holds hello."
 # Long enough that a turn waiting for it would be seen waiting.
@@ -90,11 +91,10 @@ def spans(home) -> list[dict]:
 async def chat_spans(home, turn: Turn, count: int = 2) -> list[dict]:
     """The turn's `chat` spans (the agent's model calls, from its traces) once `count` have ended."""
     trace_id = turn.events[0].run_started.trace_id
-    for _ in range(200):
+    async for _ in polling(0.05):
         chats = [s for s in spans(home) if s["trace_id"] == trace_id and s["name"].startswith("chat ")]
         if len(chats) >= count:
             return sorted(chats, key=lambda s: s["start"])
-        await asyncio.sleep(0.05)
     raise AssertionError(f"the turn's {count} model calls never reached the trace store")
 
 

@@ -1,11 +1,11 @@
-"""A turn's start in one call to memory (StartTurn), the fallback to three calls, and the
-background-results check skipped while nothing can have started a command."""
+"""A turn's start in one call to memory (StartTurn), and the background-results check skipped
+while nothing can have started a command."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from agentmesh.agent.loop.ports import BackgroundCheck, NotSupported, TurnBeginning
+from agentmesh.agent.loop.ports import BackgroundCheck, TurnBeginning
 from agentmesh.agent.loop.run import TurnRequest
 from agentmesh.agent.types import ChatMessage, StatusEvent, ToolCall
 from tests.agent.agent_fakes import FakeMemory, FakeTools, FakeTranscripts, ok
@@ -24,16 +24,13 @@ class CountingTranscripts(FakeTranscripts):
 class FakeStarter:
     """StartTurn over the fakes: the stored transcript, then the first messages appended."""
 
-    def __init__(self, transcripts: FakeTranscripts, memory: FakeMemory, *, supported: bool = True,
-                 recall_error: str = ""):
+    def __init__(self, transcripts: FakeTranscripts, memory: FakeMemory, *, recall_error: str = ""):
         self.transcripts, self.memory = transcripts, memory
-        self.supported, self.recall_error = supported, recall_error
+        self.recall_error = recall_error
         self.calls: list[tuple[str, str, int]] = []
 
     async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str, k: int,
                     recall_timeout_s: float) -> TurnBeginning:
-        if not self.supported:
-            raise NotSupported("the memory service at 127.0.0.1:1 has no StartTurn")
         self.calls.append((session_id, namespace, k))
         stored = list(self.transcripts.history.get(session_id, []))
         await self.transcripts.append(session_id, first)
@@ -65,21 +62,18 @@ async def test_a_turn_starts_with_one_call_to_memory(http, telemetry):
     assert "recalled 1 memory" in [e.message for e in of(events, StatusEvent)]
 
 
-async def test_a_failed_recall_is_a_status_and_an_older_memory_service_gets_three_calls(http, telemetry):
+async def test_a_failed_recall_is_a_status_and_the_turn_goes_on(http, telemetry):
     transcripts = CountingTranscripts()
     memory = FakeMemory(memories=[("default", "tea", "fact")])
-    with ScriptedLLMServer([reply("ok"), reply("ok")]) as llm:
+    with ScriptedLLMServer([reply("ok")]) as llm:
         agent = make_agent(http, llm, FakeTools({}), transcripts, telemetry, memory=memory)
         agent.turn_start = FakeStarter(transcripts, memory, recall_error="it took longer than 5s")
         failed = await collect(agent.start(TurnRequest(session_id="s1", run_id="r1", message="tea please")))
-        agent.turn_start = FakeStarter(transcripts, memory, supported=False)
-        fallback = await collect(agent.start(TurnRequest(session_id="s1", run_id="r2", message="tea please")))
 
     assert "could not recall memories (it took longer than 5s); continuing without them" in [
         e.message for e in of(failed, StatusEvent)]
-    assert transcripts.loads == 1 and memory.searches == [("default", "tea please", 3)]  # the second turn's own calls
-    assert "recalled 1 memory" in [e.message for e in of(fallback, StatusEvent)]
-    assert [m.content for m in transcripts.history["s1"] if m.role == "user"] == ["tea please", "tea please"]
+    assert transcripts.loads == 0 and memory.searches == []  # no separate read or search
+    assert [m.content for m in transcripts.history["s1"] if m.role == "user"] == ["tea please"]
 
 
 class CountingBackground:

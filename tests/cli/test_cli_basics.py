@@ -60,6 +60,7 @@ def test_chat_without_a_gateway_says_how_to_start_one(env):
 def test_up_refuses_when_a_port_is_taken_and_starts_nothing(env):
     ports = {name: _free_port() for name in ("gateway", "agent", "tools", "memory", "scheduler")}
     addrs = {f"AGENTMESH_{n.upper()}_ADDR": f"127.0.0.1:{p}" for n, p in ports.items()}
+    addrs["AGENTMESH_GATEWAY_HTTP_ADDR"] = f"127.0.0.1:{_free_port()}"  # not the default every run shares
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", ports["tools"]))
         holder.listen()

@@ -19,6 +19,8 @@ def run_demo(tmp_path, **extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
     env.update({"AGENTMESH_HOME": str(tmp_path / "home"), "AGENTMESH_DRAIN_S": "2", **extra})
     env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
+    # The gateway's HTTP side too: its fixed default is shared by every run on the machine.
+    env["AGENTMESH_GATEWAY_HTTP_ADDR"] = free_address()
     return subprocess.run([sys.executable, "-m", "agentmesh.cli.main", "demo"], env=env,
                           capture_output=True, text=True, timeout=240)
 

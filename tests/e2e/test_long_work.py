@@ -83,7 +83,7 @@ async def test_cancelling_a_deep_turn_kills_its_background_command(tmp_path):
         async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
             gateway = stack.gateway_stub()
             turn = LiveTurn(gateway, "stopme", "work", mode="deep")
-            await wait_until(lambda: processes_running("sleep 51.25") and processes_running("sleep 52.75"), timeout=20)
+            await wait_until(lambda: processes_running("sleep 51.25") and processes_running("sleep 52.75"))
             cancelled = await gateway.Cancel(gateway_pb2.CancelRequest(session_id="stopme"), timeout=10)
             assert cancelled.cancelled
             await turn.finished()

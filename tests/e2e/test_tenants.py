@@ -31,6 +31,7 @@ from tests.e2e.test_auth_and_cli import run_cli
 from tests.support.identities import signed_channel
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
+from tests.support.timing import polling
 from tests.support.turns import LiveTurn
 
 TOKENS = {
@@ -123,12 +124,11 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
     a_job = await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
         name="sneak", schedule="every 1d", prompt="read it", session_id="b-secret")), metadata=a)
     run = await scheduler.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=a_job.job_id), metadata=a)
-    for _ in range(100):
+    async for _ in polling(0.1):
         runs = await scheduler.ListRuns(scheduler_pb2.ListRunsRequest(job_id=a_job.job_id), metadata=a)
         finished = [r for r in runs.runs if r.run_id == run.run_id and r.status != "running"]
         if finished:
             break
-        await asyncio.sleep(0.1)
     assert finished and finished[0].status == "failed" and "does not exist" in finished[0].error
 
     # B's trace: B reads it once the spans are written; A gets what a missing trace gets.

@@ -13,7 +13,6 @@ Over real gRPC across the five services; the model is the scripted OpenAI-protoc
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tests.mcpservers.conftest import write_servers
 from tests.mcpservers.http_server import HttpMcpServer
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
+from tests.support.timing import polling
 
 # The calls a turn made before it: one each, none of them any more.
 FOLDED = {"PutSession", "GetSession", "GetNamespaceSettings", "GetProfile", "ListSkills", "ListPromotedTools"}
@@ -174,10 +174,9 @@ async def test_a_tool_an_mcp_server_adds_while_running_is_in_a_later_turns_catal
                 found = await gateway.ListTools(tools_pb2.ListToolsRequest(), timeout=10)
                 return {t.name for t in found.tools}
 
-            for _ in range(100):  # the notification is handled by the connection's watch loop
+            async for _ in polling(0.1):  # the notification is handled by the connection's watch loop
                 if "grower__late" in await listed():
                     break
-                await asyncio.sleep(0.1)
             llm.add(reply("", tool_call("grower__late", {"word": "hi"}, id="c2")), reply("ok"))
             events = await chat(gateway, "s1", "use the new tool")
             assert "grower__late" in offered(llm.requests[-2])

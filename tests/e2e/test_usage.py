@@ -98,7 +98,7 @@ async def test_usage_sums_match_the_servers_reports_across_sub_agents_compaction
     assert finished.stop_reason == "completed", of_kind(events, "error")
     child = next(r.result for r in of_kind(events, "tool_result") if r.result.name == "delegate_task").data["session_id"]
     # The model server notes a call's usage after its last write, which the turn may outrun.
-    await wait_until(lambda: len(llm.reported_usage) >= len(llm.requests), timeout=5)
+    await wait_until(lambda: len(llm.reported_usage) >= len(llm.requests))
     reported = llm.reported_usage
     assert any(r.messages[0]["content"] == INSTRUCTION for r in llm.requests)  # a summary call was made
     assert len(reported) == len(llm.requests) >= 9

@@ -3,8 +3,6 @@ replica a call lands on; Cancel, Approve and ListApprovals reach the turn wherev
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 import pytest
 
@@ -14,6 +12,7 @@ from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.gateway_routing.replicas import FakeDNS, Replicas
 from tests.support.llm_server import reply, tool_call
+from tests.support.timing import polling
 from tests.support.turns import LiveTurn, collect, kinds, of_kind
 
 A, B = 0, 1
@@ -210,11 +209,10 @@ async def test_a_replica_that_drains_ends_the_turns_it_relays_with_a_reason(repl
 
 
 async def _until_idle(stub, session: str) -> None:
-    for _ in range(200):
+    async for _ in polling(0.05):
         listing = await stub.ListApprovals(gateway_pb2.ListApprovalsRequest(session_id=session), timeout=10)
         if not listing.run_id:
             return
-        await asyncio.sleep(0.05)
     raise AssertionError(f"session {session} still runs a turn")
 
 

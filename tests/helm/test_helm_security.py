@@ -23,7 +23,8 @@ from tests.helm.ensure_tools import ToolUnavailable, ensure_checkov_in_backgroun
 from tests.helm.helm_support import REPO_ROOT, Rendered
 
 # The one-off install of checkov may take minutes on a slow machine.
-pytestmark = pytest.mark.timeout(900)
+# One worker runs the module: its checkov scan (a minute or more) is made once, not per worker.
+pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("checkov")]
 
 DOCKERFILES = {"services": REPO_ROOT / "docker" / "Dockerfile", "sandbox": REPO_ROOT / "docker" / "sandbox" / "Dockerfile"}
 CONFIGS = ("default", "production")

@@ -15,7 +15,8 @@ import pytest
 from tests.images.podman import REPO_ROOT, SERVICE_UID
 
 # The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
-pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
+# One xdist worker runs every image test: they share one build and one podman stack.
+pytestmark = [pytest.mark.images, pytest.mark.timeout(1800), pytest.mark.xdist_group("images")]
 
 SITE = "opt/agentmesh/lib/python3.11/site-packages"
 # Where each import package's sources live in the tree (pyproject.toml's package-dir).

@@ -18,7 +18,8 @@ from agentmesh.v1 import tools_pb2, tools_pb2_grpc
 from tests.images.podman import SERVICE_UID
 
 # The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
-pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
+# One xdist worker runs every image test: they share one build and one podman stack.
+pytestmark = [pytest.mark.images, pytest.mark.timeout(1800), pytest.mark.xdist_group("images")]
 
 STATUS_FIELDS = "Uid|Gid|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp"
 SHOW_IDENTITY = f"id; grep -E '^({STATUS_FIELDS}):' /proc/self/status"

@@ -18,7 +18,8 @@ from tests.images.test_sandbox_pod import SHOW_IDENTITY, proc_status
 from tests.support.llm_server import reply, tool_call
 
 # The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
-pytestmark = [pytest.mark.images, pytest.mark.timeout(1800)]
+# One xdist worker runs every image test: they share one build and one podman stack.
+pytestmark = [pytest.mark.images, pytest.mark.timeout(1800), pytest.mark.xdist_group("images")]
 
 
 @pytest.mark.parametrize("service", SERVICES)

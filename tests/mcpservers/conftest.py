@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import sysconfig
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.mcpservers.http_server import HttpMcpServer
+from tests.support.processes import descendants
 
 
 def jailable_python() -> str:
@@ -58,7 +58,7 @@ def server_pids(marker: str) -> list[int]:
     setpriv, sh). Only descendants of this process count: the machine may be running other test
     sessions at the same time, with servers of the same name of their own."""
     pids = []
-    ours = _descendants(os.getpid())
+    ours = descendants()
     for pid in ours:
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -67,27 +67,3 @@ def server_pids(marker: str) -> list[int]:
         if argv and marker.encode() in argv and Path(argv[0].decode(errors="replace")).name.startswith("python"):
             pids.append(pid)
     return sorted(pids)
-
-
-def _descendants(root: int) -> set[int]:
-    """The processes below `root` now, by the parent each one names in /proc (jails included:
-    their PID namespaces still show the host's parent chain)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # ended while we looked
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
-        parent = int(stat[stat.rindex(")") + 2:].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found: set[int] = set()
-    frontier = [root]
-    while frontier:
-        for child in children.get(frontier.pop(), []):
-            if child not in found:
-                found.add(child)
-                frontier.append(child)
-    return found

@@ -81,5 +81,5 @@ async def test_cancelling_the_call_cancels_the_request_on_the_server(tmp_path, h
         call = stack.tools_stub().Execute(request, timeout=30)
         await asyncio.sleep(0.5)
         call.cancel()
-        await wait_until(lambda: http_mcp.events, timeout=5)
+        await wait_until(lambda: http_mcp.events)
         assert http_mcp.events == ["slow cancelled"]

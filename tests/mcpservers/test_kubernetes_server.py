@@ -5,7 +5,6 @@ command as a local process and serves attach over a real websocket (v5/v4 channe
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from tests.mcpservers.conftest import write_servers
 from tests.protocols.conftest import TOKEN
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
+from tests.support.timing import polling
 from tests.support.turns import collect, of_kind, wait_until
 from tests.tools.fake_kube import FakeKube
 
@@ -155,19 +155,18 @@ async def test_a_dead_server_pod_is_replaced_and_an_idle_one_deleted(home, kube)
         with kube.cond:
             os.kill(kube.procs[(NAMESPACE, first)].pid, signal.SIGKILL)
         # The pod ends; the supervisor deletes it and, after its backoff, starts a fresh one.
-        await wait_until(lambda: running_server_pods(kube) not in ([], [first]), timeout=20)
-        for _ in range(40):
+        await wait_until(lambda: running_server_pods(kube) not in ([], [first]))
+        async for _ in polling(0.25):
             result = await execute(stack, "time__get_current_time", {"timezone": "UTC"})
             if not result.is_error:
                 break
             assert result.error_kind == "unavailable", result.output
-            await asyncio.sleep(0.25)
         assert not result.is_error, result.output
         assert [p["metadata"]["name"] for p in server_pods(kube)] != [first]
         assert first not in [p["metadata"]["name"] for p in server_pods(kube)]  # the dead one was deleted
         # Idle past AGENTMESH_MCP_IDLE_S: the pod is deleted, the tools stay listed, and the
         # next call starts a pod again.
-        await wait_until(lambda: server_pods(kube) == [], timeout=20)
+        await wait_until(lambda: server_pods(kube) == [])
         listed = await stack.tools_stub().ListTools(tools_pb2.ListToolsRequest())
         assert "time__get_current_time" in [t.name for t in listed.tools]
         assert not (await execute(stack, "time__get_current_time", {"timezone": "UTC"})).is_error
@@ -260,7 +259,7 @@ async def test_a_restarted_service_removes_the_pods_an_earlier_run_left(home, ku
     post_pod(kube, "agentmesh-mcp-ended", "another-replica", ["/bin/true"])  # its server saw end of input and exited
     post_pod(kube, "agentmesh-mcp-mine", ours, ["/bin/sleep", "60"])  # ours, from before a restart
     post_pod(kube, "agentmesh-mcp-theirs", "another-replica", ["/bin/sleep", "60"])  # a live replica's
-    await wait_until(lambda: len(running_server_pods(kube)) == 2 and phase(kube, "agentmesh-mcp-ended") == "Succeeded", timeout=10)
+    await wait_until(lambda: len(running_server_pods(kube)) == 2 and phase(kube, "agentmesh-mcp-ended") == "Succeeded")
     async with Stack(home / "home", env=kube_env(kube, home), services=("memory", "tools")):
         assert [p["metadata"]["name"] for p in server_pods(kube)] == ["agentmesh-mcp-theirs"]
 

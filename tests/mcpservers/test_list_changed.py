@@ -3,7 +3,6 @@ adds a tool while it runs and says so; the tools service lists it without a rest
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -12,6 +11,7 @@ from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
 from tests.mcpservers.http_server import HttpMcpServer
 from tests.support.stack import Stack
+from tests.support.timing import polling
 
 
 def growing_server() -> MCPServer:
@@ -46,10 +46,9 @@ async def test_a_changed_tool_list_is_listed_again(tmp_path):
                                                                  arguments_json="{}"), timeout=60)
             assert not grown.result.is_error and "grown" in grown.result.output
 
-            for _ in range(100):  # the notification is handled by the connection's watch loop
+            async for _ in polling(0.1):  # the notification is handled by the connection's watch loop
                 if "grower__late" in await names():
                     break
-                await asyncio.sleep(0.1)
             assert "grower__late" in await names()
             called = await tools.Execute(tools_pb2.ExecuteRequest(session_id="s1", call_id="c2", name="grower__late",
                                                                   arguments_json=json.dumps({"word": "hi"})), timeout=60)

@@ -3,7 +3,6 @@ time__get_current_time, called by the scripted model, run inside the local jail.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -16,6 +15,7 @@ from agentmesh.v1 import gateway_pb2, tools_pb2
 from tests.mcpservers.conftest import server_pids, time_server_entry, write_servers
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
+from tests.support.timing import polling
 from tests.support.turns import collect, of_kind, wait_until
 
 pytestmark = pytest.mark.slow
@@ -90,18 +90,17 @@ async def test_a_server_that_dies_is_restarted_and_an_idle_one_stopped(home):
         assert not (await execute(stack, "time__get_current_time", {"timezone": "UTC"})).is_error
         [first] = server_pids("mcp_server_time")
         os.kill(first, signal.SIGKILL)
-        await wait_until(lambda: server_pids("mcp_server_time") not in ([], [first]), timeout=15)
+        await wait_until(lambda: server_pids("mcp_server_time") not in ([], [first]))
         # A call that meets the dead connection says so; the restarted server answers the next.
-        for _ in range(20):
+        async for _ in polling(0.25):
             result = await execute(stack, "time__get_current_time", {"timezone": "UTC"})
             if not result.is_error:
                 break
             assert result.error_kind == "unavailable", result.output
-            await asyncio.sleep(0.25)
         assert not result.is_error, result.output
         # Idle for longer than AGENTMESH_MCP_IDLE_S: the process ends, the tools stay listed,
         # and the next call starts it again.
-        await wait_until(lambda: server_pids("mcp_server_time") == [], timeout=15)
+        await wait_until(lambda: server_pids("mcp_server_time") == [])
         listed = await stack.tools_stub().ListTools(tools_pb2.ListToolsRequest())
         assert "time__get_current_time" in [t.name for t in listed.tools]
         assert not (await execute(stack, "time__get_current_time", {"timezone": "UTC"})).is_error

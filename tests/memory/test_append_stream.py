@@ -19,7 +19,6 @@ from agentmesh.telemetry.spanstore import read_spans, span_store_dir
 from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc
 from tests.memory.conftest import Carrying
 from tests.support.identities import signed_channel
-from tests.support.servicers import served
 
 
 def _step(text: str) -> list[common_pb2.Message]:
@@ -144,30 +143,6 @@ async def test_a_restarted_memory_service_gets_the_next_append_on_a_new_stream(m
             await asyncio.sleep(0.1)
     stored = [m.content for m in await memory_service.client.transcript("s")]
     assert stored[0] == "before" and stored[-1] == "after" and "while away" not in stored
-
-
-class OlderMemory(memory_pb2_grpc.MemoryServicer):
-    """A memory service from before AppendStream: answers AppendMessages only."""
-
-    def __init__(self) -> None:
-        self.appended: list[str] = []
-
-    async def AppendMessages(self, request, context):
-        self.appended += [m.content for m in request.messages]
-        return memory_pb2.AppendMessagesResponse(last_seq=len(self.appended))
-
-
-async def test_an_older_memory_service_gets_unary_appends():
-    older = OlderMemory()
-    async with served(memory_pb2_grpc.add_MemoryServicer_to_server, older) as (channel, _):
-        client = MemoryClient(channel, carry=(None, None))
-        try:
-            assert await client.append_messages("s", _step("one")) == 1
-            assert await client.append_messages("s", _step("two")) == 2
-            assert older.appended == ["one", "two"]
-            assert not client.carrying_appends
-        finally:
-            await client.close()
 
 
 async def test_a_request_too_large_to_carry_goes_as_a_unary_call(memory_service, carrying):

@@ -1,7 +1,6 @@
 """StartTurn carried beside the appends on the agent's one stream to memory
 (Memory.CarriedCalls, agentmesh.rpc.carried): each a call in all but transport — checked as
-StartTurn, answered as StartTurn — with its answer bounded as a carried request is, and unary
-calls for a server that does not carry it."""
+StartTurn, answered as StartTurn — with its answer bounded as a carried request is."""
 
 from __future__ import annotations
 
@@ -16,10 +15,9 @@ from agentmesh.clients.memory import MemoryClient
 from agentmesh.config import Settings
 from agentmesh.rpc.carried import CARRY_LIMIT_BYTES, NOT_CARRIED_HERE
 from agentmesh.rpc.identity import ServiceIdentity
-from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import common_pb2, memory_pb2
 from tests.memory.conftest import Carrying
 from tests.support.recording import recording_channel
-from tests.support.servicers import served
 
 
 def _user(text: str) -> common_pb2.Message:
@@ -104,30 +102,3 @@ async def test_a_call_of_a_method_the_server_does_not_carry_is_answered_unimplem
         await channel.close()
 
 
-class OlderMemory(memory_pb2_grpc.MemoryServicer):
-    """A memory service from before CarriedCalls: unary StartTurn and AppendMessages."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def StartTurn(self, request, context):
-        self.calls.append("StartTurn")
-        return memory_pb2.StartTurnResponse(first_seq=1, last_seq=1)
-
-    async def AppendMessages(self, request, context):
-        self.calls.append("AppendMessages")
-        return memory_pb2.AppendMessagesResponse(last_seq=2)
-
-
-async def test_an_older_memory_service_gets_unary_start_turns():
-    older = OlderMemory()
-    async with served(memory_pb2_grpc.add_MemoryServicer_to_server, older) as (channel, _):
-        client = MemoryClient(channel, carry=(None, None))
-        try:
-            assert (await client.start_turn(_start("s", "hi"), timeout=5)).last_seq == 1
-            assert await client.append_messages("s", [_user("step")]) == 2
-            assert (await client.start_turn(_start("s", "again"), timeout=5)).last_seq == 1
-            assert older.calls == ["StartTurn", "AppendMessages", "StartTurn"]
-            assert not client.carrying_turn_starts and not client.carrying_appends
-        finally:
-            await client.close()

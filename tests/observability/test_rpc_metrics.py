@@ -15,6 +15,7 @@ from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry.instruments import RPC_SERVER_DURATION
 from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, sessions_pb2
 from tests.observability.obs_helpers import memory_telemetry, metric_points
+from tests.support.timing import polling
 
 
 class FakeGateway(gateway_pb2_grpc.GatewayServicer):
@@ -62,6 +63,16 @@ def by_method(reader) -> dict[tuple[str, int], object]:
     }
 
 
+async def recorded(reader, *keys: tuple[str, int], calls: int | None = None) -> dict[tuple[str, int], object]:
+    """`by_method` once the server has recorded `keys` (and `calls` calls in all): it records a
+    call after sending its status, so the caller may have its answer first."""
+    async for _ in polling():
+        points = by_method(reader)
+        if all(k in points for k in keys) and (calls is None or sum(p.count for p in points.values()) >= calls):
+            break
+    return points
+
+
 async def test_unary_calls_are_recorded_with_their_status(served):
     stub, reader, _, _ = served
     await stub.CreateSession(gateway_pb2.CreateSessionRequest(session_id="a"))
@@ -70,7 +81,8 @@ async def test_unary_calls_are_recorded_with_their_status(served):
         await stub.GetSession(sessions_pb2.GetSessionRequest(session_id="nope"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
-    points = by_method(reader)
+    points = await recorded(reader, ("CreateSession", grpc.StatusCode.OK.value[0]),
+                            ("GetSession", grpc.StatusCode.NOT_FOUND.value[0]), calls=3)
     ok = points[("CreateSession", grpc.StatusCode.OK.value[0])]
     assert ok.count == 2
     assert ok.attributes["rpc.system"] == "grpc"
@@ -87,7 +99,7 @@ async def test_streaming_calls_are_recorded_when_the_stream_ends(served):
             pass
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
-    points = by_method(reader)
+    points = await recorded(reader, ("Chat", grpc.StatusCode.OK.value[0]), ("Chat", grpc.StatusCode.INVALID_ARGUMENT.value[0]))
     assert points[("Chat", grpc.StatusCode.OK.value[0])].count == 1
     assert points[("Chat", grpc.StatusCode.INVALID_ARGUMENT.value[0])].count == 1
 
@@ -97,13 +109,16 @@ async def test_an_unhandled_crash_counts_as_unknown(served):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Cancel(gateway_pb2.CancelRequest(session_id="s"))
     assert err.value.code() == grpc.StatusCode.UNKNOWN
-    assert by_method(reader)[("Cancel", grpc.StatusCode.UNKNOWN.value[0])].count == 1
+    points = await recorded(reader, ("Cancel", grpc.StatusCode.UNKNOWN.value[0]))
+    assert points[("Cancel", grpc.StatusCode.UNKNOWN.value[0])].count == 1
 
 
 async def test_server_spans_are_made_with_the_service_provider(served):
     stub, _, spans, _ = served
     await stub.CreateSession(gateway_pb2.CreateSessionRequest(session_id="a"))
-    names = [s.name for s in spans.get_finished_spans()]
+    async for _ in polling():  # the server ends its span after sending the answer
+        if "/agentmesh.v1.Gateway/CreateSession" in (names := [s.name for s in spans.get_finished_spans()]):
+            break
     assert "/agentmesh.v1.Gateway/CreateSession" in names
 
 
@@ -114,8 +129,10 @@ async def test_health_probes_are_measured_but_not_traced(served):
     health = health_pb2_grpc.HealthStub(channel)
     reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    async for _ in polling():  # recorded after the answer is sent
+        if probes := [p for p in metric_points(reader, RPC_SERVER_DURATION) if p.attributes["rpc.service"] == "grpc.health.v1.Health"]:
+            break
     assert not [s for s in spans.get_finished_spans() if "grpc.health" in s.name]
-    probes = [p for p in metric_points(reader, RPC_SERVER_DURATION) if p.attributes["rpc.service"] == "grpc.health.v1.Health"]
     assert probes and probes[0].attributes["rpc.method"] == "Check"
 
 
@@ -128,8 +145,7 @@ async def test_a_stream_the_client_cancels_counts_as_cancelled(served):
     def cancelled():
         return by_method(reader).get(("Chat", grpc.StatusCode.CANCELLED.value[0]))
 
-    for _ in range(200):  # the server sees the cancellation asynchronously
+    async for _ in polling(0.025):  # the server sees the cancellation asynchronously
         if cancelled():
             break
-        await asyncio.sleep(0.025)
     assert cancelled() is not None and cancelled().count == 1

@@ -18,6 +18,7 @@ from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry.instruments import RPC_SERVER_DURATION
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 from tests.observability.obs_helpers import memory_telemetry, metric_points
+from tests.support.timing import polling
 
 
 class SlowGateway(gateway_pb2_grpc.GatewayServicer):
@@ -56,8 +57,12 @@ async def traced(tmp_path):
         await host.stop(grace=0)
 
 
-def only(spans, kind):
-    found = [s for s in spans.get_finished_spans() if s.kind == kind]
+async def only(spans, kind):
+    """The one finished span of `kind`, once it has finished: the server ends its span after it
+    has sent the status, so the caller may have its answer first."""
+    async for _ in polling():
+        if found := [s for s in spans.get_finished_spans() if s.kind == kind]:
+            break
     assert len(found) == 1, found
     return found[0]
 
@@ -65,7 +70,7 @@ def only(spans, kind):
 async def test_a_call_is_a_client_span_and_its_server_child_in_one_trace(traced):
     stub, _, client_spans, server_spans, _ = traced
     await stub.CreateSession(gateway_pb2.CreateSessionRequest(session_id="a"))
-    client, server = only(client_spans, SpanKind.CLIENT), only(server_spans, SpanKind.SERVER)
+    client, server = await only(client_spans, SpanKind.CLIENT), await only(server_spans, SpanKind.SERVER)
     assert client.name == server.name == "/agentmesh.v1.Gateway/CreateSession"
     assert server.context.trace_id == client.context.trace_id
     assert server.parent is not None and server.parent.span_id == client.context.span_id
@@ -80,7 +85,7 @@ async def test_a_callers_error_fails_the_client_span_but_not_the_server_span(tra
     stub, _, client_spans, server_spans, _ = traced
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.GetSession(sessions_pb2.GetSessionRequest(session_id="nope"))
-    client, server = only(client_spans, SpanKind.CLIENT), only(server_spans, SpanKind.SERVER)
+    client, server = await only(client_spans, SpanKind.CLIENT), await only(server_spans, SpanKind.SERVER)
     assert client.attributes["rpc.grpc.status_code"] == server.attributes["rpc.grpc.status_code"] == 5
     assert client.status.status_code == StatusCode.ERROR and "no session 'nope'" in client.status.description
     # NOT_FOUND is the caller's mistake: the server did its job (OpenTelemetry RPC conventions).
@@ -92,10 +97,10 @@ async def test_a_crash_fails_both_spans(traced):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Cancel(gateway_pb2.CancelRequest(session_id="s"))
     assert err.value.code() == grpc.StatusCode.UNKNOWN
-    server = only(server_spans, SpanKind.SERVER)
+    server = await only(server_spans, SpanKind.SERVER)
     assert server.status.status_code == StatusCode.ERROR
     assert [e.name for e in server.events] == ["exception"]
-    assert only(client_spans, SpanKind.CLIENT).status.status_code == StatusCode.ERROR
+    assert (await only(client_spans, SpanKind.CLIENT)).status.status_code == StatusCode.ERROR
 
 
 async def test_cancelling_a_traced_call_reaches_the_server(traced):
@@ -112,10 +117,9 @@ async def test_cancelling_a_traced_call_reaches_the_server(traced):
                 if p.attributes["rpc.method"] == "CreateSession"
                 and p.attributes["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]]
 
-    for _ in range(200):  # the server sees the cancellation asynchronously
+    async for _ in polling(0.025):  # the server sees the cancellation asynchronously
         if cancelled():
             break
-        await asyncio.sleep(0.025)
     assert cancelled(), "the server never saw the call cancelled"
-    client = only(client_spans, SpanKind.CLIENT)
+    client = await only(client_spans, SpanKind.CLIENT)
     assert client.attributes["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]

@@ -16,6 +16,9 @@ import pytest
 from tests.observability.turn_capture import TurnRecord, capture_turn
 from tests.support.llm_server import failure, reply, tool_call
 
+# One worker runs the module: its turn (a whole stack) is captured once, not per worker.
+pytestmark = pytest.mark.xdist_group("turn-trace")
+
 API_KEY = "am-e2e-KEY-4f1c9b7d2e8a"  # not shaped like any known key: only configuration can hide it
 GOOD = 'echo "tp=$TRACEPARENT"'
 BAD = "echo failing >&2; exit 3"

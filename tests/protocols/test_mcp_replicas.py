@@ -44,7 +44,7 @@ class TwoToolsReplicas:
         self.base = {
             "AGENTMESH_LLM_PROVIDER": "openai", "AGENTMESH_LLM_BASE_URL": llm_base_url,
             "AGENTMESH_LLM_MODEL": "test-model", "AGENTMESH_LLM_API_KEY": "sk-test-secret-key-0123456789",
-            "AGENTMESH_DRAIN_S": "1", "AGENTMESH_TRACES": "none", "AGENTMESH_GATEWAY_HTTP_ADDR": "",
+            "AGENTMESH_DRAIN_S": "1", "AGENTMESH_TRACES": "none", "AGENTMESH_GATEWAY_HTTP_ADDR": "127.0.0.1:0",
             "AGENTMESH_AUTH_TOKENS": TOKEN, "AGENTMESH_SERVICE_KEYS_DIR": str(self.keys),
             "PATH": "/usr/local/bin:/usr/bin:/bin", **extra_env,
         }

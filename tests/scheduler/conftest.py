@@ -26,6 +26,7 @@ from agentmesh.scheduler.server import build
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.scheduler.fakes import FakeClock, FakeGateway
+from tests.support.timing import PATIENCE_S
 
 # Monday 5 January 2026, 00:00 UTC: a round start makes due times easy to read.
 T0 = datetime(2026, 1, 5, tzinfo=UTC).timestamp()
@@ -41,7 +42,7 @@ BASE_ENV = {
 }
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition"):
+async def eventually(check: Callable[[], Any], timeout: float = PATIENCE_S, what: str = "condition"):
     """Poll `check` (sync or async) until it returns something truthy; fail after `timeout` s."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -71,7 +72,7 @@ class Replica:
         response = await self.stub.ListRuns(scheduler_pb2.ListRunsRequest(job_id=job_id, limit=limit))
         return list(reversed(response.runs))  # oldest first reads better in assertions
 
-    async def runs_until(self, job_id: str, predicate: Callable[[list], bool], timeout: float = 10.0):
+    async def runs_until(self, job_id: str, predicate: Callable[[list], bool], timeout: float = PATIENCE_S):
         async def check():
             runs = await self.runs(job_id)
             return runs if predicate(runs) else None

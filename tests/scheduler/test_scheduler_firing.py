@@ -69,7 +69,7 @@ async def test_gateway_unreachable_is_a_failed_run_not_a_crash(harness, gateway)
     job = await replica.create(name="n", schedule="every 1m", prompt="p")
     await gateway.server.stop(0)
     await harness.clock.advance(60)
-    (run,) = await replica.runs_until(job.job_id, lambda r: len(r) == 1 and r[0].status == "failed", timeout=20)
+    (run,) = await replica.runs_until(job.job_id, lambda r: len(r) == 1 and r[0].status == "failed")
     assert run.error.startswith("UNAVAILABLE")
     assert (await replica.stub.GetJob(scheduler_pb2.GetJobRequest(job_id=job.job_id))).next_run_at == T0 + 120
 

@@ -11,6 +11,7 @@ the next is built, so peers find each other exactly as in `agentmesh up`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from typing import Mapping
@@ -19,7 +20,7 @@ from agentmesh.cli.stack import free_address
 from agentmesh.config import SERVICES, Settings
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.launch import start_service
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import PortInUse, ServiceHost
 from agentmesh.v1 import gateway_pb2_grpc, memory_pb2_grpc, scheduler_pb2_grpc, tools_pb2_grpc
 from tests.support.identities import caller_channel
 
@@ -55,6 +56,7 @@ class Stack:
         self.hosts: dict[str, ServiceHost] = {}
         self.addresses: dict[str, str] = dict.fromkeys(SERVICES, "127.0.0.1:0")
         self._channels = []
+        self._started: set[str] = set()
 
     @property
     def settings(self) -> Settings:
@@ -62,15 +64,39 @@ class Stack:
         return dataclasses.replace(base, addresses=dict(self.addresses))
 
     async def start(self) -> "Stack":
-        # The gateway's HTTP API reaches the scheduler, which starts after it: give the
-        # scheduler its port up front, as `agentmesh up` does for every service.
-        if "scheduler" in self.services and self.addresses["scheduler"].endswith(":0"):
-            self.addresses["scheduler"] = free_address()
+        # Every service gets its port up front, as `agentmesh up` gives them: below the kernel's
+        # ephemeral range (free_address), so no other process's outgoing connection or port-0
+        # listener takes it while the service is stopped for a restart. (The gateway's HTTP API
+        # also needs the scheduler's address before the scheduler starts.)
         for name in self.services:
-            host = await start_service(name, self.settings, self.addresses[name])
+            if self.addresses[name].endswith(":0"):
+                self.addresses[name] = free_address()
+        for name in self.services:
+            host = await self._start(name)
             self.hosts[name] = host
             self.addresses[name] = host.target
         return self
+
+    async def _start(self, name: str) -> ServiceHost:
+        """`name` on its address. Another run on the machine may have picked the same free port
+        (rare): a first start picks another; a restart, which must keep its port, tries again
+        while the other holder lets go."""
+        first = name not in self._started
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while True:
+            try:
+                host = await start_service(name, self.settings, self.addresses[name])
+            except PortInUse:
+                if loop.time() > deadline:
+                    raise
+                if first:
+                    self.addresses[name] = free_address()
+                else:
+                    await asyncio.sleep(0.2)
+                continue
+            self._started.add(name)
+            return host
 
     async def stop(self) -> None:
         for channel in self._channels:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from agentmesh.v1 import gateway_pb2
+from tests.support.timing import PATIENCE_S
 
 
 async def collect(call) -> list:
@@ -20,7 +21,8 @@ def of_kind(events, kind: str) -> list:
     return [getattr(e, kind) for e in events if e.WhichOneof("payload") == kind]
 
 
-async def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> None:
+async def wait_until(predicate, timeout: float = PATIENCE_S, interval: float = 0.05) -> None:
+    """Poll `predicate` until it is true; past `timeout` (generous: tests/support/timing.py) it fails."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not predicate():
@@ -35,7 +37,7 @@ class LiveTurn:
     def __init__(self, gateway, session_id: str, message: str, metadata=(), **options):
         request = gateway_pb2.ChatRequest(session_id=session_id, message=message,
                                           options=gateway_pb2.ChatOptions(**options))
-        self.call = gateway.Chat(request, timeout=60, metadata=metadata)
+        self.call = gateway.Chat(request, timeout=3 * PATIENCE_S, metadata=metadata)
         self.events: list = []
         self.task = asyncio.create_task(self._read())
 
@@ -51,5 +53,5 @@ class LiveTurn:
         return self.of_kind("approval_request")[index]
 
     async def finished(self) -> list:
-        await asyncio.wait_for(self.task, 30)
+        await asyncio.wait_for(self.task, PATIENCE_S)
         return self.events

@@ -12,6 +12,7 @@ from agentmesh.config import Settings
 from agentmesh.rpc.launch import start_service
 from agentmesh.v1 import tools_pb2, tools_pb2_grpc
 from tests.support.identities import signed_channel
+from tests.support.timing import PATIENCE_S
 
 
 def tools_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -94,7 +95,7 @@ def describe(pids: list[int]) -> str:
     return "\n".join(out)
 
 
-async def wait_until(predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> bool:
+async def wait_until(predicate, timeout_s: float = PATIENCE_S, interval_s: float = 0.05) -> bool:
     """Poll `predicate` until it is true or the bound passes (a liveness bound, not a timing assertion)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

@@ -1,7 +1,6 @@
 """The agent's Execute calls carried on one stream to the tools service (Tools.CarriedCalls,
 agentmesh.rpc.carried): each still a call — checked as Execute, its deadline reaching the tools
-service, its cancellation killing the sandboxed process as a cancelled unary call does — and
-unary calls for a tools service without the stream."""
+service, its cancellation killing the sandboxed process as a cancelled unary call does."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from agentmesh.config import Settings
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.v1 import common_pb2, tools_pb2, tools_pb2_grpc
 from tests.support.recording import recording_channel
-from tests.support.servicers import served
 from tests.tools.support import describe, processes_with, wait_until
 
 
@@ -118,41 +116,18 @@ async def test_each_carried_tool_call_is_checked_as_an_execute(tools):
         await channel.close()
 
 
-class OlderTools(tools_pb2_grpc.ToolsServicer):
-    """A tools service from before CarriedCalls: unary Execute only."""
-
-    def __init__(self) -> None:
-        self.executed: list[str] = []
-
-    async def Execute(self, request, context):
-        self.executed.append(request.call_id)
-        return tools_pb2.ExecuteResponse(result=common_pb2.ToolResult(output="ran"))
-
-
-async def test_an_older_tools_service_gets_unary_tool_calls():
-    older = OlderTools()
-    async with served(tools_pb2_grpc.add_ToolsServicer_to_server, older) as (channel, address):
-        runner = GrpcToolRunner(ToolsClient(channel, address, carry=(None, None)), timeout_s=5)
-        try:
-            assert (await runner.execute("s", _shell("true", "a"))).output == "ran"
-            assert (await runner.execute("s", _shell("true", "b"))).output == "ran"
-            assert older.executed == ["a", "b"] and not runner.carrying_executes
-        finally:
-            await runner.close()
-
-
 async def test_an_answer_too_large_for_the_stream_fails_its_call_alone(home):
     from tests.tools.support import ToolsClient
 
     # An output cap above what a message to the agent may hold (16 MiB).
     async with ToolsClient(home, {"AGENTMESH_TOOLS_OUTPUT_CAP_BYTES": str(17 * 1024 * 1024)}) as tools:
-        runner, channel, _ = _runner(tools)
+        runner, channel, made = _runner(tools)
         try:
             huge = await runner.execute("s1", _shell("yes | head -c 17000000"))
             assert huge.is_error and huge.error_kind == "resource_exhausted", (huge.error_kind, huge.output[:200])
-            # The stream was not ended by it: the next call rides it.
+            # The stream was not ended by it: the next call rides it (no second stream, no unary call).
             assert (await runner.execute("s1", _shell("echo next", "c2"))).output.strip() == "next"
-            assert runner.carrying_executes
+            assert made == ["/agentmesh.v1.Tools/CarriedCalls"]
         finally:
             await runner.close()
             await channel.close()

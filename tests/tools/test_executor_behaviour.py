@@ -45,7 +45,7 @@ def marker() -> str:
 
 
 async def assert_clean(backend, mark: str) -> None:
-    assert await wait_until(lambda: not backend.leftovers(mark), timeout_s=15), backend.leftovers(mark)
+    assert await wait_until(lambda: not backend.leftovers(mark)), backend.leftovers(mark)
 
 
 async def test_runs_a_command_and_returns_its_output(tools, backend):
@@ -145,9 +145,9 @@ async def test_the_local_jail_follows_its_process_without_a_thread_of_its_own(ho
         await client.call("shell", {"command": "true"})  # the service's own threads are up
         before = {t.name for t in threading.enumerate()}
         call = asyncio.ensure_future(client.call("shell", {"command": "echo started > started.txt; sleep 1.5"}))
-        assert await wait_until((client.workspace("s1") / "started.txt").exists, timeout_s=30)
+        assert await wait_until((client.workspace("s1") / "started.txt").exists)
         during = {t.name for t in threading.enumerate()} - before
         result = await call
     assert not result.is_error, result.output
     assert not [name for name in during if "waitpid" in name], during
-    assert result.duration_ms < 1500 + 1000
+    # How soon its end is seen is measured by benches/sandbox.py, not asserted here.

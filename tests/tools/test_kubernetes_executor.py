@@ -40,7 +40,7 @@ def fake(home):
 
 
 async def no_leftovers(backend) -> None:
-    assert await wait_until(lambda: not backend.leftovers(""), timeout_s=15), backend.leftovers("")
+    assert await wait_until(lambda: not backend.leftovers("")), backend.leftovers("")
 
 
 async def test_image_pull_failure_is_reported(cluster, home):

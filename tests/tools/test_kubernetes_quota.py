@@ -64,7 +64,7 @@ async def test_many_files_stop_at_the_quota_in_a_pod(fake, home):
         # Another session's pod is not affected.
         other = await tools.call("shell", {"command": "head -c 30M /dev/zero > big && echo ok"}, session_id="s2")
         assert not other.is_error and "ok" in other.stdout, other.output
-    assert await wait_until(lambda: not fake.leftovers(""), timeout_s=15), fake.leftovers("")
+    assert await wait_until(lambda: not fake.leftovers("")), fake.leftovers("")
 
 
 async def test_the_service_stops_a_pod_whose_own_watch_was_killed(fake, home):
@@ -79,7 +79,7 @@ async def test_the_service_stops_a_pod_whose_own_watch_was_killed(fake, home):
     assert "was stopped" in result.output and "all-written" not in result.stdout
     assert files < 60
     assert workspace_usage(home / "workspaces" / "s1") < 2 * 64 * MIB
-    assert await wait_until(lambda: not fake.leftovers(""), timeout_s=15), fake.leftovers("")
+    assert await wait_until(lambda: not fake.leftovers("")), fake.leftovers("")
 
 
 def test_an_evicted_workspace_is_a_disk_quota():

@@ -10,6 +10,7 @@ import pytest
 
 from agentmesh.v1 import gateway_pb2, memory_pb2, sessions_pb2
 from tests.support.llm_server import reply, tool_call
+from tests.support.timing import polling
 from tests.support.turns import collect, kinds
 from tests.web.conftest import stream
 
@@ -315,11 +316,10 @@ async def test_cron_jobs_are_created_listed_triggered_and_deleted_over_http(http
 
     run = await http.post(f"/v1/cron/jobs/{job['job_id']}/trigger", json={})
     assert run.status_code == 200 and run.json()["job_id"] == job["job_id"]
-    for _ in range(100):
+    async for _ in polling(0.1):
         runs = (await http.get(f"/v1/cron/jobs/{job['job_id']}/runs", params={"limit": 5})).json().get("runs", [])
         if runs and runs[0]["status"] != "running":
             break
-        await asyncio.sleep(0.1)
     assert runs[0]["status"] == "succeeded" and runs[0]["summary"] == "Report written."
 
     bad = await http.post("/v1/cron/jobs", json={"job": {"name": "x", "schedule": "whenever", "prompt": "p"}})

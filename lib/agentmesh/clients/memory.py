@@ -48,8 +48,8 @@ START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 class MemoryClient(ServiceClient):
     """`carry` (identity and tracer of the calling service): AppendMessages and StartTurn calls
     ride one long-lived stream (`Memory.CarriedCalls`, agentmesh.rpc.carried) — for a caller
-    that makes them on every turn and step, the agent; unary calls when the memory service has
-    no such stream."""
+    that makes them on every turn and step, the agent; a request too large to carry goes as the
+    unary call."""
 
     service = "memory"
 
@@ -71,13 +71,13 @@ class MemoryClient(ServiceClient):
 
     @property
     def carrying_appends(self) -> bool:
-        """Whether appends ride the stream (False: unary calls, e.g. to an older memory service)."""
-        return self._appends is not None and self._appends.carried
+        """Whether appends ride the stream (False: a client made without `carry`)."""
+        return self._appends is not None
 
     @property
     def carrying_turn_starts(self) -> bool:
-        """Whether StartTurn calls ride the stream (False: unary calls)."""
-        return self._starts is not None and self._starts.carried
+        """Whether StartTurn calls ride the stream (False: a client made without `carry`)."""
+        return self._starts is not None
 
     async def close(self) -> None:
         """Close the carried calls' stream (the channel is the caller's to close)."""
@@ -88,7 +88,7 @@ class MemoryClient(ServiceClient):
         if self._appends is not None:
             try:
                 return await peer_call(self.peer, self._appends.call(request, self.timeout_s))
-            except NotCarried:
+            except NotCarried:  # too large to carry
                 pass
         return await self._call(self.stub.AppendMessages, request)
 
@@ -98,7 +98,7 @@ class MemoryClient(ServiceClient):
         if self._starts is not None:
             try:
                 return await self._starts.call(request, timeout)
-            except NotCarried:
+            except NotCarried:  # too large to carry
                 pass
         return await self.stub.StartTurn(request, timeout=timeout)
 

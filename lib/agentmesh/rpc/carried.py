@@ -32,9 +32,11 @@ A carried call is still a call in everything but its transport:
   caller page the rest; a tool call's answer is bounded by the tools service's output caps,
   and goes whole; an answer too large for the caller's channel fails its call alone
   (RESOURCE_EXHAUSTED), as the unary call would, instead of ending the stream;
-- a server without the stream (an older version: UNIMPLEMENTED), or without one of its
-  methods (a oneof field it does not know: that call alone answered UNIMPLEMENTED), gets
-  unary calls from then on (`NotCarried`).
+- a server without the stream, or without one of its methods (a oneof field it does not know),
+  answers UNIMPLEMENTED, as it would the unary call of a method it does not have: no unary
+  call is made instead. A service supports peers one minor version back, and every version
+  that has these streams carries these methods (docs/architecture.md, "Versions a service
+  talks to").
 
 What it changes: which replica serves. round_robin picks a replica per call; a stream is one
 call, so every call a caller process carries goes to the replica its stream reached, until the
@@ -84,15 +86,14 @@ MAX_ANSWER_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 MAX_STREAMS = 64
 
 # How the server answers a call of a method it does not carry (a oneof field it does not know).
-NOT_CARRIED_HERE = "this server does not carry that method on this stream: make it as a unary call"
+NOT_CARRIED_HERE = "this server does not carry that method on this stream"
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
 
 class NotCarried(Exception):
-    """The server has no such stream (an older version) or does not carry this method, or the
-    request is too large to carry: make the unary call instead."""
+    """The request is too large to carry: make the unary call instead."""
 
 
 def _rpc_error(code: grpc.StatusCode, details: str) -> BaseException:
@@ -137,7 +138,6 @@ class _OpenStream:
             self._outbox.put_nowait((0, message))
 
     async def _write(self) -> None:
-        call_id = 0
         try:
             # Connected first (the channel may wait for a restarting peer): a message is written
             # only once it can go at once, so one whose caller has stopped waiting is never sent
@@ -155,14 +155,10 @@ class _OpenStream:
         except asyncio.CancelledError:
             pass
         except grpc.aio.AioRpcError as exc:
-            # A write the stream refused: grpc.aio reports it as INTERNAL ("Internal error from
-            # Core") in place of how the stream ended — an older server's UNIMPLEMENTED, when its
-            # answer crossed this first write. The message was not sent, so its call may go as
-            # the unary call, which finds the server's real answer.
-            self.end(exc, unsent=call_id)
+            self.end(exc)
         except (asyncio.InvalidStateError, grpc.aio.UsageError):
-            # The stream ended before this write: fail its calls with how it ended (an older
-            # server's UNIMPLEMENTED included), whichever of writer and reader sees it first.
+            # The stream ended before this write: fail its calls with how it ended, whichever of
+            # writer and reader sees it first.
             self.end(_rpc_error(await self.call.code(), await self.call.details() or ""))
 
     async def _read(self) -> None:
@@ -179,20 +175,18 @@ class _OpenStream:
         except grpc.aio.AioRpcError as exc:
             self.end(exc)
 
-    def end(self, error: BaseException | None, unsent: int = 0) -> None:
+    def end(self, error: BaseException | None) -> None:
         """The stream is over (`error`: how it ended, None: the server ended it, e.g. draining):
-        its calls waiting for answers fail as `failure_of` says; the next call opens another.
-        The call `unsent`, whose message the stream refused, fails with NotCarried instead: it
-        never reached the server, so its caller makes the unary call."""
+        its calls waiting for answers fail as `failure_of` says; the next call opens another."""
         if self.ended:
             return
         self.ended = True
         self._on_end(self)
         failure = self._failure_of(
             error if error is not None else _rpc_error(grpc.StatusCode.UNAVAILABLE, "the stream was closed by the server"))
-        for call_id, answer in self.pending.items():
+        for answer in self.pending.values():
             if not answer.done():
-                answer.set_exception(NotCarried("the stream refused the call's message") if call_id == unsent else failure)
+                answer.set_exception(failure)
         self.pending.clear()
         self.written.clear()
         current = asyncio.current_task()
@@ -219,15 +213,12 @@ class CarriedClient:
         self._peer = peer
         self._ids = itertools.count(1)
         self._streams: list[_OpenStream] = []
-        self.unsupported = False  # the server answered UNIMPLEMENTED: unary calls from now on
 
     def method(self, full_method: str, field: str) -> "CarriedMethod[Any, Any]":
         """`full_method` (e.g. "/agentmesh.v1.Memory/StartTurn") carried as the oneof `field`."""
         return CarriedMethod(self, full_method, field)
 
     async def call(self, method: "CarriedMethod[Any, Any]", request: Any, timeout: float) -> Any:
-        if self.unsupported:
-            raise NotCarried(f"{self._peer} does not serve {method.full_method} on a stream")
         if request.ByteSize() > CARRY_LIMIT_BYTES:
             raise NotCarried("too large to carry")
         span, carrier = (None, {}) if self._tracer is None else start_carried_client_span(
@@ -252,16 +243,9 @@ class CarriedClient:
             answered = True
             status = answer.status
             code, details = _CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message
-            if code == grpc.StatusCode.UNIMPLEMENTED and details == NOT_CARRIED_HERE:
-                method.unsupported = True
-                raise NotCarried(details)
             if code != grpc.StatusCode.OK:
                 raise _rpc_error(code, details)
             return getattr(answer, method.field)
-        except NotCarried:
-            code, details = grpc.StatusCode.UNIMPLEMENTED, "not carried"
-            answered = True
-            raise
         except grpc.aio.AioRpcError as exc:
             code, details = exc.code(), exc.details() or ""
             raise
@@ -301,18 +285,15 @@ class CarriedClient:
             self._streams.remove(stream)
 
     def _stream_failure(self, exc: BaseException) -> BaseException:
-        """What the calls on a stream that ended with `exc` fail with: NotCarried when the
-        server has no such stream (older), the stream's refusal as it is (UNAUTHENTICATED,
-        PERMISSION_DENIED: the caller's calls would be refused too), else UNAVAILABLE — the
-        peer went away, as a unary call would have found."""
+        """What the calls on a stream that ended with `exc` fail with: the stream's refusal as it
+        is (UNAUTHENTICATED, PERMISSION_DENIED: the caller's calls would be refused too;
+        UNIMPLEMENTED: a server without the stream), else UNAVAILABLE — the peer went away, as a
+        unary call would have found."""
         if not isinstance(exc, grpc.aio.AioRpcError):
             return _rpc_error(grpc.StatusCode.UNAVAILABLE, f"the stream to {self._peer} ended ({type(exc).__name__})")
         code: grpc.StatusCode = exc.code()
         details: str = exc.details() or code.name
-        if code == grpc.StatusCode.UNIMPLEMENTED:
-            self.unsupported = True
-            return NotCarried(details)
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED):
             refusal: BaseException = exc
             return refusal
         log.info("carried calls' stream ended", peer=self._peer, code=code.name)
@@ -328,23 +309,16 @@ class CarriedClient:
 
 class CarriedMethod(Generic[_Request, _Response]):
     """One method carried on a `CarriedClient`'s stream: `await call(request, timeout)` as the
-    unary call of `full_method`; NotCarried when it cannot be carried (make the unary call)."""
+    unary call of `full_method`; NotCarried when the request is too large to carry (make the
+    unary call)."""
 
     def __init__(self, client: CarriedClient, full_method: str, field: str):
         self.full_method = full_method
         self.field = field
         self.attributes = rpc_attributes(full_method)
         self._client = client
-        self.unsupported = False  # the server's stream does not carry this method
-
-    @property
-    def carried(self) -> bool:
-        """Whether calls ride the stream (False: unary calls, e.g. to an older server)."""
-        return not (self.unsupported or self._client.unsupported)
 
     async def call(self, request: _Request, timeout: float) -> _Response:
-        if self.unsupported:
-            raise NotCarried(f"{self.full_method} is not carried on this stream")
         return cast(_Response, await self._client.call(self, request, timeout))
 
 

@@ -210,7 +210,7 @@ class GrpcTranscripts:
 class GrpcTurnStart:
     """StartTurn on the memory service: the transcript, the user's message appended after it and
     the turn's recall in one round trip instead of three. Retried while memory is away, like an
-    append (GrpcTranscripts); an older memory service without it raises NotSupported."""
+    append (GrpcTranscripts)."""
 
     PAGE = 1000
 
@@ -241,7 +241,7 @@ class GrpcTurnStart:
                 if page and page[-1].seq >= reply.first_seq - 1:
                     break
         except AgentmeshError as exc:
-            if isinstance(exc, NotSupported) or (opening is not None and isinstance(exc, SESSION_REFUSALS)):
+            if opening is not None and isinstance(exc, SESSION_REFUSALS):
                 raise  # memory's own sentence, as the client got it from the gateway's PutSession
             raise type(exc)(f"could not start the turn in the session's transcript: {exc.message}") from None
         hits = [MemoryHit(id=h.memory.id, text=h.memory.text, kind=h.memory.kind, score=h.score,
@@ -272,8 +272,6 @@ class GrpcTurnStart:
                         # than a unary one (docs/architecture.md, "Calls carried on a stream").
                         return await self._client.start_turn(request, self._save_within_s)
                     except grpc.aio.AioRpcError as err:
-                        if err.code() == grpc.StatusCode.UNIMPLEMENTED:
-                            raise NotSupported(f"the memory service at {self._target} has no StartTurn") from None
                         error = peer_error(err, f"the memory service at {self._target}")
                         if not retry or not isinstance(error, Unavailable):
                             raise error from None

@@ -45,7 +45,7 @@ class GrpcToolRunner:
     `carry` (the agent's identity and tracer): Execute calls ride one long-lived stream
     (`Tools.CarriedCalls`, agentmesh.rpc.carried), each with its own token, CLIENT span,
     deadline and cancellation — cancelling the awaiting task cancels the call at the tools
-    service, which kills its sandboxed process; unary calls when the service has no such stream."""
+    service, which kills its sandboxed process; a request too large to carry goes as the unary call."""
 
     def __init__(self, client: ToolsClient, *, timeout_s: float, catalog_timeout_s: float = 10.0):
         self._client = client
@@ -57,8 +57,8 @@ class GrpcToolRunner:
 
     @property
     def carrying_executes(self) -> bool:
-        """Whether Execute calls ride the stream (False: unary calls, e.g. to an older tools service)."""
-        return self._executes is not None and self._executes.carried
+        """Whether Execute calls ride the stream (False: a runner made without `carry`)."""
+        return self._executes is not None
 
     async def close(self) -> None:
         """Close the carried calls' stream (the channel is the caller's to close)."""
@@ -98,7 +98,7 @@ class GrpcToolRunner:
         if self._executes is not None:
             try:
                 return await self._executes.call(request, self._timeout_s)
-            except NotCarried:
+            except NotCarried:  # too large to carry
                 pass
         rpc = self._stub.Execute(request, timeout=self._timeout_s, metadata=trace_metadata())
         try:

@@ -111,9 +111,8 @@ class TurnStarter(Protocol):
         recalled for `query` (k = 0: none), and the `learning` parts of the namespace
         (learning.py). With `opening`, the session is put first (created in `namespace` when
         missing) and the rest happens in the namespace it is stored in; its settings come back
-        in `opened`. Raises NotSupported when the memory service has no such call (the loop
-        then makes the separate calls), another AgentmeshError when the transcript cannot be
-        read or written, or the session not opened; a failed recall is `recall_error`, not raised."""
+        in `opened`. Raises an AgentmeshError when the transcript cannot be read or written, or
+        the session not opened; a failed recall is `recall_error`, not raised."""
         ...
 
     async def open(self, session_id: str, namespace: str, opening: "SessionToOpen") -> "OpenedSession":

@@ -9,8 +9,8 @@ At the same time, so the turn waits for the slowest of them rather than their su
 
 - **the turn's start in memory**: the transcript as it stands, the user's message durably
   appended after it, the memories recalled for it, and what the learning capabilities read
-  (standing instructions, skills, promoted tools) — one StartTurn call where the memory service
-  offers it (memory/turns.py), else a read, an append and a search (an older memory service).
+  (standing instructions, skills, promoted tools) — one StartTurn call (memory/turns.py); an
+  agent built without a turn starter (a core under test) makes a read, an append and a search.
   A turn the gateway sent with its session to open (session_open.py) opens it in that same call
   and resolves its settings from the answer: `on_opened` tells the loop;
 - **the tool catalog** of the turn's namespace, kept between turns while its version holds
@@ -125,8 +125,6 @@ class TurnStartup:
                     begun = await starter.start(
                         request.session_id, [user], namespace=request.namespace, query=request.message,
                         k=k if memory is not None else 0, recall_timeout_s=self._settings.recall_timeout_s, **asked)
-            except NotSupported:
-                self._answer_learning(None)  # an older memory service: the separate calls below
             except AgentmeshError as exc:
                 if self._brought is not None:
                     self._brought.fail(exc.message)
