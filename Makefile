@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-PROTOS := $(wildcard protos/agentmesh/v1/*.proto)
+PROTOS := $(wildcard protos/agentmesh/v1/*.proto protos/agentmesh/internal/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
 .PHONY: install system-packages browser stubs demo lint test test-fast bench up clean wheels images
@@ -117,4 +117,4 @@ images: wheels
 	@podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' $(SERVICES_IMAGE) $(SANDBOX_IMAGE) 2>/dev/null || true
 
 clean:
-	rm -rf $(VENV) .venv-checkov .mypy_cache .ruff_cache .import_linter_cache lib/agentmesh/v1/*_pb2*.py* $(STUBS)
+	rm -rf $(VENV) .venv-checkov .mypy_cache .ruff_cache .import_linter_cache lib/agentmesh/v1/*_pb2*.py* lib/agentmesh/internal/v1/*_pb2*.py* $(STUBS)

@@ -29,13 +29,14 @@ import time
 
 import grpc
 
-from agentmesh.v1 import agent_pb2_grpc, common_pb2, gateway_pb2, gateway_pb2_grpc
+from agentmesh.internal.v1 import agent_service_pb2_grpc
+from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from benches._contenders import cpu_s, free_address
 
 EVENT_GAP_S = 0.001
 
 
-class _InstantAgent(agent_pb2_grpc.AgentServicer):
+class _InstantAgent(agent_service_pb2_grpc.AgentServicer):
     """The agent's side of RunTurn, with no work in it: the turn's five events, then the end."""
 
     async def RunTurn(self, request_iterator, context):
@@ -83,7 +84,7 @@ async def main() -> None:
     args = parser.parse_args()
 
     agent = grpc.aio.server()
-    agent_pb2_grpc.add_AgentServicer_to_server(_InstantAgent(), agent)
+    agent_service_pb2_grpc.add_AgentServicer_to_server(_InstantAgent(), agent)
     agent_address = f"127.0.0.1:{agent.add_insecure_port('127.0.0.1:0')}"
     await agent.start()
     pythons = {"before": args.before_python} if args.before_python else {}

@@ -262,8 +262,8 @@ async def grpc_latency(conv: Conversation) -> str:
     """The whole service over real gRPC: Import one conversation, then Search each question (k 5)."""
     from agentmesh.clients.memory import MemoryClient
     from agentmesh.config import Settings
+    from agentmesh.internal.v1 import memory_service_pb2
     from agentmesh.rpc.launch import start_service
-    from agentmesh.v1 import memory_pb2
     from tests.support.identities import signed_channel
 
     with tempfile.TemporaryDirectory() as home:
@@ -273,7 +273,7 @@ async def grpc_latency(conv: Conversation) -> str:
         try:
             client = MemoryClient(channel)
             requests = [
-                memory_pb2.RememberRequest(
+                memory_service_pb2.RememberRequest(
                     text=t.memory_text, kind="episode", source_session_id=f"s{t.session}", created_at=t.created_at
                 )
                 for t in conv.turns

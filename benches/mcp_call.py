@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentmesh.v1 import memory_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.internal.v1 import memory_service_pb2_grpc, tools_service_pb2, tools_service_pb2_grpc
+from agentmesh.v1 import sessions_pb2, tools_pb2
 from tests.mcpservers.conftest import time_server_entry, write_servers
 from tests.mcpservers.http_server import HttpMcpServer
 from tests.support.identities import signed_channel
@@ -61,17 +62,17 @@ async def main() -> None:
                "AGENTMESH_TRACES": "none", "AGENTMESH_GATEWAY_HTTP_ADDR": "off"}
         async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
             tools = stack.tools_stub()  # as the agent
-            as_gateway = tools_pb2_grpc.ToolsStub(signed_channel(stack.settings.keys_dir, "gateway", "tools",
+            as_gateway = tools_service_pb2_grpc.ToolsStub(signed_channel(stack.settings.keys_dir, "gateway", "tools",
                                                                  stack.addresses["tools"]))
             await as_gateway.AddMcpServer(tools_pb2.AddMcpServerRequest(
                 namespace="team-a", server=tools_pb2.McpServerSpec(name="nscalc", url=calc.url)), timeout=90)
-            memory = memory_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "gateway", "memory",
+            memory = memory_service_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "gateway", "memory",
                                                                stack.addresses["memory"]))
             version = (await memory.GetNamespaceSettings(
                 sessions_pb2.GetNamespaceSettingsRequest(namespace="team-a"))).mcp_servers_version
 
             def execute(name: str, arguments: dict, namespace: str = "", known: float | None = None):
-                request = tools_pb2.ExecuteRequest(session_id="bench", call_id="c", name=name,
+                request = tools_service_pb2.ExecuteRequest(session_id="bench", call_id="c", name=name,
                                                    arguments_json=json.dumps(arguments), namespace=namespace,
                                                    mcp_servers_version=known)
 

@@ -49,13 +49,14 @@ import time
 from pathlib import Path
 
 from agentmesh.clients.memory import MemoryClient
+from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder
 from agentmesh.memory.memories import Memories, RememberItem
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
-from agentmesh.v1 import common_pb2, memory_pb2
+from agentmesh.v1 import common_pb2
 from benches._memory_fixtures import BATCH, ServiceProcess, baseline_bm25, make_queries, ms, print_build, sentences
 from tests.support.identities import signed_channel
 
@@ -65,7 +66,7 @@ async def fill(client: MemoryClient, namespace: str, texts: list[str], budget_s:
     """Import `texts` in batches; stop after `budget_s`. Returns (memories/s, memories stored)."""
     started, stored, next_checkpoint = time.perf_counter(), 0, every
     for start in range(0, len(texts), BATCH):
-        batch = [memory_pb2.RememberRequest(text=t, kind="knowledge") for t in texts[start : start + BATCH]]
+        batch = [memory_service_pb2.RememberRequest(text=t, kind="knowledge") for t in texts[start : start + BATCH]]
         await client.import_memories(batch, namespace=namespace)
         stored += len(batch)
         if checkpoint is not None and every and stored >= next_checkpoint:

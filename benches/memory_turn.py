@@ -45,10 +45,11 @@ CALLS = ("PutSession", "StartTurn", "AppendMessages")
 async def _child(turns: int, sessions: int) -> None:
     """Serve and call; then, for each line read on stdin, one round of turns; print its result."""
     from agentmesh.config import Settings
+    from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
     from agentmesh.rpc.client import open_channel
     from agentmesh.rpc.identity import ServiceIdentity
     from agentmesh.telemetry import setup_telemetry
-    from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
+    from agentmesh.v1 import common_pb2, sessions_pb2
 
     home = tempfile.mkdtemp(prefix="agentmesh-memory-turn-")
     address = free_address()
@@ -63,7 +64,7 @@ async def _child(turns: int, sessions: int) -> None:
                                        audience="memory") for name in ("gateway", "agent")}
         for channel in channels.values():
             await asyncio.wait_for(channel.channel_ready(), 60)
-        gateway, agent = (memory_pb2_grpc.MemoryStub(channels[n]) for n in ("gateway", "agent"))
+        gateway, agent = (memory_service_pb2_grpc.MemoryStub(channels[n]) for n in ("gateway", "agent"))
         played = 0
 
         async def turn(latencies: dict[str, list[float]]) -> None:
@@ -76,15 +77,15 @@ async def _child(turns: int, sessions: int) -> None:
                 await call
                 latencies[name].append(time.perf_counter() - started)
 
-            def usage(n: int) -> memory_pb2.UsageRecord:
-                return memory_pb2.UsageRecord(id=f"{run_id}:{n}", at=time.time(), session_id=session_id, run_id=run_id,
+            def usage(n: int) -> memory_service_pb2.UsageRecord:
+                return memory_service_pb2.UsageRecord(id=f"{run_id}:{n}", at=time.time(), session_id=session_id, run_id=run_id,
                                               namespace="default", model_name="default", model="bench",
                                               provider="openai", input_tokens=120, output_tokens=12)
 
             call = common_pb2.ToolCall(call_id=f"call-{played}", name="shell", arguments_json='{"command": "true"}')
-            await timed("PutSession", gateway.PutSession(memory_pb2.PutSessionRequest(
+            await timed("PutSession", gateway.PutSession(memory_service_pb2.PutSessionRequest(
                 session=sessions_pb2.Session(session_id=session_id), with_namespace_settings=True), timeout=30))
-            await timed("StartTurn", agent.StartTurn(memory_pb2.StartTurnRequest(
+            await timed("StartTurn", agent.StartTurn(memory_service_pb2.StartTurnRequest(
                 session_id=session_id, messages=[common_pb2.Message(role="user", content="run true", run_id=run_id)],
                 page_size=1000, namespace="default", recall_query="run true", recall_k=5, recall_timeout_s=5,
                 with_profile=True, with_skills=True, with_promoted_tools=True), timeout=30))
@@ -94,7 +95,7 @@ async def _child(turns: int, sessions: int) -> None:
                                      run_id=run_id)], []),
                 ([common_pb2.Message(role="assistant", content="done", run_id=run_id)], [usage(2)]),
             ):
-                await timed("AppendMessages", agent.AppendMessages(memory_pb2.AppendMessagesRequest(
+                await timed("AppendMessages", agent.AppendMessages(memory_service_pb2.AppendMessagesRequest(
                     session_id=session_id, messages=messages, usage=records), timeout=30))
 
         warm = {name: [] for name in CALLS}

@@ -58,10 +58,11 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
     from agentmesh.clients.memory import MemoryClient
     from agentmesh.clients.tools import ToolsClient
     from agentmesh.config import Settings
+    from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
     from agentmesh.rpc.client import open_channel
     from agentmesh.rpc.identity import ServiceIdentity
     from agentmesh.telemetry import setup_telemetry
-    from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
+    from agentmesh.v1 import common_pb2, sessions_pb2
 
     home = tempfile.mkdtemp(prefix="agentmesh-rpc-call-")
     address = free_address()
@@ -81,14 +82,14 @@ async def _child(calls: int, bare: bool, mode: str = "settings") -> None:
         else:
             channel = open_channel(address, telemetry, identity=identity, audience=served)
         await asyncio.wait_for(channel.channel_ready(), 60)
-        stub = memory_pb2_grpc.MemoryStub(channel)
+        stub = memory_service_pb2_grpc.MemoryStub(channel)
         request = sessions_pb2.GetNamespaceSettingsRequest(namespace="default")
         tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
         # The agent's calls, as unary calls or carried on its streams (agentmesh.rpc.carried).
         carried = mode.endswith("-carried")
         client = MemoryClient(channel, carry=(identity, tracer) if carried else None)
         step = [common_pb2.Message(role="tool", content="ok", tool_call_id="call-1", name="shell")]
-        turn = memory_pb2.StartTurnRequest(session_id="bench", messages=[common_pb2.Message(role="user", content="hi")],
+        turn = memory_service_pb2.StartTurnRequest(session_id="bench", messages=[common_pb2.Message(role="user", content="hi")],
                                            page_size=20)
         runner = GrpcToolRunner(ToolsClient(channel, address, carry=(identity, tracer) if carried else None), timeout_s=30)
         tool_call = ToolCall("call-1", "read_file", json.dumps({"path": "missing.txt"}))

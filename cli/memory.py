@@ -19,7 +19,7 @@ from agentmesh.cli.common import (
     rpc_failure,
 )
 from agentmesh.clients.memory import MemoryClient
-from agentmesh.v1 import memory_pb2
+from agentmesh.internal.v1 import memory_service_pb2
 
 IMPORT_BATCH = 256
 
@@ -85,15 +85,15 @@ async def add_memory(args) -> int:
         raise CliError("--metadata must be a JSON object", EXIT_USAGE)
     record = await _call(
         "Remember",
-        memory_pb2.RememberRequest(namespace=args.namespace, text=args.text, kind=args.kind, metadata=_struct(metadata)),
+        memory_service_pb2.RememberRequest(namespace=args.namespace, text=args.text, kind=args.kind, metadata=_struct(metadata)),
     )
     print(record.id)
     return EXIT_OK
 
 
 async def search_memory(args) -> int:
-    request = memory_pb2.SearchRequest(
-        namespace=args.namespace, query=args.query, k=args.k, filter=memory_pb2.MemoryFilter(kinds=args.kind)
+    request = memory_service_pb2.SearchRequest(
+        namespace=args.namespace, query=args.query, k=args.k, filter=memory_service_pb2.MemoryFilter(kinds=args.kind)
     )
     reply = await _call("Search", request)
     hits = [
@@ -116,7 +116,7 @@ async def search_memory(args) -> int:
     return EXIT_OK
 
 
-def _read_jsonl(path: Path, namespace: str) -> list[memory_pb2.RememberRequest]:
+def _read_jsonl(path: Path, namespace: str) -> list[memory_service_pb2.RememberRequest]:
     if not path.is_file():
         raise CliError(f"no such file: {path}", EXIT_USAGE)
     requests = []
@@ -130,7 +130,7 @@ def _read_jsonl(path: Path, namespace: str) -> list[memory_pb2.RememberRequest]:
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
             raise CliError(f"{path}:{number}: each line needs an object with a \"text\" string", EXIT_USAGE)
         requests.append(
-            memory_pb2.RememberRequest(
+            memory_service_pb2.RememberRequest(
                 namespace=namespace,
                 text=obj["text"],
                 id=str(obj.get("id", "")),
@@ -147,7 +147,7 @@ async def import_memories(args) -> int:
     imported = 0
     for start in range(0, len(requests), IMPORT_BATCH):
         batch = requests[start : start + IMPORT_BATCH]
-        reply = await _call("Import", memory_pb2.ImportRequest(namespace=args.namespace, memories=batch))
+        reply = await _call("Import", memory_service_pb2.ImportRequest(namespace=args.namespace, memories=batch))
         imported += reply.imported
     print(f"imported {imported} memories into {args.namespace}")
     return EXIT_OK
@@ -156,8 +156,8 @@ async def import_memories(args) -> int:
 async def forget_memories(args) -> int:
     if not (args.ids or args.kind or args.all):
         raise CliError("say what to forget: memory ids, --kind KIND, or --all", EXIT_USAGE)
-    request = memory_pb2.ForgetRequest(
-        namespace=args.namespace, ids=args.ids, filter=memory_pb2.MemoryFilter(kinds=args.kind), all=args.all
+    request = memory_service_pb2.ForgetRequest(
+        namespace=args.namespace, ids=args.ids, filter=memory_service_pb2.MemoryFilter(kinds=args.kind), all=args.all
     )
     reply = await _call("Forget", request)
     print(f"forgot {reply.forgotten} memories")

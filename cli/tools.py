@@ -21,6 +21,7 @@ from agentmesh.cli.common import (
 from agentmesh.clients.gateway import GatewayClient
 from agentmesh.clients.tools import ToolsClient
 from agentmesh.ids import new_id
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import common_pb2, sessions_pb2, tools_pb2
 
 
@@ -82,7 +83,7 @@ async def list_tools(args) -> int:
 async def run_tool(args) -> int:
     settings = load_settings()
     arguments = parse_json_object(args.arguments, "ARGS_JSON")
-    request = tools_pb2.ExecuteRequest(
+    request = tools_service_pb2.ExecuteRequest(
         session_id=args.session, call_id=new_id("cli"), name=args.name, arguments_json=json.dumps(arguments),
         namespace=args.namespace,
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
+__all__ = ["SECRET", "secret_field"]
+
 SECRET = "agentmesh.config.secret"
 
 

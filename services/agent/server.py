@@ -39,6 +39,7 @@ from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
+from agentmesh.internal.v1 import agent_service_pb2, agent_service_pb2_grpc
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, catalog_of
 from agentmesh.modes import validate_mode
@@ -50,7 +51,7 @@ from agentmesh.rpc.server import MIB, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.toolpolicy import validate_permission_mode, validate_policy
 from agentmesh.turn_input import MAX_TOOL_NAME_CHARS, TurnLimits, validate_turn
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, learning_pb2
+from agentmesh.v1 import common_pb2, learning_pb2
 
 log = get_logger("agentmesh.agent")
 
@@ -58,7 +59,7 @@ log = get_logger("agentmesh.agent")
 MAX_MESSAGE_CHARS = 1_000_000
 
 
-def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: int) -> common_pb2.Event:
+def event_to_proto(event: t.RunEvent, request: agent_service_pb2.RunTurnRequest, seq: int) -> common_pb2.Event:
     base: dict[str, Any] = {"session_id": request.session_id, "run_id": request.run_id, "seq": seq, "timestamp": time.time()}
     if isinstance(event, t.RunStartedEvent):
         return common_pb2.Event(**base, run_started=common_pb2.RunStarted(
@@ -111,7 +112,7 @@ def task_board_to_proto(tasks) -> common_pb2.TaskBoard:
     ])
 
 
-class AgentServicer(agent_pb2_grpc.AgentServicer):
+class AgentServicer(agent_service_pb2_grpc.AgentServicer):
     def __init__(self, agent: Agent, settings: AgentSettings, reflector: Reflector | None = None):
         self._agent = agent
         self._settings = settings
@@ -129,7 +130,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
         run = await self._reflector.reflect(request.session_id, trigger)
         return learning_pb2.ReflectResponse(run=json_format.ParseDict(run, learning_pb2.ReflectionRun()))
 
-    def _validate(self, request: agent_pb2.RunTurnRequest) -> TurnRequest:
+    def _validate(self, request: agent_service_pb2.RunTurnRequest) -> TurnRequest:
         if request.run_id:
             validate_id(request.run_id, "run_id")
         if request.namespace:
@@ -173,7 +174,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             raise InvalidArgument("RunTurn must start with a request naming the session and the message")
         turn = self._validate(request)
         if not request.run_id:
-            request = agent_pb2.RunTurnRequest(session_id=turn.session_id, run_id=turn.run_id)
+            request = agent_service_pb2.RunTurnRequest(session_id=turn.session_id, run_id=turn.run_id)
         run = self._agent.start(turn)
         decisions = asyncio.create_task(_apply_decisions(request_iterator, run), name=f"decisions-{turn.run_id}")
         seq = 0
@@ -191,7 +192,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
 INTERRUPT_REASONS = ("interrupted", "rolled_back")
 
 
-def session_to_open(request: agent_pb2.RunTurnRequest) -> SessionToOpen:
+def session_to_open(request: agent_service_pb2.RunTurnRequest) -> SessionToOpen:
     """The gateway's session defaults and deployment settings (session_open.py), their form checked."""
     given = request.open_session
     session = given.session
@@ -306,8 +307,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
     reflector = Reflector(provider, GrpcReflectionBackend(memory_client), telemetry, model=settings.llm.model_name,
                           max_tokens=agent_settings.max_tokens)
-    host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
-             "agentmesh.v1.Agent")
+    host.add(agent_service_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
+             "agentmesh.internal.v1.Agent")
 
     catalog_watch.start()
     background_watch.start()

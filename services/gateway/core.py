@@ -23,11 +23,12 @@ from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.gateway.turns import RunningTurn, SessionTurns, relay
 from agentmesh.ids import new_id, validate_id, validate_namespace
+from agentmesh.internal.v1 import agent_service_pb2
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
 from agentmesh.toolpolicy import validate_permission_mode
 from agentmesh.turn_input import TurnLimits, validate_turn
-from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2, sessions_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
 
 log = get_logger("agentmesh.gateway")
 
@@ -187,13 +188,13 @@ class Gateway:
             # reads it with its namespace's settings, and resolves the turn's model, permission
             # mode and tool policies from them (agent/session_open.py); run_started says the
             # session's namespace and whether the turn created it.
-            run = agent_pb2.RunTurnRequest(
+            run = agent_service_pb2.RunTurnRequest(
                 session_id=session_id,
                 run_id=turn.run_id,
                 message=request.message,
                 options=request.options,
                 namespace=namespace,
-                open_session=agent_pb2.SessionToOpen(
+                open_session=agent_service_pb2.SessionToOpen(
                     session=self._new_session(session_id, "", {}, namespace),
                     deployment_tools=self._deployment_tools,
                     deployment_permission_mode=self._policies.permission_mode),
@@ -299,7 +300,7 @@ class Gateway:
                 "(it may have been decided already, timed out, or the turn ended)",
                 reason=error_reasons.APPROVAL_NOT_FOUND, metadata={"session_id": session_id, "call_id": request.call_id},
             )
-        turn.controls.put_nowait(agent_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
+        turn.controls.put_nowait(agent_service_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
             call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn)))
         log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
         self._authz.audit.record("approval.decided", "allowed", caller.principal, session_id=session_id,

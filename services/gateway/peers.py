@@ -12,17 +12,11 @@ from agentmesh.clients.agent import AgentClient
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.clients.tools import ToolsClient
 from agentmesh.errors import Unavailable
+from agentmesh.internal.v1 import agent_service_pb2, memory_service_pb2, tools_service_pb2
 from agentmesh.rpc.errors import core_error_from_rpc
 from agentmesh.rpc.peers import peer_call
 from agentmesh.telemetry.traceview import TraceView, load_trace
-from agentmesh.v1 import (
-    agent_pb2,
-    common_pb2,
-    gateway_pb2,
-    memory_pb2,
-    sessions_pb2,
-    tools_pb2,
-)
+from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2, tools_pb2
 
 RPC_TIMEOUT_S = 30.0
 MCP_ADD_TIMEOUT_S = 60.0
@@ -37,7 +31,7 @@ class MemorySessions:
         return await peer_call(f"the memory service at {self._target}", method(request, timeout=RPC_TIMEOUT_S))
 
     async def put_session(self, session: sessions_pb2.Session) -> tuple[sessions_pb2.Session, bool]:
-        reply = await self._call(self._stub.PutSession, memory_pb2.PutSessionRequest(session=session))
+        reply = await self._call(self._stub.PutSession, memory_service_pb2.PutSessionRequest(session=session))
         return reply.session, reply.created
 
     async def get_session(self, session_id: str) -> sessions_pb2.Session:
@@ -63,12 +57,12 @@ class MemorySessions:
         return reply.cleared
 
     async def put_a2a_task(self, namespace: str, task_id: str, task_json: str) -> None:
-        await self._call(self._stub.PutA2aTask, memory_pb2.A2aTaskRecord(namespace=namespace, task_id=task_id,
+        await self._call(self._stub.PutA2aTask, memory_service_pb2.A2aTaskRecord(namespace=namespace, task_id=task_id,
                                                                        task_json=task_json))
 
     async def get_a2a_task(self, namespace: str, task_id: str) -> str:
         """The task's JSON; NotFound when the memory service has none."""
-        reply = await self._call(self._stub.GetA2aTask, memory_pb2.GetA2aTaskRequest(namespace=namespace, task_id=task_id))
+        reply = await self._call(self._stub.GetA2aTask, memory_service_pb2.GetA2aTaskRequest(namespace=namespace, task_id=task_id))
         return str(reply.task_json)
 
     async def get_namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
@@ -79,15 +73,15 @@ class MemorySessions:
         return await self._call(self._stub.UpdateNamespaceSettings, request)
 
     async def drop_run(self, session_id: str, run_id: str) -> int:
-        reply = await self._call(self._stub.DropRun, memory_pb2.DropRunRequest(session_id=session_id, run_id=run_id))
+        reply = await self._call(self._stub.DropRun, memory_service_pb2.DropRunRequest(session_id=session_id, run_id=run_id))
         return reply.dropped
 
-    async def sum_usage(self, start: float, end: float, group_by: str) -> list[memory_pb2.UsageSum]:
-        reply = await self._call(self._stub.SumUsage, memory_pb2.SumUsageRequest(start=start, end=end, group_by=group_by))
+    async def sum_usage(self, start: float, end: float, group_by: str) -> list[memory_service_pb2.UsageSum]:
+        reply = await self._call(self._stub.SumUsage, memory_service_pb2.SumUsageRequest(start=start, end=end, group_by=group_by))
         return list(reply.sums)
 
     async def search(self, namespace: str, query: str, k: int, kinds: list[str]) -> gateway_pb2.SearchMemoryResponse:
-        request = memory_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=memory_pb2.MemoryFilter(kinds=kinds))
+        request = memory_service_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=memory_service_pb2.MemoryFilter(kinds=kinds))
         reply = await self._call(self._stub.Search, request)
         return gateway_pb2.SearchMemoryResponse(
             hits=[
@@ -125,9 +119,9 @@ class AgentTurns:
             ) from None
 
     async def run_turn(
-        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest | None]"
+        self, request: agent_service_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_service_pb2.RunTurnRequest | None]"
     ) -> AsyncIterator[common_pb2.Event]:
-        async def requests() -> AsyncIterator[agent_pb2.RunTurnRequest]:
+        async def requests() -> AsyncIterator[agent_service_pb2.RunTurnRequest]:
             # The turn first, then each approval decision (or an interrupt) on the same stream: it
             # reaches the very agent replica running the turn, with no lookup and no affinity to
             # configure. gRPC reads this in a task of its own until it ends: the None put on the
@@ -162,7 +156,7 @@ class ToolsWorkspaces:
         self._target = client.target
 
     async def delete_workspace(self, session_id: str) -> None:
-        request = tools_pb2.DeleteWorkspaceRequest(session_id=session_id)
+        request = tools_service_pb2.DeleteWorkspaceRequest(session_id=session_id)
         await peer_call(f"the tools service at {self._target}", self._stub.DeleteWorkspace(request, timeout=RPC_TIMEOUT_S))
 
     async def list_tools(self, namespace: str = "") -> tools_pb2.ListToolsResponse:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator, Protocol
 
-from agentmesh.v1 import agent_pb2, common_pb2, sessions_pb2
+from agentmesh.internal.v1 import agent_service_pb2
+from agentmesh.v1 import common_pb2, sessions_pb2
 
 __all__ = ["AgentRunner", "SessionStore", "Workspaces"]
 
@@ -28,7 +29,7 @@ class SessionStore(Protocol):
 
 class AgentRunner(Protocol):
     def run_turn(
-        self, request: agent_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_pb2.RunTurnRequest | None]"
+        self, request: agent_service_pb2.RunTurnRequest, controls: "asyncio.Queue[agent_service_pb2.RunTurnRequest | None]"
     ) -> AsyncIterator[common_pb2.Event]:
         """Stream the turn's events; what is put on the queue (approval decisions, an interrupt)
         travels to the agent running it. The runner puts None on it when the turn's call is over."""

@@ -19,8 +19,9 @@ from typing import Any, AsyncIterator, Callable
 from agentmesh import error_reasons
 from agentmesh.errors import AgentmeshError, DeadlineExceeded, FailedPrecondition, error_of_code
 from agentmesh.gateway.ports import AgentRunner
+from agentmesh.internal.v1 import agent_service_pb2
 from agentmesh.logs import get_logger
-from agentmesh.v1 import agent_pb2, common_pb2
+from agentmesh.v1 import common_pb2
 
 __all__ = ["SHUTDOWN_MESSAGE", "RunningTurn", "SessionTurns", "relay"]
 
@@ -56,7 +57,7 @@ class RunningTurn:
     # Tool calls held for approval, as seen in the relayed events, in the order they came.
     pending_approvals: dict[str, common_pb2.ApprovalRequested] = field(default_factory=dict)
     # To the agent running the turn: approval decisions, an interrupt (None: the call is over).
-    controls: asyncio.Queue[agent_pb2.RunTurnRequest | None] = field(default_factory=asyncio.Queue)
+    controls: asyncio.Queue[agent_service_pb2.RunTurnRequest | None] = field(default_factory=asyncio.Queue)
     # Set once the session no longer belongs to this turn.
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     # A newer message that interrupts (or rolls back) this turn takes the session straight from
@@ -76,7 +77,7 @@ class RunningTurn:
 
     def supersede(self, successor: "RunningTurn", stop_reason: str) -> None:
         self.successor, self.superseded_as = successor, stop_reason
-        self.controls.put_nowait(agent_pb2.RunTurnRequest(interrupt=stop_reason))
+        self.controls.put_nowait(agent_service_pb2.RunTurnRequest(interrupt=stop_reason))
 
     def track(self, kind: str | None, event: common_pb2.Event) -> None:
         """Know which calls wait for a decision before the client can see the request, so an
@@ -162,7 +163,7 @@ _DONE = object()  # the agent's stream ended
 _WAKE = object()  # a cancel, for a relay waiting on an empty queue
 
 
-async def relay(agent: AgentRunner, run: agent_pb2.RunTurnRequest, turn: RunningTurn,
+async def relay(agent: AgentRunner, run: agent_service_pb2.RunTurnRequest, turn: RunningTurn,
                 timeout_s: float) -> AsyncIterator[common_pb2.Event]:
     """The agent's events for `run`, as they come, ending with the agent's last one, or with a
     cancel's run_finished, or an error event when the turn fails or outlives `timeout_s`.
@@ -235,5 +236,5 @@ async def relay(agent: AgentRunner, run: agent_pb2.RunTurnRequest, turn: Running
                 await pump_task
 
 
-def _event(run: agent_pb2.RunTurnRequest, seq: int, **payload: Any) -> common_pb2.Event:
+def _event(run: agent_service_pb2.RunTurnRequest, seq: int, **payload: Any) -> common_pb2.Event:
     return common_pb2.Event(session_id=run.session_id, run_id=run.run_id, seq=seq, timestamp=time.time(), **payload)

@@ -15,8 +15,9 @@ import time
 from typing import Callable, Protocol, Sequence
 
 from agentmesh.errors import InvalidArgument
+from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.models import ModelCatalog
-from agentmesh.v1 import gateway_pb2, memory_pb2
+from agentmesh.v1 import gateway_pb2
 
 __all__ = ["GROUPS", "RANGES", "UsageLedger", "UsageReports", "resolve_range"]
 
@@ -26,7 +27,7 @@ DAY_S = 86_400
 
 
 class UsageLedger(Protocol):
-    async def sum_usage(self, start: float, end: float, group_by: str) -> Sequence[memory_pb2.UsageSum]:
+    async def sum_usage(self, start: float, end: float, group_by: str) -> Sequence[memory_service_pb2.UsageSum]:
         """Sums of the records in [start, end) per (group, model)."""
         ...
 

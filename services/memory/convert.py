@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.memory.memories import MemoryQuery, MemoryRecord, RememberItem
 from agentmesh.memory.namespaces import NamespaceRecord
 from agentmesh.memory.transcripts import SessionChanges, SessionRecord, ToolCallRecord, TranscriptMessage
 from agentmesh.rpc.convert import dict_from_struct, struct_from_dict
 from agentmesh.toolpolicy import ToolPolicy
-from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2
+from agentmesh.v1 import common_pb2, sessions_pb2
 
 
 def session_from_proto(s: sessions_pb2.Session) -> SessionRecord:
@@ -114,7 +115,7 @@ def _fill_message(out: common_pb2.Message, m: TranscriptMessage) -> None:
         out.covers_through_seq = m.covers_through_seq
 
 
-def remember_from_proto(r: memory_pb2.RememberRequest, default_namespace: str = "") -> RememberItem:
+def remember_from_proto(r: memory_service_pb2.RememberRequest, default_namespace: str = "") -> RememberItem:
     return RememberItem(
         namespace=r.namespace or default_namespace,
         text=r.text,
@@ -126,7 +127,7 @@ def remember_from_proto(r: memory_pb2.RememberRequest, default_namespace: str = 
     )
 
 
-def filter_from_proto(f: memory_pb2.MemoryFilter) -> MemoryQuery:
+def filter_from_proto(f: memory_service_pb2.MemoryFilter) -> MemoryQuery:
     return MemoryQuery(
         kinds=tuple(f.kinds),
         metadata=dict_from_struct(f.metadata),
@@ -136,8 +137,8 @@ def filter_from_proto(f: memory_pb2.MemoryFilter) -> MemoryQuery:
     )
 
 
-def memory_to_proto(m: MemoryRecord) -> memory_pb2.MemoryRecord:
-    return memory_pb2.MemoryRecord(
+def memory_to_proto(m: MemoryRecord) -> memory_service_pb2.MemoryRecord:
+    return memory_service_pb2.MemoryRecord(
         id=m.id,
         namespace=m.namespace,
         text=m.text,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from google.protobuf import json_format
 
+from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.memory.profiles import Profile, Profiles
 from agentmesh.memory.promoted import PromotedTool, PromotedTools
 from agentmesh.memory.reflections import Reflections
@@ -14,7 +15,7 @@ from agentmesh.memory.skills import Skill, SkillFile, SkillInfo, Skills
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.v1 import learning_pb2, memory_pb2
+from agentmesh.v1 import learning_pb2
 
 __all__ = ["LearningRpcs", "profile_to_proto", "promoted_to_proto", "skill_info_to_proto"]
 
@@ -128,8 +129,8 @@ def run_from_dict(run: dict) -> learning_pb2.ReflectionRun:
     return json_format.ParseDict(run, learning_pb2.ReflectionRun(), ignore_unknown_fields=True)
 
 
-def state_to_proto(state: dict) -> memory_pb2.ReflectionState:
-    return memory_pb2.ReflectionState(session_id=state["session_id"], last_seq=int(state["last_seq"]),
+def state_to_proto(state: dict) -> memory_service_pb2.ReflectionState:
+    return memory_service_pb2.ReflectionState(session_id=state["session_id"], last_seq=int(state["last_seq"]),
                                       runs=[run_from_dict(r) for r in state["runs"]])
 
 

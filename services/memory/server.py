@@ -8,6 +8,7 @@ from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
+from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.logs import get_logger
 from agentmesh.memory.a2a_tasks import A2aTasks
 from agentmesh.memory.convert import (
@@ -44,15 +45,15 @@ from agentmesh.rpc.carried import CarriedCalls as CallCarrier  # the servicer ha
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import memory_pb2, memory_pb2_grpc, sessions_pb2
+from agentmesh.v1 import sessions_pb2
 
 log = get_logger("agentmesh.memory")
 
-APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
-START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
+APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
+START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, memory_service_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
@@ -82,7 +83,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def PutSession(self, request, context):
         session, created = await self._put_session(request.session)
-        reply = memory_pb2.PutSessionResponse(session=session_to_proto(session), created=created)
+        reply = memory_service_pb2.PutSessionResponse(session=session_to_proto(session), created=created)
         if request.with_namespace_settings:
             # The session's namespace as stored (an existing session keeps its own), checked as
             # GetNamespaceSettings is.
@@ -135,19 +136,19 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         self.carried_appends = CallCarrier(
             calls, {"append_messages": append},
             unwrap=lambda message: (message.call, "append_messages", message.request),
-            wrap=lambda status, field, response: memory_pb2.AppendStreamResponse(status=status, response=response))
+            wrap=lambda status, field, response: memory_service_pb2.AppendStreamResponse(status=status, response=response))
         self.carried_calls = CallCarrier(
             calls, {"append_messages": append, "start_turn": ServedMethod(START_TURN_METHOD, self.start_turn_carried)},
-            wrap=oneof_answers(memory_pb2.CarriedMemoryAnswer))
+            wrap=oneof_answers(memory_service_pb2.CarriedMemoryAnswer))
         return [self.carried_appends, self.carried_calls]
 
-    async def append_messages(self, request: memory_pb2.AppendMessagesRequest) -> memory_pb2.AppendMessagesResponse:
+    async def append_messages(self, request: memory_service_pb2.AppendMessagesRequest) -> memory_service_pb2.AppendMessagesResponse:
         """AppendMessages' work, for the unary call and for each call carried on AppendStream."""
         await self._tenants.session_if_any(request.session_id, "AppendMessages")
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
             last = await self._transcripts.append_messages(request.session_id, messages)
-        reply = memory_pb2.AppendMessagesResponse(last_seq=last)
+        reply = memory_service_pb2.AppendMessagesResponse(last_seq=last)
         if request.usage:
             # After the append, which has happened whatever becomes of these: a refused or
             # failed record is a sentence for the caller to act on, never a failed append.
@@ -191,20 +192,20 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         await self._tenants.session_if_any(request.session_id, "DropRun")
         with bound_contextvars(session_id=request.session_id, run_id=request.run_id):
             dropped = await self._transcripts.drop_run(request.session_id, request.run_id)
-        return memory_pb2.DropRunResponse(dropped=dropped)
+        return memory_service_pb2.DropRunResponse(dropped=dropped)
 
     @translate_errors
     async def StartTurn(self, request, context):
         return await self.start_turn(request)
 
-    async def start_turn_carried(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
+    async def start_turn_carried(self, request: memory_service_pb2.StartTurnRequest) -> memory_service_pb2.StartTurnResponse:
         """StartTurn carried on a stream: its answer bounded as a carried request is
         (CARRY_LIMIT_BYTES) — a long transcript would hold every other answer on the stream
         behind it. What does not fit is left for the caller to page with ListMessages, as it
         pages a transcript longer than page_size (next_after_seq)."""
         return bound_transcript(await self.start_turn(request), CARRY_LIMIT_BYTES)
 
-    async def start_turn(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
+    async def start_turn(self, request: memory_service_pb2.StartTurnRequest) -> memory_service_pb2.StartTurnResponse:
         """StartTurn's work, for the unary call and for each call carried on CarriedCalls."""
         namespace, opened, settings = request.namespace, None, None
         if request.HasField("session"):
@@ -226,11 +227,11 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
                                        request.page_size, recall if request.recall_k else None,
                                        self._learning_reads(request, namespace))
-        reply = memory_pb2.StartTurnResponse(
+        reply = memory_service_pb2.StartTurnResponse(
             next_after_seq=started.next_after_seq,
             first_seq=started.first_seq,
             last_seq=started.last_seq,
-            recalled=[memory_pb2.SearchHit(memory=memory_to_proto(h.memory), score=h.score) for h in started.recalled],
+            recalled=[memory_service_pb2.SearchHit(memory=memory_to_proto(h.memory), score=h.score) for h in started.recalled],
             recall_error=started.recall_error,
             learning_read=True,
             learning_errors=started.learning_errors,
@@ -247,7 +248,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             reply.namespace_settings.CopyFrom(namespace_to_proto(settings))
         return reply
 
-    def _learning_reads(self, request: memory_pb2.StartTurnRequest,
+    def _learning_reads(self, request: memory_service_pb2.StartTurnRequest,
                         namespace: str) -> dict[str, Callable[[], Awaitable[Any]]]:
         """The learning parts StartTurn was asked for, each checked as its own RPC would be."""
         namespace = namespace or "default"
@@ -291,8 +292,8 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         hits = await self._memories.search(
             request.namespace, request.query, request.k, filter_from_proto(request.filter)
         )
-        return memory_pb2.SearchResponse(
-            hits=[memory_pb2.SearchHit(memory=memory_to_proto(h.memory), score=h.score) for h in hits]
+        return memory_service_pb2.SearchResponse(
+            hits=[memory_service_pb2.SearchHit(memory=memory_to_proto(h.memory), score=h.score) for h in hits]
         )
 
     @translate_errors
@@ -306,7 +307,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         memories, token = await self._memories.list(
             request.namespace, filter_from_proto(request.filter), request.page_size, request.page_token
         )
-        return memory_pb2.ListMemoriesResponse(memories=[memory_to_proto(m) for m in memories], next_page_token=token)
+        return memory_service_pb2.ListMemoriesResponse(memories=[memory_to_proto(m) for m in memories], next_page_token=token)
 
     @translate_errors
     async def Forget(self, request, context):
@@ -318,7 +319,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             memory_filter=filter_from_proto(request.filter) if has_filter else None,
             forget_all=request.all,
         )
-        return memory_pb2.ForgetResponse(forgotten=forgotten)
+        return memory_service_pb2.ForgetResponse(forgotten=forgotten)
 
     @translate_errors
     async def Import(self, request, context):
@@ -326,19 +327,19 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         for namespace in {request.namespace, *(item.namespace for item in items)}:
             self._tenants.namespace(namespace, "Import")
         imported = await self._memories.import_many(request.namespace, items)
-        return memory_pb2.ImportResponse(imported=imported)
+        return memory_service_pb2.ImportResponse(imported=imported)
 
     # --- usage ---
 
     @translate_errors
     async def RecordUsage(self, request, context):
-        return memory_pb2.RecordUsageResponse(recorded=await self._usage.record(_usage_records(request.records)))
+        return memory_service_pb2.RecordUsageResponse(recorded=await self._usage.record(_usage_records(request.records)))
 
     @translate_errors
     async def SumUsage(self, request, context):
         sums, count = await self._usage.sums(request.start, request.end, request.group_by)
-        return memory_pb2.SumUsageResponse(
-            sums=[memory_pb2.UsageSum(key=s.key, model_name=s.model_name, calls=s.calls, input_tokens=s.input_tokens,
+        return memory_service_pb2.SumUsageResponse(
+            sums=[memory_service_pb2.UsageSum(key=s.key, model_name=s.model_name, calls=s.calls, input_tokens=s.input_tokens,
                                       output_tokens=s.output_tokens, cached_input_tokens=s.cached_input_tokens,
                                       fallback_calls=s.fallback_calls, namespace=s.namespace) for s in sums],
             records=count,
@@ -350,16 +351,16 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             raise FailedPrecondition("this memory service keeps no MCP server registrations")
         return self._mcp
 
-    async def _registrations(self, namespace: str, version: float) -> memory_pb2.McpRegistrations:
+    async def _registrations(self, namespace: str, version: float) -> memory_service_pb2.McpRegistrations:
         servers, _ = await self._registry().list(namespace)
-        return memory_pb2.McpRegistrations(namespace=namespace or "default", version=version,
+        return memory_service_pb2.McpRegistrations(namespace=namespace or "default", version=version,
                                            servers=[_registration_to_proto(s) for s in servers])
 
     @translate_errors
     async def ListMcpRegistrations(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ListMcpRegistrations")
         servers, version = await self._registry().list(request.namespace)
-        return memory_pb2.McpRegistrations(namespace=request.namespace or "default", version=version,
+        return memory_service_pb2.McpRegistrations(namespace=request.namespace or "default", version=version,
                                            servers=[_registration_to_proto(s) for s in servers])
 
     @translate_errors
@@ -386,28 +387,28 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
     async def PutA2aTask(self, request, context):
         self._tenants.namespace(request.namespace or "default", "PutA2aTask")
         created = await self._tasks().put(request.namespace, request.task_id, request.task_json)
-        return memory_pb2.PutA2aTaskResponse(created=created)
+        return memory_service_pb2.PutA2aTaskResponse(created=created)
 
     @translate_errors
     async def GetA2aTask(self, request, context):
         self._tenants.namespace(request.namespace or "default", "GetA2aTask")
         task_json, updated_at = await self._tasks().get(request.namespace, request.task_id)
-        return memory_pb2.A2aTaskRecord(namespace=request.namespace or "default", task_id=request.task_id,
+        return memory_service_pb2.A2aTaskRecord(namespace=request.namespace or "default", task_id=request.task_id,
                                         task_json=task_json, updated_at=updated_at)
 
 
-def _registration_to_proto(s: McpRegistration) -> memory_pb2.McpRegistration:
-    return memory_pb2.McpRegistration(name=s.name, command=s.command, args=list(s.args), url=s.url,
+def _registration_to_proto(s: McpRegistration) -> memory_service_pb2.McpRegistration:
+    return memory_service_pb2.McpRegistration(name=s.name, command=s.command, args=list(s.args), url=s.url,
                                       headers=dict(s.headers), env_secrets=dict(s.env_secrets),
                                       header_secrets=dict(s.header_secrets), added_at=s.added_at)
 
 
-def _registration_from_proto(m: memory_pb2.McpRegistration) -> McpRegistration:
+def _registration_from_proto(m: memory_service_pb2.McpRegistration) -> McpRegistration:
     return McpRegistration(name=m.name, command=m.command, args=tuple(m.args), url=m.url, headers=dict(m.headers),
                            env_secrets=dict(m.env_secrets), header_secrets=dict(m.header_secrets), added_at=m.added_at)
 
 
-def bound_transcript(reply: memory_pb2.StartTurnResponse, limit_bytes: int) -> memory_pb2.StartTurnResponse:
+def bound_transcript(reply: memory_service_pb2.StartTurnResponse, limit_bytes: int) -> memory_service_pb2.StartTurnResponse:
     """`reply` with as much of its transcript page as keeps it within `limit_bytes` (at least
     one message), and next_after_seq where the rest starts."""
     if reply.ByteSize() <= limit_bytes or len(reply.messages) <= 1:
@@ -458,7 +459,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                               PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                               Reflections(documents), UsageLedger(store), host.audit,
                               mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents))
-    host.add(memory_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.v1.Memory")
+    host.add(memory_service_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.internal.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):
         host.on_drain(carried.close)

@@ -11,6 +11,7 @@ from agentmesh.clients.memory import MemoryClient
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition
 from agentmesh.ids import validate_namespace
+from agentmesh.internal.v1 import tools_service_pb2, tools_service_pb2_grpc
 from agentmesh.logs import get_logger
 from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.carried import CarriedCalls, ServedMethod, oneof_answers
@@ -42,14 +43,14 @@ from agentmesh.tools.tenancy import SessionTenants
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
 from agentmesh.tools.workspace_files import WorkspaceFiles
-from agentmesh.v1 import sessions_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import sessions_pb2, tools_pb2
 
 log = get_logger("agentmesh.tools")
 
-EXECUTE_METHOD = "/agentmesh.v1.Tools/Execute"
+EXECUTE_METHOD = "/agentmesh.internal.v1.Tools/Execute"
 
 
-class ToolsServicer(tools_pb2_grpc.ToolsServicer):
+class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
     def __init__(self, calls: ServerCalls, core: ToolService, files: WorkspaceFiles,
                  tenants: SessionTenants | None = None):
         self._core = core
@@ -59,7 +60,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         # The agent's Execute calls, carried on one stream per agent process; served through
         # the host's interceptor (`calls`) as unary calls are.
         self.carried_calls = CarriedCalls(calls, {"execute": ServedMethod(EXECUTE_METHOD, self.execute)},
-                                          wrap=oneof_answers(tools_pb2.CarriedToolsAnswer))
+                                          wrap=oneof_answers(tools_service_pb2.CarriedToolsAnswer))
 
     async def _session(self, session_id: str, method: str, *, grows: bool = False) -> None:
         if self._tenants is not None and session_id:
@@ -75,7 +76,7 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     @translate_errors
     async def WatchCatalog(self, request, context):
         async for version in self._core.versions.watch():
-            yield tools_pb2.CatalogVersion(version=version)
+            yield tools_service_pb2.CatalogVersion(version=version)
 
     @translate_errors
     async def Execute(self, request, context):
@@ -87,14 +88,14 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
         sandboxed process killed) when its caller cancels it or the stream ends."""
         return self.carried_calls.serve(request_iterator)
 
-    async def execute(self, request: tools_pb2.ExecuteRequest) -> tools_pb2.ExecuteResponse:
+    async def execute(self, request: tools_service_pb2.ExecuteRequest) -> tools_service_pb2.ExecuteResponse:
         """Execute's work, for the unary call and for each call carried on CarriedCalls."""
         await self._session(request.session_id, "Execute", grows=True)
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s,
             namespace=request.namespace, mcp_version=_version(request),
         )
-        return tools_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
+        return tools_service_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
 
     # --- a namespace's own MCP servers ---
 
@@ -129,8 +130,8 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     async def BackgroundResults(self, request, context):
         await self._session(request.session_id, "BackgroundResults")
         finished, running = self._core.background_results(request.session_id)
-        return tools_pb2.BackgroundResultsResponse(running=running, finished=[
-            tools_pb2.BackgroundCommand(id=c.id, command=c.command, status=c.status, started_at=c.started_at,
+        return tools_service_pb2.BackgroundResultsResponse(running=running, finished=[
+            tools_service_pb2.BackgroundCommand(id=c.id, command=c.command, status=c.status, started_at=c.started_at,
                                         finished_at=c.finished_at, result=tool_result_to_proto(replace(c.outcome, call_id=c.id, name="background_run")))
             for c in finished if c.outcome is not None
         ])
@@ -138,17 +139,17 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
     @translate_errors
     async def WatchBackground(self, request, context):
         async for change in self._core.background_sessions.watch():
-            yield tools_pb2.BackgroundSessions(complete=change.complete, pending=change.pending, cleared=change.cleared)
+            yield tools_service_pb2.BackgroundSessions(complete=change.complete, pending=change.pending, cleared=change.cleared)
 
     @translate_errors
     async def StopBackground(self, request, context):
         await self._session(request.session_id, "StopBackground")
-        return tools_pb2.StopBackgroundResponse(stopped=await self._core.stop_background(request.session_id))
+        return tools_service_pb2.StopBackgroundResponse(stopped=await self._core.stop_background(request.session_id))
 
     @translate_errors
     async def DeleteWorkspace(self, request, context):
         await self._session(request.session_id, "DeleteWorkspace")
-        return tools_pb2.DeleteWorkspaceResponse(deleted=await self._core.delete_workspace(request.session_id))
+        return tools_service_pb2.DeleteWorkspaceResponse(deleted=await self._core.delete_workspace(request.session_id))
 
     @translate_errors
     async def ListWorkspace(self, request, context):
@@ -293,7 +294,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
                            tools_settings.workspace_quota)
     servicer = ToolsServicer(host.calls, core, files, tenants)
-    host.add(tools_pb2_grpc.add_ToolsServicer_to_server, servicer, "agentmesh.v1.Tools")
+    host.add(tools_service_pb2_grpc.add_ToolsServicer_to_server, servicer, "agentmesh.internal.v1.Tools")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     host.on_drain(servicer.carried_calls.close)
     host.on_drain(core.versions.close)  # open WatchCatalog streams would hold the drain up

@@ -17,19 +17,20 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from agentmesh.v1 import common_pb2, memory_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import common_pb2
 
-SERVICE = "agentmesh.v1.Memory"
+SERVICE = "agentmesh.internal.v1.Memory"
 REFUSAL = "the transcript store is full (no space left on device)"
 
 
-def _has_tool_result(request: memory_pb2.AppendMessagesRequest | None) -> bool:
+def _has_tool_result(request: memory_service_pb2.AppendMessagesRequest | None) -> bool:
     return request is not None and any(m.role == "tool" for m in request.messages)
 
 
-def _append_in(call: Any) -> memory_pb2.AppendMessagesRequest | None:
+def _append_in(call: Any) -> memory_service_pb2.AppendMessagesRequest | None:
     """The append a carried call holds, if it is one (CarriedCalls also carries StartTurn)."""
-    if isinstance(call, memory_pb2.AppendStreamRequest):
+    if isinstance(call, memory_service_pb2.AppendStreamRequest):
         return call.request
     return call.append_messages if call.WhichOneof("request") == "append_messages" else None
 
@@ -37,10 +38,10 @@ def _append_in(call: Any) -> memory_pb2.AppendMessagesRequest | None:
 # The streams that carry appends: their request and answer messages, and how the answer to a
 # refused call reads.
 CARRIERS: dict[str, tuple[Any, Any, Any]] = {
-    "AppendStream": (memory_pb2.AppendStreamRequest, memory_pb2.AppendStreamResponse,
-                     lambda status: memory_pb2.AppendStreamResponse(status=status)),
-    "CarriedCalls": (memory_pb2.CarriedMemoryCall, memory_pb2.CarriedMemoryAnswer,
-                     lambda status: memory_pb2.CarriedMemoryAnswer(status=status)),
+    "AppendStream": (memory_service_pb2.AppendStreamRequest, memory_service_pb2.AppendStreamResponse,
+                     lambda status: memory_service_pb2.AppendStreamResponse(status=status)),
+    "CarriedCalls": (memory_service_pb2.CarriedMemoryCall, memory_service_pb2.CarriedMemoryAnswer,
+                     lambda status: memory_service_pb2.CarriedMemoryAnswer(status=status)),
 }
 
 
@@ -77,7 +78,7 @@ class AppendGate:
     # --- passing calls on ---
 
     def _handlers(self) -> grpc.GenericRpcHandler:
-        methods = memory_pb2.DESCRIPTOR.services_by_name["Memory"].methods
+        methods = memory_service_pb2.DESCRIPTOR.services_by_name["Memory"].methods
         handlers: dict[str, grpc.RpcMethodHandler] = {}
         for method in methods:
             path = f"/{SERVICE}/{method.name}"
@@ -88,8 +89,8 @@ class AppendGate:
                     response_serializer=answer_type.SerializeToString)
             elif method.name == "AppendMessages":
                 handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                    self._append, request_deserializer=memory_pb2.AppendMessagesRequest.FromString,
-                    response_serializer=memory_pb2.AppendMessagesResponse.SerializeToString)
+                    self._append, request_deserializer=memory_service_pb2.AppendMessagesRequest.FromString,
+                    response_serializer=memory_service_pb2.AppendMessagesResponse.SerializeToString)
             elif method.server_streaming and method.client_streaming:
                 raise AssertionError(f"no pass-through for the stream {method.name}")
             elif method.server_streaming:
@@ -121,8 +122,8 @@ class AppendGate:
                 yield answer
         return forward
 
-    async def _append(self, request: memory_pb2.AppendMessagesRequest,
-                      context: grpc.aio.ServicerContext) -> memory_pb2.AppendMessagesResponse:
+    async def _append(self, request: memory_service_pb2.AppendMessagesRequest,
+                      context: grpc.aio.ServicerContext) -> memory_service_pb2.AppendMessagesResponse:
         held = self.holding and _has_tool_result(request)
         if held:
             self.seen.set()
@@ -130,8 +131,8 @@ class AppendGate:
                 await self.release.wait()
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, REFUSAL)
         call = self._channel.unary_unary(f"/{SERVICE}/AppendMessages",
-                                         request_serializer=memory_pb2.AppendMessagesRequest.SerializeToString,
-                                         response_deserializer=memory_pb2.AppendMessagesResponse.FromString)
+                                         request_serializer=memory_service_pb2.AppendMessagesRequest.SerializeToString,
+                                         response_deserializer=memory_service_pb2.AppendMessagesResponse.FromString)
         answer = await call(request, metadata=self._metadata(context))
         if held:
             await self.release.wait()

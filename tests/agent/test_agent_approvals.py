@@ -18,7 +18,8 @@ from agentmesh.agent.types import (
     ToolOutcome,
     ToolResultEvent,
 )
-from agentmesh.v1 import agent_pb2, common_pb2, gateway_pb2
+from agentmesh.internal.v1 import agent_service_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2
 from tests.agent.agent_fakes import FakeTools, FakeTranscripts, ok
 from tests.agent.test_agent_loop import make_agent, of
 from tests.agent.test_agent_service import SERVICES, agent_stub, open_session, stored
@@ -140,7 +141,7 @@ async def test_a_decision_sent_on_the_run_turn_stream_reaches_the_held_call(stac
     decisions: asyncio.Queue = asyncio.Queue()
 
     async def requests():
-        yield agent_pb2.RunTurnRequest(session_id="wire", run_id="run-1", message="go")
+        yield agent_service_pb2.RunTurnRequest(session_id="wire", run_id="run-1", message="go")
         yield await decisions.get()
 
     events = []
@@ -151,7 +152,7 @@ async def test_a_decision_sent_on_the_run_turn_stream_reaches_the_held_call(stac
             assert (held.call_id, held.name) == ("h", "shell")
             assert json.loads(held.arguments_json) == {"command": "echo hi > hi.txt"}
             decision = common_pb2.ApprovalDecision(call_id="h", approved=True)
-            decisions.put_nowait(agent_pb2.RunTurnRequest(decision=decision))
+            decisions.put_nowait(agent_service_pb2.RunTurnRequest(decision=decision))
 
     kinds = [e.WhichOneof("payload") for e in events]
     assert kinds[-1] == "run_finished" and "approval_resolved" in kinds
@@ -162,8 +163,8 @@ async def test_a_decision_sent_on_the_run_turn_stream_reaches_the_held_call(stac
 async def test_run_turn_refuses_a_stream_that_does_not_start_with_the_turn(stack, llm):
     import grpc
 
-    first = agent_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(call_id="x", approved=True))
-    bad_tools = agent_pb2.RunTurnRequest(session_id="ok", message="hi",
+    first = agent_service_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(call_id="x", approved=True))
+    bad_tools = agent_service_pb2.RunTurnRequest(session_id="ok", message="hi",
                                          options=gateway_pb2.ChatOptions(approval_tools=["x" * 129]))
     for request, words in [(first, "must start"), (bad_tools, "approval_tools")]:
         with pytest.raises(grpc.aio.AioRpcError) as info:

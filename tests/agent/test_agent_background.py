@@ -10,7 +10,7 @@ import asyncio
 import grpc
 import pytest
 
-from agentmesh.v1 import agent_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.internal.v1 import agent_service_pb2, tools_service_pb2, tools_service_pb2_grpc
 from tests.agent.test_agent_finishing import Running, finished, of_kind, run_turn, statuses
 from tests.agent.test_agent_service import agent_stub, open_session, stored, until
 from tests.support.identities import signed_channel
@@ -94,7 +94,7 @@ async def test_cancelling_the_turn_kills_its_background_commands(tmp_path):
     async with Running(tmp_path, in_order(*steps)) as running:
         await open_session(running.stack, "cancel-bg")
         call = agent_stub(running.stack).RunTurn(
-            iter([agent_pb2.RunTurnRequest(session_id="cancel-bg", message="go")]), timeout=60)
+            iter([agent_service_pb2.RunTurnRequest(session_id="cancel-bg", message="go")]), timeout=60)
         seen = []
         async for event in call:
             seen.append(event.WhichOneof("payload"))
@@ -115,13 +115,13 @@ async def test_deleting_the_session_kills_its_background_commands(tmp_path):
         assert processes_running("sleep 49.25")  # it outlives the turn...
         stack = running.stack  # the gateway deletes a session's workspace: play the gateway
         async with signed_channel(stack.settings.keys_dir, "gateway", "tools", stack.addresses["tools"]) as channel:
-            gateway_as_caller = tools_pb2_grpc.ToolsStub(channel)
+            gateway_as_caller = tools_service_pb2_grpc.ToolsStub(channel)
             # Only the agent may collect or stop a session's background commands.
             with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await gateway_as_caller.StopBackground(tools_pb2.StopBackgroundRequest(session_id="doomed"), timeout=10)
+                await gateway_as_caller.StopBackground(tools_service_pb2.StopBackgroundRequest(session_id="doomed"), timeout=10)
             assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
             assert processes_running("sleep 49.25")
-            await gateway_as_caller.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="doomed"), timeout=10)
+            await gateway_as_caller.DeleteWorkspace(tools_service_pb2.DeleteWorkspaceRequest(session_id="doomed"), timeout=10)
         await until(lambda: not processes_running("sleep 49.25"))  # ...not the session
 
 

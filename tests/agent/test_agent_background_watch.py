@@ -10,8 +10,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from agentmesh.internal.v1 import agent_service_pb2, agent_service_pb2_grpc
 from agentmesh.rpc.launch import start_service
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc
 from tests.agent.test_agent_background import background_notes
 from tests.agent.test_agent_finishing import Running, finished, of_kind, run_turn
 from tests.agent.test_agent_service import open_session
@@ -49,8 +49,8 @@ def by_message(script: dict[str, list]):
 
 
 async def turn_on(channel, session_id: str, message: str) -> list:
-    request = agent_pb2.RunTurnRequest(session_id=session_id, message=message)
-    return [e async for e in agent_pb2_grpc.AgentStub(channel).RunTurn(iter([request]), timeout=60)]
+    request = agent_service_pb2.RunTurnRequest(session_id=session_id, message=message)
+    return [e async for e in agent_service_pb2_grpc.AgentStub(channel).RunTurn(iter([request]), timeout=60)]
 
 
 async def quiet_turns_until_told(turn, sessions: str, running, within_s: float = 15.0) -> None:

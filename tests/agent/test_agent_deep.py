@@ -12,8 +12,9 @@ from agentmesh.agent.loop.turn_request import step_budget
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import RunFinishedEvent, StatusEvent, ToolCall, ToolOutcome, ToolResultEvent
 from agentmesh.errors import InvalidArgument
+from agentmesh.internal.v1 import agent_service_pb2
 from agentmesh.modes import validate_mode
-from agentmesh.v1 import agent_pb2, gateway_pb2
+from agentmesh.v1 import gateway_pb2
 from tests.agent.agent_fakes import FakeTools, FakeTranscripts, ok
 from tests.agent.test_agent_loop import collect, make_agent, of
 from tests.agent.test_agent_service import SERVICES, agent_stub, open_session, stored
@@ -168,7 +169,7 @@ async def test_the_agent_service_refuses_an_unknown_mode_and_runs_deep(tmp_path)
         async with Stack(tmp_path / "home", llm_base_url=llm.base_url, services=SERVICES,
                          env={"AGENTMESH_AGENT_TASK_MODES": "none"}) as stack:  # the free-text plan
             await open_session(stack, "deep-wire")
-            bad = agent_pb2.RunTurnRequest(session_id="deep-wire", message="hi",
+            bad = agent_service_pb2.RunTurnRequest(session_id="deep-wire", message="hi",
                                            options=gateway_pb2.ChatOptions(mode="fast"))
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 _ = [e async for e in agent_stub(stack).RunTurn(iter([bad]), timeout=10)]
@@ -176,7 +177,7 @@ async def test_the_agent_service_refuses_an_unknown_mode_and_runs_deep(tmp_path)
             assert "'fast' is not a run mode" in info.value.details() and '"deep"' in info.value.details()
             assert llm.requests == [] and await stored(stack, "deep-wire") == []
 
-            good = agent_pb2.RunTurnRequest(session_id="deep-wire", message="hi",
+            good = agent_service_pb2.RunTurnRequest(session_id="deep-wire", message="hi",
                                             options=gateway_pb2.ChatOptions(mode="deep"))
             events = [e async for e in agent_stub(stack).RunTurn(iter([good]), timeout=30)]
             assert events[-1].run_finished.final_text == "deep answer"

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from agentmesh.v1 import agent_pb2, gateway_pb2
+from agentmesh.internal.v1 import agent_service_pb2
+from agentmesh.v1 import gateway_pb2
 from tests.agent.test_agent_service import SERVICES, agent_stub, open_session, stored
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
@@ -18,7 +19,7 @@ QUIET = {"AGENTMESH_AGENT_RECALL_K": "0"}
 
 async def run_turn(stack: Stack, session_id: str, message: str, **options) -> list:
     await open_session(stack, session_id)
-    request = agent_pb2.RunTurnRequest(session_id=session_id, message=message,
+    request = agent_service_pb2.RunTurnRequest(session_id=session_id, message=message,
                                        options=gateway_pb2.ChatOptions(**options))
     return [e async for e in agent_stub(stack).RunTurn(iter([request]), timeout=60)]
 

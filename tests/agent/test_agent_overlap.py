@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, memory_pb2, memory_pb2_grpc, sessions_pb2
+from agentmesh.internal.v1 import agent_service_pb2, agent_service_pb2_grpc, memory_service_pb2, memory_service_pb2_grpc
+from agentmesh.v1 import sessions_pb2
 from tests.agent.memory_proxy import REFUSAL, AppendGate
 from tests.support.identities import signed_channel
 from tests.support.llm_server import reply, tool_call
@@ -43,10 +44,10 @@ class Turn:
     interrupt message on the same request stream, as the gateway does."""
 
     def __init__(self, agent: Stack, session_id: str, message: str):
-        self._requests: asyncio.Queue[agent_pb2.RunTurnRequest | None] = asyncio.Queue()
-        self._requests.put_nowait(agent_pb2.RunTurnRequest(session_id=session_id, run_id="r1", message=message))
+        self._requests: asyncio.Queue[agent_service_pb2.RunTurnRequest | None] = asyncio.Queue()
+        self._requests.put_nowait(agent_service_pb2.RunTurnRequest(session_id=session_id, run_id="r1", message=message))
         self.events: list = []
-        stub = agent_pb2_grpc.AgentStub(agent.channel("agent"))
+        stub = agent_service_pb2_grpc.AgentStub(agent.channel("agent"))
         self.done = asyncio.create_task(self._consume(stub))
 
     async def _send(self):
@@ -59,7 +60,7 @@ class Turn:
         self._requests.put_nowait(None)
 
     def interrupt(self) -> None:
-        self._requests.put_nowait(agent_pb2.RunTurnRequest(interrupt="interrupted"))
+        self._requests.put_nowait(agent_service_pb2.RunTurnRequest(interrupt="interrupted"))
 
     def kinds(self) -> list[str]:
         return [e.WhichOneof("payload") for e in self.events]
@@ -77,7 +78,7 @@ async def stored(backends: Stack, session_id: str) -> list:
 
 async def open_session(backends: Stack, session_id: str) -> None:
     session = sessions_pb2.Session(session_id=session_id, namespace="default")
-    await backends.memory_stub().PutSession(memory_pb2.PutSessionRequest(session=session), timeout=10)
+    await backends.memory_stub().PutSession(memory_service_pb2.PutSessionRequest(session=session), timeout=10)
 
 
 async def model_requests(llm, count: int) -> None:
@@ -150,7 +151,7 @@ async def test_a_failed_result_append_leaves_no_trace_of_the_reply(services, llm
     assert await stored(backends, "refused") == [("user", "write hello to a.txt"), ("assistant", "")]
     # The thrown-away reply's tokens were spent: the ledger has both calls.
     async with signed_channel(backends.settings.keys_dir, "gateway", "memory", backends.addresses["memory"]) as channel:
-        sums = await memory_pb2_grpc.MemoryStub(channel).SumUsage(memory_pb2.SumUsageRequest(group_by="session"),
+        sums = await memory_service_pb2_grpc.MemoryStub(channel).SumUsage(memory_service_pb2.SumUsageRequest(group_by="session"),
                                                                   timeout=10)
     refused = next(s for s in sums.sums if s.key == "refused")
     assert (refused.calls, refused.input_tokens, refused.output_tokens) == (2, 300, 30)

@@ -8,7 +8,8 @@ import grpc
 import pytest
 
 from agentmesh.clients.tools import ToolsClient
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2, memory_pb2, sessions_pb2
+from agentmesh.internal.v1 import agent_service_pb2, agent_service_pb2_grpc, memory_service_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.support.llm_server import reply, tool_call
 from tests.support.processes import processes_running
 from tests.support.stack import Stack
@@ -22,13 +23,13 @@ async def stack(tmp_path, llm):
         yield running
 
 
-def agent_stub(stack: Stack) -> agent_pb2_grpc.AgentStub:
-    return agent_pb2_grpc.AgentStub(stack.channel("agent"))
+def agent_stub(stack: Stack) -> agent_service_pb2_grpc.AgentStub:
+    return agent_service_pb2_grpc.AgentStub(stack.channel("agent"))
 
 
 async def open_session(stack: Stack, session_id: str) -> None:
     session = sessions_pb2.Session(session_id=session_id, namespace="default")
-    await stack.memory_stub().PutSession(memory_pb2.PutSessionRequest(session=session), timeout=10)
+    await stack.memory_stub().PutSession(memory_service_pb2.PutSessionRequest(session=session), timeout=10)
 
 
 async def stored(stack: Stack, session_id: str) -> list:
@@ -47,7 +48,7 @@ async def until(predicate, timeout: float = 10.0) -> None:
 async def test_run_turn_streams_events_and_persists_the_transcript(stack, llm):
     await open_session(stack, "wire")
     llm.add(reply("Writing.", tool_call("write_file", {"path": "a.txt", "content": "hello"}, id="w")), reply("Wrote it."))
-    request = agent_pb2.RunTurnRequest(session_id="wire", run_id="run-1", message="write hello to a.txt")
+    request = agent_service_pb2.RunTurnRequest(session_id="wire", run_id="run-1", message="write hello to a.txt")
     events = [e async for e in agent_stub(stack).RunTurn(iter([request]), timeout=30)]
 
     kinds = [e.WhichOneof("payload") for e in events]
@@ -66,11 +67,11 @@ async def test_run_turn_streams_events_and_persists_the_transcript(stack, llm):
 async def test_bad_requests_are_refused_before_anything_runs(stack, llm):
     stub = agent_stub(stack)
     cases = [
-        (agent_pb2.RunTurnRequest(session_id="", message="hi"), "session_id is required"),
-        (agent_pb2.RunTurnRequest(session_id="../x", message="hi"), "malformed"),
-        (agent_pb2.RunTurnRequest(session_id="ok", message="  "), "message is empty"),
-        (agent_pb2.RunTurnRequest(session_id="ok", message="hi", namespace="a b"), "namespace"),
-        (agent_pb2.RunTurnRequest(session_id="ok", message="hi",
+        (agent_service_pb2.RunTurnRequest(session_id="", message="hi"), "session_id is required"),
+        (agent_service_pb2.RunTurnRequest(session_id="../x", message="hi"), "malformed"),
+        (agent_service_pb2.RunTurnRequest(session_id="ok", message="  "), "message is empty"),
+        (agent_service_pb2.RunTurnRequest(session_id="ok", message="hi", namespace="a b"), "namespace"),
+        (agent_service_pb2.RunTurnRequest(session_id="ok", message="hi",
                                   options=gateway_pb2.ChatOptions(max_iterations=1000)), "max_iterations"),
     ]
     for request, words in cases:
@@ -83,7 +84,7 @@ async def test_bad_requests_are_refused_before_anything_runs(stack, llm):
 async def test_cancelling_run_turn_kills_the_sandboxed_tool_and_closes_the_step(stack, llm):
     await open_session(stack, "cancel")
     llm.add(reply("", tool_call("shell", {"command": "sleep 48.25"}, id="slow")))
-    call = agent_stub(stack).RunTurn(iter([agent_pb2.RunTurnRequest(session_id="cancel", message="go")]), timeout=60)
+    call = agent_stub(stack).RunTurn(iter([agent_service_pb2.RunTurnRequest(session_id="cancel", message="go")]), timeout=60)
     async for event in call:
         if event.WhichOneof("payload") == "tool_call":
             break
@@ -131,7 +132,7 @@ async def test_a_memory_outage_fails_the_turn_with_a_clear_error(tmp_path, llm):
     stack = Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env, services=("agent",))
     stack.addresses.update(memory=env["AGENTMESH_MEMORY_ADDR"], tools=env["AGENTMESH_TOOLS_ADDR"])
     async with stack:
-        request = agent_pb2.RunTurnRequest(session_id="s1", message="hi")
+        request = agent_service_pb2.RunTurnRequest(session_id="s1", message="hi")
         events = [e async for e in agent_stub(stack).RunTurn(iter([request]), timeout=30)]
     kinds = [e.WhichOneof("payload") for e in events]
     assert kinds[0] == "run_started" and kinds[-1] == "error"
@@ -142,7 +143,7 @@ async def test_a_memory_outage_fails_the_turn_with_a_clear_error(tmp_path, llm):
 async def test_the_builtin_demo_script_runs_against_the_real_tools_and_memory(tmp_path):
     async with Stack(tmp_path / "home", services=SERVICES) as demo:  # no model URL: the scripted provider
         await open_session(demo, "demo")
-        request = agent_pb2.RunTurnRequest(session_id="demo", message="write a note, read it, remember it")
+        request = agent_service_pb2.RunTurnRequest(session_id="demo", message="write a note, read it, remember it")
         events = [e async for e in agent_stub(demo).RunTurn(iter([request]), timeout=60)]
         results = [e.tool_result.result for e in events if e.WhichOneof("payload") == "tool_result"]
         assert [r.name for r in results if r.name.startswith("memory")] == ["memory_save", "memory_search"]

@@ -8,7 +8,8 @@ import json
 import grpc
 
 from agentmesh.agent.capabilities.compaction import INSTRUCTION
-from agentmesh.v1 import common_pb2, memory_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import common_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error, transcript
 from tests.support.llm_server import ScriptedLLMServer, reply
 from tests.support.stack import Stack
@@ -66,6 +67,6 @@ async def test_a_compacted_session_keeps_its_summary_across_restarts(tmp_path):
             for bad in (common_pb2.Message(role="system", content="x", kind="bogus"),
                         common_pb2.Message(role="user", content="x", covers_through_seq=3)):
                 err = await rpc_error(memory.AppendMessages(
-                    memory_pb2.AppendMessagesRequest(session_id="trip", messages=[bad]), timeout=10))
+                    memory_service_pb2.AppendMessagesRequest(session_id="trip", messages=[bad]), timeout=10))
                 assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "message 1" in err.details()
             assert len(await transcript(stack.gateway_stub(), "trip")) == 13

@@ -114,7 +114,7 @@ async def test_a_deep_turn_delegates_through_all_five_services(tmp_path):
     write = next(s for s in spans if s["name"] == "execute_tool write_file")
     assert write["parent_span_id"] == child_invoke["span_id"]
     # The call's CLIENT span (carried on the agent's stream to tools), the tools service's beneath it.
-    call = next(s for s in spans if s["kind"] == "CLIENT" and s["name"] == "/agentmesh.v1.Tools/Execute"
+    call = next(s for s in spans if s["kind"] == "CLIENT" and s["name"] == "/agentmesh.internal.v1.Tools/Execute"
                 and s["parent_span_id"] == write["span_id"])
     assert any(s["service"] == "agentmesh-tools" and s["parent_span_id"] == call["span_id"] for s in spans)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import grpc
 
+from agentmesh.internal.v1 import memory_service_pb2_grpc
 from agentmesh.rpc.client import open_channel
-from agentmesh.v1 import learning_pb2, memory_pb2_grpc
+from agentmesh.v1 import learning_pb2
 from tests.e2e.conftest import rpc_error
 from tests.e2e.test_tenants import auth, tenants  # noqa: F401 - the fixture
 
@@ -30,7 +31,7 @@ async def test_one_tenants_instructions_skills_and_reflections_are_not_the_other
     assert [s.name for s in listed.skills] == ["launch"]
 
     # Tenant A can neither read nor change them, through the gateway or at the memory service.
-    memory = memory_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))
+    memory = memory_service_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))
     for call in (
         gateway.GetProfile(learning_pb2.GetProfileRequest(namespace="beta"), metadata=auth("a-admin"), timeout=10),
         gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="beta", part="soul", text="Hijacked."),

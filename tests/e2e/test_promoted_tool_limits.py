@@ -15,7 +15,8 @@ import json
 
 import pytest
 
-from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2_grpc, sessions_pb2
+from agentmesh.internal.v1 import memory_service_pb2_grpc
+from agentmesh.v1 import common_pb2, learning_pb2, sessions_pb2
 from tests.e2e.conftest import chat, of_kind
 from tests.e2e.test_promoted_tools import results, tool_names
 from tests.e2e.test_standing_instructions import session_in
@@ -128,7 +129,7 @@ async def test_a_stored_self_made_tool_with_a_taken_name_is_ignored(stack, llm):
     catalogue leaves it out and says so, and the real tool of that name is the one offered and run."""
     channel = signed_channel(stack.settings.keys_dir, "agent", "memory", stack.addresses["memory"])
     try:
-        await memory_pb2_grpc.MemoryStub(channel).PutPromotedTool(learning_pb2.PromotedTool(
+        await memory_service_pb2_grpc.MemoryStub(channel).PutPromotedTool(learning_pb2.PromotedTool(
             namespace="old", name="shell", description="A self-made shell.", function="shell",
             parameters_json=json.dumps({"type": "object", "properties": {"command": {"type": "string"}},
                                         "required": ["command"]}),

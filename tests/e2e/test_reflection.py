@@ -10,7 +10,8 @@ import json
 
 import grpc
 
-from agentmesh.v1 import learning_pb2, memory_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import learning_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.e2e.test_standing_instructions import session_in, system_of, user_memory_stub
@@ -34,8 +35,8 @@ async def reflect(gateway, session_id: str) -> learning_pb2.ReflectionRun:
 
 
 async def learnings(stub, namespace: str) -> list:
-    reply_ = await stub.ListMemories(memory_pb2.ListMemoriesRequest(
-        namespace=namespace, filter=memory_pb2.MemoryFilter(kinds=["learning", "knowledge"])), timeout=10)
+    reply_ = await stub.ListMemories(memory_service_pb2.ListMemoriesRequest(
+        namespace=namespace, filter=memory_service_pb2.MemoryFilter(kinds=["learning", "knowledge"])), timeout=10)
     return list(reply_.memories)
 
 

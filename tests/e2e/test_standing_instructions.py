@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import grpc
 
-from agentmesh.v1 import gateway_pb2, learning_pb2, memory_pb2_grpc
+from agentmesh.internal.v1 import memory_service_pb2_grpc
+from agentmesh.v1 import gateway_pb2, learning_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
@@ -18,9 +19,9 @@ USER = "The user is Ada; she reads on a phone, so keep answers short."
 PROJECT = "The project is agentmesh, a Python gRPC service mesh."
 
 
-def user_memory_stub(stack: Stack) -> memory_pb2_grpc.MemoryStub:
+def user_memory_stub(stack: Stack) -> memory_service_pb2_grpc.MemoryStub:
     """The memory service as a user (the CLI, an SDK) reaches it: no service token."""
-    return memory_pb2_grpc.MemoryStub(stack.user_channel("memory"))
+    return memory_service_pb2_grpc.MemoryStub(stack.user_channel("memory"))
 
 
 async def set_part(stub, namespace: str, part: str, text: str) -> learning_pb2.Profile:

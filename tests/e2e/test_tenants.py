@@ -12,20 +12,12 @@ import grpc
 import httpx
 import pytest
 
+from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc, tools_service_pb2, tools_service_pb2_grpc
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import Principal
 from agentmesh.tenancy import token_digest
-from agentmesh.v1 import (
-    common_pb2,
-    gateway_pb2,
-    memory_pb2,
-    memory_pb2_grpc,
-    scheduler_pb2,
-    sessions_pb2,
-    tools_pb2,
-    tools_pb2_grpc,
-)
+from agentmesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, sessions_pb2, tools_pb2
 from tests.e2e.conftest import collect, of_kind, rpc_error
 from tests.e2e.test_auth_and_cli import run_cli
 from tests.support.identities import signed_channel
@@ -76,8 +68,8 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
     assert of_kind(events, "run_finished")[0].final_text == "B's secret answer"
     b_session = await gateway.GetSession(sessions_pb2.GetSessionRequest(session_id="b-secret"), metadata=auth("b-member"))
     assert b_session.namespace == "beta"
-    memory = memory_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))  # a user's plain channel
-    await memory.Remember(memory_pb2.RememberRequest(namespace="beta", text="beta's launch code is 0000"),
+    memory = memory_service_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))  # a user's plain channel
+    await memory.Remember(memory_service_pb2.RememberRequest(namespace="beta", text="beta's launch code is 0000"),
                           metadata=auth("b-member"))
     scheduler = stack.scheduler_stub()
     b_job = await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
@@ -108,7 +100,7 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
     for call in (
         gateway.SearchMemory(gateway_pb2.SearchMemoryRequest(namespace="beta", query="launch code"), metadata=a),
         gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="in-beta", namespace="beta"), metadata=a),
-        memory.Search(memory_pb2.SearchRequest(namespace="beta", query="launch code"), metadata=a),
+        memory.Search(memory_service_pb2.SearchRequest(namespace="beta", query="launch code"), metadata=a),
         gateway.GetNamespaceSettings(sessions_pb2.GetNamespaceSettingsRequest(namespace="beta"), metadata=a),
         gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
             namespace="beta", tools=common_pb2.ToolPolicy(allow=["shell"])), metadata=a),
@@ -168,7 +160,7 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
     channel = signed_channel(stack.settings.keys_dir, "gateway", "memory", stack.addresses["memory"])
     acting = current_principal.set(Principal(subject="oidc:mallory", tenant="acme=admin"))
     try:
-        direct = memory_pb2_grpc.MemoryStub(channel)
+        direct = memory_service_pb2_grpc.MemoryStub(channel)
         err = await rpc_error(direct.GetSession(sessions_pb2.GetSessionRequest(session_id="b-secret")))
         assert err.code() == grpc.StatusCode.NOT_FOUND
         err = await rpc_error(direct.ListMessages(sessions_pb2.GetTranscriptRequest(session_id="b-secret")))
@@ -177,10 +169,10 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
         assert "b-secret" not in [s.session_id for s in listed.sessions]
         # As the agent: a turn's start in B's session, or a recall from B's namespace.
         as_agent = signed_channel(stack.settings.keys_dir, "agent", "memory", stack.addresses["memory"])
-        agent_memory = memory_pb2_grpc.MemoryStub(as_agent)
-        start = memory_pb2.StartTurnRequest(session_id="b-secret", messages=[common_pb2.Message(role="user", content="x")])
+        agent_memory = memory_service_pb2_grpc.MemoryStub(as_agent)
+        start = memory_service_pb2.StartTurnRequest(session_id="b-secret", messages=[common_pb2.Message(role="user", content="x")])
         assert (await rpc_error(agent_memory.StartTurn(start))).code() == grpc.StatusCode.NOT_FOUND
-        recall = memory_pb2.StartTurnRequest(session_id="a-own", namespace="beta", recall_query="launch code", recall_k=3,
+        recall = memory_service_pb2.StartTurnRequest(session_id="a-own", namespace="beta", recall_query="launch code", recall_k=3,
                                              messages=[common_pb2.Message(role="user", content="x")])
         assert (await rpc_error(agent_memory.StartTurn(recall))).code() == grpc.StatusCode.PERMISSION_DENIED
         await as_agent.close()
@@ -189,15 +181,15 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
         await channel.close()
 
     # The tools service: a command in B's workspace, by A directly or by a service acting for A.
-    execute = tools_pb2.ExecuteRequest(session_id="b-secret", call_id="x", name="shell",
+    execute = tools_service_pb2.ExecuteRequest(session_id="b-secret", call_id="x", name="shell",
                                        arguments_json=json.dumps({"command": "cat *"}))
-    tools_user = tools_pb2_grpc.ToolsStub(open_channel(stack.addresses["tools"]))
+    tools_user = tools_service_pb2_grpc.ToolsStub(open_channel(stack.addresses["tools"]))
     err = await rpc_error(tools_user.Execute(execute, metadata=a))
     assert err.code() == grpc.StatusCode.NOT_FOUND and err.details() == "session 'b-secret' does not exist"
     agent_channel = signed_channel(stack.settings.keys_dir, "agent", "tools", stack.addresses["tools"])
     acting = current_principal.set(Principal(subject="oidc:mallory", tenant="acme=admin"))
     try:
-        err = await rpc_error(tools_pb2_grpc.ToolsStub(agent_channel).Execute(execute))
+        err = await rpc_error(tools_service_pb2_grpc.ToolsStub(agent_channel).Execute(execute))
         assert err.code() == grpc.StatusCode.NOT_FOUND
     finally:
         current_principal.reset(acting)
@@ -207,7 +199,7 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
     transcript = await gateway.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="b-secret"), metadata=auth("b-member"))
     assert [m.content for m in transcript.messages if m.role == "user"] == ["hello"]
     assert len(llm.requests) == requests_before
-    hits = await memory.Search(memory_pb2.SearchRequest(namespace="beta", query="launch code"), metadata=auth("b-member"))
+    hits = await memory.Search(memory_service_pb2.SearchRequest(namespace="beta", query="launch code"), metadata=auth("b-member"))
     assert hits.hits
 
     # Each attempt is in the audit log, with who made it.

@@ -185,12 +185,12 @@ async def test_the_default_models_prices_come_from_the_environment():
     # The core alone (no wire): the catalogue the gateway builds from its settings prices "default".
     from agentmesh.config import Settings
     from agentmesh.gateway.usage import UsageReports
+    from agentmesh.internal.v1 import memory_service_pb2
     from agentmesh.models import catalog_of
-    from agentmesh.v1 import memory_pb2
 
     class Ledger:
         async def sum_usage(self, start, end, group_by):
-            return [memory_pb2.UsageSum(key="default", model_name="default", calls=1, input_tokens=2_000_000,
+            return [memory_service_pb2.UsageSum(key="default", model_name="default", calls=1, input_tokens=2_000_000,
                                         output_tokens=100_000)]
 
     settings = Settings.from_env({"AGENTMESH_LLM_INPUT_PRICE_PER_MTOK": "0.5", "AGENTMESH_LLM_OUTPUT_PRICE_PER_MTOK": "4"})

@@ -16,8 +16,9 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from agentmesh import error_reasons
+from agentmesh.internal.v1 import agent_service_pb2, agent_service_pb2_grpc
 from agentmesh.rpc.auth import bearer_metadata
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, gateway_pb2, sessions_pb2, tools_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2, tools_pb2
 from tests.support.llm_server import failure, reply
 from tests.support.stack import Stack
 from tests.support.turns import collect, of_kind
@@ -144,8 +145,8 @@ async def test_a_call_without_a_token_is_unauthenticated(stack):
 
 
 async def test_a_user_calling_an_internal_method_is_permission_denied(stack):
-    agent = agent_pb2_grpc.AgentStub(stack.user_channel("agent"))
-    request = agent_pb2.RunTurnRequest(session_id="s1", message="hi")
+    agent = agent_service_pb2_grpc.AgentStub(stack.user_channel("agent"))
+    request = agent_service_pb2.RunTurnRequest(session_id="s1", message="hi")
 
     async def requests():
         yield request

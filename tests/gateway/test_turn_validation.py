@@ -10,8 +10,9 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from agentmesh.errors import InvalidArgument
+from agentmesh.internal.v1 import agent_service_pb2, agent_service_pb2_grpc
 from agentmesh.turn_input import TurnLimits, validate_turn
-from agentmesh.v1 import agent_pb2, agent_pb2_grpc, gateway_pb2
+from agentmesh.v1 import gateway_pb2
 from tests.support.stack import Stack
 from tests.support.turns import collect
 
@@ -52,14 +53,14 @@ async def refused(call) -> grpc.aio.AioRpcError:
 
 async def test_the_gateway_and_the_agent_refuse_a_bad_turn_alike(stack, llm):
     gateway = stack.gateway_stub()
-    agent = agent_pb2_grpc.AgentStub(stack.channel("agent"))  # signed as the gateway, its one caller
+    agent = agent_service_pb2_grpc.AgentStub(stack.channel("agent"))  # signed as the gateway, its one caller
     for message, options, field in BAD_OPTIONS:
         chat_options = gateway_pb2.ChatOptions(**options)
         at_gateway = await refused(gateway.Chat(
             gateway_pb2.ChatRequest(session_id="s1", message=message, options=chat_options), timeout=10))
 
         async def requests(message=message, chat_options=chat_options):
-            yield agent_pb2.RunTurnRequest(session_id="s1", run_id="run-1", message=message, options=chat_options)
+            yield agent_service_pb2.RunTurnRequest(session_id="s1", run_id="run-1", message=message, options=chat_options)
 
         at_agent = await refused(agent.RunTurn(requests(), timeout=10))
         assert at_gateway.details() == at_agent.details(), options

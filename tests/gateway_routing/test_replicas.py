@@ -187,7 +187,7 @@ async def test_a_forwarded_turn_is_one_trace(backends, llm):
     # The owner's span hangs under the first replica's, through its client span.
     parent = index[owner_chat["parent_span_id"]]
     assert parent["kind"] == "CLIENT" and index[parent["parent_span_id"]] is root[0]
-    assert any(s["name"] == "/agentmesh.v1.Agent/RunTurn" and s["kind"] == "SERVER" for s in spans)
+    assert any(s["name"] == "/agentmesh.internal.v1.Agent/RunTurn" and s["kind"] == "SERVER" for s in spans)
 
 
 async def test_a_replica_that_drains_ends_the_turns_it_relays_with_a_reason(replicas, llm):

@@ -71,7 +71,7 @@ def test_services_image_carries_this_trees_code(services_root):
         expected = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(source.read_bytes()).digest()).rstrip(b"=").decode()
         assert digest == expected, f"{path} in the image differs from {source.relative_to(REPO_ROOT)}: rebuild with make images"
         checked.append(path)
-    assert len(checked) > 100 and "agentmesh/v1/tools_pb2_grpc.py" in checked
+    assert len(checked) > 100 and "agentmesh/internal/v1/tools_service_pb2_grpc.py" in checked
 
 
 def test_sandbox_image_has_the_tools_and_nothing_that_reaches_the_cluster(images, podman):

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from agentmesh.v1 import tools_pb2, tools_pb2_grpc
+from agentmesh.internal.v1 import tools_service_pb2, tools_service_pb2_grpc
+from agentmesh.v1 import tools_pb2
 from tests.images.podman import SERVICE_UID
 
 # The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
@@ -26,8 +27,8 @@ SHOW_IDENTITY = f"id; grep -E '^({STATUS_FIELDS}):' /proc/self/status"
 
 
 def shell(stack, command: str, session_id: str, call_id: str = "c1", timeout_s: float = 60) -> tools_pb2.ToolResult:
-    stub = tools_pb2_grpc.ToolsStub(stack.channel("tools"))
-    request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call_id, name="shell",
+    stub = tools_service_pb2_grpc.ToolsStub(stack.channel("tools"))
+    request = tools_service_pb2.ExecuteRequest(session_id=session_id, call_id=call_id, name="shell",
                                        arguments_json=json.dumps({"command": command}), timeout_s=timeout_s)
     # The tools service takes calls from the agent only: this test signs as the agent does.
     return stub.Execute(request, timeout=180, metadata=stack.signed_as("agent", "tools")).result

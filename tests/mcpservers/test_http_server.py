@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
 from tests.support.stack import Stack
@@ -14,7 +15,7 @@ from tests.support.turns import wait_until
 
 
 async def execute(stack, name: str, arguments: dict, timeout_s: float = 0.0):
-    request = tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name,
+    request = tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name,
                                        arguments_json=json.dumps(arguments), timeout_s=timeout_s)
     return (await stack.tools_stub().Execute(request, timeout=60)).result
 
@@ -76,7 +77,7 @@ async def test_an_address_the_egress_policy_refuses_leaves_the_server_unavailabl
 
 async def test_cancelling_the_call_cancels_the_request_on_the_server(tmp_path, http_mcp):
     async with Stack(tmp_path / "home", env=http_env(tmp_path, http_mcp, True), services=("memory", "tools")) as stack:
-        request = tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="calc__slow",
+        request = tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="calc__slow",
                                            arguments_json=json.dumps({"seconds": 3}), timeout_s=10)
         call = stack.tools_stub().Execute(request, timeout=30)
         await asyncio.sleep(0.5)

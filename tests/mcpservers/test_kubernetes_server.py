@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from agentmesh.config import ConfigError
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.tools.mcp.pod_servers import owner_name
 from agentmesh.v1 import gateway_pb2, tools_pb2
 from tests.mcpservers.conftest import write_servers
@@ -75,7 +76,7 @@ def running_server_pods(kube: FakeKube) -> list[str]:
 
 
 async def execute(stack, name: str, arguments: dict, timeout_s: float = 0.0):
-    request = tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name, arguments_json=json.dumps(arguments),
+    request = tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name, arguments_json=json.dumps(arguments),
                                        timeout_s=timeout_s)
     return (await stack.tools_stub().Execute(request, timeout=60)).result
 

@@ -7,6 +7,7 @@ import json
 
 from mcp.server.mcpserver import Context, MCPServer
 
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
 from tests.mcpservers.http_server import HttpMcpServer
@@ -42,7 +43,7 @@ async def test_a_changed_tool_list_is_listed_again(tmp_path):
                 return {t.name for t in (await tools.ListTools(tools_pb2.ListToolsRequest())).tools}
 
             assert "grower__grow" in await names() and "grower__late" not in await names()
-            grown = await tools.Execute(tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="grower__grow",
+            grown = await tools.Execute(tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="grower__grow",
                                                                  arguments_json="{}"), timeout=60)
             assert not grown.result.is_error and "grown" in grown.result.output
 
@@ -50,6 +51,6 @@ async def test_a_changed_tool_list_is_listed_again(tmp_path):
                 if "grower__late" in await names():
                     break
             assert "grower__late" in await names()
-            called = await tools.Execute(tools_pb2.ExecuteRequest(session_id="s1", call_id="c2", name="grower__late",
+            called = await tools.Execute(tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c2", name="grower__late",
                                                                   arguments_json=json.dumps({"word": "hi"})), timeout=60)
             assert not called.result.is_error and "late: hi" in called.result.output

@@ -15,9 +15,10 @@ import grpc
 import pytest
 
 from agentmesh.config import ConfigError
+from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc, tools_service_pb2
 from agentmesh.tools.mcp.config import parse_entry
 from agentmesh.tools.mcp.secrets import SecretSource, UnknownSecret
-from agentmesh.v1 import memory_pb2, memory_pb2_grpc, tools_pb2
+from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import jailable_python, write_servers
 from tests.mcpservers.http_server import HttpMcpServer
 from tests.support.identities import signed_channel
@@ -121,7 +122,7 @@ async def test_a_stdio_servers_env_secret_reaches_it_and_no_other_jail(home):
         tools = stack.tools_stub()
 
         async def call(name, arguments):
-            request = tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name, arguments_json=json.dumps(arguments))
+            request = tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name, arguments_json=json.dumps(arguments))
             return (await tools.Execute(request, timeout=60)).result
 
         assert (await call("env__getenv", {"name": "API_KEY"})).output == "api-key-value"
@@ -185,8 +186,8 @@ async def test_a_namespaces_header_secret_is_resolved_by_the_tools_service_only(
         assert "s3cret" not in str(listed)
 
         # The memory service keeps the name, not the value.
-        memory = memory_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "tools", "memory", stack.addresses["memory"]))
-        kept = await memory.ListMcpRegistrations(memory_pb2.ListMcpRegistrationsRequest(namespace="team-a"))
+        memory = memory_service_pb2_grpc.MemoryStub(signed_channel(stack.settings.keys_dir, "tools", "memory", stack.addresses["memory"]))
+        kept = await memory.ListMcpRegistrations(memory_service_pb2.ListMcpRegistrationsRequest(namespace="team-a"))
         assert dict(kept.servers[0].header_secrets) == {"Authorization": "CALC_TOKEN"} and "s3cret" not in str(kept)
         store = home / "home"
         assert not any(b"s3cret-0f-team-a" in path.read_bytes() for path in store.rglob("*") if path.is_file()

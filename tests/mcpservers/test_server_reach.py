@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import _descendants, jailable_python, write_servers
 from tests.support.stack import Stack
@@ -34,7 +35,7 @@ def system_python() -> str:
 
 
 async def execute(stack, name: str, arguments: dict):
-    request = tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name, arguments_json=json.dumps(arguments))
+    request = tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name, arguments_json=json.dumps(arguments))
     return (await stack.tools_stub().Execute(request, timeout=60)).result
 
 

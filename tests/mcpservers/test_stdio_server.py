@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentmesh.config import ConfigError
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import gateway_pb2, tools_pb2
 from tests.mcpservers.conftest import server_pids, time_server_entry, write_servers
 from tests.support.llm_server import reply, tool_call
@@ -46,7 +47,7 @@ async def test_the_model_calls_the_time_server_and_reads_its_answer(home, llm):
 
 
 async def execute(stack, name: str, arguments: dict, timeout_s: float = 0.0):
-    request = tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name,
+    request = tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name=name,
                                        arguments_json=json.dumps(arguments), timeout_s=timeout_s)
     return (await stack.tools_stub().Execute(request, timeout=60)).result
 

@@ -13,10 +13,11 @@ import pytest
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.config import Settings
 from agentmesh.errors import PermissionDenied, Unauthenticated, Unavailable
+from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal, ServiceIdentity
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
-from agentmesh.v1 import common_pb2, memory_pb2, memory_pb2_grpc
+from agentmesh.v1 import common_pb2
 from tests.memory.conftest import Carrying
 from tests.support.identities import signed_channel
 
@@ -55,13 +56,13 @@ async def test_each_carried_append_is_checked_as_a_call(memory_service):
 async def test_a_carried_call_with_a_bad_token_is_refused_and_the_stream_serves_the_next(memory_service, carrying):
     await memory_service.client.put_session("s")
     # A stream the agent opened (its channel signs the stream itself); each message carries its own token.
-    stream = memory_pb2_grpc.MemoryStub(carrying.channel).AppendStream()
+    stream = memory_service_pb2_grpc.MemoryStub(carrying.channel).AppendStream()
     good = ServiceIdentity.open("agent", Settings.from_env(memory_service.env).keys_dir).token("memory")
 
-    async def send(call_id: int, token: str, text: str) -> memory_pb2.AppendStreamResponse:
-        await stream.write(memory_pb2.AppendStreamRequest(
+    async def send(call_id: int, token: str, text: str) -> memory_service_pb2.AppendStreamResponse:
+        await stream.write(memory_service_pb2.AppendStreamRequest(
             call=common_pb2.CarriedCall(id=call_id, service_token=token),
-            request=memory_pb2.AppendMessagesRequest(session_id="s", messages=_step(text))))
+            request=memory_service_pb2.AppendMessagesRequest(session_id="s", messages=_step(text))))
         return await asyncio.wait_for(stream.read(), 5)
 
     forged = await send(1, "not-a-token", "forged")
@@ -78,7 +79,7 @@ async def test_a_carried_call_with_a_bad_token_is_refused_and_the_stream_serves_
 async def test_without_any_token_the_stream_is_not_opened(memory_service):
     channel = grpc.aio.insecure_channel(memory_service.host.target)
     try:
-        stream = memory_pb2_grpc.MemoryStub(channel).AppendStream()
+        stream = memory_service_pb2_grpc.MemoryStub(channel).AppendStream()
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await stream.read()
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -113,8 +114,8 @@ async def test_each_carried_append_has_its_own_client_and_server_span(tmp_path, 
         telemetry.shutdown()
     service.host.telemetry.force_flush()
     spans = [s for s in read_spans(span_store_dir(settings.home)) if s["trace_id"] == trace_id]
-    clients = [s for s in spans if s["kind"] == "CLIENT" and s["name"] == "/agentmesh.v1.Memory/AppendMessages"]
-    servers = [s for s in spans if s["kind"] == "SERVER" and s["name"] == "/agentmesh.v1.Memory/AppendMessages"]
+    clients = [s for s in spans if s["kind"] == "CLIENT" and s["name"] == "/agentmesh.internal.v1.Memory/AppendMessages"]
+    servers = [s for s in spans if s["kind"] == "SERVER" and s["name"] == "/agentmesh.internal.v1.Memory/AppendMessages"]
     assert len(clients) == 2 and len(servers) == 2, json.dumps(spans, indent=1)
     assert {s["parent_span_id"] for s in servers} == {c["span_id"] for c in clients}
     assert all(s["attributes"]["rpc.grpc.status_code"] == 0 for s in servers)

@@ -20,7 +20,8 @@ import pytest
 
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import AgentmeshError
-from agentmesh.v1 import common_pb2, memory_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import common_pb2
 from tests.support.identities import signed_channel
 
 pytestmark = pytest.mark.slow
@@ -173,7 +174,7 @@ async def test_nothing_acknowledged_is_lost_when_the_service_is_killed_during_an
         channel = importer.channel(target)
         client = MemoryClient(channel, target=target, timeout_s=30)
         for start in range(0, 3000, 500):
-            batch = [memory_pb2.RememberRequest(text=f"imported fact {i} about shards", kind="knowledge")
+            batch = [memory_service_pb2.RememberRequest(text=f"imported fact {i} about shards", kind="knowledge")
                      for i in range(start, start + 500)]
             await client.import_memories(batch, namespace="bulk")
         await channel.close()

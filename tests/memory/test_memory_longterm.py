@@ -7,7 +7,7 @@ import pytest
 
 from agentmesh.clients.memory import memory_filter
 from agentmesh.errors import InvalidArgument, NotFound
-from agentmesh.v1 import memory_pb2
+from agentmesh.internal.v1 import memory_service_pb2
 
 FILLER = [
     "The quarterly report is due at the end of the month",
@@ -165,31 +165,31 @@ async def test_get_list_pages_and_forget(any_layout_service):
 
 async def test_import_in_bulk_and_refuse_a_bad_batch_whole(memory_service):
     client = memory_service.client
-    batch = [memory_pb2.RememberRequest(text=f"imported fact {i}", kind="knowledge") for i in range(300)]
-    batch.append(memory_pb2.RememberRequest(text="imported fact 0"))  # a duplicate: counted once
+    batch = [memory_service_pb2.RememberRequest(text=f"imported fact {i}", kind="knowledge") for i in range(300)]
+    batch.append(memory_service_pb2.RememberRequest(text="imported fact 0"))  # a duplicate: counted once
     assert await client.import_memories(batch, namespace="bulk") == 300
     hits = await client.search("imported fact 123", namespace="bulk", k=1)
     assert hits[0].memory.text == "imported fact 123"
 
-    bad = [memory_pb2.RememberRequest(text="fine"), memory_pb2.RememberRequest(text="  ")]
+    bad = [memory_service_pb2.RememberRequest(text="fine"), memory_service_pb2.RememberRequest(text="  ")]
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await client.stub.Import(memory_pb2.ImportRequest(namespace="bulk2", memories=bad))
+        await client.stub.Import(memory_service_pb2.ImportRequest(namespace="bulk2", memories=bad))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "memory 2" in err.value.details()
     assert (await client.list_memories(namespace="bulk2"))[0] == []
     with pytest.raises(InvalidArgument, match="namespace"):
-        await client.import_memories([memory_pb2.RememberRequest(text="x", namespace="other")], namespace="bulk")
+        await client.import_memories([memory_service_pb2.RememberRequest(text="x", namespace="other")], namespace="bulk")
 
 
 @pytest.mark.parametrize(
     "request_, expected",
     [
-        (memory_pb2.RememberRequest(namespace="n", text=""), "text is empty"),
-        (memory_pb2.RememberRequest(namespace="n", text="   \n "), "text is empty"),
-        (memory_pb2.RememberRequest(namespace="n", text="x" * (64 * 1024 + 1)), "at most 65536 bytes"),
-        (memory_pb2.RememberRequest(namespace="bad namespace", text="x"), "namespace"),
-        (memory_pb2.RememberRequest(namespace="n", text="x", kind="Not A Kind"), "kind"),
-        (memory_pb2.RememberRequest(namespace="n", text="x", id="../x"), "id"),
-        (memory_pb2.RememberRequest(namespace="n", text="x", created_at=-5), "created_at"),
+        (memory_service_pb2.RememberRequest(namespace="n", text=""), "text is empty"),
+        (memory_service_pb2.RememberRequest(namespace="n", text="   \n "), "text is empty"),
+        (memory_service_pb2.RememberRequest(namespace="n", text="x" * (64 * 1024 + 1)), "at most 65536 bytes"),
+        (memory_service_pb2.RememberRequest(namespace="bad namespace", text="x"), "namespace"),
+        (memory_service_pb2.RememberRequest(namespace="n", text="x", kind="Not A Kind"), "kind"),
+        (memory_service_pb2.RememberRequest(namespace="n", text="x", id="../x"), "id"),
+        (memory_service_pb2.RememberRequest(namespace="n", text="x", created_at=-5), "created_at"),
     ],
 )
 async def test_bad_remember_is_refused_and_writes_nothing(memory_service, request_, expected):
@@ -232,7 +232,7 @@ async def test_embedder_change_is_refused_and_the_old_memories_survive(make_memo
     await service.client.put_session("s")
     await service.restart({"AGENTMESH_EMBEDDER_HASHING_DIM": "128"})
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await service.stub.Remember(memory_pb2.RememberRequest(namespace="n", text="new"))
+        await service.stub.Remember(memory_service_pb2.RememberRequest(namespace="n", text="new"))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "hashing-v1 (256 dimensions)" in err.value.details() and "128 dimensions" in err.value.details()
     # Sessions and transcripts do not depend on the embedder and keep working.
@@ -249,7 +249,7 @@ async def test_embeddings_endpoint_changing_vector_size_is_refused(make_memory_s
     await service.client.remember("first memory", namespace="n")
     concept_embeddings.dim = 24  # the operator swapped the model behind the same URL
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await service.stub.Remember(memory_pb2.RememberRequest(namespace="n", text="second memory"))
+        await service.stub.Remember(memory_service_pb2.RememberRequest(namespace="n", text="second memory"))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "24-dimensional" in err.value.details() and "16-dimensional" in err.value.details()
     assert [m.text for m in (await service.client.list_memories(namespace="n"))[0]] == ["first memory"]
@@ -353,7 +353,7 @@ async def test_an_embeddings_endpoint_that_refuses_is_reported_and_nothing_is_wr
     wrong_url = concept_embeddings.base_url.replace("/v1", "/v2")  # answers 404
     service = await make_memory_service({"AGENTMESH_EMBEDDER": "openai", "AGENTMESH_EMBEDDINGS_BASE_URL": wrong_url})
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await service.stub.Remember(memory_pb2.RememberRequest(namespace="n", text="x"))
+        await service.stub.Remember(memory_service_pb2.RememberRequest(namespace="n", text="x"))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "HTTP 404" in err.value.details()
     # Transcripts do not need the embedder.
     assert (await service.client.put_session("s"))[1] is True

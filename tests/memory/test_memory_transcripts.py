@@ -8,7 +8,8 @@ import grpc
 import pytest
 
 from agentmesh.errors import InvalidArgument, NotFound
-from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import common_pb2, sessions_pb2
 
 
 def user(text: str) -> common_pb2.Message:
@@ -111,7 +112,7 @@ async def test_list_sessions_pages_through_sessions_created_at_the_same_instant(
     client = memory_service.client
     for i in range(5):
         session = sessions_pb2.Session(session_id=f"tie{i}", created_at=1_700_000_000.0)
-        await memory_service.stub.PutSession(memory_pb2.PutSessionRequest(session=session))
+        await memory_service.stub.PutSession(memory_service_pb2.PutSessionRequest(session=session))
     seen, token = [], ""
     while True:
         page, token = await client.list_sessions(page_size=2, page_token=token)
@@ -135,7 +136,7 @@ async def test_bad_appends_are_refused_and_write_nothing(memory_service, session
     await memory_service.client.put_session("s")
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await memory_service.stub.AppendMessages(
-            memory_pb2.AppendMessagesRequest(session_id=session_id, messages=messages)
+            memory_service_pb2.AppendMessagesRequest(session_id=session_id, messages=messages)
         )
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert expected in err.value.details()
@@ -146,7 +147,7 @@ async def test_bad_appends_are_refused_and_write_nothing(memory_service, session
 async def test_append_to_unknown_session_is_not_found(memory_service):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await memory_service.stub.AppendMessages(
-            memory_pb2.AppendMessagesRequest(session_id="ghost", messages=[user("x")])
+            memory_service_pb2.AppendMessagesRequest(session_id="ghost", messages=[user("x")])
         )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "PutSession" in err.value.details()
 

@@ -8,15 +8,16 @@ import pytest
 
 from agentmesh.agent.adapters.memory import GrpcTurnStart
 from agentmesh.agent.types import ChatMessage
-from agentmesh.v1 import common_pb2, memory_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import common_pb2
 
 
 def user(text: str) -> common_pb2.Message:
     return common_pb2.Message(role="user", content=text)
 
 
-def start(session_id: str, text: str, **kw) -> memory_pb2.StartTurnRequest:
-    return memory_pb2.StartTurnRequest(session_id=session_id, messages=[user(text)], **kw)
+def start(session_id: str, text: str, **kw) -> memory_service_pb2.StartTurnRequest:
+    return memory_service_pb2.StartTurnRequest(session_id=session_id, messages=[user(text)], **kw)
 
 
 async def test_start_turn_reads_then_appends_and_recalls(memory_service):
@@ -61,7 +62,7 @@ async def test_start_turn_refuses_bad_input_and_changes_nothing(memory_service):
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "create it with PutSession" in err.value.details()
     await client.put_session("s2")
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.StartTurn(memory_pb2.StartTurnRequest(session_id="s2", messages=[common_pb2.Message(role="robot")]))
+        await stub.StartTurn(memory_service_pb2.StartTurnRequest(session_id="s2", messages=[common_pb2.Message(role="robot")]))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "role must be one of" in err.value.details()
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.StartTurn(start("s2", "hi", page_size=5000))
@@ -71,14 +72,14 @@ async def test_start_turn_refuses_bad_input_and_changes_nothing(memory_service):
 
 async def test_only_the_agent_may_start_a_turn(memory_service):
     from agentmesh.config import Settings
-    from agentmesh.v1 import memory_pb2_grpc
+    from agentmesh.internal.v1 import memory_service_pb2_grpc
     from tests.support.identities import signed_channel
 
     await memory_service.client.put_session("s3")
     keys = Settings.from_env(memory_service.env).keys_dir
     async with signed_channel(keys, "gateway", "memory", memory_service.host.target) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await memory_pb2_grpc.MemoryStub(channel).StartTurn(start("s3", "hi"))
+            await memory_service_pb2_grpc.MemoryStub(channel).StartTurn(start("s3", "hi"))
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and "only the agent service may" in err.value.details()
     assert (await memory_service.client.get_session("s3")).message_count == 0
 
@@ -94,12 +95,13 @@ def as_gateway(memory_service):
 
 async def test_start_turn_brings_the_learning_parts_asked_for(memory_service):
     from agentmesh.agent.capabilities.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS
-    from agentmesh.v1 import learning_pb2, memory_pb2_grpc
+    from agentmesh.internal.v1 import memory_service_pb2_grpc
+    from agentmesh.v1 import learning_pb2
 
     client, stub = memory_service.client, memory_service.stub
     await client.put_session("s4", namespace="team")
     async with as_gateway(memory_service) as channel:
-        gateway = memory_pb2_grpc.MemoryStub(channel)
+        gateway = memory_service_pb2_grpc.MemoryStub(channel)
         await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="team", part="soul", text="Be brief."))
         await gateway.PutSkill(learning_pb2.PutSkillRequest(namespace="team", files=[learning_pb2.SkillFile(
             path="SKILL.md", content="---\nname: deploy\ndescription: How we deploy.\n---\nRun make deploy.\n")]))
@@ -129,7 +131,8 @@ async def test_start_turn_brings_the_learning_parts_asked_for(memory_service):
 async def test_a_learning_change_shows_in_the_next_turn_s_start(memory_service):
     # The embedded store keeps a namespace's listings between turns; every change through the
     # API must reach the next StartTurn.
-    from agentmesh.v1 import learning_pb2, memory_pb2_grpc
+    from agentmesh.internal.v1 import memory_service_pb2_grpc
+    from agentmesh.v1 import learning_pb2
 
     client, stub = memory_service.client, memory_service.stub
     await client.put_session("s5", namespace="team")
@@ -139,7 +142,7 @@ async def test_a_learning_change_shows_in_the_next_turn_s_start(memory_service):
 
     skill = "---\nname: deploy\ndescription: How we deploy.\n---\nRun make deploy.\n"
     async with as_gateway(memory_service) as channel:
-        gateway = memory_pb2_grpc.MemoryStub(channel)
+        gateway = memory_service_pb2_grpc.MemoryStub(channel)
         await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="team", part="soul", text="Be brief."))
         await gateway.PutSkill(learning_pb2.PutSkillRequest(namespace="team", files=[
             learning_pb2.SkillFile(path="SKILL.md", content=skill)]))
@@ -158,16 +161,17 @@ async def test_a_learning_change_shows_in_the_next_turn_s_start(memory_service):
 
 
 async def test_put_session_brings_the_namespace_settings_when_asked(memory_service):
-    from agentmesh.v1 import memory_pb2_grpc, sessions_pb2
+    from agentmesh.internal.v1 import memory_service_pb2_grpc
+    from agentmesh.v1 import sessions_pb2
 
     async with as_gateway(memory_service) as channel:
-        stub = memory_pb2_grpc.MemoryStub(channel)
+        stub = memory_service_pb2_grpc.MemoryStub(channel)
         await stub.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
             namespace="team", tools=common_pb2.ToolPolicy(deny=["shell"])))
         session = sessions_pb2.Session(session_id="s5", namespace="team")
-        plain = await stub.PutSession(memory_pb2.PutSessionRequest(session=session))
+        plain = await stub.PutSession(memory_service_pb2.PutSessionRequest(session=session))
         # An existing session keeps its namespace, and the settings are that namespace's.
-        asked = await stub.PutSession(memory_pb2.PutSessionRequest(
+        asked = await stub.PutSession(memory_service_pb2.PutSessionRequest(
             session=sessions_pb2.Session(session_id="s5", namespace="other"), with_namespace_settings=True))
     assert plain.created and not plain.HasField("namespace_settings")
     assert not asked.created and asked.session.namespace == "team"
@@ -175,13 +179,13 @@ async def test_put_session_brings_the_namespace_settings_when_asked(memory_servi
 
 
 async def test_an_append_records_the_usage_sent_with_it_and_a_bad_record_never_fails_the_append(memory_service):
-    from agentmesh.v1 import memory_pb2_grpc
+    from agentmesh.internal.v1 import memory_service_pb2_grpc
 
     client = memory_service.client
     await client.put_session("s6")
 
-    def record(id_: str, tokens: int) -> memory_pb2.UsageRecord:
-        return memory_pb2.UsageRecord(id=id_, at=1_900_000_000.0, session_id="s6", run_id="r1", namespace="default",
+    def record(id_: str, tokens: int) -> memory_service_pb2.UsageRecord:
+        return memory_service_pb2.UsageRecord(id=id_, at=1_900_000_000.0, session_id="s6", run_id="r1", namespace="default",
                                       model_name="default", model="m", provider="openai", input_tokens=tokens,
                                       output_tokens=1)
 
@@ -193,17 +197,18 @@ async def test_an_append_records_the_usage_sent_with_it_and_a_bad_record_never_f
     assert [m.content for m in stored] == ["one", "two"]  # appended either way
 
     async with as_gateway(memory_service) as channel:
-        sums = await memory_pb2_grpc.MemoryStub(channel).SumUsage(memory_pb2.SumUsageRequest(group_by="session"))
+        sums = await memory_service_pb2_grpc.MemoryStub(channel).SumUsage(memory_service_pb2.SumUsageRequest(group_by="session"))
     assert [(s.key, s.calls, s.input_tokens) for s in sums.sums] == [("s6", 2, 30)]
 
 
 async def test_start_turn_opens_the_session_and_runs_in_the_namespace_it_is_stored_in(memory_service):
-    from agentmesh.v1 import memory_pb2_grpc, sessions_pb2
+    from agentmesh.internal.v1 import memory_service_pb2_grpc
+    from agentmesh.v1 import sessions_pb2
 
     client, stub = memory_service.client, memory_service.stub
     await client.remember("Team members deploy on Fridays", namespace="team")
     async with as_gateway(memory_service) as channel:
-        await memory_pb2_grpc.MemoryStub(channel).UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
+        await memory_service_pb2_grpc.MemoryStub(channel).UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
             namespace="team", tools=common_pb2.ToolPolicy(deny=["shell"])))
 
     first = await stub.StartTurn(start("s7", "hello", session=sessions_pb2.Session(session_id="s7", namespace="team")))

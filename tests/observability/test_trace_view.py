@@ -44,7 +44,7 @@ def write_turn(home, start_ms: int = 0, fail_tool: bool = True) -> str:
     # Children end before their parents, as in life; parents are passed before they end.
     root = services["gateway"].tracer.start_span("/agentmesh.v1.Gateway/Chat", start_time=T0 + start_ms * MS)
     run = services["agent"].tracer.start_span(
-        "/agentmesh.v1.Agent/RunTurn", context=trace.set_span_in_context(root), start_time=T0 + (start_ms + 50) * MS
+        "/agentmesh.internal.v1.Agent/RunTurn", context=trace.set_span_in_context(root), start_time=T0 + (start_ms + 50) * MS
     )
     invoke = services["agent"].tracer.start_span(
         "invoke_agent", context=trace.set_span_in_context(run), start_time=T0 + (start_ms + 60) * MS
@@ -53,7 +53,7 @@ def write_turn(home, start_ms: int = 0, fail_tool: bool = True) -> str:
     tool = services["agent"].tracer.start_span(
         "execute_tool shell", context=trace.set_span_in_context(invoke), start_time=T0 + (start_ms + 450) * MS
     )
-    span("tools", "/agentmesh.v1.Tools/Execute", tool, 460, 890)
+    span("tools", "/agentmesh.internal.v1.Tools/Execute", tool, 460, 890)
     if fail_tool:
         tool.set_status(Status(StatusCode.ERROR, "command exited with status 1"))
     tool.end(end_time=T0 + (start_ms + 900) * MS)
@@ -76,11 +76,11 @@ def test_the_tree_follows_parent_links_in_start_order(tmp_path, store):
     shape = [(depth, node.span["name"]) for node, depth, _ in view.walk()]
     assert shape == [
         (0, "/agentmesh.v1.Gateway/Chat"),
-        (1, "/agentmesh.v1.Agent/RunTurn"),
+        (1, "/agentmesh.internal.v1.Agent/RunTurn"),
         (2, "invoke_agent"),
         (3, "chat test-model"),
         (3, "execute_tool shell"),
-        (4, "/agentmesh.v1.Tools/Execute"),
+        (4, "/agentmesh.internal.v1.Tools/Execute"),
     ]
     assert view.duration == pytest.approx(1.0)
     assert view.services == ["agentmesh-agent", "agentmesh-gateway", "agentmesh-tools"]

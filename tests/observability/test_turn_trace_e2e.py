@@ -97,7 +97,7 @@ def test_the_spans_cover_gateway_agent_model_tools_sandbox_and_memory(turn):
 
     invoke = one(spans, lambda s: s["name"] == "invoke_agent", "invoke_agent")
     assert "/agentmesh.v1.Gateway/Chat" in [a["name"] for a in ancestors(invoke, index)]
-    assert "/agentmesh.v1.Agent/RunTurn" in [a["name"] for a in ancestors(invoke, index)]
+    assert "/agentmesh.internal.v1.Agent/RunTurn" in [a["name"] for a in ancestors(invoke, index)]
 
     chats = names.get("chat test-model", [])
     assert len(chats) == 2, sorted(names)
@@ -111,7 +111,7 @@ def test_the_spans_cover_gateway_agent_model_tools_sandbox_and_memory(turn):
 
     tools = names.get("execute_tool shell", [])
     assert len(tools) == 2 and all(t["parent_span_id"] == invoke["span_id"] for t in tools)
-    executes = names.get("/agentmesh.v1.Tools/Execute", [])
+    executes = names.get("/agentmesh.internal.v1.Tools/Execute", [])
     executes = [e for e in executes if e["service"] == "agentmesh-tools"]
     assert len(executes) == 2
     for execute in executes:
@@ -121,7 +121,7 @@ def test_the_spans_cover_gateway_agent_model_tools_sandbox_and_memory(turn):
     assert len(sandboxes) >= 2, sorted(names)
     for sandbox in sandboxes:
         assert sandbox["service"] == "agentmesh-tools"
-        assert any(a["name"] == "/agentmesh.v1.Tools/Execute" for a in ancestors(sandbox, index))
+        assert any(a["name"] == "/agentmesh.internal.v1.Tools/Execute" for a in ancestors(sandbox, index))
 
     memory = [s for s in spans if s["service"] == "agentmesh-memory"]
     assert memory, "no memory span in the trace"
@@ -180,8 +180,8 @@ def test_metrics_were_recorded_on_every_hop(turn):
         return [p for p in turn.metric_points if p["name"] == name]
 
     rpc = {(p["attributes"]["rpc.service"], p["attributes"]["rpc.method"]) for p in points("rpc.server.duration")}
-    assert {("agentmesh.v1.Gateway", "Chat"), ("agentmesh.v1.Agent", "RunTurn"), ("agentmesh.v1.Tools", "Execute")} <= rpc
-    assert any(service == "agentmesh.v1.Memory" for service, _ in rpc)
+    assert {("agentmesh.v1.Gateway", "Chat"), ("agentmesh.internal.v1.Agent", "RunTurn"), ("agentmesh.internal.v1.Tools", "Execute")} <= rpc
+    assert any(service == "agentmesh.internal.v1.Memory" for service, _ in rpc)
 
     outcomes = {(p["attributes"]["tool"], p["attributes"]["outcome"]) for p in points("agentmesh.tool.duration")}
     assert outcomes == {("shell", "ok"), ("shell", "error")}

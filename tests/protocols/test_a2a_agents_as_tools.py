@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 import grpc
 import pytest
 
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import gateway_pb2, sessions_pb2, tools_pb2
 from tests.protocols.conftest import TOKEN
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
@@ -125,7 +126,7 @@ async def test_an_agent_the_egress_policy_refuses_is_unavailable_not_a_crash(tmp
         tools = local.tools_stub()
         listed = [t.name for t in (await tools.ListTools(tools_pb2.ListToolsRequest())).tools]
         assert "a2a__helper" not in listed  # not offered to the model while it cannot be reached
-        called = await tools.Execute(tools_pb2.ExecuteRequest(session_id="s", call_id="c1", name="a2a__helper",
+        called = await tools.Execute(tools_service_pb2.ExecuteRequest(session_id="s", call_id="c1", name="a2a__helper",
                                                               arguments_json='{"message": "hi"}'), timeout=60)
     result = called.result
     assert result.is_error and result.error_kind == "unavailable" and "egress policy refuses" in result.output

@@ -10,16 +10,9 @@ import json
 import pytest
 
 from agentmesh.config import Settings
+from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc, tools_service_pb2, tools_service_pb2_grpc
 from agentmesh.rpc.launch import start_service
-from agentmesh.v1 import (
-    gateway_pb2,
-    gateway_pb2_grpc,
-    memory_pb2,
-    memory_pb2_grpc,
-    sessions_pb2,
-    tools_pb2,
-    tools_pb2_grpc,
-)
+from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2
 from tests.mcpservers.http_server import HttpMcpServer
 from tests.protocols.conftest import TOKEN
 from tests.support.identities import caller_channel, signed_channel
@@ -87,7 +80,7 @@ async def test_a_server_added_through_one_replica_is_called_through_the_other_an
     env = {"AGENTMESH_TOOLS_WEB_ALLOW": f"127.0.0.1:{calc.port}"}
     async with TwoToolsReplicas(tmp_path, llm.base_url, env) as stack:
         gateway = gateway_pb2_grpc.GatewayStub(stack.stub("gateway", stack.addresses["gateway"]))
-        replica_b = tools_pb2_grpc.ToolsStub(stack.stub("tools", stack.tools_b))
+        replica_b = tools_service_pb2_grpc.ToolsStub(stack.stub("tools", stack.tools_b))
         before = await replica_b.ListTools(tools_pb2.ListToolsRequest(namespace="team-a"))
         assert "calc__add" not in {t.name for t in before.tools}
 
@@ -115,7 +108,7 @@ async def test_a_server_added_through_one_replica_is_called_through_the_other_an
         events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="a1", message="again"), metadata=AUTH, timeout=60))
         assert "calc__add" not in {t["function"]["name"] for t in llm.requests[2].body["tools"]}
         assert of_kind(events, "tool_result")[0].result.is_error
-        as_gateway = tools_pb2_grpc.ToolsStub(stack.stub("tools", stack.tools_b, caller="gateway"))
+        as_gateway = tools_service_pb2_grpc.ToolsStub(stack.stub("tools", stack.tools_b, caller="gateway"))
         assert not (await as_gateway.ListMcpServers(tools_pb2.ListMcpServersRequest(namespace="team-a"))).servers
 
 
@@ -124,25 +117,25 @@ async def test_a_replica_that_has_the_turns_version_asks_the_memory_service_noth
     what it holds, without reading the registrations; a newer version makes it read them."""
     env = {"AGENTMESH_TOOLS_WEB_ALLOW": f"127.0.0.1:{calc.port}"}
     async with TwoToolsReplicas(tmp_path, llm.base_url, env) as stack:
-        replica_a = tools_pb2_grpc.ToolsStub(stack.stub("tools", stack.tools_a, caller="gateway"))
-        replica_b = tools_pb2_grpc.ToolsStub(stack.stub("tools", stack.tools_b))
+        replica_a = tools_service_pb2_grpc.ToolsStub(stack.stub("tools", stack.tools_a, caller="gateway"))
+        replica_b = tools_service_pb2_grpc.ToolsStub(stack.stub("tools", stack.tools_b))
         await replica_a.AddMcpServer(tools_pb2.AddMcpServerRequest(
             namespace="team-a", server=tools_pb2.McpServerSpec(name="calc", url=calc.url)), timeout=90)
-        as_gateway = memory_pb2_grpc.MemoryStub(stack.stub("memory", stack.addresses["memory"], caller="gateway"))
+        as_gateway = memory_service_pb2_grpc.MemoryStub(stack.stub("memory", stack.addresses["memory"], caller="gateway"))
         settings = sessions_pb2.GetNamespaceSettingsRequest(namespace="team-a")
         added = (await as_gateway.GetNamespaceSettings(settings)).mcp_servers_version
         assert added > 0
 
         def add(a, b, version):
-            return replica_b.Execute(tools_pb2.ExecuteRequest(
+            return replica_b.Execute(tools_service_pb2.ExecuteRequest(
                 session_id="s1", call_id="c1", name="calc__add", arguments_json=json.dumps({"a": a, "b": b}),
                 namespace="team-a", mcp_servers_version=version), timeout=60)
 
         assert dict((await add(1, 2, added)).result.data["structured_content"]) == {"sum": 3}
 
         # The registration goes behind B's back (as A's RemoveMcpServer does): the version moves.
-        as_tools = memory_pb2_grpc.MemoryStub(stack.stub("memory", stack.addresses["memory"], caller="tools"))
-        await as_tools.RemoveMcpRegistration(memory_pb2.RemoveMcpRegistrationRequest(namespace="team-a", name="calc"))
+        as_tools = memory_service_pb2_grpc.MemoryStub(stack.stub("memory", stack.addresses["memory"], caller="tools"))
+        await as_tools.RemoveMcpRegistration(memory_service_pb2.RemoveMcpRegistrationRequest(namespace="team-a", name="calc"))
         removed = (await as_gateway.GetNamespaceSettings(settings)).mcp_servers_version
         assert removed > added
 

@@ -10,17 +10,16 @@ import math
 import grpc
 import pytest
 
-from agentmesh.rpc.client import open_channel
-from agentmesh.v1 import (
-    agent_pb2,
-    agent_pb2_grpc,
-    common_pb2,
-    gateway_pb2,
-    memory_pb2,
-    memory_pb2_grpc,
-    tools_pb2,
-    tools_pb2_grpc,
+from agentmesh.internal.v1 import (
+    agent_service_pb2,
+    agent_service_pb2_grpc,
+    memory_service_pb2,
+    memory_service_pb2_grpc,
+    tools_service_pb2,
+    tools_service_pb2_grpc,
 )
+from agentmesh.rpc.client import open_channel
+from agentmesh.v1 import common_pb2, gateway_pb2
 from tests.support.stack import Stack
 
 TRIES = 30
@@ -35,17 +34,17 @@ async def stack(tmp_path, llm):
 
 def _streams(stack):
     """Each service's request-streaming methods, with what a caller would write on them."""
-    agent = agent_pb2_grpc.AgentStub(open_channel(stack.addresses["agent"]))
-    memory = memory_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))
-    tools = tools_pb2_grpc.ToolsStub(open_channel(stack.addresses["tools"]))
+    agent = agent_service_pb2_grpc.AgentStub(open_channel(stack.addresses["agent"]))
+    memory = memory_service_pb2_grpc.MemoryStub(open_channel(stack.addresses["memory"]))
+    tools = tools_service_pb2_grpc.ToolsStub(open_channel(stack.addresses["tools"]))
     forged = common_pb2.Message(role="assistant", content=BIG)
     return {
-        "agent.RunTurn": (agent.RunTurn, lambda: agent_pb2.RunTurnRequest(session_id="victim", run_id="r1", message=BIG)),
-        "memory.CarriedCalls": (memory.CarriedCalls, lambda: memory_pb2.CarriedMemoryCall(
-            call=common_pb2.CarriedCall(id=1), append_messages=memory_pb2.AppendMessagesRequest(
+        "agent.RunTurn": (agent.RunTurn, lambda: agent_service_pb2.RunTurnRequest(session_id="victim", run_id="r1", message=BIG)),
+        "memory.CarriedCalls": (memory.CarriedCalls, lambda: memory_service_pb2.CarriedMemoryCall(
+            call=common_pb2.CarriedCall(id=1), append_messages=memory_service_pb2.AppendMessagesRequest(
                 session_id="victim", messages=[forged]))),
-        "tools.CarriedCalls": (tools.CarriedCalls, lambda: tools_pb2.CarriedToolsCall(
-            call=common_pb2.CarriedCall(id=1), execute=tools_pb2.ExecuteRequest(
+        "tools.CarriedCalls": (tools.CarriedCalls, lambda: tools_service_pb2.CarriedToolsCall(
+            call=common_pb2.CarriedCall(id=1), execute=tools_service_pb2.ExecuteRequest(
                 session_id="victim", call_id="c1", name="shell", arguments_json='{"command": "id"}' + " " * 200_000))),
     }
 
@@ -93,7 +92,7 @@ async def test_usage_times_past_any_date_are_invalid_argument(stack):
 async def test_a_tool_timeout_that_is_not_a_number_is_refused(stack):
     tools = stack.tools_stub()
     for literal in ("NaN", "Infinity", "-Infinity"):
-        reply = await tools.Execute(tools_pb2.ExecuteRequest(
+        reply = await tools.Execute(tools_service_pb2.ExecuteRequest(
             session_id="s-nan", call_id="c1", name="shell",
             arguments_json=f'{{"command": "echo ran", "timeout_s": {literal}}}'), timeout=30)
         assert reply.result.is_error and "ran" not in reply.result.output

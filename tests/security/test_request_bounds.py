@@ -14,9 +14,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import ServiceIdentity
-from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, sessions_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
 from tests.support.llm_server import reply
 from tests.support.stack import Stack
 from tests.support.turns import collect, of_kind
@@ -50,7 +51,7 @@ async def test_malformed_protobuf_is_invalid_argument_without_a_traceback(stack,
         "agentmesh.v1.ListSessionsRequest": gateway.unary_unary("/agentmesh.v1.Gateway/ListSessions")(GARBAGE, timeout=10),
         "agentmesh.v1.ChatRequest": gateway.unary_stream("/agentmesh.v1.Gateway/Chat")(GARBAGE, timeout=10),
         # A request stream, behind authentication: the agent's RunTurn.
-        "agentmesh.v1.RunTurnRequest": agent.stream_stream("/agentmesh.v1.Agent/RunTurn")(iter([GARBAGE]), timeout=10),
+        "agentmesh.internal.v1.RunTurnRequest": agent.stream_stream("/agentmesh.internal.v1.Agent/RunTurn")(iter([GARBAGE]), timeout=10),
     }
     for message_type, call in calls.items():
         err = await raw_error(call)
@@ -97,8 +98,8 @@ def _huge_request(service: str) -> tuple[str, bytes]:
     if service == "gateway":
         return "/agentmesh.v1.Gateway/Chat", gateway_pb2.ChatRequest(session_id="s", message=text).SerializeToString()
     message = common_pb2.Message(role="user", content=text)
-    return ("/agentmesh.v1.Memory/AppendMessages",
-            memory_pb2.AppendMessagesRequest(session_id="s", messages=[message]).SerializeToString())
+    return ("/agentmesh.internal.v1.Memory/AppendMessages",
+            memory_service_pb2.AppendMessagesRequest(session_id="s", messages=[message]).SerializeToString())
 
 
 # The gateway refuses them by size (its cap fits the API); memory, whose cap fits batched appends,

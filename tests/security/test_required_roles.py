@@ -17,12 +17,13 @@ import grpc
 import pytest
 
 from agentmesh.config import Settings
+from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.rpc.auth import allowed_callers, current_principal
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import Principal
 from agentmesh.rpc.launch import start_service
 from agentmesh.tenancy import REQUIRED_ROLES, token_digest
-from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
+from agentmesh.v1 import common_pb2, learning_pb2, sessions_pb2
 from tests.support.identities import signed_channel
 
 PEOPLE = ("a-admin", "a-member", "a-viewer", "b-admin", "b-member", "b-viewer")
@@ -52,9 +53,9 @@ ADMIN_ONLY = {
     "DeleteSession": sessions_pb2.DeleteSessionRequest(session_id="acme-s1"),
     "UpdateNamespaceSettings": sessions_pb2.UpdateNamespaceSettingsRequest(
         namespace="acme", tools=common_pb2.ToolPolicy(allow=["shell"])),
-    "PutMcpRegistration": memory_pb2.PutMcpRegistrationRequest(
-        namespace="acme", server=memory_pb2.McpRegistration(name="evil", command="/bin/true")),
-    "RemoveMcpRegistration": memory_pb2.RemoveMcpRegistrationRequest(namespace="acme", name="docs"),
+    "PutMcpRegistration": memory_service_pb2.PutMcpRegistrationRequest(
+        namespace="acme", server=memory_service_pb2.McpRegistration(name="evil", command="/bin/true")),
+    "RemoveMcpRegistration": memory_service_pb2.RemoveMcpRegistrationRequest(namespace="acme", name="docs"),
 }
 
 
@@ -68,12 +69,12 @@ async def memory(tmp_path: Path):
     host = await start_service("memory", settings, "127.0.0.1:0")
     channels: list[grpc.aio.Channel] = []
 
-    def stub(caller: str = "") -> memory_pb2_grpc.MemoryStub:
+    def stub(caller: str = "") -> memory_service_pb2_grpc.MemoryStub:
         """Memory as `caller` signs it (a service), or as a user's plain channel ("")."""
         channel = (signed_channel(settings.keys_dir, caller, "memory", host.target) if caller
                    else open_channel(host.target))
         channels.append(channel)
-        return memory_pb2_grpc.MemoryStub(channel)
+        return memory_service_pb2_grpc.MemoryStub(channel)
 
     try:
         yield stub
@@ -108,7 +109,7 @@ async def _acme(stub) -> dict:
             "policy": list((await gateway.GetNamespaceSettings(
                 sessions_pb2.GetNamespaceSettingsRequest(namespace="acme"))).tools.deny),
             "mcp": sorted(s.name for s in (await tools.ListMcpRegistrations(
-                memory_pb2.ListMcpRegistrationsRequest(namespace="acme"))).servers),
+                memory_service_pb2.ListMcpRegistrationsRequest(namespace="acme"))).servers),
         }
     finally:
         current_principal.reset(token)
@@ -121,12 +122,12 @@ async def _set_up(stub) -> None:
         await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="acme", part="soul", text="Acme's persona."))
         await gateway.PutSkill(_skill("deploy"))
         await gateway.PutSkill(_skill("proposal", draft=True))
-        await gateway.PutSession(memory_pb2.PutSessionRequest(session=sessions_pb2.Session(
+        await gateway.PutSession(memory_service_pb2.PutSessionRequest(session=sessions_pb2.Session(
             session_id="acme-s1", namespace="acme")))
         await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
             namespace="acme", tools=common_pb2.ToolPolicy(deny=["shell"])))
-        await stub("tools").PutMcpRegistration(memory_pb2.PutMcpRegistrationRequest(
-            namespace="acme", server=memory_pb2.McpRegistration(name="docs", command="/bin/true")))
+        await stub("tools").PutMcpRegistration(memory_service_pb2.PutMcpRegistrationRequest(
+            namespace="acme", server=memory_service_pb2.McpRegistration(name="docs", command="/bin/true")))
     finally:
         current_principal.reset(token)
     token = _as("acme=member")  # the agent stores a promoted tool for the member whose turn made it
@@ -144,7 +145,7 @@ def test_the_admin_only_memory_methods_are_the_tables():
 
 
 def _memory_methods() -> set[str]:
-    return {m.name for m in memory_pb2.DESCRIPTOR.services_by_name["Memory"].methods}
+    return {m.name for m in memory_service_pb2.DESCRIPTOR.services_by_name["Memory"].methods}
 
 
 async def test_a_member_calling_memory_directly_cannot_do_what_only_an_admin_may(memory):
@@ -204,7 +205,7 @@ async def _acme_after_admin(stub) -> dict:
             "tools": [t.name for t in (await gateway.ListPromotedTools(
                 learning_pb2.ListPromotedToolsRequest(namespace="acme"))).tools],
             "mcp": sorted(s.name for s in (await tools.ListMcpRegistrations(
-                memory_pb2.ListMcpRegistrationsRequest(namespace="acme"))).servers),
+                memory_service_pb2.ListMcpRegistrationsRequest(namespace="acme"))).servers),
             "policy": list((await gateway.GetNamespaceSettings(
                 sessions_pb2.GetNamespaceSettingsRequest(namespace="acme"))).tools.deny),
         }

@@ -5,11 +5,12 @@ fails here, and is refused to users meanwhile (fail closed)."""
 
 from __future__ import annotations
 
+from agentmesh.internal.v1 import agent_service_pb2, memory_service_pb2, tools_service_pb2
 from agentmesh.tenancy import REQUIRED_ROLES, ROLES
-from agentmesh.v1 import agent_pb2, gateway_pb2, memory_pb2, scheduler_pb2, tools_pb2
+from agentmesh.v1 import gateway_pb2, scheduler_pb2
 
-SERVICES = ((gateway_pb2, "Gateway"), (scheduler_pb2, "Scheduler"), (agent_pb2, "Agent"),
-            (memory_pb2, "Memory"), (tools_pb2, "Tools"))
+SERVICES = ((gateway_pb2, "Gateway"), (scheduler_pb2, "Scheduler"), (agent_service_pb2, "Agent"),
+            (memory_service_pb2, "Memory"), (tools_service_pb2, "Tools"))
 
 
 def _methods():

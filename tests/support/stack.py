@@ -18,10 +18,11 @@ from typing import Mapping
 
 from agentmesh.cli.stack import free_address
 from agentmesh.config import SERVICES, Settings
+from agentmesh.internal.v1 import memory_service_pb2_grpc, tools_service_pb2_grpc
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import PortInUse, ServiceHost
-from agentmesh.v1 import gateway_pb2_grpc, memory_pb2_grpc, scheduler_pb2_grpc, tools_pb2_grpc
+from agentmesh.v1 import gateway_pb2_grpc, scheduler_pb2_grpc
 from tests.support.identities import caller_channel
 
 START_ORDER = ("memory", "tools", "agent", "gateway", "scheduler")
@@ -140,11 +141,11 @@ class Stack:
     def gateway_stub(self) -> gateway_pb2_grpc.GatewayStub:
         return gateway_pb2_grpc.GatewayStub(self.channel("gateway"))
 
-    def memory_stub(self) -> memory_pb2_grpc.MemoryStub:
-        return memory_pb2_grpc.MemoryStub(self.channel("memory"))
+    def memory_stub(self) -> memory_service_pb2_grpc.MemoryStub:
+        return memory_service_pb2_grpc.MemoryStub(self.channel("memory"))
 
-    def tools_stub(self) -> tools_pb2_grpc.ToolsStub:
-        return tools_pb2_grpc.ToolsStub(self.channel("tools"))
+    def tools_stub(self) -> tools_service_pb2_grpc.ToolsStub:
+        return tools_service_pb2_grpc.ToolsStub(self.channel("tools"))
 
     def scheduler_stub(self) -> scheduler_pb2_grpc.SchedulerStub:
         return scheduler_pb2_grpc.SchedulerStub(self.channel("scheduler"))

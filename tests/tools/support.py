@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from agentmesh.config import Settings
+from agentmesh.internal.v1 import tools_service_pb2, tools_service_pb2_grpc
 from agentmesh.rpc.launch import start_service
-from agentmesh.v1 import tools_pb2, tools_pb2_grpc
 from tests.support.identities import signed_channel
 from tests.support.timing import PATIENCE_S
 
@@ -37,16 +37,16 @@ class ToolsClient:
         self.env = tools_env(self.home, env)
         self.host = None
         self.channel = None
-        self.stub: tools_pb2_grpc.ToolsStub | None = None
+        self.stub: tools_service_pb2_grpc.ToolsStub | None = None
 
     async def __aenter__(self) -> "ToolsClient":
         self.host = await start_service("tools", Settings.from_env(self.env), "127.0.0.1:0")
         # The tools service takes Execute from the agent: this client signs as the agent.
         self.channel = signed_channel(Settings.from_env(self.env).keys_dir, "agent", "tools", self.host.target)
-        self.stub = tools_pb2_grpc.ToolsStub(self.channel)
+        self.stub = tools_service_pb2_grpc.ToolsStub(self.channel)
         # DeleteWorkspace is the gateway's to call.
         self.gateway_channel = signed_channel(Settings.from_env(self.env).keys_dir, "gateway", "tools", self.host.target)
-        self.as_gateway = tools_pb2_grpc.ToolsStub(self.gateway_channel)
+        self.as_gateway = tools_service_pb2_grpc.ToolsStub(self.gateway_channel)
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -61,7 +61,7 @@ class ToolsClient:
     async def call(self, name: str, arguments: Any, session_id: str = "s1", call_id: str = "c1", timeout_s: float = 0):
         text = arguments if isinstance(arguments, str) else json.dumps(arguments)
         reply = await self.stub.Execute(
-            tools_pb2.ExecuteRequest(session_id=session_id, call_id=call_id, name=name, arguments_json=text, timeout_s=timeout_s),
+            tools_service_pb2.ExecuteRequest(session_id=session_id, call_id=call_id, name=name, arguments_json=text, timeout_s=timeout_s),
             timeout=120,
         )
         return reply.result

@@ -15,8 +15,9 @@ from agentmesh.agent.adapters.tools import GrpcToolRunner
 from agentmesh.agent.types import ToolCall
 from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
+from agentmesh.internal.v1 import tools_service_pb2, tools_service_pb2_grpc
 from agentmesh.rpc.identity import ServiceIdentity
-from agentmesh.v1 import common_pb2, tools_pb2, tools_pb2_grpc
+from agentmesh.v1 import common_pb2
 from tests.support.recording import recording_channel
 from tests.tools.support import describe, processes_with, wait_until
 
@@ -47,7 +48,7 @@ async def test_tool_calls_ride_one_stream(tools):
         second = await runner.execute("s1", _shell("echo two", "c2"))
         assert (first.output.strip(), second.output.strip()) == ("one", "two")
         assert (first.call_id, second.call_id) == ("c1", "c2")
-        assert made == ["/agentmesh.v1.Tools/CarriedCalls"] and runner.carrying_executes
+        assert made == ["/agentmesh.internal.v1.Tools/CarriedCalls"] and runner.carrying_executes
     finally:
         await runner.close()
         await channel.close()
@@ -74,12 +75,12 @@ async def test_the_callers_deadline_reaches_the_tools_service(tools):
     channel, _ = recording_channel(_keys(tools), "agent", "tools", tools.host.target)
     token = ServiceIdentity.open("agent", _keys(tools)).token("tools")
     marker = _marker()
-    stream = tools_pb2_grpc.ToolsStub(channel).CarriedCalls()
+    stream = tools_service_pb2_grpc.ToolsStub(channel).CarriedCalls()
     try:
         # The caller never cancels: the deadline it sent is what stops the call at the server.
-        await stream.write(tools_pb2.CarriedToolsCall(
+        await stream.write(tools_service_pb2.CarriedToolsCall(
             call=common_pb2.CarriedCall(id=1, service_token=token, timeout_s=1.0),
-            execute=tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="shell",
+            execute=tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="shell",
                                              arguments_json=json.dumps({"command": f"sleep {marker}"}))))
         answer = await asyncio.wait_for(stream.read(), 10)
         assert (answer.status.id, answer.status.code) == (1, grpc.StatusCode.DEADLINE_EXCEEDED.value[0])
@@ -109,7 +110,7 @@ async def test_each_carried_tool_call_is_checked_as_an_execute(tools):
     try:
         outcome = await runner.execute("s1", _shell("echo forged > forged.txt"))
         assert outcome.is_error and outcome.error_kind == "denied", outcome
-        assert made == ["/agentmesh.v1.Tools/CarriedCalls"]
+        assert made == ["/agentmesh.internal.v1.Tools/CarriedCalls"]
         assert not (tools.workspace("s1") / "forged.txt").exists()
     finally:
         await runner.close()
@@ -127,7 +128,7 @@ async def test_an_answer_too_large_for_the_stream_fails_its_call_alone(home):
             assert huge.is_error and huge.error_kind == "resource_exhausted", (huge.error_kind, huge.output[:200])
             # The stream was not ended by it: the next call rides it (no second stream, no unary call).
             assert (await runner.execute("s1", _shell("echo next", "c2"))).output.strip() == "next"
-            assert made == ["/agentmesh.v1.Tools/CarriedCalls"]
+            assert made == ["/agentmesh.internal.v1.Tools/CarriedCalls"]
         finally:
             await runner.close()
             await channel.close()

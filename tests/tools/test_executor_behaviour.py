@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from agentmesh.v1 import tools_pb2
+from agentmesh.internal.v1 import tools_service_pb2
 from tests.tools.backends import BACKENDS
 from tests.tools.support import ToolsClient, wait_until
 
@@ -107,7 +107,7 @@ async def test_timeout_stops_the_program(tools, backend):
 async def test_cancel_stops_the_program_and_cleans_up(tools, backend):
     mark = marker()
     call = tools.stub.Execute(
-        tools_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="shell", arguments_json=json.dumps({"command": f"echo started > started.txt; sleep {mark}"}))
+        tools_service_pb2.ExecuteRequest(session_id="s1", call_id="c1", name="shell", arguments_json=json.dumps({"command": f"echo started > started.txt; sleep {mark}"}))
     )
     started = tools.workspace("s1") / "started.txt"
     assert await wait_until(started.exists, timeout_s=30) or not backend.shares_files_with_service

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from agentmesh.v1 import tools_pb2
+from agentmesh.internal.v1 import tools_service_pb2
 from tests.tools.support import ToolsClient
 
 SECRET = "sk-test-secret-key-0123456789"
@@ -38,7 +38,7 @@ async def test_unsafe_mode_runs_unjailed_but_with_a_clean_environment(home):
 async def test_sandboxed_programs_join_the_callers_trace(home):
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     async with ToolsClient(home, {"AGENTMESH_TRACES": "local"}) as tools:
-        request = tools_pb2.ExecuteRequest(
+        request = tools_service_pb2.ExecuteRequest(
             session_id="s1", call_id="c1", name="shell", arguments_json=json.dumps({"command": "echo $TRACEPARENT"})
         )
         reply = await tools.stub.Execute(request, metadata=(("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),))

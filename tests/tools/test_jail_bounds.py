@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import tools_pb2
 from tests.tools.support import ToolsClient
 
@@ -59,7 +60,7 @@ async def test_a_workspace_3000_directories_deep_is_deleted(tools):
         "open('f', 'w').write('x'); os.mkdir('locked'); os.chmod('locked', 0)\n"
     )}, session_id="deep")
     assert not made.is_error, made.output
-    reply = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="deep"), timeout=120)
+    reply = await tools.as_gateway.DeleteWorkspace(tools_service_pb2.DeleteWorkspaceRequest(session_id="deep"), timeout=120)
     assert reply.deleted and not tools.workspace("deep").exists()
 
 
@@ -68,7 +69,7 @@ async def test_an_upload_2000_directories_deep_is_deleted_with_its_workspace(too
     written = await tools.as_gateway.WriteWorkspaceFile(
         tools_pb2.WriteWorkspaceFileRequest(session_id="upload", path=path, content=b"deep"), timeout=60)
     assert written.created
-    reply = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="upload"), timeout=120)
+    reply = await tools.as_gateway.DeleteWorkspace(tools_service_pb2.DeleteWorkspaceRequest(session_id="upload"), timeout=120)
     assert reply.deleted and not tools.workspace("upload").exists()
 
 

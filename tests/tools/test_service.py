@@ -10,6 +10,7 @@ import uuid
 import grpc
 import pytest
 
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import tools_pb2
 from tests.tools.support import ToolsClient, describe, processes_with, wait_until
 
@@ -118,7 +119,7 @@ async def test_caller_timeout_bounds_the_tool_default(tools):
 async def test_cancelling_execute_kills_the_process_tree(tools):
     marker = f"{uuid.uuid4().int % 10**6 + 1000}.25"
     call = tools.stub.Execute(
-        tools_pb2.ExecuteRequest(
+        tools_service_pb2.ExecuteRequest(
             session_id="s1", call_id="c1", name="shell",
             arguments_json=json.dumps({"command": f"sleep {marker} & sleep {marker}; wait"}),
         )
@@ -133,9 +134,9 @@ async def test_cancelling_execute_kills_the_process_tree(tools):
 async def test_delete_workspace(tools):
     await tools.call("write_file", {"path": "a.txt", "content": "x"}, session_id="gone")
     assert tools.workspace("gone").exists()
-    reply = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="gone"))
+    reply = await tools.as_gateway.DeleteWorkspace(tools_service_pb2.DeleteWorkspaceRequest(session_id="gone"))
     assert reply.deleted and not tools.workspace("gone").exists()
-    again = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="gone"))
+    again = await tools.as_gateway.DeleteWorkspace(tools_service_pb2.DeleteWorkspaceRequest(session_id="gone"))
     assert not again.deleted
 
 
@@ -143,7 +144,7 @@ async def test_delete_workspace(tools):
 async def test_cancelling_at_any_moment_of_jail_setup_leaves_nothing(tools, delay_s):
     marker = f"{uuid.uuid4().int % 10**6 + 1000}.75"
     call = tools.stub.Execute(
-        tools_pb2.ExecuteRequest(
+        tools_service_pb2.ExecuteRequest(
             session_id="s1", call_id="c1", name="shell", arguments_json=json.dumps({"command": f"sleep {marker}"})
         )
     )
@@ -157,7 +158,7 @@ async def test_cancelling_at_any_moment_of_jail_setup_leaves_nothing(tools, dela
 async def test_delete_workspace_removes_what_a_program_locked(tools):
     made = await tools.call("shell", {"command": "mkdir -p locked/deep && touch locked/deep/f && chmod 0 locked/deep locked"}, session_id="locked")
     assert not made.is_error, made.output
-    reply = await tools.as_gateway.DeleteWorkspace(tools_pb2.DeleteWorkspaceRequest(session_id="locked"))
+    reply = await tools.as_gateway.DeleteWorkspace(tools_service_pb2.DeleteWorkspaceRequest(session_id="locked"))
     assert reply.deleted and not tools.workspace("locked").exists()
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 from playwright.async_api import async_playwright, expect
 
-from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, sessions_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 from tests.web.browser import launch
@@ -44,10 +45,10 @@ async def take(out: Path) -> None:
             async for _ in gateway.Chat(gateway_pb2.ChatRequest(session_id="q3-planning", message="Draft the Q3 plan in plan.md"),
                                         timeout=60, metadata=metadata):
                 pass
-            await memory.AppendMessages(memory_pb2.AppendMessagesRequest(session_id="q3-planning", messages=[
+            await memory.AppendMessages(memory_service_pb2.AppendMessagesRequest(session_id="q3-planning", messages=[
                 common_pb2.Message(role="system", kind="summary", covers_through_seq=4,
                                    content="The user asked for a Q3 plan; plan.md holds it.")]), timeout=10)
-            await memory.PutSession(memory_pb2.PutSessionRequest(session=sessions_pb2.Session(
+            await memory.PutSession(memory_service_pb2.PutSessionRequest(session=sessions_pb2.Session(
                 session_id="q3-planning.sub-1a2b", title="sub-agent: research competitors",
                 labels={"parent_session": "q3-planning", "role": "sub-agent"})), timeout=10)
             async with httpx.AsyncClient(base_url=stack.http_url, headers=auth) as http:

@@ -7,7 +7,8 @@ import re
 import httpx
 import pytest
 
-from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, sessions_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
 from tests.web.browser import PageErrors, launch, needs_chromium
@@ -94,9 +95,9 @@ async def test_an_older_session_opens_with_its_full_history(browser, stack, llm)
         pass
     summary = common_pb2.Message(role="system", kind="summary", content="The user asked for a.txt; it was written.",
                                  covers_through_seq=4)
-    await memory.AppendMessages(memory_pb2.AppendMessagesRequest(session_id="older", messages=[summary]), timeout=10)
+    await memory.AppendMessages(memory_service_pb2.AppendMessagesRequest(session_id="older", messages=[summary]), timeout=10)
     child = sessions_pb2.Session(session_id="older.sub-1", title="research helper", labels={"parent_session": "older", "role": "sub-agent"})
-    await memory.PutSession(memory_pb2.PutSessionRequest(session=child), timeout=10)
+    await memory.PutSession(memory_service_pb2.PutSessionRequest(session=child), timeout=10)
     await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="newer", title="Another one"), timeout=10)
 
     page, errors = await open_console(browser, stack)

@@ -8,7 +8,8 @@ import base64
 import grpc
 import pytest
 
-from agentmesh.v1 import gateway_pb2, memory_pb2, sessions_pb2
+from agentmesh.internal.v1 import memory_service_pb2
+from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.support.llm_server import reply, tool_call
 from tests.support.timing import polling
 from tests.support.turns import collect, kinds
@@ -156,7 +157,7 @@ async def test_tools_are_listed(http):
 
 
 async def test_memory_is_searched(stack, http):
-    await stack.memory_stub().Remember(memory_pb2.RememberRequest(namespace="team", text="The deploy window is Tuesday.", kind="fact"), timeout=10)
+    await stack.memory_stub().Remember(memory_service_pb2.RememberRequest(namespace="team", text="The deploy window is Tuesday.", kind="fact"), timeout=10)
     answer = await http.post("/v1/memory/search", json={"namespace": "team", "query": "deploy window", "k": 3})
     assert answer.status_code == 200
     assert answer.json()["hits"][0]["text"] == "The deploy window is Tuesday."

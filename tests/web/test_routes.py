@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from agentmesh.gateway.http.routes import routes_of
-from agentmesh.v1 import gateway_pb2, tools_pb2
+from agentmesh.internal.v1 import tools_service_pb2
+from agentmesh.v1 import gateway_pb2
 
 
 def test_routes_come_from_the_http_options_of_gateway_proto():
@@ -18,5 +19,5 @@ def test_routes_come_from_the_http_options_of_gateway_proto():
 
 def test_an_rpc_without_an_http_option_is_still_served():
     # The Tools service carries no options: every RPC gets POST /v1/rpc/<Method> with a JSON body.
-    routes = routes_of(tools_pb2.DESCRIPTOR.services_by_name["Tools"])
+    routes = routes_of(tools_service_pb2.DESCRIPTOR.services_by_name["Tools"])
     assert {(r.http_method, r.path, r.body) for r in routes} >= {("POST", "/v1/rpc/Execute", "*"), ("POST", "/v1/rpc/ListTools", "*")}

@@ -18,11 +18,12 @@ import grpc
 from opentelemetry import trace
 
 from agentmesh.clients.base import DEFAULT_TIMEOUT_S, ServiceClient
+from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.rpc.carried import CarriedClient, CarriedMethod, NotCarried
 from agentmesh.rpc.convert import struct_from_dict
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.peers import peer_call
-from agentmesh.v1 import common_pb2, learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
+from agentmesh.v1 import common_pb2, learning_pb2, sessions_pb2
 
 
 def memory_filter(
@@ -31,8 +32,8 @@ def memory_filter(
     created_after: float = 0.0,
     created_before: float = 0.0,
     source_session_id: str = "",
-) -> memory_pb2.MemoryFilter:
-    return memory_pb2.MemoryFilter(
+) -> memory_service_pb2.MemoryFilter:
+    return memory_service_pb2.MemoryFilter(
         kinds=list(kinds),
         metadata=struct_from_dict(dict(metadata) if metadata else None),
         created_after=created_after,
@@ -41,8 +42,8 @@ def memory_filter(
     )
 
 
-APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
-START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
+APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
+START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
 class MemoryClient(ServiceClient):
@@ -57,17 +58,17 @@ class MemoryClient(ServiceClient):
                  carry: tuple[ServiceIdentity | None, trace.Tracer | None] | None = None):
         super().__init__(channel, target, timeout_s=timeout_s)
         self._carrier: CarriedClient | None = None
-        self._appends: CarriedMethod[memory_pb2.AppendMessagesRequest, memory_pb2.AppendMessagesResponse] | None = None
-        self._starts: CarriedMethod[memory_pb2.StartTurnRequest, memory_pb2.StartTurnResponse] | None = None
+        self._appends: CarriedMethod[memory_service_pb2.AppendMessagesRequest, memory_service_pb2.AppendMessagesResponse] | None = None
+        self._starts: CarriedMethod[memory_service_pb2.StartTurnRequest, memory_service_pb2.StartTurnResponse] | None = None
         if carry is not None:
             identity, tracer = carry
-            self._carrier = CarriedClient(self.stub.CarriedCalls, memory_pb2.CarriedMemoryCall,
+            self._carrier = CarriedClient(self.stub.CarriedCalls, memory_service_pb2.CarriedMemoryCall,
                                           identity=identity, audience="memory", tracer=tracer, peer=self.peer)
             self._appends = self._carrier.method(APPEND_METHOD, "append_messages")
             self._starts = self._carrier.method(START_TURN_METHOD, "start_turn")
 
-    def _make_stub(self, channel: grpc.aio.Channel) -> memory_pb2_grpc.MemoryStub:
-        return memory_pb2_grpc.MemoryStub(channel)
+    def _make_stub(self, channel: grpc.aio.Channel) -> memory_service_pb2_grpc.MemoryStub:
+        return memory_service_pb2_grpc.MemoryStub(channel)
 
     @property
     def carrying_appends(self) -> bool:
@@ -84,7 +85,7 @@ class MemoryClient(ServiceClient):
         if self._carrier is not None:
             await self._carrier.close()
 
-    async def _append(self, request: memory_pb2.AppendMessagesRequest) -> memory_pb2.AppendMessagesResponse:
+    async def _append(self, request: memory_service_pb2.AppendMessagesRequest) -> memory_service_pb2.AppendMessagesResponse:
         if self._appends is not None:
             try:
                 return await peer_call(self.peer, self._appends.call(request, self.timeout_s))
@@ -92,7 +93,7 @@ class MemoryClient(ServiceClient):
                 pass
         return await self._call(self.stub.AppendMessages, request)
 
-    async def start_turn(self, request: memory_pb2.StartTurnRequest, timeout: float) -> memory_pb2.StartTurnResponse:
+    async def start_turn(self, request: memory_service_pb2.StartTurnRequest, timeout: float) -> memory_service_pb2.StartTurnResponse:
         """One StartTurn, carried when it can be; its failure raised as grpc.aio.AioRpcError,
         as the unary call's (the caller tells outages from refusals and retries)."""
         if self._starts is not None:
@@ -113,7 +114,7 @@ class MemoryClient(ServiceClient):
         session = sessions_pb2.Session(
             session_id=session_id, title=title, namespace=namespace, labels=dict(labels or {})
         )
-        reply = await self._call(self.stub.PutSession, memory_pb2.PutSessionRequest(session=session))
+        reply = await self._call(self.stub.PutSession, memory_service_pb2.PutSessionRequest(session=session))
         return reply.session, reply.created
 
     async def get_session(self, session_id: str) -> sessions_pb2.Session:
@@ -133,15 +134,15 @@ class MemoryClient(ServiceClient):
 
     async def append_messages(self, session_id: str, messages: Sequence[common_pb2.Message]) -> int:
         """Append in order; returns the seq of the last one (seqs are 1, 2, 3, ... per session)."""
-        reply = await self._append(memory_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages)))
+        reply = await self._append(memory_service_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages)))
         return reply.last_seq
 
     async def append_with_usage(self, session_id: str, messages: Sequence[common_pb2.Message],
-                                usage: Sequence[memory_pb2.UsageRecord]) -> memory_pb2.AppendMessagesResponse:
+                                usage: Sequence[memory_service_pb2.UsageRecord]) -> memory_service_pb2.AppendMessagesResponse:
         """As append_messages, with usage records recorded in the same call (`usage_error` says
         why they were not; the messages are appended all the same)."""
         return await self._append(
-            memory_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages), usage=list(usage)))
+            memory_service_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages), usage=list(usage)))
 
     async def list_messages(
         self, session_id: str, *, after_seq: int = 0, page_size: int = 0
@@ -165,8 +166,8 @@ class MemoryClient(ServiceClient):
 
     # --- usage ---
 
-    async def record_usage(self, records: Sequence[memory_pb2.UsageRecord]) -> int:
-        reply = await self._call(self.stub.RecordUsage, memory_pb2.RecordUsageRequest(records=list(records)))
+    async def record_usage(self, records: Sequence[memory_service_pb2.UsageRecord]) -> int:
+        reply = await self._call(self.stub.RecordUsage, memory_service_pb2.RecordUsageRequest(records=list(records)))
         return reply.recorded
 
     # --- long-term memory ---
@@ -181,8 +182,8 @@ class MemoryClient(ServiceClient):
         id: str = "",
         source_session_id: str = "",
         created_at: float = 0.0,
-    ) -> memory_pb2.MemoryRecord:
-        request = memory_pb2.RememberRequest(
+    ) -> memory_service_pb2.MemoryRecord:
+        request = memory_service_pb2.RememberRequest(
             namespace=namespace,
             text=text,
             kind=kind,
@@ -194,23 +195,23 @@ class MemoryClient(ServiceClient):
         return await self._call(self.stub.Remember, request)
 
     async def search(
-        self, query: str, *, namespace: str = "default", k: int = 0, filter: memory_pb2.MemoryFilter | None = None
-    ) -> list[memory_pb2.SearchHit]:
-        request = memory_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=filter)
+        self, query: str, *, namespace: str = "default", k: int = 0, filter: memory_service_pb2.MemoryFilter | None = None
+    ) -> list[memory_service_pb2.SearchHit]:
+        request = memory_service_pb2.SearchRequest(namespace=namespace, query=query, k=k, filter=filter)
         return list((await self._call(self.stub.Search, request)).hits)
 
-    async def get_memory(self, memory_id: str, *, namespace: str = "default") -> memory_pb2.MemoryRecord:
-        return await self._call(self.stub.GetMemory, memory_pb2.GetMemoryRequest(namespace=namespace, id=memory_id))
+    async def get_memory(self, memory_id: str, *, namespace: str = "default") -> memory_service_pb2.MemoryRecord:
+        return await self._call(self.stub.GetMemory, memory_service_pb2.GetMemoryRequest(namespace=namespace, id=memory_id))
 
     async def list_memories(
         self,
         *,
         namespace: str = "default",
-        filter: memory_pb2.MemoryFilter | None = None,
+        filter: memory_service_pb2.MemoryFilter | None = None,
         page_size: int = 0,
         page_token: str = "",
-    ) -> tuple[list[memory_pb2.MemoryRecord], str]:
-        request = memory_pb2.ListMemoriesRequest(
+    ) -> tuple[list[memory_service_pb2.MemoryRecord], str]:
+        request = memory_service_pb2.ListMemoriesRequest(
             namespace=namespace, filter=filter, page_size=page_size, page_token=page_token
         )
         reply = await self._call(self.stub.ListMemories, request)
@@ -221,16 +222,16 @@ class MemoryClient(ServiceClient):
         *,
         namespace: str = "default",
         ids: Sequence[str] = (),
-        filter: memory_pb2.MemoryFilter | None = None,
+        filter: memory_service_pb2.MemoryFilter | None = None,
         all: bool = False,
     ) -> int:
-        request = memory_pb2.ForgetRequest(namespace=namespace, ids=list(ids), filter=filter, all=all)
+        request = memory_service_pb2.ForgetRequest(namespace=namespace, ids=list(ids), filter=filter, all=all)
         return (await self._call(self.stub.Forget, request)).forgotten
 
     async def import_memories(
-        self, memories: Sequence[memory_pb2.RememberRequest], *, namespace: str = "default", timeout_s: float = 300.0
+        self, memories: Sequence[memory_service_pb2.RememberRequest], *, namespace: str = "default", timeout_s: float = 300.0
     ) -> int:
-        request = memory_pb2.ImportRequest(namespace=namespace, memories=list(memories))
+        request = memory_service_pb2.ImportRequest(namespace=namespace, memories=list(memories))
         return (await self._call(self.stub.Import, request, timeout=timeout_s)).imported
 
     # --- standing instructions ---
@@ -261,11 +262,11 @@ class MemoryClient(ServiceClient):
 
     # --- reflection ---
 
-    async def reflection_state(self, session_id: str, *, namespace: str = "default") -> memory_pb2.ReflectionState:
-        request = memory_pb2.GetReflectionStateRequest(namespace=namespace, session_id=session_id)
+    async def reflection_state(self, session_id: str, *, namespace: str = "default") -> memory_service_pb2.ReflectionState:
+        request = memory_service_pb2.GetReflectionStateRequest(namespace=namespace, session_id=session_id)
         return await self._call(self.stub.GetReflectionState, request)
 
-    async def record_reflection(self, run: learning_pb2.ReflectionRun) -> memory_pb2.ReflectionState:
+    async def record_reflection(self, run: learning_pb2.ReflectionRun) -> memory_service_pb2.ReflectionState:
         return await self._call(self.stub.RecordReflection, run)
 
     async def put_skill(self, request: learning_pb2.PutSkillRequest) -> learning_pb2.SkillInfo:

@@ -215,7 +215,7 @@ class CarriedClient:
         self._streams: list[_OpenStream] = []
 
     def method(self, full_method: str, field: str) -> "CarriedMethod[Any, Any]":
-        """`full_method` (e.g. "/agentmesh.v1.Memory/StartTurn") carried as the oneof `field`."""
+        """`full_method` (e.g. "/agentmesh.internal.v1.Memory/StartTurn") carried as the oneof `field`."""
         return CarriedMethod(self, full_method, field)
 
     async def call(self, method: "CarriedMethod[Any, Any]", request: Any, timeout: float) -> Any:

@@ -9,7 +9,7 @@ import grpc
 
 from agentmesh.rpc.errors import abort_with
 
-__all__ = ["behaviour_of", "refusal"]
+__all__ = ["REFUSAL_DRAIN_S", "REFUSAL_IDLE_S", "behaviour_of", "refusal"]
 
 # A refused request stream is answered once its client stops sending: when it half-closes, has
 # sent nothing for REFUSAL_IDLE_S (it waits for an answer), or after REFUSAL_DRAIN_S at most.

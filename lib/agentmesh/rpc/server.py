@@ -123,7 +123,7 @@ class ServiceHost:
         self._on_stop.append(close_auth)  # runs last: on_stop callbacks run in reverse
 
     def add(self, register: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
-        """Register a servicer, e.g. `host.add(add_ToolsServicer_to_server, servicer, "agentmesh.v1.Tools")`."""
+        """Register a servicer, e.g. `host.add(add_ToolsServicer_to_server, servicer, "agentmesh.internal.v1.Tools")`."""
         register(servicer, self.server)
         self._service_names.append(full_name)
 

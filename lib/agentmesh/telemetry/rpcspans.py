@@ -38,9 +38,9 @@ __all__ = [
 # Streams open for as long as a service runs (the agent's catalog and background watches, the
 # streams its turn's calls are carried on): part of no turn, so neither side makes a span of
 # the stream itself — it would be a trace of its own, hours long. Carried calls get their own.
-LONG_LIVED_STREAMS = ("/agentmesh.v1.Tools/WatchCatalog", "/agentmesh.v1.Tools/WatchBackground",
-                      "/agentmesh.v1.Memory/AppendStream", "/agentmesh.v1.Memory/CarriedCalls",
-                      "/agentmesh.v1.Tools/CarriedCalls")
+LONG_LIVED_STREAMS = ("/agentmesh.internal.v1.Tools/WatchCatalog", "/agentmesh.internal.v1.Tools/WatchBackground",
+                      "/agentmesh.internal.v1.Memory/AppendStream", "/agentmesh.internal.v1.Memory/CarriedCalls",
+                      "/agentmesh.internal.v1.Tools/CarriedCalls")
 
 # Codes that mean the server failed (the OpenTelemetry RPC conventions): only these make a
 # SERVER span an error; NOT_FOUND or INVALID_ARGUMENT are the caller's, and the call worked.

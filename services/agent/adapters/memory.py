@@ -17,10 +17,11 @@ from agentmesh.agent.loop.usage_log import UsageEntry
 from agentmesh.agent.types import ChatMessage, Role, ToolCall
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
+from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.logs import get_logger
 from agentmesh.rpc.peers import peer_error
 from agentmesh.toolpolicy import ToolPolicy
-from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2
+from agentmesh.v1 import common_pb2, sessions_pb2
 
 log = get_logger("agentmesh.agent")
 
@@ -135,9 +136,9 @@ class HeldUsage:
             self.stored.set_result(None)
 
 
-def usage_to_proto(entry: UsageEntry) -> memory_pb2.UsageRecord:
+def usage_to_proto(entry: UsageEntry) -> memory_service_pb2.UsageRecord:
     u = entry.usage
-    return memory_pb2.UsageRecord(
+    return memory_service_pb2.UsageRecord(
         id=entry.id, at=entry.at, session_id=entry.session_id, run_id=entry.run_id, namespace=entry.namespace,
         model_name=entry.model_name, model=entry.model, provider=entry.provider, input_tokens=u.input_tokens,
         output_tokens=u.output_tokens, cached_input_tokens=u.cached_input_tokens, fallback=entry.fallback,
@@ -180,7 +181,7 @@ class GrpcTranscripts:
                 held.settle(recorded=not usage_error)
 
     async def _append(self, session_id: str, messages: Sequence[ChatMessage],
-                      usage: Sequence[memory_pb2.UsageRecord]) -> str:
+                      usage: Sequence[memory_service_pb2.UsageRecord]) -> str:
         """Append (retried while memory is away); why `usage` was not recorded ('' when it was)."""
         batch = [message_to_proto(m) for m in messages]
         delay = self.RETRY_FIRST_S
@@ -222,7 +223,7 @@ class GrpcTurnStart:
     async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
                     k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset(),
                     opening: SessionToOpen | None = None) -> TurnBeginning:
-        request = memory_pb2.StartTurnRequest(
+        request = memory_service_pb2.StartTurnRequest(
             session_id=session_id, messages=[message_to_proto(m) for m in first], page_size=self.PAGE,
             namespace=namespace, recall_query=query, recall_k=k, recall_timeout_s=recall_timeout_s,
             with_profile=INSTRUCTIONS in learning, with_skills=SKILLS in learning,
@@ -252,7 +253,7 @@ class GrpcTurnStart:
         return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error, learned, opened)
 
     async def open(self, session_id: str, namespace: str, opening: SessionToOpen) -> OpenedSession:
-        request = memory_pb2.PutSessionRequest(session=_session_of(session_id, namespace, opening),
+        request = memory_service_pb2.PutSessionRequest(session=_session_of(session_id, namespace, opening),
                                                with_namespace_settings=True)
         try:
             reply = await self._client.stub.PutSession(request, timeout=self._save_within_s)
@@ -260,7 +261,7 @@ class GrpcTurnStart:
             raise peer_error(err, f"the memory service at {self._target}") from None
         return _opened(reply.session, reply.created, reply.namespace_settings)
 
-    async def _call(self, request: memory_pb2.StartTurnRequest, *, retry: bool = True) -> memory_pb2.StartTurnResponse:
+    async def _call(self, request: memory_service_pb2.StartTurnRequest, *, retry: bool = True) -> memory_service_pb2.StartTurnResponse:
         delay = GrpcTranscripts.RETRY_FIRST_S
         last: AgentmeshError | None = None
         try:
@@ -303,7 +304,7 @@ def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2
         mcp_servers_version=settings.mcp_servers_version)
 
 
-def _learned(reply: memory_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:
+def _learned(reply: memory_service_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:
     errors = dict(reply.learning_errors)
 
     def read(part: str) -> bool:
@@ -332,11 +333,11 @@ class GrpcLongTermMemory:
         return peer_error(err, f"the memory service at {self._target}")
 
     @staticmethod
-    def _hit(record: memory_pb2.MemoryRecord, score: float = 0.0) -> MemoryHit:
+    def _hit(record: memory_service_pb2.MemoryRecord, score: float = 0.0) -> MemoryHit:
         return MemoryHit(id=record.id, text=record.text, kind=record.kind, score=score, created_at=record.created_at)
 
     async def remember(self, namespace: str, text: str, kind: str, source_session_id: str) -> MemoryHit:
-        request = memory_pb2.RememberRequest(namespace=namespace, text=text, kind=kind, source_session_id=source_session_id)
+        request = memory_service_pb2.RememberRequest(namespace=namespace, text=text, kind=kind, source_session_id=source_session_id)
         try:
             record = await self._stub.Remember(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as err:
@@ -345,7 +346,7 @@ class GrpcLongTermMemory:
 
     async def search(self, namespace: str, query: str, k: int) -> list[MemoryHit]:
         try:
-            reply = await self._stub.Search(memory_pb2.SearchRequest(namespace=namespace, query=query, k=k), timeout=self._timeout_s)
+            reply = await self._stub.Search(memory_service_pb2.SearchRequest(namespace=namespace, query=query, k=k), timeout=self._timeout_s)
         except grpc.aio.AioRpcError as err:
             raise self._error(err) from None
         return [self._hit(h.memory, h.score) for h in reply.hits]

@@ -15,6 +15,7 @@ from agentmesh.agent.loop.ports import BackgroundCheck
 from agentmesh.agent.types import BackgroundDone, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.clients.tools import EXECUTE_METHOD, ToolsClient
 from agentmesh.errors import Unavailable
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.rpc.carried import NotCarried
 from agentmesh.rpc.convert import tool_result_from_proto, tool_spec_from_proto
 from agentmesh.rpc.peers import OUTAGE, rpc_detail
@@ -80,7 +81,7 @@ class GrpcToolRunner:
 
     async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
                       mcp_version: float | None = None) -> ToolOutcome:
-        request = tools_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
+        request = tools_service_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
                                            arguments_json=call.arguments_json, namespace=namespace,
                                            mcp_servers_version=mcp_version)
         try:
@@ -94,7 +95,7 @@ class GrpcToolRunner:
             return ToolOutcome.error(call, _ERROR_KINDS.get(err.code(), "tool_error"), f"error: {detail}")
         return replace(tool_result_from_proto(reply.result), call_id=call.call_id, name=call.name)
 
-    async def _execute(self, request: tools_pb2.ExecuteRequest) -> tools_pb2.ExecuteResponse:
+    async def _execute(self, request: tools_service_pb2.ExecuteRequest) -> tools_service_pb2.ExecuteResponse:
         if self._executes is not None:
             try:
                 return await self._executes.call(request, self._timeout_s)
@@ -123,7 +124,7 @@ class GrpcBackgroundCommands:
 
     async def take_finished(self, session_id: str) -> BackgroundCheck:
         try:
-            reply = await self._stub.BackgroundResults(tools_pb2.BackgroundResultsRequest(session_id=session_id),
+            reply = await self._stub.BackgroundResults(tools_service_pb2.BackgroundResultsRequest(session_id=session_id),
                                                        timeout=self._timeout_s, metadata=trace_metadata())
         except grpc.aio.AioRpcError as err:
             raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None
@@ -134,7 +135,7 @@ class GrpcBackgroundCommands:
 
     async def stop(self, session_id: str) -> int:
         try:
-            reply = await self._stub.StopBackground(tools_pb2.StopBackgroundRequest(session_id=session_id),
+            reply = await self._stub.StopBackground(tools_service_pb2.StopBackgroundRequest(session_id=session_id),
                                                     timeout=self._timeout_s, metadata=trace_metadata())
         except grpc.aio.AioRpcError as err:
             raise Unavailable(f"the tools service at {self._target} did not answer ({rpc_detail(err)})") from None

@@ -17,8 +17,8 @@ import grpc
 from agentmesh.agent.adapters.background_sessions import KnownBackground
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
 from agentmesh.clients.tools import ToolsClient
+from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.logs import get_logger
-from agentmesh.v1 import tools_pb2
 
 __all__ = ["BackgroundWatch", "CatalogWatch"]
 
@@ -85,7 +85,7 @@ class CatalogWatch(_ToolsWatch):
         self._catalog = catalog
 
     def _stream(self) -> AsyncIterator[Any]:
-        return self._stub.WatchCatalog(tools_pb2.WatchCatalogRequest(), wait_for_ready=True)
+        return self._stub.WatchCatalog(tools_service_pb2.WatchCatalogRequest(), wait_for_ready=True)
 
     def _apply(self, message: Any) -> None:
         self._catalog.version_now(message.version)
@@ -107,7 +107,7 @@ class BackgroundWatch(_ToolsWatch):
         self._known = known
 
     def _stream(self) -> AsyncIterator[Any]:
-        return self._stub.WatchBackground(tools_pb2.WatchBackgroundRequest(), wait_for_ready=True)
+        return self._stub.WatchBackground(tools_service_pb2.WatchBackgroundRequest(), wait_for_ready=True)
 
     def _apply(self, message: Any) -> None:
         if message.complete:

@@ -42,12 +42,7 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import Principal
 from agentmesh.rpc.server import PortInUse
 from agentmesh.telemetry import Telemetry
-from agentmesh.v1 import (
-    common_pb2,
-    gateway_pb2,
-    scheduler_pb2,
-    sessions_pb2,
-)
+from agentmesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, sessions_pb2
 
 log = get_logger("agentmesh.gateway.http")
 
