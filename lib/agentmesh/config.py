@@ -271,6 +271,11 @@ class LLMSettings(EnvSection):
     # Its prices per million tokens, for cost estimates (Gateway.GetUsage); 0: not configured.
     input_price_per_mtok: float = env("AGENTMESH_LLM_INPUT_PRICE_PER_MTOK", 0.0, minimum=0)
     output_price_per_mtok: float = env("AGENTMESH_LLM_OUTPUT_PRICE_PER_MTOK", 0.0, minimum=0)
+    # Its context window in tokens, like a catalogue entry's `context_window`; 0: unknown (the
+    # agent then assumes AGENTMESH_AGENT_CONTEXT_WINDOW).
+    context_window: int = env("AGENTMESH_LLM_CONTEXT_WINDOW", 0, minimum=0)
+    # Whether it reads images, like a catalogue entry's `vision`.
+    vision: bool = env("AGENTMESH_LLM_VISION", False)
     # More models by name (agentmesh.models), beside this one as "default"; keys resolved here.
     models: Any = env("AGENTMESH_MODELS", default_factory=dict, parse=_load_models,
                       parse_environ=True)

@@ -7,7 +7,8 @@ single AGENTMESH_LLM_* model, which is always there as `default`.
         base_url: http://localhost:11434/v1
         model: llama3.1:8b
         api_key_env: ""                  # the name of the variable holding the key, never the key
-        context_window: 131072
+        context_window: 131072           # tokens; sets the agent's context budget for it
+        vision: false                    # whether it reads images
         prices: {input_per_mtok: 0.0, output_per_mtok: 0.0}
         temperature: 0.2                 # sampling parameters, sent with every request
         top_p: 0.9
@@ -55,6 +56,7 @@ class ModelSpec:
     # For models without native function calling: tools are described in the system prompt and
     # calls parsed from the reply's text (agent/providers/text_tools.py).
     text_tool_calls: bool = False
+    vision: bool = False  # whether it reads images
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping of name, provider, base_url, model, ...")
     known = {"name", "provider", "base_url", "model", "api_key_env", "context_window", "prices", "temperature",
-             "top_p", "max_output_tokens", "fallback", "text_tool_calls"}
+             "top_p", "max_output_tokens", "fallback", "text_tool_calls", "vision"}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -142,6 +144,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
             temperature=None if entry.get("temperature") is None else float(entry["temperature"]),
             top_p=None if entry.get("top_p") is None else float(entry["top_p"]),
             text_tool_calls=_flag(entry.get("text_tool_calls"), f"{where} ({name}): text_tool_calls"),
+            vision=_flag(entry.get("vision"), f"{where} ({name}): vision"),
             max_output_tokens=int(entry.get("max_output_tokens") or 0),
             fallback=str(entry.get("fallback") or ""),
         )
@@ -166,5 +169,6 @@ def catalog_of(llm: Any) -> ModelCatalog:
     """The deployment's catalogue from its `LLMSettings`: the AGENTMESH_LLM_* model as `default`
     (named as requests name it) and the AGENTMESH_MODELS ones loaded with the settings."""
     default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
-                        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok)
+                        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok,
+                        context_window=llm.context_window, vision=llm.vision)
     return ModelCatalog.of(default, llm.models)

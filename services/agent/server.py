@@ -34,7 +34,7 @@ from agentmesh.agent.loop.turn_request import TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.config import Settings
+from agentmesh.config import ConfigError, Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
@@ -88,7 +88,8 @@ def event_to_proto(event: t.RunEvent, request: agent_pb2.RunTurnRequest, seq: in
             call_id=event.call.call_id, name=event.call.name, approved=event.approved, note=event.note,
             decided_by=event.decided_by))
     if isinstance(event, t.StatusEvent):
-        return common_pb2.Event(**base, status=common_pb2.RunStatus(message=event.message))
+        return common_pb2.Event(**base, status=common_pb2.RunStatus(
+            message=event.message, context_tokens=event.context_tokens, context_window=event.context_window))
     if isinstance(event, t.RunFinishedEvent):
         u = event.usage
         return common_pb2.Event(**base, run_finished=common_pb2.RunFinished(
@@ -173,6 +174,8 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             tool_policies=policies,
             mcp_servers_version=request.mcp_servers_version if request.HasField("mcp_servers_version") else None,
             opening=opening,
+            compact=options.compact,
+            compact_focus=options.compact_focus[:500],
         )
 
     @translate_errors
@@ -278,7 +281,8 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
         if spec.text_tool_calls:
             provider = TextToolCalls(provider)
         named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens,
-                                      temperature=spec.temperature, top_p=spec.top_p)
+                                      temperature=spec.temperature, top_p=spec.top_p,
+                                      context_window=spec.context_window)
         closers.append(close)
     return named, closers
 
@@ -296,7 +300,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     rpc_tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
                                  timeout_s=agent_settings.memory_timeout_s, carry=(identity, rpc_tracer))
-    named, closers = build_named_models(catalog_of(settings.llm), settings, agent_settings, telemetry)
+    models = catalog_of(settings.llm)
+    if agent_settings.compaction_model and models.get(agent_settings.compaction_model) is None:
+        raise ConfigError("AGENTMESH_AGENT_COMPACTION_MODEL: "
+                          + models.unknown_model_message(agent_settings.compaction_model, "the model"))
+    named, closers = build_named_models(models, settings, agent_settings, telemetry)
     tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s,
                            carry=(identity, rpc_tracer))
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
@@ -312,6 +320,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         provider=provider,
         tools=tools,
         catalog=catalog,
+        context_window=settings.llm.context_window,
         transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s, outbox=usage_outbox),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
