@@ -131,10 +131,10 @@ def plan(history: list[ChatMessage], *, threshold_chars: int, keep_chars: int, t
     return Plan(earlier=earlier, old=old, kept=kept, covers_through_seq=max(seqs), chars_before=total)
 
 
-def render(m: ChatMessage) -> str:
+def render(m: ChatMessage, tool_output_chars: int = TOOL_OUTPUT_CHARS) -> str:
     """One message as plain text for the summariser (no tool-call structure to keep valid)."""
     if m.role == "tool":
-        return f"[tool result {m.name or m.tool_call_id}]\n{context.clip(m.content, TOOL_OUTPUT_CHARS)}"
+        return f"[tool result {m.name or m.tool_call_id}]\n{context.clip(m.content, tool_output_chars)}"
     text = context.clip(m.content, MESSAGE_CHARS)
     calls = "".join(
         f"\n[tool call {c.name} {context.clip(c.arguments_json, TOOL_OUTPUT_CHARS)}]" for c in m.tool_calls
@@ -142,7 +142,8 @@ def render(m: ChatMessage) -> str:
     return f"[{m.role}]\n{text}{calls}".rstrip()
 
 
-def passes(old: list[ChatMessage], limit_chars: int, first_limit_chars: int = 0) -> tuple[list[list[str]], int]:
+def passes(old: list[ChatMessage], limit_chars: int, first_limit_chars: int = 0,
+           tool_output_chars: int = TOOL_OUTPUT_CHARS) -> tuple[list[list[str]], int]:
     """The old messages rendered and grouped into passes of at most `limit_chars` each (the first
     may take `first_limit_chars` when larger; a single message larger than the limit is cut);
     returns (passes, number of messages left out)."""
@@ -150,7 +151,7 @@ def passes(old: list[ChatMessage], limit_chars: int, first_limit_chars: int = 0)
     used = 0
     for m in old:
         limit = max(first_limit_chars, limit_chars) if len(groups) == 1 else limit_chars
-        text = context.clip(render(m), limit_chars)
+        text = context.clip(render(m, tool_output_chars), limit_chars)
         if groups[-1] and used + len(text) > limit:
             groups.append([])
             used = 0
@@ -303,9 +304,13 @@ class Compaction(Capability):
         ctx = self.ctx
         if step == 1 or self.failed:
             return  # the turn's start has just compacted the history if it had to
-        budget = ctx.budget()
         asked, self.asked = self.asked, None
-        if asked is None and ctx.measure(turn) <= budget.threshold_chars:
+        fixed, conversation = ctx.measure(turn)
+        # The system prompt and the tools are sent whatever is compacted: the threshold, the part
+        # kept and the summary are shares of what they leave.
+        budget = ctx.budget()
+        budget = dataclasses.replace(budget, cap_chars=max(budget.chars - fixed, 2000))
+        if asked is None and conversation <= budget.threshold_chars:
             return
         todo = self._turn_plan(turn, budget)
         if todo is None:
@@ -360,11 +365,15 @@ async def _summarise(agent: "Agent", summariser: Summariser, budget: ContextBudg
                      emit: Emit, focus: str) -> str:
     s = agent.settings
     running = todo.earlier.content if todo.earlier is not None else ""
-    groups, left_out = passes(todo.old, pass_chars(budget), first_limit_chars=pass_chars(budget, len(running)))
+    # A small window gets less of each old output: a twentieth of its budget, so that one pass
+    # takes a score of tool results rather than a handful.
+    outputs = min(TOOL_OUTPUT_CHARS, max(budget.chars // 20, 300))
+    groups, left_out = passes(todo.old, pass_chars(budget), first_limit_chars=pass_chars(budget, len(running)),
+                              tool_output_chars=outputs)
     if left_out:
         # Passes were dropped from the old end, so the roomier first pass is gone: size every pass
         # alike, which keeps the most of the conversation.
-        groups, left_out = passes(todo.old, pass_chars(budget))
+        groups, left_out = passes(todo.old, pass_chars(budget), tool_output_chars=outputs)
     named = summariser.model
     for i, part in enumerate(groups):
         request = summary_request(named.model, running, part, left_out=left_out if i == 0 else 0,

@@ -90,9 +90,9 @@ class TurnContext:
                                                                                    chars_per_token=3.0))
     # How full the last request left the window: (estimated tokens sent, window tokens).
     fill: tuple[int, int] = (0, 0)
-    # The characters the next call would send for `turn` (system prompt, tools, history and the
-    # turn through every `view`), before the budget policy trims anything.
-    measure: Callable[[list[ChatMessage]], int] = field(default=lambda turn: 0)
+    # The characters the next call would send for `turn`, before the budget policy trims anything:
+    # (system prompt and tools, history and the turn through every `view`).
+    measure: Callable[[list[ChatMessage]], tuple[int, int]] = field(default=lambda turn: (0, 0))
     # The catalogue model the turn is talking to now (after any fallback).
     current_model: Callable[[], "NamedModel"] = field(default=lambda: None)  # type: ignore[assignment,return-value]
 

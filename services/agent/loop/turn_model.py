@@ -94,16 +94,17 @@ class TurnModel:
             chars_per_token=self.ctx.agent.calibration.ratio(chosen.name), cap_chars=s.context_budget_chars,
             compact_at_chars=s.compact_at_chars, compact_keep_chars=s.compact_keep_chars)
 
-    def measure(self, turn: Sequence[ChatMessage]) -> int:
-        """The characters the next call would send for `turn`, before the budget policy trims."""
+    def measure(self, turn: Sequence[ChatMessage]) -> tuple[int, int]:
+        """The characters the next call would send for `turn`, before the budget policy trims:
+        (system prompt and tools — fixed for the turn —, history and this turn through the views)."""
         ctx, s = self.ctx, self.ctx.settings
         tools = ctx.tools
         sections = [text for capability in self.capabilities for text in capability.system_sections()]
         system = context.system_prompt(ctx.request.system_prompt or s.system_prompt, now=ctx.agent.clock(),
                                        tools=tools, memories=ctx.memories, sections=sections)
         clip_at = min(s.tool_output_chars, self.budget().tool_output_chars)
-        return (len(system) + tools_chars(tools)
-                + sum(context.size_of(m, clip_at) for m in [*ctx.history, *self._view(turn)]))
+        return (len(system) + tools_chars(tools),
+                sum(context.size_of(m, clip_at) for m in [*ctx.history, *self._view(turn)]))
 
     def _request(self, turn: Sequence[ChatMessage], extra: Sequence[ChatMessage],
                  allow_tools: bool) -> tuple[ModelRequest, int]:
@@ -152,8 +153,11 @@ class TurnModel:
             tag = ctx.usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
                                           fallback=self.models.fell_back)
             try:
-                reply = await traced_model_call(chosen.provider, ctx.agent.telemetry, request,
-                                                usage=ctx.usage, emit=ctx.emit, tag=tag)
+                # The estimate beside the server's count on the span shows how far it strays.
+                estimate = {"agentmesh.context.estimated_tokens": ctx.fill[0],
+                            "agentmesh.context.window": ctx.fill[1]}
+                reply = await traced_model_call(chosen.provider, ctx.agent.telemetry, request, usage=ctx.usage,
+                                                emit=ctx.emit, tag=tag, extra_attributes=estimate)
                 # The server's count of what was sent teaches the model's characters per token.
                 ctx.agent.calibration.observe(chosen.name, chars, reply.usage.input_tokens)
                 if reply.usage.input_tokens:  # the server's count beats the estimate
