@@ -126,6 +126,7 @@ async def test_many_turns_fit_an_8k_window_and_keep_their_summary(http, telemetr
     assert [f.stop_reason for f in finals] == ["completed"] * 10 and len(tools.calls) == 200
     check_fits(requests, 8192)
     assert sum(is_summary(r) for r in requests) >= 5
+    assert len([m for m in transcripts.history["s1"] if m.kind == "summary"]) >= 5
     # Each later turn starts from a summary, not from the whole conversation.
     last_turn_first = next(r for r in reversed(requests) if not is_summary(r) and len(r.messages) <= 4)
     assert "Summary of this conversation" in json.dumps(last_turn_first.messages)

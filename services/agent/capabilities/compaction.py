@@ -39,7 +39,7 @@ from agentmesh.agent.loop import context
 from agentmesh.agent.loop.context import SUMMARY_KIND
 from agentmesh.agent.loop.model_call import traced_model_call
 from agentmesh.agent.loop.model_choice import NamedModel
-from agentmesh.agent.loop.turn import Capability, TurnContext
+from agentmesh.agent.loop.turn import Capability, Stop, TurnContext
 from agentmesh.agent.loop.usage_log import UsageTag
 from agentmesh.agent.loop.window import ContextBudget
 from agentmesh.agent.types import (
@@ -195,8 +195,9 @@ async def compact_history(
     """The history to send from now on: [summary, kept turns] after compacting, or `history`
     unchanged when no compaction is due or it failed. `force`: whatever its size (on request)."""
     tool_chars = min(agent.settings.tool_output_chars, budget.tool_output_chars)
-    todo = plan(history, threshold_chars=-1 if force else budget.threshold_chars, keep_chars=budget.keep_chars,
-                tool_output_chars=tool_chars)
+    # Asked for, everything is summarised: whoever asks wants the room.
+    todo = plan(history, threshold_chars=-1 if force else budget.threshold_chars,
+                keep_chars=0 if force else budget.keep_chars, tool_output_chars=tool_chars)
     if todo is None:
         return history
     summary = await summarise(agent, request, summariser, budget, todo, usage, emit, focus=focus)
@@ -273,6 +274,7 @@ class Compaction(Capability):
         self.cut = 0  # this turn's messages before this index (its user message aside) are summarised
         self.asked: str | None = None  # the `compact` tool's focus, until the next step compacts
         self.failed = False  # a summary call failed this turn: the budget policy trims from then on
+        self.on_request = ""  # what a compaction asked for (ChatOptions.compact) did
 
     def _summariser(self) -> Summariser:
         ctx = self.ctx
@@ -285,8 +287,16 @@ class Compaction(Capability):
     async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
         ctx = self.ctx
         focus, force = ctx.request.compact_focus, ctx.request.compact
-        return await compact_history(ctx.agent, ctx.request, summariser=self._summariser(), budget=ctx.budget(),
-                                     history=history, usage=ctx.usage, emit=ctx.emit, focus=focus, force=force)
+        compacted = await compact_history(ctx.agent, ctx.request, summariser=self._summariser(), budget=ctx.budget(),
+                                          history=history, usage=ctx.usage, emit=ctx.emit, focus=focus, force=force)
+        if force:
+            self.on_request = (f"compacted {len(history) - len(compacted) + 1} earlier messages into a summary"
+                               if compacted is not history else "nothing to compact")
+        return compacted
+
+    async def before_first_call(self, turn: list[ChatMessage]) -> Stop | None:
+        # A turn that asked for compaction (ChatOptions.compact, the REPL's /compact) is done.
+        return Stop("compacted", final_text=self.on_request) if self.ctx.request.compact else None
 
     def tools(self) -> list[ToolSpec]:
         return [COMPACT_SPEC]
@@ -327,7 +337,7 @@ class Compaction(Capability):
         and where this turn's kept rounds start (each round an assistant reply and its results)."""
         ctx = self.ctx
         tool_chars = min(ctx.settings.tool_output_chars, budget.tool_output_chars)
-        starts = [i for i, m in enumerate(turn) if m.role == "assistant" and i > max(self.cut, 1)]
+        starts = [i for i, m in enumerate(turn) if m.role == "assistant" and i > self.cut]
         if not starts:
             return None
         cut, kept = starts[-1], 0  # the newest round always stays

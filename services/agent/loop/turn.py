@@ -94,7 +94,7 @@ class TurnContext:
     # (system prompt and tools, history and the turn through every `view`).
     measure: Callable[[list[ChatMessage]], tuple[int, int]] = field(default=lambda turn: (0, 0))
     # The catalogue model the turn is talking to now (after any fallback).
-    current_model: Callable[[], "NamedModel"] = field(default=lambda: None)  # type: ignore[assignment,return-value]
+    current_model: Callable[[], "NamedModel"] = field(default=lambda: None)  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
