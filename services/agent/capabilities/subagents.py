@@ -182,7 +182,8 @@ class Delegation(Capability):
         if self.started >= cap:
             return ToolOutcome.error(
                 call, "too_many_subagents",
-                f"error: not run: this turn already started its limit of {cap} sub-agents; do the rest yourself",
+                f"error: not run: this turn already started its limit of {cap} sub-agents "
+                "(AGENTMESH_AGENT_MAX_SUBAGENTS); do the rest yourself",
             )
         index = self.started + 1
         if task_id and self.board is not None:
@@ -259,7 +260,8 @@ class Delegation(Capability):
                     self._relay(label, child, event)
         except TimeoutError:
             self.ctx.emit(StatusEvent(f"{label}: stopped after {timeout:g} s"))
-            return ToolOutcome.error(call, "timeout", f"error: {label} did not finish within {timeout:g} s and was stopped")
+            return ToolOutcome.error(call, "timeout", f"error: {label} did not finish within {timeout:g} s "
+                                     "(AGENTMESH_AGENT_SUBAGENT_TIMEOUT_S) and was stopped")
         finally:
             # The child's model calls are part of this turn's cost, whatever became of the child.
             self.ctx.usage.add(child.usage)
