@@ -301,9 +301,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
                                  timeout_s=agent_settings.memory_timeout_s, carry=(identity, rpc_tracer))
     models = catalog_of(settings.llm)
-    if agent_settings.compaction_model and models.get(agent_settings.compaction_model) is None:
-        raise ConfigError("AGENTMESH_AGENT_COMPACTION_MODEL: "
-                          + models.unknown_model_message(agent_settings.compaction_model, "the model"))
+    for variable, name in (("AGENTMESH_AGENT_COMPACTION_MODEL", agent_settings.compaction_model),
+                           ("AGENTMESH_AGENT_REFLECTION_MODEL", agent_settings.reflection_model)):
+        if name and models.get(name) is None:  # a typo must not wait for the first long session
+            raise ConfigError(f"{variable}: " + models.unknown_model_message(name, "the model"))
     named, closers = build_named_models(models, settings, agent_settings, telemetry)
     tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s,
                            carry=(identity, rpc_tracer))
@@ -336,8 +337,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     )
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
-    reflector = Reflector(provider, GrpcReflectionBackend(memory_client), telemetry, model=settings.llm.model_name,
-                          max_tokens=agent_settings.max_tokens)
+    # Reflection talks to AGENTMESH_AGENT_REFLECTION_MODEL, else the session's own model.
+    reflector = Reflector(agent.models, GrpcReflectionBackend(memory_client), telemetry,
+                          model=agent_settings.reflection_model, max_tokens=agent_settings.max_tokens)
     host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
              "agentmesh.v1.Agent")
 
