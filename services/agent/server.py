@@ -9,6 +9,7 @@ import dataclasses
 import time
 from typing import Any
 
+import httpx
 from google.protobuf import json_format
 
 from agentmesh.agent import types as t
@@ -33,6 +34,7 @@ from agentmesh.agent.loop.session_open import SessionToOpen
 from agentmesh.agent.loop.turn_request import TurnRequest
 from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
+from agentmesh.agent.providers.window_probe import probe_window
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.config import ConfigError, Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
@@ -287,6 +289,29 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
     return named, closers
 
 
+async def learn_windows(agent: Agent, catalog: ModelCatalog, settings: AgentSettings, *, default_key: str = "",
+                        within_s: float = 2.0) -> None:
+    """Ask the server of each OpenAI-compatible model whose window is not configured how large it
+    is (window_probe.py), once, at start-up and within `within_s`: a server that is away or slow
+    leaves the default (AGENTMESH_AGENT_CONTEXT_WINDOW), it does not hold the service back."""
+    unknown = [spec for spec in catalog.models.values() if spec.provider == "openai" and not spec.context_window]
+    if not unknown:
+        return
+    async with httpx.AsyncClient(timeout=httpx.Timeout(within_s), trust_env=True) as http:
+        try:
+            async with asyncio.timeout(within_s):
+                found = await asyncio.gather(*(
+                    probe_window(http, s.base_url, s.model, default_key if s.name == DEFAULT_MODEL else s.api_key)
+                    for s in unknown))
+        except TimeoutError:
+            found = [0] * len(unknown)
+    for spec, window in zip(unknown, found, strict=True):
+        if window and spec.name in agent.models:
+            agent.models[spec.name] = dataclasses.replace(agent.models[spec.name], context_window=window)
+        log.info("model context window", model=spec.name, window=window or settings.context_window,
+                 source="the server" if window else "AGENTMESH_AGENT_CONTEXT_WINDOW")
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     agent_settings = settings.section(AgentSettings)
     provider, close_provider = build_provider(settings.llm, agent_settings, telemetry)
@@ -335,6 +360,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),
     )
+    await learn_windows(agent, models, agent_settings, default_key=settings.llm.api_key)
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
     # Reflection talks to AGENTMESH_AGENT_REFLECTION_MODEL, else the session's own model.

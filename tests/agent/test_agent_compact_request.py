@@ -63,3 +63,27 @@ async def test_the_model_may_compact_mid_turn_and_the_fill_is_reported(tmp_path)
     assert fill.context_window == 65536 and fill.context_tokens > 0
     assert fill.message == (f"context: {fill.context_tokens:,} of 65,536 tokens "
                             f"({fill.context_tokens * 100 // 65536}%)")
+
+
+async def test_a_models_window_is_asked_of_its_server_when_not_configured(tmp_path):
+    # vLLM lists the model with max_model_len; llama.cpp with n_ctx; Ollama's /api/show has num_ctx.
+    listing = {"object": "list", "data": [{"id": "test-model", "object": "model", "max_model_len": 12_288}]}
+    running = Running(tmp_path, model)
+    running.llm.listing = listing
+    async with running:
+        events = await run_turn(running.stack, "s1", "hello")
+        probes = running.llm.probes
+    fill = [s for s in of_kind(events, "status") if s.context_window][-1]
+    assert fill.context_window == 12_288 and ("GET", "/v1/models") in probes
+
+
+def test_the_window_in_each_servers_answer():
+    from agentmesh.agent.providers.window_probe import window_in_listing, window_in_show
+
+    llama_cpp = {"data": [{"id": "m", "meta": {"n_ctx_train": 131072, "n_ctx": 8192}}]}
+    assert window_in_listing(llama_cpp, "m") == 8192
+    assert window_in_listing({"data": [{"id": "other", "max_model_len": 4096}]}, "m") == 0
+    ollama = {"parameters": "stop <|eot|>\nnum_ctx 16384", "model_info": {"llama.context_length": 131072}}
+    assert window_in_show(ollama) == 16384
+    assert window_in_show({"model_info": {"qwen2.context_length": 32768}}) == 32768
+    assert window_in_show({"parameters": 3}) == 0
