@@ -64,11 +64,25 @@ class ModelCatalog:
     """Every named model; `default` is the AGENTMESH_LLM_* one."""
 
     models: Mapping[str, ModelSpec] = field(default_factory=dict)
+    # The models that compact and reflect (AGENTMESH_COMPACTION_MODEL, AGENTMESH_REFLECTION_MODEL);
+    # "": the model of the turn (compaction), of the session (reflection).
+    compaction: str = ""
+    reflection: str = ""
 
     @classmethod
-    def of(cls, default: ModelSpec, named: Mapping[str, ModelSpec]) -> "ModelCatalog":
+    def of(cls, default: ModelSpec, named: Mapping[str, ModelSpec], *, compaction: str = "",
+           reflection: str = "") -> "ModelCatalog":
         """`named` (AGENTMESH_MODELS, as loaded into the settings) with `default` under its name."""
-        return cls({DEFAULT_MODEL: default, **named})
+        return cls({DEFAULT_MODEL: default, **named}, compaction, reflection)
+
+    def roles(self, name: str) -> list[str]:
+        """What `name` serves: chat (any model a turn names), and compaction and reflection where
+        configured (else every model does them for its own turns and sessions)."""
+        roles = ["chat"]
+        for role, chosen in (("compaction", self.compaction), ("reflection", self.reflection)):
+            if not chosen or chosen == name:
+                roles.append(role if chosen else f"{role} (own)")
+        return roles
 
     def names(self) -> list[str]:
         return [DEFAULT_MODEL, *sorted(n for n in self.models if n != DEFAULT_MODEL)]
@@ -171,4 +185,4 @@ def catalog_of(llm: Any) -> ModelCatalog:
     default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
                         input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok,
                         context_window=llm.context_window, vision=llm.vision)
-    return ModelCatalog.of(default, llm.models)
+    return ModelCatalog.of(default, llm.models, compaction=llm.compaction_model, reflection=llm.reflection_model)

@@ -36,7 +36,7 @@ from agentmesh.agent.providers import build_provider
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.providers.window_probe import probe_window
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.config import ConfigError, Settings
+from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
@@ -326,10 +326,6 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
                                  timeout_s=agent_settings.memory_timeout_s, carry=(identity, rpc_tracer))
     models = catalog_of(settings.llm)
-    for variable, name in (("AGENTMESH_AGENT_COMPACTION_MODEL", agent_settings.compaction_model),
-                           ("AGENTMESH_AGENT_REFLECTION_MODEL", agent_settings.reflection_model)):
-        if name and models.get(name) is None:  # a typo must not wait for the first long session
-            raise ConfigError(f"{variable}: " + models.unknown_model_message(name, "the model"))
     named, closers = build_named_models(models, settings, agent_settings, telemetry)
     tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s,
                            carry=(identity, rpc_tracer))
@@ -347,6 +343,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         tools=tools,
         catalog=catalog,
         context_window=settings.llm.context_window,
+        compaction_model=settings.llm.compaction_model,
         transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s, outbox=usage_outbox),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
@@ -363,9 +360,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     await learn_windows(agent, models, agent_settings, default_key=settings.llm.api_key)
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
-    # Reflection talks to AGENTMESH_AGENT_REFLECTION_MODEL, else the session's own model.
+    # Reflection talks to AGENTMESH_REFLECTION_MODEL, else the session's own model.
     reflector = Reflector(agent.models, GrpcReflectionBackend(memory_client), telemetry,
-                          model=agent_settings.reflection_model, max_tokens=agent_settings.max_tokens)
+                          model=settings.llm.reflection_model, max_tokens=agent_settings.max_tokens)
     host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
              "agentmesh.v1.Agent")
 

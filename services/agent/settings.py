@@ -77,10 +77,6 @@ class AgentSettings(EnvSection):
     # its steps — the oldest part is summarised by the model (durably, in the transcript)
     # instead of being dropped.
     compaction: bool = env("AGENTMESH_AGENT_COMPACTION", True)
-    # The catalogue model that writes summaries; "": the model the turn talks to.
-    compaction_model: str = env("AGENTMESH_AGENT_COMPACTION_MODEL", "")
-    # The catalogue model that reflects on sessions (Agent.Reflect); "": the session's own model.
-    reflection_model: str = env("AGENTMESH_AGENT_REFLECTION_MODEL", "")
     # Compact when the context the model would see passes this many characters; 0: 3/4 of the budget.
     compact_at_chars: int = env("AGENTMESH_AGENT_COMPACT_AT_CHARS", 0, minimum=0)
     # Newest whole turns kept verbatim after compacting, in characters; 0: 1/4 of the budget.

@@ -40,3 +40,19 @@ def test_a_bad_catalogue_is_refused_with_the_reason(tmp_path, text, words):
 def test_a_missing_file_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_catalog(str(tmp_path / "nope.yaml"), DEFAULT)
+
+
+def test_the_models_that_compact_and_reflect_are_settings_checked_at_start(tmp_path):
+    from agentmesh.config import LLMSettings
+    from agentmesh.models import catalog_of
+
+    path = tmp_path / "m.yaml"
+    path.write_text("[{name: small, base_url: 'http://h/v1', model: s, context_window: 8192, vision: true}]")
+    llm = LLMSettings.from_env({"AGENTMESH_MODELS": str(path), "AGENTMESH_REFLECTION_MODEL": "small",
+                                "AGENTMESH_LLM_CONTEXT_WINDOW": "65536"})
+    catalog = catalog_of(llm)
+    assert catalog.roles("small") == ["chat", "compaction (own)", "reflection"]
+    assert catalog.roles("default") == ["chat", "compaction (own)"]
+    assert catalog.get("small").vision and catalog.get("default").context_window == 65536
+    with pytest.raises(ConfigError, match="AGENTMESH_COMPACTION_MODEL: 'smal' is not a model this deployment offers"):
+        LLMSettings.from_env({"AGENTMESH_MODELS": str(path), "AGENTMESH_COMPACTION_MODEL": "smal"})

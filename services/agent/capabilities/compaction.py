@@ -12,7 +12,7 @@ Policy (characters, turned into tokens by the model's learned ratio — loop/win
   keep share stay verbatim. Between steps, the history and this turn's oldest rounds (an
   assistant reply and its results): the turn's user message and its newest rounds stay. An
   earlier summary is folded into the new one.
-- **How**: a tool-less call to the session's model (or `AGENTMESH_AGENT_COMPACTION_MODEL`) with
+- **How**: a tool-less call to the session's model (or `AGENTMESH_COMPACTION_MODEL`) with
   its own instruction, under a `compact_context` span whose `chat {model}` children carry
   `agentmesh.compaction=true`; its tokens count in the turn's usage. An old part too big for one
   call is summarised in passes, each folding in the last.
@@ -279,7 +279,7 @@ class Compaction(Capability):
     def _summariser(self) -> Summariser:
         ctx = self.ctx
         # The setting's model when it names one, else the model the turn is talking to.
-        named = ctx.agent.models.get(ctx.settings.compaction_model) if ctx.settings.compaction_model else None
+        named = ctx.agent.models.get(ctx.agent.compaction_model) if ctx.agent.compaction_model else None
         named = named or ctx.current_model()
         tag = ctx.usage_tag.for_model(named.name, named.model, named.provider.name, purpose="compaction")
         return Summariser(named, tag)

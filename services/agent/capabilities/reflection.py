@@ -150,7 +150,7 @@ def skill_md(skill: dict[str, str]) -> str:
 
 class Reflector:
     """`models`: the catalogue's models by name; a session is reflected on by `model` when it
-    names one (AGENTMESH_AGENT_REFLECTION_MODEL), else by the session's own model, else the default."""
+    names one (AGENTMESH_REFLECTION_MODEL), else by the session's own model, else the default."""
 
     def __init__(self, models: Mapping[str, NamedModel], backend: ReflectionBackend, telemetry: Telemetry, *,
                  model: str = "", transcript_chars: int = 60_000, max_tokens: int = 0):

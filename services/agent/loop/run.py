@@ -121,6 +121,7 @@ class Agent:
         learning: TurnLearning | None = None,
         catalog: ListedCatalog | None = None,
         context_window: int = 0,
+        compaction_model: str = "",
     ):
         self.provider = provider
         self.tools = tools
@@ -144,6 +145,8 @@ class Agent:
         # `context_window`: the default model's (AGENTMESH_LLM_CONTEXT_WINDOW); 0: unknown.
         self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model, context_window=context_window),
                        **(models or {})}
+        # The catalogue model that writes summaries (AGENTMESH_COMPACTION_MODEL); "": the turn's.
+        self.compaction_model = compaction_model
         # Characters per token, learned per model from the usage replies report (window.py).
         self.calibration = Calibration()
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded

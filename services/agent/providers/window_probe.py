@@ -32,10 +32,11 @@ def window_in_listing(listing: Any, model: str) -> int:
     for entry in entries if isinstance(entries, list) else []:
         if not isinstance(entry, dict) or entry.get("id") not in (model, None):
             continue
-        meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
-        for value in (entry.get("max_model_len"), entry.get("n_ctx"), meta.get("n_ctx"), entry.get("context_length")):
-            if _positive(value):
-                return int(value)
+        meta = entry.get("meta")
+        nested = meta.get("n_ctx") if isinstance(meta, dict) else None
+        for value in (entry.get("max_model_len"), entry.get("n_ctx"), nested, entry.get("context_length")):
+            if found := _positive(value):
+                return found
     return 0
 
 
@@ -46,8 +47,10 @@ def window_in_show(show: Any) -> int:
     found = _NUM_CTX.search(show.get("parameters") or "") if isinstance(show.get("parameters"), str) else None
     if found:
         return int(found.group(1))
-    info = show.get("model_info") if isinstance(show.get("model_info"), dict) else {}
-    return next((int(v) for k, v in info.items() if k.endswith(".context_length") and _positive(v)), 0)
+    info = show.get("model_info")
+    if not isinstance(info, dict):
+        return 0
+    return next((_positive(v) for k, v in info.items() if str(k).endswith(".context_length") and _positive(v)), 0)
 
 
 async def probe_window(http: httpx.AsyncClient, base_url: str, model: str, api_key: str = "") -> int:
