@@ -1,5 +1,6 @@
 """The models a deployment offers, by name: AGENTMESH_MODELS (a JSON or YAML file) beside the
-single AGENTMESH_LLM_* model, which is always there as `default`.
+single AGENTMESH_LLM_* model, which is always there as `default` — unless the file has an entry
+named `default`, which then is the default model.
 
     models:
       - name: small
@@ -117,9 +118,8 @@ def load_model_file(path: str, environ: Mapping[str, str], variable: str = "AGEN
     models: dict[str, ModelSpec] = {}
     for index, entry in enumerate(entries):
         spec = _spec(entry, f"{variable}: model {index + 1}")
-        if spec.name in models or spec.name == DEFAULT_MODEL:
-            raise ConfigError(f"{variable}: model {index + 1}: the name {spec.name!r} is taken"
-                              + (" (the AGENTMESH_LLM_* model is 'default')" if spec.name == DEFAULT_MODEL else ""))
+        if spec.name in models:
+            raise ConfigError(f"{variable}: model {index + 1}: the name {spec.name!r} is taken")
         if spec.api_key_env:
             spec = replace(spec, api_key=environ.get(spec.api_key_env, ""))
         models[spec.name] = spec
@@ -182,7 +182,10 @@ def _flag(value: Any, what: str) -> bool:
 def catalog_of(llm: Any) -> ModelCatalog:
     """The deployment's catalogue from its `LLMSettings`: the AGENTMESH_LLM_* model as `default`
     (named as requests name it) and the AGENTMESH_MODELS ones loaded with the settings."""
-    default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
-                        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok,
-                        context_window=llm.context_window, vision=llm.vision)
+    # A catalogue entry named `default` is the default model, with every field an entry has;
+    # else the AGENTMESH_LLM_* settings are.
+    default = llm.models.get(DEFAULT_MODEL) or ModelSpec(
+        name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
+        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok,
+        context_window=llm.context_window, vision=llm.vision)
     return ModelCatalog.of(default, llm.models, compaction=llm.compaction_model, reflection=llm.reflection_model)

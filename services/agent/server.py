@@ -314,7 +314,16 @@ async def learn_windows(agent: Agent, catalog: ModelCatalog, settings: AgentSett
 
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     agent_settings = settings.section(AgentSettings)
-    provider, close_provider = build_provider(settings.llm, agent_settings, telemetry)
+    models = catalog_of(settings.llm)
+    # The default model: a catalogue entry named `default`, else the AGENTMESH_LLM_* settings.
+    default = models.get(DEFAULT_MODEL)
+    assert default is not None  # catalog_of always has one
+    llm = settings.llm if DEFAULT_MODEL not in settings.llm.models else dataclasses.replace(
+        settings.llm, provider=default.provider, base_url=default.base_url.rstrip("/"), model=default.model,
+        api_key=default.api_key)
+    provider, close_provider = build_provider(llm, agent_settings, telemetry)
+    if default.text_tool_calls:
+        provider = TextToolCalls(provider)
     tools_target, memory_target = settings.address_of("tools"), settings.address_of("memory")
     # No tracing interceptor on this channel: it would swallow cancellation (see GrpcToolRunner).
     identity = ServiceIdentity.open("agent", settings.keys_dir)
@@ -325,8 +334,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     rpc_tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
     memory_client = MemoryClient(memory_channel, target=f"the memory service at {memory_target}",
                                  timeout_s=agent_settings.memory_timeout_s, carry=(identity, rpc_tracer))
-    models = catalog_of(settings.llm)
     named, closers = build_named_models(models, settings, agent_settings, telemetry)
+    named[DEFAULT_MODEL] = NamedModel(DEFAULT_MODEL, provider, llm.model_name, default.fallback,
+                                      default.max_output_tokens, temperature=default.temperature, top_p=default.top_p,
+                                      context_window=default.context_window)
     tools = GrpcToolRunner(tools_channel, tools_target, timeout_s=agent_settings.tool_timeout_s,
                            carry=(identity, rpc_tracer))
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
@@ -342,12 +353,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         provider=provider,
         tools=tools,
         catalog=catalog,
-        context_window=settings.llm.context_window,
         compaction_model=settings.llm.compaction_model,
         transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s, outbox=usage_outbox),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
-        model=settings.llm.model_name,
+        model=llm.model_name,
         telemetry=telemetry,
         capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
@@ -357,7 +367,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),
     )
-    await learn_windows(agent, models, agent_settings, default_key=settings.llm.api_key)
+    await learn_windows(agent, models, agent_settings, default_key=llm.api_key)
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
     # Reflection talks to AGENTMESH_REFLECTION_MODEL, else the session's own model.

@@ -87,3 +87,17 @@ def test_the_window_in_each_servers_answer():
     assert window_in_show(ollama) == 16384
     assert window_in_show({"model_info": {"qwen2.context_length": 32768}}) == 32768
     assert window_in_show({"parameters": 3}) == 0
+
+
+async def test_a_catalogue_entry_named_default_serves_the_default_turns(tmp_path):
+    running = Running(tmp_path, model)
+    catalog = tmp_path / "models.yaml"
+    catalog.write_text(f"[{{name: default, base_url: '{running.llm.base_url}', model: big-model, context_window: 8192,"
+                       " temperature: 0.3}]")
+    running.env = {**running.env, "AGENTMESH_MODELS": str(catalog)}
+    async with running:
+        events = await run_turn(running.stack, "s1", "hello")
+        body = running.llm.requests[0].body
+    assert (body["model"], body["temperature"]) == ("big-model", 0.3)
+    fill = [s for s in of_kind(events, "status") if s.context_window][-1]
+    assert fill.context_window == 8192
