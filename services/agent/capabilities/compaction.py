@@ -315,6 +315,12 @@ class Compaction(Capability):
         if step == 1 or self.failed:
             return  # the turn's start has just compacted the history if it had to
         asked, self.asked = self.asked, None
+        sent, _ = ctx.fill
+        if asked is None and sent and sent < ctx.budget().tokens(ctx.budget().threshold_chars) // 2:
+            # The last request was under half the threshold: one round rarely doubles it, and
+            # the budget policy covers one that does until the next step. Measuring costs a
+            # system prompt and every view, each step of every turn.
+            return
         fixed, conversation = ctx.measure(turn)
         # The system prompt and the tools are sent whatever is compacted: the threshold, the part
         # kept and the summary are shares of what they leave.

@@ -173,6 +173,21 @@ class TurnModel:
                 ctx.model = fallback.model
 
 
+# The size of each tool declaration, by the spec object (the catalog and the capabilities hand
+# the same objects to every turn): json.dumps of every schema on every call costs more than the
+# rest of the context's measure. Bounded; the specs are held so that their ids stay theirs.
+_DECLARED: dict[int, tuple[ToolSpec, int]] = {}
+_DECLARED_MAX = 4096
+
+
 def tools_chars(tools: Sequence[ToolSpec]) -> int:
     """What the tools' declarations add to a request, in characters."""
-    return sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters)) + 16 for t in tools)
+    total = 0
+    for t in tools:
+        known = _DECLARED.get(id(t))
+        if known is None or known[0] is not t:
+            if len(_DECLARED) >= _DECLARED_MAX:
+                _DECLARED.clear()
+            known = _DECLARED[id(t)] = (t, len(t.name) + len(t.description) + len(json.dumps(t.parameters)) + 16)
+        total += known[1]
+    return total
