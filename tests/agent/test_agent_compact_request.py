@@ -42,6 +42,9 @@ async def test_a_compact_turn_summarises_with_its_focus_and_stops(tmp_path):
     sent = requests[-1].messages
     assert sent[1]["content"].endswith("SUMMARY: the user talked about the parser.")
     assert "question 0" not in json.dumps(sent) and finished(after).stop_reason == "completed"
+    # The compact turn's message has its answer, so the transcript stays a conversation.
+    assert [(m["role"], m["content"][:11]) for m in sent[2:]] == [
+        ("user", "/compact"), ("assistant", "(compacted "), ("user", "and now?")]
 
 
 async def test_the_model_may_compact_mid_turn_and_the_fill_is_reported(tmp_path):

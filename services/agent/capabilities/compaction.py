@@ -296,7 +296,12 @@ class Compaction(Capability):
 
     async def before_first_call(self, turn: list[ChatMessage]) -> Stop | None:
         # A turn that asked for compaction (ChatOptions.compact, the REPL's /compact) is done.
-        return Stop("compacted", final_text=self.on_request) if self.ctx.request.compact else None
+        if not self.ctx.request.compact:
+            return None
+        # Its message is stored; an answer after it keeps the transcript a conversation.
+        await self.ctx.persist([ChatMessage(role="assistant", content=f"({self.on_request})",
+                                            run_id=self.ctx.request.run_id)])
+        return Stop("compacted", final_text=self.on_request)
 
     def tools(self) -> list[ToolSpec]:
         return [COMPACT_SPEC]
