@@ -30,16 +30,19 @@ async def list_models(args) -> int:
     if args.json:
         print_json([{"name": m.name, "provider": m.provider, "model": m.model, "context_window": m.context_window,
                      "input_price_per_mtok": m.input_price_per_mtok, "output_price_per_mtok": m.output_price_per_mtok,
-                     "max_output_tokens": m.max_output_tokens, "fallback": m.fallback, "default": m.is_default}
+                     "max_output_tokens": m.max_output_tokens, "fallback": m.fallback, "default": m.is_default,
+                     "vision": m.vision, "roles": list(m.roles)}
                     for m in reply.models])
         return EXIT_OK
-    rows = [("NAME", "PROVIDER", "MODEL", "CONTEXT", "$/MTOK IN", "$/MTOK OUT", "FALLBACK")]
+    rows = [("NAME", "PROVIDER", "MODEL", "CONTEXT", "VISION", "$/MTOK IN", "$/MTOK OUT", "FALLBACK", "ROLES")]
     for m in reply.models:
         rows.append((m.name + (" *" if m.is_default else ""), m.provider, m.model,
-                     str(m.context_window) if m.context_window else "-", _price(m.input_price_per_mtok),
-                     _price(m.output_price_per_mtok), m.fallback or "-"))
+                     str(m.context_window) if m.context_window else "-", "yes" if m.vision else "-",
+                     _price(m.input_price_per_mtok), _price(m.output_price_per_mtok), m.fallback or "-",
+                     ", ".join(m.roles) or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-    print("* the default model (AGENTMESH_LLM_*)")
+    print("* the default model (AGENTMESH_LLM_*); CONTEXT '-': asked of its server, else AGENTMESH_AGENT_CONTEXT_WINDOW; "
+          "(own): each model does it for its own turns")
     return EXIT_OK

@@ -75,6 +75,8 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         base.update(code=event.error.code, message=event.error.message)
     elif kind == "status":
         base.update(message=event.status.message)
+        if event.status.context_window:  # the turn's context-fill figure
+            base.update(context_tokens=event.status.context_tokens, context_window=event.status.context_window)
     return base
 
 

@@ -9,6 +9,7 @@ reply stream on stdout stays clean.
     /status                 session, namespace, model, mode, messages, tool policy, a running turn
     /new                    a fresh session (new transcript, new workspace, same options)
     /clear                  a fresh transcript in the same session and workspace
+    /compact [FOCUS]        summarise the conversation so far (keeping FOCUS in detail)
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ HELP = """commands (anything else is sent to the agent; start a message with // 
   /tasks                         this session's task board
   /status                        session, namespace, model, mode, messages, tool policy, running turn
   /new                           start a fresh session (new transcript and workspace)
-  /clear                         a fresh transcript in this session (workspace and long-term memory stay)"""
+  /clear                         a fresh transcript in this session (workspace and long-term memory stay)
+  /compact [FOCUS]               summarise the conversation so far, keeping FOCUS in detail; frees the context"""
 
 
 @dataclass
@@ -73,7 +75,7 @@ class ReplCommands:
         name, _, rest = line.strip().partition(" ")
         handler = {
             "/help": self._help, "/mode": self._mode, "/model": self._model, "/tasks": self._tasks,
-            "/status": self._status, "/new": self._new, "/clear": self._clear,
+            "/status": self._status, "/new": self._new, "/clear": self._clear, "/compact": self._compact,
         }.get(name.lower())
         if handler is None:
             self._say(f"· unknown command {name[:40]}; /help lists the commands (nothing was sent to the agent)")
@@ -147,3 +149,25 @@ class ReplCommands:
         reply = await self._call("ClearTranscript", sessions_pb2.ClearTranscriptRequest(session_id=self.state.session_id))
         self._say(f"· cleared {reply.cleared} messages; session {self.state.session_id} starts afresh "
                   "(its workspace and long-term memory stay)")
+
+    async def _compact(self, focus: str) -> None:
+        """A turn that only compacts (ChatOptions.compact): its status lines and outcome are said."""
+        if self.state.busy:
+            self._say("· a turn is running; wait for it or press Ctrl-C first")
+            return
+        options = gateway_pb2.ChatOptions()
+        options.CopyFrom(self.state.options)
+        options.compact, options.compact_focus = True, focus[:500]
+        request = gateway_pb2.ChatRequest(session_id=self.state.session_id, options=options,
+                                          message="/compact" + (f" {focus}" if focus else ""))
+        try:
+            async for event in self._stub.Chat(request, metadata=call_metadata(self._settings)):
+                kind = event.WhichOneof("payload")
+                if kind == "status":
+                    self._say(f"· {event.status.message}")
+                elif kind == "run_finished":
+                    self._say(f"· {event.run_finished.final_text or event.run_finished.stop_reason}")
+                elif kind == "error":
+                    self._say(f"· /compact: {event.error.message}")
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", self._settings) from None

@@ -276,14 +276,28 @@ class LLMSettings(EnvSection):
     # Its prices per million tokens, for cost estimates (Gateway.GetUsage); 0: not configured.
     input_price_per_mtok: float = env("AGENTMESH_LLM_INPUT_PRICE_PER_MTOK", 0.0, minimum=0)
     output_price_per_mtok: float = env("AGENTMESH_LLM_OUTPUT_PRICE_PER_MTOK", 0.0, minimum=0)
+    # Its context window in tokens, like a catalogue entry's `context_window`; 0: unknown (the
+    # agent then assumes AGENTMESH_AGENT_CONTEXT_WINDOW).
+    context_window: int = env("AGENTMESH_LLM_CONTEXT_WINDOW", 0, minimum=0)
+    # Whether it reads images, like a catalogue entry's `vision`.
+    vision: bool = env("AGENTMESH_LLM_VISION", False)
     # More models by name (agentmesh.models), beside this one as "default"; keys resolved here.
     models: Any = env("AGENTMESH_MODELS", default_factory=dict, parse=_load_models,
                       parse_environ=True)
+    # Which catalogue model writes compaction summaries ("": the model the turn talks to) and
+    # which reflects on sessions ("": the session's own model); `agentmesh models` shows the roles.
+    compaction_model: str = env("AGENTMESH_COMPACTION_MODEL", "")
+    reflection_model: str = env("AGENTMESH_REFLECTION_MODEL", "")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
         if not self.provider:
             object.__setattr__(self, "provider", "openai" if self.base_url else "scripted")
+        for variable, name in (("AGENTMESH_COMPACTION_MODEL", self.compaction_model),
+                               ("AGENTMESH_REFLECTION_MODEL", self.reflection_model)):
+            if name and name != "default" and name not in self.models:  # a typo must not wait for first use
+                known = ", ".join(["default", *sorted(self.models)])
+                raise ConfigError(f"{variable}: {name[:80]!r} is not a model this deployment offers; known models: {known}")
 
     @property
     def endpoint(self) -> str:

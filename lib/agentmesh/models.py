@@ -1,5 +1,6 @@
 """The models a deployment offers, by name: AGENTMESH_MODELS (a JSON or YAML file) beside the
-single AGENTMESH_LLM_* model, which is always there as `default`.
+single AGENTMESH_LLM_* model, which is always there as `default` — unless the file has an entry
+named `default`, which then is the default model.
 
     models:
       - name: small
@@ -7,7 +8,8 @@ single AGENTMESH_LLM_* model, which is always there as `default`.
         base_url: http://localhost:11434/v1
         model: llama3.1:8b
         api_key_env: ""                  # the name of the variable holding the key, never the key
-        context_window: 131072
+        context_window: 131072           # tokens; sets the agent's context budget for it
+        vision: false                    # whether it reads images
         prices: {input_per_mtok: 0.0, output_per_mtok: 0.0}
         temperature: 0.2                 # sampling parameters, sent with every request
         top_p: 0.9
@@ -60,6 +62,7 @@ class ModelSpec:
     # Calls to it at once (agent/providers/slots.py); 0: no limit; None: the deployment's
     # AGENTMESH_LLM_MAX_CONCURRENCY.
     max_concurrency: int | None = None
+    vision: bool = False  # whether it reads images
 
 
 @dataclass(frozen=True)
@@ -67,11 +70,25 @@ class ModelCatalog:
     """Every named model; `default` is the AGENTMESH_LLM_* one."""
 
     models: Mapping[str, ModelSpec] = field(default_factory=dict)
+    # The models that compact and reflect (AGENTMESH_COMPACTION_MODEL, AGENTMESH_REFLECTION_MODEL);
+    # "": the model of the turn (compaction), of the session (reflection).
+    compaction: str = ""
+    reflection: str = ""
 
     @classmethod
-    def of(cls, default: ModelSpec, named: Mapping[str, ModelSpec]) -> "ModelCatalog":
+    def of(cls, default: ModelSpec, named: Mapping[str, ModelSpec], *, compaction: str = "",
+           reflection: str = "") -> "ModelCatalog":
         """`named` (AGENTMESH_MODELS, as loaded into the settings) with `default` under its name."""
-        return cls({DEFAULT_MODEL: default, **named})
+        return cls({DEFAULT_MODEL: default, **named}, compaction, reflection)
+
+    def roles(self, name: str) -> list[str]:
+        """What `name` serves: chat (any model a turn names), and compaction and reflection where
+        configured (else every model does them for its own turns and sessions)."""
+        roles = ["chat"]
+        for role, chosen in (("compaction", self.compaction), ("reflection", self.reflection)):
+            if not chosen or chosen == name:
+                roles.append(role if chosen else f"{role} (own)")
+        return roles
 
     def names(self) -> list[str]:
         return [DEFAULT_MODEL, *sorted(n for n in self.models if n != DEFAULT_MODEL)]
@@ -110,9 +127,8 @@ def load_model_file(path: str, environ: Mapping[str, str], variable: str = "AGEN
     models: dict[str, ModelSpec] = {}
     for index, entry in enumerate(entries):
         spec = _spec(entry, f"{variable}: model {index + 1}")
-        if spec.name in models or spec.name == DEFAULT_MODEL:
-            raise ConfigError(f"{variable}: model {index + 1}: the name {spec.name!r} is taken"
-                              + (" (the AGENTMESH_LLM_* model is 'default')" if spec.name == DEFAULT_MODEL else ""))
+        if spec.name in models:
+            raise ConfigError(f"{variable}: model {index + 1}: the name {spec.name!r} is taken")
         if spec.api_key_env:
             spec = replace(spec, api_key=environ.get(spec.api_key_env, ""))
         models[spec.name] = spec
@@ -128,7 +144,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping of name, provider, base_url, model, ...")
     known = {"name", "provider", "base_url", "model", "api_key_env", "context_window", "prices", "temperature",
-             "top_p", "max_output_tokens", "fallback", "text_tool_calls", "max_concurrency"}
+             "top_p", "max_output_tokens", "fallback", "text_tool_calls", "max_concurrency", "vision"}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -151,6 +167,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
             temperature=None if entry.get("temperature") is None else float(entry["temperature"]),
             top_p=None if entry.get("top_p") is None else float(entry["top_p"]),
             text_tool_calls=_flag(entry.get("text_tool_calls"), f"{where} ({name}): text_tool_calls"),
+            vision=_flag(entry.get("vision"), f"{where} ({name}): vision"),
             max_output_tokens=int(entry.get("max_output_tokens") or 0),
             fallback=str(entry.get("fallback") or ""),
             max_concurrency=_concurrency(entry.get("max_concurrency"), f"{where} ({name}): max_concurrency"),
@@ -189,6 +206,10 @@ def _flag(value: Any, what: str) -> bool:
 def catalog_of(llm: Any) -> ModelCatalog:
     """The deployment's catalogue from its `LLMSettings`: the AGENTMESH_LLM_* model as `default`
     (named as requests name it) and the AGENTMESH_MODELS ones loaded with the settings."""
-    default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
-                        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok)
-    return ModelCatalog.of(default, llm.models)
+    # A catalogue entry named `default` is the default model, with every field an entry has;
+    # else the AGENTMESH_LLM_* settings are.
+    default = llm.models.get(DEFAULT_MODEL) or ModelSpec(
+        name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
+        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok,
+        context_window=llm.context_window, vision=llm.vision)
+    return ModelCatalog.of(default, llm.models, compaction=llm.compaction_model, reflection=llm.reflection_model)

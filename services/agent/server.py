@@ -9,6 +9,7 @@ import dataclasses
 import time
 from typing import Any
 
+import httpx
 from google.protobuf import json_format
 
 from agentmesh.agent import types as t
@@ -33,6 +34,7 @@ from agentmesh.agent.loop.session_open import SessionToOpen
 from agentmesh.agent.loop.turn_request import TurnRequest
 from agentmesh.agent.providers import build_provider, model_keys
 from agentmesh.agent.providers.text_tools import TextToolCalls
+from agentmesh.agent.providers.window_probe import probe_window
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.clients.tools import ToolsClient
@@ -90,7 +92,8 @@ def event_to_proto(event: t.RunEvent, request: agent_service_pb2.RunTurnRequest,
             call_id=event.call.call_id, name=event.call.name, approved=event.approved, note=event.note,
             decided_by=event.decided_by))
     if isinstance(event, t.StatusEvent):
-        return common_pb2.Event(**base, status=common_pb2.RunStatus(message=event.message))
+        return common_pb2.Event(**base, status=common_pb2.RunStatus(
+            message=event.message, context_tokens=event.context_tokens, context_window=event.context_window))
     if isinstance(event, t.RunFinishedEvent):
         u = event.usage
         return common_pb2.Event(**base, run_finished=common_pb2.RunFinished(
@@ -165,6 +168,8 @@ class AgentServicer(agent_service_pb2_grpc.AgentServicer):
             tool_policies=policies,
             mcp_servers_version=request.mcp_servers_version if request.HasField("mcp_servers_version") else None,
             opening=opening,
+            compact=options.compact,
+            compact_focus=options.compact_focus[:500],
         )
 
     @translate_errors
@@ -256,14 +261,47 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
         if spec.text_tool_calls:
             provider = TextToolCalls(provider)
         named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens,
-                                      temperature=spec.temperature, top_p=spec.top_p)
+                                      temperature=spec.temperature, top_p=spec.top_p,
+                                      context_window=spec.context_window)
         closers.append(close)
     return named, closers
 
 
+async def learn_windows(agent: Agent, catalog: ModelCatalog, settings: AgentSettings, *, default_key: str = "",
+                        within_s: float = 2.0) -> None:
+    """Ask the server of each OpenAI-compatible model whose window is not configured how large it
+    is (window_probe.py), once, at start-up and within `within_s`: a server that is away or slow
+    leaves the default (AGENTMESH_AGENT_CONTEXT_WINDOW), it does not hold the service back."""
+    unknown = [spec for spec in catalog.models.values() if spec.provider == "openai" and not spec.context_window]
+    if not unknown:
+        return
+    async with httpx.AsyncClient(timeout=httpx.Timeout(within_s), trust_env=True) as http:
+        try:
+            async with asyncio.timeout(within_s):
+                found = await asyncio.gather(*(
+                    probe_window(http, s.base_url, s.model, default_key if s.name == DEFAULT_MODEL else s.api_key)
+                    for s in unknown))
+        except TimeoutError:
+            found = [0] * len(unknown)
+    for spec, window in zip(unknown, found, strict=True):
+        if window and spec.name in agent.models:
+            agent.models[spec.name] = dataclasses.replace(agent.models[spec.name], context_window=window)
+        log.info("model context window", model=spec.name, window=window or settings.context_window,
+                 source="the server" if window else "AGENTMESH_AGENT_CONTEXT_WINDOW")
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     agent_settings = settings.section(AgentSettings)
-    provider, close_provider = build_provider(settings.llm, agent_settings, telemetry)
+    models = catalog_of(settings.llm)
+    # The default model: a catalogue entry named `default`, else the AGENTMESH_LLM_* settings.
+    default = models.get(DEFAULT_MODEL)
+    assert default is not None  # catalog_of always has one
+    llm = settings.llm if DEFAULT_MODEL not in settings.llm.models else dataclasses.replace(
+        settings.llm, provider=default.provider, base_url=default.base_url.rstrip("/"), model=default.model,
+        api_key=default.api_key)
+    provider, close_provider = build_provider(llm, agent_settings, telemetry)
+    if default.text_tool_calls:
+        provider = TextToolCalls(provider)
     tools_target, memory_target = settings.address_of("tools"), settings.address_of("memory")
     # No tracing interceptor on this channel: it would swallow cancellation (see GrpcToolRunner).
     identity = ServiceIdentity.open("agent", settings.keys_dir)
@@ -275,7 +313,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     memory_client = MemoryClient(memory_channel, memory_target, timeout_s=agent_settings.memory_timeout_s,
                                  carry=(identity, rpc_tracer))
     tools_client = ToolsClient(tools_channel, tools_target, carry=(identity, rpc_tracer))
-    named, closers = build_named_models(catalog_of(settings.llm), settings, agent_settings, telemetry)
+    named, closers = build_named_models(models, settings, agent_settings, telemetry)
+    named[DEFAULT_MODEL] = NamedModel(DEFAULT_MODEL, provider, llm.model_name, default.fallback,
+                                      default.max_output_tokens, temperature=default.temperature, top_p=default.top_p,
+                                      context_window=default.context_window)
     tools = GrpcToolRunner(tools_client, timeout_s=agent_settings.tool_timeout_s)
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
     catalog = CachedCatalog(tools.listing)
@@ -290,10 +331,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         provider=provider,
         tools=tools,
         catalog=catalog,
+        compaction_model=settings.llm.compaction_model,
         transcripts=GrpcTranscripts(memory_client, save_within_s=agent_settings.memory_timeout_s, outbox=usage_outbox),
         memory=GrpcLongTermMemory(memory_client, memory_target, agent_settings.memory_timeout_s),
         settings=agent_settings,
-        model=settings.llm.model_name,
+        model=llm.model_name,
         telemetry=telemetry,
         capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
@@ -303,10 +345,12 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),
     )
+    await learn_windows(agent, models, agent_settings, default_key=llm.api_key)
     # A turn request holds the gateway's message (<= 100k characters by default) and options.
     host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
-    reflector = Reflector(provider, GrpcReflectionBackend(memory_client), telemetry, model=settings.llm.model_name,
-                          max_tokens=agent_settings.max_tokens)
+    # Reflection talks to AGENTMESH_REFLECTION_MODEL, else the session's own model.
+    reflector = Reflector(agent.models, GrpcReflectionBackend(memory_client), telemetry,
+                          model=settings.llm.reflection_model, max_tokens=agent_settings.max_tokens)
     host.add(agent_service_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),
              "agentmesh.internal.v1.Agent")
 

@@ -28,8 +28,11 @@ class AgentSettings(EnvSection):
     max_iterations: int = env("AGENTMESH_AGENT_MAX_ITERATIONS", 12, minimum=1)
     # Largest max_iterations a request may ask for.
     max_iterations_cap: int = env("AGENTMESH_AGENT_MAX_ITERATIONS_CAP", 100, minimum=1)
-    # Context budget in characters (roughly 4 per token) for everything sent to the model.
-    context_budget_chars: int = env("AGENTMESH_AGENT_CONTEXT_BUDGET_CHARS", 400_000, minimum=1000)
+    # A model's context window in tokens when its catalogue entry names none (loop/window.py):
+    # the budget of what is sent is this less the room kept for the answer.
+    context_window: int = env("AGENTMESH_AGENT_CONTEXT_WINDOW", 32_768, minimum=1024)
+    # An extra cap in characters on everything sent to the model; 0: the model's window alone decides.
+    context_budget_chars: int = env("AGENTMESH_AGENT_CONTEXT_BUDGET_CHARS", 0, minimum=0)
     # Each tool output is cut to this many characters (head and tail kept) in the model's context.
     tool_output_chars: int = env("AGENTMESH_AGENT_TOOL_OUTPUT_CHARS", 16_000, minimum=200)
     # Tool calls of one reply that run at the same time.
@@ -64,15 +67,17 @@ class AgentSettings(EnvSection):
     # Sub-agents (delegate_task, see subagents.py): how deep delegation may nest, how many
     # sub-agents one turn may start, each one's step budget and wall-clock limit, and the
     # modes in which the tool is offered at the top level.
-    subagent_max_depth: int = env("AGENTMESH_AGENT_SUBAGENT_MAX_DEPTH", 1, minimum=0)
+    subagent_max_depth: int = env("AGENTMESH_AGENT_SUBAGENT_MAX_DEPTH", 2, minimum=0)
     max_subagents: int = env("AGENTMESH_AGENT_MAX_SUBAGENTS", 8, minimum=0)
     subagent_max_iterations: int = env("AGENTMESH_AGENT_SUBAGENT_MAX_ITERATIONS", 12, minimum=1)
     subagent_timeout_s: float = env("AGENTMESH_AGENT_SUBAGENT_TIMEOUT_S", 900.0, minimum=1)
-    subagent_modes: frozenset[str] = env("AGENTMESH_AGENT_SUBAGENT_MODES", frozenset({"deep"}), parse=parse_tool_names)
-    # Compaction (compaction.py): when the history nears the budget, the oldest turns are
-    # summarised by the model (durably, in the transcript) instead of being dropped.
+    subagent_modes: frozenset[str] = env("AGENTMESH_AGENT_SUBAGENT_MODES", frozenset({"default", "deep"}),
+                                         parse=parse_tool_names)
+    # Compaction (compaction.py): when the context nears the budget — before a turn or between
+    # its steps — the oldest part is summarised by the model (durably, in the transcript)
+    # instead of being dropped.
     compaction: bool = env("AGENTMESH_AGENT_COMPACTION", True)
-    # Compact when the history the model would see passes this many characters; 0: 3/4 of the budget.
+    # Compact when the context the model would see passes this many characters; 0: 3/4 of the budget.
     compact_at_chars: int = env("AGENTMESH_AGENT_COMPACT_AT_CHARS", 0, minimum=0)
     # Newest whole turns kept verbatim after compacting, in characters; 0: 1/4 of the budget.
     compact_keep_chars: int = env("AGENTMESH_AGENT_COMPACT_KEEP_CHARS", 0, minimum=0)
@@ -97,17 +102,12 @@ class AgentSettings(EnvSection):
     # Offer the `think` tool (thinking.py): a scratchpad with no effects.
     think_tool: bool = env("AGENTMESH_AGENT_THINK_TOOL", True)
     # Modes whose turns get the task board (task_create/update/get/list; task_tools.py).
-    task_modes: frozenset[str] = env("AGENTMESH_AGENT_TASK_MODES", frozenset({"deep"}), parse=parse_tool_names)
+    task_modes: frozenset[str] = env("AGENTMESH_AGENT_TASK_MODES", frozenset({"default", "deep"}),
+                                     parse=parse_tool_names)
+    # The task board and delegate_task are offered (in the modes above) only to a model whose
+    # context window holds at least this many tokens: their tools and results crowd a small one.
+    reach_min_window: int = env("AGENTMESH_AGENT_REACH_MIN_WINDOW", 16_384, minimum=0)
     # Plan mode: revisions after a denial before the turn ends with stop_reason "plan_rejected".
     plan_revisions: int = env("AGENTMESH_AGENT_PLAN_REVISIONS", 3, minimum=0)
     # Deep work: nudges to go on after a text-only reply while tasks are still open.
     deep_nudges: int = env("AGENTMESH_AGENT_DEEP_NUDGES", 2, minimum=0)
-
-    @property
-    def compaction_threshold_chars(self) -> int:
-        return self.compact_at_chars or self.context_budget_chars * 3 // 4
-
-    @property
-    def compaction_keep_chars(self) -> int:
-        # Never more than half the threshold, or a compacted history could be over it again at once.
-        return min(self.compact_keep_chars or self.context_budget_chars // 4, self.compaction_threshold_chars // 2)

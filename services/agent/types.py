@@ -220,6 +220,9 @@ class ApprovalResolvedEvent:
 @dataclass(frozen=True)
 class StatusEvent:
     message: str
+    # The context-fill figure (the turn's last status): tokens of its last request, the window.
+    context_tokens: int = 0
+    context_window: int = 0
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from agentmesh.agent.capabilities import compaction
 from agentmesh.agent.capabilities.registry import for_turn
 from agentmesh.agent.loop import context
 from agentmesh.agent.loop.run import Agent, TurnRequest
+from agentmesh.agent.loop.window import ContextBudget
 from agentmesh.agent.providers import OpenAIProvider, RetryPolicy
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, RunFinishedEvent, StatusEvent, TextDeltaEvent, ToolCall
@@ -313,12 +314,22 @@ def test_fit_keeps_the_summary_when_it_must_drop_turns():
     assert kept[0] is summary and omitted == 6 and kept[1].content.startswith("question 3 ")
 
 
+def budget_of(settings: AgentSettings, window: int = 131_072) -> ContextBudget:
+    return ContextBudget.of(window, max_tokens=settings.max_tokens, chars_per_token=4.0,
+                            cap_chars=settings.context_budget_chars, compact_at_chars=settings.compact_at_chars,
+                            compact_keep_chars=settings.compact_keep_chars)
+
+
 def test_settings_from_env():
     s = AgentSettings.from_env({"AGENTMESH_AGENT_COMPACTION": "false", "AGENTMESH_AGENT_COMPACT_AT_CHARS": "5000",
                                 "AGENTMESH_AGENT_COMPACT_KEEP_CHARS": "4000"})
-    assert (s.compaction, s.compaction_threshold_chars, s.compaction_keep_chars) == (False, 5000, 2500)
-    d = AgentSettings.from_env({"AGENTMESH_AGENT_CONTEXT_BUDGET_CHARS": "100000"})
-    assert (d.compaction, d.compaction_threshold_chars, d.compaction_keep_chars) == (True, 75_000, 25_000)
+    b = budget_of(s)
+    assert (s.compaction, b.threshold_chars, b.keep_chars) == (False, 5000, 2500)
+    d = budget_of(AgentSettings.from_env({"AGENTMESH_AGENT_CONTEXT_BUDGET_CHARS": "100000"}))
+    assert (d.chars, d.threshold_chars, d.keep_chars) == (100_000, 75_000, 25_000)
+    # Without a cap, the model's window decides: 8192 tokens less an eighth for the answer.
+    small = budget_of(AgentSettings.from_env({}), window=8192)
+    assert (small.request_tokens, small.chars) == (7168, int(7168 * 4.0 * 0.9))
 
 
 class SummaryRefusingTranscripts(NumberedTranscripts):
@@ -344,7 +355,7 @@ async def test_a_summary_that_cannot_be_saved_still_serves_the_turn(http, teleme
 
 
 def test_a_first_compaction_uses_the_room_no_earlier_summary_takes():
-    settings = AgentSettings(context_budget_chars=10_000)
+    settings = budget_of(AgentSettings(context_budget_chars=10_000))
     old = [ChatMessage("user", "x" * 1000) for _ in range(6)]  # ~6 000 characters rendered
     sized_for_a_summary = compaction.passes(old, compaction.pass_chars(settings))[0]
     first_time = compaction.passes(old, compaction.pass_chars(settings),

@@ -118,7 +118,8 @@ async def test_deep_mode_offers_sub_agents_and_finishes_early_when_done(http, te
     assert events[-1].stop_reason == "completed" and events[-1].final_text == "Answer based on: the research result"
     assert events[-1].iterations == 3  # plan + two steps
     assert len(child_requests) == 1
-    assert "delegate_task" not in [t["function"]["name"] for t in child_requests[0].body.get("tools", [])]
+    # Sub-agents nest two deep by default: the child (depth 1) may delegate once more.
+    assert "delegate_task" in [t["function"]["name"] for t in child_requests[0].body.get("tools", [])]
     statuses = [e.message for e in of(events, StatusEvent)]
     assert "step 2 of 50" in statuses and not any("reflecting" in s for s in statuses)
 
@@ -147,16 +148,16 @@ def test_step_budget_and_mode_validation():
 def test_settings_come_from_the_environment():
     settings = AgentSettings.from_env({
         "AGENTMESH_AGENT_DEEP_MAX_ITERATIONS": "30", "AGENTMESH_AGENT_DEEP_REFLECT_EVERY": "0",
-        "AGENTMESH_AGENT_SUBAGENT_MAX_DEPTH": "2", "AGENTMESH_AGENT_MAX_SUBAGENTS": "3",
+        "AGENTMESH_AGENT_SUBAGENT_MAX_DEPTH": "3", "AGENTMESH_AGENT_MAX_SUBAGENTS": "3",
         "AGENTMESH_AGENT_SUBAGENT_MAX_ITERATIONS": "6", "AGENTMESH_AGENT_SUBAGENT_TIMEOUT_S": "60",
         "AGENTMESH_AGENT_SUBAGENT_MODES": "default, deep",
     })
     assert (settings.deep_max_iterations, settings.deep_reflect_every) == (30, 0)
-    assert (settings.subagent_max_depth, settings.max_subagents, settings.subagent_max_iterations) == (2, 3, 6)
+    assert (settings.subagent_max_depth, settings.max_subagents, settings.subagent_max_iterations) == (3, 3, 6)
     assert settings.subagent_timeout_s == 60 and settings.subagent_modes == {"default", "deep"}
     default = AgentSettings.from_env({})
     assert (default.deep_max_iterations, default.deep_reflect_every, default.subagent_max_depth,
-            default.max_subagents, default.subagent_modes) == (50, 8, 1, 8, {"deep"})
+            default.max_subagents, default.subagent_modes) == (50, 8, 2, 8, {"default", "deep"})
 
 
 async def test_the_agent_service_refuses_an_unknown_mode_and_runs_deep(tmp_path):

@@ -214,8 +214,10 @@ async def test_a_tools_outage_leaves_the_memory_tools_and_a_status(http, telemet
         events = await collect(agent.start(TurnRequest("s1", "r1", "hi")))
         body = llm.requests[0].body
     assert any("tools service is unavailable" in e.message for e in of(events, StatusEvent))
-    # The agent's own tools remain: memory, and the think scratchpad.
-    assert [t["function"]["name"] for t in body["tools"]] == ["memory_save", "memory_search", "think"]
+    # The agent's own tools remain: compact, memory, the think scratchpad, the task board, delegation.
+    assert [t["function"]["name"] for t in body["tools"]] == [
+        "compact", "memory_save", "memory_search", "think", "task_create", "task_update", "task_get", "task_list",
+        "delegate_task"]
     assert events[-1].stop_reason == "completed"
 
 
@@ -276,8 +278,10 @@ async def test_context_budget_drops_the_oldest_turns(http, telemetry):
     for i in range(10):
         history += [ChatMessage("user", f"question {i} " + "x" * 1000), ChatMessage("assistant", f"answer {i}")]
     with ScriptedLLMServer([reply("ok")]) as llm:
+        # Only the think tool is declared, so the budget is the messages' (the tools' schemas count too).
         agent = make_agent(http, llm, FakeTools({}), FakeTranscripts({"s1": history}), telemetry,
-                           context_budget_chars=5000, compaction=False)
+                           context_budget_chars=5000, compaction=False, task_modes=frozenset(),
+                           subagent_modes=frozenset(), think_tool=False)
         await collect(agent.start(TurnRequest("s1", "r1", "latest")))
         messages = llm.requests[0].body["messages"]
     sent = "".join(json.dumps(m) for m in messages)

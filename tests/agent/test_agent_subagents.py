@@ -130,7 +130,8 @@ async def test_two_delegations_run_in_parallel_and_come_back_in_call_order(http,
 
     # The tool is offered to the parent only; a child gets the role it was given.
     assert "delegate_task" in tools_of(parent_requests[0])
-    assert all("delegate_task" not in tools_of(r) for r in child_requests)
+    # Sub-agents nest two deep by default: a child may delegate once more.
+    assert all("delegate_task" in tools_of(r) for r in child_requests)
     alpha_request = next(r for r in child_requests if "alpha" in task_of(r))
     assert "Be terse." in alpha_request.messages[0]["content"]
 
@@ -234,7 +235,7 @@ async def test_depth_limit_turn_cap_and_shared_workspace(http, telemetry):
 
 async def test_delegation_is_offered_only_where_configured(http, telemetry):
     with ScriptedLLMServer([reply("hi"), reply("hi again")]) as llm:
-        agent = make_agent(http, llm, FakeTools({}), FakeTranscripts(), telemetry)  # default: deep mode only
+        agent = make_agent(http, llm, FakeTools({}), FakeTranscripts(), telemetry, subagent_modes=frozenset({"deep"}))
         await collect(agent.start(TurnRequest("s1", "r1", "hello")))
         off = make_agent(http, llm, FakeTools({}), FakeTranscripts(), telemetry, subagent_modes=ANYWHERE,
                          subagent_max_depth=0)

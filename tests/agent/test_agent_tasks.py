@@ -150,10 +150,22 @@ async def test_a_deep_turn_that_stops_with_tasks_open_is_nudged_boundedly(tmp_pa
 
 
 async def test_the_board_is_not_offered_outside_its_modes(tmp_path):
-    async with Running(tmp_path, scripted(reply("hi"))) as running:
+    async with Running(tmp_path, scripted(reply("hi")), task_modes="deep") as running:
         await run_turn(running.stack, "plain", "hello")
         tools = [t["function"]["name"] for t in running.llm.requests[0].body["tools"]]
     assert not [t for t in tools if t.startswith("task_")]
+
+
+async def test_the_board_is_offered_by_default_where_the_window_allows(tmp_path):
+    # The default model's window: 32 768 tokens by default (roomy), 8 192 when configured so.
+    async with Running(tmp_path, scripted(reply("hi"), reply("hi"))) as roomy:
+        await run_turn(roomy.stack, "plain", "hello")
+        offered = [t["function"]["name"] for t in roomy.llm.requests[0].body["tools"]]
+    async with Running(tmp_path / "small", scripted(reply("hi")), env={"AGENTMESH_LLM_CONTEXT_WINDOW": "8192"}) as small:
+        await run_turn(small.stack, "plain", "hello")
+        cramped = [t["function"]["name"] for t in small.llm.requests[0].body["tools"]]
+    assert {"task_create", "delegate_task"} <= set(offered)
+    assert not {"task_create", "delegate_task"} & set(cramped)
 
 
 def test_board_rules():

@@ -35,6 +35,7 @@ models:
     model: second-model
     api_key_env: SECOND_KEY
     context_window: 32768
+    vision: true
     prices: {{input_per_mtok: 0.5, output_per_mtok: 1.5}}
     max_output_tokens: 512
   - name: flaky
@@ -43,7 +44,7 @@ models:
     fallback: second
 """)
     env = {"AGENTMESH_MODELS": str(catalog), "SECOND_KEY": "sk-second", "AGENTMESH_LLM_MAX_RETRIES": "1",
-           "AGENTMESH_LLM_MODEL": "main-model"}
+           "AGENTMESH_LLM_MODEL": "main-model", "AGENTMESH_COMPACTION_MODEL": "second"}
     async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as running:
         yield running
 
@@ -55,6 +56,9 @@ async def test_models_are_listed_and_a_turn_goes_to_the_model_it_names(stack, ll
         ("default", "main-model", True), ("flaky", "flaky-model", False), ("second", "second-model", False)]
     info = {m.name: m for m in listing.models}["second"]
     assert (info.context_window, info.input_price_per_mtok, info.output_price_per_mtok) == (32768, 0.5, 1.5)
+    # The roles: every model chats and reflects on its own sessions; "second" compacts for all.
+    assert (info.vision, list(info.roles)) == (True, ["chat", "compaction", "reflection (own)"])
+    assert list({m.name: m for m in listing.models}["default"].roles) == ["chat", "reflection (own)"]
 
     llm.add(reply("from the default model"))
     second.add(reply("from the second model"))
@@ -96,9 +100,11 @@ async def test_cli_models_prints_a_table_and_json(stack):
     code, out, err = await run_cli(stack, "models")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["NAME", "PROVIDER", "MODEL", "CONTEXT", "$/MTOK", "IN", "$/MTOK", "OUT", "FALLBACK"]
+    assert lines[0].split() == ["NAME", "PROVIDER", "MODEL", "CONTEXT", "VISION", "$/MTOK", "IN", "$/MTOK", "OUT",
+                                "FALLBACK", "ROLES"]
     assert lines[1].split()[:3] == ["default", "*", "openai"]
-    assert lines[3].split() == ["second", "openai", "second-model", "32768", "0.5", "1.5", "-"]
+    assert lines[3].split() == ["second", "openai", "second-model", "32768", "yes", "0.5", "1.5", "-",
+                                "chat,", "compaction,", "reflection", "(own)"]
     print(out)
     code, out, err = await run_cli(stack, "models", "--json")
     assert code == 0, err

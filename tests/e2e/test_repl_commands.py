@@ -127,3 +127,25 @@ async def test_repl_commands_change_the_session_and_never_reach_the_model(stack,
     assert len(llm.requests) == 2 and len(second.requests) == 3
     os.write(repl.controller, b"\n")
     assert await asyncio.wait_for(repl.proc.wait(), 30) == 0
+
+
+async def test_compact_in_the_repl_summarises_the_conversation_and_shows_the_fill(stack, llm, repl):
+    llm.add(reply("Parsers are fun."), reply("The lexer comes first."))
+    os.write(repl.controller, b"tell me about parsers\n")
+    out = await read_until(repl.proc.stdout, lambda line: "· context: " in line)  # the context-fill figure
+    assert out[-1].rstrip().endswith("%)") and " tokens (" in out[-1]
+    await repl.until_prompt()
+    os.write(repl.controller, b"and lexers?\n")
+    await read_until(repl.proc.stdout, lambda line: "· context: " in line)
+    await repl.until_prompt()
+    llm.add(reply("SUMMARY: parsers and lexers were discussed."))
+    said = await repl.command("/compact the lexer")
+    assert "compacted 4 earlier messages into a summary" in said
+    summary_request = llm.requests[-1]
+    assert "Focus: keep in detail what concerns 'the lexer'" in summary_request.messages[1]["content"]
+    llm.add(reply("Next."))
+    await repl.command("go on")
+    assert llm.requests[-1].messages[1]["content"].endswith("SUMMARY: parsers and lexers were discussed.")
+    assert len(llm.requests) == 4  # two turns, the summary, one turn: /compact asked nothing else
+    os.write(repl.controller, b"\n")
+    assert await asyncio.wait_for(repl.proc.wait(), 30) == 0

@@ -27,14 +27,7 @@ from agentmesh.internal.v1 import (
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import IdentityError, KeyFileError, ServiceIdentity
 from agentmesh.telemetry.spanstore import read_spans, span_store_dir
-from agentmesh.v1 import (
-    common_pb2,
-    gateway_pb2,
-    gateway_pb2_grpc,
-    scheduler_pb2,
-    scheduler_pb2_grpc,
-    sessions_pb2,
-)
+from agentmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc, sessions_pb2
 from tests.support.identities import signed_channel
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack

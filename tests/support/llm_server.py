@@ -29,7 +29,10 @@ Endpoints (any prefix; `base_url` ends in /v1):
     POST …/messages           Anthropic Messages streaming: message_start (input usage), ping,
         a text block (text_delta pieces), tool_use blocks (input_json_delta pieces),
         message_delta (stop_reason, output usage), message_stop.
-    GET  …/models             a one-model list (recorded; consumes no step).
+    GET  …/models             a one-model list (`listing` replaces it; consumes no step).
+    POST …/api/show           Ollama's model details: `show` when given, else 404.
+    Neither is a model call: they are recorded in `llm.probes`, not `llm.requests` (the agent
+    asks them once at start-up, for a model's context window).
 
 Steps (consumed one per request, in arrival order; thread-safe):
     reply(text="", *tool_calls, usage=(input, output), chunk_chars=4, interleave=False,
@@ -176,7 +179,11 @@ class _QuietHTTPServer(ThreadingHTTPServer):
 
 class ScriptedLLMServer:
     def __init__(self, steps: Sequence[Step] = (), default: Step | None = None, host: str = "127.0.0.1",
-                 check_protocol: bool = False):
+                 check_protocol: bool = False, listing: dict[str, Any] | None = None,
+                 show: dict[str, Any] | None = None):
+        self.listing = listing or {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
+        self.show = show
+        self.probes: list[tuple[str, str]] = []  # (method, path) of the requests that are not model calls
         self._steps: list[Step] = list(steps)
         self.check_protocol = check_protocol
         self._default = default
@@ -287,10 +294,9 @@ class ScriptedLLMServer:
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_GET(self) -> None:
-                server._record("GET", self.path, {k.lower(): v for k, v in self.headers.items()}, None,
-                               consume=False, peer=self._peer())
+                server.probes.append(("GET", self.path))
                 if self.path.rstrip("/").endswith("/models"):
-                    self._json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+                    self._json(200, server.listing)
                 else:
                     self._json(404, {"error": {"message": f"no route for GET {self.path}"}})
 
@@ -303,6 +309,13 @@ class ScriptedLLMServer:
                     body = {"_unparsed": raw.decode("utf-8", "replace")}
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 anthropic = self.path.rstrip("/").endswith("/messages")
+                if self.path.rstrip("/").endswith("/api/show"):
+                    server.probes.append(("POST", self.path))
+                    if server.show is None:
+                        self._json(404, {"error": "not found"})
+                    else:
+                        self._json(200, server.show)
+                    return
                 if not (anthropic or self.path.rstrip("/").endswith("/chat/completions")):
                     server._record("POST", self.path, headers, body, consume=False, peer=self._peer())
                     self._json(404, {"error": {"message": f"no route for POST {self.path}"}})

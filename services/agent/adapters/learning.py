@@ -86,8 +86,9 @@ class GrpcReflectionBackend:
     def __init__(self, client: MemoryClient):
         self._client = client
 
-    async def namespace_of(self, session_id: str) -> str:
-        return (await self._client.get_session(session_id)).namespace or "default"
+    async def session_of(self, session_id: str) -> tuple[str, str]:
+        session = await self._client.get_session(session_id)
+        return session.namespace or "default", session.model
 
     async def last_seq(self, namespace: str, session_id: str) -> int:
         return (await self._client.reflection_state(session_id, namespace=namespace)).last_seq

@@ -4,7 +4,8 @@ that finishes well"). Each one is switched off by its setting being 0.
 - `WrapUp` — `WRAP_UP_STEPS` steps before the step budget runs out, a note tells the model to
   finish; at the budget the loop's forced summary follows as before.
 - `ToolOutputTrim` — in what is sent each step, this turn's tool results older than the newest
-  `KEEP_TOOL_RESULTS` become a one-line placeholder. Zero model calls; the transcript keeps them.
+  `KEEP_TOOL_RESULTS` (and than the newest that fit in a third of the model's context budget)
+  become a one-line placeholder. Zero model calls; the transcript keeps them.
 - `RepeatGuard` — the same call with the same arguments `REPEAT_LIMIT` times in a row, or two
   calls alternating A-B-A-B, is a loop: the model is told once; if it goes on, the turn ends
   with `stop_reason: "loop"`.
@@ -47,9 +48,19 @@ class WrapUp(Capability):
         return [*messages, ChatMessage(role="system", content=self.note)] if self.note else messages
 
 
-def trim_old_tool_results(messages: list[ChatMessage], keep: int) -> list[ChatMessage]:
-    """Every tool result but the newest `keep` replaced by a one-line placeholder (when shorter)."""
+def trim_old_tool_results(messages: list[ChatMessage], keep: int, keep_chars: int = 0) -> list[ChatMessage]:
+    """Every tool result but the newest `keep` replaced by a one-line placeholder (when shorter).
+    `keep_chars`: the newest results kept also hold at most this many characters together (the
+    newest one always stays), so a small window is not filled by its last few outputs."""
     positions = [i for i, m in enumerate(messages) if m.role == "tool"]
+    if keep_chars and keep:
+        held, size = 0, 0
+        for i in reversed(positions[-keep:]):
+            size += len(messages[i].content)
+            if held and size > keep_chars:
+                break
+            held += 1
+        keep = held
     old = positions[:-keep] if keep else positions
     if not old:
         return messages
@@ -65,7 +76,8 @@ def trim_old_tool_results(messages: list[ChatMessage], keep: int) -> list[ChatMe
 
 class ToolOutputTrim(Capability):
     def view(self, messages: list[ChatMessage]) -> list[ChatMessage]:
-        return trim_old_tool_results(messages, self.ctx.settings.keep_tool_results)
+        # The newest results kept verbatim take at most a third of what the model's window leaves.
+        return trim_old_tool_results(messages, self.ctx.settings.keep_tool_results, self.ctx.budget().chars // 3)
 
 
 def signature(calls: tuple[ToolCall, ...]) -> tuple[tuple[str, str], ...]:

@@ -27,15 +27,16 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from agentmesh.agent.loop.context import clip
 from agentmesh.agent.loop.model_call import traced_model_call
+from agentmesh.agent.loop.model_choice import NamedModel
 from agentmesh.agent.loop.turn import Capability, Stop
-from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.types import ChatMessage, ModelRequest, StatusEvent, Usage
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
+from agentmesh.models import DEFAULT_MODEL
 from agentmesh.telemetry import Telemetry
 
 log = get_logger("agentmesh.agent.reflection")
@@ -91,7 +92,9 @@ class Outcome:
 class ReflectionBackend(Protocol):
     """What reflection reads and writes in the memory service."""
 
-    async def namespace_of(self, session_id: str) -> str: ...
+    async def session_of(self, session_id: str) -> tuple[str, str]:
+        """The session's namespace and the model it keeps ("": the default)."""
+        ...
     async def last_seq(self, namespace: str, session_id: str) -> int: ...
     async def entries_after(self, session_id: str, after_seq: int) -> list[Entry]: ...
     async def existing_text(self, namespace: str, memory_id: str) -> str | None:
@@ -146,23 +149,30 @@ def skill_md(skill: dict[str, str]) -> str:
 
 
 class Reflector:
-    def __init__(self, provider: ModelProvider, backend: ReflectionBackend, telemetry: Telemetry, *, model: str,
-                 transcript_chars: int = 60_000, max_tokens: int = 0):
-        self._provider = provider
+    """`models`: the catalogue's models by name; a session is reflected on by `model` when it
+    names one (AGENTMESH_REFLECTION_MODEL), else by the session's own model, else the default."""
+
+    def __init__(self, models: Mapping[str, NamedModel], backend: ReflectionBackend, telemetry: Telemetry, *,
+                 model: str = "", transcript_chars: int = 60_000, max_tokens: int = 0):
+        self._models = models
         self._backend = backend
         self._telemetry = telemetry
-        self._model = model
+        self._chosen = model
         self._transcript_chars = transcript_chars
         self._max_tokens = max_tokens
 
     async def reflect(self, session_id: str, trigger: str = "on demand") -> dict[str, Any]:
         """Reflect once and record the run (as a ReflectionRun dict), whatever happens. Raises
         only when the session cannot be found or the run cannot be recorded."""
-        namespace = await self._backend.namespace_of(session_id)
+        namespace, session_model = await self._backend.session_of(session_id)
+        named = self._models.get(self._chosen or session_model) or self._models[DEFAULT_MODEL]
+        return await self._run(named, namespace, session_id, trigger)
+
+    async def _run(self, named: NamedModel, namespace: str, session_id: str, trigger: str) -> dict[str, Any]:
         started = time.time()
         outcome = Outcome()
         try:
-            await self._reflect(namespace, session_id, outcome)
+            await self._reflect(namespace, session_id, outcome, named)
         except (AgentmeshError, MalformedReflection) as exc:
             outcome.status = "failed"
             outcome.error = exc.message if isinstance(exc, AgentmeshError) else str(exc)
@@ -170,7 +180,7 @@ class Reflector:
         run = {
             "session_id": session_id, "namespace": namespace, "seq_from": outcome.seq_from, "seq_to": outcome.seq_to,
             "status": outcome.status, "added": outcome.added, "superseded": outcome.superseded,
-            "unchanged": outcome.unchanged, "skill_drafts": outcome.skill_drafts, "model": self._model,
+            "unchanged": outcome.unchanged, "skill_drafts": outcome.skill_drafts, "model": named.model,
             "model_calls": outcome.model_calls, "input_tokens": outcome.usage.input_tokens,
             "output_tokens": outcome.usage.output_tokens, "started_at": started, "finished_at": time.time(),
             "error": outcome.error, "trigger": trigger,
@@ -178,7 +188,7 @@ class Reflector:
         await self._backend.record(run)
         return run
 
-    async def _reflect(self, namespace: str, session_id: str, outcome: Outcome) -> None:
+    async def _reflect(self, namespace: str, session_id: str, outcome: Outcome, named: NamedModel) -> None:
         after = await self._backend.last_seq(namespace, session_id)
         entries = await self._backend.entries_after(session_id, after)
         if not entries:
@@ -186,16 +196,16 @@ class Reflector:
             return
         outcome.seq_from, outcome.seq_to = entries[0].seq, entries[-1].seq
         request = ModelRequest(
-            model=self._model,
+            model=named.model, temperature=named.temperature, top_p=named.top_p,
             messages=[ChatMessage(role="system", content=INSTRUCTION),
                       ChatMessage(role="user", content="Transcript:\n" + transcript_text(entries, self._transcript_chars))],
-            tools=[], allow_tools=False, max_tokens=self._max_tokens,
+            tools=[], allow_tools=False, max_tokens=named.max_output_tokens or self._max_tokens,
         )
         outcome.model_calls += 1
-        reply = await traced_model_call(self._provider, self._telemetry, request, usage=outcome.usage, emit=lambda _: None)
+        reply = await traced_model_call(named.provider, self._telemetry, request, usage=outcome.usage, emit=lambda _: None)
         items, skills = parse(reply.text)
         provenance = {"session_id": session_id, "seq_from": outcome.seq_from, "seq_to": outcome.seq_to,
-                      "model": self._model}
+                      "model": named.model}
         for item in items:
             mid = memory_id(namespace, item.kind, item.key)
             before = await self._backend.existing_text(namespace, mid)

@@ -26,6 +26,7 @@ from agentmesh.agent.capabilities import (
 )
 from agentmesh.agent.capabilities.learning import LearningSources
 from agentmesh.agent.loop.turn import Capability, TurnContext
+from agentmesh.models import DEFAULT_MODEL
 from agentmesh.modes import DEEP
 
 
@@ -53,11 +54,13 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(memory_tools.MemoryToolsCapability(ctx, memory_tools.MemoryTools(ctx.agent.memory)))
     if settings.think_tool:
         found.append(thinking.ThinkTool(ctx))
-    wants_board = request.plan or (request.mode or "default") in settings.task_modes
+    # The board and delegation crowd a small window; deep work and plan mode need the board.
+    roomy = window_of(ctx) >= settings.reach_min_window or request.mode == DEEP
+    wants_board = request.plan or (roomy and (request.mode or "default") in settings.task_modes)
     board = task_tools.TaskBoard(ctx) if wants_board else None
     if board is not None:
         found.append(board)
-    if subagents.offered(request, settings):
+    if roomy and subagents.offered(request, settings):
         found.append(subagents.Delegation(ctx, board))
     if board is not None and request.plan:
         found.append(plan_mode.PlanMode(ctx, board, pins_board=request.mode != DEEP))
@@ -70,3 +73,9 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
     if settings.repeat_limit >= 2:
         found.append(guards.RepeatGuard(ctx))
     return found
+
+
+def window_of(ctx: TurnContext) -> int:
+    """The context window of the model the turn asks for (a catalogue name; else the default's)."""
+    named = ctx.agent.models.get(ctx.request.model or DEFAULT_MODEL) or ctx.agent.models[DEFAULT_MODEL]
+    return named.context_window or ctx.settings.context_window

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 from typing import TYPE_CHECKING
 
@@ -159,6 +160,14 @@ def short(text: str, limit: int = LABEL_CHARS) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
+@functools.lru_cache(maxsize=8)
+def delegate_tool(settings: AgentSettings, *, with_tasks: bool) -> tuple[ToolSpec, ArgumentsSchema]:
+    """The tool and its checked schema, made once per settings: checking a schema costs more
+    than the rest of a turn's start, and every turn of the default mode is offered the tool."""
+    spec = delegate_spec(settings, with_tasks=with_tasks)
+    return spec, ArgumentsSchema(spec.name, spec.parameters)
+
+
 class Delegation(Capability):
     """One per parent turn that may delegate: runs each `delegate_task` call as a child turn."""
 
@@ -166,8 +175,7 @@ class Delegation(Capability):
         super().__init__(ctx)
         self.settings: AgentSettings = ctx.settings
         self.board = board  # the turn's task board: a sub-agent can be handed one of its tasks
-        self.spec = delegate_spec(self.settings, with_tasks=board is not None)
-        self.schema = ArgumentsSchema(self.spec.name, self.spec.parameters)
+        self.spec, self.schema = delegate_tool(self.settings, with_tasks=board is not None)
         self.started = 0
 
     def tools(self) -> list[ToolSpec]:
@@ -182,7 +190,8 @@ class Delegation(Capability):
         if self.started >= cap:
             return ToolOutcome.error(
                 call, "too_many_subagents",
-                f"error: not run: this turn already started its limit of {cap} sub-agents; do the rest yourself",
+                f"error: not run: this turn already started its limit of {cap} sub-agents "
+                "(AGENTMESH_AGENT_MAX_SUBAGENTS); do the rest yourself",
             )
         index = self.started + 1
         if task_id and self.board is not None:
@@ -259,7 +268,8 @@ class Delegation(Capability):
                     self._relay(label, child, event)
         except TimeoutError:
             self.ctx.emit(StatusEvent(f"{label}: stopped after {timeout:g} s"))
-            return ToolOutcome.error(call, "timeout", f"error: {label} did not finish within {timeout:g} s and was stopped")
+            return ToolOutcome.error(call, "timeout", f"error: {label} did not finish within {timeout:g} s "
+                                     "(AGENTMESH_AGENT_SUBAGENT_TIMEOUT_S) and was stopped")
         finally:
             # The child's model calls are part of this turn's cost, whatever became of the child.
             self.ctx.usage.add(child.usage)

@@ -49,11 +49,13 @@ def clip(text: str, limit: int) -> str:
 
 def size_of(message: ChatMessage, tool_output_chars: int = 0) -> int:
     """`tool_output_chars`: the size a tool result will have once clipped to it (0: as it is)."""
-    # A small overhead per message stands for the role and formatting tokens.
+    # An overhead per message and per call stands for the role, ids and formatting, about what
+    # they take on the wire (JSON keys and ids), so that the characters-per-token ratio learned
+    # from the server's counts holds for a request of many small messages as for one of few large.
     content = len(message.content)
     if tool_output_chars and message.role == "tool" and content > tool_output_chars:
         content = len(clip(message.content, tool_output_chars))
-    return 16 + content + sum(len(c.name) + len(c.arguments_json) + 16 for c in message.tool_calls)
+    return 40 + content + sum(len(c.name) + len(c.arguments_json) + 80 for c in message.tool_calls)
 
 
 def system_prompt(

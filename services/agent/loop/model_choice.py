@@ -24,6 +24,8 @@ class NamedModel:
     # Sampling parameters sent with every request to it; None: the server's default.
     temperature: float | None = None
     top_p: float | None = None
+    # Its context window in tokens (loop/window.py); 0: unknown, AGENTMESH_AGENT_CONTEXT_WINDOW.
+    context_window: int = 0
 
 
 class ModelChoice:

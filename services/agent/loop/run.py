@@ -60,6 +60,7 @@ from agentmesh.agent.loop.turn_model import TurnModel
 from agentmesh.agent.loop.turn_request import TurnRequest, agent_name, span_attributes, step_budget, workspace_of
 from agentmesh.agent.loop.turn_start import TurnStartup
 from agentmesh.agent.loop.usage_log import UsageLog
+from agentmesh.agent.loop.window import Calibration
 from agentmesh.agent.providers.base import ModelProvider
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import (
@@ -119,6 +120,8 @@ class Agent:
         turn_start: TurnStarter | None = None,
         learning: TurnLearning | None = None,
         catalog: ListedCatalog | None = None,
+        context_window: int = 0,
+        compaction_model: str = "",
     ):
         self.provider = provider
         self.tools = tools
@@ -139,7 +142,13 @@ class Agent:
         # The tools service's catalog kept between turns (tool_catalog.py); None: listed per turn.
         self.catalog = catalog
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
-        self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
+        # `context_window`: the default model's (AGENTMESH_LLM_CONTEXT_WINDOW); 0: unknown.
+        self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model, context_window=context_window),
+                       **(models or {})}
+        # The catalogue model that writes summaries (AGENTMESH_COMPACTION_MODEL); "": the turn's.
+        self.compaction_model = compaction_model
+        # Characters per token, learned per model from the usage replies report (window.py).
+        self.calibration = Calibration()
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
@@ -185,6 +194,8 @@ class TurnRun:
         )
         self._capabilities: list[Capability] = agent.capabilities(self._ctx)
         self._model = TurnModel(self._ctx, self._capabilities, models, self._shown)
+        self._ctx.budget, self._ctx.measure = self._model.budget, self._model.measure
+        self._ctx.current_model = lambda: self._model.models.current
         self._tool_owners: dict[str, Capability] = {}
         self._turn_messages: list[ChatMessage] = []
         self._tool_calls = ToolCalls(run_id=request.run_id, settings=self.settings, telemetry=agent.telemetry,
@@ -333,6 +344,10 @@ class TurnRun:
             })
             log.info("turn finished", stop_reason=stop_reason, iterations=self.iterations,
                      seconds=round(time.monotonic() - started, 3))
+            tokens, window = self._ctx.fill  # how full the window is, for the client to show
+            if window:
+                self._emit(StatusEvent(f"context: {tokens:,} of {window:,} tokens ({tokens * 100 // window}%)",
+                                       context_tokens=tokens, context_window=window))
             await self._usage_tag.flush()
             self._emit(RunFinishedEvent(usage=self.usage, iterations=self.iterations, final_text=final_text,
                                         trace_id=self.trace_id, stop_reason=stop_reason))

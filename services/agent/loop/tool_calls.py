@@ -164,7 +164,8 @@ class ToolCalls:
     @staticmethod
     async def _refuse(call: ToolCall, cap: int) -> ToolOutcome:
         return ToolOutcome.error(
-            call, "too_many_calls", f"error: not run: at most {cap} tool calls per reply; make fewer calls at a time"
+            call, "too_many_calls", f"error: not run: at most {cap} tool calls per reply "
+            "(AGENTMESH_AGENT_MAX_TOOL_CALLS); make fewer calls at a time"
         )
 
     async def _execute(self, call: ToolCall, limit: asyncio.Semaphore) -> ToolOutcome:

@@ -33,12 +33,14 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from agentmesh.agent.loop.approvals import ApprovalGate
 from agentmesh.agent.loop.ports import MemoryHit, TurnLearning
 from agentmesh.agent.loop.usage_log import UsageTag
+from agentmesh.agent.loop.window import ContextBudget
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import ChatMessage, ModelReply, RunEvent, ToolCall, ToolOutcome, ToolSpec, Usage
 
 __all__ = ["Capability", "Nudge", "Stop", "TurnContext", "Verdict"]
 
 if TYPE_CHECKING:  # the loop imports this module; only its types are needed here
+    from agentmesh.agent.loop.model_choice import NamedModel
     from agentmesh.agent.loop.run import Agent, TurnRun
     from agentmesh.agent.loop.turn_request import TurnRequest
 
@@ -83,6 +85,16 @@ class TurnContext:
     # any tool policy — `tools` is what the policies leave. None until the turn's start has read
     # it, and when it could not be read. What a self-made tool may never be named after.
     catalog: list[ToolSpec] | None = None
+    # The context budget of the turn's next model call, from its model's window (window.py).
+    budget: Callable[[], ContextBudget] = field(default=lambda: ContextBudget.of(32_768, max_tokens=0,
+                                                                                   chars_per_token=3.0))
+    # How full the last request left the window: (estimated tokens sent, window tokens).
+    fill: tuple[int, int] = (0, 0)
+    # The characters the next call would send for `turn`, before the budget policy trims anything:
+    # (system prompt and tools, history and the turn through every `view`).
+    measure: Callable[[list[ChatMessage]], tuple[int, int]] = field(default=lambda turn: (0, 0))
+    # The catalogue model the turn is talking to now (after any fallback).
+    current_model: Callable[[], "NamedModel"] = field(default=lambda: None)  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ same (model_call.py records usage as the reply arrives).
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Sequence
 
 from agentmesh.agent.loop import context
@@ -20,7 +21,8 @@ from agentmesh.agent.loop.model_call import traced_model_call
 from agentmesh.agent.loop.model_choice import ModelChoice
 from agentmesh.agent.loop.show_after_save import ShowAfterSave
 from agentmesh.agent.loop.turn import Capability, TurnContext
-from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent
+from agentmesh.agent.loop.window import ContextBudget
+from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent, ToolSpec
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
@@ -79,32 +81,60 @@ class TurnModel:
         """One model call (TurnContext.call_model), beside the save of the step's last results
         if they are unsaved (show_after_save.py)."""
         self.calls += 1
+        request, chars = self._request(turn, extra, allow_tools)
         if not self.shown.pending:
-            return await self._reply(self._request(turn, extra, allow_tools))
-        return await self.shown.beside(lambda: self._reply(self._request(turn, extra, allow_tools)),
-                                       name=f"model-call-{self.ctx.request.run_id}")
+            return await self._reply(request, chars)
+        return await self.shown.beside(lambda: self._reply(request, chars), name=f"model-call-{self.ctx.request.run_id}")
 
-    def _request(self, turn: Sequence[ChatMessage], extra: Sequence[ChatMessage], allow_tools: bool) -> ModelRequest:
+    def budget(self) -> ContextBudget:
+        """The next call's budget: the current model's window, its learned characters per token."""
+        s, chosen = self.ctx.settings, self.models.current
+        return ContextBudget.of(
+            chosen.context_window or s.context_window, max_tokens=chosen.max_output_tokens or s.max_tokens,
+            chars_per_token=self.ctx.agent.calibration.ratio(chosen.name), cap_chars=s.context_budget_chars,
+            compact_at_chars=s.compact_at_chars, compact_keep_chars=s.compact_keep_chars)
+
+    def measure(self, turn: Sequence[ChatMessage]) -> tuple[int, int]:
+        """The characters the next call would send for `turn`, before the budget policy trims:
+        (system prompt and tools — fixed for the turn —, history and this turn through the views)."""
+        ctx, s = self.ctx, self.ctx.settings
+        tools = ctx.tools
+        sections = [text for capability in self.capabilities for text in capability.system_sections()]
+        system = context.system_prompt(ctx.request.system_prompt or s.system_prompt, now=ctx.agent.clock(),
+                                       tools=tools, memories=ctx.memories, sections=sections)
+        clip_at = min(s.tool_output_chars, self.budget().tool_output_chars)
+        return (len(system) + tools_chars(tools),
+                sum(context.size_of(m, clip_at) for m in [*ctx.history, *self._view(turn)]))
+
+    def _request(self, turn: Sequence[ChatMessage], extra: Sequence[ChatMessage],
+                 allow_tools: bool) -> tuple[ModelRequest, int]:
+        """The request, and its size in the characters the budget counts."""
         ctx, s = self.ctx, self.ctx.settings
         tools, memories = ctx.tools, ctx.memories
         base = ctx.request.system_prompt or s.system_prompt
         sections = [text for capability in self.capabilities for text in capability.system_sections()]
         now = ctx.agent.clock()
         system = context.system_prompt(base, now=now, tools=tools, memories=memories, sections=sections)
+        budget = self.budget()
+        # The tools' schemas are sent with every call and take tokens like the messages.
+        declared = tools_chars(tools)
         kept, current, omitted = context.fit(
-            system, ctx.history, [*self._view(turn), *extra], budget_chars=s.context_budget_chars,
-            tool_output_chars=s.tool_output_chars,
+            system, ctx.history, [*self._view(turn), *extra], budget_chars=max(budget.chars - declared, 1000),
+            tool_output_chars=min(s.tool_output_chars, budget.tool_output_chars),
         )
         if omitted:  # the prompt then says how many messages were left out
             system = context.system_prompt(base, now=now, tools=tools, memories=memories, omitted=omitted,
                                            sections=sections)
+        messages = [ChatMessage(role="system", content=system), *kept, *current]
+        chars = declared + sum(context.size_of(m) for m in messages)
+        ctx.fill = (budget.tokens(chars), budget.window_tokens)
         return ModelRequest(
             model=ctx.model,
-            messages=[ChatMessage(role="system", content=system), *kept, *current],
+            messages=messages,
             tools=tools,
             allow_tools=allow_tools,
             max_tokens=s.max_tokens,
-        )
+        ), chars
 
     def _view(self, turn: Sequence[ChatMessage]) -> list[ChatMessage]:
         messages = list(turn)
@@ -112,7 +142,7 @@ class TurnModel:
             messages = capability.view(messages)
         return messages
 
-    async def _reply(self, request: ModelRequest) -> ModelReply:
+    async def _reply(self, request: ModelRequest, chars: int) -> ModelReply:
         """The reply of the turn's model, or of its fallback when it fails."""
         ctx = self.ctx
         while True:
@@ -123,8 +153,16 @@ class TurnModel:
             tag = ctx.usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
                                           fallback=self.models.fell_back)
             try:
-                return await traced_model_call(chosen.provider, ctx.agent.telemetry, request,
-                                               usage=ctx.usage, emit=ctx.emit, tag=tag)
+                # The estimate beside the server's count on the span shows how far it strays.
+                estimate = {"agentmesh.context.estimated_tokens": ctx.fill[0],
+                            "agentmesh.context.window": ctx.fill[1]}
+                reply = await traced_model_call(chosen.provider, ctx.agent.telemetry, request, usage=ctx.usage,
+                                                emit=ctx.emit, tag=tag, extra_attributes=estimate)
+                # The server's count of what was sent teaches the model's characters per token.
+                ctx.agent.calibration.observe(chosen.name, chars, reply.usage.input_tokens)
+                if reply.usage.input_tokens:  # the server's count beats the estimate
+                    ctx.fill = (reply.usage.input_tokens, ctx.fill[1])
+                return reply
             except AgentmeshError as exc:
                 fallback = self.models.fall_back()
                 if fallback is None:
@@ -133,3 +171,23 @@ class TurnModel:
                 ctx.emit(StatusEvent(f"model {chosen.name!r} failed ({exc.message}); "
                                      f"falling back to {fallback.name!r}"))
                 ctx.model = fallback.model
+
+
+# The size of each tool declaration, by the spec object (the catalog and the capabilities hand
+# the same objects to every turn): json.dumps of every schema on every call costs more than the
+# rest of the context's measure. Bounded; the specs are held so that their ids stay theirs.
+_DECLARED: dict[int, tuple[ToolSpec, int]] = {}
+_DECLARED_MAX = 4096
+
+
+def tools_chars(tools: Sequence[ToolSpec]) -> int:
+    """What the tools' declarations add to a request, in characters."""
+    total = 0
+    for t in tools:
+        known = _DECLARED.get(id(t))
+        if known is None or known[0] is not t:
+            if len(_DECLARED) >= _DECLARED_MAX:
+                _DECLARED.clear()
+            known = _DECLARED[id(t)] = (t, len(t.name) + len(t.description) + len(json.dumps(t.parameters)) + 16)
+        total += known[1]
+    return total

@@ -53,6 +53,10 @@ class TurnRequest:
     # Set on a turn whose session the gateway did not read: its start opens it, and the fields
     # above are resolved from it (session_open.py) before the first model call.
     opening: SessionToOpen | None = None
+    # Compact the conversation before this turn whatever its size (ChatOptions.compact, the
+    # REPL's /compact), keeping in detail what `compact_focus` names.
+    compact: bool = False
+    compact_focus: str = ""
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:
