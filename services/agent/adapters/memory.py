@@ -18,6 +18,7 @@ from agentmesh.agent.types import ChatMessage, Role, ToolCall
 from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
+from agentmesh.rpc.convert import image_from_proto, image_to_proto
 from agentmesh.rpc.peers import peer_error
 from agentmesh.toolpolicy import ToolPolicy
 from agentmesh.v1 import common_pb2, memory_pb2, sessions_pb2
@@ -39,6 +40,7 @@ def message_to_proto(m: ChatMessage) -> common_pb2.Message:
         run_id=m.run_id,
         kind=m.kind,
         covers_through_seq=m.covers_through_seq,
+        images=[image_to_proto(i) for i in m.images],
     )
 
 
@@ -59,6 +61,7 @@ def message_from_proto(m: common_pb2.Message) -> ChatMessage:
         seq=m.seq,
         kind=m.kind,
         covers_through_seq=m.covers_through_seq,
+        images=tuple([image_from_proto(i) for i in m.images]) if m.images else (),
     )
 
 
