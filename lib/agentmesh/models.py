@@ -14,6 +14,8 @@ single AGENTMESH_LLM_* model, which is always there as `default`.
         max_output_tokens: 2048
         text_tool_calls: false           # true: tools described in the prompt, calls parsed from
                                          # <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+        vision: false                    # false: the model takes no images, which it is shown as
+                                         # one line of text each; default true
         max_concurrency: 64              # calls to it at once, the rest wait (visibly); 0: no
                                          # limit; unset: AGENTMESH_LLM_MAX_CONCURRENCY
         fallback: default                # used when this one fails after its retries
@@ -61,6 +63,10 @@ class ModelSpec:
     # Calls to it at once (agent/providers/slots.py); 0: no limit; None: the deployment's
     # AGENTMESH_LLM_MAX_CONCURRENCY.
     max_concurrency: int | None = None
+    # Whether the model takes images (docs/agent.md "Images"); one that does not is shown each as
+    # a line of text ("[image: … — this model does not take images]"). Default true: the models
+    # people configure today mostly do, and a text-only one says so with `vision: false`.
+    vision: bool = True
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping of name, provider, base_url, model, ...")
     known = {"name", "provider", "base_url", "model", "api_key_env", "context_window", "prices", "temperature",
-             "top_p", "max_output_tokens", "fallback", "text_tool_calls", "max_concurrency"}
+             "top_p", "max_output_tokens", "fallback", "text_tool_calls", "max_concurrency", "vision"}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -151,6 +157,7 @@ def _spec(entry: Any, where: str) -> ModelSpec:
             max_output_tokens=int(entry.get("max_output_tokens") or 0),
             fallback=str(entry.get("fallback") or ""),
             max_concurrency=_concurrency(entry.get("max_concurrency"), f"{where} ({name}): max_concurrency"),
+            vision=True if entry.get("vision") is None else _flag(entry.get("vision"), f"{where} ({name}): vision"),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{where} ({name}): a number field holds something else ({exc})") from None
@@ -187,5 +194,6 @@ def catalog_of(llm: Any) -> ModelCatalog:
     """The deployment's catalogue from its `LLMSettings`: the AGENTMESH_LLM_* model as `default`
     (named as requests name it) and the AGENTMESH_MODELS ones loaded with the settings."""
     default = ModelSpec(name=DEFAULT_MODEL, provider=llm.provider, base_url=llm.endpoint, model=llm.model_name,
-                        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok)
+                        input_price_per_mtok=llm.input_price_per_mtok, output_price_per_mtok=llm.output_price_per_mtok,
+                        vision=llm.vision)
     return ModelCatalog.of(default, llm.models)

@@ -280,7 +280,7 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
         if spec.text_tool_calls:
             provider = TextToolCalls(provider)
         named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens,
-                                      temperature=spec.temperature, top_p=spec.top_p)
+                                      temperature=spec.temperature, top_p=spec.top_p, vision=spec.vision)
         closers.append(close)
     return named, closers
 

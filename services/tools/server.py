@@ -212,7 +212,8 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                                     max_lifetime_s=settings.background_max_s, network=settings.command_network)
     providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
-        FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes)),
+        FileTools(workspaces, settings.max_file_read_bytes, WorkspaceQuota(settings.workspace_quota_bytes),
+                  max_image_bytes=settings.max_image_bytes),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]
@@ -220,7 +221,8 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
         providers.append(background)
     providers += list(extra_providers)
     return ToolService(providers, workspaces, settings.max_arguments_bytes,
-                       background=background if settings.background_per_session else None)
+                       background=background if settings.background_per_session else None,
+                       max_image_bytes=settings.max_image_bytes)
 
 
 def session_depth_reader(memory):
@@ -281,7 +283,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by
     # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
     # names the limit in its INVALID_ARGUMENT.
-    largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
+    largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes, tools_settings.max_image_bytes)
     host = ServiceHost("tools", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
     # on_stop callbacks run in reverse: the executor closes last, after everything that still
@@ -293,7 +295,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         tenants = SessionTenants(memory, settings.address_of("memory"), settings.auth_policy, workspaces, host.audit)
         host.on_stop(memory.close)
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
-                           WorkspaceQuota(tools_settings.workspace_quota_bytes))
+                           WorkspaceQuota(tools_settings.workspace_quota_bytes), max_image_bytes=tools_settings.max_image_bytes)
     servicer = ToolsServicer(host.calls, core, files, tenants)
     host.add(tools_pb2_grpc.add_ToolsServicer_to_server, servicer, "agentmesh.v1.Tools")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.

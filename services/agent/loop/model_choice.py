@@ -24,6 +24,8 @@ class NamedModel:
     # Sampling parameters sent with every request to it; None: the server's default.
     temperature: float | None = None
     top_p: float | None = None
+    # Whether it takes images (agentmesh.models); False: each is a line of text (loop/images.py).
+    vision: bool = True
 
 
 class ModelChoice:

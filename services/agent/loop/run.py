@@ -41,10 +41,12 @@ from opentelemetry.trace import Status, StatusCode
 
 from agentmesh.agent.loop import context, tool_access
 from agentmesh.agent.loop.approvals import ApprovalGate
+from agentmesh.agent.loop.images import store_given
 from agentmesh.agent.loop.model_choice import ModelChoice, NamedModel
 from agentmesh.agent.loop.ports import (
     BackgroundCommands,
     ChildSessions,
+    ImageFiles,
     ListedCatalog,
     LongTermMemory,
     ToolRunner,
@@ -119,6 +121,8 @@ class Agent:
         turn_start: TurnStarter | None = None,
         learning: TurnLearning | None = None,
         catalog: ListedCatalog | None = None,
+        images: ImageFiles | None = None,
+        default_vision: bool = True,
     ):
         self.provider = provider
         self.tools = tools
@@ -139,7 +143,10 @@ class Agent:
         # The tools service's catalog kept between turns (tool_catalog.py); None: listed per turn.
         self.catalog = catalog
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
-        self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model), **(models or {})}
+        self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model, vision=default_vision),
+                       **(models or {})}
+        # The session workspace's stored images (loop/images.py); None: images are described, not shown.
+        self.images = images
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
@@ -339,7 +346,9 @@ class TurnRun:
 
     async def _turn(self) -> tuple[str, str]:
         req = self.request
-        user = ChatMessage(role="user", content=req.message, run_id=req.run_id)
+        # Stored before the message that references them; a bad one ends the turn before anything is.
+        images = await store_given(self.agent.images, workspace_of(req), req.images, self.settings.max_image_bytes)
+        user = ChatMessage(role="user", content=req.message, run_id=req.run_id, images=images)
         started = await self._startup.run(user, self._capabilities, persist=self._persist, writing=self._writing)
         self._ctx.stored, history, memories = started.stored, started.history, started.memories
         self._ctx.catalog = list(self._startup.remote_tools) if self._startup.remote_catalog_known else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.modes import DEEP
@@ -53,6 +54,8 @@ class TurnRequest:
     # Set on a turn whose session the gateway did not read: its start opens it, and the fields
     # above are resolved from it (session_open.py) before the first model call.
     opening: SessionToOpen | None = None
+    # The user's images (loop/images.py): stored in the workspace before the message is.
+    images: tuple[GivenImage, ...] = ()
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:
