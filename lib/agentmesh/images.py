@@ -12,6 +12,9 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
+from typing import Protocol, Sequence, TypeVar
+
+from agentmesh.errors import InvalidArgument
 
 __all__ = [
     "ATTACHMENTS_DIR",
@@ -21,6 +24,7 @@ __all__ = [
     "describe",
     "image_info",
     "media_type_of",
+    "validate_images",
 ]
 
 ATTACHMENTS_DIR = ".attachments"
@@ -125,3 +129,54 @@ def describe(image: ImageRef, why: str = "") -> str:
     else:
         parts.append(_NAMES.get(image.media_type, image.media_type or "unknown kind"))
     return f"[image: {', '.join(parts)}{' — ' + why if why else ''}]"
+
+
+class _Given(Protocol):
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def media_type(self) -> str: ...
+
+
+G = TypeVar("G", bound=_Given)
+MAX_NAME_CHARS = 200
+MAX_PATH_CHARS = 1000
+
+
+def validate_images(images: Sequence[G], *, max_count: int, max_bytes: int, max_total_bytes: int = 0,
+                    settings: str = "") -> Sequence[G]:
+    """The images of a chat request, checked: at most `max_count`, each either bytes of a kind we
+    take (at most `max_bytes`) or a workspace path, the bytes together at most `max_total_bytes`
+    (0: no bound of its own). Raises InvalidArgument naming the image and the limit; `settings`
+    names the variables that set the limits, for the sentence."""
+    where = f" ({settings})" if settings else ""
+    if len(images) > max_count:
+        raise InvalidArgument(f"images holds {len(images)} images; at most {max_count} go with one message{where}")
+    total = 0
+    for index, image in enumerate(images):
+        at = f"images[{index}]"
+        if bool(image.data) == bool(image.path):
+            raise InvalidArgument(f"{at}: give either the image's bytes (data) or the path of an image file in the "
+                                  "session's workspace (path), not both or neither")
+        if len(image.name) > MAX_NAME_CHARS or len(image.path) > MAX_PATH_CHARS:
+            raise InvalidArgument(f"{at}: name is limited to {MAX_NAME_CHARS} characters and path to {MAX_PATH_CHARS}")
+        if image.media_type and image.media_type not in MEDIA_TYPES:
+            raise InvalidArgument(f"{at}: media_type {image.media_type[:60]!r} is not one of {', '.join(MEDIA_TYPES)}")
+        if not image.data:
+            continue
+        if len(image.data) > max_bytes:
+            raise InvalidArgument(f"{at} is {len(image.data)} bytes; an image may be at most {max_bytes} bytes{where}")
+        kind = media_type_of(image.data)
+        if not kind:
+            raise InvalidArgument(f"{at} is not a PNG, JPEG, GIF or WebP image (its bytes are none of those)")
+        if image.media_type and image.media_type != kind:
+            raise InvalidArgument(f"{at}: media_type says {image.media_type} but the bytes are {kind}")
+        total += len(image.data)
+        if max_total_bytes and total > max_total_bytes:
+            raise InvalidArgument(f"the images of one message may be at most {max_total_bytes} bytes together; "
+                                  f"these are more{where}")
+    return images

@@ -21,12 +21,14 @@ from agentmesh.agent.adapters.memory import (
     GrpcUsageLog,
     UsageOutbox,
 )
+from agentmesh.agent.adapters.images import GrpcImageFiles
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
 from agentmesh.agent.adapters.tools import GrpcBackgroundCommands, GrpcToolRunner
 from agentmesh.agent.adapters.watches import BackgroundWatch, CatalogWatch
 from agentmesh.agent.capabilities.learning import LearningSources
 from agentmesh.agent.capabilities.reflection import Reflector
 from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.model_choice import NamedModel
 from agentmesh.agent.loop.run import Agent
 from agentmesh.agent.loop.session_open import SessionToOpen
@@ -36,6 +38,7 @@ from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
+from agentmesh.images import validate_images
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
@@ -45,7 +48,7 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
-from agentmesh.rpc.server import MIB, ServiceHost
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.toolpolicy import validate_permission_mode, validate_policy
 from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, learning_pb2
@@ -53,6 +56,8 @@ from agentmesh.v1 import agent_pb2, agent_pb2_grpc, common_pb2, learning_pb2
 log = get_logger("agentmesh.agent")
 
 MAX_MESSAGE_CHARS = 1_000_000
+# The gateway bounds a message's images by its settings; this only keeps a request sane.
+MAX_IMAGES = 64
 MAX_APPROVAL_TOOLS = 64
 MAX_TOOL_NAME_CHARS = 128
 
@@ -132,8 +137,9 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             validate_id(request.run_id, "run_id")
         if request.namespace:
             validate_namespace(request.namespace)
-        if not request.message.strip():
+        if not request.message.strip() and not request.images:
             raise InvalidArgument("message is empty: send the text of the user's turn")
+        images = validate_images(request.images, max_count=MAX_IMAGES, max_bytes=self._settings.max_image_bytes)
         if len(request.message) > MAX_MESSAGE_CHARS:
             raise InvalidArgument(f"message is {len(request.message)} characters; the limit is {MAX_MESSAGE_CHARS}")
         options = request.options
@@ -173,6 +179,7 @@ class AgentServicer(agent_pb2_grpc.AgentServicer):
             tool_policies=policies,
             mcp_servers_version=request.mcp_servers_version if request.HasField("mcp_servers_version") else None,
             opening=opening,
+            images=tuple(GivenImage(data=i.data, path=i.path, name=i.name) for i in images),
         )
 
     @translate_errors
@@ -322,13 +329,17 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target, known=known_background),
+        images=GrpcImageFiles(tools_channel, tools_target),
+        default_vision=settings.llm.vision,
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),
     )
-    # A turn request holds the gateway's message (<= 100k characters by default) and options.
-    host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
+    # A turn request holds the gateway's message (<= 100k characters by default), its options and
+    # the user's images (AGENTMESH_GATEWAY_MAX_IMAGES_TOTAL_BYTES together, 12 MiB by default).
+    host = ServiceHost("agent", settings, telemetry, address=address, identity=identity,
+                       max_receive_bytes=MAX_MESSAGE_BYTES)
     reflector = Reflector(provider, GrpcReflectionBackend(memory_client), telemetry, model=settings.llm.model_name,
                           max_tokens=agent_settings.max_tokens)
     host.add(agent_pb2_grpc.add_AgentServicer_to_server, AgentServicer(agent, agent_settings, reflector),

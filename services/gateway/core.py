@@ -21,6 +21,7 @@ from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.gateway.turns import RunningTurn, SessionTurns, relay
+from agentmesh.images import validate_images
 from agentmesh.ids import new_id, validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
@@ -151,8 +152,11 @@ class Gateway:
     def validate_chat(self, request: gateway_pb2.ChatRequest) -> None:
         """Everything about a chat request that can be refused before anything is written."""
         validate_id(request.session_id)
-        if not request.message.strip():
+        if not request.message.strip() and not request.images:
             raise InvalidArgument("message is empty: send the text of the user's turn")
+        validate_images(request.images, max_count=self._settings.max_images, max_bytes=self._settings.max_image_bytes,
+                        max_total_bytes=self._settings.max_images_total_bytes,
+                        settings="AGENTMESH_GATEWAY_MAX_IMAGES, _MAX_IMAGE_BYTES, _MAX_IMAGES_TOTAL_BYTES")
         if len(request.message) > self._settings.max_message_chars:
             raise InvalidArgument(
                 f"message is {len(request.message)} characters; the limit is {self._settings.max_message_chars}"
@@ -218,6 +222,7 @@ class Gateway:
                 run_id=turn.run_id,
                 message=request.message,
                 options=request.options,
+                images=request.images,
                 namespace=namespace,
                 open_session=agent_pb2.SessionToOpen(
                     session=self._new_session(session_id, "", {}, namespace),
