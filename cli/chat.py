@@ -58,6 +58,8 @@ def register(subparsers) -> None:
                       help="offer only these tools in this turn (within what the session allows); repeatable")
     chat.add_argument("--deny-tool", action="append", default=[], metavar="TOOL",
                       help="do not offer this tool in this turn; repeatable")
+    chat.add_argument("--image", action="append", default=[], metavar="FILE",
+                      help="show the agent this image (PNG, JPEG, GIF or WebP) with the message; repeatable")
     chat.add_argument("--if-busy", choices=("reject", "enqueue", "interrupt", "rollback"), default="",
                       help="if the session is already running a turn: refuse (reject), wait for it (enqueue), "
                            "stop it and go on from its finished steps (interrupt), or stop it and remove its "
@@ -201,6 +203,8 @@ async def run_chat(args) -> int:
         options.tools.CopyFrom(common_pb2.ToolPolicy(allow=args.allow_tool, deny=args.deny_tool))
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
+    if args.image and not one_shot:
+        raise CliError("--image goes with a MESSAGE: agentmesh chat \"what is this?\" --image FILE", EXIT_USAGE)
     render: Callable[[common_pb2.Event], None]
     if args.json:
         def render(e: common_pb2.Event) -> None:
@@ -219,12 +223,26 @@ async def run_chat(args) -> int:
         # --json leaves decisions to whoever reads the events (`agentmesh approvals ...`).
         prompter = ApprovalPrompter(stub, settings) if not args.json and (interactive or not one_shot) else None
         if one_shot:
-            request = gateway_pb2.ChatRequest(session_id=session_id, message=args.message, options=options)
+            request = gateway_pb2.ChatRequest(session_id=session_id, message=args.message, options=options,
+                                              images=_images(args.image))
             return await stream_turn(stub, settings, request, render, prompter)
         if interactive:
             prompter = ApprovalPrompter(stub, settings, routed=True) if prompter is not None else None
             return await _terminal_repl(stub, settings, session_id, options, render, prompter)
         return await _repl(stub, settings, session_id, options, render, prompter)
+
+
+def _images(paths: list[str]) -> list[common_pb2.Image]:
+    """The --image files as the request's images; the gateway checks their kind and size."""
+    images = []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise CliError(f"--image {path}: cannot read it ({exc.strerror or exc})", EXIT_USAGE) from None
+        images.append(common_pb2.Image(data=data, name=path.rsplit("/", 1)[-1]))
+    return images
 
 
 async def _repl(stub, settings: Settings, session_id: str, options, render, prompter=None) -> int:
