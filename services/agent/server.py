@@ -13,6 +13,7 @@ from google.protobuf import json_format
 
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters.background_sessions import KnownBackground
+from agentmesh.agent.adapters.images import GrpcImageFiles
 from agentmesh.agent.adapters.learning import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
 from agentmesh.agent.adapters.memory import (
     GrpcLongTermMemory,
@@ -21,7 +22,6 @@ from agentmesh.agent.adapters.memory import (
     GrpcUsageLog,
     UsageOutbox,
 )
-from agentmesh.agent.adapters.images import GrpcImageFiles
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
 from agentmesh.agent.adapters.tools import GrpcBackgroundCommands, GrpcToolRunner
 from agentmesh.agent.adapters.watches import BackgroundWatch, CatalogWatch
@@ -38,8 +38,8 @@ from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
-from agentmesh.images import validate_images
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
+from agentmesh.images import validate_images
 from agentmesh.logs import get_logger
 from agentmesh.memory.client import MemoryClient
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, catalog_of

@@ -21,8 +21,8 @@ from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import IF_BUSY_POLICIES, GatewaySettings
 from agentmesh.gateway.turns import RunningTurn, SessionTurns, relay
-from agentmesh.images import validate_images
 from agentmesh.ids import new_id, validate_id, validate_namespace
+from agentmesh.images import validate_images
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
 from agentmesh.modes import validate_mode

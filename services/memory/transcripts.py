@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
-from agentmesh.images import ATTACHMENTS_DIR
 from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
+from agentmesh.images import ATTACHMENTS_DIR
 from agentmesh.memory.ports import TranscriptStore, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.toolpolicy import ToolPolicy, validate_permission_mode, validate_policy

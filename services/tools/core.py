@@ -19,9 +19,9 @@ from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.tools.background import BackgroundCommand, BackgroundCommands
 from agentmesh.tools.background_sessions import BackgroundSessions
-from agentmesh.tools.images import store_images
 from agentmesh.tools.catalog import CallContext, ChangingProvider, Tool, ToolProvider, ToolSpec
 from agentmesh.tools.catalog_version import CatalogVersions
+from agentmesh.tools.images import store_images
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces
 

@@ -195,7 +195,7 @@ async def test_an_image_by_http_and_by_the_cli(stack, llm, tmp_path):
     picture = tmp_path / "cli.png"
     picture.write_bytes(png(2, 2, shade=9))
     llm.add(reply("seen from the CLI"))
-    code, out, err = await run_cli(stack, "chat", "look", "--session", "cli", "--image", str(picture))
+    code, _, err = await run_cli(stack, "chat", "look", "--session", "cli", "--image", str(picture))
     assert code == 0, err
     assert openai_images(llm.requests[1].body["messages"][-1]) == [data_url(picture.read_bytes())]
 

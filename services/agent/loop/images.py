@@ -19,7 +19,7 @@ from agentmesh.agent.types import ChatMessage, ImageRef, ModelRequest
 from agentmesh.errors import AgentmeshError, InvalidArgument
 from agentmesh.images import attachment_path, image_info
 
-__all__ = ["GivenImage", "ImageReads", "NO_VISION", "store_given", "with_images"]
+__all__ = ["NO_VISION", "GivenImage", "ImageReads", "store_given", "with_images"]
 
 NO_VISION = "this model does not take images"
 
