@@ -142,13 +142,13 @@ class _Given(Protocol):
     def media_type(self) -> str: ...
 
 
-G = TypeVar("G", bound=_Given)
-MAX_NAME_CHARS = 200
-MAX_PATH_CHARS = 1000
+_G = TypeVar("_G", bound=_Given)
+_MAX_NAME_CHARS = 200
+_MAX_PATH_CHARS = 1000
 
 
-def validate_images(images: Sequence[G], *, max_count: int, max_bytes: int, max_total_bytes: int = 0,
-                    settings: str = "") -> Sequence[G]:
+def validate_images(images: Sequence[_G], *, max_count: int, max_bytes: int, max_total_bytes: int = 0,
+                    settings: str = "") -> Sequence[_G]:
     """The images of a chat request, checked: at most `max_count`, each either bytes of a kind we
     take (at most `max_bytes`) or a workspace path, the bytes together at most `max_total_bytes`
     (0: no bound of its own). Raises InvalidArgument naming the image and the limit; `settings`
@@ -162,8 +162,8 @@ def validate_images(images: Sequence[G], *, max_count: int, max_bytes: int, max_
         if bool(image.data) == bool(image.path):
             raise InvalidArgument(f"{at}: give either the image's bytes (data) or the path of an image file in the "
                                   "session's workspace (path), not both or neither")
-        if len(image.name) > MAX_NAME_CHARS or len(image.path) > MAX_PATH_CHARS:
-            raise InvalidArgument(f"{at}: name is limited to {MAX_NAME_CHARS} characters and path to {MAX_PATH_CHARS}")
+        if len(image.name) > _MAX_NAME_CHARS or len(image.path) > _MAX_PATH_CHARS:
+            raise InvalidArgument(f"{at}: name is limited to {_MAX_NAME_CHARS} characters and path to {_MAX_PATH_CHARS}")
         if image.media_type and image.media_type not in MEDIA_TYPES:
             raise InvalidArgument(f"{at}: media_type {image.media_type[:60]!r} is not one of {', '.join(MEDIA_TYPES)}")
         if not image.data:
