@@ -8,9 +8,11 @@ import grpc
 from opentelemetry import trace
 
 from agentmesh.config import Settings
-from agentmesh.errors import FailedPrecondition
+from agentmesh.errors import FailedPrecondition, PermissionDenied
 from agentmesh.ids import validate_namespace
+from agentmesh.images import ATTACHMENTS_DIR
 from agentmesh.logs import get_logger
+from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.carried import CarriedCalls, ServedMethod, oneof_answers
 from agentmesh.rpc.client import open_channel
@@ -41,7 +43,7 @@ from agentmesh.tools.settings import ToolsSettings
 from agentmesh.tools.tenancy import SessionTenants
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
-from agentmesh.tools.workspace_files import WorkspaceFiles
+from agentmesh.tools.workspace_files import WorkspaceFiles, is_stored_image
 from agentmesh.v1 import memory_pb2_grpc, sessions_pb2, tools_pb2, tools_pb2_grpc
 
 log = get_logger("agentmesh.tools")
@@ -160,16 +162,27 @@ class ToolsServicer(tools_pb2_grpc.ToolsServicer):
             truncated=listing.truncated,
         )
 
+    @staticmethod
+    def _by_agent() -> bool:
+        principal = current_principal.get()
+        return principal is not None and principal.via == "agent"
+
     @translate_errors
     async def ReadWorkspaceFile(self, request, context):
         await self._session(request.session_id, "ReadWorkspaceFile")
-        view = await self._files.read(request.session_id, request.path, request.max_bytes)
+        # The agent reads images: a user's attached by path, and the stored ones, whole.
+        view = await self._files.read(request.session_id, request.path, request.max_bytes, images=self._by_agent())
         return tools_pb2.ReadWorkspaceFileResponse(
             path=view.path, content=view.content, size=view.size, truncated=view.truncated
         )
 
     @translate_errors
     async def WriteWorkspaceFile(self, request, context):
+        # The agent writes only a session's stored images (docs/agent.md "Images"); any other
+        # file it writes through the tools the model calls, checked and recorded as such.
+        if self._by_agent() and not is_stored_image(request.path):
+            raise PermissionDenied(f"tools.WriteWorkspaceFile refused: the agent service may write only the workspace's "
+                                   f"{ATTACHMENTS_DIR}/ (its stored images); other files go through its tools")
         await self._session(request.session_id, "WriteWorkspaceFile", grows=True)
         written = await self._files.write(request.session_id, request.path, request.content, request.overwrite)
         return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)

@@ -83,11 +83,12 @@ class WorkspaceFiles:
     async def list(self, session_id: str, user_path: str) -> Listing:
         return await asyncio.to_thread(self._guarded, self._list, session_id, user_path)
 
-    async def read(self, session_id: str, user_path: str, max_bytes: int = 0) -> FileView:
+    async def read(self, session_id: str, user_path: str, max_bytes: int = 0, *, images: bool = False) -> FileView:
+        """`images`: the caller reads an image whole (the agent), up to the image bound."""
         if max_bytes < 0:
             raise InvalidArgument(f"max_bytes must not be negative, got {max_bytes}")
         bound = self._max_view_bytes
-        if _stored_image(user_path):
+        if images or is_stored_image(user_path):
             bound = max(bound, self._max_image_bytes)
         limit = min(max_bytes or bound, bound)
         return await asyncio.to_thread(self._guarded, self._read, session_id, user_path, limit)
@@ -95,7 +96,7 @@ class WorkspaceFiles:
     async def write(self, session_id: str, user_path: str, content: bytes, overwrite: bool) -> Written:
         if not user_path.strip():
             raise InvalidArgument("path is required: where in the workspace to put the file, e.g. 'data/input.csv'")
-        limit = max(self.max_upload_bytes, self._max_image_bytes) if _stored_image(user_path) else self.max_upload_bytes
+        limit = max(self.max_upload_bytes, self._max_image_bytes) if is_stored_image(user_path) else self.max_upload_bytes
         if len(content) > limit:
             raise InvalidArgument(
                 f"the file is {len(content)} bytes; {'images' if limit != self.max_upload_bytes else 'uploads'} "
@@ -184,7 +185,7 @@ class WorkspaceFiles:
         return Written(shown, len(content), not exists)
 
 
-def _stored_image(user_path: str) -> bool:
+def is_stored_image(user_path: str) -> bool:
     """A path of the workspace's stored images (agentmesh.images), which have their own bound."""
     return user_path.removeprefix("/workspace/").startswith(ATTACHMENTS_DIR + "/")
 

@@ -74,9 +74,11 @@ models:
 
 
 async def tools_write(stack, session_id: str, path: str, content: bytes) -> None:
-    """A file in the session's workspace, as the console's upload puts it there."""
+    """A file in the session's workspace, uploaded as the console does (Gateway.WriteWorkspaceFile)."""
+    gateway = stack.gateway_stub()
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id=session_id), timeout=10)
     request = tools_pb2.WriteWorkspaceFileRequest(session_id=session_id, path=path, content=content)
-    await stack.tools_stub().WriteWorkspaceFile(request, timeout=10)
+    await gateway.WriteWorkspaceFile(request, timeout=10)
 
 
 async def stored_attachments(stack, session_id: str) -> list[str]:
