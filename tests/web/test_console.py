@@ -350,4 +350,8 @@ async def test_images_go_with_a_message_chosen_dropped_and_pasted(browser, stack
     sent = llm.requests[0].body["messages"][-1]["content"]
     urls = [part["image_url"]["url"] for part in sent if part["type"] == "image_url"]
     assert urls == [f"data:image/png;base64,{base64.b64encode(p).decode()}" for p in (chosen, dropped, pasted)]
+    # Opened again, the stored message names its images (the transcript holds references).
+    await page.reload()
+    await expect(page.locator(".bubble.user .image-ref")).to_have_text(
+        ["[image: chosen.png]", "[image: dropped.png]", "[image: pasted.png]"])
     errors.assert_none()
