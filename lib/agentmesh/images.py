@@ -25,6 +25,7 @@ __all__ = [
     "image_info",
     "media_type_of",
     "validate_images",
+    "validate_references",
 ]
 
 ATTACHMENTS_DIR = ".attachments"
@@ -180,3 +181,13 @@ def validate_images(images: Sequence[_G], *, max_count: int, max_bytes: int, max
             raise InvalidArgument(f"the images of one message may be at most {max_total_bytes} bytes together; "
                                   f"these are more{where}")
     return images
+
+
+def validate_references(paths: Sequence[str], where: str, *, max_count: int) -> None:
+    """Stored images (a transcript's): references to files under ATTACHMENTS_DIR, never bytes
+    (whoever sends bytes sends an empty path). Raises InvalidArgument saying so."""
+    if len(paths) > max_count:
+        raise InvalidArgument(f"{where}: at most {max_count} images per message, got {len(paths)}")
+    if any(not path.startswith(ATTACHMENTS_DIR + "/") for path in paths):
+        raise InvalidArgument(f"{where}: an image is stored by reference: its path must be under {ATTACHMENTS_DIR}/ "
+                              "in the session's workspace, and its bytes are not sent")

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
-from agentmesh.images import ATTACHMENTS_DIR
+from agentmesh.images import validate_references
 from agentmesh.memory.ports import TranscriptStore, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.toolpolicy import ToolPolicy, validate_permission_mode, validate_policy
@@ -34,8 +34,7 @@ MAX_TITLE_CHARS = 500
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
 MAX_TOOL_CALLS = 128
-# Images a message may reference: the gateway's per-message bound, with room for a tool's.
-MAX_IMAGES = 64
+MAX_IMAGES = 64  # a message's image references: the gateway's bound (at most 64), or a step's results'
 MAX_PAGE_SESSIONS = 500
 MAX_PAGE_MESSAGES = 1000
 # The result memory records for a call whose step ended without one (the agent was killed).
@@ -128,8 +127,7 @@ class TranscriptMessage:
     created_at: float = 0.0
     kind: str = ""  # "" | "summary" (the agent's compaction summary)
     covers_through_seq: int = 0  # kind == "summary": last seq it stands in for
-    # References to images stored in the session's workspace (agentmesh.images): path,
-    # media_type, name, width, height, size_bytes — never the bytes.
+    # Images by reference to the workspace's stored copy (agentmesh.images), never their bytes.
     images: list[dict[str, Any]] = field(default_factory=list)
 
     def payload(self, session_id: str) -> dict[str, Any]:
@@ -322,13 +320,8 @@ class Transcripts:
             raise InvalidArgument(f"{where}: kind must be empty or one of {', '.join(MESSAGE_KINDS[1:])}, got {m.kind!r}")
         if m.covers_through_seq < 0 or (m.covers_through_seq and m.kind != "summary"):
             raise InvalidArgument(f"{where}: covers_through_seq must be a non-negative seq, set only on a summary")
-        if len(m.images) > MAX_IMAGES:
-            raise InvalidArgument(f"{where}: at most {MAX_IMAGES} images per message, got {len(m.images)}")
-        for image in m.images:
-            # A transcript holds references: the bytes live once, in the session's workspace.
-            if not str(image.get("path", "")).startswith(ATTACHMENTS_DIR + "/"):
-                raise InvalidArgument(f"{where}: an image is stored by reference: its path must be under "
-                                      f"{ATTACHMENTS_DIR}/ in the session's workspace, and its bytes are not sent")
+        # A transcript holds references: the bytes live once, in the session's workspace.
+        validate_references([str(i.get("path", "")) for i in m.images], where, max_count=MAX_IMAGES)
 
     def _validate_append(self, session_id: str, messages: Sequence[TranscriptMessage]) -> None:
         validate_id(session_id)
