@@ -280,6 +280,7 @@ class Gateway:
                 name=spec.name, provider=spec.provider, model=spec.model, context_window=spec.context_window,
                 input_price_per_mtok=spec.input_price_per_mtok, output_price_per_mtok=spec.output_price_per_mtok,
                 max_output_tokens=spec.max_output_tokens, fallback=spec.fallback, is_default=spec.name == DEFAULT_MODEL,
+                no_vision=not spec.vision,
             )
             for spec in (catalog.get(name) for name in catalog.names()) if spec is not None
         ])

@@ -148,6 +148,8 @@ async def test_an_image_read_by_a_tool_reaches_both_protocols(stack, llm, claude
 
 
 async def test_a_model_without_vision_gets_a_line_of_text(stack, llm, blind):
+    listing = await stack.gateway_stub().ListModels(gateway_pb2.ListModelsRequest(), timeout=10)
+    assert {m.name: m.no_vision for m in listing.models} == {"default": False, "claude": False, "blind": True}
     blind.add(reply("I cannot see it"))
     request = gateway_pb2.ChatRequest(session_id="blind", message="look",
                                       options=gateway_pb2.ChatOptions(model="blind"),
