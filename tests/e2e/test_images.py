@@ -181,11 +181,14 @@ async def test_bad_images_are_refused_before_anything_is_stored(stack, llm):
     await tools_write(stack, "bad", "notes.txt", b"just text")
     for path, sentence in [("missing.png", "images[0] (missing.png): missing.png does not exist in the workspace"),
                            ("notes.txt", "images[0] (notes.txt) is not a PNG, JPEG, GIF or WebP image")]:
+        # A good image before the bad one is not stored either.
+        images = [common_pb2.Image(data=PICTURE), common_pb2.Image(path=path)]
         err = await rpc_error(collect(gateway.Chat(gateway_pb2.ChatRequest(
-            session_id="bad", message="x", images=[common_pb2.Image(path=path)]), timeout=30)))
-        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and sentence in err.details()
+            session_id="bad", message="x", images=images), timeout=30)))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and sentence.replace("[0]", "[1]") in err.details()
     assert len(llm.requests) == 1
     assert await transcript(gateway, "bad") == before
+    assert not (Path(stack.env["AGENTMESH_HOME"]) / "workspaces" / "bad" / ".attachments").exists()
 
 
 async def test_an_image_by_http_and_by_the_cli(stack, llm, tmp_path):

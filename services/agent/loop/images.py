@@ -50,19 +50,20 @@ async def store_given(files: ImageFiles | None, session_id: str, given: Sequence
         return ()
     if files is None:
         raise InvalidArgument("this agent cannot store images (it has no tools service to keep them in)")
-    refs = []
-    for number, image in enumerate(given, 1):
-        where = f"images[{number - 1}]" + (f" ({image.path})" if image.path else "")
+    read: list[tuple[ImageRef, bytes]] = []
+    for index, image in enumerate(given):
+        where = f"images[{index}]" + (f" ({image.path})" if image.path else "")
         data = image.data
         if not data:
             try:
                 data = await files.read(session_id, image.path, max_bytes)
             except AgentmeshError as exc:
                 raise InvalidArgument(f"{where}: {exc.message}") from None
-        ref = _ref(data, image.name or image.path.rsplit("/", 1)[-1], where)
+        read.append((_ref(data, image.name or image.path.rsplit("/", 1)[-1], where), data))
+    # Written only once every one is known good: a refused request leaves nothing behind.
+    for ref, data in read:
         await files.write(session_id, ref.path, data)
-        refs.append(ref)
-    return tuple(refs)
+    return tuple(ref for ref, _ in read)
 
 
 class ImageReads:
