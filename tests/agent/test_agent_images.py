@@ -84,6 +84,13 @@ async def test_a_request_gets_the_bytes_once_per_turn_or_a_line_of_text():
     assert files.reads == [here.path, gone.path]  # read once for the whole turn
     assert request.messages[0].images == (here, gone)  # the stored message keeps its references
 
+    # Past the per-request bound the older images are a line: the newest stay pixels.
+    older = ChatMessage(role="user", content="first", images=(here,))
+    both = ModelRequest(model="m", tools=[], messages=[older, ChatMessage(role="user", content="then", images=(here,))])
+    bounded = await with_images(both, True, reads, max_images=1)
+    assert bounded.messages[0].images == () and bounded.messages[1].images[0].data == picture
+    assert bounded.messages[0].content == "first\n[image: a.png, 3×3 PNG — shown earlier; not sent again]"
+
     blind = await with_images(request, False, reads)
     assert blind.messages[0].images == ()
     assert blind.messages[0].content.splitlines()[1] == "[image: a.png, 3×3 PNG — this model does not take images]"

@@ -87,23 +87,31 @@ class ImageReads:
         return self._read[image.path]
 
 
-async def with_images(request: ModelRequest, vision: bool, reads: ImageReads) -> ModelRequest:
-    """The request as sent: images with their bytes (vision), or described in the text (not)."""
+async def with_images(request: ModelRequest, vision: bool, reads: ImageReads, *, max_images: int = 20,
+                      max_bytes: int = 20 * 1024 * 1024) -> ModelRequest:
+    """The request as sent: images with their bytes (vision), or described in the text (not).
+    The newest `max_images` images of at most `max_bytes` together are sent; older ones are
+    described ("shown earlier"): every call resends the history, and the APIs bound a request
+    (Anthropic: 32 MB), so a long session of screenshots would otherwise stop fitting."""
     if not any(m.images for m in request.messages):
         return request
-    messages: list[ChatMessage] = []
-    for m in request.messages:
+    sent_count, sent_bytes = 0, 0
+    out: list[ChatMessage] = []
+    for m in reversed(request.messages):  # newest first: they are the ones kept as pixels
         if not m.images:
-            messages.append(m)
+            out.append(m)
             continue
         shown: list[ImageRef] = []
         lines: list[str] = []
         for image in m.images:
             got = await reads.get(image) if vision else NO_VISION
+            if isinstance(got, bytes) and (sent_count >= max_images or sent_bytes + len(got) > max_bytes):
+                got = "shown earlier; not sent again"
             if isinstance(got, bytes):
+                sent_count, sent_bytes = sent_count + 1, sent_bytes + len(got)
                 shown.append(dataclasses.replace(image, data=got))
             else:
                 lines.append(image.described(got))
         content = "\n".join([m.content, *lines]) if m.content and lines else m.content or "\n".join(lines)
-        messages.append(dataclasses.replace(m, content=content, images=tuple(shown)))
-    return dataclasses.replace(request, messages=messages)
+        out.append(dataclasses.replace(m, content=content, images=tuple(shown)))
+    return dataclasses.replace(request, messages=out[::-1])

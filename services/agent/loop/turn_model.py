@@ -124,7 +124,8 @@ class TurnModel:
                                           max_tokens=chosen.max_output_tokens or request.max_tokens,
                                           temperature=chosen.temperature, top_p=chosen.top_p)
             # After the choice of model: a fallback may take images where the first did not.
-            sent = await with_images(request, chosen.vision, self.images)
+            sent = await with_images(request, chosen.vision, self.images, max_images=ctx.settings.max_request_images,
+                                     max_bytes=ctx.settings.max_request_image_bytes)
             tag = ctx.usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
                                           fallback=self.models.fell_back)
             try:
