@@ -39,6 +39,8 @@ def register(subparsers) -> None:
                       help="offer only these tools in this turn (within what the session allows); repeatable")
     chat.add_argument("--deny-tool", action="append", default=[], metavar="TOOL",
                       help="do not offer this tool in this turn; repeatable")
+    chat.add_argument("--image", action="append", default=[], metavar="FILE",
+                      help="show the agent this image (PNG, JPEG, GIF or WebP) with the message; repeatable")
     chat.add_argument("--if-busy", choices=("reject", "enqueue", "interrupt", "rollback"), default="",
                       help="if the session is already running a turn: refuse (reject), wait for it (enqueue), "
                            "stop it and go on from its finished steps (interrupt), or stop it and remove its "

@@ -189,6 +189,8 @@ async def chat(args) -> int:
         options.tools.CopyFrom(common_pb2.ToolPolicy(allow=args.allow_tool, deny=args.deny_tool))
     interactive = sys.stdin.isatty()
     one_shot = args.message is not None
+    if args.image and not one_shot:
+        raise CliError("--image goes with a MESSAGE: agentmesh chat \"what is this?\" --image FILE", EXIT_USAGE)
     render: Callable[[common_pb2.Event], None]
     if args.json:
         def render(e: common_pb2.Event) -> None:
@@ -207,7 +209,8 @@ async def chat(args) -> int:
         # --json leaves decisions to whoever reads the events (`agentmesh approvals ...`).
         prompter = ApprovalPrompter(stub, settings) if not args.json and (interactive or not one_shot) else None
         if one_shot:
-            request = gateway_pb2.ChatRequest(session_id=session_id, message=args.message, options=options)
+            request = gateway_pb2.ChatRequest(session_id=session_id, message=args.message, options=options,
+                                              images=_images(args.image))
             return await stream_turn(stub, settings, request, render, prompter)
         if interactive:
             prompter = ApprovalPrompter(stub, settings, routed=True) if prompter is not None else None
@@ -348,3 +351,16 @@ async def _terminal_repl(stub, settings: Settings, session_id: str, options, ren
         state.busy = False
         if ended:
             return exit_code
+
+
+def _images(paths: list[str]) -> list[common_pb2.Image]:
+    """The --image files as the request's images; the gateway checks their kind and size."""
+    images = []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise CliError(f"--image {path}: cannot read it ({exc.strerror or exc})", EXIT_USAGE) from None
+        images.append(common_pb2.Image(data=data, name=path.rsplit("/", 1)[-1]))
+    return images

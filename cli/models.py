@@ -31,13 +31,13 @@ async def list_models(args) -> int:
         print_json([{"name": m.name, "provider": m.provider, "model": m.model, "context_window": m.context_window,
                      "input_price_per_mtok": m.input_price_per_mtok, "output_price_per_mtok": m.output_price_per_mtok,
                      "max_output_tokens": m.max_output_tokens, "fallback": m.fallback, "default": m.is_default,
-                     "vision": m.vision, "roles": list(m.roles)}
+                     "vision": not m.no_vision, "roles": list(m.roles)}
                     for m in reply.models])
         return EXIT_OK
     rows = [("NAME", "PROVIDER", "MODEL", "CONTEXT", "VISION", "$/MTOK IN", "$/MTOK OUT", "FALLBACK", "ROLES")]
     for m in reply.models:
         rows.append((m.name + (" *" if m.is_default else ""), m.provider, m.model,
-                     str(m.context_window) if m.context_window else "-", "yes" if m.vision else "-",
+                     str(m.context_window) if m.context_window else "-", "yes" if not m.no_vision else "-",
                      _price(m.input_price_per_mtok), _price(m.output_price_per_mtok), m.fallback or "-",
                      ", ".join(m.roles) or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

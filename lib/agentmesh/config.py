@@ -272,6 +272,9 @@ class LLMSettings(EnvSection):
     # Calls to this model at once; more wait for a slot, visibly (a status event, metrics). Also
     # the default of every AGENTMESH_MODELS entry without its own `max_concurrency`. 0: no limit.
     max_concurrency: int = env("AGENTMESH_LLM_MAX_CONCURRENCY", 1024, minimum=0, maximum=1_000_000)
+    # Whether the AGENTMESH_LLM_* model takes images (a catalogue entry's `vision`); false: each
+    # image reaches it as one line of text.
+    vision: bool = env("AGENTMESH_LLM_VISION", True)
     script_path: str = env("AGENTMESH_LLM_SCRIPT", "")  # scripted provider; "" = the built-in demo
     # Its prices per million tokens, for cost estimates (Gateway.GetUsage); 0: not configured.
     input_price_per_mtok: float = env("AGENTMESH_LLM_INPUT_PRICE_PER_MTOK", 0.0, minimum=0)
@@ -279,8 +282,6 @@ class LLMSettings(EnvSection):
     # Its context window in tokens, like a catalogue entry's `context_window`; 0: unknown (the
     # agent then assumes AGENTMESH_AGENT_CONTEXT_WINDOW).
     context_window: int = env("AGENTMESH_LLM_CONTEXT_WINDOW", 0, minimum=0)
-    # Whether it reads images, like a catalogue entry's `vision`.
-    vision: bool = env("AGENTMESH_LLM_VISION", False)
     # More models by name (agentmesh.models), beside this one as "default"; keys resolved here.
     models: Any = env("AGENTMESH_MODELS", default_factory=dict, parse=_load_models,
                       parse_environ=True)

@@ -9,13 +9,14 @@ named `default`, which then is the default model.
         model: llama3.1:8b
         api_key_env: ""                  # the name of the variable holding the key, never the key
         context_window: 131072           # tokens; sets the agent's context budget for it
-        vision: false                    # whether it reads images
         prices: {input_per_mtok: 0.0, output_per_mtok: 0.0}
         temperature: 0.2                 # sampling parameters, sent with every request
         top_p: 0.9
         max_output_tokens: 2048
         text_tool_calls: false           # true: tools described in the prompt, calls parsed from
                                          # <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+        vision: false                    # false: the model takes no images, which it is shown as
+                                         # one line of text each; default true
         max_concurrency: 64              # calls to it at once, the rest wait (visibly); 0: no
                                          # limit; unset: AGENTMESH_LLM_MAX_CONCURRENCY
         fallback: default                # used when this one fails after its retries
@@ -62,7 +63,10 @@ class ModelSpec:
     # Calls to it at once (agent/providers/slots.py); 0: no limit; None: the deployment's
     # AGENTMESH_LLM_MAX_CONCURRENCY.
     max_concurrency: int | None = None
-    vision: bool = False  # whether it reads images
+    # Whether the model takes images (docs/agent.md "Images"); one that does not is shown each as
+    # a line of text ("[image: … — this model does not take images]"). Default true: the models
+    # people configure today mostly do, and a text-only one says so with `vision: false`.
+    vision: bool = True
 
 
 @dataclass(frozen=True)
@@ -167,10 +171,10 @@ def _spec(entry: Any, where: str) -> ModelSpec:
             temperature=None if entry.get("temperature") is None else float(entry["temperature"]),
             top_p=None if entry.get("top_p") is None else float(entry["top_p"]),
             text_tool_calls=_flag(entry.get("text_tool_calls"), f"{where} ({name}): text_tool_calls"),
-            vision=_flag(entry.get("vision"), f"{where} ({name}): vision"),
             max_output_tokens=int(entry.get("max_output_tokens") or 0),
             fallback=str(entry.get("fallback") or ""),
             max_concurrency=_concurrency(entry.get("max_concurrency"), f"{where} ({name}): max_concurrency"),
+            vision=True if entry.get("vision") is None else _flag(entry.get("vision"), f"{where} ({name}): vision"),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{where} ({name}): a number field holds something else ({exc})") from None

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentmesh.images import ImageRef
+
 __all__ = ["ToolOutcome", "ToolSpec"]
 
 
@@ -57,6 +59,9 @@ class ToolOutcome:
     # Which call this answers; set by whoever knows the call (the agent, the tools adapter).
     call_id: str = ""
     name: str = ""
+    # Images the call produced, stored once in the session's workspace (agentmesh.images): the
+    # next model request shows them to the model.
+    images: tuple[ImageRef, ...] = ()
 
     @classmethod
     def error(cls, call: _Call, kind: str, output: str) -> ToolOutcome:

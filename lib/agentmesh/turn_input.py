@@ -50,12 +50,13 @@ def validate_if_busy(value: str, what: str = "options.if_busy") -> str:
 
 
 def validate_turn(session_id: str, message: str, options: Any, limits: TurnLimits,
-                  models: ModelCatalog | None = None) -> None:
+                  models: ModelCatalog | None = None, *, has_images: bool = False) -> None:
     """Refuse (InvalidArgument) a turn request that is malformed or out of bounds. `options` is
     an `agentmesh.v1.ChatOptions`; with `models`, the model it names must be one of them (or the
-    default model's own id)."""
+    default model's own id). A turn that carries images may have no text (`has_images`); the
+    images themselves are checked by `agentmesh.images.validate_images`."""
     validate_id(session_id)
-    if not message.strip():
+    if not message.strip() and not has_images:
         raise InvalidArgument("message is empty: send the text of the user's turn", field="message")
     if len(message) > limits.max_message_chars:
         raise InvalidArgument(f"message is {len(message)} characters; the limit is {limits.max_message_chars}",

@@ -14,6 +14,7 @@ from google.protobuf import json_format
 
 from agentmesh.agent import types as t
 from agentmesh.agent.adapters.background_sessions import KnownBackground
+from agentmesh.agent.adapters.images import GrpcImageFiles
 from agentmesh.agent.adapters.learning import GrpcInstructions, GrpcPromotedTools, GrpcReflectionBackend, GrpcSkills
 from agentmesh.agent.adapters.memory import (
     GrpcLongTermMemory,
@@ -28,6 +29,7 @@ from agentmesh.agent.adapters.watches import BackgroundWatch, CatalogWatch
 from agentmesh.agent.capabilities.learning import LearningSources
 from agentmesh.agent.capabilities.reflection import Reflector
 from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.model_choice import NamedModel
 from agentmesh.agent.loop.run import Agent
 from agentmesh.agent.loop.session_open import SessionToOpen
@@ -41,6 +43,7 @@ from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
+from agentmesh.images import validate_images
 from agentmesh.internal.v1 import agent_service_pb2, agent_service_pb2_grpc
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, catalog_of
@@ -49,7 +52,7 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.convert import tool_result_to_proto
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
-from agentmesh.rpc.server import MIB, ServiceHost
+from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.toolpolicy import validate_permission_mode, validate_policy
 from agentmesh.turn_input import MAX_TOOL_NAME_CHARS, TurnLimits, validate_turn
@@ -59,6 +62,8 @@ log = get_logger("agentmesh.agent")
 
 # Above any gateway's AGENTMESH_GATEWAY_MAX_MESSAGE_CHARS: the gateway holds turns to its own bound.
 MAX_MESSAGE_CHARS = 1_000_000
+# The gateway bounds a message's images by its settings; this only keeps a request sane.
+MAX_IMAGES = 64
 
 
 def event_to_proto(event: t.RunEvent, request: agent_service_pb2.RunTurnRequest, seq: int) -> common_pb2.Event:
@@ -140,7 +145,8 @@ class AgentServicer(agent_service_pb2_grpc.AgentServicer):
             validate_namespace(request.namespace)
         options = request.options
         # The gateway checked the same rules (agentmesh.turn_input); again here, with the agent's bounds.
-        validate_turn(request.session_id, request.message, options, self._turn_limits)
+        validate_turn(request.session_id, request.message, options, self._turn_limits, has_images=bool(request.images))
+        images = validate_images(request.images, max_count=MAX_IMAGES, max_bytes=self._settings.max_image_bytes)
         mode = validate_mode(options.mode)
         permission_mode = options.permission_mode
         # The gateway resolved and checked them against the catalog; here only their form.
@@ -170,6 +176,7 @@ class AgentServicer(agent_service_pb2_grpc.AgentServicer):
             opening=opening,
             compact=options.compact,
             compact_focus=options.compact_focus[:500],
+            images=tuple(GivenImage(data=i.data, path=i.path, name=i.name) for i in images),
         )
 
     @translate_errors
@@ -262,7 +269,7 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
             provider = TextToolCalls(provider)
         named[spec.name] = NamedModel(spec.name, provider, spec.model, spec.fallback, spec.max_output_tokens,
                                       temperature=spec.temperature, top_p=spec.top_p,
-                                      context_window=spec.context_window)
+                                      context_window=spec.context_window, vision=spec.vision)
         closers.append(close)
     return named, closers
 
@@ -316,7 +323,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     named, closers = build_named_models(models, settings, agent_settings, telemetry)
     named[DEFAULT_MODEL] = NamedModel(DEFAULT_MODEL, provider, llm.model_name, default.fallback,
                                       default.max_output_tokens, temperature=default.temperature, top_p=default.top_p,
-                                      context_window=default.context_window)
+                                      context_window=default.context_window, vision=default.vision)
     tools = GrpcToolRunner(tools_client, timeout_s=agent_settings.tool_timeout_s)
     # The catalog kept between turns, told of changes by the tools service (tool_catalog.py).
     catalog = CachedCatalog(tools.listing)
@@ -340,14 +347,18 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_client, known=known_background),
+        images=GrpcImageFiles(tools_client),
+        default_vision=settings.llm.vision,
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),
     )
     await learn_windows(agent, models, agent_settings, default_key=llm.api_key)
-    # A turn request holds the gateway's message (<= 100k characters by default) and options.
-    host = ServiceHost("agent", settings, telemetry, address=address, identity=identity, max_receive_bytes=2 * MIB)
+    # A turn request holds the gateway's message (<= 100k characters by default), its options and
+    # the user's images (AGENTMESH_GATEWAY_MAX_IMAGES_TOTAL_BYTES together, 12 MiB by default).
+    host = ServiceHost("agent", settings, telemetry, address=address, identity=identity,
+                       max_receive_bytes=MAX_MESSAGE_BYTES)
     # Reflection talks to AGENTMESH_REFLECTION_MODEL, else the session's own model.
     reflector = Reflector(agent.models, GrpcReflectionBackend(memory_client), telemetry,
                           model=settings.llm.reflection_model, max_tokens=agent_settings.max_tokens)

@@ -35,6 +35,13 @@ class AgentSettings(EnvSection):
     context_budget_chars: int = env("AGENTMESH_AGENT_CONTEXT_BUDGET_CHARS", 0, minimum=0)
     # Each tool output is cut to this many characters (head and tail kept) in the model's context.
     tool_output_chars: int = env("AGENTMESH_AGENT_TOOL_OUTPUT_CHARS", 16_000, minimum=200)
+    # The largest image the agent reads back into a model request (a user's, a tool's); the
+    # gateway's AGENTMESH_GATEWAY_MAX_IMAGE_BYTES bounds what users attach.
+    max_image_bytes: int = env("AGENTMESH_AGENT_MAX_IMAGE_BYTES", 5 * 1024 * 1024, minimum=1024)
+    # Images one model request carries as pixels, newest first, and their bytes together; older
+    # ones are a line of text. Every call resends the history, and APIs bound a request's size.
+    max_request_images: int = env("AGENTMESH_AGENT_MAX_REQUEST_IMAGES", 20, minimum=0)
+    max_request_image_bytes: int = env("AGENTMESH_AGENT_MAX_REQUEST_IMAGE_BYTES", 20 * 1024 * 1024, minimum=0)
     # Tool calls of one reply that run at the same time.
     tool_concurrency: int = env("AGENTMESH_AGENT_TOOL_CONCURRENCY", 8, minimum=1)
     # Tool calls one reply may make; the rest are answered with an error result, not run.

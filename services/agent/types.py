@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentmesh.images import ImageRef
 from agentmesh.tooling import ToolOutcome, ToolSpec
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "BackgroundDone",
     "BackgroundResultEvent",
     "ChatMessage",
+    "ImageRef",
     "ModelEvent",
     "ModelReply",
     "ModelRequest",
@@ -81,11 +83,15 @@ class ChatMessage:
     # stored message up to `covers_through_seq` (see compaction.py). "" for everything else.
     kind: str = ""
     covers_through_seq: int = 0
+    # A user's images or a tool result's, by reference (agentmesh.images); their bytes are read
+    # only into the copy of the message a model request carries (loop/images.py).
+    images: tuple[ImageRef, ...] = ()
 
 
 def tool_message(outcome: ToolOutcome, run_id: str) -> ChatMessage:
     """The transcript message that hands `outcome` back to the model."""
-    return ChatMessage(role="tool", content=outcome.output, tool_call_id=outcome.call_id, name=outcome.name, run_id=run_id)
+    return ChatMessage(role="tool", content=outcome.output, tool_call_id=outcome.call_id, name=outcome.name, run_id=run_id,
+                       images=outcome.images)
 
 
 @dataclass

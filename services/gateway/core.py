@@ -23,6 +23,7 @@ from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.gateway.turns import RunningTurn, SessionTurns, relay
 from agentmesh.ids import new_id, validate_id, validate_namespace
+from agentmesh.images import validate_images
 from agentmesh.internal.v1 import agent_service_pb2
 from agentmesh.logs import get_logger
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, ModelSpec
@@ -151,7 +152,11 @@ class Gateway:
         """Everything about a chat request that can be refused before anything is written
         (agentmesh.turn_input, the rules the agent checks again). The servicer calls it once,
         before routing the turn to another replica or to `chat`."""
-        validate_turn(request.session_id, request.message, request.options, self._turn_limits, self._models)
+        validate_turn(request.session_id, request.message, request.options, self._turn_limits, self._models,
+                      has_images=bool(request.images))
+        validate_images(request.images, max_count=self._settings.max_images, max_bytes=self._settings.max_image_bytes,
+                        max_total_bytes=self._settings.max_images_total_bytes,
+                        settings="AGENTMESH_GATEWAY_MAX_IMAGES, _MAX_IMAGE_BYTES, _MAX_IMAGES_TOTAL_BYTES")
 
     async def chat(self, request: gateway_pb2.ChatRequest, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
         """Run one turn of a request `validate_chat` accepted. Refusals happen before the first
@@ -193,6 +198,7 @@ class Gateway:
                 run_id=turn.run_id,
                 message=request.message,
                 options=request.options,
+                images=request.images,
                 namespace=namespace,
                 open_session=agent_service_pb2.SessionToOpen(
                     session=self._new_session(session_id, "", {}, namespace),
@@ -251,7 +257,7 @@ class Gateway:
                 name=spec.name, provider=spec.provider, model=spec.model, context_window=spec.context_window,
                 input_price_per_mtok=spec.input_price_per_mtok, output_price_per_mtok=spec.output_price_per_mtok,
                 max_output_tokens=spec.max_output_tokens, fallback=spec.fallback, is_default=spec.name == DEFAULT_MODEL,
-                vision=spec.vision, roles=catalog.roles(spec.name),
+                no_vision=not spec.vision, roles=catalog.roles(spec.name),
             )
             for spec in (catalog.get(name) for name in catalog.names()) if spec is not None
         ])

@@ -77,6 +77,13 @@ class GatewaySettings(EnvSection):
     # the gateway's gRPC receive bound grows with it (docs/security.md).
     max_upload_bytes: int = env("AGENTMESH_GATEWAY_MAX_UPLOAD_BYTES", 2 * 1024 * 1024, minimum=1024,
                                 maximum=12 * 1024 * 1024)
+    # Images a chat message may carry (ChatRequest.images; docs/api.md "Images"): how many, how
+    # large each, and all of them together — which must fit one gRPC message (16 MiB).
+    max_images: int = env("AGENTMESH_GATEWAY_MAX_IMAGES", 8, minimum=0, maximum=64)
+    max_image_bytes: int = env("AGENTMESH_GATEWAY_MAX_IMAGE_BYTES", 5 * 1024 * 1024, minimum=1024,
+                               maximum=12 * 1024 * 1024)
+    max_images_total_bytes: int = env("AGENTMESH_GATEWAY_MAX_IMAGES_TOTAL_BYTES", 12 * 1024 * 1024, minimum=1024,
+                                      maximum=12 * 1024 * 1024)
     # The largest HTTP request body; 0: an upload of max_upload_bytes as base64 and 1 MiB of room
     # (at least 4 MiB).
     http_max_body_bytes: int = env("AGENTMESH_GATEWAY_HTTP_MAX_BODY_BYTES", 0, minimum=0)
@@ -107,7 +114,8 @@ class GatewaySettings(EnvSection):
         """The largest request the gateway reads: a message of `max_message_chars` characters
         (at most 4 bytes each in UTF-8) or an upload of `max_upload_bytes`, and the rest of a
         request, with headroom; at least 1 MiB."""
-        return max(1024 * 1024, 4 * self.max_message_chars + 256 * 1024, self.max_upload_bytes + 256 * 1024)
+        images = self.max_images_total_bytes if self.max_images else 0
+        return max(1024 * 1024, 4 * self.max_message_chars + images + 256 * 1024, self.max_upload_bytes + 256 * 1024)
 
     def __post_init__(self) -> None:
         if self.peers.enabled and not self.advertise_address:
@@ -122,5 +130,6 @@ class GatewaySettings(EnvSection):
                 raise ConfigError(f"AGENTMESH_GATEWAY_ADVERTISE_ADDR: {exc}") from None
         if not self.http_max_body_bytes:
             # Base64 is 4/3 of the bytes; the JSON around it and a chat message fit in the rest.
-            derived = max(4 * 1024 * 1024, self.max_upload_bytes * 4 // 3 + 1024 * 1024)
+            images = self.max_images_total_bytes if self.max_images else 0
+            derived = max(4 * 1024 * 1024, max(self.max_upload_bytes, images) * 4 // 3 + 1024 * 1024)
             object.__setattr__(self, "http_max_body_bytes", derived)

@@ -76,7 +76,16 @@ def message_from_proto(m: common_pb2.Message) -> TranscriptMessage:
         created_at=m.created_at,
         kind=m.kind,
         covers_through_seq=m.covers_through_seq,
+        images=[_image_record(i) for i in m.images],
     )
+
+
+def _image_record(image: common_pb2.Image) -> dict[str, Any]:
+    # `data` marks a message that carries the bytes, which a transcript refuses (transcripts.py).
+    record: dict[str, Any] = {"path": image.path if not image.data else "", "media_type": image.media_type,
+                              "name": image.name, "width": image.width, "height": image.height,
+                              "size_bytes": image.size_bytes}
+    return record
 
 
 def message_to_proto(m: TranscriptMessage) -> common_pb2.Message:
@@ -113,6 +122,8 @@ def _fill_message(out: common_pb2.Message, m: TranscriptMessage) -> None:
         out.kind = m.kind
     if m.covers_through_seq:
         out.covers_through_seq = m.covers_through_seq
+    for image in m.images:
+        out.images.add(**image)
 
 
 def remember_from_proto(r: memory_service_pb2.RememberRequest, default_namespace: str = "") -> RememberItem:

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import DEFAULT_NAMESPACE, PARENT_SESSION_LABEL, validate_id, validate_namespace
+from agentmesh.images import validate_references
 from agentmesh.memory.ports import TranscriptStore, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.toolpolicy import ToolPolicy, validate_permission_mode, validate_policy
@@ -33,6 +34,7 @@ MAX_TITLE_CHARS = 500
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
 MAX_TOOL_CALLS = 128
+MAX_IMAGES = 64  # a message's image references: the gateway's bound (at most 64), or a step's results'
 MAX_PAGE_SESSIONS = 500
 MAX_PAGE_MESSAGES = 1000
 # The result memory records for a call whose step ended without one (the agent was killed).
@@ -125,6 +127,8 @@ class TranscriptMessage:
     created_at: float = 0.0
     kind: str = ""  # "" | "summary" (the agent's compaction summary)
     covers_through_seq: int = 0  # kind == "summary": last seq it stands in for
+    # Images by reference to the workspace's stored copy (agentmesh.images), never their bytes.
+    images: list[dict[str, Any]] = field(default_factory=list)
 
     def payload(self, session_id: str) -> dict[str, Any]:
         return {
@@ -139,6 +143,7 @@ class TranscriptMessage:
             "created_at": self.created_at,
             "kind": self.kind,
             "covers_through_seq": self.covers_through_seq,
+            **({"images": self.images} if self.images else {}),
         }
 
     @classmethod
@@ -157,6 +162,7 @@ class TranscriptMessage:
             float(get("created_at", 0.0)),
             get("kind", ""),
             int(get("covers_through_seq", 0)),
+            get("images") or [],
         )
 
 
@@ -314,6 +320,8 @@ class Transcripts:
             raise InvalidArgument(f"{where}: kind must be empty or one of {', '.join(MESSAGE_KINDS[1:])}, got {m.kind!r}")
         if m.covers_through_seq < 0 or (m.covers_through_seq and m.kind != "summary"):
             raise InvalidArgument(f"{where}: covers_through_seq must be a non-negative seq, set only on a summary")
+        # A transcript holds references: the bytes live once, in the session's workspace.
+        validate_references([str(i.get("path", "")) for i in m.images], where, max_count=MAX_IMAGES)
 
     def _validate_append(self, session_id: str, messages: Sequence[TranscriptMessage]) -> None:
         validate_id(session_id)

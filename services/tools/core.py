@@ -21,6 +21,7 @@ from agentmesh.tools.background import BackgroundCommand, BackgroundCommands
 from agentmesh.tools.background_sessions import BackgroundSessions
 from agentmesh.tools.catalog import CallContext, ChangingProvider, Tool, ToolProvider, ToolSpec
 from agentmesh.tools.catalog_version import CatalogVersions
+from agentmesh.tools.images import store_images
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces
 
@@ -43,8 +44,11 @@ class NamespaceTools(Protocol):
 
 class ToolService:
     def __init__(self, providers: Iterable[ToolProvider], workspaces: Workspaces, max_arguments_bytes: int,
-                 background: BackgroundCommands | None = None, namespaces: NamespaceTools | None = None):
+                 background: BackgroundCommands | None = None, namespaces: NamespaceTools | None = None,
+                 max_image_bytes: int = 5 * 1024 * 1024):
         self.background = background
+        # The largest image a call may hand back (images.py); a larger one is described instead.
+        self.max_image_bytes = max_image_bytes
         # The sessions with background state, streamed by WatchBackground (none without background commands).
         self.background_sessions = background.sessions if background is not None else BackgroundSessions()
         # Changes with every change of any catalog (WatchCatalog), so callers can keep listings.
@@ -125,6 +129,10 @@ class ToolService:
         with structlog.contextvars.bound_contextvars(session_id=session_id, call_id=call_id, tool=name):
             outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s), name, arguments_json, namespace,
                                            mcp_version)
+            if any(image.data for image in outcome.images):
+                # Stored once in the workspace; the result carries references, not bytes.
+                outcome = await asyncio.to_thread(store_images, self._workspaces, session_id, outcome,
+                                                  self.max_image_bytes)
             if not outcome.duration_ms:
                 outcome.duration_ms = (time.monotonic() - started) * 1000
             log.info("tool call finished", is_error=outcome.is_error, error_kind=outcome.error_kind, duration_ms=round(outcome.duration_ms, 1))

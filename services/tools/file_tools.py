@@ -10,10 +10,12 @@ import asyncio
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from agentmesh.images import media_type_of
 from agentmesh.tools.beneath import open_beneath, walk_beneath
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, boolean, integer, obj, string
+from agentmesh.tools.images import image_of
 from agentmesh.tools.quota import WorkspaceQuota, WriteGate, measure_workspace
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.workspace import Workspaces, display_path
@@ -23,9 +25,11 @@ MAX_LIST_ENTRIES = 1000
 
 
 class FileTools:
-    def __init__(self, workspaces: Workspaces, max_read_bytes: int, quota: WorkspaceQuota):
+    def __init__(self, workspaces: Workspaces, max_read_bytes: int, quota: WorkspaceQuota,
+                 max_image_bytes: int = 5 * 1024 * 1024):
         self._workspaces = workspaces
         self._max_read_bytes = max_read_bytes
+        self._max_image_bytes = max_image_bytes
         self._quota = quota
         self._gate = WriteGate()
 
@@ -34,7 +38,9 @@ class FileTools:
             Tool(
                 ToolSpec(
                     "read_file",
-                    "Read a text file from the workspace. Returns up to `limit` lines starting at line `offset` (1-based).",
+                    "Read a text file from the workspace. Returns up to `limit` lines starting at line `offset` (1-based). "
+                    "An image file (PNG, JPEG, GIF, WebP) — one you were given or one your code drew — is "
+                    "returned as the image itself, for you to look at.",
                     obj(
                         {
                             "path": string("File path, relative to the workspace.", min_length=1),
@@ -106,6 +112,8 @@ class FileTools:
         fd = open_beneath(workspace, real, os.O_RDONLY)
         with os.fdopen(fd, "rb") as handle:
             head = handle.read(8192)
+            if media_type_of(head):
+                return self._image(handle, shown, info.st_size)
             if b"\x00" in head:
                 raise ToolFailure("binary_file", f"{shown} looks like a binary file ({info.st_size} bytes); it was not read")
             handle.seek(0)
@@ -130,6 +138,18 @@ class FileTools:
         elif offset > 1 and not lines:
             text = f"[{shown} has fewer than {offset} lines]"
         return ToolOutcome(output=text, truncated=truncated, data=data)
+
+    def _image(self, handle: BinaryIO, shown: str, size: int) -> ToolOutcome:
+        """An image file as an image (stored and shown to the model by core.py's result path)."""
+        if size > self._max_image_bytes:
+            raise ToolFailure("image_too_large", f"{shown} is an image of {size} bytes; images of at most "
+                                                 f"{self._max_image_bytes} bytes are shown (AGENTMESH_TOOLS_MAX_IMAGE_BYTES)")
+        handle.seek(0)
+        image = image_of(handle.read(self._max_image_bytes + 1), shown.rsplit("/", 1)[-1])
+        if image is None:
+            raise ToolFailure("binary_file", f"{shown} looks like an image but could not be read as one")
+        data = {"path": shown, "size": size, "media_type": image.media_type, "width": image.width, "height": image.height}
+        return ToolOutcome(output=image.described("shown to you as an image"), data=data, images=(image,))
 
     # --- write_file ------------------------------------------------------------------------
 

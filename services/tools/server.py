@@ -9,10 +9,12 @@ from opentelemetry import trace
 
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.config import Settings
-from agentmesh.errors import FailedPrecondition
+from agentmesh.errors import FailedPrecondition, PermissionDenied
 from agentmesh.ids import validate_namespace
+from agentmesh.images import ATTACHMENTS_DIR
 from agentmesh.internal.v1 import tools_service_pb2, tools_service_pb2_grpc
 from agentmesh.logs import get_logger
+from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.calls import ServerCalls
 from agentmesh.rpc.carried import CarriedCalls, ServedMethod, oneof_answers
 from agentmesh.rpc.client import open_channel
@@ -42,7 +44,7 @@ from agentmesh.tools.settings import ToolsSettings
 from agentmesh.tools.tenancy import SessionTenants
 from agentmesh.tools.web_tools import AddressPolicy, WebTools
 from agentmesh.tools.workspace import Workspaces
-from agentmesh.tools.workspace_files import WorkspaceFiles
+from agentmesh.tools.workspace_files import WorkspaceFiles, is_stored_image
 from agentmesh.v1 import sessions_pb2, tools_pb2
 
 log = get_logger("agentmesh.tools")
@@ -161,16 +163,27 @@ class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
             truncated=listing.truncated,
         )
 
+    @staticmethod
+    def _by_agent() -> bool:
+        principal = current_principal.get()
+        return principal is not None and principal.via == "agent"
+
     @translate_errors
     async def ReadWorkspaceFile(self, request, context):
         await self._session(request.session_id, "ReadWorkspaceFile")
-        view = await self._files.read(request.session_id, request.path, request.max_bytes)
+        # The agent reads images: a user's attached by path, and the stored ones, whole.
+        view = await self._files.read(request.session_id, request.path, request.max_bytes, images=self._by_agent())
         return tools_pb2.ReadWorkspaceFileResponse(
             path=view.path, content=view.content, size=view.size, truncated=view.truncated
         )
 
     @translate_errors
     async def WriteWorkspaceFile(self, request, context):
+        # The agent writes only a session's stored images (docs/agent.md "Images"); any other
+        # file it writes through the tools the model calls, checked and recorded as such.
+        if self._by_agent() and not is_stored_image(request.path):
+            raise PermissionDenied(f"tools.WriteWorkspaceFile refused: the agent service may write only the workspace's "
+                                   f"{ATTACHMENTS_DIR}/ (its stored images); other files go through its tools")
         await self._session(request.session_id, "WriteWorkspaceFile", grows=True)
         written = await self._files.write(request.session_id, request.path, request.content, request.overwrite)
         return tools_pb2.WriteWorkspaceFileResponse(path=written.path, size=written.size, created=written.created)
@@ -213,7 +226,8 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                                     max_lifetime_s=settings.background_max_s, network=settings.command_network)
     providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
-        FileTools(workspaces, settings.max_file_read_bytes, settings.workspace_quota),
+        FileTools(workspaces, settings.max_file_read_bytes, settings.workspace_quota,
+                  max_image_bytes=settings.max_image_bytes),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
     ]
@@ -221,7 +235,8 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
         providers.append(background)
     providers += list(extra_providers)
     return ToolService(providers, workspaces, settings.max_arguments_bytes,
-                       background=background if settings.background_per_session else None)
+                       background=background if settings.background_per_session else None,
+                       max_image_bytes=settings.max_image_bytes)
 
 
 def session_depth_reader(memory):
@@ -282,7 +297,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by
     # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
     # names the limit in its INVALID_ARGUMENT.
-    largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes)
+    largest = max(tools_settings.max_arguments_bytes, tools_settings.max_upload_bytes, tools_settings.max_image_bytes)
     host = ServiceHost("tools", settings, telemetry, address=address, identity=identity,
                        max_receive_bytes=min(2 * largest + MIB, MAX_MESSAGE_BYTES))
     # on_stop callbacks run in reverse: the executor closes last, after everything that still
@@ -292,7 +307,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     if settings.auth_policy.enforced:
         tenants = SessionTenants(memory, settings.auth_policy, workspaces, host.audit)
     files = WorkspaceFiles(workspaces, tools_settings.max_view_bytes, tools_settings.max_upload_bytes,
-                           tools_settings.workspace_quota)
+                           tools_settings.workspace_quota, max_image_bytes=tools_settings.max_image_bytes)
     servicer = ToolsServicer(host.calls, core, files, tenants)
     host.add(tools_service_pb2_grpc.add_ToolsServicer_to_server, servicer, "agentmesh.internal.v1.Tools")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.

@@ -130,6 +130,9 @@ class ToolsSettings(EnvSection):
     # largest file an upload may write (within the quota too).
     max_view_bytes: int = env("AGENTMESH_TOOLS_MAX_VIEW_BYTES", 1 * MIB, minimum=1024)
     max_upload_bytes: int = env("AGENTMESH_TOOLS_MAX_UPLOAD_BYTES", 2 * MIB, minimum=1024)
+    # The largest image kept under a workspace's .attachments/ (a user's, stored by the agent, or
+    # one a tool returned: read_file of an image, an MCP tool's image content); docs/agent.md "Images".
+    max_image_bytes: int = env("AGENTMESH_TOOLS_MAX_IMAGE_BYTES", 5 * MIB, minimum=1024, maximum=12 * MIB)
 
     @cached_property
     def workspace_quota(self) -> WorkspaceQuota:

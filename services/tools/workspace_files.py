@@ -18,6 +18,7 @@ from typing import Any, Callable, TypeVar
 
 from agentmesh import error_reasons
 from agentmesh.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from agentmesh.images import ATTACHMENTS_DIR
 from agentmesh.tools.beneath import DIR_FLAGS, open_beneath
 from agentmesh.tools.quota import WorkspaceQuota, WriteGate, measure_workspace
 from agentmesh.tools.results import ToolFailure
@@ -71,10 +72,13 @@ def _as_error(failure: ToolFailure) -> Exception:
 
 
 class WorkspaceFiles:
-    def __init__(self, workspaces: Workspaces, max_view_bytes: int, max_upload_bytes: int, quota: WorkspaceQuota):
+    def __init__(self, workspaces: Workspaces, max_view_bytes: int, max_upload_bytes: int, quota: WorkspaceQuota,
+                 max_image_bytes: int = 0):
         self._workspaces = workspaces
         self._max_view_bytes = max_view_bytes
         self.max_upload_bytes = max_upload_bytes
+        # Stored images (.attachments/, agentmesh.images) are written and read whole, up to this.
+        self._max_image_bytes = max_image_bytes
         self._quota = quota
         # Uploads to one workspace one at a time, so two cannot both pass the quota check.
         self._gate = WriteGate()
@@ -82,18 +86,24 @@ class WorkspaceFiles:
     async def list(self, session_id: str, user_path: str) -> Listing:
         return await asyncio.to_thread(self._guarded, self._list, session_id, user_path)
 
-    async def read(self, session_id: str, user_path: str, max_bytes: int = 0) -> FileView:
+    async def read(self, session_id: str, user_path: str, max_bytes: int = 0, *, images: bool = False) -> FileView:
+        """`images`: the caller reads an image whole (the agent), up to the image bound."""
         if max_bytes < 0:
             raise InvalidArgument(f"max_bytes must not be negative, got {max_bytes}")
-        limit = min(max_bytes or self._max_view_bytes, self._max_view_bytes)
+        bound = self._max_view_bytes
+        if images or is_stored_image(user_path):
+            bound = max(bound, self._max_image_bytes)
+        limit = min(max_bytes or bound, bound)
         return await asyncio.to_thread(self._guarded, self._read, session_id, user_path, limit)
 
     async def write(self, session_id: str, user_path: str, content: bytes, overwrite: bool) -> Written:
         if not user_path.strip():
             raise InvalidArgument("path is required: where in the workspace to put the file, e.g. 'data/input.csv'")
-        if len(content) > self.max_upload_bytes:
+        limit = max(self.max_upload_bytes, self._max_image_bytes) if is_stored_image(user_path) else self.max_upload_bytes
+        if len(content) > limit:
             raise InvalidArgument(
-                f"the file is {len(content)} bytes; uploads are limited to {self.max_upload_bytes} bytes"
+                f"the file is {len(content)} bytes; {'images' if limit != self.max_upload_bytes else 'uploads'} "
+                f"are limited to {limit} bytes"
             )
         return await asyncio.to_thread(self._guarded, self._write, session_id, user_path, content, overwrite)
 
@@ -178,6 +188,11 @@ class WorkspaceFiles:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(content)
         return Written(shown, len(content), not exists)
+
+
+def is_stored_image(user_path: str) -> bool:
+    """A path of the workspace's stored images (agentmesh.images), which have their own bound."""
+    return user_path.removeprefix("/workspace/").startswith(ATTACHMENTS_DIR + "/")
 
 
 def _allocated(real: Path) -> int:

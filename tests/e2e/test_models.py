@@ -57,7 +57,7 @@ async def test_models_are_listed_and_a_turn_goes_to_the_model_it_names(stack, ll
     info = {m.name: m for m in listing.models}["second"]
     assert (info.context_window, info.input_price_per_mtok, info.output_price_per_mtok) == (32768, 0.5, 1.5)
     # The roles: every model chats and reflects on its own sessions; "second" compacts for all.
-    assert (info.vision, list(info.roles)) == (True, ["chat", "compaction", "reflection (own)"])
+    assert (not info.no_vision, list(info.roles)) == (True, ["chat", "compaction", "reflection (own)"])
     assert list({m.name: m for m in listing.models}["default"].roles) == ["chat", "reflection (own)"]
 
     llm.add(reply("from the default model"))

@@ -10,6 +10,7 @@ import re
 from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
+from tests.mcpservers.http_server import PIXEL
 from tests.support.stack import Stack
 from tests.support.turns import wait_until
 
@@ -40,10 +41,16 @@ async def test_http_server_tools_are_listed_and_their_results_mapped(tmp_path, h
         assert dict(added.data["structured_content"]) == {"sum": 5}
         assert added.data["mcp_server"] == "calc"
 
+        # An image the model can take is shown to it: stored once in the session's workspace,
+        # referenced by the result (the agent reads it into the next model request).
         picture = await execute(stack, "calc__picture", {})
-        assert not picture.is_error and "one pixel" in picture.output and "image/png" in picture.output
-        [attachment] = picture.data["attachments"]
-        assert attachment["mime_type"] == "image/png" and attachment["bytes"] > 0
+        assert not picture.is_error and "one pixel" in picture.output
+        assert "[image: image 1, 1×1 PNG — shown to you as an image]" in picture.output
+        [image] = picture.images
+        assert (image.media_type, image.width, image.height, image.data) == ("image/png", 1, 1, b"")
+        stored = stack.settings.home / "workspaces" / "s1" / image.path
+        assert image.path.startswith(".attachments/") and stored.read_bytes() == PIXEL
+        assert "attachments" not in picture.data
 
         failed = await execute(stack, "calc__fail", {"reason": "because"})
         assert failed.is_error and failed.error_kind == "tool_error" and "failed on purpose: because" in failed.output

@@ -35,6 +35,16 @@ async def test_session_namespace_defaults_and_unknown_session_is_not_found(memor
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in err.value.details()
 
 
+async def test_a_messages_image_references_are_stored_and_read_back(memory_service):
+    client = memory_service.client
+    await client.put_session("pics")
+    image = common_pb2.Image(path=".attachments/ab.png", media_type="image/png", name="shot.png", width=6, height=5,
+                             size_bytes=90)
+    await client.append_messages("pics", [common_pb2.Message(role="user", content="see", images=[image]), user("plain")])
+    stored = await client.transcript("pics")
+    assert [list(m.images) for m in stored] == [[image], []]
+
+
 async def test_transcript_is_ordered_paged_and_survives_a_restart(memory_service):
     client = memory_service.client
     await client.put_session("s1")
@@ -130,6 +140,11 @@ async def test_list_sessions_pages_through_sessions_created_at_the_same_instant(
         ("s", [common_pb2.Message(role="robot", content="x")], "role must be one of"),
         ("s", [user("x"), user("y" * (1024 * 1024 + 1))], "message 2: content is 1048577 bytes"),
         ("s", [common_pb2.Message(role="user", content="x", seq=9)], "seq is assigned"),
+        # A transcript holds images by reference, never their bytes.
+        ("s", [common_pb2.Message(role="user", content="x", images=[common_pb2.Image(data=b"\x89PNG", path=".attachments/a.png")])],
+         "an image is stored by reference"),
+        ("s", [common_pb2.Message(role="user", content="x", images=[common_pb2.Image(path="elsewhere/a.png")])],
+         "its path must be under .attachments/"),
     ],
 )
 async def test_bad_appends_are_refused_and_write_nothing(memory_service, session_id, messages, expected):

@@ -71,8 +71,9 @@ async def test_a_message_of_the_largest_allowed_size_passes_and_larger_requests_
     assert of_kind(events, "run_finished")[0].final_text == "read it"
     err = await raw_error(gateway.Chat(gateway_pb2.ChatRequest(session_id="big", message="x" * 100_001), timeout=10))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "100000" in err.details().replace(",", "")
-    # Far past what any request can be: refused by the transport before it is read whole.
-    huge = gateway_pb2.ChatRequest(session_id="big", message="x" * (3 * 1024 * 1024))
+    # Far past what any request can be (a message and its images, 12 MiB by default, together):
+    # refused by the transport before it is read whole.
+    huge = gateway_pb2.ChatRequest(session_id="big", message="x" * (14 * 1024 * 1024))
     err = await raw_error(gateway.Chat(huge, timeout=10))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "larger than max" in err.details()

@@ -84,12 +84,17 @@ async def test_bad_requests_get_clear_errors(tools):
 
 
 async def test_only_the_gateway_may_browse_or_upload(tools):
-    # The agent reaches files through the tools the model calls, never through these.
-    for call in (tools.stub.ListWorkspace(tools_pb2.ListWorkspaceRequest(session_id="s1")),
-                 tools.stub.WriteWorkspaceFile(tools_pb2.WriteWorkspaceFileRequest(session_id="s1", path="x", content=b"x"))):
-        err = await rpc_error(call)
-        assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "only the gateway service may" in err.details()
+    # The agent reaches files through the tools the model calls, never through these — but for
+    # the session's stored images (.attachments/), which it writes and reads back.
+    err = await rpc_error(tools.stub.ListWorkspace(tools_pb2.ListWorkspaceRequest(session_id="s1")))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED and "only the gateway service may" in err.details()
+    err = await rpc_error(tools.stub.WriteWorkspaceFile(tools_pb2.WriteWorkspaceFileRequest(session_id="s1", path="x",
+                                                                                            content=b"x")))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "the agent service may write only the workspace's .attachments/" in err.details()
     assert not (tools.workspace("s1") / "x").exists()
+    stored = tools_pb2.WriteWorkspaceFileRequest(session_id="s1", path=".attachments/a.png", content=b"\x89PNG")
+    assert (await tools.stub.WriteWorkspaceFile(stored)).created
 
 
 async def test_uploads_count_against_the_workspace_quota(home):

@@ -66,7 +66,11 @@ async def test_request_bodies_are_documented_with_the_proto_fields(http):
     document = (await http.get("/openapi.json")).json()
     chat = document["paths"]["/v1/sessions/{session_id}/chat"]["post"]
     body = chat["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
-    assert set(document["components"]["schemas"][body]["properties"]) == {"message", "options"}
+    properties = document["components"]["schemas"][body]["properties"]
+    assert set(properties) == {"message", "options", "images"}
+    # An image's bytes are base64 in JSON, as the schema says.
+    image = document["components"]["schemas"][properties["images"]["items"]["$ref"].rsplit("/", 1)[1]]
+    assert image["properties"]["data"] == {"type": "string", "contentEncoding": "base64"}
     assert "text/event-stream" in chat["responses"]["200"]["content"]
     assert any(p["name"] == "Last-Event-ID" and p["in"] == "header" for p in chat["parameters"])
     listing = document["paths"]["/v1/sessions"]["get"]

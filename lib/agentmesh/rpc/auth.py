@@ -99,8 +99,12 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # The workspace as people see it: the gateway's workspace routes (the web console),
         # after it checked the caller and that the session exists.
         "ListWorkspace": _allow("gateway"),
-        "ReadWorkspaceFile": _allow("gateway"),
-        "WriteWorkspaceFile": _allow("gateway"),
+        # The agent too: it reads an image a user attached by path, stores a message's images
+        # under the workspace's .attachments/ and reads them back into model requests
+        # (docs/agent.md "Images") — no more than its Execute calls of read_file and write_file
+        # already reach; the tools service lets it write nothing else.
+        "ReadWorkspaceFile": _allow("gateway", "agent"),
+        "WriteWorkspaceFile": _allow("gateway", "agent"),
         # The agent collects a session's ended background commands before each step, and stops
         # them when a turn is cancelled.
         "BackgroundResults": _allow("agent"),

@@ -12,11 +12,14 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
+from agentmesh.images import ImageRef
 from agentmesh.tooling import ToolOutcome, ToolSpec
 from agentmesh.v1 import common_pb2, tools_pb2
 
 __all__ = [
     "dict_from_struct",
+    "image_from_proto",
+    "image_to_proto",
     "struct_from_dict",
     "tool_result_from_proto",
     "tool_result_to_proto",
@@ -74,7 +77,19 @@ def tool_result_to_proto(outcome: ToolOutcome) -> common_pb2.ToolResult:
     )
     if outcome.data:
         result.data.CopyFrom(struct_from_dict(outcome.data))
+    result.images.extend(image_to_proto(i) for i in outcome.images)
     return result
+
+
+def image_to_proto(image: ImageRef) -> common_pb2.Image:
+    """A stored image's reference; its bytes never go with it (they are read when needed)."""
+    return common_pb2.Image(path=image.path, media_type=image.media_type, name=image.name, width=image.width,
+                            height=image.height, size_bytes=image.size_bytes)
+
+
+def image_from_proto(image: common_pb2.Image) -> ImageRef:
+    return ImageRef(path=image.path, media_type=image.media_type, name=image.name, width=image.width,
+                    height=image.height, size_bytes=image.size_bytes)
 
 
 def tool_result_from_proto(result: common_pb2.ToolResult) -> ToolOutcome:
@@ -90,4 +105,5 @@ def tool_result_from_proto(result: common_pb2.ToolResult) -> ToolOutcome:
         truncated=result.truncated,
         duration_ms=result.duration_ms,
         data=dict_from_struct(result.data) if result.HasField("data") else {},
+        images=tuple(image_from_proto(i) for i in result.images),
     )

@@ -13,6 +13,7 @@ from agentmesh.agent.capabilities.reflection import Entry
 from agentmesh.agent.capabilities.skills import SkillPackage, SkillSummary
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import NotFound
+from agentmesh.rpc.convert import image_from_proto
 from agentmesh.v1 import common_pb2, learning_pb2
 
 
@@ -74,7 +75,8 @@ class GrpcPromotedTools:
 
 def _entry_text(m: common_pb2.Message) -> str:
     calls = " ".join(f"{c.name}({c.arguments_json})" for c in m.tool_calls)
-    text = m.content.strip()
+    # Reflection reads text: each image is said in a line ("[image: shot.png, 6×5 PNG]"), not dropped.
+    text = "\n".join([m.content.strip(), *(image_from_proto(i).described() for i in m.images)]).strip()
     if m.role == "tool":
         return f"{m.name} -> {text}"
     return f"{text} [calls: {calls}]" if calls else text

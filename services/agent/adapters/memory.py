@@ -19,6 +19,7 @@ from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
 from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.logs import get_logger
+from agentmesh.rpc.convert import image_from_proto, image_to_proto
 from agentmesh.rpc.peers import peer_error
 from agentmesh.toolpolicy import ToolPolicy
 from agentmesh.v1 import common_pb2, sessions_pb2
@@ -40,6 +41,7 @@ def message_to_proto(m: ChatMessage) -> common_pb2.Message:
         run_id=m.run_id,
         kind=m.kind,
         covers_through_seq=m.covers_through_seq,
+        images=[image_to_proto(i) for i in m.images],
     )
 
 
@@ -60,6 +62,7 @@ def message_from_proto(m: common_pb2.Message) -> ChatMessage:
         seq=m.seq,
         kind=m.kind,
         covers_through_seq=m.covers_through_seq,
+        images=tuple([image_from_proto(i) for i in m.images]) if m.images else (),
     )
 
 

@@ -133,9 +133,12 @@ def plan(history: list[ChatMessage], *, threshold_chars: int, keep_chars: int, t
 
 def render(m: ChatMessage, tool_output_chars: int = TOOL_OUTPUT_CHARS) -> str:
     """One message as plain text for the summariser (no tool-call structure to keep valid)."""
+    # The summariser reads text: an image is said in a line ("[image: shot.png, 6×5 PNG]"), so the
+    # summary can mention what was shown instead of silently losing it.
+    images = "".join(f"\n{image.described()}" for image in m.images)
     if m.role == "tool":
-        return f"[tool result {m.name or m.tool_call_id}]\n{context.clip(m.content, tool_output_chars)}"
-    text = context.clip(m.content, MESSAGE_CHARS)
+        return f"[tool result {m.name or m.tool_call_id}]\n{context.clip(m.content, tool_output_chars)}{images}"
+    text = context.clip(m.content, MESSAGE_CHARS) + images
     calls = "".join(
         f"\n[tool call {c.name} {context.clip(c.arguments_json, TOOL_OUTPUT_CHARS)}]" for c in m.tool_calls
     )

@@ -26,6 +26,8 @@ class NamedModel:
     top_p: float | None = None
     # Its context window in tokens (loop/window.py); 0: unknown, AGENTMESH_AGENT_CONTEXT_WINDOW.
     context_window: int = 0
+    # Whether it takes images (agentmesh.models); False: each is a line of text (loop/images.py).
+    vision: bool = True
 
 
 class ModelChoice:

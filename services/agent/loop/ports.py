@@ -16,6 +16,7 @@ __all__ = [
     "BackgroundCheck",
     "BackgroundCommands",
     "ChildSessions",
+    "ImageFiles",
     "LearningAnswer",
     "ListedCatalog",
     "LongTermMemory",
@@ -46,6 +47,21 @@ class ToolRunner(Protocol):
                       mcp_version: float | None = None) -> ToolOutcome:
         """Run one call. Tool failures and outages come back as an error outcome, never raised;
         cancelling the awaiting task cancels the call (and kills its sandboxed process)."""
+        ...
+
+
+class ImageFiles(Protocol):
+    """Images stored in a session's workspace (agentmesh.images): each written once, under
+    `.attachments/`, and read back when a model request is built."""
+
+    async def write(self, session_id: str, path: str, data: bytes) -> None:
+        """Store `data` at `path` (an existing file of the same name holds the same bytes: the
+        name is their hash). Raises an AgentmeshError (INVALID_ARGUMENT for a refused file)."""
+        ...
+
+    async def read(self, session_id: str, path: str, max_bytes: int) -> bytes:
+        """The file's bytes; raises an AgentmeshError (NOT_FOUND, INVALID_ARGUMENT for a path
+        that leaves the workspace or a file larger than `max_bytes`)."""
         ...
 
 

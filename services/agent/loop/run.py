@@ -41,10 +41,12 @@ from opentelemetry.trace import Status, StatusCode
 
 from agentmesh.agent.loop import context, tool_access
 from agentmesh.agent.loop.approvals import ApprovalGate
+from agentmesh.agent.loop.images import store_given
 from agentmesh.agent.loop.model_choice import ModelChoice, NamedModel
 from agentmesh.agent.loop.ports import (
     BackgroundCommands,
     ChildSessions,
+    ImageFiles,
     ListedCatalog,
     LongTermMemory,
     ToolRunner,
@@ -122,6 +124,8 @@ class Agent:
         catalog: ListedCatalog | None = None,
         context_window: int = 0,
         compaction_model: str = "",
+        images: ImageFiles | None = None,
+        default_vision: bool = True,
     ):
         self.provider = provider
         self.tools = tools
@@ -143,12 +147,15 @@ class Agent:
         self.catalog = catalog
         # The catalogue's models by name (model_choice.py); "default" is `provider` and `model`.
         # `context_window`: the default model's (AGENTMESH_LLM_CONTEXT_WINDOW); 0: unknown.
-        self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model, context_window=context_window),
+        self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model, context_window=context_window,
+                                                 vision=default_vision),
                        **(models or {})}
         # The catalogue model that writes summaries (AGENTMESH_COMPACTION_MODEL); "": the turn's.
         self.compaction_model = compaction_model
         # Characters per token, learned per model from the usage replies report (window.py).
         self.calibration = Calibration()
+        # The session workspace's stored images (loop/images.py); None: images are described, not shown.
+        self.images = images
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
@@ -354,7 +361,9 @@ class TurnRun:
 
     async def _turn(self) -> tuple[str, str]:
         req = self.request
-        user = ChatMessage(role="user", content=req.message, run_id=req.run_id)
+        # Stored before the message that references them; a bad one ends the turn before anything is.
+        images = await store_given(self.agent.images, workspace_of(req), req.images, self.settings.max_image_bytes)
+        user = ChatMessage(role="user", content=req.message, run_id=req.run_id, images=images)
         started = await self._startup.run(user, self._capabilities, persist=self._persist, writing=self._writing)
         self._ctx.stored, history, memories = started.stored, started.history, started.memories
         self._ctx.catalog = list(self._startup.remote_tools) if self._startup.remote_catalog_known else None

@@ -17,10 +17,12 @@ import json
 from typing import Sequence
 
 from agentmesh.agent.loop import context
+from agentmesh.agent.loop.images import ImageReads, with_images
 from agentmesh.agent.loop.model_call import traced_model_call
 from agentmesh.agent.loop.model_choice import ModelChoice
 from agentmesh.agent.loop.show_after_save import ShowAfterSave
 from agentmesh.agent.loop.turn import Capability, TurnContext
+from agentmesh.agent.loop.turn_request import workspace_of
 from agentmesh.agent.loop.window import ContextBudget
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, RunEvent, StatusEvent, ToolSpec
 from agentmesh.errors import AgentmeshError
@@ -43,6 +45,7 @@ class TurnModel:
         self.models = models
         self.shown = shown
         self.calls = 0  # the turn's `iterations`
+        self.images = ImageReads(ctx.agent.images, workspace_of(ctx.request), ctx.settings.max_image_bytes)
 
     def choose(self, models: ModelChoice) -> None:
         """The turn's model as its session resolved it (session_open.py)."""
@@ -150,13 +153,16 @@ class TurnModel:
             request = dataclasses.replace(request, model=chosen.model,
                                           max_tokens=chosen.max_output_tokens or request.max_tokens,
                                           temperature=chosen.temperature, top_p=chosen.top_p)
+            # After the choice of model: a fallback may take images where the first did not.
+            sent = await with_images(request, chosen.vision, self.images, max_images=ctx.settings.max_request_images,
+                                     max_bytes=ctx.settings.max_request_image_bytes)
             tag = ctx.usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
                                           fallback=self.models.fell_back)
             try:
                 # The estimate beside the server's count on the span shows how far it strays.
                 estimate = {"agentmesh.context.estimated_tokens": ctx.fill[0],
                             "agentmesh.context.window": ctx.fill[1]}
-                reply = await traced_model_call(chosen.provider, ctx.agent.telemetry, request, usage=ctx.usage,
+                reply = await traced_model_call(chosen.provider, ctx.agent.telemetry, sent, usage=ctx.usage,
                                                 emit=ctx.emit, tag=tag, extra_attributes=estimate)
                 # The server's count of what was sent teaches the model's characters per token.
                 ctx.agent.calibration.observe(chosen.name, chars, reply.usage.input_tokens)

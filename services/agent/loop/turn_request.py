@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.session_open import SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.modes import DEEP
@@ -57,6 +58,8 @@ class TurnRequest:
     # REPL's /compact), keeping in detail what `compact_focus` names.
     compact: bool = False
     compact_focus: str = ""
+    # The user's images (loop/images.py): stored in the workspace before the message is.
+    images: tuple[GivenImage, ...] = ()
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:

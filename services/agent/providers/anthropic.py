@@ -9,6 +9,7 @@ message_stop; `ping` and unknown events are ignored, `error` ends the call.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any, AsyncIterator
 
@@ -25,6 +26,7 @@ from agentmesh.agent.providers.base import (
 )
 from agentmesh.agent.types import (
     ChatMessage,
+    ImageRef,
     ModelEvent,
     ModelReply,
     ModelRequest,
@@ -49,6 +51,12 @@ def _input_object(arguments_json: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_value": value}
 
 
+def image_block(image: ImageRef) -> dict[str, Any]:
+    """An image as Anthropic's image block, its bytes inline as base64."""
+    return {"type": "image", "source": {"type": "base64", "media_type": image.media_type,
+                                        "data": base64.b64encode(image.data).decode("ascii")}}
+
+
 def to_anthropic(messages: list[ChatMessage]) -> tuple[str, list[dict[str, Any]]]:
     """System text and alternating user/assistant messages. Tool results become tool_result
     blocks of a user message; consecutive same-role messages merge, as the API requires."""
@@ -68,7 +76,9 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[str, list[dict[str, Any]]
             else:  # a late instruction (e.g. "summarise now") keeps its place as user text
                 add("user", [{"type": "text", "text": m.content}])
         elif m.role == "user":
-            add("user", [{"type": "text", "text": m.content or "(empty)"}])
+            said = [{"type": "text", "text": m.content}] if m.content else []
+            said.extend(image_block(i) for i in m.images)
+            add("user", said or [{"type": "text", "text": "(empty)"}])
         elif m.role == "assistant":
             blocks: list[dict[str, Any]] = []
             if m.content:
@@ -77,7 +87,10 @@ def to_anthropic(messages: list[ChatMessage]) -> tuple[str, list[dict[str, Any]]
                 blocks.append({"type": "tool_use", "id": c.call_id, "name": c.name, "input": _input_object(c.arguments_json)})
             add("assistant", blocks or [{"type": "text", "text": "(no answer)"}])
         elif m.role == "tool":
-            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}])
+            content: str | list[dict[str, Any]] = m.content
+            if m.images:  # a tool result may hold image blocks beside its text
+                content = [{"type": "text", "text": m.content or "(no text)"}, *(image_block(i) for i in m.images)]
+            add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content}])
     return "\n\n".join(p for p in system_parts if p), out
 
 

@@ -9,6 +9,7 @@ same internal events.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from typing import Any, AsyncIterator, Callable
@@ -27,6 +28,7 @@ from agentmesh.agent.providers.base import (
 from agentmesh.agent.providers.reasoning import ThinkSplitter
 from agentmesh.agent.types import (
     ChatMessage,
+    ImageRef,
     ModelEvent,
     ModelReply,
     ModelRequest,
@@ -37,6 +39,27 @@ from agentmesh.agent.types import (
     Usage,
 )
 from agentmesh.errors import Unavailable
+
+
+def image_part(image: ImageRef) -> dict[str, Any]:
+    """An image as OpenAI's `image_url` content part: a data URL of its bytes."""
+    url = f"data:{image.media_type};base64,{base64.b64encode(image.data).decode('ascii')}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _with_images(text: str, images: tuple[ImageRef, ...]) -> list[dict[str, Any]]:
+    return [*([{"type": "text", "text": text}] if text else []), *(image_part(i) for i in images)]
+
+
+def tool_images_message(messages: list[ChatMessage]) -> dict[str, Any] | None:
+    """The images of a group of tool results, as the user message that follows the group: the
+    API takes only text in a tool message, and a tool message must follow its call at once."""
+    parts: list[dict[str, Any]] = []
+    for m in messages:
+        if m.images:
+            parts.append({"type": "text", "text": f"Images returned by {m.name or 'a tool'} ({m.tool_call_id}):"})
+            parts.extend(image_part(i) for i in m.images)
+    return {"role": "user", "content": parts} if parts else None
 
 
 def to_openai_message(m: ChatMessage) -> dict[str, Any]:
@@ -52,11 +75,36 @@ def to_openai_message(m: ChatMessage) -> dict[str, Any]:
         }
     if m.role == "tool":
         return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    if m.images:
+        return {"role": m.role, "content": _with_images(m.content, m.images)}
     return {"role": m.role, "content": m.content}
 
 
+def _tool_groups(messages: list[ChatMessage]) -> list[tuple[ChatMessage | None, list[ChatMessage]]]:
+    """Each message, with — after the last tool result of a run of them — that run's results
+    (whose images follow it as a user message)."""
+    out: list[tuple[ChatMessage | None, list[ChatMessage]]] = []
+    run: list[ChatMessage] = []
+    for m in messages:
+        if m.role != "tool" and run:
+            out.append((None, run))
+            run = []
+        out.append((m, []))
+        if m.role == "tool":
+            run.append(m)
+    if run:
+        out.append((None, run))
+    return out
+
+
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    return [to_openai_message(m) for m in messages]
+    out: list[dict[str, Any]] = []
+    for m, run in _tool_groups(messages):
+        if m is not None:
+            out.append(to_openai_message(m))
+        elif (images := tool_images_message(run)) is not None:
+            out.append(images)
+    return out
 
 
 def to_openai_tool(tool: ToolSpec) -> dict[str, Any]:
@@ -111,7 +159,14 @@ class OpenAIEncoder:
 
     def __call__(self, request: ModelRequest) -> bytes:
         rest = _dumps(openai_body(request, with_messages=False, with_tools=False))
-        messages = ",".join(self._messages(m) for m in request.messages)
+        encoded: list[str] = []
+        for m, run in _tool_groups(request.messages):
+            if m is not None:
+                # A message with image bytes is encoded afresh: megabytes would flush the cache.
+                encoded.append(_dumps(to_openai_message(m)) if m.images else self._messages(m))
+            elif (images := tool_images_message(run)) is not None:
+                encoded.append(_dumps(images))
+        messages = ",".join(encoded)
         text = f'{{"messages":[{messages}],{rest[1:]}'
         if request.tools:
             tools = ",".join(self._tools(t) for t in request.tools)

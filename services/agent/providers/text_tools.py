@@ -65,7 +65,8 @@ def text_request(request: ModelRequest) -> ModelRequest:
             text = "\n".join([m.content.rstrip(), *(_call_text(c) for c in m.tool_calls)]).strip()
             messages.append(dataclasses.replace(m, content=text, tool_calls=()))
         elif m.role == "tool":
-            messages.append(ChatMessage(role="user", run_id=m.run_id, content=(
+            # A result's images go with it: a user message carries images in either API.
+            messages.append(ChatMessage(role="user", run_id=m.run_id, images=m.images, content=(
                 f'<tool_result name="{m.name}" call_id="{m.tool_call_id}">\n{m.content}\n</tool_result>')))
         else:
             messages.append(m)

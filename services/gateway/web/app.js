@@ -3,6 +3,7 @@
 import { Api, ApiError } from "./api.js";
 import { Conversation } from "./chat.js";
 import { formatTime, h } from "./dom.js";
+import { ImageTray } from "./images.js";
 import { TraceView } from "./trace.js";
 import { WorkspaceView } from "./workspace.js";
 
@@ -26,6 +27,8 @@ const conversation = new Conversation($("log"), {
     return plans.length ? plans[plans.length - 1].content : "";
   },
 });
+const tray = new ImageTray({ tray: $("attachments"), input: $("image-file"), message: $("message"),
+  composer: $("composer"), status: $("turn-state") });
 const workspace = new WorkspaceView(api, {
   crumbs: $("crumbs"), files: $("files"), viewerTitle: $("viewer-title"), viewer: $("viewer"),
   upload: $("upload"), uploadFile: $("upload-file"), uploadOverwrite: $("upload-overwrite"), uploadStatus: $("upload-status"),
@@ -246,10 +249,10 @@ $("cancel-turn").addEventListener("click", async () => {
 
 async function send() {
   const text = $("message").value.trim();
-  if (!text || state.running) return;
+  if ((!text && !tray.count) || state.running) return;
   if (!state.sessionId) {
     try {
-      const session = await api.call("POST", "/v1/sessions", { body: { title: text.slice(0, 60) } });
+      const session = await api.call("POST", "/v1/sessions", { body: { title: (text || "images").slice(0, 60) } });
       state.sessionId = session.session_id;
       history.replaceState(null, "", `#/sessions/${encodeURIComponent(session.session_id)}`);
       $("session-title").textContent = session.title;
@@ -260,9 +263,11 @@ async function send() {
     }
   }
   $("message").value = "";
-  const body = { message: text, options: $("deep-mode").checked ? { mode: "deep" } : {} };
+  const images = tray.take();
+  const body = { message: text, options: $("deep-mode").checked ? { mode: "deep" } : {},
+                 images: images.map((i) => ({ data: i.data, media_type: i.type, name: i.name })) };
   const sessionId = state.sessionId;
-  const replayed = await follow(sessionId, conversation.startTurn(text), body, "");
+  const replayed = await follow(sessionId, conversation.startTurn(text, images), body, "");
   if (replayed && state.sessionId === sessionId) await openSession(sessionId);
 }
 

@@ -1,6 +1,7 @@
 // The conversation: a session's history from its transcript, and a running turn from its events.
 
 import { formatMs, h, prettyJson } from "./dom.js";
+import { imageStrip } from "./images.js";
 
 const STEP = /step (\d+) of (\d+)/;
 
@@ -21,7 +22,7 @@ export class Conversation {
     const cards = new Map();
     for (const message of messages) {
       if (message.role === "user") {
-        this.log.append(bubble("user", message.content, message.seq));
+        this.log.append(bubble("user", message.content, message.seq, message.images));
       } else if (message.role === "assistant") {
         if (message.content) this.log.append(bubble("assistant", message.content, message.seq));
         for (const call of message.tool_calls || []) {
@@ -49,8 +50,8 @@ export class Conversation {
     this.scroll();
   }
 
-  startTurn(text) {
-    this.log.append(bubble("user", text));
+  startTurn(text, images = []) {
+    this.log.append(bubble("user", text, undefined, images));
     const turn = new LiveTurn(this, this.actions);
     this.log.append(turn.element);
     this.scroll();
@@ -62,10 +63,11 @@ export class Conversation {
   }
 }
 
-function bubble(role, text, seq) {
+function bubble(role, text, seq, images) {
   return h("article", { class: `bubble ${role}`, "aria-label": role === "user" ? "You" : "Agent", dataset: seq ? { seq } : undefined },
     h("p", { class: "who" }, role === "user" ? "You" : "Agent"),
-    h("div", { class: "text" }, text));
+    h("div", { class: "text" }, text),
+    imageStrip(images));
 }
 
 class LiveTurn {
