@@ -204,6 +204,7 @@ def session_to_open(request: agent_pb2.RunTurnRequest) -> SessionToOpen:
         deployment_tools=validate_policy(deployment.allow, deployment.deny, "open_session.deployment_tools"),
         deployment_permission_mode=validate_permission_mode(given.deployment_permission_mode,
                                                             "open_session.deployment_permission_mode"),
+        agent=request.options.agent,
     )
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, cast
 
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
-from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
+from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, Unavailable
 from agentmesh.logs import get_logger
 from agentmesh.memory.a2a_tasks import A2aTasks
+from agentmesh.memory.agent_rpcs import AgentRpcs, agent_info_to_proto
+from agentmesh.memory.agents import Agents, parse_ref
 from agentmesh.memory.convert import (
     add_messages,
     filter_from_proto,
@@ -27,6 +29,7 @@ from agentmesh.memory.learning_rpcs import LearningRpcs, profile_to_proto, promo
 from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.namespaces import Namespaces
+from agentmesh.memory.ports import AgentStore
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.reflections import Reflections
@@ -34,7 +37,7 @@ from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
 from agentmesh.memory.tenancy import TenantGuard
-from agentmesh.memory.transcripts import SessionRecord, Transcripts
+from agentmesh.memory.transcripts import SessionChanges, SessionRecord, Transcripts
 from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.audit import AuditLog
@@ -52,12 +55,13 @@ APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, AgentRpcs, memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
-                 a2a_tasks: A2aTasks | None = None):
+                 a2a_tasks: A2aTasks | None = None, agents: Agents | None = None):
         self._transcripts = transcripts
+        self._agents = agents
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
@@ -218,6 +222,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             settings = await self._namespaces.get(namespace)  # in-process and quick: no task of its own
         else:
             await self._tenants.session_if_any(request.session_id, "StartTurn")
+        agent = await self._turn_agent(request, namespace, opened)
         if request.recall_k:
             self._tenants.namespace(namespace, "Search")
         messages = [message_from_proto(m) for m in request.messages]
@@ -241,11 +246,31 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             reply.profile.CopyFrom(profile_to_proto(learned["profile"]))
         reply.skills.extend(skill_info_to_proto(i) for i in learned.get("skills", ()))
         reply.promoted_tools.extend(promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
+        if agent is not None:
+            reply.agent.CopyFrom(agent_info_to_proto(agent[0]))
+            opened = (agent[1], opened[1]) if opened is not None else None
         if opened is not None and settings is not None:
             reply.session.CopyFrom(session_to_proto(opened[0]))
             reply.session_created = opened[1]
             reply.namespace_settings.CopyFrom(namespace_to_proto(settings))
         return reply
+
+    async def _turn_agent(self, request: memory_pb2.StartTurnRequest, namespace: str,
+                          opened: tuple[SessionRecord, bool] | None) -> tuple[dict[str, Any], SessionRecord] | None:
+        """The named agent the turn asked for, resolved to a version (as GetAgent) and recorded on
+        the session (its latest turn's agent), before the user's message is appended: a bad name
+        refuses the turn with nothing written."""
+        if not request.agent:
+            return None
+        if self._agents is None:
+            raise Unavailable("named agents are not wired in this memory service")
+        parse_ref(request.agent, "agent")
+        namespace = namespace or "default"
+        self._tenants.namespace(namespace, "GetAgent")
+        info = await self._agents.get(namespace, request.agent)
+        session = await self._transcripts.update_session(
+            request.session_id, SessionChanges(agent=(info["spec"]["name"], info["version"])))
+        return info, session
 
     def _learning_reads(self, request: memory_pb2.StartTurnRequest,
                         namespace: str) -> dict[str, Callable[[], Awaitable[Any]]]:
@@ -457,7 +482,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                               Skills(documents, SkillLimits()),
                               PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                               Reflections(documents), UsageLedger(store), host.audit,
-                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents))
+                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents),
+                              # Both document adapters are agent stores too (agent_records.py).
+                              agents=Agents(cast(AgentStore, documents)))
     host.add(memory_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):

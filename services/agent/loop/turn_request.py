@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentmesh.agent.loop.session_open import SessionToOpen
+from agentmesh.agent.loop.session_open import NamedAgent, SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.modes import DEEP
 from agentmesh.toolpolicy import ToolPolicy
@@ -53,6 +53,8 @@ class TurnRequest:
     # Set on a turn whose session the gateway did not read: its start opens it, and the fields
     # above are resolved from it (session_open.py) before the first model call.
     opening: SessionToOpen | None = None
+    # The named agent the turn runs (session_open.with_agent applied it); None: none.
+    agent: NamedAgent | None = None
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:
