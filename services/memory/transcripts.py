@@ -53,6 +53,9 @@ class SessionRecord:
     permission_mode: str = ""  # "auto" | "normal" | "manual"; "": the deployment's
     tools_allow: list[str] = field(default_factory=list)  # the session's tool policy (toolpolicy.py)
     tools_deny: list[str] = field(default_factory=list)
+    # The named agent and version its latest turn ran (agents.py); "" / 0: none.
+    agent: str = ""
+    agent_version: int = 0
     # The latest step's tool calls ([call id, tool name, run id]) and the ids answered so far,
     # kept by `_append` so that a call gets one result, ever (`_one_result_per_call`).
     step_calls: list[list[str]] = field(default_factory=list)

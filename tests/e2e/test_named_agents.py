@@ -1,0 +1,128 @@
+"""Named agents (docs/agents.md) over real gRPC, with scripted model servers that log each
+request: two agents of one namespace send their own system prompt, model and tool list; a session
+records the agent version it ran; an edit makes version 2 and a rollback to 1 brings 1's
+instructions back; bad definitions are refused with a reason and a field, changing nothing."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from agentmesh.rpc.errors import error_info_of
+from agentmesh.v1 import agents_pb2, common_pb2, sessions_pb2
+from tests.e2e.conftest import chat, of_kind, rpc_error
+from tests.support.llm_server import ScriptedLLMServer, reply
+from tests.support.stack import Stack
+
+
+@pytest.fixture
+def other():
+    with ScriptedLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def stack(tmp_path, llm, other):
+    catalog = tmp_path / "models.yaml"
+    catalog.write_text(f"""
+models:
+  - name: other
+    base_url: {other.base_url}
+    model: other-model
+""")
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env={"AGENTMESH_MODELS": str(catalog)}) as running:
+        yield running
+
+
+def spec(name, instructions, **fields):
+    return agents_pb2.AgentSpec(name=name, description=f"{name} agent", instructions=instructions, **fields)
+
+
+def tool_names(request):
+    return sorted(t["function"]["name"] for t in request.body.get("tools", []))
+
+
+async def test_two_agents_send_their_own_prompt_model_and_tools_and_the_session_records_the_version(
+        stack, llm, other):
+    gateway = stack.gateway_stub()
+    reader = await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="default", spec=spec(
+        "reader", "You are READER; you only read.", tools=common_pb2.ToolPolicy(allow=["read_file", "grep"]))))
+    assert (reader.version, reader.current_version, reader.builtin) == (1, 1, False)
+    await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="default", spec=spec(
+        "runner", "You are RUNNER; you run commands.", model="other",
+        tools=common_pb2.ToolPolicy(deny=["write_file"]))))
+
+    llm.add(reply("read it"))
+    other.add(reply("ran it"))
+    assert of_kind(await chat(gateway, "s-reader", "hi", agent="reader"), "run_finished")[0].final_text == "read it"
+    assert of_kind(await chat(gateway, "s-runner", "hi", agent="runner"), "run_finished")[0].final_text == "ran it"
+
+    (to_reader,) = llm.requests
+    (to_runner,) = other.requests
+    assert "You are READER" in to_reader.messages[0]["content"]
+    assert "You are RUNNER" in to_runner.messages[0]["content"]
+    assert to_reader.body["model"] == "test-model" and to_runner.body["model"] == "other-model"
+    assert tool_names(to_reader) == ["grep", "read_file"]
+    runner_tools = tool_names(to_runner)
+    assert "shell" in runner_tools and "write_file" not in runner_tools
+
+    session = await gateway.GetSession(sessions_pb2.GetSessionRequest(session_id="s-reader"))
+    assert (session.agent, session.agent_version) == ("reader", 1)
+    listed = await gateway.ListAgents(agents_pb2.ListAgentsRequest(namespace="default"))
+    assert [a.spec.name for a in listed.agents] == ["code", "explore", "plan", "reader", "runner"]
+    assert [a.builtin for a in listed.agents] == [True, True, True, False, False]
+
+
+async def test_an_edit_makes_version_two_and_a_rollback_brings_version_one_back(stack, llm):
+    gateway = stack.gateway_stub()
+    await gateway.CreateAgent(agents_pb2.CreateAgentRequest(spec=spec("helper", "FIRST instructions")))
+    edited = await gateway.UpdateAgent(agents_pb2.UpdateAgentRequest(spec=spec("helper", "SECOND instructions")))
+    assert (edited.version, edited.current_version) == (2, 2)
+
+    llm.add(reply("two"), reply("one"))
+    await chat(gateway, "s", "hi", agent="helper")
+    assert "SECOND instructions" in llm.requests[-1].messages[0]["content"]
+    session = await gateway.GetSession(sessions_pb2.GetSessionRequest(session_id="s"))
+    assert session.agent_version == 2
+
+    # Rollback appends: version 3 is a copy of version 1, and the name points at it.
+    rolled = await gateway.RollbackAgent(agents_pb2.RollbackAgentRequest(name="helper", version=1))
+    assert (rolled.version, rolled.rolled_back_from, rolled.spec.instructions) == (3, 1, "FIRST instructions")
+    await chat(gateway, "s", "again", agent="helper")
+    assert "FIRST instructions" in llm.requests[-1].messages[0]["content"]
+    session = await gateway.GetSession(sessions_pb2.GetSessionRequest(session_id="s"))
+    assert (session.agent, session.agent_version) == ("helper", 3)
+
+    versions = await gateway.ListAgentVersions(agents_pb2.ListAgentVersionsRequest(name="helper"))
+    assert [(v.version, v.spec.instructions) for v in versions.versions] == [
+        (1, "FIRST instructions"), (2, "SECOND instructions"), (3, "FIRST instructions")]
+    pinned = await gateway.GetAgent(agents_pb2.GetAgentRequest(name="helper@2"))
+    assert (pinned.version, pinned.current_version) == (2, 3)
+    removed = await gateway.DeleteAgent(agents_pb2.DeleteAgentRequest(name="helper"))
+    assert removed.removed_versions == 3
+    err = await rpc_error(gateway.GetAgent(agents_pb2.GetAgentRequest(name="helper")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize(("bad", "field"), [
+    (spec("Bad Name", "x"), "spec.name"),
+    (spec("ok", ""), "spec.instructions"),
+    (spec("ok", "x", temperature=3.0), "spec.temperature"),
+    (spec("ok", "x", permission_mode="sometimes"), "spec.permission_mode"),
+    (spec("ok", "x", sub_agents=["ok"]), "spec.sub_agents"),
+])
+async def test_a_bad_definition_is_invalid_argument_naming_the_field_and_changes_nothing(stack, bad, field):
+    gateway = stack.gateway_stub()
+    err = await rpc_error(gateway.CreateAgent(agents_pb2.CreateAgentRequest(spec=bad)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    info = error_info_of(err)
+    assert info is not None and info.reason == "INVALID_ARGUMENT" and info.metadata["field"] == field
+    listed = await gateway.ListAgents(agents_pb2.ListAgentsRequest())
+    assert [a.spec.name for a in listed.agents] == ["code", "explore", "plan"]
+
+
+async def test_a_turn_naming_an_unknown_agent_is_refused_with_nothing_written(stack, llm):
+    gateway = stack.gateway_stub()
+    err = await rpc_error(chat(gateway, "s", "hi", agent="nobody"))
+    assert err.code() == grpc.StatusCode.NOT_FOUND and "nobody" in err.details()
+    assert not llm.requests
