@@ -19,6 +19,7 @@ from agentmesh.agent.adapters.memory import (
     GrpcTranscripts,
     GrpcTurnStart,
     GrpcUsageLog,
+    MemoryNamedAgents,
     UsageOutbox,
 )
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
@@ -296,6 +297,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         telemetry=telemetry,
         capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
+        agents=MemoryNamedAgents(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target, known=known_background),
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),

@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from agentmesh.rpc.errors import error_info_of
-from agentmesh.v1 import agents_pb2, common_pb2, sessions_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, sessions_pb2, tools_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error
-from tests.support.llm_server import ScriptedLLMServer, reply
+from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 
 
@@ -126,3 +126,41 @@ async def test_a_turn_naming_an_unknown_agent_is_refused_with_nothing_written(st
     err = await rpc_error(chat(gateway, "s", "hi", agent="nobody"))
     assert err.code() == grpc.StatusCode.NOT_FOUND and "nobody" in err.details()
     assert not llm.requests
+
+
+async def test_a_parent_agent_delegates_to_the_builtin_explore_which_cannot_write_files(stack, llm):
+    gateway = stack.gateway_stub()
+    await gateway.CreateAgent(agents_pb2.CreateAgentRequest(spec=spec(
+        "lead", "You are LEAD; you delegate.", sub_agents=["explore"])))
+    llm.add(
+        reply("", tool_call("agent_explore", {"task": "write notes.txt saying hi"})),  # the parent
+        reply("", tool_call("write_file", {"path": "notes.txt", "content": "hi"})),  # explore tries anyway
+        reply("I cannot write files; I only read."),  # explore's answer
+        reply("explore could not write it"),  # the parent's
+        reply("", tool_call("delegate_task", {"task": "change the code", "agent": "code"})),
+        reply("refused, as expected"),
+    )
+    events = await chat(gateway, "s", "take notes", agent="lead")
+    assert of_kind(events, "run_finished")[0].final_text == "explore could not write it"
+    to_parent, to_explore, _, _ = llm.requests[:4]
+    offered = {t["function"]["name"]: t["function"]["description"] for t in to_parent.body["tools"]}
+    assert "read-only" in offered["agent_explore"] and "delegate_task" in offered
+    assert "You are LEAD" in to_parent.messages[0]["content"]
+    # The child runs explore's instructions, with explore's read-only tools only.
+    assert "You explore a workspace" in to_explore.messages[0]["content"]
+    assert tool_names(to_explore) == ["glob", "grep", "list_dir", "read_file"]
+    statuses = [e.message for e in of_kind(events, "status")]
+    assert any("runs agent explore (version 0)" in s for s in statuses), statuses
+    assert any("write_file failed" in s for s in statuses), statuses
+    (result,) = [e for e in of_kind(events, "tool_result") if e.result.name == "agent_explore"]
+    assert not result.result.is_error and "only read" in result.result.output
+    # Its write never reached the workspace: there is no such file.
+    err = await rpc_error(gateway.ReadWorkspaceFile(tools_pb2.ReadWorkspaceFileRequest(session_id="s",
+                                                                                       path="notes.txt")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+
+    # A named parent delegates only to the agents it lists.
+    events = await chat(gateway, "s", "now change the code", agent="lead")
+    (refused,) = [e for e in of_kind(events, "tool_result") if e.result.name == "delegate_task"]
+    assert refused.result.is_error and "may delegate only to explore" in refused.result.output
+

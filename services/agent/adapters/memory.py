@@ -298,9 +298,23 @@ def _session_of(session_id: str, namespace: str, opening: SessionToOpen) -> sess
                                 updated_at=opening.created_at)
 
 
-def _named_agent(info: agents_pb2.AgentInfo) -> NamedAgent:
+class MemoryNamedAgents:
+    """The namespace's named agents as the memory service keeps them (GetAgent, ListAgents)."""
+
+    def __init__(self, client: MemoryClient):
+        self._client = client
+
+    async def get(self, namespace: str, ref: str) -> NamedAgent:
+        return named_agent(await self._client.get_agent(ref, namespace=namespace))
+
+    async def list(self, namespace: str) -> list[NamedAgent]:
+        return [named_agent(i) for i in await self._client.list_agents(namespace)]
+
+
+def named_agent(info: agents_pb2.AgentInfo) -> NamedAgent:
     spec = info.spec
     return NamedAgent(name=spec.name, version=info.version, instructions=spec.instructions, model=spec.model,
+                      description=spec.description, sub_agents=tuple(spec.sub_agents),
                       tools=ToolPolicy(tuple(spec.tools.allow), tuple(spec.tools.deny)),
                       permission_mode=spec.permission_mode, approvals=frozenset(spec.approvals),
                       max_steps=spec.max_steps, token_budget=spec.token_budget)
@@ -309,7 +323,7 @@ def _named_agent(info: agents_pb2.AgentInfo) -> NamedAgent:
 def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2.NamespaceSettings,
             agent: agents_pb2.AgentInfo | None = None) -> OpenedSession:
     return OpenedSession(
-        agent=_named_agent(agent) if agent is not None else None,
+        agent=named_agent(agent) if agent is not None else None,
         namespace=session.namespace or "default", created=created, model=session.model,
         permission_mode=session.permission_mode,
         tools=ToolPolicy(tuple(session.tools.allow), tuple(session.tools.deny)),

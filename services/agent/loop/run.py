@@ -47,6 +47,7 @@ from agentmesh.agent.loop.ports import (
     ChildSessions,
     ListedCatalog,
     LongTermMemory,
+    NamedAgents,
     ToolRunner,
     TranscriptStore,
     TurnLearning,
@@ -119,6 +120,7 @@ class Agent:
         turn_start: TurnStarter | None = None,
         learning: TurnLearning | None = None,
         catalog: ListedCatalog | None = None,
+        agents: NamedAgents | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -130,6 +132,7 @@ class Agent:
         # Which capabilities a turn gets (capabilities/registry.py's `for_turn`, wired by the server).
         self.capabilities = capabilities
         self.clock = clock
+        self.agents = agents  # the namespace's named agents, for delegation by name; None: not offered
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
         self.learning = learning  # standing instructions (learning.py); None: not offered

@@ -47,6 +47,8 @@ class NamedAgent:
     name: str
     version: int
     instructions: str
+    description: str = ""
+    sub_agents: tuple[str, ...] = ()  # agents it may delegate to, offered as tools (subagents.py)
     model: str = ""
     tools: ToolPolicy = field(default_factory=ToolPolicy)
     permission_mode: str = ""
