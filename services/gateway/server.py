@@ -17,6 +17,7 @@ from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
+from agentmesh.gateway.openai_endpoint import OpenAiEndpoint
 from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.reflect import AgentReflect
@@ -344,6 +345,8 @@ def _protocol_endpoints(settings: Settings, resources: Resources, sessions: Memo
             bearer_required=bool(settings.auth_tokens), max_depth=gateway_settings.a2a_max_depth, tasks=sessions))
     if gateway_settings.mcp:
         endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
+    # The namespace's named agents as OpenAI "models" (docs/agents.md); under the caller's own token.
+    endpoints.append(OpenAiEndpoint())
     return endpoints
 
 

@@ -181,7 +181,7 @@ class HttpApi:
     @web.middleware
     async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
         # The API and the protocol endpoints (A2A, MCP) get a server span, joining the caller's trace.
-        api = request.path.startswith(("/v1/", "/a2a/", "/mcp", "/.well-known/"))
+        api = request.path.startswith(("/v1/", "/a2a/", "/mcp", "/.well-known/", "/openai/"))
         if not self._host_allowed(request):
             response = error_response(
                 "PERMISSION_DENIED",
