@@ -38,6 +38,8 @@ def register(subparsers) -> None:
     chat.add_argument("--json", action="store_true", help="print one JSON event per line")
     chat.add_argument("--max-iterations", type=int, default=0, help="cap on model calls in this turn")
     chat.add_argument("--model", default="", help="override the configured model for this turn")
+    chat.add_argument("--agent", default="", metavar="NAME[@VERSION]",
+                      help="run a named agent of the session's namespace (agentmesh agents list)")
     chat.add_argument("--mode", choices=("default", "deep"), default="",
                       help="run mode: deep plans first, reflects on the plan, has a larger step budget and sub-agents")
     chat.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
@@ -196,7 +198,7 @@ async def run_chat(args) -> int:
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
                                       approval_tools=args.require_approval, token_budget=args.token_budget,
                                       session_token_budget=args.session_token_budget, plan=args.plan,
-                                      if_busy=args.if_busy, permission_mode=args.permission_mode)
+                                      if_busy=args.if_busy, permission_mode=args.permission_mode, agent=args.agent)
     if args.allow_tool or args.deny_tool:
         options.tools.CopyFrom(common_pb2.ToolPolicy(allow=args.allow_tool, deny=args.deny_tool))
     interactive = sys.stdin.isatty()

@@ -13,7 +13,7 @@ from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError
 # Each module adds its command group with `register(subparsers)`; handlers are async and
 # return the exit code.
 COMMAND_MODULES = ("stack", "demo", "chat", "sessions", "tasks", "tools", "memory", "profile", "skills", "reflect", "cron",
-                   "trace", "approvals", "models", "mcp", "login", "usage", "activity")
+                   "trace", "approvals", "models", "mcp", "login", "usage", "activity", "agents")
 
 
 class _Parser(argparse.ArgumentParser):
