@@ -234,14 +234,14 @@ class _Completion:
             self.text += event.text_delta.text
             return [self.chunk({"content": event.text_delta.text})]
         elif kind == "tool_call":
-            step = {"event": "tool_call", "name": event.tool_call.name, "session_id": self.session_id}
+            step: dict[str, Any] = {"event": "tool_call", "name": event.tool_call.name, "session_id": self.session_id}
             self.progress.append(step)
             return [self.chunk({}, vendor=step)]
         elif kind == "tool_result":
-            step = {"event": "tool_result", "name": event.tool_result.result.name,
-                    "is_error": event.tool_result.result.is_error}
-            self.progress.append(step)
-            return [self.chunk({}, vendor=step)]
+            result: dict[str, Any] = {"event": "tool_result", "name": event.tool_result.result.name,
+                                      "is_error": event.tool_result.result.is_error}
+            self.progress.append(result)
+            return [self.chunk({}, vendor=result)]
         elif kind == "run_finished":
             done = event.run_finished
             self.final = done.final_text

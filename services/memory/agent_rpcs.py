@@ -81,7 +81,7 @@ class AgentRpcs:
     @translate_errors
     async def ListAgents(self, request, context):
         agents, namespace = self._agents_of(request.namespace, "ListAgents")
-        return agents_pb2.ListAgentsResponse(agents=[agent_info_to_proto(i) for i in await agents.list(namespace)])
+        return agents_pb2.ListAgentsResponse(agents=[agent_info_to_proto(i) for i in await agents.list_all(namespace)])
 
     @translate_errors
     async def ListAgentVersions(self, request, context):

@@ -210,7 +210,7 @@ class Agents:
             raise NotFound(f"agent {name!r} has no version {version} (versions 1 to {head['latest']})")
         return _info(namespace, record, int(head["current"]))
 
-    async def list(self, namespace: str) -> list[dict[str, Any]]:
+    async def list_all(self, namespace: str) -> list[dict[str, Any]]:
         namespace = validate_namespace(namespace)
         heads = {h["name"]: h for h in await self._store.list_agent_heads(namespace)}
         found = [_builtin(namespace, n) for n in BUILTINS if n not in heads]

@@ -6,8 +6,6 @@ is there after a reopen."""
 
 from __future__ import annotations
 
-from tests.memory.test_document_port import documents_factory  # noqa: F401 - the fixture
-
 
 def version(name, n, instructions="x"):
     return {"name": name, "version": n, "created_at": 1732400000.5 + n, "rolled_back_from": 0,
