@@ -49,7 +49,7 @@ async def test_two_agents_send_their_own_prompt_model_and_tools_and_the_session_
         "reader", "You are READER; you only read.", tools=common_pb2.ToolPolicy(allow=["read_file", "grep"]))))
     assert (reader.version, reader.current_version, reader.builtin) == (1, 1, False)
     await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="default", spec=spec(
-        "runner", "You are RUNNER; you run commands.", model="other",
+        "runner", "You are RUNNER; you run commands.", model="other", temperature=0.3,
         tools=common_pb2.ToolPolicy(deny=["write_file"]))))
 
     llm.add(reply("read it"))
@@ -62,6 +62,7 @@ async def test_two_agents_send_their_own_prompt_model_and_tools_and_the_session_
     assert "You are READER" in to_reader.messages[0]["content"]
     assert "You are RUNNER" in to_runner.messages[0]["content"]
     assert to_reader.body["model"] == "test-model" and to_runner.body["model"] == "other-model"
+    assert to_runner.body["temperature"] == 0.3 and "temperature" not in to_reader.body
     assert tool_names(to_reader) == ["grep", "read_file"]
     runner_tools = tool_names(to_runner)
     assert "shell" in runner_tools and "write_file" not in runner_tools

@@ -315,6 +315,8 @@ def named_agent(info: agents_pb2.AgentInfo) -> NamedAgent:
     spec = info.spec
     return NamedAgent(name=spec.name, version=info.version, instructions=spec.instructions, model=spec.model,
                       description=spec.description, sub_agents=tuple(spec.sub_agents),
+                      temperature=spec.temperature if spec.HasField("temperature") else None,
+                      top_p=spec.top_p if spec.HasField("top_p") else None,
                       tools=ToolPolicy(tuple(spec.tools.allow), tuple(spec.tools.deny)),
                       permission_mode=spec.permission_mode, approvals=frozenset(spec.approvals),
                       max_steps=spec.max_steps, token_budget=spec.token_budget)

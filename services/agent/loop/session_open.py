@@ -55,6 +55,9 @@ class NamedAgent:
     approvals: frozenset[str] = frozenset()
     max_steps: int = 0
     token_budget: int = 0
+    # Sampling parameters for every model call of its turns, over the catalogue model's; None: those.
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 @dataclass(frozen=True)

@@ -117,9 +117,14 @@ class TurnModel:
         ctx = self.ctx
         while True:
             chosen = self.models.current
+            # A named agent's sampling parameters win over its model's (docs/agents.md).
+            agent = ctx.request.agent
+            temperature = agent.temperature if agent is not None and agent.temperature is not None \
+                else chosen.temperature
+            top_p = agent.top_p if agent is not None and agent.top_p is not None else chosen.top_p
             request = dataclasses.replace(request, model=chosen.model,
                                           max_tokens=chosen.max_output_tokens or request.max_tokens,
-                                          temperature=chosen.temperature, top_p=chosen.top_p)
+                                          temperature=temperature, top_p=top_p)
             tag = ctx.usage_tag.for_model(chosen.name, chosen.model, chosen.provider.name,
                                           fallback=self.models.fell_back)
             try:
