@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from google.protobuf import json_format
 
 from agentmesh.rpc.errors import error_info_of
 from agentmesh.v1 import agents_pb2, common_pb2, sessions_pb2, tools_pb2
@@ -155,6 +156,10 @@ async def test_a_parent_agent_delegates_to_the_builtin_explore_which_cannot_writ
     assert any("write_file failed" in s for s in statuses), statuses
     (result,) = [e for e in of_kind(events, "tool_result") if e.result.name == "agent_explore"]
     assert not result.result.is_error and "only read" in result.result.output
+    # The sub-agent's end, with its usage and the agent version it ran, is its tool result's data.
+    data = json_format.MessageToDict(result.result.data)
+    assert (data["agent"], data["agent_version"], data["iterations"]) == ("explore", 0, 2)
+    assert data["input_tokens"] > 0 and data["output_tokens"] > 0
     # Its write never reached the workspace: there is no such file.
     err = await rpc_error(gateway.ReadWorkspaceFile(tools_pb2.ReadWorkspaceFileRequest(session_id="s",
                                                                                        path="notes.txt")))

@@ -362,6 +362,8 @@ class Delegation(Capability):
             self.ctx.usage.add(child.usage)
         data = {"session_id": child.request.session_id, "iterations": child.iterations,
                 "input_tokens": child.usage.input_tokens, "output_tokens": child.usage.output_tokens}
+        if child.request.agent is not None:  # a named sub-agent: which one, at which version
+            data |= {"agent": child.request.agent.name, "agent_version": child.request.agent.version}
         if failed is not None or finished is None:
             reason = f"{failed.code}: {failed.message}" if failed else "it ended without an answer"
             outcome = ToolOutcome.error(call, "subagent_failed", f"error: {label} failed ({reason})")
