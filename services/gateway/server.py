@@ -226,7 +226,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def _agent_change(self, method: str, request, name: str):
         reply = await self._learning_call(method, request)
         assert self._authz is not None  # _learning_call checked it
-        self._authz.audit.record(f"agent.{method}", "allowed", _caller().principal, method=f"gateway.{method}",
+        verb = method.removesuffix("Agent").lower()  # CreateAgent -> agent.create, as session.delete
+        self._authz.audit.record(f"agent.{verb}", "allowed", _caller().principal, method=f"gateway.{method}",
                                  namespace=request.namespace, agent=name, version=getattr(reply, "version", 0))
         return reply
 

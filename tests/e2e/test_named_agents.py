@@ -5,7 +5,10 @@ instructions back; bad definitions are refused with a reason and a field, changi
 
 from __future__ import annotations
 
+import json
+
 import grpc
+import httpx
 import pytest
 from google.protobuf import json_format
 
@@ -31,7 +34,8 @@ models:
     base_url: {other.base_url}
     model: other-model
 """)
-    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env={"AGENTMESH_MODELS": str(catalog)}) as running:
+    env = {"AGENTMESH_MODELS": str(catalog), "AGENTMESH_AUDIT_LOG": str(tmp_path / "audit.jsonl")}
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as running:
         yield running
 
 
@@ -170,3 +174,27 @@ async def test_a_parent_agent_delegates_to_the_builtin_explore_which_cannot_writ
     (refused,) = [e for e in of_kind(events, "tool_result") if e.result.name == "delegate_task"]
     assert refused.result.is_error and "may delegate only to explore" in refused.result.output
 
+
+
+async def test_the_http_api_defines_edits_and_rolls_back_and_each_change_is_audited(stack, tmp_path):
+    base = f"{stack.http_url}/v1/namespaces/team-h/agents"
+    async with httpx.AsyncClient() as http:
+        made = await http.post(base, json={"spec": {"name": "web", "instructions": "ONE", "sub_agents": ["explore"],
+                                                    "max_steps": 5}})
+        assert made.status_code == 200, made.text
+        assert made.json()["version"] == 1
+        edited = await http.put(base, json={"spec": {"name": "web", "instructions": "TWO"}})
+        assert edited.json()["version"] == 2
+        rolled = await http.post(f"{base}/web/rollback", json={"version": 1})
+        assert (rolled.json()["version"], rolled.json()["spec"]["instructions"]) == (3, "ONE")
+        versions = (await http.get(f"{base}/web/versions")).json()["versions"]
+        assert [v["version"] for v in versions] == [1, 2, 3]
+        shown = (await http.get(f"{base}/web")).json()
+        assert shown["spec"]["sub_agents"] == ["explore"] and shown["spec"]["max_steps"] == 5
+        bad = await http.post(base, json={"spec": {"name": "web2", "instructions": "x", "top_p": 7}})
+        assert bad.status_code == 400 and bad.json()["error"]["metadata"]["field"] == "spec.top_p"
+        assert (await http.delete(f"{base}/web")).json()["removed_versions"] == 3
+    lines = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    changes = [(e["action"], e.get("agent"), e.get("version")) for e in lines if e["action"].startswith("agent.")]
+    assert changes == [("agent.create", "web", 1), ("agent.update", "web", 2), ("agent.rollback", "web", 3),
+                       ("agent.delete", "web", 0)]
