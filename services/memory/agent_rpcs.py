@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentmesh.errors import Unavailable
-from agentmesh.memory.agents import Agents
+from agentmesh.errors import NotFound, Unavailable
+from agentmesh.memory.agents import Agents, parse_ref
 from agentmesh.memory.tenancy import TenantGuard
+from agentmesh.memory.transcripts import SessionChanges, SessionRecord, Transcripts
 from agentmesh.rpc.errors import translate_errors
-from agentmesh.v1 import agents_pb2, common_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, memory_pb2, sessions_pb2
 
 __all__ = ["AgentRpcs", "agent_info_to_proto", "spec_from_proto"]
 
@@ -55,6 +56,38 @@ class AgentRpcs:
 
     _tenants: TenantGuard
     _agents: Agents | None
+    _transcripts: Transcripts
+
+    # --- a turn's agent, for StartTurn (server.py) ---
+
+    async def _namespace_to_be(self, session: sessions_pb2.Session) -> str:
+        """The namespace a turn opening `session` will run in: the stored session's, else the one
+        it is created in — checked as the put will check it, so nothing of another tenant shows."""
+        await self._tenants.may_put(session.session_id, session.namespace)
+        try:
+            return (await self._transcripts.get_session(session.session_id)).namespace or "default"
+        except NotFound:
+            return session.namespace or "default"
+
+    async def _resolve_agent(self, request: memory_pb2.StartTurnRequest, namespace: str) -> dict[str, Any] | None:
+        """The named agent the turn asked for, resolved to a version (as GetAgent)."""
+        if not request.agent:
+            return None
+        if self._agents is None:
+            raise Unavailable("named agents are not wired in this memory service")
+        parse_ref(request.agent, "agent")
+        namespace = namespace or "default"
+        self._tenants.namespace(namespace, "GetAgent")
+        return await self._agents.get(namespace, request.agent)
+
+    async def _record_agent(self, request: memory_pb2.StartTurnRequest,
+                            info: dict[str, Any] | None) -> tuple[dict[str, Any], SessionRecord] | None:
+        """`info` recorded on the session as its latest turn's agent, before the message is appended."""
+        if info is None:
+            return None
+        session = await self._transcripts.update_session(
+            request.session_id, SessionChanges(agent=(info["spec"]["name"], info["version"])))
+        return info, session
 
     def _agents_of(self, namespace: str, method: str) -> tuple[Agents, str]:
         if self._agents is None:

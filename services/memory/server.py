@@ -7,11 +7,11 @@ from typing import Any, Awaitable, Callable, cast
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
-from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument, Unavailable
+from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
 from agentmesh.logs import get_logger
 from agentmesh.memory.a2a_tasks import A2aTasks
 from agentmesh.memory.agent_rpcs import AgentRpcs, agent_info_to_proto
-from agentmesh.memory.agents import Agents, parse_ref
+from agentmesh.memory.agents import Agents
 from agentmesh.memory.convert import (
     add_messages,
     filter_from_proto,
@@ -37,7 +37,7 @@ from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
 from agentmesh.memory.tenancy import TenantGuard
-from agentmesh.memory.transcripts import SessionChanges, SessionRecord, Transcripts
+from agentmesh.memory.transcripts import SessionRecord, Transcripts
 from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.audit import AuditLog
@@ -210,19 +210,22 @@ class MemoryServicer(LearningRpcs, AgentRpcs, memory_pb2_grpc.MemoryServicer):
 
     async def start_turn(self, request: memory_pb2.StartTurnRequest) -> memory_pb2.StartTurnResponse:
         """StartTurn's work, for the unary call and for each call carried on CarriedCalls."""
-        namespace, opened, settings = request.namespace, None, None
+        namespace, opened, settings, resolved = request.namespace, None, None, None
         if request.HasField("session"):
             # The session first, as PutSession (the gateway no longer calls it before the turn):
             # the turn then runs in the namespace the session is stored in.
             if request.session.session_id != request.session_id:
                 raise InvalidArgument("session.session_id must be the session_id the turn starts in")
+            # The named agent before the session is put: a bad name refuses the turn with nothing written.
+            resolved = await self._resolve_agent(request, await self._namespace_to_be(request.session))
             opened = await self._put_session(request.session)
             namespace = opened[0].namespace or "default"
             self._tenants.namespace(namespace, "GetNamespaceSettings")
             settings = await self._namespaces.get(namespace)  # in-process and quick: no task of its own
         else:
             await self._tenants.session_if_any(request.session_id, "StartTurn")
-        agent = await self._turn_agent(request, namespace, opened)
+            resolved = await self._resolve_agent(request, namespace)
+        agent = await self._record_agent(request, resolved)
         if request.recall_k:
             self._tenants.namespace(namespace, "Search")
         messages = [message_from_proto(m) for m in request.messages]
@@ -254,23 +257,6 @@ class MemoryServicer(LearningRpcs, AgentRpcs, memory_pb2_grpc.MemoryServicer):
             reply.session_created = opened[1]
             reply.namespace_settings.CopyFrom(namespace_to_proto(settings))
         return reply
-
-    async def _turn_agent(self, request: memory_pb2.StartTurnRequest, namespace: str,
-                          opened: tuple[SessionRecord, bool] | None) -> tuple[dict[str, Any], SessionRecord] | None:
-        """The named agent the turn asked for, resolved to a version (as GetAgent) and recorded on
-        the session (its latest turn's agent), before the user's message is appended: a bad name
-        refuses the turn with nothing written."""
-        if not request.agent:
-            return None
-        if self._agents is None:
-            raise Unavailable("named agents are not wired in this memory service")
-        parse_ref(request.agent, "agent")
-        namespace = namespace or "default"
-        self._tenants.namespace(namespace, "GetAgent")
-        info = await self._agents.get(namespace, request.agent)
-        session = await self._transcripts.update_session(
-            request.session_id, SessionChanges(agent=(info["spec"]["name"], info["version"])))
-        return info, session
 
     def _learning_reads(self, request: memory_pb2.StartTurnRequest,
                         namespace: str) -> dict[str, Callable[[], Awaitable[Any]]]:

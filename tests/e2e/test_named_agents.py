@@ -131,7 +131,13 @@ async def test_a_turn_naming_an_unknown_agent_is_refused_with_nothing_written(st
     gateway = stack.gateway_stub()
     err = await rpc_error(chat(gateway, "s", "hi", agent="nobody"))
     assert err.code() == grpc.StatusCode.NOT_FOUND and "nobody" in err.details()
+    err = await rpc_error(chat(gateway, "s", "hi", agent="Not A Name@x"))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info_of(err).metadata["field"] == "options.agent"
     assert not llm.requests
+    # The refused turns stored nothing, not even the session.
+    err = await rpc_error(gateway.GetSession(sessions_pb2.GetSessionRequest(session_id="s")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
 
 
 async def test_a_parent_agent_delegates_to_the_builtin_explore_which_cannot_write_files(stack, llm):
