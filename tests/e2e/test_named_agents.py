@@ -204,3 +204,22 @@ async def test_the_http_api_defines_edits_and_rolls_back_and_each_change_is_audi
     changes = [(e["action"], e.get("agent"), e.get("version")) for e in lines if e["action"].startswith("agent.")]
     assert changes == [("agent.create", "web", 1), ("agent.update", "web", 2), ("agent.rollback", "web", 3),
                        ("agent.delete", "web", 0)]
+
+
+async def test_delegate_task_names_an_agent_which_the_namespace_may_override(stack, llm):
+    gateway = stack.gateway_stub()
+    # The namespace's own `plan` replaces the built-in, for every parent.
+    await gateway.CreateAgent(agents_pb2.CreateAgentRequest(spec=spec(
+        "plan", "You are OUR PLANNER.", tools=common_pb2.ToolPolicy(allow=["read_file"]))))
+    await gateway.CreateAgent(agents_pb2.CreateAgentRequest(spec=spec(
+        "boss", "You are BOSS.", sub_agents=["plan"])))
+    llm.add(reply("", tool_call("delegate_task", {"task": "plan the release", "agent": "plan"})),
+            reply("1. tag 2. ship"), reply("planned"))
+    events = await chat(gateway, "s", "plan it", agent="boss")
+    assert of_kind(events, "run_finished")[0].final_text == "planned"
+    to_child = llm.requests[1]
+    assert "You are OUR PLANNER." in to_child.messages[0]["content"]
+    assert tool_names(to_child) == ["read_file"]
+    (result,) = [e for e in of_kind(events, "tool_result") if e.result.name == "delegate_task"]
+    data = json_format.MessageToDict(result.result.data)
+    assert (data["agent"], data["agent_version"]) == ("plan", 1) and "1. tag 2. ship" in result.result.output
