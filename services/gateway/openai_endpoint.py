@@ -139,9 +139,14 @@ class OpenAiEndpoint:
         except StopAsyncIteration:
             return error_response("INTERNAL", "the turn ended before it started")
         completion = _Completion(model, session_id)
-        if stream:
-            return await self._stream(request, completion, first, events, body)
-        return await self._whole(completion, first, events)
+        try:
+            if stream:
+                return await self._stream(request, completion, first, events, body)
+            return await self._whole(completion, first, events)
+        finally:
+            # A client that went away mid-stream ends the loopback Chat call now (the gateway then
+            # treats it as any dropped Chat stream), not whenever the generator is collected.
+            await events.aclose()  # type: ignore[attr-defined]
 
     def _session(self, request: web.Request, body: dict[str, Any], namespace: str, model: str) -> str:
         given = request.headers.get(SESSION_HEADER)
