@@ -19,6 +19,8 @@ def register(subparsers) -> None:
     chat.add_argument("--json", action="store_true", help="print one JSON event per line")
     chat.add_argument("--max-iterations", type=_steps, default=0, help="cap on model calls in this turn")
     chat.add_argument("--model", default="", help="override the configured model for this turn")
+    chat.add_argument("--agent", default="", metavar="NAME[@VERSION]",
+                      help="run a named agent of the session's namespace (agentmesh agents list)")
     chat.add_argument("--mode", choices=("default", "deep"), default="",
                       help="run mode: deep plans first, reflects on the plan, has a larger step budget and sub-agents")
     chat.add_argument("--require-approval", action="append", default=[], metavar="TOOL",

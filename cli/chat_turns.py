@@ -184,7 +184,7 @@ async def chat(args) -> int:
     options = gateway_pb2.ChatOptions(max_iterations=args.max_iterations, model=args.model, mode=args.mode,
                                       approval_tools=args.require_approval, token_budget=args.token_budget,
                                       session_token_budget=args.session_token_budget, plan=args.plan,
-                                      if_busy=args.if_busy, permission_mode=args.permission_mode)
+                                      if_busy=args.if_busy, permission_mode=args.permission_mode, agent=args.agent)
     if args.allow_tool or args.deny_tool:
         options.tools.CopyFrom(common_pb2.ToolPolicy(allow=args.allow_tool, deny=args.deny_tool))
     interactive = sys.stdin.isatty()

@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logout": ("login", "forget the stored token"),
     "usage": ("usage", "token usage and estimated cost of model calls"),
     "activity": ("activity", "watch the tool calls of every running turn, live"),
+    "agents": ("agents", "define, list, version and roll back a namespace's named agents"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 

@@ -8,6 +8,7 @@ the same requests with the same sentences, each naming the field at fault (the e
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
 
 # What a message to a busy session does (ChatOptions.if_busy); the first is the default.
 IF_BUSY_POLICIES = ("reject", "enqueue", "interrupt", "rollback")
+_AGENT_REF = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}(@[1-9][0-9]{0,8})?$")  # as memory/agents.py
 MAX_APPROVAL_TOOLS = 64
 MAX_TOOL_NAME_CHARS = 128
 MAX_MODEL_NAME_CHARS = 200
@@ -89,6 +91,11 @@ def validate_turn(session_id: str, message: str, options: Any, limits: TurnLimit
     validate_permission_mode(options.permission_mode, "options.permission_mode")
     if options.HasField("tools"):
         validate_policy(options.tools.allow, options.tools.deny, "options.tools")
+    agent = getattr(options, "agent", "")
+    if agent and not _AGENT_REF.match(agent):
+        # Only the form here: whether the agent exists is the memory service's answer (NOT_FOUND).
+        raise InvalidArgument(f"options.agent {agent[:80]!r} is not NAME or NAME@VERSION (a named agent of the "
+                              "session's namespace: ListAgents)", field="options.agent")
     for name in ("token_budget", "session_token_budget"):
         if getattr(options, name) < 0:
             raise InvalidArgument(f"options.{name} must be 0 (the configured budget) or a positive number of tokens",

@@ -21,6 +21,7 @@ from agentmesh.agent.adapters.memory import (
     GrpcTranscripts,
     GrpcTurnStart,
     GrpcUsageLog,
+    MemoryNamedAgents,
     UsageOutbox,
 )
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
@@ -218,6 +219,7 @@ def session_to_open(request: agent_service_pb2.RunTurnRequest) -> SessionToOpen:
         deployment_tools=validate_policy(deployment.allow, deployment.deny, "open_session.deployment_tools"),
         deployment_permission_mode=validate_permission_mode(given.deployment_permission_mode,
                                                             "open_session.deployment_permission_mode"),
+        agent=request.options.agent,
     )
 
 
@@ -346,6 +348,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         telemetry=telemetry,
         capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
         sessions=MemoryChildSessions(memory_client),
+        agents=MemoryNamedAgents(memory_client),
         background=GrpcBackgroundCommands(tools_client, known=known_background),
         images=GrpcImageFiles(tools_client),
         default_vision=settings.llm.vision,

@@ -24,6 +24,8 @@ FORWARDED = (
     "PutSkill", "ListSkills", "GetSkill", "ApproveSkill", "RemoveSkill", "SetSkillPolicy",
     "ListPromotedTools", "RemovePromotedTool",
     "ListReflections",
+    # Named agents (docs/agents.md): memory keeps and validates them.
+    "CreateAgent", "GetAgent", "ListAgents", "UpdateAgent", "ListAgentVersions", "RollbackAgent", "DeleteAgent",
 )
 
 

@@ -21,6 +21,7 @@ from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
+from agentmesh.gateway.openai_endpoint import OpenAiEndpoint
 from agentmesh.gateway.peers import AgentTurns, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.reflect import AgentReflect
@@ -223,6 +224,45 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def SetSkillPolicy(self, request, context):
         return await self._learning_call("SetSkillPolicy", request)
 
+    # Named agents (docs/agents.md), kept and validated by the memory service; a change is written
+    # to the audit log with who made it.
+
+    async def _agent_change(self, method: str, request, name: str):
+        reply = await self._learning_call(method, request)
+        assert self._authz is not None  # _learning_call checked it
+        verb = method.removesuffix("Agent").lower()  # CreateAgent -> agent.create, as session.delete
+        self._authz.audit.record(f"agent.{verb}", "allowed", _caller().principal, method=f"gateway.{method}",
+                                 namespace=request.namespace, agent=name, version=getattr(reply, "version", 0))
+        return reply
+
+    @translate_errors
+    async def CreateAgent(self, request, context):
+        return await self._agent_change("CreateAgent", request, request.spec.name)
+
+    @translate_errors
+    async def UpdateAgent(self, request, context):
+        return await self._agent_change("UpdateAgent", request, request.spec.name)
+
+    @translate_errors
+    async def RollbackAgent(self, request, context):
+        return await self._agent_change("RollbackAgent", request, request.name)
+
+    @translate_errors
+    async def DeleteAgent(self, request, context):
+        return await self._agent_change("DeleteAgent", request, request.name)
+
+    @translate_errors
+    async def GetAgent(self, request, context):
+        return await self._learning_call("GetAgent", request)
+
+    @translate_errors
+    async def ListAgents(self, request, context):
+        return await self._learning_call("ListAgents", request)
+
+    @translate_errors
+    async def ListAgentVersions(self, request, context):
+        return await self._learning_call("ListAgentVersions", request)
+
     @translate_errors
     async def ListPromotedTools(self, request, context):
         return await self._learning_call("ListPromotedTools", request)
@@ -312,6 +352,8 @@ def _protocol_endpoints(settings: Settings, resources: Resources, sessions: Memo
             tasks=sessions, callers=callers))
     if gateway_settings.mcp:
         endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
+    # The namespace's named agents as OpenAI "models" (docs/agents.md); under the caller's own token.
+    endpoints.append(OpenAiEndpoint())
     return endpoints
 
 

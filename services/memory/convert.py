@@ -36,6 +36,8 @@ def session_to_proto(s: SessionRecord) -> sessions_pb2.Session:
         model=s.model,
         permission_mode=s.permission_mode,
         tools=common_pb2.ToolPolicy(allow=s.tools_allow, deny=s.tools_deny),
+        agent=s.agent,
+        agent_version=s.agent_version,
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import qdrant_edge as qe
 
+from agentmesh.memory.agent_records import AgentRecords
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.ports import document_point
@@ -42,7 +43,7 @@ def _where(kind: str, namespace: str) -> qe.Filter:
     ])
 
 
-class EdgeDocuments:
+class EdgeDocuments(AgentRecords):
     def __init__(self, store: EdgeStore):
         self._store = store
         self._shard: IndexedShard | None = None

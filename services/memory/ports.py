@@ -4,7 +4,8 @@
 memories kept (`MemoryStore`) and searched (`MemorySearch`) — together `LongTermStore`, for
 `memories.py` and `context.py` —, usage records (`UsageStore`, `usage.py`); `Store` is all of
 them with the life cycle (`StoreLifecycle`). The learning cores (`profiles.py`, `skills.py`,
-`promoted.py`, `reflections.py`) need `DocumentStore`.
+`promoted.py`, `reflections.py`) need `DocumentStore`; named agents (`agents.py`) need `AgentStore`,
+which both document adapters implement (`agent_records.AgentRecords`).
 
 Two adapters implement it: `edge_store.EdgeStore` (Qdrant Edge, embedded under AGENTMESH_HOME, the
 default) and `qdrant_store.QdrantStore` (a Qdrant server through qdrant-client). The cores import
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 __all__ = [
-    "DENSE", "SPARSE", "DocumentStore", "FusionPlan", "LongTermStore", "MemoryRow", "MemorySearch", "MemoryStore",
+    "DENSE", "SPARSE", "AgentStore", "DocumentStore", "FusionPlan", "LongTermStore", "MemoryRow", "MemorySearch", "MemoryStore",
     "MessageStore", "NamespaceSettingsStore", "PointFilter", "ScoredRow", "SessionStore", "Store", "StoreLifecycle",
     "TranscriptStore", "UsageStore", "document_point", "point_id", "stored_time",
 ]
@@ -225,6 +226,30 @@ class DocumentStore(Protocol):
     async def list_documents(self, kind: str, namespace: str) -> list[tuple[str, Payload]]:
         """(key, payload) of every document of this kind in the namespace, by key. The payloads
         are for reading: an adapter may hand out what it keeps in memory (the embedded one does)."""
+
+
+class AgentStore(Protocol):
+    """Named agents of a namespace (agents.py): each version an immutable record, and a head per
+    name saying which version the name points at. Versions are never replaced: a put of a version
+    that exists answers False and changes nothing, so two writers cannot both make version N.
+    Payloads are JSON-like dicts; the head's `name` and a version's (`name`, `version`) key them."""
+
+    async def put_agent_version(self, namespace: str, payload: Payload) -> bool:
+        """Store version payload["version"] of agent payload["name"]; False when it exists."""
+
+    async def get_agent_version(self, namespace: str, name: str, version: int) -> Payload | None: ...
+
+    async def list_agent_versions(self, namespace: str, name: str) -> list[Payload]:
+        """Every stored version of the agent, oldest first."""
+
+    async def put_agent_head(self, namespace: str, payload: Payload) -> None:
+        """The head of agent payload["name"] (replaced whole)."""
+
+    async def list_agent_heads(self, namespace: str) -> list[Payload]:
+        """The head of every agent of the namespace, by name."""
+
+    async def delete_agent(self, namespace: str, name: str) -> int:
+        """The head, then every version; how many versions were removed."""
 
 
 def document_point(kind: str, namespace: str, key: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
+from agentmesh.memory.agent_records import AgentRecords
 from agentmesh.memory.ports import document_point
 from agentmesh.memory.qdrant_store import QdrantStore
 
@@ -29,7 +30,7 @@ def _where(kind: str, namespace: str) -> qm.Filter:
     ])
 
 
-class QdrantDocuments:
+class QdrantDocuments(AgentRecords):
     def __init__(self, client: QdrantClient, run: Run, *, local: bool):
         self._client = client
         self._run = run

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, cast
 
 from structlog.contextvars import bound_contextvars
 
@@ -11,6 +11,8 @@ from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
 from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.logs import get_logger
 from agentmesh.memory.a2a_tasks import A2aTasks
+from agentmesh.memory.agent_rpcs import AgentRpcs, agent_info_to_proto
+from agentmesh.memory.agents import Agents
 from agentmesh.memory.convert import (
     add_messages,
     filter_from_proto,
@@ -28,6 +30,7 @@ from agentmesh.memory.learning_rpcs import LearningRpcs, profile_to_proto, promo
 from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.namespaces import Namespaces
+from agentmesh.memory.ports import AgentStore
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.reflections import Reflections
@@ -53,12 +56,13 @@ APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, memory_service_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, AgentRpcs, memory_service_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
-                 a2a_tasks: A2aTasks | None = None):
+                 a2a_tasks: A2aTasks | None = None, agents: Agents | None = None):
         self._transcripts = transcripts
+        self._agents = agents
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
@@ -207,18 +211,22 @@ class MemoryServicer(LearningRpcs, memory_service_pb2_grpc.MemoryServicer):
 
     async def start_turn(self, request: memory_service_pb2.StartTurnRequest) -> memory_service_pb2.StartTurnResponse:
         """StartTurn's work, for the unary call and for each call carried on CarriedCalls."""
-        namespace, opened, settings = request.namespace, None, None
+        namespace, opened, settings, resolved = request.namespace, None, None, None
         if request.HasField("session"):
             # The session first, as PutSession (the gateway no longer calls it before the turn):
             # the turn then runs in the namespace the session is stored in.
             if request.session.session_id != request.session_id:
                 raise InvalidArgument("session.session_id must be the session_id the turn starts in")
+            # The named agent before the session is put: a bad name refuses the turn with nothing written.
+            resolved = await self._resolve_agent(request, await self._namespace_to_be(request.session))
             opened = await self._put_session(request.session)
             namespace = opened[0].namespace or "default"
             self._tenants.namespace(namespace, "GetNamespaceSettings")
             settings = await self._namespaces.get(namespace)  # in-process and quick: no task of its own
         else:
             await self._tenants.session_if_any(request.session_id, "StartTurn")
+            resolved = await self._resolve_agent(request, namespace)
+        agent = await self._record_agent(request, resolved)
         if request.recall_k:
             self._tenants.namespace(namespace, "Search")
         messages = [message_from_proto(m) for m in request.messages]
@@ -242,6 +250,9 @@ class MemoryServicer(LearningRpcs, memory_service_pb2_grpc.MemoryServicer):
             reply.profile.CopyFrom(profile_to_proto(learned["profile"]))
         reply.skills.extend(skill_info_to_proto(i) for i in learned.get("skills", ()))
         reply.promoted_tools.extend(promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
+        if agent is not None:
+            reply.agent.CopyFrom(agent_info_to_proto(agent[0]))
+            opened = (agent[1], opened[1]) if opened is not None else None
         if opened is not None and settings is not None:
             reply.session.CopyFrom(session_to_proto(opened[0]))
             reply.session_created = opened[1]
@@ -458,7 +469,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                               Skills(documents, SkillLimits()),
                               PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                               Reflections(documents), UsageLedger(store), host.audit,
-                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents))
+                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents),
+                              # Both document adapters are agent stores too (agent_records.py).
+                              agents=Agents(cast(AgentStore, documents)))
     host.add(memory_service_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.internal.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):

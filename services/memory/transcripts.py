@@ -55,6 +55,9 @@ class SessionRecord:
     permission_mode: str = ""  # "auto" | "normal" | "manual"; "": the deployment's
     tools_allow: list[str] = field(default_factory=list)  # the session's tool policy (toolpolicy.py)
     tools_deny: list[str] = field(default_factory=list)
+    # The named agent and version its latest turn ran (agents.py); "" / 0: none.
+    agent: str = ""
+    agent_version: int = 0
     # The latest step's tool calls ([call id, tool name, run id]) and the ids answered so far,
     # kept by `_append` so that a call gets one result, ever (`_one_result_per_call`).
     step_calls: list[list[str]] = field(default_factory=list)
@@ -74,6 +77,8 @@ class SessionRecord:
             "permission_mode": self.permission_mode,
             "tools_allow": list(self.tools_allow),
             "tools_deny": list(self.tools_deny),
+            "agent": self.agent,
+            "agent_version": self.agent_version,
             "step_calls": [list(c) for c in self.step_calls],
             "step_answered": list(self.step_answered),
             "step_before": list(self.step_before),
@@ -93,6 +98,8 @@ class SessionRecord:
             permission_mode=p.get("permission_mode", ""),
             tools_allow=list(p.get("tools_allow") or []),
             tools_deny=list(p.get("tools_deny") or []),
+            agent=p.get("agent", ""),
+            agent_version=int(p.get("agent_version", 0)),
             step_calls=[list(c) for c in p.get("step_calls") or []],
             step_answered=list(p.get("step_answered") or []),
             step_before=list(p.get("step_before") or []),
@@ -106,6 +113,8 @@ class SessionChanges:
     model: str | None = None
     permission_mode: str | None = None
     tools: ToolPolicy | None = None
+    # (name, version) of the named agent a turn runs, set by StartTurn (agents.py).
+    agent: tuple[str, int] | None = None
 
 
 @dataclass
@@ -267,6 +276,8 @@ class Transcripts:
                 session.permission_mode = changes.permission_mode
             if changes.tools is not None:
                 session.tools_allow, session.tools_deny = list(changes.tools.allow), list(changes.tools.deny)
+            if changes.agent is not None:
+                session.agent, session.agent_version = changes.agent
             await self._store.put_session(session.payload())
             return session
 

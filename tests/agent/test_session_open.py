@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from agentmesh.agent.loop.run import TurnRequest
-from agentmesh.agent.loop.session_open import OpenedSession, SessionToOpen, resolve
+from agentmesh.agent.loop.session_open import NamedAgent, OpenedSession, SessionToOpen, resolve
 from agentmesh.toolpolicy import ToolPolicy
 
 DEPLOYMENT = ToolPolicy(deny=("web_fetch",))
@@ -36,3 +36,26 @@ def test_an_unknown_session_model_and_unset_modes_fall_back_to_the_deployment():
     resolved = resolve(turn(), opened, MODELS)
     assert (resolved.model, resolved.permission_mode) == ("", "normal")
     assert resolved.tool_policies == (DEPLOYMENT,)  # empty layers are left out
+
+
+def test_a_named_agent_narrows_the_turn_and_never_widens_it():
+    agent = NamedAgent(name="reviewer", version=3, instructions="You review.", model="second",
+                       tools=ToolPolicy(allow=("read_file",)), permission_mode="manual",
+                       approvals=frozenset({"shell"}), max_steps=5, token_budget=1000)
+    opened = OpenedSession(namespace="team", created=False, model="default", agent=agent,
+                           namespace_tools=ToolPolicy(deny=("shell",)))
+    resolved = resolve(turn(max_iterations=9, token_budget=500, approval_tools=frozenset({"python"})), opened, MODELS)
+    assert resolved.agent == agent and resolved.system_prompt == "You review."
+    assert resolved.model == "second"  # the agent's over the session's
+    # Its policy is one more layer, after every other: a tool must pass them all.
+    assert resolved.tool_policies == (DEPLOYMENT, ToolPolicy(deny=("shell",)), ToolPolicy(allow=("read_file",)))
+    assert (resolved.max_iterations, resolved.token_budget) == (5, 500)  # the smaller of each
+    assert resolved.approval_tools == {"python", "shell"} and resolved.permission_mode == "manual"
+
+    # The turn's own choices still win where the turn made them.
+    resolved = resolve(turn(model="default", system_prompt="Mine."), opened, MODELS)
+    assert (resolved.model, resolved.system_prompt) == ("default", "Mine.")
+    # A model the deployment does not know is not used.
+    stray = OpenedSession(namespace="team", created=False, agent=NamedAgent(name="x", version=1, instructions="x",
+                                                                              model="unknown"))
+    assert resolve(turn(), stray, MODELS).model == ""

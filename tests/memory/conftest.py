@@ -22,6 +22,7 @@ from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.launch import start_service
 from agentmesh.rpc.server import ServiceHost
 from tests.memory.store_adapters import store_factory  # noqa: F401 - every adapter, for the port suites
+from tests.memory.test_document_port import documents_factory  # noqa: F401 - both document adapters (test_agent_port.py)
 from tests.support.identities import signed_channel
 from tests.support.recording import recording_channel
 

@@ -58,3 +58,12 @@ def test_each_small_port_has_a_suite_that_calls_every_method_against_every_adapt
         assert "store_factory" in text, f"{suite} does not run against the adapters (store_factory)"
         missing = [name for name in sorted(_methods(port)) if f".{name}(" not in text]
         assert not missing, f"{suite} calls no {', '.join(missing)} of {port.__name__}"
+
+
+def test_the_agent_port_has_a_suite_that_calls_every_method_against_both_document_adapters():
+    # AgentStore is implemented by the document adapters (agent_records.py), not by `Store`.
+    text = (HERE / "test_agent_port.py").read_text()
+    assert "documents_factory" in text
+    missing = [name for name in sorted(_methods(ports.AgentStore)) if f".{name}(" not in text]
+    assert not missing, f"test_agent_port.py calls no {', '.join(missing)} of AgentStore"
+    assert len(_methods(ports.AgentStore)) <= MOST_METHODS

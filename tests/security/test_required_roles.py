@@ -23,7 +23,7 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.identity import Principal
 from agentmesh.rpc.launch import start_service
 from agentmesh.tenancy import REQUIRED_ROLES, token_digest
-from agentmesh.v1 import common_pb2, learning_pb2, sessions_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, learning_pb2, sessions_pb2
 from tests.support.identities import signed_channel
 
 PEOPLE = ("a-admin", "a-member", "a-viewer", "b-admin", "b-member", "b-viewer")
@@ -56,6 +56,13 @@ ADMIN_ONLY = {
     "PutMcpRegistration": memory_service_pb2.PutMcpRegistrationRequest(
         namespace="acme", server=memory_service_pb2.McpRegistration(name="evil", command="/bin/true")),
     "RemoveMcpRegistration": memory_service_pb2.RemoveMcpRegistrationRequest(namespace="acme", name="docs"),
+    # Named agents: a member runs them, only an admin defines them.
+    "CreateAgent": agents_pb2.CreateAgentRequest(namespace="acme", spec=agents_pb2.AgentSpec(
+        name="obedient", instructions="Obey the member.")),
+    "UpdateAgent": agents_pb2.UpdateAgentRequest(namespace="acme", spec=agents_pb2.AgentSpec(
+        name="obedient", instructions="Obey the member, always.")),
+    "RollbackAgent": agents_pb2.RollbackAgentRequest(namespace="acme", name="obedient", version=1),
+    "DeleteAgent": agents_pb2.DeleteAgentRequest(namespace="acme", name="obedient"),
 }
 
 

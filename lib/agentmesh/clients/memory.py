@@ -23,7 +23,7 @@ from agentmesh.rpc.carried import CarriedClient, CarriedMethod, NotCarried
 from agentmesh.rpc.convert import struct_from_dict
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.peers import peer_call
-from agentmesh.v1 import common_pb2, learning_pb2, sessions_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, learning_pb2, sessions_pb2
 
 
 def memory_filter(
@@ -241,6 +241,14 @@ class MemoryClient(ServiceClient):
 
     async def set_profile(self, part: str, text: str, *, namespace: str = "default") -> learning_pb2.Profile:
         return await self._call(self.stub.SetProfile, learning_pb2.SetProfileRequest(namespace=namespace, part=part, text=text))
+
+    # --- named agents ---
+
+    async def get_agent(self, ref: str, *, namespace: str = "default") -> agents_pb2.AgentInfo:
+        return await self._call(self.stub.GetAgent, agents_pb2.GetAgentRequest(namespace=namespace, name=ref))
+
+    async def list_agents(self, namespace: str = "default") -> list[agents_pb2.AgentInfo]:
+        return list((await self._call(self.stub.ListAgents, agents_pb2.ListAgentsRequest(namespace=namespace))).agents)
 
     # --- skills ---
 

@@ -159,6 +159,15 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ApproveSkill": _allow("gateway", USERS),
         "RemoveSkill": _allow("gateway", USERS),
         "SetSkillPolicy": _allow("gateway", USERS),
+        # Named agents (docs/agents.md): users define them through the gateway's RPCs of the same
+        # names; the agent reads one when delegating to it by name (StartTurn resolves a turn's).
+        "CreateAgent": _allow("gateway", USERS),
+        "UpdateAgent": _allow("gateway", USERS),
+        "RollbackAgent": _allow("gateway", USERS),
+        "DeleteAgent": _allow("gateway", USERS),
+        "GetAgent": _allow("agent", "gateway", USERS),
+        "ListAgents": _allow("agent", "gateway", USERS),
+        "ListAgentVersions": _allow("gateway", USERS),
         # Promoted tools: the agent stores what `promote_skill` made and lists them each turn;
         # users list and remove them (`agentmesh skills list --tools`).
         "PutPromotedTool": _allow("agent"),

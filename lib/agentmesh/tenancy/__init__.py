@@ -137,6 +137,15 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "ListReflections": "viewer",
     "GetProfile": "viewer",
     "SetProfile": "admin",
+    # Named agents (docs/agents.md): an admin defines them, a viewer reads them; a member runs
+    # them (Chat, as GetAgent inside StartTurn). Same names on the gateway and memory.
+    "CreateAgent": "admin",
+    "UpdateAgent": "admin",
+    "RollbackAgent": "admin",
+    "DeleteAgent": "admin",
+    "GetAgent": "viewer",
+    "ListAgents": "viewer",
+    "ListAgentVersions": "viewer",
     "PutSkill": "member",
     "ListSkills": "viewer",
     "GetSkill": "viewer",

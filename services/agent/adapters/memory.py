@@ -12,17 +12,17 @@ import grpc
 from agentmesh.agent.adapters.learning import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
 from agentmesh.agent.capabilities.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
 from agentmesh.agent.loop.ports import MemoryHit, NotSupported, TurnBeginning
-from agentmesh.agent.loop.session_open import OpenedSession, SessionToOpen
+from agentmesh.agent.loop.session_open import NamedAgent, OpenedSession, SessionToOpen
 from agentmesh.agent.loop.usage_log import UsageEntry
 from agentmesh.agent.types import ChatMessage, Role, ToolCall
 from agentmesh.clients.memory import MemoryClient
-from agentmesh.errors import AgentmeshError, NotFound, PermissionDenied, Unavailable
+from agentmesh.errors import AgentmeshError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.logs import get_logger
 from agentmesh.rpc.convert import image_from_proto, image_to_proto
 from agentmesh.rpc.peers import peer_error
 from agentmesh.toolpolicy import ToolPolicy
-from agentmesh.v1 import common_pb2, sessions_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, sessions_pb2
 
 log = get_logger("agentmesh.agent")
 
@@ -233,6 +233,7 @@ class GrpcTurnStart:
             with_promoted_tools=PROMOTED_TOOLS in learning)
         if opening is not None:
             request.session.CopyFrom(_session_of(session_id, namespace, opening))
+            request.agent = opening.agent
         try:
             # A turn that opens its session fails at once when memory is away, as the gateway's
             # PutSession did: nothing is shown to the client yet, who gets the status and resends.
@@ -251,7 +252,8 @@ class GrpcTurnStart:
         hits = [MemoryHit(id=h.memory.id, text=h.memory.text, kind=h.memory.kind, score=h.score,
                           created_at=h.memory.created_at) for h in reply.recalled]
         learned = _learned(reply, learning) if learning and reply.learning_read else None
-        opened = _opened(reply.session, reply.session_created, reply.namespace_settings) \
+        opened = _opened(reply.session, reply.session_created, reply.namespace_settings,
+                         reply.agent if reply.HasField("agent") else None) \
             if opening is not None and reply.HasField("session") else None
         return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error, learned, opened)
 
@@ -289,7 +291,7 @@ class GrpcTurnStart:
 
 # How memory refuses to open a session (another tenant's id, a namespace not the caller's, an
 # outage): passed on in memory's words, which the gateway answers the client with.
-SESSION_REFUSALS = (NotFound, PermissionDenied, Unavailable)
+SESSION_REFUSALS = (NotFound, PermissionDenied, Unavailable, InvalidArgument)  # the last: a bad agent name
 
 
 def _session_of(session_id: str, namespace: str, opening: SessionToOpen) -> sessions_pb2.Session:
@@ -298,8 +300,34 @@ def _session_of(session_id: str, namespace: str, opening: SessionToOpen) -> sess
                                 updated_at=opening.created_at)
 
 
-def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2.NamespaceSettings) -> OpenedSession:
+class MemoryNamedAgents:
+    """The namespace's named agents as the memory service keeps them (GetAgent, ListAgents)."""
+
+    def __init__(self, client: MemoryClient):
+        self._client = client
+
+    async def get(self, namespace: str, ref: str) -> NamedAgent:
+        return named_agent(await self._client.get_agent(ref, namespace=namespace))
+
+    async def list(self, namespace: str) -> list[NamedAgent]:
+        return [named_agent(i) for i in await self._client.list_agents(namespace)]
+
+
+def named_agent(info: agents_pb2.AgentInfo) -> NamedAgent:
+    spec = info.spec
+    return NamedAgent(name=spec.name, version=info.version, instructions=spec.instructions, model=spec.model,
+                      description=spec.description, sub_agents=tuple(spec.sub_agents),
+                      temperature=spec.temperature if spec.HasField("temperature") else None,
+                      top_p=spec.top_p if spec.HasField("top_p") else None,
+                      tools=ToolPolicy(tuple(spec.tools.allow), tuple(spec.tools.deny)),
+                      permission_mode=spec.permission_mode, approvals=frozenset(spec.approvals),
+                      max_steps=spec.max_steps, token_budget=spec.token_budget)
+
+
+def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2.NamespaceSettings,
+            agent: agents_pb2.AgentInfo | None = None) -> OpenedSession:
     return OpenedSession(
+        agent=named_agent(agent) if agent is not None else None,
         namespace=session.namespace or "default", created=created, model=session.model,
         permission_mode=session.permission_mode,
         tools=ToolPolicy(tuple(session.tools.allow), tuple(session.tools.deny)),

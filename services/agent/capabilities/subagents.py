@@ -15,6 +15,13 @@ child (its model fails, it runs out of steps or time, its session cannot be open
 error result the parent's model reads; the parent turn never fails because of a child.
 Cancelling the parent cancels the children (their tasks are cancelled with the tool call).
 
+A sub-agent may be a named agent of the namespace (docs/agents.md): `delegate_task`'s `agent`
+argument names one (the built-ins explore, code, plan, or the namespace's own), and a named parent's
+allowed sub-agents are offered as tools of their own, `agent_<name>`, described by the agent's
+description. The child then runs that agent's instructions, model, budgets and tool policy — one
+more layer on the parent's, so it can only narrow: `explore` under any parent cannot write files.
+A named parent delegates only to the agents its `sub_agents` lists.
+
 Recursion is bounded: a child at depth `subagent_max_depth` is not offered the tool, and one
 turn starts at most `max_subagents` children.
 """
@@ -25,11 +32,13 @@ import asyncio
 import dataclasses
 import functools
 import hashlib
+import json
 from typing import TYPE_CHECKING
 
 from agentmesh.agent.capabilities import budget
 from agentmesh.agent.capabilities.tasks import PENDING, BoardError
 from agentmesh.agent.loop.context import clip
+from agentmesh.agent.loop.session_open import NamedAgent, with_agent
 from agentmesh.agent.loop.turn import Capability, TurnContext
 from agentmesh.agent.loop.turn_request import SubagentLink
 from agentmesh.agent.loop.turn_request import (
@@ -39,6 +48,7 @@ from agentmesh.agent.settings import AgentSettings
 from agentmesh.agent.types import (
     ApprovalRequestEvent,
     ApprovalResolvedEvent,
+    ChatMessage,
     RunErrorEvent,
     RunEvent,
     RunFinishedEvent,
@@ -69,6 +79,7 @@ _SUFFIX = ".sub-"
 _DIGEST_CHARS = 10
 _MAX_ID = 128
 DELEGATE_TASK = "delegate_task"
+AGENT_TOOL_PREFIX = "agent_"  # agent_<name>: a named sub-agent offered as a tool of its own
 
 SUBAGENT_NOTE = (
     "You are a sub-agent: another agent delegated one task to you. Do that task with your tools, then end with "
@@ -121,9 +132,28 @@ def delegate_spec(settings: AgentSettings, *, with_tasks: bool = False) -> ToolS
             "additionalProperties": False,
         },
     )
+    spec.parameters["properties"]["agent"] = {
+        "type": "string",
+        "maxLength": 80,
+        "description": "Optional: a named agent to run the task (explore: read-only search of the workspace; "
+                       "code: changes code; plan: writes a plan; or one the namespace defines).",
+    }
     if with_tasks:
         spec.parameters["properties"]["task_id"] = TASK_ID_PROPERTY
     return spec
+
+
+def agent_tool_spec(agent: NamedAgent) -> ToolSpec:
+    """A named sub-agent as a tool: its description is what the model reads to choose it."""
+    return ToolSpec(
+        name=AGENT_TOOL_PREFIX + agent.name.replace("-", "_"),
+        description=(agent.description or f"The {agent.name} agent.") + " It works on the task you give it and "
+                    "returns its final answer as this tool's result; it sees only what you write in `task`.",
+        parameters={"type": "object", "properties": {"task": {
+            "type": "string", "maxLength": MAX_TASK_CHARS,
+            "description": "What the agent should do and what it should return, with all context it needs."}},
+            "required": ["task"], "additionalProperties": False},
+    )
 
 
 def depth_of(request: "TurnRequest") -> int:
@@ -136,7 +166,17 @@ def offered(request: "TurnRequest", settings: AgentSettings) -> bool:
     depth = depth_of(request)
     if depth >= settings.subagent_max_depth or settings.max_subagents == 0:
         return False
-    return depth > 0 or (request.mode or "default") in settings.subagent_modes
+    return depth > 0 or by_mode(request, settings) or runs_named_agent(request)
+
+
+def by_mode(request: "TurnRequest", settings: AgentSettings) -> bool:
+    return depth_of(request) > 0 or (request.mode or "default") in settings.subagent_modes
+
+
+def runs_named_agent(request: "TurnRequest") -> bool:
+    """A turn of a named agent (known before its start resolves it: the opening names it) may
+    have sub-agents to offer, in any mode; `Delegation.tools` offers nothing if it has none."""
+    return request.agent is not None or bool(request.opening is not None and request.opening.agent)
 
 
 def child_session_id(parent_session_id: str, run_id: str, call_id: str) -> str:
@@ -177,15 +217,45 @@ class Delegation(Capability):
         self.board = board  # the turn's task board: a sub-agent can be handed one of its tasks
         self.spec, self.schema = delegate_tool(self.settings, with_tasks=board is not None)
         self.started = 0
+        self.named: dict[str, NamedAgent] = {}  # tool name -> the named sub-agent it runs
+
+    async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
+        """A named parent's allowed sub-agents, read here because this hook runs once the turn
+        knows its agent (after StartTurn) and before the loop lists the turn's tools."""
+        parent, lookup = self.ctx.request.agent, self.ctx.agent.agents
+        if parent is None or not parent.sub_agents or lookup is None:
+            return history
+        try:
+            known = {a.name: a for a in await lookup.list(self.ctx.request.namespace)}
+        except AgentmeshError as exc:
+            self.ctx.emit(StatusEvent(f"could not read the named sub-agents ({exc.message}); delegate_task still works"))
+            return history
+        for name in parent.sub_agents:
+            if name in known:
+                spec = agent_tool_spec(known[name])
+                self.named[spec.name] = known[name]
+        return history
 
     def tools(self) -> list[ToolSpec]:
-        return [self.spec]
+        parent = self.ctx.request.agent
+        if parent is not None and not parent.sub_agents and not by_mode(self.ctx.request, self.settings):
+            return []  # offered only for the named agent's sub-agents, and it has none
+        return [self.spec, *(agent_tool_spec(a) for a in self.named.values())]
 
     async def execute(self, call: ToolCall) -> ToolOutcome:
+        named: NamedAgent | None = self.named.get(call.name)
         try:
-            task, instructions, steps, task_id = self._arguments(call)
+            if named is not None:
+                task, instructions, steps, task_id = self._named_arguments(call)
+            else:
+                task, instructions, steps, task_id = self._arguments(call)
+                ref = self.schema.parse(call.arguments_json).get("agent")
+                if ref:
+                    named = await self._named(str(ref))
         except ValueError as exc:
             return ToolOutcome.error(call, "invalid_arguments", f"error: {exc}")
+        except AgentmeshError as exc:
+            return ToolOutcome.error(call, "unknown_agent", f"error: {call.name}: {exc.message}")
         cap = self.settings.max_subagents
         if self.started >= cap:
             return ToolOutcome.error(
@@ -205,7 +275,7 @@ class Delegation(Capability):
         self.started = index  # before any await: concurrent calls of one reply each get their own number
         if task_id and self.board is not None:
             await self.board.save()
-        outcome = await self._delegate(call, task, instructions, steps, index)
+        outcome = await self._delegate(call, task, instructions, steps, index, named)
         if task_id and self.board is not None:
             outcome.output += await self._report(task_id, outcome)
         return outcome
@@ -220,7 +290,27 @@ class Delegation(Capability):
             return f"\n[task #{task_id} marked done]"
         return f"\n[task #{task_id} is pending again: the sub-agent did not finish it]"
 
-    async def _delegate(self, call: ToolCall, task: str, instructions: str, steps: int, index: int) -> ToolOutcome:
+    def _named_arguments(self, call: ToolCall) -> tuple[str, str, int, int]:
+        try:
+            task = json.loads(call.arguments_json or "{}").get("task")
+        except (ValueError, AttributeError):
+            task = None
+        if not isinstance(task, str) or not task.strip():
+            raise ValueError(f"{call.name} needs a `task`: what the agent should do and return")
+        return task[:MAX_TASK_CHARS], "", self.settings.subagent_max_iterations, 0
+
+    async def _named(self, ref: str) -> NamedAgent:
+        """The named agent `delegate_task` asked for; a named parent may use only its sub-agents."""
+        parent, lookup = self.ctx.request.agent, self.ctx.agent.agents
+        if lookup is None:
+            raise ValueError("named agents are not available in this deployment; leave out `agent`")
+        if parent is not None and parent.sub_agents and ref.partition("@")[0] not in parent.sub_agents:
+            raise ValueError(f"agent {parent.name!r} may delegate only to {', '.join(parent.sub_agents)}, "
+                             f"not {ref!r}")
+        return await lookup.get(self.ctx.request.namespace, ref)
+
+    async def _delegate(self, call: ToolCall, task: str, instructions: str, steps: int, index: int,
+                        named: NamedAgent | None = None) -> ToolOutcome:
         parent = self.ctx
         preq = parent.request
         child_id = child_session_id(preq.session_id, preq.run_id, call.call_id)
@@ -229,7 +319,8 @@ class Delegation(Capability):
             parent_session_id=preq.session_id, workspace_id=workspace_of(preq), depth=depth_of(preq) + 1,
             index=index, label=label,
         )
-        base_prompt = preq.system_prompt or self.settings.system_prompt
+        # A named sub-agent's own instructions replace the parent's prompt (its role is its own).
+        base_prompt = named.instructions if named else (preq.system_prompt or self.settings.system_prompt)
         prompt = "\n\n".join(p for p in (base_prompt.strip(), SUBAGENT_NOTE,
                                           f"Your role for this task: {instructions}" if instructions else "") if p)
         request = dataclasses.replace(
@@ -238,7 +329,13 @@ class Delegation(Capability):
             system_prompt=prompt, mode="", subagent=link,
             token_budget=child_budget(parent), session_token_budget=0,
             plan=False, plan_auto_approve=False,  # the parent's plan was approved already
+            agent=None,
         )
+        if named is not None:
+            # Its tool policy is one more layer on the parent's (only narrower), its budgets tighten.
+            model = named.model if named.model in parent.agent.models else request.model
+            request = dataclasses.replace(with_agent(request, named), model=model, system_prompt=prompt)
+            parent.emit(StatusEvent(f"{label}: runs agent {named.name} (version {named.version})"))
         sessions = parent.agent.sessions
         if sessions is not None:
             try:
@@ -275,6 +372,8 @@ class Delegation(Capability):
             self.ctx.usage.add(child.usage)
         data = {"session_id": child.request.session_id, "iterations": child.iterations,
                 "input_tokens": child.usage.input_tokens, "output_tokens": child.usage.output_tokens}
+        if child.request.agent is not None:  # a named sub-agent: which one, at which version
+            data |= {"agent": child.request.agent.name, "agent_version": child.request.agent.version}
         if failed is not None or finished is None:
             reason = f"{failed.code}: {failed.message}" if failed else "it ended without an answer"
             outcome = ToolOutcome.error(call, "subagent_failed", f"error: {label} failed ({reason})")

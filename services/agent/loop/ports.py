@@ -10,7 +10,7 @@ from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOut
 from agentmesh.errors import AgentmeshError
 
 if TYPE_CHECKING:
-    from agentmesh.agent.loop.session_open import OpenedSession, SessionToOpen
+    from agentmesh.agent.loop.session_open import NamedAgent, OpenedSession, SessionToOpen
 
 __all__ = [
     "BackgroundCheck",
@@ -21,6 +21,7 @@ __all__ = [
     "ListedCatalog",
     "LongTermMemory",
     "MemoryHit",
+    "NamedAgents",
     "NotSupported",
     "ToolRunner",
     "TranscriptStore",
@@ -166,6 +167,18 @@ class ChildSessions(Protocol):
 
     async def open_child(self, session_id: str, *, parent_session_id: str, namespace: str, title: str) -> None:
         """Create the child's session record (a no-op when it exists); raises an AgentmeshError."""
+        ...
+
+
+class NamedAgents(Protocol):
+    """A namespace's named agents (docs/agents.md), for delegating to one by name (subagents.py)."""
+
+    async def get(self, namespace: str, ref: str) -> "NamedAgent":
+        """"NAME" or "NAME@VERSION"; raises an AgentmeshError (NotFound for an unknown one)."""
+        ...
+
+    async def list(self, namespace: str) -> "list[NamedAgent]":
+        """Every agent of the namespace, built-ins included."""
         ...
 
 

@@ -49,6 +49,7 @@ from agentmesh.agent.loop.ports import (
     ImageFiles,
     ListedCatalog,
     LongTermMemory,
+    NamedAgents,
     ToolRunner,
     TranscriptStore,
     TurnLearning,
@@ -126,6 +127,7 @@ class Agent:
         compaction_model: str = "",
         images: ImageFiles | None = None,
         default_vision: bool = True,
+        agents: NamedAgents | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -137,6 +139,7 @@ class Agent:
         # Which capabilities a turn gets (capabilities/registry.py's `for_turn`, wired by the server).
         self.capabilities = capabilities
         self.clock = clock
+        self.agents = agents  # the namespace's named agents, for delegation by name; None: not offered
         self.sessions = sessions  # creates sub-agents' sessions; None: the transcript store needs none
         self.background = background  # the tools service's background commands; None: not offered
         self.learning = learning  # standing instructions (learning.py); None: not offered

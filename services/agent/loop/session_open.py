@@ -24,7 +24,7 @@ from agentmesh.toolpolicy import ToolPolicy, permission_mode_of, session_layers
 if TYPE_CHECKING:  # the loop imports this module
     from agentmesh.agent.loop.turn_request import TurnRequest
 
-__all__ = ["OpenedSession", "SessionToOpen", "resolve"]
+__all__ = ["NamedAgent", "OpenedSession", "SessionToOpen", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,27 @@ class SessionToOpen:
     created_at: float = 0.0  # 0: when memory creates it
     deployment_tools: ToolPolicy = field(default_factory=ToolPolicy)
     deployment_permission_mode: str = ""
+    agent: str = ""  # ChatOptions.agent: "NAME" or "NAME@VERSION" (docs/agents.md); memory resolves it
+
+
+@dataclass(frozen=True)
+class NamedAgent:
+    """A named agent's version as StartTurn resolved it: what of it applies to the turn."""
+
+    name: str
+    version: int
+    instructions: str
+    description: str = ""
+    sub_agents: tuple[str, ...] = ()  # agents it may delegate to, offered as tools (subagents.py)
+    model: str = ""
+    tools: ToolPolicy = field(default_factory=ToolPolicy)
+    permission_mode: str = ""
+    approvals: frozenset[str] = frozenset()
+    max_steps: int = 0
+    token_budget: int = 0
+    # Sampling parameters for every model call of its turns, over the catalogue model's; None: those.
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +71,7 @@ class OpenedSession:
     tools: ToolPolicy = field(default_factory=ToolPolicy)  # the session's own layer
     namespace_tools: ToolPolicy = field(default_factory=ToolPolicy)
     mcp_servers_version: float | None = None  # None: not read
+    agent: NamedAgent | None = None  # the named agent the turn asked for
 
 
 def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Container[str]) -> "TurnRequest":
@@ -58,13 +80,38 @@ def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Contain
     assert opening is not None, "only a turn that opens its session is resolved"
     # Layers go before the turn's own (already in tool_policies): every one must allow a tool.
     layers = session_layers(opening.deployment_tools, opened.namespace_tools, opened.tools)
-    return dataclasses.replace(
+    # The turn's model, else the named agent's, else the session's (each when the deployment knows it).
+    agent_model = opened.agent.model if opened.agent is not None else ""
+    resolved = dataclasses.replace(
         request,
         namespace=opened.namespace or request.namespace,
-        model=request.model or (opened.model if opened.model in known_models else ""),
+        model=request.model or next((m for m in (agent_model, opened.model) if m and m in known_models), ""),
         permission_mode=permission_mode_of(request.permission_mode, opened.permission_mode,
                                            opening.deployment_permission_mode),
         tool_policies=(*layers, *request.tool_policies),
         mcp_servers_version=opened.mcp_servers_version,
         opening=None,
+    )
+    return with_agent(resolved, opened.agent) if opened.agent else resolved
+
+
+def with_agent(request: "TurnRequest", agent: NamedAgent) -> "TurnRequest":
+    """`request` running `agent` (its model was chosen by `resolve`): its instructions are the
+    system prompt unless the turn sets one, its tool policy is one more layer (every layer must allow a tool, so it
+    can only narrow), its approvals add to the turn's, and its budgets tighten the turn's."""
+
+    def tighter(turn: int, agents: int) -> int:
+        return min(v for v in (turn, agents) if v) if turn or agents else 0
+
+    return dataclasses.replace(
+        request,
+        agent=agent,
+        system_prompt=request.system_prompt or agent.instructions,
+        permission_mode=request.permission_mode if not agent.permission_mode else permission_mode_of(
+            "", agent.permission_mode, request.permission_mode),
+        approval_tools=request.approval_tools | agent.approvals,
+        tool_policies=(*request.tool_policies, agent.tools) if agent.tools.allow or agent.tools.deny
+        else request.tool_policies,
+        max_iterations=tighter(request.max_iterations, agent.max_steps),
+        token_budget=tighter(request.token_budget, agent.token_budget),
     )

@@ -150,9 +150,14 @@ class TurnModel:
         ctx = self.ctx
         while True:
             chosen = self.models.current
+            # A named agent's sampling parameters win over its model's (docs/agents.md).
+            agent = ctx.request.agent
+            temperature = agent.temperature if agent is not None and agent.temperature is not None \
+                else chosen.temperature
+            top_p = agent.top_p if agent is not None and agent.top_p is not None else chosen.top_p
             request = dataclasses.replace(request, model=chosen.model,
                                           max_tokens=chosen.max_output_tokens or request.max_tokens,
-                                          temperature=chosen.temperature, top_p=chosen.top_p)
+                                          temperature=temperature, top_p=top_p)
             # After the choice of model: a fallback may take images where the first did not.
             sent = await with_images(request, chosen.vision, self.images, max_images=ctx.settings.max_request_images,
                                      max_bytes=ctx.settings.max_request_image_bytes)

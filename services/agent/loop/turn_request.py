@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmesh.agent.loop.images import GivenImage
-from agentmesh.agent.loop.session_open import SessionToOpen
+from agentmesh.agent.loop.session_open import NamedAgent, SessionToOpen
 from agentmesh.agent.settings import AgentSettings
 from agentmesh.modes import DEEP
 from agentmesh.toolpolicy import ToolPolicy
@@ -60,6 +60,8 @@ class TurnRequest:
     compact_focus: str = ""
     # The user's images (loop/images.py): stored in the workspace before the message is.
     images: tuple[GivenImage, ...] = ()
+    # The named agent the turn runs (session_open.with_agent applied it); None: none.
+    agent: NamedAgent | None = None
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:

@@ -14,7 +14,7 @@ import grpc
 from agentmesh.error_reasons import default_reason
 from agentmesh.errors import InvalidArgument
 from agentmesh.rpc.errors import core_error_from_rpc
-from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, gateway_pb2, sessions_pb2
 
 UNARY_TIMEOUT_S = 60.0
 
@@ -75,8 +75,9 @@ class GatewayCalls:
                                   f"not {namespace!r}")
         return session
 
-    async def chat(self, session_id: str, message: str, authorization: str | None) -> AsyncIterator[common_pb2.Event]:
-        call = self._stub.Chat(gateway_pb2.ChatRequest(session_id=session_id, message=message),
+    async def chat(self, session_id: str, message: str, authorization: str | None,
+                   options: gateway_pb2.ChatOptions | None = None) -> AsyncIterator[common_pb2.Event]:
+        call = self._stub.Chat(gateway_pb2.ChatRequest(session_id=session_id, message=message, options=options),
                                metadata=caller_metadata(authorization))
         try:
             async for event in call:
@@ -85,6 +86,24 @@ class GatewayCalls:
             raise _error(err) from None
         finally:
             call.cancel()
+
+    async def get_agent(self, namespace: str, ref: str, authorization: str | None) -> agents_pb2.AgentInfo:
+        """A named agent (docs/agents.md) as the caller may see it; another tenant's is NOT_FOUND."""
+        try:
+            info: agents_pb2.AgentInfo = await self._stub.GetAgent(
+                agents_pb2.GetAgentRequest(namespace=namespace, name=ref),
+                metadata=caller_metadata(authorization), timeout=UNARY_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise _error(err) from None
+        return info
+
+    async def list_agents(self, namespace: str, authorization: str | None) -> list[agents_pb2.AgentInfo]:
+        try:
+            reply = await self._stub.ListAgents(agents_pb2.ListAgentsRequest(namespace=namespace),
+                                                metadata=caller_metadata(authorization), timeout=UNARY_TIMEOUT_S)
+        except grpc.aio.AioRpcError as err:
+            raise _error(err) from None
+        return list(reply.agents)
 
     async def cancel(self, session_id: str, authorization: str | None) -> bool:
         try:

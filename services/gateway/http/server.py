@@ -190,7 +190,7 @@ class HttpApi:
 
     async def _answer(self, request: web.Request, handler) -> web.StreamResponse:
         # The API and the protocol endpoints (A2A, MCP) get a server span, joining the caller's trace.
-        api = request.path.startswith(("/v1/", "/a2a/", "/mcp", "/.well-known/"))
+        api = request.path.startswith(("/v1/", "/a2a/", "/mcp", "/.well-known/", "/openai/"))
         try:
             check_host(request, self.address.rpartition(":")[0].strip("[]"))
             if request.body_exists:
