@@ -190,6 +190,8 @@ def _server_status(status: dict) -> tools_pb2.McpServerStatus:
 
 def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Telemetry) -> Executor:
     if settings.mode == "kubernetes":
+        if settings.isolation == "session":
+            log.warning("AGENTMESH_SANDBOX_ISOLATION=session is not supported on Kubernetes yet: each call gets its own pod")
         from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
 
         return KubernetesExecutor.from_settings(settings, workspaces, telemetry.tracer, telemetry.metrics)
@@ -202,6 +204,10 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
     jail = LocalJail(settings, workspaces, telemetry.tracer, telemetry.metrics)
     if not jail.available:
         log.warning("bubblewrap not found: command tools will refuse to run", bwrap=settings.bwrap_path)
+    if settings.isolation == "session":
+        from agentmesh.tools.sandbox.session import SessionSandboxes
+
+        return SessionSandboxes(jail, settings.session_idle_s)
     return jail
 
 
@@ -209,8 +215,12 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                extra_providers: tuple = ()) -> ToolService:
     background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
                                     max_lifetime_s=settings.background_max_s, network=settings.command_network)
+    from agentmesh.tools.sandbox.session import SessionSandboxes
+
+    sessions = executor if isinstance(executor, SessionSandboxes) else None
     providers: list[ToolProvider] = [
-        CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
+        CommandTools(executor, settings.limits, network=settings.command_network,
+                     max_concurrent=settings.max_concurrent_sandboxes, kernel=sessions),
         FileTools(workspaces, settings.max_file_read_bytes, settings.workspace_quota),
         SearchTools(workspaces),
         WebTools(settings.web, AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints), tracer),
@@ -218,8 +228,10 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
     if settings.background_per_session:
         providers.append(background)
     providers += list(extra_providers)
-    return ToolService(providers, workspaces, settings.max_arguments_bytes,
+    core = ToolService(providers, workspaces, settings.max_arguments_bytes,
                        background=background if settings.background_per_session else None)
+    core.session_sandboxes = sessions
+    return core
 
 
 def session_depth_reader(memory):

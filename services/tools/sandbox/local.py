@@ -218,6 +218,27 @@ class LocalJail:
     def available(self) -> bool:
         return bool(self._bwrap)
 
+    # What a session sandbox (session.py) builds its long-lived jail from: the same pieces.
+    @property
+    def limits(self) -> SandboxLimits:
+        return self._limits
+
+    @property
+    def quota(self) -> WorkspaceQuota:
+        return self._quota
+
+    @property
+    def workspaces(self) -> Workspaces:
+        return self._workspaces
+
+    @property
+    def seccomp(self) -> bytes | None:
+        return self._seccomp
+
+    @property
+    def bwrap_path(self) -> str:
+        return self._settings.bwrap_path
+
     @property
     def home(self) -> Path:
         """The service's home (its keys): nothing at or above it is ever bound into a jail."""

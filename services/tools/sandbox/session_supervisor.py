@@ -1,0 +1,328 @@
+"""The program a session sandbox runs as its first process: a supervisor that starts each call's
+command inside the long-lived jail, and the persistent Python interpreter (`kernel`) of the
+`python` tool.
+
+It runs under the jail's system Python, so it imports only the standard library and nothing of
+agentmesh. Its text arrives as the first line of stdin (BOOT below: a short command line, and the
+source shows in no process listing). The tools service then writes one JSON request per line to
+its stdin and reads one JSON reply per line from its stdout:
+
+  {"op": "exec", "id": N, "argv": [...], "env": {...}, "fsize": B, "cap": B, "drain": B}
+  {"op": "kill", "id": N}                     stop call N (its process group only)
+  {"op": "cell", "id": N, "code": "...", "cap": B, "env": {...}}   run code in the kernel
+  {"op": "interrupt", "id": N}                SIGINT to the kernel: the running cell raises KeyboardInterrupt
+  {"op": "restart", "id": N}                  end the kernel; the next cell starts a fresh one
+
+Each reply is {"id": N, "exit_code": ..., "stdout": ..., "stderr": ..., "truncated": ..., "output_limit": ...}.
+Every call is a thread here, so calls of one session run side by side (a background server while
+the model keeps working); the replies share the stdout pipe under a lock.
+"""
+
+import ast
+import base64
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+
+WRITE_LOCK = threading.Lock()
+
+
+def reply(message):
+    line = (json.dumps(message) + "\n").encode()
+    with WRITE_LOCK:
+        os.write(1, line)
+
+
+class Capped:
+    """What the model sees of one stream: the first `cap` bytes; the rest is counted, not kept."""
+
+    def __init__(self, cap):
+        self.cap = cap
+        self.data = bytearray()
+        self.seen = 0
+
+    def feed(self, chunk):
+        self.seen += len(chunk)
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+
+    def text(self):
+        return self.data.decode("utf-8", "replace")
+
+    @property
+    def truncated(self):
+        return self.seen > len(self.data)
+
+
+class Supervisor:
+    def __init__(self):
+        self.calls = {}  # id -> Popen of a running exec call
+        self.kernel = None
+        self.kernel_lock = threading.Lock()  # one cell at a time: the namespace is shared
+
+    # --- exec: a fresh process per call -------------------------------------------------------
+
+    def run_exec(self, request):
+        fsize = request.get("fsize")
+
+        def limit():
+            # The call's own per-file limit (lowered when the workspace quota leaves less).
+            if fsize is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+        try:
+            proc = subprocess.Popen(
+                request["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=request["env"], cwd="/workspace", start_new_session=True, preexec_fn=limit)
+        except OSError as exc:
+            reply({"id": request["id"], "exit_code": 127, "stdout": "", "stderr": str(exc), "truncated": False})
+            return
+        self.calls[request["id"]] = proc
+        out, err = Capped(request["cap"]), Capped(request["cap"])
+        state = {"flood": False, "total": 0}
+
+        def pump(stream, capped):
+            while chunk := os.read(stream.fileno(), 65536):
+                state["total"] += len(chunk)
+                if state["total"] > request["drain"]:
+                    if not state["flood"]:
+                        state["flood"] = True
+                        kill_group(proc.pid)
+                    continue
+                capped.feed(chunk)
+
+        pumps = [threading.Thread(target=pump, args=(proc.stdout, out), daemon=True),
+                 threading.Thread(target=pump, args=(proc.stderr, err), daemon=True)]
+        for thread in pumps:
+            thread.start()
+        code = proc.wait()
+        # A leftover process of the call's group may hold the pipes: its group is killed with it.
+        kill_group(proc.pid)
+        for thread in pumps:
+            thread.join(0.5)
+        self.calls.pop(request["id"], None)
+        reply({"id": request["id"], "exit_code": code if code >= 0 else 128 - code, "stdout": out.text(),
+               "stderr": err.text(), "truncated": out.truncated or err.truncated or state["flood"],
+               "output_limit": state["flood"]})
+
+    def kill(self, request):
+        proc = self.calls.get(request["id"])
+        if proc is not None:
+            kill_group(proc.pid)
+
+    # --- cell: the persistent interpreter -----------------------------------------------------
+
+    def run_cell(self, request):
+        with self.kernel_lock:
+            if self.kernel is None or self.kernel.poll() is not None:
+                env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+                self.kernel = subprocess.Popen(
+                    [sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL, env=env, cwd="/workspace", start_new_session=True)
+                self.kernel.stdin.write((json.dumps(SOURCE) + "\n").encode())
+            kernel = self.kernel
+            try:
+                kernel.stdin.write((json.dumps({"code": request["code"], "cap": request["cap"]}) + "\n").encode())
+                kernel.stdin.flush()
+                line = kernel.stdout.readline()
+            except OSError:
+                line = b""
+            if not line:
+                # The kernel died in the cell (its CPU or memory limit, os._exit, a crash): its state is gone.
+                kernel.wait()
+                self.kernel = None
+                reply({"id": request["id"], "exit_code": 128 + 9 if kernel.returncode < 0 else kernel.returncode,
+                       "stdout": "", "stderr": "", "truncated": False, "kernel_lost": True})
+                return
+            result = json.loads(line)
+            result["id"] = request["id"]
+            reply(result)
+
+    def interrupt(self, request):
+        if self.kernel is not None and self.kernel.poll() is None:
+            try:
+                os.kill(self.kernel.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def restart(self, request):
+        kernel, self.kernel = self.kernel, None
+        if kernel is not None:
+            kill_group(kernel.pid)
+        with self.kernel_lock:  # a cell still running ends with its kernel
+            pass
+        reply({"id": request["id"], "exit_code": 0, "stdout": "", "stderr": "", "truncated": False})
+
+    def serve(self):
+        handlers = {"exec": self.run_exec, "cell": self.run_cell}
+        instant = {"kill": self.kill, "interrupt": self.interrupt, "restart": self.restart}
+        for line in sys.stdin.buffer:
+            request = json.loads(line)
+            op = request["op"]
+            if op in instant:
+                instant[op](request)
+            else:
+                threading.Thread(target=handlers[op], args=(request,), daemon=True).start()
+        # stdin closed: the service let go of this sandbox (or died); everything here ends with us.
+
+
+def kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# --- the kernel -------------------------------------------------------------------------------
+
+
+class Kernel:
+    """A persistent namespace: each cell is executed in it, the value of a last bare expression is
+    shown as the interactive interpreter would, figures matplotlib still holds are saved as PNG
+    files under /workspace/.outputs. Output goes through fd 1 and 2 (so a subprocess's does too)
+    into pipes this process reads with a thread each."""
+
+    def __init__(self):
+        self.requests = sys.stdin.buffer
+        self.replies = os.fdopen(os.dup(1), "wb", buffering=0)
+        self.namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.figures = 0
+        self.streams = []
+        for fd in (1, 2):
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            self.streams.append(Stream(read_end))
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+
+    def serve(self):
+        for line in self.requests:
+            request = json.loads(line)
+            for stream in self.streams:
+                stream.begin(request["cap"])
+            error = self.execute(request["code"])
+            figures = self.save_figures()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            out, err = (stream.end(fd) for fd, stream in zip((1, 2), self.streams))
+            self.replies.write((json.dumps({
+                "exit_code": 1 if error else 0, "stdout": out.text(), "stderr": err.text(),
+                "truncated": out.truncated or err.truncated, "interrupted": error == "interrupted",
+                "figures": figures}) + "\n").encode())
+
+    def execute(self, code):
+        try:
+            tree = ast.parse(code, "<cell>", "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, "<cell>", "exec"), self.namespace)
+            if last is not None:
+                value = eval(compile(last, "<cell>", "eval"), self.namespace)
+                if value is not None:
+                    self.namespace["_"] = value
+                    print(show(value))
+        except KeyboardInterrupt as exc:
+            print_cell_error(exc)
+            return "interrupted"
+        except BaseException as exc:  # SystemExit too: the kernel stays; the cell failed
+            print_cell_error(exc)
+            return "error"
+        return ""
+
+    def save_figures(self):
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None:
+            return []
+        saved = []
+        try:
+            for number in pyplot.get_fignums():
+                self.figures += 1
+                os.makedirs("/workspace/.outputs", exist_ok=True)
+                path = f".outputs/figure-{self.figures}.png"
+                pyplot.figure(number).savefig("/workspace/" + path, format="png")
+                saved.append(path)
+            pyplot.close("all")
+        except Exception:
+            traceback.print_exc()
+        return saved
+
+
+def print_cell_error(exc):
+    """The traceback from the cell's own frames on (the kernel's `execute` frame is noise)."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    traceback.print_exception(type(exc), exc, tb)
+
+
+def show(value):
+    """A table as text (pandas' whole-frame rendering, bounded), anything else as its repr."""
+    to_string = getattr(value, "to_string", None)
+    if callable(to_string) and type(value).__module__.startswith("pandas"):
+        try:
+            return to_string(max_rows=60, max_cols=20)
+        except TypeError:
+            return to_string()
+    return repr(value)
+
+
+class Stream:
+    """One of the kernel's output pipes, drained all the time (a flood never blocks the cell),
+    marked at each cell's end so the reply holds exactly what was written before it."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.capped = Capped(0)
+        self.marker = b""
+        self.marked = threading.Event()
+        threading.Thread(target=self.pump, daemon=True).start()
+
+    def begin(self, cap):
+        with self.lock:
+            self.capped = Capped(cap)
+
+    def end(self, fd):
+        self.marker = b"\0cell-end-" + base64.b16encode(os.urandom(8)) + b"\0"
+        self.marked.clear()
+        os.write(fd, self.marker)
+        self.marked.wait(5)
+        with self.lock:
+            return self.capped
+
+    def pump(self):
+        pending = b""
+        while chunk := os.read(self.fd, 65536):
+            pending += chunk
+            marker = self.marker
+            with self.lock:
+                if marker and marker in pending:
+                    before, _, pending = pending.partition(marker)
+                    self.capped.feed(before)
+                    self.marker = b""
+                    self.marked.set()
+                    continue
+                # Keep a marker's length back: it may arrive split across two reads.
+                keep = len(marker) if marker else 0
+                self.capped.feed(pending[: len(pending) - keep] if keep else pending)
+                pending = pending[len(pending) - keep:] if keep else b""
+
+
+# The whole command line of the supervisor and of the kernel: read this file's text (one JSON
+# string) from stdin and run it as __main__, with SOURCE set to it.
+BOOT = ("import json, sys; SOURCE = json.loads(sys.stdin.buffer.readline()); "
+        "exec(compile(SOURCE, 'session_supervisor', 'exec'), {'__name__': '__main__', 'SOURCE': SOURCE})")
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["kernel"]:
+        # SIGINT interrupts the cell (KeyboardInterrupt); Python's default handler does just that.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        Kernel().serve()
+    else:
+        Supervisor().serve()
