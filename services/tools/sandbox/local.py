@@ -265,6 +265,7 @@ class LocalJail:
         ro_binds: tuple[str, ...] = (),
         *,
         options_fd: int,
+        rlimits: bool = True,
     ) -> JailCommand:
         """The jail's command line, and bwrap's options for `--args options_fd` (what the caller
         must put on that descriptor). The options hold the environment (an MCP server's secrets)
@@ -273,7 +274,10 @@ class LocalJail:
 
         `extra_env` and `ro_binds`: what a configured long-lived program (an MCP server) is
         given on top of the fixed set: its configured environment, and host directories (where it
-        is installed) bound read-only at the same path."""
+        is installed) bound read-only at the same path.
+
+        `rlimits=False`: the jail's program sets the limits on each process it starts instead (a
+        session sandbox's supervisor, whose own CPU time must not run out with its calls')."""
         limits = self._limits
         argv = []
         if self._host_identity:
@@ -282,7 +286,7 @@ class LocalJail:
             uid, gid = self._host_identity
             argv += [self._setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
         argv += [self._bwrap, "--args", str(options_fd), "--"]
-        if self._prlimit:
+        if self._prlimit and rlimits:
             argv += rlimit_prefix(limits, self._prlimit, file_size_bytes)
         argv += list(spec.argv)
         options = [

@@ -50,6 +50,8 @@ SUPERVISOR_SOURCE = (Path(__file__).with_name("session_supervisor.py")).read_tex
 # Mirrors session_supervisor.BOOT (that module is the jail's program, not imported here).
 BOOT = ("import json, sys; SOURCE = json.loads(sys.stdin.buffer.readline()); "
         "exec(compile(SOURCE, 'session_supervisor', 'exec'), {'__name__': '__main__', 'SOURCE': SOURCE})")
+# Processes of the jail that are not the calls': the supervisor and the Python interpreter.
+SUPERVISOR_PROCESSES = 2
 # After a timeout's SIGINT, how long the cell has to stop before the interpreter is ended.
 INTERRUPT_GRACE_S = 2.0
 # After a kill, how long the supervisor has to report the call's end.
@@ -97,13 +99,17 @@ class SessionJail:
         seccomp_fd = filter_fd(jail.seccomp) if jail.seccomp else None
         options_fd = os.memfd_create("bwrap-options", os.MFD_CLOEXEC)
         try:
-            command = jail.jail_argv(self.workspace, spec, self.info.write_fd, seccomp_fd, options_fd=options_fd)
+            command = jail.jail_argv(self.workspace, spec, self.info.write_fd, seccomp_fd, options_fd=options_fd,
+                                     rlimits=False)
             command.write_options(options_fd)
             passed = [self.info.write_fd, options_fd] + ([seccomp_fd] if seccomp_fd is not None else [])
             self.proc = await asyncio.create_subprocess_exec(
                 *command.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
-                cwd=str(self.workspace), start_new_session=True, pass_fds=passed, limit=2**26)
+                cwd=str(self.workspace), start_new_session=True, pass_fds=passed,
+                # A reply holds two capped streams, JSON-escaped (at most 6 bytes a byte): a
+                # longer line is not the supervisor's, and ends the jail.
+                limit=12 * jail.limits.output_cap_bytes + 2**16)
         finally:
             os.close(options_fd)
             if seccomp_fd is not None:
@@ -112,9 +118,11 @@ class SessionJail:
         self.proc.stdin.write((json.dumps(SUPERVISOR_SOURCE) + "\n").encode())
         loop.add_reader(self.info.read_fd, self.info.on_readable)
         limits = jail.limits
-        # The memory and process bounds hold for the jail's whole life; the workspace quota is
-        # measured at each call's start and end (a per-call jail also watches it during the call).
-        self.watch = JailWatch(self.info, limits.memory_bytes, limits.processes, tmpfs=jail_tmpfs(limits))
+        # The memory and process bounds hold for the jail's whole life, the supervisor and the
+        # interpreter counted in; the workspace quota is measured at each call's start and end
+        # (a per-call jail also watches it during the call).
+        self.watch = JailWatch(self.info, limits.memory_bytes, limits.processes + SUPERVISOR_PROCESSES,
+                               tmpfs=jail_tmpfs(limits))
         self._watch_task = asyncio.create_task(self.watch.run())
         self._reader = asyncio.create_task(self._read())
 
@@ -220,6 +228,13 @@ class SessionSandboxes:
             jail.in_flight += 1
             return jail
 
+    def _rlimits(self, file_size: int) -> dict[str, int]:
+        """The per-call jail's rlimits (local.rlimit_prefix), for the supervisor to set on each
+        process it starts: CPU seconds, address space, processes, file size (lowered to what the
+        workspace quota leaves)."""
+        limits = self._limits
+        return {"cpu": limits.cpu_s, "as": limits.memory_bytes, "nproc": limits.processes, "fsize": file_size}
+
     def _done(self, jail: SessionJail) -> None:
         jail.in_flight -= 1
         jail.last_used = time.monotonic()
@@ -231,7 +246,8 @@ class SessionSandboxes:
             file_size = min(self._limits.file_size_bytes, self._quota.remaining(before.bytes))
             env = clean_environment({**spec.env, **traceparent_env()})
             started = time.monotonic()
-            call, future = jail.request({"op": "exec", "argv": list(spec.argv), "env": env, "fsize": file_size,
+            call, future = jail.request({"op": "exec", "argv": list(spec.argv), "env": env,
+                                         "limits": self._rlimits(file_size),
                                          "cap": self._limits.output_cap_bytes, "drain": self._limits.output_drain_bytes})
             timed_out = False
             try:
@@ -302,7 +318,8 @@ class SessionSandboxes:
         started = time.monotonic()
         try:
             env = clean_environment({**spec.env, **traceparent_env()})
-            call, future = jail.request({"op": "cell", "code": code, "env": env, "cap": self._limits.output_cap_bytes})
+            call, future = jail.request({"op": "cell", "code": code, "env": env, "cap": self._limits.output_cap_bytes,
+                                         "limits": self._rlimits(self._limits.file_size_bytes)})
             timed_out = False
             try:
                 reply = await self._await(jail, call, future, spec.timeout_s, "interrupt", INTERRUPT_GRACE_S)
@@ -320,6 +337,10 @@ class SessionSandboxes:
                 result.detail = (f"the cell ran past its {spec.timeout_s:g} s time limit and was interrupted"
                                  + ("; the interpreter had to be restarted, so its variables are gone"
                                     if reply.get("kernel_lost") else "; the interpreter keeps its variables"))
+            elif reply.get("cpu_limit"):
+                result.error_kind = "cpu_limit"
+                result.detail = ("the cell was stopped by the sandbox's CPU time limit; the interpreter keeps "
+                                 "its variables")
             elif reply.get("kernel_lost"):
                 result.error_kind = result.error_kind or "kernel_lost"
                 result.detail = result.detail or ("the Python interpreter ended during the cell (a limit or a crash); "

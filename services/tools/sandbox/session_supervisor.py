@@ -7,9 +7,9 @@ agentmesh. Its text arrives as the first line of stdin (BOOT below: a short comm
 source shows in no process listing). The tools service then writes one JSON request per line to
 its stdin and reads one JSON reply per line from its stdout:
 
-  {"op": "exec", "id": N, "argv": [...], "env": {...}, "fsize": B, "cap": B, "drain": B}
+  {"op": "exec", "id": N, "argv": [...], "env": {...}, "limits": {...}, "cap": B, "drain": B}
   {"op": "kill", "id": N}                     stop call N (its process group only)
-  {"op": "cell", "id": N, "code": "...", "cap": B, "env": {...}}   run code in the kernel
+  {"op": "cell", "id": N, "code": "...", "cap": B, "env": {...}, "limits": {...}}   run code in the kernel
   {"op": "interrupt", "id": N}                SIGINT to the kernel: the running cell raises KeyboardInterrupt
   {"op": "restart", "id": N}                  end the kernel; the next cell starts a fresh one
 
@@ -69,17 +69,11 @@ class Supervisor:
     # --- exec: a fresh process per call -------------------------------------------------------
 
     def run_exec(self, request):
-        fsize = request.get("fsize")
-
-        def limit():
-            # The call's own per-file limit (lowered when the workspace quota leaves less).
-            if fsize is not None:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-
         try:
             proc = subprocess.Popen(
                 request["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=request["env"], cwd="/workspace", start_new_session=True, preexec_fn=limit)
+                env=request["env"], cwd="/workspace", start_new_session=True,
+                preexec_fn=lambda: set_limits(request["limits"], cpu=True))
         except OSError as exc:
             reply({"id": request["id"], "exit_code": 127, "stdout": "", "stderr": str(exc), "truncated": False})
             return
@@ -122,13 +116,16 @@ class Supervisor:
         with self.kernel_lock:
             if self.kernel is None or self.kernel.poll() is not None:
                 env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+                # The kernel lives across cells, so its CPU limit is per cell (Kernel.execute).
                 self.kernel = subprocess.Popen(
                     [sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL, env=env, cwd="/workspace", start_new_session=True)
+                    stderr=subprocess.DEVNULL, env=env, cwd="/workspace", start_new_session=True,
+                    preexec_fn=lambda: set_limits(request["limits"], cpu=False))
                 self.kernel.stdin.write((json.dumps(SOURCE) + "\n").encode())
             kernel = self.kernel
             try:
-                kernel.stdin.write((json.dumps({"code": request["code"], "cap": request["cap"]}) + "\n").encode())
+                kernel.stdin.write((json.dumps({"code": request["code"], "cap": request["cap"],
+                                                "cpu": request["limits"]["cpu"]}) + "\n").encode())
                 kernel.stdin.flush()
                 line = kernel.stdout.readline()
             except OSError:
@@ -172,6 +169,17 @@ class Supervisor:
         # stdin closed: the service let go of this sandbox (or died); everything here ends with us.
 
 
+def set_limits(limits, cpu):
+    """In a child about to exec: the limits a per-call jail sets with prlimit (local.rlimit_prefix).
+    CPU soft below hard: SIGXCPU first (reported as the CPU limit), SIGKILL a second later."""
+    if cpu:
+        resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"] + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["as"], limits["as"]))
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize"], limits["fsize"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def kill_group(pid):
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -180,6 +188,14 @@ def kill_group(pid):
 
 
 # --- the kernel -------------------------------------------------------------------------------
+
+
+class CpuLimit(BaseException):
+    """The cell used its CPU time (SIGXCPU)."""
+
+
+def on_cpu_limit(signum, frame):
+    raise CpuLimit("the cell used up its CPU time")
 
 
 class Kernel:
@@ -207,7 +223,7 @@ class Kernel:
             request = json.loads(line)
             for stream in self.streams:
                 stream.begin(request["cap"])
-            error = self.execute(request["code"])
+            error = self.execute(request["code"], request["cpu"])
             figures = self.save_figures()
             sys.stdout.flush()
             sys.stderr.flush()
@@ -215,9 +231,22 @@ class Kernel:
             self.replies.write((json.dumps({
                 "exit_code": 1 if error else 0, "stdout": out.text(), "stderr": err.text(),
                 "truncated": out.truncated or err.truncated, "interrupted": error == "interrupted",
+                "cpu_limit": error == "cpu_limit",
                 "figures": figures}) + "\n").encode())
 
-    def execute(self, code):
+    def execute(self, code, cpu_s):
+        # This cell's CPU time: the soft limit moves to what the interpreter has used plus the
+        # call's allowance; SIGXCPU then ends the cell (CpuLimit), not the interpreter. The hard
+        # limit stays open so the next cell can move it again, which a cell could do too: the
+        # call's wall clock (an interrupt) is what bounds it for sure.
+        used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+        resource.setrlimit(resource.RLIMIT_CPU, (int(used) + cpu_s, resource.RLIM_INFINITY))
+        try:
+            return self._execute(code)
+        finally:
+            resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+    def _execute(self, code):
         try:
             tree = ast.parse(code, "<cell>", "exec")
             last = None
@@ -232,6 +261,9 @@ class Kernel:
         except KeyboardInterrupt as exc:
             print_cell_error(exc)
             return "interrupted"
+        except CpuLimit as exc:
+            print_cell_error(exc)
+            return "cpu_limit"
         except BaseException as exc:  # SystemExit too: the kernel stays; the cell failed
             print_cell_error(exc)
             return "error"
@@ -323,6 +355,7 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["kernel"]:
         # SIGINT interrupts the cell (KeyboardInterrupt); Python's default handler does just that.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGXCPU, on_cpu_limit)
         Kernel().serve()
     else:
         Supervisor().serve()
