@@ -39,25 +39,40 @@ def reply(message):
 
 
 class Capped:
-    """What the model sees of one stream: the first `cap` bytes; the rest is counted, not kept."""
+    """What the model sees of one stream: as output.CappedOutput (this file imports nothing of
+    agentmesh), three quarters of `cap` from the start and a quarter from the end, around a marker
+    that says how much was left out."""
 
     def __init__(self, cap):
         self.cap = cap
-        self.data = bytearray()
-        self.seen = 0
+        self.head_cap = cap - cap // 4
+        self.tail_cap = cap // 4
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
 
     def feed(self, chunk):
-        self.seen += len(chunk)
-        room = self.cap - len(self.data)
+        self.total += len(chunk)
+        room = self.head_cap - len(self.head)
         if room > 0:
-            self.data += chunk[:room]
-
-    def text(self):
-        return self.data.decode("utf-8", "replace")
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self.tail_cap:
+            self.tail += chunk
+            if len(self.tail) > 2 * self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
 
     @property
     def truncated(self):
-        return self.seen > len(self.data)
+        return self.total > self.cap
+
+    def text(self):
+        if not self.truncated:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace")
+        tail = bytes(self.tail[-self.tail_cap:]) if self.tail_cap else b""
+        dropped = self.total - len(self.head) - len(tail)
+        marker = f"\n[... {dropped} bytes of output truncated ({self.total} bytes in all) ...]\n"
+        return bytes(self.head).decode("utf-8", "replace") + marker + tail.decode("utf-8", "replace")
 
 
 class Supervisor:
@@ -115,7 +130,9 @@ class Supervisor:
     def run_cell(self, request):
         with self.kernel_lock:
             if self.kernel is None or self.kernel.poll() is not None:
-                env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+                # One malloc arena: the kernel's reader threads would each reserve one (64 MiB of
+                # address space apiece), which the cell's address-space limit would pay for.
+                env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="1")
                 # The kernel lives across cells, so its CPU limit is per cell (Kernel.execute).
                 self.kernel = subprocess.Popen(
                     [sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -205,6 +222,9 @@ class Kernel:
     into pipes this process reads with a thread each."""
 
     def __init__(self):
+        self.pid = os.getpid()
+        os.environ.pop("MALLOC_ARENA_MAX", None)  # read by glibc at start; the cell's programs get the usual
+        threading.stack_size(256 * 1024)  # the reader threads' stacks, also out of the address-space limit
         self.requests = sys.stdin.buffer
         self.replies = os.fdopen(os.dup(1), "wb", buffering=0)
         self.namespace = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -224,6 +244,10 @@ class Kernel:
             for stream in self.streams:
                 stream.begin(request["cap"])
             error = self.execute(request["code"], request["cpu"])
+            if os.getpid() != self.pid:
+                # A process the cell forked came back out of the cell (an exception in the
+                # child): it must not go on as a second kernel on the same pipes.
+                os._exit(1)
             figures = self.save_figures()
             sys.stdout.flush()
             sys.stderr.flush()
