@@ -213,11 +213,14 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
 
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None,
                extra_providers: tuple = ()) -> ToolService:
-    background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
-                                    max_lifetime_s=settings.background_max_s, network=settings.command_network)
     from agentmesh.tools.sandbox.session import SessionSandboxes
 
     sessions = executor if isinstance(executor, SessionSandboxes) else None
+    # In a session sandbox a background command runs in the session's jail (a server it starts is
+    # on the loopback of later calls), and its output can be read while it runs.
+    background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
+                                    max_lifetime_s=settings.background_max_s, network=settings.command_network,
+                                    peek=sessions.peek if sessions is not None else None)
     providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network,
                      max_concurrent=settings.max_concurrent_sandboxes, kernel=sessions),

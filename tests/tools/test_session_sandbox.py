@@ -175,3 +175,26 @@ async def test_a_figure_lands_in_the_workspace_as_png(session):
     assert not result.is_error, result.output
     assert ".outputs/figure-1.png" in result.output
     assert session.workspace("s1").joinpath(".outputs/figure-1.png").read_bytes().startswith(b"\x89PNG")
+
+
+async def test_a_running_background_command_can_be_read_and_stopped(session):
+    marker = f"m{uuid.uuid4().hex[:10]}"
+    # It writes `<marker>-2`: text its command line (which the listing shows) does not hold.
+    started = await session.call("background_run", {"command": f"echo {marker}-$((1 + 1)); sleep 60"})
+    command_id = started.output.split()[1]
+    seen = {}
+
+    async def read() -> bool:
+        seen["check"] = await session.call("background_check", {"id": command_id})
+        return f"{marker}-2" in seen["check"].output
+
+    for _ in range(200):  # until the command has written its line (a liveness bound)
+        if await read():
+            break
+        await asyncio.sleep(0.05)
+    assert "running" in seen["check"].output and "[output so far]" in seen["check"].output, seen["check"].output
+    stopped = await session.call("background_stop", {"id": command_id})
+    assert stopped.output == f"Stopped {command_id}."
+    assert await wait_until(lambda: not processes_with(marker))
+    listed = await session.call("background_check", {})
+    assert f"{command_id} " in listed.output and "stopped" in listed.output

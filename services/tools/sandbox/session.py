@@ -83,6 +83,8 @@ class SessionJail:
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_id = 0
+        # The supervisor's id of each running exec call, by the call's own id (for `peek`).
+        self.calls: dict[str, int] = {}
         self.in_flight = 0
         self.last_used = time.monotonic()
         self.ended = asyncio.Event()
@@ -145,6 +147,8 @@ class SessionJail:
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(JailGone())
+                    # Its caller may have stopped waiting (cancelled): the exception is then nobody's.
+                    future.add_done_callback(lambda done: done.exception())
             self._pending.clear()
 
     def _send(self, message: dict[str, Any]) -> None:
@@ -249,12 +253,15 @@ class SessionSandboxes:
             call, future = jail.request({"op": "exec", "argv": list(spec.argv), "env": env,
                                          "limits": self._rlimits(file_size),
                                          "cap": self._limits.output_cap_bytes, "drain": self._limits.output_drain_bytes})
+            jail.calls[spec.call_id] = call
             timed_out = False
             try:
                 reply = await self._await(jail, call, future, spec.timeout_s, "kill", KILL_GRACE_S)
             except TimeoutError:
                 timed_out = True
                 reply = await self._await(jail, call, future, KILL_GRACE_S, "kill", 0)
+            finally:
+                jail.calls.pop(spec.call_id, None)
             result = self._exec_result(reply, spec, timed_out, started)
             after = await self._meter.measure(jail.workspace)
             lowered = file_size < self._limits.file_size_bytes
@@ -351,6 +358,20 @@ class SessionSandboxes:
             return CellResult(self._gone(jail, started), [], kernel_lost=True)
         finally:
             self._done(jail)
+
+    async def peek(self, session_id: str, call_id: str) -> tuple[str, str] | None:
+        """(stdout, stderr) so far of a call still running in the session's jail (a background
+        command), or None when it is not running there."""
+        jail = self.running(session_id)
+        call = jail.calls.get(call_id) if jail is not None else None
+        if jail is None or call is None:
+            return None
+        try:
+            _, future = jail.request({"op": "peek", "call": call})
+            reply = await asyncio.wait_for(future, KILL_GRACE_S)
+        except (JailGone, TimeoutError):
+            return None
+        return (reply["stdout"], reply["stderr"]) if reply.get("running") else None
 
     async def restart_kernel(self, session_id: str) -> None:
         jail = self.running(session_id)

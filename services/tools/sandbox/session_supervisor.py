@@ -9,6 +9,7 @@ its stdin and reads one JSON reply per line from its stdout:
 
   {"op": "exec", "id": N, "argv": [...], "env": {...}, "limits": {...}, "cap": B, "drain": B}
   {"op": "kill", "id": N}                     stop call N (its process group only)
+  {"op": "peek", "id": N, "call": M}          the output of running call M so far
   {"op": "cell", "id": N, "code": "...", "cap": B, "env": {...}, "limits": {...}}   run code in the kernel
   {"op": "interrupt", "id": N}                SIGINT to the kernel: the running cell raises KeyboardInterrupt
   {"op": "restart", "id": N}                  end the kernel; the next cell starts a fresh one
@@ -92,8 +93,8 @@ class Supervisor:
         except OSError as exc:
             reply({"id": request["id"], "exit_code": 127, "stdout": "", "stderr": str(exc), "truncated": False})
             return
-        self.calls[request["id"]] = proc
         out, err = Capped(request["cap"]), Capped(request["cap"])
+        self.calls[request["id"]] = (proc, out, err)
         state = {"flood": False, "total": 0}
 
         def pump(stream, capped):
@@ -121,9 +122,15 @@ class Supervisor:
                "output_limit": state["flood"]})
 
     def kill(self, request):
-        proc = self.calls.get(request["id"])
-        if proc is not None:
-            kill_group(proc.pid)
+        call = self.calls.get(request["id"])
+        if call is not None:
+            kill_group(call[0].pid)
+
+    def peek(self, request):
+        call = self.calls.get(request["call"])
+        running = call is not None
+        reply({"id": request["id"], "running": running, "stdout": call[1].text() if running else "",
+               "stderr": call[2].text() if running else ""})
 
     # --- cell: the persistent interpreter -----------------------------------------------------
 
@@ -175,7 +182,7 @@ class Supervisor:
 
     def serve(self):
         handlers = {"exec": self.run_exec, "cell": self.run_cell}
-        instant = {"kill": self.kill, "interrupt": self.interrupt, "restart": self.restart}
+        instant = {"kill": self.kill, "peek": self.peek, "interrupt": self.interrupt, "restart": self.restart}
         for line in sys.stdin.buffer:
             request = json.loads(line)
             op = request["op"]
