@@ -152,7 +152,7 @@ def _system_binds(*, network: bool) -> list[str]:
     return argv
 
 
-def _system_tool(name: str) -> str:
+def system_tool(name: str) -> str:
     return shutil.which(name, path="/usr/bin:/bin:/usr/local/bin") or ""
 
 
@@ -166,7 +166,7 @@ def jail_host_identity(settings: ToolsSettings) -> tuple[int, int] | None:
     """
     if os.geteuid() != 0:
         return None
-    if not _system_tool("setpriv"):
+    if not system_tool("setpriv"):
         log.warning("setpriv (util-linux) not found: jailed programs keep root's uid; the process limit is not enforced")
         return None
     root = settings.workspace_root
@@ -201,8 +201,8 @@ class LocalJail:
         self._meter = UsageMeter()
         self._tracer = tracer
         self._bwrap = shutil.which(settings.bwrap_path) or ""
-        self._prlimit = _system_tool("prlimit")
-        self._setpriv = _system_tool("setpriv")
+        self._prlimit = system_tool("prlimit")
+        self._setpriv = system_tool("setpriv")
         self._etc_dir = workspaces.root.parent / "sandbox-etc"
         self._seccomp: bytes | None = None
         # The system's part of every jail's root, looked up once: (without, with) the network.

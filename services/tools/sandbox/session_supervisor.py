@@ -7,10 +7,10 @@ agentmesh. Its text arrives as the first line of stdin (BOOT below: a short comm
 source shows in no process listing). The tools service then writes one JSON request per line to
 its stdin and reads one JSON reply per line from its stdout:
 
-  {"op": "exec", "id": N, "argv": [...], "env": {...}, "limits": {...}, "cap": B, "drain": B}
+  {"op": "exec", "id": N, "argv": [...], "env": {...}, "cap": B, "drain": B}   (argv starts with prlimit)
   {"op": "kill", "id": N}                     stop call N (its process group only)
   {"op": "peek", "id": N, "call": M}          the output of running call M so far
-  {"op": "cell", "id": N, "code": "...", "cap": B, "env": {...}, "limits": {...}}   run code in the kernel
+  {"op": "cell", "id": N, "code": "...", "cap": B, "env": {...}, "prefix": [...], "cpu_s": S}   run code in the kernel
   {"op": "interrupt", "id": N}                SIGINT to the kernel: the running cell raises KeyboardInterrupt
   {"op": "restart", "id": N}                  end the kernel; the next cell starts a fresh one
 
@@ -88,8 +88,7 @@ class Supervisor:
         try:
             proc = subprocess.Popen(
                 request["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=request["env"], cwd="/workspace", start_new_session=True,
-                preexec_fn=lambda: set_limits(request["limits"], cpu=True))
+                env=request["env"], cwd="/workspace", start_new_session=True)
         except OSError as exc:
             reply({"id": request["id"], "exit_code": 127, "stdout": "", "stderr": str(exc), "truncated": False})
             return
@@ -136,20 +135,21 @@ class Supervisor:
 
     def run_cell(self, request):
         with self.kernel_lock:
+            source = globals()["SOURCE"]  # set by BOOT, which runs this file
             if self.kernel is None or self.kernel.poll() is not None:
                 # One malloc arena: the kernel's reader threads would each reserve one (64 MiB of
                 # address space apiece), which the cell's address-space limit would pay for.
                 env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="1")
                 # The kernel lives across cells, so its CPU limit is per cell (Kernel.execute).
                 self.kernel = subprocess.Popen(
-                    [sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL, env=env, cwd="/workspace", start_new_session=True,
-                    preexec_fn=lambda: set_limits(request["limits"], cpu=False))
-                self.kernel.stdin.write((json.dumps(SOURCE) + "\n").encode())
+                    [*request["prefix"], sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/workspace",
+                    start_new_session=True)
+                self.kernel.stdin.write((json.dumps(source) + "\n").encode())
             kernel = self.kernel
             try:
                 kernel.stdin.write((json.dumps({"code": request["code"], "cap": request["cap"],
-                                                "cpu": request["limits"]["cpu"]}) + "\n").encode())
+                                                "cpu": request["cpu_s"]}) + "\n").encode())
                 kernel.stdin.flush()
                 line = kernel.stdout.readline()
             except OSError:
@@ -193,17 +193,6 @@ class Supervisor:
         # stdin closed: the service let go of this sandbox (or died); everything here ends with us.
 
 
-def set_limits(limits, cpu):
-    """In a child about to exec: the limits a per-call jail sets with prlimit (local.rlimit_prefix).
-    CPU soft below hard: SIGXCPU first (reported as the CPU limit), SIGKILL a second later."""
-    if cpu:
-        resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"] + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (limits["as"], limits["as"]))
-    resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize"], limits["fsize"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 def kill_group(pid):
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -242,8 +231,9 @@ class Kernel:
             os.dup2(write_end, fd)
             os.close(write_end)
             self.streams.append(Stream(read_end))
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+        # Kept open for the kernel's life (the cell's print goes through them).
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
 
     def serve(self):
         for line in self.requests:
@@ -258,7 +248,7 @@ class Kernel:
             figures = self.save_figures()
             sys.stdout.flush()
             sys.stderr.flush()
-            out, err = (stream.end(fd) for fd, stream in zip((1, 2), self.streams))
+            out, err = (stream.end(fd) for fd, stream in zip((1, 2), self.streams, strict=True))
             self.replies.write((json.dumps({
                 "exit_code": 1 if error else 0, "stdout": out.text(), "stderr": err.text(),
                 "truncated": out.truncated or err.truncated, "interrupted": error == "interrupted",
@@ -295,7 +285,7 @@ class Kernel:
         except CpuLimit as exc:
             print_cell_error(exc)
             return "cpu_limit"
-        except BaseException as exc:  # SystemExit too: the kernel stays; the cell failed
+        except BaseException as exc:  # noqa: BLE001 — SystemExit too: the kernel stays, the cell failed
             print_cell_error(exc)
             return "error"
         return ""
@@ -313,7 +303,7 @@ class Kernel:
                 pyplot.figure(number).savefig("/workspace/" + path, format="png")
                 saved.append(path)
             pyplot.close("all")
-        except Exception:
+        except Exception:  # noqa: BLE001 — a figure that cannot be saved is the cell's error, shown to it
             traceback.print_exc()
         return saved
 
