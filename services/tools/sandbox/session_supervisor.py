@@ -127,16 +127,18 @@ class Supervisor:
 
     def peek(self, request):
         call = self.calls.get(request["call"])
-        running = call is not None
-        reply({"id": request["id"], "running": running, "stdout": call[1].text() if running else "",
-               "stderr": call[2].text() if running else ""})
+        if call is None:
+            reply({"id": request["id"], "running": False, "stdout": "", "stderr": ""})
+        else:
+            reply({"id": request["id"], "running": True, "stdout": call[1].text(), "stderr": call[2].text()})
 
     # --- cell: the persistent interpreter -----------------------------------------------------
 
     def run_cell(self, request):
         with self.kernel_lock:
-            source = globals()["SOURCE"]  # set by BOOT, which runs this file
+            source = None
             if self.kernel is None or self.kernel.poll() is not None:
+                source = globals()["SOURCE"]  # set by BOOT, which runs this file
                 # One malloc arena: the kernel's reader threads would each reserve one (64 MiB of
                 # address space apiece), which the cell's address-space limit would pay for.
                 env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="1")
@@ -145,13 +147,16 @@ class Supervisor:
                     [*request["prefix"], sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/workspace",
                     start_new_session=True)
-                self.kernel.stdin.write((json.dumps(source) + "\n").encode())
             kernel = self.kernel
+            requests, replies = kernel.stdin, kernel.stdout
+            assert requests is not None and replies is not None  # both are pipes
             try:
-                kernel.stdin.write((json.dumps({"code": request["code"], "cap": request["cap"],
-                                                "cpu": request["cpu_s"]}) + "\n").encode())
-                kernel.stdin.flush()
-                line = kernel.stdout.readline()
+                if source is not None:  # a fresh kernel reads its program first
+                    requests.write((json.dumps(source) + "\n").encode())
+                requests.write((json.dumps({"code": request["code"], "cap": request["cap"],
+                                            "cpu": request["cpu_s"]}) + "\n").encode())
+                requests.flush()
+                line = replies.readline()
             except OSError:
                 line = b""
             if not line:
