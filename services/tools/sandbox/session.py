@@ -41,8 +41,6 @@ from agentmesh.tools.sandbox.local import (
     apply_quota,
     clean_environment,
     jail_tmpfs,
-    rlimit_prefix,
-    system_tool,
 )
 from agentmesh.tools.sandbox.seccomp import filter_fd
 
@@ -204,7 +202,6 @@ class SessionSandboxes:
         self._quota = jail.quota
         self._idle_s = idle_s
         self._meter = UsageMeter()
-        self._prlimit = system_tool("prlimit")
         self._jails: dict[str, SessionJail] = {}
         self._starting: dict[str, asyncio.Lock] = {}
         self._reaper: asyncio.Task[None] | None = None
@@ -235,15 +232,13 @@ class SessionSandboxes:
             jail.in_flight += 1
             return jail
 
-    def _rlimited(self, file_size: int, *, cpu: bool) -> list[str]:
-        """The per-call jail's rlimits (local.rlimit_prefix: prlimit right before the program) for
-        a process the supervisor starts — set by an exec of prlimit, not in the supervisor's
-        forked child (it has threads). The interpreter lives across cells, so its CPU limit is
-        set per cell instead (`cpu=False`; session_supervisor.Kernel)."""
-        if not self._prlimit:
-            return []
-        prefix = rlimit_prefix(self._limits, self._prlimit, file_size)
-        return prefix if cpu else [option for option in prefix if not option.startswith("--cpu=")]
+    def _rlimits(self, file_size: int, *, cpu: bool) -> dict[str, int]:
+        """The per-call jail's rlimits (local.rlimit_prefix), for the supervisor to set on each
+        process it starts: CPU seconds, address space, processes, file size (lowered to what the
+        workspace quota leaves). The interpreter lives across cells, so its CPU limit is set per
+        cell instead (`cpu=False`; session_supervisor.Kernel)."""
+        limits = {"as": self._limits.memory_bytes, "nproc": self._limits.processes, "fsize": file_size}
+        return {**limits, "cpu": self._limits.cpu_s} if cpu else limits
 
     def _done(self, jail: SessionJail) -> None:
         jail.in_flight -= 1
@@ -256,8 +251,8 @@ class SessionSandboxes:
             file_size = min(self._limits.file_size_bytes, self._quota.remaining(before.bytes))
             env = clean_environment({**spec.env, **traceparent_env()})
             started = time.monotonic()
-            call, future = jail.request({"op": "exec", "argv": self._rlimited(file_size, cpu=True) + list(spec.argv),
-                                         "env": env,
+            call, future = jail.request({"op": "exec", "argv": list(spec.argv), "env": env,
+                                         "limits": self._rlimits(file_size, cpu=True),
                                          "cap": self._limits.output_cap_bytes, "drain": self._limits.output_drain_bytes})
             jail.calls[spec.call_id] = call
             timed_out = False
@@ -332,7 +327,7 @@ class SessionSandboxes:
         try:
             env = clean_environment({**spec.env, **traceparent_env()})
             call, future = jail.request({"op": "cell", "code": code, "env": env, "cap": self._limits.output_cap_bytes,
-                                         "prefix": self._rlimited(self._limits.file_size_bytes, cpu=False),
+                                         "limits": self._rlimits(self._limits.file_size_bytes, cpu=False),
                                          "cpu_s": self._limits.cpu_s})
             timed_out = False
             try:
