@@ -198,3 +198,15 @@ async def test_a_running_background_command_can_be_read_and_stopped(session):
     assert await wait_until(lambda: not processes_with(marker))
     listed = await session.call("background_check", {})
     assert f"{command_id} " in listed.output and "stopped" in listed.output
+
+
+async def test_a_cell_that_times_out_waiting_for_another_never_runs_and_spares_it(session):
+    code = "import pathlib, time\npathlib.Path('first-started').touch()\ntime.sleep(3)\nfirst_done = True"
+    first = asyncio.create_task(session.call("python", {"code": code}, call_id="first"))
+    # Once the first runs, the second waits for the interpreter.
+    assert await wait_until(lambda: session.workspace("s1").joinpath("first-started").exists())
+    second = await session.call("python", {"code": "second_ran = True", "timeout_s": 0.5}, call_id="second")
+    assert second.error_kind == "timeout" and "did not start" in second.stderr, second.output
+    assert not (await first).is_error
+    seen = await session.call("python", {"code": "print(first_done, 'second_ran' in globals())"})
+    assert seen.stdout == "True False\n", seen.output

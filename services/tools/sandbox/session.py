@@ -73,8 +73,9 @@ class CellResult:
 class SessionJail:
     """One session's running jail and its supervisor."""
 
-    def __init__(self, session_id: str, workspace: Path):
+    def __init__(self, session_id: str, workspace: Path, network: bool = False):
         self.session_id = session_id
+        self.network = network
         self.workspace = workspace
         self.proc: asyncio.subprocess.Process | None = None
         self.info = JailInfo()
@@ -97,7 +98,7 @@ class SessionJail:
     async def start(self, jail: LocalJail) -> None:
         loop = asyncio.get_running_loop()
         spec = CommandSpec(session_id=self.session_id, call_id="session", timeout_s=0,
-                           argv=("python3", "-I", "-c", BOOT))
+                           argv=("python3", "-I", "-c", BOOT), network=self.network)
         seccomp_fd = filter_fd(jail.seccomp) if jail.seccomp else None
         options_fd = os.memfd_create("bwrap-options", os.MFD_CLOEXEC)
         try:
@@ -196,8 +197,9 @@ class SessionSandboxes:
 
     name = "local-session"
 
-    def __init__(self, jail: LocalJail, idle_s: float):
+    def __init__(self, jail: LocalJail, idle_s: float, network: bool = False):
         self._jail = jail
+        self._network = network  # AGENTMESH_SANDBOX_NETWORK: the whole jail has the host's network or none
         self._limits = jail.limits
         self._quota = jail.quota
         self._idle_s = idle_s
@@ -225,7 +227,7 @@ class SessionSandboxes:
                 old = self._jails.pop(session_id, None)
                 if old is not None:
                     await old.close()
-                jail = SessionJail(session_id, self._jail.workspaces.ensure(session_id))
+                jail = SessionJail(session_id, self._jail.workspaces.ensure(session_id), self._network)
                 await jail.start(self._jail)
                 self._jails[session_id] = jail
                 log.info("session sandbox started", session_id=session_id)

@@ -81,6 +81,9 @@ class Supervisor:
         self.calls = {}  # id -> Popen of a running exec call
         self.kernel = None
         self.kernel_lock = threading.Lock()  # one cell at a time: the namespace is shared
+        self.cell = None  # the id of the cell the kernel runs now
+        self.dropped = set()  # ids of cells interrupted while they waited for the kernel
+        self.cell_lock = threading.Lock()  # guards both: a cell starts or is dropped, not both
 
     # --- exec: a fresh process per call -------------------------------------------------------
 
@@ -137,42 +140,62 @@ class Supervisor:
 
     def run_cell(self, request):
         with self.kernel_lock:
-            source = None
-            if self.kernel is None or self.kernel.poll() is not None:
-                source = globals()["SOURCE"]  # set by BOOT, which runs this file
-                # One malloc arena: the kernel's reader threads would each reserve one (64 MiB of
-                # address space apiece), which the cell's address-space limit would pay for.
-                env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="1")
-                # The kernel lives across cells, so its CPU limit is per cell (Kernel.execute).
-                self.kernel = subprocess.Popen(
-                    [sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/workspace",
-                    start_new_session=True,
-                    preexec_fn=lambda: set_limits(request["limits"]))  # noqa: PLW1509 — see set_limits
-            kernel = self.kernel
-            requests, replies = kernel.stdin, kernel.stdout
-            assert requests is not None and replies is not None  # both are pipes
+            with self.cell_lock:
+                if request["id"] in self.dropped:
+                    self.dropped.discard(request["id"])  # answered when it was dropped
+                    return
+                self.cell = request["id"]
             try:
-                if source is not None:  # a fresh kernel reads its program first
-                    requests.write((json.dumps(source) + "\n").encode())
-                requests.write((json.dumps({"code": request["code"], "cap": request["cap"],
-                                            "cpu": request["cpu_s"]}) + "\n").encode())
-                requests.flush()
-                line = replies.readline()
-            except OSError:
-                line = b""
-            if not line:
-                # The kernel died in the cell (its CPU or memory limit, os._exit, a crash): its state is gone.
-                kernel.wait()
-                self.kernel = None
-                reply({"id": request["id"], "exit_code": 128 + 9 if kernel.returncode < 0 else kernel.returncode,
-                       "stdout": "", "stderr": "", "truncated": False, "kernel_lost": True})
-                return
-            result = json.loads(line)
-            result["id"] = request["id"]
-            reply(result)
+                self._run_cell(request)
+            finally:
+                with self.cell_lock:
+                    self.cell = None
+
+    def _run_cell(self, request):
+        source = None
+        if self.kernel is None or self.kernel.poll() is not None:
+            source = globals()["SOURCE"]  # set by BOOT, which runs this file
+            # One malloc arena: the kernel's reader threads would each reserve one (64 MiB of
+            # address space apiece), which the cell's address-space limit would pay for.
+            env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="1")
+            # The kernel lives across cells, so its CPU limit is per cell (Kernel.execute).
+            self.kernel = subprocess.Popen(
+                [sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/workspace",
+                start_new_session=True,
+                preexec_fn=lambda: set_limits(request["limits"]))  # noqa: PLW1509 — see set_limits
+        kernel = self.kernel
+        requests, replies = kernel.stdin, kernel.stdout
+        assert requests is not None and replies is not None  # both are pipes
+        try:
+            if source is not None:  # a fresh kernel reads its program first
+                requests.write((json.dumps(source) + "\n").encode())
+            requests.write((json.dumps({"code": request["code"], "cap": request["cap"],
+                                        "cpu": request["cpu_s"]}) + "\n").encode())
+            requests.flush()
+            line = replies.readline()
+        except OSError:
+            line = b""
+        if not line:
+            # The kernel died in the cell (its CPU or memory limit, os._exit, a crash): its state is gone.
+            kernel.wait()
+            self.kernel = None
+            reply({"id": request["id"], "exit_code": 128 + 9 if kernel.returncode < 0 else kernel.returncode,
+                   "stdout": "", "stderr": "", "truncated": False, "kernel_lost": True})
+            return
+        result = json.loads(line)
+        result["id"] = request["id"]
+        reply(result)
 
     def interrupt(self, request):
+        with self.cell_lock:
+            if self.cell != request["id"]:
+                # Its time ran out while another cell of the session ran (or it has ended, and
+                # this answer is for nobody): it never starts, and is answered now.
+                self.dropped.add(request["id"])
+                reply({"id": request["id"], "exit_code": 1, "stdout": "", "truncated": False, "interrupted": True,
+                       "stderr": "KeyboardInterrupt: the cell's time ran out while another cell ran; it did not start\n"})
+                return
         if self.kernel is not None and self.kernel.poll() is None:
             try:
                 os.kill(self.kernel.pid, signal.SIGINT)
