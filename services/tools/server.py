@@ -263,7 +263,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
-    connections = ConnectionFactory(tools_settings, executor, owner)
+    from agentmesh.tools.sandbox.session import SessionSandboxes
+
+    # stdio MCP servers run in jails of their own (one per server), session sandboxes or not.
+    connections = ConnectionFactory(tools_settings, executor.jail if isinstance(executor, SessionSandboxes) else executor,
+                                    owner)
     await connections.start()
     mcp_tools = build_mcp_tools(tools_settings, connections, telemetry.tracer)
     if mcp_tools is not None:

@@ -232,6 +232,10 @@ class LocalJail:
         return self._workspaces
 
     @property
+    def tracer(self) -> trace.Tracer:
+        return self._tracer
+
+    @property
     def seccomp(self) -> bytes | None:
         return self._seccomp
 

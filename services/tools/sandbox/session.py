@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmesh.logs import get_logger
+from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
 from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, SandboxUnavailable
@@ -212,6 +213,11 @@ class SessionSandboxes:
     def available(self) -> bool:
         return self._jail.available
 
+    @property
+    def jail(self) -> LocalJail:
+        """The per-call jail session sandboxes are built like (stdio MCP servers still use it)."""
+        return self._jail
+
     def running(self, session_id: str) -> SessionJail | None:
         jail = self._jails.get(session_id)
         return jail if jail is not None and jail.alive else None
@@ -246,13 +252,28 @@ class SessionSandboxes:
         jail.in_flight -= 1
         jail.last_used = time.monotonic()
 
+    def _span(self, spec: CommandSpec, kind: str) -> Any:
+        """The call's span (its TRACEPARENT is what the program gets), as a per-call jail's `sandbox.jail`."""
+        return self._jail.tracer.start_as_current_span("sandbox.session", attributes={
+            "agentmesh.sandbox.executor": "local-session", "agentmesh.session_id": spec.session_id,
+            GEN_AI_TOOL_CALL_ID: spec.call_id, "agentmesh.sandbox.kind": kind,
+            "agentmesh.sandbox.timeout_s": spec.timeout_s})
+
     async def run(self, spec: CommandSpec) -> CommandResult:
+        with self._span(spec, "exec") as span:
+            result = await self._run(spec)
+            span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
+            if result.error_kind:
+                span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
+            return result
+
+    async def _run(self, spec: CommandSpec) -> CommandResult:
         jail = await self._session(spec.session_id)
+        started = time.monotonic()
         try:
             before = await self._meter.measure(jail.workspace)
             file_size = min(self._limits.file_size_bytes, self._quota.remaining(before.bytes))
             env = clean_environment({**spec.env, **traceparent_env()})
-            started = time.monotonic()
             call, future = jail.request({"op": "exec", "argv": list(spec.argv), "env": env,
                                          "limits": self._rlimits(file_size, cpu=True),
                                          "cap": self._limits.output_cap_bytes, "drain": self._limits.output_drain_bytes})
@@ -272,7 +293,7 @@ class SessionSandboxes:
             apply_file_quota(result, self._quota, before.files, after.files, stopped=False)
             return result
         except JailGone:
-            return self._gone(jail, started if "started" in locals() else time.monotonic())
+            return self._gone(jail, started)
         finally:
             self._done(jail)
 
@@ -324,6 +345,13 @@ class SessionSandboxes:
 
     async def run_cell(self, spec: CommandSpec, code: str) -> CellResult:
         """Run `code` in the session's persistent interpreter."""
+        with self._span(spec, "cell") as span:
+            cell = await self._run_cell(spec, code)
+            if cell.result.error_kind:
+                span.set_attribute("agentmesh.sandbox.error_kind", cell.result.error_kind)
+            return cell
+
+    async def _run_cell(self, spec: CommandSpec, code: str) -> CellResult:
         jail = await self._session(spec.session_id)
         started = time.monotonic()
         try:
