@@ -21,11 +21,12 @@ QUOTA_ENV = {
 }
 
 
-@pytest.fixture
-async def quota_tools(home):
+@pytest.fixture(params=["call", "session"])
+async def quota_tools(home, request):
+    """The quota holds for a fresh jail per call and for a session's long-lived jail."""
     home.mkdir(parents=True)
     (home / "outside.txt").write_text("the host's file\n")
-    async with ToolsClient(home, QUOTA_ENV) as client:
+    async with ToolsClient(home, {**QUOTA_ENV, "AGENTMESH_SANDBOX_ISOLATION": request.param}) as client:
         yield client
 
 

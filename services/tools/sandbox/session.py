@@ -30,7 +30,7 @@ from typing import Any
 from agentmesh.logs import get_logger
 from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
 from agentmesh.telemetry.propagation import traceparent_env
-from agentmesh.tools.quota import UsageMeter
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, SandboxUnavailable
 from agentmesh.tools.sandbox.jail_watch import JailInfo, JailWatch
 from agentmesh.tools.sandbox.local import (
@@ -123,8 +123,7 @@ class SessionJail:
         loop.add_reader(self.info.read_fd, self.info.on_readable)
         limits = jail.limits
         # The memory and process bounds hold for the jail's whole life, the supervisor and the
-        # interpreter counted in; the workspace quota is measured at each call's start and end
-        # (a per-call jail also watches it during the call).
+        # interpreter counted in; the workspace quota is each exec call's (DiskWatch).
         self.watch = JailWatch(self.info, limits.memory_bytes, limits.processes + SUPERVISOR_PROCESSES,
                                tmpfs=jail_tmpfs(limits))
         self._watch_task = asyncio.create_task(self.watch.run())
@@ -191,6 +190,38 @@ class SessionJail:
         if self.proc is not None:
             await self.proc.wait()
         self.info.close()
+
+
+class DiskWatch:
+    """The workspace quota while one call runs, as a per-call jail's watch (jail_watch.JailWatch)
+    keeps it: the workspace is measured every `JailWatch.DISK_INTERVAL_S` (or four times as long
+    as a walk takes) and, when it grows past the quota, that call's process group is killed — not
+    the jail: the writer is the call's."""
+
+    def __init__(self, jail: SessionJail, call: int, quota: WorkspaceQuota, meter: UsageMeter, bytes_before: int,
+                 files_before: int):
+        self._jail, self._call, self._quota, self._meter = jail, call, quota, meter
+        self._bytes_before, self._files_before = bytes_before, files_before
+        self.exceeded = ""  # "disk_quota" | "file_quota"
+
+    async def run(self) -> None:
+        interval = JailWatch.DISK_INTERVAL_S
+        while not self.exceeded:
+            await asyncio.sleep(interval)
+            started = time.monotonic()
+            try:
+                usage = await self._meter.measure(self._jail.workspace)
+            except OSError:
+                continue  # the workspace is being deleted, or a directory vanished mid-walk
+            # Growth past the quota, not being past it: a call that starts over it may delete.
+            if self._quota.over(usage.bytes) and usage.bytes > self._bytes_before:
+                self.exceeded = "disk_quota"
+            elif self._quota.files_over(usage.files) and usage.files > self._files_before:
+                self.exceeded = "file_quota"
+            else:
+                interval = max(JailWatch.DISK_INTERVAL_S, 4 * (time.monotonic() - started))
+                continue
+            self._jail.signal("kill", self._call)
 
 
 class SessionSandboxes:
@@ -278,6 +309,8 @@ class SessionSandboxes:
                                          "limits": self._rlimits(file_size, cpu=True),
                                          "cap": self._limits.output_cap_bytes, "drain": self._limits.output_drain_bytes})
             jail.calls[spec.call_id] = call
+            disk = DiskWatch(jail, call, self._quota, self._meter, before.bytes, before.files)
+            watch = asyncio.create_task(disk.run())
             timed_out = False
             try:
                 reply = await self._await(jail, call, future, spec.timeout_s, "kill", KILL_GRACE_S)
@@ -286,11 +319,12 @@ class SessionSandboxes:
                 reply = await self._await(jail, call, future, KILL_GRACE_S, "kill", 0)
             finally:
                 jail.calls.pop(spec.call_id, None)
-            result = self._exec_result(reply, spec, timed_out, started)
+                watch.cancel()
+            result = self._exec_result(reply, spec, timed_out and not disk.exceeded, started)
             after = await self._meter.measure(jail.workspace)
             lowered = file_size < self._limits.file_size_bytes
-            apply_quota(result, self._quota, before.bytes, after.bytes, lowered, stopped=False)
-            apply_file_quota(result, self._quota, before.files, after.files, stopped=False)
+            apply_quota(result, self._quota, before.bytes, after.bytes, lowered, stopped=disk.exceeded == "disk_quota")
+            apply_file_quota(result, self._quota, before.files, after.files, stopped=disk.exceeded == "file_quota")
             return result
         except JailGone:
             return self._gone(jail, started)
