@@ -195,12 +195,12 @@ class SessionJail:
 class DiskWatch:
     """The workspace quota while one call runs, as a per-call jail's watch (jail_watch.JailWatch)
     keeps it: the workspace is measured every `JailWatch.DISK_INTERVAL_S` (or four times as long
-    as a walk takes) and, when it grows past the quota, that call's process group is killed — not
-    the jail: the writer is the call's."""
+    as a walk takes) and, when it grows past the quota, that call's process group is killed (a
+    cell is interrupted) — not the jail: the writer is the call's."""
 
     def __init__(self, jail: SessionJail, call: int, quota: WorkspaceQuota, meter: UsageMeter, bytes_before: int,
-                 files_before: int):
-        self._jail, self._call, self._quota, self._meter = jail, call, quota, meter
+                 files_before: int, stop: str = "kill"):
+        self._jail, self._call, self._quota, self._meter, self._stop = jail, call, quota, meter, stop
         self._bytes_before, self._files_before = bytes_before, files_before
         self.exceeded = ""  # "disk_quota" | "file_quota"
 
@@ -221,7 +221,7 @@ class DiskWatch:
             else:
                 interval = max(JailWatch.DISK_INTERVAL_S, 4 * (time.monotonic() - started))
                 continue
-            self._jail.signal("kill", self._call)
+            self._jail.signal(self._stop, self._call)
 
 
 class SessionSandboxes:
@@ -389,10 +389,14 @@ class SessionSandboxes:
         jail = await self._session(spec.session_id)
         started = time.monotonic()
         try:
+            before = await self._meter.measure(jail.workspace)
+            file_size = min(self._limits.file_size_bytes, self._quota.remaining(before.bytes))
             env = clean_environment({**spec.env, **traceparent_env()})
             call, future = jail.request({"op": "cell", "code": code, "env": env, "cap": self._limits.output_cap_bytes,
                                          "limits": self._rlimits(self._limits.file_size_bytes, cpu=False),
-                                         "cpu_s": self._limits.cpu_s})
+                                         "cpu_s": self._limits.cpu_s, "fsize": file_size})
+            disk = DiskWatch(jail, call, self._quota, self._meter, before.bytes, before.files, stop="interrupt")
+            watch = asyncio.create_task(disk.run())
             timed_out = False
             try:
                 reply = await self._await(jail, call, future, spec.timeout_s, "interrupt", INTERRUPT_GRACE_S)
@@ -405,8 +409,17 @@ class SessionSandboxes:
                     # interpreter is ended, which answers the cell.
                     jail.signal("restart", 0)
                     reply = await self._await(jail, call, future, KILL_GRACE_S, "restart", 0)
+            finally:
+                watch.cancel()
+            timed_out = timed_out and not disk.exceeded
             result = self._exec_result(reply, spec, timed_out, started)
-            if timed_out:
+            after = await self._meter.measure(jail.workspace)
+            lowered = file_size < self._limits.file_size_bytes
+            apply_quota(result, self._quota, before.bytes, after.bytes, lowered, stopped=disk.exceeded == "disk_quota")
+            apply_file_quota(result, self._quota, before.files, after.files, stopped=disk.exceeded == "file_quota")
+            if result.error_kind == "disk_quota":
+                pass  # said by apply_quota; the interpreter keeps its variables
+            elif timed_out:
                 result.detail = (f"the cell ran past its {spec.timeout_s:g} s time limit and was interrupted"
                                  + ("; the interpreter had to be restarted, so its variables are gone"
                                     if reply.get("kernel_lost") else "; the interpreter keeps its variables"))

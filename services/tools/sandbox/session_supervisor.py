@@ -170,8 +170,8 @@ class Supervisor:
         try:
             if source is not None:  # a fresh kernel reads its program first
                 requests.write((json.dumps(source) + "\n").encode())
-            requests.write((json.dumps({"code": request["code"], "cap": request["cap"],
-                                        "cpu": request["cpu_s"]}) + "\n").encode())
+            requests.write((json.dumps({"code": request["code"], "cap": request["cap"], "cpu": request["cpu_s"],
+                                        "fsize": request["fsize"]}) + "\n").encode())
             requests.flush()
             line = replies.readline()
         except OSError:
@@ -287,7 +287,7 @@ class Kernel:
             request = json.loads(line)
             for stream in self.streams:
                 stream.begin(request["cap"])
-            error = self.execute(request["code"], request["cpu"])
+            error = self.execute(request["code"], request["cpu"], request["fsize"])
             if os.getpid() != self.pid:
                 # A process the cell forked came back out of the cell (an exception in the
                 # child): it must not go on as a second kernel on the same pipes.
@@ -302,17 +302,22 @@ class Kernel:
                 "cpu_limit": error == "cpu_limit",
                 "figures": figures}) + "\n").encode())
 
-    def execute(self, code, cpu_s):
+    def execute(self, code, cpu_s, fsize):
         # This cell's CPU time: the soft limit moves to what the interpreter has used plus the
         # call's allowance; SIGXCPU then ends the cell (CpuLimit), not the interpreter. The hard
         # limit stays open so the next cell can move it again, which a cell could do too: the
         # call's wall clock (an interrupt) is what bounds it for sure.
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
         resource.setrlimit(resource.RLIMIT_CPU, (int(used) + cpu_s, resource.RLIM_INFINITY))
+        # The per-file limit is lowered for this cell when the workspace quota leaves less (soft
+        # only: the hard limit, set when the interpreter started, stays for the next cell).
+        hard_fsize = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (min(fsize, hard_fsize), hard_fsize))
         try:
             return self._execute(code)
         finally:
             resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard_fsize, hard_fsize))
 
     def _execute(self, code):
         try:
