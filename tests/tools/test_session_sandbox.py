@@ -210,3 +210,13 @@ async def test_a_cell_that_times_out_waiting_for_another_never_runs_and_spares_i
     assert not (await first).is_error
     seen = await session.call("python", {"code": "print(first_done, 'second_ran' in globals())"})
     assert seen.stdout == "True False\n", seen.output
+
+
+async def test_a_stopped_supervisor_still_gives_a_timeout_result(session):
+    # The supervisor runs as the programs' own user, so a program can stop it; the call's
+    # timeout then ends the whole jail rather than hang.
+    stuck = await session.call("shell", {"command": "kill -STOP $PPID; sleep 60", "timeout_s": 1})
+    assert stuck.error_kind == "timeout", stuck.output
+    assert await wait_until(lambda: not session_jails())
+    after = await session.call("shell", {"command": "echo a new jail"})
+    assert after.output == "a new jail"

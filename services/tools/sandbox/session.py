@@ -316,7 +316,7 @@ class SessionSandboxes:
                 reply = await self._await(jail, call, future, spec.timeout_s, "kill", KILL_GRACE_S)
             except TimeoutError:
                 timed_out = True
-                reply = await self._await(jail, call, future, KILL_GRACE_S, "kill", 0)
+                reply = await self._last_word(jail, call, future, "kill")
             finally:
                 jail.calls.pop(spec.call_id, None)
                 watch.cancel()
@@ -344,14 +344,28 @@ class SessionSandboxes:
                 jail.signal(stop, call)
             raise
 
+    async def _last_word(self, jail: SessionJail, call: int, future: asyncio.Future[dict[str, Any]],
+                         stop: str) -> dict[str, Any]:
+        """The reply of a call that was told to stop; when the supervisor does not give it within
+        KILL_GRACE_S (a program stopped or took over the supervisor: it runs as the same user), the
+        jail is ended, which answers every call in it."""
+        try:
+            return await self._await(jail, call, future, KILL_GRACE_S, stop, 0)
+        except TimeoutError:
+            log.warning("session sandbox did not answer a stopped call; ending it", session_id=jail.session_id)
+            await jail.kill()
+            return {"exit_code": -9, "stdout": "", "stderr": "", "truncated": False, "kernel_lost": True}
+
     def _exec_result(self, reply: dict[str, Any], spec: CommandSpec, timed_out: bool, started: float) -> CommandResult:
         result = CommandResult(exit_code=reply["exit_code"], stdout=reply["stdout"], stderr=reply["stderr"],
                                truncated=reply["truncated"], duration_ms=(time.monotonic() - started) * 1000)
         signal_no = result.exit_code - 128 if result.exit_code > 128 else 0
         if timed_out:
             result.exit_code, result.error_kind = -9, "timeout"
-            result.detail = (f"the command ran past its {spec.timeout_s:g} s time limit and was stopped (its process "
-                             "group was killed; the session sandbox stays)")
+            result.detail = (f"the command ran past its {spec.timeout_s:g} s time limit and was stopped "
+                             + ("(the session sandbox did not answer, so it was ended; the workspace stays)"
+                                if reply.get("kernel_lost") else
+                                "(its process group was killed; the session sandbox stays)"))
         elif reply.get("output_limit"):
             result.exit_code, result.error_kind = -9, "output_limit"
             result.detail = (f"the command wrote more than {self._limits.output_drain_bytes} bytes of output and was "
@@ -408,7 +422,7 @@ class SessionSandboxes:
                     # The cell did not give way to KeyboardInterrupt (a C extension's loop): the
                     # interpreter is ended, which answers the cell.
                     jail.signal("restart", 0)
-                    reply = await self._await(jail, call, future, KILL_GRACE_S, "restart", 0)
+                    reply = await self._last_word(jail, call, future, "restart")
             finally:
                 watch.cancel()
             timed_out = timed_out and not disk.exceeded
