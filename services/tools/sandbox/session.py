@@ -138,7 +138,7 @@ class SessionJail:
                 future = self._pending.pop(message.get("id"), None)
                 if future is not None and not future.done():
                     future.set_result(message)
-        except (ValueError, asyncio.LimitOverrunError) as exc:
+        except (ValueError, AttributeError, asyncio.LimitOverrunError) as exc:  # not JSON, not an object, too long
             log.warning("session sandbox sent an unreadable reply; ending it", session_id=self.session_id, error=str(exc))
         finally:
             await self.kill()
@@ -357,8 +357,15 @@ class SessionSandboxes:
             return {"exit_code": -9, "stdout": "", "stderr": "", "truncated": False, "kernel_lost": True}
 
     def _exec_result(self, reply: dict[str, Any], spec: CommandSpec, timed_out: bool, started: float) -> CommandResult:
-        result = CommandResult(exit_code=reply["exit_code"], stdout=reply["stdout"], stderr=reply["stderr"],
-                               truncated=reply["truncated"], duration_ms=(time.monotonic() - started) * 1000)
+        # The supervisor shares the jail with the programs (they may have replaced it): every field
+        # is checked for its type, and a missing or odd one reads as nothing.
+        def field(name: str, kind: type, default: Any) -> Any:
+            value = reply.get(name, default)
+            return value if type(value) is kind else default  # exactly: a bool is an int too
+
+        result = CommandResult(exit_code=field("exit_code", int, -1), stdout=field("stdout", str, ""),
+                               stderr=field("stderr", str, ""), truncated=field("truncated", bool, False),
+                               duration_ms=(time.monotonic() - started) * 1000)
         signal_no = result.exit_code - 128 if result.exit_code > 128 else 0
         if timed_out:
             result.exit_code, result.error_kind = -9, "timeout"
@@ -445,7 +452,9 @@ class SessionSandboxes:
                 result.error_kind = result.error_kind or "kernel_lost"
                 result.detail = result.detail or ("the Python interpreter ended during the cell (a limit or a crash); "
                                                   "its variables are gone and the next call starts a fresh one")
-            return CellResult(result, list(reply.get("figures", [])), bool(reply.get("interrupted")),
+            figures = reply.get("figures")
+            figures = [f for f in figures if isinstance(f, str)] if isinstance(figures, list) else []
+            return CellResult(result, figures, bool(reply.get("interrupted")),
                               bool(reply.get("kernel_lost")))
         except JailGone:
             return CellResult(self._gone(jail, started), [], kernel_lost=True)
