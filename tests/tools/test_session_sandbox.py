@@ -220,3 +220,24 @@ async def test_a_stopped_supervisor_still_gives_a_timeout_result(session):
     assert await wait_until(lambda: not session_jails())
     after = await session.call("shell", {"command": "echo a new jail"})
     assert after.output == "a new jail"
+
+
+async def test_a_png_the_cell_writes_is_named_in_the_result(session):
+    """Without matplotlib (the system Python here has none): a PNG written by the cell's own code
+    (the standard library's zlib) is named as a figure, as one saved by savefig would be."""
+    code = (
+        "import struct, zlib, os\n"
+        "def chunk(kind, data):\n"
+        "    body = kind + data\n"
+        "    return struct.pack('>I', len(data)) + body + struct.pack('>I', zlib.crc32(body))\n"
+        "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 0, 0, 0, 0))\n"
+        "png += chunk(b'IDAT', zlib.compress(b'\\x00\\x80')) + chunk(b'IEND', b'')\n"
+        "os.makedirs('.outputs', exist_ok=True)\n"
+        "open('.outputs/plot.png', 'wb').write(png)\n"
+    )
+    result = await session.call("python", {"code": code})
+    assert not result.is_error, result.output
+    assert "[figures saved: .outputs/plot.png]" in result.output
+    assert session.workspace("s1").joinpath(".outputs/plot.png").read_bytes().startswith(b"\x89PNG")
+    again = await session.call("python", {"code": "print('no new figure')"})
+    assert "figures saved" not in again.output

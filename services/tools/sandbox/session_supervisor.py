@@ -287,12 +287,15 @@ class Kernel:
             request = json.loads(line)
             for stream in self.streams:
                 stream.begin(request["cap"])
+            images_before = images()
             error = self.execute(request["code"], request["cpu"], request["fsize"])
             if os.getpid() != self.pid:
                 # A process the cell forked came back out of the cell (an exception in the
                 # child): it must not go on as a second kernel on the same pipes.
                 os._exit(1)
             figures = self.save_figures()
+            # PNG files the cell wrote itself (savefig, PIL, ...) are named as figures too.
+            figures += sorted(p for p, stamp in images().items() if images_before.get(p) != stamp and p not in figures)
             sys.stdout.flush()
             sys.stderr.flush()
             out, err = (stream.end(fd) for fd, stream in zip((1, 2), self.streams, strict=True))
@@ -358,6 +361,21 @@ class Kernel:
         except Exception:  # noqa: BLE001 — a figure that cannot be saved is the cell's error, shown to it
             traceback.print_exc()
         return saved
+
+
+def images():
+    """The PNG files at the workspace's top and in .outputs/, with their change times: one
+    directory listing each (not a walk of the workspace, which may be large)."""
+    found = {}
+    for directory, prefix in (("/workspace", ""), ("/workspace/.outputs", ".outputs/")):
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name.lower().endswith(".png") and entry.is_file(follow_symlinks=False):
+                        found[prefix + entry.name] = entry.stat(follow_symlinks=False).st_mtime_ns
+        except OSError:
+            continue
+    return found
 
 
 def print_cell_error(exc):
