@@ -278,9 +278,8 @@ class Kernel:
             os.dup2(write_end, fd)
             os.close(write_end)
             self.streams.append(Stream(read_end))
-        # Kept open for the kernel's life (the cell's print goes through them).
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 — for the kernel's life
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 — for the kernel's life
 
     def serve(self):
         for line in self.requests:
