@@ -319,6 +319,9 @@ class SessionSandboxes:
     async def end_session(self, session_id: str) -> None:
         """End the session's jail (its workspace is being deleted, or it idled)."""
         jail = self._jails.pop(session_id, None)
+        lock = self._starting.get(session_id)
+        if lock is not None and not lock.locked():
+            del self._starting[session_id]  # a session that is gone keeps no lock here
         if jail is not None:
             await jail.close()
             log.info("session sandbox ended", session_id=session_id)
@@ -335,7 +338,6 @@ class SessionSandboxes:
                         continue
                     if self._jails.get(session_id) is jail and jail.in_flight == 0:
                         await self.end_session(session_id)
-                        self._starting.pop(session_id, None)
 
     async def close(self) -> None:
         if self._reaper is not None:
