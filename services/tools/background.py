@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from agentmesh.logs import get_logger
 from agentmesh.tools.background_sessions import BackgroundSessions
@@ -42,6 +42,7 @@ class BackgroundCommand:
     outcome: ToolOutcome | None = None
     delivered: bool = False  # its result has been handed to the agent (or read by the model)
     finished_at: float = 0.0
+    call_id: str = ""  # the executor's id of its run (for reading its output while it runs)
 
     def summary(self) -> str:
         elapsed = (self.finished_at or time.time()) - self.started_at
@@ -62,9 +63,16 @@ class _Session:
     counter: int = 0
 
 
+# (session_id, call_id) -> (stdout, stderr) so far of a command still running, or None. Session
+# sandboxes can tell (sandbox/session.py); a per-call jail's output is read only at its end.
+OutputPeek = Callable[[str, str], Awaitable["tuple[str, str] | None"]]
+
+
 class BackgroundCommands:
-    def __init__(self, executor: Executor, *, max_per_session: int, max_lifetime_s: float, network: bool = False):
+    def __init__(self, executor: Executor, *, max_per_session: int, max_lifetime_s: float, network: bool = False,
+                 peek: OutputPeek | None = None):
         self._executor = executor
+        self._peek = peek
         self._max_per_session = max_per_session
         self._max_lifetime_s = max_lifetime_s
         self._network = network
@@ -93,9 +101,14 @@ class BackgroundCommands:
             ), self.run),
             Tool(ToolSpec(
                 "background_check",
-                "Status of a background command (its output once it has finished), or of all of this session's "
-                "background commands when no id is given.",
+                "Status of a background command (its output once it has finished"
+                + (", and its output so far while it runs" if self._peek else "")
+                + "), or of all of this session's background commands when no id is given.",
                 obj({"id": string("The id background_run returned, e.g. bg-1.", 32)}, []), read_only=True), self.check),
+            Tool(ToolSpec(
+                "background_stop",
+                "Stop a running background command (its processes are killed).",
+                obj({"id": string("The id background_run returned, e.g. bg-1.", 32)}, ["id"])), self.stop),
         ]
 
     # --- tools --------------------------------------------------------------------------------
@@ -111,8 +124,9 @@ class BackgroundCommands:
         session.counter += 1
         command = BackgroundCommand(id=f"bg-{session.counter}", session_id=ctx.session_id, command=args["command"],
                                     started_at=time.time())
+        command.call_id = f"{ctx.call_id}.{command.id}"
         lifetime = min(float(args.get("timeout_s") or self._max_lifetime_s), self._max_lifetime_s)
-        spec = CommandSpec(session_id=ctx.session_id, call_id=f"{ctx.call_id}.{command.id}",
+        spec = CommandSpec(session_id=ctx.session_id, call_id=command.call_id,
                            argv=("/bin/sh", "-c", command.command), timeout_s=lifetime, network=self._network)
         command.task = asyncio.create_task(self._follow(command, spec), name=f"background-{ctx.session_id}-{command.id}")
         session.commands[command.id] = command
@@ -125,23 +139,44 @@ class BackgroundCommands:
                                   "latest). Its result will be shown to you when it finishes; carry on meanwhile.",
                            data={"id": command.id, "lifetime_s": lifetime})
 
+    def _command(self, session_id: str, command_id: str) -> BackgroundCommand:
+        session = self._sessions.get(session_id, _Session())
+        command = session.commands.get(command_id)
+        if command is None:
+            known = ", ".join(session.commands) or "none"
+            raise ToolFailure("not_found", f"there is no background command {command_id!r} in this session "
+                                           f"(known: {known})")
+        return command
+
     async def check(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
         session = self._sessions.get(ctx.session_id, _Session())
-        if args.get("id"):
-            command = session.commands.get(args["id"])
-            if command is None:
-                known = ", ".join(session.commands) or "none"
-                raise ToolFailure("not_found", f"there is no background command {args['id']!r} in this session "
-                                               f"(known: {known})")
-            chosen = [command]
-        else:
-            chosen = list(session.commands.values())
+        chosen = [self._command(ctx.session_id, args["id"])] if args.get("id") else list(session.commands.values())
         for c in chosen:
             if c.status != RUNNING:
                 c.delivered = True
         self._update(ctx.session_id)
-        text = "\n\n".join(c.summary() for c in chosen) or "No background commands in this session."
+        parts = []
+        for c in chosen:
+            part = c.summary()
+            if c.status == RUNNING and self._peek is not None and args.get("id"):
+                so_far = await self._peek(ctx.session_id, c.call_id)
+                if so_far is not None:
+                    out, err = (text.rstrip("\n") for text in so_far)
+                    part += ("\n[output so far]\n" + (out or "(none)")) + (f"\n[stderr so far]\n{err}" if err else "")
+            parts.append(part)
+        text = "\n\n".join(parts) or "No background commands in this session."
         return ToolOutcome(output=text, data={"commands": [{"id": c.id, "status": c.status} for c in chosen]})
+
+    async def stop(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        command = self._command(ctx.session_id, args["id"])
+        if command.status != RUNNING or command.task is None:
+            return ToolOutcome(output=f"{command.id} is not running ({command.status}).")
+        command.task.cancel()
+        await asyncio.gather(command.task, return_exceptions=True)
+        command.delivered = True  # the model stopped it: nothing to hand over at its next step
+        self._update(ctx.session_id)
+        log.info("background command stopped", session_id=ctx.session_id, id=command.id)
+        return ToolOutcome(output=f"Stopped {command.id}.", data={"id": command.id})
 
     # --- for the agent and the service --------------------------------------------------------
 

@@ -1,16 +1,21 @@
-"""Tools that run a model-written program: `shell` and `python`, each call in a fresh sandbox."""
+"""Tools that run a model-written program: `shell` and `python`, each call in a fresh sandbox — or,
+with session sandboxes (`kernel`), a fresh process in the session's jail, and `python` cells in
+the session's persistent interpreter."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, number, obj, string
+from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, boolean, number, obj, string
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, Executor, SandboxUnavailable
 from agentmesh.tools.settings import SandboxLimits
+
+if TYPE_CHECKING:
+    from agentmesh.tools.sandbox.session import SessionSandboxes
 
 MAX_COMMAND_CHARS = 100_000  # argv strings are capped by the kernel at 128 KiB each
 
@@ -26,8 +31,10 @@ def program_text(args: dict[str, Any], key: str) -> str:
 
 
 class CommandTools:
-    def __init__(self, executor: Executor, limits: SandboxLimits, network: bool = False, max_concurrent: int = 32):
+    def __init__(self, executor: Executor, limits: SandboxLimits, network: bool = False, max_concurrent: int = 32,
+                 kernel: SessionSandboxes | None = None):
         self._executor = executor
+        self._kernel = kernel
         self._limits = limits
         self._network = network
         # Bounds the jails (or Jobs) one replica runs at once, so a burst of calls queues here
@@ -40,6 +47,32 @@ class CommandTools:
             0,
             self._limits.max_timeout_s,
         )
+        python = Tool(
+            ToolSpec(
+                "python",
+                "Run a Python 3 program (python3 -c) in an isolated sandbox whose working directory is the "
+                "session workspace (/workspace). No network. Print what you want to see.",
+                obj({"code": string("The Python source.", MAX_COMMAND_CHARS, 1), "timeout_s": timeout}, ["code"]),
+                runs_code=True,
+            ),
+            self.python,
+        )
+        if self._kernel is not None:
+            python = Tool(
+                ToolSpec(
+                    "python",
+                    "Run Python 3 code in this session's persistent interpreter, in an isolated sandbox whose "
+                    "working directory is the session workspace (/workspace). No network. Variables, imports and "
+                    "loaded data stay for later calls (until `restart`, or the sandbox idles out); the value of a "
+                    "last bare expression is shown; matplotlib figures are saved under .outputs/ as PNG files. "
+                    "A cell past its time limit is interrupted (KeyboardInterrupt) and the variables stay.",
+                    obj({"code": string("The Python source.", MAX_COMMAND_CHARS),
+                         "restart": boolean("Start a fresh interpreter (all variables cleared) before running code."),
+                         "timeout_s": timeout}, []),
+                    runs_code=True,
+                ),
+                self.python,
+            )
         return [
             Tool(
                 ToolSpec(
@@ -51,23 +84,38 @@ class CommandTools:
                 ),
                 self.shell,
             ),
-            Tool(
-                ToolSpec(
-                    "python",
-                    "Run a Python 3 program (python3 -c) in an isolated sandbox whose working directory is the "
-                    "session workspace (/workspace). No network. Print what you want to see.",
-                    obj({"code": string("The Python source.", MAX_COMMAND_CHARS, 1), "timeout_s": timeout}, ["code"]),
-                    runs_code=True,
-                ),
-                self.python,
-            ),
+            python,
         ]
 
     async def shell(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
         return await self._run(ctx, ("/bin/sh", "-c", program_text(args, "command")), args.get("timeout_s"))
 
     async def python(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        if self._kernel is not None:
+            return await self._cell(ctx, args)
         return await self._run(ctx, ("python3", "-c", program_text(args, "code")), args.get("timeout_s"))
+
+    async def _cell(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
+        assert self._kernel is not None
+        code = program_text(args, "code") if args.get("code") is not None else ""
+        if args.get("restart"):
+            await self._kernel.restart_kernel(ctx.session_id)
+            if not code.strip():
+                return ToolOutcome(output="The Python interpreter was restarted: every variable is cleared.")
+        elif not code.strip():
+            raise ToolFailure("invalid_arguments", "give `code` to run (or `restart: true` to clear the interpreter)")
+        timeout = self.effective_timeout(args.get("timeout_s"), ctx.caller_timeout_s)
+        spec = CommandSpec(session_id=ctx.session_id, call_id=ctx.call_id, argv=(), timeout_s=timeout,
+                           network=self._network)
+        try:
+            cell = await self._kernel.run_cell(spec, code)
+        except SandboxUnavailable as exc:
+            return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")
+        outcome = command_outcome(cell.result)
+        if cell.figures:
+            outcome.output += "\n[figures saved: " + ", ".join(cell.figures) + "]"
+            outcome.data["figures"] = cell.figures
+        return outcome
 
     def effective_timeout(self, requested: float | None, caller: float) -> float:
         timeout = float(requested) if requested else self._limits.default_timeout_s

@@ -42,6 +42,12 @@ class NamespaceTools(Protocol):
     async def find(self, namespace: str, name: str, version: float | None = None) -> Tool | None: ...
 
 
+class SessionEnder(Protocol):
+    """Ends a session's long-lived sandbox (sandbox/session.py) when its workspace is deleted."""
+
+    async def end_session(self, session_id: str) -> None: ...
+
+
 class ToolService:
     def __init__(self, providers: Iterable[ToolProvider], workspaces: Workspaces, max_arguments_bytes: int,
                  background: BackgroundCommands | None = None, namespaces: NamespaceTools | None = None,
@@ -49,6 +55,8 @@ class ToolService:
         self.background = background
         # The largest image a call may hand back (images.py); a larger one is described instead.
         self.max_image_bytes = max_image_bytes
+        # With AGENTMESH_SANDBOX_ISOLATION=session: the sessions' long-lived jails, ended with their workspace.
+        self.session_sandboxes: SessionEnder | None = None
         # The sessions with background state, streamed by WatchBackground (none without background commands).
         self.background_sessions = background.sessions if background is not None else BackgroundSessions()
         # Changes with every change of any catalog (WatchCatalog), so callers can keep listings.
@@ -170,4 +178,6 @@ class ToolService:
         validate_id(session_id, "session_id")
         if self.background is not None:  # nothing of the session may outlive it
             await self.background.forget_session(session_id)
+        if self.session_sandboxes is not None:  # nor its session sandbox (the jail and its Python state)
+            await self.session_sandboxes.end_session(session_id)
         return await asyncio.to_thread(self._workspaces.delete, session_id)

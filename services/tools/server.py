@@ -205,6 +205,8 @@ def _server_status(status: dict) -> tools_pb2.McpServerStatus:
 
 def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Telemetry) -> Executor:
     if settings.mode == "kubernetes":
+        if settings.isolation == "session":
+            log.warning("AGENTMESH_SANDBOX_ISOLATION=session is not supported on Kubernetes yet: each call gets its own pod")
         from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
 
         return KubernetesExecutor.from_settings(settings, workspaces, telemetry.tracer, telemetry.metrics)
@@ -217,15 +219,26 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
     jail = LocalJail(settings, workspaces, telemetry.tracer, telemetry.metrics)
     if not jail.available:
         log.warning("bubblewrap not found: command tools will refuse to run", bwrap=settings.bwrap_path)
+    if settings.isolation == "session":
+        from agentmesh.tools.sandbox.session import SessionSandboxes
+
+        return SessionSandboxes(jail, settings.session_idle_s, network=settings.command_network)
     return jail
 
 
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None,
                extra_providers: tuple = ()) -> ToolService:
+    from agentmesh.tools.sandbox.session import SessionSandboxes
+
+    sessions = executor if isinstance(executor, SessionSandboxes) else None
+    # In a session sandbox a background command runs in the session's jail (a server it starts is
+    # on the loopback of later calls), and its output can be read while it runs.
     background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
-                                    max_lifetime_s=settings.background_max_s, network=settings.command_network)
+                                    max_lifetime_s=settings.background_max_s, network=settings.command_network,
+                                    peek=sessions.peek if sessions is not None else None)
     providers: list[ToolProvider] = [
-        CommandTools(executor, settings.limits, network=settings.command_network, max_concurrent=settings.max_concurrent_sandboxes),
+        CommandTools(executor, settings.limits, network=settings.command_network,
+                     max_concurrent=settings.max_concurrent_sandboxes, kernel=sessions),
         FileTools(workspaces, settings.max_file_read_bytes, settings.workspace_quota,
                   max_image_bytes=settings.max_image_bytes),
         SearchTools(workspaces),
@@ -234,9 +247,11 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
     if settings.background_per_session:
         providers.append(background)
     providers += list(extra_providers)
-    return ToolService(providers, workspaces, settings.max_arguments_bytes,
+    core = ToolService(providers, workspaces, settings.max_arguments_bytes,
                        background=background if settings.background_per_session else None,
                        max_image_bytes=settings.max_image_bytes)
+    core.session_sandboxes = sessions
+    return core
 
 
 def session_depth_reader(memory):
@@ -265,7 +280,11 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
-    connections = ConnectionFactory(tools_settings, executor, owner)
+    from agentmesh.tools.sandbox.session import SessionSandboxes
+
+    # stdio MCP servers run in jails of their own (one per server), session sandboxes or not.
+    connections = ConnectionFactory(tools_settings, executor.jail if isinstance(executor, SessionSandboxes) else executor,
+                                    owner)
     await connections.start()
     mcp_tools = build_mcp_tools(tools_settings, connections, telemetry.tracer)
     if mcp_tools is not None:

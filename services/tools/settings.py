@@ -107,6 +107,11 @@ class ToolsSettings(EnvSection):
     unsafe_no_isolation: bool = env("AGENTMESH_SANDBOX_UNSAFE_NO_ISOLATION", False)
     # A seccomp filter in the local jail (see sandbox/seccomp.py); off only to debug a program it stops.
     seccomp: bool = env("AGENTMESH_SANDBOX_SECCOMP", True)
+    # "call": every command in a fresh jail (the default); "session": one long-lived jail per
+    # session, each call a fresh process in it, `python` a persistent interpreter (sandbox/session.py).
+    isolation: str = env("AGENTMESH_SANDBOX_ISOLATION", "call", choices=("call", "session"))
+    # A session sandbox with no call for this long is ended; the next call starts a new one on the same workspace.
+    session_idle_s: float = env("AGENTMESH_SANDBOX_SESSION_IDLE_S", 600.0, minimum=0.1)
     # Per-call network for command tools (the jail has none by default).
     command_network: bool = env("AGENTMESH_SANDBOX_NETWORK", False)
     # When the service runs as root, the host uid/gid jailed programs run as (outside their user

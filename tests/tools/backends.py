@@ -31,6 +31,16 @@ class LocalBackend:
         pass
 
 
+class LocalSessionBackend(LocalBackend):
+    """The local jail with AGENTMESH_SANDBOX_ISOLATION=session: one jail per session, each call a
+    process in it, `python` a cell of the session's interpreter."""
+
+    name = "local-session"
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "AGENTMESH_SANDBOX_ISOLATION": "session"}
+
+
 class FakeKubernetesBackend:
     name = "fake-kubernetes"
     shares_files_with_service = True
@@ -92,4 +102,4 @@ class RealKubernetesBackend:
         pass
 
 
-BACKENDS = {"local": LocalBackend, "fake-kubernetes": FakeKubernetesBackend, "kubernetes": RealKubernetesBackend}
+BACKENDS = {"local": LocalBackend, "local-session": LocalSessionBackend, "fake-kubernetes": FakeKubernetesBackend, "kubernetes": RealKubernetesBackend}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import uuid
 
 import pytest
@@ -22,11 +23,12 @@ SUITE_ENV = {
 }
 
 
-@pytest.fixture
-async def jail(home):
+@pytest.fixture(params=["call", "session"])
+async def jail(home, request):
+    """Every containment check holds for a fresh jail per call and for a session's long-lived jail."""
     home.mkdir(parents=True)
     (home / "host-secret.txt").write_text("the host's secret\n")
-    async with ToolsClient(home, SUITE_ENV) as client:
+    async with ToolsClient(home, {**SUITE_ENV, "AGENTMESH_SANDBOX_ISOLATION": request.param}) as client:
         yield client
 
 
@@ -118,7 +120,9 @@ async def test_process_limit_is_enforced_per_jail(jail):
         "    if pid == 0:\n        time.sleep(5); os._exit(0)\n    n += 1\n"
         "print(n)\n"
     )
-    result = await jail.call("python", {"code": code, "timeout_s": 10})
+    # A fresh python3 (not a session's interpreter, whose forks each count its larger memory
+    # against the jail's memory bound before the process limit is reached).
+    result = await jail.call("shell", {"command": f"python3 -c {shlex.quote(code)}", "timeout_s": 10})
     assert not result.is_error, result.output
     assert int(result.stdout) < 32
 

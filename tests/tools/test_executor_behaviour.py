@@ -16,6 +16,7 @@ from tests.tools.support import ToolsClient, wait_until
 
 PARAMS = [
     pytest.param("local", id="local"),
+    pytest.param("local-session", id="local-session"),
     pytest.param("fake-kubernetes", id="fake-kubernetes"),
     pytest.param(
         "kubernetes",
@@ -130,7 +131,7 @@ async def test_a_memory_hog_is_stopped_and_reported(tools, backend):
     result = await tools.call("python", {"code": "x = b'x' * (400 * 1024 * 1024)\nimport time; time.sleep(5)\nprint('survived')"})
     assert result.is_error
     assert "survived" not in result.output
-    if backend.name == "local":
+    if backend.name.startswith("local"):
         assert "MemoryError" in result.stderr  # the jail's address-space limit
     else:
         assert result.error_kind == "oom" and "out of memory" in result.output  # the pod's memory limit

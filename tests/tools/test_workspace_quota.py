@@ -21,11 +21,12 @@ QUOTA_ENV = {
 }
 
 
-@pytest.fixture
-async def quota_tools(home):
+@pytest.fixture(params=["call", "session"])
+async def quota_tools(home, request):
+    """The quota holds for a fresh jail per call and for a session's long-lived jail."""
     home.mkdir(parents=True)
     (home / "outside.txt").write_text("the host's file\n")
-    async with ToolsClient(home, QUOTA_ENV) as client:
+    async with ToolsClient(home, {**QUOTA_ENV, "AGENTMESH_SANDBOX_ISOLATION": request.param}) as client:
         yield client
 
 
@@ -223,3 +224,19 @@ def test_the_quota_is_built_once_from_the_settings_and_nowhere_else():
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "WorkspaceQuota"]
     assert [where.split(":")[0] for where in built] == ["tools/settings.py"], built
+
+
+async def test_a_session_python_cell_stops_at_the_quota_and_keeps_its_variables(home):
+    """In a session sandbox, `python` is a cell of a long-lived interpreter: the quota interrupts
+    the cell (or its per-file limit cuts the write), and the interpreter stays."""
+    home.mkdir(parents=True)
+    async with ToolsClient(home, {**QUOTA_ENV, "AGENTMESH_SANDBOX_ISOLATION": "session"}) as client:
+        await client.call("python", {"code": "kept = 'yes'"})
+        code = ("import os\nblock = b'x' * (4 * 1024 * 1024)\nfor i in range(40):\n"
+                "    with open(f'f{i}', 'wb') as f:\n        f.write(block)\n")
+        result = await client.call("python", {"code": code, "timeout_s": 30})
+        assert result.error_kind == "disk_quota", result.output
+        # Near the quota (what a writer manages between two looks of the watch), far from the 160 MiB asked for.
+        assert workspace_usage(client.workspace("s1")) < 2 * QUOTA_MB * MIB
+        again = await client.call("python", {"code": "kept"})
+        assert again.output == "'yes'"

@@ -152,7 +152,7 @@ def _system_binds(*, network: bool) -> list[str]:
     return argv
 
 
-def _system_tool(name: str) -> str:
+def system_tool(name: str) -> str:
     return shutil.which(name, path="/usr/bin:/bin:/usr/local/bin") or ""
 
 
@@ -166,7 +166,7 @@ def jail_host_identity(settings: ToolsSettings) -> tuple[int, int] | None:
     """
     if os.geteuid() != 0:
         return None
-    if not _system_tool("setpriv"):
+    if not system_tool("setpriv"):
         log.warning("setpriv (util-linux) not found: jailed programs keep root's uid; the process limit is not enforced")
         return None
     root = settings.workspace_root
@@ -201,8 +201,8 @@ class LocalJail:
         self._meter = UsageMeter()
         self._tracer = tracer
         self._bwrap = shutil.which(settings.bwrap_path) or ""
-        self._prlimit = _system_tool("prlimit")
-        self._setpriv = _system_tool("setpriv")
+        self._prlimit = system_tool("prlimit")
+        self._setpriv = system_tool("setpriv")
         self._etc_dir = workspaces.root.parent / "sandbox-etc"
         self._seccomp: bytes | None = None
         # The system's part of every jail's root, looked up once: (without, with) the network.
@@ -217,6 +217,31 @@ class LocalJail:
     @property
     def available(self) -> bool:
         return bool(self._bwrap)
+
+    # What a session sandbox (session.py) builds its long-lived jail from: the same pieces.
+    @property
+    def limits(self) -> SandboxLimits:
+        return self._limits
+
+    @property
+    def quota(self) -> WorkspaceQuota:
+        return self._quota
+
+    @property
+    def workspaces(self) -> Workspaces:
+        return self._workspaces
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        return self._tracer
+
+    @property
+    def seccomp(self) -> bytes | None:
+        return self._seccomp
+
+    @property
+    def bwrap_path(self) -> str:
+        return self._settings.bwrap_path
 
     @property
     def home(self) -> Path:
@@ -244,6 +269,7 @@ class LocalJail:
         ro_binds: tuple[str, ...] = (),
         *,
         options_fd: int,
+        rlimits: bool = True,
     ) -> JailCommand:
         """The jail's command line, and bwrap's options for `--args options_fd` (what the caller
         must put on that descriptor). The options hold the environment (an MCP server's secrets)
@@ -252,7 +278,10 @@ class LocalJail:
 
         `extra_env` and `ro_binds`: what a configured long-lived program (an MCP server) is
         given on top of the fixed set: its configured environment, and host directories (where it
-        is installed) bound read-only at the same path."""
+        is installed) bound read-only at the same path.
+
+        `rlimits=False`: the jail's program sets the limits on each process it starts instead (a
+        session sandbox's supervisor, whose own CPU time must not run out with its calls')."""
         limits = self._limits
         argv = []
         if self._host_identity:
@@ -261,7 +290,7 @@ class LocalJail:
             uid, gid = self._host_identity
             argv += [self._setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
         argv += [self._bwrap, "--args", str(options_fd), "--"]
-        if self._prlimit:
+        if self._prlimit and rlimits:
             argv += rlimit_prefix(limits, self._prlimit, file_size_bytes)
         argv += list(spec.argv)
         options = [
