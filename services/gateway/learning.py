@@ -24,6 +24,9 @@ FORWARDED = (
     "PutSkill", "ListSkills", "GetSkill", "ApproveSkill", "RemoveSkill", "SetSkillPolicy",
     "ListPromotedTools", "RemovePromotedTool",
     "ListReflections",
+    # Recall over conversations and memory blocks (docs/memory.md).
+    "SearchConversations", "ListBlocks", "GetBlock", "RevertBlock", "ApproveBlockEdit", "RejectBlockEdit",
+    "SetBlockPolicy",
 )
 
 

@@ -10,6 +10,7 @@ from agentmesh.config import Settings
 from agentmesh.errors import AgentmeshError, FailedPrecondition, InvalidArgument
 from agentmesh.logs import get_logger
 from agentmesh.memory.a2a_tasks import A2aTasks
+from agentmesh.memory.blocks import Blocks
 from agentmesh.memory.convert import (
     add_messages,
     filter_from_proto,
@@ -29,6 +30,8 @@ from agentmesh.memory.memories import Memories
 from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
+from agentmesh.memory.recall import ConversationIndex
+from agentmesh.memory.recall_rpcs import RecallRpcs, block_to_proto
 from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
@@ -52,12 +55,17 @@ APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, RecallRpcs, memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
-                 a2a_tasks: A2aTasks | None = None):
+                 a2a_tasks: A2aTasks | None = None, blocks: Blocks | None = None,
+                 conversations: ConversationIndex | None = None):
         self._transcripts = transcripts
+        if blocks is not None:
+            self._blocks = blocks
+        if conversations is not None:
+            self._conversations = conversations
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
@@ -147,6 +155,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
             last = await self._transcripts.append_messages(request.session_id, messages)
+        self._appended(request.session_id)
         reply = memory_pb2.AppendMessagesResponse(last_seq=last)
         if request.usage:
             # After the append, which has happened whatever becomes of these: a refused or
@@ -159,6 +168,12 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
                 log.exception("usage records sent with an append not recorded")
                 reply.usage_error = f"{type(exc).__name__}: {exc}"
         return reply
+
+    def _appended(self, session_id: str) -> None:
+        # Only a mark: the index is written by a background task, after this call answers.
+        conversations = getattr(self, "_conversations", None)
+        if conversations is not None:
+            conversations.appended(session_id)
 
     @translate_errors
     async def UpdateSession(self, request, context):
@@ -226,6 +241,8 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
             started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
                                        request.page_size, recall if request.recall_k else None,
                                        self._learning_reads(request, namespace))
+        if messages:
+            self._appended(request.session_id)
         reply = memory_pb2.StartTurnResponse(
             next_after_seq=started.next_after_seq,
             first_seq=started.first_seq,
@@ -239,6 +256,8 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         learned = started.learned
         if "profile" in learned:
             reply.profile.CopyFrom(profile_to_proto(learned["profile"]))
+            # The namespace's memory blocks ride with its standing instructions, in prompt order.
+            reply.profile.blocks.extend(block_to_proto(b) for b in learned.get("blocks", ()))
         reply.skills.extend(skill_info_to_proto(i) for i in learned.get("skills", ()))
         reply.promoted_tools.extend(promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
         if opened is not None and settings is not None:
@@ -261,6 +280,8 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         reads: dict[str, Callable[[], Awaitable[Any]]] = {}
         if request.with_profile:
             reads["profile"] = checked("GetProfile", lambda: self._profiles.get(namespace))
+            if getattr(self, "_blocks", None) is not None:
+                reads["blocks"] = checked("ListBlocks", lambda: self._blocks.list(namespace))
         if request.with_skills:
             reads["skills"] = checked("ListSkills", lambda: self._skills.list(namespace))
         if request.with_promoted_tools:
@@ -452,12 +473,17 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # Appends and imports carry batches (a turn's messages, 256 memories from the CLI).
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     namespaces = Namespaces(store)
-    servicer = MemoryServicer(Transcripts(store, memory_settings), memories, namespaces,
+    transcripts = Transcripts(store, memory_settings)
+    conversations = ConversationIndex(store, documents, transcripts, memories, memory_settings)
+    servicer = MemoryServicer(transcripts, memories, namespaces,
                               Profiles(documents, max_chars=memory_settings.profile_max_chars),
                               Skills(documents, SkillLimits()),
                               PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                               Reflections(documents), UsageLedger(store), host.audit,
-                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents))
+                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents),
+                              blocks=Blocks(documents, max_chars=memory_settings.block_max_chars,
+                                            max_blocks=memory_settings.blocks_max),
+                              conversations=conversations if memory_settings.conversation_index else None)
     host.add(memory_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):
@@ -469,6 +495,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.close()
 
     host.on_stop(close)
+    if memory_settings.conversation_index:
+        # Indexes what a crash after an append's ack left behind, then each append as it comes.
+        conversations.start()
+        host.on_stop(conversations.stop)
     # Freed request buffers go back to the OS instead of staying in gRPC threads' arenas (heap.py).
     releaser = HeapReleaser()
     releaser.start()
