@@ -147,7 +147,7 @@ class Blocks:
     async def list(self, namespace: str) -> list[Block]:
         """The namespace's blocks with any text, in the system prompt's order."""
         namespace = validate_namespace(namespace)
-        heads = {key: body for key, body in await self._documents.list_documents(HEAD, namespace)}
+        heads = dict(await self._documents.list_documents(HEAD, namespace))
         return [self._head(namespace, name, heads[name]) for name in prompt_order(list(heads))]
 
     async def drafts(self, namespace: str, name: str = "") -> list[BlockDraft]:
