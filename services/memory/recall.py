@@ -88,6 +88,9 @@ class ConversationIndex:
         self._wake = asyncio.Event()
         self._session_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._task: asyncio.Task[None] | None = None
+        # Set once the start's catch-up has marked what the watermarks say is missing: a search
+        # waits for it, so it finds what was acknowledged before a crash too.
+        self._caught_up = asyncio.Event()
 
     # ------------------------------------------------------------ life cycle
 
@@ -110,6 +113,8 @@ class ConversationIndex:
             await self.catch_up()
         except Exception:
             log.exception("conversation index: catching up from the watermarks failed; new appends are still indexed")
+        finally:
+            self._caught_up.set()
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -221,6 +226,8 @@ class ConversationIndex:
             raise InvalidArgument(f"k must be between 1 and {MAX_K}, got {q.k}", field="k")
         pf = self._filter(namespace, q)
         k = q.k or DEFAULT_K
+        if self._task is not None:
+            await self._caught_up.wait()
         await self.flush()  # what was acknowledged before this search is found by it
         await self._memories.ready()
         dense = (await self._memories.embedder.embed([query[:DENSE_INPUT_CHARS]]))[0]
