@@ -6,7 +6,7 @@ memory service, scoped to the session's namespace (the model never chooses it).
   its session and seq and shows the messages around it.
 - `block_append(name, text)` / `block_replace(name, old, new)` edit a memory block (`user`,
   `project`, `persona`, …), which every turn's system prompt shows. The edit is recorded with the
-  turn's session, message seq and model; in a namespace whose edits wait for a person it is kept
+  turn's session, its user message's seq and the model; in a namespace whose edits wait for a person it is kept
   as a draft, and the tool says so.
 """
 
@@ -188,10 +188,11 @@ class RecallTools(Capability):
                            data={"hits": [{"session_id": f.session_id, "seq": f.seq, "role": f.role, "text": f.text,
                                            "score": f.score} for f in found]})
 
-    def _last_seq(self) -> int:
-        """The newest stored message of the turn so far: the one the edit was asked for in."""
-        seqs = [m.seq for m in (*self.ctx.stored, *self.ctx.history) if m.seq]
-        return max(seqs, default=0)
+    def _turn_seq(self) -> int:
+        """The seq of the turn's user message, which asked for the edit: the turn's start appended
+        it right after the stored transcript (whose entries may carry no seq of their own)."""
+        stored = self.ctx.stored
+        return max(max((m.seq for m in stored), default=0), len(stored)) + 1
 
     async def _edit(self, call: ToolCall, args: dict[str, Any]) -> ToolOutcome:
         name = args["name"]
@@ -201,7 +202,7 @@ class RecallTools(Capability):
             change, text, old = "replace", args["new"], args["old"]
         request = self.ctx.request
         edited = await self._source.edit_block(request.namespace, name, change, text, old,
-                                               session_id=request.session_id, seq=self._last_seq(),
+                                               session_id=request.session_id, seq=self._turn_seq(),
                                                model=self.ctx.model)
         if edited.applied:
             output = (f"Block {name!r} updated (version {edited.version}, {edited.chars} of {edited.max_chars} "
