@@ -55,6 +55,11 @@ ADMIN_ONLY = {
     "PutMcpRegistration": memory_pb2.PutMcpRegistrationRequest(
         namespace="acme", server=memory_pb2.McpRegistration(name="evil", command="/bin/true")),
     "RemoveMcpRegistration": memory_pb2.RemoveMcpRegistrationRequest(namespace="acme", name="docs"),
+    # Memory blocks: the drafts' ids are filled in by _set_up, which has the agent propose them.
+    "RevertBlock": learning_pb2.RevertBlockRequest(namespace="acme", name="user", version=1),
+    "ApproveBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
+    "RejectBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
+    "SetBlockPolicy": learning_pb2.BlockPolicy(namespace="acme", edits="apply"),
 }
 
 
@@ -131,6 +136,18 @@ async def _set_up(stub) -> None:
         current_principal.reset(token)
     token = _as("acme=member")  # the agent stores a promoted tool for the member whose turn made it
     try:
+        agent = stub("agent")
+        await agent.EditBlock(learning_pb2.EditBlockRequest(namespace="acme", name="user", change="append",
+                                                            text="The user is Ada."))
+        current_principal.reset(token)
+        token = _as("acme=admin")
+        await stub("gateway").SetBlockPolicy(learning_pb2.BlockPolicy(namespace="acme", edits="draft"))
+        current_principal.reset(token)
+        token = _as("acme=member")
+        for method in ("ApproveBlockEdit", "RejectBlockEdit"):
+            proposed = await agent.EditBlock(learning_pb2.EditBlockRequest(
+                namespace="acme", name="user", change="append", text=f"Proposed for {method}."))
+            ADMIN_ONLY[method].draft_id = proposed.draft.id
         await stub("agent").PutPromotedTool(learning_pb2.PromotedTool(
             namespace="acme", name="word_count", description="Count words.", function="word_count",
             parameters_json=json.dumps({"type": "object", "properties": {}}), source="def word_count(): return 0\n"))
