@@ -11,8 +11,9 @@ import grpc
 
 from agentmesh.v1 import learning_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error
-from tests.gateway.test_error_reasons import error_info
+from tests.e2e.test_auth_and_cli import run_cli
 from tests.e2e.test_standing_instructions import session_in, set_part, system_of, user_memory_stub
+from tests.gateway.test_error_reasons import error_info
 from tests.support.llm_server import reply, tool_call
 
 NAME = "The user's name is Ada."
@@ -78,6 +79,18 @@ async def test_the_agent_keeps_the_user_block_a_person_reverts_it_and_drafts_wai
     await chat(gateway, "s6", "Hi.")
     assert f"## user\n{NAME}\n{NIGHTS}" in system_of(llm.requests[-1])
     assert (await gateway.ListBlocks(learning_pb2.ListBlocksRequest(namespace="team-a"))).drafts == []
+
+    # A person does the same from the command line.
+    code, out, err = await run_cli(stack, "memory", "blocks", "show", "user", "--namespace", "team-a")
+    assert code == 0, err
+    assert out.splitlines()[0] == f"user  v4  {len(NAME) + 1 + len(NIGHTS)}/2000 chars"
+    assert "v3  " in out and "revert to v1" in out and "(agent, session s1 #1, test-model)" in out
+    code, out, err = await run_cli(stack, "memory", "blocks", "revert", "user", "1", "--namespace", "team-a")
+    assert (code, out.strip()) == (0, "user is now v5 (the text of v1)"), err
+    code, out, err = await run_cli(stack, "memory", "blocks", "list", "--namespace", "team-a")
+    assert code == 0 and "edits: draft   0 waiting" in out and NIGHTS not in out
+    code, out, err = await run_cli(stack, "memory", "blocks", "approve", "bd-nothing", "--namespace", "team-a")
+    assert code == 1 and "has no block draft 'bd-nothing'" in err
 
     # Another namespace never sees them.
     llm.add(reply("Hi."))

@@ -10,6 +10,7 @@ import grpc
 
 from agentmesh.v1 import common_pb2, gateway_pb2, learning_pb2, memory_pb2, sessions_pb2
 from tests.e2e.conftest import collect, of_kind, rpc_error
+from tests.e2e.test_auth_and_cli import run_cli
 from tests.e2e.test_tenants import auth, tenants  # noqa: F401 - the fixture
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
@@ -104,3 +105,12 @@ async def test_messages_acknowledged_before_a_crash_are_indexed_on_the_next_star
         answer = await stack.gateway_stub().SearchConversations(search("team-a", "launch code word"), timeout=10)
         assert [(h.session_id, h.seq) for h in answer.hits][:1] == [("old", 1)]
         assert answer.hits[0].after.content == "Understood."
+
+        # The same from the command line, filters included; a bad time is a usage error.
+        code, out, err = await run_cli(stack, "sessions", "search", "launch code word", "--namespace", "team-a",
+                                       "--role", "user", "--since", "2020-01-01")
+        assert code == 0, err
+        assert out.splitlines()[0].startswith("old #1  user  ")
+        assert "    The launch code word is marmalade." in out and "    after: assistant: Understood." in out
+        code, out, err = await run_cli(stack, "sessions", "search", "x", "--since", "yesterday")
+        assert code == 2 and "--since 'yesterday' is not an ISO 8601 date or time" in err
