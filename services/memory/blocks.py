@@ -20,6 +20,7 @@ crash between the two leaves an unreferenced version, never a head without its h
 from __future__ import annotations
 
 import asyncio
+import builtins
 import re
 import time
 import uuid
@@ -150,7 +151,7 @@ class Blocks:
         heads = dict(await self._documents.list_documents(HEAD, namespace))
         return [self._head(namespace, name, heads[name]) for name in prompt_order(list(heads))]
 
-    async def drafts(self, namespace: str, name: str = "") -> list[BlockDraft]:
+    async def drafts(self, namespace: str, name: str = "") -> builtins.list[BlockDraft]:
         namespace = validate_namespace(namespace)
         found = [_draft(body) for _, body in await self._documents.list_documents(DRAFT, namespace)]
         return sorted((d for d in found if not name or d.name == name), key=lambda d: (d.created_at, d.id))
