@@ -34,7 +34,7 @@ class LearningRpcs:
     async def GetProfile(self, request, context):
         self._tenants.namespace(request.namespace or "default", "GetProfile")
         profile = profile_to_proto(await self._profiles.get(request.namespace))
-        blocks = getattr(self, "_blocks", None)
+        blocks = getattr(self, "_blocks", None)  # recall_rpcs.py's, mixed into the same servicer
         if blocks is not None:
             # The memory blocks ride with the standing instructions, as StartTurn sends them.
             from agentmesh.memory.recall_rpcs import block_to_proto

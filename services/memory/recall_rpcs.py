@@ -5,6 +5,7 @@ tenants as the rest of the service's RPCs are."""
 
 from __future__ import annotations
 
+from agentmesh.errors import FailedPrecondition
 from agentmesh.memory.blocks import Block, BlockDraft, Blocks, Edit, Provenance
 from agentmesh.memory.convert import message_to_proto
 from agentmesh.memory.recall import ConversationIndex, ConversationQuery
@@ -46,15 +47,31 @@ class RecallRpcs:
     """Mixed into MemoryServicer, which sets these."""
 
     _tenants: TenantGuard
-    _blocks: Blocks
-    _conversations: ConversationIndex
+    _blocks: Blocks | None  # None: a servicer built without them (tests of other parts)
+    _conversations: ConversationIndex | None
+
+    def _appended(self, session_id: str) -> None:
+        """After an append was written: only a mark, the index is written by a background task
+        once the call has answered."""
+        if self._conversations is not None:
+            self._conversations.appended(session_id)
+
+    def _block_store(self) -> Blocks:
+        if self._blocks is None:
+            raise FailedPrecondition("this memory service keeps no memory blocks")
+        return self._blocks
+
+    def _conversation_index(self) -> ConversationIndex:
+        if self._conversations is None:
+            raise FailedPrecondition("this memory service does not index conversations: AGENTMESH_CONVERSATION_INDEX is false")
+        return self._conversations
 
     # --- recall over conversations ---
 
     @translate_errors
     async def SearchConversations(self, request, context):
         self._tenants.namespace(request.namespace or "default", "SearchConversations")
-        hits = await self._conversations.search(request.namespace, ConversationQuery(
+        hits = await self._conversation_index().search(request.namespace, ConversationQuery(
             query=request.query, k=request.k, session_id=request.session_id, since=request.since,
             until=request.until, role=request.role, tool=request.tool))
         reply = learning_pb2.SearchConversationsResponse()
@@ -72,16 +89,16 @@ class RecallRpcs:
     @translate_errors
     async def ListBlocks(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ListBlocks")
-        blocks = await self._blocks.list(request.namespace)
-        drafts = await self._blocks.drafts(request.namespace)
+        blocks = await self._block_store().list(request.namespace)
+        drafts = await self._block_store().drafts(request.namespace)
         return learning_pb2.ListBlocksResponse(
             blocks=[block_to_proto(b) for b in blocks], drafts=[_draft_to_proto(d) for d in drafts],
-            edits=await self._blocks.policy(request.namespace))
+            edits=await self._block_store().policy(request.namespace))
 
     @translate_errors
     async def GetBlock(self, request, context):
         self._tenants.namespace(request.namespace or "default", "GetBlock")
-        return block_to_proto(await self._blocks.get(request.namespace, request.name))
+        return block_to_proto(await self._block_store().get(request.namespace, request.name))
 
     @translate_errors
     async def EditBlock(self, request, context):
@@ -90,7 +107,7 @@ class RecallRpcs:
         principal = current_principal.get()
         # The agent says which turn asked; a person's edit is theirs, whatever the request says.
         by = "agent" if principal is None or principal.via == "agent" else principal.subject
-        result = await self._blocks.edit(
+        result = await self._block_store().edit(
             request.namespace, request.name, Edit(request.change, request.text, request.old),
             Provenance(session_id=p.session_id, seq=p.seq, model=p.model, by=by))
         reply = learning_pb2.EditBlockResponse(block=block_to_proto(result.block), applied=result.applied)
@@ -101,20 +118,20 @@ class RecallRpcs:
     @translate_errors
     async def RevertBlock(self, request, context):
         self._tenants.namespace(request.namespace or "default", "RevertBlock")
-        return block_to_proto(await self._blocks.revert(request.namespace, request.name, request.version, _person()))
+        return block_to_proto(await self._block_store().revert(request.namespace, request.name, request.version, _person()))
 
     @translate_errors
     async def ApproveBlockEdit(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ApproveBlockEdit")
-        return block_to_proto(await self._blocks.approve(request.namespace, request.draft_id, _person()))
+        return block_to_proto(await self._block_store().approve(request.namespace, request.draft_id, _person()))
 
     @translate_errors
     async def RejectBlockEdit(self, request, context):
         self._tenants.namespace(request.namespace or "default", "RejectBlockEdit")
-        return block_to_proto(await self._blocks.reject(request.namespace, request.draft_id))
+        return block_to_proto(await self._block_store().reject(request.namespace, request.draft_id))
 
     @translate_errors
     async def SetBlockPolicy(self, request, context):
         self._tenants.namespace(request.namespace or "default", "SetBlockPolicy")
-        edits = await self._blocks.set_policy(request.namespace, request.edits)
+        edits = await self._block_store().set_policy(request.namespace, request.edits)
         return learning_pb2.BlockPolicy(namespace=request.namespace or "default", edits=edits)

@@ -62,10 +62,7 @@ class MemoryServicer(LearningRpcs, RecallRpcs, memory_pb2_grpc.MemoryServicer):
                  a2a_tasks: A2aTasks | None = None, blocks: Blocks | None = None,
                  conversations: ConversationIndex | None = None):
         self._transcripts = transcripts
-        if blocks is not None:
-            self._blocks = blocks
-        if conversations is not None:
-            self._conversations = conversations
+        self._blocks, self._conversations = blocks, conversations  # recall_rpcs.py
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
@@ -168,12 +165,6 @@ class MemoryServicer(LearningRpcs, RecallRpcs, memory_pb2_grpc.MemoryServicer):
                 log.exception("usage records sent with an append not recorded")
                 reply.usage_error = f"{type(exc).__name__}: {exc}"
         return reply
-
-    def _appended(self, session_id: str) -> None:
-        # Only a mark: the index is written by a background task, after this call answers.
-        conversations = getattr(self, "_conversations", None)
-        if conversations is not None:
-            conversations.appended(session_id)
 
     @translate_errors
     async def UpdateSession(self, request, context):
@@ -280,8 +271,8 @@ class MemoryServicer(LearningRpcs, RecallRpcs, memory_pb2_grpc.MemoryServicer):
         reads: dict[str, Callable[[], Awaitable[Any]]] = {}
         if request.with_profile:
             reads["profile"] = checked("GetProfile", lambda: self._profiles.get(namespace))
-            if getattr(self, "_blocks", None) is not None:
-                reads["blocks"] = checked("ListBlocks", lambda: self._blocks.list(namespace))
+            if (blocks := self._blocks) is not None:
+                reads["blocks"] = checked("ListBlocks", lambda: blocks.list(namespace))
         if request.with_skills:
             reads["skills"] = checked("ListSkills", lambda: self._skills.list(namespace))
         if request.with_promoted_tools:
