@@ -139,7 +139,8 @@ class ConversationIndex:
                 return behind
 
     async def flush(self) -> None:
-        """Index every marked session up to its last message."""
+        """Index every marked session up to its last message, and wait for the passes already
+        running (the background task may have taken a session off the marks a moment ago)."""
         while self._marked:
             session_id = next(iter(self._marked))
             del self._marked[session_id]
@@ -148,6 +149,9 @@ class ConversationIndex:
             except BaseException:
                 self._marked[session_id] = None  # left for the next pass
                 raise
+        for lock in list(self._session_locks.values()):
+            async with lock:
+                pass
 
     # ------------------------------------------------------------ indexing
 
