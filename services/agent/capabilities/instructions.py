@@ -12,6 +12,10 @@ placed right after the base prompt, in that fixed order, under one heading each:
     ## Project context
     <project>
 
+    Memory blocks (...):         (the ones the agent keeps itself: recall_tools.py)
+    ## user
+    <the user block>
+
     Today is ...
 
 Deep mode uses them on every step like any turn. A sub-agent gets a compact version: each part
