@@ -59,10 +59,13 @@ async def test_conversations_are_found_with_their_neighbours_filters_and_namespa
     store, transcripts, index, _ = await cores()
     await _session(transcripts, "s1", "team-a",
                    TranscriptMessage("user", "My dog is called Biscuit.", created_at=1_700_000_000),
-                   TranscriptMessage("assistant", "", tool_calls=[ToolCallRecord("c1", "web_search", "{}")],
+                   TranscriptMessage("assistant", "Looking up Biscuit.",
+                                     tool_calls=[ToolCallRecord("c1", "web_search", "{}"),
+                                                 ToolCallRecord("c2", "read_file", "{}")],
                                      created_at=1_700_000_001),
                    TranscriptMessage("tool", "Biscuit: a beagle name", tool_call_id="c1", name="web_search",
                                      created_at=1_700_000_002),
+                   TranscriptMessage("tool", "README", tool_call_id="c2", name="read_file", created_at=1_700_000_002),
                    TranscriptMessage("assistant", "Biscuit is a lovely beagle name.", created_at=1_700_000_003))
     await _session(transcripts, "s2", "team-a", TranscriptMessage("user", "Biscuit likes the park.",
                                                                   created_at=1_800_000_000))
@@ -71,19 +74,21 @@ async def test_conversations_are_found_with_their_neighbours_filters_and_namespa
         index.appended(session_id)
 
     hits = await index.search("team-a", ConversationQuery("Biscuit"))
-    assert {(h.session_id, h.seq) for h in hits} == {("s1", 1), ("s1", 4), ("s2", 1)}  # tool results are not indexed
-    first = next(h for h in hits if (h.session_id, h.seq) == ("s1", 4))
+    # Tool results are not indexed; the assistant message that called the tools is.
+    assert {(h.session_id, h.seq) for h in hits} == {("s1", 1), ("s1", 2), ("s1", 5), ("s2", 1)}
+    first = next(h for h in hits if (h.session_id, h.seq) == ("s1", 5))
     assert first.before is not None and first.before.role == "tool" and first.after is None
     assert [h.session_id for h in await index.search("team-b", ConversationQuery("Biscuit"))] == ["b1"]
 
     by_session = await index.search("team-a", ConversationQuery("Biscuit", session_id="s2"))
     assert [(h.session_id, h.seq) for h in by_session] == [("s2", 1)]
     by_role = await index.search("team-a", ConversationQuery("Biscuit", role="assistant"))
-    assert [(h.session_id, h.seq) for h in by_role] == [("s1", 4)]
+    assert {(h.session_id, h.seq) for h in by_role} == {("s1", 2), ("s1", 5)}
     by_time = await index.search("team-a", ConversationQuery("Biscuit", since=1_750_000_000))
     assert [(h.session_id, h.seq) for h in by_time] == [("s2", 1)]
-    # The assistant message that called web_search has no text: nothing to find by it alone.
-    assert await index.search("team-a", ConversationQuery("Biscuit", tool="web_search")) == []
+    by_tool = await index.search("team-a", ConversationQuery("Biscuit", tool="read_file"))
+    assert [(h.session_id, h.seq) for h in by_tool] == [("s1", 2)]  # one of the tools it called
+    assert await index.search("team-a", ConversationQuery("Biscuit", tool="shell")) == []
     with pytest.raises(InvalidArgument, match="role 'system' is not one the index keeps"):
         await index.search("team-a", ConversationQuery("Biscuit", role="system"))
 
