@@ -1,4 +1,5 @@
-"""`agentmesh memory add|search|import|forget|migrate`: long-term memory by hand."""
+"""`agentmesh memory add|search|import|forget|migrate`: long-term memory by hand; `agentmesh memory
+blocks …` (the memory blocks the agent keeps) is memory_blocks.py."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ IMPORT_BATCH = 256
 
 
 def register(subparsers) -> None:
-    memory = subparsers.add_parser("memory", help="add, search, import or forget long-term memories")
+    memory = subparsers.add_parser("memory", help="add, search, import or forget long-term memories; the memory blocks")
     verbs = memory.add_subparsers(dest="verb", required=True)
 
     add = verbs.add_parser("add", help="remember a text (the same text twice updates it)")
@@ -61,6 +62,10 @@ def register(subparsers) -> None:
         "the memory service must be stopped (it also migrates on its first start)",
     )
     migrate.set_defaults(func=migrate_home)
+
+    from agentmesh.cli import memory_blocks  # argparse only: its RPCs import gRPC when they run
+
+    memory_blocks.register(verbs)
 
 
 def _struct(value: dict | None) -> struct_pb2.Struct:

@@ -1,4 +1,4 @@
-"""`agentmesh sessions list|show|delete|set-model|set-mode|set-tools`, through the gateway."""
+"""`agentmesh sessions list|show|search|delete|set-model|set-mode|set-tools`, through the gateway."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from agentmesh.v1 import common_pb2, sessions_pb2
 
 
 def register(subparsers) -> None:
-    sessions = subparsers.add_parser("sessions", help="list, show or delete sessions")
+    sessions = subparsers.add_parser("sessions", help="list, show, search or delete sessions")
     verbs = sessions.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="all sessions, newest first")
     listing.add_argument("--json", action="store_true")
@@ -21,6 +21,17 @@ def register(subparsers) -> None:
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=show_session)
+    search = verbs.add_parser("search", help="find what was said in a namespace's conversations")
+    search.add_argument("query")
+    search.add_argument("--namespace", default="default")
+    search.add_argument("--session", default="", help="only this session's messages")
+    search.add_argument("--since", default="", help="only messages from this time on (ISO 8601, e.g. 2026-11-01)")
+    search.add_argument("--until", default="", help="only messages before this time (ISO 8601)")
+    search.add_argument("--role", choices=("user", "assistant"), default="")
+    search.add_argument("--tool", default="", help="only assistant messages that called this tool")
+    search.add_argument("--k", type=int, default=5)
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(func=search_sessions)
     delete = verbs.add_parser("delete", help="delete a session, its transcript and its workspace")
     delete.add_argument("session_id")
     delete.set_defaults(func=delete_session)
@@ -168,3 +179,46 @@ async def set_session_tools(args) -> int:
 def describe_policy(policy: common_pb2.ToolPolicy) -> str:
     allow = ", ".join(policy.allow) if policy.allow else "every tool"
     return f"allows {allow}" + (f"; denies {', '.join(policy.deny)}" if policy.deny else "")
+
+
+def _iso(value: str, flag: str) -> float:
+    from datetime import UTC, datetime
+
+    from agentmesh.cli.common import EXIT_USAGE, CliError
+
+    if not value:
+        return 0.0
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{flag} {value!r} is not an ISO 8601 date or time (e.g. 2026-11-01 or 2026-11-01T09:00Z)",
+                       EXIT_USAGE) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+async def search_sessions(args) -> int:
+    from agentmesh.v1 import learning_pb2
+
+    settings = load_settings()
+    request = learning_pb2.SearchConversationsRequest(
+        namespace=args.namespace, query=args.query, k=args.k, session_id=args.session,
+        since=_iso(args.since, "--since"), until=_iso(args.until, "--until"), role=args.role, tool=args.tool)
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            reply = await GatewayClient(channel).stub.SearchConversations(
+                request, metadata=call_metadata(settings), timeout=30)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+    if args.json:
+        print_json([to_dict(h) for h in reply.hits])
+        return EXIT_OK
+    if not reply.hits:
+        print("nothing in the namespace's conversations matched")
+    for h in reply.hits:
+        print(f"{h.session_id} #{h.seq}  {h.role}  {_when(h.created_at)}  (score {h.score:.2f})")
+        if h.HasField("before"):
+            print(f"    before: {h.before.role}: {' '.join(h.before.content.split())[:200]}")
+        print(f"    {h.text}")
+        if h.HasField("after"):
+            print(f"    after: {h.after.role}: {' '.join(h.after.content.split())[:200]}")
+    return EXIT_OK

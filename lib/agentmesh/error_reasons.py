@@ -18,6 +18,10 @@ from dataclasses import dataclass
 __all__ = [
     "ALREADY_EXISTS",
     "APPROVAL_NOT_FOUND",
+    "BLOCK_DRAFT_NOT_FOUND",
+    "BLOCK_FULL",
+    "BLOCK_TEXT_NOT_FOUND",
+    "BLOCK_VERSION_NOT_FOUND",
     "CANCELLED",
     "DEADLINE_EXCEEDED",
     "DOMAIN",
@@ -82,6 +86,10 @@ REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
 SHUTTING_DOWN = "SHUTTING_DOWN"
 WATCHER_TOO_SLOW = "WATCHER_TOO_SLOW"
 TURN_TIMEOUT = "TURN_TIMEOUT"
+BLOCK_FULL = "BLOCK_FULL"
+BLOCK_TEXT_NOT_FOUND = "BLOCK_TEXT_NOT_FOUND"
+BLOCK_VERSION_NOT_FOUND = "BLOCK_VERSION_NOT_FOUND"
+BLOCK_DRAFT_NOT_FOUND = "BLOCK_DRAFT_NOT_FOUND"
 
 REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(INVALID_ARGUMENT, "INVALID_ARGUMENT",
@@ -126,6 +134,14 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
            "metadata `timeout_s`"),
     Reason(WATCHER_TOO_SLOW, "RESOURCE_EXHAUSTED",
            "a WatchActivity stream fell too far behind and was stopped; watch again"),
+    Reason(BLOCK_FULL, "FAILED_PRECONDITION",
+           "a memory block edit would pass its size limit (AGENTMESH_BLOCK_MAX_CHARS), or a namespace has as many blocks or waiting drafts as it may"),
+    Reason(BLOCK_TEXT_NOT_FOUND, "FAILED_PRECONDITION",
+           "a block_replace quotes text the block does not contain exactly once"),
+    Reason(BLOCK_VERSION_NOT_FOUND, "NOT_FOUND",
+           "RevertBlock names a version the block does not have"),
+    Reason(BLOCK_DRAFT_NOT_FOUND, "NOT_FOUND",
+           "no block draft with that id waits in the namespace (approved, rejected, or never)"),
 )}
 
 _DEFAULT_OF_CODE = {r.code: r.name for r in REASONS.values() if r.name in (

@@ -26,6 +26,9 @@ FORWARDED = (
     "ListReflections",
     # Named agents (docs/agents.md): memory keeps and validates them.
     "CreateAgent", "GetAgent", "ListAgents", "UpdateAgent", "ListAgentVersions", "RollbackAgent", "DeleteAgent",
+    # Recall over conversations and memory blocks (docs/memory.md).
+    "SearchConversations", "ListBlocks", "GetBlock", "RevertBlock", "ApproveBlockEdit", "RejectBlockEdit",
+    "SetBlockPolicy",
 )
 
 

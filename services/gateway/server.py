@@ -271,6 +271,36 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def RemovePromotedTool(self, request, context):
         return await self._learning_call("RemovePromotedTool", request)
 
+    # Recall over a namespace's conversations and its memory blocks, kept by the memory service.
+
+    @translate_errors
+    async def SearchConversations(self, request, context):
+        return await self._learning_call("SearchConversations", request)
+
+    @translate_errors
+    async def ListBlocks(self, request, context):
+        return await self._learning_call("ListBlocks", request)
+
+    @translate_errors
+    async def GetBlock(self, request, context):
+        return await self._learning_call("GetBlock", request)
+
+    @translate_errors
+    async def RevertBlock(self, request, context):
+        return await self._learning_call("RevertBlock", request)
+
+    @translate_errors
+    async def ApproveBlockEdit(self, request, context):
+        return await self._learning_call("ApproveBlockEdit", request)
+
+    @translate_errors
+    async def RejectBlockEdit(self, request, context):
+        return await self._learning_call("RejectBlockEdit", request)
+
+    @translate_errors
+    async def SetBlockPolicy(self, request, context):
+        return await self._learning_call("SetBlockPolicy", request)
+
     @translate_errors
     async def ListReflections(self, request, context):
         return await self._learning_call("ListReflections", request)

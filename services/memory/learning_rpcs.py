@@ -34,7 +34,13 @@ class LearningRpcs:
     @translate_errors
     async def GetProfile(self, request, context):
         self._tenants.namespace(request.namespace or "default", "GetProfile")
-        return profile_to_proto(await self._profiles.get(request.namespace))
+        profile = profile_to_proto(await self._profiles.get(request.namespace))
+        blocks = getattr(self, "_blocks", None)  # recall_rpcs.py's, mixed into the same servicer
+        if blocks is not None:
+            # The memory blocks ride with the standing instructions, as StartTurn sends them.
+            from agentmesh.memory.recall_rpcs import block_to_proto
+            profile.blocks.extend(block_to_proto(b) for b in await blocks.list(request.namespace))
+        return profile
 
     @translate_errors
     async def SetProfile(self, request, context):

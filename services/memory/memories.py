@@ -195,6 +195,10 @@ class Memories:
         except FailedPrecondition as exc:
             log.error("long-term memory refused", reason=exc.message)
 
+    async def ready(self) -> None:
+        """Raises what keeps long-term memory from working (recall.py embeds with the same model)."""
+        await self._ensure_ready()
+
     async def _ensure_ready(self) -> None:
         if self._ready:
             return

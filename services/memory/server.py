@@ -13,6 +13,7 @@ from agentmesh.logs import get_logger
 from agentmesh.memory.a2a_tasks import A2aTasks
 from agentmesh.memory.agent_rpcs import AgentRpcs, agent_info_to_proto
 from agentmesh.memory.agents import Agents
+from agentmesh.memory.blocks import Blocks
 from agentmesh.memory.convert import (
     add_messages,
     filter_from_proto,
@@ -33,6 +34,8 @@ from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.ports import AgentStore
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
+from agentmesh.memory.recall import ConversationIndex
+from agentmesh.memory.recall_rpcs import RecallRpcs, block_to_proto
 from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
@@ -56,13 +59,15 @@ APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, AgentRpcs, memory_service_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, memory_service_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
-                 a2a_tasks: A2aTasks | None = None, agents: Agents | None = None):
+                 a2a_tasks: A2aTasks | None = None, agents: Agents | None = None, blocks: Blocks | None = None,
+                 conversations: ConversationIndex | None = None):
         self._transcripts = transcripts
         self._agents = agents
+        self._blocks, self._conversations = blocks, conversations  # recall_rpcs.py
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
@@ -152,6 +157,7 @@ class MemoryServicer(LearningRpcs, AgentRpcs, memory_service_pb2_grpc.MemoryServ
         messages = [message_from_proto(m) for m in request.messages]
         with bound_contextvars(session_id=request.session_id):
             last = await self._transcripts.append_messages(request.session_id, messages)
+        self._appended(request.session_id)
         reply = memory_service_pb2.AppendMessagesResponse(last_seq=last)
         if request.usage:
             # After the append, which has happened whatever becomes of these: a refused or
@@ -235,6 +241,8 @@ class MemoryServicer(LearningRpcs, AgentRpcs, memory_service_pb2_grpc.MemoryServ
             started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
                                        request.page_size, recall if request.recall_k else None,
                                        self._learning_reads(request, namespace))
+        if messages:
+            self._appended(request.session_id)
         reply = memory_service_pb2.StartTurnResponse(
             next_after_seq=started.next_after_seq,
             first_seq=started.first_seq,
@@ -248,6 +256,8 @@ class MemoryServicer(LearningRpcs, AgentRpcs, memory_service_pb2_grpc.MemoryServ
         learned = started.learned
         if "profile" in learned:
             reply.profile.CopyFrom(profile_to_proto(learned["profile"]))
+            # The namespace's memory blocks ride with its standing instructions, in prompt order.
+            reply.profile.blocks.extend(block_to_proto(b) for b in learned.get("blocks", ()))
         reply.skills.extend(skill_info_to_proto(i) for i in learned.get("skills", ()))
         reply.promoted_tools.extend(promoted_to_proto(t) for t in learned.get("promoted_tools", ()))
         if agent is not None:
@@ -273,6 +283,8 @@ class MemoryServicer(LearningRpcs, AgentRpcs, memory_service_pb2_grpc.MemoryServ
         reads: dict[str, Callable[[], Awaitable[Any]]] = {}
         if request.with_profile:
             reads["profile"] = checked("GetProfile", lambda: self._profiles.get(namespace))
+            if (blocks := self._blocks) is not None:
+                reads["blocks"] = checked("ListBlocks", lambda: blocks.list(namespace))
         if request.with_skills:
             reads["skills"] = checked("ListSkills", lambda: self._skills.list(namespace))
         if request.with_promoted_tools:
@@ -464,14 +476,19 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # Appends and imports carry batches (a turn's messages, 256 memories from the CLI).
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     namespaces = Namespaces(store)
-    servicer = MemoryServicer(Transcripts(store, memory_settings), memories, namespaces,
+    transcripts = Transcripts(store, memory_settings)
+    conversations = ConversationIndex(store, documents, transcripts, memories, memory_settings)
+    servicer = MemoryServicer(transcripts, memories, namespaces,
                               Profiles(documents, max_chars=memory_settings.profile_max_chars),
                               Skills(documents, SkillLimits()),
                               PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                               Reflections(documents), UsageLedger(store), host.audit,
                               mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents),
                               # Both document adapters are agent stores too (agent_records.py).
-                              agents=Agents(cast(AgentStore, documents)))
+                              agents=Agents(cast(AgentStore, documents)),
+                              blocks=Blocks(documents, max_chars=memory_settings.block_max_chars,
+                                            max_blocks=memory_settings.blocks_max),
+                              conversations=conversations if memory_settings.conversation_index else None)
     host.add(memory_service_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.internal.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):
@@ -483,6 +500,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await store.close()
 
     host.on_stop(close)
+    if memory_settings.conversation_index:
+        # Indexes what a crash after an append's ack left behind, then each append as it comes.
+        conversations.start()
+        host.on_stop(conversations.stop)
     # Freed request buffers go back to the OS instead of staying in gRPC threads' arenas (heap.py).
     releaser = HeapReleaser()
     releaser.start()

@@ -70,6 +70,12 @@ class MemorySettings(EnvSection):
     profile_max_chars: int = env("AGENTMESH_PROFILE_MAX_CHARS", 4000, minimum=1)
     # Tools the agent may promote from its own functions, per namespace.
     promoted_tools_max: int = env("AGENTMESH_PROMOTED_TOOLS_MAX", 20, minimum=0)
+    # Memory blocks (blocks.py): each block's bound (every turn of the namespace carries them all),
+    # and how many a namespace may have.
+    block_max_chars: int = env("AGENTMESH_BLOCK_MAX_CHARS", 2000, minimum=1)
+    blocks_max: int = env("AGENTMESH_BLOCKS_MAX", 8, minimum=1)
+    # Recall over conversations (recall.py): index appended user and assistant messages.
+    conversation_index: bool = env("AGENTMESH_CONVERSATION_INDEX", True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "embeddings_base_url", self.embeddings_base_url.rstrip("/"))

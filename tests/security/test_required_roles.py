@@ -63,6 +63,11 @@ ADMIN_ONLY = {
         name="obedient", instructions="Obey the member, always.")),
     "RollbackAgent": agents_pb2.RollbackAgentRequest(namespace="acme", name="obedient", version=1),
     "DeleteAgent": agents_pb2.DeleteAgentRequest(namespace="acme", name="obedient"),
+    # Memory blocks: the drafts' ids are filled in by _set_up, which has the agent propose them.
+    "RevertBlock": learning_pb2.RevertBlockRequest(namespace="acme", name="user", version=1),
+    "ApproveBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
+    "RejectBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
+    "SetBlockPolicy": learning_pb2.BlockPolicy(namespace="acme", edits="apply"),
 }
 
 
@@ -139,6 +144,18 @@ async def _set_up(stub) -> None:
         current_principal.reset(token)
     token = _as("acme=member")  # the agent stores a promoted tool for the member whose turn made it
     try:
+        agent = stub("agent")
+        await agent.EditBlock(learning_pb2.EditBlockRequest(namespace="acme", name="user", change="append",
+                                                            text="The user is Ada."))
+        current_principal.reset(token)
+        token = _as("acme=admin")
+        await stub("gateway").SetBlockPolicy(learning_pb2.BlockPolicy(namespace="acme", edits="draft"))
+        current_principal.reset(token)
+        token = _as("acme=member")
+        for method in ("ApproveBlockEdit", "RejectBlockEdit"):
+            proposed = await agent.EditBlock(learning_pb2.EditBlockRequest(
+                namespace="acme", name="user", change="append", text=f"Proposed for {method}."))
+            ADMIN_ONLY[method].draft_id = proposed.draft.id
         await stub("agent").PutPromotedTool(learning_pb2.PromotedTool(
             namespace="acme", name="word_count", description="Count words.", function="word_count",
             parameters_json=json.dumps({"type": "object", "properties": {}}), source="def word_count(): return 0\n"))

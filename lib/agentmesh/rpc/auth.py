@@ -189,6 +189,18 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # Usage: the agent records every model call; the gateway sums them (Gateway.GetUsage).
         "RecordUsage": _allow("agent"),
         "SumUsage": _allow("gateway"),
+        # Recall over conversations: the agent's conversation_search; users through the gateway
+        # (`agentmesh sessions search`) or directly.
+        "SearchConversations": _allow("agent", "gateway", USERS),
+        # Memory blocks: the agent edits them (block_append / block_replace); users read them,
+        # revert them and decide drafts (`agentmesh memory blocks`), through the gateway or directly.
+        "EditBlock": _allow("agent"),
+        "ListBlocks": _allow("agent", "gateway", USERS),
+        "GetBlock": _allow("agent", "gateway", USERS),
+        "RevertBlock": _allow("gateway", USERS),
+        "ApproveBlockEdit": _allow("gateway", USERS),
+        "RejectBlockEdit": _allow("gateway", USERS),
+        "SetBlockPolicy": _allow("gateway", USERS),
     },
 }
 

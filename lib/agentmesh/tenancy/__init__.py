@@ -155,6 +155,18 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "PutPromotedTool": "member",
     "ListPromotedTools": "viewer",
     "RemovePromotedTool": "admin",
+    # Recall over a namespace's conversations: its transcripts, so a member's, like Search.
+    "SearchConversations": "member",
+    # Memory blocks: every turn of the namespace shows them. The agent edits them in a member's
+    # turn (a draft when the namespace says so); reading them is for anyone in the tenant;
+    # restoring a version, deciding a draft and the policy are set-up, like SetProfile.
+    "ListBlocks": "viewer",
+    "GetBlock": "viewer",
+    "EditBlock": "member",
+    "RevertBlock": "admin",
+    "ApproveBlockEdit": "admin",
+    "RejectBlockEdit": "admin",
+    "SetBlockPolicy": "admin",
     # A2A tasks: the gateway, for an A2A message's task; tasks/get on any gateway replica.
     "PutA2aTask": "member",
     "GetA2aTask": "viewer",

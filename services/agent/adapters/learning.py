@@ -18,7 +18,8 @@ from agentmesh.v1 import common_pb2, learning_pb2
 
 
 def instructions_from_proto(profile: learning_pb2.Profile) -> Instructions:
-    return Instructions(soul=profile.soul, user=profile.user, project=profile.project)
+    return Instructions(soul=profile.soul, user=profile.user, project=profile.project,
+                        blocks=tuple((b.name, b.text) for b in profile.blocks if b.text.strip()))
 
 
 def skill_summary_from_proto(s: learning_pb2.SkillInfo) -> SkillSummary:

@@ -11,6 +11,7 @@ import grpc
 
 from agentmesh.agent.adapters.learning import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
 from agentmesh.agent.capabilities.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
+from agentmesh.agent.capabilities.recall_tools import BlockEdited, ConversationFound
 from agentmesh.agent.loop.ports import MemoryHit, NotSupported, TurnBeginning
 from agentmesh.agent.loop.session_open import NamedAgent, OpenedSession, SessionToOpen
 from agentmesh.agent.loop.usage_log import UsageEntry
@@ -22,7 +23,7 @@ from agentmesh.logs import get_logger
 from agentmesh.rpc.convert import image_from_proto, image_to_proto
 from agentmesh.rpc.peers import peer_error
 from agentmesh.toolpolicy import ToolPolicy
-from agentmesh.v1 import agents_pb2, common_pb2, sessions_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, learning_pb2, sessions_pb2
 
 log = get_logger("agentmesh.agent")
 
@@ -381,6 +382,36 @@ class GrpcLongTermMemory:
         except grpc.aio.AioRpcError as err:
             raise self._error(err) from None
         return [self._hit(h.memory, h.score) for h in reply.hits]
+
+    # Recall over conversations and memory blocks (capabilities/recall_tools.py's RecallSource).
+
+    async def search_conversations(self, namespace: str, query: str, *, session_id: str, since: float,
+                                   until: float, role: str) -> list[ConversationFound]:
+        request = learning_pb2.SearchConversationsRequest(namespace=namespace, query=query, session_id=session_id,
+                                                          since=since, until=until, role=role)
+        try:
+            reply = await self._stub.SearchConversations(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise self._error(err) from None
+
+        def said(m: common_pb2.Message) -> str:
+            return f"{m.role}: {m.content}" if m.role else ""
+
+        return [ConversationFound(h.session_id, h.seq, h.role, h.text, h.created_at, h.score,
+                                  said(h.before) if h.HasField("before") else "",
+                                  said(h.after) if h.HasField("after") else "") for h in reply.hits]
+
+    async def edit_block(self, namespace: str, name: str, change: str, text: str, old: str, *,
+                         session_id: str, seq: int, model: str) -> BlockEdited:
+        request = learning_pb2.EditBlockRequest(
+            namespace=namespace, name=name, change=change, text=text, old=old,
+            provenance=learning_pb2.BlockProvenance(session_id=session_id, seq=seq, model=model))
+        try:
+            reply = await self._stub.EditBlock(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as err:
+            raise self._error(err) from None
+        return BlockEdited(applied=reply.applied, version=reply.block.version, chars=len(reply.block.text),
+                           max_chars=reply.block.max_chars, draft_id=reply.draft.id)
 
 
 class GrpcUsageLog:

@@ -12,6 +12,10 @@ placed right after the base prompt, in that fixed order, under one heading each:
     ## Project context
     <project>
 
+    Memory blocks (...):         (the ones the agent keeps itself: recall_tools.py)
+    ## user
+    <the user block>
+
     Today is ...
 
 Deep mode uses them on every step like any turn. A sub-agent gets a compact version: each part
@@ -35,6 +39,8 @@ log = get_logger("agentmesh.agent.instructions")
 
 SUBAGENT_CHARS = 600
 HEADINGS = (("soul", "Persona"), ("user", "About the user"), ("project", "Project context"))
+BLOCKS_INTRO = ("Memory blocks (what you keep current about this namespace with block_append and "
+                "block_replace; every later conversation shows them):")
 INTRO = ("Standing instructions for this namespace (set by its users; follow them unless the user asks "
          "otherwise in this conversation):")
 
@@ -44,6 +50,9 @@ class Instructions:
     soul: str = ""
     user: str = ""
     project: str = ""
+    # The namespace's memory blocks, (name, text) in the memory service's fixed order: the
+    # agent keeps them with block_append / block_replace (recall_tools.py).
+    blocks: tuple[tuple[str, str], ...] = ()
 
 
 class InstructionSource(Protocol):
@@ -58,13 +67,19 @@ def _compact(text: str, limit: int) -> str:
 
 
 def render(found: Instructions, *, compact: bool = False) -> str:
-    """The system-prompt section, or '' when no part is set."""
+    """The system-prompt section, or '' when no part is set: the standing instructions, then the
+    memory blocks."""
     parts = []
     for field, heading in HEADINGS:
         text = getattr(found, field).strip()
         if text:
             parts.append(f"## {heading}\n{_compact(text, SUBAGENT_CHARS) if compact else text}")
-    return "\n".join([INTRO, *parts]) if parts else ""
+    section = "\n".join([INTRO, *parts]) if parts else ""
+    blocks = [f"## {name}\n{_compact(text, SUBAGENT_CHARS) if compact else text.strip()}"
+              for name, text in found.blocks if text.strip()]
+    if blocks:
+        section = "\n\n".join(filter(None, [section, "\n".join([BLOCKS_INTRO, *blocks])]))
+    return section
 
 
 class StandingInstructions(Capability):

@@ -18,6 +18,7 @@ from agentmesh.agent.capabilities import (
     memory_tools,
     plan_mode,
     promoted_tools,
+    recall_tools,
     reflection,
     skills,
     subagents,
@@ -52,6 +53,9 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
         found.append(reflection.RecalledLearnings(ctx))
     if ctx.agent.memory is not None:
         found.append(memory_tools.MemoryToolsCapability(ctx, memory_tools.MemoryTools(ctx.agent.memory)))
+    if isinstance(ctx.agent.memory, recall_tools.RecallSource) and request.subagent is None:
+        # Earlier conversations and the memory blocks: the main agent's, not a delegated task's.
+        found.append(recall_tools.RecallTools(ctx, ctx.agent.memory))
     if settings.think_tool:
         found.append(thinking.ThinkTool(ctx))
     # The board and delegation crowd a small window; deep work and plan mode need the board.

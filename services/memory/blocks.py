@@ -1,0 +1,301 @@
+"""Memory blocks: short named texts of a namespace (`persona`, `user`, `project`, …) that the agent
+edits itself and every turn's system prompt shows, after the standing instructions.
+
+    blocks = Blocks(documents, max_chars=2000, max_blocks=8)
+    result = await blocks.edit("team-a", "user", Edit("append", "Prefers metric units."),
+                               Provenance(session_id="s-1", seq=7, model="gpt", by="agent"))
+    await blocks.revert("team-a", "user", 1, by="alice")
+
+Every change is a new version, kept with where it came from (the session, the message seq and the
+model of the turn that asked, or the person), so any version can be restored (`revert` writes a
+new version with the old text: history only grows). A namespace's policy (`set_policy`) says
+whether the agent's edits apply at once (`apply`, the default) or wait as drafts for a person
+(`draft`: `approve` applies one to the block as it is then, `reject` drops it).
+
+Stored as documents (ports.DocumentStore): the head of a block (its text and version), each
+version, each draft and the policy. A version is written before the head that names it, so a
+crash between the two leaves an unreferenced version, never a head without its history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import re
+import time
+import uuid
+import weakref
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from agentmesh import error_reasons as reasons
+from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
+from agentmesh.ids import validate_namespace
+from agentmesh.memory.ports import DocumentStore
+
+__all__ = ["ORDER", "Block", "BlockDraft", "BlockVersion", "Blocks", "Edit", "EditResult", "Provenance"]
+
+HEAD, VERSION, DRAFT, POLICY = "block", "block_version", "block_draft", "block_policy"
+# The fixed order of the system prompt: these first, then any other block by name.
+ORDER = ("persona", "user", "project")
+POLICIES = ("apply", "draft")
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+MAX_DRAFTS = 50  # per namespace: an agent that keeps proposing waits for a person to catch up
+
+
+@dataclass(frozen=True)
+class Provenance:
+    session_id: str = ""
+    seq: int = 0
+    model: str = ""
+    by: str = ""  # "agent", or the person's principal
+
+
+@dataclass(frozen=True)
+class Edit:
+    change: str  # "append" | "replace"
+    text: str  # append: the text added; replace: the new text
+    old: str = ""  # replace: the exact text replaced
+
+
+@dataclass(frozen=True)
+class BlockVersion:
+    version: int
+    text: str
+    created_at: float
+    change: str
+    provenance: Provenance
+    reverted_to: int = 0
+
+
+@dataclass(frozen=True)
+class BlockDraft:
+    id: str
+    name: str
+    change: str
+    text: str
+    old: str
+    proposed: str
+    created_at: float
+    provenance: Provenance
+
+
+@dataclass(frozen=True)
+class Block:
+    namespace: str
+    name: str
+    text: str = ""
+    version: int = 0
+    updated_at: float = 0.0
+    max_chars: int = 0
+    versions: tuple[BlockVersion, ...] = ()
+    drafts: tuple[BlockDraft, ...] = ()
+
+
+@dataclass(frozen=True)
+class EditResult:
+    block: Block
+    applied: bool
+    draft: BlockDraft | None = None
+
+
+def _version_key(name: str, version: int) -> str:
+    return f"{name}/{version:08d}"
+
+
+def _provenance(p: dict[str, Any] | None) -> Provenance:
+    p = p or {}
+    return Provenance(str(p.get("session_id", "")), int(p.get("seq", 0)), str(p.get("model", "")), str(p.get("by", "")))
+
+
+def _draft(p: dict[str, Any]) -> BlockDraft:
+    return BlockDraft(p["id"], p["name"], p["change"], p["text"], p.get("old", ""), p.get("proposed", ""),
+                      float(p.get("created_at", 0.0)), _provenance(p.get("provenance")))
+
+
+def prompt_order(names: list[str]) -> list[str]:
+    return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+
+
+class Blocks:
+    def __init__(self, documents: DocumentStore, *, max_chars: int, max_blocks: int,
+                 clock: Callable[[], float] = time.time):
+        self._documents = documents
+        self.max_chars = max_chars
+        self.max_blocks = max_blocks
+        self._clock = clock
+        # Edits of one namespace take turns in this process: an edit reads the head it replaces.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _lock(self, namespace: str) -> asyncio.Lock:
+        return self._locks.setdefault(namespace, asyncio.Lock())
+
+    @staticmethod
+    def _name(name: str) -> str:
+        if not _NAME.match(name or ""):
+            raise InvalidArgument(
+                f"block name {name[:40]!r} is malformed: use a lower-case word of up to 32 characters "
+                f"(a-z, 0-9, '_', '-'), e.g. {', '.join(ORDER)}", field="name")
+        return name
+
+    # ------------------------------------------------------------ reads
+
+    async def policy(self, namespace: str) -> str:
+        namespace = validate_namespace(namespace)
+        found = await self._documents.get_document(POLICY, namespace, "edits")
+        return str(found.get("edits", "apply")) if found else "apply"
+
+    async def list(self, namespace: str) -> list[Block]:
+        """The namespace's blocks with any text, in the system prompt's order."""
+        namespace = validate_namespace(namespace)
+        heads = dict(await self._documents.list_documents(HEAD, namespace))
+        return [self._head(namespace, name, heads[name]) for name in prompt_order(list(heads))]
+
+    async def drafts(self, namespace: str, name: str = "") -> builtins.list[BlockDraft]:
+        namespace = validate_namespace(namespace)
+        found = [_draft(body) for _, body in await self._documents.list_documents(DRAFT, namespace)]
+        return sorted((d for d in found if not name or d.name == name), key=lambda d: (d.created_at, d.id))
+
+    async def get(self, namespace: str, name: str) -> Block:
+        """One block with every version (newest first) and its drafts; NOT_FOUND when it was
+        never written and has no draft."""
+        namespace, name = validate_namespace(namespace), self._name(name)
+        head = await self._documents.get_document(HEAD, namespace, name)
+        versions = [
+            BlockVersion(int(b["version"]), b["text"], float(b["created_at"]), b["change"],
+                         _provenance(b.get("provenance")), int(b.get("reverted_to", 0)))
+            for key, b in await self._documents.list_documents(VERSION, namespace) if key.startswith(name + "/")
+        ]
+        drafts = await self.drafts(namespace, name)
+        if head is None and not versions and not drafts:
+            raise NotFound(f"namespace {namespace!r} has no block {name!r}; its blocks are listed by ListBlocks")
+        block = self._head(namespace, name, head or {})
+        versions.sort(key=lambda v: -v.version)
+        return Block(block.namespace, name, block.text, block.version, block.updated_at, self.max_chars,
+                     tuple(versions), tuple(drafts))
+
+    def _head(self, namespace: str, name: str, body: dict[str, Any]) -> Block:
+        return Block(namespace, name, body.get("text", ""), int(body.get("version", 0)),
+                     float(body.get("updated_at", 0.0)), self.max_chars)
+
+    # ------------------------------------------------------------ writes
+
+    def _apply(self, namespace: str, name: str, current: str, edit: Edit) -> str:
+        """The block's text after `edit`; refuses what cannot apply, naming why."""
+        if edit.change == "append":
+            added = edit.text.strip()
+            if not added:
+                raise InvalidArgument("text is empty: say what to add to the block", field="text")
+            result = f"{current.rstrip()}\n{added}" if current.strip() else added
+        elif edit.change == "replace":
+            if not edit.old:
+                raise InvalidArgument("old is empty: quote the exact text of the block to replace", field="old")
+            count = current.count(edit.old)
+            if count == 0:
+                raise FailedPrecondition(
+                    f"block {name!r} does not contain the text to replace; read the block in the system prompt "
+                    "and quote it exactly", reason=reasons.BLOCK_TEXT_NOT_FOUND)
+            if count > 1:
+                raise FailedPrecondition(
+                    f"block {name!r} contains the text to replace {count} times; quote more of it so that it "
+                    "is found once", reason=reasons.BLOCK_TEXT_NOT_FOUND)
+            result = current.replace(edit.old, edit.text, 1).strip()
+        else:
+            raise InvalidArgument(f"change {edit.change[:20]!r} is unknown: use append or replace", field="change")
+        if len(result) > self.max_chars:
+            raise FailedPrecondition(
+                f"block {name!r} would hold {len(result)} characters; the limit is {self.max_chars} (every turn "
+                "carries it): replace older lines with a shorter summary instead", reason=reasons.BLOCK_FULL)
+        return result
+
+    async def edit(self, namespace: str, name: str, edit: Edit, provenance: Provenance) -> EditResult:
+        namespace, name = validate_namespace(namespace), self._name(name)
+        async with self._lock(namespace):
+            head = await self._documents.get_document(HEAD, namespace, name)
+            if head is None:
+                names = {key for key, _ in await self._documents.list_documents(HEAD, namespace)}
+                if len(names) >= self.max_blocks:
+                    raise FailedPrecondition(
+                        f"namespace {namespace!r} has {len(names)} blocks, the most it may have; edit one of "
+                        f"{', '.join(prompt_order(sorted(names)))}", reason=reasons.BLOCK_FULL)
+            current = (head or {}).get("text", "")
+            proposed = self._apply(namespace, name, current, edit)
+            if await self.policy(namespace) == "draft":
+                return EditResult(await self.get_head(namespace, name), False,
+                                  await self._put_draft(namespace, name, edit, proposed, provenance))
+            block = await self._commit(namespace, name, head, proposed, edit.change, provenance)
+            return EditResult(block, True)
+
+    async def get_head(self, namespace: str, name: str) -> Block:
+        return self._head(namespace, name, await self._documents.get_document(HEAD, namespace, name) or {})
+
+    async def _put_draft(self, namespace: str, name: str, edit: Edit, proposed: str,
+                         provenance: Provenance) -> BlockDraft:
+        if len(await self._documents.list_documents(DRAFT, namespace)) >= MAX_DRAFTS:
+            raise FailedPrecondition(
+                f"namespace {namespace!r} has {MAX_DRAFTS} block edits waiting for a person; approve or reject "
+                "them first (agentmesh memory blocks list)", reason=reasons.BLOCK_FULL)
+        draft = BlockDraft(f"bd-{uuid.uuid4().hex[:16]}", name, edit.change, edit.text, edit.old, proposed,
+                           self._clock(), provenance)
+        await self._documents.put_document(DRAFT, namespace, draft.id, asdict(draft))
+        return draft
+
+    async def _commit(self, namespace: str, name: str, head: dict[str, Any] | None, text: str, change: str,
+                      provenance: Provenance, reverted_to: int = 0) -> Block:
+        version = int((head or {}).get("version", 0)) + 1
+        now = self._clock()
+        record = BlockVersion(version, text, now, change, provenance, reverted_to)
+        # The version first: the head that names it is the commit point.
+        await self._documents.put_document(VERSION, namespace, _version_key(name, version), asdict(record))
+        await self._documents.put_document(HEAD, namespace, name, {"text": text, "version": version, "updated_at": now})
+        return Block(namespace, name, text, version, now, self.max_chars)
+
+    async def revert(self, namespace: str, name: str, version: int, by: str) -> Block:
+        """A new version with `version`'s text."""
+        namespace, name = validate_namespace(namespace), self._name(name)
+        if version < 1:
+            raise InvalidArgument(f"version must be 1 or more, got {version}", field="version")
+        async with self._lock(namespace):
+            old = await self._documents.get_document(VERSION, namespace, _version_key(name, version))
+            if old is None:
+                raise NotFound(f"block {name!r} of namespace {namespace!r} has no version {version}; GetBlock "
+                               "lists its versions", reason=reasons.BLOCK_VERSION_NOT_FOUND)
+            head = await self._documents.get_document(HEAD, namespace, name)
+            return await self._commit(namespace, name, head, old["text"], "revert", Provenance(by=by), version)
+
+    async def _take_draft(self, namespace: str, draft_id: str) -> BlockDraft:
+        found = await self._documents.get_document(DRAFT, namespace, draft_id) if draft_id else None
+        if found is None:
+            raise NotFound(f"namespace {namespace!r} has no block draft {draft_id[:40]!r}; ListBlocks lists the "
+                           "drafts waiting", reason=reasons.BLOCK_DRAFT_NOT_FOUND)
+        return _draft(found)
+
+    async def approve(self, namespace: str, draft_id: str, by: str) -> Block:
+        """Applies the draft's edit to the block as it reads now (it may have changed since)."""
+        namespace = validate_namespace(namespace)
+        async with self._lock(namespace):
+            draft = await self._take_draft(namespace, draft_id)
+            head = await self._documents.get_document(HEAD, namespace, draft.name)
+            text = self._apply(namespace, draft.name, (head or {}).get("text", ""),
+                               Edit(draft.change, draft.text, draft.old))
+            provenance = Provenance(draft.provenance.session_id, draft.provenance.seq, draft.provenance.model,
+                                    f"{draft.provenance.by or 'agent'}, approved by {by or 'a person'}")
+            block = await self._commit(namespace, draft.name, head, text, draft.change, provenance)
+            await self._documents.delete_document(DRAFT, namespace, draft.id)
+            return block
+
+    async def reject(self, namespace: str, draft_id: str) -> Block:
+        namespace = validate_namespace(namespace)
+        async with self._lock(namespace):
+            draft = await self._take_draft(namespace, draft_id)
+            await self._documents.delete_document(DRAFT, namespace, draft.id)
+            return await self.get_head(namespace, draft.name)
+
+    async def set_policy(self, namespace: str, edits: str) -> str:
+        namespace = validate_namespace(namespace)
+        if edits not in POLICIES:
+            raise InvalidArgument(f"edits {edits[:20]!r} is unknown: use apply (edits apply at once) or draft "
+                                  "(they wait for a person)", field="edits")
+        await self._documents.put_document(POLICY, namespace, "edits", {"edits": edits})
+        return edits
+

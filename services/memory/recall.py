@@ -1,0 +1,263 @@
+"""Recall over conversations: a namespace's user and assistant messages, searchable like long-term
+memory (dense + BM25, fused) with filters by session, time, role and the tools a reply called.
+
+    index = ConversationIndex(store, documents, transcripts, memories, settings)
+    index.start()                       # the background indexer, and a catch-up from the watermarks
+    index.appended("s-1")               # after an append is acknowledged: O(1), no I/O
+    hits = await index.search("team-a", ConversationQuery("what is my dog called"))
+
+Off the turn's critical path: AppendMessages answers once the transcript is written; `appended`
+only marks the session, and a background task indexes what was appended since the session's
+watermark (a document per session: the last seq indexed). The transcript is the source of
+truth, so nothing is lost to a crash after the ack: on start every session whose transcript goes
+beyond its watermark is indexed again from there. A search first indexes what is still marked,
+so a message is found as soon as its append was acknowledged (read-your-writes), whatever the
+indexer's backlog.
+
+The entries live in the long-term store under a namespace of their own, `<namespace>#conversations`
+('#' is not allowed in a namespace a client names, so no API reaches it but this module's), one
+point per message keyed by (session, seq): indexing the same message twice writes one point.
+A hit whose session was deleted, or whose message was cleared, is not answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from agentmesh.errors import InvalidArgument
+from agentmesh.ids import validate_id, validate_namespace
+from agentmesh.logs import get_logger
+from agentmesh.memory.memories import DENSE_INPUT_CHARS, MAX_QUERY_BYTES, Memories, date_words, default_dense_weight
+from agentmesh.memory.ports import DocumentStore, FusionPlan, PointFilter, Store, point_id, stored_time
+from agentmesh.memory.settings import MemorySettings
+from agentmesh.memory.text import SparseEncoder, Tokenizer
+from agentmesh.memory.transcripts import TranscriptMessage, Transcripts
+
+__all__ = ["ConversationHit", "ConversationIndex", "ConversationQuery", "index_namespace"]
+
+log = get_logger("agentmesh.memory.recall")
+
+WATERMARK = "conversation_watermark"  # document kind: per session, the last seq indexed
+ROLES = ("user", "assistant")
+DEFAULT_K, MAX_K = 5, 50
+READ_BATCH = 256  # messages read and indexed at a time
+RETRY_S = 5.0  # an indexing pass that failed (the embedder is down) is tried again after this
+
+
+def index_namespace(namespace: str) -> str:
+    return f"{namespace}#conversations"
+
+
+@dataclass(frozen=True)
+class ConversationQuery:
+    query: str
+    k: int = 0
+    session_id: str = ""
+    since: float = 0.0
+    until: float = 0.0
+    role: str = ""
+    tool: str = ""
+
+
+@dataclass(frozen=True)
+class ConversationHit:
+    session_id: str
+    seq: int
+    role: str
+    text: str
+    created_at: float
+    score: float
+    before: TranscriptMessage | None
+    after: TranscriptMessage | None
+
+
+class ConversationIndex:
+    def __init__(self, store: Store, documents: DocumentStore, transcripts: Transcripts, memories: Memories,
+                 settings: MemorySettings):
+        self._store = store
+        self._documents = documents
+        self._transcripts = transcripts
+        self._memories = memories
+        self._settings = settings
+        self._sparse = SparseEncoder(Tokenizer())
+        self._marked: dict[str, None] = {}  # sessions with appends not yet indexed, in order
+        self._wake = asyncio.Event()
+        self._session_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._task: asyncio.Task[None] | None = None
+        # Set once the start's catch-up has marked what the watermarks say is missing: a search
+        # waits for it, so it finds what was acknowledged before a crash too.
+        self._caught_up = asyncio.Event()
+
+    # ------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="conversation-index")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def appended(self, session_id: str) -> None:
+        """Messages were appended to the session (and acknowledged): index them soon."""
+        self._marked[session_id] = None
+        self._wake.set()
+
+    async def _run(self) -> None:
+        try:
+            await self.catch_up()
+        except Exception:
+            log.exception("conversation index: catching up from the watermarks failed; new appends are still indexed")
+        finally:
+            self._caught_up.set()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("conversation index: indexing failed; retrying")
+                await asyncio.sleep(RETRY_S)
+                self._wake.set()
+
+    async def catch_up(self) -> int:
+        """Mark every session whose transcript goes beyond its watermark (what a crash after an
+        append's ack left unindexed); returns how many."""
+        token, behind = "", 0
+        while True:
+            sessions, token = await self._transcripts.list_sessions(500, token)
+            for s in sessions:
+                if s.message_count > await self._watermark(s.namespace, s.session_id):
+                    self.appended(s.session_id)
+                    behind += 1
+            if not token:
+                return behind
+
+    async def flush(self) -> None:
+        """Index every marked session up to its last message, and wait for the passes already
+        running (the background task may have taken a session off the marks a moment ago)."""
+        while self._marked:
+            session_id = next(iter(self._marked))
+            del self._marked[session_id]
+            try:
+                await self._index_session(session_id)
+            except BaseException:
+                self._marked[session_id] = None  # left for the next pass
+                raise
+        for lock in list(self._session_locks.values()):
+            async with lock:
+                pass
+
+    # ------------------------------------------------------------ indexing
+
+    async def _watermark(self, namespace: str, session_id: str) -> int:
+        found = await self._documents.get_document(WATERMARK, namespace, session_id)
+        return int(found.get("seq", 0)) if found else 0
+
+    async def _index_session(self, session_id: str) -> None:
+        # One pass per session at a time: the background task and a search's flush may meet here.
+        async with self._session_locks.setdefault(session_id, asyncio.Lock()):
+            payload = await self._store.get_session(session_id)
+            if payload is None:
+                return
+            namespace = payload.get("namespace") or "default"
+            count = int(payload.get("message_count", 0))
+            mark = await self._watermark(namespace, session_id)
+            if count < mark:
+                # The transcript was cut (cleared, a run dropped): its seqs are written anew.
+                mark = 0
+            while mark < count:
+                last = min(count, mark + READ_BATCH)
+                messages = await self._store.get_messages(session_id, range(mark + 1, last + 1))
+                await self._index(namespace, session_id, [TranscriptMessage.from_payload(p) for p in messages])
+                await self._documents.put_document(WATERMARK, namespace, session_id, {"seq": last})
+                mark = last
+
+    async def _index(self, namespace: str, session_id: str, messages: Sequence[TranscriptMessage]) -> None:
+        wanted = [m for m in messages if m.role in ROLES and m.kind != "summary" and m.content.strip()]
+        if not wanted:
+            return
+        await self._memories.ready()
+        texts = [m.content.strip() for m in wanted]
+        dense = await self._memories.embedder.embed([t[:DENSE_INPUT_CHARS] for t in texts])
+        where = index_namespace(namespace)
+        now = stored_time(time.time())
+        rows = []
+        for m, text, vector in zip(wanted, texts, dense, strict=True):
+            payload: dict[str, Any] = {
+                "id": f"{session_id}:{m.seq}", "namespace": where, "text": text, "kind": m.role,
+                "metadata": {"session_id": session_id, "seq": m.seq, "tools": sorted({c.name for c in m.tool_calls})},
+                "created_at": stored_time(m.created_at), "updated_at": now, "source_session_id": session_id,
+            }
+            extra = [(date_words(m.created_at), 1.0)] if self._settings.index_dates else []
+            rows.append((point_id("conversation", where, session_id, str(m.seq)), vector,
+                         self._sparse.document(text, extra), payload))
+        await self._store.upsert_memories(where, rows)
+
+    # ------------------------------------------------------------ search
+
+    def _filter(self, namespace: str, q: ConversationQuery) -> PointFilter:
+        if q.role and q.role not in ROLES:
+            raise InvalidArgument(f"role {q.role[:20]!r} is not one the index keeps: use user or assistant", field="role")
+        if q.session_id:
+            validate_id(q.session_id, "session_id")
+        if q.since < 0 or q.until < 0:
+            raise InvalidArgument("since and until are unix seconds and cannot be negative", field="since")
+        if q.since and q.until and q.since >= q.until:
+            raise InvalidArgument("since must be earlier than until", field="since")
+        if len(q.tool) > 128:
+            raise InvalidArgument("tool names a tool of at most 128 characters", field="tool")
+        return PointFilter(
+            namespace=index_namespace(namespace),
+            kinds=(q.role,) if q.role else ("assistant",) if q.tool else (),
+            metadata=(("tools", q.tool),) if q.tool else (),
+            created_after=q.since, created_before=q.until, source_session_id=q.session_id,
+        )
+
+    async def search(self, namespace: str, q: ConversationQuery) -> list[ConversationHit]:
+        namespace = validate_namespace(namespace)
+        query = q.query.strip()
+        if not query:
+            raise InvalidArgument("query is empty: say what to look for", field="query")
+        if len(query.encode("utf-8")) > MAX_QUERY_BYTES:
+            raise InvalidArgument(f"query is longer than {MAX_QUERY_BYTES} bytes; shorten it", field="query")
+        if q.k < 0 or q.k > MAX_K:
+            raise InvalidArgument(f"k must be between 1 and {MAX_K}, got {q.k}", field="k")
+        pf = self._filter(namespace, q)
+        k = q.k or DEFAULT_K
+        if self._task is not None:
+            await self._caught_up.wait()
+        await self.flush()  # what was acknowledged before this search is found by it
+        await self._memories.ready()
+        dense = (await self._memories.embedder.embed([query[:DENSE_INPUT_CHARS]]))[0]
+        s = self._settings
+        plan = FusionPlan(fusion=s.fusion, prefetch_limit=max(k * s.prefetch_factor, 20), rrf_k=s.rrf_k,
+                          dense_weight=s.dense_weight or default_dense_weight(self._memories.embedder.name),
+                          sparse_weight=s.sparse_weight)
+        # More than k: hits of deleted sessions or cleared messages are dropped below.
+        rows = await self._store.hybrid_search(pf, dense, self._sparse.query(query), k * 2, plan)
+        hits: list[ConversationHit] = []
+        sessions: dict[str, dict[str, Any] | None] = {}
+        for _, score, p in rows:
+            session_id, seq = p["source_session_id"], int(p["metadata"]["seq"])
+            if session_id not in sessions:
+                sessions[session_id] = await self._store.get_session(session_id)
+            session = sessions[session_id]
+            if session is None or (session.get("namespace") or "default") != namespace:
+                continue
+            if seq > int(session.get("message_count", 0)):
+                continue
+            around = {int(m["seq"]): TranscriptMessage.from_payload(m)
+                      for m in await self._store.get_messages(session_id, [seq - 1, seq, seq + 1] if seq > 1 else [seq, seq + 1])}
+            if seq not in around or around[seq].content.strip() != p["text"]:
+                continue  # the seq was written anew since (a dropped run); the index catches up
+            hits.append(ConversationHit(session_id, seq, p["kind"], p["text"], float(p["created_at"]), score,
+                                        around.get(seq - 1), around.get(seq + 1)))
+            if len(hits) == k:
+                break
+        return hits

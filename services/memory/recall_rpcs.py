@@ -1,0 +1,137 @@
+# ruff: noqa: N802 - gRPC method names, as in services/*/server.py
+"""The memory service's recall RPCs — search over conversations and memory blocks — as a part of
+MemoryServicer (server.py) of their own: proto <-> core types, each checked against the caller's
+tenants as the rest of the service's RPCs are."""
+
+from __future__ import annotations
+
+from agentmesh.errors import FailedPrecondition
+from agentmesh.memory.blocks import Block, BlockDraft, Blocks, Edit, Provenance
+from agentmesh.memory.convert import message_to_proto
+from agentmesh.memory.recall import ConversationIndex, ConversationQuery
+from agentmesh.memory.tenancy import TenantGuard
+from agentmesh.rpc.auth import current_principal
+from agentmesh.rpc.errors import translate_errors
+from agentmesh.v1 import learning_pb2
+
+__all__ = ["RecallRpcs", "block_to_proto"]
+
+
+def _provenance_to_proto(p: Provenance) -> learning_pb2.BlockProvenance:
+    return learning_pb2.BlockProvenance(session_id=p.session_id, seq=p.seq, model=p.model, by=p.by)
+
+
+def _draft_to_proto(d: BlockDraft) -> learning_pb2.BlockDraft:
+    return learning_pb2.BlockDraft(id=d.id, name=d.name, change=d.change, text=d.text, old=d.old,
+                                   proposed=d.proposed, created_at=d.created_at,
+                                   provenance=_provenance_to_proto(d.provenance))
+
+
+def block_to_proto(b: Block) -> learning_pb2.MemoryBlock:
+    return learning_pb2.MemoryBlock(
+        namespace=b.namespace, name=b.name, text=b.text, version=b.version, updated_at=b.updated_at,
+        max_chars=b.max_chars,
+        versions=[learning_pb2.BlockVersion(version=v.version, text=v.text, created_at=v.created_at, change=v.change,
+                                            provenance=_provenance_to_proto(v.provenance), reverted_to=v.reverted_to)
+                  for v in b.versions],
+        drafts=[_draft_to_proto(d) for d in b.drafts])
+
+
+def _person() -> str:
+    """Who made a person's change, for the block's history."""
+    principal = current_principal.get()
+    return principal.subject if principal is not None else "local"
+
+
+class RecallRpcs:
+    """Mixed into MemoryServicer, which sets these."""
+
+    _tenants: TenantGuard
+    _blocks: Blocks | None  # None: a servicer built without them (tests of other parts)
+    _conversations: ConversationIndex | None
+
+    def _appended(self, session_id: str) -> None:
+        """After an append was written: only a mark, the index is written by a background task
+        once the call has answered."""
+        if self._conversations is not None:
+            self._conversations.appended(session_id)
+
+    def _block_store(self) -> Blocks:
+        if self._blocks is None:
+            raise FailedPrecondition("this memory service keeps no memory blocks")
+        return self._blocks
+
+    def _conversation_index(self) -> ConversationIndex:
+        if self._conversations is None:
+            raise FailedPrecondition("this memory service does not index conversations: AGENTMESH_CONVERSATION_INDEX is false")
+        return self._conversations
+
+    # --- recall over conversations ---
+
+    @translate_errors
+    async def SearchConversations(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SearchConversations")
+        hits = await self._conversation_index().search(request.namespace, ConversationQuery(
+            query=request.query, k=request.k, session_id=request.session_id, since=request.since,
+            until=request.until, role=request.role, tool=request.tool))
+        reply = learning_pb2.SearchConversationsResponse()
+        for h in hits:
+            out = reply.hits.add(session_id=h.session_id, seq=h.seq, role=h.role, text=h.text,
+                                 created_at=h.created_at, score=h.score)
+            if h.before is not None:
+                out.before.CopyFrom(message_to_proto(h.before))
+            if h.after is not None:
+                out.after.CopyFrom(message_to_proto(h.after))
+        return reply
+
+    # --- memory blocks ---
+
+    @translate_errors
+    async def ListBlocks(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListBlocks")
+        blocks = await self._block_store().list(request.namespace)
+        drafts = await self._block_store().drafts(request.namespace)
+        return learning_pb2.ListBlocksResponse(
+            blocks=[block_to_proto(b) for b in blocks], drafts=[_draft_to_proto(d) for d in drafts],
+            edits=await self._block_store().policy(request.namespace))
+
+    @translate_errors
+    async def GetBlock(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetBlock")
+        return block_to_proto(await self._block_store().get(request.namespace, request.name))
+
+    @translate_errors
+    async def EditBlock(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "EditBlock")
+        p = request.provenance
+        principal = current_principal.get()
+        # The agent says which turn asked; a person's edit is theirs, whatever the request says.
+        by = "agent" if principal is None or principal.via == "agent" else principal.subject
+        result = await self._block_store().edit(
+            request.namespace, request.name, Edit(request.change, request.text, request.old),
+            Provenance(session_id=p.session_id, seq=p.seq, model=p.model, by=by))
+        reply = learning_pb2.EditBlockResponse(block=block_to_proto(result.block), applied=result.applied)
+        if result.draft is not None:
+            reply.draft.CopyFrom(_draft_to_proto(result.draft))
+        return reply
+
+    @translate_errors
+    async def RevertBlock(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RevertBlock")
+        return block_to_proto(await self._block_store().revert(request.namespace, request.name, request.version, _person()))
+
+    @translate_errors
+    async def ApproveBlockEdit(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ApproveBlockEdit")
+        return block_to_proto(await self._block_store().approve(request.namespace, request.draft_id, _person()))
+
+    @translate_errors
+    async def RejectBlockEdit(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RejectBlockEdit")
+        return block_to_proto(await self._block_store().reject(request.namespace, request.draft_id))
+
+    @translate_errors
+    async def SetBlockPolicy(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SetBlockPolicy")
+        edits = await self._block_store().set_policy(request.namespace, request.edits)
+        return learning_pb2.BlockPolicy(namespace=request.namespace or "default", edits=edits)
