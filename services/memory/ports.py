@@ -26,7 +26,8 @@ from typing import Any, Protocol, Sequence
 
 __all__ = [
     "DENSE", "SPARSE", "DocumentStore", "FusionPlan", "LongTermStore", "MemoryRow", "MemorySearch", "MemoryStore",
-    "MessageStore", "NamespaceSettingsStore", "PointFilter", "ScoredRow", "SessionStore", "Store", "StoreLifecycle",
+    "MessageStore", "NamespaceSettingsStore", "PointFilter", "RunStore", "ScoredRow", "SessionStore", "Store",
+    "StoreLifecycle",
     "TranscriptStore", "UsageStore", "document_point", "point_id", "stored_time",
 ]
 
@@ -225,6 +226,16 @@ class DocumentStore(Protocol):
     async def list_documents(self, kind: str, namespace: str) -> list[tuple[str, Payload]]:
         """(key, payload) of every document of this kind in the namespace, by key. The payloads
         are for reading: an adapter may hand out what it keeps in memory (the embedded one does)."""
+
+
+class RunStore(Protocol):
+    """Run records (payload dicts keyed by `run_id`, in a `namespace`, of a `session_id`, timed by
+    `created_at`; runs.py). Durable once a call returns; a put replaces the record."""
+
+    async def put_run(self, payload: Payload) -> None: ...
+    async def get_run(self, run_id: str) -> Payload | None: ...
+    async def list_runs(self, namespace: str, session_id: str = "") -> list[Payload]:
+        """The namespace's runs (of `session_id` only, when given), newest first."""
 
 
 def document_point(kind: str, namespace: str, key: str) -> str:

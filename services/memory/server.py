@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
+from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
@@ -30,6 +31,7 @@ from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.reflections import Reflections
+from agentmesh.memory.runs import DocumentRuns, Runs
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
@@ -56,12 +58,13 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
-                 a2a_tasks: A2aTasks | None = None):
+                 a2a_tasks: A2aTasks | None = None, runs: Runs | None = None):
         self._transcripts = transcripts
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
         self._a2a_tasks = a2a_tasks
+        self._runs = runs
         self._memories = memories
         self._namespaces = namespaces
         self._profiles = profiles
@@ -395,6 +398,36 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         return memory_pb2.A2aTaskRecord(namespace=request.namespace or "default", task_id=request.task_id,
                                         task_json=task_json, updated_at=updated_at)
 
+    # --- runs (runs.py): the gateways record their turns here ---
+
+    def _run_records(self) -> Runs:
+        if self._runs is None:
+            raise FailedPrecondition("this memory service keeps no runs")
+        return self._runs
+
+    @translate_errors
+    async def PutRunRecord(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutRunRecord")
+        stored = await self._run_records().put(json_format.MessageToDict(request, preserving_proto_field_name=True))
+        return json_format.ParseDict(stored, sessions_pb2.Run(), ignore_unknown_fields=True)
+
+    @translate_errors
+    async def GetRunRecord(self, request, context):
+        run = await self._run_records().get(request.run_id)
+        # Another tenant's run is NOT_FOUND, with the sentence of a run that does not exist.
+        self._tenants.namespace(str(run.get("namespace", "default")), "GetRunRecord")
+        return json_format.ParseDict(run, sessions_pb2.Run(), ignore_unknown_fields=True)
+
+    @translate_errors
+    async def ListRunRecords(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "ListRunRecords")
+        runs, token = await self._run_records().list(
+            request.namespace, request.session_id, list(request.states), request.created_after,
+            request.created_before, request.page_size, request.page_token)
+        return sessions_pb2.ListRunRecordsResponse(
+            runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs],
+            next_page_token=token)
+
 
 def _registration_to_proto(s: McpRegistration) -> memory_pb2.McpRegistration:
     return memory_pb2.McpRegistration(name=s.name, command=s.command, args=list(s.args), url=s.url,
@@ -457,7 +490,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                               Skills(documents, SkillLimits()),
                               PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                               Reflections(documents), UsageLedger(store), host.audit,
-                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents))
+                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents),
+                              runs=Runs(DocumentRuns(documents)))
     host.add(memory_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):

@@ -176,6 +176,10 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # Usage: the agent records every model call; the gateway sums them (Gateway.GetUsage).
         "RecordUsage": _allow("agent"),
         "SumUsage": _allow("gateway"),
+        # Runs: each gateway replica records the turns it runs and reads any replica's back.
+        "PutRunRecord": _allow("gateway"),
+        "GetRunRecord": _allow("gateway"),
+        "ListRunRecords": _allow("gateway"),
     },
 }
 

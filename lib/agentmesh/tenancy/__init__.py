@@ -157,7 +157,16 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "TriggerJob": "admin",
     "GetJob": "viewer",
     "ListJobs": "viewer",
-    "ListRuns": "viewer",
+    "ListRuns": "viewer",         # a cron job's runs (scheduler), a namespace's turns (gateway)
+    # Runs: a turn as a resource (docs/api.md, "Runs"). Starting and cancelling one is a member's,
+    # as Chat and Cancel are; the records memory keeps for the gateways follow the same rows.
+    "CreateRun": "member",
+    "GetRun": "viewer",
+    "JoinRun": "viewer",
+    "CancelRun": "member",
+    "PutRunRecord": "member",
+    "GetRunRecord": "viewer",
+    "ListRunRecords": "viewer",
 }
 
 
