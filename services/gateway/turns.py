@@ -99,9 +99,11 @@ class SessionTurns:
     def all(self) -> list[RunningTurn]:
         return list(self._running.values())
 
-    async def take(self, session_id: str, turn: RunningTurn, policy: str) -> RunningTurn | None:
+    async def take(self, session_id: str, turn: RunningTurn, policy: str,
+                   waiting: Callable[[], None] | None = None) -> RunningTurn | None:
         """Make `turn` the session's running turn, by `policy` when another one runs: refuse,
-        wait for it, or stop it and take over. The turn it superseded, if any."""
+        wait for it, or stop it and take over. The turn it superseded, if any. `waiting` is
+        called when the turn waits in line (its run is then "queued")."""
         superseded: RunningTurn | None = None
         try:
             while True:
@@ -122,6 +124,8 @@ class SessionTurns:
                     superseded = running
                     log.info("turn superseded", session_id=session_id, run_id=running.run_id, by=policy)
                 # Enqueued, or another message already took over: wait, then look again.
+                if waiting is not None:
+                    waiting()
                 await running.ended.wait()
         except BaseException:
             if superseded is not None and superseded.successor is turn:

@@ -18,7 +18,7 @@ from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.memory.ports import DocumentStore, Payload, RunStore
 
-__all__ = ["DocumentRuns", "RUN_STATES", "Runs"]
+__all__ = ["RUN_STATES", "DocumentRuns", "Runs"]
 
 KIND = "run"
 WHERE_KIND = "run_where"
