@@ -17,7 +17,7 @@ from agentmesh.ids import new_id, validate_id
 from agentmesh.logs import get_logger
 from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
 
-__all__ = ["RunRpcs", "validate_run_id"]
+__all__ = ["RunRpcs", "validate_join", "validate_run_id"]
 
 log = get_logger("agentmesh.gateway")
 
@@ -31,6 +31,12 @@ def validate_run_id(run_id: str) -> str:
         raise InvalidArgument(f"run_id {run_id[:64]!r} must be 1-{MAX_RUN_ID_CHARS} letters, digits, '.', '_', ':' or '-'",
                               field="run_id")
     return run_id
+
+
+def validate_join(run_id: str, after_seq: int) -> None:
+    validate_run_id(run_id)
+    if after_seq < 0:
+        raise InvalidArgument("after_seq must not be negative: the seq of the last event seen, or 0", field="after_seq")
 
 
 class RunRpcs:
@@ -99,9 +105,7 @@ class RunRpcs:
         return gateway_pb2.ListTurnRunsResponse(runs=reply.runs, next_page_token=reply.next_page_token)
 
     async def join(self, run_id: str, after_seq: int, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
-        validate_run_id(run_id)
-        if after_seq < 0:
-            raise InvalidArgument("after_seq must not be negative", field="after_seq")
+        validate_join(run_id, after_seq)
         local = self._ledger.local(run_id)
         if local is not None:
             require_run(caller, local.record, "JoinRun")

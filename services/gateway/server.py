@@ -21,7 +21,7 @@ from agentmesh.gateway.peers import AgentClient, LocalTraces, MemorySessions, To
 from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.gateway.resources import Resources
-from agentmesh.gateway.run_rpcs import RunRpcs, validate_run_id
+from agentmesh.gateway.run_rpcs import RunRpcs, validate_join, validate_run_id
 from agentmesh.gateway.runs import RunLedger
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.gateway.usage import UsageReports
@@ -162,6 +162,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def JoinRun(self, request, context):
+        validate_join(request.run_id, request.after_seq)  # refused here, without a hop
         owner = await self._run_owner(request.run_id, context)
         if owner is not None and self._router is not None:
             try:
