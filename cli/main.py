@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reflect": ("reflect", "reflect on a session now (knowledge, learnings, skill drafts); 'history' lists the runs"),
     "cron": ("cron", "schedule agent runs: add, list, run, toggle, delete, history, import"),
     "trace": ("trace", "show the traces of recent turns (local span store)"),
+    "runs": ("runs", "list, show, join or cancel runs (turns started with chat --submit)"),
     "approvals": ("approvals", "approve or deny a tool call a running turn waits on"),
     "models": ("models", "the models a turn may name (chat --model NAME)"),
     "mcp": ("mcp", "a namespace's own MCP servers: add, list, remove"),
