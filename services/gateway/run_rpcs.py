@@ -7,7 +7,7 @@ to the replica that runs the run's session, as it does for Chat and AttachTurn.
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
@@ -64,7 +64,8 @@ class RunRpcs:
         self._tasks.add(task)
         task.add_done_callback(self._ended)
         try:
-            await asyncio.wait({begun, task}, return_when=asyncio.FIRST_COMPLETED)
+            pending: list[asyncio.Future[Any]] = [begun, task]
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             if not begun.done():
                 task.result()  # refused before the run began: its error is the answer
                 raise FailedPrecondition("the run ended before it began")  # not reached: chat begins or raises

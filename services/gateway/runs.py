@@ -199,11 +199,12 @@ class RunLedger:
 
     async def list(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
         if self._records is None:
-            runs = [r.record for r in [*self._running.values(), *self._recent.values()]
+            runs: list[sessions_pb2.Run] = [r.record for r in [*self._running.values(), *self._recent.values()]
                     if r.record.namespace == request.namespace
                     and (not request.session_id or r.record.session_id == request.session_id)
                     and (not request.states or r.record.state in request.states)]
-            return sessions_pb2.ListRunRecordsResponse(runs=sorted(runs, key=lambda r: -r.created_at))
+            runs.sort(key=lambda run: -run.created_at)
+            return sessions_pb2.ListRunRecordsResponse(runs=runs)
         reply = await self._records.list_runs(request)
         # Runs of this replica are fresher here than in memory (a write may be on its way).
         for run in reply.runs:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+
 from agentmesh.v1 import gateway_pb2
 from tests.gateway_routing.test_replicas import A, B, held_call, reason_of, refused
 from tests.support.llm_server import reply
