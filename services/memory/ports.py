@@ -237,6 +237,9 @@ class RunStore(Protocol):
     async def list_runs(self, namespace: str, session_id: str = "") -> list[Payload]:
         """The namespace's runs (of `session_id` only, when given), newest first."""
 
+    async def pending_webhooks(self) -> list[Payload]:
+        """Every run whose `webhook_state` is "pending", of every namespace."""
+
 
 def document_point(kind: str, namespace: str, key: str) -> str:
     """The point id of a document: one address, one point, in every adapter."""

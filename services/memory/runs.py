@@ -7,21 +7,29 @@ run id in its namespace), so both adapters keep runs where transcripts live with
 of their own. A run is read by id alone (GetRun names no namespace), so a second small document
 (kind "run_where", in the reserved namespace RUN_INDEX) says which namespace holds it.
 `Runs` is the core: it checks what a gateway sends and pages through a namespace's runs.
+
+A run whose webhook delivery is pending is also listed in RUN_INDEX (kind "run_webhook"), so a
+gateway that starts finds the deliveries to resume without reading every namespace. Each
+namespace's webhook signing secret is a document too (`WebhookSecrets`), made on first use.
 """
 
 from __future__ import annotations
 
+import base64
 import re
+import secrets
 from typing import Any
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.memory.ports import DocumentStore, Payload, RunStore
 
-__all__ = ["RUN_STATES", "DocumentRuns", "Runs"]
+__all__ = ["RUN_STATES", "DocumentRuns", "Runs", "WebhookSecrets"]
 
 KIND = "run"
 WHERE_KIND = "run_where"
+PENDING_KIND = "run_webhook"
+SECRET_KIND = "webhook_secret"
 RUN_INDEX = "_runs"  # not a valid namespace name (validate_namespace), so no tenant's documents
 RUN_STATES = ("queued", "running", "waiting_for_approval", "succeeded", "failed", "cancelled", "interrupted")
 MAX_PAGE_SIZE = 500
@@ -41,6 +49,19 @@ class DocumentRuns:
         if where is None or where.get("namespace") != namespace:
             await self._documents.put_document(WHERE_KIND, RUN_INDEX, run_id, {"namespace": namespace})
         await self._documents.put_document(KIND, namespace, run_id, payload)
+        if payload.get("webhook_state") == "pending":
+            await self._documents.put_document(PENDING_KIND, RUN_INDEX, run_id, {"namespace": namespace})
+        elif payload.get("webhook_url"):
+            await self._documents.delete_document(PENDING_KIND, RUN_INDEX, run_id)
+
+    async def pending_webhooks(self) -> list[Payload]:
+        """Every run whose webhook delivery is pending, of every namespace."""
+        runs = []
+        for run_id, where in await self._documents.list_documents(PENDING_KIND, RUN_INDEX):
+            run = await self._documents.get_document(KIND, str(where["namespace"]), run_id)
+            if run is not None and run.get("webhook_state") == "pending":
+                runs.append(dict(run))
+        return runs
 
     async def get_run(self, run_id: str) -> Payload | None:
         where = await self._documents.get_document(WHERE_KIND, RUN_INDEX, run_id)
@@ -55,9 +76,29 @@ class DocumentRuns:
         return runs
 
 
+class WebhookSecrets:
+    """Each namespace's webhook signing secret, in the Standard Webhooks form ("whsec_" and the
+    base64 of 32 random bytes), made the first time it is asked for."""
+
+    def __init__(self, documents: DocumentStore):
+        self._documents = documents
+
+    async def get(self, namespace: str) -> str:
+        namespace = validate_namespace(namespace or "default")
+        stored = await self._documents.get_document(SECRET_KIND, namespace, "v1")
+        if stored is not None:
+            return str(stored["secret"])
+        secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+        await self._documents.put_document(SECRET_KIND, namespace, "v1", {"secret": secret})
+        return secret
+
+
 class Runs:
     def __init__(self, store: RunStore):
         self._store = store
+
+    async def pending_webhooks(self) -> list[dict[str, Any]]:
+        return await self._store.pending_webhooks()
 
     async def put(self, run: dict[str, Any]) -> dict[str, Any]:
         """Store the run as the gateway sends it (a put replaces the record)."""

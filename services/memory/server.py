@@ -31,7 +31,7 @@ from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.reflections import Reflections
-from agentmesh.memory.runs import DocumentRuns, Runs
+from agentmesh.memory.runs import DocumentRuns, Runs, WebhookSecrets
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
@@ -58,13 +58,15 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
-                 a2a_tasks: A2aTasks | None = None, runs: Runs | None = None):
+                 a2a_tasks: A2aTasks | None = None, runs: Runs | None = None,
+                 webhook_secrets: WebhookSecrets | None = None):
         self._transcripts = transcripts
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
         self._a2a_tasks = a2a_tasks
         self._runs = runs
+        self._webhook_secrets = webhook_secrets
         self._memories = memories
         self._namespaces = namespaces
         self._profiles = profiles
@@ -420,6 +422,11 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def ListRunRecords(self, request, context):
+        if request.webhook_pending:
+            # Every namespace's: only a gateway asks (CALLERS), to resume the deliveries.
+            runs = await self._run_records().pending_webhooks()
+            return sessions_pb2.ListRunRecordsResponse(
+                runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs])
         self._tenants.namespace(request.namespace or "default", "ListRunRecords")
         runs, token = await self._run_records().list(
             request.namespace, request.session_id, list(request.states), request.created_after,
@@ -427,6 +434,15 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         return sessions_pb2.ListRunRecordsResponse(
             runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs],
             next_page_token=token)
+
+
+    @translate_errors
+    async def GetWebhookSecret(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetWebhookSecret")
+        if self._webhook_secrets is None:
+            raise FailedPrecondition("this memory service keeps no webhook secrets")
+        secret = await self._webhook_secrets.get(request.namespace)
+        return sessions_pb2.WebhookSecret(namespace=request.namespace or "default", secret=secret)
 
 
 def _registration_to_proto(s: McpRegistration) -> memory_pb2.McpRegistration:
@@ -491,7 +507,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                               PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                               Reflections(documents), UsageLedger(store), host.audit,
                               mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents),
-                              runs=Runs(DocumentRuns(documents)))
+                              runs=Runs(DocumentRuns(documents)), webhook_secrets=WebhookSecrets(documents))
     host.add(memory_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):

@@ -67,6 +67,19 @@ async def test_runs_are_listed_per_namespace_and_session_newest_first(runs_facto
     assert await runs.list_runs("team-c") == []
 
 
+async def test_runs_with_a_pending_webhook_are_listed_across_namespaces_until_delivered(runs_factory):
+    store, runs = await runs_factory()
+    hook = {"webhook_url": "https://example.com/hook"}
+    await runs.put_run(run("run-a", state="succeeded", webhook_state="pending", **hook))
+    await runs.put_run(run("run-b", namespace="team-b", state="failed", webhook_state="pending", **hook))
+    await runs.put_run(run("run-c", state="succeeded"))
+    assert sorted(r["run_id"] for r in await runs.pending_webhooks()) == ["run-a", "run-b"]
+
+    await runs.put_run(run("run-a", state="succeeded", webhook_state="delivered", **hook))
+    _, runs = await runs_factory.reopen(store)
+    assert [r["run_id"] for r in await runs.pending_webhooks()] == ["run-b"]
+
+
 async def test_the_core_filters_by_state_and_time_and_pages(runs_factory):
     _, store = await runs_factory()
     core = Runs(store)

@@ -180,6 +180,7 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "PutRunRecord": _allow("gateway"),
         "GetRunRecord": _allow("gateway"),
         "ListRunRecords": _allow("gateway"),
+        "GetWebhookSecret": _allow("gateway"),
     },
 }
 

@@ -167,6 +167,8 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "PutRunRecord": "member",
     "GetRunRecord": "viewer",
     "ListRunRecords": "viewer",
+    # The secret a namespace's run webhooks are signed with: whoever holds it can forge them.
+    "GetWebhookSecret": "admin",
 }
 
 
