@@ -36,6 +36,7 @@ __all__ = [
     "SESSION_BUSY",
     "SHUTTING_DOWN",
     "TURN_TIMEOUT",
+    "URL_REFUSED",
     "UNAUTHENTICATED",
     "UNIMPLEMENTED",
     "UNKNOWN_MODEL",
@@ -82,6 +83,7 @@ REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
 SHUTTING_DOWN = "SHUTTING_DOWN"
 WATCHER_TOO_SLOW = "WATCHER_TOO_SLOW"
 TURN_TIMEOUT = "TURN_TIMEOUT"
+URL_REFUSED = "URL_REFUSED"
 
 REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(INVALID_ARGUMENT, "INVALID_ARGUMENT",
@@ -126,6 +128,9 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
            "metadata `timeout_s`"),
     Reason(WATCHER_TOO_SLOW, "RESOURCE_EXHAUSTED",
            "a WatchActivity stream fell too far behind and was stopped; watch again"),
+    Reason(URL_REFUSED, "INVALID_ARGUMENT",
+           "a URL the platform would call (a run's webhook) is not http(s), does not resolve, or reaches a "
+           "loopback, link-local or private address the egress policy refuses; metadata `field`"),
 )}
 
 _DEFAULT_OF_CODE = {r.code: r.name for r in REASONS.values() if r.name in (

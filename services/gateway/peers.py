@@ -80,6 +80,10 @@ class MemorySessions:
     async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
         return await self._call(self._stub.ListRunRecords, request)
 
+    async def webhook_secret(self, namespace: str) -> str:
+        reply = await self._call(self._stub.GetWebhookSecret, sessions_pb2.GetWebhookSecretRequest(namespace=namespace))
+        return str(reply.secret)
+
     async def get_namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
         return await self._call(self._stub.GetNamespaceSettings, sessions_pb2.GetNamespaceSettingsRequest(namespace=namespace))
 

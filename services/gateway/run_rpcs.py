@@ -7,7 +7,7 @@ to the replica that runs the run's session, as it does for Chat and AttachTurn.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.gateway.authz import ANYONE, Authorizer, Caller
@@ -40,9 +40,11 @@ def validate_join(run_id: str, after_seq: int) -> None:
 
 
 class RunRpcs:
-    def __init__(self, core: Gateway, authz: Authorizer):
+    def __init__(self, core: Gateway, authz: Authorizer, check_webhook: Callable[[str], Awaitable[None]] | None = None):
         self._core = core
         self._authz = authz
+        # The egress check of a webhook URL (webhooks.py); None: webhooks are not served here.
+        self._check_webhook = check_webhook
         self._ledger = core.runs
         # The turns CreateRun started: held here so they are not collected while they run.
         self._tasks: set[asyncio.Task[None]] = set()
@@ -52,8 +54,12 @@ class RunRpcs:
         turn's own refusals (busy, limits, another tenant's session) are this call's."""
         chat = gateway_pb2.ChatRequest(session_id=request.session_id, message=request.message, options=request.options)
         self._core.validate_chat(chat)
+        if request.webhook_url:
+            if self._check_webhook is None:
+                raise FailedPrecondition("this gateway delivers no webhooks", field="webhook_url")
+            await self._check_webhook(request.webhook_url)
         run_id = new_id("run")
-        begun = self._ledger.expect(run_id)
+        begun = self._ledger.expect(run_id, request.webhook_url)
 
         async def run_on() -> None:
             # Nobody reads these events here: the run's feed keeps them for JoinRun.

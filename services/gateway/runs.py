@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Protocol
+from typing import AsyncIterator, Callable, Protocol
 
 from agentmesh.errors import NotFound
 from agentmesh.gateway.authz import Caller
@@ -91,6 +91,9 @@ class RunLedger:
         self._recent: OrderedDict[str, LocalRun] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
         self._expected: dict[str, list[asyncio.Future[LocalRun]]] = {}
+        self._webhook_urls: dict[str, str] = {}
+        # Called with each ended run that names a webhook (webhooks.py delivers it).
+        self.on_end: Callable[[sessions_pb2.Run], None] | None = None
 
     # --- the core's side ------------------------------------------------------------------
 
@@ -98,20 +101,25 @@ class RunLedger:
         now = time.time()
         run = LocalRun(sessions_pb2.Run(run_id=run_id, session_id=session_id, namespace=namespace or "default",
                                         state="queued", created_at=now, updated_at=now, started_by=started_by))
+        run.record.webhook_url = self._webhook_urls.pop(run_id, "")
         self._running[run_id] = run
         for waiter in self._expected.pop(run_id, ()):
             if not waiter.done():
                 waiter.set_result(run)
         return run
 
-    def expect(self, run_id: str) -> asyncio.Future[LocalRun]:
-        """Resolved when the core begins run `run_id` (CreateRun waits on it)."""
+    def expect(self, run_id: str, webhook_url: str = "") -> asyncio.Future[LocalRun]:
+        """Resolved when the core begins run `run_id` (CreateRun waits on it), which then names
+        `webhook_url`."""
+        if webhook_url:
+            self._webhook_urls[run_id] = webhook_url
         waiter: asyncio.Future[LocalRun] = asyncio.get_running_loop().create_future()
         self._expected.setdefault(run_id, []).append(waiter)
         return waiter
 
     def forget_expected(self, run_id: str) -> None:
         self._expected.pop(run_id, None)
+        self._webhook_urls.pop(run_id, None)
 
     def queued(self, run: LocalRun) -> None:
         """The turn waits in line behind the session's running one (if_busy enqueue)."""
@@ -177,10 +185,31 @@ class RunLedger:
                 record.error_reason = str(getattr(failure, "reason", "") or "")
                 record.error_message = str(getattr(failure, "message", "") or failure or "the turn ended without a result")[:2000]
         record.finished_at = time.time()
-        self._recent[record.run_id] = run
+        if record.webhook_url:
+            # In the run's final write: the delivery is durable before it is tried.
+            record.webhook_state = "pending"
+        self._keep(run)
+        self._save(run)
+        if record.webhook_url and self.on_end is not None:
+            self.on_end(record)
+
+    def update_webhook(self, run: sessions_pb2.Run) -> None:
+        """A delivery's progress (its attempts, its state), written through this ledger so the
+        run's writes stay in order — whichever replica ran it."""
+        local = self.local(run.run_id)
+        if local is None:
+            local = LocalRun(_copy(run))
+            local.began.set()
+            self._keep(local)
+        local.record.webhook_state = run.webhook_state
+        del local.record.webhook_attempts[:]
+        local.record.webhook_attempts.extend(run.webhook_attempts)
+        self._save(local)
+
+    def _keep(self, run: LocalRun) -> None:
+        self._recent[run.record.run_id] = run
         while len(self._recent) > RECENT_RUNS:
             self._recent.popitem(last=False)
-        self._save(run)
 
     # --- the readers' side ----------------------------------------------------------------
 
@@ -234,6 +263,7 @@ class RunLedger:
 
     # --- writing ----------------------------------------------------------------------------
 
+
     def _save(self, run: LocalRun) -> None:
         run.record.updated_at = time.time()
         if self._records is None:
@@ -264,3 +294,9 @@ class RunLedger:
                     continue
             # Set after a failed first write too: CreateRun answers, and GetRun on this replica works.
             run.written.set()
+
+
+def _copy(run: sessions_pb2.Run) -> sessions_pb2.Run:
+    copy = sessions_pb2.Run()
+    copy.CopyFrom(run)
+    return copy

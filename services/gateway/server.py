@@ -4,6 +4,7 @@ replicas, and wiring to its peers."""
 from __future__ import annotations
 
 import contextlib
+from typing import Awaitable, Callable
 
 from agentmesh.config import Settings
 from agentmesh.errors import NotFound, Unavailable
@@ -25,6 +26,7 @@ from agentmesh.gateway.run_rpcs import RunRpcs, validate_join, validate_run_id
 from agentmesh.gateway.runs import RunLedger
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.gateway.usage import UsageReports
+from agentmesh.gateway.webhooks import Webhooks
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
@@ -51,7 +53,8 @@ def _caller() -> Caller:
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None,
                  reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
-                 authz: Authorizer | None = None, runs: RunRpcs | None = None):
+                 authz: Authorizer | None = None, runs: RunRpcs | None = None,
+                 webhook_secret: Callable[[str], Awaitable[str]] | None = None):
         # authz: who may touch which session and namespace (authz.py); None only without a memory
         # service to ask (then only the learning RPCs, which need one anyway, would use it).
         self._core = core
@@ -61,6 +64,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self._learning = learning
         self._authz = authz
         self._runs = runs or RunRpcs(core, authz or Authorizer(_NoSessions()))
+        self._webhook_secret = webhook_secret
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -181,6 +185,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             with contextlib.suppress(OwnerUnreachable):
                 return await self._router.forwarder.unary(owner, "CancelRun", request, context)
         return await self._runs.cancel(request.run_id, _caller())
+
+    @translate_errors
+    async def GetWebhookSecret(self, request, context):
+        if self._authz is None or self._webhook_secret is None:
+            raise Unavailable("webhooks are not wired in this gateway")
+        namespace = self._authz.namespace(_caller(), request.namespace, "GetWebhookSecret")
+        return sessions_pb2.WebhookSecret(namespace=namespace, secret=await self._webhook_secret(namespace))
 
     @translate_errors
     async def WatchActivity(self, request, context):
@@ -400,6 +411,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         live=LiveTurns(gateway_settings.advertise_address if gateway_settings.peers.enabled else ""),
         runs=RunLedger(sessions),
     )
+    # Run webhooks: delivered from here, written back through the run ledger (webhooks.py says why).
+    webhooks = Webhooks(sessions, gateway_settings.webhook_allow_private, gateway_settings.webhook_retry_base_s,
+                        gateway_settings.webhook_max_attempts, core.runs.update_webhook)
+    core.runs.on_end = webhooks.deliver
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
                           max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies, authz=authz)
@@ -420,7 +435,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     learning = MemoryLearning(channels["memory"], settings.address_of("memory"))
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
              GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz,
-                             RunRpcs(core, authz)), "agentmesh.v1.Gateway")
+                             RunRpcs(core, authz, webhooks.check), sessions.webhook_secret), "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():
@@ -431,6 +446,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_stop(close_channels)
     # Registered after close_channels, so it runs before it: the runs' last records reach memory.
     host.on_stop(core.runs.drain)
+    host.on_stop(webhooks.close)  # before the ledger's last writes (on_stop runs in reverse)
+    host.on_start(webhooks.resume)
     if gateway_settings.http_address:
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
                        settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions))
