@@ -21,12 +21,14 @@ from agentmesh.agent.adapters.memory import (
     GrpcUsageLog,
     UsageOutbox,
 )
+from agentmesh.agent.adapters.scheduler import GrpcWakeups
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
 from agentmesh.agent.adapters.tools import GrpcBackgroundCommands, GrpcToolRunner
 from agentmesh.agent.adapters.watches import BackgroundWatch, CatalogWatch
 from agentmesh.agent.capabilities.learning import LearningSources
 from agentmesh.agent.capabilities.reflection import Reflector
 from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.capabilities.wakeups import Wakeups, WakeupScheduler
 from agentmesh.agent.loop.model_choice import NamedModel
 from agentmesh.agent.loop.run import Agent
 from agentmesh.agent.loop.session_open import SessionToOpen
@@ -259,6 +261,17 @@ def build_named_models(catalog: ModelCatalog, settings: Settings, agent_settings
     return named, closers
 
 
+def with_wakeups(scheduler: WakeupScheduler):
+    """The registry's capabilities, and schedule_wakeup with the scheduler it reaches — for a
+    user's turn; a sub-agent's session is not one to resume later."""
+    def capabilities(ctx):
+        found = for_turn(ctx)
+        if ctx.request.subagent is None:
+            found.append(Wakeups(ctx, scheduler))
+        return found
+    return capabilities
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     agent_settings = settings.section(AgentSettings)
     provider, close_provider = build_provider(settings.llm, agent_settings, telemetry)
@@ -267,6 +280,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     identity = ServiceIdentity.open("agent", settings.keys_dir)
     tools_channel = open_channel(tools_target, identity=identity, audience="tools")
     memory_channel = open_channel(memory_target, telemetry, identity=identity, audience="memory")
+    scheduler_target = settings.address_of("scheduler")
+    scheduler_channel = open_channel(scheduler_target, telemetry, identity=identity, audience="scheduler")
     # A turn's start, every step's append and every tool call ride one stream to each service
     # (agentmesh.rpc.carried), each message still a call of its own.
     rpc_tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
@@ -293,7 +308,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         settings=agent_settings,
         model=settings.llm.model_name,
         telemetry=telemetry,
-        capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
+        # What plugs into a turn (capabilities/registry.py), and the wake-ups the scheduler keeps.
+        capabilities=with_wakeups(GrpcWakeups(scheduler_channel, scheduler_target)),
         sessions=MemoryChildSessions(memory_client),
         background=GrpcBackgroundCommands(tools_channel, tools_target, known=known_background),
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
@@ -321,6 +337,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await tools_channel.close()
         await memory_client.close()
         await memory_channel.close()
+        await scheduler_channel.close()
 
     host.on_stop(close)
     return host

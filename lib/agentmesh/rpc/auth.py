@@ -75,8 +75,10 @@ def _allow(*callers: str) -> Allowed:
 CALLERS: Mapping[str, Mapping[str, Allowed]] = {
     # Users, the scheduler's runs, and other gateway replicas forwarding a session's calls.
     "gateway": {"*": _allow(USERS, "scheduler", "gateway")},
-    # Users create and trigger jobs (`agentmesh cron`); no service calls the scheduler.
-    "scheduler": {"*": _allow(USERS)},
+    # Users create and trigger jobs (`agentmesh cron`); the agent asks for its wake-ups.
+    "scheduler": {"*": _allow(USERS),
+                  # The agent's schedule_wakeup tool, for the user whose turn runs it.
+                  "ScheduleWakeup": _allow("agent")},
     # Turns run only for the gateway.
     "agent": {
         "RunTurn": _allow("gateway"),
