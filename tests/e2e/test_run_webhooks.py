@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 
 from agentmesh.rpc.errors import error_info_of
+from agentmesh.rpc.launch import start_service
 from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.support.llm_server import reply
 from tests.support.stack import Stack
@@ -56,7 +57,11 @@ class Receiver:
 async def receiver():
     hooks = Receiver()
     app = web.Application()
-    app.router.add_post("/hook", hooks.handle)
+
+    async def route(request: web.Request) -> web.Response:
+        return await hooks.handle(request)  # looked up per request: a test may swap it
+
+    app.router.add_post("/hook", route)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -109,3 +114,42 @@ async def test_a_private_webhook_url_is_refused_at_creation_when_the_deployment_
         # Nothing was started or recorded.
         listing = await gateway.ListRuns(gateway_pb2.ListTurnRunsRequest(), timeout=10)
         assert not listing.runs and not llm.requests
+
+
+async def test_a_pending_delivery_survives_a_gateway_restart(tmp_path, llm, receiver):
+    llm.add(reply("Done before the restart."))
+    receiver.failing = True  # answered 500 until the gateway has been restarted
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.read()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        receiver.requests.append((headers, body))
+        if receiver.failing:
+            return web.Response(status=500)
+        if verify(receiver.secret, headers, body):
+            receiver.processed.setdefault(headers["webhook-id"], body)
+            return web.Response(status=200)
+        return web.Response(status=400)
+
+    receiver.handle = handle  # the fixture's route calls the receiver's handle at request time
+    slow_retries = {**ALLOW_LOOPBACK, "AGENTMESH_GATEWAY_WEBHOOK_RETRY_BASE_S": "1"}
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=slow_retries) as stack:
+        gateway = stack.gateway_stub()
+        receiver.secret = (await gateway.GetWebhookSecret(sessions_pb2.GetWebhookSecretRequest(), timeout=10)).secret
+        run = await gateway.CreateRun(gateway_pb2.CreateRunRequest(session_id="restarted", message="go",
+                                                                   webhook_url=receiver.url), timeout=10)
+        async with asyncio.timeout(60):
+            while not receiver.requests:
+                await asyncio.sleep(0.05)
+        # The gateway goes away with the delivery pending, and comes back; the receiver recovers.
+        host = stack.hosts.pop("gateway")
+        await host.stop(grace=1)
+        host.telemetry.shutdown()
+        receiver.failing = False
+        stack.hosts["gateway"] = await start_service("gateway", stack.settings, stack.addresses["gateway"])
+        gateway = stack.gateway_stub()
+        async with asyncio.timeout(60):
+            while (await gateway.GetRun(gateway_pb2.GetRunRequest(run_id=run.run_id), timeout=10)).webhook_state != "delivered":
+                await asyncio.sleep(0.1)
+    assert list(receiver.processed) == [run.run_id]
+    assert all(h["webhook-id"] == run.run_id for h, _ in receiver.requests)
