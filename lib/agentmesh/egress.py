@@ -16,7 +16,7 @@ import ipaddress
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 import httpcore
 import httpx
@@ -74,7 +74,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         self._who = who
         self._inner = httpcore.AnyIOBackend()
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options=None):
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -89,7 +90,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
             )
         return await self._inner.connect_tcp(addresses[0], port, timeout, local_address, socket_options)
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options=None):
+    async def connect_unix_socket(self, path: str, timeout: float | None = None,
+                                  socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
         raise AddressRefused(f"unix sockets are not reachable from {self._who}")
 
     async def sleep(self, seconds: float) -> None:
