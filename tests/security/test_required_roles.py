@@ -55,6 +55,8 @@ ADMIN_ONLY = {
     "PutMcpRegistration": memory_pb2.PutMcpRegistrationRequest(
         namespace="acme", server=memory_pb2.McpRegistration(name="evil", command="/bin/true")),
     "RemoveMcpRegistration": memory_pb2.RemoveMcpRegistrationRequest(namespace="acme", name="docs"),
+    # Whoever holds a namespace's webhook secret can forge its run webhooks.
+    "GetWebhookSecret": sessions_pb2.GetWebhookSecretRequest(namespace="acme"),
 }
 
 
