@@ -6,6 +6,8 @@ once and the session gets the note as its next message. Bounds are sentences the
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 
 from agentmesh.rpc.launch import start_service
@@ -13,6 +15,16 @@ from agentmesh.v1 import gateway_pb2, scheduler_pb2, sessions_pb2
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
 from tests.support.turns import collect, of_kind
+
+
+async def cli(stack, *args: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
+    env.update(stack.env)
+    env.update({f"AGENTMESH_{name.upper()}_ADDR": addr for name, addr in stack.addresses.items()})
+    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "agentmesh.cli.main", *args, env=env,
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    return process.returncode or 0, out.decode(), err.decode()
 
 
 async def transcript(gateway, session_id: str) -> list:
@@ -35,6 +47,8 @@ async def test_schedule_wakeup_resumes_the_session_with_the_note_across_a_schedu
         [job] = [j for j in jobs if j.job_id == job_id]
         assert job.session_id == "baking" and job.prompt == "check the oven" and job.run_at and not job.done_at
         assert job.source == "wakeup:baking"
+        code, out, err = await cli(stack, "cron", "list")
+        assert code == 0 and job_id in out and "wake-up of baking" in out, (out, err)
 
         # The scheduler is away when the wake-up is due, and comes back after.
         host = stack.hosts.pop("scheduler")
