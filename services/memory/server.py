@@ -423,8 +423,11 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def ListRunRecords(self, request, context):
         if request.webhook_pending:
-            # Every namespace's: only a gateway asks (CALLERS), to resume the deliveries.
-            runs = await self._run_records().pending_webhooks()
+            # Every namespace's: only a gateway asks (CALLERS), to resume the deliveries — and a
+            # call made for a user sees their namespaces' only.
+            visible = self._tenants.visible_namespaces()
+            runs = [r for r in await self._run_records().pending_webhooks()
+                    if visible is None or r.get("namespace", "default") in visible]
             return sessions_pb2.ListRunRecordsResponse(
                 runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs])
         self._tenants.namespace(request.namespace or "default", "ListRunRecords")
