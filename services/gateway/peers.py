@@ -80,6 +80,16 @@ class MemorySessions:
     async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
         return await self._call(self._stub.ListRunRecords, request)
 
+    async def default_webhook(self, namespace: str) -> str:
+        reply = await self._call(self._stub.GetNamespaceWebhook,
+                                 sessions_pb2.GetNamespaceWebhookRequest(namespace=namespace))
+        return str(reply.default_url)
+
+    async def set_default_webhook(self, namespace: str, url: str) -> str:
+        reply = await self._call(self._stub.SetNamespaceWebhook,
+                                 sessions_pb2.NamespaceWebhook(namespace=namespace, default_url=url))
+        return str(reply.default_url)
+
     async def webhook_secret(self, namespace: str) -> str:
         reply = await self._call(self._stub.GetWebhookSecret, sessions_pb2.GetWebhookSecretRequest(namespace=namespace))
         return str(reply.secret)

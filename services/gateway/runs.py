@@ -92,7 +92,7 @@ class RunLedger:
         self._tasks: set[asyncio.Task[None]] = set()
         self._expected: dict[str, list[asyncio.Future[LocalRun]]] = {}
         self._webhook_urls: dict[str, str] = {}
-        # Called with each ended run that names a webhook (webhooks.py delivers it).
+        # Called with each ended run (webhooks.py delivers it to its webhook or its namespace's).
         self.on_end: Callable[[sessions_pb2.Run], None] | None = None
 
     # --- the core's side ------------------------------------------------------------------
@@ -190,7 +190,7 @@ class RunLedger:
             record.webhook_state = "pending"
         self._keep(run)
         self._save(run)
-        if record.webhook_url and self.on_end is not None:
+        if self.on_end is not None:
             self.on_end(record)
 
     def update_webhook(self, run: sessions_pb2.Run) -> None:
@@ -201,7 +201,7 @@ class RunLedger:
             local = LocalRun(_copy(run))
             local.began.set()
             self._keep(local)
-        local.record.webhook_state = run.webhook_state
+        local.record.webhook_url, local.record.webhook_state = run.webhook_url, run.webhook_state
         del local.record.webhook_attempts[:]
         local.record.webhook_attempts.extend(run.webhook_attempts)
         self._save(local)

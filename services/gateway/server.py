@@ -54,7 +54,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None,
                  reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
                  authz: Authorizer | None = None, runs: RunRpcs | None = None,
-                 webhook_secret: Callable[[str], Awaitable[str]] | None = None):
+                 webhook_secret: Callable[[str], Awaitable[str]] | None = None, webhooks: Webhooks | None = None):
         # authz: who may touch which session and namespace (authz.py); None only without a memory
         # service to ask (then only the learning RPCs, which need one anyway, would use it).
         self._core = core
@@ -65,6 +65,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self._authz = authz
         self._runs = runs or RunRpcs(core, authz or Authorizer(_NoSessions()))
         self._webhook_secret = webhook_secret
+        self._webhooks = webhooks
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -192,6 +193,22 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise Unavailable("webhooks are not wired in this gateway")
         namespace = self._authz.namespace(_caller(), request.namespace, "GetWebhookSecret")
         return sessions_pb2.WebhookSecret(namespace=namespace, secret=await self._webhook_secret(namespace))
+
+    @translate_errors
+    async def GetNamespaceWebhook(self, request, context):
+        if self._authz is None or self._webhooks is None:
+            raise Unavailable("webhooks are not wired in this gateway")
+        namespace = self._authz.namespace(_caller(), request.namespace, "GetNamespaceWebhook")
+        return sessions_pb2.NamespaceWebhook(namespace=namespace, default_url=await self._webhooks.default_url(namespace))
+
+    @translate_errors
+    async def SetNamespaceWebhook(self, request, context):
+        if self._authz is None or self._webhooks is None:
+            raise Unavailable("webhooks are not wired in this gateway")
+        namespace = self._authz.namespace(_caller(), request.namespace, "SetNamespaceWebhook")
+        url = await self._webhooks.set_default_url(namespace, request.default_url)
+        self._authz.audit.record("webhook.set_default", "allowed", _caller().principal, namespace=namespace)
+        return sessions_pb2.NamespaceWebhook(namespace=namespace, default_url=url)
 
     @translate_errors
     async def WatchActivity(self, request, context):
@@ -414,7 +431,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # Run webhooks: delivered from here, written back through the run ledger (webhooks.py says why).
     webhooks = Webhooks(sessions, gateway_settings.webhook_allow_private, gateway_settings.webhook_retry_base_s,
                         gateway_settings.webhook_max_attempts, core.runs.update_webhook)
-    core.runs.on_end = webhooks.deliver
+    core.runs.on_end = webhooks.ended
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
                           max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies, authz=authz)
@@ -435,7 +452,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     learning = MemoryLearning(channels["memory"], settings.address_of("memory"))
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
              GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz,
-                             RunRpcs(core, authz, webhooks.check), sessions.webhook_secret), "agentmesh.v1.Gateway")
+                             RunRpcs(core, authz, webhooks.check), sessions.webhook_secret, webhooks),
+             "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():

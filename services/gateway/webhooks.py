@@ -24,7 +24,7 @@ import hashlib
 import hmac
 import ssl
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Coroutine, Protocol
 
 import httpx
 from google.protobuf import json_format
@@ -42,12 +42,17 @@ log = get_logger("agentmesh.gateway.webhooks")
 MAX_URL_CHARS = 2048
 ATTEMPT_TIMEOUT_S = 15.0
 MAX_BACKOFF_S = 3600.0
+# How long a namespace's default webhook is taken as read (a change made through another replica
+# applies to runs ending after that; one made through this replica at once).
+DEFAULT_TTL_S = 10.0
 WEBHOOK_FIELDS = ("webhook_state", "webhook_attempts")  # not in the body: it is the same on every attempt
 
 
 class WebhookRecords(Protocol):
     async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse: ...
     async def webhook_secret(self, namespace: str) -> str: ...
+    async def default_webhook(self, namespace: str) -> str: ...
+    async def set_default_webhook(self, namespace: str, url: str) -> str: ...
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
@@ -69,6 +74,7 @@ class Webhooks:
                                                                      "a run's webhook"),
                                          timeout=ATTEMPT_TIMEOUT_S, follow_redirects=False)
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._defaults: dict[str, tuple[str, float]] = {}  # namespace -> (default URL, read at)
 
     async def check(self, url: str) -> None:
         """Refuse a URL the deliveries could not reach, with the sentence saying why."""
@@ -79,15 +85,50 @@ class Webhooks:
         if why:
             raise InvalidArgument(f"webhook_url refused: {why}", field="webhook_url", reason=error_reasons.URL_REFUSED)
 
+    def ended(self, run: sessions_pb2.Run) -> None:
+        """A run ended: deliver it to its webhook, or to its namespace's default one if it has one.
+        Off the turn's path: the default is read (and cached) by the delivery's own task."""
+        if run.webhook_url:
+            self.deliver(run)
+        elif run.run_id not in self._tasks:
+            self._track(run.run_id, self._to_default(_copy(run)))
+
+    async def _to_default(self, run: sessions_pb2.Run) -> None:
+        try:
+            url = await self.default_url(run.namespace)
+        except Exception as exc:  # noqa: BLE001 - memory away: this run goes unreported, and says so
+            log.warning("namespace webhook not read; the run is not delivered", run_id=run.run_id, error=str(exc))
+            return
+        if url:
+            run.webhook_url, run.webhook_state = url, "pending"
+            self._save(run)  # pending, durably, before the first attempt
+            await self._deliver(run)
+
+    async def default_url(self, namespace: str) -> str:
+        cached = self._defaults.get(namespace)
+        if cached is not None and time.monotonic() - cached[1] < DEFAULT_TTL_S:
+            return cached[0]
+        url = await self._records.default_webhook(namespace)
+        self._defaults[namespace] = (url, time.monotonic())
+        return url
+
+    async def set_default_url(self, namespace: str, url: str) -> str:
+        if url:
+            await self.check(url)
+        stored = await self._records.set_default_webhook(namespace, url)
+        self._defaults[namespace] = (stored, time.monotonic())
+        return stored
+
+    def _track(self, run_id: str, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks[run_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(run_id, None))
+
     def deliver(self, run: sessions_pb2.Run) -> None:
         """Deliver the ended run's record (once per run id at a time), in the background."""
         if run.run_id in self._tasks or run.webhook_state != "pending":
             return
-        copy = sessions_pb2.Run()
-        copy.CopyFrom(run)
-        task = asyncio.create_task(self._deliver(copy))
-        self._tasks[run.run_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(run.run_id, None))
+        self._track(run.run_id, self._deliver(_copy(run)))
 
     async def resume(self) -> None:
         """At start: every delivery a gateway left pending."""
@@ -140,3 +181,9 @@ class Webhooks:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         await self._client.aclose()
+
+
+def _copy(run: sessions_pb2.Run) -> sessions_pb2.Run:
+    copy = sessions_pb2.Run()
+    copy.CopyFrom(run)
+    return copy

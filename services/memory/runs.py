@@ -30,6 +30,8 @@ KIND = "run"
 WHERE_KIND = "run_where"
 PENDING_KIND = "run_webhook"
 SECRET_KIND = "webhook_secret"
+DEFAULT_KIND = "webhook_default"
+MAX_URL_CHARS = 2048
 RUN_INDEX = "_runs"  # not a valid namespace name (validate_namespace), so no tenant's documents
 RUN_STATES = ("queued", "running", "waiting_for_approval", "succeeded", "failed", "cancelled", "interrupted")
 MAX_PAGE_SIZE = 500
@@ -91,6 +93,22 @@ class WebhookSecrets:
         secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
         await self._documents.put_document(SECRET_KIND, namespace, "v1", {"secret": secret})
         return secret
+
+    async def default_url(self, namespace: str) -> str:
+        stored = await self._documents.get_document(DEFAULT_KIND, validate_namespace(namespace or "default"), "url")
+        return str(stored["url"]) if stored is not None else ""
+
+    async def set_default_url(self, namespace: str, url: str) -> str:
+        """Set (or with "" remove) the namespace's default webhook; the gateway checked the URL."""
+        namespace = validate_namespace(namespace or "default")
+        if len(url) > MAX_URL_CHARS or (url and not url.startswith(("http://", "https://"))):
+            raise InvalidArgument(f"default_url must be an http(s) URL of at most {MAX_URL_CHARS} characters",
+                                  field="default_url")
+        if url:
+            await self._documents.put_document(DEFAULT_KIND, namespace, "url", {"url": url})
+        else:
+            await self._documents.delete_document(DEFAULT_KIND, namespace, "url")
+        return url
 
 
 class Runs:

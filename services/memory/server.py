@@ -447,6 +447,22 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         secret = await self._webhook_secrets.get(request.namespace)
         return sessions_pb2.WebhookSecret(namespace=request.namespace or "default", secret=secret)
 
+    @translate_errors
+    async def GetNamespaceWebhook(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetNamespaceWebhook")
+        if self._webhook_secrets is None:
+            raise FailedPrecondition("this memory service keeps no webhooks")
+        url = await self._webhook_secrets.default_url(request.namespace)
+        return sessions_pb2.NamespaceWebhook(namespace=request.namespace or "default", default_url=url)
+
+    @translate_errors
+    async def SetNamespaceWebhook(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SetNamespaceWebhook")
+        if self._webhook_secrets is None:
+            raise FailedPrecondition("this memory service keeps no webhooks")
+        url = await self._webhook_secrets.set_default_url(request.namespace, request.default_url)
+        return sessions_pb2.NamespaceWebhook(namespace=request.namespace or "default", default_url=url)
+
 
 def _registration_to_proto(s: McpRegistration) -> memory_pb2.McpRegistration:
     return memory_pb2.McpRegistration(name=s.name, command=s.command, args=list(s.args), url=s.url,

@@ -153,3 +153,27 @@ async def test_a_pending_delivery_survives_a_gateway_restart(tmp_path, llm, rece
                 await asyncio.sleep(0.1)
     assert list(receiver.processed) == [run.run_id]
     assert all(h["webhook-id"] == run.run_id for h, _ in receiver.requests)
+
+
+async def test_a_namespace_default_webhook_reports_the_runs_that_name_none(tmp_path, llm, receiver):
+    llm.add(reply("Chatted."))
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=ALLOW_LOOPBACK) as stack:
+        gateway = stack.gateway_stub()
+        receiver.secret = (await gateway.GetWebhookSecret(sessions_pb2.GetWebhookSecretRequest(), timeout=10)).secret
+        stored = await gateway.SetNamespaceWebhook(sessions_pb2.NamespaceWebhook(default_url=receiver.url), timeout=10)
+        assert stored.namespace == "default" and stored.default_url == receiver.url
+        got = await gateway.GetNamespaceWebhook(sessions_pb2.GetNamespaceWebhookRequest(), timeout=10)
+        assert got.default_url == receiver.url
+
+        # A plain Chat turn is a run too: it is reported to the namespace's webhook.
+        events = [e async for e in gateway.Chat(gateway_pb2.ChatRequest(session_id="plain", message="hi"), timeout=30)]
+        run_id = events[-1].run_id
+        async with asyncio.timeout(60):
+            while (await gateway.GetRun(gateway_pb2.GetRunRequest(run_id=run_id), timeout=10)).webhook_state != "delivered":
+                await asyncio.sleep(0.1)
+        assert list(receiver.processed) == [run_id]
+
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await gateway.SetNamespaceWebhook(sessions_pb2.NamespaceWebhook(default_url="ftp://example.com"), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not an http:// or https:// URL" in info.value.details()
+        assert (await gateway.GetNamespaceWebhook(sessions_pb2.GetNamespaceWebhookRequest(), timeout=10)).default_url == receiver.url

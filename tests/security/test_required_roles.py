@@ -57,6 +57,7 @@ ADMIN_ONLY = {
     "RemoveMcpRegistration": memory_pb2.RemoveMcpRegistrationRequest(namespace="acme", name="docs"),
     # Whoever holds a namespace's webhook secret can forge its run webhooks.
     "GetWebhookSecret": sessions_pb2.GetWebhookSecretRequest(namespace="acme"),
+    "SetNamespaceWebhook": sessions_pb2.NamespaceWebhook(namespace="acme", default_url="https://example.com/h"),
 }
 
 

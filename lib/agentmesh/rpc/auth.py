@@ -183,6 +183,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "GetRunRecord": _allow("gateway"),
         "ListRunRecords": _allow("gateway"),
         "GetWebhookSecret": _allow("gateway"),
+        "GetNamespaceWebhook": _allow("gateway"),
+        "SetNamespaceWebhook": _allow("gateway"),
     },
 }
 

@@ -169,6 +169,8 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "ListRunRecords": "viewer",
     # The secret a namespace's run webhooks are signed with: whoever holds it can forge them.
     "GetWebhookSecret": "admin",
+    "GetNamespaceWebhook": "viewer",
+    "SetNamespaceWebhook": "admin",  # where every run of the namespace reports: set-up
     # The agent's schedule_wakeup: a member's turn resuming its own session later.
     "ScheduleWakeup": "member",
 }
