@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
-from google.protobuf import json_format
 from structlog.contextvars import bound_contextvars
 
 from agentmesh.config import Settings
@@ -31,6 +30,7 @@ from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.reflections import Reflections
+from agentmesh.memory.run_rpcs import RunRecordRpcs
 from agentmesh.memory.runs import DocumentRuns, Runs, WebhookSecrets
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
@@ -54,7 +54,7 @@ APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, RunRecordRpcs, memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
@@ -399,69 +399,6 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
         task_json, updated_at = await self._tasks().get(request.namespace, request.task_id)
         return memory_pb2.A2aTaskRecord(namespace=request.namespace or "default", task_id=request.task_id,
                                         task_json=task_json, updated_at=updated_at)
-
-    # --- runs (runs.py): the gateways record their turns here ---
-
-    def _run_records(self) -> Runs:
-        if self._runs is None:
-            raise FailedPrecondition("this memory service keeps no runs")
-        return self._runs
-
-    @translate_errors
-    async def PutRunRecord(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "PutRunRecord")
-        stored = await self._run_records().put(json_format.MessageToDict(request, preserving_proto_field_name=True))
-        return json_format.ParseDict(stored, sessions_pb2.Run(), ignore_unknown_fields=True)
-
-    @translate_errors
-    async def GetRunRecord(self, request, context):
-        run = await self._run_records().get(request.run_id)
-        # Another tenant's run is NOT_FOUND, with the sentence of a run that does not exist.
-        self._tenants.namespace(str(run.get("namespace", "default")), "GetRunRecord")
-        return json_format.ParseDict(run, sessions_pb2.Run(), ignore_unknown_fields=True)
-
-    @translate_errors
-    async def ListRunRecords(self, request, context):
-        if request.webhook_pending:
-            # Every namespace's: only a gateway asks (CALLERS), to resume the deliveries — and a
-            # call made for a user sees their namespaces' only.
-            visible = self._tenants.visible_namespaces()
-            runs = [r for r in await self._run_records().pending_webhooks()
-                    if visible is None or r.get("namespace", "default") in visible]
-            return sessions_pb2.ListRunRecordsResponse(
-                runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs])
-        self._tenants.namespace(request.namespace or "default", "ListRunRecords")
-        runs, token = await self._run_records().list(
-            request.namespace, request.session_id, list(request.states), request.created_after,
-            request.created_before, request.page_size, request.page_token)
-        return sessions_pb2.ListRunRecordsResponse(
-            runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs],
-            next_page_token=token)
-
-
-    @translate_errors
-    async def GetWebhookSecret(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "GetWebhookSecret")
-        if self._webhook_secrets is None:
-            raise FailedPrecondition("this memory service keeps no webhook secrets")
-        secret = await self._webhook_secrets.get(request.namespace)
-        return sessions_pb2.WebhookSecret(namespace=request.namespace or "default", secret=secret)
-
-    @translate_errors
-    async def GetNamespaceWebhook(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "GetNamespaceWebhook")
-        if self._webhook_secrets is None:
-            raise FailedPrecondition("this memory service keeps no webhooks")
-        url = await self._webhook_secrets.default_url(request.namespace)
-        return sessions_pb2.NamespaceWebhook(namespace=request.namespace or "default", default_url=url)
-
-    @translate_errors
-    async def SetNamespaceWebhook(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "SetNamespaceWebhook")
-        if self._webhook_secrets is None:
-            raise FailedPrecondition("this memory service keeps no webhooks")
-        url = await self._webhook_secrets.set_default_url(request.namespace, request.default_url)
-        return sessions_pb2.NamespaceWebhook(namespace=request.namespace or "default", default_url=url)
 
 
 def _registration_to_proto(s: McpRegistration) -> memory_pb2.McpRegistration:
