@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("profile", "standing instructions: a namespace's soul, user and project texts"),
     "skills": ("skills", "add, list, show or remove a namespace's skills (SKILL.md folders)"),
     "reflect": ("reflect", "reflect on a session now (knowledge, learnings, skill drafts); 'history' lists the runs"),
-    "cron": ("cron", "schedule agent runs: add, list, run, toggle, delete, history, import, apply"),
+    "cron": ("cron", "schedule agent runs: add, list, run, toggle, delete, history, import, apply, cancel-wakeup"),
     "trace": ("trace", "show the traces of recent turns (local span store)"),
     "runs": ("runs", "list, show, join or cancel runs (turns started with chat --submit)"),
     "approvals": ("approvals", "approve or deny a tool call a running turn waits on"),

@@ -210,6 +210,16 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return job_to_proto(job)
 
     @translate_errors
+    async def CancelWakeup(self, request, context):
+        job = await self._job(request.job_id, "CancelWakeup")  # a member of its tenant
+        if not job.source.startswith("wakeup:"):
+            raise FailedPrecondition(f"job {request.job_id!r} is not a wake-up; delete it with `agentmesh cron delete` "
+                                     "(an admin's)")
+        deleted = await self._core.delete_job(request.job_id)
+        self._record("cron.wakeup_cancel", request.job_id)
+        return scheduler_pb2.DeleteJobResponse(deleted=deleted)
+
+    @translate_errors
     async def ListRuns(self, request, context):
         if request.job_id:
             await self._job(request.job_id, "ListRuns")

@@ -82,4 +82,15 @@ async def test_wakeups_are_bounded_per_session_and_in_horizon(tmp_path, llm):
         assert outputs["w10"].error_kind and "has 10 wake-ups pending, the most it may have" in outputs["w10"].output
         assert outputs["far"].error_kind and "at most 30 days ahead" in outputs["far"].output
         jobs = (await stack.scheduler_stub().ListJobs(scheduler_pb2.ListJobsRequest(), timeout=10)).jobs
-        assert len([j for j in jobs if j.source == "wakeup:many"]) == 10
+        wakeups = [j for j in jobs if j.source == "wakeup:many"]
+        assert len(wakeups) == 10
+
+        # The user cancels one (`agentmesh cron cancel-wakeup`); a job that is not a wake-up is refused.
+        code, out, err = await cli(stack, "cron", "cancel-wakeup", wakeups[0].job_id)
+        assert code == 0 and f"cancelled wake-up {wakeups[0].job_id}" in out, err
+        other = await stack.scheduler_stub().CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+            name="nightly", schedule="daily 03:00", prompt="tidy up")), timeout=10)
+        code, out, err = await cli(stack, "cron", "cancel-wakeup", other.job_id)
+        assert code != 0 and "is not a wake-up" in err
+        jobs = (await stack.scheduler_stub().ListJobs(scheduler_pb2.ListJobsRequest(), timeout=10)).jobs
+        assert len([j for j in jobs if j.source == "wakeup:many"]) == 9 and other.job_id in [j.job_id for j in jobs]

@@ -173,6 +173,7 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "SetNamespaceWebhook": "admin",  # where every run of the namespace reports: set-up
     # The agent's schedule_wakeup: a member's turn resuming its own session later.
     "ScheduleWakeup": "member",
+    "CancelWakeup": "member",  # the user whose agent asked for it (any wake-up of their tenant)
 }
 
 
