@@ -51,6 +51,10 @@ class DocumentRuns:
         if where is None or where.get("namespace") != namespace:
             await self._documents.put_document(WHERE_KIND, RUN_INDEX, run_id, {"namespace": namespace})
         await self._documents.put_document(KIND, namespace, run_id, payload)
+        if where is not None and where.get("namespace") != namespace:
+            # The gateway learnt the session's namespace from the turn's start (run_started):
+            # the run moves there, and is listed in one namespace only.
+            await self._documents.delete_document(KIND, str(where["namespace"]), run_id)
         if payload.get("webhook_state") == "pending":
             await self._documents.put_document(PENDING_KIND, RUN_INDEX, run_id, {"namespace": namespace})
         elif payload.get("webhook_url"):

@@ -54,6 +54,15 @@ async def test_a_run_is_put_read_by_id_replaced_and_survives_a_reopen(runs_facto
     assert await runs.list_runs("team-a") == [finished]
 
 
+async def test_a_run_that_moves_namespace_is_listed_in_its_new_one_only(runs_factory):
+    _, runs = await runs_factory()
+    await runs.put_run(run("run-m", namespace="default"))
+    await runs.put_run(run("run-m", namespace="team-a", state="succeeded"))
+    assert await runs.list_runs("default") == []
+    assert [r["state"] for r in await runs.list_runs("team-a")] == ["succeeded"]
+    assert (await runs.get_run("run-m"))["namespace"] == "team-a"
+
+
 async def test_runs_are_listed_per_namespace_and_session_newest_first(runs_factory):
     _, runs = await runs_factory()
     await runs.put_run(run("run-a", created_at=1000.0))
