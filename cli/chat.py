@@ -47,6 +47,9 @@ def register(subparsers) -> None:
                       help="if the session is already running a turn: refuse (reject), wait for it (enqueue), "
                            "stop it and go on from its finished steps (interrupt), or stop it and remove its "
                            "steps (rollback); default: the gateway's AGENTMESH_GATEWAY_IF_BUSY")
+    chat.add_argument("--submit", action="store_true",
+                      help="start the turn as a run that goes on without this client: print its id and exit "
+                           "(follow it with `agentmesh runs join RUN_ID`)")
     chat.set_defaults(func=run_chat)
 
 

@@ -204,6 +204,12 @@ async def chat(args) -> int:
         from agentmesh.cli.activity import attach_turn
 
         return await attach_turn(settings, args.attach, render)
+    if getattr(args, "submit", False):
+        if args.message is None:
+            raise CliError("--submit MESSAGE starts a run: give the message", EXIT_USAGE)
+        from agentmesh.cli.runs import submit
+
+        return await submit(args, gateway_pb2.ChatRequest(session_id=session_id, message=args.message, options=options))
     async with channel_to(settings, "gateway") as channel:
         stub = GatewayClient(channel).stub
         # --json leaves decisions to whoever reads the events (`agentmesh approvals ...`).

@@ -36,7 +36,7 @@ CALL_TIMEOUT_S = 30.0
 
 def register(subparsers) -> None:
     cron = subparsers.add_parser("cron", help="schedule agent runs: add, list, run, toggle, delete, history, import, "
-                                              "apply")
+                                              "apply, cancel-wakeup")
     verbs = cron.add_subparsers(dest="verb", required=True)
 
     add = verbs.add_parser("add", help="add a job; prints its id")
@@ -78,6 +78,10 @@ def register(subparsers) -> None:
     delete = verbs.add_parser("delete", help="delete a job and its history")
     delete.add_argument("job_id")
     delete.set_defaults(func=delete_job)
+
+    cancel = verbs.add_parser("cancel-wakeup", help="cancel a wake-up an agent asked for (schedule_wakeup)")
+    cancel.add_argument("job_id")
+    cancel.set_defaults(func=cancel_wakeup)
 
     history = verbs.add_parser("history", help="a job's runs, newest first")
     history.add_argument("job_id")
@@ -217,6 +221,14 @@ async def delete_job(args) -> int:
     if not response.deleted:
         raise CliError(f"no job with id {args.job_id!r}; `agentmesh cron list` shows the jobs")
     print(f"deleted job {args.job_id}")
+    return EXIT_OK
+
+
+async def cancel_wakeup(args) -> int:
+    response = await _call("CancelWakeup", scheduler_pb2.CancelWakeupRequest(job_id=args.job_id))
+    if not response.deleted:
+        raise CliError(f"no wake-up with id {args.job_id!r}; `agentmesh cron list` shows them")
+    print(f"cancelled wake-up {args.job_id}")
     return EXIT_OK
 
 

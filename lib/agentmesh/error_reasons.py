@@ -44,6 +44,7 @@ __all__ = [
     "UNIMPLEMENTED",
     "UNKNOWN_MODEL",
     "UNKNOWN_TOOL",
+    "URL_REFUSED",
     "WATCHER_TOO_SLOW",
     "Reason",
     "default_reason",
@@ -90,6 +91,7 @@ BLOCK_FULL = "BLOCK_FULL"
 BLOCK_TEXT_NOT_FOUND = "BLOCK_TEXT_NOT_FOUND"
 BLOCK_VERSION_NOT_FOUND = "BLOCK_VERSION_NOT_FOUND"
 BLOCK_DRAFT_NOT_FOUND = "BLOCK_DRAFT_NOT_FOUND"
+URL_REFUSED = "URL_REFUSED"
 
 REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(INVALID_ARGUMENT, "INVALID_ARGUMENT",
@@ -142,6 +144,9 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
            "RevertBlock names a version the block does not have"),
     Reason(BLOCK_DRAFT_NOT_FOUND, "NOT_FOUND",
            "no block draft with that id waits in the namespace (approved, rejected, or never)"),
+    Reason(URL_REFUSED, "INVALID_ARGUMENT",
+           "a URL the platform would call (a run's webhook) is not http(s), does not resolve, or reaches a "
+           "loopback, link-local or private address the egress policy refuses; metadata `field`"),
 )}
 
 _DEFAULT_OF_CODE = {r.code: r.name for r in REASONS.values() if r.name in (

@@ -24,12 +24,14 @@ from agentmesh.agent.adapters.memory import (
     MemoryNamedAgents,
     UsageOutbox,
 )
+from agentmesh.agent.adapters.scheduler import GrpcWakeups
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
 from agentmesh.agent.adapters.tools import GrpcBackgroundCommands, GrpcToolRunner
 from agentmesh.agent.adapters.watches import BackgroundWatch, CatalogWatch
 from agentmesh.agent.capabilities.learning import LearningSources
 from agentmesh.agent.capabilities.reflection import Reflector
 from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.capabilities.wakeups import Wakeups, WakeupScheduler
 from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.model_choice import NamedModel
 from agentmesh.agent.loop.run import Agent
@@ -39,6 +41,7 @@ from agentmesh.agent.providers import build_provider, model_keys
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.providers.window_probe import probe_window
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.clients.gateway import SchedulerClient
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
@@ -299,6 +302,17 @@ async def learn_windows(agent: Agent, catalog: ModelCatalog, settings: AgentSett
                  source="the server" if window else "AGENTMESH_AGENT_CONTEXT_WINDOW")
 
 
+def with_wakeups(scheduler: WakeupScheduler):
+    """The registry's capabilities, and schedule_wakeup with the scheduler it reaches — for a
+    user's turn; a sub-agent's session is not one to resume later."""
+    def capabilities(ctx):
+        found = for_turn(ctx)
+        if ctx.request.subagent is None:
+            found.append(Wakeups(ctx, scheduler))
+        return found
+    return capabilities
+
+
 async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost:
     agent_settings = settings.section(AgentSettings)
     models = catalog_of(settings.llm)
@@ -316,6 +330,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     identity = ServiceIdentity.open("agent", settings.keys_dir)
     tools_channel = open_channel(tools_target, identity=identity, audience="tools")
     memory_channel = open_channel(memory_target, telemetry, identity=identity, audience="memory")
+    scheduler_target = settings.address_of("scheduler")
+    scheduler_channel = open_channel(scheduler_target, telemetry, identity=identity, audience="scheduler")
     # A turn's start, every step's append and every tool call ride one stream to each service
     # (agentmesh.rpc.carried), each message still a call of its own.
     rpc_tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
@@ -346,7 +362,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         settings=agent_settings,
         model=llm.model_name,
         telemetry=telemetry,
-        capabilities=for_turn,  # what plugs into a turn (capabilities/registry.py)
+        # What plugs into a turn (capabilities/registry.py), and the wake-ups the scheduler keeps.
+        capabilities=with_wakeups(GrpcWakeups(SchedulerClient(scheduler_channel, scheduler_target))),
         sessions=MemoryChildSessions(memory_client),
         agents=MemoryNamedAgents(memory_client),
         background=GrpcBackgroundCommands(tools_client, known=known_background),
@@ -381,6 +398,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await tools_channel.close()
         await memory_client.close()
         await memory_channel.close()
+        await scheduler_channel.close()
 
     host.on_stop(close)
     return host

@@ -20,6 +20,7 @@ from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns
 from agentmesh.gateway.policy import Policies, policy_to_proto
 from agentmesh.gateway.ports import AgentRunner, SessionStore, Workspaces
+from agentmesh.gateway.runs import RunLedger
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.gateway.turns import RunningTurn, SessionTurns, relay
 from agentmesh.ids import new_id, validate_id, validate_namespace
@@ -42,7 +43,7 @@ SESSION_FIELDS = ("model", "permission_mode", "tools")  # what UpdateSession can
 class Gateway:
     def __init__(self, sessions: SessionStore, agent: AgentRunner, workspaces: Workspaces, settings: GatewaySettings,
                  policies: Policies, models: ModelCatalog | None = None, authz: Authorizer | None = None,
-                 limits: TenantLimiter | None = None, live: LiveTurns | None = None):
+                 limits: TenantLimiter | None = None, live: LiveTurns | None = None, runs: RunLedger | None = None):
         self._sessions = sessions
         self._policies = policies
         # Who may touch what (authz.py), and the per-tenant limits on turns and tokens.
@@ -61,6 +62,8 @@ class Gateway:
         self._draining = False
         # The running turns' events, for clients attaching to them and operators watching.
         self.live = live or LiveTurns()
+        # Every turn is a run, recorded off the turn's critical path (runs.py).
+        self.runs = runs or RunLedger()
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -158,7 +161,8 @@ class Gateway:
                         max_total_bytes=self._settings.max_images_total_bytes,
                         settings="AGENTMESH_GATEWAY_MAX_IMAGES, _MAX_IMAGE_BYTES, _MAX_IMAGES_TOTAL_BYTES")
 
-    async def chat(self, request: gateway_pb2.ChatRequest, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
+    async def chat(self, request: gateway_pb2.ChatRequest, caller: Caller = ANYONE,
+                   run_id: str = "") -> AsyncIterator[common_pb2.Event]:
         """Run one turn of a request `validate_chat` accepted. Refusals happen before the first
         event; the stream ends with run_finished or error. A busy session is met by the
         request's if_busy policy."""
@@ -174,8 +178,14 @@ class Gateway:
             else await self._authz.session_or_none(caller, session_id, "Chat")
         namespace = existing.namespace if existing is not None else self._authz.namespace(caller, "", "Chat")
         tenant = caller.scope.tenant_of(namespace) or ""
-        turn = RunningTurn(run_id=new_id("run"), started_by=caller.subject, namespace=namespace)
-        admitted = self._limits.admit(tenant)
+        turn = RunningTurn(run_id=run_id or new_id("run"), started_by=caller.subject, namespace=namespace)
+        run_record = self.runs.begin(turn.run_id, session_id, namespace, caller.subject)
+        failure: BaseException | None = None
+        try:
+            admitted = self._limits.admit(tenant)
+        except BaseException as exc:
+            self.runs.end(run_record, exc)
+            raise
         try:
             # A running turn is checked against the caller before if_busy acts on it (locally:
             # its namespace is the session's), so another tenant's busy session answers exactly
@@ -183,7 +193,8 @@ class Gateway:
             replaced = await self._turns.take(
                 session_id, turn, request.options.if_busy or self._settings.if_busy,
                 authorize=None if caller.scope.unrestricted
-                else lambda running: self._authz.known_session(caller, session_id, running.namespace, "Chat"))
+                else lambda running: self._authz.known_session(caller, session_id, running.namespace, "Chat"),
+                waiting=lambda: self.runs.queued(run_record))
             if self._draining:
                 raise Unavailable("the gateway is shutting down; retry in a moment", reason=error_reasons.SHUTTING_DOWN)
             if replaced is not None and replaced.superseded_as == "rolled_back":
@@ -206,12 +217,14 @@ class Gateway:
                     deployment_permission_mode=self._policies.permission_mode),
             )
             feed = self.live.begin(session_id, namespace)
+            self.runs.started(run_record, feed)
             with structlog.contextvars.bound_contextvars(session_id=session_id, run_id=turn.run_id):
                 log.info("turn started")
                 try:
                     async for event in relay(self._agent, run, turn, self._settings.turn_timeout_s):
                         kind = event.WhichOneof("payload")
                         turn.track(kind, event)
+                        self.runs.observe(run_record, kind, event)
                         if kind == "run_started" and event.run_started.namespace:
                             namespace = turn.namespace = event.run_started.namespace
                             tenant = caller.scope.tenant_of(namespace) or ""
@@ -240,9 +253,13 @@ class Gateway:
                 finally:
                     self.live.end(session_id, feed)
                 log.info("turn ended")
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
             admitted.release()
             self._turns.release(session_id, turn)
+            self.runs.end(run_record, failure)
 
     async def attach(self, session_id: str, after_seq: int, caller: Caller = ANYONE) -> AsyncIterator[common_pb2.Event]:
         """The session's running turn, for a caller who may see the session (AttachTurn)."""
@@ -277,6 +294,14 @@ class Gateway:
             return False, ""
         turn.cancel()
         return True, turn.run_id
+
+    def cancel_run(self, session_id: str, run_id: str) -> bool:
+        """Cancel the session's running turn if it is run `run_id` (CancelRun; the caller was checked)."""
+        turn = self._turns.get(session_id)
+        if turn is None or turn.run_id != run_id:
+            return False
+        turn.cancel()
+        return True
 
     async def approve(self, request: gateway_pb2.ApproveRequest, caller: Caller = ANYONE) -> str:
         """Pass a person's decision on a held tool call to the agent running the turn; the run id."""

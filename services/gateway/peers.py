@@ -65,6 +65,29 @@ class MemorySessions:
         reply = await self._call(self._stub.GetA2aTask, memory_service_pb2.GetA2aTaskRequest(namespace=namespace, task_id=task_id))
         return str(reply.task_json)
 
+    async def put_run(self, run: sessions_pb2.Run) -> None:
+        await self._call(self._stub.PutRunRecord, run)
+
+    async def get_run(self, run_id: str) -> sessions_pb2.Run:
+        return await self._call(self._stub.GetRunRecord, sessions_pb2.GetRunRecordRequest(run_id=run_id))
+
+    async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
+        return await self._call(self._stub.ListRunRecords, request)
+
+    async def default_webhook(self, namespace: str) -> str:
+        reply = await self._call(self._stub.GetNamespaceWebhook,
+                                 sessions_pb2.GetNamespaceWebhookRequest(namespace=namespace))
+        return str(reply.default_url)
+
+    async def set_default_webhook(self, namespace: str, url: str) -> str:
+        reply = await self._call(self._stub.SetNamespaceWebhook,
+                                 sessions_pb2.NamespaceWebhook(namespace=namespace, default_url=url))
+        return str(reply.default_url)
+
+    async def webhook_secret(self, namespace: str) -> str:
+        reply = await self._call(self._stub.GetWebhookSecret, sessions_pb2.GetWebhookSecretRequest(namespace=namespace))
+        return str(reply.secret)
+
     async def get_namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
         return await self._call(self._stub.GetNamespaceSettings, sessions_pb2.GetNamespaceSettingsRequest(namespace=namespace))
 

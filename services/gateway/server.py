@@ -4,12 +4,13 @@ replicas, and wiring to its peers."""
 from __future__ import annotations
 
 import contextlib
+from typing import Awaitable, Callable
 
 from agentmesh.clients.agent import AgentClient
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
-from agentmesh.errors import Unavailable
+from agentmesh.errors import NotFound, Unavailable
 from agentmesh.gateway.a2a.endpoint import A2aEndpoints
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
@@ -26,8 +27,11 @@ from agentmesh.gateway.peers import AgentTurns, LocalTraces, MemorySessions, Too
 from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.gateway.resources import Resources
+from agentmesh.gateway.run_rpcs import RunRpcs, validate_join, validate_run_id
+from agentmesh.gateway.runs import RunLedger
 from agentmesh.gateway.settings import GatewaySettings
 from agentmesh.gateway.usage import UsageReports
+from agentmesh.gateway.webhooks import Webhooks
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
@@ -54,7 +58,8 @@ def _caller() -> Caller:
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None,
                  reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
-                 authz: Authorizer | None = None):
+                 authz: Authorizer | None = None, runs: RunRpcs | None = None,
+                 webhook_secret: Callable[[str], Awaitable[str]] | None = None, webhooks: Webhooks | None = None):
         # authz: who may touch which session and namespace (authz.py); None only without a memory
         # service to ask (then only the learning RPCs, which need one anyway, would use it).
         self._core = core
@@ -63,6 +68,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self._reflect = reflect
         self._learning = learning
         self._authz = authz
+        self._runs = runs or RunRpcs(core, authz or Authorizer(_NoSessions()))
+        self._webhook_secret = webhook_secret
+        self._webhooks = webhooks
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -132,6 +140,80 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                             owner=owner, error=str(exc))
         async for event in self._core.attach(request.session_id, request.after_seq, _caller()):
             yield event
+
+    # --- runs (run_rpcs.py): served by the replica that runs the run's session ---------------
+
+    async def _run_owner(self, run_id: str, context) -> str | None:
+        """The replica to serve a call on run `run_id`: None when this one runs (or ran) it or
+        owns its session; otherwise the owner of the session its record names."""
+        if self._router is None or self._core.runs.local(validate_run_id(run_id)) is not None or was_routed(context):
+            return None
+        run = await self._core.runs.get(run_id)
+        return await self._route(run.session_id, context)
+
+    @translate_errors
+    async def CreateRun(self, request, context):
+        self._core.validate_chat(gateway_pb2.ChatRequest(session_id=request.session_id, message=request.message,
+                                                         options=request.options))
+        if (reply := await self._forwarded("CreateRun", request, context)) is not None:
+            return reply
+        return await self._runs.create(request, _caller())
+
+    @translate_errors
+    async def GetRun(self, request, context):
+        if (owner := await self._run_owner(request.run_id, context)) is not None and self._router is not None:
+            with contextlib.suppress(OwnerUnreachable):
+                return await self._router.forwarder.unary(owner, "GetRun", request, context)
+        return await self._runs.get(request.run_id, _caller())
+
+    @translate_errors
+    async def ListRuns(self, request, context):
+        return await self._runs.list(request, _caller())
+
+    @translate_errors
+    async def JoinRun(self, request, context):
+        validate_join(request.run_id, request.after_seq)  # refused here, without a hop
+        owner = await self._run_owner(request.run_id, context)
+        if owner is not None and self._router is not None:
+            try:
+                async with contextlib.aclosing(self._router.forwarder.chat(owner, request, context, "JoinRun")) as events:
+                    async for event in events:
+                        yield event
+                return
+            except OwnerUnreachable as exc:
+                log.warning("owning gateway unreachable; joining here", run_id=request.run_id, owner=owner, error=str(exc))
+        async for event in self._runs.join(request.run_id, request.after_seq, _caller()):
+            yield event
+
+    @translate_errors
+    async def CancelRun(self, request, context):
+        if (owner := await self._run_owner(request.run_id, context)) is not None and self._router is not None:
+            with contextlib.suppress(OwnerUnreachable):
+                return await self._router.forwarder.unary(owner, "CancelRun", request, context)
+        return await self._runs.cancel(request.run_id, _caller())
+
+    @translate_errors
+    async def GetWebhookSecret(self, request, context):
+        if self._authz is None or self._webhook_secret is None:
+            raise Unavailable("webhooks are not wired in this gateway")
+        namespace = self._authz.namespace(_caller(), request.namespace, "GetWebhookSecret")
+        return sessions_pb2.WebhookSecret(namespace=namespace, secret=await self._webhook_secret(namespace))
+
+    @translate_errors
+    async def GetNamespaceWebhook(self, request, context):
+        if self._authz is None or self._webhooks is None:
+            raise Unavailable("webhooks are not wired in this gateway")
+        namespace = self._authz.namespace(_caller(), request.namespace, "GetNamespaceWebhook")
+        return sessions_pb2.NamespaceWebhook(namespace=namespace, default_url=await self._webhooks.default_url(namespace))
+
+    @translate_errors
+    async def SetNamespaceWebhook(self, request, context):
+        if self._authz is None or self._webhooks is None:
+            raise Unavailable("webhooks are not wired in this gateway")
+        namespace = self._authz.namespace(_caller(), request.namespace, "SetNamespaceWebhook")
+        url = await self._webhooks.set_default_url(namespace, request.default_url)
+        self._authz.audit.record("webhook.set_default", "allowed", _caller().principal, namespace=namespace)
+        return sessions_pb2.NamespaceWebhook(namespace=namespace, default_url=url)
 
     @translate_errors
     async def WatchActivity(self, request, context):
@@ -368,6 +450,13 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return await self._resources.get_trace(request.trace_id, _caller())
 
 
+class _NoSessions:
+    """A servicer built without an authorizer (tests of other RPCs): no session is found."""
+
+    async def get_session(self, session_id: str) -> sessions_pb2.Session:
+        raise NotFound(f"session {session_id!r} does not exist")
+
+
 def _protocol_endpoints(settings: Settings, resources: Resources, sessions: MemorySessions | None = None,
                         callers: CallerCheck | None = None) -> list:
     """The A2A agents and the MCP server, on the HTTP address (docs/api.md, "Open protocols")."""
@@ -418,7 +507,12 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         authz=authz,
         limits=TenantLimiter(settings.auth_policy),
         live=LiveTurns(gateway_settings.advertise_address if gateway_settings.peers.enabled else ""),
+        runs=RunLedger(sessions),
     )
+    # Run webhooks: delivered from here, written back through the run ledger (webhooks.py says why).
+    webhooks = Webhooks(sessions, gateway_settings.webhook_allow_private, gateway_settings.webhook_retry_base_s,
+                        gateway_settings.webhook_max_attempts, core.runs.update_webhook)
+    core.runs.on_end = webhooks.ended
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
                           max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies, authz=authz)
@@ -438,7 +532,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     reflect = AgentReflect(agent_client)
     learning = MemoryLearning(memory_client)
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
-             GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz), "agentmesh.v1.Gateway")
+             GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz,
+                             RunRpcs(core, authz, webhooks.check), sessions.webhook_secret, webhooks),
+             "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:
         for channel in channels.values():
@@ -447,6 +543,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     host.on_drain(core.drain)
     host.on_drain(core.live.drain)
     host.on_stop(close_channels)
+    # Registered after close_channels, so it runs before it: the runs' last records reach memory.
+    host.on_stop(core.runs.drain)
+    host.on_stop(webhooks.close)  # before the ledger's last writes (on_stop runs in reverse)
+    host.on_start(webhooks.resume)
     if gateway_settings.http_address:
         limits = HttpLimits(gateway_settings.http_header_timeout_s, gateway_settings.http_body_timeout_s,
                             gateway_settings.http_idle_timeout_s, gateway_settings.http_max_connections_per_ip)

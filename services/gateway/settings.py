@@ -108,6 +108,12 @@ class GatewaySettings(EnvSection):
     # The address clients reach the HTTP API at (behind an ingress), for the card's URLs;
     # "": the scheme and Host of each request.
     public_url: str = env("AGENTMESH_GATEWAY_PUBLIC_URL", "", parse=_public_url)
+    # Run webhooks (docs/api.md "Webhooks"): a URL resolving to a loopback, link-local or
+    # private address is refused unless allowed here (web_fetch's egress policy, agentmesh.egress);
+    # failed deliveries are retried after retry_base_s, doubling, up to max_attempts in all.
+    webhook_allow_private: bool = env("AGENTMESH_GATEWAY_WEBHOOK_ALLOW_PRIVATE", False)
+    webhook_retry_base_s: float = env("AGENTMESH_GATEWAY_WEBHOOK_RETRY_BASE_S", 5.0, minimum=0.01)
+    webhook_max_attempts: int = env("AGENTMESH_GATEWAY_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=30)
 
     @property
     def max_request_bytes(self) -> int:

@@ -108,13 +108,15 @@ class SessionTurns:
         return list(self._running.values())
 
     async def take(self, session_id: str, turn: RunningTurn, policy: str,
-                   authorize: Callable[[RunningTurn], None] | None = None) -> RunningTurn | None:
+                   authorize: Callable[[RunningTurn], None] | None = None,
+                   waiting: Callable[[], None] | None = None) -> RunningTurn | None:
         """Make `turn` the session's running turn, by `policy` when another one runs: refuse,
         wait for it, or stop it and take over. The turn it superseded, if any.
 
         `authorize` sees the running turn (its session opened, so its namespace is the
         session's) before the policy touches it, and raises for a caller who may not use the
-        session: a stranger cannot stop, queue behind or even learn of another tenant's turn."""
+        session: a stranger cannot stop, queue behind or even learn of another tenant's turn.
+        `waiting` is called when the turn waits in line (its run is then "queued")."""
         superseded: RunningTurn | None = None
         try:
             while True:
@@ -142,6 +144,8 @@ class SessionTurns:
                     superseded = running
                     log.info("turn superseded", session_id=session_id, run_id=running.run_id, by=policy)
                 # Enqueued, or another message already took over: wait, then look again.
+                if waiting is not None:
+                    waiting()
                 await running.ended.wait()
         except BaseException:
             if superseded is not None and superseded.successor is turn:

@@ -27,7 +27,7 @@ from typing import Any, Protocol, Sequence
 
 __all__ = [
     "DENSE", "SPARSE", "AgentStore", "DocumentStore", "FusionPlan", "LongTermStore", "MemoryRow", "MemorySearch", "MemoryStore",
-    "MessageStore", "NamespaceSettingsStore", "PointFilter", "ScoredRow", "SessionStore", "Store", "StoreLifecycle",
+    "MessageStore", "NamespaceSettingsStore", "PointFilter", "RunStore", "ScoredRow", "SessionStore", "Store", "StoreLifecycle",
     "TranscriptStore", "UsageStore", "document_point", "point_id", "stored_time",
 ]
 
@@ -250,6 +250,19 @@ class AgentStore(Protocol):
 
     async def delete_agent(self, namespace: str, name: str) -> int:
         """The head, then every version; how many versions were removed."""
+
+
+class RunStore(Protocol):
+    """Run records (payload dicts keyed by `run_id`, in a `namespace`, of a `session_id`, timed by
+    `created_at`; runs.py). Durable once a call returns; a put replaces the record."""
+
+    async def put_run(self, payload: Payload) -> None: ...
+    async def get_run(self, run_id: str) -> Payload | None: ...
+    async def list_runs(self, namespace: str, session_id: str = "") -> list[Payload]:
+        """The namespace's runs (of `session_id` only, when given), newest first."""
+
+    async def pending_webhooks(self) -> list[Payload]:
+        """Every run whose `webhook_state` is "pending", of every namespace."""
 
 
 def document_point(kind: str, namespace: str, key: str) -> str:

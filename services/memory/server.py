@@ -37,6 +37,8 @@ from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.recall import ConversationIndex
 from agentmesh.memory.recall_rpcs import RecallRpcs, block_to_proto
 from agentmesh.memory.reflections import Reflections
+from agentmesh.memory.run_rpcs import RunRecordRpcs
+from agentmesh.memory.runs import DocumentRuns, Runs, WebhookSecrets
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
@@ -59,12 +61,13 @@ APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, memory_service_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, memory_service_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
                  a2a_tasks: A2aTasks | None = None, agents: Agents | None = None, blocks: Blocks | None = None,
-                 conversations: ConversationIndex | None = None):
+                 conversations: ConversationIndex | None = None, runs: Runs | None = None,
+                 webhook_secrets: WebhookSecrets | None = None):
         self._transcripts = transcripts
         self._agents = agents
         self._blocks, self._conversations = blocks, conversations  # recall_rpcs.py
@@ -72,6 +75,8 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, memory_service_pb2_grp
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
         self._a2a_tasks = a2a_tasks
+        self._runs = runs
+        self._webhook_secrets = webhook_secrets
         self._memories = memories
         self._namespaces = namespaces
         self._profiles = profiles
@@ -488,7 +493,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                               agents=Agents(cast(AgentStore, documents)),
                               blocks=Blocks(documents, max_chars=memory_settings.block_max_chars,
                                             max_blocks=memory_settings.blocks_max),
-                              conversations=conversations if memory_settings.conversation_index else None)
+                              conversations=conversations if memory_settings.conversation_index else None,
+                              runs=Runs(DocumentRuns(documents)), webhook_secrets=WebhookSecrets(documents))
     host.add(memory_service_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.internal.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):

@@ -34,6 +34,7 @@ from agentmesh.scheduler.model import Job, Run
 from agentmesh.scheduler.ports import Clock, LeaderLock
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import SqliteStore
+from agentmesh.scheduler.wakeups import schedule_wakeup
 from agentmesh.telemetry import Telemetry
 from agentmesh.tenancy import decode_memberships, encode_memberships, required_role, role_at_least
 from agentmesh.v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -194,6 +195,30 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         await self._job(request.job_id, "TriggerJob")
         self._record("cron.trigger", request.job_id)
         return run_to_proto(await self._core.trigger_job(request.job_id))
+
+    @translate_errors
+    async def ScheduleWakeup(self, request, context):
+        # Made on behalf of the user whose turn asked for it, in their tenant, as CreateJob does.
+        created_by, tenants = "", ""
+        if (principal := current_principal.get()) is not None:
+            scope = scope_of_call()
+            created_by, tenants = principal.subject, principal.tenant
+            if not scope.unrestricted:
+                tenant = scope.home_tenant(required_role("ScheduleWakeup"))
+                tenants = encode_memberships({tenant: (scope.memberships or {})[tenant]})
+        job = await schedule_wakeup(self._core, request.session_id, request.run_at, request.note, created_by, tenants)
+        self._record("cron.wakeup", job.job_id, session_id=job.session_id, tenant=job_tenant(job))
+        return job_to_proto(job)
+
+    @translate_errors
+    async def CancelWakeup(self, request, context):
+        job = await self._job(request.job_id, "CancelWakeup")  # a member of its tenant
+        if not job.source.startswith("wakeup:"):
+            raise FailedPrecondition(f"job {request.job_id!r} is not a wake-up; delete it with `agentmesh cron delete` "
+                                     "(an admin's)")
+        deleted = await self._core.delete_job(request.job_id)
+        self._record("cron.wakeup_cancel", request.job_id)
+        return scheduler_pb2.DeleteJobResponse(deleted=deleted)
 
     @translate_errors
     async def ListRuns(self, request, context):

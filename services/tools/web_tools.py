@@ -1,8 +1,8 @@
 """`web_fetch`: the one tool with network. Fetches a URL over httpx and returns readable text.
 
 Server-side request forgery is the risk: a model asked to "fetch" the cloud metadata service or
-a database on the cluster network. Every connection goes through `GuardedBackend`, which resolves
-the host itself, refuses when any resolved address is not globally routable (loopback,
+a database on the cluster network. Every connection goes through `GuardedBackend`
+(agentmesh.egress, shared with the gateway's run webhooks), which resolves the host itself, refuses when any resolved address is not globally routable (loopback,
 link-local, private, shared, reserved, multicast) unless configured, and then connects to the
 address it checked — so a DNS answer that changes between check and connect (rebinding) cannot
 slip through. Redirects are followed by hand, at most `max_redirects`, each one checked again.
@@ -17,20 +17,15 @@ heuristics that can drop the part a model asked for; plain text of the whole pag
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import socket
-import ssl
 import time
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urljoin
 
-import httpcore
 import httpx
 from bs4 import BeautifulSoup
 from opentelemetry import trace
 
-from agentmesh.config import ConfigError
+from agentmesh.egress import AddressPolicy, AddressRefused, guarded_transport
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, integer, obj
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.settings import WebFetchSettings
@@ -38,87 +33,6 @@ from agentmesh.tools.settings import WebFetchSettings
 USER_AGENT = "agentmesh-web-fetch/0.1 (+https://github.com/agentmesh)"
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml", "application/javascript")
 DROPPED_TAGS = ("script", "style", "noscript", "svg", "template", "iframe", "canvas", "nav", "footer", "form")
-
-
-class AddressRefused(httpcore.ConnectError):
-    """Raised from the network backend; httpx turns it into a ConnectError we recognise."""
-
-
-@dataclass(frozen=True)
-class AddressPolicy:
-    allow_private: bool = False
-    # Specific non-public endpoints that are still allowed: (network, port or None for any port).
-    allowed: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, int | None], ...] = ()
-
-    @classmethod
-    def parse(cls, allow_private: bool, entries: Iterable[str]) -> "AddressPolicy":
-        allowed = []
-        for raw in entries:
-            entry = raw.strip()
-            if not entry:
-                continue
-            host, port = entry, None
-            try:
-                if "/" not in entry and entry.count(":") == 1:
-                    host, _, port_text = entry.partition(":")
-                    port = int(port_text)
-                allowed.append((ipaddress.ip_network(host, strict=False), port))
-            except ValueError:
-                raise ConfigError(
-                    f"AGENTMESH_TOOLS_WEB_ALLOW entry {entry!r} is not an address, address:port or network (CIDR)"
-                ) from None
-        return cls(allow_private, tuple(allowed))
-
-    def permits(self, address: str, port: int) -> bool:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-            ip = ip.ipv4_mapped
-        if ip.is_global and not ip.is_multicast:
-            return True
-        if self.allow_private:
-            return True
-        return any(ip in network and (allowed_port is None or allowed_port == port) for network, allowed_port in self.allowed)
-
-
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """Resolves, checks and connects in one step, so the address checked is the address used."""
-
-    def __init__(self, policy: AddressPolicy):
-        self._policy = policy
-        self._inner = httpcore.AnyIOBackend()
-
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None, socket_options=None):
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except socket.gaierror as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc.strerror}") from None
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        refused = [a for a in addresses if not self._policy.permits(a, port)]
-        if refused or not addresses:
-            raise AddressRefused(
-                f"{host} resolves to {', '.join(refused) or 'nothing'}, which is not a public internet address; "
-                "web_fetch does not reach loopback, link-local or private networks"
-            )
-        return await self._inner.connect_tcp(addresses[0], port, timeout, local_address, socket_options)
-
-    async def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options=None):
-        raise AddressRefused("unix sockets are not reachable from web_fetch")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-def guarded_transport(policy: AddressPolicy, ssl_context: ssl.SSLContext) -> httpx.AsyncHTTPTransport:
-    transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
-    # httpx has no public hook for the network backend; the pool it builds is swapped for an
-    # identical one that connects through the guard.
-    transport._pool = httpcore.AsyncConnectionPool(  # noqa: SLF001 - see above
-        ssl_context=ssl_context,
-        network_backend=GuardedBackend(policy),
-        max_connections=10,
-    )
-    return transport
 
 
 def html_to_text(html: str) -> tuple[str, str]:

@@ -61,7 +61,14 @@ def test_up_in_a_directory_with_a_secrets_module_never_imports_it(tmp_path):
         assert any(line.startswith("agentmesh is up") for line in lines), "".join(lines)
         # Healthy and serving: the gateway's HTTP API answers (the gRPC health checks passed to get here).
         url = f"http://{env['AGENTMESH_GATEWAY_HTTP_ADDR']}/v1/sessions"
-        assert httpx.get(url, timeout=10).json() == {"sessions": [], "next_page_token": ""}
+        # The HTTP listener starts beside the gRPC server; on a loaded machine it may take a moment.
+        for _ in range(60):
+            try:
+                answer = httpx.get(url, timeout=10)
+                break
+            except httpx.ConnectError:
+                time.sleep(0.5)
+        assert answer.json() == {"sessions": [], "next_page_token": ""}
         assert not marker.exists(), f"a service imported the cwd's secrets.py: {marker.read_text()}"
     finally:
         child.send_signal(signal.SIGINT)

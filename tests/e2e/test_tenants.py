@@ -291,3 +291,34 @@ async def test_a_member_decides_only_their_own_runs_an_admin_any(tenants, llm):
     decided = [e for e in _audit(audit) if e["action"] == "approval.decided"]
     assert [(e["principal"], e["outcome"]) for e in decided] == [
         ("service-account:a-member-2", "refused"), ("service-account:a-admin", "allowed")]
+
+
+async def test_runs_are_their_tenants_own(tenants, llm):
+    """A run is recorded in its session's namespace (found by the turn's start), read and listed
+    there by its tenant, and NOT_FOUND to another tenant whichever way it asks."""
+    stack, _ = tenants
+    gateway = stack.gateway_stub()
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="ops-r", namespace="beta-ops"),
+                                metadata=auth("b-admin"))
+    llm.add(reply("ran"))
+    run = await gateway.CreateRun(gateway_pb2.CreateRunRequest(session_id="ops-r", message="go"),
+                                  metadata=auth("b-member"), timeout=30)
+    async with asyncio.timeout(60):
+        while (await gateway.GetRun(gateway_pb2.GetRunRequest(run_id=run.run_id), metadata=auth("b-member"),
+                                    timeout=10)).state != "succeeded":
+            await asyncio.sleep(0.1)
+    listed = await gateway.ListRuns(gateway_pb2.ListTurnRunsRequest(namespace="beta-ops"), metadata=auth("b-member"))
+    assert [r.run_id for r in listed.runs] == [run.run_id] and listed.runs[0].namespace == "beta-ops"
+    home = await gateway.ListRuns(gateway_pb2.ListTurnRunsRequest(), metadata=auth("b-member"))
+    assert run.run_id not in [r.run_id for r in home.runs]
+
+    for call in (gateway.GetRun(gateway_pb2.GetRunRequest(run_id=run.run_id), metadata=auth("a-admin")),
+                 gateway.CancelRun(gateway_pb2.CancelRunRequest(run_id=run.run_id), metadata=auth("a-admin")),
+                 collect(gateway.JoinRun(gateway_pb2.JoinRunRequest(run_id=run.run_id), metadata=auth("a-admin")))):
+        err = await rpc_error(call)
+        assert err.code() == grpc.StatusCode.NOT_FOUND, err.details()
+    err = await rpc_error(gateway.ListRuns(gateway_pb2.ListTurnRunsRequest(namespace="beta-ops"), metadata=auth("a-admin")))
+    assert err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED)
+    err = await rpc_error(gateway.CreateRun(gateway_pb2.CreateRunRequest(session_id="a-view", message="go"),
+                                            metadata=auth("a-viewer")))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED

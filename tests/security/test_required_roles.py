@@ -68,6 +68,9 @@ ADMIN_ONLY = {
     "ApproveBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
     "RejectBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
     "SetBlockPolicy": learning_pb2.BlockPolicy(namespace="acme", edits="apply"),
+    # Whoever holds a namespace's webhook secret can forge its run webhooks.
+    "GetWebhookSecret": sessions_pb2.GetWebhookSecretRequest(namespace="acme"),
+    "SetNamespaceWebhook": sessions_pb2.NamespaceWebhook(namespace="acme", default_url="https://example.com/h"),
 }
 
 

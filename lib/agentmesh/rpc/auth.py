@@ -75,8 +75,10 @@ def _allow(*callers: str) -> Allowed:
 CALLERS: Mapping[str, Mapping[str, Allowed]] = {
     # Users, the scheduler's runs, and other gateway replicas forwarding a session's calls.
     "gateway": {"*": _allow(USERS, "scheduler", "gateway")},
-    # Users create and trigger jobs (`agentmesh cron`); no service calls the scheduler.
-    "scheduler": {"*": _allow(USERS)},
+    # Users create and trigger jobs (`agentmesh cron`); the agent asks for its wake-ups.
+    "scheduler": {"*": _allow(USERS),
+                  # The agent's schedule_wakeup tool, for the user whose turn runs it.
+                  "ScheduleWakeup": _allow("agent")},
     # Turns run only for the gateway.
     "agent": {
         "RunTurn": _allow("gateway"),
@@ -201,6 +203,13 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ApproveBlockEdit": _allow("gateway", USERS),
         "RejectBlockEdit": _allow("gateway", USERS),
         "SetBlockPolicy": _allow("gateway", USERS),
+        # Runs: each gateway replica records the turns it runs and reads any replica's back.
+        "PutRunRecord": _allow("gateway"),
+        "GetRunRecord": _allow("gateway"),
+        "ListRunRecords": _allow("gateway"),
+        "GetWebhookSecret": _allow("gateway"),
+        "GetNamespaceWebhook": _allow("gateway"),
+        "SetNamespaceWebhook": _allow("gateway"),
     },
 }
 

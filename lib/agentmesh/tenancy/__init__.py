@@ -178,7 +178,23 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "TriggerJob": "admin",
     "GetJob": "viewer",
     "ListJobs": "viewer",
-    "ListRuns": "viewer",
+    "ListRuns": "viewer",         # a cron job's runs (scheduler), a namespace's turns (gateway)
+    # Runs: a turn as a resource (docs/api.md, "Runs"). Starting and cancelling one is a member's,
+    # as Chat and Cancel are; the records memory keeps for the gateways follow the same rows.
+    "CreateRun": "member",
+    "GetRun": "viewer",
+    "JoinRun": "viewer",
+    "CancelRun": "member",
+    "PutRunRecord": "member",
+    "GetRunRecord": "viewer",
+    "ListRunRecords": "viewer",
+    # The secret a namespace's run webhooks are signed with: whoever holds it can forge them.
+    "GetWebhookSecret": "admin",
+    "GetNamespaceWebhook": "viewer",
+    "SetNamespaceWebhook": "admin",  # where every run of the namespace reports: set-up
+    # The agent's schedule_wakeup: a member's turn resuming its own session later.
+    "ScheduleWakeup": "member",
+    "CancelWakeup": "member",  # the user whose agent asked for it (any wake-up of their tenant)
 }
 
 

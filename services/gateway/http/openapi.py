@@ -88,7 +88,7 @@ def _operation(route: Route, schemas: dict[str, Any]) -> dict[str, Any]:
     ]
     response = _ref(route.response_type.DESCRIPTOR, schemas)
     operation: dict[str, Any] = {
-        "operationId": route.rpc,
+        "operationId": route.name,
         "summary": f"{route.service}.{route.rpc}",
         "parameters": parameters,
         "responses": {

@@ -35,6 +35,14 @@ class Route:
     streaming: bool            # server streaming: served as Server-Sent Events
 
     @property
+    def name(self) -> str:
+        """Unique across the services served: the rpc's name, qualified by its service when the
+        Gateway has a method of that name too (the Scheduler's ListRuns, the Gateway's ListRuns)."""
+        if self.service == "Gateway" or self.rpc not in _gateway_methods():
+            return self.rpc
+        return f"{self.service}.{self.rpc}"
+
+    @property
     def query_fields(self) -> tuple[str, ...]:
         """Top-level request fields a GET/DELETE takes from the query string."""
         if self.body:
@@ -43,6 +51,12 @@ class Route:
             f.name for f in self.request_type.DESCRIPTOR.fields
             if f.name not in self.path_fields and f.message_type is None
         )
+
+
+def _gateway_methods() -> frozenset[str]:
+    from agentmesh.v1 import gateway_pb2
+
+    return frozenset(m.name for m in gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].methods)
 
 
 def is_repeated(field: Any) -> bool:

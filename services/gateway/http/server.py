@@ -132,7 +132,7 @@ class HttpApi:
                 handler = self._streaming_handler(route)
             else:
                 handler = self._sse_handler(route)
-            app.router.add_route(route.http_method, route.path, handler, name=route.rpc)
+            app.router.add_route(route.http_method, route.path, handler, name=route.name)
         app.router.add_get("/openapi.json", self._openapi)
         for endpoint in self._endpoints:
             endpoint.add_routes(app)

@@ -1,0 +1,302 @@
+"""Runs: every turn this gateway relays is a run (sessions.proto `Run`, docs/api.md "Runs"),
+with a state, timestamps, usage and stop reason, recorded in memory so that any replica can
+read, list, join and cancel it.
+
+Recording costs the turn nothing on its critical path: the core tells the ledger what each event
+means (`observe`, a few attribute writes) and the ledger writes the record to memory from a task
+of its own, one write at a time per run, coalescing the changes that arrive meanwhile. Writes
+happen when the state changes (start, waiting for an approval and back, end), not per event.
+A write that fails is logged and retried with the next change; the turn never waits on it.
+
+The run's events are the session's live feed (live.py); the ledger keeps the feeds of the last
+RECENT_RUNS runs after they end, so JoinRun can replay a finished run from its first event on the
+replica that ran it. Elsewhere (another replica after a restart), a finished run is joined as one
+closing event made from its record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable, Protocol
+
+from agentmesh.errors import NotFound
+from agentmesh.gateway.authz import Caller
+from agentmesh.gateway.feeds import Feed
+from agentmesh.logs import get_logger
+from agentmesh.v1 import common_pb2, sessions_pb2
+
+__all__ = ["TERMINAL_STATES", "LocalRun", "RunLedger", "RunRecords", "closing_event", "require_run"]
+
+log = get_logger("agentmesh.gateway")
+
+TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
+RECENT_RUNS = 256
+WRITE_RETRIES = 5
+WRITE_RETRY_S = 1.0
+# run_finished's stop reasons that are not a success of the run itself.
+_STATE_OF_STOP = {"cancelled": "cancelled", "interrupted": "interrupted", "rolled_back": "cancelled"}
+
+
+class RunRecords(Protocol):
+    """Memory's run records (peers.MemorySessions implements it)."""
+
+    async def put_run(self, run: sessions_pb2.Run) -> None: ...
+    async def get_run(self, run_id: str) -> sessions_pb2.Run: ...
+    async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse: ...
+
+
+@dataclass(eq=False)
+class LocalRun:
+    record: sessions_pb2.Run
+    feed: Feed[common_pb2.Event] | None = None
+    # Set once the turn holds its session or waits in line for it, or was refused (CreateRun
+    # returns then), and once the record's first write is done (a replica can then find it).
+    accepted: asyncio.Event = field(default_factory=asyncio.Event)
+    written: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once its feed is there (it started) or it ended without one.
+    began: asyncio.Event = field(default_factory=asyncio.Event)
+    dirty: bool = False
+    queued: bool = False
+    writer: asyncio.Task[None] | None = None
+
+
+def require_run(caller: Caller, run: sessions_pb2.Run, rpc: str) -> sessions_pb2.Run:
+    """The run if `caller` holds the rpc's role in its namespace's tenant; another tenant's run
+    is NOT_FOUND with the sentence of one that does not exist."""
+    caller.scope.require(run.namespace or "default", caller.role(rpc), f"there is no run {run.run_id!r}")
+    return run
+
+
+def closing_event(run: sessions_pb2.Run) -> common_pb2.Event:
+    """A finished run's end, made from its record: what JoinRun sends where its events are gone."""
+    event = common_pb2.Event(session_id=run.session_id, run_id=run.run_id, seq=max(run.last_event_seq, 1),
+                             timestamp=run.finished_at or time.time())
+    if run.state in ("failed", "interrupted") and run.error_code:
+        event.error.CopyFrom(common_pb2.RunError(code=run.error_code, message=run.error_message,
+                                                 reason=run.error_reason))
+    else:
+        event.run_finished.CopyFrom(common_pb2.RunFinished(usage=run.usage, iterations=run.iterations,
+                                                           trace_id=run.trace_id, stop_reason=run.stop_reason))
+    return event
+
+
+class RunLedger:
+    def __init__(self, records: RunRecords | None = None):
+        # None: no memory to record to (a core driven alone); runs are then this replica's only.
+        self._records = records
+        self._running: dict[str, LocalRun] = {}
+        self._recent: OrderedDict[str, LocalRun] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._expected: dict[str, list[asyncio.Future[LocalRun]]] = {}
+        self._webhook_urls: dict[str, str] = {}
+        # Called with each ended run (webhooks.py delivers it to its webhook or its namespace's).
+        self.on_end: Callable[[sessions_pb2.Run], None] | None = None
+
+    # --- the core's side ------------------------------------------------------------------
+
+    def begin(self, run_id: str, session_id: str, namespace: str, started_by: str) -> LocalRun:
+        now = time.time()
+        run = LocalRun(sessions_pb2.Run(run_id=run_id, session_id=session_id, namespace=namespace or "default",
+                                        state="queued", created_at=now, updated_at=now, started_by=started_by))
+        run.record.webhook_url = self._webhook_urls.pop(run_id, "")
+        self._running[run_id] = run
+        for waiter in self._expected.pop(run_id, ()):
+            if not waiter.done():
+                waiter.set_result(run)
+        return run
+
+    def expect(self, run_id: str, webhook_url: str = "") -> asyncio.Future[LocalRun]:
+        """Resolved when the core begins run `run_id` (CreateRun waits on it), which then names
+        `webhook_url`."""
+        if webhook_url:
+            self._webhook_urls[run_id] = webhook_url
+        waiter: asyncio.Future[LocalRun] = asyncio.get_running_loop().create_future()
+        self._expected.setdefault(run_id, []).append(waiter)
+        return waiter
+
+    def forget_expected(self, run_id: str) -> None:
+        self._expected.pop(run_id, None)
+        self._webhook_urls.pop(run_id, None)
+
+    def queued(self, run: LocalRun) -> None:
+        """The turn waits in line behind the session's running one (if_busy enqueue)."""
+        run.queued = True
+        run.accepted.set()
+        self._save(run)
+
+    def started(self, run: LocalRun, feed: Feed[common_pb2.Event]) -> None:
+        run.feed = feed
+        run.record.state = "running"
+        run.record.started_at = time.time()
+        run.accepted.set()
+        run.began.set()
+        self._save(run)
+
+    def observe(self, run: LocalRun, kind: str | None, event: common_pb2.Event) -> None:
+        """What a relayed event changes in the run; written when its state changes."""
+        record = run.record
+        record.last_event_seq = max(record.last_event_seq, event.seq)
+        if kind == "run_started":
+            record.trace_id = event.run_started.trace_id or record.trace_id
+            if event.run_started.namespace and event.run_started.namespace != record.namespace:
+                record.namespace = event.run_started.namespace
+                self._save(run)
+        elif kind == "approval_request" and record.state == "running":
+            record.state = "waiting_for_approval"
+            self._save(run)
+        elif kind == "approval_resolved" and record.state == "waiting_for_approval":
+            record.state = "running"
+            self._save(run)
+        elif kind == "run_finished":
+            finished = event.run_finished
+            record.usage.CopyFrom(finished.usage)
+            record.iterations, record.stop_reason = finished.iterations, finished.stop_reason
+            record.trace_id = finished.trace_id or record.trace_id
+            record.state = _STATE_OF_STOP.get(finished.stop_reason, "succeeded")
+        elif kind == "error":
+            error = event.error
+            record.error_code, record.error_reason, record.error_message = error.code, error.reason, error.message
+            record.state = "interrupted" if error.reason == "SHUTTING_DOWN" else "failed"
+
+    def end(self, run: LocalRun, failure: BaseException | None = None) -> None:
+        """The turn's call is over: the run ends in the state its last event said, or failed
+        (refused before its first event, or its relay broke)."""
+        record = run.record
+        if self._running.get(record.run_id) is run:
+            del self._running[record.run_id]
+        run.accepted.set()
+        run.began.set()
+        if not record.started_at and not run.queued:
+            # Refused before it held its session or waited for it (busy, over a limit, another
+            # tenant's session): no run was made, and nothing is recorded.
+            record.state = "failed"
+            return
+        if record.state not in TERMINAL_STATES:
+            if isinstance(failure, (asyncio.CancelledError, GeneratorExit)):
+                # The stream it ran for was closed (a gRPC Chat whose client went away).
+                record.state = "interrupted"
+                record.error_message = "the stream the turn ran for was closed before it ended"
+            else:
+                record.state = "failed"
+                record.error_code = str(getattr(failure, "code", "INTERNAL"))
+                record.error_reason = str(getattr(failure, "reason", "") or "")
+                record.error_message = str(getattr(failure, "message", "") or failure or "the turn ended without a result")[:2000]
+        record.finished_at = time.time()
+        if record.webhook_url:
+            # In the run's final write: the delivery is durable before it is tried.
+            record.webhook_state = "pending"
+        self._keep(run)
+        self._save(run)
+        if self.on_end is not None:
+            self.on_end(record)
+
+    def update_webhook(self, run: sessions_pb2.Run) -> None:
+        """A delivery's progress (its attempts, its state), written through this ledger so the
+        run's writes stay in order — whichever replica ran it."""
+        local = self.local(run.run_id)
+        if local is None:
+            local = LocalRun(_copy(run))
+            local.began.set()
+            self._keep(local)
+        local.record.webhook_url, local.record.webhook_state = run.webhook_url, run.webhook_state
+        del local.record.webhook_attempts[:]
+        local.record.webhook_attempts.extend(run.webhook_attempts)
+        self._save(local)
+
+    def _keep(self, run: LocalRun) -> None:
+        self._recent[run.record.run_id] = run
+        while len(self._recent) > RECENT_RUNS:
+            self._recent.popitem(last=False)
+
+    # --- the readers' side ----------------------------------------------------------------
+
+    def local(self, run_id: str) -> LocalRun | None:
+        """The run if this replica runs it or ran it lately."""
+        return self._running.get(run_id) or self._recent.get(run_id)
+
+    async def get(self, run_id: str) -> sessions_pb2.Run:
+        """This replica's view when it has the run (fresher than memory's), else memory's."""
+        local = self.local(run_id)
+        if local is not None:
+            return local.record
+        if self._records is None:
+            raise NotFound(f"there is no run {run_id!r}")
+        return await self._records.get_run(run_id)
+
+    async def list(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
+        if self._records is None:
+            runs: list[sessions_pb2.Run] = [r.record for r in [*self._running.values(), *self._recent.values()]
+                    if r.record.namespace == request.namespace
+                    and (not request.session_id or r.record.session_id == request.session_id)
+                    and (not request.states or r.record.state in request.states)]
+            runs.sort(key=lambda run: -run.created_at)
+            return sessions_pb2.ListRunRecordsResponse(runs=runs)
+        reply = await self._records.list_runs(request)
+        # Runs of this replica are fresher here than in memory (a write may be on its way).
+        for run in reply.runs:
+            local = self.local(run.run_id)
+            if local is not None:
+                run.CopyFrom(local.record)
+        return reply
+
+    async def events(self, run: LocalRun, after_seq: int) -> AsyncIterator[common_pb2.Event]:
+        """The run's events with seq > after_seq from its feed, to its last."""
+        await run.began.wait()  # a run in line for its session has no feed before it starts
+        if run.feed is None:
+            yield closing_event(run.record)
+            return
+        async for event in run.feed.follow():
+            if event.run_id != run.record.run_id:
+                continue
+            if event.seq > after_seq:
+                yield event
+            if event.WhichOneof("payload") in ("run_finished", "error"):
+                return
+
+    async def drain(self) -> None:
+        """On shutdown: let the records' last writes finish."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # --- writing ----------------------------------------------------------------------------
+
+
+    def _save(self, run: LocalRun) -> None:
+        run.record.updated_at = time.time()
+        if self._records is None:
+            run.written.set()
+            return
+        run.dirty = True
+        if run.writer is None or run.writer.done():
+            run.writer = asyncio.create_task(self._write(run))
+            self._tasks.add(run.writer)
+            run.writer.add_done_callback(self._tasks.discard)
+
+    async def _write(self, run: LocalRun) -> None:
+        assert self._records is not None
+        retries = WRITE_RETRIES
+        while run.dirty:
+            run.dirty = False
+            snapshot = sessions_pb2.Run()
+            snapshot.CopyFrom(run.record)
+            try:
+                await self._records.put_run(snapshot)
+            except Exception as exc:  # noqa: BLE001 - recording must never fail the turn
+                log.warning("run record not written", run_id=snapshot.run_id, error=str(exc))
+                if snapshot.state in TERMINAL_STATES and retries > 0 and not run.dirty:
+                    # The end must land, or the run reads as running forever: try again a few times.
+                    retries -= 1
+                    await asyncio.sleep(WRITE_RETRY_S)
+                    run.dirty = True
+                    continue
+            # Set after a failed first write too: CreateRun answers, and GetRun on this replica works.
+            run.written.set()
+
+
+def _copy(run: sessions_pb2.Run) -> sessions_pb2.Run:
+    copy = sessions_pb2.Run()
+    copy.CopyFrom(run)
+    return copy

@@ -1,0 +1,87 @@
+# ruff: noqa: N802 - gRPC method names, as in services/*/server.py
+"""The memory service's run RPCs — the gateways' run records and each namespace's webhook secret
+and default webhook (runs.py) — as a part of MemoryServicer (server.py) of their own: proto <->
+the cores' dicts, each checked against the caller's tenants as the rest of the service's RPCs are."""
+
+from __future__ import annotations
+
+from google.protobuf import json_format
+
+from agentmesh.errors import FailedPrecondition
+from agentmesh.memory.runs import Runs, WebhookSecrets
+from agentmesh.memory.tenancy import TenantGuard
+from agentmesh.rpc.errors import translate_errors
+from agentmesh.v1 import sessions_pb2
+
+__all__ = ["RunRecordRpcs"]
+
+
+class RunRecordRpcs:
+    """Mixed into MemoryServicer, which sets these."""
+
+    _tenants: TenantGuard
+    _runs: Runs | None
+    _webhook_secrets: WebhookSecrets | None
+
+    # --- runs (runs.py): the gateways record their turns here ---
+
+    def _run_records(self) -> Runs:
+        if self._runs is None:
+            raise FailedPrecondition("this memory service keeps no runs")
+        return self._runs
+
+    @translate_errors
+    async def PutRunRecord(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "PutRunRecord")
+        stored = await self._run_records().put(json_format.MessageToDict(request, preserving_proto_field_name=True))
+        return json_format.ParseDict(stored, sessions_pb2.Run(), ignore_unknown_fields=True)
+
+    @translate_errors
+    async def GetRunRecord(self, request, context):
+        run = await self._run_records().get(request.run_id)
+        # Another tenant's run is NOT_FOUND, with the sentence of a run that does not exist.
+        self._tenants.namespace(str(run.get("namespace", "default")), "GetRunRecord")
+        return json_format.ParseDict(run, sessions_pb2.Run(), ignore_unknown_fields=True)
+
+    @translate_errors
+    async def ListRunRecords(self, request, context):
+        if request.webhook_pending:
+            # Every namespace's: only a gateway asks (CALLERS), to resume the deliveries — and a
+            # call made for a user sees their namespaces' only.
+            visible = self._tenants.visible_namespaces()
+            runs = [r for r in await self._run_records().pending_webhooks()
+                    if visible is None or r.get("namespace", "default") in visible]
+            return sessions_pb2.ListRunRecordsResponse(
+                runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs])
+        self._tenants.namespace(request.namespace or "default", "ListRunRecords")
+        runs, token = await self._run_records().list(
+            request.namespace, request.session_id, list(request.states), request.created_after,
+            request.created_before, request.page_size, request.page_token)
+        return sessions_pb2.ListRunRecordsResponse(
+            runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs],
+            next_page_token=token)
+
+
+    @translate_errors
+    async def GetWebhookSecret(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetWebhookSecret")
+        if self._webhook_secrets is None:
+            raise FailedPrecondition("this memory service keeps no webhook secrets")
+        secret = await self._webhook_secrets.get(request.namespace)
+        return sessions_pb2.WebhookSecret(namespace=request.namespace or "default", secret=secret)
+
+    @translate_errors
+    async def GetNamespaceWebhook(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "GetNamespaceWebhook")
+        if self._webhook_secrets is None:
+            raise FailedPrecondition("this memory service keeps no webhooks")
+        url = await self._webhook_secrets.default_url(request.namespace)
+        return sessions_pb2.NamespaceWebhook(namespace=request.namespace or "default", default_url=url)
+
+    @translate_errors
+    async def SetNamespaceWebhook(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SetNamespaceWebhook")
+        if self._webhook_secrets is None:
+            raise FailedPrecondition("this memory service keeps no webhooks")
+        url = await self._webhook_secrets.set_default_url(request.namespace, request.default_url)
+        return sessions_pb2.NamespaceWebhook(namespace=request.namespace or "default", default_url=url)
