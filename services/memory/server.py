@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
 from structlog.contextvars import bound_contextvars
@@ -30,6 +31,8 @@ from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.reflections import Reflections
+from agentmesh.memory.retention import Retention
+from agentmesh.memory.retention_rpcs import RetentionRpcs, creator
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
@@ -52,12 +55,13 @@ APPEND_METHOD = "/agentmesh.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, RetentionRpcs, memory_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
-                 a2a_tasks: A2aTasks | None = None):
+                 a2a_tasks: A2aTasks | None = None, retention: Retention | None = None):
         self._transcripts = transcripts
+        self._retention = retention  # type: ignore[assignment]  # None: tests that sweep nothing
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
@@ -77,7 +81,7 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     async def _put_session(self, session: sessions_pb2.Session) -> tuple[SessionRecord, bool]:
         await self._tenants.may_put(session.session_id, session.namespace)
-        return await self._transcripts.put_session(session_from_proto(session))
+        return await self._transcripts.put_session(replace(session_from_proto(session), created_by=creator()))
 
     @translate_errors
     async def PutSession(self, request, context):
@@ -183,7 +187,12 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def UpdateNamespaceSettings(self, request, context):
         self._tenants.namespace(request.namespace, "UpdateNamespaceSettings")
-        record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny))
+        r = request.retention
+        days = (r.transcripts_days, r.memories_days, r.usage_days, r.workspaces_days)
+        record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny),
+                                               days if request.HasField("retention") else None)
+        if self._retention is not None:
+            await self._retention.note(record)
         return namespace_to_proto(record)
 
     @translate_errors
@@ -283,7 +292,8 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
     @translate_errors
     async def Remember(self, request, context):
         self._tenants.namespace(request.namespace, "Remember")
-        return memory_to_proto(await self._memories.remember(remember_from_proto(request)))
+        item = replace(remember_from_proto(request), created_by=creator())
+        return memory_to_proto(await self._memories.remember(item))
 
     @translate_errors
     async def Search(self, request, context):
@@ -322,7 +332,8 @@ class MemoryServicer(LearningRpcs, memory_pb2_grpc.MemoryServicer):
 
     @translate_errors
     async def Import(self, request, context):
-        items = [remember_from_proto(m, default_namespace=request.namespace) for m in request.memories]
+        items = [replace(remember_from_proto(m, default_namespace=request.namespace), created_by=creator())
+                 for m in request.memories]
         for namespace in {request.namespace, *(item.namespace for item in items)}:
             self._tenants.namespace(namespace, "Import")
         imported = await self._memories.import_many(request.namespace, items)
@@ -452,12 +463,15 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # Appends and imports carry batches (a turn's messages, 256 memories from the CLI).
     host = ServiceHost("memory", settings, telemetry, address=address, max_receive_bytes=MAX_MESSAGE_BYTES)
     namespaces = Namespaces(store)
-    servicer = MemoryServicer(Transcripts(store, memory_settings), memories, namespaces,
+    transcripts = Transcripts(store, memory_settings)
+    retention = Retention(store, documents, namespaces, transcripts, memory_settings.retention_max_items)
+    servicer = MemoryServicer(transcripts, memories, namespaces,
                               Profiles(documents, max_chars=memory_settings.profile_max_chars),
                               Skills(documents, SkillLimits()),
                               PromotedTools(documents, max_tools=memory_settings.promoted_tools_max),
                               Reflections(documents), UsageLedger(store), host.audit,
-                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents))
+                              mcp_registry=McpRegistry(documents, namespaces), a2a_tasks=A2aTasks(documents),
+                              retention=retention)
     host.add(memory_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):

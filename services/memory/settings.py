@@ -70,6 +70,8 @@ class MemorySettings(EnvSection):
     profile_max_chars: int = env("AGENTMESH_PROFILE_MAX_CHARS", 4000, minimum=1)
     # Tools the agent may promote from its own functions, per namespace.
     promoted_tools_max: int = env("AGENTMESH_PROMOTED_TOOLS_MAX", 20, minimum=0)
+    # Records a retention or erasure pass looks at per kind (retention.py): bounds one call's work.
+    retention_max_items: int = env("AGENTMESH_RETENTION_MAX_ITEMS", 1000, minimum=1, maximum=10_000)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "embeddings_base_url", self.embeddings_base_url.rstrip("/"))

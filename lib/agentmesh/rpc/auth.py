@@ -176,6 +176,10 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # Usage: the agent records every model call; the gateway sums them (Gateway.GetUsage).
         "RecordUsage": _allow("agent"),
         "SumUsage": _allow("gateway"),
+        # Retention and erasure: the gateway's SweepRetention and EraseUser drive the passes and
+        # remove the sessions (and workspaces) they name.
+        "Sweep": _allow("gateway"),
+        "EraseUser": _allow("gateway"),
     },
 }
 

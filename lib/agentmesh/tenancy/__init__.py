@@ -158,6 +158,10 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "GetJob": "viewer",
     "ListJobs": "viewer",
     "ListRuns": "viewer",
+    # Retention and erasure destroy records for good (docs/memory.md#retention): set-up only.
+    "SweepRetention": "admin",
+    "Sweep": "admin",
+    "EraseUser": "admin",
 }
 
 
