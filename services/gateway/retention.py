@@ -106,7 +106,7 @@ class RetentionDriver:
             if reply.done and not acknowledged:
                 return True
         if acknowledged:  # the last pass's workspaces, noted so the next sweep skips them
-            await self._memory.sweep(memory_pb2.SweepRequest(namespace=namespace, max_items=1, now=now,
+            await self._memory.sweep(memory_pb2.SweepRequest(namespace=namespace, now=now, only_note=True,
                                                              workspaces_removed=acknowledged))
         return False
 

@@ -92,7 +92,8 @@ class Retention:
 
     # ------------------------------------------------------------------ sweep
 
-    async def sweep(self, namespace: str, now: float, max_items: int, workspaces_removed: list[str]) -> SweepPass:
+    async def sweep(self, namespace: str, now: float, max_items: int, workspaces_removed: list[str],
+                    only_note: bool = False) -> SweepPass:
         namespace = validate_namespace(namespace)
         limit = _limit(max_items) or self._max_items
         now = now or time.time()
@@ -101,6 +102,8 @@ class Retention:
         # the session, so the next walk does not name them again (until they are used again).
         for session_id in workspaces_removed:
             await self._transcripts.note_workspace_removed(session_id, now)
+        if only_note:
+            return SweepPass(done=False)
         cursor = await self._documents.get_document(CURSOR_KIND, namespace, "sweep") or {}
         out = SweepPass()
         if record.memories_days:

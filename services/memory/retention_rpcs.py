@@ -37,7 +37,7 @@ class RetentionRpcs:
             return memory_pb2.SweepResponse(namespaces=await self._retention.kept_namespaces())
         self._tenants.namespace(request.namespace, "Sweep")
         done = await self._retention.sweep(request.namespace, request.now, request.max_items,
-                                           list(request.workspaces_removed))
+                                           list(request.workspaces_removed), request.only_note)
         return memory_pb2.SweepResponse(memories_removed=done.memories_removed, usage_removed=done.usage_removed,
                                         expired_sessions=done.expired_sessions,
                                         expired_workspaces=done.expired_workspaces, done=done.done)
