@@ -422,7 +422,7 @@ class QdrantStore:
 
     async def delete_usage(self, ids: Sequence[str]) -> None:
         if ids:
-            points = [point_id("usage", i) for i in ids]
+            points: list[Any] = [point_id("usage", i) for i in ids]
             await self._run(self._client.delete, USAGE, qm.PointIdsList(points=points), wait=True)
 
     async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict], str]:

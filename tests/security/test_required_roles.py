@@ -55,6 +55,8 @@ ADMIN_ONLY = {
     "PutMcpRegistration": memory_pb2.PutMcpRegistrationRequest(
         namespace="acme", server=memory_pb2.McpRegistration(name="evil", command="/bin/true")),
     "RemoveMcpRegistration": memory_pb2.RemoveMcpRegistrationRequest(namespace="acme", name="docs"),
+    "Sweep": memory_pb2.SweepRequest(namespace="acme"),
+    "EraseUser": sessions_pb2.EraseUserRequest(namespace="acme", user="oidc:nobody"),
 }
 
 
