@@ -40,6 +40,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logout": ("login", "forget the stored token"),
     "usage": ("usage", "token usage and estimated cost of model calls"),
     "activity": ("activity", "watch the tool calls of every running turn, live"),
+    "export": ("export", "write a namespace (settings, instructions, skills, memories, transcripts, jobs) "
+               "as JSON Lines to stdout"),
+    "import": ("export", "read an export into a namespace; refuses to overwrite anything without --replace"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 

@@ -20,6 +20,7 @@ def session_from_proto(s: sessions_pb2.Session) -> SessionRecord:
         updated_at=s.updated_at,
         labels=dict(s.labels),
         namespace=s.namespace,
+        created_by=s.created_by,  # PutSession sets its own caller's; RestoreSession keeps the file's
     )
 
 

@@ -1,12 +1,17 @@
 # ruff: noqa: N802 - gRPC method names, as in services/*/server.py
-"""The memory service's retention and erasure RPCs (retention.py) as a part of MemoryServicer
-(server.py) of their own, and who made a record: the principal a session or memory is created
-for, kept on it so that erasing a person can find what is theirs."""
+"""The memory service's retention, erasure and restore RPCs (retention.py; `agentmesh import`)
+as a part of MemoryServicer (server.py) of their own, and who made a record: the principal a
+session or memory is created for, kept on it so that erasing a person can find what is theirs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from agentmesh.errors import AlreadyExists, InvalidArgument, NotFound
+from agentmesh.memory.convert import message_from_proto, session_from_proto
 from agentmesh.memory.retention import Retention
 from agentmesh.memory.tenancy import TenantGuard
+from agentmesh.memory.transcripts import MAX_PAGE_MESSAGES, Transcripts
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.v1 import memory_pb2, sessions_pb2
@@ -28,6 +33,7 @@ class RetentionRpcs:
 
     _tenants: TenantGuard
     _retention: Retention
+    _transcripts: Transcripts
 
     @translate_errors
     async def Sweep(self, request, context):
@@ -48,3 +54,29 @@ class RetentionRpcs:
         done = await self._retention.erase_user(request.namespace, request.user, request.max_items)
         return sessions_pb2.EraseUserResponse(memories_removed=done.memories_removed, usage_removed=done.usage_removed,
                                               sessions=done.sessions, done=done.done)
+
+    @translate_errors
+    async def RestoreSession(self, request, context):
+        session = session_from_proto(request.session)
+        self._tenants.namespace(session.namespace or "default", "RestoreSession")
+        if len(request.messages) > MAX_PAGE_MESSAGES:
+            raise InvalidArgument(f"{len(request.messages)} messages in one restore; the limit is "
+                                  f"{MAX_PAGE_MESSAGES}", field="messages")
+        messages = [message_from_proto(m) for m in request.messages]
+        # Another tenant's session of that id reads as not existing, and is refused (may_put).
+        await self._tenants.may_put(session.session_id, session.namespace or "default")
+        try:
+            await self._tenants.session(session.session_id, "RestoreSession")
+            exists = True
+        except NotFound:
+            exists = False
+        if exists and not request.replace:
+            raise AlreadyExists(f"session {session.session_id!r} exists already; import with --replace to "
+                                "overwrite it", metadata={"session_id": session.session_id})
+        if exists:
+            await self._transcripts.delete_session(session.session_id)
+        # The session as exported (its creator and creation time); its transcript appended as
+        # the agent appended it, so every rule of a transcript is checked again.
+        await self._transcripts.put_session(replace(session, message_count=0))
+        appended = await self._transcripts.append_messages(session.session_id, messages) if messages else 0
+        return memory_pb2.RestoreSessionResponse(messages=appended)

@@ -57,6 +57,8 @@ ADMIN_ONLY = {
     "RemoveMcpRegistration": memory_pb2.RemoveMcpRegistrationRequest(namespace="acme", name="docs"),
     "Sweep": memory_pb2.SweepRequest(namespace="acme"),
     "EraseUser": sessions_pb2.EraseUserRequest(namespace="acme", user="oidc:nobody"),
+    "RestoreSession": memory_pb2.RestoreSessionRequest(session=sessions_pb2.Session(
+        session_id="acme-restored", namespace="acme")),
 }
 
 

@@ -180,6 +180,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # remove the sessions (and workspaces) they name.
         "Sweep": _allow("gateway"),
         "EraseUser": _allow("gateway"),
+        # `agentmesh import` writes exported sessions with their transcripts.
+        "RestoreSession": _allow("gateway", USERS),
     },
 }
 

@@ -162,6 +162,8 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "SweepRetention": "admin",
     "Sweep": "admin",
     "EraseUser": "admin",
+    # Import writes sessions as exported (another person's creator and transcript): set-up only.
+    "RestoreSession": "admin",
 }
 
 
