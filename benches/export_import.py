@@ -85,9 +85,9 @@ async def main(memories: int, sessions: int, messages: int) -> None:
             with export.open("w") as out:
                 export_s, _ = await _cli(stack, "export", NAMESPACE, stdout=out)
         async with Stack(root / "b", services=SERVICES) as stack:
-            import_s, done = await _cli(stack, "import", str(export), "--namespace", "moved")
+            import_s, _ = await _cli(stack, "import", str(export), "--namespace", "moved")
             arrived = await _count(stack, "moved")
-    size = export.stat().st_size if export.exists() else 0
+        size = export.stat().st_size
     print(f"filled {memories} memories and {sessions} sessions ({messages} messages each) in {fill_s:.1f} s")
     print(f"| memories | sessions | export | import | file |\n|---|---|---|---|---|\n"
           f"| {memories} | {sessions} | {export_s:.1f} s | {import_s:.1f} s | {size / 1e6:.1f} MB |")
