@@ -8,6 +8,12 @@ embedded store and hashing embedder); the commands run as a user runs them, in c
 The namespace is filled through the RPCs (memories imported in batches of 256, sessions
 restored with `--messages` messages each), exported to a file, and imported into a second,
 fresh home. Numbers go in docs/memory.md#export-and-import with the machine and the date.
+
+Measured 2026-11-28 07:24 UTC, 2-core Intel Xeon VM shared with other builds (load 8-11):
+
+| memories | sessions | export | import | file |
+|---|---|---|---|---|
+| 10000 | 1000 | 4.8 s | 18.5 s | 3.5 MB |
 """
 
 from __future__ import annotations
