@@ -9,7 +9,11 @@ with a token (the erasure, over HTTP too, and a session created through the gate
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import subprocess
+import sys
 import time
 
 import grpc
@@ -89,9 +93,20 @@ async def _readable(stack: Stack, who: str, session_id: str) -> list[str]:
     return found
 
 
+async def _exported(stack: Stack) -> str:
+    """`agentmesh export team` as an admin runs it: the last door."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
+    env.update({f"AGENTMESH_{n.upper()}_ADDR": a for n, a in stack.addresses.items()})
+    env.update({"AGENTMESH_HOME": stack.env["AGENTMESH_HOME"], "AGENTMESH_AUTH_TOKEN": TOKEN})
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "agentmesh.cli.main", "export", "team"],
+                                   env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 async def test_erasing_a_person_leaves_nothing_of_them_readable_and_keeps_the_others(tmp_path):
     env = {"AGENTMESH_AUTH_TOKENS": TOKEN}
-    async with Stack(tmp_path / "home", env=env, services=SERVICES) as stack:
+    async with Stack(tmp_path / "home", env=env, services=(*SERVICES, "scheduler")) as stack:
         await _leave_traces(stack, "user:alice", "alice-1")
         await _leave_traces(stack, "user:alice", "alice-2")
         await _leave_traces(stack, "user:bob", "bob-1")
@@ -106,6 +121,8 @@ async def test_erasing_a_person_leaves_nothing_of_them_readable_and_keeps_the_ot
         assert await _readable(stack, "user:alice", "alice-1") == []
         assert await _readable(stack, "user:alice", "alice-2") == []
         assert await _readable(stack, "user:bob", "bob-1") == everything
+        exported = await _exported(stack)
+        assert "alice" not in exported and "bob keeps zebras" in exported
         # Nothing comes back after a restart (nothing was only hidden in a cache).
         await stack.restart()
         assert await _readable(stack, "user:alice", "alice-1") == []
@@ -129,3 +146,32 @@ async def test_erasure_over_http_and_a_gateway_session_records_its_creator(tmp_p
             await stack.gateway_stub().GetSession(sessions_pb2.GetSessionRequest(session_id=session.session_id),
                                                   metadata=BEARER)
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_an_erasure_cut_short_after_each_pass_of_one_is_finished_by_the_next(tmp_path):
+    env = {"AGENTMESH_AUTH_TOKENS": TOKEN}
+    async with Stack(tmp_path / "home", env=env, services=SERVICES) as stack:
+        await _leave_traces(stack, "user:alice", "alice-1")
+        await _leave_traces(stack, "user:alice", "alice-2")
+        await _leave_traces(stack, "user:bob", "bob-1")
+        # Memory's passes of one record, as the gateway drives them, with every service
+        # restarted after each (the gateway's own loop cut short): each pass removes what it
+        # names, and what is left is found again by the next.
+        removed = 0
+        for _ in range(3):
+            channel = signed_channel(stack.settings.keys_dir, "gateway", "memory", stack.addresses["memory"])
+            with acting_as("user:admin"):
+                reply = await memory_pb2_grpc.MemoryStub(channel).EraseUser(
+                    sessions_pb2.EraseUserRequest(namespace="team", user="user:alice", max_items=1))
+            await channel.close()
+            assert not reply.done and not reply.sessions  # memories and usage go before the sessions
+            removed += reply.memories_removed + reply.usage_removed
+            await stack.restart()
+        assert removed == 5  # one memory and one usage record a pass (4 memories, 2 records in all)
+        erased = await stack.gateway_stub().EraseUser(
+            sessions_pb2.EraseUserRequest(namespace="team", user="user:alice"), metadata=BEARER)
+        assert erased.done and sorted(erased.sessions) == ["alice-1", "alice-2"]
+        assert (erased.memories_removed, erased.usage_removed) == (1, 0)
+        assert await _readable(stack, "user:alice", "alice-1") == []
+        assert await _readable(stack, "user:alice", "alice-2") == []
+        assert len(await _readable(stack, "user:bob", "bob-1")) == 7
