@@ -10,6 +10,7 @@ from typing import Any, Iterator
 from agentmesh.cli.common import EXIT_SERVER_ERROR, CliError
 
 BATCH = 256
+RESTORE_BATCH = 1000  # messages a RestoreSession call takes
 # A job's fields the scheduler sets itself; the rest are what a client gives on create.
 _JOB_OUTPUT = ("job_id", "created_at", "updated_at", "next_run_at", "last_run_at", "done_at", "source")
 
@@ -149,8 +150,11 @@ class Importer:
         messages = [ParseDict(m, common_pb2.Message(), ignore_unknown_fields=True) for m in r.get("messages", [])]
         for m in messages:
             m.ClearField("seq")  # positions are the receiving transcript's to give
-        await self._call(self._call.memory.RestoreSession, memory_pb2.RestoreSessionRequest(
-            session=session, messages=messages, replace=self._replace))
+        # A long transcript goes in batches: the first restores the session, the rest continue it.
+        for first in range(0, max(len(messages), 1), RESTORE_BATCH):
+            await self._call(self._call.memory.RestoreSession, memory_pb2.RestoreSessionRequest(
+                session=session, messages=messages[first:first + RESTORE_BATCH], replace=self._replace,
+                continues=first > 0))
         self._count("session")
 
     async def _job(self, r: dict[str, Any]) -> None:

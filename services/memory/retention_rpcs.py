@@ -63,6 +63,10 @@ class RetentionRpcs:
             raise InvalidArgument(f"{len(request.messages)} messages in one restore; the limit is "
                                   f"{MAX_PAGE_MESSAGES}", field="messages")
         messages = [message_from_proto(m) for m in request.messages]
+        if request.continues:
+            await self._tenants.session(session.session_id, "RestoreSession")
+            appended = await self._transcripts.append_messages(session.session_id, messages) if messages else 0
+            return memory_pb2.RestoreSessionResponse(messages=appended)
         # Another tenant's session of that id reads as not existing, and is refused (may_put).
         await self._tenants.may_put(session.session_id, session.namespace or "default")
         try:

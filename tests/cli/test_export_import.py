@@ -12,13 +12,14 @@ import os
 import subprocess
 import sys
 
-from agentmesh.v1 import gateway_pb2, learning_pb2, memory_pb2, sessions_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, learning_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2
 from tests.support.llm_server import ScriptedLLMServer, reply
 from tests.support.stack import Stack
 from tests.support.turns import collect
 
 SOUL = "You are Captain Zebra, who answers in nautical terms."
 FACT = "The launch code word for the crew is PELICAN."
+LONG = 2100
 
 
 async def agentmesh(stack: Stack, *args: str, stdout=None) -> subprocess.CompletedProcess:
@@ -51,6 +52,14 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
                 namespace="crew", retention=sessions_pb2.Retention(usage_days=90)))
             await _chat(stack, "voyage-1", "crew", "Ahoy, who are you?")
+            # A log longer than one RestoreSession batch (1000 messages).
+            log = [common_pb2.Message(role="user" if i % 2 == 0 else "assistant", content=f"log entry {i}")
+                   for i in range(LONG)]
+            restore = memory_pb2_grpc.MemoryStub(stack.user_channel("memory")).RestoreSession
+            for first in range(0, LONG, 1000):
+                await restore(memory_pb2.RestoreSessionRequest(
+                    session=sessions_pb2.Session(session_id="logbook", namespace="crew"),
+                    messages=log[first:first + 1000], continues=first > 0))
             with export.open("w") as out:
                 done = await agentmesh(stack, "export", "crew", stdout=out)
             assert done.returncode == 0, done.stderr
@@ -67,6 +76,15 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             transcript = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="voyage-1"))
             assert [m.content for m in transcript.messages if m.role in ("user", "assistant")] == \
                 ["Ahoy, who are you?", "Aye."]
+            contents, after = [], 0
+            while True:
+                page = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(
+                    session_id="logbook", page_size=1000, after_seq=after))
+                contents += [m.content for m in page.messages]
+                if not page.next_after_seq:
+                    break
+                after = page.next_after_seq
+            assert contents == [f"log entry {i}" for i in range(LONG)]
             settings = await stack.gateway_stub().GetNamespaceSettings(
                 sessions_pb2.GetNamespaceSettingsRequest(namespace="crew2"))
             assert settings.retention.usage_days == 90
