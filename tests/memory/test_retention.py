@@ -11,6 +11,7 @@ instead and lets the scheduler sweep on its own clock.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import grpc
@@ -117,6 +118,15 @@ async def test_one_sweep_removes_what_expired_and_keeps_the_rest(tmp_path):
         assert await _usage_ids(stack) == ["elsewhere", "new"]
         settings = await gateway.GetNamespaceSettings(sessions_pb2.GetNamespaceSettingsRequest(namespace="ret"))
         assert settings.retention == _retention(transcripts=30, memories=30, usage=30)
+    # What went, as the gateway counted it (its metric points, written locally when it stopped).
+    removed: dict[str, float] = {}
+    for path in (tmp_path / "home" / "metrics").glob("gateway-*.jsonl"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row["name"] == "agentmesh.retention.removed" and row["attributes"]["reason"] == "retention":
+                kind = row["attributes"]["kind"]
+                removed[kind] = max(removed.get(kind, 0), row["value"])  # a cumulative counter
+    assert removed == {"sessions": 1, "workspaces": 1, "memories": 1, "usage": 1}
 
 
 async def test_passes_of_one_record_survive_a_restart_between_each(tmp_path):
