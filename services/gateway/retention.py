@@ -15,11 +15,15 @@ record once, since removing is idempotent.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.logs import get_logger
+from agentmesh.rpc.auth import current_principal
+from agentmesh.rpc.identity import Principal
+from agentmesh.tenancy import encode_memberships
 from agentmesh.telemetry.instruments import ServiceMetrics
 from agentmesh.v1 import gateway_pb2, memory_pb2, sessions_pb2
 
@@ -45,7 +49,9 @@ class Audit(Protocol):
 
 class RetentionDriver:
     def __init__(self, memory: RetentionMemory, workspaces: Workspaces, busy: Callable[[str], bool],
-                 audit: Audit, metrics: ServiceMetrics | None):
+                 audit: Audit, metrics: ServiceMetrics | None, owner_of: Callable[[str], str | None] | None = None):
+        # owner_of: the tenant owning a namespace, under a tenant policy (None: no policy).
+        self._owner_of = owner_of
         self._memory = memory
         self._workspaces = workspaces
         self._busy = busy
@@ -74,13 +80,31 @@ class RetentionDriver:
         total = gateway_pb2.SweepRetentionResponse(done=True)
         now = request.now or time.time()  # one instant for every pass of this sweep
         for namespace in namespaces:
-            done = await self._sweep_namespace(namespace, request.max_items, now, request.max_passes or MAX_PASSES, total)
+            with self._admin_of(namespace, principal, own=not request.namespace):
+                done = await self._sweep_namespace(namespace, request.max_items, now, request.max_passes or MAX_PASSES,
+                                                   total)
             total.done = total.done and done
         if total.sessions_removed or total.workspaces_removed or total.memories_removed or total.usage_removed:
             self._audit.record("retention.sweep", "allowed", principal, namespaces=",".join(namespaces),
                                sessions=str(total.sessions_removed), workspaces=str(total.workspaces_removed),
                                memories=str(total.memories_removed), usage=str(total.usage_removed))
         return total
+
+    @contextlib.contextmanager
+    def _admin_of(self, namespace: str, principal: Any, own: bool) -> Iterator[None]:
+        """A sweep of every namespace is the deployment's own (the scheduler's leader): under a
+        tenant policy no principal is in every tenant, so each namespace's passes are signed for
+        the sweeper as admin of the tenant owning it — memory checks each pass as usual."""
+        tenant = self._owner_of(namespace) if (own and self._owner_of is not None) else None
+        if tenant is None:
+            yield
+            return
+        subject = principal.subject if principal is not None else "service:gateway"
+        token = current_principal.set(Principal(subject=subject, tenant=encode_memberships({tenant: "admin"})))
+        try:
+            yield
+        finally:
+            current_principal.reset(token)
 
     async def _sweep_namespace(self, namespace: str, max_items: int, now: float, passes: int,
                                total: gateway_pb2.SweepRetentionResponse) -> bool:

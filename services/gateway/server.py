@@ -49,6 +49,11 @@ def _caller() -> Caller:
                   principal=principal)
 
 
+def _is_service(caller: Caller, service: str) -> bool:
+    """The call is `service` acting on its own (its signed token, no person behind it)."""
+    return caller.principal is not None and caller.principal.subject == f"service:{service}"
+
+
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None,
                  reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
@@ -305,7 +310,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         driver, caller = self._retention_driver(), _caller()
         if request.namespace:
             request.namespace = self._authz.namespace(caller, request.namespace, "SweepRetention")  # type: ignore[union-attr]
-        elif not caller.scope.unrestricted:
+        elif not (caller.scope.unrestricted or _is_service(caller, "scheduler")):
             raise PermissionDenied("sweeping every namespace needs admin of every namespace; name one (namespace)",
                                    field="namespace")
         return await driver.sweep(request, caller.principal)
@@ -396,7 +401,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     learning = MemoryLearning(channels["memory"], settings.address_of("memory"))
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
              GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz,
-                             RetentionDriver(sessions, tools, core.has_active_turn, host.audit, telemetry.metrics)),
+                             RetentionDriver(sessions, tools, core.has_active_turn, host.audit, telemetry.metrics,
+                                             settings.auth_policy.owner_of if settings.auth_policy.enforced else None)),
              "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:

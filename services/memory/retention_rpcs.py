@@ -38,8 +38,8 @@ class RetentionRpcs:
     @translate_errors
     async def Sweep(self, request, context):
         if not request.namespace:
-            # Listing the namespaces is the sweep's own bookkeeping; each pass is checked below.
-            self._tenants.namespace("default", "Sweep")
+            # Only the namespaces' names, and only to the gateway (CALLERS), which asks for its
+            # own sweep of every namespace; each namespace's pass is checked below.
             return memory_pb2.SweepResponse(namespaces=await self._retention.kept_namespaces())
         self._tenants.namespace(request.namespace, "Sweep")
         done = await self._retention.sweep(request.namespace, request.now, request.max_items,

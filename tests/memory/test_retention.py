@@ -17,6 +17,8 @@ import time
 import grpc
 import pytest
 
+from agentmesh.rpc.auth import current_principal
+from agentmesh.rpc.identity import Principal
 from agentmesh.v1 import common_pb2, gateway_pb2, memory_pb2, memory_pb2_grpc, sessions_pb2, tools_pb2
 from tests.support.identities import signed_channel
 from tests.support.stack import Stack
@@ -197,3 +199,36 @@ async def test_bad_retention_requests_are_refused_and_change_nothing(tmp_path):
             namespace="ret", tools=common_pb2.ToolPolicy(deny=["shell"])))
         settings = await gateway.GetNamespaceSettings(sessions_pb2.GetNamespaceSettingsRequest(namespace="ret"))
         assert settings.retention == _retention(memories=7)
+
+
+async def test_under_a_tenant_policy_the_leader_sweeps_each_tenants_namespaces(tmp_path):
+    # No principal is in every tenant: the leader's sweep signs each namespace's passes as an
+    # admin of the tenant owning it (gateway/retention.py), and memory checks them as usual.
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"tenants": {"acme": {"namespaces": ["acme"]}, "beta": {"namespaces": ["beta"]}}}))
+    env = {"AGENTMESH_RETENTION_SWEEP_S": "0.2", "AGENTMESH_AUTH_POLICY": str(policy)}
+    async with Stack(tmp_path / "home", env=env, services=(*SERVICES, "scheduler")) as stack:
+        as_gateway = memory_pb2_grpc.MemoryStub(
+            signed_channel(stack.settings.keys_dir, "gateway", "memory", stack.addresses["memory"]))
+        for namespace in ("acme", "beta"):
+            token = current_principal.set(Principal(subject="oidc:admin", tenant=f"{namespace}=admin"))
+            try:
+                await stack.memory_stub().Remember(memory_pb2.RememberRequest(
+                    namespace=namespace, text=f"an ancient {namespace} fact", created_at=T0 - 40 * DAY))
+                await stack.memory_stub().Remember(memory_pb2.RememberRequest(
+                    namespace=namespace, text=f"a recent {namespace} fact"))
+                await as_gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
+                    namespace=namespace, retention=_retention(memories=30)))
+            finally:
+                current_principal.reset(token)
+
+        async def left(namespace: str) -> list[str]:
+            token = current_principal.set(Principal(subject="oidc:admin", tenant=f"{namespace}=admin"))
+            try:
+                return await _memories(stack, namespace)
+            finally:
+                current_principal.reset(token)
+
+        while len(await left("acme")) > 1 or len(await left("beta")) > 1:
+            await asyncio.sleep(0.1)  # the leader's next sweep; the test's own timeout bounds the wait
+        assert await left("acme") == ["a recent acme fact"] and await left("beta") == ["a recent beta fact"]
