@@ -23,8 +23,8 @@ from agentmesh.errors import InvalidArgument
 from agentmesh.logs import get_logger
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal
-from agentmesh.tenancy import encode_memberships
 from agentmesh.telemetry.instruments import ServiceMetrics
+from agentmesh.tenancy import encode_memberships
 from agentmesh.v1 import gateway_pb2, memory_pb2, sessions_pb2
 
 __all__ = ["RetentionDriver"]
