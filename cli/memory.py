@@ -1,5 +1,5 @@
-"""`agentmesh memory add|search|import|forget|migrate`: long-term memory by hand; `agentmesh memory
-blocks …` (the memory blocks the agent keeps) is memory_blocks.py."""
+"""`agentmesh memory add|search|import|forget|erase|migrate`: long-term memory by hand; `agentmesh
+memory blocks …` (the memory blocks the agent keeps) is memory_blocks.py."""
 
 from __future__ import annotations
 
@@ -55,6 +55,12 @@ def register(subparsers) -> None:
     forget.add_argument("--kind", action="append", default=[])
     forget.add_argument("--all", action="store_true", help="forget every memory of the namespace")
     forget.set_defaults(func=forget_memories)
+
+    erase = verbs.add_parser("erase", help="remove what a person left in a namespace: their sessions (transcripts, "
+                             "workspaces), the memories they made, their usage (admin; audited; for good)")
+    erase.add_argument("--user", required=True, help="the principal, as a session's created_by shows it (user:...)")
+    erase.add_argument("--namespace", default="default")
+    erase.set_defaults(func=erase_user)
 
     migrate = verbs.add_parser(
         "migrate",
@@ -166,6 +172,24 @@ async def forget_memories(args) -> int:
     )
     reply = await _call("Forget", request)
     print(f"forgot {reply.forgotten} memories")
+    return EXIT_OK
+
+
+async def erase_user(args) -> int:
+    # Through the gateway: it removes the sessions' workspaces (the tools service) with them.
+    from agentmesh.clients.gateway import GatewayClient
+    from agentmesh.v1 import sessions_pb2
+
+    settings = load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            reply = await GatewayClient(channel).stub.EraseUser(
+                sessions_pb2.EraseUserRequest(namespace=args.namespace, user=args.user),
+                metadata=call_metadata(settings), timeout=600)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+    print(f"erased {args.user} from {args.namespace}: {len(reply.sessions)} sessions, "
+          f"{reply.memories_removed} memories, {reply.usage_removed} usage records")
     return EXIT_OK
 
 

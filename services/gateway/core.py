@@ -122,8 +122,10 @@ class Gateway:
     async def update_namespace_settings(self, request: sessions_pb2.UpdateNamespaceSettingsRequest,
                                         caller: Caller = ANYONE) -> sessions_pb2.NamespaceSettings:
         namespace = self._authz.namespace(caller, request.namespace, "UpdateNamespaceSettings")
-        updated = await self._policies.update_namespace_settings(
-            sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=request.tools))
+        checked = sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=request.tools)
+        if request.HasField("retention"):
+            checked.retention.CopyFrom(request.retention)
+        updated = await self._policies.update_namespace_settings(checked)
         self._authz.audit.record("tool_policy.update", "allowed", caller.principal, namespace=namespace)
         return updated
 

@@ -95,6 +95,12 @@ class MemorySessions:
             self, request: sessions_pb2.UpdateNamespaceSettingsRequest) -> sessions_pb2.NamespaceSettings:
         return await self._call(self._stub.UpdateNamespaceSettings, request)
 
+    async def sweep(self, request: memory_service_pb2.SweepRequest) -> memory_service_pb2.SweepResponse:
+        return await self._call(self._stub.Sweep, request)
+
+    async def erase_user(self, request: sessions_pb2.EraseUserRequest) -> sessions_pb2.EraseUserResponse:
+        return await self._call(self._stub.EraseUser, request)
+
     async def drop_run(self, session_id: str, run_id: str) -> int:
         reply = await self._call(self._stub.DropRun, memory_service_pb2.DropRunRequest(session_id=session_id, run_id=run_id))
         return reply.dropped

@@ -67,8 +67,10 @@ class Policies:
             self, request: sessions_pb2.UpdateNamespaceSettingsRequest) -> sessions_pb2.NamespaceSettings:
         namespace = validate_namespace(request.namespace or "default")
         policy = await self.checked(request.tools, "tools")
-        return await self._namespaces.update_namespace_settings(
-            sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=policy_to_proto(policy)))
+        checked = sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=policy_to_proto(policy))
+        if request.HasField("retention"):  # absent: memory keeps the namespace's retention
+            checked.retention.CopyFrom(request.retention)
+        return await self._namespaces.update_namespace_settings(checked)
 
     async def layers(self, session: sessions_pb2.Session | None, namespace: str) -> list[ToolPolicy]:
         """The deployment's, the namespace's and the session's policies, the empty ones left out

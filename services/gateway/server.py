@@ -6,11 +6,12 @@ from __future__ import annotations
 import contextlib
 from typing import Awaitable, Callable
 
+from agentmesh import error_reasons
 from agentmesh.clients.agent import AgentClient
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
-from agentmesh.errors import NotFound, Unavailable
+from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from agentmesh.gateway.a2a.endpoint import A2aEndpoints
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.core import Gateway
@@ -27,6 +28,7 @@ from agentmesh.gateway.peers import AgentTurns, LocalTraces, MemorySessions, Too
 from agentmesh.gateway.policy import Policies
 from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.gateway.resources import Resources
+from agentmesh.gateway.retention import RetentionDriver
 from agentmesh.gateway.run_rpcs import RunRpcs, validate_join, validate_run_id
 from agentmesh.gateway.runs import RunLedger
 from agentmesh.gateway.settings import GatewaySettings
@@ -55,11 +57,17 @@ def _caller() -> Caller:
                   principal=principal)
 
 
+def _is_service(caller: Caller, service: str) -> bool:
+    """The call is `service` acting on its own (its signed token, no person behind it)."""
+    return caller.principal is not None and caller.principal.subject == f"service:{service}"
+
+
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None,
                  reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
                  authz: Authorizer | None = None, runs: RunRpcs | None = None,
-                 webhook_secret: Callable[[str], Awaitable[str]] | None = None, webhooks: Webhooks | None = None):
+                 webhook_secret: Callable[[str], Awaitable[str]] | None = None, webhooks: Webhooks | None = None,
+                 retention: RetentionDriver | None = None):
         # authz: who may touch which session and namespace (authz.py); None only without a memory
         # service to ask (then only the learning RPCs, which need one anyway, would use it).
         self._core = core
@@ -71,6 +79,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self._runs = runs or RunRpcs(core, authz or Authorizer(_NoSessions()))
         self._webhook_secret = webhook_secret
         self._webhooks = webhooks
+        self._retention = retention
         # None: a single gateway, every session served here.
         self._router = router
 
@@ -445,6 +454,38 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def WriteWorkspaceFile(self, request, context):
         return await self._resources.write_workspace_file(request, _caller())
 
+    # --- retention and erasure (retention.py) ---
+
+    def _retention_driver(self) -> RetentionDriver:
+        if self._retention is None or self._authz is None:
+            raise FailedPrecondition("this gateway has no memory service to apply retention with")
+        return self._retention
+
+    @translate_errors
+    async def SweepRetention(self, request, context):
+        driver, caller = self._retention_driver(), _caller()
+        if request.namespace:
+            request.namespace = self._authz.namespace(caller, request.namespace, "SweepRetention")  # type: ignore[union-attr]
+        elif not (caller.scope.unrestricted or _is_service(caller, "scheduler")):
+            raise PermissionDenied("sweeping every namespace needs admin of every namespace; name one (namespace)",
+                                   field="namespace")
+        return await driver.sweep(request, caller.principal)
+
+    @translate_errors
+    async def EraseUser(self, request, context):
+        driver, caller = self._retention_driver(), _caller()
+        namespace = self._authz.namespace(caller, request.namespace, "EraseUser")  # type: ignore[union-attr]
+        if not request.user.strip():
+            raise InvalidArgument("user is empty: name the principal to erase, e.g. 'user:alice' "
+                                  "(a session's created_by)", field="user")
+        erased = await driver.erase_user(namespace, request.user, caller.principal)
+        if not erased.done:
+            raise FailedPrecondition(
+                f"erased {len(erased.sessions)} sessions and {erased.memories_removed} memories of {request.user!r}, "
+                "but some of their sessions have a turn running: cancel those turns and erase again",
+                reason=error_reasons.SESSION_BUSY, metadata={"user": request.user})
+        return erased
+
     @translate_errors
     async def GetTrace(self, request, context):
         return await self._resources.get_trace(request.trace_id, _caller())
@@ -533,7 +574,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     learning = MemoryLearning(memory_client)
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
              GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz,
-                             RunRpcs(core, authz, webhooks.check), sessions.webhook_secret, webhooks),
+                             RunRpcs(core, authz, webhooks.check), sessions.webhook_secret, webhooks,
+                             RetentionDriver(sessions, tools, core.has_active_turn, host.audit, telemetry.metrics,
+                                             settings.auth_policy.owner_of if settings.auth_policy.enforced else None)),
              "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:

@@ -21,6 +21,7 @@ def session_from_proto(s: sessions_pb2.Session) -> SessionRecord:
         updated_at=s.updated_at,
         labels=dict(s.labels),
         namespace=s.namespace,
+        created_by=s.created_by,  # PutSession sets its own caller's; RestoreSession keeps the file's
     )
 
 
@@ -38,6 +39,7 @@ def session_to_proto(s: SessionRecord) -> sessions_pb2.Session:
         tools=common_pb2.ToolPolicy(allow=s.tools_allow, deny=s.tools_deny),
         agent=s.agent,
         agent_version=s.agent_version,
+        created_by=s.created_by,
     )
 
 
@@ -63,7 +65,9 @@ def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChange
 def namespace_to_proto(record: NamespaceRecord) -> sessions_pb2.NamespaceSettings:
     return sessions_pb2.NamespaceSettings(
         namespace=record.namespace, updated_at=record.updated_at, mcp_servers_version=record.mcp_servers_version,
-        tools=common_pb2.ToolPolicy(allow=record.tools_allow, deny=record.tools_deny))
+        tools=common_pb2.ToolPolicy(allow=record.tools_allow, deny=record.tools_deny),
+        retention=sessions_pb2.Retention(transcripts_days=record.transcripts_days, memories_days=record.memories_days,
+                                         usage_days=record.usage_days, workspaces_days=record.workspaces_days))
 
 
 def message_from_proto(m: common_pb2.Message) -> TranscriptMessage:

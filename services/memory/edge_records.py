@@ -193,6 +193,11 @@ class EdgeRecords:
         if shard is not None and points:
             shard.update(qe.UpdateOperation.upsert_points(points))
 
+    async def delete_usage(self, ids: Sequence[str]) -> None:
+        shard = self.usage_shard(create=False)
+        if shard is not None and ids:
+            shard.update(qe.UpdateOperation.delete_points([point_id("usage", i) for i in ids]))
+
     async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict[str, Any]], str]:
         shard = self.usage_shard(create=False)
         if shard is None:

@@ -56,6 +56,7 @@ class RememberItem:
     id: str = ""
     source_session_id: str = ""
     created_at: float = 0.0
+    created_by: str = ""  # the principal's subject that made it (erasure finds it by that)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class MemoryRecord:
     created_at: float
     updated_at: float
     source_session_id: str = ""
+    created_by: str = ""
 
     @classmethod
     def from_payload(cls, p: dict[str, Any]) -> "MemoryRecord":
@@ -80,6 +82,7 @@ class MemoryRecord:
             created_at=float(p.get("created_at", 0.0)),
             updated_at=float(p.get("updated_at", 0.0)),
             source_session_id=p.get("source_session_id", ""),
+            created_by=str(p.get("created_by") or ""),
         )
 
 
@@ -295,6 +298,8 @@ class Memories:
                 created_at=it.created_at or (float(before["created_at"]) if before else now),
                 updated_at=now,
                 source_session_id=it.source_session_id,
+                # Whoever refreshes a memory, it stays the one who first made it.
+                created_by=str(before.get("created_by") or "") if before else it.created_by,
             )
             records.append(record)
             pending.append(Pending(pid, vars(record).copy()))

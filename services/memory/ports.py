@@ -196,6 +196,9 @@ class UsageStore(Protocol):
         """A page of the records with start <= at < end (end 0: no bound), and the next page's
         offset ('' at the end)."""
 
+    async def delete_usage(self, ids: Sequence[str]) -> None:
+        """Remove the records with these `id`s (retention, erasure); ids not there are ignored."""
+
 
 class Store(StoreLifecycle, TranscriptStore, NamespaceSettingsStore, LongTermStore, UsageStore, Protocol):
     """Every small port: sessions, transcript messages, namespace settings, long-term memories

@@ -420,6 +420,11 @@ class QdrantStore:
         if points:
             await self._run(self._client.upsert, USAGE, points, wait=True)
 
+    async def delete_usage(self, ids: Sequence[str]) -> None:
+        if ids:
+            points: list[Any] = [point_id("usage", i) for i in ids]
+            await self._run(self._client.delete, USAGE, qm.PointIdsList(points=points), wait=True)
+
     async def scroll_usage(self, start: float, end: float, limit: int, offset: str | None) -> tuple[list[dict], str]:
         timed = qm.FieldCondition(key="at", range=qm.Range(gte=start or None, lt=end or None))
         points, next_offset = await self._run(

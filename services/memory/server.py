@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Awaitable, Callable, cast
 
 from structlog.contextvars import bound_contextvars
@@ -37,6 +38,8 @@ from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.recall import ConversationIndex
 from agentmesh.memory.recall_rpcs import RecallRpcs, block_to_proto
 from agentmesh.memory.reflections import Reflections
+from agentmesh.memory.retention import Retention
+from agentmesh.memory.retention_rpcs import RetentionRpcs, creator
 from agentmesh.memory.run_rpcs import RunRecordRpcs
 from agentmesh.memory.runs import DocumentRuns, Runs, WebhookSecrets
 from agentmesh.memory.settings import MemorySettings
@@ -61,16 +64,17 @@ APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, memory_service_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, RetentionRpcs, memory_service_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
                  a2a_tasks: A2aTasks | None = None, agents: Agents | None = None, blocks: Blocks | None = None,
                  conversations: ConversationIndex | None = None, runs: Runs | None = None,
-                 webhook_secrets: WebhookSecrets | None = None):
+                 webhook_secrets: WebhookSecrets | None = None, retention: Retention | None = None):
         self._transcripts = transcripts
         self._agents = agents
         self._blocks, self._conversations = blocks, conversations  # recall_rpcs.py
+        self._retention = retention  # type: ignore[assignment]  # None: tests that sweep nothing
         self.carried_appends: CallCarrier | None = None  # set by carry()
         self.carried_calls: CallCarrier | None = None  # set by carry()
         self._mcp = mcp_registry
@@ -92,7 +96,7 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, memory_
 
     async def _put_session(self, session: sessions_pb2.Session) -> tuple[SessionRecord, bool]:
         await self._tenants.may_put(session.session_id, session.namespace)
-        return await self._transcripts.put_session(session_from_proto(session))
+        return await self._transcripts.put_session(replace(session_from_proto(session), created_by=creator()))
 
     @translate_errors
     async def PutSession(self, request, context):
@@ -199,7 +203,12 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, memory_
     @translate_errors
     async def UpdateNamespaceSettings(self, request, context):
         self._tenants.namespace(request.namespace, "UpdateNamespaceSettings")
-        record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny))
+        r = request.retention
+        days = (r.transcripts_days, r.memories_days, r.usage_days, r.workspaces_days)
+        record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny),
+                                               days if request.HasField("retention") else None)
+        if self._retention is not None:
+            await self._retention.note(record)
         return namespace_to_proto(record)
 
     @translate_errors
@@ -312,7 +321,8 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, memory_
     @translate_errors
     async def Remember(self, request, context):
         self._tenants.namespace(request.namespace, "Remember")
-        return memory_to_proto(await self._memories.remember(remember_from_proto(request)))
+        item = replace(remember_from_proto(request), created_by=creator())
+        return memory_to_proto(await self._memories.remember(item))
 
     @translate_errors
     async def Search(self, request, context):
@@ -351,7 +361,8 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, memory_
 
     @translate_errors
     async def Import(self, request, context):
-        items = [remember_from_proto(m, default_namespace=request.namespace) for m in request.memories]
+        items = [replace(remember_from_proto(m, default_namespace=request.namespace), created_by=creator())
+                 for m in request.memories]
         for namespace in {request.namespace, *(item.namespace for item in items)}:
             self._tenants.namespace(namespace, "Import")
         imported = await self._memories.import_many(request.namespace, items)
@@ -483,6 +494,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     namespaces = Namespaces(store)
     transcripts = Transcripts(store, memory_settings)
     conversations = ConversationIndex(store, documents, transcripts, memories, memory_settings)
+    retention = Retention(store, documents, namespaces, transcripts, memory_settings.retention_max_items)
     servicer = MemoryServicer(transcripts, memories, namespaces,
                               Profiles(documents, max_chars=memory_settings.profile_max_chars),
                               Skills(documents, SkillLimits()),
@@ -494,7 +506,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                               blocks=Blocks(documents, max_chars=memory_settings.block_max_chars,
                                             max_blocks=memory_settings.blocks_max),
                               conversations=conversations if memory_settings.conversation_index else None,
-                              runs=Runs(DocumentRuns(documents)), webhook_secrets=WebhookSecrets(documents))
+                              runs=Runs(DocumentRuns(documents)), webhook_secrets=WebhookSecrets(documents),
+                              retention=retention)
     host.add(memory_service_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.internal.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):

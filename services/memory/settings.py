@@ -76,6 +76,8 @@ class MemorySettings(EnvSection):
     blocks_max: int = env("AGENTMESH_BLOCKS_MAX", 8, minimum=1)
     # Recall over conversations (recall.py): index appended user and assistant messages.
     conversation_index: bool = env("AGENTMESH_CONVERSATION_INDEX", True)
+    # Records a retention or erasure pass looks at per kind (retention.py): bounds one call's work.
+    retention_max_items: int = env("AGENTMESH_RETENTION_MAX_ITEMS", 1000, minimum=1, maximum=10_000)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "embeddings_base_url", self.embeddings_base_url.rstrip("/"))

@@ -63,6 +63,12 @@ class SessionRecord:
     step_calls: list[list[str]] = field(default_factory=list)
     step_answered: list[str] = field(default_factory=list)
     step_before: list[str] = field(default_factory=list)  # the step before's call ids: closed, answered
+    # The principal (its subject, "user:alice") the session was opened for: what erasing a
+    # person finds their sessions by (retention.py). "": opened by a service, or before it was kept.
+    created_by: str = ""
+    # When retention last removed its workspace (retention.py): a sweep names it again only
+    # once it was used after that.
+    workspace_removed_at: float = 0.0
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -82,6 +88,8 @@ class SessionRecord:
             "step_calls": [list(c) for c in self.step_calls],
             "step_answered": list(self.step_answered),
             "step_before": list(self.step_before),
+            "created_by": self.created_by,
+            "workspace_removed_at": self.workspace_removed_at,
         }
 
     @classmethod
@@ -103,6 +111,8 @@ class SessionRecord:
             step_calls=[list(c) for c in p.get("step_calls") or []],
             step_answered=list(p.get("step_answered") or []),
             step_before=list(p.get("step_before") or []),
+            created_by=str(p.get("created_by") or ""),
+            workspace_removed_at=float(p.get("workspace_removed_at", 0.0)),
         )
 
 
@@ -294,6 +304,14 @@ class Transcripts:
             session.step_calls, session.step_answered, session.step_before = [], [], []
             await self._store.put_session(session.payload())
             return cleared
+
+    async def note_workspace_removed(self, session_id: str, at: float) -> None:
+        """Retention removed the session's workspace (nothing to note for a session gone since)."""
+        validate_id(session_id)
+        async with self._lock(session_id):
+            payload = await self._store.get_session(session_id)
+            if payload is not None:
+                await self._store.put_session({**payload, "workspace_removed_at": stored_time(at)})
 
     async def delete_session(self, session_id: str) -> bool:
         validate_id(session_id)

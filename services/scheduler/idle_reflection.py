@@ -181,7 +181,13 @@ class IdleReflections:
         return started
 
 
-async def run_while_leading(sweeper: IdleReflections, is_leader: Callable[[], bool], clock: Callable[[], float],
+class Sweeper(Protocol):
+    """What the leader's loop runs: the idle reflections, the retention sweep."""
+
+    async def sweep(self, now: float) -> int: ...
+
+
+async def run_while_leading(sweeper: Sweeper, is_leader: Callable[[], bool], clock: Callable[[], float],
                             check_s: float, stopping: asyncio.Event) -> None:
     """The sweep loop: every `check_s`, on the leading instance only. A sweep's failure is logged
     and the loop goes on."""

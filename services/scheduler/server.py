@@ -32,6 +32,7 @@ from agentmesh.scheduler.jobs_file import JobsFileWatcher
 from agentmesh.scheduler.leader import FileLeaderLock, LeaseLeaderLock, kubernetes_lease_api
 from agentmesh.scheduler.model import Job, Run
 from agentmesh.scheduler.ports import Clock, LeaderLock
+from agentmesh.scheduler.retention_sweep import RetentionSweeps
 from agentmesh.scheduler.settings import SchedulerSettings
 from agentmesh.scheduler.store import SqliteStore
 from agentmesh.scheduler.wakeups import schedule_wakeup
@@ -278,13 +279,20 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
             run_while_leading(sweeper, lambda: core.is_leader, now, config.reflect_check_s, stopping),
             name="idle-reflection")
 
+    retention_loop = None
+    if config.retention_sweep_s > 0:
+        sweeps = RetentionSweeps(gateway, config.retention_passes, timeout_s=600.0)
+        retention_loop = asyncio.create_task(
+            run_while_leading(sweeps, lambda: core.is_leader, now, config.retention_sweep_s, stopping),
+            name="retention-sweep")
+
     file_loop = None
     if jobs_file is not None:
         file_loop = asyncio.create_task(jobs_file.run(config.jobs_file_poll_s, stopping), name="jobs-file")
 
     async def shutdown() -> None:
         stopping.set()
-        loops = [loop for loop in (sweep_loop, file_loop) if loop is not None]
+        loops = [loop for loop in (sweep_loop, retention_loop, file_loop) if loop is not None]
         if loops:
             await asyncio.wait(loops, timeout=settings.drain_s)
         await core.stop(settings.drain_s)

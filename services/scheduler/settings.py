@@ -51,6 +51,10 @@ class SchedulerSettings(EnvSection):
     reflect_idle_s: float = env("AGENTMESH_REFLECT_IDLE_S", 600.0, minimum=0)
     reflect_check_s: float = env("AGENTMESH_REFLECT_CHECK_S", 60.0, minimum=0.05)
     reflect_retry_s: float = env("AGENTMESH_REFLECT_RETRY_S", 300.0, minimum=0.05)
+    # Retention (docs/memory.md#retention): the leader asks the gateway to sweep this often
+    # (0: never), each sweep at most this many bounded passes per namespace.
+    retention_sweep_s: float = env("AGENTMESH_RETENTION_SWEEP_S", 3600.0, minimum=0)
+    retention_passes: int = env("AGENTMESH_RETENTION_PASSES", 100, minimum=1)
 
     def __post_init__(self) -> None:
         if self.lease_duration_s <= self.renew_s:

@@ -24,3 +24,13 @@ async def test_usage_records_are_upserted_by_id_scrolled_by_time_and_survive_reo
     assert await read(2000.0, 0) == []
     store = await store_factory.reopen(store)
     assert len(await read(0, 0)) == 5
+
+
+async def test_usage_records_are_deleted_by_id_for_good(store_factory):
+    store = await store_factory()
+    await store.delete_usage(["never-there"])  # nothing recorded yet: nothing to do, no error
+    await store.put_usage([{"id": f"run-2.{i}", "at": 1000.0 + i, "session_id": "s"} for i in range(4)])
+    await store.delete_usage(["run-2.1", "run-2.3", "not-there"])
+    store = await store_factory.reopen(store)
+    page, _ = await store.scroll_usage(0, 0, 10, None)
+    assert sorted(p["id"] for p in page) == ["run-2.0", "run-2.2"]

@@ -71,6 +71,10 @@ ADMIN_ONLY = {
     # Whoever holds a namespace's webhook secret can forge its run webhooks.
     "GetWebhookSecret": sessions_pb2.GetWebhookSecretRequest(namespace="acme"),
     "SetNamespaceWebhook": sessions_pb2.NamespaceWebhook(namespace="acme", default_url="https://example.com/h"),
+    "Sweep": memory_service_pb2.SweepRequest(namespace="acme"),
+    "EraseUser": sessions_pb2.EraseUserRequest(namespace="acme", user="oidc:nobody"),
+    "RestoreSession": memory_service_pb2.RestoreSessionRequest(session=sessions_pb2.Session(
+        session_id="acme-restored", namespace="acme")),
 }
 
 

@@ -210,6 +210,12 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "GetWebhookSecret": _allow("gateway"),
         "GetNamespaceWebhook": _allow("gateway"),
         "SetNamespaceWebhook": _allow("gateway"),
+        # Retention and erasure: the gateway's SweepRetention and EraseUser drive the passes and
+        # remove the sessions (and workspaces) they name.
+        "Sweep": _allow("gateway"),
+        "EraseUser": _allow("gateway"),
+        # `agentmesh import` writes exported sessions with their transcripts.
+        "RestoreSession": _allow("gateway", USERS),
     },
 }
 

@@ -36,6 +36,7 @@ __all__ = [
     "MEMORY_SEARCH_DURATION",
     "MODEL_SLOT_WAIT",
     "MODEL_SLOT_WAITING",
+    "RETENTION_REMOVED",
     "RPC_SERVER_DURATION",
     "SANDBOX_WAIT",
     "TOOL_DURATION",
@@ -53,6 +54,7 @@ TOOL_DURATION = "agentmesh.tool.duration"  # s, histogram, per tool call {tool, 
 TURNS_IN_FLIGHT = "agentmesh.turns.in_flight"  # {turn}, up-down counter
 SANDBOX_WAIT = "agentmesh.sandbox.wait"  # s, histogram: asked for a sandbox -> process/pod running
 MEMORY_SEARCH_DURATION = "agentmesh.memory.search.duration"  # s, histogram
+RETENTION_REMOVED = "agentmesh.retention.removed"
 # A model's concurrency limit (its max_concurrency): calls waiting for one of its slots right
 # now, and how long each call waited for one (0 for most) — a queue inside the agent, made visible.
 MODEL_SLOT_WAITING = "agentmesh.model.slot.waiting"  # {call}, up-down counter {model}
@@ -115,6 +117,9 @@ class ServiceMetrics:
         self.memory_search_duration = meter.create_histogram(
             MEMORY_SEARCH_DURATION, unit="s", description="Duration of memory searches",
             explicit_bucket_boundaries_advisory=_SECONDS_BUCKETS,
+        )
+        self.retention_removed = meter.create_counter(
+            RETENTION_REMOVED, unit="{record}", description="Records removed by retention sweeps and erasures, by kind"
         )
 
     # --- model calls ----------------------------------------------------------------------
@@ -192,6 +197,11 @@ class ServiceMetrics:
 
     def record_memory_search(self, seconds: float, kind: str = "hybrid") -> None:
         self.memory_search_duration.record(max(seconds, 0.0), {"kind": kind})
+
+    def record_retention_removed(self, kind: str, count: int, reason: str = "retention") -> None:
+        """`kind`: sessions | workspaces | memories | usage; `reason`: retention | erasure."""
+        if count:
+            self.retention_removed.add(count, {"kind": kind, "reason": reason})
 
 
 def _is_cancellation(exc: BaseException) -> bool:

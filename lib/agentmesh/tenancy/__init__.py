@@ -195,6 +195,12 @@ REQUIRED_ROLES: Mapping[str, str] = {
     # The agent's schedule_wakeup: a member's turn resuming its own session later.
     "ScheduleWakeup": "member",
     "CancelWakeup": "member",  # the user whose agent asked for it (any wake-up of their tenant)
+    # Retention and erasure destroy records for good (docs/memory.md#retention): set-up only.
+    "SweepRetention": "admin",
+    "Sweep": "admin",
+    "EraseUser": "admin",
+    # Import writes sessions as exported (another person's creator and transcript): set-up only.
+    "RestoreSession": "admin",
 }
 
 

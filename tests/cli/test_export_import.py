@@ -1,0 +1,118 @@
+"""`agentmesh export` and `agentmesh import` through the real stack (docs/memory.md#export-and-
+import): a namespace exported from one home and imported into a fresh one answers as before —
+the scripted model server logs the requests, and the imported standing instructions and the
+recalled memory reach the model — and the import's refusals change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
+from agentmesh.v1 import common_pb2, gateway_pb2, learning_pb2, sessions_pb2
+from tests.support.llm_server import ScriptedLLMServer, reply
+from tests.support.stack import Stack
+from tests.support.turns import collect
+
+SOUL = "You are Captain Zebra, who answers in nautical terms."
+FACT = "The launch code word for the crew is PELICAN."
+LONG = 2100
+
+
+async def agentmesh(stack: Stack, *args: str, stdout=None) -> subprocess.CompletedProcess:
+    """The command in a child process, run off the event loop the services are served on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMESH_")}
+    env.update({f"AGENTMESH_{name.upper()}_ADDR": address for name, address in stack.addresses.items()})
+    env["AGENTMESH_HOME"] = stack.env["AGENTMESH_HOME"]
+    return await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "agentmesh.cli.main", *args], env=env, text=True,
+        stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+
+
+async def _chat(stack: Stack, session_id: str, namespace: str, message: str) -> None:
+    gateway = stack.gateway_stub()
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id=session_id, namespace=namespace))
+    await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id=session_id, message=message)))
+
+
+def _system_text(request) -> str:
+    return "\n".join(str(m.get("content")) for m in request.body["messages"])
+
+
+async def test_an_exported_namespace_answers_from_its_memories_and_instructions_in_a_fresh_home(tmp_path):
+    export = tmp_path / "crew.jsonl"
+    with ScriptedLLMServer(default=reply("Aye.")) as llm:
+        async with Stack(tmp_path / "a", llm_base_url=llm.base_url) as stack:
+            gateway = stack.gateway_stub()
+            await gateway.SetProfile(learning_pb2.SetProfileRequest(namespace="crew", part="soul", text=SOUL))
+            await stack.memory_stub().Remember(memory_service_pb2.RememberRequest(namespace="crew", text=FACT, kind="fact"))
+            await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
+                namespace="crew", retention=sessions_pb2.Retention(usage_days=90)))
+            await _chat(stack, "voyage-1", "crew", "Ahoy, who are you?")
+            # A log longer than one RestoreSession batch (1000 messages).
+            log = [common_pb2.Message(role="user" if i % 2 == 0 else "assistant", content=f"log entry {i}")
+                   for i in range(LONG)]
+            restore = memory_service_pb2_grpc.MemoryStub(stack.user_channel("memory")).RestoreSession
+            for first in range(0, LONG, 1000):
+                await restore(memory_service_pb2.RestoreSessionRequest(
+                    session=sessions_pb2.Session(session_id="logbook", namespace="crew"),
+                    messages=log[first:first + 1000], continues=first > 0))
+            with export.open("w") as out:
+                done = await agentmesh(stack, "export", "crew", stdout=out)
+            assert done.returncode == 0, done.stderr
+            assert "exported crew:" in done.stderr
+
+        lines = [json.loads(line) for line in export.read_text().splitlines()]
+        assert lines[0]["format"] == "agentmesh-export/1" and lines[0]["embedder"]["name"] == "hashing"
+        assert lines[-1]["kind"] == "end"
+        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "memory", "session"}
+
+        async with Stack(tmp_path / "b", llm_base_url=llm.base_url) as stack:
+            done = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
+            assert done.returncode == 0, done.stderr
+            transcript = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="voyage-1"))
+            assert [m.content for m in transcript.messages if m.role in ("user", "assistant")] == \
+                ["Ahoy, who are you?", "Aye."]
+            contents, after = [], 0
+            while True:
+                page = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(
+                    session_id="logbook", page_size=1000, after_seq=after))
+                contents += [m.content for m in page.messages]
+                if not page.next_after_seq:
+                    break
+                after = page.next_after_seq
+            assert contents == [f"log entry {i}" for i in range(LONG)]
+            settings = await stack.gateway_stub().GetNamespaceSettings(
+                sessions_pb2.GetNamespaceSettingsRequest(namespace="crew2"))
+            assert settings.retention.usage_days == 90
+
+            before = len(llm.requests)
+            await _chat(stack, "voyage-2", "crew2", "What is the launch code word?")
+            asked = _system_text(llm.requests[before])
+            assert SOUL in asked  # the imported standing instructions
+            assert "PELICAN" in asked  # the imported memory, recalled for this question
+
+            # Again without --replace: refused in a sentence, nothing written.
+            again = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
+            assert again.returncode == 1
+            assert "namespace 'crew2' already holds memories, standing instructions, settings" in again.stderr
+            assert "nothing was imported" in again.stderr
+            # With --replace it goes through (the same records written over).
+            assert (await agentmesh(stack, "import", str(export), "--namespace", "crew2", "--replace")).returncode == 0
+
+            # A file from a newer format, and a cut-off file: refused before anything is sent.
+            newer = tmp_path / "newer.jsonl"
+            newer.write_text(json.dumps({"format": "agentmesh-export/2"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
+            refused = await agentmesh(stack, "import", str(newer), "--namespace", "crew3")
+            assert refused.returncode == 2
+            assert "newer than this agentmesh reads (agentmesh-export/1)" in refused.stderr
+            cut = tmp_path / "cut.jsonl"
+            cut.write_text("\n".join(export.read_text().splitlines()[:-1]) + "\n")
+            refused = await agentmesh(stack, "import", str(cut), "--namespace", "crew3")
+            assert refused.returncode == 2 and "was cut off" in refused.stderr
+            listed = await stack.memory_stub().ListMemories(memory_service_pb2.ListMemoriesRequest(namespace="crew3"))
+            assert list(listed.memories) == []
