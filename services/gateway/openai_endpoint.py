@@ -146,7 +146,7 @@ class OpenAiEndpoint:
         finally:
             # A client that went away mid-stream ends the loopback Chat call now (the gateway then
             # treats it as any dropped Chat stream), not whenever the generator is collected.
-            await events.aclose()  # type: ignore[attr-defined]
+            await events.aclose()  # type: ignore[attr-defined]  # an async generator, typed as an iterator
 
     def _session(self, request: web.Request, body: dict[str, Any], namespace: str, model: str) -> str:
         given = request.headers.get(SESSION_HEADER)

@@ -465,7 +465,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def SweepRetention(self, request, context):
         driver, caller = self._retention_driver(), _caller()
         if request.namespace:
-            request.namespace = self._authz.namespace(caller, request.namespace, "SweepRetention")  # type: ignore[union-attr]
+            request.namespace = self._authz.namespace(caller, request.namespace, "SweepRetention")  # type: ignore[union-attr]  # build() always gives an authorizer
         elif not (caller.scope.unrestricted or _is_service(caller, "scheduler")):
             raise PermissionDenied("sweeping every namespace needs admin of every namespace; name one (namespace)",
                                    field="namespace")
@@ -474,7 +474,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     @translate_errors
     async def EraseUser(self, request, context):
         driver, caller = self._retention_driver(), _caller()
-        namespace = self._authz.namespace(caller, request.namespace, "EraseUser")  # type: ignore[union-attr]
+        namespace = self._authz.namespace(caller, request.namespace, "EraseUser")  # type: ignore[union-attr]  # build() always gives an authorizer
         if not request.user.strip():
             raise InvalidArgument("user is empty: name the principal to erase, e.g. 'user:alice' "
                                   "(a session's created_by)", field="user")

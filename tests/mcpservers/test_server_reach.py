@@ -17,7 +17,8 @@ import pytest
 
 from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.v1 import tools_pb2
-from tests.mcpservers.conftest import _descendants, jailable_python, write_servers
+from tests.mcpservers.conftest import jailable_python, write_servers
+from tests.support.processes import descendants
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slow
@@ -61,7 +62,7 @@ async def test_no_secret_and_no_host_path_is_on_any_command_line(home):
         everyone = cmdlines(int(p) for p in os.listdir("/proc") if p.isdigit())
         assert not [pid for pid, line in everyone.items() if SECRET.encode() in line]
         # This test's processes (the jail's among them) show no path of the service's home.
-        ours = cmdlines(_descendants(os.getpid()))
+        ours = cmdlines(descendants(os.getpid()))
         assert any(b"env_server.py" in line for line in ours.values())
         assert not [line for line in ours.values() if str(home).encode() in line]
         # Inside the jail, the server's own view of its processes (its /proc/1 is bwrap's).

@@ -166,8 +166,10 @@ async def test_long_run_with_replace_cancels_the_old_one(harness, gateway):
     await harness.clock.advance(60)
     runs = await replica.runs_until(job.job_id, lambda r: len(r) == 2 and r[0].status == "cancelled")
     assert "replaced by run " + runs[1].run_id in runs[0].error
-    await eventually(lambda: len(gateway.active) == 1, what="second run in flight")
-    assert runs[1].status == "running" and len(gateway.calls) == 2
+    # The second call reaches the gateway after its run is recorded as running: wait for it
+    # (the first, cancelled call may still be leaving `active`).
+    await eventually(lambda: len(gateway.calls) == 2 and len(gateway.active) == 1, what="second run in flight")
+    assert runs[1].status == "running"
     gateway.release_all()
     runs = await replica.runs_until(job.job_id, lambda r: r[1].status == "succeeded")
 

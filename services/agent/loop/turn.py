@@ -94,7 +94,7 @@ class TurnContext:
     # (system prompt and tools, history and the turn through every `view`).
     measure: Callable[[list[ChatMessage]], tuple[int, int]] = field(default=lambda turn: (0, 0))
     # The catalogue model the turn is talking to now (after any fallback).
-    current_model: Callable[[], "NamedModel"] = field(default=lambda: None)  # type: ignore[assignment]
+    current_model: Callable[[], "NamedModel"] = field(default=lambda: None)  # type: ignore[assignment]  # set by the turn's model call before any capability asks
 
 
 @dataclass(frozen=True)
