@@ -36,6 +36,10 @@ TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 RECENT_RUNS = 256
 WRITE_RETRIES = 5
 WRITE_RETRY_S = 1.0
+# A turn's record is first written this long after it starts, unless someone waits on it (a
+# CreateRun): most turns end sooner, and then only their final record is written — one memory
+# write per turn instead of two. A run that is still going by then is written as running.
+FIRST_WRITE_DELAY_S = 1.0
 # run_finished's stop reasons that are not a success of the run itself.
 _STATE_OF_STOP = {"cancelled": "cancelled", "interrupted": "interrupted", "rolled_back": "cancelled"}
 
@@ -61,6 +65,8 @@ class LocalRun:
     dirty: bool = False
     queued: bool = False
     writer: asyncio.Task[None] | None = None
+    # A CreateRun waits for the record's first write: written at once, not after the delay.
+    awaited: bool = False
 
 
 def require_run(caller: Caller, run: sessions_pb2.Run, rpc: str) -> sessions_pb2.Run:
@@ -103,6 +109,7 @@ class RunLedger:
                                         state="queued", created_at=now, updated_at=now, started_by=started_by))
         run.record.webhook_url = self._webhook_urls.pop(run_id, "")
         self._running[run_id] = run
+        run.awaited = run_id in self._expected
         for waiter in self._expected.pop(run_id, ()):
             if not waiter.done():
                 waiter.set_result(run)
@@ -277,6 +284,9 @@ class RunLedger:
 
     async def _write(self, run: LocalRun) -> None:
         assert self._records is not None
+        if not run.awaited and not run.written.is_set() and run.record.state not in TERMINAL_STATES:
+            # Saves made meanwhile only mark the run dirty: the write below takes the latest.
+            await asyncio.sleep(FIRST_WRITE_DELAY_S)
         retries = WRITE_RETRIES
         while run.dirty:
             run.dirty = False
