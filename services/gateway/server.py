@@ -23,6 +23,8 @@ from agentmesh.gateway.limits import TenantLimiter
 from agentmesh.gateway.live import LiveTurns, merged
 from agentmesh.gateway.mcp_endpoint import McpEndpoint
 from agentmesh.gateway.membership import Membership, Resolver, resolve_addresses
+from agentmesh.gateway.namespace_rpcs import NamespaceRecordRpcs
+from agentmesh.gateway.namespace_rpcs import current_caller as _caller
 from agentmesh.gateway.openai_endpoint import OpenAiEndpoint
 from agentmesh.gateway.peers import AgentTurns, LocalTraces, MemorySessions, ToolsWorkspaces
 from agentmesh.gateway.policy import Policies
@@ -37,7 +39,7 @@ from agentmesh.gateway.webhooks import Webhooks
 from agentmesh.ids import validate_id
 from agentmesh.logs import get_logger
 from agentmesh.models import catalog_of
-from agentmesh.rpc.auth import CallerCheck, current_principal, scope_of_call
+from agentmesh.rpc.auth import CallerCheck
 from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
@@ -50,19 +52,12 @@ from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2
 log = get_logger("agentmesh.gateway")
 
 
-def _caller() -> Caller:
-    """Who this call is for and what they may see, as the interceptor established it."""
-    principal = current_principal.get()
-    return Caller(subject=principal.subject if principal else "user:anonymous", scope=scope_of_call(),
-                  principal=principal)
-
-
 def _is_service(caller: Caller, service: str) -> bool:
     """The call is `service` acting on its own (its signed token, no person behind it)."""
     return caller.principal is not None and caller.principal.subject == f"service:{service}"
 
 
-class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
+class GatewayServicer(NamespaceRecordRpcs, gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None,
                  reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
                  authz: Authorizer | None = None, runs: RunRpcs | None = None,
@@ -264,137 +259,6 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     @translate_errors
     async def ListModels(self, request, context):
         return self._core.list_models()
-
-    @translate_errors
-    async def Reflect(self, request, context):
-        if self._reflect is None or self._authz is None:
-            raise Unavailable("reflection is not wired in this gateway")
-        # NOT_FOUND for a session that does not exist or is another tenant's; member in its own.
-        await self._authz.session(_caller(), request.session_id, "Reflect")
-        return await self._reflect.reflect(request)
-
-    async def _learning_call(self, method: str, request):
-        if self._learning is None or self._authz is None:
-            raise Unavailable("the memory service's learning RPCs are not wired in this gateway")
-        # The caller's role (REQUIRED_ROLES) in the tenant owning the namespace; memory checks again.
-        request.namespace = self._authz.namespace(_caller(), request.namespace, method)
-        return await self._learning.forward(method, request)
-
-    # A namespace's standing instructions, skills, promoted tools and reflection history: the
-    # memory service keeps them and validates each call (learning.py).
-
-    @translate_errors
-    async def GetProfile(self, request, context):
-        return await self._learning_call("GetProfile", request)
-
-    @translate_errors
-    async def SetProfile(self, request, context):
-        return await self._learning_call("SetProfile", request)
-
-    @translate_errors
-    async def PutSkill(self, request, context):
-        return await self._learning_call("PutSkill", request)
-
-    @translate_errors
-    async def ListSkills(self, request, context):
-        return await self._learning_call("ListSkills", request)
-
-    @translate_errors
-    async def GetSkill(self, request, context):
-        return await self._learning_call("GetSkill", request)
-
-    @translate_errors
-    async def ApproveSkill(self, request, context):
-        return await self._learning_call("ApproveSkill", request)
-
-    @translate_errors
-    async def RemoveSkill(self, request, context):
-        return await self._learning_call("RemoveSkill", request)
-
-    @translate_errors
-    async def SetSkillPolicy(self, request, context):
-        return await self._learning_call("SetSkillPolicy", request)
-
-    # Named agents (docs/agents.md), kept and validated by the memory service; a change is written
-    # to the audit log with who made it.
-
-    async def _agent_change(self, method: str, request, name: str):
-        reply = await self._learning_call(method, request)
-        assert self._authz is not None  # _learning_call checked it
-        verb = method.removesuffix("Agent").lower()  # CreateAgent -> agent.create, as session.delete
-        self._authz.audit.record(f"agent.{verb}", "allowed", _caller().principal, method=f"gateway.{method}",
-                                 namespace=request.namespace, agent=name, version=getattr(reply, "version", 0))
-        return reply
-
-    @translate_errors
-    async def CreateAgent(self, request, context):
-        return await self._agent_change("CreateAgent", request, request.spec.name)
-
-    @translate_errors
-    async def UpdateAgent(self, request, context):
-        return await self._agent_change("UpdateAgent", request, request.spec.name)
-
-    @translate_errors
-    async def RollbackAgent(self, request, context):
-        return await self._agent_change("RollbackAgent", request, request.name)
-
-    @translate_errors
-    async def DeleteAgent(self, request, context):
-        return await self._agent_change("DeleteAgent", request, request.name)
-
-    @translate_errors
-    async def GetAgent(self, request, context):
-        return await self._learning_call("GetAgent", request)
-
-    @translate_errors
-    async def ListAgents(self, request, context):
-        return await self._learning_call("ListAgents", request)
-
-    @translate_errors
-    async def ListAgentVersions(self, request, context):
-        return await self._learning_call("ListAgentVersions", request)
-
-    @translate_errors
-    async def ListPromotedTools(self, request, context):
-        return await self._learning_call("ListPromotedTools", request)
-
-    @translate_errors
-    async def RemovePromotedTool(self, request, context):
-        return await self._learning_call("RemovePromotedTool", request)
-
-    # Recall over a namespace's conversations and its memory blocks, kept by the memory service.
-
-    @translate_errors
-    async def SearchConversations(self, request, context):
-        return await self._learning_call("SearchConversations", request)
-
-    @translate_errors
-    async def ListBlocks(self, request, context):
-        return await self._learning_call("ListBlocks", request)
-
-    @translate_errors
-    async def GetBlock(self, request, context):
-        return await self._learning_call("GetBlock", request)
-
-    @translate_errors
-    async def RevertBlock(self, request, context):
-        return await self._learning_call("RevertBlock", request)
-
-    @translate_errors
-    async def ApproveBlockEdit(self, request, context):
-        return await self._learning_call("ApproveBlockEdit", request)
-
-    @translate_errors
-    async def RejectBlockEdit(self, request, context):
-        return await self._learning_call("RejectBlockEdit", request)
-
-    @translate_errors
-    async def SetBlockPolicy(self, request, context):
-        return await self._learning_call("SetBlockPolicy", request)
-
-    @translate_errors
-    async def ListReflections(self, request, context):
-        return await self._learning_call("ListReflections", request)
 
     @translate_errors
     async def GetUsage(self, request, context):

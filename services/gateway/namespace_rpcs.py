@@ -1,0 +1,164 @@
+# ruff: noqa: N802 - gRPC method names, as in services/*/server.py
+"""The gateway's RPCs over a namespace's records that the memory service keeps and checks:
+standing instructions, skills, named agents, promoted tools, memory blocks, recall over
+conversations, reflections. Each is the caller's role checked in the tenant that owns the
+namespace, then the call passed to memory (learning.py), which validates it and checks again.
+
+A mixin of `GatewayServicer` (server.py), which sets `_authz`, `_learning` and `_reflect`.
+"""
+
+from __future__ import annotations
+
+from agentmesh.errors import Unavailable
+from agentmesh.gateway.authz import Authorizer, Caller
+from agentmesh.gateway.learning import MemoryLearning
+from agentmesh.gateway.reflect import AgentReflect
+from agentmesh.rpc.auth import current_principal, scope_of_call
+from agentmesh.rpc.errors import translate_errors
+
+__all__ = ["NamespaceRecordRpcs", "current_caller"]
+
+
+def current_caller() -> Caller:
+    """Who this call is for and what they may see, as the interceptor established it."""
+    principal = current_principal.get()
+    return Caller(subject=principal.subject if principal else "user:anonymous", scope=scope_of_call(),
+                  principal=principal)
+
+
+
+class NamespaceRecordRpcs:
+    _authz: Authorizer | None
+    _learning: MemoryLearning | None
+    _reflect: AgentReflect | None
+
+    @translate_errors
+    async def Reflect(self, request, context):
+        if self._reflect is None or self._authz is None:
+            raise Unavailable("reflection is not wired in this gateway")
+        # NOT_FOUND for a session that does not exist or is another tenant's; member in its own.
+        await self._authz.session(current_caller(), request.session_id, "Reflect")
+        return await self._reflect.reflect(request)
+
+    async def _learning_call(self, method: str, request):
+        if self._learning is None or self._authz is None:
+            raise Unavailable("the memory service's learning RPCs are not wired in this gateway")
+        # The caller's role (REQUIRED_ROLES) in the tenant owning the namespace; memory checks again.
+        request.namespace = self._authz.namespace(current_caller(), request.namespace, method)
+        return await self._learning.forward(method, request)
+
+    # A namespace's standing instructions, skills, promoted tools and reflection history: the
+    # memory service keeps them and validates each call (learning.py).
+
+    @translate_errors
+    async def GetProfile(self, request, context):
+        return await self._learning_call("GetProfile", request)
+
+    @translate_errors
+    async def SetProfile(self, request, context):
+        return await self._learning_call("SetProfile", request)
+
+    @translate_errors
+    async def PutSkill(self, request, context):
+        return await self._learning_call("PutSkill", request)
+
+    @translate_errors
+    async def ListSkills(self, request, context):
+        return await self._learning_call("ListSkills", request)
+
+    @translate_errors
+    async def GetSkill(self, request, context):
+        return await self._learning_call("GetSkill", request)
+
+    @translate_errors
+    async def ApproveSkill(self, request, context):
+        return await self._learning_call("ApproveSkill", request)
+
+    @translate_errors
+    async def RemoveSkill(self, request, context):
+        return await self._learning_call("RemoveSkill", request)
+
+    @translate_errors
+    async def SetSkillPolicy(self, request, context):
+        return await self._learning_call("SetSkillPolicy", request)
+
+    # Named agents (docs/agents.md), kept and validated by the memory service; a change is written
+    # to the audit log with who made it.
+
+    async def _agent_change(self, method: str, request, name: str):
+        reply = await self._learning_call(method, request)
+        assert self._authz is not None  # _learning_call checked it
+        verb = method.removesuffix("Agent").lower()  # CreateAgent -> agent.create, as session.delete
+        self._authz.audit.record(f"agent.{verb}", "allowed", current_caller().principal, method=f"gateway.{method}",
+                                 namespace=request.namespace, agent=name, version=getattr(reply, "version", 0))
+        return reply
+
+    @translate_errors
+    async def CreateAgent(self, request, context):
+        return await self._agent_change("CreateAgent", request, request.spec.name)
+
+    @translate_errors
+    async def UpdateAgent(self, request, context):
+        return await self._agent_change("UpdateAgent", request, request.spec.name)
+
+    @translate_errors
+    async def RollbackAgent(self, request, context):
+        return await self._agent_change("RollbackAgent", request, request.name)
+
+    @translate_errors
+    async def DeleteAgent(self, request, context):
+        return await self._agent_change("DeleteAgent", request, request.name)
+
+    @translate_errors
+    async def GetAgent(self, request, context):
+        return await self._learning_call("GetAgent", request)
+
+    @translate_errors
+    async def ListAgents(self, request, context):
+        return await self._learning_call("ListAgents", request)
+
+    @translate_errors
+    async def ListAgentVersions(self, request, context):
+        return await self._learning_call("ListAgentVersions", request)
+
+    @translate_errors
+    async def ListPromotedTools(self, request, context):
+        return await self._learning_call("ListPromotedTools", request)
+
+    @translate_errors
+    async def RemovePromotedTool(self, request, context):
+        return await self._learning_call("RemovePromotedTool", request)
+
+    # Recall over a namespace's conversations and its memory blocks, kept by the memory service.
+
+    @translate_errors
+    async def SearchConversations(self, request, context):
+        return await self._learning_call("SearchConversations", request)
+
+    @translate_errors
+    async def ListBlocks(self, request, context):
+        return await self._learning_call("ListBlocks", request)
+
+    @translate_errors
+    async def GetBlock(self, request, context):
+        return await self._learning_call("GetBlock", request)
+
+    @translate_errors
+    async def RevertBlock(self, request, context):
+        return await self._learning_call("RevertBlock", request)
+
+    @translate_errors
+    async def ApproveBlockEdit(self, request, context):
+        return await self._learning_call("ApproveBlockEdit", request)
+
+    @translate_errors
+    async def RejectBlockEdit(self, request, context):
+        return await self._learning_call("RejectBlockEdit", request)
+
+    @translate_errors
+    async def SetBlockPolicy(self, request, context):
+        return await self._learning_call("SetBlockPolicy", request)
+
+    @translate_errors
+    async def ListReflections(self, request, context):
+        return await self._learning_call("ListReflections", request)
