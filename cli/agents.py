@@ -25,21 +25,16 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import grpc
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
-    call_metadata,
-    channel_to,
-    load_settings,
+    gateway_call,
     print_json,
-    rpc_failure,
     to_dict,
 )
-from agentmesh.clients.gateway import GatewayClient
 from agentmesh.v1 import agents_pb2, common_pb2
 
 API_VERSION = "agentmesh.dev/v1alpha1"
@@ -92,13 +87,7 @@ def register(subparsers) -> None:
 
 
 async def _call(method_name: str, request):
-    settings = load_settings()
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            return await getattr(GatewayClient(channel).stub, method_name)(
-                request, metadata=call_metadata(settings), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    return await gateway_call(method_name, request)
 
 
 def _usage(path: Path, message: str) -> CliError:

@@ -79,6 +79,21 @@ def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
+async def gateway_call(method: str, request, *, settings: Settings | None = None, timeout: float = 30.0):
+    """The gateway's RPC `method` with `request`, as the stored token; a failure as a CliError."""
+    import grpc
+
+    from agentmesh.clients.gateway import GatewayClient
+
+    settings = settings or load_settings()
+    async with channel_to(settings, "gateway") as channel:
+        try:
+            return await getattr(GatewayClient(channel).stub, method)(
+                request, metadata=call_metadata(settings), timeout=timeout)
+        except grpc.aio.AioRpcError as err:
+            raise rpc_failure(err, "gateway", settings) from None
+
+
 def rpc_failure(err: grpc.aio.AioRpcError, service: str, settings: Settings) -> CliError:
     """A server's status as a sentence: unreachable services get a hint about how to start them."""
     import grpc

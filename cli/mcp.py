@@ -9,20 +9,15 @@
 
 from __future__ import annotations
 
-import grpc
 from google.protobuf.json_format import MessageToDict
 
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
-    call_metadata,
-    channel_to,
-    load_settings,
+    gateway_call,
     print_json,
-    rpc_failure,
 )
-from agentmesh.clients.gateway import GatewayClient
 from agentmesh.v1 import tools_pb2
 
 # Adding starts the server and lists its tools before answering.
@@ -71,13 +66,7 @@ def _pairs(pairs: list[str], option: str = "--header") -> dict[str, str]:
 
 
 async def _call(method: str, request, timeout: float = 30.0):
-    settings = load_settings()
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            return await getattr(GatewayClient(channel).stub, method)(
-                request, metadata=call_metadata(settings), timeout=timeout)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    return await gateway_call(method, request, timeout=timeout)
 
 
 def _describe(status: tools_pb2.McpServerStatus) -> str:

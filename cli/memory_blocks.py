@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, to_dict
+from agentmesh.cli.common import EXIT_OK, gateway_call, print_json, to_dict
 
 
 def register(verbs) -> None:
@@ -39,18 +39,7 @@ def register(verbs) -> None:
 
 
 async def _gateway(method: str, request: Any) -> Any:
-    import grpc
-
-    from agentmesh.cli.common import rpc_failure
-    from agentmesh.clients.gateway import GatewayClient
-
-    settings = load_settings()
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            return await getattr(GatewayClient(channel).stub, method)(
-                request, metadata=call_metadata(settings), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    return await gateway_call(method, request)
 
 
 def _when(ts: float) -> str:

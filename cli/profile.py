@@ -5,19 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import grpc
-
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
-    call_metadata,
-    channel_to,
-    load_settings,
+    gateway_call,
     print_json,
-    rpc_failure,
 )
-from agentmesh.clients.gateway import GatewayClient
 from agentmesh.v1 import learning_pb2
 
 PARTS = ("soul", "user", "project")
@@ -45,13 +39,7 @@ def register(subparsers) -> None:
 
 
 async def _call(method_name: str, request) -> learning_pb2.Profile:
-    settings = load_settings()
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            return await getattr(GatewayClient(channel).stub, method_name)(
-                request, metadata=call_metadata(settings), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    return await gateway_call(method_name, request)
 
 
 def _read(file: str) -> str:

@@ -6,20 +6,14 @@ import datetime as dt
 import json
 from pathlib import Path
 
-import grpc
-
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
-    call_metadata,
-    channel_to,
-    load_settings,
+    gateway_call,
     print_json,
-    rpc_failure,
     to_dict,
 )
-from agentmesh.clients.gateway import GatewayClient
 from agentmesh.v1 import learning_pb2
 
 FOLDERS = ("scripts", "references")
@@ -68,13 +62,7 @@ def register(subparsers) -> None:
 
 async def _call(method_name: str, request):
     """The gateway's RPC of that name (it passes skills calls to the memory service)."""
-    settings = load_settings()
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            return await getattr(GatewayClient(channel).stub, method_name)(
-                request, metadata=call_metadata(settings), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    return await gateway_call(method_name, request)
 
 
 def read_skill_dir(root: Path) -> list[learning_pb2.SkillFile]:

@@ -12,6 +12,7 @@ from agentmesh.cli.common import (
     EXIT_SERVER_ERROR,
     call_metadata,
     channel_to,
+    gateway_call,
     load_settings,
     parse_json_object,
     print_json,
@@ -101,12 +102,7 @@ async def run_tool(args) -> int:
 
 
 async def _namespace_call(settings, method: str, request) -> sessions_pb2.NamespaceSettings:
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            return await getattr(GatewayClient(channel).stub, method)(
-                request, metadata=call_metadata(settings), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    return await gateway_call(method, request, settings=settings)
 
 
 def _print_policy(settings: sessions_pb2.NamespaceSettings, as_json: bool) -> None:
