@@ -135,7 +135,11 @@ async def test_refused_huge_requests_leave_no_memory_behind(tmp_path, service, c
             grown = _rss_mib(child.pid) - before
         # Before, the same run grew the gateway by ~600 MB (benches/request_bounds.py), memory by ~110 MB;
         # keeping the refused requests would be 1,500 MiB. With the releaser memory keeps 3-26 MiB (five runs).
-        assert grown < 64, f"the {service} service kept {grown:.0f} MiB after refusing the requests"
+        # The gateway now reads a request up to its receive bound (12.6 MiB, room for a message's
+        # images) before refusing it; the freed buffers of those reads stay in the allocator's
+        # arenas (28-89 MiB across runs). Keeping the requests would still be ~1,500 MiB.
+        limit = 128 if service == "gateway" else 64
+        assert grown < limit, f"the {service} service kept {grown:.0f} MiB after refusing the requests"
     finally:
         child.terminate()
         child.wait(30)
