@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,14 @@ def missing_tools() -> list[str]:
 
 def podman_env() -> dict[str, str]:
     return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
+
+
+def podman_cwd() -> Path:
+    """The directory podman runs in. conmon writes an empty `oom` file into its working directory
+    when a container is OOM-killed, so podman never runs in the checkout."""
+    directory = Path(tempfile.gettempdir()) / "agentmesh-podman"
+    directory.mkdir(exist_ok=True)
+    return directory
 
 
 def chart_image(key: str) -> str:
@@ -96,7 +105,7 @@ class Podman:
         return f"{self.prefix}-{what}"
 
     def run(self, *args: str, check: bool = True, timeout: float = 120, input: bytes | None = None) -> subprocess.CompletedProcess:
-        result = subprocess.run(["podman", *args], env=podman_env(), capture_output=True, timeout=timeout, input=input)
+        result = subprocess.run(["podman", *args], env=podman_env(), cwd=podman_cwd(), capture_output=True, timeout=timeout, input=input)
         if check and result.returncode != 0:
             raise PodmanError(f"podman {' '.join(args)} failed ({result.returncode}): {result.stderr.decode(errors='replace')[-2000:]}")
         return result

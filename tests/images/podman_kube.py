@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmesh.tools.sandbox.k8s_job import CONTAINER
-from tests.images.podman import Podman, podman_env
+from tests.images.podman import Podman, podman_cwd, podman_env
 from tests.tools.fake_kube import FakeKube
 from tests.tools.fake_kubelet import container_status, now_rfc3339
 
@@ -84,7 +84,7 @@ class PodmanKube(FakeKube):
             self._update(key, lambda s: s.update(containerStatuses=[container_status(image, {"waiting": {"reason": "CreateContainerError", "message": message}})]))
             return
         started = self.podman.inspect(container)["State"].get("StartedAt") or now_rfc3339()
-        waiter = subprocess.Popen(["podman", "wait", container], env=podman_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        waiter = subprocess.Popen(["podman", "wait", container], env=podman_env(), cwd=podman_cwd(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         with self.cond:
             if key not in self.pods:
                 waiter.kill()
@@ -97,7 +97,7 @@ class PodmanKube(FakeKube):
                 return  # deleted (Job deleted or past its deadline): no terminal status
         state = self.podman.inspect(container)
         # `podman logs` writes stderr lines to its stderr: one pipe for both keeps their order.
-        log = subprocess.run(["podman", "logs", container], env=podman_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        log = subprocess.run(["podman", "logs", container], env=podman_env(), cwd=podman_cwd(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
         with self.cond:
             self.logs[key] = bytearray(log.stdout)
         code = int(state["State"]["ExitCode"])
