@@ -41,7 +41,8 @@ Steps (consumed one per request, in arrival order; thread-safe):
         `finish_reason` overrides the natural one (`"length"`: a reply cut off by the output
         limit); `reasoning` streams as OpenAI `reasoning_content` deltas before the text.
         `delay_s` waits before the response head (for read-timeout tests);
-        `pause_after_chunks`/`pause_s` stall mid-stream; `drop_after_chunks` closes the
+        `pause_after_chunks`/`pause_s` stall mid-stream (`hold=threading.Event()` instead:
+        until the test sets it); `drop_after_chunks` closes the
         connection mid-stream (chunked encoding left incomplete); `as_json=True` answers with
         one non-streamed completion object, like servers that ignore `stream`.
     tool_call(name, arguments: dict | str, id=None)
@@ -104,6 +105,9 @@ class Reply:
     delay_s: float = 0.0
     pause_after_chunks: int | None = None
     pause_s: float = 0.0
+    # Set by the test to end the pause: the stream stalls until then (or the server closes), so
+    # a test that must see a turn mid-answer waits on a condition, not on how fast the machine is.
+    hold: threading.Event | None = None
     drop_after_chunks: int | None = None
     model: str | None = None
     as_json: bool = False  # answer with one JSON completion even when streaming was asked for
@@ -275,6 +279,10 @@ class ScriptedLLMServer:
         if seconds > 0:
             self._closing.wait(seconds)
 
+    def _hold(self, hold: threading.Event) -> None:
+        while not hold.wait(0.05) and not self._closing.is_set():
+            pass
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -397,6 +405,8 @@ class ScriptedLLMServer:
                         raise _Dropped()
                     if step.pause_after_chunks is not None and n == step.pause_after_chunks:
                         server._sleep(step.pause_s)
+                        if step.hold is not None:
+                            server._hold(step.hold)
                     self._write_chunk(event)
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import httpx
 import pytest
@@ -278,7 +279,7 @@ async def test_a_reload_during_a_turn_follows_it_live(browser, stack, llm):
     from tests.web.conftest import stream
 
     llm.add(reply("", tool_call("write_file", {"path": "a.txt", "content": "a"}, id="w1")),
-            reply("Finished after the reload.", chunk_chars=3, pause_after_chunks=2, pause_s=3))
+            reply("Finished after the reload.", chunk_chars=3, pause_after_chunks=2, hold=(answer := threading.Event())))
     async with httpx.AsyncClient(base_url=stack.http_url, timeout=30) as http:
         # A turn started elsewhere over HTTP; that client drops after the tool ran.
         first = await stream(http, "live", {"message": "write a.txt then answer"}, until=lambda m: m.event == "tool_result")
@@ -287,7 +288,8 @@ async def test_a_reload_during_a_turn_follows_it_live(browser, stack, llm):
     page, errors = await open_console(browser, stack)
     await page.goto(stack.http_url + "/#/sessions/live")
     log = page.get_by_role("log", name="Conversation")
-    await expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+    await expect(page.get_by_role("button", name="Cancel")).to_be_visible()  # the answer is held mid-stream
+    answer.set()
     await expect(log.locator(".turn .bubble.assistant").last).to_have_text("AgentFinished after the reload.")
     # The turn shows once: its user message, its tool card, its answer.
     await expect(log.locator(".bubble.user")).to_have_count(1)
