@@ -89,7 +89,24 @@ async def test_usage_activity_and_the_dev_panel_show_a_real_turn(browser, stack,
     assert await serious_violations(page) == []
     await screenshot(page, "activity")
 
+    # A run started elsewhere: its events from the start, in the dev panel (JoinRun).
+    await view(page, "Usage", "Usage")
+    await view(page, "Activity", "Activity")
+    live_run = page.get_by_role("table", name="Recent runs")
+    live_row = live_run.get_by_role("row").filter(has_text="live-work")
+    await expect(live_row).to_have_count(1)
+    live_id = await live_row.get_attribute("data-run")
+    await live_run.get_by_role("link", name=f"Events of {live_id}").click()
+    await expect(page.get_by_role("heading", name="Dev panel", level=2)).to_be_visible()
+    await expect(page.get_by_label("Session", exact=True)).to_have_value("live-work")
+    joined = page.get_by_role("list", name="Events")
+    await expect(joined.locator("[data-type='run_started']")).to_have_count(1)
+    await expect(joined.locator("[data-type='tool_call']")).to_contain_text("live-work")
+    await expect(joined.locator("[data-type='run_finished']")).to_have_count(1)
+    assert page.url.endswith(f"#/dev/{live_id}")
+
     await view(page, "Dev panel", "Dev panel")
+    await page.get_by_label("Session", exact=True).select_option(session_id)
     events = page.get_by_role("list", name="Events")
     for kind in ("run_started", "text_delta", "tool_call", "tool_result", "run_finished"):
         await expect(events.locator(f"[data-type='{kind}']").first).to_be_visible()

@@ -37,7 +37,7 @@ const workspace = new WorkspaceView(api, {
 });
 const traces = new TraceView(api, { form: $("trace-form"), input: $("trace-id"), status: $("trace-status"), waterfall: $("waterfall") });
 // The views over what is stored (#/usage, #/skills, …) and the dev panel (#/dev): views/index.js.
-const devpanel = new DevPanel();
+const devpanel = new DevPanel(api);
 const views = new Views(api, {
   mount: $("view"), nav: $("views-nav"), devpanel, sessions: () => state.sessions,
   showTrace: (sessionId, traceId) => {

@@ -1,13 +1,17 @@
 // The dev panel: every event of the chat streams this console read (each turn's SSE: run_started,
 // text and reasoning deltas, tool calls and results, approvals, status, task updates, the end),
-// kept in memory for this tab and filterable by type and session.
+// and of any recent run loaded by its id (JoinRun replays it: #/dev/RUN_ID), kept in memory for
+// this tab and filterable by type and session.
 
 import { h } from "./dom.js";
+import { streamGet } from "./views/common.js";
 
 const KEEP = 5000;
 
 export class DevPanel {
-  constructor() {
+  constructor(api) {
+    this.api = api;
+    this.seen = new Set(); // run_id:seq of the events held, so a run loaded twice is not doubled
     this.events = [];
     this.hidden = new Set(); // event types filtered out
     this.session = "";
@@ -16,6 +20,9 @@ export class DevPanel {
 
   // One SSE message of a session's chat stream ({id, event, data}), as read.
   record(sessionId, message) {
+    const key = message.data && message.data.run_id && message.data.seq ? `${message.data.run_id}:${message.data.seq}` : "";
+    if (key && this.seen.has(key)) return;
+    if (key) this.seen.add(key);
     const entry = { at: Date.now(), sessionId, id: message.id, type: message.event, data: message.data };
     this.events.push(entry);
     if (this.events.length > KEEP) this.events.splice(0, this.events.length - KEEP);
@@ -26,7 +33,11 @@ export class DevPanel {
     this.list = null;
   }
 
-  show(mount) {
+  show(mount, runId = "") {
+    if (runId) {
+      this.#load(mount, runId);
+      return;
+    }
     const types = [...new Set(this.events.map((e) => e.type))].sort();
     const sessions = [...new Set(this.events.map((e) => e.sessionId))];
     const status = h("p", { class: "muted view-status", role: "status" });
@@ -55,16 +66,46 @@ export class DevPanel {
     const clear = h("button", { type: "button", class: "secondary" }, "Clear events");
     clear.addEventListener("click", () => {
       this.events = [];
+      this.seen.clear();
       this.show(mount);
+    });
+    const run = h("input", { id: "dev-run", autocomplete: "off", spellcheck: "false", placeholder: "run-…" });
+    const load = h("form", { class: "view-form" }, h("label", { for: "dev-run" }, "Load a run's events"), run,
+      h("button", { type: "submit" }, "Load"));
+    load.addEventListener("submit", (event) => {
+      event.preventDefault();
+      if (run.value.trim()) location.hash = `#/dev/${encodeURIComponent(run.value.trim())}`;
     });
     mount.replaceChildren(
       h("div", { class: "view-head" }, h("h2", { id: "view-title", tabindex: "-1" }, "Dev panel"),
         h("p", { class: "muted" }, "Every event of the chat streams this tab read, newest last.")),
       status,
       h("div", { class: "view-body" },
-        h("form", { class: "view-form" }, h("label", { for: "dev-session" }, "Session"), session, clear), filters, this.list));
+        h("form", { class: "view-form" }, h("label", { for: "dev-session" }, "Session"), session, clear), load, filters, this.list));
     mount.setAttribute("aria-labelledby", "view-title");
     redraw();
+  }
+
+  // A recent run's events from its start (GET /v1/runs/{id}/join), added to the panel; then the
+  // panel shows that run's session.
+  async #load(mount, runId) {
+    mount.replaceChildren(h("div", { class: "view-head" }, h("h2", { id: "view-title", tabindex: "-1" }, "Dev panel")),
+      h("p", { class: "muted view-status", role: "status" }, `Loading the events of ${runId}…`));
+    let sessionId = "";
+    let failure = "";
+    try {
+      for await (const message of streamGet(this.api, `/v1/runs/${encodeURIComponent(runId)}/join`)) {
+        sessionId = message.data.session_id || sessionId;
+        this.record(sessionId, message);
+      }
+    } catch (error) {
+      failure = error.message;
+    }
+    if (location.hash !== `#/dev/${encodeURIComponent(runId)}`) return; // the user went elsewhere meanwhile
+    if (sessionId) this.session = sessionId;
+    this.show(mount);
+    mount.querySelector("h2").focus();
+    if (failure) mount.querySelector(".view-status").textContent = failure;
   }
 
   #visible(entry) {

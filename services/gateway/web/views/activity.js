@@ -47,13 +47,15 @@ export class ActivityView {
           h("td", {}, formatTime(run.created_at)),
           h("td", { class: "num" }, duration(run.finished_at ? run.finished_at - (run.started_at || run.created_at) : 0)),
           h("td", { class: "num" }, tokens(usage.total_tokens)),
-          h("td", {}, run.trace_id
-            ? h("button", { type: "button", class: "link", onclick: () => this.showTrace(run.session_id, run.trace_id) },
-              `Trace ${run.trace_id.slice(0, 8)}`)
-            : ""));
+          h("td", { class: "actions" },
+            h("a", { href: `#/dev/${encodeURIComponent(run.run_id)}`, "aria-label": `Events of ${run.run_id}` }, "Events"),
+            run.trace_id
+              ? h("button", { type: "button", class: "link", "aria-label": `Trace of ${run.run_id}`,
+                onclick: () => this.showTrace(run.session_id, run.trace_id) }, `Trace ${run.trace_id.slice(0, 8)}`)
+              : null));
       });
       runs.append(rows.length
-        ? table("Recent runs", ["Session", "State", "Started", "Took", "Tokens", "Trace"], rows)
+        ? table("Recent runs", ["Session", "State", "Started", "Took", "Tokens", "Events and trace"], rows)
         : h("p", { class: "muted" }, "No runs yet."));
       view.say(`${rows.length} recent runs · watching for live events`);
     } catch (error) {
