@@ -212,7 +212,7 @@ class Skills:
             for version in drafts:
                 del head["versions"][version]
             if head["versions"]:
-                head["latest"] = max(int(v) for v in head["versions"])
+                # "latest" stays: a rejected draft's number is never given to another version.
                 await self._documents.put_document(KIND, namespace, name, head)
             else:
                 await self._documents.delete_document(KIND, namespace, name)  # first: nothing lists it any more

@@ -66,6 +66,10 @@ async def test_a_skills_draft_is_rejected_and_its_active_version_kept_over_http(
     assert [(s["name"], s["version"], s["status"]) for s in listed] == [("csv-stats", "1", "active")]
     assert (await http.get("/v1/namespaces/team-a/skills/csv-stats", params={"version": 2})).status_code == 404
 
+    # The rejected draft's number is not given again.
+    again = await http.post("/v1/namespaces/team-a/skills", json={"files": files, "draft": True})
+    assert again.json()["version"] == "3"
+    assert (await http.post("/v1/namespaces/team-a/skills/csv-stats/reject", json={})).status_code == 200
     nothing_waits = await http.post("/v1/namespaces/team-a/skills/csv-stats/reject", json={})
     assert nothing_waits.status_code == 404
     assert "no draft to reject" in nothing_waits.json()["error"]["message"]
