@@ -118,6 +118,18 @@ async def test_usage_activity_and_the_dev_panel_show_a_real_turn(browser, stack,
     await expect(events.locator("[data-type='tool_call']")).to_have_count(1)
     assert await serious_violations(page) == []
     await screenshot(page, "dev-panel")
+
+    # Back to the chat (still drawn, not reloaded), its turn's trace, and from there the run's events.
+    await page.get_by_role("navigation", name="Console views").get_by_role("link", name="Chat", exact=True).click()
+    await expect(page.locator(".turn .bubble.assistant .text").last).to_have_text("Saved the note.")
+    for host in stack.hosts.values():
+        host.telemetry.force_flush()
+    await page.get_by_role("button", name="Trace", exact=True).click()
+    to_events = page.get_by_role("link", name=re.compile(r"^Every event of run-\w+ in the dev panel$"))
+    await to_events.click()
+    await expect(page.get_by_role("heading", name="Dev panel", level=2)).to_be_visible()
+    await expect(page.get_by_label("Session", exact=True)).to_have_value(session_id)
+    await expect(page.get_by_role("list", name="Events").locator("[data-type='run_finished']")).to_have_count(1)
     errors.assert_none()
 
 
