@@ -16,12 +16,14 @@ import grpc
 
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import Unavailable
+from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.rpc.errors import core_error_from_rpc
+from agentmesh.v1 import gateway_pb2
 
 # Gateway RPCs answered by the memory RPC of the same name, request and reply unchanged.
 FORWARDED = (
     "GetProfile", "SetProfile",
-    "PutSkill", "ListSkills", "GetSkill", "ApproveSkill", "RemoveSkill", "SetSkillPolicy",
+    "PutSkill", "ListSkills", "GetSkill", "ApproveSkill", "RemoveSkill", "RejectSkill", "SetSkillPolicy",
     "ListPromotedTools", "RemovePromotedTool",
     "ListReflections",
     # Named agents (docs/agents.md): memory keeps and validates them.
@@ -41,6 +43,27 @@ class MemoryLearning:
     async def forward(self, method: str, request: Any) -> Any:
         if method not in FORWARDED:
             raise ValueError(f"{method} is not a learning RPC")
+        return await self._call(method, request)
+
+    # A namespace's long-term memories for the console's memory view: memory's records as the
+    # public MemoryHit (with provenance), the namespace already checked by the caller.
+
+    async def list_memories(self, request: gateway_pb2.ListMemoriesRequest) -> gateway_pb2.ListMemoriesResponse:
+        reply = await self._call("ListMemories", memory_service_pb2.ListMemoriesRequest(
+            namespace=request.namespace, page_size=request.page_size, page_token=request.page_token,
+            filter=memory_service_pb2.MemoryFilter(kinds=list(request.kinds))))
+        return gateway_pb2.ListMemoriesResponse(memories=[memory_hit(m) for m in reply.memories],
+                                                next_page_token=reply.next_page_token)
+
+    async def get_memory(self, request: gateway_pb2.MemoryRef) -> gateway_pb2.MemoryHit:
+        reply = await self._call("GetMemory", memory_service_pb2.GetMemoryRequest(namespace=request.namespace, id=request.id))
+        return memory_hit(reply)
+
+    async def forget_memory(self, request: gateway_pb2.MemoryRef) -> gateway_pb2.ForgetMemoryResponse:
+        reply = await self._call("Forget", memory_service_pb2.ForgetRequest(namespace=request.namespace, ids=[request.id]))
+        return gateway_pb2.ForgetMemoryResponse(forgotten=reply.forgotten)
+
+    async def _call(self, method: str, request: Any) -> Any:
         try:
             return await getattr(self._stub, method)(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as err:
@@ -48,3 +71,10 @@ class MemoryLearning:
                 raise Unavailable(f"the memory service at {self._target} did not answer "
                                   f"({err.details() or err.code().name})") from None
             raise core_error_from_rpc(err) from None
+
+
+def memory_hit(record: memory_service_pb2.MemoryRecord) -> gateway_pb2.MemoryHit:
+    hit = gateway_pb2.MemoryHit(id=record.id, text=record.text, kind=record.kind, created_at=record.created_at,
+                                updated_at=record.updated_at, source_session_id=record.source_session_id)
+    hit.metadata.CopyFrom(record.metadata)
+    return hit

@@ -9,14 +9,17 @@ A mixin of `GatewayServicer` (server.py), which sets `_authz`, `_learning` and `
 
 from __future__ import annotations
 
-from agentmesh.errors import Unavailable
+from agentmesh.errors import InvalidArgument, Unavailable
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.reflect import AgentReflect
+from agentmesh.ids import validate_namespace
 from agentmesh.rpc.auth import current_principal, scope_of_call
 from agentmesh.rpc.errors import translate_errors
 
-__all__ = ["NamespaceRecordRpcs", "current_caller"]
+__all__ = ["MAX_MEMORY_PAGE", "NamespaceRecordRpcs", "current_caller"]
+
+MAX_MEMORY_PAGE = 200
 
 
 def current_caller() -> Caller:
@@ -77,6 +80,40 @@ class NamespaceRecordRpcs:
     @translate_errors
     async def RemoveSkill(self, request, context):
         return await self._learning_call("RemoveSkill", request)
+
+    # A namespace's long-term memories (the console's memory view): a member's, as SearchMemory.
+
+    def _memory_namespace(self, request, method: str) -> MemoryLearning:
+        if self._learning is None or self._authz is None:
+            raise Unavailable("the memory service's RPCs are not wired in this gateway")
+        if request.namespace:
+            validate_namespace(request.namespace)
+        request.namespace = self._authz.namespace(current_caller(), request.namespace, method)
+        return self._learning
+
+    @translate_errors
+    async def ListMemories(self, request, context):
+        if request.page_size < 0 or request.page_size > MAX_MEMORY_PAGE:
+            raise InvalidArgument(f"page_size must be between 0 and {MAX_MEMORY_PAGE}, got {request.page_size}")
+        return await self._memory_namespace(request, "ListMemories").list_memories(request)
+
+    @translate_errors
+    async def GetMemory(self, request, context):
+        if not request.id:
+            raise InvalidArgument("id is required: the memory's id, as ListMemories or SearchMemory give it")
+        return await self._memory_namespace(request, "GetMemory").get_memory(request)
+
+    @translate_errors
+    async def ForgetMemory(self, request, context):
+        if not request.id:
+            raise InvalidArgument("id is required: the memory's id, as ListMemories or SearchMemory give it")
+        learning = self._memory_namespace(request, "ForgetMemory")
+        await learning.get_memory(request)  # NOT_FOUND for an id the namespace does not hold
+        return await learning.forget_memory(request)
+
+    @translate_errors
+    async def RejectSkill(self, request, context):
+        return await self._learning_call("RejectSkill", request)
 
     @translate_errors
     async def SetSkillPolicy(self, request, context):

@@ -82,6 +82,11 @@ class LearningRpcs:
         return learning_pb2.RemoveSkillResponse(removed_versions=await self._skills.remove(request.namespace, request.name))
 
     @translate_errors
+    async def RejectSkill(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RejectSkill")
+        return learning_pb2.RemoveSkillResponse(removed_versions=await self._skills.reject(request.namespace, request.name))
+
+    @translate_errors
     async def SetSkillPolicy(self, request, context):
         self._tenants.namespace(request.namespace or "default", "SetSkillPolicy")
         auto = await self._skills.set_policy(request.namespace, request.auto_accept)

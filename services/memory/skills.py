@@ -201,6 +201,25 @@ class Skills:
                 await self._documents.delete_document(KIND, namespace, f"{name}@{version}")
         return len(head.get("versions", {}))
 
+    async def reject(self, namespace: str, name: str) -> int:
+        """Drop the skill's waiting drafts; its active version stays (a skill that was only drafts goes)."""
+        namespace = validate_namespace(namespace)
+        async with self._locks.setdefault((namespace, name), asyncio.Lock()):
+            head = await self._documents.get_document(KIND, namespace, name)
+            drafts = [v for v, s in (head or {}).get("versions", {}).items() if s == "draft"]
+            if head is None or not drafts:
+                raise NotFound(f"skill {name!r} has no draft to reject in namespace {namespace!r}")
+            for version in drafts:
+                del head["versions"][version]
+            if head["versions"]:
+                # "latest" stays: a rejected draft's number is never given to another version.
+                await self._documents.put_document(KIND, namespace, name, head)
+            else:
+                await self._documents.delete_document(KIND, namespace, name)  # first: nothing lists it any more
+            for version in drafts:
+                await self._documents.delete_document(KIND, namespace, f"{name}@{version}")
+        return len(drafts)
+
     async def auto_accepts(self, namespace: str) -> bool:
         policy = await self._documents.get_document(POLICY_KIND, validate_namespace(namespace), "policy")
         return bool(policy and policy.get("auto_accept"))

@@ -49,6 +49,7 @@ ADMIN_ONLY = {
     "SetSkillPolicy": learning_pb2.SkillPolicy(namespace="acme", auto_accept=True),
     "ApproveSkill": learning_pb2.SkillName(namespace="acme", name="proposal"),
     "RemoveSkill": learning_pb2.SkillName(namespace="acme", name="deploy"),
+    "RejectSkill": learning_pb2.SkillName(namespace="acme", name="late"),  # the draft put below, before the admin calls
     "RemovePromotedTool": learning_pb2.SkillName(namespace="acme", name="word_count"),
     "DeleteSession": sessions_pb2.DeleteSessionRequest(session_id="acme-s1"),
     "UpdateNamespaceSettings": sessions_pb2.UpdateNamespaceSettingsRequest(

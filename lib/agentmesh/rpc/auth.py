@@ -144,9 +144,10 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # Long-term memory: the agent's memory tools, and `agentmesh memory` for users.
         "Remember": _allow("agent", USERS),
         "Search": _allow("agent", "gateway", USERS),  # the gateway: POST /v1/memory/search
-        "GetMemory": _allow("agent", USERS),
-        "ListMemories": _allow("agent", USERS),
-        "Forget": _allow("agent", USERS),
+        # The gateway too: its ListMemories, GetMemory and ForgetMemory (the console's memory view).
+        "GetMemory": _allow("agent", "gateway", USERS),
+        "ListMemories": _allow("agent", "gateway", USERS),
+        "Forget": _allow("agent", "gateway", USERS),
         "Import": _allow("agent", USERS),
         # Standing instructions: every turn reads them; users set them, directly or through the
         # gateway's GetProfile/SetProfile (`agentmesh profile`).
@@ -160,6 +161,7 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "PutSkill": _allow("agent", "gateway", USERS),
         "ApproveSkill": _allow("gateway", USERS),
         "RemoveSkill": _allow("gateway", USERS),
+        "RejectSkill": _allow("gateway", USERS),
         "SetSkillPolicy": _allow("gateway", USERS),
         # Named agents (docs/agents.md): users define them through the gateway's RPCs of the same
         # names; the agent reads one when delegating to it by name (StartTurn resolves a turn's).

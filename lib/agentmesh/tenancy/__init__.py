@@ -126,6 +126,7 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "GetMemory": "member",
     "ListMemories": "member",
     "Forget": "member",
+    "ForgetMemory": "member",  # the gateway's Forget of one memory (the console's memory view)
     "Import": "member",
     # What the agent learns in a namespace: reading it is for anyone in the tenant; reflecting,
     # adding a skill (a draft, unless an admin turned on auto-accept) and promoting a tool is a
@@ -151,6 +152,7 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "GetSkill": "viewer",
     "ApproveSkill": "admin",
     "RemoveSkill": "admin",
+    "RejectSkill": "admin",
     "SetSkillPolicy": "admin",
     "PutPromotedTool": "member",
     "ListPromotedTools": "viewer",

@@ -2,15 +2,17 @@
 
 import { Api, ApiError } from "./api.js";
 import { Conversation } from "./chat.js";
+import { DevPanel } from "./devpanel.js";
 import { formatTime, h } from "./dom.js";
 import { ImageTray } from "./images.js";
 import { TraceView } from "./trace.js";
+import { Views } from "./views/index.js";
 import { WorkspaceView } from "./workspace.js";
 
 const $ = (id) => document.getElementById(id);
 const api = new Api();
 // `generation` counts session opens: work of an open that a newer one overtook is dropped.
-const state = { sessionId: "", sessions: [], running: false, commandTools: new Set(), generation: 0 };
+const state = { sessionId: "", sessions: [], running: false, commandTools: new Set(), generation: 0, awayInView: false };
 
 const conversation = new Conversation($("log"), {
   approve: (callId, approved) =>
@@ -34,11 +36,22 @@ const workspace = new WorkspaceView(api, {
   upload: $("upload"), uploadFile: $("upload-file"), uploadOverwrite: $("upload-overwrite"), uploadStatus: $("upload-status"),
 });
 const traces = new TraceView(api, { form: $("trace-form"), input: $("trace-id"), status: $("trace-status"), waterfall: $("waterfall") });
+// The views over what is stored (#/usage, #/skills, …) and the dev panel (#/dev): views/index.js.
+const devpanel = new DevPanel(api);
+const views = new Views(api, {
+  mount: $("view"), nav: $("views-nav"), devpanel, sessions: () => state.sessions,
+  showTrace: (sessionId, traceId) => {
+    navigate(sessionId);
+    selectTab("trace");
+    traces.show(traceId);
+  },
+});
 
 // --- signing in -----------------------------------------------------------------------------
 
 function showSignIn(message = "") {
   $("app").hidden = true;
+  $("views-nav").hidden = true;
   $("sign-out").hidden = true;
   $("signin").hidden = false;
   $("signin-error").textContent = message;
@@ -56,6 +69,7 @@ async function showApp() {
   $("signin").hidden = true;
   $("app").hidden = false;
   $("sign-out").hidden = !api.token;
+  $("views-nav").hidden = false;
   await route();
 }
 
@@ -118,13 +132,22 @@ function navigate(sessionId) {
 }
 
 async function route() {
+  const inView = views.route(location.hash);
+  $("main").hidden = inView;
+  const away = state.awayInView;
+  state.awayInView = inView;
+  if (inView) return;
   const match = /^#\/sessions\/(.+)$/.exec(location.hash);
-  await openSession(match ? decodeURIComponent(match[1]) : "");
+  const sessionId = match ? decodeURIComponent(match[1]) : "";
+  // Back from a view to the session still open (its running turn still drawing): nothing to reload.
+  if (away && sessionId && sessionId === state.sessionId) return;
+  await openSession(sessionId);
 }
 
 async function openSession(sessionId, { attach = true } = {}) {
   const generation = ++state.generation;
   state.sessionId = sessionId;
+  $("nav-chat").href = sessionId ? `#/sessions/${encodeURIComponent(sessionId)}` : "#/";
   renderSessions();
   conversation.clear();
   $("subagents").hidden = true;
@@ -254,6 +277,7 @@ async function send() {
     try {
       const session = await api.call("POST", "/v1/sessions", { body: { title: (text || "images").slice(0, 60) } });
       state.sessionId = session.session_id;
+      $("nav-chat").href = `#/sessions/${encodeURIComponent(session.session_id)}`;
       history.replaceState(null, "", `#/sessions/${encodeURIComponent(session.session_id)}`);
       $("session-title").textContent = session.title;
       $("delete-session").hidden = false;
@@ -281,6 +305,7 @@ async function follow(sessionId, turn, body, lastEventId) {
     try {
       for await (const message of api.chat(sessionId, body, { lastEventId })) {
         lastEventId = message.id;
+        devpanel.record(sessionId, message);
         if (message.event === "message") replayed = true; // resumed from the transcript
         else turn.handle(message.event, message.data, message.id);
       }

@@ -56,6 +56,10 @@ export class TraceView {
           h("div", { class: `span-bar svc-${service}`, style: { left: `${left}%`, width: `${width}%` } })),
         h("div", { class: "span-duration", role: "cell" }, duration));
     });
-    this.el.waterfall.replaceChildren(h("div", { role: "table", "aria-label": `Trace ${trace.trace_id}` }, rows));
+    // The turn's run (its agent span says which): its every event in the dev panel.
+    const run = trace.spans.map((s) => (s.attributes || {})["agentmesh.run_id"]).find(Boolean);
+    const events = run ? h("p", { class: "small" }, h("a", { href: `#/dev/${encodeURIComponent(run)}`, class: "trace-events" },
+      `Every event of ${run} in the dev panel`)) : null;
+    this.el.waterfall.replaceChildren(...[events, h("div", { role: "table", "aria-label": `Trace ${trace.trace_id}` }, rows)].filter(Boolean));
   }
 }

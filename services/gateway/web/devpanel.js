@@ -1,0 +1,123 @@
+// The dev panel: every event of the chat streams this console read (each turn's SSE: run_started,
+// text and reasoning deltas, tool calls and results, approvals, status, task updates, the end),
+// and of any recent run loaded by its id (JoinRun replays it: #/dev/RUN_ID), kept in memory for
+// this tab and filterable by type and session.
+
+import { h } from "./dom.js";
+import { streamGet } from "./views/common.js";
+
+const KEEP = 5000;
+
+export class DevPanel {
+  constructor(api) {
+    this.api = api;
+    this.seen = new Set(); // run_id:seq of the events held, so a run loaded twice is not doubled
+    this.events = [];
+    this.hidden = new Set(); // event types filtered out
+    this.session = "";
+    this.list = null;
+  }
+
+  // One SSE message of a session's chat stream ({id, event, data}), as read.
+  record(sessionId, message) {
+    const key = message.data && message.data.run_id && message.data.seq ? `${message.data.run_id}:${message.data.seq}` : "";
+    if (key && this.seen.has(key)) return;
+    if (key) this.seen.add(key);
+    const entry = { at: Date.now(), sessionId, id: message.id, type: message.event, data: message.data };
+    this.events.push(entry);
+    if (this.events.length > KEEP) this.events.splice(0, this.events.length - KEEP);
+    if (this.list && this.#visible(entry)) this.list.append(this.#row(entry));
+  }
+
+  hide() {
+    this.list = null;
+  }
+
+  show(mount, runId = "") {
+    if (runId) {
+      this.#load(mount, runId);
+      return;
+    }
+    const types = [...new Set(this.events.map((e) => e.type))].sort();
+    const sessions = [...new Set(this.events.map((e) => e.sessionId))];
+    const status = h("p", { class: "muted view-status", role: "status" });
+    this.list = h("ol", { class: "dev-events", "aria-label": "Events" });
+    const redraw = () => {
+      const shown = this.events.filter((e) => this.#visible(e));
+      this.list.replaceChildren(...shown.map((e) => this.#row(e)));
+      status.textContent = `${shown.length} of ${this.events.length} events`;
+    };
+    const session = h("select", { id: "dev-session" }, h("option", { value: "" }, "Every session"),
+      sessions.map((id) => h("option", { value: id, selected: id === this.session }, id)));
+    session.addEventListener("change", () => {
+      this.session = session.value;
+      redraw();
+    });
+    const filters = h("fieldset", { class: "dev-types" }, h("legend", {}, "Event types"),
+      types.length ? types.map((type) => {
+        const box = h("input", { type: "checkbox", id: `dev-type-${type}`, checked: !this.hidden.has(type), value: type });
+        box.addEventListener("change", () => {
+          if (box.checked) this.hidden.delete(type);
+          else this.hidden.add(type);
+          redraw();
+        });
+        return h("label", { class: "inline", for: `dev-type-${type}` }, box, ` ${type} (${this.events.filter((e) => e.type === type).length})`);
+      }) : h("span", { class: "muted" }, "No events yet: chat with the agent and they show here."));
+    const clear = h("button", { type: "button", class: "secondary" }, "Clear events");
+    clear.addEventListener("click", () => {
+      this.events = [];
+      this.seen.clear();
+      this.show(mount);
+    });
+    const run = h("input", { id: "dev-run", autocomplete: "off", spellcheck: "false", placeholder: "run-…" });
+    const load = h("form", { class: "view-form" }, h("label", { for: "dev-run" }, "Load a run's events"), run,
+      h("button", { type: "submit" }, "Load"));
+    load.addEventListener("submit", (event) => {
+      event.preventDefault();
+      if (run.value.trim()) location.hash = `#/dev/${encodeURIComponent(run.value.trim())}`;
+    });
+    mount.replaceChildren(
+      h("div", { class: "view-head" }, h("h2", { id: "view-title", tabindex: "-1" }, "Dev panel"),
+        h("p", { class: "muted" }, "Every event of the chat streams this tab read, newest last.")),
+      status,
+      h("div", { class: "view-body" },
+        h("form", { class: "view-form" }, h("label", { for: "dev-session" }, "Session"), session, clear), load, filters, this.list));
+    mount.setAttribute("aria-labelledby", "view-title");
+    redraw();
+  }
+
+  // A recent run's events from its start (GET /v1/runs/{id}/join), added to the panel; then the
+  // panel shows that run's session.
+  async #load(mount, runId) {
+    mount.replaceChildren(h("div", { class: "view-head" }, h("h2", { id: "view-title", tabindex: "-1" }, "Dev panel")),
+      h("p", { class: "muted view-status", role: "status" }, `Loading the events of ${runId}…`));
+    let sessionId = "";
+    let failure = "";
+    try {
+      for await (const message of streamGet(this.api, `/v1/runs/${encodeURIComponent(runId)}/join`)) {
+        sessionId = message.data.session_id || sessionId;
+        this.record(sessionId, message);
+      }
+    } catch (error) {
+      failure = error.message;
+    }
+    if (location.hash !== `#/dev/${encodeURIComponent(runId)}`) return; // the user went elsewhere meanwhile
+    if (sessionId) this.session = sessionId;
+    this.show(mount);
+    mount.querySelector("h2").focus();
+    if (failure) mount.querySelector(".view-status").textContent = failure;
+  }
+
+  #visible(entry) {
+    return !this.hidden.has(entry.type) && (!this.session || entry.sessionId === this.session);
+  }
+
+  #row(entry) {
+    const payload = entry.data && typeof entry.data === "object" && entry.type in entry.data ? entry.data[entry.type] : entry.data;
+    return h("li", { class: "dev-event", dataset: { type: entry.type } },
+      h("details", {},
+        h("summary", {}, h("code", {}, entry.type), " ",
+          h("span", { class: "muted small" }, `${new Date(entry.at).toLocaleTimeString()} · ${entry.sessionId}${entry.id ? ` · id ${entry.id}` : ""}`)),
+        h("pre", { class: "dev-payload" }, JSON.stringify(payload, null, 2))));
+  }
+}
