@@ -32,7 +32,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agentmesh.memory.edge_store import EdgeStore
-from agentmesh.memory.embedders import HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from agentmesh.memory.embedders import (
+    HashingEmbedder,
+    OnnxMiniLMEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+)
 from agentmesh.memory.memories import Memories, MemoryQuery, RememberItem
 from agentmesh.memory.ports import DENSE, SPARSE, PointFilter
 from agentmesh.memory.qdrant_store import QdrantStore
@@ -217,6 +222,8 @@ def make_embedder(name: str, settings: MemorySettings):
         return SentenceTransformerEmbedder()
     if name == "openai":
         return OpenAIEmbedder(settings)
+    if name == "onnx":
+        return OnnxMiniLMEmbedder()
     raise SystemExit(f"unknown embedder {name!r}")
 
 

