@@ -81,6 +81,10 @@ CONFIGS: dict[str, tuple[dict, str]] = {
     "dbsf+ctx+dates": ({"fusion": "dbsf", "neighbor_boost": 0.0}, "fused"),
     "weighted+ctx+dates": ({"neighbor_boost": 0.0}, "fused"),
     "weighted+ctx+dates+densectx": ({"dense_context": True, "neighbor_boost": 0.0}, "fused"),
+    # Conversation recall (recall.py): each turn a transcript message (the first speaker as `user`, the
+    # other as `assistant`), indexed as appended, searched with SearchConversations' core.
+    "conversations": ({}, "conversations"),
+    "conversations-no-context": ({"context_weight": 0.0}, "conversations"),
     # The default before the context window went to two on each side (the baseline of that change).
     "default-window1": ({"context_window": 1}, "fused"),
     # weighted RRF (k 5; dense 0.1 hashing / 0.35 model), context 0.5 ** distance over 2 turns
@@ -258,6 +262,8 @@ async def run_service(
         memories = Memories(store, embedder, settings, sparse=sparse)
         try:
             await memories.open()
+            if retriever == "conversations":
+                return await _run_conversations(conversations, store, memories, settings)
             started = time.perf_counter()
             turns = 0
             for conv in conversations:
@@ -301,6 +307,48 @@ async def run_service(
         finally:
             await embedder.close()
             await store.close()
+
+
+async def _run_conversations(
+    conversations: list[Conversation], store: EdgeStore | QdrantStore, memories: Memories, settings: MemorySettings
+) -> tuple[PerConversation, float]:
+    """The turns as transcripts, indexed and searched by the conversation index (recall.py)."""
+    from agentmesh.memory.recall import ConversationIndex, ConversationQuery
+    from agentmesh.memory.stores import open_documents
+    from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
+
+    transcripts = Transcripts(store, settings)
+    index = ConversationIndex(store, await open_documents(store), transcripts, memories, settings)
+    dia: dict[tuple[str, int], str] = {}
+    started = time.perf_counter()
+    turns = 0
+    for conv in conversations:
+        first = conv.turns[0].speaker
+        by_session: dict[int, list[Turn]] = collections.defaultdict(list)
+        for t in conv.turns:
+            by_session[t.session].append(t)
+        for n, session_turns in by_session.items():
+            sid = f"{conv.sample_id}-s{n}"
+            await transcripts.put_session(SessionRecord(session_id=sid, namespace=conv.sample_id))
+            messages = [
+                TranscriptMessage("user" if t.speaker == first else "assistant", t.memory_text, created_at=t.created_at)
+                for t in session_turns
+            ]
+            await transcripts.append_messages(sid, messages)
+            dia.update({(sid, seq): t.dia_id for seq, t in enumerate(session_turns, 1)})
+            index.appended(sid)
+            turns += len(session_turns)
+        await index.flush()
+    ingest_rate = turns / (time.perf_counter() - started)
+    per: PerConversation = {}
+    for conv in conversations:
+        scores = per[conv.sample_id] = Scores()
+        for question, evidence in conv.questions:
+            t0 = time.perf_counter()
+            hits = await index.search(conv.sample_id, ConversationQuery(question, k=K))
+            scores.latencies.append(time.perf_counter() - t0)
+            scores.add([dia[(h.session_id, h.seq)] for h in hits], evidence)
+    return per, ingest_rate
 
 
 async def grpc_latency(conv: Conversation) -> str:
