@@ -1,6 +1,11 @@
 """LoCoMo retrieval, as /work/shared/data/README.md describes it, through the memory service's core.
 
-    .venv/bin/python -m benches.locomo [PATH] [--embedders hashing,local] [--configs NAME,...]
+    .venv/bin/python -m benches.locomo [PATH] [--embedders hashing,onnx] [--configs NAME,...] [--tuning 0,1]
+
+Every row is reported on a fixed split of the conversations, side by side: the tuning half
+(conversations 0-1; the only ones a default may be chosen on) and the held-out half (the rest),
+with plain BM25 on the same questions (issue 35: a change that helps only the tuning half is not
+a gain).
 
 One namespace per conversation; every turn is one memory (`Speaker: text`, plus the caption of
 a shared photo, kind `episode`, its session as source session, the session's date as
@@ -32,7 +37,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agentmesh.memory.edge_store import EdgeStore
-from agentmesh.memory.embedders import HashingEmbedder, OpenAIEmbedder, SentenceTransformerEmbedder
+from agentmesh.memory.embedders import (
+    HashingEmbedder,
+    OnnxMiniLMEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+)
 from agentmesh.memory.memories import Memories, MemoryQuery, RememberItem
 from agentmesh.memory.ports import DENSE, SPARSE, PointFilter
 from agentmesh.memory.qdrant_store import QdrantStore
@@ -40,7 +50,18 @@ from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import STOP_WORDS, SparseEncoder, Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo-dev.json"
+# shared/ sits beside the checkout (CI, /work/main) or beside the worktrees' folder (/work/wt/NAME).
+DEFAULT_DATA = next(
+    (
+        p
+        for p in (
+            REPO.parent / "shared" / "data" / "locomo-dev.json",
+            REPO.parents[1] / "shared" / "data" / "locomo-dev.json",
+        )
+        if p.is_file()
+    ),
+    REPO.parent / "shared" / "data" / "locomo-dev.json",
+)
 K = 10
 
 # name -> (settings overrides, retriever): "fused" is the service's Search; "dense"/"sparse" one side alone.
@@ -60,10 +81,17 @@ CONFIGS: dict[str, tuple[dict, str]] = {
     "dbsf+ctx+dates": ({"fusion": "dbsf", "neighbor_boost": 0.0}, "fused"),
     "weighted+ctx+dates": ({"neighbor_boost": 0.0}, "fused"),
     "weighted+ctx+dates+densectx": ({"dense_context": True, "neighbor_boost": 0.0}, "fused"),
-    # weighted RRF (k 5; dense 0.1 hashing / 0.35 model), context 0.5, dates, neighbour boost 0.4
+    # Conversation recall (recall.py): each turn a transcript message (the first speaker as `user`, the
+    # other as `assistant`), indexed as appended, searched with SearchConversations' core.
+    "conversations": ({}, "conversations"),
+    "conversations-no-context": ({"context_weight": 0.0}, "conversations"),
+    # The default before the context window went to two on each side (the baseline of that change).
+    "default-window1": ({"context_window": 1}, "fused"),
+    # weighted RRF (k 5; dense 0.1 hashing / 0.35 model), context 0.5 ** distance over 2 turns
+    # each side, dates, neighbour boost 0.4
     "default": ({}, "fused"),
 }
-QUICK = ["sparse", "dense", "rrf", "sparse+ctx+dates", "default"]
+QUICK = ["sparse", "dense", "sparse+ctx+dates", "default-window1", "default"]
 
 
 class EdgeBm25Encoder:
@@ -130,6 +158,9 @@ def load(path: Path) -> list[Conversation]:
     return out
 
 
+PerConversation = dict[str, "Scores"]
+
+
 class Scores:
     def __init__(self):
         self.r5 = self.r10 = self.rr = 0.0
@@ -142,6 +173,17 @@ class Scores:
         self.r5 += len(want & set(ranked[:5])) / len(want)
         self.r10 += len(want & set(ranked[:10])) / len(want)
         self.rr += next((1 / r for r, x in enumerate(ranked[:K], 1) if x in want), 0.0)
+
+    @classmethod
+    def merged(cls, parts: "list[Scores]") -> "Scores":
+        out = cls()
+        for part in parts:
+            out.r5 += part.r5
+            out.r10 += part.r10
+            out.rr += part.rr
+            out.n += part.n
+            out.latencies += part.latencies
+        return out
 
     def row(self) -> tuple[float, float, float, str, str]:
         lat = sorted(self.latencies)
@@ -159,9 +201,10 @@ def plain_tokens(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
 
 
-def plain_bm25(conversations: list[Conversation], field: str, k1: float = 1.2, b: float = 0.75) -> Scores:
-    scores = Scores()
+def plain_bm25(conversations: list[Conversation], field: str, k1: float = 1.2, b: float = 0.75) -> PerConversation:
+    per: PerConversation = {}
     for conv in conversations:
+        scores = per[conv.sample_id] = Scores()
         docs = [collections.Counter(plain_tokens(getattr(t, field))) for t in conv.turns]
         lengths = [sum(d.values()) for d in docs]
         avg = sum(lengths) / len(docs)
@@ -178,7 +221,7 @@ def plain_bm25(conversations: list[Conversation], field: str, k1: float = 1.2, b
             order = sorted(range(n), key=lambda i: -sc[i])[:K]
             scores.latencies.append(time.perf_counter() - started)
             scores.add([conv.turns[i].dia_id for i in order], evidence)
-    return scores
+    return per
 
 
 # ------------------------------------------------------------------ the service
@@ -191,6 +234,8 @@ def make_embedder(name: str, settings: MemorySettings):
         return SentenceTransformerEmbedder()
     if name == "openai":
         return OpenAIEmbedder(settings)
+    if name == "onnx":
+        return OnnxMiniLMEmbedder()
     raise SystemExit(f"unknown embedder {name!r}")
 
 
@@ -202,12 +247,13 @@ async def run_service(
     env: dict[str, str],
     store_kind: str = "edge",
     sparse_encoder: str = "agentmesh",
-) -> tuple[Scores, float]:
+) -> tuple[PerConversation, float]:
     settings = dataclasses.replace(MemorySettings.from_env(env), **overrides)
     with tempfile.TemporaryDirectory() as home:
         if store_kind == "edge":
-            store = EdgeStore(Path(home), layout=settings.layout, index_after=settings.index_after,
-                              part_size=settings.part_size)
+            store = EdgeStore(
+                Path(home), layout=settings.layout, index_after=settings.index_after, part_size=settings.part_size
+            )
         else:
             store = QdrantStore.connect(path=Path(home) / "qdrant", layout="per-namespace")
         await store.open()
@@ -216,6 +262,8 @@ async def run_service(
         memories = Memories(store, embedder, settings, sparse=sparse)
         try:
             await memories.open()
+            if retriever == "conversations":
+                return await _run_conversations(conversations, store, memories, settings)
             started = time.perf_counter()
             turns = 0
             for conv in conversations:
@@ -234,8 +282,9 @@ async def run_service(
                 await memories.import_many(conv.sample_id, items)
                 turns += len(items)
             ingest_rate = turns / (time.perf_counter() - started)
-            scores = Scores()
+            per: PerConversation = {}
             for conv in conversations:
+                scores = per[conv.sample_id] = Scores()
                 for question, evidence in conv.questions:
                     t0 = time.perf_counter()
                     if retriever == "fused":
@@ -248,14 +297,58 @@ async def run_service(
                             vector = (await embedder.embed([question]))[0]
                             rows = await store.ranked(f, vector, DENSE, K)
                         else:
-                            rows = await store.ranked(f, (sparse or SparseEncoder(Tokenizer())).query(question), SPARSE, K)
+                            rows = await store.ranked(
+                                f, (sparse or SparseEncoder(Tokenizer())).query(question), SPARSE, K
+                            )
                         ranked = [p["metadata"]["dia_id"] for _, _, p in rows]
                     scores.latencies.append(time.perf_counter() - t0)
                     scores.add(ranked, evidence)
-            return scores, ingest_rate
+            return per, ingest_rate
         finally:
             await embedder.close()
             await store.close()
+
+
+async def _run_conversations(
+    conversations: list[Conversation], store: EdgeStore | QdrantStore, memories: Memories, settings: MemorySettings
+) -> tuple[PerConversation, float]:
+    """The turns as transcripts, indexed and searched by the conversation index (recall.py)."""
+    from agentmesh.memory.recall import ConversationIndex, ConversationQuery
+    from agentmesh.memory.stores import open_documents
+    from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
+
+    transcripts = Transcripts(store, settings)
+    index = ConversationIndex(store, await open_documents(store), transcripts, memories, settings)
+    dia: dict[tuple[str, int], str] = {}
+    started = time.perf_counter()
+    turns = 0
+    for conv in conversations:
+        first = conv.turns[0].speaker
+        by_session: dict[int, list[Turn]] = collections.defaultdict(list)
+        for t in conv.turns:
+            by_session[t.session].append(t)
+        for n, session_turns in by_session.items():
+            sid = f"{conv.sample_id}-s{n}"
+            await transcripts.put_session(SessionRecord(session_id=sid, namespace=conv.sample_id))
+            messages = [
+                TranscriptMessage("user" if t.speaker == first else "assistant", t.memory_text, created_at=t.created_at)
+                for t in session_turns
+            ]
+            await transcripts.append_messages(sid, messages)
+            dia.update({(sid, seq): t.dia_id for seq, t in enumerate(session_turns, 1)})
+            index.appended(sid)
+            turns += len(session_turns)
+        await index.flush()
+    ingest_rate = turns / (time.perf_counter() - started)
+    per: PerConversation = {}
+    for conv in conversations:
+        scores = per[conv.sample_id] = Scores()
+        for question, evidence in conv.questions:
+            t0 = time.perf_counter()
+            hits = await index.search(conv.sample_id, ConversationQuery(question, k=K))
+            scores.latencies.append(time.perf_counter() - t0)
+            scores.add([dia[(h.session_id, h.seq)] for h in hits], evidence)
+    return per, ingest_rate
 
 
 async def grpc_latency(conv: Conversation) -> str:
@@ -297,12 +390,41 @@ async def grpc_latency(conv: Conversation) -> str:
     )
 
 
-def print_table(rows: list[tuple[str, Scores, str]], header: bool = True) -> None:
+# The fixed split (by position in locomo-dev.json): defaults are tuned on the first half only, and a
+# change counts as a gain only if the held-out half gains too (issue 35).
+TUNING = (0, 1)
+HELD_OUT = (2, 3, 4)
+
+
+@dataclasses.dataclass
+class Split:
+    tuning: list[str]  # sample ids
+    held_out: list[str]
+
+    def halves(self, per: PerConversation) -> tuple[Scores | None, Scores | None]:
+        tuning = [per[i] for i in self.tuning if i in per]
+        held = [per[i] for i in self.held_out if i in per]
+        return (Scores.merged(tuning) if tuning else None, Scores.merged(held) if held else None)
+
+
+def _cells(scores: Scores | None) -> str:
+    if scores is None or not scores.n:
+        return f"{'-':>6} {'-':>6} {'-':>6}"
+    r5, r10, mrr, _, _ = scores.row()
+    return f"{r5:6.3f} {r10:6.3f} {mrr:6.3f}"
+
+
+def print_table(rows: list[tuple[str, PerConversation, str]], split: Split, header: bool = True) -> None:
     if header:
-        print(f"{'retriever':44} {'recall@5':>9} {'recall@10':>10} {'MRR@10':>7} {'p50 ms':>7} {'p99 ms':>7}  ingest/s")
-    for name, scores, ingest in rows:
-        r5, r10, mrr, p50, p99 = scores.row()
-        print(f"{name:44} {r5:9.3f} {r10:10.3f} {mrr:7.3f} {p50:>7} {p99:>7}  {ingest}", flush=True)
+        print(f"{'':52} {'tuning half':^20} | {'held-out half':^20} |")
+        print(
+            f"{'retriever':52} {'r@5':>6} {'r@10':>6} {'MRR':>6} | {'r@5':>6} {'r@10':>6} {'MRR':>6} | "
+            f"{'p50 ms':>6} {'p99 ms':>6}  ingest/s"
+        )
+    for name, per, ingest in rows:
+        tuning, held = split.halves(per)
+        _, _, _, p50, p99 = Scores.merged(list(per.values())).row()
+        print(f"{name:52} {_cells(tuning)} | {_cells(held)} | {p50:>6} {p99:>6}  {ingest}", flush=True)
 
 
 async def main(argv: list[str]) -> int:
@@ -314,23 +436,36 @@ async def main(argv: list[str]) -> int:
         help="comma-separated: hashing,local,openai (default: hashing, and local when installed)",
     )
     parser.add_argument("--configs", default="", help=f"comma-separated of: {', '.join(CONFIGS)}; 'all' for every one")
-    parser.add_argument("--stores", default="edge", help="comma-separated: edge (Qdrant Edge), local (the old local mode)")
-    parser.add_argument("--sparse", default="agentmesh,edge-bm25", help="BM25 encoders: agentmesh (text.py), edge-bm25")
-    parser.add_argument("--conversations", default="",
-                        help="comma-separated indices of the conversations to use (e.g. 0,1 to tune, 2,3,4 held out)")
+    parser.add_argument(
+        "--stores", default="edge", help="comma-separated: edge (Qdrant Edge), local (the old local mode)"
+    )
+    parser.add_argument("--sparse", default="agentmesh", help="BM25 encoders: agentmesh (text.py), edge-bm25")
+    parser.add_argument(
+        "--tuning",
+        default=",".join(map(str, TUNING)),
+        help="indices of the conversations defaults may be tuned on (the rest are held out)",
+    )
     parser.add_argument("--no-grpc", action="store_true", help="skip the gRPC latency line")
     args = parser.parse_args(argv)
     if not args.path.is_file():
         print(f"no LoCoMo data at {args.path}; pass its path", file=sys.stderr)
         return 2
     conversations = load(args.path)
-    if args.conversations:
-        picked = [int(i) for i in args.conversations.split(",")]
-        conversations = [conversations[i] for i in picked]
-    n_questions = sum(len(c.questions) for c in conversations)
-    print(
-        f"LoCoMo: {len(conversations)} conversations, {sum(len(c.turns) for c in conversations)} turns, {n_questions} questions"
+    tuning_idx = {int(i) for i in args.tuning.split(",") if i}
+    split = Split(
+        [c.sample_id for i, c in enumerate(conversations) if i in tuning_idx],
+        [c.sample_id for i, c in enumerate(conversations) if i not in tuning_idx],
     )
+
+    def describe(ids: list[str]) -> str:
+        picked = [c for c in conversations if c.sample_id in ids]
+        return (
+            f"{len(picked)} conversations ({', '.join(ids)}), {sum(len(c.turns) for c in picked)} turns, "
+            f"{sum(len(c.questions) for c in picked)} questions"
+        )
+
+    print(f"LoCoMo tuning half: {describe(split.tuning)}")
+    print(f"LoCoMo held-out half: {describe(split.held_out)}")
 
     embedders = [e for e in args.embedders.split(",") if e]
     if not embedders:
@@ -343,11 +478,11 @@ async def main(argv: list[str]) -> int:
             pass
     names = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c] or QUICK
 
-    rows: list[tuple[str, Scores, str]] = [
+    rows: list[tuple[str, PerConversation, str]] = [
         ("plain BM25, bare turn text (README reference)", plain_bm25(conversations, "text"), "-"),
         ("plain BM25, memory text", plain_bm25(conversations, "memory_text"), "-"),
     ]
-    print_table(rows)
+    print_table(rows, split)
     env = dict(__import__("os").environ)
     for store_kind in [s for s in args.stores.split(",") if s]:
         for encoder in [e for e in args.sparse.split(",") if e]:
@@ -360,13 +495,13 @@ async def main(argv: list[str]) -> int:
                         continue  # the sparse side does not depend on the embedder
                     if retriever == "dense" and encoder != "agentmesh":
                         continue  # nor the dense side on the BM25 encoder
-                    scores, rate = await run_service(
+                    per, rate = await run_service(
                         conversations, embedder, overrides, retriever, env, store_kind, encoder
                     )
                     side = embedder if retriever != "sparse" else "bm25"
                     label = f"{store_kind} {name} [{side}{'' if encoder == 'agentmesh' else ', ' + encoder}]"
-                    rows.append((label, scores, f"{rate:.0f}"))
-                    print_table(rows[-1:], header=False)
+                    rows.append((label, per, f"{rate:.0f}"))
+                    print_table(rows[-1:], split, header=False)
     if not args.no_grpc:
         print(await grpc_latency(conversations[0]))
     return 0

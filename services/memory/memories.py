@@ -23,7 +23,7 @@ from opentelemetry import trace
 from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
-from agentmesh.memory.context import NEIGHBORS, Contextualised, Pending, with_neighbors
+from agentmesh.memory.context import NEIGHBORS, WINDOW, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
 from agentmesh.memory.ports import FusionPlan, LongTermStore, PointFilter, point_id, stored_time
 from agentmesh.memory.settings import MemorySettings
@@ -312,7 +312,7 @@ class Memories:
         """Dense and sparse vectors of each memory, its neighbours' words included as configured."""
         s = self._settings
         dense_inputs = [
-            ("\n".join([c.payload["text"], *c.context]) if s.dense_context and c.context else c.payload["text"])[
+            ("\n".join([c.payload["text"], *(t for t, _ in c.context)]) if s.dense_context and c.context else c.payload["text"])[
                 :DENSE_INPUT_CHARS
             ]
             for c in items
@@ -323,7 +323,8 @@ class Memories:
             dense = await self._embedder.embed(dense_inputs)
         rows = []
         for c, vector in zip(items, dense, strict=True):
-            extra = [(text, s.context_weight) for text in c.context]
+            # A neighbour's words count less the further it is: weight ** distance (0.5, 0.25, ...).
+            extra = [(text, s.context_weight**distance) for text, distance in c.context]
             if s.index_dates:
                 extra.append((date_words(c.payload["created_at"]), 1.0))
             rows.append((c.pid, vector, self._sparse.document(c.payload["text"], extra), c.payload))
@@ -468,7 +469,9 @@ class Memories:
     async def _reindex_neighbours_of(self, namespace: str, forgotten: dict[str, dict[str, Any]]) -> None:
         """A forgotten memory's words must stop finding the memories that were indexed beside it:
         re-index its surviving stream neighbours with the neighbours they have now."""
-        neighbour_ids = {n for payload in forgotten.values() for n in payload.get(NEIGHBORS) or () if n}
+        neighbour_ids = {
+            n for payload in forgotten.values() for n in [*(payload.get(NEIGHBORS) or ()), *(payload.get(WINDOW) or ())] if n
+        }
         survivors = await self._store.get_memories(namespace, sorted(neighbour_ids - forgotten.keys()))
         if not survivors:
             return

@@ -45,6 +45,9 @@ WATERMARK = "conversation_watermark"  # document kind: per session, the last seq
 ROLES = ("user", "assistant")
 DEFAULT_K, MAX_K = 5, 50
 READ_BATCH = 256  # messages read and indexed at a time
+# Messages read before a session's watermark when indexing past it: enough to hold the context
+# window's user and assistant messages between a turn's tool calls and results.
+LOOKBACK = 16
 RETRY_S = 5.0  # an indexing pass that failed (the embedder is down) is tried again after this
 
 
@@ -173,28 +176,49 @@ class ConversationIndex:
                 mark = 0
             while mark < count:
                 last = min(count, mark + READ_BATCH)
-                messages = await self._store.get_messages(session_id, range(mark + 1, last + 1))
-                await self._index(namespace, session_id, [TranscriptMessage.from_payload(p) for p in messages])
+                # The messages before the watermark lend their words to the new ones, and the last
+                # of them gain the new ones' words (neighbour context, as memories.py's episodes).
+                start = max(1, mark + 1 - LOOKBACK) if self._window() else mark + 1
+                messages = await self._store.get_messages(session_id, range(start, last + 1))
+                await self._index(namespace, session_id, [TranscriptMessage.from_payload(p) for p in messages], mark)
                 await self._documents.put_document(WATERMARK, namespace, session_id, {"seq": last})
                 mark = last
 
-    async def _index(self, namespace: str, session_id: str, messages: Sequence[TranscriptMessage]) -> None:
+    def _window(self) -> int:
+        return self._settings.context_window if self._settings.context_weight > 0 else 0
+
+    async def _index(
+        self, namespace: str, session_id: str, messages: Sequence[TranscriptMessage], mark: int = 0
+    ) -> None:
+        """Index the messages past `mark`, and re-index the `window` before it whose context they change."""
         wanted = [m for m in messages if m.role in ROLES and m.kind != "summary" and m.content.strip()]
-        if not wanted:
+        window = self._window()
+        first_new = next((i for i, m in enumerate(wanted) if m.seq > mark), len(wanted))
+        todo = range(max(0, first_new - window), len(wanted)) if first_new < len(wanted) else range(0)
+        if not todo:
             return
         await self._memories.ready()
         texts = [m.content.strip() for m in wanted]
-        dense = await self._memories.embedder.embed([t[:DENSE_INPUT_CHARS] for t in texts])
+        dense = await self._memories.embedder.embed([texts[i][:DENSE_INPUT_CHARS] for i in todo])
         where = index_namespace(namespace)
         now = stored_time(time.time())
         rows = []
-        for m, text, vector in zip(wanted, texts, dense, strict=True):
+        for i, vector in zip(todo, dense, strict=True):
+            m, text = wanted[i], texts[i]
             payload: dict[str, Any] = {
                 "id": f"{session_id}:{m.seq}", "namespace": where, "text": text, "kind": m.role,
                 "metadata": {"session_id": session_id, "seq": m.seq, "tools": sorted({c.name for c in m.tool_calls})},
                 "created_at": stored_time(m.created_at), "updated_at": now, "source_session_id": session_id,
             }
-            extra = [(date_words(m.created_at), 1.0)] if self._settings.index_dates else []
+            # The messages around it count context_weight ** distance (a question and its answer are
+            # a message or two apart); the date as words.
+            extra = [
+                (texts[j], self._settings.context_weight ** abs(j - i))
+                for j in range(max(0, i - window), min(len(wanted), i + window + 1))
+                if j != i
+            ]
+            if self._settings.index_dates:
+                extra.append((date_words(m.created_at), 1.0))
             rows.append((point_id("conversation", where, session_id, str(m.seq)), vector,
                          self._sparse.document(text, extra), payload))
         await self._store.upsert_memories(where, rows)

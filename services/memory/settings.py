@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from agentmesh.config import EnvSection, env
 
-EMBEDDERS = ("hashing", "openai", "local")
+EMBEDDERS = ("hashing", "openai", "local", "onnx")
 FUSIONS = ("rrf", "dbsf", "weighted")
 LAYOUTS = ("auto", "shared", "per-namespace")
 
@@ -16,7 +16,8 @@ class MemorySettings(EnvSection):
     # --- embedders ---
     # "hashing": feature hashing of words and character n-grams, offline and dependency-free;
     # "openai": any OpenAI-compatible /embeddings endpoint; "local": all-MiniLM-L6-v2 from the
-    # optional `local-embeddings` extra.
+    # optional `local-embeddings` extra (PyTorch); "onnx": the same model with int8 weights on
+    # onnxruntime, from the optional `onnx-embeddings` extra (no PyTorch).
     embedder: str = env("AGENTMESH_EMBEDDER", "hashing", choices=EMBEDDERS)
     hashing_dim: int = env("AGENTMESH_EMBEDDER_HASHING_DIM", 512, minimum=16)
     embeddings_base_url: str = env("AGENTMESH_EMBEDDINGS_BASE_URL", "http://localhost:11434/v1")
@@ -36,10 +37,11 @@ class MemorySettings(EnvSection):
     # How many candidates each retriever hands to the fusion step, as a multiple of k.
     prefetch_factor: int = env("AGENTMESH_MEMORY_PREFETCH_FACTOR", 4, minimum=1)
     # Neighbour context (context.py): how much a neighbouring memory's words count in a memory's
-    # sparse vector (0 disables), how many neighbours on each side, and whether the dense vector
-    # embeds the neighbours' text too.
+    # sparse vector (0 disables; a neighbour d turns away counts weight ** d), how many neighbours
+    # on each side, and whether the dense vector embeds the neighbours' text too. Two on each side:
+    # a question and its answer are often a turn or two apart (benches/locomo.py, both halves).
     context_weight: float = env("AGENTMESH_MEMORY_CONTEXT_WEIGHT", 0.5, minimum=0)
-    context_window: int = env("AGENTMESH_MEMORY_CONTEXT_WINDOW", 1, minimum=0)
+    context_window: int = env("AGENTMESH_MEMORY_CONTEXT_WINDOW", 2, minimum=0)
     # Only fragments of a stream need their neighbours (conversation turns); a saved fact is
     # meant to stand alone.
     context_kinds: tuple[str, ...] = env("AGENTMESH_MEMORY_CONTEXT_KINDS", ("episode",))

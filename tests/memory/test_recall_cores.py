@@ -100,6 +100,33 @@ async def test_conversations_are_found_with_their_neighbours_filters_and_namespa
     assert {h.session_id for h in await index.search("team-a", ConversationQuery("park Biscuit"))} == {"s1"}
 
 
+async def test_a_message_is_found_by_the_words_of_the_messages_around_it(cores):
+    # An answer rarely repeats the question's words: each message is indexed with its neighbours'
+    # words (weaker), also when the answer is appended after the question was indexed.
+    _, transcripts, index, _ = await cores()
+    await _session(transcripts, "other", "team-a", *[
+        TranscriptMessage("user", text) for text in
+        ("The invoice is due on Friday.", "Please rename the build job.", "Lunch is at noon tomorrow.",
+         "The printer on floor two is broken.", "Send the slides to Dana.")
+    ])
+    await _session(transcripts, "s1", "team-a", TranscriptMessage("user", "How was the camping trip with the kids?"))
+    index.appended("other")
+    index.appended("s1")
+    await index.flush()
+    await transcripts.append_messages("s1", [
+        TranscriptMessage("assistant", "Amazing: we roasted marshmallows by the lake every night."),
+    ])
+    index.appended("s1")
+
+    async def top(query: str) -> list[str]:
+        return [h.text for h in await index.search("team-a", ConversationQuery(query, k=2))]
+
+    assert await top("camping trip") == ["How was the camping trip with the kids?",
+                                         "Amazing: we roasted marshmallows by the lake every night."]
+    assert await top("marshmallows lake") == ["Amazing: we roasted marshmallows by the lake every night.",
+                                              "How was the camping trip with the kids?"]
+
+
 async def test_appends_not_yet_indexed_are_caught_up_from_the_watermark(cores):
     store, transcripts, index, _ = await cores()
     await _session(transcripts, "s1", "team-a", TranscriptMessage("user", "The code word is marmalade."))
