@@ -205,6 +205,10 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "SetBlockPolicy": _allow("gateway", USERS),
         # Runs: each gateway replica records the turns it runs and reads any replica's back.
         "PutRunRecord": _allow("gateway"),
+        # Teams: the agents running a lead and its teammates; the gateway shows a team.
+        "SwapTeamRecord": _allow("agent", "gateway"),
+        "ListTeamRecords": _allow("agent", "gateway"),
+        "WaitTeam": _allow("agent"),
         "GetRunRecord": _allow("gateway"),
         "ListRunRecords": _allow("gateway"),
         "GetWebhookSecret": _allow("gateway"),

@@ -186,6 +186,10 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "JoinRun": "viewer",
     "CancelRun": "member",
     "PutRunRecord": "member",
+    # Teams (docs/teams.md): a member's lead turn and its teammates' turns keep them.
+    "SwapTeamRecord": "member",
+    "ListTeamRecords": "viewer",
+    "WaitTeam": "viewer",
     "GetRunRecord": "viewer",
     "ListRunRecords": "viewer",
     # The secret a namespace's run webhooks are signed with: whoever holds it can forge them.
