@@ -26,9 +26,29 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 __all__ = [
-    "DENSE", "SPARSE", "AgentStore", "DocumentStore", "FusionPlan", "LongTermStore", "MemoryRow", "MemorySearch", "MemoryStore",
-    "MessageStore", "NamespaceSettingsStore", "PointFilter", "RunStore", "ScoredRow", "SessionStore", "Store", "StoreLifecycle",
-    "TranscriptStore", "UsageStore", "VERSION", "document_point", "point_id", "stored_time",
+    "DENSE",
+    "SPARSE",
+    "VERSION",
+    "AgentStore",
+    "DocumentStore",
+    "FusionPlan",
+    "LongTermStore",
+    "MemoryRow",
+    "MemorySearch",
+    "MemoryStore",
+    "MessageStore",
+    "NamespaceSettingsStore",
+    "PointFilter",
+    "RunStore",
+    "ScoredRow",
+    "SessionStore",
+    "Store",
+    "StoreLifecycle",
+    "TranscriptStore",
+    "UsageStore",
+    "document_point",
+    "point_id",
+    "stored_time",
 ]
 
 DENSE = "dense"

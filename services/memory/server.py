@@ -41,12 +41,12 @@ from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.retention import Retention
 from agentmesh.memory.retention_rpcs import RetentionRpcs, creator
 from agentmesh.memory.run_rpcs import RunRecordRpcs
-from agentmesh.memory.team_rpcs import TeamRpcs
-from agentmesh.memory.teams import TeamRecords
 from agentmesh.memory.runs import DocumentRuns, Runs, WebhookSecrets
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
+from agentmesh.memory.team_rpcs import TeamRpcs
+from agentmesh.memory.teams import TeamRecords
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.memory.transcripts import SessionRecord, Transcripts
 from agentmesh.memory.turns import Recall, start_turn
