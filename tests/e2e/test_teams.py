@@ -17,10 +17,17 @@ import pytest
 
 from agentmesh.internal.v1 import memory_service_pb2 as mpb
 from tests.e2e.conftest import chat, transcript
-from tests.support.llm_server import reply, tool_call
+from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 
 LEAD = "team-lead-1"
+
+
+@pytest.fixture
+def llm():
+    """Every request, of whichever agent, goes through the router (below)."""
+    with ScriptedLLMServer(default=route) as server:
+        yield server
 
 
 @pytest.fixture
@@ -136,7 +143,6 @@ async def records(stack, kind: str) -> dict[str, dict]:
 
 
 async def test_a_lead_and_two_teammates_share_a_board_talk_and_follow_both_protocols(stack, llm):
-    llm._default = route  # every request, of whichever agent, goes through the router
     gateway = stack.gateway_stub()
 
     events = await chat(gateway, LEAD, "Build the parser, the printer and the tests as a team.", max_iterations=40)
