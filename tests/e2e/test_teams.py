@@ -16,6 +16,7 @@ import re
 import pytest
 
 from agentmesh.internal.v1 import memory_service_pb2 as mpb
+from agentmesh.v1 import common_pb2
 from tests.e2e.conftest import chat, transcript
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
@@ -145,7 +146,8 @@ async def records(stack, kind: str) -> dict[str, dict]:
 async def test_a_lead_and_two_teammates_share_a_board_talk_and_follow_both_protocols(stack, llm):
     gateway = stack.gateway_stub()
 
-    events = await chat(gateway, LEAD, "Build the parser, the printer and the tests as a team.", max_iterations=40)
+    events = await chat(gateway, LEAD, "Build the parser, the printer and the tests as a team.", max_iterations=40,
+                        tools=common_pb2.ToolPolicy(deny=["shell"]))
 
     finished = [e for e in events if e.WhichOneof("payload") == "run_finished"]
     assert finished and "RESULT-ALICE: alice's part works" in finished[-1].run_finished.final_text
@@ -188,3 +190,13 @@ async def test_a_lead_and_two_teammates_share_a_board_talk_and_follow_both_proto
     delivered = [int(n) for m in lead_transcript for n in re.findall(r"^\[mail (\d+) from ", m.content, re.M)]
     assert sorted(delivered) == sorted(set(delivered))  # none twice
     assert any("[alice finished" in m["text"] for m in mail["lead"]["messages"])
+
+    # The lead's tools are the teammates' ceiling (its turn denied shell), and they spawn no one.
+    offered = {}
+    for request in llm.requests:
+        names = {t["function"]["name"] for t in request.body.get("tools") or []}
+        offered.setdefault(_who(request.messages), set()).update(names)
+    assert "spawn_teammate" in offered["lead"] and "read_file" in offered["lead"] and "shell" not in offered["lead"]
+    for name in ("alice", "bob"):
+        assert {"task_claim", "send_message", "submit_plan", "read_file"} <= offered[name]
+        assert not {"shell", "spawn_teammate", "plan_review"} & offered[name]

@@ -51,7 +51,7 @@ class GatewayTeammateRuns:
     async def start(self, start: TeammateStart) -> str:
         options = gateway_pb2.ChatOptions(
             model=start.model, permission_mode=start.permission_mode, max_iterations=start.max_iterations,
-            token_budget=start.token_budget, tools=common_pb2.ToolPolicy(allow=list(start.allow)))
+            token_budget=start.token_budget, tools=common_pb2.ToolPolicy(allow=list(start.allow), deny=list(start.deny)))
         request = gateway_pb2.CreateRunRequest(session_id=start.session_id, message=start.message, options=options)
         run = await peer_call(self._peer, self._client.stub.CreateRun(request, timeout=self._timeout_s))
         return str(run.run_id)

@@ -58,7 +58,8 @@ class TeammateStart:
     message: str
     model: str
     permission_mode: str
-    allow: tuple[str, ...]
+    allow: tuple[str, ...]  # empty: what the other layers allow
+    deny: tuple[str, ...]
     max_iterations: int
     token_budget: int
 

@@ -39,6 +39,7 @@ from agentmesh.agent.loop.turn import Capability, Nudge, TurnContext, Verdict
 from agentmesh.agent.types import ChatMessage, ModelReply, StatusEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
+from agentmesh.toolpolicy import AGENT_TOOLS, MAX_ENTRIES, allowed_by_all
 
 __all__ = ["TeamLead", "TeamMember", "Teammate"]
 
@@ -230,17 +231,32 @@ class TeamLead(TeamMember):
                                       title=f"teammate {name} ({role})"[:200])
         await self.team.set_mate(name, role=role, task=task, session_id=session_id, state="starting",
                                  current_task="", last_message="", input_tokens=0, output_tokens=0, run_id="")
-        allow = tuple(sorted({t.name for t in self.ctx.tools} | {s.name for s in (*MATE_SPECS,)}
-                             | {t.name for t in self.board.tools()} | {"task_claim"}))
+        allow, deny = self._ceiling()
         run_id = await self.runs.start(TeammateStart(
             session_id=session_id, namespace=request.namespace, message=f"Your role: {role}\n\nYour task: {task}",
-            model=request.model, permission_mode=request.permission_mode, allow=allow,
+            model=request.model, permission_mode=request.permission_mode, allow=allow, deny=deny,
             max_iterations=settings.team_max_iterations, token_budget=request.token_budget))
         await self.team.set_mate(name, run_id=run_id, state="started")
         await self.observe()
         log.info("teammate started", team=request.session_id, name=name, run_id=run_id)
         return self._ok(call, f"Teammate {name} started (session {session_id}, run {run_id}).",
                         name=name, session_id=session_id, run_id=run_id)
+
+    def _ceiling(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The teammate's tool policy layer: every tool the lead's turn may not use, denied — the
+        catalog's tools it was not offered and the agent's own its policies refuse. A deny list
+        longer than a policy may hold becomes the allow list of what the lead was offered."""
+        offered = {t.name for t in self.ctx.tools}
+        refused = {n for n in AGENT_TOOLS if not allowed_by_all(self.ctx.request.tool_policies, n)}
+        deny = sorted(({t.name for t in self.ctx.catalog or ()} - offered) | refused)
+        if len(deny) <= MAX_ENTRIES:
+            return (), tuple(deny)
+        mine = {s.name for s in MATE_SPECS} | {t.name for t in self.board.tools()} | {"task_claim"}
+        allow = sorted((offered | mine) - refused)
+        if len(allow) > MAX_ENTRIES:
+            raise ValueError(f"your tools cannot be passed on as a teammate's ceiling (more than {MAX_ENTRIES} to "
+                             "allow and to deny); narrow this session's tool policy first")
+        return tuple(allow), ()
 
     async def _listing(self) -> str:
         mates = await self.team.mates()
