@@ -84,6 +84,12 @@ def event_to_proto(event: t.RunEvent, request: agent_service_pb2.RunTurnRequest,
         return common_pb2.Event(**base, reasoning_delta=common_pb2.ReasoningDelta(text=event.text))
     if isinstance(event, t.TaskUpdateEvent):
         return common_pb2.Event(**base, task_update=task_board_to_proto(event.tasks))
+    if isinstance(event, t.TeammateStatusEvent):
+        usage = common_pb2.Usage(input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+                                 total_tokens=event.input_tokens + event.output_tokens)
+        return common_pb2.Event(**base, teammate_status=common_pb2.TeammateStatus(
+            name=event.name, state=event.state, session_id=event.session_id, run_id=event.run_id, role=event.role,
+            current_task=event.current_task, last_message=event.last_message, usage=usage))
     if isinstance(event, t.BackgroundResultEvent):
         d = event.done
         return common_pb2.Event(**base, background_result=common_pb2.BackgroundResult(

@@ -152,8 +152,13 @@ async def test_a_lead_and_two_teammates_share_a_board_talk_and_follow_both_proto
     finished = [e for e in events if e.WhichOneof("payload") == "run_finished"]
     assert finished and "RESULT-ALICE: alice's part works" in finished[-1].run_finished.final_text
     assert "RESULT-BOB: bob's part works" in finished[-1].run_finished.final_text
-    statuses = [e.status.message for e in events if e.WhichOneof("payload") == "status"]
-    assert any(s.startswith("teammate alice: ") for s in statuses)
+    # The lead's stream showed each teammate's changes of state, with what it spent.
+    shown = [e.teammate_status for e in events if e.WhichOneof("payload") == "teammate_status"]
+    for name in ("alice", "bob"):
+        states = [m.state for m in shown if m.name == name]
+        assert states[0] in ("starting", "started") and {"working", "idle"} & set(states), (name, states)
+        assert max(m.usage.total_tokens for m in shown if m.name == name) > 0
+        assert {m.session_id for m in shown if m.name == name} == {f"{LEAD}.mate-{name}"}
 
     # The board: every task done, the three owned by the two teammates, each by one.
     board = (await records(stack, "board"))["board"]

@@ -36,12 +36,12 @@ from agentmesh.agent.capabilities.team_store import (
     render_mail,
 )
 from agentmesh.agent.loop.turn import Capability, Nudge, TurnContext, Verdict
-from agentmesh.agent.types import ChatMessage, ModelReply, StatusEvent, ToolCall, ToolOutcome, ToolSpec
+from agentmesh.agent.types import ChatMessage, ModelReply, TeammateStatusEvent, ToolCall, ToolOutcome, ToolSpec
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.toolpolicy import AGENT_TOOLS, MAX_ENTRIES, allowed_by_all
 
-__all__ = ["TeamLead", "TeamMember", "Teammate"]
+__all__ = ["TeamLead", "TeamMember", "Teammate", "status_event"]
 
 log = get_logger("agentmesh.agent.teams")
 
@@ -56,6 +56,14 @@ MATE_NOTE = (
     "send_message before you end. When you have nothing left to do, end your reply: you are woken when a message "
     "or a free task arrives."
 )
+
+
+def status_event(mate: dict[str, Any]) -> TeammateStatusEvent:
+    return TeammateStatusEvent(
+        name=str(mate["name"]), state=str(mate.get("state", "")), session_id=str(mate.get("session_id", "")),
+        run_id=str(mate.get("run_id", "")), role=str(mate.get("role", "")),
+        current_task=str(mate.get("current_task", "")), last_message=str(mate.get("last_message", "")),
+        input_tokens=int(mate.get("input_tokens", 0)), output_tokens=int(mate.get("output_tokens", 0)))
 
 
 class TeamMember(Capability):
@@ -183,9 +191,7 @@ class TeamLead(TeamMember):
             state = (str(mate.get("state", "")), str(mate.get("current_task", "")))
             if self.seen.get(mate["name"]) != state:
                 self.seen[mate["name"]] = state
-                task = f" on {state[1]}" if state[1] else ""
-                tokens = int(mate.get("input_tokens", 0)) + int(mate.get("output_tokens", 0))
-                self.ctx.emit(StatusEvent(f"teammate {mate['name']}: {state[0]}{task} ({tokens} tokens)"))
+                self.ctx.emit(status_event(mate))
 
     async def _run(self, call: ToolCall, args: dict[str, Any]) -> ToolOutcome:
         if call.name == "spawn_teammate":
