@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import re
 
+import grpc
+import httpx
 import pytest
 
 from agentmesh.internal.v1 import memory_service_pb2 as mpb
-from agentmesh.v1 import common_pb2
-from tests.e2e.conftest import chat, transcript
+from agentmesh.v1 import common_pb2, gateway_pb2
+from tests.e2e.conftest import chat, rpc_error, transcript
+from tests.e2e.test_runs import cli
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 
@@ -205,3 +208,23 @@ async def test_a_lead_and_two_teammates_share_a_board_talk_and_follow_both_proto
     for name in ("alice", "bob"):
         assert {"task_claim", "send_message", "submit_plan", "read_file"} <= offered[name]
         assert not {"shell", "spawn_teammate", "plan_review"} & offered[name]
+
+    # Seen and controlled: the team over gRPC, HTTP and the command line; a person's message.
+    team = await gateway.GetTeam(gateway_pb2.GetTeamRequest(session_id=LEAD), timeout=10)
+    assert sorted((m.name, m.state) for m in team.teammates) == [("alice", "finished"), ("bob", "finished")]
+    assert [t.status for t in team.tasks] == ["done", "done", "done"]
+    sent = await gateway.SendTeamMessage(gateway_pb2.SendTeamMessageRequest(session_id=LEAD, to="alice",
+                                                                           text="thanks"), timeout=10)
+    assert (await records(stack, "mail"))["alice"]["messages"][-1]["text"] == "thanks"
+    assert sent.seq == mail["alice"]["next"]
+    error = await rpc_error(gateway.SendTeamMessage(gateway_pb2.SendTeamMessageRequest(
+        session_id=LEAD, to="carol", text="hi"), timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "no teammate 'carol'" in error.details()
+    stopped = await gateway.StopTeammates(gateway_pb2.StopTeammatesRequest(session_id=LEAD), timeout=10)
+    assert list(stopped.stopped) == []  # both had ended
+    async with httpx.AsyncClient(base_url=stack.http_url, timeout=30) as client:
+        shown = (await client.get(f"/v1/sessions/{LEAD}/team")).json()
+    assert sorted(m["name"] for m in shown["teammates"]) == ["alice", "bob"]
+    code, out, err = await cli(stack, "team", LEAD)
+    assert code == 0, err
+    assert re.search(r"^alice\s+finished\s+\d+ tokens", out, re.M) and "#3 test @" in out

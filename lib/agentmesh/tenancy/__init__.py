@@ -190,6 +190,9 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "SwapTeamRecord": "member",
     "ListTeamRecords": "viewer",
     "WaitTeam": "viewer",
+    "GetTeam": "viewer",
+    "SendTeamMessage": "member",  # as Chat: it reaches an agent's next step
+    "StopTeammates": "member",    # as Cancel
     "GetRunRecord": "viewer",
     "ListRunRecords": "viewer",
     # The secret a namespace's run webhooks are signed with: whoever holds it can forge them.
