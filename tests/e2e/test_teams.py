@@ -228,3 +228,9 @@ async def test_a_lead_and_two_teammates_share_a_board_talk_and_follow_both_proto
     code, out, err = await cli(stack, "team", LEAD)
     assert code == 0, err
     assert re.search(r"^alice\s+finished\s+\d+ tokens", out, re.M) and "#3 test @" in out
+
+    # One trace: each teammate's run is part of the lead's.
+    lead_trace = finished[-1].run_finished.trace_id
+    for mate in mates.values():
+        run = await gateway.GetRun(gateway_pb2.GetRunRequest(run_id=mate["run_id"]), timeout=10)
+        assert run.trace_id == lead_trace, mate["name"]
