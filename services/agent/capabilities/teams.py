@@ -238,10 +238,15 @@ class TeamLead(TeamMember):
         await self.team.set_mate(name, role=role, task=task, session_id=session_id, state="starting",
                                  current_task="", last_message="", input_tokens=0, output_tokens=0, run_id="")
         allow, deny = self._ceiling()
-        run_id = await self.runs.start(TeammateStart(
-            session_id=session_id, namespace=request.namespace, message=f"Your role: {role}\n\nYour task: {task}",
-            model=request.model, permission_mode=request.permission_mode, allow=allow, deny=deny,
-            max_iterations=settings.team_max_iterations, token_budget=request.token_budget))
+        try:
+            run_id = await self.runs.start(TeammateStart(
+                session_id=session_id, namespace=request.namespace, message=f"Your role: {role}\n\nYour task: {task}",
+                model=request.model, permission_mode=request.permission_mode, allow=allow, deny=deny,
+                max_iterations=settings.team_max_iterations, token_budget=request.token_budget))
+        except AgentmeshError as exc:
+            # Not started: it must not hold a place under the team's cap.
+            await self.team.set_mate(name, state=FINISHED, stop_reason="not_started", last_message=exc.message)
+            raise
         await self.team.set_mate(name, run_id=run_id, state="started")
         await self.observe()
         log.info("teammate started", team=request.session_id, name=name, run_id=run_id)
