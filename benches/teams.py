@@ -33,9 +33,9 @@ from benches._contenders import free_address, service
 
 async def _main(mates: int, tasks: int, messages: int) -> None:
     from agentmesh.agent.adapters.teams import GrpcTeamStore
+    from agentmesh.agent.capabilities.tasks import Board
     from agentmesh.agent.capabilities.team_board import claimable
     from agentmesh.agent.capabilities.team_store import Team
-    from agentmesh.agent.capabilities.tasks import Board
     from agentmesh.clients.memory import MemoryClient
     from agentmesh.config import Settings
     from agentmesh.rpc.client import open_channel
