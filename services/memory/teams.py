@@ -75,6 +75,11 @@ class TeamRecords:
         return swapped, current
 
     async def list(self, namespace: str, team: str, kind: str) -> list[tuple[str, dict[str, Any]]]:
+        """The team's records of `kind`, by key; with team "", every team's of the namespace,
+        keyed "<team>/<key>" (the agent counts a namespace's running teammates so)."""
+        if not team:
+            namespace, doc_kind = self._check(namespace, "all", kind)
+            return await self._documents.list_documents(doc_kind, namespace)
         namespace, doc_kind = self._check(namespace, team, kind)
         prefix = f"{team}/"
         return [(key[len(prefix):], body) for key, body in await self._documents.list_documents(doc_kind, namespace)

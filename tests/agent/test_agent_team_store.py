@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from agentmesh.agent.capabilities.tasks import Board
 from agentmesh.agent.capabilities.team_board import claimable
 from agentmesh.agent.capabilities.team_store import Mail, Team, TeamRecord, delivered_in, render_mail, team_of
-from agentmesh.agent.capabilities.tasks import Board
 from agentmesh.agent.types import ChatMessage
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.ports import VERSION

@@ -58,3 +58,10 @@ async def test_bad_records_are_refused_with_nothing_changed(teams, kind, key, bo
         await teams.swap("default", "lead1", kind, key, body, 0)
     assert info.value.metadata.get("field", field) == field
     assert await teams.list("default", "lead1", "mate") == []
+
+
+async def test_a_namespace_wide_listing_names_each_records_team(teams):
+    await teams.swap("default", "lead1", "mate", "alice", "{}", 0)
+    await teams.swap("default", "lead2", "mate", "bob", "{}", 0)
+    await teams.swap("other", "lead3", "mate", "carol", "{}", 0)
+    assert [key for key, _ in await teams.list("default", "", "mate")] == ["lead1/alice", "lead2/bob"]

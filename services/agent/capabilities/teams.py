@@ -18,6 +18,7 @@ reads with check_protocol; each request and answer also arrives as mail.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -173,6 +174,7 @@ class TeamLead(TeamMember):
     def __init__(self, ctx: TurnContext, team: Team, board: SharedTaskBoard, runs: TeammateRuns):
         super().__init__(ctx, team, LEAD, board)
         self.runs = runs
+        self._spawning = asyncio.Lock()
         self.seen: dict[str, tuple[str, str]] = {}
 
     def tools(self) -> list[ToolSpec]:
@@ -195,7 +197,10 @@ class TeamLead(TeamMember):
 
     async def _run(self, call: ToolCall, args: dict[str, Any]) -> ToolOutcome:
         if call.name == "spawn_teammate":
-            return await self._spawn(call, args["name"], args["role"].strip(), args["task"].strip())
+            # A reply's calls run at once: one spawn at a time, so each sees the ones before it
+            # under the caps (two leads of a namespace spawning in the same instant may pass it by one).
+            async with self._spawning:
+                return await self._spawn(call, args["name"], args["role"].strip(), args["task"].strip())
         if call.name == "list_teammates":
             return self._ok(call, await self._listing())
         if call.name == "shutdown_request":
@@ -229,6 +234,11 @@ class TeamLead(TeamMember):
         if len(running) >= settings.team_max_teammates:
             raise ValueError(f"the team already has {len(running)} teammates, its limit "
                              f"(AGENTMESH_AGENT_TEAM_MAX_TEAMMATES); message or stop one first")
+        everywhere = await self.team.store.records(request.namespace, "", "mate")
+        busy = sum(1 for r in everywhere if r.body.get("state") != FINISHED)
+        if busy >= settings.team_max_per_namespace:
+            raise ValueError(f"namespace {request.namespace} already runs {busy} teammates, its limit "
+                             "(AGENTMESH_AGENT_TEAM_MAX_PER_NAMESPACE); wait for some to finish")
         await self.board.publish()
         session_id = mate_session(request.session_id, name)
         sessions = self.ctx.agent.sessions
