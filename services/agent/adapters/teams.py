@@ -55,7 +55,3 @@ class GatewayTeammateRuns:
         request = gateway_pb2.CreateRunRequest(session_id=start.session_id, message=start.message, options=options)
         run = await peer_call(self._peer, self._client.stub.CreateRun(request, timeout=self._timeout_s))
         return str(run.run_id)
-
-    async def cancel(self, session_id: str) -> None:
-        await peer_call(self._peer, self._client.stub.Cancel(gateway_pb2.CancelRequest(session_id=session_id),
-                                                             timeout=self._timeout_s))

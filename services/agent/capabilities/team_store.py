@@ -71,8 +71,6 @@ class TeammateRuns(Protocol):
     async def start(self, start: TeammateStart) -> str:
         """The run's id; raises an AgentmeshError with the gateway's sentence."""
 
-    async def cancel(self, session_id: str) -> None: ...
-
 
 @dataclass(frozen=True)
 class TeamServices:
