@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("chat", "stream one turn of a session (a REPL without MESSAGE)"),
     "sessions": ("sessions", "list, show, search or delete sessions"),
     "tasks": ("tasks", "a session's task board"),
+    "team": ("team", "a lead session's teammates: show, message, stop"),
     "tools": ("tools", "list tools or run one in the sandbox"),
     "memory": ("memory", "add, search, import or forget long-term memories; the memory blocks"),
     "profile": ("profile", "standing instructions: a namespace's soul, user and project texts"),

@@ -32,6 +32,10 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         b = event.background_result
         base.update(id=b.id, command=b.command, status=b.status, seconds=b.seconds, exit_code=b.result.exit_code,
                     output=b.result.output, error_kind=b.result.error_kind)
+    elif kind == "teammate_status":
+        m = event.teammate_status
+        base.update(name=m.name, state=m.state, session_id=m.session_id, run_id=m.run_id, role=m.role,
+                    current_task=m.current_task, last_message=m.last_message, total_tokens=m.usage.total_tokens)
     elif kind == "task_update":
         base.update(tasks=[{"id": t.id, "subject": t.subject, "description": t.description, "status": t.status,
                             "owner": t.owner, "blocked_by": list(t.blocked_by), "blocked": t.blocked}
@@ -135,6 +139,10 @@ class HumanRenderer:
             self._line(f"{'✓' if resolved.approved else '✗'} {resolved.name} {how}{': ' + resolved.note if resolved.note else ''}")
         elif kind == "status":
             self._line(f"· {event.status.message}")
+        elif kind == "teammate_status":
+            m = event.teammate_status
+            task = f" on {m.current_task}" if m.current_task else ""
+            self._line(f"· teammate {m.name}: {m.state}{task} ({m.usage.total_tokens} tokens)")
         elif kind == "background_result":
             b = event.background_result
             output = b.result.output.strip().replace("\n", "\n    ")

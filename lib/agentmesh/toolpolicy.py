@@ -46,6 +46,9 @@ PERMISSION_MODES = (AUTO, NORMAL, MANUAL)
 AGENT_TOOLS = frozenset({
     "memory_save", "memory_search", "task_create", "task_update", "task_get", "task_list", "delegate_task", "think",
     "read_skill", "promote_skill",
+    # Teams (docs/teams.md)
+    "spawn_teammate", "list_teammates", "send_message", "broadcast", "read_inbox", "shutdown_request",
+    "plan_review", "check_protocol", "submit_plan", "shutdown_response", "task_claim",
 })
 
 # The tools that run code the model wrote. A policy that turns off either has said "no code

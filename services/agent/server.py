@@ -25,12 +25,14 @@ from agentmesh.agent.adapters.memory import (
     UsageOutbox,
 )
 from agentmesh.agent.adapters.scheduler import GrpcWakeups
+from agentmesh.agent.adapters.teams import GatewayTeammateRuns, GrpcTeamStore
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
 from agentmesh.agent.adapters.tools import GrpcBackgroundCommands, GrpcToolRunner
 from agentmesh.agent.adapters.watches import BackgroundWatch, CatalogWatch
 from agentmesh.agent.capabilities.learning import LearningSources
 from agentmesh.agent.capabilities.reflection import Reflector
 from agentmesh.agent.capabilities.registry import for_turn
+from agentmesh.agent.capabilities.team_store import TeamServices
 from agentmesh.agent.capabilities.wakeups import Wakeups, WakeupScheduler
 from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.model_choice import NamedModel
@@ -41,7 +43,7 @@ from agentmesh.agent.providers import build_provider, model_keys
 from agentmesh.agent.providers.text_tools import TextToolCalls
 from agentmesh.agent.providers.window_probe import probe_window
 from agentmesh.agent.settings import AgentSettings
-from agentmesh.clients.gateway import SchedulerClient
+from agentmesh.clients.gateway import GatewayClient, SchedulerClient
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.clients.tools import ToolsClient
 from agentmesh.config import Settings
@@ -82,6 +84,12 @@ def event_to_proto(event: t.RunEvent, request: agent_service_pb2.RunTurnRequest,
         return common_pb2.Event(**base, reasoning_delta=common_pb2.ReasoningDelta(text=event.text))
     if isinstance(event, t.TaskUpdateEvent):
         return common_pb2.Event(**base, task_update=task_board_to_proto(event.tasks))
+    if isinstance(event, t.TeammateStatusEvent):
+        usage = common_pb2.Usage(input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+                                 total_tokens=event.input_tokens + event.output_tokens)
+        return common_pb2.Event(**base, teammate_status=common_pb2.TeammateStatus(
+            name=event.name, state=event.state, session_id=event.session_id, run_id=event.run_id, role=event.role,
+            current_task=event.current_task, last_message=event.last_message, usage=usage))
     if isinstance(event, t.BackgroundResultEvent):
         d = event.done
         return common_pb2.Event(**base, background_result=common_pb2.BackgroundResult(
@@ -302,11 +310,12 @@ async def learn_windows(agent: Agent, catalog: ModelCatalog, settings: AgentSett
                  source="the server" if window else "AGENTMESH_AGENT_CONTEXT_WINDOW")
 
 
-def with_wakeups(scheduler: WakeupScheduler):
-    """The registry's capabilities, and schedule_wakeup with the scheduler it reaches — for a
-    user's turn; a sub-agent's session is not one to resume later."""
+def with_wakeups(scheduler: WakeupScheduler, teams: TeamServices | None = None):
+    """The registry's capabilities (teams with the memory and gateway they reach), and
+    schedule_wakeup with the scheduler it reaches — for a user's turn; a sub-agent's session is
+    not one to resume later."""
     def capabilities(ctx):
-        found = for_turn(ctx)
+        found = for_turn(ctx, teams)
         if ctx.request.subagent is None:
             found.append(Wakeups(ctx, scheduler))
         return found
@@ -332,6 +341,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     memory_channel = open_channel(memory_target, telemetry, identity=identity, audience="memory")
     scheduler_target = settings.address_of("scheduler")
     scheduler_channel = open_channel(scheduler_target, telemetry, identity=identity, audience="scheduler")
+    # Teammates start as runs through the gateway (capabilities/teams.py), on any agent replica.
+    gateway_target = settings.address_of("gateway")
+    gateway_channel = open_channel(gateway_target, telemetry, identity=identity, audience="gateway")
     # A turn's start, every step's append and every tool call ride one stream to each service
     # (agentmesh.rpc.carried), each message still a call of its own.
     rpc_tracer = telemetry.tracer_provider.get_tracer("agentmesh.rpc")
@@ -363,7 +375,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         model=llm.model_name,
         telemetry=telemetry,
         # What plugs into a turn (capabilities/registry.py), and the wake-ups the scheduler keeps.
-        capabilities=with_wakeups(GrpcWakeups(SchedulerClient(scheduler_channel, scheduler_target))),
+        capabilities=with_wakeups(GrpcWakeups(SchedulerClient(scheduler_channel, scheduler_target)),
+                                  TeamServices(GrpcTeamStore(memory_client),
+                                               GatewayTeammateRuns(GatewayClient(gateway_channel, gateway_target)))),
         sessions=MemoryChildSessions(memory_client),
         agents=MemoryNamedAgents(memory_client),
         background=GrpcBackgroundCommands(tools_client, known=known_background),
@@ -399,6 +413,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await memory_client.close()
         await memory_channel.close()
         await scheduler_channel.close()
+        await gateway_channel.close()
 
     host.on_stop(close)
     return host

@@ -80,6 +80,17 @@ class AgentSettings(EnvSection):
     subagent_timeout_s: float = env("AGENTMESH_AGENT_SUBAGENT_TIMEOUT_S", 900.0, minimum=1)
     subagent_modes: frozenset[str] = env("AGENTMESH_AGENT_SUBAGENT_MODES", frozenset({"default", "deep"}),
                                          parse=parse_tool_names)
+    # Teams (teams.py, docs/teams.md): a top-level turn may spawn teammates — agent runs of their
+    # own in child sessions — at most `team_max_teammates` per team and `team_max_per_namespace`
+    # not finished in a namespace; each runs at most `team_max_iterations` model calls and ends once
+    # idle (no mail, no open task) for `team_idle_s`.
+    teams: bool = env("AGENTMESH_AGENT_TEAMS", True)
+    team_max_teammates: int = env("AGENTMESH_AGENT_TEAM_MAX_TEAMMATES", 5, minimum=1)
+    team_max_per_namespace: int = env("AGENTMESH_AGENT_TEAM_MAX_PER_NAMESPACE", 20, minimum=1)
+    team_max_iterations: int = env("AGENTMESH_AGENT_TEAM_MAX_ITERATIONS", 40, minimum=1)
+    team_idle_s: float = env("AGENTMESH_AGENT_TEAM_IDLE_S", 120.0, minimum=0)
+    # How long the lead's read_inbox waits at most for a message when its inbox is empty.
+    team_inbox_wait_s: float = env("AGENTMESH_AGENT_TEAM_INBOX_WAIT_S", 300.0, minimum=0)
     # Compaction (compaction.py): when the context nears the budget — before a turn or between
     # its steps — the oldest part is summarised by the model (durably, in the transcript)
     # instead of being dropped.

@@ -35,6 +35,7 @@ __all__ = [
     "StatusEvent",
     "TaskSnapshot",
     "TaskUpdateEvent",
+    "TeammateStatusEvent",
     "TextChunk",
     "TextDeltaEvent",
     "ToolCall",
@@ -250,6 +251,21 @@ class TaskUpdateEvent:
 
 
 @dataclass(frozen=True)
+class TeammateStatusEvent:
+    """One of the lead's teammates changed state (capabilities/teams.py)."""
+
+    name: str
+    state: str
+    session_id: str
+    run_id: str
+    role: str = ""
+    current_task: str = ""
+    last_message: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class BackgroundDone:
     """A background command (background_run) that ended: ran to its end, past its lifetime, or was stopped."""
 
@@ -286,4 +302,5 @@ class RunErrorEvent:
 RunEvent = (
     RunStartedEvent | TextDeltaEvent | ToolCallEvent | ToolResultEvent | StatusEvent | RunFinishedEvent | RunErrorEvent
     | ApprovalRequestEvent | ApprovalResolvedEvent | ReasoningDeltaEvent | TaskUpdateEvent | BackgroundResultEvent
+    | TeammateStatusEvent
 )

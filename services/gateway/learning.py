@@ -31,6 +31,8 @@ FORWARDED = (
     # Recall over conversations and memory blocks (docs/memory.md).
     "SearchConversations", "ListBlocks", "GetBlock", "RevertBlock", "ApproveBlockEdit", "RejectBlockEdit",
     "SetBlockPolicy",
+    # Teams (docs/teams.md): the records a lead's team keeps in memory (team_rpcs.py).
+    "ListTeamRecords", "SwapTeamRecord",
 )
 
 

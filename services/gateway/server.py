@@ -34,6 +34,7 @@ from agentmesh.gateway.retention import RetentionDriver
 from agentmesh.gateway.run_rpcs import RunRpcs, validate_join, validate_run_id
 from agentmesh.gateway.runs import RunLedger
 from agentmesh.gateway.settings import GatewaySettings
+from agentmesh.gateway.team_rpcs import TeamRpcs
 from agentmesh.gateway.usage import UsageReports
 from agentmesh.gateway.webhooks import Webhooks
 from agentmesh.ids import validate_id
@@ -57,7 +58,7 @@ def _is_service(caller: Caller, service: str) -> bool:
     return caller.principal is not None and caller.principal.subject == f"service:{service}"
 
 
-class GatewayServicer(NamespaceRecordRpcs, gateway_pb2_grpc.GatewayServicer):
+class GatewayServicer(NamespaceRecordRpcs, TeamRpcs, gateway_pb2_grpc.GatewayServicer):
     def __init__(self, core: Gateway, resources: Resources, usage: UsageReports, router: SessionRouter | None = None,
                  reflect: AgentReflect | None = None, learning: MemoryLearning | None = None,
                  authz: Authorizer | None = None, runs: RunRpcs | None = None,
@@ -234,6 +235,10 @@ class GatewayServicer(NamespaceRecordRpcs, gateway_pb2_grpc.GatewayServicer):
 
     @translate_errors
     async def Cancel(self, request, context):
+        return await self._cancel_anywhere(request, context)
+
+    async def _cancel_anywhere(self, request, context) -> gateway_pb2.CancelResponse:
+        """Cancel the session's turn on the replica that owns it (Cancel; team_rpcs.py's StopTeammates)."""
         if (reply := await self._forwarded("Cancel", request, context)) is not None:
             return reply
         cancelled, run_id = await self._core.cancel(request.session_id, _caller())

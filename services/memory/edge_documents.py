@@ -26,7 +26,7 @@ import qdrant_edge as qe
 from agentmesh.memory.agent_records import AgentRecords
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.edge_store import EdgeStore
-from agentmesh.memory.ports import document_point
+from agentmesh.memory.ports import VERSION, document_point
 
 SHARD = "documents"
 _PAGE = 256
@@ -72,6 +72,16 @@ class EdgeDocuments(AgentRecords):
             self.shard.update(qe.UpdateOperation.upsert_points([qe.Point(document_point(kind, namespace, key), {}, body)]))
         finally:
             self._listings.pop((kind, namespace), None)
+
+    async def swap_document(self, kind: str, namespace: str, key: str, payload: dict[str, Any], expect: int) -> bool:
+        # Atomic without a lock: the shard is this process's alone, and nothing below awaits
+        # between the read and the write.
+        found = self.shard.shard.retrieve([document_point(kind, namespace, key)], True, False)
+        current = int(((found[0].payload or {}).get("body") or {}).get(VERSION, 0)) if found else 0
+        if current != expect:
+            return False
+        await self.put_document(kind, namespace, key, {**payload, VERSION: expect + 1})
+        return True
 
     async def delete_document(self, kind: str, namespace: str, key: str) -> bool:
         point = document_point(kind, namespace, key)

@@ -26,9 +26,29 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 __all__ = [
-    "DENSE", "SPARSE", "AgentStore", "DocumentStore", "FusionPlan", "LongTermStore", "MemoryRow", "MemorySearch", "MemoryStore",
-    "MessageStore", "NamespaceSettingsStore", "PointFilter", "RunStore", "ScoredRow", "SessionStore", "Store", "StoreLifecycle",
-    "TranscriptStore", "UsageStore", "document_point", "point_id", "stored_time",
+    "DENSE",
+    "SPARSE",
+    "VERSION",
+    "AgentStore",
+    "DocumentStore",
+    "FusionPlan",
+    "LongTermStore",
+    "MemoryRow",
+    "MemorySearch",
+    "MemoryStore",
+    "MessageStore",
+    "NamespaceSettingsStore",
+    "PointFilter",
+    "RunStore",
+    "ScoredRow",
+    "SessionStore",
+    "Store",
+    "StoreLifecycle",
+    "TranscriptStore",
+    "UsageStore",
+    "document_point",
+    "point_id",
+    "stored_time",
 ]
 
 DENSE = "dense"
@@ -230,6 +250,12 @@ class DocumentStore(Protocol):
         """(key, payload) of every document of this kind in the namespace, by key. The payloads
         are for reading: an adapter may hand out what it keeps in memory (the embedded one does)."""
 
+    async def swap_document(self, kind: str, namespace: str, key: str, payload: Payload, expect: int) -> bool:
+        """Compare-and-set: write `payload` with `VERSION` set to expect + 1 only when the stored
+        document's `VERSION` is `expect` (0: only when there is none). True when this write
+        landed; False (and nothing changed) when another got there first — across every writer
+        of the store, not only this process's."""
+
 
 class AgentStore(Protocol):
     """Named agents of a namespace (agents.py): each version an immutable record, and a head per
@@ -266,6 +292,9 @@ class RunStore(Protocol):
 
     async def pending_webhooks(self) -> list[Payload]:
         """Every run whose `webhook_state` is "pending", of every namespace."""
+
+
+VERSION = "_v"  # a swapped document's version, in its payload (swap_document)
 
 
 def document_point(kind: str, namespace: str, key: str) -> str:

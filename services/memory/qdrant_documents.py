@@ -8,13 +8,14 @@ per directory is allowed and it is not thread-safe, so its calls must go through
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Awaitable, Callable
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
 from agentmesh.memory.agent_records import AgentRecords
-from agentmesh.memory.ports import document_point
+from agentmesh.memory.ports import VERSION, document_point
 from agentmesh.memory.qdrant_store import QdrantStore
 
 DOCUMENTS = "agentmesh_documents"
@@ -59,6 +60,24 @@ class QdrantDocuments(AgentRecords):
         point = qm.PointStruct(id=document_point(kind, namespace, key), vector={},
                                payload={"kind": kind, "namespace": namespace, "key": key, "body": payload})
         await self._run(self._client.upsert, DOCUMENTS, [point], wait=True)
+
+    async def swap_document(self, kind: str, namespace: str, key: str, payload: dict, expect: int) -> bool:
+        """Qdrant's conditional upsert: an existing point is replaced only when its version
+        matches (`update_filter`), a missing one is inserted; the write then reads back its own
+        token to learn whether it landed — the server orders concurrent writers, whichever
+        memory replica sent them."""
+        point_id = document_point(kind, namespace, key)
+        token = uuid.uuid4().hex
+        body = {**payload, VERSION: expect + 1, "_w": token}
+        point = qm.PointStruct(id=point_id, vector={},
+                               payload={"kind": kind, "namespace": namespace, "key": key, "body": body})
+        matching = qm.Filter(must=[qm.FieldCondition(key=f"body.{VERSION}", match=qm.MatchValue(value=expect))])
+        # expect 0 and not there: inserted; there, its version is at least 1 and the filter spares it.
+        if expect and not await self._run(self._client.retrieve, DOCUMENTS, [point_id]):
+            return False  # deleted meanwhile: a conditional upsert would insert it again
+        await self._run(self._client.upsert, DOCUMENTS, [point], update_filter=matching, wait=True)
+        points = await self._run(self._client.retrieve, DOCUMENTS, [point_id], with_payload=True)
+        return bool(points) and points[0].payload["body"].get("_w") == token
 
     async def delete_document(self, kind: str, namespace: str, key: str) -> bool:
         point = document_point(kind, namespace, key)

@@ -45,6 +45,8 @@ from agentmesh.memory.runs import DocumentRuns, Runs, WebhookSecrets
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.skills import SkillLimits, Skills
 from agentmesh.memory.stores import open_documents, open_store
+from agentmesh.memory.team_rpcs import TeamRpcs
+from agentmesh.memory.teams import TeamRecords
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.memory.transcripts import SessionRecord, Transcripts
 from agentmesh.memory.turns import Recall, start_turn
@@ -64,13 +66,15 @@ APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, RetentionRpcs, memory_service_pb2_grpc.MemoryServicer):
+class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpcs, RetentionRpcs,
+                     memory_service_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
                  usage: UsageLedger, audit: AuditLog | None = None, mcp_registry: McpRegistry | None = None,
                  a2a_tasks: A2aTasks | None = None, agents: Agents | None = None, blocks: Blocks | None = None,
                  conversations: ConversationIndex | None = None, runs: Runs | None = None,
-                 webhook_secrets: WebhookSecrets | None = None, retention: Retention | None = None):
+                 webhook_secrets: WebhookSecrets | None = None, retention: Retention | None = None,
+                 teams: TeamRecords | None = None):
         self._transcripts = transcripts
         self._agents = agents
         self._blocks, self._conversations = blocks, conversations  # recall_rpcs.py
@@ -80,6 +84,7 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, Retenti
         self._mcp = mcp_registry
         self._a2a_tasks = a2a_tasks
         self._runs = runs
+        self._team_records = teams  # team_rpcs.py
         self._webhook_secrets = webhook_secrets
         self._memories = memories
         self._namespaces = namespaces
@@ -507,7 +512,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
                                             max_blocks=memory_settings.blocks_max),
                               conversations=conversations if memory_settings.conversation_index else None,
                               runs=Runs(DocumentRuns(documents)), webhook_secrets=WebhookSecrets(documents),
-                              retention=retention)
+                              retention=retention, teams=TeamRecords(documents))
     host.add(memory_service_pb2_grpc.add_MemoryServicer_to_server, servicer, "agentmesh.internal.v1.Memory")
     # Open carried calls' streams would hold the drain up: they end once their calls are answered.
     for carried in servicer.carry(host.calls):

@@ -181,3 +181,31 @@ async def test_a2a_tasks_are_kept_per_namespace_up_to_their_bound(documents_fact
     assert [(await tasks.get("team-a", t))[0] for t in ("t2", "t3", "t4")] == ["{}"] * 3
     with pytest.raises(InvalidArgument):
         await tasks.put("team-a", "../x", "{}")
+
+
+async def test_a_swap_lands_only_on_the_version_it_expects(documents_factory):
+    # Teams (memory/teams.py) claim tasks and append to mailboxes with this compare-and-set.
+    _, documents = await documents_factory()
+    assert await documents.swap_document("team_board", "team-a", "s1", {"tasks": []}, 1) is False
+    assert await documents.get_document("team_board", "team-a", "s1") is None
+    assert await documents.swap_document("team_board", "team-a", "s1", {"tasks": [1]}, 0) is True
+    assert (await documents.get_document("team_board", "team-a", "s1"))["_v"] == 1
+    # A second creator, and a writer that read version 1 after another moved it on, both lose.
+    assert await documents.swap_document("team_board", "team-a", "s1", {"tasks": [2]}, 0) is False
+    assert await documents.swap_document("team_board", "team-a", "s1", {"tasks": [1, 2]}, 1) is True
+    assert await documents.swap_document("team_board", "team-a", "s1", {"tasks": [9]}, 1) is False
+    stored = await documents.get_document("team_board", "team-a", "s1")
+    assert stored["tasks"] == [1, 2] and stored["_v"] == 2
+    assert [key for key, _ in await documents.list_documents("team_board", "team-a")] == ["s1"]
+
+
+async def test_concurrent_swaps_of_one_version_let_exactly_one_win(documents_factory):
+    import asyncio
+
+    _, documents = await documents_factory()
+    assert await documents.swap_document("team_board", "team-a", "s1", {"owner": ""}, 0)
+    wins = await asyncio.gather(*(documents.swap_document("team_board", "team-a", "s1", {"owner": f"m{i}"}, 1)
+                                  for i in range(6)))
+    assert sum(wins) == 1
+    winner = wins.index(True)
+    assert (await documents.get_document("team_board", "team-a", "s1"))["owner"] == f"m{winner}"

@@ -279,3 +279,17 @@ class MemoryClient(ServiceClient):
 
     async def put_skill(self, request: learning_pb2.PutSkillRequest) -> learning_pb2.SkillInfo:
         return await self._call(self.stub.PutSkill, request)
+
+    # --- teams (docs/teams.md) ---
+
+    async def swap_team_record(self, record: memory_service_pb2.TeamRecord) -> memory_service_pb2.SwapTeamRecordResponse:
+        """Write `record` if the stored one is at `record.version` (0: none yet)."""
+        return await self._call(self.stub.SwapTeamRecord, record)
+
+    async def list_team_records(self, namespace: str, team: str, kind: str) -> list[memory_service_pb2.TeamRecord]:
+        request = memory_service_pb2.ListTeamRecordsRequest(namespace=namespace, team=team, kind=kind)
+        return list((await self._call(self.stub.ListTeamRecords, request)).records)
+
+    async def wait_team(self, namespace: str, team: str, after: int, timeout_s: float) -> int:
+        request = memory_service_pb2.WaitTeamRequest(namespace=namespace, team=team, after=after, timeout_s=timeout_s)
+        return (await self._call(self.stub.WaitTeam, request, timeout_s + 10.0)).change

@@ -73,8 +73,10 @@ def _allow(*callers: str) -> Allowed:
 # The call graph, per service and method ("*": every method of the service). Read it with
 # docs/security.md's table, which mirrors it.
 CALLERS: Mapping[str, Mapping[str, Allowed]] = {
-    # Users, the scheduler's runs, and other gateway replicas forwarding a session's calls.
-    "gateway": {"*": _allow(USERS, "scheduler", "gateway")},
+    # Users, the scheduler's runs, other gateway replicas forwarding a session's calls; and the
+    # agent, which starts a lead's teammates as runs (docs/teams.md).
+    "gateway": {"*": _allow(USERS, "scheduler", "gateway"),
+                "CreateRun": _allow(USERS, "scheduler", "gateway", "agent")},
     # Users create and trigger jobs (`agentmesh cron`); the agent asks for its wake-ups.
     "scheduler": {"*": _allow(USERS),
                   # The agent's schedule_wakeup tool, for the user whose turn runs it.
@@ -207,6 +209,10 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "SetBlockPolicy": _allow("gateway", USERS),
         # Runs: each gateway replica records the turns it runs and reads any replica's back.
         "PutRunRecord": _allow("gateway"),
+        # Teams: the agents running a lead and its teammates; the gateway shows a team.
+        "SwapTeamRecord": _allow("agent", "gateway"),
+        "ListTeamRecords": _allow("agent", "gateway"),
+        "WaitTeam": _allow("agent"),
         "GetRunRecord": _allow("gateway"),
         "ListRunRecords": _allow("gateway"),
         "GetWebhookSecret": _allow("gateway"),

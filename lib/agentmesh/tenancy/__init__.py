@@ -188,6 +188,13 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "JoinRun": "viewer",
     "CancelRun": "member",
     "PutRunRecord": "member",
+    # Teams (docs/teams.md): a member's lead turn and its teammates' turns keep them.
+    "SwapTeamRecord": "member",
+    "ListTeamRecords": "viewer",
+    "WaitTeam": "viewer",
+    "GetTeam": "viewer",
+    "SendTeamMessage": "member",  # as Chat: it reaches an agent's next step
+    "StopTeammates": "member",    # as Cancel
     "GetRunRecord": "viewer",
     "ListRunRecords": "viewer",
     # The secret a namespace's run webhooks are signed with: whoever holds it can forge them.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+from agentmesh.agent.capabilities.team_specs import READ_INBOX
 from agentmesh.agent.loop.turn import Capability, Stop, TurnContext, Verdict
 from agentmesh.agent.types import ChatMessage, ModelReply, StatusEvent, ToolCall
 
@@ -27,6 +28,8 @@ REPEAT_NOTE = (
     "You are repeating yourself: {what}. Doing the same again will give the same result. Change your approach "
     "(other arguments, another tool) or give your answer now; if the repetition goes on, the turn is stopped."
 )
+# Calls that wait for someone else to act: the same call again is progress, not a loop.
+WAITS = frozenset({READ_INBOX.name})
 LOOP_STOPPED = "Stopped: the agent kept repeating itself ({what}) after being told; no further steps were taken."
 
 
@@ -121,6 +124,8 @@ class RepeatGuard(Capability):
     async def after_reply(self, step: int, reply: ModelReply, turn: list[ChatMessage]) -> Verdict:
         if not reply.tool_calls:
             return None
+        if all(c.name in WAITS for c in reply.tool_calls):
+            return None  # waiting for others (a lead's read_inbox) repeats by design, and progresses
         self.seen.append(signature(reply.tool_calls))
         what = self.looping()
         if not what:

@@ -26,12 +26,15 @@ from agentmesh.agent.capabilities import (
     thinking,
 )
 from agentmesh.agent.capabilities.learning import LearningSources
+from agentmesh.agent.capabilities.team_board import SharedTaskBoard
+from agentmesh.agent.capabilities.team_store import LEAD, Team, TeamServices, team_of
+from agentmesh.agent.capabilities.teams import TeamLead, Teammate
 from agentmesh.agent.loop.turn import Capability, TurnContext
 from agentmesh.models import DEFAULT_MODEL
 from agentmesh.modes import DEEP
 
 
-def for_turn(ctx: TurnContext) -> list[Capability]:
+def for_turn(ctx: TurnContext, teams: TeamServices | None = None) -> list[Capability]:
     request, settings = ctx.request, ctx.settings
     found: list[Capability] = []
     # The agent's LearningSources, as the turn's start serves them (learning.py).
@@ -62,8 +65,19 @@ def for_turn(ctx: TurnContext) -> list[Capability]:
     roomy = window_of(ctx) >= settings.reach_min_window or request.mode == DEEP
     wants_board = request.plan or (roomy and (request.mode or "default") in settings.task_modes)
     board = task_tools.TaskBoard(ctx) if wants_board else None
+    team: list[Capability] = []
+    if teams is not None and settings.teams and request.subagent is None:
+        # A teammate's turn (its session says whose), or a lead's: both share the team's board.
+        link = team_of(request.session_id)
+        if link is not None:
+            board = SharedTaskBoard(ctx, Team(teams.store, request.namespace, link[0]), link[1])
+            team.append(Teammate(ctx, board.team, link[1], board))
+        elif board is not None:
+            board = SharedTaskBoard(ctx, Team(teams.store, request.namespace, request.session_id), LEAD)
+            team.append(TeamLead(ctx, board.team, board, teams.runs))
     if board is not None:
         found.append(board)
+    found.extend(team)
     if roomy and subagents.offered(request, settings):
         found.append(subagents.Delegation(ctx, board))
     if board is not None and request.plan:
