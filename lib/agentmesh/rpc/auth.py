@@ -205,6 +205,7 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "SetBlockPolicy": _allow("gateway", USERS),
         # Runs: each gateway replica records the turns it runs and reads any replica's back.
         "PutRunRecord": _allow("gateway"),
+        "PutRunRecords": _allow("gateway"),
         "GetRunRecord": _allow("gateway"),
         "ListRunRecords": _allow("gateway"),
         "GetWebhookSecret": _allow("gateway"),

@@ -186,6 +186,7 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "JoinRun": "viewer",
     "CancelRun": "member",
     "PutRunRecord": "member",
+    "PutRunRecords": "member",
     "GetRunRecord": "viewer",
     "ListRunRecords": "viewer",
     # The secret a namespace's run webhooks are signed with: whoever holds it can forge them.
