@@ -251,7 +251,7 @@ async def main_async(args) -> None:
     recorded = home / "platform-request.json"
     llm_process = ctx.Process(target=_serve_llm, args=(port_out, stop, str(recorded)), daemon=True)
     llm_process.start()
-    base_url = port_out.get(timeout=30)
+    base_url = port_out.get(timeout=120)  # a spawned interpreter on a loaded machine takes its time
     load_before = os.getloadavg()[0]
     stacks = {"platform": start_stack(base_url, home / "platform", sys.executable)}
     if args.before_python:

@@ -15,14 +15,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # What `make test-fast` leaves out (marked `slow` here): directories whose tests start whole
 # stacks, subprocesses, a browser, chart renders or podman, and the modules elsewhere that took
 # the longest per test in a full run (2 s and more each, or 25 s and more in all, with 4 workers
-# on a loaded 2-core machine). A slow test elsewhere may also say so itself (`pytest.mark.slow`).
+# on a loaded 2-core machine): above all those that start several services as a stack (the
+# agent's turns over gRPC, the CLI against a stack, retention and erasure across memory, tools
+# and the gateway, an export imported into a second home). A slow test elsewhere may also say so
+# itself (`pytest.mark.slow`).
 SLOW_DIRS = ("e2e", "web", "helm", "images", "mcpservers", "protocols", "gateway_routing")
 SLOW_MODULES = (
     "agent/test_agent_approvals.py", "agent/test_agent_background.py", "agent/test_agent_background_watch.py",
-    "agent/test_agent_deep.py", "agent/test_agent_finishing.py", "agent/test_agent_overlap.py",
-    "agent/test_agent_service.py", "agent/test_agent_tasks.py", "agent/test_agent_thinking.py",
-    "cli/test_cli_basics.py", "gateway/test_dropped_streams.py", "memory/test_edge_parts.py",
-    "memory/test_kept_writes.py", "memory/test_memory_longterm.py", "memory/test_storage_port.py",
+    "agent/test_agent_compact_request.py", "agent/test_agent_deep.py", "agent/test_agent_finishing.py",
+    "agent/test_agent_overlap.py", "agent/test_agent_service.py", "agent/test_agent_tasks.py",
+    "agent/test_agent_thinking.py", "cli/test_chat_exit_codes.py", "cli/test_cli_basics.py",
+    "cli/test_export_import.py", "gateway/test_dropped_streams.py", "memory/test_edge_parts.py",
+    "memory/test_erasure.py", "memory/test_kept_writes.py", "memory/test_memory_longterm.py",
+    "memory/test_retention.py", "memory/test_storage_port.py",
     "observability/test_trace_view.py", "observability/test_turn_trace_e2e.py",
     "scheduler/test_scheduler_cli.py", "scheduler/test_scheduler_firing.py", "scheduler/test_scheduler_lease.py",
     "scheduler/test_scheduler_stack.py", "security/test_internal_auth.py", "security/test_oidc.py",

@@ -65,8 +65,10 @@ class MemorySessions:
         reply = await self._call(self._stub.GetA2aTask, memory_service_pb2.GetA2aTaskRequest(namespace=namespace, task_id=task_id))
         return str(reply.task_json)
 
-    async def put_run(self, run: sessions_pb2.Run) -> None:
-        await self._call(self._stub.PutRunRecord, run)
+    async def put_runs(self, runs: list[sessions_pb2.Run]) -> list[str]:
+        """The runs' records in one call; per run, "" or why memory did not store it."""
+        reply = await self._call(self._stub.PutRunRecords, memory_service_pb2.PutRunRecordsRequest(runs=runs))
+        return list(reply.errors)
 
     async def get_run(self, run_id: str) -> sessions_pb2.Run:
         return await self._call(self._stub.GetRunRecord, sessions_pb2.GetRunRecordRequest(run_id=run_id))

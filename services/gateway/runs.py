@@ -3,10 +3,13 @@ with a state, timestamps, usage and stop reason, recorded in memory so that any 
 read, list, join and cancel it.
 
 Recording costs the turn nothing on its critical path: the core tells the ledger what each event
-means (`observe`, a few attribute writes) and the ledger writes the record to memory from a task
-of its own, one write at a time per run, coalescing the changes that arrive meanwhile. Writes
-happen when the state changes (start, waiting for an approval and back, end), not per event.
-A write that fails is logged and retried with the next change; the turn never waits on it.
+means (`observe`, a few attribute writes) and the ledger writes the records to memory from one
+task of its own: once a second, the latest state of every run that changed meanwhile, in one
+`PutRunRecords` call — a replica running many turns makes a write a second, not one per turn.
+A run is written when its state changes (start, waiting for an approval and back, end), not per
+event, and a turn that ends within FIRST_WRITE_DELAY_S of its start is written once, ended.
+A CreateRun waiting on the first write has it at once. A write that fails is logged and
+retried with the next change (an end, a few times); the turn never waits on it.
 
 The run's events are the session's live feed (live.py); the ledger keeps the feeds of the last
 RECENT_RUNS runs after they end, so JoinRun can replay a finished run from its first event on the
@@ -35,7 +38,9 @@ log = get_logger("agentmesh.gateway")
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 RECENT_RUNS = 256
 WRITE_RETRIES = 5
-WRITE_RETRY_S = 1.0
+# The ledger writes what changed meanwhile this often, in one call (a failed write is tried again
+# on the next pass); at once when a CreateRun waits on a run's first write.
+WRITE_EVERY_S = 1.0
 # A turn's record is first written this long after it starts, unless someone waits on it (a
 # CreateRun): most turns end sooner, and then only their final record is written — one memory
 # write per turn instead of two. A run that is still going by then is written as running.
@@ -47,7 +52,7 @@ _STATE_OF_STOP = {"cancelled": "cancelled", "interrupted": "interrupted", "rolle
 class RunRecords(Protocol):
     """Memory's run records (peers.MemorySessions implements it)."""
 
-    async def put_run(self, run: sessions_pb2.Run) -> None: ...
+    async def put_runs(self, runs: list[sessions_pb2.Run]) -> list[str]: ...
     async def get_run(self, run_id: str) -> sessions_pb2.Run: ...
     async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse: ...
 
@@ -64,7 +69,7 @@ class LocalRun:
     began: asyncio.Event = field(default_factory=asyncio.Event)
     dirty: bool = False
     queued: bool = False
-    writer: asyncio.Task[None] | None = None
+    retries: int = 0  # failed writes of its end, tried again (WRITE_RETRIES)
     # A CreateRun waits for the record's first write: written at once, not after the delay.
     awaited: bool = False
 
@@ -98,6 +103,11 @@ class RunLedger:
         self._tasks: set[asyncio.Task[None]] = set()
         self._expected: dict[str, list[asyncio.Future[LocalRun]]] = {}
         self._webhook_urls: dict[str, str] = {}
+        # The runs with changes not yet written, and the one task writing them (_flush).
+        self._dirty: dict[str, LocalRun] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        self._due_now = asyncio.Event()
+        self._closing = False
         # Called with each ended run (webhooks.py delivers it to its webhook or its namespace's).
         self.on_end: Callable[[sessions_pb2.Run], None] | None = None
 
@@ -264,7 +274,9 @@ class RunLedger:
                 return
 
     async def drain(self) -> None:
-        """On shutdown: let the records' last writes finish."""
+        """On shutdown: write what is left at once, and let the writes finish."""
+        self._closing = True
+        self._due_now.set()
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -277,33 +289,60 @@ class RunLedger:
             run.written.set()
             return
         run.dirty = True
-        if run.writer is None or run.writer.done():
-            run.writer = asyncio.create_task(self._write(run))
-            self._tasks.add(run.writer)
-            run.writer.add_done_callback(self._tasks.discard)
+        self._dirty[run.record.run_id] = run
+        if run.awaited or run.record.webhook_url:
+            # Someone waits on this write (CreateRun), or a webhook delivery is about to be tried
+            # on the strength of it: written at once, with whatever else is due.
+            self._due_now.set()
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush())
+            self._tasks.add(self._flusher)
+            self._flusher.add_done_callback(self._tasks.discard)
 
-    async def _write(self, run: LocalRun) -> None:
+    def _due(self, run: LocalRun, now: float) -> bool:
+        """Whether `run`'s changes are written in this pass: a run still going is first written
+        FIRST_WRITE_DELAY_S after it was created (most turns have ended by then), unless waited on."""
+        return (run.awaited or run.written.is_set() or run.record.state in TERMINAL_STATES
+                or bool(run.record.webhook_url) or self._closing
+                or now - run.record.created_at >= FIRST_WRITE_DELAY_S)
+
+    async def _flush(self) -> None:
+        """The ledger's one writer: every WRITE_EVERY_S (at once when something is waited on),
+        the latest state of each run changed meanwhile that is due, in one PutRunRecords call —
+        a write per second for a replica's runs, not a call per turn. One pass at a time, so
+        each run's writes land in order."""
         assert self._records is not None
-        if not run.awaited and not run.written.is_set() and run.record.state not in TERMINAL_STATES:
-            # Saves made meanwhile only mark the run dirty: the write below takes the latest.
-            await asyncio.sleep(FIRST_WRITE_DELAY_S)
-        retries = WRITE_RETRIES
-        while run.dirty:
-            run.dirty = False
-            snapshot = sessions_pb2.Run()
-            snapshot.CopyFrom(run.record)
+        while self._dirty:
+            if not self._closing:
+                try:
+                    await asyncio.wait_for(self._due_now.wait(), WRITE_EVERY_S)
+                except TimeoutError:
+                    pass
+            self._due_now.clear()
+            now = time.time()
+            batch = [run for run in self._dirty.values() if self._due(run, now)]
+            if not batch:
+                continue
+            snapshots = []
+            for run in batch:
+                del self._dirty[run.record.run_id]
+                run.dirty = False
+                snapshots.append(_copy(run.record))
             try:
-                await self._records.put_run(snapshot)
+                errors = await self._records.put_runs(snapshots)
             except Exception as exc:  # noqa: BLE001 - recording must never fail the turn
-                log.warning("run record not written", run_id=snapshot.run_id, error=str(exc))
-                if snapshot.state in TERMINAL_STATES and retries > 0 and not run.dirty:
-                    # The end must land, or the run reads as running forever: try again a few times.
-                    retries -= 1
-                    await asyncio.sleep(WRITE_RETRY_S)
-                    run.dirty = True
-                    continue
-            # Set after a failed first write too: CreateRun answers, and GetRun on this replica works.
-            run.written.set()
+                errors = [str(exc)] * len(snapshots)
+            for run, snapshot, error in zip(batch, snapshots, errors, strict=True):
+                if error:
+                    log.warning("run record not written", run_id=snapshot.run_id, error=error)
+                    if snapshot.state in TERMINAL_STATES and run.retries < WRITE_RETRIES and not run.dirty:
+                        # The end must land, or the run reads as running forever: tried again
+                        # with the next passes, a few times.
+                        run.retries += 1
+                        run.dirty = True
+                        self._dirty.setdefault(run.record.run_id, run)
+                # Set after a failed first write too: CreateRun answers, and GetRun on this replica works.
+                run.written.set()
 
 
 def _copy(run: sessions_pb2.Run) -> sessions_pb2.Run:

@@ -8,7 +8,10 @@ memory (dense + BM25, fused) with filters by session, time, role and the tools a
 
 Off the turn's critical path: AppendMessages answers once the transcript is written; `appended`
 only marks the session, and a background task indexes what was appended since the session's
-watermark (a document per session: the last seq indexed). The transcript is the source of
+watermark (a document per session: the last seq indexed). The task waits COALESCE_S after the
+first mark before its pass, so that one pass indexes what a turn appends in several calls (its
+user message, each step, its answer) and what other sessions appended meanwhile: a pass costs a
+watermark read and write and a store write per session, whatever the number of messages. The transcript is the source of
 truth, so nothing is lost to a crash after the ack: on start every session whose transcript goes
 beyond its watermark is indexed again from there. A search first indexes what is still marked,
 so a message is found as soon as its append was acknowledged (read-your-writes), whatever the
@@ -49,6 +52,10 @@ READ_BATCH = 256  # messages read and indexed at a time
 # window's user and assistant messages between a turn's tool calls and results.
 LOOKBACK = 16
 RETRY_S = 5.0  # an indexing pass that failed (the embedder is down) is tried again after this
+# How long the background task lets marks gather before a pass. No search waits for it (a search
+# indexes what is marked first) and the transcript, written before the mark, is what a crash
+# recovers from, so this only trades how soon the index is written for how many passes write it.
+COALESCE_S = 1.0
 
 
 def index_namespace(namespace: str) -> str:
@@ -120,6 +127,7 @@ class ConversationIndex:
             self._caught_up.set()
         while True:
             await self._wake.wait()
+            await asyncio.sleep(COALESCE_S)
             self._wake.clear()
             try:
                 await self.flush()

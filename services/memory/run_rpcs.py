@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from google.protobuf import json_format
 
-from agentmesh.errors import FailedPrecondition
+from agentmesh.errors import AgentmeshError, FailedPrecondition
+from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.memory.runs import Runs, WebhookSecrets
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.rpc.errors import translate_errors
@@ -34,7 +35,27 @@ class RunRecordRpcs:
     async def PutRunRecord(self, request, context):
         self._tenants.namespace(request.namespace or "default", "PutRunRecord")
         stored = await self._run_records().put(json_format.MessageToDict(request, preserving_proto_field_name=True))
-        return json_format.ParseDict(stored, sessions_pb2.Run(), ignore_unknown_fields=True)
+        # What was stored is the request with its namespace named: answered as such, not parsed
+        # back from the stored dict (a gateway writes a record a turn).
+        reply = sessions_pb2.Run()
+        reply.CopyFrom(request)
+        reply.namespace = stored["namespace"]
+        return reply
+
+    @translate_errors
+    async def PutRunRecords(self, request, context):
+        runs, errors = self._run_records(), []
+        for run in request.runs:
+            # Each as PutRunRecord: a record refused (another tenant's namespace, a bad state) is
+            # named with its sentence; the others are stored all the same.
+            try:
+                self._tenants.namespace(run.namespace or "default", "PutRunRecord")
+                await runs.put(json_format.MessageToDict(run, preserving_proto_field_name=True))
+            except AgentmeshError as exc:
+                errors.append(exc.message)
+            else:
+                errors.append("")
+        return memory_service_pb2.PutRunRecordsResponse(errors=errors)
 
     @translate_errors
     async def GetRunRecord(self, request, context):

@@ -242,8 +242,10 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
             # the turn then runs in the namespace the session is stored in.
             if request.session.session_id != request.session_id:
                 raise InvalidArgument("session.session_id must be the session_id the turn starts in")
-            # The named agent before the session is put: a bad name refuses the turn with nothing written.
-            resolved = await self._resolve_agent(request, await self._namespace_to_be(request.session))
+            # The named agent before the session is put: a bad name refuses the turn with nothing
+            # written. (Without one, the session's namespace is not looked up here: the put says it.)
+            if request.agent:
+                resolved = await self._resolve_agent(request, await self._namespace_to_be(request.session))
             opened = await self._put_session(request.session)
             namespace = opened[0].namespace or "default"
             self._tenants.namespace(namespace, "GetNamespaceSettings")

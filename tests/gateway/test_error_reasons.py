@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 
 import grpc
 import httpx
@@ -68,21 +69,33 @@ def chat(session_id: str, message: str = "hi", **options) -> gateway_pb2.ChatReq
 
 async def test_a_busy_session_is_session_busy(stack, llm):
     gateway = stack.gateway_stub()
-    llm.add(reply("slow answer", delay_s=2))
-    first = asyncio.ensure_future(collect(gateway.Chat(chat("busy", "first"), metadata=AUTH, timeout=60)))
-    await asyncio.to_thread(llm.wait_for_requests, 1, 10)
+    # The first turn's model call is held until the refusals below are checked: busy for as long
+    # as the checks take, however loaded the machine (a bound only so a failing test ends).
+    released = threading.Event()
 
-    err = await refusal(gateway.Chat(chat("busy", "second"), metadata=AUTH, timeout=10))
-    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
-    info = error_info(err)
-    assert info.reason == "SESSION_BUSY" and dict(info.metadata) == {"session_id": "busy"}
-    err = await refusal(gateway.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id="busy"), metadata=AUTH, timeout=10))
-    assert error_info(err).reason == "SESSION_BUSY"
+    def held(request):
+        released.wait(120)
+        return reply("slow answer")
 
-    async with httpx.AsyncClient(base_url=stack.http_url, headers=HTTP_AUTH, timeout=30) as client:
-        body = http_error(await client.post("/v1/sessions/busy/chat", json={"message": "third"}), 409)
-    assert body["code"] == "FAILED_PRECONDITION" and body["reason"] == "SESSION_BUSY"
-    assert body["metadata"] == {"session_id": "busy"} and "already running a turn" in body["message"]
+    llm.add(held)
+    first = asyncio.ensure_future(collect(gateway.Chat(chat("busy", "first"), metadata=AUTH, timeout=180)))
+    try:
+        await asyncio.to_thread(llm.wait_for_requests, 1, 60)
+
+        err = await refusal(gateway.Chat(chat("busy", "second"), metadata=AUTH, timeout=30))
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+        info = error_info(err)
+        assert info.reason == "SESSION_BUSY" and dict(info.metadata) == {"session_id": "busy"}
+        err = await refusal(gateway.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id="busy"), metadata=AUTH,
+                                                  timeout=30))
+        assert error_info(err).reason == "SESSION_BUSY"
+
+        async with httpx.AsyncClient(base_url=stack.http_url, headers=HTTP_AUTH, timeout=30) as client:
+            body = http_error(await client.post("/v1/sessions/busy/chat", json={"message": "third"}), 409)
+        assert body["code"] == "FAILED_PRECONDITION" and body["reason"] == "SESSION_BUSY"
+        assert body["metadata"] == {"session_id": "busy"} and "already running a turn" in body["message"]
+    finally:
+        released.set()
     await first
 
 

@@ -133,7 +133,7 @@ def test_the_spans_cover_gateway_agent_model_tools_sandbox_and_memory(turn):
     # Everything the memory service does is the turn's: the gateway calls it no more before the
     # agent runs (the agent's StartTurn opens the session). The one exception is the run's record
     # (gateway/runs.py), which the gateway writes from a background task beside the turn.
-    run_records = {"/agentmesh.internal.v1.Memory/PutRunRecord", "/agentmesh.internal.v1.Memory/GetNamespaceWebhook"}
+    run_records = {"/agentmesh.internal.v1.Memory/PutRunRecords", "/agentmesh.internal.v1.Memory/GetNamespaceWebhook"}
     assert all(any(a["name"] == "invoke_agent" or a["name"].endswith("RunTurn") or a["name"] in run_records
                    for a in [m, *ancestors(m, index)])
                for m in memory), sorted({m["name"] for m in memory})

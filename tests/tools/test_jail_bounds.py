@@ -119,6 +119,7 @@ async def test_depth_within_the_bound_reaches_the_schema_check(tools):
     assert "Additional properties are not allowed ('x' was unexpected)" in result.output
 
 
+@pytest.mark.slow  # a whole stack (conftest.py: the quick tier leaves stacks out)
 async def test_model_written_arguments_30000_deep_are_one_error_result_and_the_turn_goes_on(home, llm):
     from agentmesh.v1 import gateway_pb2
     from tests.support.llm_server import reply, tool_call
@@ -138,6 +139,7 @@ async def test_model_written_arguments_30000_deep_are_one_error_result_and_the_t
     assert of_kind(events, "run_finished")[0].final_text == "Recovered."
 
 
+@pytest.mark.slow  # a whole stack (conftest.py: the quick tier leaves stacks out)
 async def test_a_session_whose_workspace_is_3000_directories_deep_is_deleted_through_the_gateway(home, llm):
     from agentmesh.v1 import gateway_pb2, sessions_pb2
     from tests.support.llm_server import reply, tool_call

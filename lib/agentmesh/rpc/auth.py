@@ -209,6 +209,7 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "SetBlockPolicy": _allow("gateway", USERS),
         # Runs: each gateway replica records the turns it runs and reads any replica's back.
         "PutRunRecord": _allow("gateway"),
+        "PutRunRecords": _allow("gateway"),
         # Teams: the agents running a lead and its teammates; the gateway shows a team.
         "SwapTeamRecord": _allow("agent", "gateway"),
         "ListTeamRecords": _allow("agent", "gateway"),

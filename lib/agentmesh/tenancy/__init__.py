@@ -188,6 +188,7 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "JoinRun": "viewer",
     "CancelRun": "member",
     "PutRunRecord": "member",
+    "PutRunRecords": "member",
     # Teams (docs/teams.md): a member's lead turn and its teammates' turns keep them.
     "SwapTeamRecord": "member",
     "ListTeamRecords": "viewer",

@@ -1,0 +1,68 @@
+"""The gateway's run ledger (services/gateway/runs.py) writing its records: the runs that changed
+meanwhile go to memory together, in one PutRunRecords call, each in the state it ended in; a
+record memory refuses is tried again while the others are not; a drain writes what is left.
+The ledger is the real one; memory's side of the port is a recorder of the calls it gets."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentmesh.gateway.feeds import Feed
+from agentmesh.gateway.runs import RunLedger
+from agentmesh.v1 import common_pb2, sessions_pb2
+
+
+class RecordedRuns:
+    """Memory's run records as the ledger sees them (runs.RunRecords), keeping every call."""
+
+    def __init__(self, refuse: set[str] | None = None):
+        self.calls: list[list[sessions_pb2.Run]] = []
+        self.refuse = refuse or set()
+
+    async def put_runs(self, runs: list[sessions_pb2.Run]) -> list[str]:
+        self.calls.append(list(runs))
+        return ["refused" if run.run_id in self.refuse else "" for run in runs]
+
+    async def get_run(self, run_id: str) -> sessions_pb2.Run:
+        raise AssertionError("not read here")
+
+    async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
+        raise AssertionError("not read here")
+
+
+def _finished(run_id: str) -> common_pb2.Event:
+    return common_pb2.Event(run_id=run_id, seq=3, run_finished=common_pb2.RunFinished(iterations=2,
+                                                                                      stop_reason="completed"))
+
+
+def _run_a_turn(ledger: RunLedger, run_id: str):
+    run = ledger.begin(run_id, f"s-{run_id}", "default", "user:alice")
+    ledger.started(run, Feed())
+    ledger.observe(run, "run_finished", _finished(run_id))
+    ledger.end(run)
+    return run
+
+
+async def test_turns_that_end_together_are_written_in_one_call_each_as_it_ended():
+    records = RecordedRuns()
+    ledger = RunLedger(records)
+    runs = [_run_a_turn(ledger, f"run-{i}") for i in range(3)]
+    await asyncio.gather(*(run.written.wait() for run in runs))
+
+    assert len(records.calls) == 1, [[r.run_id for r in call] for call in records.calls]
+    written = records.calls[0]
+    assert [r.run_id for r in written] == ["run-0", "run-1", "run-2"]
+    assert all(r.state == "succeeded" and r.iterations == 2 and r.last_event_seq == 3 and r.finished_at
+               for r in written)
+
+
+async def test_a_refused_end_is_tried_again_alone_and_a_drain_writes_what_is_left():
+    records = RecordedRuns(refuse={"run-bad"})
+    ledger = RunLedger(records)
+    _run_a_turn(ledger, "run-good")
+    _run_a_turn(ledger, "run-bad")
+    await ledger.drain()
+
+    assert [r.run_id for r in records.calls[0]] == ["run-good", "run-bad"]
+    # The refused end again, alone, until the retries are spent; the stored one never again.
+    assert len(records.calls) > 1 and all([r.run_id for r in call] == ["run-bad"] for call in records.calls[1:])
