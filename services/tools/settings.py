@@ -62,6 +62,11 @@ class KubernetesSandbox:
     pod_gid: int = env("AGENTMESH_SANDBOX_POD_GID", 0, minimum=0)
     # A pod that cannot be scheduled or pull its image within this long is reported as such.
     start_timeout_s: float = env("AGENTMESH_SANDBOX_START_TIMEOUT_S", 120.0, minimum=1)
+    # Session sandboxes' warm pool (sandbox/k8s_pool.py): pods kept started per template, by recent
+    # demand between the floor and the ceiling; none after `idle_s` without a claim. Ceiling 0: no pool.
+    warm_pool_min: int = env("AGENTMESH_SANDBOX_WARM_POOL_MIN", 0, minimum=0)
+    warm_pool_max: int = env("AGENTMESH_SANDBOX_WARM_POOL_MAX", 0, minimum=0)
+    warm_pool_idle_s: float = env("AGENTMESH_SANDBOX_WARM_POOL_IDLE_S", 900.0, minimum=1)
 
 
 @dataclass(frozen=True)
