@@ -289,6 +289,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
+    if (session_pods := _session_pods(executor)) is not None:
+        session_pods.start()  # the warm pool fills before the first session asks
     from agentmesh.tools.sandbox.session import SessionSandboxes
 
     # stdio MCP servers run in jails of their own (one per server), session sandboxes or not.

@@ -1,11 +1,12 @@
 """The test Kubernetes API (tests/tools/fake_kube.py) with a real container runtime as its kubelet.
 
 The API server, Job controller and deadline handling are FakeKube's; what changes is the
-kubelet: each pod the Job controller makes from the executor's Job template is run by
+kubelet: each pod (the Job controller's from the executor's Job template, or one created bare) is run by
 `podman kube play` (runc, cgroupfs), from the image the template names, with the template's
 securityContext, resources and volumes, and with no network. Its status is read back from
 podman: Running once the container started, then `terminated` with the container's exit code
-and `OOMKilled` when the kernel's memory-cgroup OOM killer ended it; its log is `podman logs`.
+and `OOMKilled` when the kernel's memory-cgroup OOM killer ended it; its log is `podman logs`;
+pods/exec is `podman exec` in its container.
 
 Two things a kubelet does that podman 4.3 does not, done here the kubelet's way:
 - `subPath` is ignored by `podman kube play`, so each PersistentVolumeClaim mount is resolved
@@ -109,7 +110,9 @@ class PodmanKube(FakeKube):
         self._update(key, lambda s: s.update(phase=phase, containerStatuses=[container_status(image, {"terminated": terminated})]))
         self._finish_job(namespace, job, phase)
 
-    def _finish_job(self, namespace: str, job: dict, phase: str) -> None:
+    def _finish_job(self, namespace: str, job: dict | None, phase: str) -> None:
+        if job is None:
+            return  # a bare pod (a session's, an MCP server's): no Job to finish
         with self.cond:
             live = self.jobs.get((namespace, job["metadata"]["name"]))
             if live is None:
@@ -125,6 +128,13 @@ class PodmanKube(FakeKube):
         super()._delete_pod(key)
         # Called with the API's lock held: the runtime removes the pod in the background.
         threading.Thread(target=self.podman.run, args=("pod", "rm", "--force", "--time", "0", key[1]), kwargs={"check": False}, daemon=True).start()
+
+    def exec_process(self, key: tuple[str, str], command: list[str]) -> subprocess.Popen:
+        """pods/exec as the kubelet runs it: a new process in the running container (`podman exec`,
+        the container's user, working directory, environment, capabilities and seccomp filter)."""
+        return subprocess.Popen(["podman", "exec", "--interactive", f"{key[1]}-{CONTAINER}", *command], env=podman_env(),
+                                cwd=podman_cwd(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
 
     def live_pods(self) -> list[str]:
         """Sandbox pods this API ran that podman still has."""

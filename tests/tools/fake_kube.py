@@ -1,9 +1,12 @@
 """A Kubernetes API server for the executor tests: real HTTP, the real paths, the real semantics.
 
 It serves exactly what the sandbox Role grants (jobs: create/get/list/watch/delete; pods:
-create/get/list/watch/delete; pods/log: get; pods/attach, a websocket: fake_kube_attach.py) and
-answers 403 to anything else, recording it. Every Job and Pod posted is validated against the
-Kubernetes OpenAPI schema with `kubernetes-validate` (422 when invalid).
+create/get/list/watch/delete/patch; pods/log: get; pods/attach and pods/exec, websockets:
+fake_kube_attach.py, fake_kube_exec.py) and
+answers 403 to anything else, recording it. Every Job and Pod posted, and every pod as a patch
+leaves it, is validated against the Kubernetes OpenAPI schema with `kubernetes-validate` (422
+when invalid). A JSON merge patch carrying `metadata.resourceVersion` applies only to that
+version (409 Conflict otherwise), as the API server's optimistic concurrency does.
 
 Behind the API, small stand-ins for the control plane do what a cluster does:
 - the Job controller creates one pod per Job (labels `job-name`, `batch.kubernetes.io/job-name`,
@@ -15,6 +18,7 @@ Behind the API, small stand-ins for the control plane do what a cluster does:
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -66,6 +70,11 @@ class FakeKube(Kubelet):
         self.attaches: list[str] = []  # the subprotocol each attach agreed on
         # The channel subprotocols this API server speaks, best first (before 1.30: v4 only).
         self.attach_protocols: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+        # pods/exec: (pod, subprotocol, command) of each exec served; the processes running per pod.
+        self.execs_served: list[tuple[str, str, list[str]]] = []
+        self.exec_procs: dict[tuple[str, str], list[subprocess.Popen]] = {}
+        self.workdirs: dict[tuple[str, str], int] = {}  # a pod's working directory, held open (renames follow it)
+        self.patches: list[dict] = []
         self.requests: list[tuple[str, str]] = []  # (verb, resource)
         self.forbidden: list[str] = []
         self.invalid: list[str] = []
@@ -190,6 +199,11 @@ class FakeKube(Kubelet):
                 return "get", "pods", self._get_pod
             if len(parts) == 6 and method == "DELETE":
                 return "delete", "pods", self._delete_pod_request
+            if len(parts) == 6 and method == "PATCH":
+                return "patch", "pods", self._patch_pod
+            if len(parts) == 7 and parts[6] == "exec" and method in ("GET", "POST"):
+                # A websocket upgrade: authorized as "create" since 1.31 (before, the HTTP verb).
+                return "create", "pods/exec", self._exec
             if len(parts) == 7 and parts[6] == "log" and method == "GET":
                 return "get", "pods/log", self._pod_log
             if len(parts) == 7 and parts[6] == "attach" and method == "GET":
@@ -301,6 +315,52 @@ class FakeKube(Kubelet):
             self._delete_pod(key)
         self._send(handler, 200, deleted)
 
+    def _patch_pod(self, handler, parts, query, raw) -> None:
+        key = (parts[3], parts[5])
+        content_type = handler.headers.get("Content-Type", "")
+        if content_type.split(";")[0].strip() != "application/merge-patch+json":
+            self._send(handler, 415, status_body(415, "UnsupportedMediaType", f"the tests' API server takes merge patches only, not {content_type}"))
+            return
+        patch = json.loads(raw or b"{}")
+        self.patches.append(patch)
+        with self.cond:
+            pod = self.pods.get(key)
+            if pod is None:
+                self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
+                return
+            wanted = (patch.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != pod["metadata"].get("resourceVersion"):
+                self._send(handler, 409, status_body(409, "Conflict", f'Operation cannot be fulfilled on pods "{parts[5]}": the object has been modified; please apply your changes to the latest version and try again'))
+                return
+            merged = merge_patch(json.loads(json.dumps(_public(pod))), patch)
+            try:
+                kubernetes_validate.validate({k: v for k, v in merged.items() if k != "status"}, K8S_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                self.invalid.append(str(exc))
+                self._send(handler, 422, status_body(422, "Invalid", f"Pod is invalid: {exc}"))
+                return
+            pod["metadata"] = merged["metadata"]
+            self._emit("MODIFIED", key)
+            answer = _public(pod)
+        self._send(handler, 200, answer)
+
+    def _exec(self, handler, parts, query, raw) -> None:
+        from tests.tools.fake_kube_exec import serve_exec  # the websocket side lives there
+
+        serve_exec(self, handler, parts)
+
+    def exec_process(self, key: tuple[str, str], command: list[str]) -> subprocess.Popen:
+        """A new process in the pod's container (here: a local process in its working directory)."""
+        with self.cond:
+            pod = self.pods[key]
+            fd = self.workdirs.get(key)
+        container = pod["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container.get("env", [])}
+        env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+        cwd = os.readlink(f"/proc/self/fd/{fd}") if fd is not None else None
+        return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+
     def _attach(self, handler, parts, query, raw) -> None:
         from tests.tools.fake_kube_attach import serve_attach  # the websocket side lives there
 
@@ -405,6 +465,11 @@ class FakeKube(Kubelet):
         proc = self.procs.pop(key, None)
         if proc:
             kill_container(proc)
+        for running in self.exec_procs.pop(key, []):
+            kill_container(running)
+        fd = self.workdirs.pop(key, None)
+        if fd is not None:
+            os.close(fd)
         if key in self.pods:
             self._emit("DELETED", key)
             del self.pods[key]
@@ -448,6 +513,20 @@ class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         # Clients hang up on watches they no longer need; that is not an error.
         pass
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = merge_patch(target.get(key), value)
+    return target
 
 
 def _public(obj: dict) -> dict:

@@ -54,6 +54,7 @@ class Kubelet:
     jobs: dict[tuple[str, str], dict]
     logs: dict[tuple[str, str], bytearray]
     procs: dict[tuple[str, str], subprocess.Popen]
+    workdirs: dict[tuple[str, str], int]
     node: dict[str, float]
     cond: threading.Condition
     instant_containers: bool
@@ -83,6 +84,9 @@ class Kubelet:
             self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[container_status(container["image"], {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}}, name=container["name"])]))
             return
         cwd = self._volume_dir(spec, container)
+        with self.cond:
+            # Held open for pods/exec: a renamed directory (a claimed warm pod's) stays the pod's.
+            self.workdirs[key] = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY)
         env = {e["name"]: e["value"] for e in container.get("env", [])}
         env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
         # A container with `stdin: true` (an MCP server pod) keeps stdin open for pods/attach, and

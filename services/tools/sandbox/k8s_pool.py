@@ -142,7 +142,8 @@ class WarmPool:
         self._wake.set()
         if workspace is not None and await asyncio.to_thread(_has_files, workspace):
             return None  # a session with files already: only a cold pod mounts them
-        for _ in range(4):
+        while True:
+            # Each round at least one of the claims that conflicted won: this ends.
             pods, _ = await self._api.list_pods(self._selector)
             ready = [p for p in pods if _running(p) and not p["metadata"].get("deletionTimestamp")]
             if not ready:
@@ -162,7 +163,6 @@ class WarmPool:
                 return name
             if not conflicted:
                 return None
-        return None
 
     async def _patch_claim(self, pod: dict[str, Any], session_id: str, state: str = "claimed") -> bool:
         meta = pod["metadata"]

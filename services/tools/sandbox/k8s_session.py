@@ -94,6 +94,11 @@ class KubernetesSessionPods:
     def identity(self) -> tuple[int, int]:
         return self._identity
 
+    def start(self) -> None:
+        """Start filling the warm pool (in the background; it is also started by the first call)."""
+        if self.pool is not None:
+            self.pool.start()
+
     def pod_of(self, session_id: str) -> str:
         """The name of the session's pod in this replica ("" when it has none)."""
         pod = self._pods.get(session_id)
