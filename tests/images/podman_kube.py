@@ -8,9 +8,11 @@ podman: Running once the container started, then `terminated` with the container
 and `OOMKilled` when the kernel's memory-cgroup OOM killer ended it; its log is `podman logs`;
 pods/exec is `podman exec` in its container.
 
-Two things a kubelet does that podman 4.3 does not, done here the kubelet's way:
+Three things a kubelet does that podman 4.3 does not, done here the kubelet's way:
 - `subPath` is ignored by `podman kube play`, so each PersistentVolumeClaim mount is resolved
   to the host directory the kubelet would bind (the claim's directory / subPath) before play;
+- an emptyDir is played as a named volume shared by every pod of that volume name, so each is
+  resolved to a directory of the pod's own;
 - podman 4.3 under cgroups v1 does not notice a memory-cgroup OOM kill (State.OOMKilled stays
   false), so the kernel log is read for the kill of that container's cgroup, as the kubelet's
   own OOM watcher reads /dev/kmsg.
@@ -31,11 +33,20 @@ from tests.tools.fake_kube import FakeKube
 from tests.tools.fake_kubelet import container_status, now_rfc3339
 
 
-def kubelet_pod(pod: dict[str, Any], claims: dict[str, Path]) -> dict[str, Any]:
-    """The pod as `podman kube play` gets it: the pod's own spec, claim mounts resolved to host paths."""
+def kubelet_pod(pod: dict[str, Any], claims: dict[str, Path], scratch: Path | None = None) -> dict[str, Any]:
+    """The pod as `podman kube play` gets it: the pod's own spec, claim mounts resolved to host paths,
+    and (with `scratch`) each emptyDir a directory of the pod's own under it."""
     spec = copy.deepcopy(pod["spec"])
     volumes = {v["name"]: v for v in spec["volumes"]}
-    resolved = [v for v in spec["volumes"] if "persistentVolumeClaim" not in v]
+    resolved = [v for v in spec["volumes"] if "persistentVolumeClaim" not in v and not (scratch and "emptyDir" in v)]
+    for volume in spec["volumes"]:
+        if scratch and "emptyDir" in volume:
+            # podman 4.3 plays an emptyDir as the named volume of the same name, one for every pod
+            # on the machine; a kubelet gives each pod its own, empty, world-writable directory.
+            directory = scratch / "empty-dirs" / pod["metadata"]["name"] / volume["name"]
+            directory.mkdir(parents=True)
+            directory.chmod(0o777)
+            resolved.append({"name": volume["name"], "hostPath": {"path": str(directory), "type": "Directory"}})
     for container in spec["containers"]:
         for index, mount in enumerate(container.get("volumeMounts", [])):
             volume = volumes[mount["name"]]
@@ -73,7 +84,7 @@ class PodmanKube(FakeKube):
         name = pod["metadata"]["name"]
         container = f"{name}-{CONTAINER}"
         image = pod["spec"]["containers"][0]["image"]
-        manifest = kubelet_pod(pod, self.volumes)
+        manifest = kubelet_pod(pod, self.volumes, Path(self._scratch.name))
         path = Path(self._scratch.name) / f"{name}.json"
         path.write_text(json.dumps(manifest))
         with self.cond:
