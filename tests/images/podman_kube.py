@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmesh.tools.sandbox.k8s_job import CONTAINER
-from tests.images.podman import Podman, podman_cwd, podman_env
+from tests.images.podman import Podman, PodmanError, podman_cwd, podman_env
 from tests.tools.fake_kube import FakeKube
 from tests.tools.fake_kubelet import container_status, now_rfc3339
 
@@ -107,13 +107,17 @@ class PodmanKube(FakeKube):
         with self.cond:
             if self.procs.pop(key, None) is None:
                 return  # deleted (Job deleted or past its deadline): no terminal status
-        state = self.podman.inspect(container)
+        try:
+            state = self.podman.inspect(container)
+        except PodmanError:
+            # Removed behind the API's back (`podman pod rm`): a kubelet reports the container killed.
+            state = {"Id": "", "State": {"ExitCode": 137, "OOMKilled": False}}
         # `podman logs` writes stderr lines to its stderr: one pipe for both keeps their order.
         log = subprocess.run(["podman", "logs", container], env=podman_env(), cwd=podman_cwd(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
         with self.cond:
             self.logs[key] = bytearray(log.stdout)
         code = int(state["State"]["ExitCode"])
-        oom = bool(state["State"].get("OOMKilled")) or (code == 137 and kernel_oom_killed(state["Id"]))
+        oom = bool(state["State"].get("OOMKilled")) or (code == 137 and bool(state["Id"]) and kernel_oom_killed(state["Id"]))
         terminated = {"exitCode": code, "reason": "OOMKilled" if oom else ("Completed" if code == 0 else "Error"),
                       "startedAt": started, "finishedAt": now_rfc3339()}
         self.terminated[name] = {"terminated": terminated, "container": state}

@@ -9,12 +9,13 @@ containers local processes). The image tests run the same pods under podman
 from __future__ import annotations
 
 import asyncio
-
-from agentmesh.internal.v1 import tools_service_pb2
-from tests.tools.backends import BACKENDS, CLAIM
-from tests.tools.support import ToolsClient, processes_with, wait_until
+import urllib.request
 
 import pytest
+
+from agentmesh.internal.v1 import tools_service_pb2
+from tests.tools.backends import BACKENDS, CLAIM, NAMESPACE
+from tests.tools.support import ToolsClient, processes_with, wait_until
 
 
 @pytest.fixture
@@ -118,8 +119,9 @@ async def test_a_pod_killed_mid_call_gives_an_error_result_and_the_next_call_a_n
         call = asyncio.create_task(tools.call("shell", {"command": "echo started; sleep 60", "timeout_s": 120}))
         assert await wait_until(lambda: fake.fake.execs_served and processes_with("sleep 60"), timeout_s=20)
         (name,) = pods(fake)
-        with fake.fake.cond:
-            fake.fake._delete_pod((fake.fake.pods[next(k for k in fake.fake.pods if k[1] == name)]["metadata"]["namespace"], name))
+        # As a person (`kubectl delete pod`) or the node would: through the API.
+        request = urllib.request.Request(f"{fake.fake.url}/api/v1/namespaces/{NAMESPACE}/pods/{name}", method="DELETE")
+        await asyncio.to_thread(urllib.request.urlopen, request)
         result = await call
         assert result.is_error and result.error_kind == "sandbox_error", result.output
         assert "went away" in result.output

@@ -45,6 +45,7 @@ __all__ = ["KubernetesSessionPods"]
 log = get_logger("agentmesh.tools.kubernetes.session")
 
 WATCH_WINDOW_S = 30
+KILLED = 128 + 9  # SIGKILL's exit code
 QUOTA_INTERVAL_S = 0.25
 
 
@@ -229,6 +230,11 @@ class KubernetesSessionPods:
                     raise
                 end, timed_out, over_quota = await self._follow(socket, spec, workspace, used_before)
                 result = self._result(end, spec, started, timed_out, over_quota)
+                if end.exit_code == KILLED and not result.error_kind and await self._pod_ended(pod.name):
+                    # The runtime killed the container under the call (its pod deleted, evicted,
+                    # OOM-killed): some API servers report that as the exec's exit code 137.
+                    end.lost = True
+                    result = self._result(end, spec, started, timed_out, over_quota)
                 if end.lost or end.failure:
                     await self._explain_loss(result, pod)
                     self._forget(spec.session_id, pod)
@@ -306,6 +312,24 @@ class KubernetesSessionPods:
             result.exit_code, result.error_kind = -1, "sandbox_error"
             result.detail = f"the session's pod could not run the call: {end.failure}"
         return result
+
+    async def _pod_ended(self, name: str, patience_s: float = 1.5) -> bool:
+        """Whether the pod is gone, going or its container ended (the kubelet reports it a moment
+        after the exec's stream ends, so ask a few times)."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                pod = await self._api.get_pod(name)
+            except (KubeApiError, urllib3.exceptions.HTTPError, OSError):
+                return False
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                return True
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            if any("running" not in (status.get("state") or {}) for status in statuses):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.1)
 
     async def _explain_loss(self, result: CommandResult, pod: SessionPod) -> None:
         """Name the reason when the pod's container ended for its memory limit."""
