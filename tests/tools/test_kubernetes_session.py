@@ -9,11 +9,17 @@ containers local processes). The image tests run the same pods under podman
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import time
 import urllib.request
 
 import pytest
 
 from agentmesh.internal.v1 import tools_service_pb2
+from agentmesh.tools.sandbox.k8s_session_pod import build_session_pod
+from agentmesh.tools.sandbox.k8s_session_reap import ANNOTATION_LAST_USED
+from agentmesh.tools.settings import KubernetesSandbox
 from tests.tools.backends import BACKENDS, CLAIM, NAMESPACE
 from tests.tools.support import ToolsClient, processes_with, wait_until
 
@@ -158,8 +164,15 @@ async def test_an_idle_pool_scales_to_zero(fake, home):
     env = session_env(fake, AGENTMESH_SANDBOX_WARM_POOL_MIN="2", AGENTMESH_SANDBOX_WARM_POOL_MAX="2",
                       AGENTMESH_SANDBOX_WARM_POOL_IDLE_S="1")
     async with ToolsClient(home, env) as tools:
-        assert await wait_until(lambda: warm_running(fake) >= 1, timeout_s=20)
+        def made() -> int:
+            return sum(1 for obj in fake.fake.posted if obj["metadata"]["name"].startswith("agentmesh-warm-"))
+
+        assert await wait_until(lambda: made() >= 2, timeout_s=20)
+        # A second past its last claim (its start) the pool retires its pods, and makes none.
         assert await wait_until(lambda: not pods(fake, "agentmesh-warm-"), timeout_s=20), pods(fake)
+        before = made()
+        await asyncio.sleep(1.5)  # two refill rounds: nothing new (a wait for an absence, not a bound)
+        assert made() == before and not pods(fake, "agentmesh-warm-")
         assert not list((home / "workspaces" / "@warm-pool").iterdir())
         # Cold again, and working.
         result = await tools.call("shell", {"command": "echo cold"})
@@ -183,3 +196,22 @@ async def test_twenty_first_calls_from_two_replicas_get_twenty_distinct_pods(fak
             sessions = {p["metadata"]["name"]: p["metadata"]["labels"].get("agentmesh.io/session") for p in fake.fake.pods.values()}
         assert sorted(sessions[name] for name in served) == sorted(f"s{n}" for n in range(20))
     assert fake.fake.invalid == []
+
+
+async def test_a_session_pod_no_replica_uses_is_deleted(fake, home):
+    # A pod left by a replica that went away: its last use long past the idle time.
+    orphan = build_session_pod(KubernetesSandbox(namespace=NAMESPACE, workspace_pvc=CLAIM), "agentmesh-ses-orphan", (os.getuid() or 65534,) * 2,
+                               template="default", session_id="left-behind")
+    orphan["metadata"]["annotations"][ANNOTATION_LAST_USED] = f"{time.time() - 3600:.3f}"
+    request = urllib.request.Request(f"{fake.fake.url}/api/v1/namespaces/{NAMESPACE}/pods", data=json.dumps(orphan).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    await asyncio.to_thread(urllib.request.urlopen, request)
+    async with ToolsClient(home, session_env(fake, AGENTMESH_SANDBOX_SESSION_IDLE_S="1")) as tools:
+        assert not (await tools.call("shell", {"command": "true"}, session_id="alive")).is_error
+        assert await wait_until(lambda: "agentmesh-ses-orphan" not in pods(fake), timeout_s=30), pods(fake)
+
+        def marked() -> bool:  # the replica writes its own pod's use into it
+            return any(ANNOTATION_LAST_USED in (p["metadata"].get("annotations") or {}) for p in fake.fake.patches)
+
+        assert await wait_until(marked, timeout_s=30), fake.fake.patches
+        assert pods(fake) == [tools_pod := pods(fake)[0]] and tools_pod != "agentmesh-ses-orphan"

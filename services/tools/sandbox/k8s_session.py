@@ -36,6 +36,7 @@ from agentmesh.tools.sandbox.k8s_job import CONTAINER
 from agentmesh.tools.sandbox.k8s_pool import WarmPool
 from agentmesh.tools.sandbox.k8s_quota import QUOTA_EXIT, quota_message
 from agentmesh.tools.sandbox.k8s_session_pod import LABEL_SANDBOX_POD, build_session_pod, call_command, session_pod_name
+from agentmesh.tools.sandbox.k8s_session_reap import last_used, mark_used, sweep_abandoned
 from agentmesh.tools.sandbox.k8s_watch import JobTracker
 from agentmesh.tools.settings import KubernetesSandbox, SandboxLimits
 from agentmesh.tools.workspace import Workspaces
@@ -61,6 +62,8 @@ class SessionPod:
     in_flight: int = 0
     last_used: float = 0.0
     warm: bool = False
+    marked: float = 0.0  # when this replica last wrote its use into the pod (k8s_session_reap.py)
+    stamp: float = 0.0  # the wall-clock time of use it wrote
 
 
 class KubernetesSessionPods:
@@ -386,14 +389,33 @@ class KubernetesSessionPods:
         interval = max(min(self._idle_s / 4, 10.0), 0.05)
         while True:
             await asyncio.sleep(interval)
-            now = time.monotonic()
-            for session_id, pod in list(self._pods.items()):
-                if pod.in_flight == 0 and now - pod.last_used >= self._idle_s:
-                    lock = self._starting.get(session_id)
-                    if lock is not None and lock.locked():
-                        continue
-                    if self._pods.get(session_id) is pod and pod.in_flight == 0:
-                        await self.end_session(session_id)
+            try:
+                await self._reap_once()
+            except (KubeApiError, urllib3.exceptions.HTTPError, OSError) as exc:
+                log.info("session pod reaping failed; trying again", error=str(exc))
+
+    async def _reap_once(self) -> None:
+        now = time.monotonic()
+        for session_id, pod in list(self._pods.items()):
+            if pod.in_flight or pod.last_used > pod.marked:
+                if now - pod.marked >= self._idle_s / 4:
+                    pod.marked = now
+                    pod.stamp = time.time() - (0 if pod.in_flight else now - pod.last_used)
+                    await mark_used(self._api, pod.name, pod.stamp)
+                continue
+            if now - pod.last_used < self._idle_s:
+                continue
+            lock = self._starting.get(session_id)
+            if (lock is not None and lock.locked()) or self._pods.get(session_id) is not pod:
+                continue
+            found = await self._api.get_pod(pod.name)
+            used = last_used(found) if found is not None else 0.0
+            if used > pod.stamp + 1 and time.time() - used < self._idle_s:
+                # Another replica uses it: it is that replica's to reap; this one lets go.
+                self._pods.pop(session_id, None)
+                continue
+            await self.end_session(session_id)
+        await sweep_abandoned(self._api, {pod.name for pod in self._pods.values()}, self._idle_s)
 
     async def close(self) -> None:
         if self._reaper is not None:
