@@ -414,6 +414,8 @@ class KubernetesSessionPods:
                 # Another replica uses it: it is that replica's to reap; this one lets go.
                 self._pods.pop(session_id, None)
                 continue
+            if pod.in_flight or self._pods.get(session_id) is not pod:
+                continue  # a call took it while the pod was looked up
             await self.end_session(session_id)
         await sweep_abandoned(self._api, {pod.name for pod in self._pods.values()}, self._idle_s)
 
