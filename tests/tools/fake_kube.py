@@ -237,7 +237,7 @@ class FakeKube(Kubelet):
             body["_created"] = time.monotonic()
             self.jobs[(namespace, name)] = body
             pod = self._pod_for(namespace, body)
-        self._send(handler, 201, _public(body))
+        self._send(handler, 201, public(body))
         threading.Thread(target=self._run_pod, args=(namespace, body, pod), daemon=True).start()
         threading.Thread(target=self._deadline, args=(namespace, name), daemon=True).start()
 
@@ -247,7 +247,7 @@ class FakeKube(Kubelet):
         if job is None:
             self._send(handler, 404, status_body(404, "NotFound", f'jobs.batch "{parts[6]}" not found'))
         else:
-            self._send(handler, 200, _public(job))
+            self._send(handler, 200, public(job))
 
     def _delete_job(self, handler, parts, query, raw) -> None:
         namespace, name = parts[4], parts[6]
@@ -273,7 +273,7 @@ class FakeKube(Kubelet):
             self._watch(handler, namespace, selector, int(query.get("resourceVersion") or 0), float(query.get("timeoutSeconds") or 30))
             return
         with self.cond:
-            items = [_public(p) for (ns, _), p in self.pods.items() if ns == namespace and selector_matches(selector, p["metadata"]["labels"])]
+            items = [public(p) for (ns, _), p in self.pods.items() if ns == namespace and selector_matches(selector, p["metadata"]["labels"])]
             version = str(self.rv)
         self._send(handler, 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": version}, "items": items})
 
@@ -301,7 +301,7 @@ class FakeKube(Kubelet):
             body["status"] = {"phase": "Pending", "conditions": []}
             self.pods[key] = body
             self._emit("ADDED", key)
-            created = _public(body)
+            created = public(body)
         self._send(handler, 201, created)
         threading.Thread(target=self._run_pod, args=(namespace, None, key), daemon=True).start()
 
@@ -311,38 +311,14 @@ class FakeKube(Kubelet):
             if key not in self.pods:
                 self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
                 return
-            deleted = _public(self.pods[key])
+            deleted = public(self.pods[key])
             self._delete_pod(key)
         self._send(handler, 200, deleted)
 
     def _patch_pod(self, handler, parts, query, raw) -> None:
-        key = (parts[3], parts[5])
-        content_type = handler.headers.get("Content-Type", "")
-        if content_type.split(";")[0].strip() != "application/merge-patch+json":
-            self._send(handler, 415, status_body(415, "UnsupportedMediaType", f"the tests' API server takes merge patches only, not {content_type}"))
-            return
-        patch = json.loads(raw or b"{}")
-        self.patches.append(patch)
-        with self.cond:
-            pod = self.pods.get(key)
-            if pod is None:
-                self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
-                return
-            wanted = (patch.get("metadata") or {}).get("resourceVersion")
-            if wanted is not None and wanted != pod["metadata"].get("resourceVersion"):
-                self._send(handler, 409, status_body(409, "Conflict", f'Operation cannot be fulfilled on pods "{parts[5]}": the object has been modified; please apply your changes to the latest version and try again'))
-                return
-            merged = merge_patch(json.loads(json.dumps(_public(pod))), patch)
-            try:
-                kubernetes_validate.validate({k: v for k, v in merged.items() if k != "status"}, K8S_VERSION, strict=True)
-            except kubernetes_validate.ValidationError as exc:
-                self.invalid.append(str(exc))
-                self._send(handler, 422, status_body(422, "Invalid", f"Pod is invalid: {exc}"))
-                return
-            pod["metadata"] = merged["metadata"]
-            self._emit("MODIFIED", key)
-            answer = _public(pod)
-        self._send(handler, 200, answer)
+        from tests.tools.fake_kube_patch import serve_patch  # merge patches with preconditions live there
+
+        serve_patch(self, handler, parts, raw)
 
     def _exec(self, handler, parts, query, raw) -> None:
         from tests.tools.fake_kube_exec import serve_exec  # the websocket side lives there
@@ -379,7 +355,7 @@ class FakeKube(Kubelet):
         if pod is None:
             self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
         else:
-            self._send(handler, 200, _public(pod))
+            self._send(handler, 200, public(pod))
 
     def _watch(self, handler, namespace: str, selector: str, since: int, timeout_s: float) -> None:
         handler.send_response(200)
@@ -430,7 +406,7 @@ class FakeKube(Kubelet):
     def _emit(self, kind: str, key: tuple[str, str]) -> None:
         pod = self.pods[key]
         pod["metadata"]["resourceVersion"] = self._bump()
-        self.events.append((self.rv, key[0], kind, _public(pod)))
+        self.events.append((self.rv, key[0], kind, public(pod)))
         self.cond.notify_all()
 
     def _pod_for(self, namespace: str, job: dict) -> tuple[str, str]:
@@ -515,19 +491,5 @@ class _QuietServer(ThreadingHTTPServer):
         pass
 
 
-def merge_patch(target, patch):
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    if not isinstance(target, dict):
-        target = {}
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        else:
-            target[key] = merge_patch(target.get(key), value)
-    return target
-
-
-def _public(obj: dict) -> dict:
+def public(obj: dict) -> dict:
     return {k: v for k, v in obj.items() if not k.startswith("_")}

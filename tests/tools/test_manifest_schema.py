@@ -18,7 +18,7 @@ from agentmesh.tools.sandbox.base import CommandSpec
 from agentmesh.tools.sandbox.k8s_job import build_job, job_name
 from agentmesh.tools.sandbox.k8s_session_pod import build_session_pod, session_pod_name
 from agentmesh.tools.settings import KubernetesSandbox
-from tests.tools.fake_kube import merge_patch
+from tests.tools.fake_kube_patch import merge_patch
 
 VERSIONS = ["1.30", kubernetes_validate.latest_version()]
 CONFIGS = {
