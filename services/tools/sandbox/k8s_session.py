@@ -222,8 +222,13 @@ class KubernetesSessionPods:
                 env = {**spec.env, **traceparent_env()}
                 file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
                 command = call_command(spec.argv, env, self._quota.limit_bytes, file_size)
+                connecting = asyncio.ensure_future(self._api.exec(pod.name, CONTAINER, command))
                 try:
-                    socket = await self._api.exec(pod.name, CONTAINER, command)
+                    socket = await asyncio.shield(connecting)
+                except asyncio.CancelledError:
+                    # A stream opened after the cancel is closed, which ends the call's lifeline.
+                    connecting.add_done_callback(_close_stream)
+                    raise
                 except KubeApiError as exc:
                     if exc.status in (400, 404) and attempt == 0:
                         # The pod went away since the last call (reaped by another replica, deleted,
@@ -428,6 +433,12 @@ class KubernetesSessionPods:
             await self.end_session(session_id)
         self._meter.close()
         await self._api.close()
+
+
+def _close_stream(connecting: asyncio.Future[Any]) -> None:
+    if not connecting.cancelled() and connecting.exception() is None:
+        with contextlib.suppress(Exception):
+            connecting.result().close()
 
 
 def _settle(future: asyncio.Future[ExecEnd], end: ExecEnd) -> None:
