@@ -113,7 +113,8 @@ class ToolsSettings(EnvSection):
     # A seccomp filter in the local jail (see sandbox/seccomp.py); off only to debug a program it stops.
     seccomp: bool = env("AGENTMESH_SANDBOX_SECCOMP", True)
     # "call": every command in a fresh jail (the default); "session": one long-lived jail per
-    # session, each call a fresh process in it, `python` a persistent interpreter (sandbox/session.py).
+    # session, each call a fresh process in it, `python` a persistent interpreter (sandbox/session.py);
+    # with AGENTMESH_SANDBOX=kubernetes one pod per session, calls through pods/exec (sandbox/k8s_session.py).
     isolation: str = env("AGENTMESH_SANDBOX_ISOLATION", "call", choices=("call", "session"))
     # A session sandbox with no call for this long is ended; the next call starts a new one on the same workspace.
     session_idle_s: float = env("AGENTMESH_SANDBOX_SESSION_IDLE_S", 600.0, minimum=0.1)
