@@ -11,12 +11,19 @@ Sandbox start-to-exit: one tool call's pod (the executor's own Job template, `tr
 command) under `podman kube play`, from play to the container's exit code; beside it a plain
 `podman run --rm` of the sandbox image running `true`, and the same `true` as a plain process.
 
+Session pods (`--sessions`, on by default): the tools service's own cluster executors in this
+process against the podman-backed Kubernetes API of the image tests (tests/images/session_pods.py),
+`true` through each, from `run()` to its result: a call's Job pod (the per-call baseline), a
+session pod's first call (cold: pod start) and its later calls (pods/exec in the running pod),
+and a session's first call served by a warm pool pod.
+
 Needs root, podman and the images; without them it says so and exits 0 (so `make bench` goes on).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -41,7 +48,8 @@ from tests.images.podman import (
     podman_env,
     wait_serving,
 )
-from tests.images.podman_kube import kubelet_pod
+from tests.images.podman_kube import PodmanKube, kubelet_pod
+from tests.images.session_pods import Cluster
 
 BASE_IMAGE = "localhost/agentmesh-base:bookworm"
 
@@ -120,13 +128,78 @@ def plain_process_s() -> float:
     return time.perf_counter() - started
 
 
+def p50_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+async def session_pods(podman: Podman, image: str, scratch: Path, runs: int, later_calls: int) -> dict[str, list[float]]:
+    """Seconds per call: Job pod, session pod first (cold) and later calls, first call from the warm pool."""
+    from agentmesh.tools.sandbox.base import CommandSpec
+
+    workspaces = owned_directory(scratch / "session-workspaces")
+    kube = PodmanKube(podman, volumes={"agentmesh-workspaces": workspaces}).__enter__()
+    cluster = Cluster(kube, image, scratch)
+    found: dict[str, list[float]] = {"job": [], "cold": [], "later": [], "warm": [], "exec": []}
+
+    async def timed(executor, session: str, call: int, key: str) -> None:
+        spec = CommandSpec(session_id=session, call_id=f"c{call}", argv=("true",), timeout_s=60)
+        started = time.perf_counter()
+        result = await executor.run(spec)
+        found[key].append(time.perf_counter() - started)
+        assert result.exit_code == 0 and not result.error_kind, result
+
+    try:
+        jobs = cluster.jobs()
+        for run in range(runs):
+            await timed(jobs, f"job-{run}", 0, "job")
+        await jobs.close()
+        sessions = cluster.sessions()
+        for run in range(runs):
+            await timed(sessions, f"cold-{run}", 0, "cold")
+            for call in range(1, later_calls + 1):
+                await timed(sessions, f"cold-{run}", call, "later")
+        # The runtime's own floor for a call in a running container: `podman exec` of `true` into
+        # the last session's pod, as the tests' kubelet execs (a podman process per exec).
+        container = f"{sessions.pod_of(f'cold-{runs - 1}')}-sandbox"
+        for _ in range(later_calls):
+            started = time.perf_counter()
+            await asyncio.to_thread(podman.run, "exec", container, "true")
+            found["exec"].append(time.perf_counter() - started)
+        await sessions.close()
+        pooled = cluster.sessions(pool=(runs, runs))
+        pooled.start()
+        while sum(1 for p in kube.pods.values() if p["status"].get("phase") == "Running"
+                  and p["metadata"]["labels"].get("agentmesh.io/pool") == "warm") < runs:
+            await asyncio.sleep(0.1)
+        for run in range(runs):
+            await timed(pooled, f"warm-{run}", 0, "warm")
+        assert pooled.pool is not None and pooled.pool.claims == runs
+        await pooled.close()
+    finally:
+        kube.__exit__(None, None, None)
+    return found
+
+
 def median_ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.0f} ms"
+
+
+def print_sessions(podman: Podman, sandbox: str, scratch: Path, args: argparse.Namespace) -> None:
+    found = asyncio.run(session_pods(podman, sandbox, scratch, args.runs, args.later_calls))
+    print("\nsandbox calls in a cluster (executor `run()` of `true` to its result), p50:\n")
+    print("| call | p50 | calls |\n| --- | --- | --- |")
+    print(f"| per-call Job pod (isolation `call`, the baseline) | {p50_ms(found['job']):.0f} ms | {len(found['job'])} |")
+    print(f"| session pod, first call (cold pod start) | {p50_ms(found['cold']):.0f} ms | {len(found['cold'])} |")
+    print(f"| session pod, later calls (pods/exec) | {p50_ms(found['later']):.0f} ms | {len(found['later'])} |")
+    print(f"| session pod, first call from the warm pool | {p50_ms(found['warm']):.0f} ms | {len(found['warm'])} |")
+    print(f"| `podman exec true` into the running pod (the test kubelet's floor) | {p50_ms(found['exec']):.0f} ms | {len(found['exec'])} |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="starts per measure (the median is reported)")
+    parser.add_argument("--later-calls", type=int, default=10, help="calls after the first per session pod")
+    parser.add_argument("--only-sessions", action="store_true", help="measure the session pods only")
     args = parser.parse_args()
     if missing := missing_tools():
         print(f"skipped: {', '.join(missing)} not installed (bash .ci/run installs them; then make images)")
@@ -144,6 +217,9 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="ambench-images-", dir="/tmp"))
     scratch.chmod(0o711)
     try:
+        if args.only_sessions:
+            print_sessions(podman, sandbox, scratch, args)
+            return 0
         print("\n| image | size |\n| --- | --- |")
         for image in (services, sandbox, BASE_IMAGE):
             if podman.run("image", "exists", image, check=False).returncode == 0:
@@ -165,6 +241,7 @@ def main() -> int:
         print(f"| `podman kube play` of the executor's pod | {median_ms(pods)} |")
         print(f"| `podman run --rm` of the sandbox image | {median_ms(containers)} |")
         print(f"| plain process | {statistics.median(processes) * 1000:.1f} ms |")
+        print_sessions(podman, sandbox, scratch, args)
     finally:
         podman.cleanup()
         subprocess.run(["rm", "-rf", str(scratch)], env=podman_env())

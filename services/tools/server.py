@@ -206,7 +206,9 @@ def _server_status(status: dict) -> tools_pb2.McpServerStatus:
 def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Telemetry) -> Executor:
     if settings.mode == "kubernetes":
         if settings.isolation == "session":
-            log.warning("AGENTMESH_SANDBOX_ISOLATION=session is not supported on Kubernetes yet: each call gets its own pod")
+            from agentmesh.tools.sandbox.k8s_build import session_pods
+
+            return session_pods(settings, workspaces, telemetry.tracer, telemetry.metrics)
         from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
 
         return KubernetesExecutor.from_settings(settings, workspaces, telemetry.tracer, telemetry.metrics)
@@ -250,8 +252,15 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
     core = ToolService(providers, workspaces, settings.max_arguments_bytes,
                        background=background if settings.background_per_session else None,
                        max_image_bytes=settings.max_image_bytes)
-    core.session_sandboxes = sessions
+    core.session_sandboxes = sessions if sessions is not None else _session_pods(executor)
     return core
+
+
+def _session_pods(executor: Executor):
+    """The cluster's session pods (k8s_session.py), ended with their workspace like local session jails."""
+    from agentmesh.tools.sandbox.k8s_session import KubernetesSessionPods
+
+    return executor if isinstance(executor, KubernetesSessionPods) else None
 
 
 def session_depth_reader(memory):
@@ -280,6 +289,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
     executor = make_executor(tools_settings, workspaces, telemetry)
+    if (session_pods := _session_pods(executor)) is not None:
+        session_pods.start()  # the warm pool fills before the first session asks
     from agentmesh.tools.sandbox.session import SessionSandboxes
 
     # stdio MCP servers run in jails of their own (one per server), session sandboxes or not.

@@ -62,6 +62,11 @@ class KubernetesSandbox:
     pod_gid: int = env("AGENTMESH_SANDBOX_POD_GID", 0, minimum=0)
     # A pod that cannot be scheduled or pull its image within this long is reported as such.
     start_timeout_s: float = env("AGENTMESH_SANDBOX_START_TIMEOUT_S", 120.0, minimum=1)
+    # Session sandboxes' warm pool (sandbox/k8s_pool.py): pods kept started per template, by recent
+    # demand between the floor and the ceiling; none after `idle_s` without a claim. Ceiling 0: no pool.
+    warm_pool_min: int = env("AGENTMESH_SANDBOX_WARM_POOL_MIN", 0, minimum=0)
+    warm_pool_max: int = env("AGENTMESH_SANDBOX_WARM_POOL_MAX", 0, minimum=0)
+    warm_pool_idle_s: float = env("AGENTMESH_SANDBOX_WARM_POOL_IDLE_S", 900.0, minimum=1)
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,8 @@ class ToolsSettings(EnvSection):
     # A seccomp filter in the local jail (see sandbox/seccomp.py); off only to debug a program it stops.
     seccomp: bool = env("AGENTMESH_SANDBOX_SECCOMP", True)
     # "call": every command in a fresh jail (the default); "session": one long-lived jail per
-    # session, each call a fresh process in it, `python` a persistent interpreter (sandbox/session.py).
+    # session, each call a fresh process in it, `python` a persistent interpreter (sandbox/session.py);
+    # with AGENTMESH_SANDBOX=kubernetes one pod per session, calls through pods/exec (sandbox/k8s_session.py).
     isolation: str = env("AGENTMESH_SANDBOX_ISOLATION", "call", choices=("call", "session"))
     # A session sandbox with no call for this long is ended; the next call starts a new one on the same workspace.
     session_idle_s: float = env("AGENTMESH_SANDBOX_SESSION_IDLE_S", 600.0, minimum=0.1)

@@ -71,6 +71,24 @@ class FakeKubernetesBackend:
         self.fake.__exit__(None, None, None)
 
 
+class FakeKubernetesSessionBackend(FakeKubernetesBackend):
+    """The fake API server with AGENTMESH_SANDBOX_ISOLATION=session: one pod per session, each call
+    a process exec'd into it. The session's pod lives on between calls: what is left over is a
+    Job, or a process of a call (found by the call's marker)."""
+
+    name = "fake-kubernetes-session"
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "AGENTMESH_SANDBOX_ISOLATION": "session"}
+
+    def leftovers(self, marker: str) -> list[str]:
+        jobs, pods = self.fake.live_objects()
+        if not marker:
+            return [f"job {j}" for j in jobs] + [f"pod {p}" for p in pods]
+        pids = processes_with(marker)
+        return [f"job {j}" for j in jobs] + (describe(pids).splitlines() if pids else [])
+
+
 class RealKubernetesBackend:
     """A real cluster from KUBECONFIG; AGENTMESH_SANDBOX_* from the test environment configure it."""
 
@@ -102,4 +120,5 @@ class RealKubernetesBackend:
         pass
 
 
-BACKENDS = {"local": LocalBackend, "local-session": LocalSessionBackend, "fake-kubernetes": FakeKubernetesBackend, "kubernetes": RealKubernetesBackend}
+BACKENDS = {"local": LocalBackend, "local-session": LocalSessionBackend, "fake-kubernetes": FakeKubernetesBackend,
+            "fake-kubernetes-session": FakeKubernetesSessionBackend, "kubernetes": RealKubernetesBackend}

@@ -1,9 +1,12 @@
 """A Kubernetes API server for the executor tests: real HTTP, the real paths, the real semantics.
 
 It serves exactly what the sandbox Role grants (jobs: create/get/list/watch/delete; pods:
-create/get/list/watch/delete; pods/log: get; pods/attach, a websocket: fake_kube_attach.py) and
-answers 403 to anything else, recording it. Every Job and Pod posted is validated against the
-Kubernetes OpenAPI schema with `kubernetes-validate` (422 when invalid).
+create/get/list/watch/delete/patch; pods/log: get; pods/attach and pods/exec, websockets:
+fake_kube_attach.py, fake_kube_exec.py) and
+answers 403 to anything else, recording it. Every Job and Pod posted, and every pod as a patch
+leaves it, is validated against the Kubernetes OpenAPI schema with `kubernetes-validate` (422
+when invalid). A JSON merge patch carrying `metadata.resourceVersion` applies only to that
+version (409 Conflict otherwise), as the API server's optimistic concurrency does.
 
 Behind the API, small stand-ins for the control plane do what a cluster does:
 - the Job controller creates one pod per Job (labels `job-name`, `batch.kubernetes.io/job-name`,
@@ -15,6 +18,7 @@ Behind the API, small stand-ins for the control plane do what a cluster does:
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -66,6 +70,11 @@ class FakeKube(Kubelet):
         self.attaches: list[str] = []  # the subprotocol each attach agreed on
         # The channel subprotocols this API server speaks, best first (before 1.30: v4 only).
         self.attach_protocols: tuple[str, ...] = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+        # pods/exec: (pod, subprotocol, command) of each exec served; the processes running per pod.
+        self.execs_served: list[tuple[str, str, list[str]]] = []
+        self.exec_procs: dict[tuple[str, str], list[subprocess.Popen]] = {}
+        self.workdirs: dict[tuple[str, str], int] = {}  # a pod's working directory, held open (renames follow it)
+        self.patches: list[dict] = []
         self.requests: list[tuple[str, str]] = []  # (verb, resource)
         self.forbidden: list[str] = []
         self.invalid: list[str] = []
@@ -190,6 +199,11 @@ class FakeKube(Kubelet):
                 return "get", "pods", self._get_pod
             if len(parts) == 6 and method == "DELETE":
                 return "delete", "pods", self._delete_pod_request
+            if len(parts) == 6 and method == "PATCH":
+                return "patch", "pods", self._patch_pod
+            if len(parts) == 7 and parts[6] == "exec" and method in ("GET", "POST"):
+                # A websocket upgrade: authorized as "create" since 1.31 (before, the HTTP verb).
+                return "create", "pods/exec", self._exec
             if len(parts) == 7 and parts[6] == "log" and method == "GET":
                 return "get", "pods/log", self._pod_log
             if len(parts) == 7 and parts[6] == "attach" and method == "GET":
@@ -223,7 +237,7 @@ class FakeKube(Kubelet):
             body["_created"] = time.monotonic()
             self.jobs[(namespace, name)] = body
             pod = self._pod_for(namespace, body)
-        self._send(handler, 201, _public(body))
+        self._send(handler, 201, public(body))
         threading.Thread(target=self._run_pod, args=(namespace, body, pod), daemon=True).start()
         threading.Thread(target=self._deadline, args=(namespace, name), daemon=True).start()
 
@@ -233,7 +247,7 @@ class FakeKube(Kubelet):
         if job is None:
             self._send(handler, 404, status_body(404, "NotFound", f'jobs.batch "{parts[6]}" not found'))
         else:
-            self._send(handler, 200, _public(job))
+            self._send(handler, 200, public(job))
 
     def _delete_job(self, handler, parts, query, raw) -> None:
         namespace, name = parts[4], parts[6]
@@ -259,7 +273,7 @@ class FakeKube(Kubelet):
             self._watch(handler, namespace, selector, int(query.get("resourceVersion") or 0), float(query.get("timeoutSeconds") or 30))
             return
         with self.cond:
-            items = [_public(p) for (ns, _), p in self.pods.items() if ns == namespace and selector_matches(selector, p["metadata"]["labels"])]
+            items = [public(p) for (ns, _), p in self.pods.items() if ns == namespace and selector_matches(selector, p["metadata"]["labels"])]
             version = str(self.rv)
         self._send(handler, 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": version}, "items": items})
 
@@ -287,7 +301,7 @@ class FakeKube(Kubelet):
             body["status"] = {"phase": "Pending", "conditions": []}
             self.pods[key] = body
             self._emit("ADDED", key)
-            created = _public(body)
+            created = public(body)
         self._send(handler, 201, created)
         threading.Thread(target=self._run_pod, args=(namespace, None, key), daemon=True).start()
 
@@ -297,9 +311,31 @@ class FakeKube(Kubelet):
             if key not in self.pods:
                 self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
                 return
-            deleted = _public(self.pods[key])
+            deleted = public(self.pods[key])
             self._delete_pod(key)
         self._send(handler, 200, deleted)
+
+    def _patch_pod(self, handler, parts, query, raw) -> None:
+        from tests.tools.fake_kube_patch import serve_patch  # merge patches with preconditions live there
+
+        serve_patch(self, handler, parts, raw)
+
+    def _exec(self, handler, parts, query, raw) -> None:
+        from tests.tools.fake_kube_exec import serve_exec  # the websocket side lives there
+
+        serve_exec(self, handler, parts)
+
+    def exec_process(self, key: tuple[str, str], command: list[str]) -> subprocess.Popen:
+        """A new process in the pod's container (here: a local process in its working directory)."""
+        with self.cond:
+            pod = self.pods[key]
+            fd = self.workdirs.get(key)
+        container = pod["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container.get("env", [])}
+        env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+        cwd = os.readlink(f"/proc/self/fd/{fd}") if fd is not None else None
+        return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
 
     def _attach(self, handler, parts, query, raw) -> None:
         from tests.tools.fake_kube_attach import serve_attach  # the websocket side lives there
@@ -319,7 +355,7 @@ class FakeKube(Kubelet):
         if pod is None:
             self._send(handler, 404, status_body(404, "NotFound", f'pods "{parts[5]}" not found'))
         else:
-            self._send(handler, 200, _public(pod))
+            self._send(handler, 200, public(pod))
 
     def _watch(self, handler, namespace: str, selector: str, since: int, timeout_s: float) -> None:
         handler.send_response(200)
@@ -370,7 +406,7 @@ class FakeKube(Kubelet):
     def _emit(self, kind: str, key: tuple[str, str]) -> None:
         pod = self.pods[key]
         pod["metadata"]["resourceVersion"] = self._bump()
-        self.events.append((self.rv, key[0], kind, _public(pod)))
+        self.events.append((self.rv, key[0], kind, public(pod)))
         self.cond.notify_all()
 
     def _pod_for(self, namespace: str, job: dict) -> tuple[str, str]:
@@ -405,6 +441,11 @@ class FakeKube(Kubelet):
         proc = self.procs.pop(key, None)
         if proc:
             kill_container(proc)
+        for running in self.exec_procs.pop(key, []):
+            kill_container(running)
+        fd = self.workdirs.pop(key, None)
+        if fd is not None:
+            os.close(fd)
         if key in self.pods:
             self._emit("DELETED", key)
             del self.pods[key]
@@ -450,5 +491,5 @@ class _QuietServer(ThreadingHTTPServer):
         pass
 
 
-def _public(obj: dict) -> dict:
+def public(obj: dict) -> dict:
     return {k: v for k, v in obj.items() if not k.startswith("_")}

@@ -54,6 +54,8 @@ class Kubelet:
     jobs: dict[tuple[str, str], dict]
     logs: dict[tuple[str, str], bytearray]
     procs: dict[tuple[str, str], subprocess.Popen]
+    exec_procs: dict[tuple[str, str], list[subprocess.Popen]]
+    workdirs: dict[tuple[str, str], int]
     node: dict[str, float]
     cond: threading.Condition
     instant_containers: bool
@@ -83,6 +85,9 @@ class Kubelet:
             self._update(key, lambda s: s.update(phase="Succeeded", containerStatuses=[container_status(container["image"], {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}}, name=container["name"])]))
             return
         cwd = self._volume_dir(spec, container)
+        with self.cond:
+            # Held open for pods/exec: a renamed directory (a claimed warm pod's) stays the pod's.
+            self.workdirs[key] = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY)
         env = {e["name"]: e["value"] for e in container.get("env", [])}
         env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
         # A container with `stdin: true` (an MCP server pod) keeps stdin open for pods/attach, and
@@ -108,7 +113,7 @@ class Kubelet:
         self._update(key, lambda s: s.update(phase="Running", containerStatuses=[container_status(container["image"], {"running": {"startedAt": started}}, ready=True, name=container["name"])]))
         limit = quantity(container.get("resources", {}).get("limits", {}).get("memory", "0") or "0")
         oom = threading.Event()
-        threading.Thread(target=self._memory_guard, args=(proc, limit, oom), daemon=True).start()
+        threading.Thread(target=self._memory_guard, args=(proc, limit, oom, key), daemon=True).start()
         try:
             if interactive:
                 errors = threading.Thread(target=self._copy_output, args=(key, proc.stderr, 2), daemon=True)
@@ -171,12 +176,16 @@ class Kubelet:
                     live["status"].update(active=0, failed=1, conditions=[{"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"}, {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": stamp}])
                 live["metadata"]["resourceVersion"] = self._bump()
 
-    def _memory_guard(self, proc: subprocess.Popen, limit: float, oom: threading.Event) -> None:
+    def _memory_guard(self, proc: subprocess.Popen, limit: float, oom: threading.Event, key: tuple[str, str] | None = None) -> None:
         """The cgroup OOM killer's stand-in: SIGKILL the container when its processes' resident memory
-        together passes the limit (a cgroup counts them all, the command's children included)."""
+        together passes the limit (a cgroup counts them all, the command's children and processes
+        exec'd into the container included; with cgroup v2 the kubelet has the whole container killed)."""
         while limit and proc.poll() is None:
             rss = 0
-            for pid in process_tree(proc.pid):
+            with self.cond:
+                execs = list(self.exec_procs.get(key, ())) if key is not None else []
+            pids = [pid for root in (proc, *execs) for pid in process_tree(root.pid)]
+            for pid in pids:
                 try:
                     status = Path(f"/proc/{pid}/status").read_text()
                     rss += int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
@@ -184,6 +193,8 @@ class Kubelet:
                     continue
             if rss > limit:
                 oom.set()
+                for running in execs:
+                    kill_container(running)
                 kill_container(proc)
                 return
             time.sleep(0.01)

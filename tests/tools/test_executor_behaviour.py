@@ -18,6 +18,7 @@ PARAMS = [
     pytest.param("local", id="local"),
     pytest.param("local-session", id="local-session"),
     pytest.param("fake-kubernetes", id="fake-kubernetes"),
+    pytest.param("fake-kubernetes-session", id="fake-kubernetes-session"),
     pytest.param(
         "kubernetes",
         id="kubernetes",

@@ -17,6 +17,7 @@ from agentmesh.tools.mcp.pod_servers import PodServers, owner_name
 from agentmesh.tools.mcp.secrets import SecretSource
 from agentmesh.tools.mcp.tools import McpTools
 from agentmesh.tools.sandbox.base import Executor
+from agentmesh.tools.sandbox.k8s_session import KubernetesSessionPods
 from agentmesh.tools.sandbox.kubernetes import KubernetesExecutor
 from agentmesh.tools.sandbox.local import LocalJail
 from agentmesh.tools.sandbox.seccomp import compile_filter
@@ -40,7 +41,7 @@ class ConnectionFactory:
         self.root = settings.workspace_root.parent / "mcp"
         self._seccomp_file: Path | None = None
         self.pods: PodServers | None = None
-        if isinstance(executor, KubernetesExecutor):
+        if isinstance(executor, (KubernetesExecutor, KubernetesSessionPods)):
             self.pods = PodServers(executor.api, settings.kubernetes, executor.identity, self.timings,
                                    owner=owner_name(self.root))
 

@@ -17,6 +17,11 @@ and for stdio MCP servers run as long-lived pods (agentmesh.tools.mcp.pod_opener
     delete_pod   DELETE /api/v1/namespaces/{ns}/pods/{name}                  pods: delete
     attach       GET    /api/v1/namespaces/{ns}/pods/{name}/attach (websocket) pods/attach: get, create
 
+and for session pods and their warm pool (k8s_session.py, k8s_pool.py):
+
+    patch_pod    PATCH  /api/v1/namespaces/{ns}/pods/{name} (merge patch)    pods: patch
+    exec         GET    /api/v1/namespaces/{ns}/pods/{name}/exec (websocket)   pods/exec: get, create
+
 The official `kubernetes` client is synchronous; its calls run on a thread pool of our own (so
 long watches never starve the default executor the file tools use). Failures on the way (no
 connection, 429, 5xx) are retried with exponential backoff and jitter, explicitly, here and
@@ -275,6 +280,41 @@ class KubernetesJobs:
 
         try:
             socket: WSClient = await self._call("attach", connect)
+        except KubeApiError as exc:
+            refused = _HANDSHAKE_STATUS.search(exc.message or exc.reason)
+            if exc.status == 0 and refused:
+                raise KubeApiError(int(refused.group(1)), "", exc.reason) from None
+            raise
+        return socket
+
+    async def patch_pod(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch. With `metadata.resourceVersion` in it the API server applies it only
+        to that version of the pod (409 Conflict otherwise): optimistic concurrency, how a warm
+        pod is claimed by one tools replica and never two. Not retried on 409."""
+        response = await self._call(
+            "patch_pod",
+            lambda: self._core.patch_namespaced_pod(name, self.namespace, patch, _preload_content=False,
+                                                    _content_type="application/merge-patch+json"),
+        )
+        return self._json(response)
+
+    async def exec(self, pod: str, container: str, command: list[str]) -> WSClient:
+        """A websocket to a new process `command` in the pod's container (pods/exec; the v5/v4
+        channel protocol): 0 its stdin, 1 stdout, 2 stderr, 3 the API server's Status when it ends."""
+        def connect() -> WSClient:
+            own = client.ApiClient(self._api_client.configuration)
+            try:
+                socket: WSClient = _stream_uncaptured(
+                    client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, self.namespace, command=command,
+                    container=container, stdin=True, stdout=True, stderr=True, tty=False, binary=True,
+                    _preload_content=False,
+                )
+                return socket
+            finally:
+                own.close()
+
+        try:
+            socket: WSClient = await self._call("exec", connect)
         except KubeApiError as exc:
             refused = _HANDSHAKE_STATUS.search(exc.message or exc.reason)
             if exc.status == 0 and refused:

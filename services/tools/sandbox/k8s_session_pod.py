@@ -1,0 +1,136 @@
+"""The Pod a session sandbox runs as in a cluster (AGENTMESH_SANDBOX_ISOLATION=session), and the
+command each call execs in it.
+
+The pod is hardened exactly as a call's Job pod (`k8s_job.hardened_pod_spec` and
+`container_security`: non-root, no service-account token, all capabilities dropped, seccomp
+RuntimeDefault, read-only root, requests and limits). Its main process does nothing but wait and
+reap orphans; each call is a new process started through `pods/exec`.
+
+Its workspace: with a shared claim, `subPath: <session_id>` as a call's pod; a warm pod (made
+before any session asked for it) mounts `subPath: @warm-pool/<pod name>` instead, an empty
+directory no session id can name ('@' is not in the id alphabet), which the claim renames to
+the session's workspace (k8s_pool.py). Without a claim, an emptyDir of the quota's size.
+
+Each call runs under the workspace quota's wrapper (k8s_quota.py) with one addition: the exec's
+stdin is the call's lifeline. The tools service never writes to it; when the stream ends — the
+call's timeout, its output past the drain bound, a cancelled call, a lost connection — the
+runtime closes it and the wrapper kills the call's whole process group at once. (Closing an
+exec stream does not by itself stop the process in the container: a program that never reads
+stdin would run on.)
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Mapping
+
+from agentmesh.tools.sandbox.k8s_job import (
+    COMPONENT_LABELS,
+    CONTAINER,
+    LABEL_EGRESS,
+    LABEL_SESSION,
+    container_security,
+    hardened_pod_spec,
+    label_value,
+)
+from agentmesh.tools.sandbox.k8s_quota import WRAPPER, kib
+from agentmesh.tools.settings import MIB, KubernetesSandbox
+
+__all__ = [
+    "LABEL_POOL",
+    "LABEL_SANDBOX_POD",
+    "LABEL_TEMPLATE",
+    "POOL_DIR",
+    "SESSION_PODS",
+    "build_session_pod",
+    "call_command",
+    "session_pod_name",
+]
+
+COMPONENT = "session-sandbox"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_SANDBOX_POD = "agentmesh.io/sandbox-pod"
+LABEL_TEMPLATE = "agentmesh.io/template"
+# "warm": in the pool, free; "claimed": a session's (set by the claim, with the session's label).
+LABEL_POOL = "agentmesh.io/pool"
+ANNOTATION_SESSION = "agentmesh.io/session-id"
+# Where warm pods' workspaces wait on the shared claim: not a name any session id can take.
+POOL_DIR = "@warm-pool"
+SESSION_PODS = f"{LABEL_COMPONENT}={COMPONENT},app.kubernetes.io/managed-by={COMPONENT_LABELS['app.kubernetes.io/managed-by']}"
+
+# PID 1 of the pod: waits, and (dash's wait reaps any child) reaps the orphans calls leave.
+IDLE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
+
+# The quota wrapper, its program kept off the lifeline (fd 3), and a watcher that kills the
+# program's process group when the lifeline ends.
+_LIFELINE = '{ read -r _ <&3; kill -KILL -"$pid" "$pid"; } </dev/null >/dev/null 2>&1 &\nlifeline=$!\n'
+CALL_WRAPPER = "exec 3<&0\n" + (
+    WRAPPER.replace('setsid "$@" &', 'setsid "$@" 3<&- &')
+    .replace('else "$@" &', 'else "$@" 3<&- &')
+    .replace("pid=$!\n", "pid=$!\n" + _LIFELINE, 1)
+    .replace('kill -KILL "$watch" -"$pid"', 'kill -KILL "$watch" "$lifeline" -"$pid"')
+)
+
+
+def session_pod_name(warm: bool = False) -> str:
+    return f"agentmesh-{'warm' if warm else 'ses'}-{uuid.uuid4().hex[:16]}"
+
+
+def call_command(argv: tuple[str, ...] | list[str], env: Mapping[str, str], quota_bytes: int,
+                 file_size_bytes: int) -> list[str]:
+    """What one call execs in the session's pod: `argv` with the call's own environment
+    (TRACEPARENT), under the quota wrapper and the lifeline."""
+    program = ["env", *(f"{key}={value}" for key, value in env.items()), *argv] if env else list(argv)
+    return ["/bin/sh", "-c", CALL_WRAPPER, "agentmesh-call", str(kib(quota_bytes)), str(kib(file_size_bytes)), "--",
+            *program]
+
+
+def build_session_pod(cfg: KubernetesSandbox, name: str, identity: tuple[int, int], *, template: str,
+                      session_id: str = "", network: bool = False, quota_bytes: int = 1024 * MIB) -> dict[str, Any]:
+    """A session's pod, or (no `session_id`) a warm pool pod of `template`."""
+    uid, gid = identity
+    labels = {
+        **COMPONENT_LABELS,
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_SANDBOX_POD: name,
+        LABEL_TEMPLATE: label_value(template),
+        LABEL_EGRESS: "allow" if network else "deny",
+    }
+    annotations = {}
+    if session_id:
+        labels[LABEL_SESSION] = label_value(session_id)
+        annotations[ANNOTATION_SESSION] = session_id
+    else:
+        labels[LABEL_POOL] = "warm"
+    if cfg.workspace_pvc:
+        sub_path = session_id or f"{POOL_DIR}/{name}"
+        workspace_volume = {"name": "workspace", "persistentVolumeClaim": {"claimName": cfg.workspace_pvc}}
+        workspace_mount = {"name": "workspace", "mountPath": "/workspace", "subPath": sub_path}
+    else:
+        workspace_volume = {"name": "workspace", "emptyDir": {"sizeLimit": f"{max(quota_bytes // MIB, 1)}Mi"}}
+        workspace_mount = {"name": "workspace", "mountPath": "/workspace"}
+    container = {
+        "name": CONTAINER,
+        "image": cfg.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", IDLE],
+        "workingDir": "/workspace",
+        "env": [
+            {"name": "HOME", "value": "/workspace"},
+            {"name": "LANG", "value": "C.UTF-8"},
+            {"name": "TMPDIR", "value": "/tmp"},
+        ],
+        "resources": {
+            "requests": {"cpu": cfg.cpu_request, "memory": cfg.memory_limit, "ephemeral-storage": "64Mi"},
+            "limits": {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit, "ephemeral-storage": cfg.tmp_size},
+        },
+        "securityContext": container_security(uid, gid),
+        "volumeMounts": [workspace_mount, {"name": "tmp", "mountPath": "/tmp"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    spec = hardened_pod_spec(cfg, uid, gid, container,
+                             [workspace_volume, {"name": "tmp", "emptyDir": {"sizeLimit": cfg.tmp_size}}])
+    metadata: dict[str, Any] = {"name": name, "namespace": cfg.namespace, "labels": labels}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
