@@ -79,7 +79,9 @@ async def test_one_big_file_is_cut_exactly_at_what_the_quota_leaves(quota_tools)
     assert result.error_kind == "disk_quota", result.output
     assert "24.0 MiB left of the session's 64.0 MiB disk quota" in result.output
     assert (quota_tools.workspace("s1") / "b").stat().st_size <= 24 * MIB
-    assert workspace_usage(quota_tools.workspace("s1")) <= QUOTA_MB * MIB
+    # The file system may add a block or two of its own to a fragmented file (ext4's extent index
+    # blocks count in st_blocks): the bytes written stop at the quota, the blocks within that slack.
+    assert workspace_usage(quota_tools.workspace("s1")) <= QUOTA_MB * MIB + 4 * 4096
 
 
 async def test_write_file_and_edit_file_over_the_quota_are_refused(home):
