@@ -4,13 +4,23 @@ tool may be named after): the two lists may not drift."""
 
 from __future__ import annotations
 
-from agentmesh.agent.capabilities import memory_tools, promoted_tools, skills, subagents, task_tools, thinking
+from agentmesh.agent.capabilities import (
+    memory_tools,
+    promoted_tools,
+    skills,
+    subagents,
+    task_tools,
+    team_board,
+    team_specs,
+    thinking,
+)
 from agentmesh.toolpolicy import AGENT_TOOLS
 
 
 def test_the_gateway_knows_every_tool_the_agent_runs_itself():
     own = {memory_tools.MEMORY_SAVE.name, memory_tools.MEMORY_SEARCH.name, subagents.DELEGATE_TASK, thinking.THINK,
-           skills.READ_SKILL, promoted_tools.PROMOTE, *(spec.name for spec in task_tools.SPECS)}
+           skills.READ_SKILL, promoted_tools.PROMOTE, *(spec.name for spec in task_tools.SPECS),
+           *(spec.name for spec in (*team_specs.LEAD_SPECS, *team_specs.MATE_SPECS, team_board.CLAIM))}
     assert own == AGENT_TOOLS
 
 
