@@ -1,0 +1,122 @@
+"""Adapters of the agent controller (agent_controller.py): `Agent` resources through the official
+`kubernetes` client (list, watch, and the status subresource: the calls rbac-calls.yaml lists),
+and the namespace's agent definitions through the gateway's agent RPCs, under the scheduler's own
+identity (the one caller the gateway lets change a managed namespace's agents).
+
+The client is synchronous: a list or a status write runs in a worker thread; a watch streams in a
+daemon thread of its own (it blocks until the server ends it, which must not hold up shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, AsyncIterator
+
+import grpc
+
+from agentmesh.agent_manifest import API_GROUP, GROUP_VERSION
+from agentmesh.clients.gateway import GatewayClient
+from agentmesh.scheduler.agent_controller import DefinitionRejected
+from agentmesh.v1 import agents_pb2, gateway_pb2
+
+__all__ = ["GatewayAgentDefinitions", "KubeAgentResources", "kubernetes_custom_objects_api"]
+
+PLURAL = "agents"
+_END = object()
+
+
+class KubeAgentResources:
+    def __init__(self, api: Any):
+        self._api = api  # kubernetes.client.CustomObjectsApi
+
+    async def list(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
+        listed = await asyncio.to_thread(self._api.list_namespaced_custom_object, API_GROUP, GROUP_VERSION,
+                                         namespace, PLURAL)
+        return list(listed.get("items") or []), str((listed.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch(self, namespace: str, resource_version: str,
+                    timeout_s: float) -> AsyncIterator[tuple[str, dict]]:
+        from kubernetes import watch
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        stream = watch.Watch()
+
+        def put(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:
+                stream.stop()  # the loop is closed: nobody listens any more
+
+        def pump() -> None:
+            try:
+                for event in stream.stream(self._api.list_namespaced_custom_object, API_GROUP, GROUP_VERSION,
+                                           namespace, PLURAL, resource_version=resource_version,
+                                           timeout_seconds=max(1, int(timeout_s))):
+                    put((event["type"], event["object"]))
+            except Exception as exc:  # noqa: BLE001 - handed to the async side, which retries
+                put(exc)
+            finally:
+                put(_END)
+
+        threading.Thread(target=pump, name=f"watch-agents-{namespace}", daemon=True).start()
+        try:
+            while (item := await queue.get()) is not _END:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            stream.stop()
+
+    async def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        await asyncio.to_thread(self._api.patch_namespaced_custom_object_status, API_GROUP, GROUP_VERSION,
+                                namespace, PLURAL, name, {"status": status})
+
+
+class GatewayAgentDefinitions:
+    def __init__(self, gateway: GatewayClient, timeout_s: float = 30.0):
+        self._stub = gateway.stub
+        self._timeout_s = timeout_s
+
+    async def _call(self, method: str, request):
+        try:
+            return await getattr(self._stub, method)(request, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise DefinitionRejected(err.details() or "the gateway refused the spec") from None
+            raise
+
+    async def list(self, namespace: str) -> list[agents_pb2.AgentInfo]:
+        return list((await self._call("ListAgents", agents_pb2.ListAgentsRequest(namespace=namespace))).agents)
+
+    async def models(self) -> list[str]:
+        return [m.name for m in (await self._call("ListModels", gateway_pb2.ListModelsRequest())).models]
+
+    async def create(self, namespace: str, spec: agents_pb2.AgentSpec) -> agents_pb2.AgentInfo:
+        return await self._call("CreateAgent", agents_pb2.CreateAgentRequest(namespace=namespace, spec=spec))
+
+    async def update(self, namespace: str, spec: agents_pb2.AgentSpec) -> agents_pb2.AgentInfo:
+        return await self._call("UpdateAgent", agents_pb2.UpdateAgentRequest(namespace=namespace, spec=spec))
+
+    async def delete(self, namespace: str, name: str) -> None:
+        await self._call("DeleteAgent", agents_pb2.DeleteAgentRequest(namespace=namespace, name=name))
+
+
+def kubernetes_custom_objects_api() -> Any:
+    """A CustomObjectsApi from the pod's service account, or ~/.kube/config (KUBECONFIG) outside a pod."""
+    from kubernetes import client, config
+
+    from agentmesh.config import ConfigError
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise ConfigError(
+                "AGENTMESH_MANAGED_AGENT_NAMESPACES needs the Kubernetes API: run in a pod with a service account "
+                f"token, or point KUBECONFIG at a cluster ({exc})"
+            ) from None
+    return client.CustomObjectsApi()
