@@ -36,7 +36,7 @@ class NamespaceRecordRpcs:
     _learning: MemoryLearning | None
     _reflect: AgentReflect | None
     # Namespaces whose agents Kubernetes `Agent` resources define (AGENTMESH_MANAGED_AGENT_NAMESPACES).
-    _managed_agent_namespaces: frozenset[str] = frozenset()
+    managed_agent_namespaces: frozenset[str] = frozenset()
 
     @translate_errors
     async def Reflect(self, request, context):
@@ -92,10 +92,10 @@ class NamespaceRecordRpcs:
     # to the audit log with who made it.
 
     async def _agent_change(self, method: str, request, name: str):
-        if self._managed_agent_namespaces and self._authz is not None:
+        if self.managed_agent_namespaces and self._authz is not None:
             caller = current_caller()
             request.namespace = self._authz.namespace(caller, request.namespace, method)
-            if request.namespace in self._managed_agent_namespaces and caller.subject != CONTROLLER_SUBJECT:
+            if request.namespace in self.managed_agent_namespaces and caller.subject != CONTROLLER_SUBJECT:
                 # One source of truth: an edit here would be undone by the controller's next sync.
                 raise FailedPrecondition(
                     f"the agents of namespace {request.namespace!r} are defined by Kubernetes Agent resources; "

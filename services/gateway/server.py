@@ -441,7 +441,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         RunRpcs(core, authz, webhooks.check), sessions.webhook_secret, webhooks,
         RetentionDriver(sessions, tools, core.has_active_turn, host.audit, telemetry.metrics,
                         settings.auth_policy.owner_of if settings.auth_policy.enforced else None))
-    servicer._managed_agent_namespaces = frozenset(settings.managed_agent_namespaces)
+    servicer.managed_agent_namespaces = frozenset(settings.managed_agent_namespaces)
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
              servicer,
              "agentmesh.v1.Gateway")

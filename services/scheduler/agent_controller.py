@@ -16,38 +16,52 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, AsyncIterator, Callable, Protocol
 
-from agentmesh.agent_manifest import API_VERSION, KIND, ManifestError, spec_from_document
 from agentmesh.logs import get_logger
-from agentmesh.v1 import agents_pb2
 
-__all__ = ["AgentController", "AgentDefinitions", "AgentResources", "DefinitionRejected", "Outcome",
+__all__ = ["AgentController", "AgentDefinitions", "AgentResources", "DefinitionRejected", "Outcome", "StoredAgent",
            "reconcile_namespace", "run_controller_while_leading", "status_of"]
 
 log = get_logger("agentmesh.scheduler.agent_controller")
 
 
 class DefinitionRejected(Exception):
-    """The gateway refused the spec (INVALID_ARGUMENT): the resource is wrong, not the moment."""
+    """A malformed spec, or one the gateway refused (INVALID_ARGUMENT): the resource is wrong, not
+    the moment."""
+
+
+@dataclass(frozen=True)
+class StoredAgent:
+    name: str
+    version: int  # the current one
+    builtin: bool
+    spec: dict[str, Any]  # the resource's spec shape (docs/agents.md), as stored
 
 
 class AgentResources(Protocol):
-    async def list(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
+    async def list_resources(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
         """The namespace's Agent resources and the list's resourceVersion."""
 
-    def watch(self, namespace: str, resource_version: str, timeout_s: float) -> AsyncIterator[tuple[str, dict]]:
+    def watch(self, namespace: str, resource_version: str,
+              timeout_s: float) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """(event type, object) after resource_version, until the server ends the watch."""
 
     async def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
 
 class AgentDefinitions(Protocol):
-    async def list(self, namespace: str) -> list[agents_pb2.AgentInfo]: ...
+    """A namespace's agents, in the resource's spec shape; `create` and `update` answer the version made."""
+
+    def canonical(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """The spec as it would be stored (so an unchanged resource compares equal to its agent);
+        DefinitionRejected when it is malformed."""
+
+    async def agents(self, namespace: str) -> list[StoredAgent]: ...
 
     async def models(self) -> list[str]: ...
 
-    async def create(self, namespace: str, spec: agents_pb2.AgentSpec) -> agents_pb2.AgentInfo: ...
+    async def create(self, namespace: str, name: str, spec: dict[str, Any]) -> int: ...
 
-    async def update(self, namespace: str, spec: agents_pb2.AgentSpec) -> agents_pb2.AgentInfo: ...
+    async def update(self, namespace: str, name: str, spec: dict[str, Any]) -> int: ...
 
     async def delete(self, namespace: str, name: str) -> None: ...
 
@@ -69,7 +83,7 @@ def _now() -> str:
 def status_of(resource: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
     """The status to write; the Ready condition keeps its lastTransitionTime while its status holds."""
     generation = int(resource.get("metadata", {}).get("generation") or 0)
-    previous = next((c for c in (resource.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    previous: dict[str, Any] = next((c for c in (resource.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
     state = "True" if outcome.ready else "False"
     condition = {"type": "Ready", "status": state, "reason": outcome.reason, "message": outcome.message[:1000],
                  "observedGeneration": generation,
@@ -84,44 +98,30 @@ def _same_status(resource: dict[str, Any], status: dict[str, Any]) -> bool:
     return (resource.get("status") or {}) == status
 
 
-def _normalised(spec: agents_pb2.AgentSpec) -> agents_pb2.AgentSpec:
-    """As the memory service stores it (a description on one line), so an unchanged resource
-    compares equal to its stored version and makes no new one."""
-    out = agents_pb2.AgentSpec()
-    out.CopyFrom(spec)
-    out.description = " ".join(spec.description.split())
-    return out
-
-
-def _spec(namespace: str, resource: dict[str, Any]) -> agents_pb2.AgentSpec:
-    document = {"apiVersion": API_VERSION, "kind": KIND, "metadata": resource.get("metadata") or {},
-                "spec": resource.get("spec") or {}}
-    return _normalised(spec_from_document(document)[1])
-
-
 async def reconcile_namespace(namespace: str, resources: list[dict[str, Any]],
                               definitions: AgentDefinitions) -> dict[str, Outcome]:
     """Make the namespace's agents what its resources say; the outcome per resource name.
     A resource that is not Ready changes nothing (the agent keeps its last good version);
     an agent with no resource is deleted (a built-in it overrode comes back)."""
-    infos = await definitions.list(namespace)
-    stored = {i.spec.name: i for i in infos if not i.builtin}
-    builtins = {i.spec.name for i in infos if i.builtin}
-    models = set(await definitions.models())
+    infos = await definitions.agents(namespace)
+    stored = {i.name: i for i in infos if not i.builtin}
+    builtins = {i.name for i in infos if i.builtin}
+    models: set[str] = set(await definitions.models())
     names = {r["metadata"]["name"] for r in resources}
     outcomes: dict[str, Outcome] = {}
     for resource in sorted(resources, key=lambda r: r["metadata"]["name"]):
         name = resource["metadata"]["name"]
         try:
-            spec = _spec(namespace, resource)
-        except ManifestError as exc:
-            outcomes[name] = Outcome(False, "InvalidSpec", f"{exc} (field {exc.field})")
+            spec = definitions.canonical(name, resource.get("spec") or {})
+        except DefinitionRejected as exc:
+            outcomes[name] = Outcome(False, "InvalidSpec", str(exc))
             continue
-        if spec.model and spec.model not in models:
-            outcomes[name] = Outcome(False, "ModelNotFound", f"model {spec.model!r} is not in the deployment's model "
+        model = spec.get("model") or ""
+        if model and model not in models:
+            outcomes[name] = Outcome(False, "ModelNotFound", f"model {model!r} is not in the deployment's model "
                                      f"catalogue (it has: {', '.join(sorted(models)) or 'none'})")
             continue
-        missing = [a for a in spec.sub_agents if a not in names and a not in builtins and a not in stored]
+        missing = [a for a in spec.get("subAgents") or [] if a not in names and a not in builtins and a not in stored]
         if missing:
             outcomes[name] = Outcome(False, "SubAgentNotFound", f"subAgents names {', '.join(missing)}: no Agent "
                                      f"resource in namespace {namespace!r} and no built-in has that name")
@@ -129,16 +129,16 @@ async def reconcile_namespace(namespace: str, resources: list[dict[str, Any]],
         current = stored.get(name)
         try:
             if current is None:
-                info = await definitions.create(namespace, spec)
-            elif _normalised(current.spec) != spec:
-                info = await definitions.update(namespace, spec)
+                version = await definitions.create(namespace, name, spec)
+            elif current.spec != spec:
+                version = await definitions.update(namespace, name, spec)
             else:
-                info = current
+                version = current.version
         except DefinitionRejected as exc:
             outcomes[name] = Outcome(False, "InvalidSpec", str(exc))
             continue
-        outcomes[name] = Outcome(True, "Synced", f"agent {name!r} of namespace {namespace!r} is at version "
-                                 f"{info.current_version or info.version}", info.current_version or info.version)
+        outcomes[name] = Outcome(True, "Synced", f"agent {name!r} of namespace {namespace!r} is at version {version}",
+                                 version)
     for name in sorted(set(stored) - names):
         await definitions.delete(namespace, name)
         log.info("agent removed with its resource", namespace=namespace, agent=name)
@@ -155,7 +155,7 @@ class AgentController:
         self._namespaces = namespaces
         self._resync_s = resync_s
         self._retry_s = retry_s
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def running(self) -> bool:
@@ -182,7 +182,7 @@ class AgentController:
                 await asyncio.sleep(self._retry_s)
 
     async def _list_and_watch(self, namespace: str) -> None:
-        items, version = await self._resources.list(namespace)
+        items, version = await self._resources.list_resources(namespace)
         cache = {item["metadata"]["name"]: item for item in items}
         await self._pass(namespace, cache)
         async for kind, obj in self._resources.watch(namespace, version, self._resync_s):

@@ -15,9 +15,17 @@ from typing import Any, AsyncIterator
 
 import grpc
 
-from agentmesh.agent_manifest import API_GROUP, GROUP_VERSION
+from agentmesh.agent_manifest import (
+    API_GROUP,
+    API_VERSION,
+    GROUP_VERSION,
+    KIND,
+    ManifestError,
+    document_of,
+    spec_from_document,
+)
 from agentmesh.clients.gateway import GatewayClient
-from agentmesh.scheduler.agent_controller import DefinitionRejected
+from agentmesh.scheduler.agent_controller import DefinitionRejected, StoredAgent
 from agentmesh.v1 import agents_pb2, gateway_pb2
 
 __all__ = ["GatewayAgentDefinitions", "KubeAgentResources", "kubernetes_custom_objects_api"]
@@ -30,7 +38,7 @@ class KubeAgentResources:
     def __init__(self, api: Any):
         self._api = api  # kubernetes.client.CustomObjectsApi
 
-    async def list(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
+    async def list_resources(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
         listed = await asyncio.to_thread(self._api.list_namespaced_custom_object, API_GROUP, GROUP_VERSION,
                                          namespace, PLURAL)
         return list(listed.get("items") or []), str((listed.get("metadata") or {}).get("resourceVersion") or "")
@@ -87,17 +95,36 @@ class GatewayAgentDefinitions:
                 raise DefinitionRejected(err.details() or "the gateway refused the spec") from None
             raise
 
-    async def list(self, namespace: str) -> list[agents_pb2.AgentInfo]:
-        return list((await self._call("ListAgents", agents_pb2.ListAgentsRequest(namespace=namespace))).agents)
+    @staticmethod
+    def _proto(name: str, spec: dict[str, Any]) -> agents_pb2.AgentSpec:
+        try:
+            return spec_from_document({"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name},
+                                       "spec": spec})[1]
+        except ManifestError as exc:
+            raise DefinitionRejected(f"{exc} (field {exc.field})") from None
+
+    def canonical(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        proto = self._proto(name, spec)
+        proto.description = " ".join(proto.description.split())  # as the memory service stores it
+        return document_of(agents_pb2.AgentInfo(spec=proto))["spec"]
+
+    async def agents(self, namespace: str) -> list[StoredAgent]:
+        listed = await self._call("ListAgents", agents_pb2.ListAgentsRequest(namespace=namespace))
+        return [StoredAgent(a.spec.name, a.current_version or a.version, a.builtin, document_of(a)["spec"])
+                for a in listed.agents]
 
     async def models(self) -> list[str]:
         return [m.name for m in (await self._call("ListModels", gateway_pb2.ListModelsRequest())).models]
 
-    async def create(self, namespace: str, spec: agents_pb2.AgentSpec) -> agents_pb2.AgentInfo:
-        return await self._call("CreateAgent", agents_pb2.CreateAgentRequest(namespace=namespace, spec=spec))
+    async def create(self, namespace: str, name: str, spec: dict[str, Any]) -> int:
+        info = await self._call("CreateAgent", agents_pb2.CreateAgentRequest(namespace=namespace,
+                                                                             spec=self._proto(name, spec)))
+        return info.current_version or info.version
 
-    async def update(self, namespace: str, spec: agents_pb2.AgentSpec) -> agents_pb2.AgentInfo:
-        return await self._call("UpdateAgent", agents_pb2.UpdateAgentRequest(namespace=namespace, spec=spec))
+    async def update(self, namespace: str, name: str, spec: dict[str, Any]) -> int:
+        info = await self._call("UpdateAgent", agents_pb2.UpdateAgentRequest(namespace=namespace,
+                                                                             spec=self._proto(name, spec)))
+        return info.current_version or info.version
 
     async def delete(self, namespace: str, name: str) -> None:
         await self._call("DeleteAgent", agents_pb2.DeleteAgentRequest(namespace=namespace, name=name))
