@@ -12,13 +12,16 @@ from typing import Any
 
 from agentmesh.v1 import agents_pb2, common_pb2
 
-__all__ = ["API_GROUP", "API_VERSION", "GROUP_VERSION", "KIND", "SPEC_KEYS", "ManifestError", "document_of",
+__all__ = ["API_GROUP", "API_VERSION", "CONTROLLER_SUBJECT", "GROUP_VERSION", "KIND", "SPEC_KEYS", "ManifestError", "document_of",
            "spec_from_document"]
 
 API_GROUP = "agentmesh.dev"
 GROUP_VERSION = "v1alpha1"
 API_VERSION = f"{API_GROUP}/{GROUP_VERSION}"
 KIND = "Agent"
+# Whom the controller of Agent resources (the scheduler's leader) calls the gateway as: the one
+# caller the gateway lets change the agents of a namespace in AGENTMESH_MANAGED_AGENT_NAMESPACES.
+CONTROLLER_SUBJECT = "service:scheduler"
 SPEC_KEYS = {"description", "instructions", "model", "modelParameters", "tools", "skills", "mcpServers",
              "subAgents", "budgets", "sandbox", "memory"}
 

@@ -10,6 +10,7 @@ A mixin of `GatewayServicer` (server.py), which sets `_authz`, `_learning` and `
 from __future__ import annotations
 
 from agentmesh import error_reasons
+from agentmesh.agent_manifest import CONTROLLER_SUBJECT
 from agentmesh.errors import FailedPrecondition, Unavailable
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.learning import MemoryLearning
@@ -17,10 +18,7 @@ from agentmesh.gateway.reflect import AgentReflect
 from agentmesh.rpc.auth import current_principal, scope_of_call
 from agentmesh.rpc.errors import translate_errors
 
-__all__ = ["CONTROLLER_SUBJECT", "NamespaceRecordRpcs", "current_caller"]
-
-# Who syncs Agent resources into a managed namespace: the scheduler's leader, on its own behalf.
-CONTROLLER_SUBJECT = "service:scheduler"
+__all__ = ["NamespaceRecordRpcs", "current_caller"]
 
 
 def current_caller() -> Caller:

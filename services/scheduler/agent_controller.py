@@ -57,7 +57,8 @@ class AgentDefinitions(Protocol):
 
     async def agents(self, namespace: str) -> list[StoredAgent]: ...
 
-    async def models(self) -> list[str]: ...
+    async def models(self, namespace: str) -> list[str]:
+        """The model catalogue's names (ListModels), as the namespace's callers see it."""
 
     async def create(self, namespace: str, name: str, spec: dict[str, Any]) -> int: ...
 
@@ -106,7 +107,7 @@ async def reconcile_namespace(namespace: str, resources: list[dict[str, Any]],
     infos = await definitions.agents(namespace)
     stored = {i.name: i for i in infos if not i.builtin}
     builtins = {i.name for i in infos if i.builtin}
-    models: set[str] = set(await definitions.models())
+    models: set[str] = set(await definitions.models(namespace))
     names = {r["metadata"]["name"] for r in resources}
     outcomes: dict[str, Outcome] = {}
     for resource in sorted(resources, key=lambda r: r["metadata"]["name"]):

@@ -10,14 +10,16 @@ daemon thread of its own (it blocks until the server ends it, which must not hol
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 
 from agentmesh.agent_manifest import (
     API_GROUP,
     API_VERSION,
+    CONTROLLER_SUBJECT,
     GROUP_VERSION,
     KIND,
     ManifestError,
@@ -25,7 +27,10 @@ from agentmesh.agent_manifest import (
     spec_from_document,
 )
 from agentmesh.clients.gateway import GatewayClient
+from agentmesh.rpc.auth import current_principal
+from agentmesh.rpc.identity import Principal
 from agentmesh.scheduler.agent_controller import DefinitionRejected, StoredAgent
+from agentmesh.tenancy import encode_memberships
 from agentmesh.v1 import agents_pb2, gateway_pb2
 
 __all__ = ["GatewayAgentDefinitions", "KubeAgentResources", "kubernetes_custom_objects_api"]
@@ -83,17 +88,28 @@ class KubeAgentResources:
 
 
 class GatewayAgentDefinitions:
-    def __init__(self, gateway: GatewayClient, timeout_s: float = 30.0):
+    """`owner_of`: the tenant owning a namespace under a tenant policy (None: no policy). No
+    principal is in every tenant, so each call is signed for the scheduler as admin of the
+    namespace's tenant — as the retention sweep's passes are (gateway/retention.py)."""
+
+    def __init__(self, gateway: GatewayClient, owner_of: Callable[[str], str | None] | None = None,
+                 timeout_s: float = 30.0):
         self._stub = gateway.stub
+        self._owner_of = owner_of
         self._timeout_s = timeout_s
 
-    async def _call(self, method: str, request):
+    async def _call(self, method: str, request, namespace: str):
+        tenant = self._owner_of(namespace) if self._owner_of is not None else None
+        acting = current_principal.set(
+            Principal(CONTROLLER_SUBJECT, encode_memberships({tenant: "admin"})) if tenant else None)
         try:
             return await getattr(self._stub, method)(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise DefinitionRejected(err.details() or "the gateway refused the spec") from None
             raise
+        finally:
+            current_principal.reset(acting)
 
     @staticmethod
     def _proto(name: str, spec: dict[str, Any]) -> agents_pb2.AgentSpec:
@@ -109,25 +125,26 @@ class GatewayAgentDefinitions:
         return document_of(agents_pb2.AgentInfo(spec=proto))["spec"]
 
     async def agents(self, namespace: str) -> list[StoredAgent]:
-        listed = await self._call("ListAgents", agents_pb2.ListAgentsRequest(namespace=namespace))
+        listed = await self._call("ListAgents", agents_pb2.ListAgentsRequest(namespace=namespace), namespace)
         return [StoredAgent(a.spec.name, a.current_version or a.version, a.builtin, document_of(a)["spec"])
                 for a in listed.agents]
 
-    async def models(self) -> list[str]:
-        return [m.name for m in (await self._call("ListModels", gateway_pb2.ListModelsRequest())).models]
+    async def models(self, namespace: str) -> list[str]:
+        listed = await self._call("ListModels", gateway_pb2.ListModelsRequest(), namespace)
+        return [m.name for m in listed.models]
 
     async def create(self, namespace: str, name: str, spec: dict[str, Any]) -> int:
         info = await self._call("CreateAgent", agents_pb2.CreateAgentRequest(namespace=namespace,
-                                                                             spec=self._proto(name, spec)))
+                                                                             spec=self._proto(name, spec)), namespace)
         return info.current_version or info.version
 
     async def update(self, namespace: str, name: str, spec: dict[str, Any]) -> int:
         info = await self._call("UpdateAgent", agents_pb2.UpdateAgentRequest(namespace=namespace,
-                                                                             spec=self._proto(name, spec)))
+                                                                             spec=self._proto(name, spec)), namespace)
         return info.current_version or info.version
 
     async def delete(self, namespace: str, name: str) -> None:
-        await self._call("DeleteAgent", agents_pb2.DeleteAgentRequest(namespace=namespace, name=name))
+        await self._call("DeleteAgent", agents_pb2.DeleteAgentRequest(namespace=namespace, name=name), namespace)
 
 
 def kubernetes_custom_objects_api() -> Any:
@@ -136,14 +153,18 @@ def kubernetes_custom_objects_api() -> Any:
 
     from agentmesh.config import ConfigError
 
+    # A client of its own, not the library's process-wide default (which keeps the first one made).
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
+        config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
         try:
-            config.load_kube_config()
+            # KUBECONFIG as it is now (the library reads it once, at import).
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                    client_configuration=configuration)
         except (config.ConfigException, OSError) as exc:
             raise ConfigError(
                 "AGENTMESH_MANAGED_AGENT_NAMESPACES needs the Kubernetes API: run in a pod with a service account "
                 f"token, or point KUBECONFIG at a cluster ({exc})"
             ) from None
-    return client.CustomObjectsApi()
+    return client.CustomObjectsApi(client.ApiClient(configuration))

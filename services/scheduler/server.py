@@ -296,7 +296,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     agents_loop = None
     if settings.managed_agent_namespaces:
         controller = AgentController(KubeAgentResources(kubernetes_custom_objects_api()),
-                                     GatewayAgentDefinitions(gateway), settings.managed_agent_namespaces,
+                                     GatewayAgentDefinitions(gateway, settings.auth_policy.owner_of
+                                                             if settings.auth_policy.enforced else None),
+                                     settings.managed_agent_namespaces,
                                      config.agent_resync_s)
         agents_loop = asyncio.create_task(
             run_controller_while_leading(controller, lambda: core.is_leader, config.renew_s, stopping),

@@ -27,7 +27,7 @@ class Definitions(GatewayAgentDefinitions):
         builtins = [StoredAgent(n, 0, True, {}) for n in ("code", "explore", "plan")]
         return builtins + list(self.stored.values())
 
-    async def models(self):
+    async def models(self, namespace):
         return self._models
 
     async def create(self, namespace, name, spec):

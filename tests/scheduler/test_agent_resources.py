@@ -130,3 +130,42 @@ async def test_an_applied_agent_is_synced_ready_usable_and_removed_with_its_reso
                 namespace="team-b"))).agents if not a.builtin] == ["helper"]
     # Only what the chart's Role grants was asked for, and every status written was valid.
     assert kube.forbidden == [] and kube.invalid == []
+
+
+async def test_under_a_tenant_policy_the_controller_acts_as_admin_of_the_namespaces_tenant(tmp_path, kube, monkeypatch):
+    """No principal is in every tenant: the controller's calls are signed as admin of the tenant
+    owning the namespace (as the retention sweep's), and a tenant's own admin is still refused."""
+    import json
+
+    from agentmesh.tenancy import token_digest
+    from agentmesh.v1 import gateway_pb2_grpc
+    from tests.support.stack import Stack
+
+    tokens = {"a-admin": "tok-a-admin-0123456789", "b-admin": "tok-b-admin-0123456789"}
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({
+        "tenants": {"acme": {"namespaces": ["team-a"]}, "beta": {"namespaces": ["team-b"]}},
+        "service_accounts": [{"name": n, "token_sha256": token_digest(t), "tenant": "acme" if n[0] == "a" else "beta",
+                              "role": "admin"} for n, t in tokens.items()]}))
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path)))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    env = {"AGENTMESH_MANAGED_AGENT_NAMESPACES": "team-a", "AGENTMESH_SCHEDULER_RENEW_S": "0.2",
+           "AGENTMESH_AUTH_POLICY": str(policy)}
+    with ScriptedLLMServer() as llm:
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as stack:
+            gateway = gateway_pb2_grpc.GatewayStub(stack.user_channel("gateway"))
+            admin_a = (("authorization", f"Bearer {tokens['a-admin']}"),)
+            kube.apply(manifest("reviewer", "You review.", model="default"))
+            await wait_until(lambda: (kube.ready("team-a", "reviewer") or {}).get("status") == "True", timeout=60)
+            listed = await gateway.ListAgents(agents_pb2.ListAgentsRequest(namespace="team-a"), metadata=admin_a)
+            assert [a.spec.name for a in listed.agents if not a.builtin] == ["reviewer"]
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await gateway.UpdateAgent(agents_pb2.UpdateAgentRequest(namespace="team-a", spec=agents_pb2.AgentSpec(
+                    name="reviewer", instructions="Hijacked.")), metadata=admin_a)
+            assert reason_of(refused.value) == "AGENTS_FROM_RESOURCES"
+            # Another tenant's admin does not even see the namespace.
+            with pytest.raises(grpc.aio.AioRpcError) as foreign:
+                await gateway.ListAgents(agents_pb2.ListAgentsRequest(namespace="team-a"),
+                                         metadata=(("authorization", f"Bearer {tokens['b-admin']}"),))
+            assert foreign.value.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND)
+    assert kube.forbidden == [] and kube.invalid == []
