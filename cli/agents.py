@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
+from agentmesh.agent_manifest import ManifestError, document_of, spec_from_document
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -35,12 +35,7 @@ from agentmesh.cli.common import (
     print_json,
     to_dict,
 )
-from agentmesh.v1 import agents_pb2, common_pb2
-
-API_VERSION = "agentmesh.dev/v1alpha1"
-KIND = "Agent"
-SPEC_KEYS = {"description", "instructions", "model", "modelParameters", "tools", "skills", "mcpServers",
-             "subAgents", "budgets", "sandbox", "memory"}
+from agentmesh.v1 import agents_pb2
 
 
 def register(subparsers) -> None:
@@ -90,104 +85,17 @@ async def _call(method_name: str, request):
     return await gateway_call(method_name, request)
 
 
-def _usage(path: Path, message: str) -> CliError:
-    return CliError(f"{path}: {message}", EXIT_USAGE)
-
-
-def _mapping(path: Path, value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _usage(path, f"{where} must be a mapping")
-    return value
-
-
-def _names(path: Path, value: Any, where: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _usage(path, f"{where} must be a list of names")
-    return list(value)
-
-
-def spec_from_document(path: Path, document: Any) -> tuple[str, agents_pb2.AgentSpec]:
-    """(metadata.namespace, the AgentSpec) of a parsed `kind: Agent` document."""
-    doc = _mapping(path, document, "the file")
-    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
-        raise _usage(path, f"expected apiVersion: {API_VERSION} and kind: {KIND}")
-    metadata = _mapping(path, doc.get("metadata"), "metadata")
-    name = metadata.get("name")
-    if not isinstance(name, str) or not name:
-        raise _usage(path, "metadata.name is missing: name the agent")
-    spec = _mapping(path, doc.get("spec"), "spec")
-    unknown = sorted(set(spec) - SPEC_KEYS)
-    if unknown:
-        raise _usage(path, f"spec has unknown fields: {', '.join(unknown)} (known: {', '.join(sorted(SPEC_KEYS))})")
-    params = _mapping(path, spec.get("modelParameters"), "spec.modelParameters")
-    tools = _mapping(path, spec.get("tools"), "spec.tools")
-    budgets = _mapping(path, spec.get("budgets"), "spec.budgets")
-    sandbox = _mapping(path, spec.get("sandbox"), "spec.sandbox")
-    memory = _mapping(path, spec.get("memory"), "spec.memory")
-    try:
-        out = agents_pb2.AgentSpec(
-            name=name, description=str(spec.get("description") or ""),
-            instructions=str(spec.get("instructions") or ""), model=str(spec.get("model") or ""),
-            tools=common_pb2.ToolPolicy(allow=_names(path, tools.get("allow"), "spec.tools.allow"),
-                                        deny=_names(path, tools.get("deny"), "spec.tools.deny")),
-            permission_mode=str(tools.get("permissionMode") or ""),
-            approvals=_names(path, tools.get("approvals"), "spec.tools.approvals"),
-            skills=_names(path, spec.get("skills"), "spec.skills"),
-            mcp_servers=_names(path, spec.get("mcpServers"), "spec.mcpServers"),
-            sub_agents=_names(path, spec.get("subAgents"), "spec.subAgents"),
-            max_steps=int(budgets.get("steps") or 0), token_budget=int(budgets.get("tokens") or 0),
-            sandbox_template=str(sandbox.get("template") or ""), isolation=str(sandbox.get("isolation") or ""),
-            memory_scope=str(memory.get("scope") or ""))
-        if params.get("temperature") is not None:
-            out.temperature = float(params["temperature"])
-        if params.get("topP") is not None:
-            out.top_p = float(params["topP"])
-    except (TypeError, ValueError) as exc:
-        raise _usage(path, f"a number is not a number ({exc})") from None
-    return str(metadata.get("namespace") or ""), out
-
-
-def document_of(info: agents_pb2.AgentInfo) -> dict[str, Any]:
-    """The YAML shape of a stored version: what `create -f` reads back."""
-    s = info.spec
-    spec: dict[str, Any] = {"description": s.description, "instructions": s.instructions}
-    if s.model:
-        spec["model"] = s.model
-    params = {k: v for k, v in (("temperature", s.temperature if s.HasField("temperature") else None),
-                                ("topP", s.top_p if s.HasField("top_p") else None)) if v is not None}
-    if params:
-        spec["modelParameters"] = params
-    tools = {k: v for k, v in (("allow", list(s.tools.allow)), ("deny", list(s.tools.deny)),
-                               ("permissionMode", s.permission_mode), ("approvals", list(s.approvals))) if v}
-    if tools:
-        spec["tools"] = tools
-    for key, value in (("skills", s.skills), ("mcpServers", s.mcp_servers), ("subAgents", s.sub_agents)):
-        if value:
-            spec[key] = list(value)
-    budgets = {k: v for k, v in (("steps", s.max_steps), ("tokens", s.token_budget)) if v}
-    if budgets:
-        spec["budgets"] = budgets
-    sandbox = {k: v for k, v in (("template", s.sandbox_template), ("isolation", s.isolation)) if v}
-    if sandbox:
-        spec["sandbox"] = sandbox
-    if s.memory_scope:
-        spec["memory"] = {"scope": s.memory_scope}
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": s.name, "namespace": info.namespace},
-            "spec": spec}
-
-
 def _read(path: Path, namespace: str) -> tuple[str, agents_pb2.AgentSpec]:
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise _usage(path, f"cannot read it ({exc.strerror or exc})") from None
+        raise CliError(f"{path}: cannot read it ({exc.strerror or exc})", EXIT_USAGE) from None
     except yaml.YAMLError as exc:
-        raise _usage(path, f"not valid YAML ({str(exc).splitlines()[0]})") from None
-    file_namespace, spec = spec_from_document(path, document)
+        raise CliError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})", EXIT_USAGE) from None
+    try:
+        file_namespace, spec = spec_from_document(document)
+    except ManifestError as exc:
+        raise CliError(f"{path}: {exc}", EXIT_USAGE) from None
     return namespace or file_namespace or "default", spec
 
 

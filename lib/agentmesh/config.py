@@ -412,6 +412,9 @@ class Settings:
     # Where `agentmesh login` keeps the user's token (mode 0600); AGENTMESH_AUTH_TOKEN wins over it.
     credentials_file: Path = env("AGENTMESH_CREDENTIALS_FILE",
                                  default_factory=lambda: Path.home() / ".config" / "agentmesh" / "credentials")
+    # Namespaces whose named agents are defined by Kubernetes `Agent` resources (docs/agents.md):
+    # the scheduler's leader syncs them, and the gateway refuses agent changes through the API there.
+    managed_agent_namespaces: tuple[str, ...] = env("AGENTMESH_MANAGED_AGENT_NAMESPACES", ())
     # The audit log (docs/security.md): a file of JSON lines; empty: the service's own log.
     audit_log: str = env("AGENTMESH_AUDIT_LOG", "")
     auth_policy_file: AuthPolicy = env("AGENTMESH_AUTH_POLICY", default_factory=AuthPolicy, parse=load_policy_file)

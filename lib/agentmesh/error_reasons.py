@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "AGENTS_FROM_RESOURCES",
     "ALREADY_EXISTS",
     "APPROVAL_NOT_FOUND",
     "BLOCK_DRAFT_NOT_FOUND",
@@ -92,6 +93,7 @@ BLOCK_TEXT_NOT_FOUND = "BLOCK_TEXT_NOT_FOUND"
 BLOCK_VERSION_NOT_FOUND = "BLOCK_VERSION_NOT_FOUND"
 BLOCK_DRAFT_NOT_FOUND = "BLOCK_DRAFT_NOT_FOUND"
 URL_REFUSED = "URL_REFUSED"
+AGENTS_FROM_RESOURCES = "AGENTS_FROM_RESOURCES"
 
 REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(INVALID_ARGUMENT, "INVALID_ARGUMENT",
@@ -118,6 +120,9 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(QUOTA_EXCEEDED, "RESOURCE_EXHAUSTED",
            "a tenant's or a workspace's quota is used up; metadata `limit` names it "
            "(concurrent_turns, tokens_per_day, workspace_mb, workspace_quota)"),
+    Reason(AGENTS_FROM_RESOURCES, "FAILED_PRECONDITION",
+           "the namespace's agents are defined by Kubernetes `Agent` resources "
+           "(AGENTMESH_MANAGED_AGENT_NAMESPACES): change the resource, not the API; metadata `namespace`"),
     Reason(UNKNOWN_MODEL, "INVALID_ARGUMENT",
            "the model named is not one ListModels offers; metadata `field`, `model`"),
     Reason(UNKNOWN_TOOL, "INVALID_ARGUMENT",

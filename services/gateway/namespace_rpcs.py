@@ -9,7 +9,9 @@ A mixin of `GatewayServicer` (server.py), which sets `_authz`, `_learning` and `
 
 from __future__ import annotations
 
-from agentmesh.errors import InvalidArgument, Unavailable
+from agentmesh import error_reasons
+from agentmesh.agent_manifest import CONTROLLER_SUBJECT
+from agentmesh.errors import FailedPrecondition, InvalidArgument, Unavailable
 from agentmesh.gateway.authz import Authorizer, Caller
 from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.reflect import AgentReflect
@@ -34,6 +36,8 @@ class NamespaceRecordRpcs:
     _authz: Authorizer | None
     _learning: MemoryLearning | None
     _reflect: AgentReflect | None
+    # Namespaces whose agents Kubernetes `Agent` resources define (AGENTMESH_MANAGED_AGENT_NAMESPACES).
+    managed_agent_namespaces: frozenset[str] = frozenset()
 
     @translate_errors
     async def Reflect(self, request, context):
@@ -123,6 +127,15 @@ class NamespaceRecordRpcs:
     # to the audit log with who made it.
 
     async def _agent_change(self, method: str, request, name: str):
+        if self.managed_agent_namespaces and self._authz is not None:
+            caller = current_caller()
+            request.namespace = self._authz.namespace(caller, request.namespace, method)
+            if request.namespace in self.managed_agent_namespaces and caller.subject != CONTROLLER_SUBJECT:
+                # One source of truth: an edit here would be undone by the controller's next sync.
+                raise FailedPrecondition(
+                    f"the agents of namespace {request.namespace!r} are defined by Kubernetes Agent resources; "
+                    f"change {name!r} with kubectl (or in Git), not through the API",
+                    reason=error_reasons.AGENTS_FROM_RESOURCES, metadata={"namespace": request.namespace})
         reply = await self._learning_call(method, request)
         assert self._authz is not None  # _learning_call checked it
         verb = method.removesuffix("Agent").lower()  # CreateAgent -> agent.create, as session.delete

@@ -441,11 +441,14 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
     reflect = AgentReflect(agent_client)
     learning = MemoryLearning(memory_client)
+    servicer = GatewayServicer(
+        core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz,
+        RunRpcs(core, authz, webhooks.check), sessions.webhook_secret, webhooks,
+        RetentionDriver(sessions, tools, core.has_active_turn, host.audit, telemetry.metrics,
+                        settings.auth_policy.owner_of if settings.auth_policy.enforced else None))
+    servicer.managed_agent_namespaces = frozenset(settings.managed_agent_namespaces)
     host.add(gateway_pb2_grpc.add_GatewayServicer_to_server,
-             GatewayServicer(core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz,
-                             RunRpcs(core, authz, webhooks.check), sessions.webhook_secret, webhooks,
-                             RetentionDriver(sessions, tools, core.has_active_turn, host.audit, telemetry.metrics,
-                                             settings.auth_policy.owner_of if settings.auth_policy.enforced else None)),
+             servicer,
              "agentmesh.v1.Gateway")
 
     async def close_channels() -> None:

@@ -17,6 +17,12 @@ from agentmesh.rpc.client import open_channel
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MIB, ServiceHost
+from agentmesh.scheduler.agent_controller import AgentController, run_controller_while_leading
+from agentmesh.scheduler.agent_resources import (
+    GatewayAgentDefinitions,
+    KubeAgentResources,
+    kubernetes_custom_objects_api,
+)
 from agentmesh.scheduler.clock import SystemClock
 from agentmesh.scheduler.engine import Scheduler
 from agentmesh.scheduler.gateway_target import GatewayRunTarget
@@ -286,13 +292,25 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
             run_while_leading(sweeps, lambda: core.is_leader, now, config.retention_sweep_s, stopping),
             name="retention-sweep")
 
+    # Agent resources (docs/agents.md): the leader syncs them into the managed namespaces' agents.
+    agents_loop = None
+    if settings.managed_agent_namespaces:
+        controller = AgentController(KubeAgentResources(kubernetes_custom_objects_api()),
+                                     GatewayAgentDefinitions(gateway, settings.auth_policy.owner_of
+                                                             if settings.auth_policy.enforced else None),
+                                     settings.managed_agent_namespaces,
+                                     config.agent_resync_s)
+        agents_loop = asyncio.create_task(
+            run_controller_while_leading(controller, lambda: core.is_leader, config.renew_s, stopping),
+            name="agent-resources")
+
     file_loop = None
     if jobs_file is not None:
         file_loop = asyncio.create_task(jobs_file.run(config.jobs_file_poll_s, stopping), name="jobs-file")
 
     async def shutdown() -> None:
         stopping.set()
-        loops = [loop for loop in (sweep_loop, retention_loop, file_loop) if loop is not None]
+        loops = [loop for loop in (sweep_loop, retention_loop, file_loop, agents_loop) if loop is not None]
         if loops:
             await asyncio.wait(loops, timeout=settings.drain_s)
         await core.stop(settings.drain_s)

@@ -56,6 +56,10 @@ class SchedulerSettings(EnvSection):
     retention_sweep_s: float = env("AGENTMESH_RETENTION_SWEEP_S", 3600.0, minimum=0)
     retention_passes: int = env("AGENTMESH_RETENTION_PASSES", 100, minimum=1)
 
+    # Agent resources (docs/agents.md): the leader relists each managed namespace's `Agent`
+    # resources at least this often (between relists a watch brings every change at once).
+    agent_resync_s: float = env("AGENTMESH_SCHEDULER_AGENT_RESYNC_S", 300.0, minimum=1)
+
     def __post_init__(self) -> None:
         if self.lease_duration_s <= self.renew_s:
             raise ConfigError(

@@ -142,3 +142,27 @@ async def test_a_malformed_skill_is_refused_with_a_clear_sentence_and_stores_not
                                        timeout=10)).skills) == []
     code, _, err = await run_cli(stack, "skills", "add", str(tmp_path), "--namespace", "team-a")
     assert code == 2 and "has no SKILL.md" in err
+
+
+async def test_a_named_agent_sees_the_skills_it_lists_only(stack, llm, tmp_path):
+    from agentmesh.v1 import agents_pb2
+
+    stub = user_memory_stub(stack)
+    for name, description in (("env-report", "Report the environment."), ("release-notes", "Write release notes.")):
+        text = SKILL_MD.replace("name: env-report", f"name: {name}").replace(
+            "Report what the sandbox sees of the environment.", description)
+        await stub.PutSkill(learning_pb2.PutSkillRequest(
+            namespace="team-a", files=[learning_pb2.SkillFile(path="SKILL.md", content=text)]), timeout=10)
+    gateway = stack.gateway_stub()
+    await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="team-a", spec=agents_pb2.AgentSpec(
+        name="writer", instructions="You write release notes.", skills=["release-notes"])))
+    await session_in(gateway, "notes", "team-a")
+    llm.add(reply("", tool_call("read_skill", {"name": "env-report"})), reply("Done."), reply("Plain."))
+    events = await chat(gateway, "notes", "write the notes", agent="writer")
+    prompt = system_of(llm.requests[0])
+    assert "- release-notes: Write release notes." in prompt and "env-report" not in prompt
+    (refused,) = [r.result for r in of_kind(events, "tool_result")]
+    assert refused.is_error and "agent 'writer' does not use skill 'env-report'" in refused.output
+    # A turn without the agent still sees every skill of the namespace.
+    await chat(gateway, "notes", "anything else")
+    assert "- env-report: Report the environment." in system_of(llm.requests[-1])

@@ -18,7 +18,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from tests.helm.helm_support import CHART, NAMESPACE, RELEASE, REPO_ROOT, Rendered
+from tests.helm.helm_support import CHART, NAMESPACE, RELEASE, REPO_ROOT, Rendered, render
 
 CALLS = yaml.safe_load((CHART / "rbac-calls.yaml").read_text())
 API_USERS = tuple(CALLS)
@@ -28,7 +28,7 @@ class _Sent(Exception):
     pass
 
 
-def request_of(api_name: str, method: str, watch: bool = False) -> tuple[str, str]:
+def request_of(api_name: str, method: str, watch: bool = False, args: dict | None = None) -> tuple[str, str]:
     """(HTTP method, URL) the client sends for `api_name.method(...)`."""
     client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host="https://kube.invalid"))
     sent: dict[str, str] = {}
@@ -43,6 +43,7 @@ def request_of(api_name: str, method: str, watch: bool = False) -> tuple[str, st
     for param in inspect.signature(bound).parameters.values():
         if param.default is inspect.Parameter.empty and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
             kwargs[param.name] = {} if param.name == "body" else "x"
+    kwargs.update(args or {})
     if watch:
         kwargs["watch"] = True
     with pytest.raises(_Sent):
@@ -72,15 +73,19 @@ def rbac_of(http_method: str, url: str) -> tuple[str, str, str]:
 
 
 def required_grants(rendered: Rendered) -> set[tuple[str, str, str, str, str]]:
-    namespaces = {"release": NAMESPACE, "sandbox": rendered.config()["AGENTMESH_SANDBOX_NAMESPACE"]}
+    managed = rendered.config().get("AGENTMESH_MANAGED_AGENT_NAMESPACES", "")
+    namespaces = {"release": [NAMESPACE], "sandbox": [rendered.config()["AGENTMESH_SANDBOX_NAMESPACE"]],
+                  "agentResources": [n for n in managed.split(",") if n]}
     grants = set()
     for service, entry in CALLS.items():
         for call in entry["calls"]:
-            group, resource, verb = rbac_of(*request_of(call["api"], call["method"], call.get("watch", False)))
-            grants.add((f"{RELEASE}-{service}", namespaces[entry["namespace"]], group, resource, verb))
-            if call.get("websocket"):
-                # A websocket upgrade (exec, attach, portforward) is authorized as "create" since 1.31.
-                grants.add((f"{RELEASE}-{service}", namespaces[entry["namespace"]], group, resource, "create"))
+            group, resource, verb = rbac_of(*request_of(call["api"], call["method"], call.get("watch", False),
+                                                        call.get("args")))
+            for namespace in namespaces[call.get("namespace", entry["namespace"])]:
+                grants.add((f"{RELEASE}-{service}", namespace, group, resource, verb))
+                if call.get("websocket"):
+                    # A websocket upgrade (exec, attach, portforward) is authorized as "create" since 1.31.
+                    grants.add((f"{RELEASE}-{service}", namespace, group, resource, "create"))
     return grants
 
 
@@ -113,6 +118,18 @@ def test_the_request_mapping_is_right():
 
 def test_roles_grant_exactly_the_listed_calls(any_render):
     assert granted(any_render) == required_grants(any_render)
+
+
+def test_the_agent_controller_gets_a_role_in_each_managed_namespace():
+    rendered = render({"agentResources": {"namespaces": ["team-a", "team-b"]}})
+    assert rendered.config()["AGENTMESH_MANAGED_AGENT_NAMESPACES"] == "team-a,team-b"
+    grants = granted(rendered)
+    assert grants == required_grants(rendered)
+    for namespace in ("team-a", "team-b"):
+        assert {g[2:] for g in grants if g[1] == namespace} == {
+            ("agentmesh.dev", "agents", "list"), ("agentmesh.dev", "agents", "watch"),
+            ("agentmesh.dev", "agents/status", "patch")}
+        assert {g[0] for g in grants if g[1] == namespace} == {f"{RELEASE}-scheduler"}
 
 
 def test_nothing_else_gets_api_access(any_render):

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helm.helm_support import CHART, NAMESPACE, PORTS, RELEASE, SERVICES, Rendered, container_env, render
 
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "StorageClass"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "StorageClass", "CustomResourceDefinition"}
 API_USERS = {"tools", "scheduler"}
 
 

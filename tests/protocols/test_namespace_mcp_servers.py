@@ -203,3 +203,27 @@ async def test_servers_of_an_earlier_homes_files_are_migrated_to_the_memory_serv
         # Kept by the memory service: a restart has it without the file.
         await stack.restart()
         assert "calc__add" in await tool_names(stack, "team-a")
+
+
+async def test_a_named_agent_is_offered_the_mcp_servers_it_lists_only(stack, llm, calc):
+    from agentmesh.v1 import agents_pb2
+
+    gateway = stack.gateway_stub()
+    for name in ("calc", "other"):
+        await gateway.AddMcpServer(add_request("team-a", name=name, url=calc.url), metadata=AUTH, timeout=90)
+    await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="team-a", spec=agents_pb2.AgentSpec(
+        name="adder", instructions="You add numbers.", mcp_servers=["calc"])), metadata=AUTH)
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="m1", namespace="team-a"), metadata=AUTH)
+    llm.add(reply("", tool_call("other__add", {"a": 2, "b": 3}, id="c1")), reply("", tool_call(
+        "calc__add", {"a": 2, "b": 3}, id="c2")), reply("5."))
+    events = await collect(gateway.Chat(gateway_pb2.ChatRequest(
+        session_id="m1", message="add", options=gateway_pb2.ChatOptions(agent="adder")), metadata=AUTH, timeout=60))
+    offered = {t["function"]["name"] for t in llm.requests[0].body["tools"]}
+    assert "calc__add" in offered and "other__add" not in offered and "read_file" in offered
+    refused, added = [r.result for r in of_kind(events, "tool_result")]
+    assert refused.is_error and "uses the MCP servers calc only" in refused.output
+    assert not added.is_error and dict(added.data["structured_content"]) == {"sum": 5}
+    # Without the agent, every server of the namespace is offered.
+    llm.add(reply("plain"))
+    await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="m1", message="again"), metadata=AUTH, timeout=60))
+    assert {"calc__add", "other__add"} <= {t["function"]["name"] for t in llm.requests[-1].body["tools"]}

@@ -322,7 +322,8 @@ def named_agent(info: agents_pb2.AgentInfo) -> NamedAgent:
                       top_p=spec.top_p if spec.HasField("top_p") else None,
                       tools=ToolPolicy(tuple(spec.tools.allow), tuple(spec.tools.deny)),
                       permission_mode=spec.permission_mode, approvals=frozenset(spec.approvals),
-                      max_steps=spec.max_steps, token_budget=spec.token_budget)
+                      max_steps=spec.max_steps, token_budget=spec.token_budget, skills=tuple(spec.skills),
+                      mcp_servers=tuple(spec.mcp_servers))
 
 
 def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2.NamespaceSettings,

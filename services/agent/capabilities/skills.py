@@ -89,11 +89,18 @@ class Skills(Capability):
     async def load(self) -> None:
         try:
             async with asyncio.timeout(self.ctx.settings.recall_timeout_s):
-                self._listed = await self._source.skills(self.ctx.request.namespace)
+                listed = await self._source.skills(self.ctx.request.namespace)
+            # A named agent that lists skills sees those only (docs/agents.md); otherwise every one.
+            chosen = self._chosen()
+            self._listed = [s for s in listed if chosen is None or s.name in chosen]
         except (AgentmeshError, TimeoutError) as exc:
             reason = exc.message if isinstance(exc, AgentmeshError) else "it took too long"
             log.warning("skills unavailable", error=reason)
             self.ctx.emit(StatusEvent(f"could not list the namespace's skills ({reason}); continuing without them"))
+
+    def _chosen(self) -> frozenset[str] | None:
+        agent = self.ctx.request.agent
+        return frozenset(agent.skills) if agent is not None and agent.skills else None
 
     def system_sections(self) -> list[str]:
         section = render(self._listed)
@@ -104,6 +111,11 @@ class Skills(Capability):
             name = _SCHEMA.parse(call.arguments_json)["name"].strip()
         except ValueError as exc:
             return ToolOutcome.error(call, "invalid_arguments", f"error: {exc}")
+        agent = self.ctx.request.agent
+        if agent is not None and agent.skills and name not in agent.skills:
+            known = ", ".join(s.name for s in self._listed) or "none"
+            return ToolOutcome.error(call, "not_found", f"error: agent {agent.name!r} does not use skill {name!r}; "
+                                     f"its skills: {known}")
         try:
             package = await self._source.skill(self.ctx.request.namespace, name)
         except NotFound:

@@ -442,7 +442,8 @@ class TurnRun:
                 own.append(spec)
         specs = [s for s in self._startup.remote_tools if s.name not in self._tool_owners] + own
         # A tool the policies turn off is not offered at all; a call to it anyway is screened.
-        specs = [s for s in specs if tool_access.offered(self.request.tool_policies, s.name)]
+        servers = tool_access.mcp_servers_of(self.request.agent)
+        specs = [s for s in specs if tool_access.offered(self.request.tool_policies, s.name, servers)]
         self._catalog = {s.name: s for s in specs}
         return specs
 
@@ -484,7 +485,8 @@ class TurnRun:
 
     def _screen(self, call: ToolCall) -> ToolOutcome | None:
         refused = tool_access.refusal(call, self.request.tool_policies, self._catalog,
-                                      catalog_known=self._startup.remote_catalog_known, owned=self._tool_owners)
+                                      catalog_known=self._startup.remote_catalog_known, owned=self._tool_owners,
+                                      mcp_servers=tool_access.mcp_servers_of(self.request.agent))
         if refused is not None:
             log.info("tool call refused", tool=call.name, call_id=call.call_id, reason=refused.error_kind)
         return refused

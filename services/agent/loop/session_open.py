@@ -55,6 +55,10 @@ class NamedAgent:
     approvals: frozenset[str] = frozenset()
     max_steps: int = 0
     token_budget: int = 0
+    # The namespace's skills its turns see (empty: every active one), capabilities/skills.py.
+    skills: tuple[str, ...] = ()
+    # The namespace's MCP servers whose tools its turns are offered (empty: every one), run.py.
+    mcp_servers: tuple[str, ...] = ()
     # Sampling parameters for every model call of its turns, over the catalogue model's; None: those.
     temperature: float | None = None
     top_p: float | None = None
