@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 
 from agentmesh.config import EnvSection, Settings, env, load, referenced_environment, section
+from agentmesh.tools.sandbox.templates import DEFAULT_TEMPLATE, SandboxTemplate, TemplateSet, load_templates_file
 from agentmesh.tools.quota import WorkspaceQuota
 
 MIB = 1024 * 1024
@@ -110,6 +111,10 @@ class ToolsSettings(EnvSection):
     # "call": every command in a fresh jail (the default); "session": one long-lived jail per
     # session, each call a fresh process in it, `python` a persistent interpreter (sandbox/session.py).
     isolation: str = env("AGENTMESH_SANDBOX_ISOLATION", "call", choices=("call", "session"))
+    # Named sandbox templates (sandbox/templates.py): a YAML or JSON file; "" = only `default`,
+    # today's sandbox from the settings above and below.
+    templates_file: tuple[tuple[str, dict[str, str]], ...] = env("AGENTMESH_SANDBOX_TEMPLATES", (),
+                                                                 parse=load_templates_file)
     # A session sandbox with no call for this long is ended; the next call starts a new one on the same workspace.
     session_idle_s: float = env("AGENTMESH_SANDBOX_SESSION_IDLE_S", 600.0, minimum=0.1)
     # Per-call network for command tools (the jail has none by default).
@@ -144,6 +149,28 @@ class ToolsSettings(EnvSection):
         """The session workspace quota every executor, the file tools and uploads hold to: built
         here once, from workspace_quota_bytes and workspace_quota_files, so no part can hold to another figure."""
         return WorkspaceQuota(self.workspace_quota_bytes, self.workspace_quota_files)
+
+    @cached_property
+    def templates(self) -> TemplateSet:
+        """The deployment's sandbox templates: `default` is the sandbox the settings describe."""
+        pod = self.kubernetes
+        memory = pod.memory_limit if self.mode == "kubernetes" else f"{self.limits.memory_bytes // MIB}Mi"
+        default = SandboxTemplate(
+            DEFAULT_TEMPLATE, image=pod.image, cpu=pod.cpu_limit, memory=memory,
+            disk_quota=f"{self.workspace_quota_bytes // MIB}Mi", runtime_class=pod.runtime_class,
+            network="none", isolation=self.isolation, description="the deployment's sandbox",
+        )
+        return TemplateSet(default, self.templates_file)
+
+    def for_template(self, template: SandboxTemplate) -> ToolsSettings:
+        """These settings with `template`'s sizes, image and runtime class: what an executor of
+        that template is built from."""
+        memory = template.memory_bytes
+        pod = replace(self.kubernetes, image=template.image, cpu_limit=template.cpu,
+                      runtime_class=template.runtime_class,
+                      memory_limit=template.memory if self.mode == "kubernetes" else f"{memory // MIB}Mi")
+        return replace(self, limits=replace(self.limits, memory_bytes=memory), kubernetes=pod,
+                       workspace_quota_bytes=template.disk_quota_bytes, isolation=template.isolation)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolsSettings:
