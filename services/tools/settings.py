@@ -8,8 +8,8 @@ from functools import cached_property
 from pathlib import Path
 
 from agentmesh.config import EnvSection, Settings, env, load, referenced_environment, section
-from agentmesh.tools.sandbox.templates import DEFAULT_TEMPLATE, SandboxTemplate, TemplateSet, load_templates_file
 from agentmesh.tools.quota import WorkspaceQuota
+from agentmesh.tools.sandbox.templates import DEFAULT_TEMPLATE, SandboxTemplate, TemplateSet, load_templates_file
 
 MIB = 1024 * 1024
 # MCP server entries may refer to variables of this family (secrets from a Kubernetes Secret).
