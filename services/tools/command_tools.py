@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
     from agentmesh.tools.sandbox.per_template import TemplateSandboxes
     from agentmesh.tools.sandbox.session import SessionSandboxes
 
+# What programs print when they find no network: name resolution (libc, curl, git, pip, npm,
+# Node) and connecting (errno texts, Python's and requests' wording).
+OFFLINE = re.compile(
+    r"Temporary failure in name resolution|Could not resolve host|Name or service not known|"
+    r"getaddrinfo (?:ENOTFOUND|EAI_AGAIN)|EAI_AGAIN|Network is unreachable|No route to host|"
+    r"Failed to establish a new connection|nodename nor servname|Could not resolve hostname|"
+    r"unable to access '[^']*': Could not resolve", re.IGNORECASE)
 MAX_COMMAND_CHARS = 100_000  # argv strings are capped by the kernel at 128 KiB each
 
 
@@ -90,6 +98,21 @@ class CommandTools:
             python,
         ]
 
+    def _offline_hint(self, ctx: CallContext, egress: bool, outcome: ToolOutcome) -> ToolOutcome:
+        """A failed call that looks like it wanted the network, in a sandbox without one, says
+        which template (or setting) would allow it."""
+        if egress or self._network or not outcome.is_error or not OFFLINE.search(outcome.stdout + outcome.stderr):
+            return outcome
+        name = ctx.sandbox_template or "default"
+        egress_templates = [t.name for t in self._sandboxes.templates.all() if t.egress] if self._sandboxes else []
+        choice = (f"a template with `network: egress` would allow it: {', '.join(egress_templates)} (chosen for the "
+                  "agent, the session or the namespace)" if egress_templates else
+                  "this deployment defines no template with `network: egress`; one in AGENTMESH_SANDBOX_TEMPLATES "
+                  "(Helm: sandbox.templates) would allow it")
+        outcome.output += f"\n[the sandbox has no network (template {name!r}, network: none); {choice}]"
+        outcome.data["network"] = "none"
+        return outcome
+
     def _sandbox(self, ctx: CallContext) -> tuple[Executor, SessionSandboxes | None, bool]:
         """The call's executor, its session sandboxes (None: a fresh sandbox per call), and
         whether its template has egress."""
@@ -125,7 +148,7 @@ class CommandTools:
             cell = await kernel.run_cell(spec, code)
         except SandboxUnavailable as exc:
             return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")
-        outcome = command_outcome(cell.result)
+        outcome = self._offline_hint(ctx, egress, command_outcome(cell.result))
         if cell.figures:
             outcome.output += "\n[figures saved: " + ", ".join(cell.figures) + "]"
             outcome.data["figures"] = cell.figures
@@ -163,7 +186,7 @@ class CommandTools:
             return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")
         finally:
             self._slots.release()
-        return command_outcome(result)
+        return self._offline_hint(ctx, egress, command_outcome(result))
 
 
 def command_outcome(result: CommandResult) -> ToolOutcome:

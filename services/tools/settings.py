@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -14,6 +15,21 @@ from agentmesh.tools.sandbox.templates import DEFAULT_TEMPLATE, SandboxTemplate,
 MIB = 1024 * 1024
 # MCP server entries may refer to variables of this family (secrets from a Kubernetes Secret).
 SECRET_PREFIX = "AGENTMESH_MCP_SECRET_"
+
+
+def parse_egress_allow(raw: str) -> tuple[str, ...]:
+    allowed = []
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        try:
+            network = ipaddress.IPv4Network(item, strict=False)
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IPv4 address or block such as 10.1.2.3 or 10.20.0.0/16") from None
+        if network.is_loopback:
+            raise ValueError(f"{item!r} is loopback: an egress sandbox's loopback is its own, never the host's")
+        allowed.append(str(network))
+    return tuple(allowed)
 
 
 @dataclass(frozen=True)
@@ -119,6 +135,9 @@ class ToolsSettings(EnvSection):
     session_idle_s: float = env("AGENTMESH_SANDBOX_SESSION_IDLE_S", 600.0, minimum=0.1)
     # Per-call network for command tools (the jail has none by default).
     command_network: bool = env("AGENTMESH_SANDBOX_NETWORK", False)
+    # IPv4 blocks an egress template's jail may reach although they are not public ("10.1.2.3",
+    # "10.20.0.0/16": a package mirror or proxy); loopback stays the jail's own.
+    egress_allow: tuple[str, ...] = env("AGENTMESH_SANDBOX_EGRESS_ALLOW", (), parse=parse_egress_allow)
     # When the service runs as root, the host uid/gid jailed programs run as (outside their user
     # namespace). Root's own uid would exempt them from the process-count limit and let them read
     # root-only files that are visible in the jail.

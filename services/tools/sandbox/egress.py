@@ -48,6 +48,7 @@ __all__ = [
 
 NS_GET_USERNS = 0xB701  # ioctl on a namespace fd: the user namespace that owns it
 SLIRP_DNS = "10.0.2.3"
+SLIRP_GATEWAY = "10.0.2.2"
 EGRESS_RESOLV_CONF = f"nameserver {SLIRP_DNS}\noptions timeout:2 attempts:2\n"
 # Every IPv4 block that is not the public internet (IANA special-purpose registry).
 BLOCKED_RANGES = (
@@ -89,10 +90,13 @@ def _loopback_up(pid: int) -> bool:
         return True  # the jail is gone: attaching fails, and says so
 
 
-def route_script(extra: list[str]) -> str:
-    """`ip -batch` input adding the unreachable routes."""
+def route_script(extra: list[str], allowed: tuple[str, ...] = ()) -> str:
+    """`ip -batch` input adding the unreachable routes, then routes through the user-mode network
+    for the blocks the deployment allows anyway (AGENTMESH_SANDBOX_EGRESS_ALLOW: a mirror or proxy
+    on a private address), which win over the unreachable ones by being as or more specific."""
     lines = [f"route add unreachable {cidr}" for cidr in BLOCKED_RANGES]
     lines += [f"route add unreachable {address}/32" for address in extra]
+    lines += [f"route replace {ipaddress.ip_network(cidr, strict=False)} via {SLIRP_GATEWAY} dev tap0" for cidr in allowed]
     return "\n".join(lines) + "\n"
 
 
@@ -100,7 +104,8 @@ class UserNetwork:
     """slirp4netns attached to one jail: pass `block_fd` to bwrap's `--block-fd`, run `attach`
     beside the jail, `close` once it ended."""
 
-    def __init__(self, tools: dict[str, str] | None = None):
+    def __init__(self, tools: dict[str, str] | None = None, allowed: tuple[str, ...] = ()):
+        self._allowed = allowed
         self._tools = tools or egress_tools()
         missing = [name for name, path in self._tools.items() if not path]
         if missing:
@@ -112,6 +117,7 @@ class UserNetwork:
         self._exit_read, self._exit_write = os.pipe()
         self._helper: asyncio.subprocess.Process | None = None
         self.ready_s = 0.0
+        self.failure = ""  # why the network could not be set up (attach_network)
 
     async def attach(self, info: JailInfo) -> None:
         """Wait for the jail's init, give its namespace the network, then let its program start.
@@ -173,13 +179,17 @@ class UserNetwork:
                                     f"{stderr.decode(errors='replace').strip() or 'it ended'}")
 
     async def _add_routes(self, net_fd: int, user_fd: int) -> None:
+        # Root may change any namespace's routes from where it is; another user enters the user
+        # namespace that owns the network namespace (its own jail's) first. Root must not: a jail
+        # running as AGENTMESH_SANDBOX_HOST_UID maps no uid of root's, and `ip` would start there
+        # with no capability.
+        enter = [] if os.geteuid() == 0 else [f"--user=/proc/self/fd/{user_fd}", "--preserve-credentials"]
         proc = await asyncio.create_subprocess_exec(
-            self._tools["nsenter"], f"--user=/proc/self/fd/{user_fd}", f"--net=/proc/self/fd/{net_fd}",
-            "--preserve-credentials", self._tools["ip"], "-batch", "-",
+            self._tools["nsenter"], *enter, f"--net=/proc/self/fd/{net_fd}", self._tools["ip"], "-batch", "-",
             pass_fds=(net_fd, user_fd), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
-        _, stderr = await asyncio.wait_for(proc.communicate(route_script(host_addresses()).encode()), SETUP_TIMEOUT_S)
+        _, stderr = await asyncio.wait_for(proc.communicate(route_script(host_addresses(), self._allowed).encode()), SETUP_TIMEOUT_S)
         if proc.returncode != 0:
             raise EgressUnavailable("the sandbox's routes could not be restricted, so it gets no network: "
                                     + stderr.decode(errors="replace").strip()[:500])
@@ -200,28 +210,26 @@ class UserNetwork:
                 await helper.wait()
 
 
-async def attach_network(network: UserNetwork, info: JailInfo) -> str:
+async def attach_network(network: UserNetwork, info: JailInfo) -> None:
     """Set up an egress jail's network beside it; on failure kill the jail before its program
-    starts and say why (the jail never runs with a network half set up)."""
+    starts, and keep why in `network.failure` (the jail never runs with a network half set up)."""
     try:
         await network.attach(info)
     except EgressUnavailable as exc:
+        network.failure = str(exc)
         if info.child_pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(info.child_pid, signal.SIGKILL)
-        await network.close()
-        return str(exc)
-    return ""
 
 
-async def finish_network(network: UserNetwork | None, attach: asyncio.Task[str] | None) -> str:
+async def finish_network(network: UserNetwork | None, attach: asyncio.Task[None] | None) -> str:
     """End an egress jail's network helper; what went wrong setting it up, if anything."""
-    failure = ""
     if attach is not None:
         if not attach.done():
             attach.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            failure = await attach
-    if network is not None:
-        await network.close()
-    return failure
+            await attach
+    if network is None:
+        return ""
+    await network.close()
+    return network.failure

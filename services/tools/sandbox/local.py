@@ -389,10 +389,10 @@ class LocalJail:
             span.set_attribute("agentmesh.sandbox.seccomp", seccomp_fd is not None)
             options_fd = -1
             network: UserNetwork | None = None
-            attach: asyncio.Task[str] | None = None
+            attach: asyncio.Task[None] | None = None
             try:
                 if spec.egress:
-                    network = UserNetwork()
+                    network = UserNetwork(allowed=self._settings.egress_allow)
                 options_fd = os.memfd_create("bwrap-options", os.MFD_CLOEXEC)
                 command = self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd, file_size, options_fd=options_fd,
                                          block_fd=network.block_fd if network else None)

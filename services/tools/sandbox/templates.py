@@ -157,7 +157,7 @@ class TemplateSet:
         base = replace(default, **own.pop(DEFAULT_TEMPLATE, {}))
         self._templates = {DEFAULT_TEMPLATE: base}
         for name, values in own.items():
-            self._templates[name] = replace(base, name=name, description="", **values)
+            self._templates[name] = replace(base, **{"name": name, "description": "", **values})
 
     @property
     def default(self) -> SandboxTemplate:
