@@ -125,6 +125,8 @@ class Gateway:
         checked = sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=request.tools)
         if request.HasField("retention"):
             checked.retention.CopyFrom(request.retention)
+        if request.HasField("sandbox_template"):
+            checked.sandbox_template = request.sandbox_template
         updated = await self._policies.update_namespace_settings(checked)
         self._authz.audit.record("tool_policy.update", "allowed", caller.principal, namespace=namespace)
         return updated

@@ -70,6 +70,8 @@ class Policies:
         checked = sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=policy_to_proto(policy))
         if request.HasField("retention"):  # absent: memory keeps the namespace's retention
             checked.retention.CopyFrom(request.retention)
+        if request.HasField("sandbox_template"):  # absent: memory keeps the namespace's template
+            checked.sandbox_template = request.sandbox_template
         return await self._namespaces.update_namespace_settings(checked)
 
     async def layers(self, session: sessions_pb2.Session | None, namespace: str) -> list[ToolPolicy]:

@@ -65,6 +65,7 @@ def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChange
 def namespace_to_proto(record: NamespaceRecord) -> sessions_pb2.NamespaceSettings:
     return sessions_pb2.NamespaceSettings(
         namespace=record.namespace, updated_at=record.updated_at, mcp_servers_version=record.mcp_servers_version,
+        sandbox_template=record.sandbox_template,
         tools=common_pb2.ToolPolicy(allow=record.tools_allow, deny=record.tools_deny),
         retention=sessions_pb2.Retention(transcripts_days=record.transcripts_days, memories_days=record.memories_days,
                                          usage_days=record.usage_days, workspaces_days=record.workspaces_days))

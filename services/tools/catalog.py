@@ -34,6 +34,7 @@ class CallContext:
     caller_timeout_s: float = 0.0
     # The sandbox template command tools run in ("": default; sandbox/templates.py), checked by the core.
     sandbox_template: str = ""
+    isolation: str = ""  # "call" | "session" over the template's; "": the template's
 
 
 ToolFunc = Callable[[CallContext, dict[str, Any]], Awaitable[ToolOutcome]]

@@ -5,6 +5,7 @@ the session's persistent interpreter."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import re
 import time
@@ -116,9 +117,11 @@ class CommandTools:
     def _sandbox(self, ctx: CallContext) -> tuple[Executor, SessionSandboxes | None, bool]:
         """The call's executor, its session sandboxes (None: a fresh sandbox per call), and
         whether its template has egress."""
-        if self._sandboxes is None or not ctx.sandbox_template:
+        if self._sandboxes is None or not (ctx.sandbox_template or ctx.isolation):
             return self._executor, self._kernel, False
         template = self._sandboxes.template(ctx.sandbox_template)
+        if ctx.isolation and ctx.isolation != template.isolation:
+            template = dataclasses.replace(template, isolation=ctx.isolation)
         return self._sandboxes.executor(template), self._sandboxes.kernel(template), template.egress
 
     async def shell(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:

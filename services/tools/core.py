@@ -124,11 +124,14 @@ class ToolService:
 
     async def execute(
         self, session_id: str, call_id: str, name: str, arguments_json: str, timeout_s: float = 0.0,
-        namespace: str = "", mcp_version: float | None = None, sandbox_template: str = "",
+        namespace: str = "", mcp_version: float | None = None, sandbox_template: str = "", isolation: str = "",
     ) -> ToolOutcome:
         validate_id(session_id, "session_id")
         if sandbox_template and self.templates is not None and self.templates.get(sandbox_template) is None:
             raise unknown_template(self.templates, sandbox_template)
+        if isolation not in ("", "call", "session"):
+            raise InvalidArgument(f"isolation must be call or session (or empty: the template's), got {isolation[:40]!r}",
+                                  field="isolation")
         if namespace:
             validate_namespace(namespace)
         if len(call_id) > MAX_CALL_ID_CHARS:
@@ -143,7 +146,7 @@ class ToolService:
 
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(session_id=session_id, call_id=call_id, tool=name):
-            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s, sandbox_template), name, arguments_json, namespace,
+            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s, sandbox_template, isolation), name, arguments_json, namespace,
                                            mcp_version)
             if any(image.data for image in outcome.images):
                 # Stored once in the workspace; the result carries references, not bytes.

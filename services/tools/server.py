@@ -104,6 +104,7 @@ class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s,
             namespace=request.namespace, mcp_version=_version(request), sandbox_template=request.sandbox_template,
+            isolation=request.isolation,
         )
         return tools_service_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
 

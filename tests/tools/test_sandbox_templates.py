@@ -45,10 +45,11 @@ async def client(home, tmp_path):
         yield running
 
 
-async def run(client: ToolsClient, name: str, arguments: dict, template: str = "", session_id: str = "s1"):
+async def run(client: ToolsClient, name: str, arguments: dict, template: str = "", session_id: str = "s1",
+              isolation: str = ""):
     reply = await client.stub.Execute(tools_service_pb2.ExecuteRequest(
         session_id=session_id, call_id="c1", name=name, arguments_json=json.dumps(arguments),
-        sandbox_template=template), timeout=120)
+        sandbox_template=template, isolation=isolation), timeout=120)
     return reply.result
 
 
@@ -125,6 +126,15 @@ async def test_a_session_template_keeps_python_state_where_the_default_does_not(
     await run(client, "python", {"code": "y = 1"})
     fresh = await run(client, "python", {"code": "print(y)"})
     assert "NameError" in fresh.stderr, fresh.output
+
+
+async def test_an_agents_isolation_overrides_the_templates(client):
+    await run(client, "python", {"code": "x = 41"}, isolation="session", session_id="s3")
+    kept = await run(client, "python", {"code": "print(x + 1)"}, isolation="session", session_id="s3")
+    assert kept.stdout == "42\n", kept.output
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await run(client, "shell", {"command": "true"}, isolation="vm")
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "isolation must be call or session" in caught.value.details()
 
 
 async def test_a_templates_memory_and_disk_quota_bound_its_calls(client):

@@ -30,7 +30,8 @@ class TemplateSandboxes:
     def __init__(self, templates: TemplateSet, default: Executor, build: Callable[[SandboxTemplate], Executor]):
         self.templates = templates
         self._build = build
-        self._executors: dict[str, Executor] = {DEFAULT_TEMPLATE: default}
+        # By (template, isolation): an agent may ask for a template's sandbox with the other isolation.
+        self._executors: dict[tuple[str, str], Executor] = {(DEFAULT_TEMPLATE, templates.default.isolation): default}
 
     def template(self, name: str) -> SandboxTemplate:
         """The template `name` names ("": default); INVALID_ARGUMENT (UNKNOWN_SANDBOX_TEMPLATE) when none."""
@@ -40,9 +41,10 @@ class TemplateSandboxes:
         return template
 
     def executor(self, template: SandboxTemplate) -> Executor:
-        executor = self._executors.get(template.name)
+        key = (template.name, template.isolation)
+        executor = self._executors.get(key)
         if executor is None:
-            executor = self._executors[template.name] = self._build(template)
+            executor = self._executors[key] = self._build(template)
         return executor
 
     def kernel(self, template: SandboxTemplate) -> SessionSandboxes | None:
@@ -57,6 +59,7 @@ class TemplateSandboxes:
 
     async def close(self) -> None:
         """Close the executors built here (the default one is its owner's to close)."""
-        for name, executor in list(self._executors.items()):
-            if name != DEFAULT_TEMPLATE:
+        default = (DEFAULT_TEMPLATE, self.templates.default.isolation)
+        for key, executor in list(self._executors.items()):
+            if key != default:
                 await executor.close()
