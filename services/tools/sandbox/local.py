@@ -397,7 +397,8 @@ class LocalJail:
                 command = self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd, file_size, options_fd=options_fd,
                                          block_fd=network.block_fd if network else None)
                 command.write_options(options_fd)
-                passed = (info.write_fd, options_fd) if seccomp_fd is None else (info.write_fd, options_fd, seccomp_fd)
+                passed: tuple[int, ...] = (info.write_fd, options_fd) if seccomp_fd is None else (
+                    info.write_fd, options_fd, seccomp_fd)
                 if network is not None:
                     passed += (network.block_fd,)
                     attach = asyncio.create_task(attach_network(network, info))
