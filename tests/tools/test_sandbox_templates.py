@@ -19,7 +19,7 @@ from grpc_status import rpc_status
 from agentmesh import error_reasons
 from agentmesh.errors import ConfigError
 from agentmesh.internal.v1 import tools_service_pb2
-from agentmesh.tools.sandbox.templates import parse_templates
+from agentmesh.tools.sandbox.templates import TemplateSet, parse_templates
 from agentmesh.tools.settings import ToolsSettings
 from agentmesh.v1 import tools_pb2
 from tests.tools.support import ToolsClient
@@ -94,6 +94,9 @@ def test_a_template_file_is_checked_field_by_field():
                         ("Bad_Name: {}", "template name 'Bad_Name'")):
         with pytest.raises(ConfigError, match=words):
             parse_templates(text)
+    default = ToolsSettings.from_env({}).templates.default
+    with pytest.raises(ConfigError, match="session sandboxes have no network yet"):
+        TemplateSet(default, parse_templates("web: {network: egress, isolation: session}"))
 
 
 async def test_the_templates_are_listed_with_default_as_todays_sandbox(client):
