@@ -77,3 +77,9 @@ async def test_a_named_agents_template_is_used_for_its_turns(stack, llm):
     await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="default", spec=agents_pb2.AgentSpec(
         name="analyst", description="analyses", instructions="You analyse.", sandbox_template="notebook")), timeout=10)
     assert await python_turns(gateway, llm, "with-agent", agent="analyst") == "42"
+
+
+async def test_an_agent_with_an_isolation_that_is_not_one_is_refused(stack):
+    err = await rpc_error(stack.gateway_stub().CreateAgent(agents_pb2.CreateAgentRequest(
+        namespace="default", spec=agents_pb2.AgentSpec(name="odd", instructions="x", isolation="vm")), timeout=10))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "isolation must be call or session" in err.details()
