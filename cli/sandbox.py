@@ -24,7 +24,9 @@ def register(subparsers) -> None:
     listing.set_defaults(func=list_templates)
     use = verbs.add_parser("use", help="run a namespace's command tools in this template (\"default\" to go back)")
     use.add_argument("template")
-    use.add_argument("--namespace", default="", help="whose sessions (default: your own namespace)")
+    scope = use.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", default="", help="whose sessions (default: your own namespace)")
+    scope.add_argument("--session", default="", help="this session only (over its namespace's)")
     use.set_defaults(func=use_template)
 
 
@@ -56,9 +58,15 @@ async def use_template(args) -> int:
     from agentmesh.v1 import sessions_pb2
 
     settings = load_settings()
+    template = "" if args.template == "default" else args.template
+    if args.session:
+        session = await gateway_call("UpdateSession", sessions_pb2.UpdateSessionRequest(
+            session_id=args.session, sandbox_template=template, update_mask=["sandbox_template"]), settings=settings)
+        print(f"session {session.session_id}: command tools run in the sandbox template "
+              f"{session.sandbox_template or 'its namespace' + chr(39) + 's'}")
+        return EXIT_OK
     current = await gateway_call("GetNamespaceSettings", sessions_pb2.GetNamespaceSettingsRequest(namespace=args.namespace),
                                  settings=settings)
-    template = "" if args.template == "default" else args.template
     # The request replaces the tool policy as a whole: send the namespace's own back with it.
     updated = await gateway_call("UpdateNamespaceSettings", sessions_pb2.UpdateNamespaceSettingsRequest(
         namespace=current.namespace, tools=current.tools, sandbox_template=template), settings=settings)

@@ -37,7 +37,7 @@ log = get_logger("agentmesh.gateway")
 MAX_PAGE_SIZE = 500
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
-SESSION_FIELDS = ("model", "permission_mode", "tools")  # what UpdateSession can change
+SESSION_FIELDS = ("model", "permission_mode", "tools", "sandbox_template")  # what UpdateSession can change
 
 
 class Gateway:
@@ -100,6 +100,8 @@ class Gateway:
         validate_permission_mode(request.permission_mode)
         if request.HasField("tools") or "tools" in request.update_mask:
             await self._policies.checked(request.tools, "tools")
+        if request.sandbox_template:
+            await self._policies.checked_template(request.sandbox_template)
         await self._authz.session(caller, request.session_id, "UpdateSession")
         return await self._sessions.update_session(request)
 

@@ -40,6 +40,7 @@ def session_to_proto(s: SessionRecord) -> sessions_pb2.Session:
         agent=s.agent,
         agent_version=s.agent_version,
         created_by=s.created_by,
+        sandbox_template=s.sandbox_template,
     )
 
 
@@ -53,11 +54,14 @@ def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChange
             paths.add("permission_mode")
         if given_tools:
             paths.add("tools")
+        if request.sandbox_template:
+            paths.add("sandbox_template")
         if request.model or not paths:
             paths.add("model")
     return SessionChanges(
         model=request.model if "model" in paths else None,
         permission_mode=request.permission_mode if "permission_mode" in paths else None,
+        sandbox_template=request.sandbox_template if "sandbox_template" in paths else None,
         tools=ToolPolicy(tuple(request.tools.allow), tuple(request.tools.deny)) if "tools" in paths else None,
     )
 

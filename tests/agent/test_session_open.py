@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from agentmesh.agent.loop.run import TurnRequest
 from agentmesh.agent.loop.session_open import NamedAgent, OpenedSession, SessionToOpen, resolve
 from agentmesh.toolpolicy import ToolPolicy
@@ -74,3 +76,7 @@ def test_the_sandbox_template_is_the_agents_else_the_namespaces():
                           agent=NamedAgent(name="plain", version=1, instructions="x"))
     assert resolve(turn(), plain, MODELS).sandbox_template == "data"
     assert resolve(turn(), OpenedSession(namespace="team", created=False), MODELS).sandbox_template == ""
+    # The session's own is over the namespace's, the agent's over both.
+    own = OpenedSession(namespace="team", created=False, namespace_sandbox_template="data", sandbox_template="mine")
+    assert resolve(turn(), own, MODELS).sandbox_template == "mine"
+    assert resolve(turn(), dataclasses.replace(own, agent=agent), MODELS).sandbox_template == "web"

@@ -83,3 +83,15 @@ async def test_an_agent_with_an_isolation_that_is_not_one_is_refused(stack):
     err = await rpc_error(stack.gateway_stub().CreateAgent(agents_pb2.CreateAgentRequest(
         namespace="default", spec=agents_pb2.AgentSpec(name="odd", instructions="x", isolation="vm")), timeout=10))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "isolation must be call or session" in err.details()
+
+
+async def test_a_sessions_template_is_over_its_namespaces(stack, llm):
+    gateway = stack.gateway_stub()
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="own"), timeout=10)
+    err = await rpc_error(gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(
+        session_id="own", sandbox_template="gpu", update_mask=["sandbox_template"]), timeout=10))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "no sandbox template 'gpu'" in err.details()
+    session = await gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(
+        session_id="own", sandbox_template="notebook", update_mask=["sandbox_template"]), timeout=10)
+    assert session.sandbox_template == "notebook" and session.model == ""
+    assert await python_turns(gateway, llm, "own") == "42"

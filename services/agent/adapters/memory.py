@@ -334,7 +334,8 @@ def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2
         permission_mode=session.permission_mode,
         tools=ToolPolicy(tuple(session.tools.allow), tuple(session.tools.deny)),
         namespace_tools=ToolPolicy(tuple(settings.tools.allow), tuple(settings.tools.deny)),
-        mcp_servers_version=settings.mcp_servers_version, namespace_sandbox_template=settings.sandbox_template)
+        mcp_servers_version=settings.mcp_servers_version, namespace_sandbox_template=settings.sandbox_template,
+        sandbox_template=session.sandbox_template)
 
 
 def _learned(reply: memory_service_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:

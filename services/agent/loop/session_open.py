@@ -77,6 +77,7 @@ class OpenedSession:
     mcp_servers_version: float | None = None  # None: not read
     agent: NamedAgent | None = None  # the named agent the turn asked for
     namespace_sandbox_template: str = ""  # "": the deployment's default
+    sandbox_template: str = ""  # the session's own, over the namespace's
 
 
 def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Container[str]) -> "TurnRequest":
@@ -95,7 +96,7 @@ def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Contain
                                            opening.deployment_permission_mode),
         tool_policies=(*layers, *request.tool_policies),
         mcp_servers_version=opened.mcp_servers_version,
-        sandbox_template=request.sandbox_template or opened.namespace_sandbox_template,
+        sandbox_template=request.sandbox_template or opened.sandbox_template or opened.namespace_sandbox_template,
         opening=None,
     )
     return with_agent(resolved, opened.agent) if opened.agent else resolved
