@@ -121,9 +121,6 @@ class CommandTools:
             return self._executor, self._kernel, False
         template = self._sandboxes.template(ctx.sandbox_template)
         if ctx.isolation and ctx.isolation != template.isolation:
-            if template.egress and ctx.isolation == "session":
-                raise ToolFailure("sandbox_unavailable", f"the sandbox template {template.name!r} has egress, which "
-                                  "session sandboxes do not have yet; the agent's isolation must be call (or empty)")
             template = dataclasses.replace(template, isolation=ctx.isolation)
         return self._sandboxes.executor(template), self._sandboxes.kernel(template), template.egress
 

@@ -231,7 +231,7 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
     if settings.isolation == "session":
         from agentmesh.tools.sandbox.session import SessionSandboxes
 
-        return SessionSandboxes(jail, settings.session_idle_s, network=settings.command_network)
+        return SessionSandboxes(jail, settings.session_idle_s, network=settings.command_network, egress=settings.egress)
     return jail
 
 

@@ -135,6 +135,8 @@ class ToolsSettings(EnvSection):
     session_idle_s: float = env("AGENTMESH_SANDBOX_SESSION_IDLE_S", 600.0, minimum=0.1)
     # Per-call network for command tools (the jail has none by default).
     command_network: bool = env("AGENTMESH_SANDBOX_NETWORK", False)
+    # Set by for_template for a `network: egress` template's executor (a session jail's network).
+    egress: bool = False
     # IPv4 blocks an egress template's jail may reach although they are not public ("10.1.2.3",
     # "10.20.0.0/16": a package mirror or proxy); loopback stays the jail's own.
     egress_allow: tuple[str, ...] = env("AGENTMESH_SANDBOX_EGRESS_ALLOW", (), parse=parse_egress_allow)
@@ -189,7 +191,8 @@ class ToolsSettings(EnvSection):
                       runtime_class=template.runtime_class,
                       memory_limit=template.memory if self.mode == "kubernetes" else f"{memory // MIB}Mi")
         return replace(self, limits=replace(self.limits, memory_bytes=memory), kubernetes=pod,
-                       workspace_quota_bytes=template.disk_quota_bytes, isolation=template.isolation)
+                       workspace_quota_bytes=template.disk_quota_bytes, isolation=template.isolation,
+                       egress=template.egress)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolsSettings:

@@ -19,7 +19,7 @@ from grpc_status import rpc_status
 from agentmesh import error_reasons
 from agentmesh.errors import ConfigError
 from agentmesh.internal.v1 import tools_service_pb2
-from agentmesh.tools.sandbox.templates import TemplateSet, parse_templates
+from agentmesh.tools.sandbox.templates import parse_templates
 from agentmesh.tools.settings import ToolsSettings
 from agentmesh.v1 import tools_pb2
 from tests.tools.support import ToolsClient
@@ -33,6 +33,7 @@ TEMPLATES = {
         "notebook": {"isolation": "session", "memory": "768Mi"},
         "small": {"memory": "64Mi", "disk_quota": "5Mi"},
         "web": {"network": "egress", "description": "the internet, not the host"},
+        "web-notebook": {"network": "egress", "isolation": "session"},
     }
 }
 
@@ -94,15 +95,12 @@ def test_a_template_file_is_checked_field_by_field():
                         ("Bad_Name: {}", "template name 'Bad_Name'")):
         with pytest.raises(ConfigError, match=words):
             parse_templates(text)
-    default = ToolsSettings.from_env({}).templates.default
-    with pytest.raises(ConfigError, match="session sandboxes have no network yet"):
-        TemplateSet(default, parse_templates("web: {network: egress, isolation: session}"))
 
 
 async def test_the_templates_are_listed_with_default_as_todays_sandbox(client):
     reply = await client.as_gateway.ListSandboxTemplates(tools_pb2.ListSandboxTemplatesRequest(), timeout=30)
     listed = {t.name: t for t in reply.templates}
-    assert list(listed) == ["default", "notebook", "small", "web"]
+    assert list(listed) == ["default", "notebook", "small", "web", "web-notebook"]
     default = listed["default"]
     assert (default.isolation, default.network, default.memory, default.disk_quota) == ("call", "none", "1024Mi", "1024Mi")
     # What a template leaves out is the default's.
@@ -115,7 +113,7 @@ async def test_an_unknown_template_is_refused_with_its_reason_and_runs_nothing(c
         await run(client, "shell", {"command": "echo ran > ran.txt"}, template="gpu")
     err = caught.value
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "no sandbox template 'gpu'" in err.details() and "default, notebook, small, web" in err.details()
+    assert "no sandbox template 'gpu'" in err.details() and "default, notebook, small, web, web-notebook" in err.details()
     status = rpc_status.from_call(err)
     infos = [info for detail in status.details if detail.Unpack(info := error_details_pb2.ErrorInfo())]
     assert [(i.reason, i.metadata["template"]) for i in infos] == [(error_reasons.UNKNOWN_SANDBOX_TEMPLATE, "gpu")]
@@ -154,7 +152,7 @@ async def test_a_call_without_network_says_which_template_would_allow_it(client)
     offline = await run(client, "python", {"code": "import socket; socket.getaddrinfo('pypi.org', 443)"})
     assert offline.is_error
     assert "the sandbox has no network (template 'default', network: none)" in offline.output
-    assert "`network: egress` would allow it: web" in offline.output
+    assert "`network: egress` would allow it: web, web-notebook" in offline.output
 
 
 @needs_slirp
@@ -202,3 +200,16 @@ async def test_an_egress_sandbox_cannot_reach_the_hosts_private_address_unless_a
 def test_a_bad_egress_allowance_stops_the_settings():
     with pytest.raises(ConfigError, match="loopback"):
         ToolsSettings.from_env({"AGENTMESH_SANDBOX_EGRESS_ALLOW": "127.0.0.1"})
+
+
+@needs_slirp
+async def test_a_session_sandbox_with_egress_keeps_its_network_and_its_limits(client):
+    async with listening("127.0.0.1") as port:
+        # Its interpreter keeps state, and the host's loopback stays out of reach from it.
+        await run(client, "python", {"code": "import socket"}, template="web-notebook", session_id="n1")
+        code = connect_code("10.0.2.2", port).replace("import socket\n", "")
+        reached = await run(client, "python", {"code": code}, template="web-notebook", session_id="n1")
+        assert reached.stdout.startswith("REFUSED"), reached.output
+    routes = await run(client, "shell", {"command": "ip route get 1.1.1.1; ip route get 192.168.1.1"},
+                       template="web-notebook", session_id="n1")
+    assert "1.1.1.1 via 10.0.2.2 dev tap0" in routes.stdout and "192.168.1.1" not in routes.stdout, routes.output

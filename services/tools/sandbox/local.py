@@ -247,6 +247,10 @@ class LocalJail:
         return self._seccomp
 
     @property
+    def egress_allow(self) -> tuple[str, ...]:
+        return self._settings.egress_allow
+
+    @property
     def bwrap_path(self) -> str:
         return self._settings.bwrap_path
 

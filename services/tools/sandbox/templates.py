@@ -158,10 +158,6 @@ class TemplateSet:
         self._templates = {DEFAULT_TEMPLATE: base}
         for name, values in own.items():
             self._templates[name] = replace(base, **{"name": name, "description": "", **values})
-        for template in self._templates.values():
-            if template.egress and template.isolation == "session":
-                raise ConfigError(f"AGENTMESH_SANDBOX_TEMPLATES: template {template.name!r} has network egress and "
-                                  "isolation session; session sandboxes have no network yet: use isolation call")
 
     @property
     def default(self) -> SandboxTemplate:
