@@ -95,3 +95,19 @@ async def test_a_sessions_template_is_over_its_namespaces(stack, llm):
         session_id="own", sandbox_template="notebook", update_mask=["sandbox_template"]), timeout=10)
     assert session.sandbox_template == "notebook" and session.model == ""
     assert await python_turns(gateway, llm, "own") == "42"
+
+
+async def test_the_cli_lists_the_templates_and_sets_a_namespaces(stack):
+    from tests.e2e.test_auth_and_cli import run_cli
+
+    code, out, err = await run_cli(stack, "sandbox", "templates")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert rows["default"][1:3] == ["call", "none"] and rows["notebook"][1:3] == ["session", "none"]
+    code, out, err = await run_cli(stack, "sandbox", "use", "notebook", "--namespace", "team")
+    assert code == 0 and "namespace team: command tools run in the sandbox template notebook" in out, err
+    code, _, err = await run_cli(stack, "sandbox", "use", "gpu", "--namespace", "team")
+    assert code == 1 and "no sandbox template 'gpu'" in err
+    settings = await stack.gateway_stub().GetNamespaceSettings(
+        sessions_pb2.GetNamespaceSettingsRequest(namespace="team"), timeout=10)
+    assert settings.sandbox_template == "notebook"
