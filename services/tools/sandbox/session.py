@@ -34,10 +34,9 @@ from agentmesh.tools.sandbox.local import (
     INSTALL_HINT,
     LIMIT_SIGNALS,
     LocalJail,
-    apply_file_quota,
-    apply_quota,
     clean_environment,
 )
+from agentmesh.tools.sandbox.quota_results import apply_file_quota, apply_quota
 from agentmesh.tools.sandbox.session_jail import (
     INTERRUPT_GRACE_S,
     KILL_GRACE_S,
