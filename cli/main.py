@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("tasks", "a session's task board"),
     "team": ("team", "a lead session's teammates: show, message, stop"),
     "tools": ("tools", "list tools or run one in the sandbox"),
+    "sandbox": ("sandbox", "the deployment's sandbox templates; a namespace's choice"),
     "memory": ("memory", "add, search, import or forget long-term memories; the memory blocks"),
     "profile": ("profile", "standing instructions: a namespace's soul, user and project texts"),
     "skills": ("skills", "add, list, show or remove a namespace's skills (SKILL.md folders)"),

@@ -2,6 +2,8 @@
 # The Debian packages agentmesh needs on the host, installed when they are missing:
 #   bubblewrap   the local sandbox every command tool runs in (`bwrap`)
 #   libseccomp2  the jail's syscall filter (found the way pyseccomp looks for it)
+#   slirp4netns  the user-mode network of a sandbox template with `network: egress`
+#   iproute2     `ip`, which keeps such a sandbox's routes to the host and private ranges closed
 # As root, or with passwordless sudo, it installs them with apt-get; otherwise it stops with
 # the one command that does. `make install` and `.ci/run` call it.
 #
@@ -11,6 +13,8 @@ set -euo pipefail
 python="${1:-python3}"
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 "$python" -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('seccomp') is None)" \
   || missing+=(libseccomp2)
 [ ${#missing[@]} -eq 0 ] && exit 0

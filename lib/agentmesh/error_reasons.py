@@ -44,6 +44,7 @@ __all__ = [
     "UNAUTHENTICATED",
     "UNIMPLEMENTED",
     "UNKNOWN_MODEL",
+    "UNKNOWN_SANDBOX_TEMPLATE",
     "UNKNOWN_TOOL",
     "URL_REFUSED",
     "WATCHER_TOO_SLOW",
@@ -81,6 +82,7 @@ SESSION_BUSY = "SESSION_BUSY"
 QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
 UNKNOWN_MODEL = "UNKNOWN_MODEL"
 UNKNOWN_TOOL = "UNKNOWN_TOOL"
+UNKNOWN_SANDBOX_TEMPLATE = "UNKNOWN_SANDBOX_TEMPLATE"
 APPROVAL_NOT_FOUND = "APPROVAL_NOT_FOUND"
 NOT_RUN_OWNER = "NOT_RUN_OWNER"
 MALFORMED_REQUEST = "MALFORMED_REQUEST"
@@ -127,6 +129,8 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
            "the model named is not one ListModels offers; metadata `field`, `model`"),
     Reason(UNKNOWN_TOOL, "INVALID_ARGUMENT",
            "a tool policy names a tool the catalog does not have; metadata `field`, `tool`"),
+    Reason(UNKNOWN_SANDBOX_TEMPLATE, "INVALID_ARGUMENT",
+           "a sandbox template the deployment does not define (agentmesh sandbox templates); metadata `field`, `template`"),
     Reason(APPROVAL_NOT_FOUND, "NOT_FOUND",
            "no tool call with that id waits for approval on the session (decided, timed out, or the turn ended); "
            "metadata `session_id`, `call_id`"),

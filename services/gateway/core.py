@@ -37,7 +37,7 @@ log = get_logger("agentmesh.gateway")
 MAX_PAGE_SIZE = 500
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
-SESSION_FIELDS = ("model", "permission_mode", "tools")  # what UpdateSession can change
+SESSION_FIELDS = ("model", "permission_mode", "tools", "sandbox_template")  # what UpdateSession can change
 
 
 class Gateway:
@@ -100,6 +100,8 @@ class Gateway:
         validate_permission_mode(request.permission_mode)
         if request.HasField("tools") or "tools" in request.update_mask:
             await self._policies.checked(request.tools, "tools")
+        if request.sandbox_template:
+            await self._policies.checked_template(request.sandbox_template)
         await self._authz.session(caller, request.session_id, "UpdateSession")
         return await self._sessions.update_session(request)
 
@@ -125,6 +127,8 @@ class Gateway:
         checked = sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=request.tools)
         if request.HasField("retention"):
             checked.retention.CopyFrom(request.retention)
+        if request.HasField("sandbox_template"):
+            checked.sandbox_template = request.sandbox_template
         updated = await self._policies.update_namespace_settings(checked)
         self._authz.audit.record("tool_policy.update", "allowed", caller.principal, namespace=namespace)
         return updated

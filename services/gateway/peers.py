@@ -193,6 +193,12 @@ class ToolsWorkspaces:
     async def list_tools(self, namespace: str = "") -> tools_pb2.ListToolsResponse:
         return await self._call(self._stub.ListTools(tools_pb2.ListToolsRequest(namespace=namespace), timeout=RPC_TIMEOUT_S))
 
+    async def sandbox_templates(self) -> list[str]:
+        """The names of the deployment's sandbox templates."""
+        reply = await self._call(self._stub.ListSandboxTemplates(tools_pb2.ListSandboxTemplatesRequest(),
+                                                                 timeout=RPC_TIMEOUT_S))
+        return [t.name for t in reply.templates]
+
     # A namespace's own MCP servers. Adding one starts it and lists its tools: give it time.
     async def add_mcp_server(self, request: tools_pb2.AddMcpServerRequest) -> tools_pb2.McpServerStatus:
         return await self._call(self._stub.AddMcpServer(request, timeout=MCP_ADD_TIMEOUT_S))

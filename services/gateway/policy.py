@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from agentmesh.errors import AgentmeshError, Unavailable
+from agentmesh import error_reasons
+from agentmesh.errors import AgentmeshError, InvalidArgument, Unavailable
 from agentmesh.ids import validate_namespace
 from agentmesh.toolpolicy import AGENT_TOOLS, ToolPolicy, allowed_by_all, session_layers, validate_policy
 from agentmesh.v1 import common_pb2, sessions_pb2, tools_pb2
@@ -30,6 +31,7 @@ class NamespaceSettingsStore(Protocol):
 
 class ToolCatalog(Protocol):
     async def list_tools(self) -> tools_pb2.ListToolsResponse: ...
+    async def sandbox_templates(self) -> list[str]: ...
 
 
 def policy_of(message: common_pb2.ToolPolicy) -> ToolPolicy:
@@ -60,6 +62,20 @@ class Policies:
         validate_policy(message.allow, message.deny, what)  # the form first, without a hop
         return validate_policy(message.allow, message.deny, what, await self.known_tools())
 
+    async def checked_template(self, name: str) -> str:
+        """A sandbox template a person chooses for a namespace: one the tools service has ("": the default)."""
+        if not name:
+            return name
+        try:
+            known = await self._catalog.sandbox_templates()
+        except AgentmeshError as exc:
+            raise Unavailable(f"the sandbox templates cannot be checked now: {exc.message}") from None
+        if name not in known:
+            raise InvalidArgument(f"there is no sandbox template {name[:80]!r}; this deployment has {', '.join(known)} "
+                                  "(agentmesh sandbox templates)", reason=error_reasons.UNKNOWN_SANDBOX_TEMPLATE,
+                                  metadata={"field": "sandbox_template", "template": name[:80]})
+        return name
+
     async def namespace_settings(self, namespace: str) -> sessions_pb2.NamespaceSettings:
         return await self._namespaces.get_namespace_settings(validate_namespace(namespace or "default"))
 
@@ -70,6 +86,8 @@ class Policies:
         checked = sessions_pb2.UpdateNamespaceSettingsRequest(namespace=namespace, tools=policy_to_proto(policy))
         if request.HasField("retention"):  # absent: memory keeps the namespace's retention
             checked.retention.CopyFrom(request.retention)
+        if request.HasField("sandbox_template"):  # absent: memory keeps the namespace's template
+            checked.sandbox_template = await self.checked_template(request.sandbox_template)
         return await self._namespaces.update_namespace_settings(checked)
 
     async def layers(self, session: sessions_pb2.Session | None, namespace: str) -> list[ToolPolicy]:

@@ -130,6 +130,9 @@ def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
         if len(value) > 256:
             raise _bad(f"{key} is longer than 256 characters", f"spec.{key}")
         out[key] = value
+    if out["isolation"] not in ("", "call", "session"):
+        raise _bad(f"sandbox isolation must be call or session (or empty: the template's), got {out['isolation'][:40]!r}",
+                   "spec.isolation")
     return out
 
 

@@ -40,6 +40,7 @@ def session_to_proto(s: SessionRecord) -> sessions_pb2.Session:
         agent=s.agent,
         agent_version=s.agent_version,
         created_by=s.created_by,
+        sandbox_template=s.sandbox_template,
     )
 
 
@@ -53,11 +54,14 @@ def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChange
             paths.add("permission_mode")
         if given_tools:
             paths.add("tools")
+        if request.sandbox_template:
+            paths.add("sandbox_template")
         if request.model or not paths:
             paths.add("model")
     return SessionChanges(
         model=request.model if "model" in paths else None,
         permission_mode=request.permission_mode if "permission_mode" in paths else None,
+        sandbox_template=request.sandbox_template if "sandbox_template" in paths else None,
         tools=ToolPolicy(tuple(request.tools.allow), tuple(request.tools.deny)) if "tools" in paths else None,
     )
 
@@ -65,6 +69,7 @@ def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChange
 def namespace_to_proto(record: NamespaceRecord) -> sessions_pb2.NamespaceSettings:
     return sessions_pb2.NamespaceSettings(
         namespace=record.namespace, updated_at=record.updated_at, mcp_servers_version=record.mcp_servers_version,
+        sandbox_template=record.sandbox_template,
         tools=common_pb2.ToolPolicy(allow=record.tools_allow, deny=record.tools_deny),
         retention=sessions_pb2.Retention(transcripts_days=record.transcripts_days, memories_days=record.memories_days,
                                          usage_days=record.usage_days, workspaces_days=record.workspaces_days))

@@ -6,6 +6,7 @@ as the defaults."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ class NamespaceRecord:
     memories_days: int = 0
     usage_days: int = 0
     workspaces_days: int = 0
+    sandbox_template: str = ""  # "": the deployment's default (docs/tools.md#sandbox-templates)
 
     def retention_days(self) -> tuple[int, int, int, int]:
         """(transcripts, memories, usage, workspaces)."""
@@ -38,7 +40,7 @@ class NamespaceRecord:
                 "tools_deny": list(self.tools_deny), "updated_at": self.updated_at,
                 "mcp_servers_version": self.mcp_servers_version, "transcripts_days": self.transcripts_days,
                 "memories_days": self.memories_days, "usage_days": self.usage_days,
-                "workspaces_days": self.workspaces_days}
+                "workspaces_days": self.workspaces_days, "sandbox_template": self.sandbox_template}
 
     @classmethod
     def from_payload(cls, p: dict[str, Any]) -> "NamespaceRecord":
@@ -46,7 +48,8 @@ class NamespaceRecord:
                    tools_deny=list(p.get("tools_deny") or []), updated_at=float(p.get("updated_at", 0.0)),
                    mcp_servers_version=float(p.get("mcp_servers_version", 0.0)),
                    transcripts_days=int(p.get("transcripts_days", 0)), memories_days=int(p.get("memories_days", 0)),
-                   usage_days=int(p.get("usage_days", 0)), workspaces_days=int(p.get("workspaces_days", 0)))
+                   usage_days=int(p.get("usage_days", 0)), workspaces_days=int(p.get("workspaces_days", 0)),
+                   sandbox_template=str(p.get("sandbox_template") or ""))
 
 
 class Namespaces:
@@ -63,9 +66,13 @@ class Namespaces:
         return NamespaceRecord.from_payload(payload) if payload else NamespaceRecord(namespace)
 
     async def update(self, namespace: str, allow: list[str], deny: list[str],
-                     retention: tuple[int, int, int, int] | None = None) -> NamespaceRecord:
+                     retention: tuple[int, int, int, int] | None = None,
+                     sandbox_template: str | None = None) -> NamespaceRecord:
         """Replace the namespace's tool policy (the gateway checked the names against the catalog),
-        and its retention days (transcripts, memories, usage, workspaces) when given."""
+        and its retention days (transcripts, memories, usage, workspaces) and sandbox template when given."""
+        if sandbox_template and not TEMPLATE_NAME.match(sandbox_template):
+            raise InvalidArgument(f"sandbox_template {sandbox_template[:80]!r} is not a template name (1-63 lower-case "
+                                  "letters, digits or '-'; agentmesh sandbox templates lists them)", field="sandbox_template")
         namespace = validate_namespace(namespace or "default")
         policy = validate_policy(allow, deny, "tools")
         if retention is not None:
@@ -75,7 +82,8 @@ class Namespaces:
             days = retention if retention is not None else (
                 before.transcripts_days, before.memories_days, before.usage_days, before.workspaces_days)
             record = NamespaceRecord(namespace, list(policy.allow), list(policy.deny), round(time.time(), 6),
-                                     before.mcp_servers_version, *days)
+                                     before.mcp_servers_version, *days,
+                                     sandbox_template=before.sandbox_template if sandbox_template is None else sandbox_template)
             await self._store.put_namespace_settings(record.payload())
         return record
 
@@ -91,6 +99,7 @@ class Namespaces:
 
 
 MAX_RETENTION_DAYS = 36_500
+TEMPLATE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 def _check_retention(days: tuple[int, int, int, int]) -> None:

@@ -211,7 +211,8 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
         r = request.retention
         days = (r.transcripts_days, r.memories_days, r.usage_days, r.workspaces_days)
         record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny),
-                                               days if request.HasField("retention") else None)
+                                               days if request.HasField("retention") else None,
+                                               request.sandbox_template if request.HasField("sandbox_template") else None)
         if self._retention is not None:
             await self._retention.note(record)
         return namespace_to_proto(record)

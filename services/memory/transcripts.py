@@ -69,6 +69,7 @@ class SessionRecord:
     # When retention last removed its workspace (retention.py): a sweep names it again only
     # once it was used after that.
     workspace_removed_at: float = 0.0
+    sandbox_template: str = ""  # "": the namespace's (docs/tools.md#sandbox-templates)
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -90,6 +91,7 @@ class SessionRecord:
             "step_before": list(self.step_before),
             "created_by": self.created_by,
             "workspace_removed_at": self.workspace_removed_at,
+            "sandbox_template": self.sandbox_template,
         }
 
     @classmethod
@@ -113,6 +115,7 @@ class SessionRecord:
             step_before=list(p.get("step_before") or []),
             created_by=str(p.get("created_by") or ""),
             workspace_removed_at=float(p.get("workspace_removed_at", 0.0)),
+            sandbox_template=str(p.get("sandbox_template") or ""),
         )
 
 
@@ -125,6 +128,7 @@ class SessionChanges:
     tools: ToolPolicy | None = None
     # (name, version) of the named agent a turn runs, set by StartTurn (agents.py).
     agent: tuple[str, int] | None = None
+    sandbox_template: str | None = None
 
 
 @dataclass
@@ -271,6 +275,8 @@ class Transcripts:
         validate_id(session_id)
         if changes.model is not None and len(changes.model) > 200:
             raise InvalidArgument("model is longer than 200 characters")
+        if changes.sandbox_template is not None and len(changes.sandbox_template) > 63:
+            raise InvalidArgument("sandbox_template is longer than 63 characters", field="sandbox_template")
         if changes.permission_mode is not None:
             validate_permission_mode(changes.permission_mode)
         if changes.tools is not None:
@@ -288,6 +294,8 @@ class Transcripts:
                 session.tools_allow, session.tools_deny = list(changes.tools.allow), list(changes.tools.deny)
             if changes.agent is not None:
                 session.agent, session.agent_version = changes.agent
+            if changes.sandbox_template is not None:
+                session.sandbox_template = changes.sandbox_template
             await self._store.put_session(session.payload())
             return session
 

@@ -32,6 +32,9 @@ class CallContext:
     call_id: str
     # The caller's upper bound in seconds (ExecuteRequest.timeout_s); 0 means none.
     caller_timeout_s: float = 0.0
+    # The sandbox template command tools run in ("": default; sandbox/templates.py), checked by the core.
+    sandbox_template: str = ""
+    isolation: str = ""  # "call" | "session" over the template's; "": the template's
 
 
 ToolFunc = Callable[[CallContext, dict[str, Any]], Awaitable[ToolOutcome]]

@@ -5,7 +5,9 @@ the session's persistent interpreter."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +17,16 @@ from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, Executor, S
 from agentmesh.tools.settings import SandboxLimits
 
 if TYPE_CHECKING:
+    from agentmesh.tools.sandbox.per_template import TemplateSandboxes
     from agentmesh.tools.sandbox.session import SessionSandboxes
 
+# What programs print when they find no network: name resolution (libc, curl, git, pip, npm,
+# Node) and connecting (errno texts, Python's and requests' wording).
+OFFLINE = re.compile(
+    r"Temporary failure in name resolution|Could not resolve host|Name or service not known|"
+    r"getaddrinfo (?:ENOTFOUND|EAI_AGAIN)|EAI_AGAIN|Network is unreachable|No route to host|"
+    r"Failed to establish a new connection|nodename nor servname|Could not resolve hostname|"
+    r"unable to access '[^']*': Could not resolve", re.IGNORECASE)
 MAX_COMMAND_CHARS = 100_000  # argv strings are capped by the kernel at 128 KiB each
 
 
@@ -32,9 +42,11 @@ def program_text(args: dict[str, Any], key: str) -> str:
 
 class CommandTools:
     def __init__(self, executor: Executor, limits: SandboxLimits, network: bool = False, max_concurrent: int = 32,
-                 kernel: SessionSandboxes | None = None):
+                 kernel: SessionSandboxes | None = None, sandboxes: TemplateSandboxes | None = None):
         self._executor = executor
         self._kernel = kernel
+        # The deployment's templates: a call naming one runs in that template's executor.
+        self._sandboxes = sandboxes
         self._limits = limits
         self._network = network
         # Bounds the jails (or Jobs) one replica runs at once, so a burst of calls queues here
@@ -87,31 +99,59 @@ class CommandTools:
             python,
         ]
 
+    def _offline_hint(self, ctx: CallContext, egress: bool, outcome: ToolOutcome) -> ToolOutcome:
+        """A failed call that looks like it wanted the network, in a sandbox without one, says
+        which template (or setting) would allow it."""
+        if egress or self._network or not outcome.is_error or not OFFLINE.search(outcome.stdout + outcome.stderr):
+            return outcome
+        name = ctx.sandbox_template or "default"
+        egress_templates = [t.name for t in self._sandboxes.templates.all() if t.egress] if self._sandboxes else []
+        choice = (f"a template with `network: egress` would allow it: {', '.join(egress_templates)} (chosen for the "
+                  "agent, the session or the namespace)" if egress_templates else
+                  "this deployment defines no template with `network: egress`; one in AGENTMESH_SANDBOX_TEMPLATES "
+                  "(Helm: sandbox.templates) would allow it")
+        outcome.output += f"\n[the sandbox has no network (template {name!r}, network: none); {choice}]"
+        outcome.data["network"] = "none"
+        return outcome
+
+    def _sandbox(self, ctx: CallContext) -> tuple[Executor, SessionSandboxes | None, bool]:
+        """The call's executor, its session sandboxes (None: a fresh sandbox per call), and
+        whether its template has egress."""
+        if self._sandboxes is None or not (ctx.sandbox_template or ctx.isolation):
+            return self._executor, self._kernel, False
+        template = self._sandboxes.template(ctx.sandbox_template)
+        if ctx.isolation and ctx.isolation != template.isolation:
+            template = dataclasses.replace(template, isolation=ctx.isolation)
+        return self._sandboxes.executor(template), self._sandboxes.kernel(template), template.egress
+
     async def shell(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
         return await self._run(ctx, ("/bin/sh", "-c", program_text(args, "command")), args.get("timeout_s"))
 
     async def python(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
-        if self._kernel is not None:
+        if self._sandbox(ctx)[1] is not None:
             return await self._cell(ctx, args)
+        if args.get("code") is None:
+            raise ToolFailure("invalid_arguments", "give `code` to run")
         return await self._run(ctx, ("python3", "-c", program_text(args, "code")), args.get("timeout_s"))
 
     async def _cell(self, ctx: CallContext, args: dict[str, Any]) -> ToolOutcome:
-        assert self._kernel is not None
+        _, kernel, egress = self._sandbox(ctx)
+        assert kernel is not None
         code = program_text(args, "code") if args.get("code") is not None else ""
         if args.get("restart"):
-            await self._kernel.restart_kernel(ctx.session_id)
+            await kernel.restart_kernel(ctx.session_id)
             if not code.strip():
                 return ToolOutcome(output="The Python interpreter was restarted: every variable is cleared.")
         elif not code.strip():
             raise ToolFailure("invalid_arguments", "give `code` to run (or `restart: true` to clear the interpreter)")
         timeout = self.effective_timeout(args.get("timeout_s"), ctx.caller_timeout_s)
         spec = CommandSpec(session_id=ctx.session_id, call_id=ctx.call_id, argv=(), timeout_s=timeout,
-                           network=self._network)
+                           network=self._network or egress, egress=egress)
         try:
-            cell = await self._kernel.run_cell(spec, code)
+            cell = await kernel.run_cell(spec, code)
         except SandboxUnavailable as exc:
             return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")
-        outcome = command_outcome(cell.result)
+        outcome = self._offline_hint(ctx, egress, command_outcome(cell.result))
         if cell.figures:
             outcome.output += "\n[figures saved: " + ", ".join(cell.figures) + "]"
             outcome.data["figures"] = cell.figures
@@ -125,6 +165,7 @@ class CommandTools:
 
     async def _run(self, ctx: CallContext, argv: tuple[str, ...], requested_timeout: float | None) -> ToolOutcome:
         timeout = self.effective_timeout(requested_timeout, ctx.caller_timeout_s)
+        executor, _, egress = self._sandbox(ctx)
         started = time.monotonic()
         try:
             if self._slots.locked():  # only then wait, under the call's time limit (a task more)
@@ -141,13 +182,14 @@ class CommandTools:
         try:
             # Time spent waiting for a slot comes out of the call's own budget.
             remaining = max(timeout - (time.monotonic() - started), 0.1)
-            spec = CommandSpec(session_id=ctx.session_id, call_id=ctx.call_id, argv=argv, timeout_s=remaining, network=self._network)
-            result = await self._executor.run(spec)
+            spec = CommandSpec(session_id=ctx.session_id, call_id=ctx.call_id, argv=argv, timeout_s=remaining,
+                               network=self._network or egress, egress=egress)
+            result = await executor.run(spec)
         except SandboxUnavailable as exc:
             return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")
         finally:
             self._slots.release()
-        return command_outcome(result)
+        return self._offline_hint(ctx, egress, command_outcome(result))
 
 
 def command_outcome(result: CommandResult) -> ToolOutcome:

@@ -23,6 +23,8 @@ from agentmesh.tools.catalog import CallContext, ChangingProvider, Tool, ToolPro
 from agentmesh.tools.catalog_version import CatalogVersions
 from agentmesh.tools.images import store_images
 from agentmesh.tools.results import ToolFailure, ToolOutcome
+from agentmesh.tools.sandbox.per_template import TemplateSandboxes, unknown_template
+from agentmesh.tools.sandbox.templates import TemplateSet
 from agentmesh.tools.workspace import Workspaces
 
 log = get_logger("agentmesh.tools")
@@ -57,6 +59,10 @@ class ToolService:
         self.max_image_bytes = max_image_bytes
         # With AGENTMESH_SANDBOX_ISOLATION=session: the sessions' long-lived jails, ended with their workspace.
         self.session_sandboxes: SessionEnder | None = None
+        # The deployment's sandbox templates: a call naming another is refused (None: not checked).
+        self.templates: TemplateSet | None = None
+        # Their executors (sandbox/per_template.py), closed with the service; None: only the default one.
+        self.sandboxes: TemplateSandboxes | None = None
         # The sessions with background state, streamed by WatchBackground (none without background commands).
         self.background_sessions = background.sessions if background is not None else BackgroundSessions()
         # Changes with every change of any catalog (WatchCatalog), so callers can keep listings.
@@ -118,9 +124,14 @@ class ToolService:
 
     async def execute(
         self, session_id: str, call_id: str, name: str, arguments_json: str, timeout_s: float = 0.0,
-        namespace: str = "", mcp_version: float | None = None,
+        namespace: str = "", mcp_version: float | None = None, sandbox_template: str = "", isolation: str = "",
     ) -> ToolOutcome:
         validate_id(session_id, "session_id")
+        if sandbox_template and self.templates is not None and self.templates.get(sandbox_template) is None:
+            raise unknown_template(self.templates, sandbox_template)
+        if isolation not in ("", "call", "session"):
+            raise InvalidArgument(f"isolation must be call or session (or empty: the template's), got {isolation[:40]!r}",
+                                  field="isolation")
         if namespace:
             validate_namespace(namespace)
         if len(call_id) > MAX_CALL_ID_CHARS:
@@ -135,7 +146,7 @@ class ToolService:
 
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(session_id=session_id, call_id=call_id, tool=name):
-            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s), name, arguments_json, namespace,
+            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s, sandbox_template, isolation), name, arguments_json, namespace,
                                            mcp_version)
             if any(image.data for image in outcome.images):
                 # Stored once in the workspace; the result carries references, not bytes.

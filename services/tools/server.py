@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 import grpc
 from opentelemetry import trace
@@ -39,6 +40,8 @@ from agentmesh.tools.mcp.wiring import (
     start_mcp_tools,
 )
 from agentmesh.tools.sandbox.base import Executor
+from agentmesh.tools.sandbox.per_template import TemplateSandboxes
+from agentmesh.tools.sandbox.templates import SandboxTemplate
 from agentmesh.tools.search_tools import SearchTools
 from agentmesh.tools.settings import ToolsSettings
 from agentmesh.tools.tenancy import SessionTenants
@@ -76,6 +79,11 @@ class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
         return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in specs], catalog_version=version)
 
     @translate_errors
+    async def ListSandboxTemplates(self, request, context):
+        templates = self._core.templates.all() if self._core.templates is not None else []
+        return tools_pb2.ListSandboxTemplatesResponse(templates=[tools_pb2.SandboxTemplate(**t.as_dict()) for t in templates])
+
+    @translate_errors
     async def WatchCatalog(self, request, context):
         async for version in self._core.versions.watch():
             yield tools_service_pb2.CatalogVersion(version=version)
@@ -95,7 +103,8 @@ class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
         await self._session(request.session_id, "Execute", grows=True)
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s,
-            namespace=request.namespace, mcp_version=_version(request),
+            namespace=request.namespace, mcp_version=_version(request), sandbox_template=request.sandbox_template,
+            isolation=request.isolation,
         )
         return tools_service_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
 
@@ -224,15 +233,19 @@ def make_executor(settings: ToolsSettings, workspaces: Workspaces, telemetry: Te
     if settings.isolation == "session":
         from agentmesh.tools.sandbox.session import SessionSandboxes
 
-        return SessionSandboxes(jail, settings.session_idle_s, network=settings.command_network)
+        return SessionSandboxes(jail, settings.session_idle_s, network=settings.command_network, egress=settings.egress)
     return jail
 
 
 def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspaces, tracer: trace.Tracer | None = None,
-               extra_providers: tuple = ()) -> ToolService:
+               extra_providers: tuple = (), build_executor: Callable[[SandboxTemplate], Executor] | None = None,
+               ) -> ToolService:
+    """`build_executor`: how an executor for another sandbox template is made (None: calls naming
+    one run in `executor` alike, after the name is checked)."""
     from agentmesh.tools.sandbox.session import SessionSandboxes
 
     sessions = executor if isinstance(executor, SessionSandboxes) else None
+    sandboxes = TemplateSandboxes(settings.templates, executor, build_executor or (lambda template: executor))
     # In a session sandbox a background command runs in the session's jail (a server it starts is
     # on the loopback of later calls), and its output can be read while it runs.
     background = BackgroundCommands(executor, max_per_session=settings.background_per_session,
@@ -240,7 +253,7 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                                     peek=sessions.peek if sessions is not None else None)
     providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network,
-                     max_concurrent=settings.max_concurrent_sandboxes, kernel=sessions),
+                     max_concurrent=settings.max_concurrent_sandboxes, kernel=sessions, sandboxes=sandboxes),
         FileTools(workspaces, settings.max_file_read_bytes, settings.workspace_quota,
                   max_image_bytes=settings.max_image_bytes),
         SearchTools(workspaces),
@@ -252,7 +265,9 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
     core = ToolService(providers, workspaces, settings.max_arguments_bytes,
                        background=background if settings.background_per_session else None,
                        max_image_bytes=settings.max_image_bytes)
-    core.session_sandboxes = sessions if sessions is not None else _session_pods(executor)
+    core.session_sandboxes = sandboxes
+    core.templates = settings.templates
+    core.sandboxes = sandboxes
     return core
 
 
@@ -288,7 +303,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
 
         owner = jail_host_identity(tools_settings)
     workspaces = Workspaces(tools_settings.workspace_root, owner)
-    executor = make_executor(tools_settings, workspaces, telemetry)
+    executor = make_executor(tools_settings.for_template(tools_settings.templates.default), workspaces, telemetry)
     if (session_pods := _session_pods(executor)) is not None:
         session_pods.start()  # the warm pool fills before the first session asks
     from agentmesh.tools.sandbox.session import SessionSandboxes
@@ -322,7 +337,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         workdirs=connections.root / "namespaces", legacy_dir=connections.root / "namespaces", tracer=telemetry.tracer,
         sandbox=connections.sandbox)
     namespaces.start_migration()
-    core = build_core(tools_settings, executor, workspaces, telemetry.tracer, extra_providers=extra)
+    core = build_core(tools_settings, executor, workspaces, telemetry.tracer, extra_providers=extra,
+                      build_executor=lambda template: make_executor(tools_settings.for_template(template), workspaces,
+                                                                    telemetry))
     core.namespaces = namespaces
     # An Execute request is bounded by its arguments (max_arguments_bytes), an upload by
     # max_upload_bytes; the rest is small. Twice the larger still reaches the service, which
@@ -333,6 +350,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     # on_stop callbacks run in reverse: the executor closes last, after everything that still
     # uses it (background commands, MCP server pods) has stopped.
     host.on_stop(executor.close)
+    if core.sandboxes is not None:
+        host.on_stop(core.sandboxes.close)  # the other templates' executors
     tenants = None
     if settings.auth_policy.enforced:
         tenants = SessionTenants(memory, settings.auth_policy, workspaces, host.audit)

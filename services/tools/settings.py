@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -9,10 +10,26 @@ from pathlib import Path
 
 from agentmesh.config import EnvSection, Settings, env, load, referenced_environment, section
 from agentmesh.tools.quota import WorkspaceQuota
+from agentmesh.tools.sandbox.templates import DEFAULT_TEMPLATE, SandboxTemplate, TemplateSet, load_templates_file
 
 MIB = 1024 * 1024
 # MCP server entries may refer to variables of this family (secrets from a Kubernetes Secret).
 SECRET_PREFIX = "AGENTMESH_MCP_SECRET_"
+
+
+def parse_egress_allow(raw: str) -> tuple[str, ...]:
+    allowed = []
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        try:
+            network = ipaddress.IPv4Network(item, strict=False)
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IPv4 address or block such as 10.1.2.3 or 10.20.0.0/16") from None
+        if network.is_loopback:
+            raise ValueError(f"{item!r} is loopback: an egress sandbox's loopback is its own, never the host's")
+        allowed.append(str(network))
+    return tuple(allowed)
 
 
 @dataclass(frozen=True)
@@ -116,10 +133,19 @@ class ToolsSettings(EnvSection):
     # session, each call a fresh process in it, `python` a persistent interpreter (sandbox/session.py);
     # with AGENTMESH_SANDBOX=kubernetes one pod per session, calls through pods/exec (sandbox/k8s_session.py).
     isolation: str = env("AGENTMESH_SANDBOX_ISOLATION", "call", choices=("call", "session"))
+    # Named sandbox templates (sandbox/templates.py): a YAML or JSON file; "" = only `default`,
+    # today's sandbox from the settings above and below.
+    templates_file: tuple[tuple[str, dict[str, str]], ...] = env("AGENTMESH_SANDBOX_TEMPLATES", (),
+                                                                 parse=load_templates_file)
     # A session sandbox with no call for this long is ended; the next call starts a new one on the same workspace.
     session_idle_s: float = env("AGENTMESH_SANDBOX_SESSION_IDLE_S", 600.0, minimum=0.1)
     # Per-call network for command tools (the jail has none by default).
     command_network: bool = env("AGENTMESH_SANDBOX_NETWORK", False)
+    # Set by for_template for a `network: egress` template's executor (a session jail's network).
+    egress: bool = False
+    # IPv4 blocks an egress template's jail may reach although they are not public ("10.1.2.3",
+    # "10.20.0.0/16": a package mirror or proxy); loopback stays the jail's own.
+    egress_allow: tuple[str, ...] = env("AGENTMESH_SANDBOX_EGRESS_ALLOW", (), parse=parse_egress_allow)
     # When the service runs as root, the host uid/gid jailed programs run as (outside their user
     # namespace). Root's own uid would exempt them from the process-count limit and let them read
     # root-only files that are visible in the jail.
@@ -150,6 +176,29 @@ class ToolsSettings(EnvSection):
         """The session workspace quota every executor, the file tools and uploads hold to: built
         here once, from workspace_quota_bytes and workspace_quota_files, so no part can hold to another figure."""
         return WorkspaceQuota(self.workspace_quota_bytes, self.workspace_quota_files)
+
+    @cached_property
+    def templates(self) -> TemplateSet:
+        """The deployment's sandbox templates: `default` is the sandbox the settings describe."""
+        pod = self.kubernetes
+        memory = pod.memory_limit if self.mode == "kubernetes" else f"{self.limits.memory_bytes // MIB}Mi"
+        default = SandboxTemplate(
+            DEFAULT_TEMPLATE, image=pod.image, cpu=pod.cpu_limit, memory=memory,
+            disk_quota=f"{self.workspace_quota_bytes // MIB}Mi", runtime_class=pod.runtime_class,
+            network="none", isolation=self.isolation, description="the deployment's sandbox",
+        )
+        return TemplateSet(default, self.templates_file)
+
+    def for_template(self, template: SandboxTemplate) -> ToolsSettings:
+        """These settings with `template`'s sizes, image and runtime class: what an executor of
+        that template is built from."""
+        memory = template.memory_bytes
+        pod = replace(self.kubernetes, image=template.image, cpu_limit=template.cpu,
+                      runtime_class=template.runtime_class,
+                      memory_limit=template.memory if self.mode == "kubernetes" else f"{memory // MIB}Mi")
+        return replace(self, limits=replace(self.limits, memory_bytes=memory), kubernetes=pod,
+                       workspace_quota_bytes=template.disk_quota_bytes, isolation=template.isolation,
+                       egress=template.egress)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolsSettings:

@@ -59,7 +59,7 @@ class FakeTools:
         return [ToolSpec(name, f"the {name} tool", OBJECT) for name in self.handlers]
 
     async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
-                      mcp_version: float | None = None) -> ToolOutcome:
+                      mcp_version: float | None = None, sandbox_template: str = "", isolation: str = "") -> ToolOutcome:
         self.calls.append(call)
         self.started[call.name].set()
         try:

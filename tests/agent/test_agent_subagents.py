@@ -57,7 +57,7 @@ class WorkspaceTools(FakeTools):
         self.workspaces: list[str] = []
 
     async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
-                      mcp_version: float | None = None) -> ToolOutcome:
+                      mcp_version: float | None = None, sandbox_template: str = "", isolation: str = "") -> ToolOutcome:
         self.workspaces.append(session_id)
         return await super().execute(session_id, call)
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from agentmesh.agent.loop.run import TurnRequest
 from agentmesh.agent.loop.session_open import NamedAgent, OpenedSession, SessionToOpen, resolve
 from agentmesh.toolpolicy import ToolPolicy
@@ -59,3 +61,22 @@ def test_a_named_agent_narrows_the_turn_and_never_widens_it():
     stray = OpenedSession(namespace="team", created=False, agent=NamedAgent(name="x", version=1, instructions="x",
                                                                               model="unknown"))
     assert resolve(turn(), stray, MODELS).model == ""
+
+
+def test_the_sandbox_template_is_the_agents_else_the_namespaces():
+    opened = OpenedSession(namespace="team", created=False, namespace_sandbox_template="data")
+    resolved = resolve(turn(), opened, MODELS)
+    assert (resolved.sandbox_template, resolved.isolation) == ("data", "")
+    agent = NamedAgent(name="scraper", version=1, instructions="x", sandbox_template="web", isolation="session")
+    with_agent = OpenedSession(namespace="team", created=False, namespace_sandbox_template="data", agent=agent)
+    resolved = resolve(turn(), with_agent, MODELS)
+    assert (resolved.sandbox_template, resolved.isolation) == ("web", "session")
+    # An agent that names none keeps the namespace's.
+    plain = OpenedSession(namespace="team", created=False, namespace_sandbox_template="data",
+                          agent=NamedAgent(name="plain", version=1, instructions="x"))
+    assert resolve(turn(), plain, MODELS).sandbox_template == "data"
+    assert resolve(turn(), OpenedSession(namespace="team", created=False), MODELS).sandbox_template == ""
+    # The session's own is over the namespace's, the agent's over both.
+    own = OpenedSession(namespace="team", created=False, namespace_sandbox_template="data", sandbox_template="mine")
+    assert resolve(turn(), own, MODELS).sandbox_template == "mine"
+    assert resolve(turn(), dataclasses.replace(own, agent=agent), MODELS).sandbox_template == "web"

@@ -64,6 +64,11 @@ def test_with_everything_present_it_changes_nothing(bare_path):
     if not bwrap:
         pytest.skip("this machine has no bubblewrap")
     (bare_path / "bwrap").symlink_to(bwrap)
+    for tool in ("slirp4netns", "ip"):  # egress's helpers (their absence is tested with bwrap's)
+        found = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
+        if not found:
+            pytest.skip(f"this machine has no {tool}")
+        (bare_path / tool).symlink_to(found)
     calls = bare_path / "apt-get-calls"
     fake = bare_path / "apt-get"
     fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')

@@ -91,3 +91,21 @@ def test_mcp_secrets_are_one_projected_directory_of_the_tools_pods():
 def test_the_schema_refuses_mcp_secrets_it_cannot_mount(secrets):
     with pytest.raises(helm_python.HelmError):
         render({"tools": {"mcpSecrets": secrets}})
+
+
+def test_sandbox_templates_are_mounted_into_the_tools_service_only():
+    templates = {"data": {"image": "ghcr.io/agentmesh/agentmesh-sandbox-data:1", "memory": "4Gi", "isolation": "session"},
+                 "web": {"network": "egress"}}
+    rendered = render({"sandbox": {"templates": templates}})
+    config = rendered.get("ConfigMap", f"{RELEASE}-sandbox-templates")
+    assert json.loads(config["data"]["templates.json"]) == {"templates": templates}
+    [container] = rendered.deployment("tools")["spec"]["template"]["spec"]["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "sandbox-templates")
+    assert container_env(container)["AGENTMESH_SANDBOX_TEMPLATES"] == mount["mountPath"] + "/templates.json"
+    agent = rendered.deployment("agent")["spec"]["template"]["spec"]["containers"][0]
+    assert "AGENTMESH_SANDBOX_TEMPLATES" not in container_env(agent)
+    plain = render()
+    assert plain.find("ConfigMap", f"{RELEASE}-sandbox-templates") is None
+    for bad in ({"Data": {}}, {"web": {"network": "open"}}, {"x": {"memory": "lots"}}, {"x": {"colour": "red"}}):
+        with pytest.raises(helm_python.HelmError):
+            render({"sandbox": {"templates": bad}})

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import grpc
@@ -117,3 +119,35 @@ async def test_a_server_that_cannot_start_is_reported_with_its_own_reason(home):
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert ("MCP server 'broken' was not added: it did not start: its process ended: broken-server: cannot read "
             "/etc/broken-server.toml (No such file)") in refused.value.details()
+
+
+async def test_a_server_in_a_virtual_environment_under_opt_answers_without_mounts(home):
+    try:
+        base = Path(tempfile.mkdtemp(prefix="agentmesh-mcp-", dir="/opt"))
+    except OSError:
+        pytest.skip("/opt is not writable here")
+    try:
+        base.chmod(0o755)
+        script = venv_with_the_time_server(base)
+        env = {"AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"time": {"command": str(script)}})}
+        async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
+            result = await execute(stack, "time__get_current_time", {"timezone": "UTC"})
+        assert not result.is_error, result.output
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_a_server_installed_the_pipx_way_answers_by_its_name(home, monkeypatch):
+    # pipx keeps one venv per application under $PIPX_HOME/venvs and links its console script
+    # into a bin directory on PATH: the entry names only the command.
+    venvs = home / "pipx" / "venvs" / "mcp-server-time"
+    venvs.mkdir(parents=True)
+    script = venv_with_the_time_server(venvs)
+    bin_dir = home / "local-bin"
+    bin_dir.mkdir()
+    (bin_dir / "mcp-server-time").symlink_to(script)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    env = {"AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"time": {"command": "mcp-server-time"}})}
+    async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
+        result = await execute(stack, "time__get_current_time", {"timezone": "UTC"})
+    assert not result.is_error, result.output

@@ -91,6 +91,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # `agentmesh tools list|run` is a user's direct call; the agent runs the model's calls;
         # the gateway serves the catalog on its public API (GET /v1/tools).
         "ListTools": _allow("agent", "gateway", USERS),
+        # `agentmesh sandbox templates`, a user's direct call as `tools list` is; the gateway may serve them too.
+        "ListSandboxTemplates": _allow("gateway", USERS),
         # The agent keeps each namespace's catalog while its version holds (no listing per turn).
         "WatchCatalog": _allow("agent"),
         # ...and knows which sessions have background commands to collect (no call per turn).

@@ -100,6 +100,7 @@ REQUIRED_ROLES: Mapping[str, str] = {
     # Tools and workspaces: `agentmesh tools list|run`, and every tool call of a turn.
     "ListTools": "viewer",
     "WatchCatalog": "viewer",
+    "ListSandboxTemplates": "viewer",
     "Execute": "member",
     "ListWorkspace": "viewer",
     "ReadWorkspaceFile": "viewer",

@@ -323,7 +323,8 @@ def named_agent(info: agents_pb2.AgentInfo) -> NamedAgent:
                       tools=ToolPolicy(tuple(spec.tools.allow), tuple(spec.tools.deny)),
                       permission_mode=spec.permission_mode, approvals=frozenset(spec.approvals),
                       max_steps=spec.max_steps, token_budget=spec.token_budget, skills=tuple(spec.skills),
-                      mcp_servers=tuple(spec.mcp_servers))
+                      mcp_servers=tuple(spec.mcp_servers),
+                      sandbox_template=spec.sandbox_template, isolation=spec.isolation)
 
 
 def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2.NamespaceSettings,
@@ -334,7 +335,8 @@ def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2
         permission_mode=session.permission_mode,
         tools=ToolPolicy(tuple(session.tools.allow), tuple(session.tools.deny)),
         namespace_tools=ToolPolicy(tuple(settings.tools.allow), tuple(settings.tools.deny)),
-        mcp_servers_version=settings.mcp_servers_version)
+        mcp_servers_version=settings.mcp_servers_version, namespace_sandbox_template=settings.sandbox_template,
+        sandbox_template=session.sandbox_template)
 
 
 def _learned(reply: memory_service_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:

@@ -80,10 +80,11 @@ class GrpcToolRunner:
         return Listing([tool_spec_from_proto(s) for s in reply.tools], reply.catalog_version)
 
     async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
-                      mcp_version: float | None = None) -> ToolOutcome:
+                      mcp_version: float | None = None, sandbox_template: str = "", isolation: str = "") -> ToolOutcome:
         request = tools_service_pb2.ExecuteRequest(session_id=session_id, call_id=call.call_id, name=call.name,
                                            arguments_json=call.arguments_json, namespace=namespace,
-                                           mcp_servers_version=mcp_version)
+                                           mcp_servers_version=mcp_version, sandbox_template=sandbox_template,
+                                           isolation=isolation)
         try:
             reply = await self._execute(request)
         except grpc.aio.AioRpcError as err:

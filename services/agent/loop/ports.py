@@ -45,8 +45,8 @@ class ToolRunner(Protocol):
         ...
 
     async def execute(self, session_id: str, call: ToolCall, namespace: str = "", *,
-                      mcp_version: float | None = None) -> ToolOutcome:
-        """Run one call. Tool failures and outages come back as an error outcome, never raised;
+                      mcp_version: float | None = None, sandbox_template: str = "", isolation: str = "") -> ToolOutcome:
+        """Run one call (command tools in `sandbox_template` with `isolation`; "": the defaults). Tool failures and outages come back as an error outcome, never raised;
         cancelling the awaiting task cancels the call (and kills its sandboxed process)."""
         ...
 

@@ -504,4 +504,6 @@ class TurnRun:
             return ToolOutcome.error(call, "not_found", f"error: there is no tool named {call.name!r}; available: {available}")
         # A sub-agent's tools work in its root session's workspace, so files are shared.
         return await self.agent.tools.execute(workspace_of(self.request), call, self.request.namespace,
-                                              mcp_version=self.request.mcp_servers_version)
+                                              mcp_version=self.request.mcp_servers_version,
+                                              sandbox_template=self.request.sandbox_template,
+                                              isolation=self.request.isolation)

@@ -62,6 +62,10 @@ class NamedAgent:
     # Sampling parameters for every model call of its turns, over the catalogue model's; None: those.
     temperature: float | None = None
     top_p: float | None = None
+    # The sandbox its command tools run in: a template name over the namespace's, and "call" |
+    # "session" over the template's isolation ("": not chosen).
+    sandbox_template: str = ""
+    isolation: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class OpenedSession:
     namespace_tools: ToolPolicy = field(default_factory=ToolPolicy)
     mcp_servers_version: float | None = None  # None: not read
     agent: NamedAgent | None = None  # the named agent the turn asked for
+    namespace_sandbox_template: str = ""  # "": the deployment's default
+    sandbox_template: str = ""  # the session's own, over the namespace's
 
 
 def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Container[str]) -> "TurnRequest":
@@ -94,6 +100,7 @@ def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Contain
                                            opening.deployment_permission_mode),
         tool_policies=(*layers, *request.tool_policies),
         mcp_servers_version=opened.mcp_servers_version,
+        sandbox_template=request.sandbox_template or opened.sandbox_template or opened.namespace_sandbox_template,
         opening=None,
     )
     return with_agent(resolved, opened.agent) if opened.agent else resolved
@@ -116,6 +123,8 @@ def with_agent(request: "TurnRequest", agent: NamedAgent) -> "TurnRequest":
         approval_tools=request.approval_tools | agent.approvals,
         tool_policies=(*request.tool_policies, agent.tools) if agent.tools.allow or agent.tools.deny
         else request.tool_policies,
+        sandbox_template=agent.sandbox_template or request.sandbox_template,
+        isolation=agent.isolation or request.isolation,
         max_iterations=tighter(request.max_iterations, agent.max_steps),
         token_budget=tighter(request.token_budget, agent.token_budget),
     )

@@ -62,6 +62,11 @@ class TurnRequest:
     images: tuple[GivenImage, ...] = ()
     # The named agent the turn runs (session_open.with_agent applied it); None: none.
     agent: NamedAgent | None = None
+    # The sandbox template command tools run in (the named agent's, else the namespace's; "":
+    # the deployment's default) and an isolation over the template's ("": its own); the tools
+    # service checks the name on each call.
+    sandbox_template: str = ""
+    isolation: str = ""
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:

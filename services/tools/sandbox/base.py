@@ -18,6 +18,10 @@ class CommandSpec:
     timeout_s: float
     # Network for this call; off unless the call's policy allows it.
     network: bool = False
+    # The call's template allows egress (templates.py): the internet only, never the host or
+    # private ranges — the local jail gives it a user-mode network (egress.py) instead of the
+    # host's; a pod is labelled for the chart's egress NetworkPolicy as with `network`.
+    egress: bool = False
     # Extra environment (only TRACEPARENT today); everything else is a fixed clean set.
     env: Mapping[str, str] = field(default_factory=dict)
 

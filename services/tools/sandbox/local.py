@@ -31,8 +31,16 @@ from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
 from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics, SandboxUnavailable
+from agentmesh.tools.sandbox.egress import (
+    EGRESS_RESOLV_CONF,
+    EgressUnavailable,
+    UserNetwork,
+    attach_network,
+    finish_network,
+)
 from agentmesh.tools.sandbox.jail_watch import JailInfo, JailWatch
 from agentmesh.tools.sandbox.process import ProcessRun, run_process
+from agentmesh.tools.sandbox.quota_results import apply_file_quota, apply_quota
 from agentmesh.tools.sandbox.seccomp import compile_filter, filter_fd
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
@@ -240,6 +248,10 @@ class LocalJail:
         return self._seccomp
 
     @property
+    def egress_allow(self) -> tuple[str, ...]:
+        return self._settings.egress_allow
+
+    @property
     def bwrap_path(self) -> str:
         return self._settings.bwrap_path
 
@@ -257,6 +269,8 @@ class LocalJail:
             f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:sandbox:{JAIL_WORKSPACE}:/bin/sh\n"
         )
         (self._etc_dir / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\n")
+        # An egress jail's name server: slirp4netns's forwarder (egress.py), not the host's.
+        (self._etc_dir / "resolv.conf").write_text(EGRESS_RESOLV_CONF)
 
     def jail_argv(
         self,
@@ -270,6 +284,7 @@ class LocalJail:
         *,
         options_fd: int,
         rlimits: bool = True,
+        block_fd: int | None = None,
     ) -> JailCommand:
         """The jail's command line, and bwrap's options for `--args options_fd` (what the caller
         must put on that descriptor). The options hold the environment (an MCP server's secrets)
@@ -281,7 +296,10 @@ class LocalJail:
         is installed) bound read-only at the same path.
 
         `rlimits=False`: the jail's program sets the limits on each process it starts instead (a
-        session sandbox's supervisor, whose own CPU time must not run out with its calls')."""
+        session sandbox's supervisor, whose own CPU time must not run out with its calls').
+
+        `block_fd`: bwrap waits for it before starting the program (an egress jail's network is
+        set up meanwhile, egress.py)."""
         limits = self._limits
         argv = []
         if self._host_identity:
@@ -305,9 +323,16 @@ class LocalJail:
             options += ["--info-fd", str(info_fd)]
         if seccomp_fd is not None:
             options += ["--seccomp", str(seccomp_fd)]
-        if not spec.network:
+        # An egress jail has a network namespace of its own (a user-mode network, egress.py);
+        # only AGENTMESH_SANDBOX_NETWORK shares the host's.
+        host_network = spec.network and not spec.egress
+        if not host_network:
             options.append("--unshare-net")
-        options += self._system_binds[spec.network]
+        if block_fd is not None:
+            options += ["--block-fd", str(block_fd)]
+        options += self._system_binds[host_network]
+        if spec.egress:
+            options += ["--ro-bind", str(self._etc_dir / "resolv.conf"), "/etc/resolv.conf"]
         options += [
             "--ro-bind", str(self._etc_dir / "passwd"), "/etc/passwd",
             "--ro-bind", str(self._etc_dir / "group"), "/etc/group",
@@ -368,11 +393,20 @@ class LocalJail:
             seccomp_fd = filter_fd(self._seccomp) if self._seccomp else None
             span.set_attribute("agentmesh.sandbox.seccomp", seccomp_fd is not None)
             options_fd = -1
+            network: UserNetwork | None = None
+            attach: asyncio.Task[None] | None = None
             try:
+                if spec.egress:
+                    network = UserNetwork(allowed=self._settings.egress_allow)
                 options_fd = os.memfd_create("bwrap-options", os.MFD_CLOEXEC)
-                command = self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd, file_size, options_fd=options_fd)
+                command = self.jail_argv(workspace, jailed, info.write_fd, seccomp_fd, file_size, options_fd=options_fd,
+                                         block_fd=network.block_fd if network else None)
                 command.write_options(options_fd)
-                passed = (info.write_fd, options_fd) if seccomp_fd is None else (info.write_fd, options_fd, seccomp_fd)
+                passed: tuple[int, ...] = (info.write_fd, options_fd) if seccomp_fd is None else (
+                    info.write_fd, options_fd, seccomp_fd)
+                if network is not None:
+                    passed += (network.block_fd,)
+                    attach = asyncio.create_task(attach_network(network, info))
                 run = await run_process(
                     command.argv,
                     env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
@@ -383,11 +417,14 @@ class LocalJail:
                     pass_fds=passed,
                     killer=info.kill,
                 )
+            except EgressUnavailable as exc:
+                return CommandResult(exit_code=-1, stdout="", stderr="", error_kind="sandbox_error", detail=str(exc))
             finally:
                 if options_fd >= 0:
                     os.close(options_fd)
                 if seccomp_fd is not None:
                     os.close(seccomp_fd)
+                network_failure = await finish_network(network, attach)
                 watch.cancel()
                 loop.remove_reader(info.read_fd)
                 info.close()
@@ -395,7 +432,9 @@ class LocalJail:
                 # bwrap reports the jail's init right after cloning it: the jail exists.
                 self._metrics.record_sandbox_wait(info.reported_at - asked, "local")
             result = interpret(run, spec, self._limits)
-            if guard.exceeded == "memory":
+            if network_failure:
+                result.exit_code, result.error_kind, result.detail = -1, "sandbox_error", network_failure
+            elif guard.exceeded == "memory":
                 result.error_kind = "oom"
                 result.detail = (
                     f"the sandbox's processes together used more than {self._limits.memory_bytes // 2**20} MiB "
@@ -417,48 +456,6 @@ class LocalJail:
 
     async def close(self) -> None:
         self._meter.close()
-
-
-def apply_quota(
-    result: CommandResult, quota: WorkspaceQuota, used_before: int, used_after: int, lowered_file_limit: bool, *, stopped: bool
-) -> None:
-    """Say `disk_quota` when the workspace quota is what ended the call, or what it ran into.
-
-    `stopped`: the watch killed the jail for it. `lowered_file_limit`: the per-file limit was cut
-    to what the quota left, so a file-size stop means the quota. Otherwise a call that ended on its
-    own but grew the workspace to its quota or past it (a writer cut at the per-file limit whose
-    shell went on, a write between two looks of the watch) says so.
-    What was written stays: deleting some of it would be a guess at which files matter; the next
-    call's per-file limit is 0 and file tools refuse to add, until the session frees space.
-    """
-    if stopped:
-        result.error_kind = "disk_quota"
-        result.detail = quota.exceeded_detail(used_after, stopped=True)
-    elif result.error_kind == "file_size_limit" and lowered_file_limit:
-        result.error_kind = "disk_quota"
-        result.detail = quota.file_limit_detail(used_before)
-    elif not result.error_kind and used_after >= quota.limit_bytes and used_after > used_before:
-        result.error_kind = "disk_quota"
-        result.detail = quota.exceeded_detail(used_after, stopped=False)
-    else:
-        return
-    result.data.update(quota_bytes=quota.limit_bytes, usage_bytes=used_after)
-
-
-def apply_file_quota(result: CommandResult, quota: WorkspaceQuota, files_before: int, files_after: int, *,
-                     stopped: bool) -> None:
-    """Say `disk_quota` when the workspace's file limit ended the call (`stopped`), or when the
-    call, ending on its own, left more files than the limit and more than it found. No kernel
-    limit counts a directory's files, so a call may make some past the limit before the watch's
-    next look; they stay, and file tools refuse new files until the session deletes some."""
-    if stopped:
-        result.detail = quota.files_detail(files_after, stopped=True)
-    elif not result.error_kind and quota.files_over(files_after) and files_after > files_before:
-        result.detail = quota.files_detail(files_after, stopped=False)
-    else:
-        return
-    result.error_kind = "disk_quota"
-    result.data.update(quota_files=quota.limit_files, usage_files=files_after)
 
 
 def interpret(run: ProcessRun, spec: CommandSpec, limits: SandboxLimits) -> CommandResult:

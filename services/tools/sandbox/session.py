@@ -34,10 +34,9 @@ from agentmesh.tools.sandbox.local import (
     INSTALL_HINT,
     LIMIT_SIGNALS,
     LocalJail,
-    apply_file_quota,
-    apply_quota,
     clean_environment,
 )
+from agentmesh.tools.sandbox.quota_results import apply_file_quota, apply_quota
 from agentmesh.tools.sandbox.session_jail import (
     INTERRUPT_GRACE_S,
     KILL_GRACE_S,
@@ -62,7 +61,8 @@ class SessionSandboxes:
 
     name = "local-session"
 
-    def __init__(self, jail: LocalJail, idle_s: float, network: bool = False):
+    def __init__(self, jail: LocalJail, idle_s: float, network: bool = False, egress: bool = False):
+        self._egress = egress  # a template with network: egress: the jail gets a user-mode network (egress.py)
         self._jail = jail
         self._network = network  # AGENTMESH_SANDBOX_NETWORK: the whole jail has the host's network or none
         self._limits = jail.limits
@@ -97,7 +97,7 @@ class SessionSandboxes:
                 old = self._jails.pop(session_id, None)
                 if old is not None:
                     await old.close()
-                jail = SessionJail(session_id, self._jail.workspaces.ensure(session_id), self._network)
+                jail = SessionJail(session_id, self._jail.workspaces.ensure(session_id), self._network, self._egress)
                 await jail.start(self._jail)
                 self._jails[session_id] = jail
                 log.info("session sandbox started", session_id=session_id)

@@ -13,7 +13,8 @@ from typing import Any
 
 from agentmesh.logs import get_logger
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
-from agentmesh.tools.sandbox.base import CommandSpec
+from agentmesh.tools.sandbox.base import CommandSpec, SandboxUnavailable
+from agentmesh.tools.sandbox.egress import EgressUnavailable, UserNetwork, attach_network
 from agentmesh.tools.sandbox.jail_watch import JailInfo, JailWatch
 from agentmesh.tools.sandbox.local import SANDBOX_PATH, LocalJail, jail_tmpfs
 from agentmesh.tools.sandbox.seccomp import filter_fd
@@ -39,9 +40,11 @@ class JailGone(Exception):
 class SessionJail:
     """One session's running jail and its supervisor."""
 
-    def __init__(self, session_id: str, workspace: Path, network: bool = False):
+    def __init__(self, session_id: str, workspace: Path, network: bool = False, egress: bool = False):
         self.session_id = session_id
         self.network = network
+        self.egress = egress
+        self.user_network: UserNetwork | None = None
         self.workspace = workspace
         self.proc: asyncio.subprocess.Process | None = None
         self.info = JailInfo()
@@ -64,14 +67,22 @@ class SessionJail:
     async def start(self, jail: LocalJail) -> None:
         loop = asyncio.get_running_loop()
         spec = CommandSpec(session_id=self.session_id, call_id="session", timeout_s=0,
-                           argv=("python3", "-I", "-c", BOOT), network=self.network)
+                           argv=("python3", "-I", "-c", BOOT), network=self.network or self.egress, egress=self.egress)
+        if self.egress:
+            try:
+                self.user_network = UserNetwork(allowed=jail.egress_allow)
+            except EgressUnavailable as exc:
+                raise SandboxUnavailable(str(exc)) from None
         seccomp_fd = filter_fd(jail.seccomp) if jail.seccomp else None
         options_fd = os.memfd_create("bwrap-options", os.MFD_CLOEXEC)
         try:
             command = jail.jail_argv(self.workspace, spec, self.info.write_fd, seccomp_fd, options_fd=options_fd,
-                                     rlimits=False)
+                                     rlimits=False,
+                                     block_fd=self.user_network.block_fd if self.user_network else None)
             command.write_options(options_fd)
             passed = [self.info.write_fd, options_fd] + ([seccomp_fd] if seccomp_fd is not None else [])
+            if self.user_network is not None:
+                passed.append(self.user_network.block_fd)
             self.proc = await asyncio.create_subprocess_exec(
                 *command.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env={"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"},
@@ -86,6 +97,13 @@ class SessionJail:
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(SUPERVISOR_SOURCE) + "\n").encode())
         loop.add_reader(self.info.read_fd, self.info.on_readable)
+        if self.user_network is not None:
+            # The supervisor starts once the network is set up; a jail whose network could not
+            # be is killed before it runs anything, and the call says why.
+            await attach_network(self.user_network, self.info)
+            if self.user_network.failure:
+                await self.kill()
+                raise SandboxUnavailable(self.user_network.failure)
         limits = jail.limits
         # The memory and process bounds hold for the jail's whole life, the supervisor and the
         # interpreter counted in; the workspace quota is each exec call's (DiskWatch).
@@ -154,6 +172,8 @@ class SessionJail:
             await asyncio.gather(self._reader, return_exceptions=True)
         if self.proc is not None:
             await self.proc.wait()
+        if self.user_network is not None:
+            await self.user_network.close()
         self.info.close()
 
 

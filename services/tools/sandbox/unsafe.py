@@ -18,8 +18,9 @@ from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
 from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec
-from agentmesh.tools.sandbox.local import apply_quota, clean_environment, interpret, rlimit_prefix
+from agentmesh.tools.sandbox.local import clean_environment, interpret, rlimit_prefix
 from agentmesh.tools.sandbox.process import run_process
+from agentmesh.tools.sandbox.quota_results import apply_quota
 from agentmesh.tools.settings import SandboxLimits, ToolsSettings
 from agentmesh.tools.workspace import Workspaces
 
