@@ -22,6 +22,13 @@ it exits the kernel ends every process in the pod.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
+    from agentmesh.tools.sandbox.base import CommandResult
+
 QUOTA_EXIT = 122
 MARKER = "agentmesh: disk quota:"
 POLL_S = 0.1
@@ -71,3 +78,26 @@ def quota_message(log_text: str) -> str:
         if line.startswith(MARKER):
             return line[len(MARKER) :].strip()
     return ""
+
+
+async def name_pod_quota(result: CommandResult, wrapper_output: str, workspace: Path | None, used_before: int,
+                         meter: UsageMeter, quota: WorkspaceQuota) -> None:
+    """Name the quota when a pod's wrapper stopped for it (its sentence in `wrapper_output`), or the
+    call left the claim over it; a Job pod and a session pod's exec alike."""
+    if result.error_kind == "disk_quota":
+        usage = await meter.usage(workspace) if workspace is not None else 0
+        result.data.update(quota_bytes=quota.limit_bytes, usage_bytes=usage)
+        return
+    if result.error_kind:
+        return
+    wrapper_said = quota_message(wrapper_output) if result.exit_code == QUOTA_EXIT else ""
+    usage = await meter.usage(workspace) if workspace is not None else 0
+    if wrapper_said:
+        result.error_kind = "disk_quota"
+        result.detail = f"the workspace quota was reached: {wrapper_said}; delete files you no longer need (`rm`) to write again"
+    elif workspace is not None and quota.over(usage) and usage > used_before:
+        result.error_kind = "disk_quota"
+        result.detail = quota.exceeded_detail(usage, stopped=False)
+    else:
+        return
+    result.data.update(quota_bytes=quota.limit_bytes, usage_bytes=usage)

@@ -34,7 +34,7 @@ from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
 from agentmesh.tools.sandbox.k8s_exec import ExecEnd, follow
 from agentmesh.tools.sandbox.k8s_job import CONTAINER
 from agentmesh.tools.sandbox.k8s_pool import WarmPool
-from agentmesh.tools.sandbox.k8s_quota import QUOTA_EXIT, quota_message
+from agentmesh.tools.sandbox.k8s_quota import name_pod_quota
 from agentmesh.tools.sandbox.k8s_session_pod import LABEL_SANDBOX_POD, build_session_pod, call_command, session_pod_name
 from agentmesh.tools.sandbox.k8s_session_reap import last_used, mark_used, sweep_abandoned
 from agentmesh.tools.sandbox.k8s_watch import JobTracker
@@ -246,7 +246,7 @@ class KubernetesSessionPods:
                 if end.lost or end.failure:
                     await self._explain_loss(result, pod)
                     self._forget(spec.session_id, pod)
-                await self._check_quota(result, workspace, used_before)
+                await name_pod_quota(result, result.stderr, workspace, used_before, self._meter, self._quota)
                 return result
             finally:
                 self._release(pod)
@@ -349,24 +349,6 @@ class KubernetesSessionPods:
                     result.detail = (f"the session's pod ran out of memory: its {self._cfg.memory_limit} limit was "
                                      "exceeded and it was killed (the workspace stays; the next call starts a new pod)")
 
-    async def _check_quota(self, result: CommandResult, workspace: Path | None, used_before: int) -> None:
-        if result.error_kind == "disk_quota":
-            usage = await self._meter.usage(workspace) if workspace is not None else 0
-            result.data.update(quota_bytes=self._quota.limit_bytes, usage_bytes=usage)
-            return
-        if result.error_kind:
-            return
-        said = quota_message(result.stderr) if result.exit_code == QUOTA_EXIT else ""
-        usage = await self._meter.usage(workspace) if workspace is not None else 0
-        if said:
-            result.error_kind = "disk_quota"
-            result.detail = f"the workspace quota was reached: {said}; delete files you no longer need (`rm`) to write again"
-        elif workspace is not None and self._quota.over(usage) and usage > used_before:
-            result.error_kind = "disk_quota"
-            result.detail = self._quota.exceeded_detail(usage, stopped=False)
-        else:
-            return
-        result.data.update(quota_bytes=self._quota.limit_bytes, usage_bytes=usage)
 
     # --- ending --------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
 from agentmesh.tools.sandbox.k8s_job import CONTAINER, LABEL_JOB, build_job, job_name, pod_identity
-from agentmesh.tools.sandbox.k8s_quota import QUOTA_EXIT, quota_message
+from agentmesh.tools.sandbox.k8s_quota import name_pod_quota
 from agentmesh.tools.sandbox.k8s_watch import JobTracker, Verdict
 from agentmesh.tools.sandbox.output import CappedOutput
 from agentmesh.tools.settings import KubernetesSandbox, SandboxLimits, ToolsSettings
@@ -166,7 +166,7 @@ class KubernetesExecutor:
             finally:
                 await self._delete(name)
             result = self._result(verdict, logs, started)
-            await self._check_quota(result, workspace, used_before)
+            await name_pod_quota(result, result.stdout, workspace, used_before, self._meter, self._quota)
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
                 span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
@@ -224,25 +224,6 @@ class KubernetesExecutor:
                 return
             interval = max(QUOTA_INTERVAL_S, 4 * (time.monotonic() - began))
 
-    async def _check_quota(self, result: CommandResult, workspace: Path | None, used_before: int) -> None:
-        """Name the quota when the pod's wrapper stopped for it, or the call left the claim over it."""
-        if result.error_kind == "disk_quota":
-            usage = await self._meter.usage(workspace) if workspace is not None else 0
-            result.data.update(quota_bytes=self._quota.limit_bytes, usage_bytes=usage)
-            return
-        if result.error_kind:
-            return
-        wrapper_said = quota_message(result.stdout) if result.exit_code == QUOTA_EXIT else ""
-        usage = await self._meter.usage(workspace) if workspace is not None else 0
-        if wrapper_said:
-            result.error_kind = "disk_quota"
-            result.detail = f"the workspace quota was reached: {wrapper_said}; delete files you no longer need (`rm`) to write again"
-        elif workspace is not None and self._quota.over(usage) and usage > used_before:
-            result.error_kind = "disk_quota"
-            result.detail = self._quota.exceeded_detail(usage, stopped=False)
-        else:
-            return
-        result.data.update(quota_bytes=self._quota.limit_bytes, usage_bytes=usage)
 
     async def _watch(self, name: str, updates: asyncio.Queue) -> None:
         """Feed pod states (and the Job's, whenever a pod goes away or a watch ends) into `updates`."""
