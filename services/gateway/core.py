@@ -115,6 +115,31 @@ class Gateway:
         self._authz.audit.record("session.clear", "allowed", caller.principal, session_id=session_id)
         return cleared
 
+    async def fork_session(self, request: sessions_pb2.ForkSessionRequest,
+                           caller: Caller = ANYONE) -> sessions_pb2.ForkSessionResponse:
+        """Time travel: a new session with the source's transcript up to `at_seq` and a copy of its
+        workspace as it is now. Checked before anything is written (the source is the caller's, the
+        seq is in it); a workspace that cannot be copied removes the fork again."""
+        source = await self._authz.session(caller, request.session_id, "ForkSession")
+        if request.at_seq < 1 or request.at_seq > source.message_count:
+            held = f"messages 1 to {source.message_count}" if source.message_count else "no messages"
+            raise InvalidArgument(f"at_seq {request.at_seq} is not a message of session {request.session_id!r}, "
+                                  f"which holds {held}", field="at_seq", reason=error_reasons.SEQ_OUT_OF_RANGE,
+                                  metadata={"at_seq": str(request.at_seq), "message_count": str(source.message_count)})
+        new_session_id = validate_id(request.new_session_id, "new_session_id") if request.new_session_id else new_id("s")
+        forked = await self._sessions.fork_session(sessions_pb2.ForkSessionRequest(
+            session_id=request.session_id, at_seq=request.at_seq, new_session_id=new_session_id, title=request.title))
+        try:
+            files, size = await self._workspaces.copy_workspace(request.session_id, new_session_id)
+        except BaseException:
+            tenant = caller.scope.tenant_of(source.namespace or "default") or ""
+            await asyncio.shield(self._sessions.undo_fork(new_session_id, tenant))
+            raise
+        forked.workspace_files, forked.workspace_bytes = files, size
+        self._authz.audit.record("session.fork", "allowed", caller.principal, session_id=request.session_id,
+                                 new_session_id=new_session_id, at_seq=request.at_seq)
+        return forked
+
     async def namespace_settings(self, namespace: str, caller: Caller = ANYONE) -> sessions_pb2.NamespaceSettings:
         # "" is the caller's own namespace ("default" without tenants); another tenant's is refused.
         return await self._policies.namespace_settings(self._authz.namespace(caller, namespace, "GetNamespaceSettings"))
