@@ -358,3 +358,39 @@ async def test_images_go_with_a_message_chosen_dropped_and_pasted(browser, stack
     await expect(page.locator(".bubble.user .image-ref")).to_have_text(
         ["[image: chosen.png]", "[image: dropped.png]", "[image: pasted.png]"])
     errors.assert_none()
+
+
+async def test_a_message_forks_into_a_new_session_that_goes_on_differently(browser, stack, llm):
+    gateway = stack.gateway_stub()
+    llm.add(reply("", tool_call("write_file", {"path": "draft.txt", "content": "v1"}, id="w1")), reply("Draft one is written."),
+            reply("Second answer, as it was."))
+    for message in ("write draft one", "what next?"):
+        async for _ in gateway.Chat(gateway_pb2.ChatRequest(session_id="timeline", message=message), timeout=60):
+            pass
+
+    page, errors = await open_console(browser, stack)
+    await page.goto(stack.http_url + "/#/sessions/timeline")
+    log = page.get_by_role("log", name="Conversation")
+    await expect(log.locator(".bubble.assistant")).to_have_count(2)
+    # Keyboard only: the fork button of the first answer is reached and pressed from the keyboard.
+    fork = log.locator(".bubble.assistant", has_text="Draft one is written.").get_by_role("button", name=re.compile("^Fork the conversation at #"))
+    await fork.focus()
+    await expect(fork).to_be_focused()
+    await page.keyboard.press("Enter")
+
+    await expect(page.locator("#subagents")).to_contain_text("Forked from timeline at message")
+    await expect(page.locator("#session-title")).to_have_text("timeline (fork)")
+    await expect(log.locator(".bubble.assistant")).to_have_text([re.compile("Draft one is written.")])
+    await expect(log.locator(".bubble", has_text="Second answer")).to_have_count(0)
+    forked_id = re.search(r"#/sessions/(.+)$", page.url).group(1)
+    assert (stack.settings.home / "workspaces" / forked_id / "draft.txt").read_text() == "v1"
+
+    llm.add(reply("Another way forward."))
+    await send(page, "let's try something else")
+    await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("Another way forward.")
+    source = await gateway.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="timeline"), timeout=10)
+    assert [m.content for m in source.messages if m.role == "assistant" and m.content] == ["Draft one is written.",
+                                                                                          "Second answer, as it was."]
+    await page.locator("#subagents").get_by_role("button", name="timeline").click()
+    await expect(page.locator("#session-title")).to_have_text("timeline")
+    errors.assert_none()

@@ -21,6 +21,11 @@ const conversation = new Conversation($("log"), {
   },
   openSession: (id) => navigate(id),
   runsCode: (name) => state.commandTools.has(name),
+  fork: async (seq) => {
+    const forked = await api.fork(state.sessionId, seq);
+    await loadSessions();
+    navigate(forked.session.session_id);
+  },
   latestPlan: async (afterSeq) => {
     const messages = await transcript(state.sessionId, afterSeq);
     const plans = messages.filter((m) => m.role === "assistant" && /^(Plan:|Revised plan)/.test(m.content || ""));
@@ -160,6 +165,11 @@ function showMeta(session) {
 
 function renderRelatives(session) {
   const links = [];
+  const forkOf = (session.labels || {})["agentmesh.fork.of"];
+  if (forkOf) {
+    links.push("Forked from ", h("button", { type: "button", class: "link", onclick: () => navigate(forkOf) }, forkOf),
+      ` at message ${session.labels["agentmesh.fork.at"]}. `);
+  }
   const parent = (session.labels || {}).parent_session;
   if (parent) {
     links.push("Sub-agent of ", h("button", { type: "button", class: "link", onclick: () => navigate(parent) }, parent), ". ");

@@ -7,7 +7,7 @@ const STEP = /step (\d+) of (\d+)/;
 
 export class Conversation {
   // actions: { approve(callId, approved), showTrace(traceId), openSession(id), runsCode(toolName),
-  //            latestPlan(afterSeq) }
+  //            latestPlan(afterSeq), fork(seq) }
   constructor(log, actions) {
     this.log = log;
     this.actions = actions;
@@ -22,9 +22,9 @@ export class Conversation {
     const cards = new Map();
     for (const message of messages) {
       if (message.role === "user") {
-        this.log.append(bubble("user", message.content, message.seq, message.images));
+        this.log.append(this.#forkable(bubble("user", message.content, message.seq, message.images), message.seq));
       } else if (message.role === "assistant") {
-        if (message.content) this.log.append(bubble("assistant", message.content, message.seq));
+        if (message.content) this.log.append(this.#forkable(bubble("assistant", message.content, message.seq), message.seq));
         for (const call of message.tool_calls || []) {
           const card = new ToolCard(call.call_id, call.name, call.arguments_json, this.actions);
           cards.set(call.call_id, card);
@@ -48,6 +48,26 @@ export class Conversation {
       }
     }
     this.scroll();
+  }
+
+  // Time travel: a stored message offers a new session that holds the conversation up to it.
+  #forkable(element, seq) {
+    if (!seq || !this.actions.fork) return element;
+    const status = h("span", { class: "muted small", role: "status" });
+    const button = h("button", { type: "button", class: "link fork", "aria-label": `Fork the conversation at #${seq}`,
+      title: "A new session with the conversation up to here and a copy of the workspace" }, "Fork from here");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      status.textContent = "Forking…";
+      try {
+        await this.actions.fork(Number(seq));
+      } catch (error) {
+        status.textContent = error.message;
+        button.disabled = false;
+      }
+    });
+    element.append(h("div", { class: "message-actions" }, button, " ", status));
+    return element;
   }
 
   startTurn(text, images = []) {
