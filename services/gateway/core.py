@@ -37,6 +37,7 @@ log = get_logger("agentmesh.gateway")
 MAX_PAGE_SIZE = 500
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
+MAX_EDITED_ARGUMENTS_CHARS = 256 * 1024  # as the tools service's AGENTMESH_TOOLS_MAX_ARGUMENTS_BYTES default
 SESSION_FIELDS = ("model", "permission_mode", "tools")  # what UpdateSession can change
 
 
@@ -342,6 +343,12 @@ class Gateway:
         if request.rest_of_turn and not request.approved:
             raise InvalidArgument("rest_of_turn goes with an approval: approve the call, or deny it on its own",
                                   field="rest_of_turn")
+        if request.arguments_json and not request.approved:
+            raise InvalidArgument("arguments_json goes with an approval: a denied call does not run",
+                                  field="arguments_json")
+        if len(request.arguments_json) > MAX_EDITED_ARGUMENTS_CHARS:
+            raise InvalidArgument(f"arguments_json is {len(request.arguments_json)} characters; the limit is "
+                                  f"{MAX_EDITED_ARGUMENTS_CHARS}", field="arguments_json")
         session = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Approve")
         turn = self._turns.get(session_id) if session is not None or caller.scope.unrestricted else None
         if (turn is not None and session is not None and turn.started_by and turn.started_by != caller.subject
@@ -353,6 +360,11 @@ class Gateway:
                 "an admin of the tenant any",
                 reason=error_reasons.NOT_RUN_OWNER, metadata={"session_id": session_id},
             )
+        held = turn.pending_approvals.get(request.call_id) if turn is not None else None
+        if held is not None and request.arguments_json:
+            # Checked while the call is still held: refused arguments change nothing.
+            await self._policies.check_arguments(turn.namespace if turn is not None else "", held.name,
+                                                 request.arguments_json)
         if turn is None or turn.pending_approvals.pop(request.call_id, None) is None:
             raise NotFound(
                 f"session {session_id!r} has no tool call {request.call_id!r} waiting for approval "
@@ -360,10 +372,13 @@ class Gateway:
                 reason=error_reasons.APPROVAL_NOT_FOUND, metadata={"session_id": session_id, "call_id": request.call_id},
             )
         turn.controls.put_nowait(agent_service_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
-            call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn)))
-        log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
+            call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn,
+            arguments_json=request.arguments_json)))
+        log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved,
+                 edited=bool(request.arguments_json))
         self._authz.audit.record("approval.decided", "allowed", caller.principal, session_id=session_id,
-                                 call_id=request.call_id, approved=request.approved)
+                                 call_id=request.call_id, approved=request.approved,
+                                 edited_arguments=bool(request.arguments_json))
         return turn.run_id
 
     async def pending_approvals(self, session_id: str, caller: Caller = ANYONE) -> gateway_pb2.ListApprovalsResponse:
