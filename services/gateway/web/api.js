@@ -60,6 +60,11 @@ export class Api {
     return payload;
   }
 
+  // A decision on a held call: {approved, note, rest_of_turn, arguments_json} (docs/approvals.md).
+  approve(sessionId, callId, decision) {
+    return this.call("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/approvals/${encodeURIComponent(callId)}`, { body: decision });
+  }
+
   // Time travel: a new session holding the conversation up to message `seq` and a copy of the
   // workspace (Gateway.ForkSession). Answers {session, messages, workspace_files, workspace_bytes}.
   fork(sessionId, seq) {

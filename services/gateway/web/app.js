@@ -13,8 +13,7 @@ const api = new Api();
 const state = { sessionId: "", sessions: [], running: false, commandTools: new Set(), generation: 0 };
 
 const conversation = new Conversation($("log"), {
-  approve: (callId, approved) =>
-    api.call("POST", `/v1/sessions/${encodeURIComponent(state.sessionId)}/approvals/${encodeURIComponent(callId)}`, { body: { approved } }),
+  approve: (callId, decision) => api.approve(state.sessionId, callId, decision),
   showTrace: (traceId) => {
     selectTab("trace");
     traces.show(traceId);

@@ -313,26 +313,70 @@ class ToolCard {
     if (result.truncated) this.extra.append(h("p", { class: "muted" }, "Output was cut at the service's limit."));
   }
 
+  // A held call: approve it, approve it and the rest of the turn, edit its arguments and
+  // approve those, or deny it with a note the model reads.
   held(request) {
     this.element.open = true;
     this.#state("held", "waiting for approval");
-    const approve = h("button", { type: "button", class: "approve" }, "Approve");
+    const isPlan = request.name === "approve_plan";
+    const approve = h("button", { type: "button", class: "approve" }, isPlan ? "Approve the plan" : "Approve");
+    const rest = h("button", { type: "button", class: "approve-rest" }, "Approve the rest of this turn");
+    const edit = h("button", { type: "button", class: "edit-args", "aria-expanded": "false" }, "Edit arguments");
     const deny = h("button", { type: "button", class: "danger deny" }, "Deny");
-    const decide = async (approved) => {
-      approve.disabled = deny.disabled = true;
+    const note = h("input", { type: "text", class: "deny-note", maxlength: 4000, autocomplete: "off" });
+    const editor = h("textarea", { class: "args-editor", rows: 6, spellcheck: "false" });
+    editor.value = prettyJson(request.arguments_json || "{}");
+    const runEdited = h("button", { type: "button", class: "approve-edited" }, "Approve with these arguments");
+    const editBox = h("div", { class: "args-edit", hidden: true },
+      h("label", {}, "Arguments to run the call with (JSON)", editor), runEdited);
+    const problem = h("p", { class: "error", role: "alert" });
+    const buttons = [approve, rest, edit, deny, runEdited];
+    const decide = async (decision) => {
+      problem.textContent = "";
+      for (const button of buttons) button.disabled = true;
       try {
-        await this.actions.approve(this.callId, approved);
+        await this.actions.approve(this.callId, decision);
       } catch (error) {
-        approve.disabled = deny.disabled = false;
-        this.approval.append(h("p", { class: "error", role: "alert" }, error.message));
+        for (const button of buttons) button.disabled = false;
+        problem.textContent = error.message;
       }
     };
-    approve.addEventListener("click", () => decide(true));
-    deny.addEventListener("click", () => decide(false));
+    approve.addEventListener("click", () => decide({ approved: true }));
+    rest.addEventListener("click", () => decide({ approved: true, rest_of_turn: true }));
+    deny.addEventListener("click", () => decide({ approved: false, note: note.value.trim() }));
+    edit.addEventListener("click", () => {
+      editBox.hidden = !editBox.hidden;
+      edit.setAttribute("aria-expanded", String(!editBox.hidden));
+      if (!editBox.hidden) editor.focus();
+    });
+    runEdited.addEventListener("click", () => {
+      try {
+        const value = JSON.parse(editor.value);
+        if (!value || typeof value !== "object" || Array.isArray(value)) throw new Error("a JSON object, as {\"name\": value}");
+      } catch (error) {
+        problem.textContent = `The arguments are not ${error.message.startsWith("a JSON") ? error.message : "valid JSON"}; the call still waits.`;
+        editor.focus();
+        return;
+      }
+      decide({ approved: true, arguments_json: editor.value });
+    });
     const seconds = Math.round(request.timeout_s || 0);
+    let plan = null;
+    if (isPlan) {
+      try {
+        plan = h("pre", { class: "plan", "aria-label": "The plan to approve" }, JSON.parse(request.arguments_json).plan || "");
+      } catch {
+        plan = null;
+      }
+    }
     this.approval = h("div", { class: "approval", role: "group", "aria-label": `Approve ${request.name}?` },
-      h("p", {}, `The agent wants to run ${request.name}.` + (seconds ? ` Denied automatically in ${seconds} s.` : "")),
-      approve, " ", deny);
+      h("p", {}, (isPlan ? "The agent asks you to approve its plan before it starts." : `The agent wants to run ${request.name}.`) +
+        (seconds ? ` Denied automatically in ${seconds} s.` : "")),
+      plan,
+      h("div", { class: "approval-buttons" }, approve, " ", rest, " ", isPlan ? null : edit, " ", deny),
+      isPlan ? null : editBox,
+      h("label", { class: "deny-note-label" }, isPlan ? "What to change (sent with a denial)" : "Why (sent to the model with a denial)", note),
+      problem);
     this.extra.append(this.approval);
     approve.focus();
   }
@@ -340,7 +384,11 @@ class ToolCard {
   resolved(resolution) {
     if (this.approval) this.approval.remove();
     const who = resolution.decided_by === "timeout" ? "no decision in time" : "by you";
-    this.extra.append(h("p", { class: "muted" }, `${resolution.approved ? "Approved" : "Denied"} (${who})`));
+    const how = resolution.approved ? (resolution.arguments_json ? "Approved with edited arguments" : "Approved") : "Denied";
+    this.extra.append(h("p", { class: "muted resolution" }, `${how} (${who})${resolution.note ? `: ${resolution.note}` : ""}`));
+    if (resolution.arguments_json) {
+      this.extra.append(h("div", {}, h("h4", {}, "Ran with"), h("pre", { class: "tool-args edited" }, prettyJson(resolution.arguments_json))));
+    }
     if (resolution.approved) this.#state("running", "running…");
   }
 
