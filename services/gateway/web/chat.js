@@ -144,7 +144,9 @@ class LiveTurn {
         this.#card(payload.call_id, payload.name, "").resolved(payload);
         break;
       case "status":
-        this.#status(payload.message);
+        // The context-fill figure (a turn's last status) goes to the composer, not the progress list.
+        if (Number(payload.context_window)) this.actions.contextFill?.(Number(payload.context_tokens), Number(payload.context_window));
+        else this.#status(payload.message);
         break;
       case "reasoning_delta":
         this.#reasoning(payload.text);
