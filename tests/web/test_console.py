@@ -373,7 +373,7 @@ async def test_a_message_forks_into_a_new_session_that_goes_on_differently(brows
     log = page.get_by_role("log", name="Conversation")
     await expect(log.locator(".bubble.assistant")).to_have_count(2)
     # Keyboard only: the fork button of the first answer is reached and pressed from the keyboard.
-    fork = log.locator(".bubble.assistant", has_text="Draft one is written.").get_by_role("button", name=re.compile("^Fork the conversation at #"))
+    fork = log.locator(".message", has_text="Draft one is written.").get_by_role("button", name=re.compile("^Fork the conversation at #"))
     await fork.focus()
     await expect(fork).to_be_focused()
     await page.keyboard.press("Enter")

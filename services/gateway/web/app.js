@@ -27,6 +27,7 @@ const conversation = new Conversation($("log"), {
     navigate(forked.session.session_id);
   },
   contextFill: (tokens, window) => controls.contextFill(tokens, window),
+  messageLink: (seq) => `#/sessions/${encodeURIComponent(state.sessionId)}/messages/${seq}`,
   latestPlan: async (afterSeq) => {
     const messages = await transcript(state.sessionId, afterSeq);
     const plans = messages.filter((m) => m.role === "assistant" && /^(Plan:|Revised plan)/.test(m.content || ""));
@@ -127,9 +128,14 @@ function navigate(sessionId) {
   else location.hash = target;
 }
 
+// #/sessions/ID opens a session; #/sessions/ID/messages/SEQ opens it at that message.
 async function route() {
-  const match = /^#\/sessions\/(.+)$/.exec(location.hash);
-  await openSession(match ? decodeURIComponent(match[1]) : "");
+  const match = /^#\/sessions\/([^/]+)(?:\/messages\/(\d+))?$/.exec(location.hash);
+  const sessionId = match ? decodeURIComponent(match[1]) : "";
+  const seq = match && match[2] ? Number(match[2]) : 0;
+  if (seq && sessionId === state.sessionId && conversation.reveal(seq)) return;
+  await openSession(sessionId);
+  if (seq && sessionId === state.sessionId) conversation.reveal(seq);
 }
 
 async function openSession(sessionId, { attach = true } = {}) {

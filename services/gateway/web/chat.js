@@ -2,8 +2,39 @@
 
 import { formatMs, h, prettyJson } from "./dom.js";
 import { imageStrip } from "./images.js";
+import { WindowedList } from "./windowed.js";
 
 const STEP = /step (\d+) of (\d+)/;
+// Transcripts with more entries than this are rendered as a window over them.
+const WINDOW_FROM = 150;
+
+// `?render=all` (or localStorage agentmesh.render = "all") renders every entry: the bench's baseline.
+function fullRenderingAsked() {
+  return new URLSearchParams(location.search).get("render") === "all" || localStorage.getItem("agentmesh.render") === "all";
+}
+
+// The transcript as entries of the conversation: a step's tool calls carry their results.
+function historyItems(messages) {
+  const items = [];
+  const stepOf = new Map(); // call id -> the assistant entry that made the call
+  for (const message of messages) {
+    const seq = Number(message.seq);
+    if (message.role === "user") items.push({ kind: "user", message, seqs: [seq] });
+    else if (message.role === "assistant") {
+      const item = { kind: "assistant", message, results: new Map(), seqs: [seq] };
+      for (const call of message.tool_calls || []) stepOf.set(call.call_id, item);
+      if (message.content || (message.tool_calls || []).length) items.push(item);
+    } else if (message.role === "tool") {
+      const step = stepOf.get(message.tool_call_id);
+      if (step) {
+        step.results.set(message.tool_call_id, message);
+        step.seqs.push(seq);
+      } else items.push({ kind: "tool", message, seqs: [seq] });
+    } else if (message.kind === "summary") items.push({ kind: "summary", message, seqs: [seq] });
+    else if (message.content) items.push({ kind: "note", message, seqs: [seq] });
+  }
+  return items;
+}
 
 export class Conversation {
   // actions: { approve(callId, approved), showTrace(traceId), openSession(id), runsCode(toolName),
@@ -14,40 +45,70 @@ export class Conversation {
   }
 
   clear() {
+    if (this.windowed) this.windowed.detach();
+    this.windowed = null;
+    this.items = [];
     this.log.replaceChildren();
   }
 
   // The transcript, as the model saw it: messages, tool calls with their results, summaries.
+  // A long one is rendered as a window over it (windowed.js): only what is in view is in the page.
   renderHistory(messages) {
-    const cards = new Map();
-    for (const message of messages) {
-      if (message.role === "user") {
-        this.log.append(this.#forkable(bubble("user", message.content, message.seq, message.images), message.seq));
-      } else if (message.role === "assistant") {
-        if (message.content) this.log.append(this.#forkable(bubble("assistant", message.content, message.seq), message.seq));
+    this.items = historyItems(messages);
+    this.windowed = null;
+    if (this.items.length > WINDOW_FROM && !fullRenderingAsked()) {
+      this.windowed = new WindowedList(this.log, this.items.length, (index) => this.#renderItem(this.items[index]));
+      this.windowed.scrollToEnd();
+      return;
+    }
+    for (const item of this.items) this.log.append(this.#renderItem(item));
+    this.scroll();
+  }
+
+  // Bring the message with `seq` into view and give it focus (a deep link: #/sessions/ID/messages/SEQ).
+  reveal(seq) {
+    const index = (this.items || []).findIndex((item) => item.seqs.includes(Number(seq)));
+    if (index < 0) return false;
+    const show = (element) => {
+      const target = element.querySelector(`[data-seq="${Number(seq)}"]`) || element;
+      target.classList.add("linked");
+      target.tabIndex = -1;
+      target.scrollIntoView({ block: "center" });
+      target.focus({ preventScroll: true });
+    };
+    if (this.windowed) this.windowed.scrollToIndex(index, show);
+    else show(this.log.children[index]);
+    return true;
+  }
+
+  #renderItem(item) {
+    const message = item.message;
+    switch (item.kind) {
+      case "user":
+        return this.#forkable(bubble("user", message.content, message.seq, message.images), message.seq);
+      case "assistant": {
+        const group = h("div", { class: "history-step", dataset: { seq: message.seq } });
+        if (message.content) group.append(this.#forkable(bubble("assistant", message.content, message.seq), message.seq));
         for (const call of message.tool_calls || []) {
           const card = new ToolCard(call.call_id, call.name, call.arguments_json, this.actions);
-          cards.set(call.call_id, card);
-          this.log.append(card.element);
+          const result = item.results.get(call.call_id);
+          if (result) card.recorded(result.content);
+          group.append(card.element);
         }
-      } else if (message.role === "tool") {
-        let card = cards.get(message.tool_call_id);
-        if (!card) {
-          card = new ToolCard(message.tool_call_id, message.name, "", this.actions);
-          this.log.append(card.element);
-        }
-        card.recorded(message.content);
-      } else if (message.kind === "summary") {
-        this.log.append(
-          h("details", { class: "summary-card" },
-            h("summary", {}, `Summary of earlier messages (through #${message.covers_through_seq})`),
-            h("p", { class: "summary-text" }, message.content)),
-        );
-      } else if (message.content) {
-        this.log.append(h("p", { class: "note" }, message.content));
+        return group;
       }
+      case "tool": {
+        const card = new ToolCard(message.tool_call_id, message.name, "", this.actions);
+        card.recorded(message.content);
+        return card.element;
+      }
+      case "summary":
+        return h("details", { class: "summary-card" },
+          h("summary", {}, `Summary of earlier messages (through #${message.covers_through_seq})`),
+          h("p", { class: "summary-text" }, message.content));
+      default:
+        return h("p", { class: "note" }, message.content);
     }
-    this.scroll();
   }
 
   // Time travel: a stored message offers a new session that holds the conversation up to it.
@@ -66,8 +127,11 @@ export class Conversation {
         button.disabled = false;
       }
     });
-    element.append(h("div", { class: "message-actions" }, button, " ", status));
-    return element;
+    const link = this.actions.messageLink
+      ? h("a", { class: "permalink", href: this.actions.messageLink(seq), "aria-label": `Link to #${seq}` }, `#${seq}`) : null;
+    // Beside the bubble, not in it: the bubble holds the message alone.
+    return h("div", { class: `message ${element.classList.contains("user") ? "user" : "assistant"}` },
+      element, h("div", { class: "message-actions" }, link, link ? " " : null, button, " ", status));
   }
 
   startTurn(text, images = []) {
