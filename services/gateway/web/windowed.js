@@ -67,19 +67,32 @@ export class WindowedList {
 
   #show(first, last) {
     if (first !== this.first || last !== this.last) {
-      const shown = [];
-      for (let i = first; i <= last; i += 1) {
-        let element = this.made.get(i);
-        if (!element) {
-          element = this.render(i);
-          element.dataset.index = String(i);
-          this.made.set(i, element);
-        }
-        shown.push(element);
+      // Entries that stay are left in place (a focused one keeps its focus); the rest go, and
+      // the newly shown are put before and after them.
+      for (let child = this.top.nextSibling; child && child !== this.bottom;) {
+        const next = child.nextSibling;
+        const index = Number(child.dataset.index);
+        if (index < first || index > last) child.remove();
+        child = next;
       }
-      // The spacers stay; what lies between them is replaced.
-      while (this.top.nextSibling && this.top.nextSibling !== this.bottom) this.top.nextSibling.remove();
-      this.bottom.before(...shown);
+      const element = (i) => {
+        let made = this.made.get(i);
+        if (!made) {
+          made = this.render(i);
+          made.dataset.index = String(i);
+          this.made.set(i, made);
+        }
+        return made;
+      };
+      const kept = this.top.nextSibling !== this.bottom;
+      const firstKept = kept ? Number(this.top.nextSibling.dataset.index) : last + 1;
+      const lastKept = kept ? Number(this.bottom.previousSibling.dataset.index) : last;
+      const before = [];
+      for (let i = first; i < firstKept; i += 1) before.push(element(i));
+      this.top.after(...before);
+      const after = [];
+      for (let i = lastKept + 1; i <= last; i += 1) after.push(element(i));
+      this.bottom.before(...after);
       this.first = first;
       this.last = last;
     }
