@@ -12,6 +12,7 @@ import pytest
 
 from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.e2e.conftest import chat, of_kind, rpc_error, transcript
+from tests.e2e.test_auth_and_cli import run_cli
 from tests.e2e.test_tenants import _policy, auth
 from tests.gateway.test_error_reasons import error_info
 from tests.support.llm_server import reply, tool_call
@@ -91,6 +92,15 @@ async def test_a_fork_holds_the_transcript_up_to_the_message_and_a_copy_of_the_w
 async def test_a_seq_the_transcript_lacks_is_refused_and_nothing_is_made(stack, llm):
     gateway = stack.gateway_stub()
     source = await two_turns(gateway, llm, "orig")
+    # From the command line: the seqs `sessions show` prints, and the fork at one of them.
+    code, out, err = await run_cli(stack, "sessions", "show", "orig")
+    assert code == 0, err
+    assert "#4 [assistant] Wrote the first draft." in out
+    code, out, err = await run_cli(stack, "sessions", "fork", "orig", "--at", "4", "--new-id", "from-cli")
+    assert code == 0, err
+    assert "forked session orig at message 4 into from-cli (4 messages, 1 workspace files)" in out
+    code, out, err = await run_cli(stack, "sessions", "fork", "orig", "--at", "99")
+    assert code == 1 and "at_seq 99 is not a message of session 'orig'" in err
     before = await gateway.ListSessions(sessions_pb2.ListSessionsRequest(), timeout=10)
 
     for seq in (0, -1, len(source) + 1):

@@ -28,15 +28,27 @@ export class WindowedList {
       this.pending = true;
       requestAnimationFrame(() => {
         this.pending = false;
-        this.update();
+        // At the end, it stays at the end while newly measured entries change the heights.
+        const atEnd = this.scroller.scrollTop + this.scroller.clientHeight >= this.scroller.scrollHeight - 2;
+        if (this.update() && atEnd) this.scroller.scrollTop = this.scroller.scrollHeight;
       });
     };
     this.scroller.addEventListener("scroll", this.onScroll, { passive: true });
+    // Home and End go to the very start and end: a smooth scroll's target, taken before the
+    // entries on the way were measured, could stop short of it.
+    this.onKey = (event) => {
+      if (event.target !== this.scroller || (event.key !== "End" && event.key !== "Home")) return;
+      event.preventDefault();
+      if (event.key === "End") this.scrollToEnd();
+      else this.scrollToIndex(0);
+    };
+    this.scroller.addEventListener("keydown", this.onKey);
     this.gap = parseFloat(getComputedStyle(scroller).rowGap) || 0;
   }
 
   detach() {
     this.scroller.removeEventListener("scroll", this.onScroll);
+    this.scroller.removeEventListener("keydown", this.onKey);
   }
 
   #offsetOf(index) {
@@ -116,7 +128,7 @@ export class WindowedList {
 
   // To the end, as a conversation opens: heights measured on the way settle the position.
   scrollToEnd() {
-    for (let round = 0; round < 4; round += 1) {
+    for (let round = 0; round < 10; round += 1) {
       this.scroller.scrollTop = this.scroller.scrollHeight;
       if (!this.update()) break;
     }
@@ -125,7 +137,7 @@ export class WindowedList {
 
   // Entry `index` into view; `then(element)` once it is in the page.
   scrollToIndex(index, then) {
-    for (let round = 0; round < 4; round += 1) {
+    for (let round = 0; round < 10; round += 1) {
       this.scroller.scrollTop = this.#offsetOf(index);
       if (!this.update()) break;
     }
