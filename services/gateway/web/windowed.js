@@ -133,6 +133,17 @@ export class WindowedList {
       if (!this.update()) break;
     }
     this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.#settleAtEnd(30);
+  }
+
+  // Frame after frame until nothing more is measured: layout after the first frame (fonts, the
+  // scrollbar) can still change heights, and the end must stay the end.
+  #settleAtEnd(frames) {
+    requestAnimationFrame(() => {
+      this.scroller.scrollTop = this.scroller.scrollHeight;
+      if ((this.update() || this.last < this.count - 1) && frames > 0) this.#settleAtEnd(frames - 1);
+      else this.scroller.scrollTop = this.scroller.scrollHeight;
+    });
   }
 
   // Entry `index` into view; `then(element)` once it is in the page.
