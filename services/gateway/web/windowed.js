@@ -37,18 +37,28 @@ export class WindowedList {
     // Home and End go to the very start and end: a smooth scroll's target, taken before the
     // entries on the way were measured, could stop short of it.
     this.onKey = (event) => {
-      if (event.target !== this.scroller || (event.key !== "End" && event.key !== "Home")) return;
+      if (event.target !== this.scroller) return;
+      if (event.key !== "End" && event.key !== "Home") {
+        this.stopSettling();
+        return;
+      }
       event.preventDefault();
       if (event.key === "End") this.scrollToEnd();
       else this.scrollToIndex(0);
     };
     this.scroller.addEventListener("keydown", this.onKey);
+    // A person scrolling takes over from the settling at the end.
+    this.stopSettling = () => { this.settling = (this.settling || 0) + 1; };
+    this.scroller.addEventListener("wheel", this.stopSettling, { passive: true });
+    this.scroller.addEventListener("touchstart", this.stopSettling, { passive: true });
     this.gap = parseFloat(getComputedStyle(scroller).rowGap) || 0;
   }
 
   detach() {
     this.scroller.removeEventListener("scroll", this.onScroll);
     this.scroller.removeEventListener("keydown", this.onKey);
+    this.scroller.removeEventListener("wheel", this.stopSettling);
+    this.scroller.removeEventListener("touchstart", this.stopSettling);
   }
 
   #offsetOf(index) {
@@ -133,21 +143,24 @@ export class WindowedList {
       if (!this.update()) break;
     }
     this.scroller.scrollTop = this.scroller.scrollHeight;
-    this.#settleAtEnd(30);
+    this.settling = (this.settling || 0) + 1;
+    this.#settleAtEnd(30, this.settling);
   }
 
   // Frame after frame until nothing more is measured: layout after the first frame (fonts, the
   // scrollbar) can still change heights, and the end must stay the end.
-  #settleAtEnd(frames) {
+  #settleAtEnd(frames, token) {
     requestAnimationFrame(() => {
+      if (token !== this.settling) return; // another position was asked for meanwhile
       this.scroller.scrollTop = this.scroller.scrollHeight;
-      if ((this.update() || this.last < this.count - 1) && frames > 0) this.#settleAtEnd(frames - 1);
+      if ((this.update() || this.last < this.count - 1) && frames > 0) this.#settleAtEnd(frames - 1, token);
       else this.scroller.scrollTop = this.scroller.scrollHeight;
     });
   }
 
   // Entry `index` into view; `then(element)` once it is in the page.
   scrollToIndex(index, then) {
+    this.settling = (this.settling || 0) + 1;
     for (let round = 0; round < 10; round += 1) {
       this.scroller.scrollTop = this.#offsetOf(index);
       if (!this.update()) break;
