@@ -14,6 +14,10 @@ has been drawn; **to the end** — from the top of the conversation, one jump to
 last message is drawn. Also the number of message elements in the page.
 
     python -m benches.console_long_session [--rounds 5] [--messages 5000]
+
+On a shared 2-core VM at load average 10.5 (2026-11-28, 3 rounds, p50): first paint 647 ms
+windowed, 1,553 ms with every entry; to the end 49 ms windowed, 33 ms with every entry (already
+laid out); 14 message elements in the page against 5,000.
 """
 
 from __future__ import annotations
