@@ -27,13 +27,17 @@ def register(subparsers) -> None:
         if verb == "approve":
             parser.add_argument("--rest-of-turn", action="store_true",
                                 help="also approve every other call this turn holds now or later (the next turn asks again)")
-        parser.set_defaults(func=decide, approved=verb == "approve", rest_of_turn=False)
+            parser.add_argument("--arguments", default="", metavar="JSON",
+                                help="run the call with these arguments instead of the model's (a JSON object, "
+                                     "checked against the tool's schema)")
+        parser.set_defaults(func=decide, approved=verb == "approve", rest_of_turn=False, arguments="")
 
 
 async def send_decision(stub: gateway_pb2_grpc.GatewayStub, settings: Settings, session_id: str, call_id: str,
-                        approved: bool, note: str = "", rest_of_turn: bool = False) -> gateway_pb2.ApproveResponse:
+                        approved: bool, note: str = "", rest_of_turn: bool = False,
+                        arguments_json: str = "") -> gateway_pb2.ApproveResponse:
     request = gateway_pb2.ApproveRequest(session_id=session_id, call_id=call_id, approved=approved, note=note,
-                                         rest_of_turn=rest_of_turn)
+                                         rest_of_turn=rest_of_turn, arguments_json=arguments_json)
     try:
         return await stub.Approve(request, metadata=call_metadata(settings), timeout=30)
     except grpc.aio.AioRpcError as err:
@@ -44,7 +48,7 @@ async def decide(args) -> int:
     settings = load_settings()
     async with channel_to(settings, "gateway") as channel:
         answer = await send_decision(GatewayClient(channel).stub, settings, args.session, args.call_id,
-                                     args.approved, args.note, args.rest_of_turn)
+                                     args.approved, args.note, args.rest_of_turn, args.arguments)
     word = ("approved with the rest of the turn" if args.rest_of_turn else "approved") if args.approved else "denied"
     if args.json:
         print_json({"call_id": args.call_id, "session_id": args.session, "decision": word,

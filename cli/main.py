@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("stack", "run all five services locally; Ctrl-C stops them all"),
     "demo": ("demo", "start the stack, run a scripted tool-and-memory task, stop"),
     "chat": ("chat", "stream one turn of a session (a REPL without MESSAGE)"),
-    "sessions": ("sessions", "list, show, search or delete sessions"),
+    "sessions": ("sessions", "list, show, search, fork or delete sessions"),
     "tasks": ("tasks", "a session's task board"),
     "team": ("team", "a lead session's teammates: show, message, stop"),
     "tools": ("tools", "list tools or run one in the sandbox"),

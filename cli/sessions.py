@@ -1,4 +1,4 @@
-"""`agentmesh sessions list|show|search|delete|set-model|set-mode|set-tools`, through the gateway."""
+"""`agentmesh sessions list|show|search|delete|fork|set-model|set-mode|set-tools`, through the gateway."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from agentmesh.v1 import common_pb2, sessions_pb2
 
 
 def register(subparsers) -> None:
-    sessions = subparsers.add_parser("sessions", help="list, show, search or delete sessions")
+    sessions = subparsers.add_parser("sessions", help="list, show, search, fork or delete sessions")
     verbs = sessions.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="all sessions, newest first")
     listing.add_argument("--json", action="store_true")
@@ -35,6 +35,14 @@ def register(subparsers) -> None:
     delete = verbs.add_parser("delete", help="delete a session, its transcript and its workspace")
     delete.add_argument("session_id")
     delete.set_defaults(func=delete_session)
+    fork = verbs.add_parser("fork", help="a new session from a message of this one, with a copy of its workspace")
+    fork.add_argument("session_id")
+    fork.add_argument("--at", dest="at_seq", type=int, required=True, metavar="SEQ",
+                      help="the last message the fork keeps (the seq `agentmesh sessions show` prints)")
+    fork.add_argument("--new-id", default="", help="the fork's session id (default: a new one)")
+    fork.add_argument("--title", default="")
+    fork.add_argument("--json", action="store_true")
+    fork.set_defaults(func=fork_session)
     set_model = verbs.add_parser("set-model", help="the model the session's next turns use (see agentmesh models)")
     set_model.add_argument("session_id")
     set_model.add_argument("model", help="a name from `agentmesh models`; \"\" goes back to the default")
@@ -114,12 +122,12 @@ async def show_session(args) -> int:
         if m.kind in ("usage", "tasks"):  # the agent's bookkeeping: `agentmesh tasks` shows the board
             continue
         if m.role == "tool":
-            print(f"  [tool {m.name}] {m.content[:300]}")
+            print(f"  #{m.seq} [tool {m.name}] {m.content[:300]}")
         elif m.tool_calls:
             calls = ", ".join(f"{c.name}({c.arguments_json[:80]})" for c in m.tool_calls)
-            print(f"  [{m.role}] {m.content}{' ' if m.content else ''}→ {calls}")
+            print(f"  #{m.seq} [{m.role}] {m.content}{' ' if m.content else ''}→ {calls}")
         else:
-            print(f"  [{m.role}] {m.content}")
+            print(f"  #{m.seq} [{m.role}] {m.content}")
     return EXIT_OK
 
 
@@ -133,6 +141,20 @@ async def delete_session(args) -> int:
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, "gateway", settings) from None
     print(f"deleted session {args.session_id}")
+    return EXIT_OK
+
+
+async def fork_session(args) -> int:
+    from agentmesh.cli.common import gateway_call
+
+    reply = await gateway_call("ForkSession", sessions_pb2.ForkSessionRequest(
+        session_id=args.session_id, at_seq=args.at_seq, new_session_id=args.new_id, title=args.title), timeout=330)
+    if args.json:
+        print_json(to_dict(reply))
+        return EXIT_OK
+    print(f"forked session {args.session_id} at message {args.at_seq} into {reply.session.session_id} "
+          f"({reply.messages} messages, {reply.workspace_files} workspace files)")
+    print(f"continue it: agentmesh chat --session {reply.session.session_id}")
     return EXIT_OK
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "REASONS",
     "REQUEST_TOO_LARGE",
     "RESOURCE_EXHAUSTED",
+    "SEQ_OUT_OF_RANGE",
     "SERVICE_UNAVAILABLE",
     "SESSION_BUSY",
     "SHUTTING_DOWN",
@@ -96,6 +97,7 @@ BLOCK_VERSION_NOT_FOUND = "BLOCK_VERSION_NOT_FOUND"
 BLOCK_DRAFT_NOT_FOUND = "BLOCK_DRAFT_NOT_FOUND"
 URL_REFUSED = "URL_REFUSED"
 AGENTS_FROM_RESOURCES = "AGENTS_FROM_RESOURCES"
+SEQ_OUT_OF_RANGE = "SEQ_OUT_OF_RANGE"
 
 REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(INVALID_ARGUMENT, "INVALID_ARGUMENT",
@@ -156,6 +158,9 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(URL_REFUSED, "INVALID_ARGUMENT",
            "a URL the platform would call (a run's webhook) is not http(s), does not resolve, or reaches a "
            "loopback, link-local or private address the egress policy refuses; metadata `field`"),
+    Reason(SEQ_OUT_OF_RANGE, "INVALID_ARGUMENT",
+           "ForkSession names a message seq the session's transcript does not have (1 .. its message_count); "
+           "metadata `at_seq`, `message_count`"),
 )}
 
 _DEFAULT_OF_CODE = {r.code: r.name for r in REASONS.values() if r.name in (

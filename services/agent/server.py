@@ -107,7 +107,7 @@ def event_to_proto(event: t.RunEvent, request: agent_service_pb2.RunTurnRequest,
     if isinstance(event, t.ApprovalResolvedEvent):
         return common_pb2.Event(**base, approval_resolved=common_pb2.ApprovalResolved(
             call_id=event.call.call_id, name=event.call.name, approved=event.approved, note=event.note,
-            decided_by=event.decided_by))
+            decided_by=event.decided_by, arguments_json=event.arguments_json))
     if isinstance(event, t.StatusEvent):
         return common_pb2.Event(**base, status=common_pb2.RunStatus(
             message=event.message, context_tokens=event.context_tokens, context_window=event.context_window))
@@ -249,7 +249,7 @@ async def _apply_decisions(request_iterator, run) -> None:
         if not message.HasField("decision"):
             continue
         d = message.decision
-        if not run.decide(d.call_id, d.approved, d.note, d.rest_of_turn):
+        if not run.decide(d.call_id, d.approved, d.note, d.rest_of_turn, d.arguments_json):
             # The gateway checks first, so this is a race with the timeout or a cancel: harmless.
             log.info("decision for a call that is not waiting", call_id=d.call_id[:MAX_TOOL_NAME_CHARS])
 

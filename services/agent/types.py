@@ -222,6 +222,7 @@ class ApprovalResolvedEvent:
     approved: bool
     note: str
     decided_by: str  # "user" | "timeout"
+    arguments_json: str = ""  # the arguments a person edited the call to run with
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ log = get_logger("agentmesh.gateway")
 MAX_PAGE_SIZE = 500
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
+MAX_EDITED_ARGUMENTS_CHARS = 256 * 1024  # as the tools service's AGENTMESH_TOOLS_MAX_ARGUMENTS_BYTES default
 SESSION_FIELDS = ("model", "permission_mode", "tools", "sandbox_template")  # what UpdateSession can change
 
 
@@ -116,6 +117,31 @@ class Gateway:
         cleared = await self._sessions.clear_transcript(session_id)
         self._authz.audit.record("session.clear", "allowed", caller.principal, session_id=session_id)
         return cleared
+
+    async def fork_session(self, request: sessions_pb2.ForkSessionRequest,
+                           caller: Caller = ANYONE) -> sessions_pb2.ForkSessionResponse:
+        """Time travel: a new session with the source's transcript up to `at_seq` and a copy of its
+        workspace as it is now. Checked before anything is written (the source is the caller's, the
+        seq is in it); a workspace that cannot be copied removes the fork again."""
+        source = await self._authz.session(caller, request.session_id, "ForkSession")
+        if request.at_seq < 1 or request.at_seq > source.message_count:
+            held = f"messages 1 to {source.message_count}" if source.message_count else "no messages"
+            raise InvalidArgument(f"at_seq {request.at_seq} is not a message of session {request.session_id!r}, "
+                                  f"which holds {held}", field="at_seq", reason=error_reasons.SEQ_OUT_OF_RANGE,
+                                  metadata={"at_seq": str(request.at_seq), "message_count": str(source.message_count)})
+        new_session_id = validate_id(request.new_session_id, "new_session_id") if request.new_session_id else new_id("s")
+        forked = await self._sessions.fork_session(sessions_pb2.ForkSessionRequest(
+            session_id=request.session_id, at_seq=request.at_seq, new_session_id=new_session_id, title=request.title))
+        try:
+            files, size = await self._workspaces.copy_workspace(request.session_id, new_session_id)
+        except BaseException:
+            tenant = caller.scope.tenant_of(source.namespace or "default") or ""
+            await asyncio.shield(self._sessions.undo_fork(new_session_id, tenant))
+            raise
+        forked.workspace_files, forked.workspace_bytes = files, size
+        self._authz.audit.record("session.fork", "allowed", caller.principal, session_id=request.session_id,
+                                 new_session_id=new_session_id, at_seq=request.at_seq)
+        return forked
 
     async def namespace_settings(self, namespace: str, caller: Caller = ANYONE) -> sessions_pb2.NamespaceSettings:
         # "" is the caller's own namespace ("default" without tenants); another tenant's is refused.
@@ -321,6 +347,12 @@ class Gateway:
         if request.rest_of_turn and not request.approved:
             raise InvalidArgument("rest_of_turn goes with an approval: approve the call, or deny it on its own",
                                   field="rest_of_turn")
+        if request.arguments_json and not request.approved:
+            raise InvalidArgument("arguments_json goes with an approval: a denied call does not run",
+                                  field="arguments_json")
+        if len(request.arguments_json) > MAX_EDITED_ARGUMENTS_CHARS:
+            raise InvalidArgument(f"arguments_json is {len(request.arguments_json)} characters; the limit is "
+                                  f"{MAX_EDITED_ARGUMENTS_CHARS}", field="arguments_json")
         session = None if caller.scope.unrestricted else await self._authz.session_or_none(caller, session_id, "Approve")
         turn = self._turns.get(session_id) if session is not None or caller.scope.unrestricted else None
         if (turn is not None and session is not None and turn.started_by and turn.started_by != caller.subject
@@ -332,6 +364,11 @@ class Gateway:
                 "an admin of the tenant any",
                 reason=error_reasons.NOT_RUN_OWNER, metadata={"session_id": session_id},
             )
+        held = turn.pending_approvals.get(request.call_id) if turn is not None else None
+        if held is not None and request.arguments_json:
+            # Checked while the call is still held: refused arguments change nothing.
+            await self._policies.check_arguments(turn.namespace if turn is not None else "", held.name,
+                                                 request.arguments_json)
         if turn is None or turn.pending_approvals.pop(request.call_id, None) is None:
             raise NotFound(
                 f"session {session_id!r} has no tool call {request.call_id!r} waiting for approval "
@@ -339,10 +376,13 @@ class Gateway:
                 reason=error_reasons.APPROVAL_NOT_FOUND, metadata={"session_id": session_id, "call_id": request.call_id},
             )
         turn.controls.put_nowait(agent_service_pb2.RunTurnRequest(decision=common_pb2.ApprovalDecision(
-            call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn)))
-        log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved)
+            call_id=request.call_id, approved=request.approved, note=request.note, rest_of_turn=request.rest_of_turn,
+            arguments_json=request.arguments_json)))
+        log.info("approval decided", session_id=session_id, call_id=request.call_id, approved=request.approved,
+                 edited=bool(request.arguments_json))
         self._authz.audit.record("approval.decided", "allowed", caller.principal, session_id=session_id,
-                                 call_id=request.call_id, approved=request.approved)
+                                 call_id=request.call_id, approved=request.approved,
+                                 edited_arguments=bool(request.arguments_json))
         return turn.run_id
 
     async def pending_approvals(self, session_id: str, caller: Caller = ANYONE) -> gateway_pb2.ListApprovalsResponse:

@@ -13,13 +13,17 @@ from agentmesh.clients.memory import MemoryClient
 from agentmesh.clients.tools import ToolsClient
 from agentmesh.errors import Unavailable
 from agentmesh.internal.v1 import agent_service_pb2, memory_service_pb2, tools_service_pb2
+from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import core_error_from_rpc
+from agentmesh.rpc.identity import Principal
 from agentmesh.rpc.peers import peer_call
 from agentmesh.telemetry.traceview import TraceView, load_trace
+from agentmesh.tenancy import encode_memberships
 from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2, tools_pb2
 
 RPC_TIMEOUT_S = 30.0
 MCP_ADD_TIMEOUT_S = 60.0
+COPY_TIMEOUT_S = 300.0  # a workspace up to its quota (1 GiB by default) copied on the tools service's disk
 
 
 class MemorySessions:
@@ -55,6 +59,22 @@ class MemorySessions:
     async def clear_transcript(self, session_id: str) -> int:
         reply = await self._call(self._stub.ClearTranscript, sessions_pb2.ClearTranscriptRequest(session_id=session_id))
         return reply.cleared
+
+    async def fork_session(self, request: sessions_pb2.ForkSessionRequest) -> sessions_pb2.ForkSessionResponse:
+        return await self._call(self._stub.ForkSession, request)
+
+    async def undo_fork(self, session_id: str, tenant: str) -> None:
+        """Remove a fork the gateway has just written, whose workspace could not be copied. A
+        member may fork but not delete: the removal is signed as the fork's tenant's admin —
+        for this one session, which nobody else has seen yet."""
+        principal = current_principal.get()
+        elevated = Principal(subject=principal.subject if principal else "service:gateway",
+                             tenant=encode_memberships({tenant: "admin"})) if tenant else principal
+        token = current_principal.set(elevated)
+        try:
+            await self.delete_session(session_id)
+        finally:
+            current_principal.reset(token)
 
     async def put_a2a_task(self, namespace: str, task_id: str, task_json: str) -> None:
         await self._call(self._stub.PutA2aTask, memory_service_pb2.A2aTaskRecord(namespace=namespace, task_id=task_id,
@@ -189,6 +209,12 @@ class ToolsWorkspaces:
     async def delete_workspace(self, session_id: str) -> None:
         request = tools_service_pb2.DeleteWorkspaceRequest(session_id=session_id)
         await peer_call(f"the tools service at {self._target}", self._stub.DeleteWorkspace(request, timeout=RPC_TIMEOUT_S))
+
+    async def copy_workspace(self, from_session_id: str, to_session_id: str) -> tuple[int, int]:
+        """A fork's workspace copied from its source's: (files, bytes)."""
+        request = tools_service_pb2.CopyWorkspaceRequest(from_session_id=from_session_id, to_session_id=to_session_id)
+        reply = await self._call(self._stub.CopyWorkspace(request, timeout=COPY_TIMEOUT_S))
+        return reply.files, reply.bytes
 
     async def list_tools(self, namespace: str = "") -> tools_pb2.ListToolsResponse:
         return await self._call(self._stub.ListTools(tools_pb2.ListToolsRequest(namespace=namespace), timeout=RPC_TIMEOUT_S))

@@ -12,11 +12,13 @@ Plain async Python over the ports below, like `core.py`.
 
 from __future__ import annotations
 
+import json
 from typing import Protocol, Sequence
 
 from agentmesh import error_reasons
 from agentmesh.errors import AgentmeshError, InvalidArgument, Unavailable
 from agentmesh.ids import validate_namespace
+from agentmesh.toolargs import ArgumentsSchema, decode_arguments
 from agentmesh.toolpolicy import AGENT_TOOLS, ToolPolicy, allowed_by_all, session_layers, validate_policy
 from agentmesh.v1 import common_pb2, sessions_pb2, tools_pb2
 
@@ -30,7 +32,7 @@ class NamespaceSettingsStore(Protocol):
 
 
 class ToolCatalog(Protocol):
-    async def list_tools(self) -> tools_pb2.ListToolsResponse: ...
+    async def list_tools(self, namespace: str = "") -> tools_pb2.ListToolsResponse: ...
     async def sandbox_templates(self) -> list[str]: ...
 
 
@@ -56,6 +58,23 @@ class Policies:
         except AgentmeshError as exc:
             raise Unavailable(f"the tool names cannot be checked now: {exc.message}") from None
         return frozenset(t.name for t in catalog.tools) | AGENT_TOOLS
+
+    async def check_arguments(self, namespace: str, tool: str, arguments_json: str) -> None:
+        """Arguments a person edited a held call to run with: a JSON object, and valid for the
+        tool's schema when the tools service runs the tool (the agent checks its own tools' when
+        it runs them, as it does the model's)."""
+        try:
+            if not isinstance(decode_arguments(arguments_json, "the edited arguments"), dict):
+                raise ValueError("the edited arguments must be a JSON object, as a tool call's are")
+            try:
+                catalog = await self._catalog.list_tools(namespace)
+            except AgentmeshError as exc:
+                raise Unavailable(f"the edited arguments cannot be checked now: {exc.message}") from None
+            spec = next((t for t in catalog.tools if t.name == tool), None)
+            if spec is not None and spec.parameters_json_schema:
+                ArgumentsSchema(tool, json.loads(spec.parameters_json_schema)).parse(arguments_json)
+        except ValueError as exc:
+            raise InvalidArgument(f"{exc}; the call is still waiting for a decision", field="arguments_json") from None
 
     async def checked(self, message: common_pb2.ToolPolicy, what: str) -> ToolPolicy:
         """A policy a person sets, every plain name checked against the catalog."""

@@ -288,6 +288,11 @@ class GatewayServicer(NamespaceRecordRpcs, TeamRpcs, gateway_pb2_grpc.GatewaySer
         return sessions_pb2.ClearTranscriptResponse(cleared=await self._core.clear_transcript(request.session_id, _caller()))
 
     @translate_errors
+    async def ForkSession(self, request, context):
+        # Served on any replica: the fork reads the source's stored transcript and workspace.
+        return await self._core.fork_session(request, _caller())
+
+    @translate_errors
     async def GetNamespaceSettings(self, request, context):
         return await self._core.namespace_settings(request.namespace, _caller())
 

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from agentmesh.errors import AlreadyExists, InvalidArgument, NotFound
 from agentmesh.internal.v1 import memory_service_pb2
-from agentmesh.memory.convert import message_from_proto, session_from_proto
+from agentmesh.memory.convert import message_from_proto, session_from_proto, session_to_proto
+from agentmesh.memory.fork import fork_session
 from agentmesh.memory.retention import Retention
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.memory.transcripts import MAX_PAGE_MESSAGES, Transcripts
@@ -18,6 +19,8 @@ from agentmesh.rpc.errors import translate_errors
 from agentmesh.v1 import sessions_pb2
 
 __all__ = ["RetentionRpcs", "creator"]
+
+FORK_BATCH = 500  # messages a fork appends at once (under max_messages_per_append)
 
 
 def creator() -> str:
@@ -55,6 +58,15 @@ class RetentionRpcs:
         done = await self._retention.erase_user(request.namespace, request.user, request.max_items)
         return sessions_pb2.EraseUserResponse(memories_removed=done.memories_removed, usage_removed=done.usage_removed,
                                               sessions=done.sessions, done=done.done)
+
+    @translate_errors
+    async def ForkSession(self, request, context):
+        source = await self._tenants.session(request.session_id, "ForkSession")
+        # The fork goes into the source's namespace, for the caller; an id another tenant uses is refused.
+        await self._tenants.may_put(request.new_session_id, source.namespace)
+        fork, count = await fork_session(self._transcripts, source, request.at_seq, request.new_session_id,
+                                         request.title, creator(), FORK_BATCH)
+        return sessions_pb2.ForkSessionResponse(session=session_to_proto(fork), messages=count)
 
     @translate_errors
     async def RestoreSession(self, request, context):

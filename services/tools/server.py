@@ -163,6 +163,13 @@ class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
         return tools_service_pb2.DeleteWorkspaceResponse(deleted=await self._core.delete_workspace(request.session_id))
 
     @translate_errors
+    async def CopyWorkspace(self, request, context):
+        # The target is a fork the gateway is making: its session is written after the copy.
+        await self._session(request.from_session_id, "CopyWorkspace", grows=True)
+        copied = await self._files.copy(request.from_session_id, request.to_session_id)
+        return tools_service_pb2.CopyWorkspaceResponse(files=copied.files, bytes=copied.bytes)
+
+    @translate_errors
     async def ListWorkspace(self, request, context):
         await self._session(request.session_id, "ListWorkspace")
         listing = await self._files.list(request.session_id, request.path)

@@ -22,7 +22,9 @@ from agentmesh.images import ATTACHMENTS_DIR
 from agentmesh.tools.beneath import DIR_FLAGS, open_beneath
 from agentmesh.tools.quota import WorkspaceQuota, WriteGate, measure_workspace
 from agentmesh.tools.results import ToolFailure
+from agentmesh.tools.tree_copy import Copied
 from agentmesh.tools.workspace import Workspaces, display_path
+from agentmesh.tools.workspace_copy import copy_workspace
 
 T = TypeVar("T")
 
@@ -82,6 +84,10 @@ class WorkspaceFiles:
         self._quota = quota
         # Uploads to one workspace one at a time, so two cannot both pass the quota check.
         self._gate = WriteGate()
+
+    async def copy(self, from_session: str, to_session: str) -> Copied:
+        """A forked session's workspace, copied from its source's (workspace_copy.py)."""
+        return await copy_workspace(self._workspaces, self._quota, from_session, to_session)
 
     async def list(self, session_id: str, user_path: str) -> Listing:
         return await asyncio.to_thread(self._guarded, self._list, session_id, user_path)

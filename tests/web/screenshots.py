@@ -78,7 +78,7 @@ async def take(out: Path) -> None:
             await expect(held).to_be_visible()
             await held.scroll_into_view_if_needed()
             await page.screenshot(path=out / "console-approval.png")
-            await held.get_by_role("button", name="Approve").click()
+            await held.get_by_role("button", name="Approve", exact=True).click()
             await expect(page.locator(".turn-footer .usage")).to_contain_text("tokens")
             await page.locator(".tool-card", has_text="shell").locator("summary").click()
             await page.locator(".turn-footer").scroll_into_view_if_needed()

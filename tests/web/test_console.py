@@ -80,7 +80,7 @@ async def test_a_held_call_is_approved_from_the_console(browser, tmp_path, llm):
         await expect(card).to_have_attribute("data-state", "held")
         await expect(card.get_by_text("The agent wants to run shell.")).to_be_visible()
         assert not list((stack.settings.home / "workspaces").glob("*/ok.txt"))  # nothing ran yet
-        await card.get_by_role("button", name="Approve").click()
+        await card.get_by_role("button", name="Approve", exact=True).click()
         await expect(card).to_have_attribute("data-state", "ok")
         await expect(card.locator(".tool-status")).to_contain_text("exit 0")
         await expect(card).to_contain_text("Approved (by you)")
@@ -360,3 +360,96 @@ async def test_images_go_with_a_message_chosen_dropped_and_pasted(browser, stack
     await expect(page.locator(".bubble.user .image-ref")).to_have_text(
         ["[image: chosen.png]", "[image: dropped.png]", "[image: pasted.png]"])
     errors.assert_none()
+
+
+async def test_a_message_forks_into_a_new_session_that_goes_on_differently(browser, stack, llm):
+    gateway = stack.gateway_stub()
+    llm.add(reply("", tool_call("write_file", {"path": "draft.txt", "content": "v1"}, id="w1")), reply("Draft one is written."),
+            reply("Second answer, as it was."))
+    for message in ("write draft one", "what next?"):
+        async for _ in gateway.Chat(gateway_pb2.ChatRequest(session_id="timeline", message=message), timeout=60):
+            pass
+
+    page, errors = await open_console(browser, stack)
+    await page.goto(stack.http_url + "/#/sessions/timeline")
+    log = page.get_by_role("log", name="Conversation")
+    await expect(log.locator(".bubble.assistant")).to_have_count(2)
+    # Keyboard only: the fork button of the first answer is reached and pressed from the keyboard.
+    fork = log.locator(".message", has_text="Draft one is written.").get_by_role("button", name=re.compile("^Fork the conversation at #"))
+    await fork.focus()
+    await expect(fork).to_be_focused()
+    await page.keyboard.press("Enter")
+
+    await expect(page.locator("#subagents")).to_contain_text("Forked from timeline at message")
+    await expect(page.locator("#session-title")).to_have_text("timeline (fork)")
+    await expect(log.locator(".bubble.assistant")).to_have_text([re.compile("Draft one is written.")])
+    await expect(log.locator(".bubble", has_text="Second answer")).to_have_count(0)
+    forked_id = re.search(r"#/sessions/(.+)$", page.url).group(1)
+    assert (stack.settings.home / "workspaces" / forked_id / "draft.txt").read_text() == "v1"
+
+    llm.add(reply("Another way forward."))
+    await send(page, "let's try something else")
+    await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("Another way forward.")
+    source = await gateway.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="timeline"), timeout=10)
+    assert [m.content for m in source.messages if m.role == "assistant" and m.content] == ["Draft one is written.",
+                                                                                          "Second answer, as it was."]
+    await page.locator("#subagents").get_by_role("button", name="timeline").click()
+    await expect(page.locator("#session-title")).to_have_text("timeline")
+    errors.assert_none()
+
+
+async def test_a_held_call_is_edited_before_it_runs_or_denied_with_a_note(browser, tmp_path, llm):
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env={"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell"}) as stack:
+        llm.add(reply("", tool_call("shell", {"command": "echo from-the-model > out.txt"}, id="s1")), reply("It ran."))
+        page, errors = await open_console(browser, stack)
+        await send(page, "run the command")
+        card = page.locator(".tool-card", has_text="shell")
+        await expect(card).to_have_attribute("data-state", "held")
+
+        # Keyboard only: Edit arguments opens the editor, focused; a schema the edit breaks is refused, the call waits.
+        await card.get_by_role("button", name="Edit arguments").focus()
+        await page.keyboard.press("Enter")
+        editor = card.get_by_label("Arguments to run the call with (JSON)")
+        await expect(editor).to_be_focused()
+        await editor.fill('{"command": 5}')
+        await card.get_by_role("button", name="Approve with these arguments").click()
+        await expect(card.get_by_role("alert")).to_contain_text("invalid arguments for shell")
+        await expect(card).to_have_attribute("data-state", "held")
+        await editor.fill('{"command": "echo edited-in-the-console > out.txt && cat out.txt"}')
+        await card.get_by_role("button", name="Approve with these arguments").click()
+
+        await expect(card).to_have_attribute("data-state", "ok")
+        await expect(card).to_contain_text("Approved with edited arguments (by you)")
+        await expect(card.locator(".tool-output")).to_contain_text("edited-in-the-console")
+        await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("It ran.")
+        assert [p.read_text() for p in (stack.settings.home / "workspaces").glob("*/out.txt")] == ["edited-in-the-console\n"]
+
+        # Deny with a note: the model reads why.
+        llm.add(reply("", tool_call("shell", {"command": "rm -rf /tmp/x"}, id="s2")), reply("Understood."))
+        await send(page, "clean up")
+        second = page.locator(".tool-card", has_text="rm -rf")
+        await expect(second).to_have_attribute("data-state", "held")
+        await second.get_by_label("Why (sent to the model with a denial)").fill("not on a Friday")
+        await second.get_by_role("button", name="Deny").click()
+        await expect(second).to_contain_text("Denied (by you): not on a Friday")
+        await expect(second).to_have_attribute("data-state", "error")
+        await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("Understood.")
+        assert "denied by the user: not on a Friday" in str(llm.requests[-1].messages)
+        await page.screenshot(path=tmp_path / "console-approval-edit.png")
+        errors.assert_none(allowed=("status of 400",))  # the refused edit's answer
+
+
+async def test_approve_the_rest_of_the_turn_runs_every_held_call(browser, tmp_path, llm):
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env={"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell"}) as stack:
+        llm.add(reply("", tool_call("shell", {"command": "echo one > one.txt"}, id="a1")),
+                reply("", tool_call("shell", {"command": "echo two > two.txt"}, id="a2")), reply("Both ran."))
+        page, errors = await open_console(browser, stack)
+        await send(page, "run both")
+        first = page.locator(".tool-card", has_text="one.txt")
+        await expect(first).to_have_attribute("data-state", "held")
+        await first.get_by_role("button", name="Approve the rest of this turn").click()
+        await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("Both ran.")
+        await expect(page.locator(".tool-card[data-state='ok']")).to_have_count(2)
+        names = sorted(p.name for p in (stack.settings.home / "workspaces").glob("*/*.txt"))
+        assert names == ["one.txt", "two.txt"]
+        errors.assert_none()

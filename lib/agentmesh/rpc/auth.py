@@ -102,6 +102,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "CarriedCalls": _allow("agent"),
         # The gateway deletes a session's workspace with the session.
         "DeleteWorkspace": _allow("gateway"),
+        # Gateway.ForkSession copies the source's workspace into the fork's.
+        "CopyWorkspace": _allow("gateway"),
         # The workspace as people see it: the gateway's workspace routes (the web console),
         # after it checked the caller and that the session exists.
         "ListWorkspace": _allow("gateway"),
@@ -141,6 +143,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "DropRun": _allow("gateway"),
         # Gateway.ClearTranscript (the REPL's /clear).
         "ClearTranscript": _allow("gateway"),
+        # Gateway.ForkSession: a new session holding the start of another's transcript.
+        "ForkSession": _allow("gateway"),
         # A namespace's tool policy: the gateway reads it for every turn and sets it for users
         # (Gateway.UpdateNamespaceSettings, after checking the names against the catalog).
         "GetNamespaceSettings": _allow("gateway"),

@@ -76,6 +76,10 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "GetTranscript": "viewer",
     "ListMessages": "viewer",
     "ClearTranscript": "member",  # the REPL's /clear: the person chatting in it may
+    # Time travel: a new session from another's start and a copy of its workspace, in its
+    # namespace — what a member could build by chatting; the source is left as it was.
+    "ForkSession": "member",
+    "CopyWorkspace": "member",
     # Turns: chatting is a member's; the agent's turn and every memory write it makes are too.
     "Chat": "member",
     "RunTurn": "member",

@@ -26,6 +26,8 @@ class Decision:
     approved: bool
     note: str = ""
     decided_by: str = "user"  # "user" | "timeout"
+    # With approved: the arguments a person edited the call to run with ("": the model's).
+    arguments_json: str = ""
 
 
 class ApprovalGate:
@@ -63,13 +65,16 @@ class ApprovalGate:
             if self._pending.get(call.call_id) is future:
                 del self._pending[call.call_id]
 
-    def decide(self, call_id: str, approved: bool, note: str = "", rest_of_turn: bool = False) -> bool:
+    def decide(self, call_id: str, approved: bool, note: str = "", rest_of_turn: bool = False,
+               arguments_json: str = "") -> bool:
         """Record a person's decision; False when no call with that id is waiting (any more).
-        `rest_of_turn` with an approval lets the other held calls and every later one run too."""
+        `rest_of_turn` with an approval lets the other held calls and every later one run too;
+        `arguments_json` with an approval runs the call with those arguments instead."""
         future = self._pending.get(call_id)
         if future is None or future.done():
             return False
-        future.set_result(Decision(approved=approved, note=note, decided_by="user"))
+        future.set_result(Decision(approved=approved, note=note, decided_by="user",
+                                   arguments_json=arguments_json if approved else ""))
         if approved and rest_of_turn:
             self.rest_of_turn_approved = True
             for other in self._pending.values():
@@ -84,3 +89,18 @@ class ApprovalGate:
         else:
             reason = "denied by the user" + (f": {decision.note}" if decision.note else "")
         return ToolOutcome.error(call, "denied", f"error: {call.name} was not run: {reason}")
+
+    @staticmethod
+    def edited(call: ToolCall, decision: Decision) -> ToolCall:
+        """The call as it runs: with the person's arguments when they edited them."""
+        if not decision.arguments_json or decision.arguments_json == call.arguments_json:
+            return call
+        return ToolCall(call_id=call.call_id, name=call.name, arguments_json=decision.arguments_json)
+
+    @staticmethod
+    def record_edit(outcome: ToolOutcome, call: ToolCall) -> ToolOutcome:
+        """A result of a call run with edited arguments says so first: the transcript (and the
+        model, which asked for other arguments) see what ran."""
+        outcome.output = (f"[the user edited the arguments before approving; {call.name} ran with "
+                          f"{call.arguments_json}]\n{outcome.output}")
+        return outcome

@@ -260,9 +260,10 @@ class TurnRun:
             self._interrupt_delivered = True
             self.cancel()
 
-    def decide(self, call_id: str, approved: bool, note: str = "", rest_of_turn: bool = False) -> bool:
+    def decide(self, call_id: str, approved: bool, note: str = "", rest_of_turn: bool = False,
+               arguments_json: str = "") -> bool:
         """A person's decision on a held call; False when no call with that id is waiting."""
-        return self.approvals.decide(call_id, approved, note, rest_of_turn)
+        return self.approvals.decide(call_id, approved, note, rest_of_turn, arguments_json)
 
     def _emit(self, event: RunEvent) -> None:
         self._shown.emit(event)  # withheld after results not yet saved

@@ -156,9 +156,13 @@ class ToolCalls:
                                      "agentmesh.approval.decided_by": decision.decided_by})
             log.info("tool call decided", tool=call.name, call_id=call.call_id, approved=decision.approved,
                      decided_by=decision.decided_by)
-            self.emit(ApprovalResolvedEvent(call, decision.approved, decision.note, decision.decided_by))
+            ran = self.approvals.edited(call, decision)
+            self.emit(ApprovalResolvedEvent(call, decision.approved, decision.note, decision.decided_by,
+                                            ran.arguments_json if ran is not call else ""))
             if not decision.approved:
                 return self.approvals.denial(call, decision)
+            if ran is not call:
+                return self.approvals.record_edit(await self._execute(ran, limit), ran)
         return await self._execute(call, limit)
 
     @staticmethod

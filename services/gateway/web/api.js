@@ -60,6 +60,17 @@ export class Api {
     return payload;
   }
 
+  // A decision on a held call: {approved, note, rest_of_turn, arguments_json} (docs/approvals.md).
+  approve(sessionId, callId, decision) {
+    return this.call("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/approvals/${encodeURIComponent(callId)}`, { body: decision });
+  }
+
+  // Time travel: a new session holding the conversation up to message `seq` and a copy of the
+  // workspace (Gateway.ForkSession). Answers {session, messages, workspace_files, workspace_bytes}.
+  fork(sessionId, seq) {
+    return this.call("POST", `/v1/sessions/${encodeURIComponent(sessionId)}:fork`, { body: { at_seq: seq } });
+  }
+
   // Yields {id, event, data} for each SSE message of a chat (or of a resumed one).
   async *chat(sessionId, body, { lastEventId, signal } = {}) {
     const headers = this.headers({ "Content-Type": "application/json", Accept: "text/event-stream" });

@@ -5,6 +5,7 @@ import { Conversation } from "./chat.js";
 import { DevPanel } from "./devpanel.js";
 import { formatTime, h } from "./dom.js";
 import { ImageTray } from "./images.js";
+import { SessionControls } from "./session_controls.js";
 import { TraceView } from "./trace.js";
 import { Views } from "./views/index.js";
 import { WorkspaceView } from "./workspace.js";
@@ -12,23 +13,32 @@ import { WorkspaceView } from "./workspace.js";
 const $ = (id) => document.getElementById(id);
 const api = new Api();
 // `generation` counts session opens: work of an open that a newer one overtook is dropped.
-const state = { sessionId: "", sessions: [], running: false, commandTools: new Set(), generation: 0, awayInView: false };
+const state = { sessionId: "", sessions: [], running: false, streams: 0, commandTools: new Set(), generation: 0, awayInView: false };
 
 const conversation = new Conversation($("log"), {
-  approve: (callId, approved) =>
-    api.call("POST", `/v1/sessions/${encodeURIComponent(state.sessionId)}/approvals/${encodeURIComponent(callId)}`, { body: { approved } }),
+  approve: (callId, decision) => api.approve(state.sessionId, callId, decision),
   showTrace: (traceId) => {
     selectTab("trace");
     traces.show(traceId);
   },
   openSession: (id) => navigate(id),
   runsCode: (name) => state.commandTools.has(name),
+  fork: async (seq) => {
+    const forked = await api.fork(state.sessionId, seq);
+    await loadSessions();
+    navigate(forked.session.session_id);
+  },
+  contextFill: (tokens, window) => controls.contextFill(tokens, window),
+  messageLink: (seq) => `#/sessions/${encodeURIComponent(state.sessionId)}/messages/${seq}`,
   latestPlan: async (afterSeq) => {
     const messages = await transcript(state.sessionId, afterSeq);
     const plans = messages.filter((m) => m.role === "assistant" && /^(Plan:|Revised plan)/.test(m.content || ""));
     return plans.length ? plans[plans.length - 1].content : "";
   },
 });
+const controls = new SessionControls(api, { model: $("model-picker"), permissionMode: $("permission-mode"),
+  plan: $("plan-mode"), deep: $("deep-mode"), ifBusy: $("if-busy"), busyRow: $("busy-row"), busyHint: $("busy-hint"),
+  contextFill: $("context-fill"), status: $("controls-status") });
 const tray = new ImageTray({ tray: $("attachments"), input: $("image-file"), message: $("message"),
   composer: $("composer"), status: $("turn-state") });
 const workspace = new WorkspaceView(api, {
@@ -66,6 +76,7 @@ async function loadTools() {
 
 async function showApp() {
   loadTools().catch(() => {});
+  controls.loadModels().catch(() => {});
   $("signin").hidden = true;
   $("app").hidden = false;
   $("sign-out").hidden = !api.token;
@@ -131,17 +142,21 @@ function navigate(sessionId) {
   else location.hash = target;
 }
 
+// #/sessions/ID opens a session; #/sessions/ID/messages/SEQ opens it at that message.
 async function route() {
   const inView = views.route(location.hash);
   $("main").hidden = inView;
   const away = state.awayInView;
   state.awayInView = inView;
   if (inView) return;
-  const match = /^#\/sessions\/(.+)$/.exec(location.hash);
+  const match = /^#\/sessions\/([^/]+)(?:\/messages\/(\d+))?$/.exec(location.hash);
   const sessionId = match ? decodeURIComponent(match[1]) : "";
+  const seq = match && match[2] ? Number(match[2]) : 0;
+  if (seq && sessionId === state.sessionId && conversation.reveal(seq)) return;
   // Back from a view to the session still open (its running turn still drawing): nothing to reload.
   if (away && sessionId && sessionId === state.sessionId) return;
   await openSession(sessionId);
+  if (seq && sessionId === state.sessionId) conversation.reveal(seq);
 }
 
 async function openSession(sessionId, { attach = true } = {}) {
@@ -153,6 +168,7 @@ async function openSession(sessionId, { attach = true } = {}) {
   $("subagents").hidden = true;
   $("delete-session").hidden = !sessionId;
   resetDelete();
+  controls.show(null);
   if (!sessionId) {
     $("session-title").textContent = "New conversation";
     $("session-meta").textContent = "Send a message to start a session.";
@@ -164,6 +180,7 @@ async function openSession(sessionId, { attach = true } = {}) {
     const session = await api.call("GET", `/v1/sessions/${encodeURIComponent(sessionId)}`);
     if (generation !== state.generation) return;
     $("session-title").textContent = session.title || session.session_id;
+    controls.show(session);
     showMeta(session);
     renderRelatives(session);
     const messages = await transcript(sessionId);
@@ -183,6 +200,11 @@ function showMeta(session) {
 
 function renderRelatives(session) {
   const links = [];
+  const forkOf = (session.labels || {})["agentmesh.fork.of"];
+  if (forkOf) {
+    links.push("Forked from ", h("button", { type: "button", class: "link", onclick: () => navigate(forkOf) }, forkOf),
+      ` at message ${session.labels["agentmesh.fork.at"]}. `);
+  }
   const parent = (session.labels || {}).parent_session;
   if (parent) {
     links.push("Sub-agent of ", h("button", { type: "button", class: "link", onclick: () => navigate(parent) }, parent), ". ");
@@ -242,11 +264,12 @@ $("delete-session").addEventListener("blur", resetDelete);
 
 // --- a turn ---------------------------------------------------------------------------------
 
+// Send stays enabled while a turn runs: a message then goes with the chosen if_busy.
 function setRunning(running, text = "") {
   state.running = running;
-  $("send").disabled = running;
   $("cancel-turn").hidden = !running;
   $("turn-state").textContent = text;
+  controls.running(running);
 }
 
 $("composer").addEventListener("submit", (event) => {
@@ -272,7 +295,8 @@ $("cancel-turn").addEventListener("click", async () => {
 
 async function send() {
   const text = $("message").value.trim();
-  if ((!text && !tray.count) || state.running) return;
+  if (!text && !tray.count) return;
+  const busy = state.running && state.streams > 0;
   if (!state.sessionId) {
     try {
       const session = await api.call("POST", "/v1/sessions", { body: { title: (text || "images").slice(0, 60) } });
@@ -281,6 +305,7 @@ async function send() {
       history.replaceState(null, "", `#/sessions/${encodeURIComponent(session.session_id)}`);
       $("session-title").textContent = session.title;
       $("delete-session").hidden = false;
+      await controls.created(session.session_id);
     } catch (error) {
       $("turn-state").textContent = error.message;
       return;
@@ -288,7 +313,7 @@ async function send() {
   }
   $("message").value = "";
   const images = tray.take();
-  const body = { message: text, options: $("deep-mode").checked ? { mode: "deep" } : {},
+  const body = { message: text, options: controls.options(busy),
                  images: images.map((i) => ({ data: i.data, media_type: i.type, name: i.name })) };
   const sessionId = state.sessionId;
   const replayed = await follow(sessionId, conversation.startTurn(text, images), body, "");
@@ -299,6 +324,7 @@ async function send() {
 // A dropped connection is picked up again with Last-Event-ID: the turn goes on at the gateway.
 // Returns whether transcript entries came instead of live events (the gateway had no live feed).
 async function follow(sessionId, turn, body, lastEventId) {
+  state.streams += 1;
   setRunning(true, "The agent is working…");
   let replayed = false;
   for (let attempt = 0; ; attempt += 1) {
@@ -323,7 +349,8 @@ async function follow(sessionId, turn, body, lastEventId) {
       await new Promise((resolve) => setTimeout(resolve, 500 * (attempt + 1)));
     }
   }
-  setRunning(false);
+  state.streams -= 1;
+  setRunning(state.streams > 0, state.streams > 0 ? "The agent is working…" : "");
   await loadSessions().catch(() => {});
   const current = state.sessions.find((s) => s.session_id === sessionId);
   if (current && state.sessionId === sessionId) showMeta(current);

@@ -2,52 +2,136 @@
 
 import { formatMs, h, prettyJson } from "./dom.js";
 import { imageStrip } from "./images.js";
+import { WindowedList } from "./windowed.js";
 
 const STEP = /step (\d+) of (\d+)/;
+// Transcripts with more entries than this are rendered as a window over them.
+const WINDOW_FROM = 150;
+
+// `?render=all` (or localStorage agentmesh.render = "all") renders every entry: the bench's baseline.
+function fullRenderingAsked() {
+  return new URLSearchParams(location.search).get("render") === "all" || localStorage.getItem("agentmesh.render") === "all";
+}
+
+// The transcript as entries of the conversation: a step's tool calls carry their results.
+function historyItems(messages) {
+  const items = [];
+  const stepOf = new Map(); // call id -> the assistant entry that made the call
+  for (const message of messages) {
+    const seq = Number(message.seq);
+    if (message.role === "user") items.push({ kind: "user", message, seqs: [seq] });
+    else if (message.role === "assistant") {
+      const item = { kind: "assistant", message, results: new Map(), seqs: [seq] };
+      for (const call of message.tool_calls || []) stepOf.set(call.call_id, item);
+      if (message.content || (message.tool_calls || []).length) items.push(item);
+    } else if (message.role === "tool") {
+      const step = stepOf.get(message.tool_call_id);
+      if (step) {
+        step.results.set(message.tool_call_id, message);
+        step.seqs.push(seq);
+      } else items.push({ kind: "tool", message, seqs: [seq] });
+    } else if (message.kind === "summary") items.push({ kind: "summary", message, seqs: [seq] });
+    else if (message.content) items.push({ kind: "note", message, seqs: [seq] });
+  }
+  return items;
+}
 
 export class Conversation {
   // actions: { approve(callId, approved), showTrace(traceId), openSession(id), runsCode(toolName),
-  //            latestPlan(afterSeq) }
+  //            latestPlan(afterSeq), fork(seq) }
   constructor(log, actions) {
     this.log = log;
     this.actions = actions;
   }
 
   clear() {
+    if (this.windowed) this.windowed.detach();
+    this.windowed = null;
+    this.items = [];
     this.log.replaceChildren();
   }
 
   // The transcript, as the model saw it: messages, tool calls with their results, summaries.
+  // A long one is rendered as a window over it (windowed.js): only what is in view is in the page.
   renderHistory(messages) {
-    const cards = new Map();
-    for (const message of messages) {
-      if (message.role === "user") {
-        this.log.append(bubble("user", message.content, message.seq, message.images));
-      } else if (message.role === "assistant") {
-        if (message.content) this.log.append(bubble("assistant", message.content, message.seq));
+    this.items = historyItems(messages);
+    this.windowed = null;
+    if (this.items.length > WINDOW_FROM && !fullRenderingAsked()) {
+      this.windowed = new WindowedList(this.log, this.items.length, (index) => this.#renderItem(this.items[index]));
+      this.windowed.scrollToEnd();
+      return;
+    }
+    for (const item of this.items) this.log.append(this.#renderItem(item));
+    this.scroll();
+  }
+
+  // Bring the message with `seq` into view and give it focus (a deep link: #/sessions/ID/messages/SEQ).
+  reveal(seq) {
+    const index = (this.items || []).findIndex((item) => item.seqs.includes(Number(seq)));
+    if (index < 0) return false;
+    const show = (element) => {
+      const target = element.querySelector(`[data-seq="${Number(seq)}"]`) || element;
+      target.classList.add("linked");
+      target.tabIndex = -1;
+      target.scrollIntoView({ block: "center" });
+      target.focus({ preventScroll: true });
+    };
+    if (this.windowed) this.windowed.scrollToIndex(index, show);
+    else show(this.log.children[index]);
+    return true;
+  }
+
+  #renderItem(item) {
+    const message = item.message;
+    switch (item.kind) {
+      case "user":
+        return this.#forkable(bubble("user", message.content, message.seq, message.images), message.seq);
+      case "assistant": {
+        const group = h("div", { class: "history-step", dataset: { seq: message.seq } });
+        if (message.content) group.append(this.#forkable(bubble("assistant", message.content, message.seq), message.seq));
         for (const call of message.tool_calls || []) {
           const card = new ToolCard(call.call_id, call.name, call.arguments_json, this.actions);
-          cards.set(call.call_id, card);
-          this.log.append(card.element);
+          const result = item.results.get(call.call_id);
+          if (result) card.recorded(result.content);
+          group.append(card.element);
         }
-      } else if (message.role === "tool") {
-        let card = cards.get(message.tool_call_id);
-        if (!card) {
-          card = new ToolCard(message.tool_call_id, message.name, "", this.actions);
-          this.log.append(card.element);
-        }
-        card.recorded(message.content);
-      } else if (message.kind === "summary") {
-        this.log.append(
-          h("details", { class: "summary-card" },
-            h("summary", {}, `Summary of earlier messages (through #${message.covers_through_seq})`),
-            h("p", { class: "summary-text" }, message.content)),
-        );
-      } else if (message.content) {
-        this.log.append(h("p", { class: "note" }, message.content));
+        return group;
       }
+      case "tool": {
+        const card = new ToolCard(message.tool_call_id, message.name, "", this.actions);
+        card.recorded(message.content);
+        return card.element;
+      }
+      case "summary":
+        return h("details", { class: "summary-card" },
+          h("summary", {}, `Summary of earlier messages (through #${message.covers_through_seq})`),
+          h("p", { class: "summary-text" }, message.content));
+      default:
+        return h("p", { class: "note" }, message.content);
     }
-    this.scroll();
+  }
+
+  // Time travel: a stored message offers a new session that holds the conversation up to it.
+  #forkable(element, seq) {
+    if (!seq || !this.actions.fork) return element;
+    const status = h("span", { class: "muted small", role: "status" });
+    const button = h("button", { type: "button", class: "link fork", "aria-label": `Fork the conversation at #${seq}`,
+      title: "A new session with the conversation up to here and a copy of the workspace" }, "Fork from here");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      status.textContent = "Forking…";
+      try {
+        await this.actions.fork(Number(seq));
+      } catch (error) {
+        status.textContent = error.message;
+        button.disabled = false;
+      }
+    });
+    const link = this.actions.messageLink
+      ? h("a", { class: "permalink", href: this.actions.messageLink(seq), "aria-label": `Link to #${seq}` }, `#${seq}`) : null;
+    // Beside the bubble, not in it: the bubble holds the message alone.
+    return h("div", { class: `message ${element.classList.contains("user") ? "user" : "assistant"}` },
+      element, h("div", { class: "message-actions" }, link, link ? " " : null, button, " ", status));
   }
 
   startTurn(text, images = []) {
@@ -124,7 +208,9 @@ class LiveTurn {
         this.#card(payload.call_id, payload.name, "").resolved(payload);
         break;
       case "status":
-        this.#status(payload.message);
+        // The context-fill figure (a turn's last status) goes to the composer, not the progress list.
+        if (Number(payload.context_window)) this.actions.contextFill?.(Number(payload.context_tokens), Number(payload.context_window));
+        else this.#status(payload.message);
         break;
       case "reasoning_delta":
         this.#reasoning(payload.text);
@@ -293,26 +379,70 @@ class ToolCard {
     if (result.truncated) this.extra.append(h("p", { class: "muted" }, "Output was cut at the service's limit."));
   }
 
+  // A held call: approve it, approve it and the rest of the turn, edit its arguments and
+  // approve those, or deny it with a note the model reads.
   held(request) {
     this.element.open = true;
     this.#state("held", "waiting for approval");
-    const approve = h("button", { type: "button", class: "approve" }, "Approve");
+    const isPlan = request.name === "approve_plan";
+    const approve = h("button", { type: "button", class: "approve" }, isPlan ? "Approve the plan" : "Approve");
+    const rest = h("button", { type: "button", class: "approve-rest" }, "Approve the rest of this turn");
+    const edit = h("button", { type: "button", class: "edit-args", "aria-expanded": "false" }, "Edit arguments");
     const deny = h("button", { type: "button", class: "danger deny" }, "Deny");
-    const decide = async (approved) => {
-      approve.disabled = deny.disabled = true;
+    const note = h("input", { type: "text", class: "deny-note", maxlength: 4000, autocomplete: "off" });
+    const editor = h("textarea", { class: "args-editor", rows: 6, spellcheck: "false" });
+    editor.value = prettyJson(request.arguments_json || "{}");
+    const runEdited = h("button", { type: "button", class: "approve-edited" }, "Approve with these arguments");
+    const editBox = h("div", { class: "args-edit", hidden: true },
+      h("label", {}, "Arguments to run the call with (JSON)", editor), runEdited);
+    const problem = h("p", { class: "error", role: "alert" });
+    const buttons = [approve, rest, edit, deny, runEdited];
+    const decide = async (decision) => {
+      problem.textContent = "";
+      for (const button of buttons) button.disabled = true;
       try {
-        await this.actions.approve(this.callId, approved);
+        await this.actions.approve(this.callId, decision);
       } catch (error) {
-        approve.disabled = deny.disabled = false;
-        this.approval.append(h("p", { class: "error", role: "alert" }, error.message));
+        for (const button of buttons) button.disabled = false;
+        problem.textContent = error.message;
       }
     };
-    approve.addEventListener("click", () => decide(true));
-    deny.addEventListener("click", () => decide(false));
+    approve.addEventListener("click", () => decide({ approved: true }));
+    rest.addEventListener("click", () => decide({ approved: true, rest_of_turn: true }));
+    deny.addEventListener("click", () => decide({ approved: false, note: note.value.trim() }));
+    edit.addEventListener("click", () => {
+      editBox.hidden = !editBox.hidden;
+      edit.setAttribute("aria-expanded", String(!editBox.hidden));
+      if (!editBox.hidden) editor.focus();
+    });
+    runEdited.addEventListener("click", () => {
+      try {
+        const value = JSON.parse(editor.value);
+        if (!value || typeof value !== "object" || Array.isArray(value)) throw new Error("a JSON object, as {\"name\": value}");
+      } catch (error) {
+        problem.textContent = `The arguments are not ${error.message.startsWith("a JSON") ? error.message : "valid JSON"}; the call still waits.`;
+        editor.focus();
+        return;
+      }
+      decide({ approved: true, arguments_json: editor.value });
+    });
     const seconds = Math.round(request.timeout_s || 0);
+    let plan = null;
+    if (isPlan) {
+      try {
+        plan = h("pre", { class: "plan", "aria-label": "The plan to approve" }, JSON.parse(request.arguments_json).plan || "");
+      } catch {
+        plan = null;
+      }
+    }
     this.approval = h("div", { class: "approval", role: "group", "aria-label": `Approve ${request.name}?` },
-      h("p", {}, `The agent wants to run ${request.name}.` + (seconds ? ` Denied automatically in ${seconds} s.` : "")),
-      approve, " ", deny);
+      h("p", {}, (isPlan ? "The agent asks you to approve its plan before it starts." : `The agent wants to run ${request.name}.`) +
+        (seconds ? ` Denied automatically in ${seconds} s.` : "")),
+      plan,
+      h("div", { class: "approval-buttons" }, approve, " ", rest, " ", isPlan ? null : edit, " ", deny),
+      isPlan ? null : editBox,
+      h("label", { class: "deny-note-label" }, isPlan ? "What to change (sent with a denial)" : "Why (sent to the model with a denial)", note),
+      problem);
     this.extra.append(this.approval);
     approve.focus();
   }
@@ -320,7 +450,11 @@ class ToolCard {
   resolved(resolution) {
     if (this.approval) this.approval.remove();
     const who = resolution.decided_by === "timeout" ? "no decision in time" : "by you";
-    this.extra.append(h("p", { class: "muted" }, `${resolution.approved ? "Approved" : "Denied"} (${who})`));
+    const how = resolution.approved ? (resolution.arguments_json ? "Approved with edited arguments" : "Approved") : "Denied";
+    this.extra.append(h("p", { class: "muted resolution" }, `${how} (${who})${resolution.note ? `: ${resolution.note}` : ""}`));
+    if (resolution.arguments_json) {
+      this.extra.append(h("div", {}, h("h4", {}, "Ran with"), h("pre", { class: "tool-args edited" }, prettyJson(resolution.arguments_json))));
+    }
     if (resolution.approved) this.#state("running", "running…");
   }
 

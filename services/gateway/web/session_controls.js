@@ -1,0 +1,96 @@
+// The composer's choices, as the CLI offers them: the session's model and permission mode (kept
+// with the session: UpdateSession), plan mode for the next message, what a message sent while a
+// turn runs does (ChatOptions.if_busy), and how full the model's context window is.
+
+const BUSY_WORDS = {
+  interrupt: "Stops the running turn at its next safe point, then answers this message.",
+  enqueue: "Waits for the running turn to end, then runs this message.",
+  reject: "Sends only when nothing runs: refused while a turn runs.",
+};
+
+export class SessionControls {
+  // elements: { model, permissionMode, plan, deep, ifBusy, busyRow, busyHint, contextFill, status }
+  constructor(api, elements) {
+    this.api = api;
+    this.el = elements;
+    this.sessionId = "";
+    this.el.model.addEventListener("change", () => this.#update({ model: this.el.model.value }, ["model"]));
+    this.el.permissionMode.addEventListener("change",
+      () => this.#update({ permission_mode: this.el.permissionMode.value }, ["permission_mode"]));
+    this.el.ifBusy.addEventListener("change", () => this.#busyHint());
+    this.#busyHint();
+  }
+
+  async loadModels() {
+    const reply = await this.api.call("GET", "/v1/models");
+    const current = this.el.model.value;
+    this.el.model.replaceChildren(...reply.models.map((model) => {
+      const option = document.createElement("option");
+      option.value = model.name === "default" ? "" : model.name;
+      option.textContent = model.name === "default" ? `default (${model.model})` : model.name;
+      return option;
+    }));
+    this.el.model.value = current;
+  }
+
+  // A session was opened (or none: a new conversation starts with the deployment's choices).
+  show(session) {
+    this.sessionId = session ? session.session_id : "";
+    this.el.model.value = session ? session.model || "" : "";
+    if (this.el.model.value !== (session ? session.model || "" : "")) this.el.model.value = "";
+    this.el.permissionMode.value = session ? session.permission_mode || "" : "";
+    this.el.contextFill.hidden = true;
+  }
+
+  // A session was just created for the first message: it takes the choices made before it existed.
+  async created(sessionId) {
+    this.sessionId = sessionId;
+    const body = {};
+    const mask = [];
+    if (this.el.model.value) { body.model = this.el.model.value; mask.push("model"); }
+    if (this.el.permissionMode.value) { body.permission_mode = this.el.permissionMode.value; mask.push("permission_mode"); }
+    if (mask.length) await this.#update(body, mask);
+  }
+
+  // The options of a message; `busy` when a turn of the session runs already.
+  options(busy) {
+    const options = {};
+    if (this.el.deep.checked) options.mode = "deep";
+    if (this.el.plan.checked) options.plan = true;
+    if (busy) options.if_busy = this.el.ifBusy.value;
+    return options;
+  }
+
+  running(running) {
+    this.el.busyRow.hidden = !running;
+  }
+
+  // The context-fill figure of a turn's last status event.
+  contextFill(tokens, window) {
+    if (!window) return;
+    const share = Math.min(100, Math.round((tokens * 100) / window));
+    this.el.contextFill.hidden = false;
+    this.el.contextFill.querySelector("meter").value = share;
+    this.el.contextFill.querySelector(".context-text").textContent =
+      `Context ${share}% full (${Number(tokens).toLocaleString("en")} of ${Number(window).toLocaleString("en")} tokens)`;
+  }
+
+  async #update(body, mask) {
+    if (!this.sessionId) return; // applied when the first message creates the session
+    this.el.status.textContent = "";
+    try {
+      const session = await this.api.call("PATCH", `/v1/sessions/${encodeURIComponent(this.sessionId)}`,
+        { body: { ...body, update_mask: mask } });
+      this.el.status.textContent = mask.includes("model")
+        ? `The next turns use ${session.model || "the default model"}.`
+        : `Permission mode: ${session.permission_mode || "the deployment's"}.`;
+    } catch (error) {
+      if (error.code === "NOT_FOUND") return; // not created yet: the first message creates it
+      this.el.status.textContent = error.message;
+    }
+  }
+
+  #busyHint() {
+    this.el.busyHint.textContent = BUSY_WORDS[this.el.ifBusy.value] || "";
+  }
+}
