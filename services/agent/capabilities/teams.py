@@ -172,7 +172,7 @@ class TeamMember(Capability):
                 raise ValueError(f"there is no {kind} request {request_id!r}")
             if body.get("to") != self.me:
                 raise ValueError(f"request {request_id} is addressed to {body.get('to')}, not to you")
-            if body["state"] != "pending" and kind == "shutdown":
+            if body["state"] != "pending":  # the first answer holds: the lead's, or a person's (team API)
                 raise ValueError(f"request {request_id} was answered already ({body['state']})")
             return {**body, "state": "approved" if approve else "rejected", "note": note, "answered_at": time.time()}
         return await self.team.change("protocol", request_id, answer)
