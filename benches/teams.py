@@ -12,9 +12,9 @@ replicas call it — each teammate with a channel of its own, signed as the agen
 
     python -m benches.teams [--mates 5] [--tasks 200] [--messages 200]
 
-What it does not measure: a model (token cost depends on the prompts; the scripted e2e test
-counts the tokens of its lead and teammates), and two memory replicas (the embedded store is
-one process's).
+What it does not measure: a model — the token cost of a team against one agent doing the same
+tasks is `python -m benches.team_cost` (a whole stack and the scripted model) — and two memory
+replicas (the embedded store is one process's).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """`agentmesh team SESSION`: a lead session's team (docs/teams.md) — each teammate's state,
 current task, last message and tokens, and the shared board; `team SESSION message TO TEXT`
 sends a message into a member's mailbox (a teammate's name, or `lead`); `team SESSION stop
-[NAME]` stops one teammate, or all of them."""
+[NAME]` stops one teammate, or all of them. A person in the lead's place: `team SESSION approve
+NAME REQUEST [NOTE…]` and `reject NAME REQUEST [NOTE…]` answer a teammate's plan request, `team
+SESSION shutdown NAME [NOTE…]` asks it to stop (the shutdown protocol)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ __all__ = ["register"]
 def register(subparsers) -> None:
     team = subparsers.add_parser("team", help="a lead session's teammates: show, message, stop")
     team.add_argument("session_id", help="the lead's session")
-    team.add_argument("action", nargs="?", default="show", choices=("show", "message", "stop"))
-    team.add_argument("rest", nargs="*", help="message: TO TEXT…; stop: [NAME]")
+    team.add_argument("action", nargs="?", default="show", choices=("show", "message", "stop", "approve", "reject", "shutdown"))
+    team.add_argument("rest", nargs="*", help="message: TO TEXT…; stop: [NAME]; approve|reject: NAME REQUEST [NOTE…]; "
+                      "shutdown: NAME [NOTE…]")
     team.add_argument("--json", action="store_true", help="the team as JSON (show)")
     team.set_defaults(func=run_team)
 
@@ -29,6 +32,24 @@ async def run_team(args) -> int:
         reply = await gateway_call("SendTeamMessage", gateway_pb2.SendTeamMessageRequest(
             session_id=args.session_id, to=args.rest[0], text=" ".join(args.rest[1:])))
         print(f"sent to {args.rest[0]} (message {reply.seq} of its inbox)")
+        return EXIT_OK
+    if args.action in ("approve", "reject"):
+        if len(args.rest) < 2:
+            print(f"usage: agentmesh team SESSION {args.action} NAME REQUEST [NOTE…]")
+            return EXIT_USAGE
+        reply = await gateway_call("SendTeamMessage", gateway_pb2.SendTeamMessageRequest(
+            session_id=args.session_id, to=args.rest[0], request_id=args.rest[1], approve=args.action == "approve",
+            text=" ".join(args.rest[2:])))
+        print(f"plan {reply.request_id} of {args.rest[0]}: {reply.state}")
+        return EXIT_OK
+    if args.action == "shutdown":
+        if not args.rest:
+            print("usage: agentmesh team SESSION shutdown NAME [NOTE…]")
+            return EXIT_USAGE
+        reply = await gateway_call("SendTeamMessage", gateway_pb2.SendTeamMessageRequest(
+            session_id=args.session_id, to=args.rest[0], shutdown=True, text=" ".join(args.rest[1:])))
+        print(f"asked {args.rest[0]} to stop: request {reply.request_id} ({reply.state}); its answer goes to the "
+              "lead's inbox")
         return EXIT_OK
     if args.action == "stop":
         name = args.rest[0] if args.rest else ""

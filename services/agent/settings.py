@@ -91,6 +91,11 @@ class AgentSettings(EnvSection):
     team_idle_s: float = env("AGENTMESH_AGENT_TEAM_IDLE_S", 120.0, minimum=0)
     # How long the lead's read_inbox waits at most for a message when its inbox is empty.
     team_inbox_wait_s: float = env("AGENTMESH_AGENT_TEAM_INBOX_WAIT_S", 300.0, minimum=0)
+    # A teammate whose run ended with an error (its agent replica died mid-turn, or its turn
+    # failed) is started again in its session by the lead, at most `team_restarts` times; the
+    # lead looks at its teammates' runs at least every `team_check_s` while it waits for mail.
+    team_restarts: int = env("AGENTMESH_AGENT_TEAM_RESTARTS", 2, minimum=0)
+    team_check_s: float = env("AGENTMESH_AGENT_TEAM_CHECK_S", 5.0, minimum=0.1)
     # Compaction (compaction.py): when the context nears the budget — before a turn or between
     # its steps — the oldest part is summarised by the model (durably, in the transcript)
     # instead of being dropped.

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+import uuid
+from typing import Any, Callable
 
-from agentmesh.errors import InvalidArgument, Unavailable
+from agentmesh.errors import FailedPrecondition, InvalidArgument, Unavailable
 from agentmesh.gateway.authz import Authorizer
 from agentmesh.gateway.learning import MemoryLearning
 from agentmesh.gateway.namespace_rpcs import current_caller
@@ -70,27 +71,77 @@ class TeamRpcs:
     @translate_errors
     async def SendTeamMessage(self, request, context):
         text = request.text.strip()
-        if not text or len(text) > MAX_TEXT_CHARS:
+        answering = bool(request.request_id or request.shutdown)
+        if (not text and not answering) or len(text) > MAX_TEXT_CHARS:
             raise InvalidArgument(f"text must be 1-{MAX_TEXT_CHARS} characters", field="text")
+        if request.request_id and request.shutdown:
+            raise InvalidArgument("answer a plan (request_id) or ask for a shutdown (shutdown), not both",
+                                  field="shutdown")
         memory, namespace = await self._team(request.session_id, "SendTeamMessage")
         mates = await self._records(memory, namespace, request.session_id, "mate")
         if request.to != "lead" and request.to not in mates:
             known = ", ".join(["lead", *sorted(mates)])
             raise InvalidArgument(f"there is no teammate {request.to[:40]!r} in this team (members: {known})",
                                   field="to")
-        sender = current_caller().subject
+        sender, team = current_caller().subject, request.session_id
+        if request.shutdown:
+            if request.to == "lead":
+                raise InvalidArgument("a shutdown request goes to a teammate, not to the lead", field="to")
+            request_id = f"sd-{uuid.uuid4().hex[:8]}"
+            body = {"id": request_id, "type": "shutdown", "from": "lead", "by": sender, "to": request.to,
+                    "state": "pending", "note": "", "created_at": time.time()}
+            await self._swap(memory, namespace, team, "protocol", request_id, lambda _: body)
+            seq = await self._post(memory, namespace, team, request.to, sender, (
+                f"[shutdown request {request_id}] The lead asks you to stop. Answer with "
+                f"shutdown_response(request_id={request_id!r}, approve, note).") + (f" {text}" if text else ""))
+            return gateway_pb2.SendTeamMessageResponse(seq=seq, request_id=request_id, state="pending")
+        if request.request_id:
+            verdict = "approved" if request.approve else "rejected"
+
+            def answer(body: dict[str, Any] | None) -> dict[str, Any]:
+                if body is None or body.get("type") != "plan" or body.get("from") != request.to:
+                    raise InvalidArgument(f"there is no plan request {request.request_id[:40]!r} of {request.to[:40]}",
+                                          field="request_id")
+                if body.get("state") != "pending":
+                    raise FailedPrecondition(f"plan request {request.request_id} was answered already "
+                                             f"({body.get('state')})")
+                return {**body, "state": verdict, "note": text, "by": sender, "answered_at": time.time()}
+
+            await self._swap(memory, namespace, team, "protocol", request.request_id, answer)
+            note = text or ("Go ahead." if request.approve else "Revise it.")
+            seq = await self._post(memory, namespace, team, request.to, sender,
+                                   f"[plan {request.request_id} {verdict}] {note}")
+            return gateway_pb2.SendTeamMessageResponse(seq=seq, request_id=request.request_id, state=verdict)
+        return gateway_pb2.SendTeamMessageResponse(seq=await self._post(memory, namespace, team, request.to,
+                                                                        sender, text))
+
+    async def _swap(self, memory: MemoryLearning, namespace: str, team: str, kind: str, key: str,
+                    apply: Callable[[dict[str, Any] | None], dict[str, Any]]) -> dict[str, Any]:
+        """The record changed by `apply` (which may raise to refuse), with a compare-and-set retried
+        on a fresh read, as the agent changes it (team_store.Team.change)."""
         for _ in range(_SWAPS):
-            box = (await self._records(memory, namespace, request.session_id, "mail")).get(request.to)
-            empty: dict[str, Any] = {"next": 1, "messages": []}
-            version, body = box if box is not None else (0, empty)
-            seq = int(body["next"])
-            messages = [*body["messages"], {"seq": seq, "from": sender, "text": text, "at": time.time()}]
-            record = mpb.TeamRecord(namespace=namespace, team=request.session_id, kind="mail", key=request.to,
-                                    version=version, body_json=json.dumps({"next": seq + 1,
-                                                                           "messages": messages[-MAX_KEPT_MAIL:]}))
+            current = (await self._records(memory, namespace, team, kind)).get(key)
+            version, body = current if current is not None else (0, None)
+            changed = apply(dict(body) if body is not None else None)
+            record = mpb.TeamRecord(namespace=namespace, team=team, kind=kind, key=key, version=version,
+                                    body_json=json.dumps(changed))
             if (await memory.forward("SwapTeamRecord", record)).swapped:
-                return gateway_pb2.SendTeamMessageResponse(seq=seq)
-        raise Unavailable("the mailbox kept changing; try again")
+                return changed
+        raise Unavailable(f"the team's {kind} record kept changing; try again")
+
+    async def _post(self, memory: MemoryLearning, namespace: str, team: str, to: str, sender: str, text: str) -> int:
+        """Append to `to`'s mailbox; the message's number there."""
+        seq = 0
+
+        def append(box: dict[str, Any] | None) -> dict[str, Any]:
+            nonlocal seq
+            box = box or {"next": 1, "messages": []}
+            seq = int(box["next"])
+            messages = [*box["messages"], {"seq": seq, "from": sender, "text": text, "at": time.time()}]
+            return {"next": seq + 1, "messages": messages[-MAX_KEPT_MAIL:]}
+
+        await self._swap(memory, namespace, team, "mail", to, append)
+        return seq
 
     @translate_errors
     async def StopTeammates(self, request, context):

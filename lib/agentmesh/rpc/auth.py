@@ -74,9 +74,10 @@ def _allow(*callers: str) -> Allowed:
 # docs/security.md's table, which mirrors it.
 CALLERS: Mapping[str, Mapping[str, Allowed]] = {
     # Users, the scheduler's runs, other gateway replicas forwarding a session's calls; and the
-    # agent, which starts a lead's teammates as runs (docs/teams.md).
+    # agent, which starts a lead's teammates as runs and reads how they ended (docs/teams.md).
     "gateway": {"*": _allow(USERS, "scheduler", "gateway"),
-                "CreateRun": _allow(USERS, "scheduler", "gateway", "agent")},
+                "CreateRun": _allow(USERS, "scheduler", "gateway", "agent"),
+                "GetRun": _allow(USERS, "scheduler", "gateway", "agent")},
     # Users create and trigger jobs (`agentmesh cron`); the agent asks for its wake-ups.
     "scheduler": {"*": _allow(USERS),
                   # The agent's schedule_wakeup tool, for the user whose turn runs it.

@@ -55,3 +55,8 @@ class GatewayTeammateRuns:
         request = gateway_pb2.CreateRunRequest(session_id=start.session_id, message=start.message, options=options)
         run = await peer_call(self._peer, self._client.stub.CreateRun(request, timeout=self._timeout_s))
         return str(run.run_id)
+
+    async def state(self, run_id: str) -> tuple[str, str]:
+        run = await peer_call(self._peer, self._client.stub.GetRun(gateway_pb2.GetRunRequest(run_id=run_id),
+                                                                    timeout=self._timeout_s))
+        return str(run.state), str(run.error_message)

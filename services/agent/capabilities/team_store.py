@@ -71,6 +71,9 @@ class TeammateRuns(Protocol):
     async def start(self, start: TeammateStart) -> str:
         """The run's id; raises an AgentmeshError with the gateway's sentence."""
 
+    async def state(self, run_id: str) -> tuple[str, str]:
+        """The run's state (`running`, `failed`, …) and, for a failed one, its error's sentence."""
+
 
 @dataclass(frozen=True)
 class TeamServices:

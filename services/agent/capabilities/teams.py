@@ -59,6 +59,16 @@ MATE_NOTE = (
 )
 
 
+RESUME = (
+    "Your previous run ended before it was done ({error}); you are started again in your session. Carry on with "
+    "your task from where you were: messages that arrived meanwhile follow."
+)
+
+
+class _Taken(Exception):
+    """Another lead turn restarts this teammate already."""
+
+
 def status_event(mate: dict[str, Any]) -> TeammateStatusEvent:
     return TeammateStatusEvent(
         name=str(mate["name"]), state=str(mate.get("state", "")), session_id=str(mate.get("session_id", "")),
@@ -142,7 +152,7 @@ class TeamMember(Capability):
             if text or remaining <= 0:
                 break
             await self.observe()
-            self.change = await self.team.wait(self.change, remaining)
+            self.change = await self.team.wait(self.change, min(remaining, self.ctx.settings.team_check_s))
         await self.observe()
         return self._ok(call, text or "(no new messages)")
 
@@ -162,7 +172,7 @@ class TeamMember(Capability):
                 raise ValueError(f"there is no {kind} request {request_id!r}")
             if body.get("to") != self.me:
                 raise ValueError(f"request {request_id} is addressed to {body.get('to')}, not to you")
-            if body["state"] != "pending" and kind == "shutdown":
+            if body["state"] != "pending":  # the first answer holds: the lead's, or a person's (team API)
                 raise ValueError(f"request {request_id} was answered already ({body['state']})")
             return {**body, "state": "approved" if approve else "rejected", "note": note, "answered_at": time.time()}
         return await self.team.change("protocol", request_id, answer)
@@ -176,6 +186,7 @@ class TeamLead(TeamMember):
         self.runs = runs
         self._spawning = asyncio.Lock()
         self.seen: dict[str, tuple[str, str]] = {}
+        self._next_check = 0.0
 
     def tools(self) -> list[ToolSpec]:
         return list(LEAD_SPECS)
@@ -187,6 +198,9 @@ class TeamLead(TeamMember):
     async def observe(self) -> None:
         try:
             mates = await self.team.mates()
+            if time.monotonic() >= self._next_check:
+                self._next_check = time.monotonic() + self.ctx.settings.team_check_s
+                await self._recover(mates)
         except AgentmeshError:
             return
         for mate in mates:
@@ -262,6 +276,50 @@ class TeamLead(TeamMember):
         log.info("teammate started", team=request.session_id, name=name, run_id=run_id)
         return self._ok(call, f"Teammate {name} started (session {session_id}, run {run_id}).",
                         name=name, session_id=session_id, run_id=run_id)
+
+    async def _recover(self, mates: list[dict[str, Any]]) -> None:
+        """Start again, in its own session, each teammate whose run ended with an error without
+        it finishing — its agent replica died mid-turn, or its turn failed. The new run reads its
+        transcript back (and with it its mailbox cursor: no message reaches its model twice) and
+        takes the mail that came meanwhile. After `team_restarts` such starts it is finished,
+        and the lead is told."""
+        for mate in mates:
+            run_id, name = str(mate.get("run_id", "")), str(mate["name"])
+            if not run_id or mate.get("state") in (FINISHED, "starting"):
+                continue
+            state, error = await self.runs.state(run_id)
+            if state not in ("failed", "interrupted"):
+                continue
+            restarts = int(mate.get("restarts", 0))
+            if restarts >= self.ctx.settings.team_restarts:
+                note = f"its run {run_id} failed ({error or state}) after {restarts} restarts"
+                await self.team.set_mate(name, state=FINISHED, stop_reason="failed", last_message=note[:LAST_CHARS])
+                await self.team.post(LEAD, name, f"[{name} finished (failed)] {note}")
+                log.warning("teammate given up", team=self.ctx.request.session_id, name=name, run_id=run_id)
+                continue
+            # Claimed first, so two lead turns (or replicas) looking at once start it only once.
+            def claim(body: dict[str, Any] | None, expected: str = run_id) -> dict[str, Any]:
+                if body is None or body.get("run_id") != expected:
+                    raise _Taken
+                return {**body, "run_id": "", "state": "starting", "restarts": int(body.get("restarts", 0)) + 1}
+            try:
+                await self.team.change("mate", name, claim)
+            except _Taken:
+                continue
+            allow, deny = self._ceiling()
+            request = self.ctx.request
+            try:
+                new_run = await self.runs.start(TeammateStart(
+                    session_id=str(mate.get("session_id") or mate_session(request.session_id, name)),
+                    namespace=request.namespace, message=RESUME.format(error=error or state),
+                    model=request.model, permission_mode=request.permission_mode, allow=allow, deny=deny,
+                    max_iterations=self.ctx.settings.team_max_iterations, token_budget=request.token_budget))
+            except AgentmeshError as exc:
+                await self.team.set_mate(name, state=FINISHED, stop_reason="not_restarted", last_message=exc.message)
+                await self.team.post(LEAD, name, f"[{name} finished (failed)] not restarted: {exc.message}")
+                continue
+            await self.team.set_mate(name, run_id=new_run, state="started")
+            log.info("teammate restarted", team=request.session_id, name=name, failed_run=run_id, run_id=new_run)
 
     def _ceiling(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The teammate's tool policy layer: every tool the lead's turn may not use, denied — the
@@ -352,7 +410,9 @@ class Teammate(TeamMember):
             self.change = await self.team.wait(self.change, remaining)
 
     async def after_turn(self, stop_reason: str) -> None:
-        if not self.member:
+        if not self.member or stop_reason == "error":
+            # A failed run is the lead's to start again (TeamLead._recover) — as is one whose
+            # replica died and never got here; until then it keeps its place in the team.
             return
         try:
             await self._state(FINISHED, stop_reason=stop_reason, last_message=self.last_text[:LAST_CHARS])
