@@ -36,7 +36,7 @@ from agentmesh.memory.ports import AgentStore
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.recall import ConversationIndex
-from agentmesh.memory.recall_rpcs import RecallRpcs, block_to_proto
+from agentmesh.memory.recall_rpcs import RecallRpcs, block_to_proto, block_user
 from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.retention import Retention
 from agentmesh.memory.retention_rpcs import RetentionRpcs, creator
@@ -306,7 +306,10 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
         if request.with_profile:
             reads["profile"] = checked("GetProfile", lambda: self._profiles.get(namespace))
             if (blocks := self._blocks) is not None:
-                reads["blocks"] = checked("ListBlocks", lambda: blocks.list(namespace))
+                # The person chatting sees their own per-user blocks (blocks.py), read
+                # while the call's principal is theirs.
+                user = block_user()
+                reads["blocks"] = checked("ListBlocks", lambda: blocks.list(namespace, user))
         if request.with_skills:
             reads["skills"] = checked("ListSkills", lambda: self._skills.list(namespace))
         if request.with_promoted_tools:
