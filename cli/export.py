@@ -2,10 +2,11 @@
 moved between homes (docs/memory.md#export-and-import).
 
 The file is JSON Lines, written and read as a stream, so a namespace of any size moves in the
-memory of one batch: a header line (`format: agentmesh-export/1`, the namespace, the embedder
+memory of one batch: a header line (`format: agentmesh-export/2`, the namespace, the embedder
 the memories were indexed with), then one record a line — `settings`, `profile`, `skill`,
-`promoted_tool`, `memory`, `session` (with its transcript), `job` — and an `end` line with the
-counts, so a cut-off file is told from a whole one.
+`promoted_tool`, `agent` (a named agent with every version), `memory`, `session` (with its
+transcript), `job` — and an `end` line with the counts, so a cut-off file is told from a whole
+one. Format 2 added `agent`; files of format 1 are read as before.
 
 Both are CLI orchestration over the services' own RPCs (an admin's token): each record goes in
 through the RPC that checks it, so an import is held to every rule a client is. Memories carry
@@ -26,14 +27,14 @@ import grpc
 
 from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError, call_metadata, channel_to, load_settings, rpc_failure
 
-FORMAT = "agentmesh-export/1"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+FORMAT = f"agentmesh-export/{FORMAT_VERSION}"
 BATCH = 256
 PROGRESS_EVERY = 1000
 
 
 def register(subparsers) -> None:
-    exp = subparsers.add_parser("export", help="write a namespace (settings, instructions, skills, memories, "
+    exp = subparsers.add_parser("export", help="write a namespace (settings, instructions, skills, agents, memories, "
                                 "transcripts, jobs) as JSON Lines to stdout")
     exp.add_argument("namespace")
     exp.add_argument("--sessions", default="", help="only these sessions (comma-separated ids); default: all")
@@ -138,6 +139,8 @@ async def _records(call: _Stubs, namespace: str, wanted: set[str]):
     tools = await call(call.gateway.ListPromotedTools, learning_pb2.ListPromotedToolsRequest(namespace=namespace))
     for tool in tools.tools:
         yield {"kind": "promoted_tool", **_dict(tool)}
+    async for record in _agents(call, namespace):
+        yield record
     token = ""
     while True:
         page = await call(call.memory.ListMemories, memory_service_pb2.ListMemoriesRequest(
@@ -164,6 +167,22 @@ async def _records(call: _Stubs, namespace: str, wanted: set[str]):
     for job in jobs.jobs:
         if job.session_id in exported and not job.source.startswith("file:"):
             yield {"kind": "job", "job": _dict(job)}
+
+
+async def _agents(call: _Stubs, namespace: str):
+    """The namespace's named agents (not the built-ins it did not override), each with every
+    version oldest first: an import makes them again in that order, so the numbers carry over."""
+    from agentmesh.v1 import agents_pb2
+
+    listed = await call(call.gateway.ListAgents, agents_pb2.ListAgentsRequest(namespace=namespace))
+    for agent in listed.agents:
+        if agent.builtin:
+            continue
+        versions = await call(call.gateway.ListAgentVersions, agents_pb2.ListAgentVersionsRequest(
+            namespace=namespace, name=agent.spec.name))
+        yield {"kind": "agent", "name": agent.spec.name, "current_version": agent.current_version,
+               "versions": [{"version": v.version, "created_at": v.created_at, "rolled_back_from": v.rolled_back_from,
+                             "spec": _dict(v.spec)} for v in sorted(versions.versions, key=lambda v: v.version)]}
 
 
 async def _transcript(call: _Stubs, session_id: str) -> list[dict[str, Any]]:

@@ -48,6 +48,12 @@ class Importer:
         settings = await call(call.gateway.GetNamespaceSettings, sessions_pb2.GetNamespaceSettingsRequest(namespace=ns))
         if settings.updated_at:
             found.append("settings")
+        from agentmesh.v1 import agents_pb2
+
+        agents = await call(call.gateway.ListAgents, agents_pb2.ListAgentsRequest(namespace=ns))
+        names = [a.spec.name for a in agents.agents if not a.builtin]
+        if names:
+            found.append(f"agents ({', '.join(names)})")
         import grpc
 
         for _, record in lines:
@@ -68,7 +74,7 @@ class Importer:
 
     async def run(self, lines: Iterator[tuple[int, dict[str, Any]]]) -> dict[str, int]:
         handlers = {"settings": self._settings, "profile": self._profile, "skill": self._skill,
-                    "promoted_tool": self._promoted_tool, "memory": self._memory, "session": self._session,
+                    "promoted_tool": self._promoted_tool, "agent": self._agent, "memory": self._memory, "session": self._session,
                     "job": self._job}
         for number, record in lines:
             kind = record.get("kind")
@@ -116,6 +122,33 @@ class Importer:
         sys.stderr.write(f"promoted tool {r.get('name')!r} is in the file but not imported: the agent promotes "
                          "tools again from the imported skills when asked\n")
         self.counts["promoted_tool skipped"] = self.counts.get("promoted_tool skipped", 0) + 1
+
+    async def _agent(self, r: dict[str, Any]) -> None:
+        """The agent's versions made again oldest first (CreateAgent, then UpdateAgent), each
+        checked as a client's; with --replace an agent of that name is removed first."""
+        import grpc
+        from google.protobuf.json_format import ParseDict
+
+        from agentmesh.v1 import agents_pb2
+
+        call, name = self._call, str(r.get("name", ""))
+        specs = [ParseDict(v.get("spec") or {}, agents_pb2.AgentSpec(), ignore_unknown_fields=True)
+                 for v in r.get("versions") or []]
+        if not specs:
+            return
+        if self._replace:
+            try:
+                await call(call.gateway.DeleteAgent, agents_pb2.DeleteAgentRequest(namespace=self._namespace, name=name))
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+        for number, spec in enumerate(specs):
+            spec.name = name
+            if number == 0:
+                await call(call.gateway.CreateAgent, agents_pb2.CreateAgentRequest(namespace=self._namespace, spec=spec))
+            else:
+                await call(call.gateway.UpdateAgent, agents_pb2.UpdateAgentRequest(namespace=self._namespace, spec=spec))
+        self._count("agent")
 
     async def _memory(self, r: dict[str, Any]) -> None:
         from google.protobuf import struct_pb2

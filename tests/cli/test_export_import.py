@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
-from agentmesh.v1 import common_pb2, gateway_pb2, learning_pb2, sessions_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, gateway_pb2, learning_pb2, sessions_pb2
 from tests.support.llm_server import ScriptedLLMServer, reply
 from tests.support.stack import Stack
 from tests.support.turns import collect
@@ -53,6 +53,11 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
                 namespace="crew", retention=sessions_pb2.Retention(usage_days=90)))
             await _chat(stack, "voyage-1", "crew", "Ahoy, who are you?")
+            # A named agent with two versions.
+            await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="crew", spec=agents_pb2.AgentSpec(
+                name="bosun", description="Keeps the deck.", instructions="You are the bosun.")))
+            await gateway.UpdateAgent(agents_pb2.UpdateAgentRequest(namespace="crew", spec=agents_pb2.AgentSpec(
+                name="bosun", description="Keeps the deck.", instructions="You are the bosun; be brief.")))
             # A log longer than one RestoreSession batch (1000 messages).
             log = [common_pb2.Message(role="user" if i % 2 == 0 else "assistant", content=f"log entry {i}")
                    for i in range(LONG)]
@@ -67,9 +72,11 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert "exported crew:" in done.stderr
 
         lines = [json.loads(line) for line in export.read_text().splitlines()]
-        assert lines[0]["format"] == "agentmesh-export/1" and lines[0]["embedder"]["name"] == "hashing"
+        assert lines[0]["format"] == "agentmesh-export/2" and lines[0]["embedder"]["name"] == "hashing"
         assert lines[-1]["kind"] == "end"
-        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "memory", "session"}
+        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "agent", "memory", "session"}
+        (agent,) = [r for r in lines if r.get("kind") == "agent"]
+        assert (agent["name"], [v["version"] for v in agent["versions"]]) == ("bosun", [1, 2])
 
         async with Stack(tmp_path / "b", llm_base_url=llm.base_url) as stack:
             done = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
@@ -89,6 +96,10 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             settings = await stack.gateway_stub().GetNamespaceSettings(
                 sessions_pb2.GetNamespaceSettingsRequest(namespace="crew2"))
             assert settings.retention.usage_days == 90
+            versions = await stack.gateway_stub().ListAgentVersions(agents_pb2.ListAgentVersionsRequest(
+                namespace="crew2", name="bosun"))
+            assert [(v.version, v.spec.instructions) for v in versions.versions] == [
+                (1, "You are the bosun."), (2, "You are the bosun; be brief.")]
 
             before = len(llm.requests)
             await _chat(stack, "voyage-2", "crew2", "What is the launch code word?")
@@ -99,17 +110,22 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             # Again without --replace: refused in a sentence, nothing written.
             again = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
             assert again.returncode == 1
-            assert "namespace 'crew2' already holds memories, standing instructions, settings" in again.stderr
+            assert ("namespace 'crew2' already holds memories, standing instructions, settings, agents (bosun)"
+                    in again.stderr)
             assert "nothing was imported" in again.stderr
             # With --replace it goes through (the same records written over).
-            assert (await agentmesh(stack, "import", str(export), "--namespace", "crew2", "--replace")).returncode == 0
+            replaced = await agentmesh(stack, "import", str(export), "--namespace", "crew2", "--replace")
+            assert replaced.returncode == 0, replaced.stderr
+            versions = await stack.gateway_stub().ListAgentVersions(agents_pb2.ListAgentVersionsRequest(
+                namespace="crew2", name="bosun"))
+            assert [v.version for v in versions.versions] == [1, 2]  # made again, not stacked on top
 
             # A file from a newer format, and a cut-off file: refused before anything is sent.
             newer = tmp_path / "newer.jsonl"
-            newer.write_text(json.dumps({"format": "agentmesh-export/2"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
+            newer.write_text(json.dumps({"format": "agentmesh-export/3"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
             refused = await agentmesh(stack, "import", str(newer), "--namespace", "crew3")
             assert refused.returncode == 2
-            assert "newer than this agentmesh reads (agentmesh-export/1)" in refused.stderr
+            assert "newer than this agentmesh reads (agentmesh-export/2)" in refused.stderr
             cut = tmp_path / "cut.jsonl"
             cut.write_text("\n".join(export.read_text().splitlines()[:-1]) + "\n")
             refused = await agentmesh(stack, "import", str(cut), "--namespace", "crew3")
