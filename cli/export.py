@@ -10,14 +10,17 @@ one. Format 2 added `agent`; files of format 1 are read as before.
 
 Both are CLI orchestration over the services' own RPCs (an admin's token): each record goes in
 through the RPC that checks it, so an import is held to every rule a client is. Memories carry
-their text, not their vectors: an import indexes them with the receiving home's embedder, which
-is right whether or not it is the one named in the header (vectors from another model would be
-wrong, and a memory's sparse side is derived from the text anyway).
+their dense vectors (`vector_f32`: base64 of little-endian float32s) unless `--text`: an import
+into a home with the same embedder (the header's `embedder.id`, "NAME:DIM") keeps them and embeds
+nothing; into another it embeds the texts (another model's vectors would be wrong there). The
+sparse side is always made from the text.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import sys
 import time
 from pathlib import Path
@@ -38,6 +41,8 @@ def register(subparsers) -> None:
                                 "transcripts, jobs) as JSON Lines to stdout")
     exp.add_argument("namespace")
     exp.add_argument("--sessions", default="", help="only these sessions (comma-separated ids); default: all")
+    exp.add_argument("--text", action="store_true", help="memories as text only, to be embedded again on import "
+                     "(a smaller file); default: with their vectors")
     exp.set_defaults(func=export_namespace)
     imp = subparsers.add_parser("import", help="read an export into a namespace; refuses to overwrite "
                                 "anything without --replace")
@@ -98,10 +103,12 @@ async def export_namespace(args) -> int:
     wanted = {s for s in args.sessions.split(",") if s}
 
     async def work(call: _Stubs, settings) -> int:
-        from agentmesh.memory.settings import MemorySettings
+        from agentmesh.internal.v1 import memory_service_pb2
 
-        memory_settings = settings.section(MemorySettings)
-        dim = memory_settings.hashing_dim if memory_settings.embedder == "hashing" else 0
+        # The memory service's embedder (not this shell's settings): what the vectors are of.
+        probe = await call(call.memory.ListMemories, memory_service_pb2.ListMemoriesRequest(
+            namespace=args.namespace, page_size=1))
+        name, _, dim = probe.embedder.rpartition(":")
         out = sys.stdout
         counts: dict[str, int] = {}
         progress = _Progress("exported")
@@ -112,8 +119,9 @@ async def export_namespace(args) -> int:
             progress.tick()
 
         out.write(json.dumps({"format": FORMAT, "namespace": args.namespace, "exported_at": time.time(),
-                              "embedder": {"name": memory_settings.embedder, "dim": dim}}) + "\n")
-        async for record in _records(call, args.namespace, wanted):
+                              "embedder": {"name": name, "dim": int(dim or 0), "id": probe.embedder},
+                              "vectors": not args.text}) + "\n")
+        async for record in _records(call, args.namespace, wanted, not args.text):
             emit(record)
         out.write(json.dumps({"kind": "end", "counts": counts}) + "\n")
         out.flush()
@@ -123,7 +131,16 @@ async def export_namespace(args) -> int:
     return await _with_stubs(work)
 
 
-async def _records(call: _Stubs, namespace: str, wanted: set[str]):
+def pack_vector(vector) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+def unpack_vector(text: str) -> list[float]:
+    raw = base64.b64decode(text)
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+async def _records(call: _Stubs, namespace: str, wanted: set[str], vectors: bool):
     from agentmesh.internal.v1 import memory_service_pb2
     from agentmesh.v1 import learning_pb2, scheduler_pb2, sessions_pb2
 
@@ -144,10 +161,14 @@ async def _records(call: _Stubs, namespace: str, wanted: set[str]):
     token = ""
     while True:
         page = await call(call.memory.ListMemories, memory_service_pb2.ListMemoriesRequest(
-            namespace=namespace, page_size=1000, page_token=token))
+            namespace=namespace, page_size=1000, page_token=token, with_vectors=vectors))
         for m in page.memories:
-            yield {"kind": "memory", "id": m.id, "text": m.text, "memory_kind": m.kind, "metadata": _dict(m.metadata),
-                   "created_at": m.created_at, "source_session_id": m.source_session_id}
+            record = {"kind": "memory", "id": m.id, "text": m.text, "memory_kind": m.kind,
+                      "metadata": _dict(m.metadata), "created_at": m.created_at,
+                      "source_session_id": m.source_session_id}
+            if m.vector:
+                record["vector_f32"] = pack_vector(m.vector)
+            yield record
         token = page.next_page_token
         if not token:
             break
@@ -251,7 +272,9 @@ async def import_namespace(args) -> int:
     async def work(call: _Stubs, settings) -> int:
         from agentmesh.cli.export_import import Importer
 
-        importer = Importer(call, namespace, args.replace, _Progress("imported"))
+        importer = Importer(call, namespace, args.replace, _Progress("imported"),
+                            str((first[1].get("embedder") or {}).get("id", "")))
+        await importer.check_embedder(bool(first[1].get("vectors")))
         await importer.refuse_overwrites(_lines(args.file))
         counts = await importer.run(_lines(args.file))
         sys.stderr.write(f"imported into {namespace}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))

@@ -353,10 +353,19 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
     @translate_errors
     async def ListMemories(self, request, context):
         self._tenants.namespace(request.namespace, "ListMemories")
-        memories, token = await self._memories.list(
+        reply = memory_service_pb2.ListMemoriesResponse(embedder=self._memories.embedder_id)
+        if request.with_vectors:
+            found, reply.next_page_token = await self._memories.list_with_vectors(
+                request.namespace, filter_from_proto(request.filter), request.page_size, request.page_token)
+            for m, vector in found:
+                reply.memories.append(memory_to_proto(m))
+                reply.memories[-1].vector.extend(vector)
+            return reply
+        memories, reply.next_page_token = await self._memories.list(
             request.namespace, filter_from_proto(request.filter), request.page_size, request.page_token
         )
-        return memory_service_pb2.ListMemoriesResponse(memories=[memory_to_proto(m) for m in memories], next_page_token=token)
+        reply.memories.extend(memory_to_proto(m) for m in memories)
+        return reply
 
     @translate_errors
     async def Forget(self, request, context):
@@ -376,7 +385,7 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
                  for m in request.memories]
         for namespace in {request.namespace, *(item.namespace for item in items)}:
             self._tenants.namespace(namespace, "Import")
-        imported = await self._memories.import_many(request.namespace, items)
+        imported = await self._memories.import_many(request.namespace, items, request.embedder)
         return memory_service_pb2.ImportResponse(imported=imported)
 
     # --- usage ---

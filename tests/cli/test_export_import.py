@@ -72,7 +72,7 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert "exported crew:" in done.stderr
 
         lines = [json.loads(line) for line in export.read_text().splitlines()]
-        assert lines[0]["format"] == "agentmesh-export/2" and lines[0]["embedder"]["name"] == "hashing"
+        assert lines[0]["format"] == "agentmesh-export/2" and lines[0]["embedder"]["name"] == "hashing-v1"
         assert lines[-1]["kind"] == "end"
         assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "agent", "memory", "session"}
         (agent,) = [r for r in lines if r.get("kind") == "agent"]
@@ -132,3 +132,52 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert refused.returncode == 2 and "was cut off" in refused.stderr
             listed = await stack.memory_stub().ListMemories(memory_service_pb2.ListMemoriesRequest(namespace="crew3"))
             assert list(listed.memories) == []
+
+
+async def _vectors(stack: Stack, namespace: str) -> dict[str, list[float]]:
+    listed = await stack.memory_stub().ListMemories(memory_service_pb2.ListMemoriesRequest(
+        namespace=namespace, page_size=100, with_vectors=True))
+    return {m.text: list(m.vector) for m in listed.memories}
+
+
+def _close(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(abs(x - y) < 1e-5 for x, y in zip(a, b, strict=True))
+
+
+async def test_memories_move_with_their_vectors_unless_exported_as_text_or_of_another_embedder(tmp_path):
+    from agentmesh.cli.export import pack_vector, unpack_vector
+
+    with_vectors, as_text = tmp_path / "v.jsonl", tmp_path / "t.jsonl"
+    async with Stack(tmp_path / "a") as stack:
+        for text in (FACT, "The ship's cat is called Marmalade."):
+            await stack.memory_stub().Remember(memory_service_pb2.RememberRequest(namespace="crew", text=text))
+        original = await _vectors(stack, "crew")
+        for path, flags in ((with_vectors, ()), (as_text, ("--text",))):
+            with path.open("w") as out:
+                done = await agentmesh(stack, "export", "crew", *flags, stdout=out)
+            assert done.returncode == 0, done.stderr
+
+    lines = [json.loads(line) for line in with_vectors.read_text().splitlines()]
+    assert (lines[0]["embedder"]["id"], lines[0]["vectors"]) == ("hashing-v1:512", True)
+    memories = [r for r in lines if r.get("kind") == "memory"]
+    assert all(_close(unpack_vector(r["vector_f32"]), original[r["text"]]) for r in memories)
+    texts = [json.loads(line) for line in as_text.read_text().splitlines()]
+    assert texts[0]["vectors"] is False
+    assert [r for r in texts if r.get("kind") == "memory" and "vector_f32" in r] == []
+    # The vectors of the file reversed (still unit length): kept as they are, the import embeds nothing.
+    for r in memories:
+        r["vector_f32"] = pack_vector(unpack_vector(r["vector_f32"])[::-1])
+    with_vectors.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    other = tmp_path / "other.jsonl"
+    other.write_text("\n".join(json.dumps({**r, "embedder": {"name": "other", "dim": 512, "id": "other:512"}}
+                                          if n == 0 else r) for n, r in enumerate(lines)) + "\n")
+
+    async with Stack(tmp_path / "b") as stack:
+        for path, namespace in ((with_vectors, "kept"), (as_text, "text"), (other, "other")):
+            done = await agentmesh(stack, "import", str(path), "--namespace", namespace)
+            assert done.returncode == 0, done.stderr
+            if namespace == "other":
+                assert "the file's vectors are of other:512, this home embeds with hashing-v1:512" in done.stderr
+        kept, text, again = [await _vectors(stack, ns) for ns in ("kept", "text", "other")]
+        assert all(_close(kept[t], original[t][::-1]) for t in original)
+        assert all(_close(text[t], original[t]) and _close(again[t], original[t]) for t in original)
