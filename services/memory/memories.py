@@ -428,18 +428,13 @@ class Memories:
     async def list(
         self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str
     ) -> tuple[list[MemoryRecord], str]:
-        rows, token = await self._page(namespace, q, page_size, page_token, False)
-        return [MemoryRecord.from_payload(p) for _, p in rows], token
+        pairs, token = await self.list_with_vectors(namespace, q, page_size, page_token, vectors=False)
+        return [m for m, _ in pairs], token
 
     async def list_with_vectors(
-        self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str
+        self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str, vectors: bool = True
     ) -> tuple[builtins.list[tuple[MemoryRecord, builtins.list[float]]], str]:
-        """As `list`, each memory with its dense vector (for export)."""
-        rows, token = await self._page(namespace, q, page_size, page_token, True)
-        return [(MemoryRecord.from_payload(p), [*(p.get(VECTOR_KEY) or ())]) for _, p in rows], token
-
-    async def _page(self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str,
-                    with_vectors: bool) -> tuple[builtins.list[tuple[str, dict[str, Any]]], str]:
+        """A page of memories, each with its dense vector if `vectors` (for export), else []."""
         pf = self._point_filter(namespace, q)
         if page_size < 0 or page_size > MAX_PAGE:
             raise InvalidArgument(f"page_size must be between 1 and {MAX_PAGE}, got {page_size}")
@@ -451,7 +446,8 @@ class Memories:
                     "page_token is not one this service issued; pass back next_page_token unchanged"
                 ) from None
         await self._ensure_ready()
-        return await self._store.scroll_memories(pf, page_size or DEFAULT_PAGE, page_token or None, with_vectors)
+        rows, token = await self._store.scroll_memories(pf, page_size or DEFAULT_PAGE, page_token or None, vectors)
+        return [(MemoryRecord.from_payload(p), [*(p.get(VECTOR_KEY) or ())]) for _, p in rows], token
 
     async def forget(
         self,
