@@ -2,21 +2,25 @@
 moved between homes (docs/memory.md#export-and-import).
 
 The file is JSON Lines, written and read as a stream, so a namespace of any size moves in the
-memory of one batch: a header line (`format: agentmesh-export/1`, the namespace, the embedder
+memory of one batch: a header line (`format: agentmesh-export/2`, the namespace, the embedder
 the memories were indexed with), then one record a line — `settings`, `profile`, `skill`,
-`promoted_tool`, `memory`, `session` (with its transcript), `job` — and an `end` line with the
-counts, so a cut-off file is told from a whole one.
+`promoted_tool`, `agent` (a named agent with every version), `memory`, `session` (with its
+transcript), `job` — and an `end` line with the counts, so a cut-off file is told from a whole
+one. Format 2 added `agent`; files of format 1 are read as before.
 
 Both are CLI orchestration over the services' own RPCs (an admin's token): each record goes in
 through the RPC that checks it, so an import is held to every rule a client is. Memories carry
-their text, not their vectors: an import indexes them with the receiving home's embedder, which
-is right whether or not it is the one named in the header (vectors from another model would be
-wrong, and a memory's sparse side is derived from the text anyway).
+their dense vectors (`vector_f32`: base64 of little-endian float32s) unless `--text`: an import
+into a home with the same embedder (the header's `embedder.id`, "NAME:DIM") keeps them and embeds
+nothing; into another it embeds the texts (another model's vectors would be wrong there). The
+sparse side is always made from the text.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import sys
 import time
 from pathlib import Path
@@ -26,17 +30,19 @@ import grpc
 
 from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError, call_metadata, channel_to, load_settings, rpc_failure
 
-FORMAT = "agentmesh-export/1"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+FORMAT = f"agentmesh-export/{FORMAT_VERSION}"
 BATCH = 256
 PROGRESS_EVERY = 1000
 
 
 def register(subparsers) -> None:
-    exp = subparsers.add_parser("export", help="write a namespace (settings, instructions, skills, memories, "
+    exp = subparsers.add_parser("export", help="write a namespace (settings, instructions, skills, agents, memories, "
                                 "transcripts, jobs) as JSON Lines to stdout")
     exp.add_argument("namespace")
     exp.add_argument("--sessions", default="", help="only these sessions (comma-separated ids); default: all")
+    exp.add_argument("--text", action="store_true", help="memories as text only, to be embedded again on import "
+                     "(a smaller file); default: with their vectors")
     exp.set_defaults(func=export_namespace)
     imp = subparsers.add_parser("import", help="read an export into a namespace; refuses to overwrite "
                                 "anything without --replace")
@@ -97,10 +103,12 @@ async def export_namespace(args) -> int:
     wanted = {s for s in args.sessions.split(",") if s}
 
     async def work(call: _Stubs, settings) -> int:
-        from agentmesh.memory.settings import MemorySettings
+        from agentmesh.internal.v1 import memory_service_pb2
 
-        memory_settings = settings.section(MemorySettings)
-        dim = memory_settings.hashing_dim if memory_settings.embedder == "hashing" else 0
+        # The memory service's embedder (not this shell's settings): what the vectors are of.
+        probe = await call(call.memory.ListMemories, memory_service_pb2.ListMemoriesRequest(
+            namespace=args.namespace, page_size=1))
+        name, _, dim = probe.embedder.rpartition(":")
         out = sys.stdout
         counts: dict[str, int] = {}
         progress = _Progress("exported")
@@ -111,8 +119,9 @@ async def export_namespace(args) -> int:
             progress.tick()
 
         out.write(json.dumps({"format": FORMAT, "namespace": args.namespace, "exported_at": time.time(),
-                              "embedder": {"name": memory_settings.embedder, "dim": dim}}) + "\n")
-        async for record in _records(call, args.namespace, wanted):
+                              "embedder": {"name": name, "dim": int(dim or 0), "id": probe.embedder},
+                              "vectors": not args.text}) + "\n")
+        async for record in _records(call, args.namespace, wanted, not args.text):
             emit(record)
         out.write(json.dumps({"kind": "end", "counts": counts}) + "\n")
         out.flush()
@@ -122,7 +131,16 @@ async def export_namespace(args) -> int:
     return await _with_stubs(work)
 
 
-async def _records(call: _Stubs, namespace: str, wanted: set[str]):
+def pack_vector(vector) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+def unpack_vector(text: str) -> list[float]:
+    raw = base64.b64decode(text)
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+async def _records(call: _Stubs, namespace: str, wanted: set[str], vectors: bool):
     from agentmesh.internal.v1 import memory_service_pb2
     from agentmesh.v1 import learning_pb2, scheduler_pb2, sessions_pb2
 
@@ -138,13 +156,19 @@ async def _records(call: _Stubs, namespace: str, wanted: set[str]):
     tools = await call(call.gateway.ListPromotedTools, learning_pb2.ListPromotedToolsRequest(namespace=namespace))
     for tool in tools.tools:
         yield {"kind": "promoted_tool", **_dict(tool)}
+    async for record in _agents(call, namespace):
+        yield record
     token = ""
     while True:
         page = await call(call.memory.ListMemories, memory_service_pb2.ListMemoriesRequest(
-            namespace=namespace, page_size=1000, page_token=token))
+            namespace=namespace, page_size=1000, page_token=token, with_vectors=vectors))
         for m in page.memories:
-            yield {"kind": "memory", "id": m.id, "text": m.text, "memory_kind": m.kind, "metadata": _dict(m.metadata),
-                   "created_at": m.created_at, "source_session_id": m.source_session_id}
+            record = {"kind": "memory", "id": m.id, "text": m.text, "memory_kind": m.kind,
+                      "metadata": _dict(m.metadata), "created_at": m.created_at,
+                      "source_session_id": m.source_session_id}
+            if m.vector:
+                record["vector_f32"] = pack_vector(m.vector)
+            yield record
         token = page.next_page_token
         if not token:
             break
@@ -164,6 +188,22 @@ async def _records(call: _Stubs, namespace: str, wanted: set[str]):
     for job in jobs.jobs:
         if job.session_id in exported and not job.source.startswith("file:"):
             yield {"kind": "job", "job": _dict(job)}
+
+
+async def _agents(call: _Stubs, namespace: str):
+    """The namespace's named agents (not the built-ins it did not override), each with every
+    version oldest first: an import makes them again in that order, so the numbers carry over."""
+    from agentmesh.v1 import agents_pb2
+
+    listed = await call(call.gateway.ListAgents, agents_pb2.ListAgentsRequest(namespace=namespace))
+    for agent in listed.agents:
+        if agent.builtin:
+            continue
+        versions = await call(call.gateway.ListAgentVersions, agents_pb2.ListAgentVersionsRequest(
+            namespace=namespace, name=agent.spec.name))
+        yield {"kind": "agent", "name": agent.spec.name, "current_version": agent.current_version,
+               "versions": [{"version": v.version, "created_at": v.created_at, "rolled_back_from": v.rolled_back_from,
+                             "spec": _dict(v.spec)} for v in sorted(versions.versions, key=lambda v: v.version)]}
 
 
 async def _transcript(call: _Stubs, session_id: str) -> list[dict[str, Any]]:
@@ -232,7 +272,9 @@ async def import_namespace(args) -> int:
     async def work(call: _Stubs, settings) -> int:
         from agentmesh.cli.export_import import Importer
 
-        importer = Importer(call, namespace, args.replace, _Progress("imported"))
+        importer = Importer(call, namespace, args.replace, _Progress("imported"),
+                            str((first[1].get("embedder") or {}).get("id", "")))
+        await importer.check_embedder(bool(first[1].get("vectors")))
         await importer.refuse_overwrites(_lines(args.file))
         counts = await importer.run(_lines(args.file))
         sys.stderr.write(f"imported into {namespace}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))

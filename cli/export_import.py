@@ -16,8 +16,9 @@ _JOB_OUTPUT = ("job_id", "created_at", "updated_at", "next_run_at", "last_run_at
 
 
 class Importer:
-    def __init__(self, call, namespace: str, replace: bool, progress):
+    def __init__(self, call, namespace: str, replace: bool, progress, embedder: str = ""):
         self._call = call
+        self._embedder = embedder  # what the file's vectors are of ("NAME:DIM"), if it has any
         self._namespace = namespace
         self._replace = replace
         self._progress = progress
@@ -27,6 +28,18 @@ class Importer:
     def _count(self, kind: str, n: int = 1) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + n
         self._progress.tick(n)
+
+    async def check_embedder(self, has_vectors: bool) -> None:
+        """Says whether the file's vectors will be kept or the texts embedded again."""
+        if not has_vectors:
+            return
+        from agentmesh.internal.v1 import memory_service_pb2
+
+        probe = await self._call(self._call.memory.ListMemories, memory_service_pb2.ListMemoriesRequest(
+            namespace=self._namespace, page_size=1))
+        if probe.embedder != self._embedder:
+            sys.stderr.write(f"the file's vectors are of {self._embedder or 'an unnamed embedder'}, this home embeds "
+                             f"with {probe.embedder}: the memories' texts are embedded again\n")
 
     async def refuse_overwrites(self, lines: Iterator[tuple[int, dict[str, Any]]]) -> None:
         """Before anything is written: what of the target the file would overwrite, refused in
@@ -48,6 +61,12 @@ class Importer:
         settings = await call(call.gateway.GetNamespaceSettings, sessions_pb2.GetNamespaceSettingsRequest(namespace=ns))
         if settings.updated_at:
             found.append("settings")
+        from agentmesh.v1 import agents_pb2
+
+        agents = await call(call.gateway.ListAgents, agents_pb2.ListAgentsRequest(namespace=ns))
+        names = [a.spec.name for a in agents.agents if not a.builtin]
+        if names:
+            found.append(f"agents ({', '.join(names)})")
         import grpc
 
         for _, record in lines:
@@ -68,7 +87,7 @@ class Importer:
 
     async def run(self, lines: Iterator[tuple[int, dict[str, Any]]]) -> dict[str, int]:
         handlers = {"settings": self._settings, "profile": self._profile, "skill": self._skill,
-                    "promoted_tool": self._promoted_tool, "memory": self._memory, "session": self._session,
+                    "promoted_tool": self._promoted_tool, "agent": self._agent, "memory": self._memory, "session": self._session,
                     "job": self._job}
         for number, record in lines:
             kind = record.get("kind")
@@ -117,9 +136,37 @@ class Importer:
                          "tools again from the imported skills when asked\n")
         self.counts["promoted_tool skipped"] = self.counts.get("promoted_tool skipped", 0) + 1
 
+    async def _agent(self, r: dict[str, Any]) -> None:
+        """The agent's versions made again oldest first (CreateAgent, then UpdateAgent), each
+        checked as a client's; with --replace an agent of that name is removed first."""
+        import grpc
+        from google.protobuf.json_format import ParseDict
+
+        from agentmesh.v1 import agents_pb2
+
+        call, name = self._call, str(r.get("name", ""))
+        specs = [ParseDict(v.get("spec") or {}, agents_pb2.AgentSpec(), ignore_unknown_fields=True)
+                 for v in r.get("versions") or []]
+        if not specs:
+            return
+        if self._replace:
+            try:
+                await call(call.gateway.DeleteAgent, agents_pb2.DeleteAgentRequest(namespace=self._namespace, name=name))
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+        for number, spec in enumerate(specs):
+            spec.name = name
+            if number == 0:
+                await call(call.gateway.CreateAgent, agents_pb2.CreateAgentRequest(namespace=self._namespace, spec=spec))
+            else:
+                await call(call.gateway.UpdateAgent, agents_pb2.UpdateAgentRequest(namespace=self._namespace, spec=spec))
+        self._count("agent")
+
     async def _memory(self, r: dict[str, Any]) -> None:
         from google.protobuf import struct_pb2
 
+        from agentmesh.cli.export import unpack_vector
         from agentmesh.internal.v1 import memory_service_pb2
 
         metadata = struct_pb2.Struct()
@@ -127,7 +174,8 @@ class Importer:
         self._memories.append(memory_service_pb2.RememberRequest(
             namespace=self._namespace, text=str(r.get("text", "")), kind=str(r.get("memory_kind", "")),
             metadata=metadata, id=str(r.get("id", "")), source_session_id=str(r.get("source_session_id", "")),
-            created_at=float(r.get("created_at") or 0)))
+            created_at=float(r.get("created_at") or 0),
+            vector=unpack_vector(str(r["vector_f32"])) if r.get("vector_f32") else []))
         if len(self._memories) >= BATCH:
             await self._flush_memories()
 
@@ -137,8 +185,8 @@ class Importer:
         from agentmesh.internal.v1 import memory_service_pb2
 
         batch, self._memories = self._memories, []
-        reply = await self._call(self._call.memory.Import, memory_service_pb2.ImportRequest(namespace=self._namespace,
-                                                                                     memories=batch))
+        reply = await self._call(self._call.memory.Import, memory_service_pb2.ImportRequest(
+            namespace=self._namespace, memories=batch, embedder=self._embedder))
         self._count("memory", int(reply.imported))
 
     async def _session(self, r: dict[str, Any]) -> None:

@@ -12,8 +12,16 @@ new version with the old text: history only grows). A namespace's policy (`set_p
 whether the agent's edits apply at once (`apply`, the default) or wait as drafts for a person
 (`draft`: `approve` applies one to the block as it is then, `reject` drops it).
 
+**Per-user blocks.** A block named in `PER_USER` (`user`) is kept per person when the call knows
+its person (`user`, the subject of the principal the turn runs for): that person's sessions show
+and edit their own, never another's nor the namespace's block of that name (written before a
+person was known: a namespace without sign-in). Every other block is the namespace's.
+
+    await blocks.edit("team-a", "user", Edit("append", "Ada."), Provenance(by="agent"), user="user:3f9a")
+
 Stored as documents (ports.DocumentStore): the head of a block (its text and version), each
-version, each draft and the policy. A version is written before the head that names it, so a
+version, each draft and the policy; a per-user block under the key `name@<digest of the user>`
+(a name has no `@`), its documents carrying the user for erasure (`erase_user_blocks`). A version is written before the head that names it, so a
 crash between the two leaves an unreferenced version, never a head without its history.
 """
 
@@ -21,11 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import hashlib
 import re
 import time
 import uuid
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable
 
 from agentmesh import error_reasons as reasons
@@ -33,11 +42,14 @@ from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
 from agentmesh.ids import validate_namespace
 from agentmesh.memory.ports import DocumentStore
 
-__all__ = ["ORDER", "Block", "BlockDraft", "BlockVersion", "Blocks", "Edit", "EditResult", "Provenance"]
+__all__ = ["ORDER", "PER_USER", "Block", "BlockDraft", "BlockVersion", "Blocks", "Edit", "EditResult", "Provenance",
+           "erase_user_blocks"]
 
 HEAD, VERSION, DRAFT, POLICY = "block", "block_version", "block_draft", "block_policy"
 # The fixed order of the system prompt: these first, then any other block by name.
 ORDER = ("persona", "user", "project")
+# Blocks about the person chatting: each person their own once the call knows who they are.
+PER_USER = ("user",)
 POLICIES = ("apply", "draft")
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 MAX_DRAFTS = 50  # per namespace: an agent that keeps proposing waits for a person to catch up
@@ -78,6 +90,7 @@ class BlockDraft:
     proposed: str
     created_at: float
     provenance: Provenance
+    user: str = ""  # a per-user block's person; "" for the namespace's
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,7 @@ class Block:
     max_chars: int = 0
     versions: tuple[BlockVersion, ...] = ()
     drafts: tuple[BlockDraft, ...] = ()
+    user: str = ""  # whose it is, for a per-user block
 
 
 @dataclass(frozen=True)
@@ -99,8 +113,17 @@ class EditResult:
     draft: BlockDraft | None = None
 
 
-def _version_key(name: str, version: int) -> str:
-    return f"{name}/{version:08d}"
+def _version_key(key: str, version: int) -> str:
+    return f"{key}/{version:08d}"
+
+
+def _digest(user: str) -> str:
+    return hashlib.sha256(user.encode()).hexdigest()[:24]
+
+
+def _key(name: str, user: str) -> str:
+    """Where block `name` is kept for a call of `user` ("" when none is known)."""
+    return f"{name}@{_digest(user)}" if user and name in PER_USER else name
 
 
 def _provenance(p: dict[str, Any] | None) -> Provenance:
@@ -110,7 +133,12 @@ def _provenance(p: dict[str, Any] | None) -> Provenance:
 
 def _draft(p: dict[str, Any]) -> BlockDraft:
     return BlockDraft(p["id"], p["name"], p["change"], p["text"], p.get("old", ""), p.get("proposed", ""),
-                      float(p.get("created_at", 0.0)), _provenance(p.get("provenance")))
+                      float(p.get("created_at", 0.0)), _provenance(p.get("provenance")), str(p.get("user", "")))
+
+
+def _owner(name: str, user: str) -> str:
+    """Whose block `name` is for a call of `user`: theirs if it is kept per user, else nobody's."""
+    return user if user and name in PER_USER else ""
 
 
 def prompt_order(names: list[str]) -> list[str]:
@@ -145,38 +173,52 @@ class Blocks:
         found = await self._documents.get_document(POLICY, namespace, "edits")
         return str(found.get("edits", "apply")) if found else "apply"
 
-    async def list(self, namespace: str) -> list[Block]:
-        """The namespace's blocks with any text, in the system prompt's order."""
-        namespace = validate_namespace(namespace)
-        heads = dict(await self._documents.list_documents(HEAD, namespace))
-        return [self._head(namespace, name, heads[name]) for name in prompt_order(list(heads))]
+    async def _heads(self, namespace: str, user: str) -> dict[str, dict[str, Any]]:
+        """name -> head of the blocks a call of `user` sees: the namespace's, where `user` is
+        known its own per-user blocks in place of the namespace's of those names."""
+        mine = f"@{_digest(user)}" if user else None
+        heads: dict[str, dict[str, Any]] = {}
+        for key, body in await self._documents.list_documents(HEAD, namespace):
+            name, _, owner = key.partition("@")
+            ours = not owner and not (mine is not None and name in PER_USER)
+            if ours or (owner and mine is not None and key.endswith(mine)):
+                heads[name] = body
+        return heads
 
-    async def drafts(self, namespace: str, name: str = "") -> builtins.list[BlockDraft]:
+    async def list(self, namespace: str, user: str = "") -> list[Block]:
+        """The blocks with any text a call of `user` sees, in the system prompt's order."""
+        namespace = validate_namespace(namespace)
+        heads = await self._heads(namespace, user)
+        return [self._head(namespace, name, heads[name], _owner(name, user)) for name in prompt_order(list(heads))]
+
+    async def drafts(self, namespace: str, name: str = "", user: str = "") -> builtins.list[BlockDraft]:
+        """The drafts of the blocks a call of `user` sees (another person's wait unseen)."""
         namespace = validate_namespace(namespace)
         found = [_draft(body) for _, body in await self._documents.list_documents(DRAFT, namespace)]
-        return sorted((d for d in found if not name or d.name == name), key=lambda d: (d.created_at, d.id))
+        return sorted((d for d in found if (not name or d.name == name) and d.user == _owner(d.name, user)),
+                      key=lambda d: (d.created_at, d.id))
 
-    async def get(self, namespace: str, name: str) -> Block:
+    async def get(self, namespace: str, name: str, user: str = "") -> Block:
         """One block with every version (newest first) and its drafts; NOT_FOUND when it was
         never written and has no draft."""
         namespace, name = validate_namespace(namespace), self._name(name)
-        head = await self._documents.get_document(HEAD, namespace, name)
+        key = _key(name, user)
+        head = await self._documents.get_document(HEAD, namespace, key)
         versions = [
             BlockVersion(int(b["version"]), b["text"], float(b["created_at"]), b["change"],
                          _provenance(b.get("provenance")), int(b.get("reverted_to", 0)))
-            for key, b in await self._documents.list_documents(VERSION, namespace) if key.startswith(name + "/")
+            for k, b in await self._documents.list_documents(VERSION, namespace) if k.startswith(key + "/")
         ]
-        drafts = await self.drafts(namespace, name)
+        drafts = await self.drafts(namespace, name, user)
         if head is None and not versions and not drafts:
             raise NotFound(f"namespace {namespace!r} has no block {name!r}; its blocks are listed by ListBlocks")
-        block = self._head(namespace, name, head or {})
+        block = self._head(namespace, name, head or {}, _owner(name, user))
         versions.sort(key=lambda v: -v.version)
-        return Block(block.namespace, name, block.text, block.version, block.updated_at, self.max_chars,
-                     tuple(versions), tuple(drafts))
+        return replace(block, versions=tuple(versions), drafts=tuple(drafts))
 
-    def _head(self, namespace: str, name: str, body: dict[str, Any]) -> Block:
+    def _head(self, namespace: str, name: str, body: dict[str, Any], user: str = "") -> Block:
         return Block(namespace, name, body.get("text", ""), int(body.get("version", 0)),
-                     float(body.get("updated_at", 0.0)), self.max_chars)
+                     float(body.get("updated_at", 0.0)), self.max_chars, user=user)
 
     # ------------------------------------------------------------ writes
 
@@ -208,12 +250,14 @@ class Blocks:
                 "carries it): replace older lines with a shorter summary instead", reason=reasons.BLOCK_FULL)
         return result
 
-    async def edit(self, namespace: str, name: str, edit: Edit, provenance: Provenance) -> EditResult:
+    async def edit(self, namespace: str, name: str, edit: Edit, provenance: Provenance,
+                   user: str = "") -> EditResult:
         namespace, name = validate_namespace(namespace), self._name(name)
+        user = _owner(name, user)
         async with self._lock(namespace):
-            head = await self._documents.get_document(HEAD, namespace, name)
+            head = await self._documents.get_document(HEAD, namespace, _key(name, user))
             if head is None:
-                names = {key for key, _ in await self._documents.list_documents(HEAD, namespace)}
+                names = set(await self._heads(namespace, user))
                 if len(names) >= self.max_blocks:
                     raise FailedPrecondition(
                         f"namespace {namespace!r} has {len(names)} blocks, the most it may have; edit one of "
@@ -221,75 +265,82 @@ class Blocks:
             current = (head or {}).get("text", "")
             proposed = self._apply(namespace, name, current, edit)
             if await self.policy(namespace) == "draft":
-                return EditResult(await self.get_head(namespace, name), False,
-                                  await self._put_draft(namespace, name, edit, proposed, provenance))
-            block = await self._commit(namespace, name, head, proposed, edit.change, provenance)
+                return EditResult(await self.get_head(namespace, name, user), False,
+                                  await self._put_draft(namespace, name, edit, proposed, provenance, user))
+            block = await self._commit(namespace, name, head, proposed, edit.change, provenance, user=user)
             return EditResult(block, True)
 
-    async def get_head(self, namespace: str, name: str) -> Block:
-        return self._head(namespace, name, await self._documents.get_document(HEAD, namespace, name) or {})
+    async def get_head(self, namespace: str, name: str, user: str = "") -> Block:
+        user = _owner(name, user)
+        return self._head(namespace, name, await self._documents.get_document(HEAD, namespace, _key(name, user)) or {},
+                          user)
 
     async def _put_draft(self, namespace: str, name: str, edit: Edit, proposed: str,
-                         provenance: Provenance) -> BlockDraft:
+                         provenance: Provenance, user: str) -> BlockDraft:
         if len(await self._documents.list_documents(DRAFT, namespace)) >= MAX_DRAFTS:
             raise FailedPrecondition(
                 f"namespace {namespace!r} has {MAX_DRAFTS} block edits waiting for a person; approve or reject "
                 "them first (agentmesh memory blocks list)", reason=reasons.BLOCK_FULL)
         draft = BlockDraft(f"bd-{uuid.uuid4().hex[:16]}", name, edit.change, edit.text, edit.old, proposed,
-                           self._clock(), provenance)
+                           self._clock(), provenance, user)
         await self._documents.put_document(DRAFT, namespace, draft.id, asdict(draft))
         return draft
 
     async def _commit(self, namespace: str, name: str, head: dict[str, Any] | None, text: str, change: str,
-                      provenance: Provenance, reverted_to: int = 0) -> Block:
+                      provenance: Provenance, reverted_to: int = 0, user: str = "") -> Block:
         version = int((head or {}).get("version", 0)) + 1
         now = self._clock()
-        record = BlockVersion(version, text, now, change, provenance, reverted_to)
+        key = _key(name, user)
+        record = {**asdict(BlockVersion(version, text, now, change, provenance, reverted_to)), "user": user}
         # The version first: the head that names it is the commit point.
-        await self._documents.put_document(VERSION, namespace, _version_key(name, version), asdict(record))
-        await self._documents.put_document(HEAD, namespace, name, {"text": text, "version": version, "updated_at": now})
-        return Block(namespace, name, text, version, now, self.max_chars)
+        await self._documents.put_document(VERSION, namespace, _version_key(key, version), record)
+        await self._documents.put_document(HEAD, namespace, key,
+                                           {"text": text, "version": version, "updated_at": now, "user": user})
+        return Block(namespace, name, text, version, now, self.max_chars, user=user)
 
-    async def revert(self, namespace: str, name: str, version: int, by: str) -> Block:
+    async def revert(self, namespace: str, name: str, version: int, by: str, user: str = "") -> Block:
         """A new version with `version`'s text."""
         namespace, name = validate_namespace(namespace), self._name(name)
         if version < 1:
             raise InvalidArgument(f"version must be 1 or more, got {version}", field="version")
+        user = _owner(name, user)
         async with self._lock(namespace):
-            old = await self._documents.get_document(VERSION, namespace, _version_key(name, version))
+            old = await self._documents.get_document(VERSION, namespace, _version_key(_key(name, user), version))
             if old is None:
                 raise NotFound(f"block {name!r} of namespace {namespace!r} has no version {version}; GetBlock "
                                "lists its versions", reason=reasons.BLOCK_VERSION_NOT_FOUND)
-            head = await self._documents.get_document(HEAD, namespace, name)
-            return await self._commit(namespace, name, head, old["text"], "revert", Provenance(by=by), version)
+            head = await self._documents.get_document(HEAD, namespace, _key(name, user))
+            return await self._commit(namespace, name, head, old["text"], "revert", Provenance(by=by), version, user)
 
-    async def _take_draft(self, namespace: str, draft_id: str) -> BlockDraft:
+    async def _take_draft(self, namespace: str, draft_id: str, user: str) -> BlockDraft:
         found = await self._documents.get_document(DRAFT, namespace, draft_id) if draft_id else None
+        if found is not None and str(found.get("user", "")) not in ("", user):
+            found = None  # another person's block: theirs to decide, and not to be known of
         if found is None:
             raise NotFound(f"namespace {namespace!r} has no block draft {draft_id[:40]!r}; ListBlocks lists the "
                            "drafts waiting", reason=reasons.BLOCK_DRAFT_NOT_FOUND)
         return _draft(found)
 
-    async def approve(self, namespace: str, draft_id: str, by: str) -> Block:
+    async def approve(self, namespace: str, draft_id: str, by: str, user: str = "") -> Block:
         """Applies the draft's edit to the block as it reads now (it may have changed since)."""
         namespace = validate_namespace(namespace)
         async with self._lock(namespace):
-            draft = await self._take_draft(namespace, draft_id)
-            head = await self._documents.get_document(HEAD, namespace, draft.name)
+            draft = await self._take_draft(namespace, draft_id, user)
+            head = await self._documents.get_document(HEAD, namespace, _key(draft.name, draft.user))
             text = self._apply(namespace, draft.name, (head or {}).get("text", ""),
                                Edit(draft.change, draft.text, draft.old))
             provenance = Provenance(draft.provenance.session_id, draft.provenance.seq, draft.provenance.model,
                                     f"{draft.provenance.by or 'agent'}, approved by {by or 'a person'}")
-            block = await self._commit(namespace, draft.name, head, text, draft.change, provenance)
+            block = await self._commit(namespace, draft.name, head, text, draft.change, provenance, user=draft.user)
             await self._documents.delete_document(DRAFT, namespace, draft.id)
             return block
 
-    async def reject(self, namespace: str, draft_id: str) -> Block:
+    async def reject(self, namespace: str, draft_id: str, user: str = "") -> Block:
         namespace = validate_namespace(namespace)
         async with self._lock(namespace):
-            draft = await self._take_draft(namespace, draft_id)
+            draft = await self._take_draft(namespace, draft_id, user)
             await self._documents.delete_document(DRAFT, namespace, draft.id)
-            return await self.get_head(namespace, draft.name)
+            return await self.get_head(namespace, draft.name, draft.user)
 
     async def set_policy(self, namespace: str, edits: str) -> str:
         namespace = validate_namespace(namespace)
@@ -299,3 +350,15 @@ class Blocks:
         await self._documents.put_document(POLICY, namespace, "edits", {"edits": edits})
         return edits
 
+
+
+async def erase_user_blocks(documents: DocumentStore, namespace: str, user: str) -> int:
+    """Removes every per-user block of `user` in the namespace — drafts, versions, then heads (a
+    head last: while it stands, what is left of the block is still found by it); the number of
+    documents removed. A pass cut short is finished by the next."""
+    removed = 0
+    for kind in (DRAFT, VERSION, HEAD):
+        for key, body in await documents.list_documents(kind, namespace):
+            if user and body.get("user") == user:
+                removed += bool(await documents.delete_document(kind, namespace, key))
+    return removed

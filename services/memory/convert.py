@@ -146,6 +146,7 @@ def remember_from_proto(r: memory_service_pb2.RememberRequest, default_namespace
         id=r.id,
         source_session_id=r.source_session_id,
         created_at=r.created_at,
+        vector=tuple(r.vector),
     )
 
 

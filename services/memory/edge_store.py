@@ -42,7 +42,7 @@ from agentmesh.memory.edge_parts import PartedNamespace, best_of, fuse, in_id_or
 from agentmesh.memory.edge_records import EdgeRecords, payload_only
 from agentmesh.memory.edge_shards import IndexedShard
 from agentmesh.memory.heap import fix_mmap_threshold
-from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow
+from agentmesh.memory.ports import DENSE, SPARSE, VECTOR_KEY, FusionPlan, MemoryRow, PointFilter, ScoredRow
 
 log = get_logger("agentmesh.memory.edge")
 
@@ -101,8 +101,15 @@ def _plain(payload: Any) -> dict:
     return out
 
 
-def _rows(records) -> list[tuple[str, dict]]:
-    return [(str(r.id), _plain(r.payload)) for r in records]
+def _rows(records, with_vectors: bool = False) -> list[tuple[str, dict]]:
+    if not with_vectors:
+        return [(str(r.id), _plain(r.payload)) for r in records]
+    return [(str(r.id), {**_plain(r.payload), VECTOR_KEY: _dense_of(r.vector)}) for r in records]
+
+
+def _dense_of(vector: Any) -> list[float]:
+    found = vector.get(DENSE) if isinstance(vector, dict) else vector
+    return [float(x) for x in found or ()]
 
 
 class EdgeStore(EdgeRecords):
@@ -377,20 +384,24 @@ class EdgeStore(EdgeRecords):
         )), limit)
         return [(pid, score, _plain(payload)) for pid, score, payload in found]
 
-    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, dict]], str]:
+    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None,
+                              with_vectors: bool = False) -> tuple[list[tuple[str, dict]], str]:
         parts = self._memory_shard(f.namespace, create=False)
         if parts is None:
             return [], ""
+        vectors: Any = [DENSE] if with_vectors else None
         if len(parts.parts) == 1:
             records, next_offset = parts.open_part.shard.scroll(
-                qe.ScrollRequest(offset=offset, limit=limit, filter=self._filter(f), with_payload=True)
+                qe.ScrollRequest(offset=offset, limit=limit, filter=self._filter(f), with_payload=True,
+                                 with_vector=vectors)
             )
-            return _rows(records), ("" if next_offset is None else str(next_offset))
+            return _rows(records, with_vectors), ("" if next_offset is None else str(next_offset))
         # One more than a page from each part: the parts' pages merged in id order hold the
         # namespace's page and the id that starts the next one.
         pages = [
             _rows(part.shard.scroll(
-                qe.ScrollRequest(offset=offset, limit=limit + 1, filter=self._filter(f), with_payload=True))[0])
+                qe.ScrollRequest(offset=offset, limit=limit + 1, filter=self._filter(f), with_payload=True,
+                                 with_vector=vectors))[0], with_vectors)
             for part in parts.parts
         ]
         return in_id_order(pages, limit)

@@ -38,8 +38,8 @@ class LearningRpcs:
         blocks = getattr(self, "_blocks", None)  # recall_rpcs.py's, mixed into the same servicer
         if blocks is not None:
             # The memory blocks ride with the standing instructions, as StartTurn sends them.
-            from agentmesh.memory.recall_rpcs import block_to_proto
-            profile.blocks.extend(block_to_proto(b) for b in await blocks.list(request.namespace))
+            from agentmesh.memory.recall_rpcs import block_to_proto, block_user
+            profile.blocks.extend(block_to_proto(b) for b in await blocks.list(request.namespace, block_user()))
         return profile
 
     @translate_errors

@@ -9,6 +9,7 @@ cannot reach across. The core talks to the store through ports.LongTermStore onl
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import re
 import time
@@ -25,7 +26,7 @@ from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.context import NEIGHBORS, WINDOW, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
-from agentmesh.memory.ports import FusionPlan, LongTermStore, PointFilter, point_id, stored_time
+from agentmesh.memory.ports import VECTOR_KEY, FusionPlan, LongTermStore, PointFilter, point_id, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
 
@@ -57,6 +58,7 @@ class RememberItem:
     source_session_id: str = ""
     created_at: float = 0.0
     created_by: str = ""  # the principal's subject that made it (erasure finds it by that)
+    vector: tuple[float, ...] = ()  # import: the dense vector as exported, used instead of embedding
 
 
 @dataclass
@@ -304,23 +306,28 @@ class Memories:
             records.append(record)
             pending.append(Pending(pid, vars(record).copy()))
         window = self._settings.context_window if self._settings.context_weight > 0 else 0
-        rows = await self._index(await with_neighbors(self._store, pending, window, self._settings.context_kinds))
+        given = {pid: list(it.vector) for pid, it in zip(pids, items, strict=True) if it.vector}
+        rows = await self._index(await with_neighbors(self._store, pending, window, self._settings.context_kinds),
+                                 given)
         await self._store.upsert_memories(items[0].namespace, rows)
         return records
 
-    async def _index(self, items: Sequence[Contextualised]) -> list[tuple[Any, ...]]:
-        """Dense and sparse vectors of each memory, its neighbours' words included as configured."""
-        s = self._settings
+    async def _index(self, items: Sequence[Contextualised],
+                     given: dict[str, list[float]] | None = None) -> list[tuple[Any, ...]]:
+        """Dense and sparse vectors of each memory, its neighbours' words included as configured;
+        a dense vector `given` (an import's, of this embedder) is used as it is."""
+        s, given = self._settings, given or {}
         dense_inputs = [
             ("\n".join([c.payload["text"], *(t for t, _ in c.context)]) if s.dense_context and c.context else c.payload["text"])[
                 :DENSE_INPUT_CHARS
             ]
-            for c in items
+            for c in items if c.pid not in given
         ]
         with self._tracer.start_as_current_span(
             "memory.embed", attributes={"memory.embedder": self._embedder.name, "memory.texts": len(dense_inputs)}
         ):
-            dense = await self._embedder.embed(dense_inputs)
+            embedded = iter(await self._embedder.embed(dense_inputs) if dense_inputs else [])
+        dense = [given[c.pid] if c.pid in given else next(embedded) for c in items]
         rows = []
         for c, vector in zip(items, dense, strict=True):
             # A neighbour's words count less the further it is: weight ** distance (0.5, 0.25, ...).
@@ -335,10 +342,22 @@ class Memories:
         valid = self._validate_item(item, now)
         return (await self._write([valid], now))[0]
 
-    async def import_many(self, namespace: str, items: Sequence[RememberItem]) -> int:
+    @property
+    def embedder_id(self) -> str:
+        """What the dense vectors are of, "NAME:DIM": vectors of another embedder are not used."""
+        return f"{self._embedder.name}:{self._embedder.dim}"
+
+    async def import_many(self, namespace: str, items: Sequence[RememberItem], embedder: str = "") -> int:
         namespace = validate_namespace(namespace)
         if not items:
             raise InvalidArgument("memories is empty: import at least one memory")
+        await self._ensure_ready()
+        if embedder != self.embedder_id:
+            items = [replace(it, vector=()) for it in items]  # another model's vectors: embed the texts
+        for number, it in enumerate(items, start=1):
+            if it.vector and len(it.vector) != self._embedder.dim:
+                raise InvalidArgument(f"memory {number}: its vector has {len(it.vector)} numbers, but {embedder} "
+                                      f"makes {self._embedder.dim}; nothing was imported")
         if len(items) > self._settings.max_import:
             raise InvalidArgument(
                 f"{len(items)} memories in one import; the limit is {self._settings.max_import} - send batches"
@@ -409,6 +428,13 @@ class Memories:
     async def list(
         self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str
     ) -> tuple[list[MemoryRecord], str]:
+        pairs, token = await self.list_with_vectors(namespace, q, page_size, page_token, vectors=False)
+        return [m for m, _ in pairs], token
+
+    async def list_with_vectors(
+        self, namespace: str, q: MemoryQuery | None, page_size: int, page_token: str, vectors: bool = True
+    ) -> tuple[builtins.list[tuple[MemoryRecord, builtins.list[float]]], str]:
+        """A page of memories, each with its dense vector if `vectors` (for export), else []."""
         pf = self._point_filter(namespace, q)
         if page_size < 0 or page_size > MAX_PAGE:
             raise InvalidArgument(f"page_size must be between 1 and {MAX_PAGE}, got {page_size}")
@@ -420,8 +446,8 @@ class Memories:
                     "page_token is not one this service issued; pass back next_page_token unchanged"
                 ) from None
         await self._ensure_ready()
-        rows, token = await self._store.scroll_memories(pf, page_size or DEFAULT_PAGE, page_token or None)
-        return [MemoryRecord.from_payload(p) for _, p in rows], token
+        rows, token = await self._store.scroll_memories(pf, page_size or DEFAULT_PAGE, page_token or None, vectors)
+        return [(MemoryRecord.from_payload(p), [*(p.get(VECTOR_KEY) or ())]) for _, p in rows], token
 
     async def forget(
         self,

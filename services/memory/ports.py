@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 DENSE = "dense"
+# scroll_memories(with_vectors=True) puts a memory's dense vector in its payload under this key.
+VECTOR_KEY = "_dense"
 SPARSE = "bm25"
 
 _ID_NAMESPACE = uuid.UUID("5b0c7a4e-2f51-4f0e-9a55-6d1f0b7c2e11")
@@ -178,8 +180,10 @@ class MemoryStore(Protocol):
         """Payloads of the namespace's points with these ids that exist, by point id."""
 
     async def upsert_memories(self, namespace: str, rows: Sequence[MemoryRow]) -> None: ...
-    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None) -> tuple[list[tuple[str, Payload]], str]:
-        """A page of matching memories and the next page's offset ('' at the end)."""
+    async def scroll_memories(self, f: PointFilter, limit: int, offset: str | None,
+                              with_vectors: bool = False) -> tuple[list[tuple[str, Payload]], str]:
+        """A page of matching memories and the next page's offset ('' at the end); with_vectors:
+        each payload with its dense vector under VECTOR_KEY."""
 
     async def count_memories(self, f: PointFilter) -> int: ...
     async def delete_memories_by_filter(self, f: PointFilter) -> int: ...

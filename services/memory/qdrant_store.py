@@ -22,7 +22,7 @@ from qdrant_client import models as qm
 
 from agentmesh.errors import FailedPrecondition, Unavailable
 from agentmesh.logs import get_logger
-from agentmesh.memory.ports import DENSE, SPARSE, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
+from agentmesh.memory.ports import DENSE, SPARSE, VECTOR_KEY, FusionPlan, MemoryRow, PointFilter, ScoredRow, point_id
 
 log = get_logger("agentmesh.memory.qdrant")
 
@@ -345,7 +345,7 @@ class QdrantStore:
         return [(str(p.id), float(p.score), dict(p.payload)) for p in result.points]
 
     async def scroll_memories(
-        self, f: PointFilter, limit: int, offset: str | None
+        self, f: PointFilter, limit: int, offset: str | None, with_vectors: bool = False
     ) -> tuple[list[tuple[str, dict]], str]:
         name = self._existing(f.namespace)
         if name is None:
@@ -357,8 +357,14 @@ class QdrantStore:
             limit=limit,
             offset=offset,
             with_payload=True,
+            with_vectors=[DENSE] if with_vectors else False,
         )
-        return [(str(p.id), dict(p.payload)) for p in points], ("" if next_offset is None else str(next_offset))
+        rows = [(str(p.id), dict(p.payload)) for p in points]
+        if with_vectors:
+            for (_, payload), p in zip(rows, points, strict=True):
+                found = p.vector.get(DENSE) if isinstance(p.vector, dict) else p.vector
+                payload[VECTOR_KEY] = [float(x) for x in found or ()]
+        return rows, ("" if next_offset is None else str(next_offset))
 
     async def stream_window(
         self, f: PointFilter, t_min: float, t_max: float, edge: int = 2, limit: int = 10_000

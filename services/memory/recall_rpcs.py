@@ -9,12 +9,14 @@ from agentmesh.errors import FailedPrecondition
 from agentmesh.memory.blocks import Block, BlockDraft, Blocks, Edit, Provenance
 from agentmesh.memory.convert import message_to_proto
 from agentmesh.memory.recall import ConversationIndex, ConversationQuery
+from agentmesh.memory.retention_rpcs import creator
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.errors import translate_errors
+from agentmesh.rpc.users import ANONYMOUS
 from agentmesh.v1 import learning_pb2
 
-__all__ = ["RecallRpcs", "block_to_proto"]
+__all__ = ["RecallRpcs", "block_to_proto", "block_user"]
 
 
 def _provenance_to_proto(p: Provenance) -> learning_pb2.BlockProvenance:
@@ -35,6 +37,14 @@ def block_to_proto(b: Block) -> learning_pb2.MemoryBlock:
                                             provenance=_provenance_to_proto(v.provenance), reverted_to=v.reverted_to)
                   for v in b.versions],
         drafts=[_draft_to_proto(d) for d in b.drafts])
+
+
+def block_user() -> str:
+    """The person whose per-user blocks a call reads and edits: the subject of the principal it
+    runs for (the agent signs a turn's calls for the person chatting); "" when no person is known
+    — a service on its own, or the anonymous caller of a home without sign-in."""
+    user = creator()
+    return "" if user == ANONYMOUS.subject else user
 
 
 def _person() -> str:
@@ -89,8 +99,8 @@ class RecallRpcs:
     @translate_errors
     async def ListBlocks(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ListBlocks")
-        blocks = await self._block_store().list(request.namespace)
-        drafts = await self._block_store().drafts(request.namespace)
+        blocks = await self._block_store().list(request.namespace, block_user())
+        drafts = await self._block_store().drafts(request.namespace, user=block_user())
         return learning_pb2.ListBlocksResponse(
             blocks=[block_to_proto(b) for b in blocks], drafts=[_draft_to_proto(d) for d in drafts],
             edits=await self._block_store().policy(request.namespace))
@@ -98,7 +108,7 @@ class RecallRpcs:
     @translate_errors
     async def GetBlock(self, request, context):
         self._tenants.namespace(request.namespace or "default", "GetBlock")
-        return block_to_proto(await self._block_store().get(request.namespace, request.name))
+        return block_to_proto(await self._block_store().get(request.namespace, request.name, block_user()))
 
     @translate_errors
     async def EditBlock(self, request, context):
@@ -109,7 +119,7 @@ class RecallRpcs:
         by = "agent" if principal is None or principal.via == "agent" else principal.subject
         result = await self._block_store().edit(
             request.namespace, request.name, Edit(request.change, request.text, request.old),
-            Provenance(session_id=p.session_id, seq=p.seq, model=p.model, by=by))
+            Provenance(session_id=p.session_id, seq=p.seq, model=p.model, by=by), block_user())
         reply = learning_pb2.EditBlockResponse(block=block_to_proto(result.block), applied=result.applied)
         if result.draft is not None:
             reply.draft.CopyFrom(_draft_to_proto(result.draft))
@@ -118,17 +128,19 @@ class RecallRpcs:
     @translate_errors
     async def RevertBlock(self, request, context):
         self._tenants.namespace(request.namespace or "default", "RevertBlock")
-        return block_to_proto(await self._block_store().revert(request.namespace, request.name, request.version, _person()))
+        return block_to_proto(await self._block_store().revert(request.namespace, request.name, request.version, _person(),
+                                                                 block_user()))
 
     @translate_errors
     async def ApproveBlockEdit(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ApproveBlockEdit")
-        return block_to_proto(await self._block_store().approve(request.namespace, request.draft_id, _person()))
+        return block_to_proto(await self._block_store().approve(request.namespace, request.draft_id, _person(),
+                                                                  block_user()))
 
     @translate_errors
     async def RejectBlockEdit(self, request, context):
         self._tenants.namespace(request.namespace or "default", "RejectBlockEdit")
-        return block_to_proto(await self._block_store().reject(request.namespace, request.draft_id))
+        return block_to_proto(await self._block_store().reject(request.namespace, request.draft_id, block_user()))
 
     @translate_errors
     async def SetBlockPolicy(self, request, context):

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_namespace
+from agentmesh.memory.blocks import erase_user_blocks
 from agentmesh.memory.namespaces import NamespaceRecord, Namespaces
 from agentmesh.memory.ports import DocumentStore, MemoryStore, PointFilter, SessionStore, UsageStore
 from agentmesh.memory.transcripts import SessionRecord, Transcripts
@@ -163,6 +164,8 @@ class Retention:
         ids = {s.session_id for s in sessions}
         out.memories_removed, more_memories = await self._erase_memories(namespace, user, ids, limit)
         out.usage_removed, more_usage = await self._erase_usage(namespace, ids, limit)
+        # Their per-user memory blocks (a handful of documents: no bound needed).
+        await erase_user_blocks(self._documents, namespace, user)
         # Sessions last: while any of their memories or usage records is left, they are what
         # says whose those are.
         out.sessions = [] if (more_memories or more_usage) else [s.session_id for s in sessions[:limit]]

@@ -36,7 +36,7 @@ from agentmesh.memory.ports import AgentStore
 from agentmesh.memory.profiles import Profiles
 from agentmesh.memory.promoted import PromotedTools
 from agentmesh.memory.recall import ConversationIndex
-from agentmesh.memory.recall_rpcs import RecallRpcs, block_to_proto
+from agentmesh.memory.recall_rpcs import RecallRpcs, block_to_proto, block_user
 from agentmesh.memory.reflections import Reflections
 from agentmesh.memory.retention import Retention
 from agentmesh.memory.retention_rpcs import RetentionRpcs, creator
@@ -306,7 +306,10 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
         if request.with_profile:
             reads["profile"] = checked("GetProfile", lambda: self._profiles.get(namespace))
             if (blocks := self._blocks) is not None:
-                reads["blocks"] = checked("ListBlocks", lambda: blocks.list(namespace))
+                # The person chatting sees their own per-user blocks (blocks.py), read
+                # while the call's principal is theirs.
+                user = block_user()
+                reads["blocks"] = checked("ListBlocks", lambda: blocks.list(namespace, user))
         if request.with_skills:
             reads["skills"] = checked("ListSkills", lambda: self._skills.list(namespace))
         if request.with_promoted_tools:
@@ -350,10 +353,19 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
     @translate_errors
     async def ListMemories(self, request, context):
         self._tenants.namespace(request.namespace, "ListMemories")
-        memories, token = await self._memories.list(
+        reply = memory_service_pb2.ListMemoriesResponse(embedder=self._memories.embedder_id)
+        if request.with_vectors:
+            found, reply.next_page_token = await self._memories.list_with_vectors(
+                request.namespace, filter_from_proto(request.filter), request.page_size, request.page_token)
+            for m, vector in found:
+                reply.memories.append(memory_to_proto(m))
+                reply.memories[-1].vector.extend(vector)
+            return reply
+        memories, reply.next_page_token = await self._memories.list(
             request.namespace, filter_from_proto(request.filter), request.page_size, request.page_token
         )
-        return memory_service_pb2.ListMemoriesResponse(memories=[memory_to_proto(m) for m in memories], next_page_token=token)
+        reply.memories.extend(memory_to_proto(m) for m in memories)
+        return reply
 
     @translate_errors
     async def Forget(self, request, context):
@@ -373,7 +385,7 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
                  for m in request.memories]
         for namespace in {request.namespace, *(item.namespace for item in items)}:
             self._tenants.namespace(namespace, "Import")
-        imported = await self._memories.import_many(request.namespace, items)
+        imported = await self._memories.import_many(request.namespace, items, request.embedder)
         return memory_service_pb2.ImportResponse(imported=imported)
 
     # --- usage ---

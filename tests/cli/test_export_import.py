@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
-from agentmesh.v1 import common_pb2, gateway_pb2, learning_pb2, sessions_pb2
+from agentmesh.v1 import agents_pb2, common_pb2, gateway_pb2, learning_pb2, sessions_pb2
 from tests.support.llm_server import ScriptedLLMServer, reply
 from tests.support.stack import Stack
 from tests.support.turns import collect
@@ -53,6 +53,11 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
                 namespace="crew", retention=sessions_pb2.Retention(usage_days=90)))
             await _chat(stack, "voyage-1", "crew", "Ahoy, who are you?")
+            # A named agent with two versions.
+            await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="crew", spec=agents_pb2.AgentSpec(
+                name="bosun", description="Keeps the deck.", instructions="You are the bosun.")))
+            await gateway.UpdateAgent(agents_pb2.UpdateAgentRequest(namespace="crew", spec=agents_pb2.AgentSpec(
+                name="bosun", description="Keeps the deck.", instructions="You are the bosun; be brief.")))
             # A log longer than one RestoreSession batch (1000 messages).
             log = [common_pb2.Message(role="user" if i % 2 == 0 else "assistant", content=f"log entry {i}")
                    for i in range(LONG)]
@@ -67,9 +72,11 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert "exported crew:" in done.stderr
 
         lines = [json.loads(line) for line in export.read_text().splitlines()]
-        assert lines[0]["format"] == "agentmesh-export/1" and lines[0]["embedder"]["name"] == "hashing"
+        assert lines[0]["format"] == "agentmesh-export/2" and lines[0]["embedder"]["name"] == "hashing-v1"
         assert lines[-1]["kind"] == "end"
-        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "memory", "session"}
+        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "agent", "memory", "session"}
+        (agent,) = [r for r in lines if r.get("kind") == "agent"]
+        assert (agent["name"], [v["version"] for v in agent["versions"]]) == ("bosun", [1, 2])
 
         async with Stack(tmp_path / "b", llm_base_url=llm.base_url) as stack:
             done = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
@@ -89,6 +96,10 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             settings = await stack.gateway_stub().GetNamespaceSettings(
                 sessions_pb2.GetNamespaceSettingsRequest(namespace="crew2"))
             assert settings.retention.usage_days == 90
+            versions = await stack.gateway_stub().ListAgentVersions(agents_pb2.ListAgentVersionsRequest(
+                namespace="crew2", name="bosun"))
+            assert [(v.version, v.spec.instructions) for v in versions.versions] == [
+                (1, "You are the bosun."), (2, "You are the bosun; be brief.")]
 
             before = len(llm.requests)
             await _chat(stack, "voyage-2", "crew2", "What is the launch code word?")
@@ -99,20 +110,74 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             # Again without --replace: refused in a sentence, nothing written.
             again = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
             assert again.returncode == 1
-            assert "namespace 'crew2' already holds memories, standing instructions, settings" in again.stderr
+            assert ("namespace 'crew2' already holds memories, standing instructions, settings, agents (bosun)"
+                    in again.stderr)
             assert "nothing was imported" in again.stderr
             # With --replace it goes through (the same records written over).
-            assert (await agentmesh(stack, "import", str(export), "--namespace", "crew2", "--replace")).returncode == 0
+            replaced = await agentmesh(stack, "import", str(export), "--namespace", "crew2", "--replace")
+            assert replaced.returncode == 0, replaced.stderr
+            versions = await stack.gateway_stub().ListAgentVersions(agents_pb2.ListAgentVersionsRequest(
+                namespace="crew2", name="bosun"))
+            assert [v.version for v in versions.versions] == [1, 2]  # made again, not stacked on top
 
             # A file from a newer format, and a cut-off file: refused before anything is sent.
             newer = tmp_path / "newer.jsonl"
-            newer.write_text(json.dumps({"format": "agentmesh-export/2"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
+            newer.write_text(json.dumps({"format": "agentmesh-export/3"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
             refused = await agentmesh(stack, "import", str(newer), "--namespace", "crew3")
             assert refused.returncode == 2
-            assert "newer than this agentmesh reads (agentmesh-export/1)" in refused.stderr
+            assert "newer than this agentmesh reads (agentmesh-export/2)" in refused.stderr
             cut = tmp_path / "cut.jsonl"
             cut.write_text("\n".join(export.read_text().splitlines()[:-1]) + "\n")
             refused = await agentmesh(stack, "import", str(cut), "--namespace", "crew3")
             assert refused.returncode == 2 and "was cut off" in refused.stderr
             listed = await stack.memory_stub().ListMemories(memory_service_pb2.ListMemoriesRequest(namespace="crew3"))
             assert list(listed.memories) == []
+
+
+async def _vectors(stack: Stack, namespace: str) -> dict[str, list[float]]:
+    listed = await stack.memory_stub().ListMemories(memory_service_pb2.ListMemoriesRequest(
+        namespace=namespace, page_size=100, with_vectors=True))
+    return {m.text: list(m.vector) for m in listed.memories}
+
+
+def _close(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(abs(x - y) < 1e-5 for x, y in zip(a, b, strict=True))
+
+
+async def test_memories_move_with_their_vectors_unless_exported_as_text_or_of_another_embedder(tmp_path):
+    from agentmesh.cli.export import pack_vector, unpack_vector
+
+    with_vectors, as_text = tmp_path / "v.jsonl", tmp_path / "t.jsonl"
+    async with Stack(tmp_path / "a") as stack:
+        for text in (FACT, "The ship's cat is called Marmalade."):
+            await stack.memory_stub().Remember(memory_service_pb2.RememberRequest(namespace="crew", text=text))
+        original = await _vectors(stack, "crew")
+        for path, flags in ((with_vectors, ()), (as_text, ("--text",))):
+            with path.open("w") as out:
+                done = await agentmesh(stack, "export", "crew", *flags, stdout=out)
+            assert done.returncode == 0, done.stderr
+
+    lines = [json.loads(line) for line in with_vectors.read_text().splitlines()]
+    assert (lines[0]["embedder"]["id"], lines[0]["vectors"]) == ("hashing-v1:512", True)
+    memories = [r for r in lines if r.get("kind") == "memory"]
+    assert all(_close(unpack_vector(r["vector_f32"]), original[r["text"]]) for r in memories)
+    texts = [json.loads(line) for line in as_text.read_text().splitlines()]
+    assert texts[0]["vectors"] is False
+    assert [r for r in texts if r.get("kind") == "memory" and "vector_f32" in r] == []
+    # The vectors of the file reversed (still unit length): kept as they are, the import embeds nothing.
+    for r in memories:
+        r["vector_f32"] = pack_vector(unpack_vector(r["vector_f32"])[::-1])
+    with_vectors.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    other = tmp_path / "other.jsonl"
+    other.write_text("\n".join(json.dumps({**r, "embedder": {"name": "other", "dim": 512, "id": "other:512"}}
+                                          if n == 0 else r) for n, r in enumerate(lines)) + "\n")
+
+    async with Stack(tmp_path / "b") as stack:
+        for path, namespace in ((with_vectors, "kept"), (as_text, "text"), (other, "other")):
+            done = await agentmesh(stack, "import", str(path), "--namespace", namespace)
+            assert done.returncode == 0, done.stderr
+            if namespace == "other":
+                assert "the file's vectors are of other:512, this home embeds with hashing-v1:512" in done.stderr
+        kept, text, again = [await _vectors(stack, ns) for ns in ("kept", "text", "other")]
+        assert all(_close(kept[t], original[t][::-1]) for t in original)
+        assert all(_close(text[t], original[t]) and _close(again[t], original[t]) for t in original)

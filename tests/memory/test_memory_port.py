@@ -4,7 +4,7 @@ filters, pages, time windows, deletes, the embedder check, and what survives a r
 
 from __future__ import annotations
 
-from agentmesh.memory.ports import DENSE, SPARSE, PointFilter, point_id
+from agentmesh.memory.ports import DENSE, SPARSE, VECTOR_KEY, PointFilter, point_id
 from tests.memory.store_adapters import PLAN, memory, row
 
 
@@ -86,6 +86,23 @@ async def test_scroll_pages_stream_windows_and_deletes(store_factory):
     assert await store.delete_memories_by_filter(PointFilter("n")) == 4
     assert await store.count_memories(PointFilter("n")) == 0
     assert await store.hybrid_search(PointFilter("n"), [1, 0, 0, 0], ([1], [1.0]), 3, PLAN) == []
+
+
+async def test_a_scroll_with_vectors_gives_each_memorys_dense_vector(store_factory):
+    """What `agentmesh export` writes: the dense vector as stored (cosine: unit length), across
+    pages (and parts)."""
+    store = await store_factory()
+    dense = [[1.0, 0, 0, 0], [0, 0.6, 0.8, 0], [0, 0, 0, 1.0]]
+    await store.upsert_memories("n", [row(memory("n", f"m{i}", f"turn {i}"), v, [i + 1]) for i, v in enumerate(dense)])
+    seen, token = {}, None
+    while True:
+        page, token = await store.scroll_memories(PointFilter("n"), 2, token, with_vectors=True)
+        seen.update({p["id"]: [round(x, 5) for x in p[VECTOR_KEY]] for _, p in page})
+        if not token:
+            break
+    assert seen == {f"m{i}": v for i, v in enumerate(dense)}
+    plain, _ = await store.scroll_memories(PointFilter("n"), 5, None)
+    assert all(VECTOR_KEY not in p for _, p in plain)
 
 
 async def test_a_store_filled_by_another_embedder_is_refused(store_factory):
