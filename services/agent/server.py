@@ -362,7 +362,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     known_background = KnownBackground()
     background_watch = BackgroundWatch(tools_client, known_background)
     # A model call's usage record rides on the append of the step it produced.
-    usage_outbox = UsageOutbox()
+    usage_outbox = UsageOutbox(agent_settings.usage_hold_s)
     agent = Agent(
         models=named,
         provider=provider,

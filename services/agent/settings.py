@@ -53,6 +53,9 @@ class AgentSettings(EnvSection):
     recall_timeout_s: float = env("AGENTMESH_AGENT_RECALL_TIMEOUT_S", 5.0, minimum=0.1)
     # Bound on the RPCs to the memory service for transcripts.
     memory_timeout_s: float = env("AGENTMESH_AGENT_MEMORY_TIMEOUT_S", 30.0, minimum=0.1)
+    # How long a model call's usage record waits for its step's append to carry it before it is
+    # sent alone (adapters/memory.py UsageOutbox): the append follows at once on a healthy machine.
+    usage_hold_s: float = env("AGENTMESH_AGENT_USAGE_HOLD_S", 0.02, minimum=0)
     # Output token cap per model call; 0 leaves it to the server (Anthropic, which requires
     # one, then gets 4096). Unset by default: some OpenAI models refuse `max_tokens`.
     max_tokens: int = env("AGENTMESH_AGENT_MAX_TOKENS", 0, minimum=0)

@@ -55,7 +55,9 @@ def server_calls(home: Path) -> dict[str, list[str]]:
 async def test_a_turn_reads_what_it_needs_in_one_call_to_memory_and_lists_the_catalog_once(tmp_path, llm):
     home = tmp_path / "home"
     trace_ids = []
-    async with Stack(home, llm_base_url=llm.base_url) as stack:
+    # The usage records wait for their appends however loaded the machine (the default 20 ms is
+    # outrun by a loaded one, and the record then goes alone, as it should).
+    async with Stack(home, llm_base_url=llm.base_url, env={"AGENTMESH_AGENT_USAGE_HOLD_S": "30"}) as stack:
         gateway = stack.gateway_stub()
         for n in range(3):
             llm.add(reply("", tool_call("shell", {"command": "true"}, id=f"c{n}"), usage=(10, 1)), reply("done", usage=(20, 2)))
