@@ -84,9 +84,9 @@ class Replicas:
             self.hosts[index] = await host.start()
         return self
 
-    async def stop_replica(self, index: int) -> None:
+    async def stop_replica(self, index: int, grace: float = 1) -> None:
         host = self.hosts.pop(index)
-        await host.stop(grace=1)
+        await host.stop(grace=grace)
         host.telemetry.shutdown()
 
     async def stop(self) -> None:
