@@ -57,7 +57,7 @@ class JailedStdioOpener:
     def last_words(self) -> str:
         """Why the process ended before it answered, with the fix (start_failure.py)."""
         return explain_exit(self._entry.command, stderr_lines(self._errlog, self._log_start), self._binds,
-                            namespace=not self._find_binds)
+                            namespace=not self._find_binds, private=str(self._jail.home or ""))
 
     @asynccontextmanager
     async def __call__(self) -> AsyncIterator[tuple[Any, Any]]:

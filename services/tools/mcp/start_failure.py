@@ -1,8 +1,8 @@
 """Why a stdio MCP server in the local jail ended before it answered, in one sentence with the fix.
 
 The SDK says only "Connection closed". What the process wrote to stderr says more: bwrap's own
-line when the command could not be run at all (`bwrap: execvp /opt/x/bin/srv: No such file or
-directory`: the jail has the host's /usr and the entry's `mounts`, not /opt), or the server's
+line when the command could not be run at all (`prlimit: failed to execute /opt/x/bin/srv: No
+such file or directory`: the jail has the host's /usr and the entry's `mounts`, not /opt), or the server's
 last lines (a traceback ends with its exception). The sentence names the command, what the jail
 holds and the setting that would change it: the same text is the service's warning, the
 McpServerStatus.error of `agentmesh mcp list` and the unavailable servers of `agentmesh tools list`.
@@ -19,21 +19,23 @@ __all__ = ["LAST_LINES", "explain_exit"]
 
 LAST_LINES = 3
 _LINE_CHARS = 300
-_EXEC_FAILED = re.compile(r"^bwrap: execvp (?P<path>.+?): (?P<reason>[^:]+)$")
+# bwrap's own exec, or the jail's last wrapper's (prlimit, setpriv) before the server.
+_EXEC_FAILED = re.compile(r"^(?:bwrap: execvp|[\w-]+: failed to execute) (?P<path>.+?): (?P<reason>[^:]+)$")
 _ENV_MISSING = re.compile(r"^(?:/usr)?/bin/env: ['‘]?(?P<program>[^'’:]+)['’]?: No such file or directory$")
 _JAIL_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 
 
-def explain_exit(command: str, lines: list[str], binds: tuple[str, ...], namespace: bool) -> str:
+def explain_exit(command: str, lines: list[str], binds: tuple[str, ...], namespace: bool,
+                 private: str = "") -> str:
     """`lines`: the non-empty lines the process wrote to stderr (the last ones count); `binds`: the
     host paths bound into its jail besides the shared system ones; `namespace`: a namespace's own
-    server (no `mounts` of its own: the fix is the host's /usr or the deployment's file). "":
-    it said nothing."""
+    server (no `mounts` of its own: the fix is the host's /usr or the deployment's file);
+    `private`: the service's home, never bound on its own. "": it said nothing."""
     if not lines:
         return ""
     failed = _EXEC_FAILED.match(lines[-1])
     if failed is not None:
-        return _not_run(command, failed.group("reason"), binds, namespace)
+        return _not_run(command, failed.group("reason"), binds, namespace, private)
     missing = _ENV_MISSING.match(lines[-1])
     if missing is not None:
         return _env_missing(command, missing.group("program"))
@@ -41,23 +43,27 @@ def explain_exit(command: str, lines: list[str], binds: tuple[str, ...], namespa
     return f"its process ended: {said}"
 
 
-def _not_run(command: str, reason: str, binds: tuple[str, ...], namespace: bool) -> str:
+def _not_run(command: str, reason: str, binds: tuple[str, ...], namespace: bool, private: str) -> str:
     where = ("a namespace's server sees only the host's /usr, /bin, /lib and /etc" if namespace
              else "the jail has the host's /usr, /bin, /lib and /etc and the entry's `mounts`")
     fix = (f"install it under /usr/local, or have the operator add it to the deployment's servers file "
            f"(AGENTMESH_MCP_SERVERS), where its directory is bound in or can be named in `mounts`" if namespace
            else f"add its directory to `mounts` (\"mounts\": [\"{_install_dir(command)}\"]) or install it under /usr/local")
     if "Permission denied" in reason:
-        return (f"command {command} is not executable in the sandbox (bwrap: {reason}): the jail runs it as an "
+        return (f"command {command} is not executable in the sandbox ({reason}): the jail runs it as an "
                 "unprivileged user, so it and every directory above it must be readable and searchable by "
                 "others (chmod o+rx)")
     if reason != "No such file or directory":
-        return f"command {command} could not be run in the sandbox (bwrap: execvp: {reason})"
+        return f"command {command} could not be run in the sandbox: {reason}"
+    if private and not namespace and _visible(os.path.realpath(command), (os.path.realpath(private),)):
+        return (f"command {command} not found in the sandbox: it lies in the service's home ({private}), which "
+                "is never bound into a jail on its own; install it elsewhere (e.g. under /opt) or name its own "
+                f"directory in `mounts` (\"mounts\": [\"{_install_dir(command)}\"])")
     if not _visible(command, binds):
         return f"command {command} not found in the sandbox: {where}; {fix}"
     interpreter = _interpreter(command)
     if interpreter is None:
-        return f"command {command} could not be run in the sandbox (bwrap: execvp: {reason}); {fix}"
+        return f"command {command} could not be run in the sandbox: {reason}; {fix}"
     return (f"command {command} needs its interpreter {interpreter} (its #! line), which is not in the sandbox: "
             f"{where}; " + (fix if namespace else f"add \"{_install_dir(interpreter)}\" to `mounts`"))
 
