@@ -52,7 +52,7 @@ async def test_deployment_servers_that_cannot_start_say_why_and_what_to_change(h
     with capture_logs("tools", level="warning") as logs:
         async with Stack(stack_home, env=env, services=("memory", "tools")) as stack:
             listing = await stack.tools_stub().ListTools(tools_pb2.ListToolsRequest(), timeout=60)
-            code, out, err = await run_cli(stack, "tools", "list")
+            code, _, err = await run_cli(stack, "tools", "list")
     down = {s.server.name: s.error for s in listing.unavailable_mcp_servers}
     assert set(down) == {"crash", "hidden", "envless"}, down
     assert down["crash"].startswith("its process ended: "), down["crash"]

@@ -46,8 +46,8 @@ def explain_exit(command: str, lines: list[str], binds: tuple[str, ...], namespa
 def _not_run(command: str, reason: str, binds: tuple[str, ...], namespace: bool, private: str) -> str:
     where = ("a namespace's server sees only the host's /usr, /bin, /lib and /etc" if namespace
              else "the jail has the host's /usr, /bin, /lib and /etc and the entry's `mounts`")
-    fix = (f"install it under /usr/local, or have the operator add it to the deployment's servers file "
-           f"(AGENTMESH_MCP_SERVERS), where its directory is bound in or can be named in `mounts`" if namespace
+    fix = ("install it under /usr/local, or have the operator add it to the deployment's servers file "
+           "(AGENTMESH_MCP_SERVERS), where its directory is bound in or can be named in `mounts`" if namespace
            else f"add its directory to `mounts` (\"mounts\": [\"{_install_dir(command)}\"]) or install it under /usr/local")
     if "Permission denied" in reason:
         return (f"command {command} is not executable in the sandbox ({reason}): the jail runs it as an "
