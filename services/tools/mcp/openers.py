@@ -68,7 +68,7 @@ class JailedStdioOpener:
             network=entry.network,
         )
         command = self._jail.jail_argv(self._workdir, spec, seccomp_fd=SECCOMP_FD if self._seccomp_file else None,
-                                       extra_env=entry.env, ro_binds=self._binds, options_fd=OPTIONS_FD)
+                                       extra_env={**fetcher_env(entry.command), **entry.env}, ro_binds=self._binds, options_fd=OPTIONS_FD)
         options = os.memfd_create(f"mcp-{entry.name}-options", os.MFD_CLOEXEC)
         try:
             command.write_options(options)
@@ -84,6 +84,17 @@ class JailedStdioOpener:
                 yield streams
         finally:
             os.close(options)
+
+
+# npx keeps what it fetched in $HOME/.npm, the server's own /workspace (kept across restarts); told
+# to prefer that cache, a server fetched once starts again without network (else npx asks the
+# registry for the latest version at every start). No update notice on the server's stderr.
+NPX_ENV = {"npm_config_prefer_offline": "true", "npm_config_update_notifier": "false"}
+
+
+def fetcher_env(command: str) -> dict[str, str]:
+    """The environment a package runner needs to run from its cache (an entry's own `env` wins)."""
+    return dict(NPX_ENV) if os.path.basename(command) == "npx" else {}
 
 
 def stderr_lines(errlog: TextIO, start: int) -> list[str]:

@@ -22,6 +22,8 @@ _LINE_CHARS = 300
 # bwrap's own exec, or the jail's last wrapper's (prlimit, setpriv) before the server.
 _EXEC_FAILED = re.compile(r"^(?:bwrap: execvp|[\w-]+: failed to execute) (?P<path>.+?): (?P<reason>[^:]+)$")
 _ENV_MISSING = re.compile(r"^(?:/usr)?/bin/env: ['‘]?(?P<program>[^'’:]+)['’]?: No such file or directory$")
+# npm's own line when it cannot reach the registry (no network: `getaddrinfo EAI_AGAIN host`).
+_REGISTRY_FAILED = re.compile(r"request to (?P<url>\S+) failed, reason: (?P<why>.+)$", re.MULTILINE)
 _JAIL_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 
 
@@ -39,6 +41,9 @@ def explain_exit(command: str, lines: list[str], binds: tuple[str, ...], namespa
     missing = _ENV_MISSING.match(lines[-1])
     if missing is not None:
         return _env_missing(command, missing.group("program"))
+    fetch = _fetch_failure(command, lines)
+    if fetch:
+        return fetch
     said = " | ".join(_short(line) for line in lines[-LAST_LINES:])
     return f"its process ended: {said}"
 
@@ -66,6 +71,22 @@ def _not_run(command: str, reason: str, binds: tuple[str, ...], namespace: bool,
         return f"command {command} could not be run in the sandbox: {reason}; {fix}"
     return (f"command {command} needs its interpreter {interpreter} (its #! line), which is not in the sandbox: "
             f"{where}; " + (fix if namespace else f"add \"{_install_dir(interpreter)}\" to `mounts`"))
+
+
+def _fetch_failure(command: str, lines: list[str]) -> str:
+    """npx that could not reach its package registry: the jail has no network unless the entry
+    says so."""
+    program = os.path.basename(command)
+    if program not in ("npx", "npm"):
+        return ""
+    text = "\n".join(lines[-20:])
+    failed = _REGISTRY_FAILED.search(text)
+    if failed is None:
+        return ""
+    return (f"{program} could not fetch the server's package from {failed.group('url')} ({failed.group('why')}): the server's "
+            "jail has no network; give the entry \"network\": true so that it can fetch (what it fetches is kept "
+            "in the server's own /workspace, $AGENTMESH_HOME/mcp/<server>/), or install the server on the host "
+            "and make its installed command the entry's command")
 
 
 def _env_missing(command: str, program: str) -> str:
