@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 
 import grpc
@@ -13,7 +14,8 @@ import pytest
 
 from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
-from tests.mcpservers.test_server_reach import AUTH, TOKEN, system_python, venv_with_the_time_server
+from tests.mcpservers.npm_registry import NAME, NpmRegistry
+from tests.mcpservers.test_server_reach import AUTH, TOKEN, execute, system_python, venv_with_the_time_server
 from tests.observability.obs_helpers import capture_logs
 from tests.support.stack import Stack
 
@@ -83,3 +85,38 @@ async def test_a_namespace_server_outside_what_the_jail_shares_is_refused_with_w
     assert (f"MCP server 'time' was not added: it did not start: command {command} not found in the sandbox: "
             "a namespace's server sees only the host's /usr, /bin, /lib and /etc; install it under /usr/local") \
         in refused.value.details(), refused.value.details()
+
+
+@pytest.mark.skipif(not shutil.which("npx", path="/usr/bin:/bin"), reason="no npx in /usr/bin (Debian's npm)")
+async def test_an_npx_server_is_fetched_once_with_network_then_starts_from_its_cache_without(home):
+    """The registry is a local stand-in (tests/mcpservers/npm_registry.py): reached through the
+    host's network, which `"network": true` shares, as npm's public registry would be."""
+    # Node's V8 reserves more address space than the jail's default 1 GiB bound sometimes allows
+    # ("JavaScript heap out of memory" now and then): Node servers want a larger bound.
+    memory = {"AGENTMESH_SANDBOX_MEMORY_BYTES": str(4 * 1024**3)}
+    with NpmRegistry() as registry:
+        def servers(network: bool) -> dict:
+            entry = {"command": "npx", "args": ["-y", NAME], "env": {"npm_config_registry": registry.url}}
+            return {"echo": {**entry, "network": network}} if network else {"echo": entry}
+
+        # No network, nothing fetched yet: npm's failure, and the setting that fixes it.
+        env = {**memory, "AGENTMESH_MCP_SERVERS": write_servers(home / "offline.json", servers(False))}
+        async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
+            listing = await stack.tools_stub().ListTools(tools_pb2.ListToolsRequest(), timeout=60)
+        error = {s.server.name: s.error for s in listing.unavailable_mcp_servers}.get("echo", "")
+        assert error.startswith(f"npx could not fetch the server's package from {registry.url}{NAME} ("), error
+        assert "give the entry \"network\": true" in error
+        assert not registry.requests  # the jail could not reach it
+
+        env = {**memory, "AGENTMESH_MCP_SERVERS": write_servers(home / "online.json", servers(True))}
+        async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
+            assert (await execute(stack, "echo__echo", {"text": "hi"})).output == "npm says hi"
+        assert any(path.endswith(".tgz") for path in registry.requests)
+
+        # The same home, no network: it starts from what the first start fetched.
+        registry.requests.clear()
+        env = {**memory, "AGENTMESH_MCP_SERVERS": write_servers(home / "offline.json", servers(False))}
+        async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
+            result = await execute(stack, "echo__echo", {"text": "again"})
+        assert result.output == "npm says again", result.output
+        assert not registry.requests

@@ -68,7 +68,7 @@ class JailedStdioOpener:
             network=entry.network,
         )
         command = self._jail.jail_argv(self._workdir, spec, seccomp_fd=SECCOMP_FD if self._seccomp_file else None,
-                                       extra_env={**fetcher_env(entry.command), **entry.env}, ro_binds=self._binds, options_fd=OPTIONS_FD)
+                                       extra_env={**fetcher_env(entry.command, entry.network), **entry.env}, ro_binds=self._binds, options_fd=OPTIONS_FD)
         options = os.memfd_create(f"mcp-{entry.name}-options", os.MFD_CLOEXEC)
         try:
             command.write_options(options)
@@ -92,9 +92,13 @@ class JailedStdioOpener:
 NPX_ENV = {"npm_config_prefer_offline": "true", "npm_config_update_notifier": "false"}
 
 
-def fetcher_env(command: str) -> dict[str, str]:
-    """The environment a package runner needs to run from its cache (an entry's own `env` wins)."""
-    return dict(NPX_ENV) if os.path.basename(command) == "npx" else {}
+def fetcher_env(command: str, network: bool) -> dict[str, str]:
+    """The environment a package runner needs to run from its cache (an entry's own `env` wins).
+    Without network a fetch cannot succeed: npm's retries (a minute of backoff) would only
+    outlast the connect timeout and hide npm's reason."""
+    if os.path.basename(command) != "npx":
+        return {}
+    return dict(NPX_ENV) if network else {**NPX_ENV, "npm_config_fetch_retries": "0"}
 
 
 def stderr_lines(errlog: TextIO, start: int) -> list[str]:

@@ -41,6 +41,10 @@ def explain_exit(command: str, lines: list[str], binds: tuple[str, ...], namespa
     missing = _ENV_MISSING.match(lines[-1])
     if missing is not None:
         return _env_missing(command, missing.group("program"))
+    if any("JavaScript heap out of memory" in line for line in lines[-40:]):
+        return ("its process ran out of memory (Node: \"JavaScript heap out of memory\"): V8 reserves more address "
+                "space than the jail's bound allows; raise AGENTMESH_SANDBOX_MEMORY_BYTES (the default 1 GiB is "
+                "often too small for Node servers; try 4 GiB)")
     fetch = _fetch_failure(command, lines)
     if fetch:
         return fetch
