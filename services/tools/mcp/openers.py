@@ -87,8 +87,8 @@ class JailedStdioOpener:
 
 
 # npx keeps what it fetched in $HOME/.npm, the server's own /workspace (kept across restarts); told
-# to prefer that cache, a server fetched once starts again without network (else npx asks the
-# registry for the latest version at every start). No update notice on the server's stderr.
+# to prefer that cache it does not ask the registry at every start, and without network (no
+# retries: see fetcher_env) it starts from the cache at once. No update notice on its stderr.
 NPX_ENV = {"npm_config_prefer_offline": "true", "npm_config_update_notifier": "false"}
 
 
