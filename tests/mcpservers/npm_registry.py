@@ -59,7 +59,7 @@ class NpmRegistry:
         registry = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server API
+            def do_GET(self):
                 registry.requests.append(self.path)
                 if self.path.endswith(".tgz"):
                     body, kind = registry.tarball, "application/octet-stream"
@@ -83,7 +83,7 @@ class NpmRegistry:
     def packument(self) -> dict:
         integrity = "sha512-" + base64.b64encode(hashlib.sha512(self.tarball).digest()).decode()
         dist = {"tarball": f"{self.url}{NAME}/-/{NAME}-{VERSION}.tgz", "integrity": integrity,
-                "shasum": hashlib.sha1(self.tarball).hexdigest()}  # noqa: S324 - npm's own field, not security
+                "shasum": hashlib.sha1(self.tarball).hexdigest()}
         return {"name": NAME, "dist-tags": {"latest": VERSION},
                 "versions": {VERSION: {"name": NAME, "version": VERSION, "bin": {NAME: "server.js"}, "dist": dist}}}
 
