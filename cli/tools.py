@@ -4,6 +4,7 @@ namespace's tool policy."""
 from __future__ import annotations
 
 import json
+import sys
 
 import grpc
 
@@ -69,6 +70,9 @@ async def list_tools(args) -> int:
             )
         except grpc.aio.AioRpcError as err:
             raise rpc_failure(err, service, settings) from None
+    # A server that cannot start is said on stderr (the JSON listing stays the tools alone).
+    for down in reply.unavailable_mcp_servers:
+        print(f"MCP server {down.server.name!r} is unavailable, its tools are missing: {down.error}", file=sys.stderr)
     if args.json:
         print_json([{**to_dict(t), "parameters": json.loads(t.parameters_json_schema or "{}")} for t in reply.tools])
         return EXIT_OK

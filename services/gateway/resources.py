@@ -87,7 +87,8 @@ class Resources:
             layers = [self._policies.deployment]
         else:
             layers = await self._policies.layers(session, request.namespace)
-        return tools_pb2.ListToolsResponse(tools=self._policies.filter(catalog.tools, layers))
+        return tools_pb2.ListToolsResponse(tools=self._policies.filter(catalog.tools, layers),
+                                           unavailable_mcp_servers=catalog.unavailable_mcp_servers)
 
     async def add_mcp_server(self, request: tools_pb2.AddMcpServerRequest,
                              caller: Caller = ANYONE) -> tools_pb2.McpServerStatus:

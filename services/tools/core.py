@@ -41,6 +41,7 @@ class NamespaceTools(Protocol):
     on_change: Callable[[], None]
 
     async def tools(self, namespace: str, version: float | None = None) -> list[Tool]: ...
+    async def unavailable(self, namespace: str, version: float | None = None) -> dict[str, str]: ...
     async def find(self, namespace: str, name: str, version: float | None = None) -> Tool | None: ...
 
 
@@ -113,6 +114,18 @@ class ToolService:
         version stale, never the listing older than its version."""
         version = self.versions.current
         return await self.catalog(namespace, mcp_version), version
+
+    async def unavailable_servers(self, namespace: str = "", mcp_version: float | None = None) -> dict[str, str]:
+        """The MCP servers not running now (their tools are missing from the catalog) and why:
+        the deployment's, and the namespace's own."""
+        down: dict[str, str] = {}
+        for provider in self._dynamic:
+            status = getattr(provider, "status", None)  # MCP servers; A2A agents have none
+            if status is not None:
+                down.update({name: s["error"] for name, s in status().items() if not s["available"] and s["error"]})
+        if namespace and self.namespaces is not None:
+            down.update(await self.namespaces.unavailable(namespace, mcp_version))
+        return down
 
     def _find(self, name: str) -> Tool | None:
         tool = self._tools.get(name)

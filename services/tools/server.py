@@ -76,7 +76,11 @@ class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
     @translate_errors
     async def ListTools(self, request, context):
         specs, version = await self._core.versioned_catalog(request.namespace, _version(request))
-        return tools_pb2.ListToolsResponse(tools=[tool_spec_to_proto(spec) for spec in specs], catalog_version=version)
+        down = await self._core.unavailable_servers(request.namespace, _version(request))
+        return tools_pb2.ListToolsResponse(
+            tools=[tool_spec_to_proto(spec) for spec in specs], catalog_version=version,
+            unavailable_mcp_servers=[tools_pb2.McpServerStatus(server=tools_pb2.McpServerSpec(name=name), error=error)
+                                     for name, error in sorted(down.items())])
 
     @translate_errors
     async def ListSandboxTemplates(self, request, context):

@@ -25,6 +25,9 @@ log = get_logger("agentmesh.tools.mcp")
 
 Opener = Callable[[], AbstractAsyncContextManager[tuple[Any, Any]]]
 TIMED_OUT = "it did not answer in time"
+CLOSED = "Connection closed"  # the SDK's word for a stdio server's process that ended
+SILENT_EXIT = ("its process ended before it answered, writing nothing to stderr: run its command by hand to see "
+               "whether it is a stdio MCP server that starts without a terminal")
 
 
 class ServerUnavailable(Exception):
@@ -45,8 +48,8 @@ class SupervisorTimings:
 class McpServerConnection:
     def __init__(self, name: str, opener: Opener, timings: SupervisorTimings,
                  last_words: Callable[[], str] | None = None):
-        """`last_words`: what the server's process last wrote to stderr, the reason it gives
-        when it ends before it answered (a stdio server); None where there is no such process."""
+        """`last_words`: why the server's process ended before it answered, in a sentence with
+        the fix, from what it wrote to stderr (a stdio server); None where there is no such process."""
         self.name = name
         self._opener = opener
         self._last_words = last_words
@@ -133,9 +136,11 @@ class McpServerConnection:
                 said = self._last_words() if self._last_words is not None and not started else ""
                 if said:
                     # It ended before it answered: the SDK's "Connection closed" says nothing, the
-                    # process's own last line says why (a crash of a server that had been
+                    # process's own last lines say why (a crash of a server that had been
                     # answering keeps the SDK's sentence: its last line is likely just logging).
-                    self.error = f"its process ended: {said}"
+                    self.error = said
+                elif self._last_words is not None and not started and self.error == CLOSED:
+                    self.error = SILENT_EXIT
                 log.warning("MCP server unavailable", server=self.name, error=self.error)
             finally:
                 self._session = None

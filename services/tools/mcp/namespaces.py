@@ -120,6 +120,15 @@ class NamespaceServers:
         provider = await self.provider(namespace, version)
         return provider.tools() if provider else []
 
+    async def unavailable(self, namespace: str, version: float | None = None) -> dict[str, str]:
+        """The namespace's servers not running on this replica, and why."""
+        provider = await self.provider(namespace, version)
+        state = self._namespaces.get(namespace)
+        down = dict(state.errors) if state is not None else {}
+        if provider is not None:
+            down.update({name: s["error"] for name, s in provider.status().items() if not s["available"] and s["error"]})
+        return down
+
     async def find(self, namespace: str, name: str, version: float | None = None) -> Tool | None:
         provider = await self.provider(namespace, version)
         return provider.find(name) if provider else None

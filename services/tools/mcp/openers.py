@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agentmesh.tools.mcp.config import McpServerEntry
 from agentmesh.tools.mcp.connection import Opener, ServerUnavailable
 from agentmesh.tools.mcp.server_paths import server_binds
+from agentmesh.tools.mcp.start_failure import explain_exit
 from agentmesh.tools.sandbox.base import CommandSpec
 from agentmesh.tools.sandbox.local import LocalJail
 from agentmesh.tools.web_tools import AddressPolicy
@@ -37,9 +38,9 @@ SECCOMP_WRAPPER = ("/bin/sh", "-c", f'f=$1; shift; exec "$@" {OPTIONS_FD}<"$0" {
 
 class JailedStdioOpener:
     """Opens a stdio server as a process in the local jail (an `Opener`), and says what the last
-    process started wrote to stderr (`last_words`): when it ends before it answered, the SDK
-    says only "Connection closed", and that line is the reason (a traceback's exception, bwrap's
-    own error). `find_binds`: bind what the command needs to run (its interpreter, its virtual
+    process started wrote to stderr, as a sentence with the fix (`last_words`): when it ends before
+    it answered, the SDK says only "Connection closed", and those lines are the reason (a
+    traceback's exception, bwrap's own error). `find_binds`: bind what the command needs to run (its interpreter, its virtual
     environment: server_paths.py) besides the entry's own `mounts`."""
 
     def __init__(self, entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
@@ -49,11 +50,14 @@ class JailedStdioOpener:
         self._workdir = workdir
         self._errlog = errlog
         self._seccomp_file = seccomp_file
+        self._find_binds = find_binds
         self._binds = (*server_binds(entry.command, jail.home), *entry.mounts) if find_binds else entry.mounts
         self._log_start = 0  # the stderr log's size when the last process started
 
     def last_words(self) -> str:
-        return stderr_reason(self._errlog, self._log_start)
+        """Why the process ended before it answered, with the fix (start_failure.py)."""
+        return explain_exit(self._entry.command, stderr_lines(self._errlog, self._log_start), self._binds,
+                            namespace=not self._find_binds, private=str(self._jail.home or ""))
 
     @asynccontextmanager
     async def __call__(self) -> AsyncIterator[tuple[Any, Any]]:
@@ -64,7 +68,7 @@ class JailedStdioOpener:
             network=entry.network,
         )
         command = self._jail.jail_argv(self._workdir, spec, seccomp_fd=SECCOMP_FD if self._seccomp_file else None,
-                                       extra_env=entry.env, ro_binds=self._binds, options_fd=OPTIONS_FD)
+                                       extra_env={**fetcher_env(entry.command, entry.network), **entry.env}, ro_binds=self._binds, options_fd=OPTIONS_FD)
         options = os.memfd_create(f"mcp-{entry.name}-options", os.MFD_CLOEXEC)
         try:
             command.write_options(options)
@@ -82,21 +86,32 @@ class JailedStdioOpener:
             os.close(options)
 
 
-def stderr_reason(errlog: TextIO, start: int, limit: int = 300) -> str:
-    """The last line the server wrote to stderr since `start` (its log's size when it was
-    started): a traceback ends with the exception, bwrap's own errors are one line."""
+# npx keeps what it fetched in $HOME/.npm, the server's own /workspace (kept across restarts); told
+# to prefer that cache it does not ask the registry at every start, and without network (no
+# retries: see fetcher_env) it starts from the cache at once. No update notice on its stderr.
+NPX_ENV = {"npm_config_prefer_offline": "true", "npm_config_update_notifier": "false"}
+
+
+def fetcher_env(command: str, network: bool) -> dict[str, str]:
+    """The environment a package runner needs to run from its cache (an entry's own `env` wins).
+    Without network a fetch cannot succeed: npm's retries (a minute of backoff) would only
+    outlast the connect timeout and hide npm's reason."""
+    if os.path.basename(command) != "npx":
+        return {}
+    return dict(NPX_ENV) if network else {**NPX_ENV, "npm_config_fetch_retries": "0"}
+
+
+def stderr_lines(errlog: TextIO, start: int) -> list[str]:
+    """The non-empty lines the server wrote to stderr since `start` (its log's size when it was
+    started), of its last 64 KiB."""
     try:
         errlog.flush()
         with open(errlog.name, "rb") as log:  # the log is opened for appending only
             log.seek(max(start, os.fstat(log.fileno()).st_size - 64 * 1024))
             tail = log.read(64 * 1024).decode("utf-8", errors="replace")
     except OSError:
-        return ""
-    lines = [line.strip() for line in tail.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    last = lines[-1]
-    return last if len(last) <= limit else last[: limit - 1] + "…"
+        return []
+    return [line.strip() for line in tail.splitlines() if line.strip()]
 
 
 async def check_egress(url: str, policy: AddressPolicy) -> None:

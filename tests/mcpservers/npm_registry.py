@@ -1,0 +1,96 @@
+"""A local npm registry stand-in (the packument and tarball routes npm uses) serving one package:
+an MCP stdio server in plain Node (no dependencies) whose bin `npx -y agentmesh-test-mcp` runs."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+__all__ = ["NAME", "NpmRegistry"]
+
+NAME = "agentmesh-test-mcp"
+VERSION = "1.0.0"
+
+SERVER_JS = r"""#!/usr/bin/env node
+const readline = require("readline");
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
+readline.createInterface({ input: process.stdin }).on("line", (line) => {
+  const m = JSON.parse(line);
+  if (m.id === undefined) return;
+  if (m.method === "initialize") {
+    send({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion,
+      capabilities: { tools: {} }, serverInfo: { name: "npm-echo", version: "1.0.0" } } });
+  } else if (m.method === "tools/list") {
+    send({ jsonrpc: "2.0", id: m.id, result: { tools: [{ name: "echo", description: "Say the text back",
+      inputSchema: { type: "object", properties: { text: { type: "string" } }, required: ["text"] } }] } });
+  } else if (m.method === "tools/call") {
+    send({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "npm says " + m.params.arguments.text }] } });
+  } else {
+    send({ jsonrpc: "2.0", id: m.id, result: {} });
+  }
+});
+"""
+
+
+def _tarball() -> bytes:
+    files = {"package/package.json": json.dumps({"name": NAME, "version": VERSION, "bin": {NAME: "server.js"}}),
+             "package/server.js": SERVER_JS}
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+class NpmRegistry:
+    """`with NpmRegistry() as registry:` serves on 127.0.0.1; `requests` counts what was asked."""
+
+    def __init__(self):
+        self.tarball = _tarball()
+        self.requests: list[str] = []
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                registry.requests.append(self.path)
+                if self.path.endswith(".tgz"):
+                    body, kind = registry.tarball, "application/octet-stream"
+                elif self.path.strip("/") == NAME:
+                    body, kind = json.dumps(registry.packument()).encode(), "application/json"
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+
+    def packument(self) -> dict:
+        integrity = "sha512-" + base64.b64encode(hashlib.sha512(self.tarball).digest()).decode()
+        dist = {"tarball": f"{self.url}{NAME}/-/{NAME}-{VERSION}.tgz", "integrity": integrity,
+                "shasum": hashlib.sha1(self.tarball).hexdigest()}
+        return {"name": NAME, "dist-tags": {"latest": VERSION},
+                "versions": {VERSION: {"name": NAME, "version": VERSION, "bin": {NAME: "server.js"}, "dist": dist}}}
+
+    def __enter__(self) -> "NpmRegistry":
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
