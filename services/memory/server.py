@@ -31,6 +31,8 @@ from agentmesh.memory.heap import HeapReleaser
 from agentmesh.memory.learning_rpcs import LearningRpcs, profile_to_proto, promoted_to_proto, skill_info_to_proto
 from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
 from agentmesh.memory.memories import Memories
+from agentmesh.memory.model_call_rpcs import ModelCallRpcs
+from agentmesh.memory.model_calls import ModelCalls
 from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.ports import AgentStore
 from agentmesh.memory.profiles import Profiles
@@ -66,7 +68,7 @@ APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpcs, RetentionRpcs,
+class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpcs, RetentionRpcs, ModelCallRpcs,
                      memory_service_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
@@ -96,6 +98,7 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
         # principal's tenants is NOT_FOUND / PERMISSION_DENIED here too, not only at the gateway.
         self._tenants = TenantGuard(transcripts, audit)
         self._usage = usage
+        self._model_calls = ModelCalls(transcripts.store)
 
     # --- sessions ---
 

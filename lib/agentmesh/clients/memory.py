@@ -170,6 +170,17 @@ class MemoryClient(ServiceClient):
         reply = await self._call(self.stub.RecordUsage, memory_service_pb2.RecordUsageRequest(records=list(records)))
         return reply.recorded
 
+    # --- model calls' payloads ---
+
+    async def record_model_calls(self, calls: Sequence[sessions_pb2.ModelCall]) -> int:
+        reply = await self._call(self.stub.RecordModelCalls, memory_service_pb2.RecordModelCallsRequest(calls=list(calls)))
+        return reply.recorded
+
+    async def list_model_calls(self, session_id: str, run_id: str = "") -> list[sessions_pb2.ModelCall]:
+        reply = await self._call(self.stub.ListModelCalls,
+                                 sessions_pb2.ListModelCallsRequest(session_id=session_id, run_id=run_id))
+        return list(reply.calls)
+
     # --- long-term memory ---
 
     async def remember(
