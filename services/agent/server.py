@@ -386,7 +386,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         images=GrpcImageFiles(tools_client),
         default_vision=settings.llm.vision,
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
-        call_recorder=(CallRecorder(GrpcModelCallLog(memory_client), [*secrets_of(settings), *model_keys(settings.llm)],
+        call_recorder=(CallRecorder(GrpcModelCallLog(memory_client, usage_outbox), [*secrets_of(settings), *model_keys(settings.llm)],
                                     agent_settings.model_call_max_chars)
                        if agent_settings.record_model_calls else None),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),

@@ -4,13 +4,26 @@ each record is checked against the caller's tenants through its session, as tran
 
 from __future__ import annotations
 
+from agentmesh.errors import InvalidArgument
 from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.memory.model_calls import ModelCallRecord, ModelCalls
 from agentmesh.memory.tenancy import TenantGuard
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.v1 import sessions_pb2
 
-__all__ = ["ModelCallRpcs"]
+__all__ = ["ModelCallRpcs", "carried_calls"]
+
+
+def _records(calls) -> list[ModelCallRecord]:
+    return [ModelCallRecord(c.id, c.session_id, c.run_id, c.at, c.model, c.provider, c.request_json, c.response_json,
+                            c.truncated, c.purpose or "turn") for c in calls]
+
+
+def carried_calls(session_id: str, calls) -> list[ModelCallRecord]:
+    """The calls an append carries: its session's only (the append is what was checked)."""
+    if any(c.session_id != session_id for c in calls):
+        raise InvalidArgument("model calls carried by an append must be of its session")
+    return _records(calls)
 
 
 class ModelCallRpcs:
@@ -23,9 +36,7 @@ class ModelCallRpcs:
     async def RecordModelCalls(self, request, context):
         for session_id in {c.session_id for c in request.calls}:
             await self._tenants.session_if_any(session_id, "RecordModelCalls")
-        records = [ModelCallRecord(c.id, c.session_id, c.run_id, c.at, c.model, c.provider, c.request_json,
-                                   c.response_json, c.truncated, c.purpose or "turn") for c in request.calls]
-        return memory_service_pb2.RecordModelCallsResponse(recorded=await self._model_calls.record(records))
+        return memory_service_pb2.RecordModelCallsResponse(recorded=await self._model_calls.record(_records(request.calls)))
 
     @translate_errors
     async def ListModelCalls(self, request, context):

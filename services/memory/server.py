@@ -31,7 +31,7 @@ from agentmesh.memory.heap import HeapReleaser
 from agentmesh.memory.learning_rpcs import LearningRpcs, profile_to_proto, promoted_to_proto, skill_info_to_proto
 from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
 from agentmesh.memory.memories import Memories
-from agentmesh.memory.model_call_rpcs import ModelCallRpcs
+from agentmesh.memory.model_call_rpcs import ModelCallRpcs, carried_calls
 from agentmesh.memory.model_calls import ModelCalls
 from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.ports import AgentStore
@@ -176,11 +176,14 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
             last = await self._transcripts.append_messages(request.session_id, messages)
         self._appended(request.session_id)
         reply = memory_service_pb2.AppendMessagesResponse(last_seq=last)
-        if request.usage:
+        if request.usage or request.model_calls:
             # After the append, which has happened whatever becomes of these: a refused or
             # failed record is a sentence for the caller to act on, never a failed append.
             try:
-                await self._usage.record(_usage_records(request.usage))
+                if request.usage:
+                    await self._usage.record(_usage_records(request.usage))
+                if request.model_calls:
+                    await self._model_calls.record(carried_calls(request.session_id, request.model_calls))
             except AgentmeshError as exc:
                 reply.usage_error = exc.message
             except Exception as exc:
