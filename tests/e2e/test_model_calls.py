@@ -2,8 +2,8 @@
 each call's request (messages, tools, parameters) and response (text, tool calls, usage) are
 readable through `Gateway.ListModelCalls` and its HTTP route, with no key in them; another
 tenant gets what a missing session gets; deleting the session removes them. Off (the default),
-nothing is recorded and a turn makes no RecordModelCalls call (read from its trace). On, a
-call's record rides the append of the step it produced when that comes at once (as usage does)."""
+nothing is recorded; on or off, a turn makes the same calls to memory (read from its trace): a
+call's record rides the append of the step it produced (as usage records do)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 from agentmesh.v1 import gateway_pb2, sessions_pb2
 from tests.e2e.conftest import collect, of_kind, rpc_error
 from tests.e2e.test_tenants import TOKENS, _policy, auth
+from tests.e2e.test_turn_start import server_calls
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack, stack_env
-from tests.support.timing import polling
 
 KEY = stack_env(Path("/nonexistent"))["AGENTMESH_LLM_API_KEY"]
 
@@ -85,22 +85,19 @@ async def test_recorded_calls_are_readable_keyless_and_tenant_scoped(recording, 
     assert [json.loads(c.response_json)["text"] for c in calls] == ["fresh"]
 
 
-async def test_off_by_default_nothing_is_recorded_and_no_call_is_made(stack, llm):
-    gateway = stack.gateway_stub()
-    llm.add(reply("plain"))
-    events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="quiet", message="hi"), timeout=60))
-    trace_id = of_kind(events, "run_finished")[0].trace_id
-    calls = await gateway.ListModelCalls(sessions_pb2.ListModelCallsRequest(session_id="quiet"), timeout=10)
-    assert list(calls.calls) == []
-    async for _ in polling(0.1):
-        try:
-            trace = await gateway.GetTrace(gateway_pb2.GetTraceRequest(trace_id=trace_id), timeout=10)
-        except grpc.aio.AioRpcError as err:
-            assert err.code() == grpc.StatusCode.NOT_FOUND
-            continue
-        names = [s.name for s in trace.spans]
-        # Wait for the turn's memory writes to be exported: the transcript append is one.
-        if any("AppendMessages" in n or "AppendStream" in n or "CarriedCalls" in n for n in names) and \
-                any(n.startswith("chat ") for n in names):
-            break
-    assert not [n for n in names if "ModelCalls" in n]
+@pytest.mark.parametrize("record", [False, True], ids=["off", "on"])
+async def test_recording_adds_no_call_to_memory(tmp_path, llm, record):
+    """Off (the default) nothing is recorded; on, each call's record rides the append of the step
+    it produced: a turn makes the same calls to memory either way, and no RecordModelCalls."""
+    home = tmp_path / "home"
+    env = {"AGENTMESH_AGENT_RECORD_MODEL_CALLS": "true"} if record else {}
+    async with Stack(home, llm_base_url=llm.base_url, env=env) as stack:
+        gateway = stack.gateway_stub()
+        llm.add(reply("", tool_call("shell", {"command": "true"}, id="c1")), reply("done"))
+        events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id="s1", message="go"), timeout=60))
+        trace_id = of_kind(events, "run_finished")[0].trace_id
+        calls = await gateway.ListModelCalls(sessions_pb2.ListModelCallsRequest(session_id="s1"), timeout=10)
+        assert len(calls.calls) == (2 if record else 0)
+    served = server_calls(home)[trace_id]  # the stack is stopped: every span exported
+    assert "RecordModelCalls" not in served, served
+    assert served.count("StartTurn") == 1 and served.count("AppendMessages") == 3, served
