@@ -11,7 +11,7 @@ from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
 from tests.web.accessibility import serious_violations
 from tests.web.browser import needs_chromium
-from tests.web.test_views import browser, expect, open_console  # noqa: F401 - the browser fixture
+from tests.web.test_views import browser, expect, open_console, view  # noqa: F401 - the browser fixture
 
 pytestmark = needs_chromium
 
@@ -53,4 +53,8 @@ async def test_the_dev_panel_shows_a_calls_request_and_response(browser, recordi
     await expect(second.locator(".dev-response")).to_contain_text('"text": "Saved the note."')
     assert "sk-test-secret-key" not in await page.content()
     assert await serious_violations(page) == []
+    # The panel of this tab's events (no run loaded) lists no run's calls.
+    await view(page, "Dev panel", "Dev panel")
+    await expect(page.get_by_role("list", name="Events").locator("[data-type='run_finished']")).to_have_count(1)
+    await expect(page.get_by_role("list", name="Model calls")).to_have_count(0)
     errors.assert_none()
