@@ -73,7 +73,8 @@ async def migrate(home: Path, store: EdgeStore, progress: Progress | None = None
         if MESSAGES in names:
             for points in pages(MESSAGES):
                 by_session: dict[str, list[dict]] = {}
-                calls = [dict(p.payload) for p in points if p.payload.get("kind") == "model_call"]
+                calls = [{k: v for k, v in p.payload.items() if k != "kind"} for p in points
+                         if p.payload.get("kind") == "model_call"]
                 for p in points:
                     if p.payload.get("kind") != "model_call":
                         by_session.setdefault(p.payload["session_id"], []).append(dict(p.payload))

@@ -275,7 +275,7 @@ class QdrantStore:
         while True:
             points, offset = await self._run(self._client.scroll, MESSAGES, scroll_filter=selector, limit=256,
                                              offset=offset, with_payload=True)
-            found += [dict(p.payload or {}) for p in points]
+            found += [{k: v for k, v in (p.payload or {}).items() if k != "kind"} for p in points]
             if offset is None:
                 return found
 
