@@ -24,6 +24,7 @@ from agentmesh.agent.adapters.memory import (
     MemoryNamedAgents,
     UsageOutbox,
 )
+from agentmesh.agent.adapters.model_calls import GrpcModelCallLog
 from agentmesh.agent.adapters.scheduler import GrpcWakeups
 from agentmesh.agent.adapters.teams import GatewayTeammateRuns, GrpcTeamStore
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
@@ -34,6 +35,7 @@ from agentmesh.agent.capabilities.reflection import Reflector
 from agentmesh.agent.capabilities.registry import for_turn
 from agentmesh.agent.capabilities.team_store import TeamServices
 from agentmesh.agent.capabilities.wakeups import Wakeups, WakeupScheduler
+from agentmesh.agent.loop.call_payloads import CallRecorder
 from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.model_choice import NamedModel
 from agentmesh.agent.loop.run import Agent
@@ -51,7 +53,7 @@ from agentmesh.errors import FailedPrecondition, InvalidArgument
 from agentmesh.ids import PARENT_SESSION_LABEL, new_id, validate_id, validate_namespace
 from agentmesh.images import validate_images
 from agentmesh.internal.v1 import agent_service_pb2, agent_service_pb2_grpc
-from agentmesh.logs import get_logger
+from agentmesh.logs import get_logger, secrets_of
 from agentmesh.models import DEFAULT_MODEL, ModelCatalog, catalog_of
 from agentmesh.modes import validate_mode
 from agentmesh.rpc.client import open_channel
@@ -384,6 +386,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         images=GrpcImageFiles(tools_client),
         default_vision=settings.llm.vision,
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
+        call_recorder=(CallRecorder(GrpcModelCallLog(memory_client, usage_outbox), [*secrets_of(settings), *model_keys(settings.llm)],
+                                    agent_settings.model_call_max_chars)
+                       if agent_settings.record_model_calls else None),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),

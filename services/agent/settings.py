@@ -125,6 +125,10 @@ class AgentSettings(EnvSection):
     # Reasoning a model emits (reasoning_content, <think>): False keeps it out of what is stored
     # and sent back; True stores it with the reply, as <think>…</think> before the text.
     keep_reasoning: bool = env("AGENTMESH_AGENT_KEEP_REASONING", False)
+    # Record each model call's request and response for the dev panel (Gateway.ListModelCalls;
+    # loop/call_payloads.py): off by default; each side cut at model_call_max_chars.
+    record_model_calls: bool = env("AGENTMESH_AGENT_RECORD_MODEL_CALLS", False)
+    model_call_max_chars: int = env("AGENTMESH_AGENT_MODEL_CALL_MAX_CHARS", 200_000, minimum=1000, maximum=1_000_000)
     # Offer the `think` tool (thinking.py): a scratchpad with no effects.
     think_tool: bool = env("AGENTMESH_AGENT_THINK_TOOL", True)
     # Modes whose turns get the task board (task_create/update/get/list; task_tools.py).

@@ -181,6 +181,13 @@ class Gateway:
         await self._authz.session(caller, session_id, "GetTranscript")
         return await self._sessions.list_messages(session_id, page_size or 200, after_seq)
 
+    async def model_calls(self, session_id: str, run_id: str, caller: Caller = ANYONE) -> sessions_pb2.ListModelCallsResponse:
+        validate_id(session_id)
+        if run_id:
+            validate_id(run_id, "run_id")
+        await self._authz.session(caller, session_id, "ListModelCalls")
+        return await self._sessions.list_model_calls(session_id, run_id)
+
     # --- turns ----------------------------------------------------------------------------
 
     def validate_chat(self, request: gateway_pb2.ChatRequest) -> None:

@@ -53,6 +53,10 @@ class MemorySessions:
         request = sessions_pb2.GetTranscriptRequest(session_id=session_id, page_size=page_size, after_seq=after_seq)
         return await self._call(self._stub.ListMessages, request)
 
+    async def list_model_calls(self, session_id: str, run_id: str) -> sessions_pb2.ListModelCallsResponse:
+        request = sessions_pb2.ListModelCallsRequest(session_id=session_id, run_id=run_id)
+        return await self._call(self._stub.ListModelCalls, request)
+
     async def update_session(self, request: sessions_pb2.UpdateSessionRequest) -> sessions_pb2.Session:
         return await self._call(self._stub.UpdateSession, request)
 

@@ -274,6 +274,10 @@ class GatewayServicer(NamespaceRecordRpcs, TeamRpcs, gateway_pb2_grpc.GatewaySer
     async def GetTranscript(self, request, context):
         return await self._core.transcript(request.session_id, request.page_size, request.after_seq, _caller())
 
+    @translate_errors
+    async def ListModelCalls(self, request, context):
+        return await self._core.model_calls(request.session_id, request.run_id, _caller())
+
     # Workspaces, memory, the catalog and the span store are shared by every replica: served here.
 
     @translate_errors

@@ -27,6 +27,7 @@ from agentmesh.memory.ports import point_id
 
 _PAYLOAD_ONLY = "none"  # Edge wants at least one vector; payload-only shards declare an unused sparse one
 _PACKED = "_json"
+MODEL_CALL = "model_call"  # a message-shard point's `kind`: a model call's payloads, not a message
 
 
 def payload_only() -> qe.EdgeConfig:
@@ -171,6 +172,29 @@ class EdgeRecords:
         self._cache.put_messages(session_id, read)
         found.update((int(p["seq"]), p) for p in read)
         return [found[seq] for seq in ordered if seq in found]
+
+    # ------------------------------------------------------------------ model calls
+
+    async def put_model_calls(self, payloads: Sequence[dict[str, Any]]) -> None:
+        # Beside the messages, unseen by them (read by point id, never scrolled), and filtered
+        # on session_id like them when the session goes.
+        points = [qe.Point(point_id("model_call", p["session_id"], p["id"]), {},
+                           {"session_id": p["session_id"], "kind": MODEL_CALL, _PACKED: json.dumps(p, ensure_ascii=False)})
+                  for p in payloads]
+        if points:
+            self.messages.update(qe.UpdateOperation.upsert_points(points))
+
+    async def list_model_calls(self, session_id: str) -> list[dict[str, Any]]:
+        selector = qe.Filter(must=[qe.FieldCondition("session_id", match=qe.MatchValue(session_id)),
+                                   qe.FieldCondition("kind", match=qe.MatchValue(MODEL_CALL))])
+        found: list[dict[str, Any]] = []
+        offset = None
+        while True:
+            records, offset = self.messages.shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=256, filter=selector, with_payload=True))
+            found += [_unpacked(r.payload) for r in records]
+            if offset is None:
+                return found
 
     # ------------------------------------------------------------------ usage
 

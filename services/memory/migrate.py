@@ -73,8 +73,12 @@ async def migrate(home: Path, store: EdgeStore, progress: Progress | None = None
         if MESSAGES in names:
             for points in pages(MESSAGES):
                 by_session: dict[str, list[dict]] = {}
+                calls = [{k: v for k, v in p.payload.items() if k != "kind"} for p in points
+                         if p.payload.get("kind") == "model_call"]
                 for p in points:
-                    by_session.setdefault(p.payload["session_id"], []).append(dict(p.payload))
+                    if p.payload.get("kind") != "model_call":
+                        by_session.setdefault(p.payload["session_id"], []).append(dict(p.payload))
+                await store.put_model_calls(calls)
                 for session_id, payloads in by_session.items():
                     await store.put_messages(session_id, payloads)
                 counts["messages"] += len(points)

@@ -155,6 +155,11 @@ class MessageStore(Protocol):
     async def get_messages(self, session_id: str, seqs: Sequence[int]) -> list[Payload]:
         """Those of `seqs` that exist, in seq order. For reading: an adapter may hand out what
         it keeps in memory (the embedded one does)."""
+    async def put_model_calls(self, payloads: Sequence[Payload]) -> None:
+        """Model calls' payloads (model_calls.py), each with its `session_id` and `id`: kept
+        with the session's messages, so deleting the session (and retention) removes them too."""
+    async def list_model_calls(self, session_id: str) -> list[Payload]:
+        """The session's recorded model calls, in no set order."""
 
 
 class TranscriptStore(SessionStore, MessageStore, Protocol):

@@ -261,6 +261,24 @@ class QdrantStore:
         found = [dict(p.payload) for p in points]
         return sorted(found, key=lambda p: p["seq"])
 
+    async def put_model_calls(self, payloads: Sequence[dict]) -> None:
+        # In the messages collection, so deleting the session's messages takes them along.
+        points = [qm.PointStruct(id=point_id("model_call", p["session_id"], p["id"]), vector={},
+                                 payload={**p, "kind": "model_call"}) for p in payloads]
+        if points:
+            await self._run(self._client.upsert, MESSAGES, points, wait=True)
+
+    async def list_model_calls(self, session_id: str) -> list[dict]:
+        selector = qm.Filter(must=[_match("session_id", session_id), _match("kind", "model_call")])
+        found: list[dict] = []
+        offset = None
+        while True:
+            points, offset = await self._run(self._client.scroll, MESSAGES, scroll_filter=selector, limit=256,
+                                             offset=offset, with_payload=True)
+            found += [{k: v for k, v in (p.payload or {}).items() if k != "kind"} for p in points]
+            if offset is None:
+                return found
+
     # ---------------------------------------------------------------- memories
 
     async def get_memories(self, namespace: str, ids: Sequence[str]) -> dict[str, dict]:

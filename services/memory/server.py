@@ -31,6 +31,8 @@ from agentmesh.memory.heap import HeapReleaser
 from agentmesh.memory.learning_rpcs import LearningRpcs, profile_to_proto, promoted_to_proto, skill_info_to_proto
 from agentmesh.memory.mcp_registry import McpRegistration, McpRegistry
 from agentmesh.memory.memories import Memories
+from agentmesh.memory.model_call_rpcs import ModelCallRpcs, carried_calls
+from agentmesh.memory.model_calls import ModelCalls
 from agentmesh.memory.namespaces import Namespaces
 from agentmesh.memory.ports import AgentStore
 from agentmesh.memory.profiles import Profiles
@@ -66,7 +68,7 @@ APPEND_METHOD = "/agentmesh.internal.v1.Memory/AppendMessages"
 START_TURN_METHOD = "/agentmesh.internal.v1.Memory/StartTurn"
 
 
-class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpcs, RetentionRpcs,
+class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpcs, RetentionRpcs, ModelCallRpcs,
                      memory_service_pb2_grpc.MemoryServicer):
     def __init__(self, transcripts: Transcripts, memories: Memories, namespaces: Namespaces, profiles: Profiles,
                  skills: Skills, promoted: PromotedTools, reflections: Reflections,
@@ -96,6 +98,7 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
         # principal's tenants is NOT_FOUND / PERMISSION_DENIED here too, not only at the gateway.
         self._tenants = TenantGuard(transcripts, audit)
         self._usage = usage
+        self._model_calls = ModelCalls(transcripts.store)
 
     # --- sessions ---
 
@@ -173,11 +176,14 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
             last = await self._transcripts.append_messages(request.session_id, messages)
         self._appended(request.session_id)
         reply = memory_service_pb2.AppendMessagesResponse(last_seq=last)
-        if request.usage:
+        if request.usage or request.model_calls:
             # After the append, which has happened whatever becomes of these: a refused or
             # failed record is a sentence for the caller to act on, never a failed append.
             try:
-                await self._usage.record(_usage_records(request.usage))
+                if request.usage:
+                    await self._usage.record(_usage_records(request.usage))
+                if request.model_calls:
+                    await self._model_calls.record(carried_calls(request.session_id, request.model_calls))
             except AgentmeshError as exc:
                 reply.usage_error = exc.message
             except Exception as exc:

@@ -200,6 +200,7 @@ def _page_size(value: int, default: int, maximum: int, what: str) -> int:
 class Transcripts:
     def __init__(self, store: TranscriptStore, settings: MemorySettings):
         self._store = store
+        self.store = store  # the messages' store, where model_calls.py keeps its records beside them
         self._settings = settings
         # One lock per live session id; entries disappear when no append holds them.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()

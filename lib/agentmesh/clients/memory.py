@@ -138,11 +138,12 @@ class MemoryClient(ServiceClient):
         return reply.last_seq
 
     async def append_with_usage(self, session_id: str, messages: Sequence[common_pb2.Message],
-                                usage: Sequence[memory_service_pb2.UsageRecord]) -> memory_service_pb2.AppendMessagesResponse:
-        """As append_messages, with usage records recorded in the same call (`usage_error` says
-        why they were not; the messages are appended all the same)."""
-        return await self._append(
-            memory_service_pb2.AppendMessagesRequest(session_id=session_id, messages=list(messages), usage=list(usage)))
+                                usage: Sequence[memory_service_pb2.UsageRecord],
+                                model_calls: Sequence[sessions_pb2.ModelCall] = ()) -> memory_service_pb2.AppendMessagesResponse:
+        """As append_messages, with usage records (and model calls' payloads) recorded in the same
+        call (`usage_error` says why they were not; the messages are appended all the same)."""
+        return await self._append(memory_service_pb2.AppendMessagesRequest(
+            session_id=session_id, messages=list(messages), usage=list(usage), model_calls=list(model_calls)))
 
     async def list_messages(
         self, session_id: str, *, after_seq: int = 0, page_size: int = 0
@@ -169,6 +170,17 @@ class MemoryClient(ServiceClient):
     async def record_usage(self, records: Sequence[memory_service_pb2.UsageRecord]) -> int:
         reply = await self._call(self.stub.RecordUsage, memory_service_pb2.RecordUsageRequest(records=list(records)))
         return reply.recorded
+
+    # --- model calls' payloads ---
+
+    async def record_model_calls(self, calls: Sequence[sessions_pb2.ModelCall]) -> int:
+        reply = await self._call(self.stub.RecordModelCalls, memory_service_pb2.RecordModelCallsRequest(calls=list(calls)))
+        return reply.recorded
+
+    async def list_model_calls(self, session_id: str, run_id: str = "") -> list[sessions_pb2.ModelCall]:
+        reply = await self._call(self.stub.ListModelCalls,
+                                 sessions_pb2.ListModelCallsRequest(session_id=session_id, run_id=run_id))
+        return list(reply.calls)
 
     # --- long-term memory ---
 

@@ -201,6 +201,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "ListReflections": _allow("agent", "gateway", USERS),
         # Usage: the agent records every model call; the gateway sums them (Gateway.GetUsage).
         "RecordUsage": _allow("agent"),
+        "RecordModelCalls": _allow("agent"),
+        "ListModelCalls": _allow("gateway"),
         "SumUsage": _allow("gateway"),
         # Recall over conversations: the agent's conversation_search; users through the gateway
         # (`agentmesh sessions search`) or directly.

@@ -74,6 +74,8 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "DeleteWorkspace": "admin",   # (the gateway deletes a session's workspace with the session)
     "UpdateSession": "member",    # its own model, permission mode and tools
     "GetTranscript": "viewer",
+    "ListModelCalls": "viewer",  # a model call's payloads are the transcript's, as the model saw it
+    "RecordModelCalls": "member",  # the agent, for each model call when recording is on
     "ListMessages": "viewer",
     "ClearTranscript": "member",  # the REPL's /clear: the person chatting in it may
     # Time travel: a new session from another's start and a copy of its workspace, in its

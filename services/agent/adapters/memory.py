@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence, cast
+from typing import Any, Awaitable, Callable, Sequence, cast
 
 import grpc
 
 from agentmesh.agent.adapters.learning import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
+from agentmesh.agent.adapters.model_calls import call_to_proto
 from agentmesh.agent.capabilities.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
 from agentmesh.agent.capabilities.recall_tools import BlockEdited, ConversationFound
+from agentmesh.agent.loop.call_payloads import RecordedCall
 from agentmesh.agent.loop.ports import MemoryHit, NotSupported, TurnBeginning
 from agentmesh.agent.loop.session_open import NamedAgent, OpenedSession, SessionToOpen
 from agentmesh.agent.loop.usage_log import UsageEntry
@@ -70,8 +72,12 @@ def message_from_proto(m: common_pb2.Message) -> ChatMessage:
 # --- memory ---------------------------------------------------------------------------------
 
 
+# What an append carries: a model call's usage record, and its payloads when they are recorded.
+Carried = UsageEntry | RecordedCall
+
+
 class UsageOutbox:
-    """Usage records waiting for their session's next transcript append to carry them.
+    """Usage records (and recorded model calls, call_payloads.py) waiting for their session's next transcript append to carry them.
 
     A model call's record is handed over as soon as the call ends (usage_log.py), and the loop
     persists the step that call produced right after: sent with that append, the record costs
@@ -84,7 +90,7 @@ class UsageOutbox:
         self._wait_s = wait_s
         self._waiting: dict[str, list[HeldUsage]] = {}
 
-    def hold(self, entry: UsageEntry, send_alone: Callable[[UsageEntry], Awaitable[None]]) -> "asyncio.Future[None]":
+    def hold(self, entry: Carried, send_alone: Callable[[Any], Awaitable[None]]) -> "asyncio.Future[None]":
         """Keep `entry` for the session's next append; done once it is stored by one way or the other."""
         loop = asyncio.get_running_loop()
         held = HeldUsage(entry, loop.create_future(), send_alone)
@@ -111,9 +117,9 @@ class UsageOutbox:
 
 @dataclass(eq=False)
 class HeldUsage:
-    entry: UsageEntry
+    entry: Carried
     stored: "asyncio.Future[None]"
-    send_alone: Callable[[UsageEntry], Awaitable[None]]
+    send_alone: Callable[[Any], Awaitable[None]]
     timer: asyncio.TimerHandle | None = None
 
     def settle(self, recorded: bool) -> None:
@@ -176,7 +182,9 @@ class GrpcTranscripts:
         # The model call that produced these messages handed its usage record over just before.
         carried = self._outbox.take(session_id) if self._outbox is not None else []
         try:
-            usage_error = await self._append(session_id, messages, [usage_to_proto(held.entry) for held in carried])
+            usage_error = await self._append(
+                session_id, messages, [usage_to_proto(held.entry) for held in carried if isinstance(held.entry, UsageEntry)],
+                [call_to_proto(held.entry) for held in carried if isinstance(held.entry, RecordedCall)])
         except BaseException:
             usage_error = "the append failed"
             raise
@@ -185,7 +193,8 @@ class GrpcTranscripts:
                 held.settle(recorded=not usage_error)
 
     async def _append(self, session_id: str, messages: Sequence[ChatMessage],
-                      usage: Sequence[memory_service_pb2.UsageRecord]) -> str:
+                      usage: Sequence[memory_service_pb2.UsageRecord],
+                      calls: Sequence[sessions_pb2.ModelCall] = ()) -> str:
         """Append (retried while memory is away); why `usage` was not recorded ('' when it was)."""
         batch = [message_to_proto(m) for m in messages]
         delay = self.RETRY_FIRST_S
@@ -194,10 +203,10 @@ class GrpcTranscripts:
             async with asyncio.timeout(self._save_within_s):
                 while True:
                     try:
-                        if not usage:
+                        if not usage and not calls:
                             await self._client.append_messages(session_id, batch)
                             return ""
-                        reply = await self._client.append_with_usage(session_id, batch, usage)
+                        reply = await self._client.append_with_usage(session_id, batch, usage, calls)
                         return reply.usage_error
                     except Unavailable as exc:
                         last = exc

@@ -97,6 +97,8 @@ async def traced_model_call(
         usage.add(reply.usage)
         if tag is not None:
             tag.record(reply.usage)
+            if tag.calls is not None:
+                tag.calls.record(tag, request, reply)
         set_usage(span, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens)
         span.set_attribute(GEN_AI_RESPONSE_FINISH_REASONS, [reply.finish_reason] if reply.finish_reason else [])
         if reply.model:

@@ -41,6 +41,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from agentmesh.agent.loop import context, tool_access
 from agentmesh.agent.loop.approvals import ApprovalGate
+from agentmesh.agent.loop.call_payloads import CallRecorder
 from agentmesh.agent.loop.images import store_given
 from agentmesh.agent.loop.model_choice import ModelChoice, NamedModel
 from agentmesh.agent.loop.ports import (
@@ -128,6 +129,7 @@ class Agent:
         images: ImageFiles | None = None,
         default_vision: bool = True,
         agents: NamedAgents | None = None,
+        call_recorder: CallRecorder | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -160,6 +162,7 @@ class Agent:
         # The session workspace's stored images (loop/images.py); None: images are described, not shown.
         self.images = images
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
+        self.call_recorder = call_recorder  # each call's payloads (call_payloads.py); None: off
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a

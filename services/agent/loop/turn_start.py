@@ -63,7 +63,7 @@ class TurnStartup:
         # A turn that opens its session (session_open.py): told the resolved request once it is open.
         self._on_opened = on_opened
         self.usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
-                                  workspace_of(request), agent.settings.memory_timeout_s)
+                                  workspace_of(request), agent.settings.memory_timeout_s, calls=agent.call_recorder)
         # Where StartTurn's answer for the learning capabilities goes (None: they read it themselves).
         self._brought: LearningAnswer | None = None
         self._learning_parts: frozenset[str] = frozenset()

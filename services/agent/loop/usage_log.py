@@ -17,13 +17,16 @@ import functools
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agentmesh.agent.types import Usage
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
 __all__ = ["UsageEntry", "UsageLog", "UsageTag"]
+
+if TYPE_CHECKING:
+    from agentmesh.agent.loop.call_payloads import CallRecorder
 
 log = get_logger("agentmesh.agent")
 
@@ -69,11 +72,13 @@ class UsageTag:
     # Writes in flight, shared by every tag of the turn (for_model): the turn waits for them
     # (`flush`) before it ends, but no model call waits for its own.
     pending: set[asyncio.Future[None]] = field(default_factory=set)
+    # Records each call's request and response (call_payloads.py); None: recording is off.
+    calls: "CallRecorder | None" = None
 
     def for_model(self, model_name: str, model: str, provider: str, *, fallback: bool = False,
                   purpose: str = "turn") -> "UsageTag":
         return UsageTag(self.log, self.session_id, self.run_id, self.namespace, self.root_session_id, self.timeout_s,
-                        model_name, model, provider, fallback, purpose, self.pending)
+                        model_name, model, provider, fallback, purpose, self.pending, self.calls)
 
     def record(self, usage: Usage) -> None:
         """Start writing the call's record: the turn goes on meanwhile (one memory round trip

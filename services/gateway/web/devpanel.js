@@ -1,7 +1,8 @@
 // The dev panel: every event of the chat streams this console read (each turn's SSE: run_started,
 // text and reasoning deltas, tool calls and results, approvals, status, task updates, the end),
 // and of any recent run loaded by its id (JoinRun replays it: #/dev/RUN_ID), kept in memory for
-// this tab and filterable by type and session.
+// this tab and filterable by type and session. A run loaded by its id also shows its model calls'
+// requests and responses, when the deployment records them (GET /v1/sessions/{id}/model_calls).
 
 import { h } from "./dom.js";
 import { streamGet } from "./views/common.js";
@@ -16,6 +17,7 @@ export class DevPanel {
     this.hidden = new Set(); // event types filtered out
     this.session = "";
     this.list = null;
+    this.run = null; // the loaded run's model calls: { runId, calls, failure }
   }
 
   // One SSE message of a session's chat stream ({id, event, data}), as read.
@@ -38,6 +40,11 @@ export class DevPanel {
       this.#load(mount, runId);
       return;
     }
+    this.run = null;
+    this.#render(mount);
+  }
+
+  #render(mount) {
     const types = [...new Set(this.events.map((e) => e.type))].sort();
     const sessions = [...new Set(this.events.map((e) => e.sessionId))];
     const status = h("p", { class: "muted view-status", role: "status" });
@@ -67,7 +74,7 @@ export class DevPanel {
     clear.addEventListener("click", () => {
       this.events = [];
       this.seen.clear();
-      this.show(mount);
+      this.#render(mount);
     });
     const run = h("input", { id: "dev-run", autocomplete: "off", spellcheck: "false", placeholder: "run-…" });
     const load = h("form", { class: "view-form" }, h("label", { for: "dev-run" }, "Load a run's events"), run,
@@ -81,7 +88,8 @@ export class DevPanel {
         h("p", { class: "muted" }, "Every event of the chat streams this tab read, newest last.")),
       status,
       h("div", { class: "view-body" },
-        h("form", { class: "view-form" }, h("label", { for: "dev-session" }, "Session"), session, clear), load, filters, this.list));
+        h("form", { class: "view-form" }, h("label", { for: "dev-session" }, "Session"), session, clear), load,
+        this.run ? this.#calls() : null, filters, this.list));
     mount.setAttribute("aria-labelledby", "view-title");
     redraw();
   }
@@ -101,11 +109,60 @@ export class DevPanel {
     } catch (error) {
       failure = error.message;
     }
+    this.run = { runId, calls: [], failure: "" };
+    if (sessionId) {
+      try {
+        const found = await this.api.call("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/model_calls`, { query: { run_id: runId } });
+        this.run.calls = found.calls || [];
+      } catch (error) {
+        this.run.failure = error.message;
+      }
+    }
     if (location.hash !== `#/dev/${encodeURIComponent(runId)}`) return; // the user went elsewhere meanwhile
     if (sessionId) this.session = sessionId;
-    this.show(mount);
+    this.#render(mount);
     mount.querySelector("h2").focus();
     if (failure) mount.querySelector(".view-status").textContent = failure;
+  }
+
+  // The run's model calls, oldest first: each one's request (messages, tools, parameters) and
+  // response (text, tool calls, usage), as recorded.
+  #calls() {
+    const { runId, calls, failure } = this.run;
+    const body = failure ? h("p", { class: "muted" }, failure)
+      : calls.length ? h("ol", { class: "dev-calls", "aria-label": "Model calls" }, calls.map((call, i) => this.#call(call, i + 1)))
+        : h("p", { class: "muted" }, "No model call recorded for this run: the deployment records them when AGENTMESH_AGENT_RECORD_MODEL_CALLS is on.");
+    return h("section", { class: "dev-calls-section", "aria-labelledby": "dev-calls-title" },
+      h("h3", { id: "dev-calls-title" }, `Model calls of ${runId}`), body);
+  }
+
+  #call(call, n) {
+    const parse = (text) => {
+      try {
+        return JSON.parse(text || "{}");
+      } catch {
+        return { unreadable: text };
+      }
+    };
+    const sent = parse(call.request_json);
+    const got = parse(call.response_json);
+    const usage = got.usage || {};
+    const cut = (side) => side.truncated ? h("p", { class: "muted small" }, `Cut: the first characters of ${side.chars}.`) : null;
+    const request = sent.truncated ? h("pre", { class: "dev-payload" }, sent.head)
+      : [h("ol", { class: "dev-messages", "aria-label": `Request messages of call ${n}` },
+        (sent.messages || []).map((m) => h("li", { class: "dev-message", dataset: { role: m.role } },
+          h("strong", {}, m.role),
+          h("pre", { class: "dev-payload" }, [m.content, m.tool_calls ? JSON.stringify(m.tool_calls, null, 2) : ""].filter(Boolean).join("\n"))))),
+      h("p", { class: "small dev-tools" }, `Tools: ${(sent.tools || []).map((t) => t.name).join(", ") || "none"}`),
+      h("pre", { class: "dev-payload dev-parameters" }, JSON.stringify(sent.parameters || {}, null, 2))];
+    const response = got.truncated ? h("pre", { class: "dev-payload" }, got.head)
+      : h("pre", { class: "dev-payload dev-response" }, JSON.stringify(got, null, 2));
+    return h("li", { class: "dev-call", dataset: { call: String(n) } },
+      h("details", {},
+        h("summary", {}, h("code", {}, `Call ${n} · ${call.model}`), " ",
+          h("span", { class: "muted small" }, `${call.purpose || "turn"} · ${usage.input_tokens ?? 0} in, ${usage.output_tokens ?? 0} out${call.truncated ? " · cut" : ""}`)),
+        h("h4", {}, "Request"), cut(sent), request,
+        h("h4", {}, "Response"), cut(got), response));
   }
 
   #visible(entry) {

@@ -43,6 +43,8 @@ export class TraceView {
     const total = Math.max(trace.end - trace.start, 1e-6);
     const services = [...new Set(trace.spans.map((s) => s.service))];
     this.el.status.textContent = `${trace.spans.length} spans · ${formatMs(total * 1000)} · ${services.join(", ")}`;
+    // The turn's run (its agent span says which): its every event in the dev panel.
+    const run = trace.spans.map((s) => (s.attributes || {})["agentmesh.run_id"]).find(Boolean);
     const rows = trace.spans.map((span) => {
       const left = ((span.start - trace.start) / total) * 100;
       const width = Math.max(((span.end - span.start) / total) * 100, 0.3);
@@ -50,14 +52,15 @@ export class TraceView {
       const service = span.service.replace(/^agentmesh-/, "");
       return h("div", { class: `span-row${span.status === "ERROR" ? " failed" : ""}`, role: "row" },
         h("div", { class: "span-name", role: "cell", style: { paddingLeft: `${span.depth * 0.9}rem` }, title: span.name },
-          span.name, span.orphan ? h("span", { class: "muted" }, " (parent missing)") : null),
+          span.name, span.orphan ? h("span", { class: "muted" }, " (parent missing)") : null,
+          // A model call's request and response, when recorded: with the run's in the dev panel.
+          run && span.name.startsWith("chat ") ? h("a", { href: `#/dev/${encodeURIComponent(run)}`, class: "trace-model-call small" },
+            " request and response") : null),
         h("div", { class: "span-service", role: "cell" }, service),
         h("div", { class: "span-track", role: "cell", "aria-label": `${duration}, starting at ${formatMs((span.start - trace.start) * 1000)}` },
           h("div", { class: `span-bar svc-${service}`, style: { left: `${left}%`, width: `${width}%` } })),
         h("div", { class: "span-duration", role: "cell" }, duration));
     });
-    // The turn's run (its agent span says which): its every event in the dev panel.
-    const run = trace.spans.map((s) => (s.attributes || {})["agentmesh.run_id"]).find(Boolean);
     const events = run ? h("p", { class: "small" }, h("a", { href: `#/dev/${encodeURIComponent(run)}`, class: "trace-events" },
       `Every event of ${run} in the dev panel`)) : null;
     this.el.waterfall.replaceChildren(...[events, h("div", { role: "table", "aria-label": `Trace ${trace.trace_id}` }, rows)].filter(Boolean));
