@@ -58,6 +58,9 @@ def register(subparsers) -> None:
     add.add_argument("--plan", choices=("auto", "ask"), default="",
                      help="plan mode for its runs: the agent plans onto the task board first; auto approves the "
                           "plan at once, ask holds it for a person (agentmesh approvals)")
+    add.add_argument("--agent", default="",
+                     help="the named agent its runs talk to, NAME or NAME@VERSION (default: the namespace's default "
+                          "agent; see agentmesh agents list)")
     add.add_argument("--missed", choices=("run_once", "skip"), default="run_once",
                      help="after downtime: run once to catch up, or skip the missed runs")
     add.add_argument("--disabled", action="store_true", help="create the job switched off")
@@ -163,6 +166,7 @@ async def add_job(args) -> int:
         name=args.name or " ".join(prompt.split())[:60], schedule=args.schedule, prompt=prompt,
         session_id=args.session, mode=args.mode, timezone=args.timezone, concurrency_policy=args.concurrency,
         missed_run_policy=args.missed, enabled=not args.disabled, if_busy=args.if_busy, plan=args.plan, run_at=run_at,
+        agent=args.agent,
     )
     created = await _call("CreateJob", scheduler_pb2.CreateJobRequest(job=job))
     print(created.job_id)
@@ -350,7 +354,7 @@ def _job_of(message: scheduler_pb2.Job):
                session_id=message.session_id, mode=message.mode, enabled=message.enabled, timezone=message.timezone,
                concurrency_policy=message.concurrency_policy, missed_run_policy=message.missed_run_policy,
                if_busy=message.if_busy, plan=message.plan, run_at=message.run_at, done_at=message.done_at,
-               source=message.source)
+               source=message.source, agent=message.agent)
 
 
 async def apply_jobs(args) -> int:

@@ -1,5 +1,6 @@
 """The gateway as an MCP server: a streamable-HTTP endpoint at /mcp (the `mcp` SDK's MCPServer)
-whose tool `ask_agent` runs one turn of an agentmesh agent, so MCP clients (IDEs, desktop
+whose tool `ask_agent` runs one turn of an agentmesh agent (the default one, or a named agent
+given as `agent`), so MCP clients (IDEs, desktop
 assistants) can hand work to it.
 
 The SDK owns the protocol (initialize, tools/list, tools/call, progress notifications, the
@@ -28,6 +29,7 @@ from agentmesh.gateway.http.loopback import CallerRefused, GatewayCalls
 from agentmesh.gateway.http.server import SECURITY_HEADERS
 from agentmesh.ids import new_id, validate_id
 from agentmesh.logs import get_logger
+from agentmesh.v1 import gateway_pb2
 
 log = get_logger("agentmesh.gateway.mcp")
 
@@ -49,7 +51,9 @@ class McpEndpoint:
         self._server = MCPServer("agentmesh", instructions=description, version=version)
         self._server.tool(name="ask_agent", description=(
             "Ask the agentmesh agent to do something: it plans, runs tools in a sandbox and answers. "
-            "Give `session` to continue an earlier conversation (its id is in the answer); leave it out to start one."
+            "Give `session` to continue an earlier conversation (its id is in the answer); leave it out to start one. "
+            "Give `agent` to ask one of the namespace's named agents (NAME or NAME@VERSION, e.g. explore, code, plan); "
+            "leave it out for the default agent."
         ))(self._ask_agent)
         # The gateway's own middleware checks the Host header; a pod is reached by names the SDK's
         # loopback-only default would refuse.
@@ -98,7 +102,7 @@ class McpEndpoint:
             raise RuntimeError("the MCP endpoint is not started")
         return self._calls
 
-    async def _ask_agent(self, message: str, ctx: Context, session: str = "") -> AgentAnswer:
+    async def _ask_agent(self, message: str, ctx: Context, session: str = "", agent: str = "") -> AgentAnswer:
         if not message.strip():
             raise ToolError("message is empty: say what the agent should do")
         if len(message) > MAX_MESSAGE_CHARS:
@@ -111,7 +115,8 @@ class McpEndpoint:
         answer = AgentAnswer(session=session_id, reply="", stop_reason="", run_id="", trace_id="")
         step = 0
         try:
-            async for event in self.calls.chat(session_id, message, authorization):
+            async for event in self.calls.chat(session_id, message, authorization,
+                                                 gateway_pb2.ChatOptions(agent=agent.strip())):
                 kind = event.WhichOneof("payload")
                 if kind == "run_started":
                     answer.run_id, answer.trace_id = event.run_started.run_id, event.run_started.trace_id

@@ -48,7 +48,7 @@ from agentmesh.rpc.server import ServiceHost
 from agentmesh.telemetry import Telemetry
 from agentmesh.telemetry.spanstore import span_store_dir
 from agentmesh.toolpolicy import ToolPolicy
-from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2
+from agentmesh.v1 import agents_pb2, gateway_pb2, gateway_pb2_grpc, sessions_pb2, tools_pb2
 
 log = get_logger("agentmesh.gateway")
 
@@ -377,7 +377,7 @@ class _NoSessions:
 
 
 def _protocol_endpoints(settings: Settings, resources: Resources, sessions: MemorySessions | None = None,
-                        callers: CallerCheck | None = None) -> list:
+                        callers: CallerCheck | None = None, learning: MemoryLearning | None = None) -> list:
     """The A2A agents and the MCP server, on the HTTP address (docs/api.md, "Open protocols")."""
     gateway_settings = settings.section(GatewaySettings)
     endpoints: list = []
@@ -387,7 +387,9 @@ def _protocol_endpoints(settings: Settings, resources: Resources, sessions: Memo
             description=gateway_settings.agent_description,
             version=package_version(), public_url=gateway_settings.public_url,
             bearer_required=settings.auth_policy.checks_users, max_depth=gateway_settings.a2a_max_depth,
-            tasks=sessions, callers=callers))
+            tasks=sessions, callers=callers,
+            agents=(lambda namespace, name: learning.forward(
+                "GetAgent", agents_pb2.GetAgentRequest(namespace=namespace, name=name))) if learning else None))
     if gateway_settings.mcp:
         endpoints.append(McpEndpoint(description=gateway_settings.agent_description, version=package_version()))
     # The namespace's named agents as OpenAI "models" (docs/agents.md); under the caller's own token.
@@ -479,7 +481,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         callers = {"Gateway": host.calls.callers,
                    "Scheduler": CallerCheck("scheduler", identity, host.users)} if host.calls.callers else None
         http = HttpApi(gateway_settings.http_address, telemetry, gateway_settings.http_max_body_bytes,
-                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions, host.calls.callers),
+                       settings.address_of("scheduler"), endpoints=_protocol_endpoints(settings, resources, sessions, host.calls.callers,
+                                                                 learning),
                        limits=limits, callers=callers)
 
         async def start_http() -> None:

@@ -7,7 +7,7 @@ A document is a JSON or YAML list of jobs, or {"jobs": [...]}. Each job:
   schedule | cron   a schedule as the API takes it ("*/5 * * * *", "every 10m", ...), or
   at                an ISO 8601 time for a one-off job ("2026-12-01T09:00Z")
   message | prompt, session | session_id, mode, enabled, timezone | tz,
-  concurrency_policy, missed_run_policy, if_busy, plan
+  concurrency_policy, missed_run_policy, if_busy, plan, agent (a named agent, "NAME" or "NAME@VERSION")
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ _TEXT_KEYS = {  # field: the keys a file may spell it with, first wins
     "schedule": ("schedule", "cron"), "prompt": ("message", "prompt"), "session_id": ("session", "session_id"),
     "mode": ("mode",), "timezone": ("timezone", "tz"), "concurrency_policy": ("concurrency_policy",),
     "missed_run_policy": ("missed_run_policy",), "if_busy": ("if_busy",), "plan": ("plan",),
+    "agent": ("agent",),
 }
 # Bookkeeping that single-process servers write into their cron.json: accepted and ignored, so
 # their files load as they are. Any other unknown key is refused (a typo must not go unnoticed).

@@ -39,7 +39,8 @@ class GatewayRunTarget:
 
     def _chat_request(self, request: RunRequest) -> gateway_pb2.ChatRequest:
         options = gateway_pb2.ChatOptions(mode=request.mode, if_busy=request.if_busy,
-                                          plan=bool(request.plan), plan_auto_approve=request.plan == "auto")
+                                          plan=bool(request.plan), plan_auto_approve=request.plan == "auto",
+                                          agent=request.agent)
         return gateway_pb2.ChatRequest(session_id=request.session_id, message=request.prompt, options=options)
 
     async def run(self, request: RunRequest, on_started: OnStarted) -> RunOutcome:

@@ -13,7 +13,7 @@ from agentmesh.scheduler.schedules import OnceSchedule, Schedule, StartupSchedul
 # Fields a client may set; the rest are the scheduler's own bookkeeping.
 EDITABLE_FIELDS = (
     "name", "schedule", "prompt", "session_id", "mode", "enabled", "timezone",
-    "concurrency_policy", "missed_run_policy", "if_busy", "plan", "run_at",
+    "concurrency_policy", "missed_run_policy", "if_busy", "plan", "run_at", "agent",
 )
 # Changing one of these moves the job onto a new timetable.
 TIMETABLE_FIELDS = ("schedule", "timezone", "enabled", "run_at")

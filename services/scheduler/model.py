@@ -49,6 +49,8 @@ class Job:
     # Who declares it: "" the API, "file:<path>" the watched jobs file, "apply:<name>" `cron apply`.
     # The file's reconcile touches only its own jobs.
     source: str = ""
+    # The named agent its runs talk to (ChatOptions.agent, "NAME" or "NAME@VERSION"); "": the default.
+    agent: str = ""
 
 
 @dataclass
@@ -77,6 +79,7 @@ class RunRequest:
     tenant: str = ""
     if_busy: str = ""
     plan: str = ""
+    agent: str = ""
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ class RunExecutor:
 
             request = RunRequest(run.session_id, job.prompt, job.mode, self._settings.run_timeout_s,
                                  principal=job.created_by, tenant=job.created_by_tenant, if_busy=job.if_busy,
-                                 plan=job.plan)
+                                 plan=job.plan, agent=job.agent)
             try:
                 outcome = await self._target.run(request, on_started)
             except asyncio.CancelledError:

@@ -53,7 +53,7 @@ def job_to_proto(job: Job) -> scheduler_pb2.Job:
         mode=job.mode, enabled=job.enabled, timezone=job.timezone, concurrency_policy=job.concurrency_policy,
         missed_run_policy=job.missed_run_policy, created_at=job.created_at, updated_at=job.updated_at,
         next_run_at=job.next_run_at, last_run_at=job.last_run_at, if_busy=job.if_busy, plan=job.plan,
-        run_at=job.run_at, done_at=job.done_at, source=job.source,
+        run_at=job.run_at, done_at=job.done_at, source=job.source, agent=job.agent,
     )
 
 
@@ -72,6 +72,7 @@ def job_from_proto(message: scheduler_pb2.Job) -> Job:
         enabled=message.enabled if message.HasField("enabled") else True,
         concurrency_policy=message.concurrency_policy, missed_run_policy=message.missed_run_policy,
         if_busy=message.if_busy, plan=message.plan, run_at=message.run_at, source=message.source,
+        agent=message.agent,
     )
 
 

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     next_run_at REAL NOT NULL, last_run_at REAL NOT NULL,
     created_by TEXT NOT NULL DEFAULT '', created_by_tenant TEXT NOT NULL DEFAULT '',
     if_busy TEXT NOT NULL DEFAULT '', plan TEXT NOT NULL DEFAULT '',
-    run_at REAL NOT NULL DEFAULT 0, done_at REAL NOT NULL DEFAULT 0, source TEXT NOT NULL DEFAULT ''
+    run_at REAL NOT NULL DEFAULT 0, done_at REAL NOT NULL DEFAULT 0, source TEXT NOT NULL DEFAULT '',
+    agent TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_due ON jobs (next_run_at) WHERE enabled = 1 AND next_run_at > 0;
 CREATE TABLE IF NOT EXISTS runs (
@@ -91,7 +92,8 @@ class SqliteStore:
         present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
         # In the order of the Job record: rows are read positionally.
         for column, kind in (("created_by", "TEXT"), ("created_by_tenant", "TEXT"), ("if_busy", "TEXT"),
-                             ("plan", "TEXT"), ("run_at", "REAL"), ("done_at", "REAL"), ("source", "TEXT")):
+                             ("plan", "TEXT"), ("run_at", "REAL"), ("done_at", "REAL"), ("source", "TEXT"),
+                             ("agent", "TEXT")):
             if column not in present:
                 default = "''" if kind == "TEXT" else "0"
                 self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind} NOT NULL DEFAULT {default}")

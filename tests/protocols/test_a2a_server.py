@@ -213,3 +213,32 @@ async def test_a_task_run_by_one_gateway_replica_is_read_on_another(stack, llm):
     finally:
         await other.stop(grace=1)
         other.telemetry.shutdown()
+
+
+async def test_each_named_agent_has_its_own_card_and_runs_its_turns(stack, llm):
+    from agentmesh.v1 import agents_pb2
+
+    await stack.gateway_stub().CreateAgent(agents_pb2.CreateAgentRequest(namespace="team-a", spec=agents_pb2.AgentSpec(
+        name="reviewer", description="Reviews changes for risk.", instructions="You are REVIEWER; find the risk.")),
+        metadata=(("authorization", AUTH["Authorization"]),))
+    async with httpx.AsyncClient(timeout=30) as http:
+        card = (await http.get(f"{stack.http_url}/a2a/team-a/reviewer/.well-known/agent-card.json", headers=AUTH)).json()
+        missing = await http.get(f"{stack.http_url}/a2a/team-a/nobody/.well-known/agent-card.json", headers=AUTH)
+    assert card["name"] == "reviewer (agentmesh team-a)" and card["description"] == "Reviews changes for risk."
+    assert card["supportedInterfaces"][0]["url"] == f"{stack.http_url}/a2a/team-a/reviewer/"
+    assert missing.status_code == 404 and "nobody" in missing.json()["error"]["message"]
+
+    llm.add(reply("Risky: the migration."))
+    client, http = await a2a_client(f"{stack.http_url}/a2a/team-a/reviewer", streaming=False)
+    try:
+        updates = [u async for u in client.send_message(user_message("review this", "ctx-reviewer-1"))]
+    finally:
+        await client.close()
+        await http.aclose()
+    task = updates[-1].task
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    (request,) = llm.requests
+    assert "You are REVIEWER" in request.messages[0]["content"]
+    session = await stack.gateway_stub().GetSession(sessions_pb2.GetSessionRequest(session_id="ctx-reviewer-1"),
+                                                    metadata=(("authorization", AUTH["Authorization"]),))
+    assert (session.namespace, session.agent, session.agent_version) == ("team-a", "reviewer", 1)

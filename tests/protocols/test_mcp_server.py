@@ -36,7 +36,7 @@ async def test_the_mcp_client_asks_the_agent_and_continues_the_session(stack, ll
     tools, result, progress = await call_ask_agent(f"{stack.http_url}/mcp", {"message": "write a.txt"})
 
     ask = next(t for t in tools.tools if t.name == "ask_agent")
-    assert set(ask.input_schema["properties"]) == {"message", "session"} and ask.input_schema["required"] == ["message"]
+    assert set(ask.input_schema["properties"]) == {"message", "session", "agent"} and ask.input_schema["required"] == ["message"]
     assert not result.is_error, result.content
     answer = result.structured_content
     assert answer["reply"] == "Wrote a.txt." and answer["stop_reason"] == "completed"
@@ -64,3 +64,26 @@ async def test_the_mcp_endpoint_needs_the_gateways_token(stack):
     assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == "Bearer"
     with pytest.raises(Exception):  # noqa: B017 - the SDK's client fails to connect, whatever its exception type
         await call_ask_agent(f"{stack.http_url}/mcp", {"message": "hi"}, headers={"Authorization": "Bearer nope"})
+
+
+async def test_ask_agent_runs_the_named_agent_it_is_given(stack, llm):
+    from agentmesh.v1 import agents_pb2
+
+    await stack.gateway_stub().CreateAgent(agents_pb2.CreateAgentRequest(namespace="default", spec=agents_pb2.AgentSpec(
+        name="triager", description="Triages issues.", instructions="You are TRIAGER; sort issues.")),
+        metadata=(("authorization", AUTH["Authorization"]),))
+    llm.add(reply("Sorted."))
+    _, result, _ = await call_ask_agent(f"{stack.http_url}/mcp", {"message": "sort these", "agent": "triager"})
+    assert not result.is_error, result.content
+    assert result.structured_content["reply"] == "Sorted."
+    (request,) = llm.requests
+    assert "You are TRIAGER" in request.messages[0]["content"]
+    session = await stack.gateway_stub().GetSession(
+        sessions_pb2.GetSessionRequest(session_id=result.structured_content["session"]),
+        metadata=(("authorization", AUTH["Authorization"]),))
+    assert (session.agent, session.agent_version) == ("triager", 1)
+
+    # An agent the namespace does not have is a tool error naming it; no model call is made.
+    _, unknown, _ = await call_ask_agent(f"{stack.http_url}/mcp", {"message": "hi", "agent": "nobody"})
+    assert unknown.is_error and "nobody" in unknown.content[0].text
+    assert len(llm.requests) == 1

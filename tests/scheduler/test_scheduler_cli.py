@@ -51,6 +51,14 @@ async def test_add_list_run_history_toggle_delete(cli, capsys, harness):
     assert info.value.exit_code == 1 and "NOT_FOUND" in str(info.value)
 
 
+async def test_add_names_the_agent_its_runs_talk_to(cli, capsys):
+    assert await cli("add", "--schedule", "every 1h", "--agent", "reviewer@2", "review the merges") == 0
+    job_id = capsys.readouterr().out.strip()
+    assert await cli("list", "--json") == 0
+    (job,) = json.loads(capsys.readouterr().out)
+    assert (job["job_id"], job["agent"]) == (job_id, "reviewer@2")
+
+
 async def test_bad_input_is_a_usage_error_before_the_server(cli):
     for argv, says in [
         (("add", "--name", "n", "--schedule", "0 0 30 2 *", "--prompt", "p"), "never matches a real date"),

@@ -105,3 +105,33 @@ async def test_a_job_waits_for_a_users_turn_when_it_enqueues_and_a_bad_policy_is
             transcript = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="ops"))
             assert [m.content for m in transcript.messages] == [
                 "A question.", "The user's answer.", "Report.", "The report."]
+
+
+async def test_a_job_runs_its_named_agent_and_an_unknown_agent_fails_the_run_with_the_reason(tmp_path):
+    from agentmesh.v1 import agents_pb2
+
+    with ScriptedLLMServer() as llm:
+        llm.add(reply("Reviewed."))
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url) as stack:
+            await stack.gateway_stub().CreateAgent(agents_pb2.CreateAgentRequest(namespace="default", spec=agents_pb2.AgentSpec(
+                name="nightly-reviewer", description="Reviews overnight.", instructions="You are NIGHTLY-REVIEWER.")))
+            scheduler = stack.scheduler_stub()
+            job = await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+                name="review", schedule="daily 06:00", prompt="Review the night", session_id="review-ops",
+                agent="nightly-reviewer")))
+            assert job.agent == "nightly-reviewer"
+            await scheduler.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=job.job_id))
+            (run,) = await settled_runs(scheduler, job.job_id, 1)
+            assert run.status == "succeeded", run.error
+            (request,) = llm.requests
+            assert "You are NIGHTLY-REVIEWER." in request.messages[0]["content"]
+            session = await stack.gateway_stub().GetSession(sessions_pb2.GetSessionRequest(session_id="review-ops"))
+            assert (session.agent, session.agent_version) == ("nightly-reviewer", 1)
+
+            ghost = await scheduler.CreateJob(scheduler_pb2.CreateJobRequest(job=scheduler_pb2.Job(
+                name="ghost", schedule="daily 07:00", prompt="Anything?", agent="no-such-agent")))
+            await scheduler.TriggerJob(scheduler_pb2.TriggerJobRequest(job_id=ghost.job_id))
+            (failed,) = await settled_runs(scheduler, ghost.job_id, 1)
+            assert failed.status == "failed"
+            assert "NOT_FOUND" in failed.error and "no-such-agent" in failed.error, failed.error
+            assert len(llm.requests) == 1

@@ -101,3 +101,27 @@ async def test_the_sessions_model_and_permission_mode_are_picked_and_kept(browse
     await expect(page.get_by_label("Approvals")).to_have_value("manual")
     await expect(page.get_by_label("Model")).to_have_value("")
     errors.assert_none()
+
+
+async def test_the_agent_picker_sends_each_message_to_the_chosen_agent(browser, stack, llm):  # noqa: F811
+    from agentmesh.v1 import agents_pb2
+
+    await stack.gateway_stub().CreateAgent(agents_pb2.CreateAgentRequest(namespace="default", spec=agents_pb2.AgentSpec(
+        name="poet", description="Answers in verse.", instructions="You are POET; answer in verse.")), timeout=30)
+    llm.add(reply("Roses are red."))
+    page, errors = await open_console(browser, stack)
+    picker = page.locator("#agent-picker")
+    await expect(picker.locator("option[value=poet]")).to_have_count(1)
+    await picker.select_option("poet")
+    await send(page, "write me a line")
+    await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("Roses are red.")
+    (request,) = llm.requests
+    assert "You are POET" in request.messages[0]["content"]
+    session_id = page.url.split("#/sessions/")[1]
+    session = await stack.gateway_stub().GetSession(sessions_pb2.GetSessionRequest(session_id=session_id), timeout=10)
+    assert (session.agent, session.agent_version) == ("poet", 1)
+
+    # Reopened, the picker shows the agent the session ran.
+    await page.reload()
+    await expect(page.locator("#agent-picker")).to_have_value("poet")
+    errors.assert_none()

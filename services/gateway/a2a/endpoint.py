@@ -5,9 +5,12 @@
     POST /a2a/<namespace>/                          JSON-RPC: SendMessage, SendStreamingMessage,
                                                     GetTask, CancelTask, ... (and the A2A 0.3
                                                     names message/send, message/stream, tasks/*)
+    GET  /a2a/<namespace>/<agent>/.well-known/agent-card.json
+    POST /a2a/<namespace>/<agent>/                  the same, each turn running that named agent
+                                                    (docs/agents.md), its card from its definition
 
 One a2a-sdk application (its card and JSON-RPC routes, DefaultRequestHandler, a task store) per
-namespace, made on first use and kept for the most recently used namespaces. The task store keeps
+namespace, and per named agent of a namespace, made on first use and kept for the most recently used namespaces. The task store keeps
 the replica's recent tasks in memory and writes each one through to the memory service when its
 state changes, so `tasks/get` of a task another replica ran (or ran before a restart) is answered
 from there. The applications
@@ -57,7 +60,7 @@ from agentmesh.ids import DEFAULT_NAMESPACE, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.rpc.auth import CallerCheck, current_principal, current_scope
 from agentmesh.rpc.identity import Principal
-from agentmesh.v1 import tools_pb2
+from agentmesh.v1 import agents_pb2, tools_pb2
 
 log = get_logger("agentmesh.gateway.a2a")
 
@@ -72,6 +75,8 @@ MAX_SKILLS = 64
 SIGN_IN_METHOD = "/agentmesh.v1.Gateway/ListModels"
 
 ToolLister = Callable[[str], Awaitable[tools_pb2.ListToolsResponse]]
+# A named agent of a namespace (namespace, name): NOT_FOUND when it does not exist.
+AgentLookup = Callable[[str, str], Awaitable[agents_pb2.AgentInfo]]
 
 # The base URL of the request being answered, for the card's interface URL.
 _request_base: contextvars.ContextVar[str] = contextvars.ContextVar("a2a_request_base", default="")
@@ -145,8 +150,9 @@ class SharedTaskStore(BoundedTaskStore):
 class A2aEndpoints:
     def __init__(self, list_tools: ToolLister, *, description: str, version: str, public_url: str,
                  bearer_required: bool, max_depth: int, tasks: TaskRecords | None = None,
-                 callers: CallerCheck | None = None):
+                 callers: CallerCheck | None = None, agents: AgentLookup | None = None):
         self._tasks = tasks
+        self._agents = agents
         # The gateway's own caller check: who a request is for, without a loopback call.
         self._callers = callers
         self._max_depth = max_depth
@@ -156,7 +162,8 @@ class A2aEndpoints:
         self._version = version
         self._public_url = public_url.rstrip("/")
         self._bearer_required = bearer_required
-        self._apps: OrderedDict[str, Starlette] = OrderedDict()
+        # Keyed by (namespace, agent); agent "" is the namespace's default agent.
+        self._apps: OrderedDict[tuple[str, str], Starlette] = OrderedDict()
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_route("GET", CARD_PATH, self._default_card)
@@ -186,8 +193,14 @@ class A2aEndpoints:
         except InvalidArgument as exc:
             return error_response(exc.code, exc.message)
         root = f"/a2a/{request.match_info['namespace']}"
+        agent = _agent_of(request.match_info.get("rest", ""))
+        if agent:
+            if not self._agents:
+                return error_response("NOT_FOUND", "this gateway serves no named agents over A2A")
+            root = f"{root}/{agent}"
         if request.method != "POST":
-            return await self._serve(request, namespace, root_path=root, principal=await self._reader(request))
+            return await self._serve(request, namespace, root_path=root, principal=await self._reader(request),
+                                     agent=agent)
         authorization = request.headers.get("Authorization")
         try:
             if self._callers is None:
@@ -201,7 +214,7 @@ class A2aEndpoints:
             return error_response(exc.code, exc.message)
         except AgentmeshError as exc:
             return error_response(exc.code, exc.message)
-        return await self._serve(request, namespace, root_path=root, principal=principal)
+        return await self._serve(request, namespace, root_path=root, principal=principal, agent=agent)
 
     async def _principal(self, authorization: str | None) -> Principal:
         assert self._callers is not None
@@ -220,7 +233,7 @@ class A2aEndpoints:
             return None
 
     async def _serve(self, request: web.Request, namespace: str, root_path: str,
-                     principal: Principal | None) -> web.StreamResponse:
+                     principal: Principal | None, agent: str = "") -> web.StreamResponse:
         token = _request_base.set(self._public_url or f"{request.scheme}://{request.host}")
         # The request runs as its caller: the SDK's tasks (the executor, the task store) are
         # started from here and keep these, so the memory service sees whose task it is.
@@ -228,7 +241,16 @@ class A2aEndpoints:
         scope = current_scope.set(self._callers.policy.scope(principal.tenant)
                                   if principal is not None and self._callers is not None else None)
         try:
-            return await call_asgi(self._app(namespace), request, root_path=root_path, headers=SECURITY_HEADERS)
+            if agent and request.method == "GET":
+                # The card of an agent that does not exist is a 404, to a caller who may see the namespace.
+                try:
+                    await self._agent_card(namespace, agent)
+                except NotFound as exc:
+                    return error_response(exc.code, exc.message)
+                except AgentmeshError as exc:
+                    log.warning("A2A card: the agent could not be read", namespace=namespace, agent=agent,
+                                error=exc.message)
+            return await call_asgi(self._app(namespace, agent), request, root_path=root_path, headers=SECURITY_HEADERS)
         finally:
             current_scope.reset(scope)
             current_principal.reset(who)
@@ -236,24 +258,26 @@ class A2aEndpoints:
 
     # --- one application per namespace ------------------------------------------------------
 
-    def _app(self, namespace: str) -> Starlette:
-        app = self._apps.get(namespace)
+    def _app(self, namespace: str, agent: str = "") -> Starlette:
+        key = (namespace, agent)
+        app = self._apps.get(key)
         if app is None:
-            app = self._build(namespace)
-            self._apps[namespace] = app
+            app = self._build(namespace, agent)
+            self._apps[key] = app
             while len(self._apps) > MAX_NAMESPACES:
                 self._apps.popitem(last=False)
-        self._apps.move_to_end(namespace)
+        self._apps.move_to_end(key)
         return app
 
-    def _build(self, namespace: str) -> Starlette:
-        card = self._base_card(namespace, "")
+    def _build(self, namespace: str, agent: str = "") -> Starlette:
+        card = self._base_card(namespace, "", agent)
+        # Tasks are kept per namespace: a task id is unique, whichever agent ran it.
         store = SharedTaskStore(namespace, self._tasks) if self._tasks is not None else BoundedTaskStore()
-        handler = DefaultRequestHandler(agent_executor=TurnExecutor(self.calls, namespace, self._max_depth),
+        handler = DefaultRequestHandler(agent_executor=TurnExecutor(self.calls, namespace, self._max_depth, agent),
                                         task_store=store, agent_card=card)
 
         async def current_card(_card: AgentCard) -> AgentCard:
-            return await self.card(namespace, _request_base.get())
+            return await self.card(namespace, _request_base.get(), agent)
 
         routes = [
             *create_agent_card_routes(card, card_modifier=current_card, card_url=CARD_PATH),
@@ -261,17 +285,19 @@ class A2aEndpoints:
         ]
         return Starlette(routes=routes)
 
-    def _base_card(self, namespace: str, base_url: str) -> AgentCard:
+    def _base_card(self, namespace: str, base_url: str, agent: str = "", description: str = "") -> AgentCard:
+        description = description or self._description
+        path = f"/a2a/{namespace}/{agent}/" if agent else f"/a2a/{namespace}/"
         card = AgentCard(
-            name=f"agentmesh ({namespace})",
-            description=self._description,
+            name=f"{agent} (agentmesh {namespace})" if agent else f"agentmesh ({namespace})",
+            description=description,
             version=self._version,
-            supported_interfaces=[AgentInterface(url=f"{base_url}/a2a/{namespace}/", protocol_binding="JSONRPC",
+            supported_interfaces=[AgentInterface(url=f"{base_url}{path}", protocol_binding="JSONRPC",
                                                  protocol_version="1.0")],
             capabilities=AgentCapabilities(streaming=True),
             default_input_modes=["text/plain"],
             default_output_modes=["text/plain"],
-            skills=[AgentSkill(id="chat", name="chat", description=self._description, tags=["agent"],
+            skills=[AgentSkill(id="chat", name="chat", description=description, tags=["agent"],
                                input_modes=["text/plain"], output_modes=["text/plain"])],
         )
         card.security_schemes["bearer"].CopyFrom(SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
@@ -282,13 +308,31 @@ class A2aEndpoints:
             card.security_requirements.append(requirement)
         return card
 
-    async def card(self, namespace: str, base_url: str) -> AgentCard:
-        """The namespace's card: its interface at `base_url`, and a skill per tool of its catalog
-        for a reader who may see the namespace (the tools are listed as that reader)."""
-        card = self._base_card(namespace, base_url)
+    def _may_see(self, namespace: str) -> bool:
         principal = current_principal.get()
-        if self._callers is not None and self._callers.policy.checks_users and (
-                principal is None or not self._callers.policy.scope(principal.tenant).can(namespace, "viewer")):
+        return not (self._callers is not None and self._callers.policy.checks_users and (
+            principal is None or not self._callers.policy.scope(principal.tenant).can(namespace, "viewer")))
+
+    async def _agent_card(self, namespace: str, agent: str) -> str:
+        """The named agent's description, read for a reader who may see the namespace (""
+        otherwise: whether an agent exists is not said to anyone who asks)."""
+        if self._agents is None or not self._may_see(namespace):
+            return ""
+        info = await self._agents(namespace, agent)
+        return info.spec.description
+
+    async def card(self, namespace: str, base_url: str, agent: str = "") -> AgentCard:
+        """The namespace's card (or its named agent's, described by the agent's definition): its
+        interface at `base_url`, and a skill per tool of its catalog for a reader who may see
+        the namespace (the tools are listed as that reader)."""
+        description = ""
+        if agent:
+            try:
+                description = await self._agent_card(namespace, agent)
+            except AgentmeshError:
+                pass  # _serve already answered a missing agent; the card still answers otherwise
+        card = self._base_card(namespace, base_url, agent, description)
+        if not self._may_see(namespace):
             return card
         try:
             catalog = await self._list_tools(namespace)
@@ -301,3 +345,10 @@ class A2aEndpoints:
                                           tags=["tool"]))
         return card
 
+
+
+def _agent_of(rest: str) -> str:
+    """The named agent a path under /a2a/<namespace>/ is for: its first segment, unless that is
+    the namespace's own card (`.well-known/...`) or JSON-RPC route (empty)."""
+    first = rest.split("/", 1)[0]
+    return "" if not first or first.startswith(".") else first

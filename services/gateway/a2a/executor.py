@@ -22,6 +22,7 @@ from google.protobuf.json_format import MessageToDict
 from agentmesh.errors import AgentmeshError
 from agentmesh.gateway.http.loopback import CallerRefused, GatewayCalls
 from agentmesh.logs import get_logger
+from agentmesh.v1 import gateway_pb2
 
 log = get_logger("agentmesh.gateway.a2a")
 
@@ -66,10 +67,11 @@ def message_depth(message: Message | None) -> int:
 
 
 class TurnExecutor(AgentExecutor):
-    """Runs each A2A message as one turn of the namespace's agent."""
+    """Runs each A2A message as one turn of the namespace's agent, or of its named agent `agent`."""
 
-    def __init__(self, calls: GatewayCalls, namespace: str, max_depth: int):
+    def __init__(self, calls: GatewayCalls, namespace: str, max_depth: int, agent: str = ""):
         self._calls = calls
+        self._options = gateway_pb2.ChatOptions(agent=agent) if agent else None
         self._namespace = namespace
         self._max_depth = max_depth
 
@@ -105,7 +107,7 @@ class TurnExecutor(AgentExecutor):
 
     async def _run(self, updater: TaskUpdater, session_id: str, text: str, authorization: str | None) -> None:
         streamed = False
-        async for event in self._calls.chat(session_id, text, authorization):
+        async for event in self._calls.chat(session_id, text, authorization, self._options):
             kind = event.WhichOneof("payload")
             if kind == "run_started":
                 started = event.run_started

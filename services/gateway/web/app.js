@@ -36,7 +36,7 @@ const conversation = new Conversation($("log"), {
     return plans.length ? plans[plans.length - 1].content : "";
   },
 });
-const controls = new SessionControls(api, { model: $("model-picker"), permissionMode: $("permission-mode"),
+const controls = new SessionControls(api, { agent: $("agent-picker"), model: $("model-picker"), permissionMode: $("permission-mode"),
   plan: $("plan-mode"), deep: $("deep-mode"), ifBusy: $("if-busy"), busyRow: $("busy-row"), busyHint: $("busy-hint"),
   contextFill: $("context-fill"), status: $("controls-status") });
 const tray = new ImageTray({ tray: $("attachments"), input: $("image-file"), message: $("message"),
@@ -77,6 +77,7 @@ async function loadTools() {
 async function showApp() {
   loadTools().catch(() => {});
   controls.loadModels().catch(() => {});
+  controls.loadAgents().catch(() => {});
   $("signin").hidden = true;
   $("app").hidden = false;
   $("sign-out").hidden = !api.token;

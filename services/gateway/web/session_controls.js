@@ -1,4 +1,5 @@
-// The composer's choices, as the CLI offers them: the session's model and permission mode (kept
+// The composer's choices, as the CLI offers them: the named agent each message runs
+// (ChatOptions.agent, `chat --agent`), the session's model and permission mode (kept
 // with the session: UpdateSession), plan mode for the next message, what a message sent while a
 // turn runs does (ChatOptions.if_busy), and how full the model's context window is.
 
@@ -9,11 +10,12 @@ const BUSY_WORDS = {
 };
 
 export class SessionControls {
-  // elements: { model, permissionMode, plan, deep, ifBusy, busyRow, busyHint, contextFill, status }
+  // elements: { agent, model, permissionMode, plan, deep, ifBusy, busyRow, busyHint, contextFill, status }
   constructor(api, elements) {
     this.api = api;
     this.el = elements;
     this.sessionId = "";
+    this.agentsOf = "";  // the namespace whose agents the picker lists
     this.el.model.addEventListener("change", () => this.#update({ model: this.el.model.value }, ["model"]));
     this.el.permissionMode.addEventListener("change",
       () => this.#update({ permission_mode: this.el.permissionMode.value }, ["permission_mode"]));
@@ -33,9 +35,33 @@ export class SessionControls {
     this.el.model.value = current;
   }
 
+  // The agents of the namespace (ListAgents): the built-ins and those it defines.
+  async loadAgents(namespace = "default", chosen = this.el.agent.value) {
+    const reply = await this.api.call("GET", `/v1/namespaces/${encodeURIComponent(namespace)}/agents`);
+    this.agentsOf = namespace;
+    const agents = (reply.agents || []).map((agent) => {
+      const option = document.createElement("option");
+      option.value = agent.spec.name;
+      option.textContent = agent.spec.name;
+      option.title = agent.spec.description || "";
+      return option;
+    });
+    const none = document.createElement("option");
+    none.value = "";
+    none.textContent = "default";
+    this.el.agent.replaceChildren(none, ...agents);
+    this.el.agent.value = chosen;
+    if (this.el.agent.value !== chosen) this.el.agent.value = "";
+  }
+
   // A session was opened (or none: a new conversation starts with the deployment's choices).
   show(session) {
     this.sessionId = session ? session.session_id : "";
+    // The agent its latest turn ran is the one its next message runs, unless another is picked.
+    const agent = session ? session.agent || "" : "";
+    const namespace = session ? session.namespace || "default" : "default";
+    this.el.agent.value = agent;
+    if (namespace !== this.agentsOf || this.el.agent.value !== agent) this.loadAgents(namespace, agent).catch(() => {});
     this.el.model.value = session ? session.model || "" : "";
     if (this.el.model.value !== (session ? session.model || "" : "")) this.el.model.value = "";
     this.el.permissionMode.value = session ? session.permission_mode || "" : "";
@@ -55,6 +81,7 @@ export class SessionControls {
   // The options of a message; `busy` when a turn of the session runs already.
   options(busy) {
     const options = {};
+    if (this.el.agent.value) options.agent = this.el.agent.value;
     if (this.el.deep.checked) options.mode = "deep";
     if (this.el.plan.checked) options.plan = true;
     if (busy) options.if_busy = this.el.ifBusy.value;
