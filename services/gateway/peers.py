@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Hashable
 
 import grpc
 
@@ -89,9 +89,18 @@ class MemorySessions:
         reply = await self._call(self._stub.GetA2aTask, memory_service_pb2.GetA2aTaskRequest(namespace=namespace, task_id=task_id))
         return str(reply.task_json)
 
-    async def put_runs(self, runs: list[sessions_pb2.Run]) -> list[str]:
-        """The runs' records in one call; per run, "" or why memory did not store it."""
-        reply = await self._call(self._stub.PutRunRecords, memory_service_pb2.PutRunRecordsRequest(runs=runs))
+    def signer(self) -> Principal | None:
+        return current_principal.get()
+
+    async def put_runs(self, runs: list[sessions_pb2.Run], signer: Hashable = None) -> list[str]:
+        """The runs' records in one call signed for `signer` (a Principal from `signer()`; None:
+        the caller's own); per run, "" or why memory did not store it."""
+        token = current_principal.set(signer) if isinstance(signer, Principal) else None
+        try:
+            reply = await self._call(self._stub.PutRunRecords, memory_service_pb2.PutRunRecordsRequest(runs=runs))
+        finally:
+            if token is not None:
+                current_principal.reset(token)
         return list(reply.errors)
 
     async def get_run(self, run_id: str) -> sessions_pb2.Run:

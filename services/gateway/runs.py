@@ -23,7 +23,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Protocol
+from typing import AsyncIterator, Callable, Hashable, Protocol
 
 from agentmesh.errors import NotFound
 from agentmesh.gateway.authz import Caller
@@ -52,7 +52,11 @@ _STATE_OF_STOP = {"cancelled": "cancelled", "interrupted": "interrupted", "rolle
 class RunRecords(Protocol):
     """Memory's run records (peers.MemorySessions implements it)."""
 
-    async def put_runs(self, runs: list[sessions_pb2.Run]) -> list[str]: ...
+    def signer(self) -> Hashable:
+        """Who the calling code acts for now: a run's record is written on its behalf."""
+        ...
+
+    async def put_runs(self, runs: list[sessions_pb2.Run], signer: Hashable = None) -> list[str]: ...
     async def get_run(self, run_id: str) -> sessions_pb2.Run: ...
     async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse: ...
 
@@ -72,6 +76,9 @@ class LocalRun:
     retries: int = 0  # failed writes of its end, tried again (WRITE_RETRIES)
     # A CreateRun waits for the record's first write: written at once, not after the delay.
     awaited: bool = False
+    # On whose behalf its record is written (RunRecords.signer at begin): a pass writes the runs
+    # of each caller in a call of its own, so one tenant's run is never signed as another's.
+    signer: Hashable = None
 
 
 def require_run(caller: Caller, run: sessions_pb2.Run, rpc: str) -> sessions_pb2.Run:
@@ -118,6 +125,7 @@ class RunLedger:
         run = LocalRun(sessions_pb2.Run(run_id=run_id, session_id=session_id, namespace=namespace or "default",
                                         state="queued", created_at=now, updated_at=now, started_by=started_by))
         run.record.webhook_url = self._webhook_urls.pop(run_id, "")
+        run.signer = self._records.signer() if self._records is not None else None
         self._running[run_id] = run
         run.awaited = run_id in self._expected
         for waiter in self._expected.pop(run_id, ()):
@@ -328,10 +336,7 @@ class RunLedger:
                 del self._dirty[run.record.run_id]
                 run.dirty = False
                 snapshots.append(_copy(run.record))
-            try:
-                errors = await self._records.put_runs(snapshots)
-            except Exception as exc:  # noqa: BLE001 - recording must never fail the turn
-                errors = [str(exc)] * len(snapshots)
+            errors = await _put_by_signer(self._records, batch, snapshots)
             for run, snapshot, error in zip(batch, snapshots, errors, strict=True):
                 if error:
                     log.warning("run record not written", run_id=snapshot.run_id, error=error)
@@ -343,6 +348,22 @@ class RunLedger:
                         self._dirty.setdefault(run.record.run_id, run)
                 # Set after a failed first write too: CreateRun answers, and GetRun on this replica works.
                 run.written.set()
+
+
+async def _put_by_signer(records: RunRecords, batch: list[LocalRun], snapshots: list[sessions_pb2.Run]) -> list[str]:
+    """The snapshots written, a call per signer; per snapshot, "" or why it was not stored."""
+    by_signer: dict[Hashable, list[int]] = {}
+    for index, run in enumerate(batch):
+        by_signer.setdefault(run.signer, []).append(index)
+    errors = [""] * len(snapshots)
+    for signer, indexes in by_signer.items():
+        try:
+            said = await records.put_runs([snapshots[i] for i in indexes], signer)
+        except Exception as exc:  # noqa: BLE001 - recording must never fail the turn
+            said = [str(exc)] * len(indexes)
+        for index, error in zip(indexes, said, strict=True):
+            errors[index] = error
+    return errors
 
 
 def _copy(run: sessions_pb2.Run) -> sessions_pb2.Run:

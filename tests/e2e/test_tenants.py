@@ -207,7 +207,7 @@ async def test_tenant_a_cannot_see_or_touch_tenant_b(tenants, llm):
     crossings = [e for e in lines if e["action"] == "cross_tenant"]
     assert {e["service"] for e in crossings} >= {"agentmesh-memory", "agentmesh-gateway", "agentmesh-scheduler"}
     assert any(e["via"] == "tools" for e in crossings)  # memory saw the tools service ask for A
-    assert all(e["principal"] in ("service-account:a-admin", "oidc:mallory") for e in crossings)
+    assert all(e["principal"] in ("service-account:a-admin", "oidc:mallory") for e in crossings), [(e["principal"], e["method"], e.get("via")) for e in crossings if e["principal"] not in ("service-account:a-admin", "oidc:mallory")]
     assert any(e["action"] == "session.create" and e["session_id"] == "b-secret" for e in lines)
     assert any(e["action"] == "cron.create" and e["tenant"] == "acme" for e in lines)
     assert all(token not in audit.read_text() for token in TOKENS.values())

@@ -17,10 +17,16 @@ class RecordedRuns:
 
     def __init__(self, refuse: set[str] | None = None):
         self.calls: list[list[sessions_pb2.Run]] = []
+        self.signed: list[object] = []  # for whom each call was signed
         self.refuse = refuse or set()
+        self.caller: object = "alice"  # who the code beginning a run acts for
 
-    async def put_runs(self, runs: list[sessions_pb2.Run]) -> list[str]:
+    def signer(self) -> object:
+        return self.caller
+
+    async def put_runs(self, runs: list[sessions_pb2.Run], signer: object = None) -> list[str]:
         self.calls.append(list(runs))
+        self.signed.append(signer)
         return ["refused" if run.run_id in self.refuse else "" for run in runs]
 
     async def get_run(self, run_id: str) -> sessions_pb2.Run:
@@ -54,6 +60,19 @@ async def test_turns_that_end_together_are_written_in_one_call_each_as_it_ended(
     assert [r.run_id for r in written] == ["run-0", "run-1", "run-2"]
     assert all(r.state == "succeeded" and r.iterations == 2 and r.last_event_seq == 3 and r.finished_at
                for r in written)
+
+
+async def test_each_callers_runs_are_written_signed_for_that_caller():
+    # Runs of two tenants' callers ending together: never one call signed for one of them.
+    records = RecordedRuns()
+    ledger = RunLedger(records)
+    alices = _run_a_turn(ledger, "run-a")
+    records.caller = "bob"
+    bobs = _run_a_turn(ledger, "run-b")
+    await asyncio.gather(alices.written.wait(), bobs.written.wait())
+
+    written = {signer: [r.run_id for r in call] for signer, call in zip(records.signed, records.calls, strict=True)}
+    assert written == {"alice": ["run-a"], "bob": ["run-b"]}
 
 
 async def test_a_refused_end_is_tried_again_alone_and_a_drain_writes_what_is_left():
