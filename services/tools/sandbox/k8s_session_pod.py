@@ -1,8 +1,8 @@
 """The Pod a session sandbox runs as in a cluster (AGENTMESH_SANDBOX_ISOLATION=session), and the
 command each call execs in it.
 
-The pod is hardened exactly as a call's Job pod (`k8s_job.hardened_pod_spec` and
-`container_security`: non-root, no service-account token, all capabilities dropped, seccomp
+The pod is hardened exactly as a call's Job pod (both built by `k8s_job.sandbox_pod_spec`, around
+`hardened_pod_spec` and `container_security`: non-root, no service-account token, all capabilities dropped, seccomp
 RuntimeDefault, read-only root, requests and limits). Its main process does nothing but wait and
 reap orphans; each call is a new process started through `pods/exec`.
 
