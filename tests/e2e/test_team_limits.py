@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from agentmesh.internal.v1 import memory_service_pb2 as mpb
 from tests.e2e.conftest import chat
-from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
-from tests.support.stack import Stack
+from tests.e2e.teams_support import team_fixtures
+from tests.support.llm_server import reply, tool_call
 
 
 def route(request):
@@ -23,17 +21,7 @@ def route(request):
     return reply("Done.")
 
 
-@pytest.fixture
-def llm():
-    with ScriptedLLMServer(default=route) as server:
-        yield server
-
-
-@pytest.fixture
-async def stack(tmp_path, llm):
-    env = {"AGENTMESH_AGENT_TEAM_MAX_PER_NAMESPACE": "1", "AGENTMESH_AGENT_TEAM_IDLE_S": "0"}
-    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as running:
-        yield running
+llm, stack = team_fixtures(lambda: route, {"AGENTMESH_AGENT_TEAM_MAX_PER_NAMESPACE": "1", "AGENTMESH_AGENT_TEAM_IDLE_S": "0"})
 
 
 async def test_a_spawn_past_the_namespaces_cap_is_refused_and_starts_nothing(stack):

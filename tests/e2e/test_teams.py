@@ -15,51 +15,24 @@ import re
 
 import grpc
 import httpx
-import pytest
 
 from agentmesh.internal.v1 import memory_service_pb2 as mpb
 from agentmesh.v1 import common_pb2, gateway_pb2
 from tests.e2e.conftest import chat, rpc_error, transcript
+from tests.e2e.teams_support import WAITING_TEAM_ENV, agent_of, seen_by, team_fixtures, tool_calls_of
 from tests.e2e.test_runs import cli
-from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
-from tests.support.stack import Stack
+from tests.support.llm_server import reply, tool_call
 
 LEAD = "team-lead-1"
+MATES = ("alice", "bob")
 
 
-@pytest.fixture
-def llm():
-    """Every request, of whichever agent, goes through the router (below)."""
-    with ScriptedLLMServer(default=route) as server:
-        yield server
-
-
-@pytest.fixture
-async def stack(tmp_path, llm):
-    env = {"AGENTMESH_AGENT_TEAM_IDLE_S": "120", "AGENTMESH_AGENT_TEAM_INBOX_WAIT_S": "120"}
-    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as running:
-        yield running
-
-
-def _who(messages) -> str:
-    system = str(messages[0].get("content") or "") if messages else ""
-    for name in ("alice", "bob"):
-        if f"You are {name}, a teammate" in system:
-            return name
-    return "lead"
-
-
-def _calls(messages) -> list[tuple[str, dict]]:
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
-            for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
-
-
-def _seen(messages) -> str:
-    return "\n".join(str(m.get("content") or "") for m in messages if m["role"] in ("tool", "user"))
+# Every request, of whichever agent, goes through the router (below).
+llm, stack = team_fixtures(lambda: route, WAITING_TEAM_ENV)
 
 
 def lead_step(messages):
-    calls, seen = _calls(messages), _seen(messages)
+    calls, seen = tool_calls_of(messages), seen_by(messages)
     names = [n for n, _ in calls]
     if not calls:
         return reply("Planning.", tool_call("task_create", {"subject": "parse"}),
@@ -99,7 +72,7 @@ def _claim_loop(name: str, messages, calls, seen):
 
 def mate_step(name: str):
     def step(messages):
-        calls, seen = _calls(messages), _seen(messages)
+        calls, seen = tool_calls_of(messages), seen_by(messages)
         names = [n for n, _ in calls]
         texts = [a.get("text", "") for n, a in calls if n == "send_message"]
         if "task_claim" not in names:
@@ -136,7 +109,7 @@ def mate_step(name: str):
 
 def route(request):
     messages = request.messages
-    who = _who(messages)
+    who = agent_of(messages, MATES)
     return lead_step(messages) if who == "lead" else mate_step(who)(messages)
 
 
@@ -203,7 +176,7 @@ async def test_a_lead_and_two_teammates_share_a_board_talk_and_follow_both_proto
     offered = {}
     for request in llm.requests:
         names = {t["function"]["name"] for t in request.body.get("tools") or []}
-        offered.setdefault(_who(request.messages), set()).update(names)
+        offered.setdefault(agent_of(request.messages, MATES), set()).update(names)
     assert "spawn_teammate" in offered["lead"] and "read_file" in offered["lead"] and "shell" not in offered["lead"]
     for name in ("alice", "bob"):
         assert {"task_claim", "send_message", "submit_plan", "read_file"} <= offered[name]

@@ -10,37 +10,22 @@ import json
 import re
 
 import grpc
-import pytest
 
 from agentmesh.internal.v1 import memory_service_pb2 as mpb
 from agentmesh.v1 import gateway_pb2
 from tests.e2e.conftest import chat, rpc_error
+from tests.e2e.teams_support import WAITING_TEAM_ENV, agent_of, seen_by, team_fixtures, tool_calls_of
 from tests.e2e.test_runs import cli
-from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
-from tests.support.stack import Stack
+from tests.support.llm_server import reply, tool_call
 
 LEAD = "team-person-1"
 
 
-def _who(messages) -> str:
-    system = str(messages[0].get("content") or "") if messages else ""
-    return "alice" if "You are alice, a teammate" in system else "lead"
-
-
-def _calls(messages) -> list[tuple[str, dict]]:
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
-            for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
-
-
-def _seen(messages) -> str:
-    return "\n".join(str(m.get("content") or "") for m in messages if m["role"] in ("tool", "user"))
-
-
 def route(request):
     messages = request.messages
-    calls, seen = _calls(messages), _seen(messages)
+    calls, seen = tool_calls_of(messages), seen_by(messages)
     names = [n for n, _ in calls]
-    if _who(messages) == "lead":
+    if agent_of(messages) == "lead":
         if not calls:
             return reply("", tool_call("task_create", {"subject": "parse"}),
                          tool_call("spawn_teammate", {"name": "alice", "role": "parser author", "task": "Plan it."}))
@@ -64,17 +49,7 @@ def route(request):
     return reply("Stopping." if request_ else "Waiting.")
 
 
-@pytest.fixture
-def llm():
-    with ScriptedLLMServer(default=route) as server:
-        yield server
-
-
-@pytest.fixture
-async def stack(tmp_path, llm):
-    env = {"AGENTMESH_AGENT_TEAM_IDLE_S": "120", "AGENTMESH_AGENT_TEAM_INBOX_WAIT_S": "120"}
-    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as running:
-        yield running
+llm, stack = team_fixtures(lambda: route, WAITING_TEAM_ENV)
 
 
 async def test_a_person_answers_plans_and_asks_for_a_shutdown_in_the_leads_place(stack, llm):

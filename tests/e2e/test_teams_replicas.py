@@ -12,7 +12,6 @@ teammate) — the team outlives both runs.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import signal
@@ -28,6 +27,7 @@ from agentmesh.config import SERVICES
 from agentmesh.rpc.client import open_channel
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.e2e.conftest import collect
+from tests.e2e.teams_support import agent_of, seen_by, tool_calls_of
 from tests.e2e.test_faults import process_env
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.turns import wait_until
@@ -35,20 +35,6 @@ from tests.support.turns import wait_until
 pytestmark = pytest.mark.slow
 
 LEAD = "team-replicas-1"
-
-
-def _who(messages) -> str:
-    system = str(messages[0].get("content") or "") if messages else ""
-    return "alice" if "You are alice, a teammate" in system else "lead"
-
-
-def _calls(messages) -> list[tuple[str, dict]]:
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
-            for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
-
-
-def _seen(messages) -> str:
-    return "\n".join(str(m.get("content") or "") for m in messages if m["role"] in ("tool", "user"))
 
 
 def pid_of_peer(peer: str) -> int:
@@ -73,10 +59,10 @@ class Script:
 
     def __call__(self, request):
         messages = request.messages
-        self.pids[_who(messages)].append(pid_of_peer(request.peer))
-        calls, seen = _calls(messages), _seen(messages)
+        self.pids[agent_of(messages)].append(pid_of_peer(request.peer))
+        calls, seen = tool_calls_of(messages), seen_by(messages)
         names = [n for n, _ in calls]
-        if _who(messages) == "lead":
+        if agent_of(messages) == "lead":
             if "spawn_teammate" not in names:
                 return reply("", tool_call("task_create", {"subject": "parse"}),
                              tool_call("spawn_teammate", {"name": "alice", "role": "parser author", "task": "Wait for mail."}))
@@ -194,8 +180,8 @@ async def test_killing_the_replica_that_runs_a_teammate_mid_turn_resumes_it_on_t
         assert after and victim not in after
         # Her one mail reached her model once in each of her model calls, and her transcript once.
         for request in llm.requests:
-            if _who(request.messages) == "alice":
-                marks = re.findall(r"^\[mail (\d+) from ", _seen(request.messages), re.M)
+            if agent_of(request.messages) == "alice":
+                marks = re.findall(r"^\[mail (\d+) from ", seen_by(request.messages), re.M)
                 assert len(marks) == len(set(marks)), marks
         runs = (await stack.gateway.ListRuns(gateway_pb2.ListTurnRunsRequest(session_id=f"{LEAD}.mate-alice"),
                                              timeout=10)).runs

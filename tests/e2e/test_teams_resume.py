@@ -14,30 +14,14 @@ import asyncio
 import json
 import re
 
-import pytest
-
 from agentmesh.gateway.runs import TERMINAL_STATES
 from agentmesh.internal.v1 import memory_service_pb2 as mpb
 from agentmesh.v1 import gateway_pb2
 from tests.e2e.conftest import chat, transcript
-from tests.support.llm_server import ScriptedLLMServer, failure, reply, tool_call
-from tests.support.stack import Stack
+from tests.e2e.teams_support import agent_of, seen_by, team_fixtures, tool_calls_of
+from tests.support.llm_server import failure, reply, tool_call
 
 LEAD = "team-resume-1"
-
-
-def _who(messages) -> str:
-    system = str(messages[0].get("content") or "") if messages else ""
-    return "alice" if "You are alice, a teammate" in system else "lead"
-
-
-def _calls(messages) -> list[tuple[str, dict]]:
-    return [(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
-            for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
-
-
-def _seen(messages) -> str:
-    return "\n".join(str(m.get("content") or "") for m in messages if m["role"] in ("tool", "user"))
 
 
 class Script:
@@ -46,9 +30,9 @@ class Script:
 
     def __call__(self, request):
         messages = request.messages
-        calls, seen = _calls(messages), _seen(messages)
+        calls, seen = tool_calls_of(messages), seen_by(messages)
         names = [n for n, _ in calls]
-        if _who(messages) == "lead":
+        if agent_of(messages) == "lead":
             if not calls:
                 return reply("", tool_call("task_create", {"subject": "parse"}),
                              tool_call("spawn_teammate", {"name": "alice", "role": "parser author", "task": "Wait for mail."}))
@@ -79,18 +63,8 @@ class Script:
         return reply("Stopping.")
 
 
-@pytest.fixture
-def llm():
-    with ScriptedLLMServer(default=Script()) as server:
-        yield server
-
-
-@pytest.fixture
-async def stack(tmp_path, llm):
-    env = {"AGENTMESH_AGENT_TEAM_IDLE_S": "1", "AGENTMESH_AGENT_TEAM_INBOX_WAIT_S": "120",
-           "AGENTMESH_AGENT_TEAM_CHECK_S": "0.5"}
-    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as running:
-        yield running
+llm, stack = team_fixtures(Script, {"AGENTMESH_AGENT_TEAM_IDLE_S": "1", "AGENTMESH_AGENT_TEAM_INBOX_WAIT_S": "120",
+                                    "AGENTMESH_AGENT_TEAM_CHECK_S": "0.5"})
 
 
 async def test_a_teammate_whose_run_failed_mid_turn_is_started_again_and_gets_each_mail_once(stack, llm):
@@ -117,9 +91,9 @@ async def test_a_teammate_whose_run_failed_mid_turn_is_started_again_and_gets_ea
     # Each of her mail reached her model once: in every request of hers, each mark once at most,
     # and her transcript holds both, once.
     for request in llm.requests:
-        if _who(request.messages) != "alice":
+        if agent_of(request.messages) != "alice":
             continue
-        marks = re.findall(r"^\[mail (\d+) from ", _seen(request.messages), re.M)
+        marks = re.findall(r"^\[mail (\d+) from ", seen_by(request.messages), re.M)
         assert len(marks) == len(set(marks)), marks
     stored = await transcript(gateway, f"{LEAD}.mate-alice")
     delivered = [int(n) for m in stored for n in re.findall(r"^\[mail (\d+) from ", m.content, re.M)]

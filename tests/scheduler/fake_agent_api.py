@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 import jsonschema
 
 from tests.scheduler.fake_kube import FakeLeaseApi, _status
+from tests.tools.fake_kube import serve_watch
 
 GROUP_PATH = "/apis/agentmesh.dev/v1alpha1/namespaces/"
 
@@ -178,28 +179,8 @@ class FakeAgentApi(FakeLeaseApi):
     def _watch(self, handler, namespace: str, since: int, timeout_s: float) -> None:
         with self.cond:
             self.watches += 1
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Transfer-Encoding", "chunked")
-        handler.end_headers()
-        deadline = time.monotonic() + timeout_s
-        sent = since
-        while True:
-            with self.cond:
-                pending = [e for e in self.events if e[0] > sent and e[1] == namespace]
-                if not pending:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or self.closed:
-                        break
-                    self.cond.wait(timeout=min(remaining, 0.5))
-                    continue
-            for rv, _, kind, obj in pending:
-                line = (json.dumps({"type": kind, "object": obj}) + "\n").encode()
-                handler.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-                handler.wfile.flush()
-                sent = rv
-        handler.wfile.write(b"0\r\n\r\n")
-        handler.wfile.flush()
+        serve_watch(handler, self.cond, lambda sent: [e for e in self.events if e[0] > sent and e[1] == namespace],
+                    since, timeout_s, lambda: self.closed)
 
     def _patch_status(self, handler, namespace: str, name: str) -> None:
         if handler.headers.get("Content-Type") != "application/merge-patch+json":

@@ -28,7 +28,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 import kubernetes_validate
@@ -48,6 +48,35 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
             if labels.get(key) != value:
                 return False
     return True
+
+
+def serve_watch(handler, cond: threading.Condition, pending: Callable[[int], list[tuple[int, str, str, dict]]],
+                since: int, timeout_s: float, closed: Callable[[], bool]) -> None:
+    """A watch answered as the API server streams it: chunked, one JSON event a line. `pending(rv)`
+    (called under `cond`) gives the events (rv, namespace, type, object) after the last sent; the
+    stream ends after `timeout_s` or once `closed()`."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    deadline = time.monotonic() + timeout_s
+    sent = since
+    while not closed():
+        with cond:
+            events = pending(sent)
+            if not events:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or closed():
+                    break
+                cond.wait(timeout=min(remaining, 0.5))
+                continue
+        for rv, _, kind, obj in events:
+            line = (json.dumps({"type": kind, "object": obj}) + "\n").encode()
+            handler.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            handler.wfile.flush()
+            sent = rv
+    handler.wfile.write(b"0\r\n\r\n")
+    handler.wfile.flush()
 
 
 def status_body(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -358,28 +387,9 @@ class FakeKube(Kubelet):
             self._send(handler, 200, public(pod))
 
     def _watch(self, handler, namespace: str, selector: str, since: int, timeout_s: float) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Transfer-Encoding", "chunked")
-        handler.end_headers()
-        deadline = time.monotonic() + timeout_s
-        sent = since
-        while not self._closed:
-            with self.cond:
-                pending = [e for e in self.events if e[0] > sent and e[1] == namespace and selector_matches(selector, e[3]["metadata"]["labels"])]
-                if not pending:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self.cond.wait(timeout=min(remaining, 0.5))
-                    continue
-            for rv, _, kind, pod in pending:
-                line = (json.dumps({"type": kind, "object": pod}) + "\n").encode()
-                handler.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-                handler.wfile.flush()
-                sent = rv
-        handler.wfile.write(b"0\r\n\r\n")
-        handler.wfile.flush()
+        serve_watch(handler, self.cond, lambda sent: [e for e in self.events if e[0] > sent and e[1] == namespace
+                                                      and selector_matches(selector, e[3]["metadata"]["labels"])],
+                    since, timeout_s, lambda: self._closed)
 
     def _pod_log(self, handler, parts, query, raw) -> None:
         key = (parts[3], parts[5])

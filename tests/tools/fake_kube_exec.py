@@ -13,21 +13,14 @@ the kubelet breaks.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import socket
-import subprocess
 import threading
 from urllib.parse import parse_qs, urlparse
 
-import wsproto.connection
 import wsproto.events
-import wsproto.utilities
 
 from tests.tools.fake_kube import FakeKube, status_body
-
-WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455
+from tests.tools.fake_kube_ws import ChannelSession, channel_protocol, switch_protocols
 
 
 def exit_status(code: int) -> dict:
@@ -42,13 +35,8 @@ def serve_exec(fake: FakeKube, handler, parts) -> None:
     key = (parts[3], parts[5])
     query = parse_qs(urlparse(handler.path).query)
     command = query.get("command", [])
-    offered = [p.strip() for p in handler.headers.get("Sec-WebSocket-Protocol", "").split(",")]
-    protocol = next((p for p in fake.attach_protocols if p in offered), None)
-    if handler.headers.get("Upgrade", "").lower() != "websocket" or not handler.headers.get("Sec-WebSocket-Key"):
-        fake.answer(handler, 400, status_body(400, "BadRequest", "Upgrade request required"))
-        return
+    protocol = channel_protocol(fake, handler)
     if protocol is None:
-        fake.answer(handler, 400, status_body(400, "BadRequest", f"no supported channel subprotocol in {offered}"))
         return
     with fake.cond:
         pod = fake.pods.get(key)
@@ -66,31 +54,15 @@ def serve_exec(fake: FakeKube, handler, parts) -> None:
     if not running:
         fake.answer(handler, 400, status_body(400, "BadRequest", f'container {container["name"]} is not valid for pod {parts[5]}: not running'))
         return
-    accept = base64.b64encode(hashlib.sha1((handler.headers["Sec-WebSocket-Key"] + WEBSOCKET_GUID).encode()).digest()).decode()
-    handler.send_response(101, "Switching Protocols")
-    handler.send_header("Upgrade", "websocket")
-    handler.send_header("Connection", "Upgrade")
-    handler.send_header("Sec-WebSocket-Accept", accept)
-    handler.send_header("Sec-WebSocket-Protocol", protocol)
-    handler.end_headers()
-    handler.wfile.flush()
-    handler.close_connection = True
+    switch_protocols(handler, protocol)
     fake.execs_served.append((parts[5], protocol, command))
     ExecSession(fake, key, command, protocol, handler).run()
 
 
-class ExecSession:
+class ExecSession(ChannelSession):
     def __init__(self, fake: FakeKube, key: tuple[str, str], command: list[str], protocol: str, handler):
-        self.fake = fake
-        self.key = key
+        super().__init__(fake, key, protocol, handler)
         self.command = command
-        self.v5 = protocol.startswith("v5")
-        self.socket = handler.connection
-        self.reader = handler.rfile
-        self.ws = wsproto.connection.Connection(wsproto.connection.ConnectionType.SERVER)
-        self.lock = threading.Lock()
-        self.open = True
-        self.proc: subprocess.Popen | None = None
 
     def run(self) -> None:
         try:
@@ -107,51 +79,10 @@ class ExecSession:
         for pump in pumps:
             pump.start()
         threading.Thread(target=self.wait, args=(pumps,), daemon=True).start()
-        message = b""
         try:
-            while self.open:
-                data = self.reader.read1(65536)
-                if not data:
-                    break
-                with self.lock:
-                    self.ws.receive_data(data)
-                    events = list(self.ws.events())
-                for event in events:
-                    if isinstance(event, wsproto.events.BytesMessage):
-                        message += bytes(event.data)
-                        if event.message_finished:
-                            self.from_client(message)
-                            message = b""
-                    elif isinstance(event, wsproto.events.Ping):
-                        self.send(event.response())
-                    elif isinstance(event, wsproto.events.CloseConnection):
-                        if self.ws.state == wsproto.connection.ConnectionState.REMOTE_CLOSING:
-                            self.send(event.response())
-                        self.open = False
-        except (OSError, wsproto.utilities.LocalProtocolError, wsproto.utilities.RemoteProtocolError):
-            pass
+            self.receive()
         finally:
             self.close_stdin()  # the client went away: the kubelet closes the process's stdin
-
-    def from_client(self, message: bytes) -> None:
-        if not message or self.proc is None:
-            return
-        channel, payload = message[0], message[1:]
-        if channel == 0 and payload:
-            try:
-                self.proc.stdin.write(payload)
-                self.proc.stdin.flush()
-            except (OSError, ValueError):
-                pass
-        elif channel == 255 and self.v5 and payload[:1] == b"\x00":
-            self.close_stdin()
-
-    def close_stdin(self) -> None:
-        try:
-            if self.proc is not None:
-                self.proc.stdin.close()
-        except (OSError, ValueError):
-            pass
 
     def pump(self, stream, channel: int) -> None:
         for chunk in iter(lambda: stream.read1(65536), b""):
@@ -170,18 +101,3 @@ class ExecSession:
             status = exit_status(code if code >= 0 else 128 - code)
             self.send(wsproto.events.BytesMessage(data=bytes([3]) + json.dumps(status).encode()))
         self.finish()
-
-    def finish(self) -> None:
-        self.send(wsproto.events.CloseConnection(code=1000))
-        self.open = False
-        try:
-            self.socket.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def send(self, event) -> None:
-        with self.lock:
-            try:
-                self.socket.sendall(self.ws.send(event))
-            except (OSError, wsproto.utilities.LocalProtocolError):
-                self.open = False

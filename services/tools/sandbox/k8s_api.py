@@ -262,30 +262,8 @@ class KubernetesJobs:
         return True
 
     async def attach(self, pod: str, container: str) -> WSClient:
-        """A websocket attached to the container's stdin, stdout and stderr (the v5/v4 channel protocol).
-
-        `stream()` swaps the API client's request method for the duration of the call, so it gets an
-        ApiClient of its own: requests other threads make on the shared one meanwhile stay plain HTTP.
-        """
-        def connect() -> WSClient:
-            own = client.ApiClient(self._api_client.configuration)
-            try:
-                socket: WSClient = _stream_uncaptured(
-                    client.CoreV1Api(own).connect_get_namespaced_pod_attach, pod, self.namespace, container=container,
-                    stdin=True, stdout=True, stderr=True, tty=False, binary=True, _preload_content=False,
-                )
-                return socket
-            finally:
-                own.close()  # its pool only: the websocket has a socket of its own
-
-        try:
-            socket: WSClient = await self._call("attach", connect)
-        except KubeApiError as exc:
-            refused = _HANDSHAKE_STATUS.search(exc.message or exc.reason)
-            if exc.status == 0 and refused:
-                raise KubeApiError(int(refused.group(1)), "", exc.reason) from None
-            raise
-        return socket
+        """A websocket attached to the container's stdin, stdout and stderr (the v5/v4 channel protocol)."""
+        return await self._websocket("attach", lambda api: api.connect_get_namespaced_pod_attach, pod, container=container)
 
     async def patch_pod(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch. With `metadata.resourceVersion` in it the API server applies it only
@@ -301,20 +279,30 @@ class KubernetesJobs:
     async def exec(self, pod: str, container: str, command: list[str]) -> WSClient:
         """A websocket to a new process `command` in the pod's container (pods/exec; the v5/v4
         channel protocol): 0 its stdin, 1 stdout, 2 stderr, 3 the API server's Status when it ends."""
+        return await self._websocket("exec", lambda api: api.connect_get_namespaced_pod_exec, pod, command=command,
+                                     container=container)
+
+    async def _websocket(self, what: str, method: Callable[[client.CoreV1Api], Callable[..., Any]], pod: str,
+                         **params: Any) -> WSClient:
+        """A channel websocket to the pod (`method` of the core API: pods/attach or pods/exec), with
+        stdin, stdout and stderr; a refused handshake raises the API server's status.
+
+        `stream()` swaps the API client's request method for the duration of the call, so it gets an
+        ApiClient of its own: requests other threads make on the shared one meanwhile stay plain HTTP.
+        """
         def connect() -> WSClient:
             own = client.ApiClient(self._api_client.configuration)
             try:
                 socket: WSClient = _stream_uncaptured(
-                    client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, self.namespace, command=command,
-                    container=container, stdin=True, stdout=True, stderr=True, tty=False, binary=True,
-                    _preload_content=False,
+                    method(client.CoreV1Api(own)), pod, self.namespace, **params,
+                    stdin=True, stdout=True, stderr=True, tty=False, binary=True, _preload_content=False,
                 )
                 return socket
             finally:
-                own.close()
+                own.close()  # its pool only: the websocket has a socket of its own
 
         try:
-            socket: WSClient = await self._call("exec", connect)
+            socket: WSClient = await self._call(what, connect)
         except KubeApiError as exc:
             refused = _HANDSHAKE_STATUS.search(exc.message or exc.reason)
             if exc.status == 0 and refused:

@@ -19,6 +19,7 @@ import hashlib
 import math
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from agentmesh.tools.sandbox.base import CommandSpec
@@ -64,44 +65,15 @@ def build_job(
     quota_bytes: int = ToolsSettings.workspace_quota_bytes,
     file_size_bytes: int = SandboxLimits.file_size_bytes,
 ) -> dict[str, Any]:
-    uid, gid = identity
     labels = {
         **COMPONENT_LABELS,
         LABEL_SESSION: label_value(spec.session_id),
         LABEL_CALL: label_value(spec.call_id or name),
     }
     pod_labels = {**labels, LABEL_JOB: name, LABEL_EGRESS: "allow" if spec.network else "deny"}
-    env = [
-        {"name": "HOME", "value": "/workspace"},
-        {"name": "LANG", "value": "C.UTF-8"},
-        {"name": "TMPDIR", "value": "/tmp"},
-    ]
-    if traceparent:
-        env.append({"name": "TRACEPARENT", "value": traceparent})
-    if cfg.workspace_pvc:
-        workspace_volume = {"name": "workspace", "persistentVolumeClaim": {"claimName": cfg.workspace_pvc}}
-        workspace_mount = {"name": "workspace", "mountPath": "/workspace", "subPath": spec.session_id}
-    else:
-        # Without a shared claim files live only as long as the pod (documented in docs/tools.md).
-        workspace_volume = {"name": "workspace", "emptyDir": {"sizeLimit": f"{max(quota_bytes // MIB, 1)}Mi"}}
-        workspace_mount = {"name": "workspace", "mountPath": "/workspace"}
-    container = {
-        "name": CONTAINER,
-        "image": cfg.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": quota_command(spec.argv, quota_bytes, file_size_bytes),
-        "workingDir": "/workspace",
-        "env": env,
-        "resources": {
-            "requests": {"cpu": cfg.cpu_request, "memory": cfg.memory_limit, "ephemeral-storage": "64Mi"},
-            "limits": {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit, "ephemeral-storage": cfg.tmp_size},
-        },
-        "securityContext": container_security(uid, gid),
-        "volumeMounts": [workspace_mount, {"name": "tmp", "mountPath": "/tmp"}],
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    pod_spec = hardened_pod_spec(cfg, uid, gid, container,
-                                 [workspace_volume, {"name": "tmp", "emptyDir": {"sizeLimit": cfg.tmp_size}}])
+    env = [{"name": "TRACEPARENT", "value": traceparent}] if traceparent else []
+    pod_spec = sandbox_pod_spec(cfg, identity, quota_command(spec.argv, quota_bytes, file_size_bytes),
+                                sub_path=spec.session_id, quota_bytes=quota_bytes, extra_env=env)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -120,6 +92,42 @@ def build_job(
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         },
     }
+
+
+def sandbox_pod_spec(cfg: KubernetesSandbox, identity: tuple[int, int], command: list[str], *, sub_path: str,
+                     quota_bytes: int, extra_env: Sequence[dict[str, str]] = ()) -> dict[str, Any]:
+    """The pod spec of a sandbox pod (a call's Job or a session's pod) running `command` in the
+    workspace: the shared claim at `sub_path`, or without one an emptyDir of the quota's size."""
+    uid, gid = identity
+    if cfg.workspace_pvc:
+        workspace_volume = {"name": "workspace", "persistentVolumeClaim": {"claimName": cfg.workspace_pvc}}
+        workspace_mount = {"name": "workspace", "mountPath": "/workspace", "subPath": sub_path}
+    else:
+        # Without a shared claim files live only as long as the pod (documented in docs/tools.md).
+        workspace_volume = {"name": "workspace", "emptyDir": {"sizeLimit": f"{max(quota_bytes // MIB, 1)}Mi"}}
+        workspace_mount = {"name": "workspace", "mountPath": "/workspace"}
+    container = {
+        "name": CONTAINER,
+        "image": cfg.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "workingDir": "/workspace",
+        "env": [
+            {"name": "HOME", "value": "/workspace"},
+            {"name": "LANG", "value": "C.UTF-8"},
+            {"name": "TMPDIR", "value": "/tmp"},
+            *extra_env,
+        ],
+        "resources": {
+            "requests": {"cpu": cfg.cpu_request, "memory": cfg.memory_limit, "ephemeral-storage": "64Mi"},
+            "limits": {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit, "ephemeral-storage": cfg.tmp_size},
+        },
+        "securityContext": container_security(uid, gid),
+        "volumeMounts": [workspace_mount, {"name": "tmp", "mountPath": "/tmp"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return hardened_pod_spec(cfg, uid, gid, container,
+                             [workspace_volume, {"name": "tmp", "emptyDir": {"sizeLimit": cfg.tmp_size}}])
 
 
 def container_security(uid: int, gid: int) -> dict[str, Any]:

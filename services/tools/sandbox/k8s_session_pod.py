@@ -1,8 +1,8 @@
 """The Pod a session sandbox runs as in a cluster (AGENTMESH_SANDBOX_ISOLATION=session), and the
 command each call execs in it.
 
-The pod is hardened exactly as a call's Job pod (`k8s_job.hardened_pod_spec` and
-`container_security`: non-root, no service-account token, all capabilities dropped, seccomp
+The pod is hardened exactly as a call's Job pod (both built by `k8s_job.sandbox_pod_spec`, around
+`hardened_pod_spec` and `container_security`: non-root, no service-account token, all capabilities dropped, seccomp
 RuntimeDefault, read-only root, requests and limits). Its main process does nothing but wait and
 reap orphans; each call is a new process started through `pods/exec`.
 
@@ -26,12 +26,10 @@ from typing import Any, Mapping
 
 from agentmesh.tools.sandbox.k8s_job import (
     COMPONENT_LABELS,
-    CONTAINER,
     LABEL_EGRESS,
     LABEL_SESSION,
-    container_security,
-    hardened_pod_spec,
     label_value,
+    sandbox_pod_spec,
 )
 from agentmesh.tools.sandbox.k8s_quota import WRAPPER, kib
 from agentmesh.tools.settings import MIB, KubernetesSandbox
@@ -88,7 +86,6 @@ def call_command(argv: tuple[str, ...] | list[str], env: Mapping[str, str], quot
 def build_session_pod(cfg: KubernetesSandbox, name: str, identity: tuple[int, int], *, template: str,
                       session_id: str = "", network: bool = False, quota_bytes: int = 1024 * MIB) -> dict[str, Any]:
     """A session's pod, or (no `session_id`) a warm pool pod of `template`."""
-    uid, gid = identity
     labels = {
         **COMPONENT_LABELS,
         LABEL_COMPONENT: COMPONENT,
@@ -102,34 +99,8 @@ def build_session_pod(cfg: KubernetesSandbox, name: str, identity: tuple[int, in
         annotations[ANNOTATION_SESSION] = session_id
     else:
         labels[LABEL_POOL] = "warm"
-    if cfg.workspace_pvc:
-        sub_path = session_id or f"{POOL_DIR}/{name}"
-        workspace_volume = {"name": "workspace", "persistentVolumeClaim": {"claimName": cfg.workspace_pvc}}
-        workspace_mount = {"name": "workspace", "mountPath": "/workspace", "subPath": sub_path}
-    else:
-        workspace_volume = {"name": "workspace", "emptyDir": {"sizeLimit": f"{max(quota_bytes // MIB, 1)}Mi"}}
-        workspace_mount = {"name": "workspace", "mountPath": "/workspace"}
-    container = {
-        "name": CONTAINER,
-        "image": cfg.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["/bin/sh", "-c", IDLE],
-        "workingDir": "/workspace",
-        "env": [
-            {"name": "HOME", "value": "/workspace"},
-            {"name": "LANG", "value": "C.UTF-8"},
-            {"name": "TMPDIR", "value": "/tmp"},
-        ],
-        "resources": {
-            "requests": {"cpu": cfg.cpu_request, "memory": cfg.memory_limit, "ephemeral-storage": "64Mi"},
-            "limits": {"cpu": cfg.cpu_limit, "memory": cfg.memory_limit, "ephemeral-storage": cfg.tmp_size},
-        },
-        "securityContext": container_security(uid, gid),
-        "volumeMounts": [workspace_mount, {"name": "tmp", "mountPath": "/tmp"}],
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    spec = hardened_pod_spec(cfg, uid, gid, container,
-                             [workspace_volume, {"name": "tmp", "emptyDir": {"sizeLimit": cfg.tmp_size}}])
+    spec = sandbox_pod_spec(cfg, identity, ["/bin/sh", "-c", IDLE], sub_path=session_id or f"{POOL_DIR}/{name}",
+                            quota_bytes=quota_bytes)
     metadata: dict[str, Any] = {"name": name, "namespace": cfg.namespace, "labels": labels}
     if annotations:
         metadata["annotations"] = annotations
