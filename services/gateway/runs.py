@@ -252,20 +252,30 @@ class RunLedger:
         return await self._records.get_run(run_id)
 
     async def list(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
+        mine = [r.record for r in [*self._running.values(), *self._recent.values()] if _listed(r.record, request)]
         if self._records is None:
-            runs: list[sessions_pb2.Run] = [r.record for r in [*self._running.values(), *self._recent.values()]
-                    if r.record.namespace == request.namespace
-                    and (not request.session_id or r.record.session_id == request.session_id)
-                    and (not request.states or r.record.state in request.states)]
-            runs.sort(key=lambda run: -run.created_at)
-            return sessions_pb2.ListRunRecordsResponse(runs=runs)
+            mine.sort(key=lambda run: -run.created_at)
+            return sessions_pb2.ListRunRecordsResponse(runs=mine)
         reply = await self._records.list_runs(request)
         # Runs of this replica are fresher here than in memory (a write may be on its way).
         for run in reply.runs:
             local = self.local(run.run_id)
             if local is not None:
                 run.CopyFrom(local.record)
+        # A first page also shows this replica's runs whose first write has not landed yet (the
+        # ledger writes once a second): a run that just started or ended is never missing here.
+        if not request.page_token and not request.webhook_pending:
+            listed = {run.run_id for run in reply.runs}
+            unwritten = [_copy(run) for run in mine if run.run_id not in listed and not self._written(run.run_id)]
+            if unwritten:
+                runs = sorted([*reply.runs, *unwritten], key=lambda run: -run.created_at)
+                del reply.runs[:]
+                reply.runs.extend(runs)  # a page may then hold a few more than its size: never one less
         return reply
+
+    def _written(self, run_id: str) -> bool:
+        local = self.local(run_id)
+        return local is not None and local.written.is_set() and not local.dirty
 
     async def events(self, run: LocalRun, after_seq: int) -> AsyncIterator[common_pb2.Event]:
         """The run's events with seq > after_seq from its feed, to its last."""
@@ -364,6 +374,15 @@ async def _put_by_signer(records: RunRecords, batch: list[LocalRun], snapshots: 
         for index, error in zip(indexes, said, strict=True):
             errors[index] = error
     return errors
+
+
+def _listed(run: sessions_pb2.Run, request: sessions_pb2.ListRunRecordsRequest) -> bool:
+    """Whether `run` answers the listing's filters."""
+    return (run.namespace == request.namespace
+            and (not request.session_id or run.session_id == request.session_id)
+            and (not request.states or run.state in request.states)
+            and (not request.created_after or run.created_at >= request.created_after)
+            and (not request.created_before or run.created_at < request.created_before))
 
 
 def _copy(run: sessions_pb2.Run) -> sessions_pb2.Run:

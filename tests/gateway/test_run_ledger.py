@@ -33,7 +33,8 @@ class RecordedRuns:
         raise AssertionError("not read here")
 
     async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
-        raise AssertionError("not read here")
+        written = {run.run_id: run for call in self.calls for run in call}
+        return sessions_pb2.ListRunRecordsResponse(runs=[run for run in written.values() if run.namespace == request.namespace])
 
 
 def _finished(run_id: str) -> common_pb2.Event:
@@ -73,6 +74,20 @@ async def test_each_callers_runs_are_written_signed_for_that_caller():
 
     written = {signer: [r.run_id for r in call] for signer, call in zip(records.signed, records.calls, strict=True)}
     assert written == {"alice": ["run-a"], "bob": ["run-b"]}
+
+
+async def test_a_run_whose_record_is_not_written_yet_is_listed_by_its_replica():
+    records = RecordedRuns()
+    ledger = RunLedger(records)
+    run = ledger.begin("run-new", "s-new", "default", "user:alice")  # written a second from now
+    listed = await ledger.list(sessions_pb2.ListRunRecordsRequest(namespace="default"))
+    assert [r.run_id for r in listed.runs] == ["run-new"] and not records.calls
+    ledger.started(run, Feed())
+    ledger.observe(run, "run_finished", _finished("run-new"))
+    ledger.end(run)
+    await run.written.wait()
+    listed = await ledger.list(sessions_pb2.ListRunRecordsRequest(namespace="default"))
+    assert [(r.run_id, r.state) for r in listed.runs] == [("run-new", "succeeded")]  # once, as memory has it
 
 
 async def test_a_refused_end_is_tried_again_alone_and_a_drain_writes_what_is_left():
