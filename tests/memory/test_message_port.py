@@ -60,3 +60,29 @@ async def test_timestamps_as_the_cores_keep_them_read_back_exactly(store_factory
     assert [m["created_at"] for m in await store.get_messages("s", range(1, 301))] == times
     store = await store_factory.reopen(store)  # from the store's files, not what it kept in memory
     assert [m["created_at"] for m in await store.get_messages("s", range(1, 301))] == times
+
+
+# --- model calls' payloads, kept beside the messages (put_model_calls / list_model_calls) ---
+
+def model_call(session_id: str, n: int) -> dict:
+    return {"id": f"run-1.{n}", "session_id": session_id, "run_id": "run-1", "at": 1000.0 + n, "model": "m",
+            "provider": "openai", "request_json": '{"messages": []}', "response_json": f'{{"text": "a{n}"}}',
+            "truncated": False, "purpose": "turn"}
+
+
+async def test_calls_are_kept_beside_the_messages_and_go_with_the_session(store_factory):
+    store = await store_factory()
+    record = {"session_id": "s", "created_at": 5.0, "updated_at": 5.0, "message_count": 0}
+    await store.put_session(record)
+    said = [{"session_id": "s", "seq": 1, "role": "user", "content": "hi", "tool_calls": []}]
+    await store.append_messages("s", said, {**record, "message_count": 1})
+    await store.put_model_calls([model_call("s", 1), model_call("s", 2), model_call("other", 1)])
+    await store.put_model_calls([model_call("s", 2)])  # written again: one record
+    assert sorted(await store.list_model_calls("s"), key=lambda c: c["id"]) == [model_call("s", 1), model_call("s", 2)]
+    assert await store.get_messages("s", range(1, 3)) == said
+
+    store = await store_factory.reopen(store)
+    assert len(await store.list_model_calls("s")) == 2
+    await store.delete_session("s")
+    assert await store.list_model_calls("s") == []
+    assert await store.list_model_calls("other") == [model_call("other", 1)]
