@@ -44,10 +44,17 @@ def cli_env(stack: Stack) -> dict[str, str]:
     return env
 
 
+def ctrl_c_as_at_a_terminal() -> None:
+    """SIGINT at its default in the CLI, as at a terminal: a suite started in the background by a
+    shell (`make test &`) runs with SIGINT ignored, which a child would inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def start_chat(stack: Stack, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agentmesh.cli.main", "chat", *args, env=cli_env(stack),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=ctrl_c_as_at_a_terminal,
     )
 
 
@@ -121,6 +128,7 @@ async def start_repl(stack: Stack) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agentmesh.cli.main", "chat", "--json", env=cli_env(stack),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=ctrl_c_as_at_a_terminal,
     )
 
 
