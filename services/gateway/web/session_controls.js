@@ -37,7 +37,10 @@ export class SessionControls {
 
   // The agents of the namespace (ListAgents): the built-ins and those it defines.
   async loadAgents(namespace = "default", chosen = this.el.agent.value) {
+    // Only the latest load applies: one started at page load may answer after a session's own.
+    const load = (this.agentLoads = (this.agentLoads || 0) + 1);
     const reply = await this.api.call("GET", `/v1/namespaces/${encodeURIComponent(namespace)}/agents`);
+    if (load !== this.agentLoads) return;
     this.agentsOf = namespace;
     const agents = (reply.agents || []).map((agent) => {
       const option = document.createElement("option");
