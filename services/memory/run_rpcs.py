@@ -82,27 +82,25 @@ class RunRecordRpcs:
             runs=[json_format.ParseDict(r, sessions_pb2.Run(), ignore_unknown_fields=True) for r in runs],
             next_page_token=token)
 
+    def _webhooks(self, namespace: str, rpc: str, what: str = "webhooks"):
+        """The namespace's webhook store, once the caller may call `rpc` on the namespace."""
+        self._tenants.namespace(namespace or "default", rpc)
+        if self._webhook_secrets is None:
+            raise FailedPrecondition(f"this memory service keeps no {what}")
+        return self._webhook_secrets
 
     @translate_errors
     async def GetWebhookSecret(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "GetWebhookSecret")
-        if self._webhook_secrets is None:
-            raise FailedPrecondition("this memory service keeps no webhook secrets")
-        secret = await self._webhook_secrets.get(request.namespace)
+        secret = await self._webhooks(request.namespace, "GetWebhookSecret", "webhook secrets").get(request.namespace)
         return sessions_pb2.WebhookSecret(namespace=request.namespace or "default", secret=secret)
 
     @translate_errors
     async def GetNamespaceWebhook(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "GetNamespaceWebhook")
-        if self._webhook_secrets is None:
-            raise FailedPrecondition("this memory service keeps no webhooks")
-        url = await self._webhook_secrets.default_url(request.namespace)
+        url = await self._webhooks(request.namespace, "GetNamespaceWebhook").default_url(request.namespace)
         return sessions_pb2.NamespaceWebhook(namespace=request.namespace or "default", default_url=url)
 
     @translate_errors
     async def SetNamespaceWebhook(self, request, context):
-        self._tenants.namespace(request.namespace or "default", "SetNamespaceWebhook")
-        if self._webhook_secrets is None:
-            raise FailedPrecondition("this memory service keeps no webhooks")
-        url = await self._webhook_secrets.set_default_url(request.namespace, request.default_url)
+        webhooks = self._webhooks(request.namespace, "SetNamespaceWebhook")
+        url = await webhooks.set_default_url(request.namespace, request.default_url)
         return sessions_pb2.NamespaceWebhook(namespace=request.namespace or "default", default_url=url)
