@@ -15,7 +15,7 @@ from agentmesh.gateway import server as gateway_server
 from agentmesh.gateway.membership import resolve_addresses
 from agentmesh.gateway.routing import owner_of
 from agentmesh.rpc.client import open_channel
-from agentmesh.rpc.server import ServiceHost
+from agentmesh.rpc.server import PortInUse, ServiceHost
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.v1 import gateway_pb2_grpc
 from tests.support.stack import Stack
@@ -76,13 +76,29 @@ class Replicas:
         }
 
     async def start(self) -> "Replicas":
-        for index, address in enumerate(self.addresses):
-            settings = dataclasses.replace(Settings.from_env(self.env_of(index)), addresses=dict(self.stack.addresses))
-            resolver = self.dns.resolver_for(index) if self.dns else resolve_addresses
-            host = await gateway_server.build(settings, setup_telemetry("gateway", settings), address,
-                                              peer_resolver=resolver)
-            self.hosts[index] = await host.start()
+        """Every replica lists every address, so the addresses are chosen before any starts.
+        Another run on the machine may take one of them meanwhile (rare): then the replicas
+        started so far stop, that address is chosen again, and all start afresh."""
+        for attempt in range(5):
+            try:
+                for index, address in enumerate(self.addresses):
+                    self.hosts[index] = await self._start_replica(index, address)
+                return self
+            except PortInUse:
+                if attempt == 4:
+                    raise
+                taken = len(self.hosts)
+                for index in list(self.hosts):
+                    await self.stop_replica(index)
+                self.addresses[taken] = free_address()
         return self
+
+    async def _start_replica(self, index: int, address: str) -> ServiceHost:
+        settings = dataclasses.replace(Settings.from_env(self.env_of(index)), addresses=dict(self.stack.addresses))
+        resolver = self.dns.resolver_for(index) if self.dns else resolve_addresses
+        host = await gateway_server.build(settings, setup_telemetry("gateway", settings), address,
+                                          peer_resolver=resolver)
+        return await host.start()
 
     async def stop_replica(self, index: int, grace: float = 1) -> None:
         host = self.hosts.pop(index)
