@@ -81,17 +81,26 @@ def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
 
 async def gateway_call(method: str, request, *, settings: Settings | None = None, timeout: float = 30.0):
     """The gateway's RPC `method` with `request`, as the stored token; a failure as a CliError."""
+    return await service_call("gateway", method, request, settings=settings, timeout=timeout)
+
+
+async def service_call(service: str, method: str, request, *, settings: Settings | None = None,
+                       timeout: float = 30.0):
+    """`service`'s (gateway or tools) RPC `method` with `request`, as the stored token, through the
+    service's one client; a failure as a CliError that says what to do."""
     import grpc
 
     from agentmesh.clients.gateway import GatewayClient
+    from agentmesh.clients.tools import ToolsClient
 
+    client = {"gateway": GatewayClient, "tools": ToolsClient}[service]
     settings = settings or load_settings()
-    async with channel_to(settings, "gateway") as channel:
+    async with channel_to(settings, service) as channel:
         try:
-            return await getattr(GatewayClient(channel).stub, method)(
+            return await getattr(client(channel).stub, method)(
                 request, metadata=call_metadata(settings), timeout=timeout)
         except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+            raise rpc_failure(err, service, settings) from None
 
 
 def rpc_failure(err: grpc.aio.AioRpcError, service: str, settings: Settings) -> CliError:

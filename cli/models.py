@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import grpc
-
-from agentmesh.cli.common import EXIT_OK, call_metadata, channel_to, load_settings, print_json, rpc_failure
-from agentmesh.clients.gateway import GatewayClient
+from agentmesh.cli.common import EXIT_OK, gateway_call, print_json
 from agentmesh.v1 import gateway_pb2
 
 
@@ -20,13 +17,7 @@ def _price(value: float) -> str:
 
 
 async def list_models(args) -> int:
-    settings = load_settings()
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            reply = await GatewayClient(channel).stub.ListModels(
-                gateway_pb2.ListModelsRequest(), metadata=call_metadata(settings), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    reply = await gateway_call("ListModels", gateway_pb2.ListModelsRequest())
     if args.json:
         print_json([{"name": m.name, "provider": m.provider, "model": m.model, "context_window": m.context_window,
                      "input_price_per_mtok": m.input_price_per_mtok, "output_price_per_mtok": m.output_price_per_mtok,

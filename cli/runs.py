@@ -57,18 +57,10 @@ def _line(run) -> str:
     return f"{run.run_id}  {run.state}{stop}  {when}  {run.session_id}  {usage}"
 
 
-async def _call(settings, method: str, request, **kwargs):
-    import grpc
+async def _call(settings, method: str, request):
+    from agentmesh.cli.common import gateway_call
 
-    from agentmesh.cli.common import call_metadata, channel_to, rpc_failure
-    from agentmesh.clients.gateway import GatewayClient
-
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            return await getattr(GatewayClient(channel).stub, method)(
-                request, metadata=call_metadata(settings), timeout=60, **kwargs)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    return await gateway_call(method, request, settings=settings, timeout=60)
 
 
 async def list_runs(args) -> int:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from agentmesh.cli.common import (
     EXIT_OK,
-    call_metadata,
-    channel_to,
     gateway_call,
     load_settings,
     print_json,
-    rpc_failure,
+    service_call,
 )
 
 FIELDS = ("isolation", "network", "memory", "disk_quota", "cpu", "image", "runtime_class")
@@ -31,18 +29,9 @@ def register(subparsers) -> None:
 
 
 async def list_templates(args) -> int:
-    import grpc
-
-    from agentmesh.clients.tools import ToolsClient
     from agentmesh.v1 import tools_pb2
 
-    settings = load_settings()
-    async with channel_to(settings, "tools") as channel:
-        try:
-            reply = await ToolsClient(channel).stub.ListSandboxTemplates(
-                tools_pb2.ListSandboxTemplatesRequest(), metadata=call_metadata(settings), timeout=30)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "tools", settings) from None
+    reply = await service_call("tools", "ListSandboxTemplates", tools_pb2.ListSandboxTemplatesRequest())
     if args.json:
         print_json([{"name": t.name, "description": t.description, **{f: getattr(t, f) for f in FIELDS}}
                     for t in reply.templates])

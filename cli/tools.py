@@ -18,6 +18,7 @@ from agentmesh.cli.common import (
     parse_json_object,
     print_json,
     rpc_failure,
+    service_call,
     to_dict,
 )
 from agentmesh.clients.gateway import GatewayClient
@@ -92,11 +93,7 @@ async def run_tool(args) -> int:
         session_id=args.session, call_id=new_id("cli"), name=args.name, arguments_json=json.dumps(arguments),
         namespace=args.namespace,
     )
-    async with channel_to(settings, "tools") as channel:
-        try:
-            reply = await ToolsClient(channel).stub.Execute(request, metadata=call_metadata(settings), timeout=600)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "tools", settings) from None
+    reply = await service_call("tools", "Execute", request, settings=settings, timeout=600)
     result = reply.result
     if args.json:
         print_json(to_dict(result))

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-import grpc
-
 from agentmesh.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     CliError,
-    call_metadata,
-    channel_to,
-    load_settings,
+    gateway_call,
     print_json,
-    rpc_failure,
 )
-from agentmesh.clients.gateway import GatewayClient
 from agentmesh.v1 import gateway_pb2
 
 RANGES = ("today", "7d", "30d", "all")
@@ -69,13 +63,7 @@ async def show_usage(args) -> int:
         start=_time(args.since, "--since") if args.since else 0.0,
         end=_time(args.until, "--until") if args.until else 0.0,
     )
-    settings = load_settings()
-    async with channel_to(settings, "gateway") as channel:
-        try:
-            reply = await GatewayClient(channel).stub.GetUsage(
-                request, metadata=call_metadata(settings), timeout=60)
-        except grpc.aio.AioRpcError as err:
-            raise rpc_failure(err, "gateway", settings) from None
+    reply = await gateway_call("GetUsage", request, timeout=60)
     if args.json:
         def group(g: gateway_pb2.UsageGroup) -> dict:
             return {"key": g.key, "calls": g.calls, "input_tokens": g.input_tokens, "output_tokens": g.output_tokens,
