@@ -37,13 +37,14 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         base.update(name=m.name, state=m.state, session_id=m.session_id, run_id=m.run_id, role=m.role,
                     current_task=m.current_task, last_message=m.last_message, total_tokens=m.usage.total_tokens)
     elif kind == "subagent":
-        a = event.subagent
-        base.update(state=a.state, call_id=a.call_id, index=a.index, depth=a.depth, task=a.task, agent=a.agent,
-                    agent_version=a.agent_version, child_session_id=a.session_id, child_run_id=a.run_id)
-        if a.state == "finished":
-            base.update(stop_reason=a.stop_reason, iterations=a.iterations,
-                        usage={"input_tokens": a.usage.input_tokens, "output_tokens": a.usage.output_tokens,
-                               "total_tokens": a.usage.total_tokens})
+        sub = event.subagent
+        base.update(state=sub.state, call_id=sub.call_id, index=sub.index, depth=sub.depth, task=sub.task,
+                    agent=sub.agent, agent_version=sub.agent_version, child_session_id=sub.session_id,
+                    child_run_id=sub.run_id)
+        if sub.state == "finished":
+            base.update(stop_reason=sub.stop_reason, iterations=sub.iterations,
+                        usage={"input_tokens": sub.usage.input_tokens, "output_tokens": sub.usage.output_tokens,
+                               "total_tokens": sub.usage.total_tokens})
     elif kind == "task_update":
         base.update(tasks=[{"id": t.id, "subject": t.subject, "description": t.description, "status": t.status,
                             "owner": t.owner, "blocked_by": list(t.blocked_by), "blocked": t.blocked}
