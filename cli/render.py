@@ -36,6 +36,15 @@ def event_to_json(event: common_pb2.Event) -> dict[str, Any]:
         m = event.teammate_status
         base.update(name=m.name, state=m.state, session_id=m.session_id, run_id=m.run_id, role=m.role,
                     current_task=m.current_task, last_message=m.last_message, total_tokens=m.usage.total_tokens)
+    elif kind == "subagent":
+        sub = event.subagent
+        base.update(state=sub.state, call_id=sub.call_id, index=sub.index, depth=sub.depth, task=sub.task,
+                    agent=sub.agent, agent_version=sub.agent_version, child_session_id=sub.session_id,
+                    child_run_id=sub.run_id)
+        if sub.state == "finished":
+            base.update(stop_reason=sub.stop_reason, iterations=sub.iterations,
+                        usage={"input_tokens": sub.usage.input_tokens, "output_tokens": sub.usage.output_tokens,
+                               "total_tokens": sub.usage.total_tokens})
     elif kind == "task_update":
         base.update(tasks=[{"id": t.id, "subject": t.subject, "description": t.description, "status": t.status,
                             "owner": t.owner, "blocked_by": list(t.blocked_by), "blocked": t.blocked}
@@ -143,6 +152,8 @@ class HumanRenderer:
             m = event.teammate_status
             task = f" on {m.current_task}" if m.current_task else ""
             self._line(f"· teammate {m.name}: {m.state}{task} ({m.usage.total_tokens} tokens)")
+        elif kind == "subagent":
+            self._line(subagent_line(event.subagent))
         elif kind == "background_result":
             b = event.background_result
             output = b.result.output.strip().replace("\n", "\n    ")
@@ -163,6 +174,16 @@ class HumanRenderer:
         elif kind == "error":
             self._line(f"✗ error {event.error.code}: {event.error.message}")
         self.out.flush()
+
+
+def subagent_line(a: common_pb2.SubagentStatus) -> str:
+    """`⇒ sub-agent 1 explore@0 started: find the config (session s.sub-…)`, and its end with its usage."""
+    indent = "  " * max(a.depth - 1, 0)
+    who = f"sub-agent {a.index}" + (f" {a.agent}@{a.agent_version}" if a.agent else "")
+    if a.state == "started":
+        return f"{indent}⇒ {who} started: {a.task} (session {a.session_id})"
+    return (f"{indent}⇐ {who} finished ({a.stop_reason}): {a.iterations} model call(s), "
+            f"{a.usage.total_tokens} tokens (in {a.usage.input_tokens}, out {a.usage.output_tokens})")
 
 
 def shorten(text: str) -> str:

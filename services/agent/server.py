@@ -92,6 +92,11 @@ def event_to_proto(event: t.RunEvent, request: agent_service_pb2.RunTurnRequest,
         return common_pb2.Event(**base, teammate_status=common_pb2.TeammateStatus(
             name=event.name, state=event.state, session_id=event.session_id, run_id=event.run_id, role=event.role,
             current_task=event.current_task, last_message=event.last_message, usage=usage))
+    if isinstance(event, t.SubagentEvent):
+        return common_pb2.Event(**base, subagent=common_pb2.SubagentStatus(
+            state=event.state, call_id=event.call_id, index=event.index, depth=event.depth, task=event.task,
+            agent=event.agent, agent_version=event.agent_version, session_id=event.session_id, run_id=event.run_id,
+            stop_reason=event.stop_reason, iterations=event.iterations, usage=usage_to_proto(event.usage)))
     if isinstance(event, t.BackgroundResultEvent):
         d = event.done
         return common_pb2.Event(**base, background_result=common_pb2.BackgroundResult(
@@ -114,16 +119,19 @@ def event_to_proto(event: t.RunEvent, request: agent_service_pb2.RunTurnRequest,
         return common_pb2.Event(**base, status=common_pb2.RunStatus(
             message=event.message, context_tokens=event.context_tokens, context_window=event.context_window))
     if isinstance(event, t.RunFinishedEvent):
-        u = event.usage
         return common_pb2.Event(**base, run_finished=common_pb2.RunFinished(
-            usage=common_pb2.Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens, total_tokens=u.total_tokens,
-                                   cached_input_tokens=u.cached_input_tokens),
+            usage=usage_to_proto(event.usage),
             iterations=event.iterations, final_text=event.final_text, trace_id=event.trace_id,
             stop_reason=event.stop_reason))
     if isinstance(event, t.RunErrorEvent):
         return common_pb2.Event(**base, error=common_pb2.RunError(code=event.code, message=event.message,
                                                                   reason=event.reason, metadata=event.metadata))
     raise TypeError(f"unknown run event {event!r}")
+
+
+def usage_to_proto(u: t.Usage) -> common_pb2.Usage:
+    return common_pb2.Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens, total_tokens=u.total_tokens,
+                            cached_input_tokens=u.cached_input_tokens)
 
 
 def task_board_to_proto(tasks) -> common_pb2.TaskBoard:

@@ -33,6 +33,7 @@ __all__ = [
     "RunFinishedEvent",
     "RunStartedEvent",
     "StatusEvent",
+    "SubagentEvent",
     "TaskSnapshot",
     "TaskUpdateEvent",
     "TeammateStatusEvent",
@@ -267,6 +268,25 @@ class TeammateStatusEvent:
 
 
 @dataclass(frozen=True)
+class SubagentEvent:
+    """A sub-agent started or finished (capabilities/subagents.py), on its parent's stream."""
+
+    state: str  # "started" | "finished"
+    call_id: str
+    index: int
+    depth: int
+    task: str
+    session_id: str
+    run_id: str
+    agent: str = ""
+    agent_version: int = 0
+    # When finished: how it ended ("completed", ..., "error", "timeout"), its steps and usage.
+    stop_reason: str = ""
+    iterations: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
 class BackgroundDone:
     """A background command (background_run) that ended: ran to its end, past its lifetime, or was stopped."""
 
@@ -303,5 +323,5 @@ class RunErrorEvent:
 RunEvent = (
     RunStartedEvent | TextDeltaEvent | ToolCallEvent | ToolResultEvent | StatusEvent | RunFinishedEvent | RunErrorEvent
     | ApprovalRequestEvent | ApprovalResolvedEvent | ReasoningDeltaEvent | TaskUpdateEvent | BackgroundResultEvent
-    | TeammateStatusEvent
+    | TeammateStatusEvent | SubagentEvent
 )

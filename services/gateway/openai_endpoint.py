@@ -247,6 +247,14 @@ class _Completion:
                                       "is_error": event.tool_result.result.is_error}
             self.progress.append(result)
             return [self.chunk({}, vendor=result)]
+        elif kind == "subagent":
+            a = event.subagent
+            sub: dict[str, Any] = {"event": "subagent", "state": a.state, "name": a.agent,
+                                   "child_session_id": a.session_id}
+            if a.state == "finished":
+                sub |= {"stop_reason": a.stop_reason, "total_tokens": a.usage.total_tokens}
+            self.progress.append(sub)
+            return [self.chunk({}, vendor=sub)]
         elif kind == "run_finished":
             done = event.run_finished
             self.final = done.final_text

@@ -16,6 +16,7 @@ from agentmesh.agent.types import (
     ApprovalResolvedEvent,
     RunFinishedEvent,
     StatusEvent,
+    SubagentEvent,
     ToolCall,
     ToolOutcome,
     ToolResultEvent,
@@ -194,6 +195,10 @@ async def test_a_failing_child_is_an_error_result_and_the_parent_completes(http,
     statuses = [e.message for e in of(events, StatusEvent)]
     assert any(s.startswith("sub-agent ") and "calling echo" in s for s in statuses)
     assert any("failed (INVALID_ARGUMENT" in s for s in statuses)
+    # Each child that started ends with an event of its own saying how.
+    ends = {e.call_id: e for e in of(events, SubagentEvent) if e.state == "finished"}
+    assert (ends["a"].stop_reason, ends["b"].stop_reason, ends["b"].iterations) == ("error", "max_iterations", 2)  # its step and its summary
+    assert set(ends) == {"a", "b"} and ends["b"].usage.total_tokens > 0
 
 
 async def test_depth_limit_turn_cap_and_shared_workspace(http, telemetry):
@@ -231,6 +236,10 @@ async def test_depth_limit_turn_cap_and_shared_workspace(http, telemetry):
     by_task = {task_of(r): tools_of(r) for r in requests if is_child(r)}
     assert "delegate_task" in by_task["outer"] and "delegate_task" not in by_task["inner"]
     assert tools.workspaces == ["root"]
+    # The grandchild's start and end reach the root's stream too, one level deeper, inside its parent's.
+    subs = [(e.state, e.depth, e.task, e.session_id) for e in of(events, SubagentEvent)]
+    assert subs == [("started", 1, "outer", outer), ("started", 2, "inner", inner), ("finished", 2, "inner", inner),
+                    ("finished", 1, "outer", outer)]
 
 
 async def test_delegation_is_offered_only_where_configured(http, telemetry):
@@ -277,6 +286,7 @@ async def test_cancelling_the_parent_cancels_its_children(http, telemetry):
 
     assert tools.cancelled == ["h1"]
     assert isinstance(events[-1], RunFinishedEvent) and events[-1].stop_reason == "cancelled"
+    assert [(e.state, e.stop_reason) for e in of(events, SubagentEvent)] == [("started", ""), ("finished", "cancelled")]
     child = transcripts.history[child_session_id("s1", "r1", "d")]
     assert [m.role for m in child] == ["user", "assistant", "tool"] and "cancelled" in child[-1].content
     parent = transcripts.history["s1"]

@@ -51,3 +51,29 @@ def test_json_events_carry_the_new_payloads():
     background = event_to_json(event(background_result=BACKGROUND))
     assert {k: background[k] for k in ("type", "id", "status", "exit_code", "output")} == {
         "type": "background_result", "id": "bg-1", "status": "finished", "exit_code": 0, "output": "ok\n3 passed"}
+
+
+def test_a_sub_agent_shows_its_start_and_its_end_with_its_usage():
+    started = common_pb2.SubagentStatus(state="started", call_id="c1", index=1, depth=1, task="find the config",
+                                        agent="explore", agent_version=0, session_id="s.sub-1", run_id="r1")
+    finished = common_pb2.SubagentStatus()
+    finished.CopyFrom(started)
+    finished.state, finished.stop_reason, finished.iterations = "finished", "completed", 2
+    finished.usage.CopyFrom(common_pb2.Usage(input_tokens=120, output_tokens=30, total_tokens=150))
+    nested = common_pb2.SubagentStatus(state="started", index=1, depth=2, task="grep it", session_id="s.sub-1.sub-2")
+    out = io.StringIO()
+    render = HumanRenderer(out)
+    for status in (started, nested, finished):
+        render(event(subagent=status))
+    assert out.getvalue().splitlines() == [
+        "⇒ sub-agent 1 explore@0 started: find the config (session s.sub-1)",
+        "  ⇒ sub-agent 1 started: grep it (session s.sub-1.sub-2)",
+        "⇐ sub-agent 1 explore@0 finished (completed): 2 model call(s), 150 tokens (in 120, out 30)",
+    ]
+    shown = event_to_json(event(subagent=finished))
+    assert {k: shown[k] for k in ("type", "state", "agent", "agent_version", "child_session_id", "stop_reason",
+                                  "iterations", "usage")} == {
+        "type": "subagent", "state": "finished", "agent": "explore", "agent_version": 0,
+        "child_session_id": "s.sub-1", "stop_reason": "completed", "iterations": 2,
+        "usage": {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}}
+    assert "usage" not in event_to_json(event(subagent=started))

@@ -170,6 +170,20 @@ async def test_a_parent_agent_delegates_to_the_builtin_explore_which_cannot_writ
     data = json_format.MessageToDict(result.result.data)
     assert (data["agent"], data["agent_version"], data["iterations"]) == ("explore", 0, 2)
     assert data["input_tokens"] > 0 and data["output_tokens"] > 0
+    # ...and events of its own on the parent's stream: started when its session is open, then finished.
+    started, finished = of_kind(events, "subagent")
+    call_id = of_kind(events, "tool_call")[0].call_id
+    for event in (started, finished):
+        assert (event.call_id, event.index, event.depth) == (call_id, 1, 1)
+        assert (event.agent, event.agent_version, event.session_id) == ("explore", 0, data["session_id"])
+        assert event.task == "write notes.txt saying hi" and event.run_id
+    assert (started.state, started.usage.total_tokens) == ("started", 0)
+    assert (finished.state, finished.stop_reason, finished.iterations) == ("finished", "completed", 2)
+    assert (finished.usage.input_tokens, finished.usage.output_tokens) == (data["input_tokens"], data["output_tokens"])
+    # Both between the parent's tool_call and tool_result of that call.
+    order = [e.WhichOneof("payload") for e in events if e.WhichOneof("payload") in ("tool_call", "subagent")
+             or (e.WhichOneof("payload") == "tool_result" and e.tool_result.result.call_id == call_id)]
+    assert order[:4] == ["tool_call", "subagent", "subagent", "tool_result"]
     # Its write never reached the workspace: there is no such file.
     err = await rpc_error(gateway.ReadWorkspaceFile(tools_pb2.ReadWorkspaceFileRequest(session_id="s",
                                                                                        path="notes.txt")))

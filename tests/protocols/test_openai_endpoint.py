@@ -90,6 +90,23 @@ async def test_the_sdk_lists_the_agents_and_streams_an_answer_from_one_that_ran_
     assert (session.namespace, session.agent, session.agent_version) == ("acme", "shell-runner", 1)
 
 
+async def test_a_sub_agent_surfaces_as_progress_with_its_usage(stack, llm):
+    gateway = gateway_pb2_grpc.GatewayStub(stack.user_channel("gateway"))
+    await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="acme", spec=agents_pb2.AgentSpec(
+        name="lead", instructions="You delegate.", sub_agents=["explore"])),
+        metadata=(("authorization", f"Bearer {TOKENS['a-admin']}"),), timeout=30)
+    llm.add(reply("", tool_call("agent_explore", {"task": "look around"})), reply("nothing here"), reply("Empty."))
+    answer = await client(stack, "a-member").chat.completions.create(
+        model="lead", messages=[{"role": "user", "content": "what is there?"}])
+    assert answer.choices[0].message.content == "Empty." and not answer.choices[0].message.tool_calls
+    progress = answer.model_extra["agentmesh"]["progress"]
+    assert [(p["event"], p.get("state"), p["name"]) for p in progress] == [
+        ("tool_call", None, "agent_explore"), ("subagent", "started", "explore"), ("subagent", "finished", "explore"),
+        ("tool_result", None, "agent_explore")]
+    assert progress[1]["child_session_id"] == progress[2]["child_session_id"]
+    assert progress[2]["stop_reason"] == "completed" and progress[2]["total_tokens"] > 0
+
+
 async def test_a_token_of_another_tenant_cannot_reach_the_agent(stack, llm):
     outsider = client(stack, "b-member")
     # The namespace is another tenant's: refused as every namespace-scoped call of the gateway is.

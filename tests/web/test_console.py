@@ -266,6 +266,11 @@ async def test_deep_work_shows_its_progress_and_links_the_sub_agent(browser, tmp
             # The plan itself, read from the transcript it was written to.
             await expect(progress.get_by_label("The agent's plan")).to_have_text("Plan:\n1. have a sub-agent write report.txt\n2. answer")
             await expect(progress.locator("progress")).to_be_visible()
+            # The sub-agent's start and end, each a line of its own.
+            await expect(progress.locator("li.subagent[data-state=started]")).to_have_text(
+                "sub-agent 1 started: Write report.txt.")
+            await expect(progress.locator("li.subagent[data-state=finished]")).to_contain_text(
+                re.compile(r"^sub-agent 1 finished \(completed\): 2 model call\(s\), [1-9]\d* tokens$"))
             card = page.locator(".tool-card", has_text="delegate_task")
             await expect(card).to_have_attribute("data-state", "ok")
             await card.locator("summary").click()

@@ -62,6 +62,21 @@ async def test_a_tool_using_turn_streams_the_same_events_as_grpc(stack, http, ll
     assert kinds(events) == streamed.kinds
 
 
+async def test_a_sub_agent_streams_its_start_and_end_as_events_of_its_own(http, llm):
+    llm.add(reply("", tool_call("delegate_task", {"task": "count the files"}, id="d1")),
+            reply("3 files"), reply("There are 3."))
+    streamed = await stream(http, "web-sub", {"message": "count them"})
+    assert streamed.status == 200
+    started, finished = streamed.data("subagent")
+    assert (started["state"], finished["state"]) == ("started", "finished")
+    assert started["call_id"] == finished["call_id"] == "d1" and started["task"] == "count the files"
+    assert started["session_id"] == finished["session_id"] and started["session_id"].startswith("web-sub.sub-")
+    assert (finished["agent"], finished["stop_reason"], finished["iterations"]) == ("", "completed", 1)
+    assert int(finished["usage"]["total_tokens"]) > 0
+    assert streamed.kinds.index("tool_call") < streamed.kinds.index("subagent")
+    assert streamed.kinds.index("tool_result") > len(streamed.kinds) - 1 - streamed.kinds[::-1].index("subagent")
+
+
 async def test_a_dropped_stream_resumes_where_it_stopped_and_the_turn_goes_on(http, llm):
     llm.add(
         reply("", tool_call("write_file", {"path": "a.txt", "content": "a"}, id="c1")),

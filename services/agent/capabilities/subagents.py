@@ -33,7 +33,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentmesh.agent.capabilities import budget
 from agentmesh.agent.capabilities.tasks import PENDING, BoardError
@@ -54,6 +54,7 @@ from agentmesh.agent.types import (
     RunFinishedEvent,
     RunStartedEvent,
     StatusEvent,
+    SubagentEvent,
     ToolCall,
     ToolCallEvent,
     ToolOutcome,
@@ -345,16 +346,28 @@ class Delegation(Capability):
                 return ToolOutcome.error(call, "subagent_failed",
                                          f"error: {label} could not start: its session was not created ({exc.message})")
         log.info("sub-agent started", child_session_id=child_id, index=index, depth=link.depth)
+        parent.emit(self._event("started", call, link, task, request))
         # One gate for the whole tree: a child's held call is announced on the parent's stream and
         # the decision (Gateway.Approve -> parent.decide) reaches the child through it.
         child = parent.start_child(request)
-        return await self._follow(call, child, link, steps)
+        return await self._follow(call, child, link, steps, task)
 
-    async def _follow(self, call: ToolCall, child: "TurnRun", link: SubagentLink, steps: int) -> ToolOutcome:
+    @staticmethod
+    def _event(state: str, call: ToolCall, link: SubagentLink, task: str, request: "TurnRequest",
+               **end: Any) -> SubagentEvent:
+        named = request.agent
+        return SubagentEvent(
+            state=state, call_id=call.call_id, index=link.index, depth=link.depth, task=short(task, 200),
+            session_id=request.session_id, run_id=request.run_id, agent=named.name if named else "",
+            agent_version=named.version if named else 0, **end)
+
+    async def _follow(self, call: ToolCall, child: "TurnRun", link: SubagentLink, steps: int,
+                      task: str) -> ToolOutcome:
         label = link.label
         finished: RunFinishedEvent | None = None
         failed: RunErrorEvent | None = None
         timeout = self.settings.subagent_timeout_s
+        ended = "error"
         try:
             async with asyncio.timeout(timeout):
                 async for event in child.events():
@@ -363,13 +376,21 @@ class Delegation(Capability):
                     elif isinstance(event, RunErrorEvent):
                         failed = event
                     self._relay(label, child, event)
+            ended = finished.stop_reason if finished is not None and failed is None else "error"
+        except asyncio.CancelledError:
+            ended = "cancelled"  # the parent was cancelled, and its children with it
+            raise
         except TimeoutError:
+            ended = "timeout"
             self.ctx.emit(StatusEvent(f"{label}: stopped after {timeout:g} s"))
             return ToolOutcome.error(call, "timeout", f"error: {label} did not finish within {timeout:g} s "
                                      "(AGENTMESH_AGENT_SUBAGENT_TIMEOUT_S) and was stopped")
         finally:
             # The child's model calls are part of this turn's cost, whatever became of the child.
             self.ctx.usage.add(child.usage)
+            # Its end, with what it spent, whatever ended it (a cancelled parent too).
+            self.ctx.emit(self._event("finished", call, link, task, child.request, stop_reason=ended,
+                                      iterations=child.iterations, usage=dataclasses.replace(child.usage)))
         data = {"session_id": child.request.session_id, "iterations": child.iterations,
                 "input_tokens": child.usage.input_tokens, "output_tokens": child.usage.output_tokens}
         if child.request.agent is not None:  # a named sub-agent: which one, at which version
@@ -392,8 +413,8 @@ class Delegation(Capability):
     def _relay(self, label: str, child: "TurnRun", event: RunEvent) -> None:
         """The child's progress as the parent's status events; approvals pass through as they are."""
         emit = self.ctx.emit
-        if isinstance(event, (ApprovalRequestEvent, ApprovalResolvedEvent)):
-            emit(event)
+        if isinstance(event, (ApprovalRequestEvent, ApprovalResolvedEvent, SubagentEvent)):
+            emit(event)  # a sub-agent's own sub-agents are told apart by their depth
         elif isinstance(event, RunStartedEvent):
             emit(StatusEvent(f"{label}: started in session {child.request.session_id}"))
         elif isinstance(event, ToolCallEvent):

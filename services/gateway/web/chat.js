@@ -218,6 +218,9 @@ class LiveTurn {
       case "task_update":
         this.#tasks(payload.tasks || []);
         break;
+      case "subagent":
+        this.#subagent(payload);
+        break;
       case "background_result": {
         const card = new ToolCard(payload.id, `background ${payload.id}`, JSON.stringify({ command: payload.command }), this.actions);
         card.finished({ ...payload.result, duration_ms: (payload.seconds || 0) * 1000 });
@@ -248,6 +251,17 @@ class LiveTurn {
     this.text = null; // the answer after it starts a bubble of its own
   }
 
+  // A sub-agent's start and end, as a line of the progress list (its steps are status lines there too).
+  #subagent(a) {
+    const who = `sub-agent ${a.index}${a.agent ? ` ${a.agent}@${a.agent_version || 0}` : ""}`;
+    const usage = a.usage || {};
+    const text = a.state === "started"
+      ? `${who} started: ${a.task}`
+      : `${who} finished (${a.stop_reason}): ${Number(a.iterations || 0)} model call(s), ${Number(usage.total_tokens || 0)} tokens`;
+    this.#progressCard();
+    this.progressList.append(h("li", { class: "subagent", dataset: { state: a.state, session: a.session_id } }, text));
+  }
+
   // The session's task board, whole after each change.
   #tasks(tasks) {
     if (!this.taskList) {
@@ -276,7 +290,7 @@ class LiveTurn {
     return card;
   }
 
-  #status(message) {
+  #progressCard() {
     if (!this.progress) {
       this.progressBar = h("progress", { max: 1, value: 0, "aria-label": "Progress of the deep work", hidden: true });
       this.progressList = h("ol", { class: "status-list" });
@@ -284,6 +298,10 @@ class LiveTurn {
         h("summary", {}, "Progress"), this.progressBar, this.progressList);
       this.element.append(this.progress);
     }
+  }
+
+  #status(message) {
+    this.#progressCard();
     const step = STEP.exec(message);
     if (step) {
       this.progressBar.hidden = false;
