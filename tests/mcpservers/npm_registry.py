@@ -51,9 +51,9 @@ def _tarball() -> bytes:
 
 
 class NpmRegistry:
-    """`with NpmRegistry() as registry:` serves on 127.0.0.1; `requests` counts what was asked."""
+    """`with NpmRegistry() as registry:` serves on 127.0.0.1 (or `host`); `requests` counts what was asked."""
 
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1"):
         self.tarball = _tarball()
         self.requests: list[str] = []
         registry = self
@@ -77,8 +77,8 @@ class NpmRegistry:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self._server.server_address[1]}/"
 
     def packument(self) -> dict:
         integrity = "sha512-" + base64.b64encode(hashlib.sha512(self.tarball).digest()).decode()
