@@ -34,6 +34,7 @@ from agentmesh.tools.sandbox.templates import SandboxTemplate
 __all__ = ["FetchFailed", "Installed", "PackageFetcher", "find_uv"]
 
 _LAST_LINES = 3
+_OUT_OF_MEMORY = ("memory allocation of", "JavaScript heap out of memory", "Cannot allocate memory")
 _LINE_CHARS = 300
 JAIL_PYTHON = "/usr/bin/python3"
 
@@ -104,6 +105,10 @@ class PackageFetcher:
         if failure or code != 0:
             shutil.rmtree(partial, ignore_errors=True)
             said = failure or _said(stderr) or f"it ended with exit code {code}, writing nothing to stderr"
+            if any(sign in stderr for sign in _OUT_OF_MEMORY):
+                # uv's threads and Node's V8 reserve more address space than the default 1 GiB bound.
+                said += (f"; it ran out of address space ({self._jail.limits.memory_bytes // 2**20} MiB): give the "
+                         "fetch template more memory (e.g. memory: 4Gi)")
             raise FetchFailed(f"{what} could not be fetched through {through}: {said}")
         _finish(package, partial, install, what)
 

@@ -145,7 +145,9 @@ def fetch_env(package: PackageSpec) -> dict[str, str]:
     """The fetch jail's environment besides the entry's own."""
     if package.kind == "npm":
         return {"npm_config_update_notifier": "false", "npm_config_fund": "false"}
-    return {"UV_CACHE_DIR": "/workspace/uv-cache", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+    # Compiled now: the server reads its install read-only, so Python could not cache bytecode later.
+    return {"UV_CACHE_DIR": "/workspace/uv-cache", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1",
+            "UV_COMPILE_BYTECODE": "1"}
 
 
 def installed_command(package: PackageSpec, install: Path) -> str:
