@@ -56,12 +56,16 @@ class NpmRegistry:
     def __init__(self, host: str = "127.0.0.1"):
         self.tarball = _tarball()
         self.requests: list[str] = []
+        # Cleared: the tarball is held back until it is set again (a slow download).
+        self.gate = threading.Event()
+        self.gate.set()
         registry = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 registry.requests.append(self.path)
                 if self.path.endswith(".tgz"):
+                    registry.gate.wait(120)
                     body, kind = registry.tarball, "application/octet-stream"
                 elif self.path.strip("/") == NAME:
                     body, kind = json.dumps(registry.packument()).encode(), "application/json"

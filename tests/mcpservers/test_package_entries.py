@@ -9,6 +9,7 @@ private address is opened in a deployment; the public registries would be routed
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -158,3 +159,24 @@ async def test_a_uvx_entry_is_installed_once_through_an_egress_template_and_runs
         async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
             assert not (await execute(stack, "time__get_current_time", {"timezone": "UTC"})).is_error
         assert not index.requests
+
+
+@pytest.mark.slow
+@needs_egress
+@needs_npm
+async def test_a_fetch_longer_than_the_start_wait_does_not_hold_the_service_back(home):
+    address = outside_address()
+    with NpmRegistry(address) as registry:
+        registry.gate.clear()  # the package's download hangs until released
+        entry = {"command": "npx", "args": ["-y", NAME], "env": {"npm_config_registry": registry.url}}
+        env = {**NODE_MEMORY, **egress_settings(home, address), "AGENTMESH_MCP_CONNECT_TIMEOUT_S": "3",
+               "AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"echo": entry})}
+        async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
+            listing = await stack.tools_stub().ListTools(tools_pb2.ListToolsRequest(), timeout=60)
+            error = {s.server.name: s.error for s in listing.unavailable_mcp_servers}.get("echo", "")
+            assert error.startswith("it is still starting (an npx or uvx entry's first start installs its package)"), error
+            registry.gate.set()
+            while "echo__echo" not in {t.name for t in (await stack.tools_stub().ListTools(
+                    tools_pb2.ListToolsRequest(), timeout=60)).tools}:
+                await asyncio.sleep(0.2)
+            assert (await execute(stack, "echo__echo", {"text": "late"})).output == "npm says late"
