@@ -26,7 +26,8 @@ from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
 from tests.mcpservers.npm_registry import NAME, NpmRegistry
 from tests.mcpservers.py_index import PyIndex
-from tests.mcpservers.test_server_reach import execute
+from tests.mcpservers.test_server_reach import AUTH, TOKEN, execute
+from tests.mcpservers.test_start_failures import run_cli
 from tests.support.processes import descendants
 from tests.support.stack import Stack
 from tests.tools.test_sandbox_templates import host_address
@@ -118,10 +119,36 @@ async def test_an_npx_entry_without_an_egress_template_says_which_setting_fetche
         env = {"AGENTMESH_MCP_SERVERS": write_servers(home / "mcp.json", {"echo": entry})}
         async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
             listing = await stack.tools_stub().ListTools(tools_pb2.ListToolsRequest(), timeout=60)
+            code, _, err = await run_cli(stack, "tools", "list")
         assert not registry.requests
     error = {s.server.name: s.error for s in listing.unavailable_mcp_servers}.get("echo", "")
     assert error.startswith("npx entry 'echo' could not be fetched: no sandbox template allows egress"), error
     assert "add a template with `network: egress` to AGENTMESH_SANDBOX_TEMPLATES" in error
+    assert code == 0 and f"MCP server 'echo' is unavailable, its tools are missing: {error}" in err, err
+
+
+@pytest.mark.slow
+@needs_egress
+@needs_npm
+async def test_a_namespaces_npx_server_is_installed_into_that_namespaces_own_cache(home):
+    address = outside_address()
+    with NpmRegistry(address) as registry:
+        # A namespace's entry has no literal environment: the registry is one of its secrets.
+        (home / "secrets" / "team-a").mkdir(parents=True)
+        (home / "secrets" / "team-a" / "REGISTRY").write_text(registry.url)
+        env = {**NODE_MEMORY, **egress_settings(home, address), "AGENTMESH_AUTH_TOKENS": TOKEN,
+               "AGENTMESH_MCP_SECRETS_DIR": str(home / "secrets")}
+        async with Stack(home / "home", env=env, services=("memory", "tools", "agent", "gateway")) as stack:
+            server = tools_pb2.McpServerSpec(name="echo", command="npx", args=["-y", NAME],
+                                             env_secrets={"npm_config_registry": "REGISTRY"})
+            await stack.gateway_stub().AddMcpServer(tools_pb2.AddMcpServerRequest(namespace="team-a", server=server),
+                                                    metadata=AUTH, timeout=120)
+            listed = await stack.gateway_stub().ListMcpServers(tools_pb2.ListMcpServersRequest(namespace="team-a"),
+                                                               metadata=AUTH, timeout=60)
+            assert [(s.server.name, s.available, list(s.tools)) for s in listed.servers] == [
+                ("echo", True, ["echo__echo"])], listed
+    installs = sorted(p.relative_to(home / "home") for p in (home / "home").rglob("npm-*") if p.name != "npm-cache")
+    assert len(installs) == 1 and installs[0].parts[-3:-1] == ("team-a.servers", "packages"), installs
 
 
 @pytest.fixture(scope="module")
