@@ -9,6 +9,8 @@ Beyond the shared shape a stdio entry may say `"network": true` (its jail or pod
 `"mounts": ["/opt/mcp"]` (host directories bound read-only into its jail, e.g. where the server is
 installed when that is not under /usr; local jail only) and `"image": "ghcr.io/..."` (the image
 its pod runs; AGENTMESH_SANDBOX=kubernetes only, where the command is the image's, not the host's).
+An `npx -y PKG` or `uvx PKG` entry names a package rather than a program: in the local jail the
+package is installed once through a sandbox with network and its program run offline (packages.py).
 A value of `env` or `headers` may be a secret reference
 instead of a literal: `{"secretRef": "NAME"}` (headers: with an optional `"prefix": "Bearer "`),
 a file of AGENTMESH_MCP_SECRETS_DIR or the variable AGENTMESH_MCP_SECRET_NAME (secrets.py); and

@@ -102,7 +102,6 @@ class ConnectionFactory:
                                    packages=packages)
         return McpServerConnection(entry.name, opener, self.timings, last_words=opener.last_words)
 
-
     def fetcher(self) -> PackageFetcher:
         """What installs npx/uvx entries' packages: a jail of the fetch template (the one
         AGENTMESH_MCP_FETCH_TEMPLATE names, else the first with `network: egress`), built once."""
