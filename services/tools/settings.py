@@ -105,6 +105,10 @@ class McpSettings:
     # A server with no call for this long is stopped (a stdio server's process ends); the next call starts it.
     idle_s: float = env("AGENTMESH_MCP_IDLE_S", 300.0, minimum=1)
     connect_timeout_s: float = env("AGENTMESH_MCP_CONNECT_TIMEOUT_S", 20.0, minimum=0.5)
+    # `npx`/`uvx` entries: the sandbox template whose network (`egress`) fetches their package once
+    # ("" = the first template with `network: egress`), and how long that fetch may take (mcp/fetch.py).
+    fetch_template: str = env("AGENTMESH_MCP_FETCH_TEMPLATE", "")
+    fetch_timeout_s: float = env("AGENTMESH_MCP_FETCH_TIMEOUT_S", 300.0, minimum=1)
     ping_interval_s: float = env("AGENTMESH_MCP_PING_INTERVAL_S", 5.0, minimum=0.1)
     backoff_max_s: float = env("AGENTMESH_MCP_BACKOFF_MAX_S", 60.0, minimum=0.1)
     # Images and audio one call may attach, all together.

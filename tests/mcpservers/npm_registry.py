@@ -51,17 +51,21 @@ def _tarball() -> bytes:
 
 
 class NpmRegistry:
-    """`with NpmRegistry() as registry:` serves on 127.0.0.1; `requests` counts what was asked."""
+    """`with NpmRegistry() as registry:` serves on 127.0.0.1 (or `host`); `requests` counts what was asked."""
 
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1"):
         self.tarball = _tarball()
         self.requests: list[str] = []
+        # Cleared: the tarball is held back until it is set again (a slow download).
+        self.gate = threading.Event()
+        self.gate.set()
         registry = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 registry.requests.append(self.path)
                 if self.path.endswith(".tgz"):
+                    registry.gate.wait(120)
                     body, kind = registry.tarball, "application/octet-stream"
                 elif self.path.strip("/") == NAME:
                     body, kind = json.dumps(registry.packument()).encode(), "application/json"
@@ -77,8 +81,8 @@ class NpmRegistry:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self._server.server_address[1]}/"
 
     def packument(self) -> dict:
         integrity = "sha512-" + base64.b64encode(hashlib.sha512(self.tarball).digest()).decode()

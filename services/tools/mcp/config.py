@@ -9,6 +9,8 @@ Beyond the shared shape a stdio entry may say `"network": true` (its jail or pod
 `"mounts": ["/opt/mcp"]` (host directories bound read-only into its jail, e.g. where the server is
 installed when that is not under /usr; local jail only) and `"image": "ghcr.io/..."` (the image
 its pod runs; AGENTMESH_SANDBOX=kubernetes only, where the command is the image's, not the host's).
+An `npx -y PKG` or `uvx PKG` entry names a package rather than a program: in the local jail the
+package is installed once through a sandbox with network and its program run offline (packages.py).
 A value of `env` or `headers` may be a secret reference
 instead of a literal: `{"secretRef": "NAME"}` (headers: with an optional `"prefix": "Bearer "`),
 a file of AGENTMESH_MCP_SECRETS_DIR or the variable AGENTMESH_MCP_SECRET_NAME (secrets.py); and
@@ -30,6 +32,7 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from agentmesh.config import ConfigError
+from agentmesh.tools.mcp.packages import PackageSpec, package_runner
 from agentmesh.tools.mcp.secrets import SecretSource, is_reference, resolve_values
 
 # Model APIs allow [A-Za-z0-9_-] in tool names; the server name is the prefix of each of its tools.
@@ -52,6 +55,8 @@ class McpServerEntry:
     mounts: tuple[str, ...] = ()
     # AGENTMESH_SANDBOX=kubernetes: the pod's image ("" = AGENTMESH_SANDBOX_IMAGE).
     image: str = ""
+    # An `npx`/`uvx` entry in the local jail: the package installed once and run offline (packages.py).
+    package: PackageSpec | None = None
     # streamable HTTP
     url: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -176,15 +181,20 @@ def parse_entry(name: str, raw: Any, environ: Mapping[str, str] | SecretSource, 
         for mount in mounts:
             if not os.path.isabs(mount) or not os.path.exists(mount):
                 raise ConfigError(f"MCP server {name!r}: mount {mount!r} is not an existing absolute path")
+    args = _strings(name, "args", raw.get("args", []), list)
+    # A package runner's package is installed by the service (fetch.py): the runner itself never runs.
+    package = package_runner(name, command, args) if sandbox == "local" else None
     return McpServerEntry(
         name=name,
         # In a pod the container runtime finds the command on the image's PATH; nothing to check here.
-        command=command if sandbox == "kubernetes" else resolve_command(name, command, service_path=not _of_namespace(environ)),
-        args=_strings(name, "args", raw.get("args", []), list),
+        command=command if sandbox == "kubernetes" or package is not None
+        else resolve_command(name, command, service_path=not _of_namespace(environ)),
+        args=args,
         env=_values(name, "env", raw.get("env", {}), environ),
         network=network,
         mounts=mounts,
         image=image,
+        package=package,
     )
 
 

@@ -25,6 +25,8 @@ log = get_logger("agentmesh.tools.mcp")
 
 Opener = Callable[[], AbstractAsyncContextManager[tuple[Any, Any]]]
 TIMED_OUT = "it did not answer in time"
+NOT_STARTED = "not started"
+STILL_STARTING = "it is still starting (an npx or uvx entry's first start installs its package)"
 CLOSED = "Connection closed"  # the SDK's word for a stdio server's process that ended
 SILENT_EXIT = ("its process ended before it answered, writing nothing to stderr: run its command by hand to see "
                "whether it is a stdio MCP server that starts without a terminal")
@@ -55,7 +57,7 @@ class McpServerConnection:
         self._last_words = last_words
         self._timings = timings
         self.tools: list[mcp_types.Tool] = []
-        self.error = "not started"
+        self.error = NOT_STARTED
         self.restarts = 0
         self._session: ClientSession | None = None
         self._connected = asyncio.Event()
@@ -79,7 +81,13 @@ class McpServerConnection:
     async def start(self) -> None:
         """Start the supervisor and wait for the first attempt (success or failure) to end."""
         self._task = asyncio.create_task(self._supervise(), name=f"mcp:{self.name}")
-        await asyncio.wait_for(self._attempted.wait(), self._timings.connect_timeout_s + 5)
+        try:
+            await asyncio.wait_for(self._attempted.wait(), self._timings.connect_timeout_s + 5)
+        except TimeoutError:
+            # Still opening (an npx/uvx entry's first start installs its package first, fetch.py):
+            # the service starts meanwhile, and a call waits for the connection within its time.
+            if self.error == NOT_STARTED:
+                self.error = STILL_STARTING
 
     async def close(self) -> None:
         self._closing = True

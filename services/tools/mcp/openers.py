@@ -19,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentmesh.tools.mcp.config import McpServerEntry
 from agentmesh.tools.mcp.connection import Opener, ServerUnavailable
+from agentmesh.tools.mcp.fetch import FetchFailed, PackageFetcher
 from agentmesh.tools.mcp.server_paths import server_binds
 from agentmesh.tools.mcp.start_failure import explain_exit
 from agentmesh.tools.sandbox.base import CommandSpec
@@ -34,6 +35,8 @@ OPTIONS_FD = 3
 SECCOMP_FD = 4
 WRAPPER = ("/bin/sh", "-c", f'exec "$@" {OPTIONS_FD}<"$0"')
 SECCOMP_WRAPPER = ("/bin/sh", "-c", f'f=$1; shift; exec "$@" {OPTIONS_FD}<"$0" {SECCOMP_FD}<"$f"')
+# Where an npx/uvx entry's package is installed from, and the cache it is installed into.
+Packages = tuple[PackageFetcher, Path]
 
 
 class JailedStdioOpener:
@@ -44,31 +47,57 @@ class JailedStdioOpener:
     environment: server_paths.py) besides the entry's own `mounts`."""
 
     def __init__(self, entry: McpServerEntry, jail: LocalJail, workdir: Path, errlog: TextIO,
-                 seccomp_file: Path | None, find_binds: bool = True):
+                 seccomp_file: Path | None, find_binds: bool = True, packages: Packages | None = None):
         self._entry = entry
         self._jail = jail
         self._workdir = workdir
         self._errlog = errlog
         self._seccomp_file = seccomp_file
         self._find_binds = find_binds
-        self._binds = (*server_binds(entry.command, jail.home), *entry.mounts) if find_binds else entry.mounts
+        # An npx/uvx entry: its package installed once (fetch.py), then its program run from there.
+        self._packages = packages if entry.package is not None else None
+        self._command = entry.command
+        self._binds = entry.mounts if self._packages is not None or not find_binds else (
+            *server_binds(entry.command, jail.home), *entry.mounts)
         self._log_start = 0  # the stderr log's size when the last process started
+        self._fetch_failed = False
 
     def last_words(self) -> str:
         """Why the process ended before it answered, with the fix (start_failure.py)."""
-        return explain_exit(self._entry.command, stderr_lines(self._errlog, self._log_start), self._binds,
+        if self._fetch_failed:
+            return ""  # no process ran: the fetch's own sentence stands
+        return explain_exit(self._command, stderr_lines(self._errlog, self._log_start), self._binds,
                             namespace=not self._find_binds, private=str(self._jail.home or ""))
+
+    async def _program(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The argv to run and the host paths to bind for it."""
+        entry = self._entry
+        if self._packages is None or entry.package is None:
+            return (entry.command, *entry.args), self._binds
+        fetcher, cache = self._packages
+        self._fetch_failed = False
+        try:
+            installed = await fetcher.ensure(entry, entry.package, cache)
+        except FetchFailed as exc:
+            self._fetch_failed = True
+            raise ServerUnavailable(str(exc)) from None
+        self._command = installed.command
+        self._binds = (installed.directory, *entry.mounts)
+        return (installed.command, *entry.package.args), self._binds
 
     @asynccontextmanager
     async def __call__(self) -> AsyncIterator[tuple[Any, Any]]:
         entry = self._entry
+        program, binds = await self._program()
         spec = CommandSpec(
-            session_id=f"mcp-{entry.name}", call_id="", argv=(entry.command, *entry.args), timeout_s=0,
+            session_id=f"mcp-{entry.name}", call_id="", argv=program, timeout_s=0,
             # No TRACEPARENT: one long-lived process serves many traces; each call's _meta carries its own.
             network=entry.network,
         )
         command = self._jail.jail_argv(self._workdir, spec, seccomp_fd=SECCOMP_FD if self._seccomp_file else None,
-                                       extra_env={**fetcher_env(entry.command, entry.network), **entry.env}, ro_binds=self._binds, options_fd=OPTIONS_FD)
+                                       extra_env={**(fetcher_env(entry.command, entry.network) if self._packages is None else {}),
+                                                  **entry.env},
+                                       ro_binds=binds, options_fd=OPTIONS_FD)
         options = os.memfd_create(f"mcp-{entry.name}-options", os.MFD_CLOEXEC)
         try:
             command.write_options(options)

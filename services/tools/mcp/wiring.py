@@ -12,6 +12,7 @@ from agentmesh.config import ConfigError
 from agentmesh.tools.mcp.a2a_agents import A2aAgentTools, SessionDepth
 from agentmesh.tools.mcp.config import McpServerEntry, load_agents, load_servers
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
+from agentmesh.tools.mcp.fetch import PackageFetcher
 from agentmesh.tools.mcp.openers import JailedStdioOpener, http_opener, server_workdir
 from agentmesh.tools.mcp.pod_servers import PodServers, owner_name
 from agentmesh.tools.mcp.secrets import SecretSource
@@ -40,6 +41,7 @@ class ConnectionFactory:
         self.policy = AddressPolicy.parse(settings.web.allow_private, settings.web.allowed_endpoints)
         self.root = settings.workspace_root.parent / "mcp"
         self._seccomp_file: Path | None = None
+        self._fetcher: PackageFetcher | None = None
         self.pods: PodServers | None = None
         if isinstance(executor, (KubernetesExecutor, KubernetesSessionPods)):
             self.pods = PodServers(executor.api, settings.kubernetes, executor.identity, self.timings,
@@ -93,8 +95,31 @@ class ConnectionFactory:
         assert isinstance(self._executor, LocalJail)
         # The deployment's servers (the operator's file) get what their command needs bound in
         # (server_paths.py); a namespace's admin names only its command, not host directories.
-        opener = JailedStdioOpener(entry, self._executor, workdir, errlog, self._seccomp_file, find_binds=not namespace)
+        # npx/uvx entries: their package is installed into the cache of the deployment's servers or
+        # of the namespace's own (root), never shared across namespaces.
+        packages = (self.fetcher(), root / "packages") if entry.package is not None else None
+        opener = JailedStdioOpener(entry, self._executor, workdir, errlog, self._seccomp_file, find_binds=not namespace,
+                                   packages=packages)
         return McpServerConnection(entry.name, opener, self.timings, last_words=opener.last_words)
+
+    def fetcher(self) -> PackageFetcher:
+        """What installs npx/uvx entries' packages: a jail of the fetch template (the one
+        AGENTMESH_MCP_FETCH_TEMPLATE names, else the first with `network: egress`), built once."""
+        if self._fetcher is None:
+            templates = self._settings.templates
+            chosen = self._settings.mcp.fetch_template
+            template = templates.get(chosen) if chosen else next((t for t in templates.all() if t.egress), None)
+            if chosen and (template is None or not template.egress):
+                raise ConfigError(f"AGENTMESH_MCP_FETCH_TEMPLATE={chosen}: " + (
+                    templates.unknown_detail(chosen) if template is None else
+                    f"template {chosen!r} has no egress (network: {template.network}); npx/uvx packages are fetched "
+                    "through a template with `network: egress`"))
+            jail = self._executor if isinstance(self._executor, LocalJail) else None
+            if jail is not None and template is not None:
+                # The template's sizes (Node wants more address space than the default's 1 GiB).
+                jail = LocalJail(self._settings.for_template(template), jail.workspaces, jail.tracer)
+            self._fetcher = PackageFetcher(jail, template, self._settings.mcp.fetch_timeout_s, self._owner)
+        return self._fetcher
 
 
 def secret_source(settings: ToolsSettings) -> SecretSource:
