@@ -50,7 +50,7 @@ const workspace = new WorkspaceView(api, {
 const team = new TeamPanel(api, $("team"), { openSession: (id) => navigate(id) });
 const traces = new TraceView(api, { form: $("trace-form"), input: $("trace-id"), status: $("trace-status"), waterfall: $("waterfall") });
 // The views over what is stored (#/usage, #/skills, …) and the dev panel (#/dev): views/index.js.
-const devpanel = new DevPanel(api);
+const devpanel = new DevPanel(api, { sessions: () => state.sessions });
 const views = new Views(api, {
   mount: $("view"), nav: $("views-nav"), devpanel, sessions: () => state.sessions,
   showTrace: (sessionId, traceId) => {
