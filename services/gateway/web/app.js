@@ -173,7 +173,7 @@ async function openSession(sessionId, { attach = true } = {}) {
   $("delete-session").hidden = !sessionId;
   resetDelete();
   controls.show(null);
-  team.open(sessionId);
+  team.open("");
   if (!sessionId) {
     $("session-title").textContent = "New conversation";
     $("session-meta").textContent = "Send a message to start a session.";
@@ -186,6 +186,7 @@ async function openSession(sessionId, { attach = true } = {}) {
     if (generation !== state.generation) return;
     $("session-title").textContent = session.title || session.session_id;
     controls.show(session);
+    team.open(sessionId); // a lead's teammates, once the session is known to exist
     showMeta(session);
     renderRelatives(session);
     const messages = await transcript(sessionId);
