@@ -1,8 +1,8 @@
 // The team panel of a lead session (docs/teams.md): its teammates — name, role, state, current
 // task, last message, tokens — from GetTeam (GET /v1/sessions/{id}/team), kept live by the
-// `teammate_status` events of the lead's stream; a person's message to a teammate or the lead,
-// the answer to a teammate's pending plan (approve, or reject with a note) and a shutdown
-// request (SendTeamMessage), and stopping teammates' running turns (StopTeammates).
+// `teammate_status` events of the lead's stream; a person's message to a teammate or the lead and
+// the answer to a teammate's pending plan in the lead's place (approve, or reject with a note:
+// SendTeamMessage), and stopping teammates' running turns (StopTeammates).
 
 import { h } from "./dom.js";
 import { confirmButton } from "./views/common.js";
@@ -11,6 +11,8 @@ const enc = encodeURIComponent;
 // While a teammate is unfinished the panel reads the team again this often: a plan submitted or
 // a task claimed shows even when no stream of the lead is open in this tab.
 const REFRESH_MS = 3000;
+// A burst of teammate_status events is read back once, this long after the last of it.
+const SETTLE_MS = 250;
 
 export class TeamPanel {
   // element: the panel's <section>; openSession(id): show a teammate's own session.
@@ -47,7 +49,7 @@ export class TeamPanel {
     else mates[index] = { ...mates[index], ...status };
     this.team = { ...team, teammates: mates };
     this.#render();
-    this.#soon(0);
+    this.#soon(SETTLE_MS);
   }
 
   async refresh() {
