@@ -135,7 +135,7 @@ export class DevPanel {
       }
     });
     return h("fieldset", { class: "view-form dev-record" }, h("legend", {}, "Record model calls"),
-      h("label", { for: "dev-record-session" }, "Session"), pick,
+      h("label", { for: "dev-record-session" }, "Session to record"), pick,
       h("label", { class: "inline", for: "dev-record" }, box, " Record this session's model calls"), status);
   }
 
