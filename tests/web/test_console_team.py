@@ -1,8 +1,9 @@
 """The team panel of a lead session, in real headless Chromium against the whole stack (five real
 gRPC services, the scripted model): the teammate a lead spawns shows live with its role, state,
 current task, last message and tokens; a person rejects its plan with a note and approves the
-revision, messages it, and stops it — each through the team API, followed by the teammate as
-it follows the lead. axe-core finds no serious or critical violation with the panel shown."""
+revision, messages it, and stops it, and asks another teammate to stop (the shutdown protocol)
+— each through the team API, followed by the teammates as they follow the lead. axe-core finds
+no serious or critical violation with the panel shown."""
 
 from __future__ import annotations
 
@@ -25,14 +26,23 @@ def route(request):
     messages = request.messages
     calls, seen = tool_calls_of(messages), seen_by(messages)
     names = [n for n, _ in calls]
-    if agent_of(messages) == "lead":
+    who = agent_of(messages, ("alice", "bob"))
+    if who == "lead":
         if not calls:
             return reply("", tool_call("task_create", {"subject": "parse the input"}),
-                         tool_call("spawn_teammate", {"name": "alice", "role": "parser author", "task": "Plan it."}))
+                         tool_call("spawn_teammate", {"name": "alice", "role": "parser author", "task": "Plan it."}),
+                         tool_call("spawn_teammate", {"name": "bob", "role": "reviewer", "task": "Stand by."}))
         result = re.search(r"RESULT-ALICE[^\n]*", seen)
         if not result:
             return reply("", tool_call("read_inbox", {"wait_s": 120}))
         return reply("Done: " + result.group(0))
+    if who == "bob":
+        asked = re.search(r"\[shutdown request (sd-\w+)\]", seen)
+        if not asked:
+            return reply("Standing by.")
+        if "shutdown_response" not in names:
+            return reply("", tool_call("shutdown_response", {"request_id": asked.group(1), "approve": True, "note": "bye"}))
+        return reply("Stopping as asked.")
     plans = [a for n, a in calls if n == "submit_plan"]
     if not plans:
         return reply("", tool_call("task_claim", {}), tool_call("submit_plan", {"plan": "v1: a regex"}))
@@ -99,9 +109,20 @@ async def test_the_team_panel_shows_teammates_live_and_a_person_answers_messages
     await expect(alice).to_have_attribute("data-state", "finished")
     await expect(stop).to_be_hidden()
 
+    # Asked to stop, bob answers the shutdown request and ends.
+    bob = panel.locator("tr[data-mate='bob']")
+    await expect(bob).to_contain_text("Standing by.")
+    await bob.get_by_role("button", name="Ask bob to stop").click()
+    await expect(panel.locator("#team-status")).to_contain_text("Asked bob to stop: request sd-")
+    await expect(bob).to_have_attribute("data-state", "finished")
+    await expect(bob).to_contain_text("Stopping as asked.")
+
     records = await memory.ListTeamRecords(mpb.ListTeamRecordsRequest(
         namespace="default", team=page.url.split("#/sessions/")[1], kind="protocol"), timeout=10)
-    plans = sorted((json.loads(r.body_json) for r in records.records), key=lambda p: p["created_at"])
+    requests = [json.loads(r.body_json) for r in records.records]
+    (shutdown,) = [r for r in requests if r["type"] == "shutdown"]
+    assert (shutdown["to"], shutdown["state"], shutdown["note"]) == ("bob", "approved", "bye")
+    plans = sorted((r for r in requests if r["type"] == "plan"), key=lambda p: p["created_at"])
     assert [(p["plan"], p["state"], p["note"]) for p in plans] == [
         ("v1: a regex", "rejected", "handle errors too"), ("v2: a regex, errors reported", "approved", "")]
     assert all(p["by"] for p in plans)  # answered by the person, not the lead

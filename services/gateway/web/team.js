@@ -1,8 +1,9 @@
 // The team panel of a lead session (docs/teams.md): its teammates — name, role, state, current
 // task, last message, tokens — from GetTeam (GET /v1/sessions/{id}/team), kept live by the
-// `teammate_status` events of the lead's stream; a person's message to a teammate or the lead and
-// the answer to a teammate's pending plan in the lead's place (approve, or reject with a note:
-// SendTeamMessage), and stopping teammates' running turns (StopTeammates).
+// `teammate_status` events of the lead's stream; in the lead's place, a person's message to a
+// teammate or the lead, the answer to a teammate's pending plan (approve, or reject with a note)
+// and a shutdown request the teammate answers (SendTeamMessage); and stopping teammates' running
+// turns at once (StopTeammates).
 
 import { h } from "./dom.js";
 import { confirmButton } from "./views/common.js";
@@ -148,10 +149,15 @@ export class TeamPanel {
     const cells = { role: h("td"), state: h("td", { class: "team-state" }), task: h("td"), last: h("td", { class: "team-last" }),
       tokens: h("td", { class: "num" }) };
     const open = h("button", { type: "button", class: "link", "aria-label": `Open ${name}'s session` }, name);
-    const stop = confirmButton("Stop", `Press again to stop ${name}`, () => this.#stop(name), { "aria-label": `Stop ${name}` });
+    // Asked, the teammate ends once it has answered (the shutdown protocol); stopped, its turn ends now.
+    const ask = h("button", { type: "button", class: "secondary", "aria-label": `Ask ${name} to stop`,
+      title: "A shutdown request: it answers, and ends when it agrees" }, "Ask to stop");
+    ask.addEventListener("click", () => this.#askToStop(name, ask));
+    const stop = confirmButton("Stop", `Press again to stop ${name}`, () => this.#stop(name),
+      { "aria-label": `Stop ${name}`, title: "Cancels its running turn now" });
     const tr = h("tr", { dataset: { mate: name } }, h("th", { scope: "row" }, open),
-      cells.role, cells.state, cells.task, cells.last, cells.tokens, h("td", {}, stop));
-    const row = { tr, cells, stop, session: "" };
+      cells.role, cells.state, cells.task, cells.last, cells.tokens, h("td", { class: "team-row-actions" }, ask, " ", stop));
+    const row = { tr, cells, stop, ask, session: "" };
     open.addEventListener("click", () => row.session && this.openSession(row.session));
     return row;
   }
@@ -166,7 +172,7 @@ export class TeamPanel {
     row.cells.task.textContent = mate.current_task || "—";
     row.cells.last.textContent = mate.last_message || "";
     row.cells.tokens.textContent = tokens.toLocaleString("en");
-    row.stop.hidden = mate.state === "finished";
+    row.stop.hidden = row.ask.hidden = mate.state === "finished";
   }
 
   // A teammate's plan waiting for the lead: a person answers in the lead's place.
@@ -219,6 +225,19 @@ export class TeamPanel {
       }
     });
     return form;
+  }
+
+  async #askToStop(name, button) {
+    button.disabled = true;
+    try {
+      const reply = await this.api.call("POST", `/v1/sessions/${enc(this.sessionId)}/team/messages`,
+        { body: { to: name, shutdown: true } });
+      this.say(`Asked ${name} to stop: request ${reply.request_id} (${reply.state}); its answer goes to the lead's inbox.`);
+    } catch (error) {
+      this.say(error.message);
+    }
+    button.disabled = false;
+    await this.refresh();
   }
 
   async #stop(name) {
