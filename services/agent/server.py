@@ -394,9 +394,10 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         images=GrpcImageFiles(tools_client),
         default_vision=settings.llm.vision,
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
-        call_recorder=(CallRecorder(GrpcModelCallLog(memory_client, usage_outbox), [*secrets_of(settings), *model_keys(settings.llm)],
-                                    agent_settings.model_call_max_chars)
-                       if agent_settings.record_model_calls else None),
+        # Used by the turns of a session that records its calls, or of every session with
+        # AGENTMESH_AGENT_RECORD_MODEL_CALLS (loop/turn_start.py); other turns have none.
+        call_recorder=CallRecorder(GrpcModelCallLog(memory_client, usage_outbox), [*secrets_of(settings), *model_keys(settings.llm)],
+                                   agent_settings.model_call_max_chars),
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),

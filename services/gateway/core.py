@@ -38,7 +38,7 @@ MAX_PAGE_SIZE = 500
 MAX_CALL_ID_CHARS = 256
 MAX_NOTE_CHARS = 4000
 MAX_EDITED_ARGUMENTS_CHARS = 256 * 1024  # as the tools service's AGENTMESH_TOOLS_MAX_ARGUMENTS_BYTES default
-SESSION_FIELDS = ("model", "permission_mode", "tools", "sandbox_template")  # what UpdateSession can change
+SESSION_FIELDS = ("model", "permission_mode", "tools", "sandbox_template", "record_model_calls")  # what UpdateSession can change
 
 
 class Gateway:
@@ -89,7 +89,8 @@ class Gateway:
         return await self._sessions.list_sessions(page_size or 50, page_token)
 
     async def update_session(self, request: sessions_pb2.UpdateSessionRequest, caller: Caller = ANYONE) -> sessions_pb2.Session:
-        """Change a session's model, permission mode or tool policy (which: see sessions.proto)."""
+        """Change a session's model, permission mode, tool policy, sandbox template or model-call
+        recording (which: see sessions.proto)."""
         validate_id(request.session_id)
         unknown = [path for path in request.update_mask if path not in SESSION_FIELDS]
         if unknown:

@@ -1,8 +1,8 @@
 # ruff: noqa: N802 - gRPC method names, as in services/*/server.py
 """The gateway's team RPCs (docs/teams.md): a lead session's team as memory keeps it — its
-teammates and the shared board (GetTeam) — a person's message into a mailbox (SendTeamMessage),
-and stopping teammates (StopTeammates: their running turns cancelled, on whichever replica owns
-each teammate's session). The caller's role is checked on the lead's session first.
+teammates, the shared board and the protocol requests (GetTeam) — a person's message into a
+mailbox (SendTeamMessage), and stopping teammates (StopTeammates: their running turns cancelled,
+on whichever replica owns each teammate's session). The caller's role is checked on the lead's session first.
 
 A mixin of `GatewayServicer` (server.py), which sets `_authz`, `_learning`, `_core` and
 `_forwarded`. The mailbox's shape is the agent's (agent/capabilities/team_store.py).
@@ -66,6 +66,14 @@ class TeamRpcs:
                     id=int(task["id"]), subject=str(task.get("subject", "")), status=str(task.get("status", "")),
                     description=str(task.get("description", "")), owner=str(task.get("owner", "")),
                     blocked_by=[int(b) for b in task.get("blocked_by", [])]))
+        requests = (await self._records(memory, namespace, request.session_id, "protocol")).values()
+        for _, body in sorted(requests, key=lambda record: float(record[1].get("created_at", 0))):
+            kind = str(body.get("type", ""))
+            team.requests.append(gateway_pb2.TeamRequest(
+                request_id=str(body.get("id", "")), type=kind, state=str(body.get("state", "")),
+                teammate=str(body.get("from" if kind == "plan" else "to", "")), plan=str(body.get("plan", "")),
+                note=str(body.get("note", "")), answered_by=str(body.get("by", "")) if kind == "plan" else "",
+                created_at=float(body.get("created_at", 0))))
         return team
 
     @translate_errors

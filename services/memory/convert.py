@@ -41,6 +41,7 @@ def session_to_proto(s: SessionRecord) -> sessions_pb2.Session:
         agent_version=s.agent_version,
         created_by=s.created_by,
         sandbox_template=s.sandbox_template,
+        record_model_calls=s.record_model_calls,
     )
 
 
@@ -63,6 +64,8 @@ def session_changes(request: sessions_pb2.UpdateSessionRequest) -> SessionChange
         permission_mode=request.permission_mode if "permission_mode" in paths else None,
         sandbox_template=request.sandbox_template if "sandbox_template" in paths else None,
         tools=ToolPolicy(tuple(request.tools.allow), tuple(request.tools.deny)) if "tools" in paths else None,
+        # Only with a mask naming it: off is the default, so an unmasked request never changes it.
+        record_model_calls=request.record_model_calls if "record_model_calls" in paths else None,
     )
 
 

@@ -70,6 +70,7 @@ class SessionRecord:
     # once it was used after that.
     workspace_removed_at: float = 0.0
     sandbox_template: str = ""  # "": the namespace's (docs/tools.md#sandbox-templates)
+    record_model_calls: bool = False  # its turns record their model calls' payloads (ListModelCalls)
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -92,6 +93,7 @@ class SessionRecord:
             "created_by": self.created_by,
             "workspace_removed_at": self.workspace_removed_at,
             "sandbox_template": self.sandbox_template,
+            "record_model_calls": self.record_model_calls,
         }
 
     @classmethod
@@ -116,6 +118,7 @@ class SessionRecord:
             created_by=str(p.get("created_by") or ""),
             workspace_removed_at=float(p.get("workspace_removed_at", 0.0)),
             sandbox_template=str(p.get("sandbox_template") or ""),
+            record_model_calls=bool(p.get("record_model_calls", False)),
         )
 
 
@@ -129,6 +132,7 @@ class SessionChanges:
     # (name, version) of the named agent a turn runs, set by StartTurn (agents.py).
     agent: tuple[str, int] | None = None
     sandbox_template: str | None = None
+    record_model_calls: bool | None = None
 
 
 @dataclass
@@ -297,6 +301,8 @@ class Transcripts:
                 session.agent, session.agent_version = changes.agent
             if changes.sandbox_template is not None:
                 session.sandbox_template = changes.sandbox_template
+            if changes.record_model_calls is not None:
+                session.record_model_calls = changes.record_model_calls
             await self._store.put_session(session.payload())
             return session
 

@@ -101,3 +101,40 @@ async def test_recording_adds_no_call_to_memory(tmp_path, llm, record):
     served = server_calls(home)[trace_id]  # the stack is stopped: every span exported
     assert "RecordModelCalls" not in served, served
     assert served.count("StartTurn") == 1 and served.count("AppendMessages") == 3, served
+
+
+async def test_a_session_turned_on_records_its_calls_and_no_other_session_does(tmp_path, llm):
+    """Without the deployment's setting, a session whose `record_model_calls` is on (UpdateSession
+    with the field in the mask) has its calls recorded; another session's are not, and turned off
+    again its next turn adds none."""
+    async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env={"AGENTMESH_AGENT_RECALL_K": "0"}) as stack:
+        gateway = stack.gateway_stub()
+        for session_id in ("s-on", "s-off"):
+            await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id=session_id), timeout=10)
+        switched = await gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(
+            session_id="s-on", record_model_calls=True, update_mask=["record_model_calls"]), timeout=10)
+        assert switched.record_model_calls
+        # A change of another field leaves the switch as it is.
+        kept = await gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(
+            session_id="s-on", permission_mode="auto", update_mask=["permission_mode"]), timeout=10)
+        assert kept.record_model_calls and kept.permission_mode == "auto"
+
+        async def turn(session_id: str, answer: str) -> None:
+            llm.add(reply(answer))
+            events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id=session_id, message="hi"), timeout=60))
+            assert of_kind(events, "run_finished")
+
+        async def recorded(session_id: str) -> list[str]:
+            calls = await gateway.ListModelCalls(sessions_pb2.ListModelCallsRequest(session_id=session_id), timeout=10)
+            return [json.loads(c.response_json)["text"] for c in calls.calls]
+
+        await turn("s-on", "recorded answer")
+        await turn("s-off", "unrecorded answer")
+        assert await recorded("s-on") == ["recorded answer"]
+        assert await recorded("s-off") == []
+
+        off = await gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(
+            session_id="s-on", update_mask=["record_model_calls"]), timeout=10)
+        assert not off.record_model_calls
+        await turn("s-on", "after it was turned off")
+        assert await recorded("s-on") == ["recorded answer"]

@@ -118,3 +118,9 @@ async def test_a_person_answers_plans_and_asks_for_a_shutdown_in_the_leads_place
     assert protocols[stop.request_id]["state"] == "approved"
     team = await gateway.GetTeam(gateway_pb2.GetTeamRequest(session_id=LEAD), timeout=10)
     assert [m.name for m in team.teammates] == ["alice"]
+    # The protocol requests, oldest first, as a person sees them to answer.
+    assert [(r.request_id, r.type, r.teammate, r.state) for r in team.requests] == [
+        (first, "plan", "alice", "rejected"), (second, "plan", "alice", "approved"),
+        (stop.request_id, "shutdown", "alice", "approved")]
+    assert (team.requests[0].plan, team.requests[0].note) == ("v1: a regex", "handle errors too")
+    assert team.requests[1].answered_by and not team.requests[2].answered_by

@@ -5,8 +5,12 @@ response's text, tool calls and usage — with no key in any of it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from agentmesh.v1 import gateway_pb2, sessions_pb2
+from tests.e2e.conftest import collect, of_kind
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
 from tests.web.accessibility import serious_violations
@@ -57,4 +61,38 @@ async def test_the_dev_panel_shows_a_calls_request_and_response(browser, recordi
     await view(page, "Dev panel", "Dev panel")
     await expect(page.get_by_role("list", name="Events").locator("[data-type='run_finished']")).to_have_count(1)
     await expect(page.get_by_role("list", name="Model calls")).to_have_count(0)
+    errors.assert_none()
+
+
+async def test_the_dev_panel_turns_recording_on_for_one_session(browser, stack, llm):  # noqa: F811 - the fixture
+    """Without the deployment's setting, the dev panel's switch turns one session's recording on
+    (UpdateSession's record_model_calls): that session's next turn has its call recorded and
+    listed in the panel, another session's turn has none."""
+    gateway = stack.gateway_stub()
+    for session_id, title in (("rec-on", "Recorded"), ("rec-off", "Not recorded")):
+        await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id=session_id, title=title), timeout=10)
+    page, errors = await open_console(browser, stack)
+    await view(page, "Dev panel", "Dev panel")
+    await page.get_by_label("Session to record").select_option("rec-on")
+    switch = page.get_by_label("Record this session's model calls")
+    await expect(switch).not_to_be_checked()
+    await switch.check()
+    await expect(page.locator("#dev-record-status")).to_contain_text("record each model call")
+    assert await serious_violations(page) == []
+
+    for session_id in ("rec-on", "rec-off"):
+        llm.add(reply(f"answer in {session_id}"))
+        events = await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id=session_id, message="hi"), timeout=60))
+        assert of_kind(events, "run_finished")
+    recorded = (await gateway.ListModelCalls(sessions_pb2.ListModelCallsRequest(session_id="rec-on"), timeout=10)).calls
+    assert [json.loads(c.response_json)["text"] for c in recorded] == ["answer in rec-on"]
+    assert not (await gateway.ListModelCalls(sessions_pb2.ListModelCallsRequest(session_id="rec-off"), timeout=10)).calls
+
+    await page.goto(f"{stack.http_url}/#/dev/{recorded[0].run_id}")
+    await expect(page.get_by_role("list", name="Model calls").locator(".dev-call")).to_have_count(1)
+    # Reopened, the switch shows each session's own setting.
+    await page.get_by_label("Session to record").select_option("rec-off")
+    await expect(page.get_by_label("Record this session's model calls")).not_to_be_checked()
+    await page.get_by_label("Session to record").select_option("rec-on")
+    await expect(page.get_by_label("Record this session's model calls")).to_be_checked()
     errors.assert_none()

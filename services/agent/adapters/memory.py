@@ -345,7 +345,7 @@ def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2
         tools=ToolPolicy(tuple(session.tools.allow), tuple(session.tools.deny)),
         namespace_tools=ToolPolicy(tuple(settings.tools.allow), tuple(settings.tools.deny)),
         mcp_servers_version=settings.mcp_servers_version, namespace_sandbox_template=settings.sandbox_template,
-        sandbox_template=session.sandbox_template)
+        sandbox_template=session.sandbox_template, record_model_calls=session.record_model_calls)
 
 
 def _learned(reply: memory_service_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:

@@ -1,10 +1,12 @@
 """Each model call's request and response, recorded for the dev panel when the deployment turns
-it on (AGENTMESH_AGENT_RECORD_MODEL_CALLS, off by default; docs/api.md "Model calls").
+it on (AGENTMESH_AGENT_RECORD_MODEL_CALLS) or the session does (Session.record_model_calls, set
+with UpdateSession); off by default (docs/api.md "Model calls").
 
 `traced_model_call` (model_call.py) hands the request and the reply to the turn's `CallRecorder`
 once the reply is complete — after the call, never in its way — and the record is written
 without waiting, as usage records are: the turn waits for the writes in flight only before it
-ends (`UsageTag.flush`). With recording off the turn has no recorder and nothing is built.
+ends (`UsageTag.flush`). With recording off the turn's usage tag has no recorder (turn_start.py
+decides once the session is open) and nothing is built.
 
 What is recorded is what the loop sent and got, never the HTTP exchange: no header (the key
 and any Authorization travel only there) is ever in it. Its text is masked once more as logs

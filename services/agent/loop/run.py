@@ -162,7 +162,7 @@ class Agent:
         # The session workspace's stored images (loop/images.py); None: images are described, not shown.
         self.images = images
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
-        self.call_recorder = call_recorder  # each call's payloads (call_payloads.py); None: off
+        self.call_recorder = call_recorder  # each call's payloads (call_payloads.py), for the turns that record; None: none can
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a

@@ -82,6 +82,7 @@ class OpenedSession:
     agent: NamedAgent | None = None  # the named agent the turn asked for
     namespace_sandbox_template: str = ""  # "": the deployment's default
     sandbox_template: str = ""  # the session's own, over the namespace's
+    record_model_calls: bool = False  # the session's own switch (the deployment's is a setting)
 
 
 def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Container[str]) -> "TurnRequest":
@@ -101,6 +102,7 @@ def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Contain
         tool_policies=(*layers, *request.tool_policies),
         mcp_servers_version=opened.mcp_servers_version,
         sandbox_template=request.sandbox_template or opened.sandbox_template or opened.namespace_sandbox_template,
+        record_model_calls=request.record_model_calls or opened.record_model_calls,
         opening=None,
     )
     return with_agent(resolved, opened.agent) if opened.agent else resolved

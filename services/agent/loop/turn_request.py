@@ -67,6 +67,9 @@ class TurnRequest:
     # service checks the name on each call.
     sandbox_template: str = ""
     isolation: str = ""
+    # The session records its model calls' payloads (Session.record_model_calls), as the
+    # deployment's AGENTMESH_AGENT_RECORD_MODEL_CALLS does for every session; sub-agents inherit it.
+    record_model_calls: bool = False
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:

@@ -39,6 +39,7 @@ from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 
 if TYPE_CHECKING:  # the loop imports this module
+    from agentmesh.agent.loop.call_payloads import CallRecorder
     from agentmesh.agent.loop.run import Agent
 
 log = get_logger("agentmesh.agent")
@@ -63,7 +64,7 @@ class TurnStartup:
         # A turn that opens its session (session_open.py): told the resolved request once it is open.
         self._on_opened = on_opened
         self.usage_tag = UsageTag(agent.usage_log, request.session_id, request.run_id, request.namespace,
-                                  workspace_of(request), agent.settings.memory_timeout_s, calls=agent.call_recorder)
+                                  workspace_of(request), agent.settings.memory_timeout_s, calls=self._recorder(request))
         # Where StartTurn's answer for the learning capabilities goes (None: they read it themselves).
         self._brought: LearningAnswer | None = None
         self._learning_parts: frozenset[str] = frozenset()
@@ -156,8 +157,15 @@ class TurnStartup:
         assert request.opening is not None
         self._request = resolve(request, opened or OpenedSession(request.namespace, False), self._agent.models)
         self.usage_tag.namespace = self._request.namespace
+        # The session's own switch is known now, before the turn's first model call.
+        self.usage_tag.calls = self._recorder(self._request)
         if self._on_opened is not None:
             self._on_opened(self._request, opened)
+
+    def _recorder(self, request: TurnRequest) -> CallRecorder | None:
+        """The recorder of the turn's model calls when the deployment or the session records them."""
+        on = self._settings.record_model_calls or request.record_model_calls
+        return self._agent.call_recorder if on else None
 
     def _history_from(self, stored: list[ChatMessage]) -> list[ChatMessage]:
         return context.repair(context.model_view(stored, use_summaries=self._settings.compaction))

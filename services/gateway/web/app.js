@@ -6,6 +6,7 @@ import { DevPanel } from "./devpanel.js";
 import { formatTime, h } from "./dom.js";
 import { ImageTray } from "./images.js";
 import { SessionControls } from "./session_controls.js";
+import { TeamPanel } from "./team.js";
 import { TraceView } from "./trace.js";
 import { Views } from "./views/index.js";
 import { WorkspaceView } from "./workspace.js";
@@ -45,9 +46,11 @@ const workspace = new WorkspaceView(api, {
   crumbs: $("crumbs"), files: $("files"), viewerTitle: $("viewer-title"), viewer: $("viewer"),
   upload: $("upload"), uploadFile: $("upload-file"), uploadOverwrite: $("upload-overwrite"), uploadStatus: $("upload-status"),
 });
+// A lead session's teammates, kept live by its stream's teammate_status events (team.js).
+const team = new TeamPanel(api, $("team"), { openSession: (id) => navigate(id) });
 const traces = new TraceView(api, { form: $("trace-form"), input: $("trace-id"), status: $("trace-status"), waterfall: $("waterfall") });
 // The views over what is stored (#/usage, #/skills, …) and the dev panel (#/dev): views/index.js.
-const devpanel = new DevPanel(api);
+const devpanel = new DevPanel(api, { sessions: () => state.sessions });
 const views = new Views(api, {
   mount: $("view"), nav: $("views-nav"), devpanel, sessions: () => state.sessions,
   showTrace: (sessionId, traceId) => {
@@ -170,6 +173,7 @@ async function openSession(sessionId, { attach = true } = {}) {
   $("delete-session").hidden = !sessionId;
   resetDelete();
   controls.show(null);
+  team.open("");
   if (!sessionId) {
     $("session-title").textContent = "New conversation";
     $("session-meta").textContent = "Send a message to start a session.";
@@ -182,6 +186,7 @@ async function openSession(sessionId, { attach = true } = {}) {
     if (generation !== state.generation) return;
     $("session-title").textContent = session.title || session.session_id;
     controls.show(session);
+    team.open(sessionId); // a lead's teammates, once the session is known to exist
     showMeta(session);
     renderRelatives(session);
     const messages = await transcript(sessionId);
@@ -302,6 +307,7 @@ async function send() {
     try {
       const session = await api.call("POST", "/v1/sessions", { body: { title: (text || "images").slice(0, 60) } });
       state.sessionId = session.session_id;
+      team.open(session.session_id);
       $("nav-chat").href = `#/sessions/${encodeURIComponent(session.session_id)}`;
       history.replaceState(null, "", `#/sessions/${encodeURIComponent(session.session_id)}`);
       $("session-title").textContent = session.title;
@@ -333,6 +339,7 @@ async function follow(sessionId, turn, body, lastEventId) {
       for await (const message of api.chat(sessionId, body, { lastEventId })) {
         lastEventId = message.id;
         devpanel.record(sessionId, message);
+        if (message.event === "teammate_status") team.event(sessionId, message.data.teammate_status);
         if (message.event === "message") replayed = true; // resumed from the transcript
         else turn.handle(message.event, message.data, message.id);
       }

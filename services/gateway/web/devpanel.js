@@ -2,7 +2,9 @@
 // text and reasoning deltas, tool calls and results, approvals, status, task updates, the end),
 // and of any recent run loaded by its id (JoinRun replays it: #/dev/RUN_ID), kept in memory for
 // this tab and filterable by type and session. A run loaded by its id also shows its model calls'
-// requests and responses, when the deployment records them (GET /v1/sessions/{id}/model_calls).
+// requests and responses, when the deployment or the session records them (GET
+// /v1/sessions/{id}/model_calls); a switch turns recording on or off for one session
+// (Session.record_model_calls, PATCH /v1/sessions/{id}).
 
 import { h } from "./dom.js";
 import { streamGet } from "./views/common.js";
@@ -10,8 +12,10 @@ import { streamGet } from "./views/common.js";
 const KEEP = 5000;
 
 export class DevPanel {
-  constructor(api) {
+  // sessions(): the sessions the sidebar lists (the recording switch picks among them).
+  constructor(api, { sessions = () => [] } = {}) {
     this.api = api;
+    this.sessions = sessions;
     this.seen = new Set(); // run_id:seq of the events held, so a run loaded twice is not doubled
     this.events = [];
     this.hidden = new Set(); // event types filtered out
@@ -89,9 +93,50 @@ export class DevPanel {
       status,
       h("div", { class: "view-body" },
         h("form", { class: "view-form" }, h("label", { for: "dev-session" }, "Session"), session, clear), load,
+        this.#recording(),
         this.run ? this.#calls() : null, filters, this.list));
     mount.setAttribute("aria-labelledby", "view-title");
     redraw();
+  }
+
+  // Whether a session's turns record their model calls (UpdateSession's record_model_calls): the
+  // switch shows the chosen session's setting and changes it at once.
+  #recording() {
+    const sessions = this.sessions();
+    const chosen = this.recordFor && sessions.some((s) => s.session_id === this.recordFor) ? this.recordFor
+      : this.session && sessions.some((s) => s.session_id === this.session) ? this.session : sessions[0]?.session_id || "";
+    this.recordFor = chosen;
+    const status = h("span", { id: "dev-record-status", class: "muted small", role: "status" });
+    const pick = h("select", { id: "dev-record-session" },
+      sessions.map((s) => h("option", { value: s.session_id, selected: s.session_id === chosen }, s.title || s.session_id)));
+    const box = h("input", { type: "checkbox", id: "dev-record", disabled: !chosen });
+    const show = (session) => {
+      box.checked = Boolean(session && session.record_model_calls);
+      status.textContent = !session ? "" : box.checked
+        ? "Its turns record each model call's request and response."
+        : "Its turns record no model call (unless the deployment records every session's).";
+    };
+    show(sessions.find((s) => s.session_id === chosen));
+    pick.addEventListener("change", () => {
+      this.recordFor = pick.value;
+      show(this.sessions().find((s) => s.session_id === pick.value));
+    });
+    box.addEventListener("change", async () => {
+      const sessionId = pick.value;
+      try {
+        const session = await this.api.call("PATCH", `/v1/sessions/${encodeURIComponent(sessionId)}`,
+          { body: { record_model_calls: box.checked, update_mask: ["record_model_calls"] } });
+        const listed = this.sessions().find((s) => s.session_id === sessionId);
+        if (listed) listed.record_model_calls = session.record_model_calls;
+        show(session);
+      } catch (error) {
+        box.checked = !box.checked;
+        status.textContent = error.message;
+      }
+    });
+    return h("fieldset", { class: "view-form dev-record" }, h("legend", {}, "Record model calls"),
+      h("label", { for: "dev-record-session" }, "Session to record"), pick,
+      h("label", { class: "inline", for: "dev-record" }, box, " Record this session's model calls"), status);
   }
 
   // A recent run's events from its start (GET /v1/runs/{id}/join), added to the panel; then the
@@ -131,7 +176,7 @@ export class DevPanel {
     const { runId, calls, failure } = this.run;
     const body = failure ? h("p", { class: "muted" }, failure)
       : calls.length ? h("ol", { class: "dev-calls", "aria-label": "Model calls" }, calls.map((call, i) => this.#call(call, i + 1)))
-        : h("p", { class: "muted" }, "No model call recorded for this run: the deployment records them when AGENTMESH_AGENT_RECORD_MODEL_CALLS is on.");
+        : h("p", { class: "muted" }, "No model call recorded for this run: they are recorded when its session's switch above, or the deployment's AGENTMESH_AGENT_RECORD_MODEL_CALLS, is on.");
     return h("section", { class: "dev-calls-section", "aria-labelledby": "dev-calls-title" },
       h("h3", { id: "dev-calls-title" }, `Model calls of ${runId}`), body);
   }
