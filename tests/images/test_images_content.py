@@ -88,3 +88,28 @@ def test_sandbox_image_has_the_tools_and_nothing_that_reaches_the_cluster(images
     output = podman.text("run", "--rm", "--network", "none", images["sandbox"], "/bin/sh", "-c", script).split()
     assert output[0] == str(SERVICE_UID)
     assert [line for line in output[1:] if line.startswith(("missing:", "present:"))] == []
+
+
+def test_data_image_draws_figures_and_tables_as_the_sandbox_user(images, podman):
+    """The `data` template's image: the sandbox image plus numpy, pandas and matplotlib, usable
+    as the cluster runs it (read-only root, /tmp an empty writable volume, no network)."""
+    config = image_config(podman, images["data"])
+    assert config["User"] == f"{SERVICE_UID}:{SERVICE_UID}" and config["WorkingDir"] == "/workspace"
+    script = (
+        "import os, numpy, pandas, matplotlib.pyplot as plt\n"
+        "frame = pandas.DataFrame({'x': numpy.arange(5), 'y': numpy.arange(5) ** 2})\n"
+        "frame.plot(x='x', y='y')\n"
+        "plt.savefig('/tmp/figure.png')\n"
+        "frame.to_csv('/tmp/table.csv', index=False)\n"
+        "print(os.getuid(), plt.get_backend(), open('/tmp/figure.png', 'rb').read(8).hex())\n"
+        "print(open('/tmp/table.csv').read().splitlines()[-1])\n"
+    )
+    result = podman.run("run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp:mode=1777",
+                        images["data"], "python3", "-c", script)
+    out, err = result.stdout.decode().split("\n"), result.stderr.decode()
+    assert out[:2] == [f"{SERVICE_UID} agg 89504e470d0a1a0a", "4,16"], (out, err)
+    assert "Matplotlib created a temporary" not in err and "not writable" not in err, err
+    # Everything the sandbox image has is there too.
+    tools = podman.text("run", "--rm", "--network", "none", images["data"], "/bin/sh", "-c",
+                        "for t in bash git jq rg; do command -v $t >/dev/null || echo missing:$t; done; true")
+    assert tools.split() == []
