@@ -112,11 +112,21 @@ $(DEPS_STAMP): pyproject.toml
 	rm -f $(WHEELS)/deps/agentmesh-*.whl
 	touch $@
 
-images: wheels
+# The data image's wheels (docker/sandbox-data/requirements.txt), its build context; fetched again
+# only when that file changes.
+DATA_WHEELS := $(WHEELS)/data
+$(DATA_WHEELS)/.complete: docker/sandbox-data/requirements.txt
+	rm -rf $(DATA_WHEELS)
+	$(PY) -m pip download --quiet --only-binary=:all: --python-version 3.11.2 --dest $(DATA_WHEELS) \
+	  -r docker/sandbox-data/requirements.txt
+	cp docker/sandbox-data/requirements.txt $(DATA_WHEELS)/
+	touch $@
+
+images: wheels $(DATA_WHEELS)/.complete
 	case "$(BASE_IMAGE)" in localhost/agentmesh-base:*) docker/base/build-base.sh $(BASE_IMAGE);; esac
 	$(BUILDAH) --ignorefile docker/Dockerfile.dockerignore -f docker/Dockerfile -t $(SERVICES_IMAGE) .
 	$(BUILDAH) -f docker/sandbox/Dockerfile -t $(SANDBOX_IMAGE) docker/sandbox
-	$(BUILDAH) --build-arg SANDBOX=$(SANDBOX_IMAGE) -f docker/sandbox-data/Dockerfile -t $(DATA_IMAGE) docker/sandbox-data
+	$(BUILDAH) --build-arg SANDBOX=$(SANDBOX_IMAGE) -f docker/sandbox-data/Dockerfile -t $(DATA_IMAGE) $(DATA_WHEELS)
 	@podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' $(SERVICES_IMAGE) $(SANDBOX_IMAGE) $(DATA_IMAGE) 2>/dev/null || true
 
 clean:

@@ -101,11 +101,11 @@ def test_data_image_draws_figures_and_tables_as_the_sandbox_user(images, podman)
         "frame.plot(x='x', y='y')\n"
         "plt.savefig('/tmp/figure.png')\n"
         "frame.to_csv('/tmp/table.csv', index=False)\n"
-        "print(os.getuid(), plt.get_backend(), open('/tmp/figure.png', 'rb').read(8).hex())\n"
+        "print(os.getuid(), plt.get_backend().lower(), open('/tmp/figure.png', 'rb').read(8).hex())\n"
         "print(open('/tmp/table.csv').read().splitlines()[-1])\n"
     )
     result = podman.run("run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp:mode=1777",
-                        images["data"], "python3", "-c", script)
+                        images["data"], "python3", "-I", "-c", script)  # -I: as the session kernel starts
     out, err = result.stdout.decode().split("\n"), result.stderr.decode()
     assert out[:2] == [f"{SERVICE_UID} agg 89504e470d0a1a0a", "4,16"], (out, err)
     assert "Matplotlib created a temporary" not in err and "not writable" not in err, err
