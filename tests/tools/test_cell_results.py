@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from agentmesh.tools.sandbox.local import SANDBOX_PATH
 from tests.support.pictures import png
 from tests.tools.support import ToolsClient
 
@@ -20,8 +21,10 @@ SESSION = {"AGENTMESH_SANDBOX_ISOLATION": "session"}
 
 
 def jail_has(module: str) -> bool:
-    """Whether the jail's Python (the host's system python3) can import `module`."""
-    return subprocess.run(["/usr/bin/python3", "-c", f"import {module}"], capture_output=True).returncode == 0
+    """Whether the jail's Python (the first python3 on the jail's PATH, the host's system one;
+    not the python3 the tests run with, which may be a venv's or pyenv's) can import `module`."""
+    python = shutil.which("python3", path=SANDBOX_PATH)
+    return bool(python) and subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
 
 
 def write_png(path: str, data: bytes) -> str:
