@@ -11,7 +11,6 @@ without following symlinks, and only regular files are read.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Sequence
 
 from agentmesh.images import ImageRef, media_type_of
@@ -48,15 +47,13 @@ class CellImages:
     def _one(self, session_id: str, path: str) -> ImageRef | str:
         try:
             workspace, real = self._workspaces.resolve(session_id, path)
-            fd = open_beneath(workspace, real, os.O_RDONLY | os.O_NONBLOCK)
+            fd = open_beneath(workspace, real, os.O_RDONLY)  # a regular file, or ToolFailure
         except ToolFailure as exc:
             return exc.message
         except OSError as exc:
             return f"it could not be opened ({exc.strerror or exc})"
         with os.fdopen(fd, "rb") as handle:
             info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                return "it is not a regular file"
             if info.st_size > self._max_bytes:
                 return (f"{info.st_size} bytes, over the {self._max_bytes}-byte limit for images "
                         "(AGENTMESH_TOOLS_MAX_IMAGE_BYTES); save it smaller (a lower dpi)")

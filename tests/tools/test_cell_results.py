@@ -101,3 +101,7 @@ async def test_a_dataframe_comes_back_as_a_table_and_a_csv_file(session):
     assert "[100 rows × 1 columns; shown: the first 30 rows and 1 columns]" in big.output
     assert "| 29 | 29 |" in big.output and "| 30 | 30 |" not in big.output
     assert len(session.workspace("s1").joinpath(".outputs/table-2.csv").read_text().splitlines()) == 101
+
+    # A cell's own pipe is escaped and its line breaks joined: each row stays one table row.
+    odd = await session.call("python", {"code": "pd.DataFrame({'t': ['a|b', 'two\\nlines']})"})
+    assert odd.output.splitlines()[2:4] == ["| 0 | a\\|b |", "| 1 | two lines |"]
