@@ -122,7 +122,8 @@ $(DATA_WHEELS)/.complete: docker/sandbox-data/requirements.txt
 	cp docker/sandbox-data/requirements.txt $(DATA_WHEELS)/
 	touch $@
 
-images: wheels $(DATA_WHEELS)/.complete
+images: wheels
+	$(MAKE) --no-print-directory $(DATA_WHEELS)/.complete
 	case "$(BASE_IMAGE)" in localhost/agentmesh-base:*) docker/base/build-base.sh $(BASE_IMAGE);; esac
 	$(BUILDAH) --ignorefile docker/Dockerfile.dockerignore -f docker/Dockerfile -t $(SERVICES_IMAGE) .
 	$(BUILDAH) -f docker/sandbox/Dockerfile -t $(SANDBOX_IMAGE) docker/sandbox
