@@ -77,7 +77,7 @@ test-fast: install
 bench: install
 	$(PY) -m benches
 
-# The two images the chart runs, built with buildah (no Docker engine needed). BASE_IMAGE: the
+# The images the chart runs, built with buildah (no Docker engine needed). BASE_IMAGE: the
 # base both Dockerfiles build on; the default is Debian bookworm with Debian's python3, made here
 # with debootstrap (cached) because no container registry may be reachable. Elsewhere:
 #   make images BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
@@ -85,6 +85,8 @@ bench: install
 IMAGE_TAG      ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' helm/agentmesh/Chart.yaml)
 SERVICES_IMAGE ?= ghcr.io/agentmesh/agentmesh:$(IMAGE_TAG)
 SANDBOX_IMAGE  ?= ghcr.io/agentmesh/agentmesh-sandbox:$(IMAGE_TAG)
+# The `data` sandbox template's image: the sandbox image plus numpy, pandas and matplotlib.
+DATA_IMAGE     ?= ghcr.io/agentmesh/agentmesh-sandbox-data:$(IMAGE_TAG)
 BASE_IMAGE     ?= localhost/agentmesh-base:bookworm
 EXTRAS         ?=
 WHEELS         := build/wheels
@@ -110,11 +112,23 @@ $(DEPS_STAMP): pyproject.toml
 	rm -f $(WHEELS)/deps/agentmesh-*.whl
 	touch $@
 
+# The data image's wheels (docker/sandbox-data/requirements.txt), its build context; fetched again
+# only when that file changes.
+DATA_WHEELS := $(WHEELS)/data
+$(DATA_WHEELS)/.complete: docker/sandbox-data/requirements.txt
+	rm -rf $(DATA_WHEELS)
+	$(PY) -m pip download --quiet --only-binary=:all: --python-version 3.11.2 --dest $(DATA_WHEELS) \
+	  -r docker/sandbox-data/requirements.txt
+	cp docker/sandbox-data/requirements.txt $(DATA_WHEELS)/
+	touch $@
+
 images: wheels
+	$(MAKE) --no-print-directory $(DATA_WHEELS)/.complete
 	case "$(BASE_IMAGE)" in localhost/agentmesh-base:*) docker/base/build-base.sh $(BASE_IMAGE);; esac
 	$(BUILDAH) --ignorefile docker/Dockerfile.dockerignore -f docker/Dockerfile -t $(SERVICES_IMAGE) .
 	$(BUILDAH) -f docker/sandbox/Dockerfile -t $(SANDBOX_IMAGE) docker/sandbox
-	@podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' $(SERVICES_IMAGE) $(SANDBOX_IMAGE) 2>/dev/null || true
+	$(BUILDAH) --build-arg SANDBOX=$(SANDBOX_IMAGE) -f docker/sandbox-data/Dockerfile -t $(DATA_IMAGE) $(DATA_WHEELS)
+	@podman images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' $(SERVICES_IMAGE) $(SANDBOX_IMAGE) $(DATA_IMAGE) 2>/dev/null || true
 
 clean:
 	rm -rf $(VENV) .venv-checkov .mypy_cache .ruff_cache .import_linter_cache lib/agentmesh/v1/*_pb2*.py* lib/agentmesh/internal/v1/*_pb2*.py* $(STUBS)

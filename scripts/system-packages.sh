@@ -4,6 +4,8 @@
 #   libseccomp2  the jail's syscall filter (found the way pyseccomp looks for it)
 #   slirp4netns  the user-mode network of a sandbox template with `network: egress`
 #   iproute2     `ip`, which keeps such a sandbox's routes to the host and private ranges closed
+#   python3-numpy python3-pandas python3-matplotlib
+#                what a local sandbox's Python (the system's python3) loads tables and draws figures with
 # As root, or with passwordless sudo, it installs them with apt-get; otherwise it stops with
 # the one command that does. `make install` and `.ci/run` call it.
 #
@@ -15,6 +17,11 @@ missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+# The jail runs the first python3 on its PATH (services/tools/sandbox/local.py: SANDBOX_PATH).
+jail_python=$(PATH=/usr/local/bin:/usr/bin:/bin command -v python3 || true)
+if [ -z "$jail_python" ] || ! "$jail_python" -c "import numpy, pandas, matplotlib" 2>/dev/null; then
+  missing+=(python3-numpy python3-pandas python3-matplotlib)
+fi
 "$python" -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('seccomp') is None)" \
   || missing+=(libseccomp2)
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -17,6 +17,7 @@ from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, Executor, S
 from agentmesh.tools.settings import SandboxLimits
 
 if TYPE_CHECKING:
+    from agentmesh.tools.cell_images import CellImages
     from agentmesh.tools.sandbox.per_template import TemplateSandboxes
     from agentmesh.tools.sandbox.session import SessionSandboxes
 
@@ -42,8 +43,11 @@ def program_text(args: dict[str, Any], key: str) -> str:
 
 class CommandTools:
     def __init__(self, executor: Executor, limits: SandboxLimits, network: bool = False, max_concurrent: int = 32,
-                 kernel: SessionSandboxes | None = None, sandboxes: TemplateSandboxes | None = None):
+                 kernel: SessionSandboxes | None = None, sandboxes: TemplateSandboxes | None = None,
+                 cell_images: CellImages | None = None):
         self._executor = executor
+        # A cell's figures read back as images of its result (None: only named in its text).
+        self._cell_images = cell_images
         self._kernel = kernel
         # The deployment's templates: a call naming one runs in that template's executor.
         self._sandboxes = sandboxes
@@ -76,7 +80,8 @@ class CommandTools:
                     "Run Python 3 code in this session's persistent interpreter, in an isolated sandbox whose "
                     "working directory is the session workspace (/workspace). No network. Variables, imports and "
                     "loaded data stay for later calls (until `restart`, or the sandbox idles out); the value of a "
-                    "last bare expression is shown; matplotlib figures are saved under .outputs/ as PNG files. "
+                    "last bare expression is shown (a pandas DataFrame as a table, also saved as CSV under .outputs/); "
+                    "matplotlib figures are saved under .outputs/ as PNG files and shown to you as images. "
                     "A cell past its time limit is interrupted (KeyboardInterrupt) and the variables stay.",
                     obj({"code": string("The Python source.", MAX_COMMAND_CHARS),
                          "restart": boolean("Start a fresh interpreter (all variables cleared) before running code."),
@@ -152,9 +157,16 @@ class CommandTools:
         except SandboxUnavailable as exc:
             return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")
         outcome = self._offline_hint(ctx, egress, command_outcome(cell.result))
+        if cell.tables:
+            outcome.output += "\n[table saved as CSV: " + ", ".join(cell.tables) + "]"
+            outcome.data["tables"] = cell.tables
         if cell.figures:
             outcome.output += "\n[figures saved: " + ", ".join(cell.figures) + "]"
             outcome.data["figures"] = cell.figures
+            if self._cell_images is not None:
+                images, notes = await asyncio.to_thread(self._cell_images.read, ctx.session_id, cell.figures)
+                outcome.images = images
+                outcome.output += "".join("\n" + note for note in notes)
         return outcome
 
     def effective_timeout(self, requested: float | None, caller: float) -> float:

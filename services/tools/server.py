@@ -253,6 +253,7 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                ) -> ToolService:
     """`build_executor`: how an executor for another sandbox template is made (None: calls naming
     one run in `executor` alike, after the name is checked)."""
+    from agentmesh.tools.cell_images import CellImages
     from agentmesh.tools.sandbox.session import SessionSandboxes
 
     sessions = executor if isinstance(executor, SessionSandboxes) else None
@@ -264,7 +265,8 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
                                     peek=sessions.peek if sessions is not None else None)
     providers: list[ToolProvider] = [
         CommandTools(executor, settings.limits, network=settings.command_network,
-                     max_concurrent=settings.max_concurrent_sandboxes, kernel=sessions, sandboxes=sandboxes),
+                     max_concurrent=settings.max_concurrent_sandboxes, kernel=sessions, sandboxes=sandboxes,
+                     cell_images=CellImages(workspaces, settings.max_image_bytes, settings.max_cell_images)),
         FileTools(workspaces, settings.max_file_read_bytes, settings.workspace_quota,
                   max_image_bytes=settings.max_image_bytes),
         SearchTools(workspaces),

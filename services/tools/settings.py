@@ -174,6 +174,9 @@ class ToolsSettings(EnvSection):
     # The largest image kept under a workspace's .attachments/ (a user's, stored by the agent, or
     # one a tool returned: read_file of an image, an MCP tool's image content); docs/agent.md "Images".
     max_image_bytes: int = env("AGENTMESH_TOOLS_MAX_IMAGE_BYTES", 5 * MIB, minimum=1024, maximum=12 * MIB)
+    # Figures one `python` cell of a session sandbox hands back as images (the first ones drawn;
+    # the rest are named in its text only): every image is sent with each later model call.
+    max_cell_images: int = env("AGENTMESH_TOOLS_MAX_CELL_IMAGES", 4, minimum=0, maximum=20)
 
     @cached_property
     def workspace_quota(self) -> WorkspaceQuota:

@@ -22,6 +22,7 @@ from tests.helm.helm_support import CHART, PORTS, REPO_ROOT, SERVICES
 
 SERVICES_DOCKERFILE = REPO_ROOT / "docker" / "Dockerfile"
 SANDBOX_DOCKERFILE = REPO_ROOT / "docker" / "sandbox" / "Dockerfile"
+DATA_DOCKERFILE = REPO_ROOT / "docker" / "sandbox-data" / "Dockerfile"
 DOCKERIGNORE = REPO_ROOT / "docker" / "Dockerfile.dockerignore"
 
 
@@ -106,7 +107,27 @@ def test_make_images_tags_what_the_chart_runs():
     assert tags == [
         f"{values['image']['repository']}:{values['image']['tag'] or app_version}",
         f"{values['sandbox']['image']['repository']}:{values['sandbox']['image']['tag'] or app_version}",
+        # The `data` template's image: documented for sandbox.templates, not a chart default.
+        f"{values['sandbox']['image']['repository']}-data:{values['sandbox']['image']['tag'] or app_version}",
     ]
+    # Built on the sandbox image this same run tagged, from the wheels it downloaded.
+    data_build = next(line for line in plan.splitlines() if "sandbox-data/Dockerfile" in line)
+    assert f"--build-arg SANDBOX={tags[1]}" in data_build and data_build.endswith(" build/wheels/data")
+
+
+def test_data_image_is_the_sandbox_image_with_a_venv_of_the_wheels_first_on_path():
+    build, runtime = stages(DATA_DOCKERFILE)
+    assert build[0][1] == "${SANDBOX} AS build" and runtime[0][1] == "${SANDBOX}"
+    installed = " ".join(args for word, args in build if word == "RUN")
+    assert "--no-index" in installed and "-r /wheels/requirements.txt" in installed  # no registry at build time
+    assert [a for w, a in runtime if w == "COPY"] == ["--from=build /opt/data /opt/data"]
+    assert not [w for w, _ in runtime if w == "RUN"]
+    assert last(runtime, "USER") == last(stages(SANDBOX_DOCKERFILE)[0], "USER")
+    env = last(runtime, "ENV")
+    assert "PATH=/workspace/.local/bin:/opt/data/bin:" in env and "MPLBACKEND=Agg" in env
+    wanted = {re.split(r"[<>=]", line)[0] for line in (DATA_DOCKERFILE.parent / "requirements.txt").read_text().splitlines()
+              if line and not line.startswith("#")}
+    assert wanted == {"numpy", "pandas", "matplotlib"}
 
 
 # --- the build context and the wheel ------------------------------------------------------------
@@ -160,7 +181,8 @@ def test_the_context_holds_what_the_dockerfile_copies_and_nothing_else():
     assert sources == ["build/wheels/deps", "build/wheels/agentmesh-*.whl", "docker/slim_root.py"]
     for path in ("build/wheels/deps/grpcio-1-cp311.whl", "build/wheels/agentmesh-0.1.0-py3-none-any.whl", "docker/slim_root.py"):
         assert included(path, rules), f"{path}: excluded by the .dockerignore"
-    for path in ("lib/agentmesh/config.py", "tests/conftest.py", "helm/agentmesh/values.yaml", ".git/config", ".venv/bin/python", "docker/Dockerfile"):
+    for path in ("lib/agentmesh/config.py", "tests/conftest.py", "helm/agentmesh/values.yaml", ".git/config", ".venv/bin/python", "docker/Dockerfile",
+                 "build/wheels/data/numpy-2.2.6-cp311.whl"):
         assert not included(path, rules), f"{path}: sent to the build for nothing"
 
 

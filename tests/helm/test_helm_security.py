@@ -26,7 +26,8 @@ from tests.helm.helm_support import REPO_ROOT, Rendered
 # One worker runs the module: its checkov scan (a minute or more) is made once, not per worker.
 pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("checkov")]
 
-DOCKERFILES = {"services": REPO_ROOT / "docker" / "Dockerfile", "sandbox": REPO_ROOT / "docker" / "sandbox" / "Dockerfile"}
+DOCKERFILES = {"services": REPO_ROOT / "docker" / "Dockerfile", "sandbox": REPO_ROOT / "docker" / "sandbox" / "Dockerfile",
+               "data": REPO_ROOT / "docker" / "sandbox-data" / "Dockerfile"}
 CONFIGS = ("default", "production")
 
 
@@ -88,7 +89,7 @@ def checkov_results(tmp_path_factory, default_render, production_render) -> dict
     return by_dir
 
 
-SCANNED = [f"{variant}/{name}" for variant in ("as-shipped",) for name in (*CONFIGS, "docker-services", "docker-sandbox")]
+SCANNED = [f"{variant}/{name}" for variant in ("as-shipped",) for name in (*CONFIGS, "docker-services", "docker-sandbox", "docker-data")]
 
 
 @pytest.mark.parametrize("directory", SCANNED)

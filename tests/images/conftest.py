@@ -57,13 +57,14 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def images() -> dict[str, str]:
-    """Both images, built from this tree by `make images`; their references are the chart's defaults."""
+    """The images, built from this tree by `make images`; their references are the chart's defaults
+    (the `data` template's: the sandbox repository with `-data`)."""
     started = time.monotonic()
     result = subprocess.run(["make", "--no-print-directory", "images"], cwd=REPO_ROOT, env=podman_env(),
                             capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert result.returncode == 0, f"make images failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     print(f"make images: {time.monotonic() - started:.0f} s")
-    return {"services": chart_image("services"), "sandbox": chart_image("sandbox")}
+    return {"services": chart_image("services"), "sandbox": chart_image("sandbox"), "data": chart_image("data")}
 
 
 @pytest.fixture(scope="session")

@@ -58,7 +58,8 @@ def chart_image(key: str) -> str:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
     image = values["image"] if key == "services" else values["sandbox"]["image"]
-    return f"{image['repository']}:{image['tag'] or app_version}"
+    repository = image["repository"] + ("-data" if key == "data" else "")  # the `data` template's image (Makefile DATA_IMAGE)
+    return f"{repository}:{image['tag'] or app_version}"
 
 
 def free_port() -> int:

@@ -8,11 +8,14 @@ import hashlib
 import io
 import json
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.images.podman import REPO_ROOT, SERVICE_UID
+from agentmesh.tools.sandbox.session_supervisor import BOOT
+from tests.images.podman import REPO_ROOT, SERVICE_UID, owned_directory, podman_cwd, podman_env
 
 # The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
 # One xdist worker runs every image test: they share one build and one podman stack.
@@ -88,3 +91,60 @@ def test_sandbox_image_has_the_tools_and_nothing_that_reaches_the_cluster(images
     output = podman.text("run", "--rm", "--network", "none", images["sandbox"], "/bin/sh", "-c", script).split()
     assert output[0] == str(SERVICE_UID)
     assert [line for line in output[1:] if line.startswith(("missing:", "present:"))] == []
+
+
+def test_data_image_draws_figures_and_tables_as_the_sandbox_user(images, podman):
+    """The `data` template's image: the sandbox image plus numpy, pandas and matplotlib, usable
+    as the cluster runs it (read-only root, /tmp an empty writable volume, no network)."""
+    config = image_config(podman, images["data"])
+    assert config["User"] == f"{SERVICE_UID}:{SERVICE_UID}" and config["WorkingDir"] == "/workspace"
+    script = (
+        "import os, numpy, pandas, matplotlib.pyplot as plt\n"
+        "frame = pandas.DataFrame({'x': numpy.arange(5), 'y': numpy.arange(5) ** 2})\n"
+        "frame.plot(x='x', y='y')\n"
+        "plt.savefig('/tmp/figure.png')\n"
+        "frame.to_csv('/tmp/table.csv', index=False)\n"
+        "print(os.getuid(), plt.get_backend().lower(), open('/tmp/figure.png', 'rb').read(8).hex())\n"
+        "print(open('/tmp/table.csv').read().splitlines()[-1])\n"
+    )
+    result = podman.run("run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp:mode=1777",
+                        images["data"], "python3", "-I", "-c", script)  # -I: as the session kernel starts
+    out, err = result.stdout.decode().split("\n"), result.stderr.decode()
+    assert out[:2] == [f"{SERVICE_UID} agg 89504e470d0a1a0a", "4,16"], (out, err)
+    assert "Matplotlib created a temporary" not in err and "not writable" not in err, err
+    # Everything the sandbox image has is there too.
+    tools = podman.text("run", "--rm", "--network", "none", images["data"], "/bin/sh", "-c",
+                        "for t in bash git jq rg; do command -v $t >/dev/null || echo missing:$t; done; true")
+    assert tools.split() == []
+
+
+def test_the_session_kernel_in_the_data_image_saves_figures_and_tables(images):
+    """The session supervisor's Python kernel, started as a session pod starts it (`python3 -I -c
+    BOOT`, the image's PATH), draws a matplotlib figure and shows a DataFrame: the figure saved
+    as PNG and the table as Markdown and CSV in the workspace, nothing else written there."""
+    source = (REPO_ROOT / "services/tools/sandbox/session_supervisor.py").read_text()
+    cell = {"op": "cell", "id": 1, "cap": 65536, "cpu_s": 60, "fsize": 1 << 28,
+            "code": "import matplotlib.pyplot as plt, pandas as pd\nplt.plot([1, 2, 3])\npd.DataFrame({'a': [1, 2]})",
+            "env": {"HOME": "/workspace", "LANG": "C.UTF-8"},
+            "limits": {"as": 4 << 30, "nproc": 256, "fsize": 1 << 28}}
+    with tempfile.TemporaryDirectory(prefix="amtest-data-", dir="/tmp") as scratch:
+        workspace = owned_directory(Path(scratch) / "workspace")
+        workspace.chmod(0o770)
+        # The supervisor answers while its stdin is open (closed, it ends): a pipe held until the reply.
+        process = subprocess.Popen(
+            ["podman", "run", "--rm", "-i", "--network", "none", "--read-only", "--tmpfs", "/tmp:mode=1777",
+             "--volume", f"{workspace}:/workspace", images["data"], "python3", "-I", "-c", BOOT],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=podman_env(), cwd=podman_cwd())
+        try:
+            process.stdin.write((json.dumps(source) + "\n" + json.dumps(cell) + "\n").encode())
+            process.stdin.flush()
+            answer = json.loads(process.stdout.readline())
+        finally:
+            process.stdin.close()
+            process.wait(timeout=120)
+        assert (answer["exit_code"], answer["stderr"]) == (0, "")
+        assert answer["stdout"] == "|  | a |\n|---|---|\n| 0 | 1 |\n| 1 | 2 |\n"
+        assert (answer["figures"], answer["tables"]) == ([".outputs/figure-1.png"], [".outputs/table-1.csv"])
+        assert (workspace / ".outputs/figure-1.png").read_bytes().startswith(b"\x89PNG")
+        assert (workspace / ".outputs/table-1.csv").read_text() == ",a\n0,1\n1,2\n"
+        assert sorted(p.name for p in workspace.rglob("*")) == [".outputs", "figure-1.png", "table-1.csv"]

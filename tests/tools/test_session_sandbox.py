@@ -8,7 +8,6 @@ import asyncio
 import os
 import shutil
 import signal
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from agentmesh.internal.v1 import tools_service_pb2
 from tests.tools.support import ToolsClient, processes_with, wait_until
+from tests.tools.test_cell_results import jail_has
 
 pytestmark = pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bubblewrap")
 
@@ -165,11 +165,7 @@ async def test_a_background_server_is_reachable_from_later_calls(session):
     assert stopped.stopped == 1
 
 
-def _system_has(module: str) -> bool:
-    return subprocess.run(["python3", "-c", f"import {module}"], capture_output=True).returncode == 0
-
-
-@pytest.mark.skipif(not _system_has("matplotlib"), reason="the system Python has no matplotlib")
+@pytest.mark.skipif(not jail_has("matplotlib"), reason="the system Python has no matplotlib")
 async def test_a_figure_lands_in_the_workspace_as_png(session):
     result = await session.call("python", {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])"})
     assert not result.is_error, result.output
@@ -223,7 +219,7 @@ async def test_a_stopped_supervisor_still_gives_a_timeout_result(session):
 
 
 async def test_a_png_the_cell_writes_is_named_in_the_result(session):
-    """Without matplotlib (the system Python here has none): a PNG written by the cell's own code
+    """Without matplotlib (a system Python may have none): a PNG written by the cell's own code
     (the standard library's zlib) is named as a figure, as one saved by savefig would be."""
     code = (
         "import struct, zlib, os\n"

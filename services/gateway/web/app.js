@@ -30,6 +30,7 @@ const conversation = new Conversation($("log"), {
     navigate(forked.session.session_id);
   },
   contextFill: (tokens, window) => controls.contextFill(tokens, window),
+  imageUrl: (image) => storedImage(state.sessionId, image),
   messageLink: (seq) => `#/sessions/${encodeURIComponent(state.sessionId)}/messages/${seq}`,
   latestPlan: async (afterSeq) => {
     const messages = await transcript(state.sessionId, afterSeq);
@@ -37,6 +38,25 @@ const conversation = new Conversation($("log"), {
     return plans.length ? plans[plans.length - 1].content : "";
   },
 });
+// A stored image (a tool result's, by its `.attachments/` path) as a data URL, fetched once: the
+// path names the bytes' hash, so a session's figure shown again (a reload, the windowed log) is
+// not fetched again. "" when the workspace view cut it (larger than AGENTMESH_TOOLS_MAX_VIEW_BYTES).
+const imageUrls = new Map();
+function storedImage(sessionId, image) {
+  const key = `${sessionId}\n${image.path}`;
+  if (!imageUrls.has(key)) {
+    if (imageUrls.size >= 200) imageUrls.delete(imageUrls.keys().next().value);
+    const path = `/v1/sessions/${encodeURIComponent(sessionId)}/workspace/file`;
+    imageUrls.set(key, api.call("GET", path, { query: { path: image.path } }).then(
+      (file) => (file.truncated ? "" : `data:${image.media_type || "image/png"};base64,${file.content}`),
+      (error) => {
+        imageUrls.delete(key);
+        throw error;
+      }));
+  }
+  return imageUrls.get(key);
+}
+
 const controls = new SessionControls(api, { agent: $("agent-picker"), model: $("model-picker"), permissionMode: $("permission-mode"),
   plan: $("plan-mode"), deep: $("deep-mode"), ifBusy: $("if-busy"), busyRow: $("busy-row"), busyHint: $("busy-hint"),
   contextFill: $("context-fill"), status: $("controls-status") });

@@ -38,7 +38,7 @@ function historyItems(messages) {
 
 export class Conversation {
   // actions: { approve(callId, approved), showTrace(traceId), openSession(id), runsCode(toolName),
-  //            latestPlan(afterSeq), fork(seq) }
+  //            latestPlan(afterSeq), fork(seq), imageUrl(image) }
   constructor(log, actions) {
     this.log = log;
     this.actions = actions;
@@ -92,14 +92,14 @@ export class Conversation {
         for (const call of message.tool_calls || []) {
           const card = new ToolCard(call.call_id, call.name, call.arguments_json, this.actions);
           const result = item.results.get(call.call_id);
-          if (result) card.recorded(result.content);
+          if (result) card.recorded(result.content, result.images);
           group.append(card.element);
         }
         return group;
       }
       case "tool": {
         const card = new ToolCard(message.tool_call_id, message.name, "", this.actions);
-        card.recorded(message.content);
+        card.recorded(message.content, message.images);
         return card.element;
       }
       case "summary":
@@ -376,10 +376,28 @@ class ToolCard {
     this.#state("running", "running…");
   }
 
-  recorded(content) {
+  recorded(content, images) {
     this.output.textContent = content;
     this.result.hidden = false;
     this.#state("done", "done");
+    this.#figures(images);
+  }
+
+  // A result's images (a figure the python kernel drew, an image read_file read): fetched from
+  // the session's workspace and shown in the result, the card opened so they are seen at once.
+  #figures(images) {
+    if (!images || !images.length || !this.actions.imageUrl) return;
+    const strip = h("div", { class: "tool-figures" });
+    this.result.append(strip);
+    this.element.open = true;
+    for (const image of images) {
+      const label = image.name || image.path;
+      const slot = h("span", { class: "image-ref small muted" }, `[image: ${label}]`);
+      strip.append(slot);
+      this.actions.imageUrl(image).then((url) => {
+        if (url) slot.replaceWith(h("img", { src: url, alt: label, class: "tool-figure" }));
+      }, () => {});
+    }
   }
 
   finished(result) {
@@ -395,6 +413,7 @@ class ToolCard {
       this.extra.append(h("h4", {}, "stderr"), h("pre", { class: "tool-stderr" }, result.stderr));
     }
     if (result.truncated) this.extra.append(h("p", { class: "muted" }, "Output was cut at the service's limit."));
+    this.#figures(result.images);
   }
 
   // A held call: approve it, approve it and the rest of the turn, edit its arguments and

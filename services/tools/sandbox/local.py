@@ -70,6 +70,8 @@ ETC_ALLOWLIST = (
     "mime.types",
     "protocols",
     "services",
+    "matplotlibrc",  # Debian's matplotlib reads its defaults here: without it, it refuses to import
+    "fonts",  # fontconfig's configuration, for programs that draw text
 )
 NETWORK_ETC = ("resolv.conf",)
 MERGED_USR_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

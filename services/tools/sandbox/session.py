@@ -54,6 +54,7 @@ class CellResult:
     figures: list[str]
     interrupted: bool = False
     kernel_lost: bool = False
+    tables: list[str] = dataclasses.field(default_factory=list)  # CSV files of the tables it showed
 
 
 class SessionSandboxes:
@@ -287,8 +288,10 @@ class SessionSandboxes:
                                                   "its variables are gone and the next call starts a fresh one")
             figures = reply.get("figures")
             figures = [f for f in figures if isinstance(f, str)] if isinstance(figures, list) else []
+            tables = reply.get("tables")
+            tables = [t for t in tables if isinstance(t, str)] if isinstance(tables, list) else []
             return CellResult(result, figures, bool(reply.get("interrupted")),
-                              bool(reply.get("kernel_lost")))
+                              bool(reply.get("kernel_lost")), tables)
         except JailGone:
             return CellResult(self._gone(jail, started), [], kernel_lost=True)
         finally:

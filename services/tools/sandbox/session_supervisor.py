@@ -267,11 +267,17 @@ class Kernel:
     def __init__(self):
         self.pid = os.getpid()
         os.environ.pop("MALLOC_ARENA_MAX", None)  # read by glibc at start; the cell's programs get the usual
+        # matplotlib draws to files (no display here), its font cache in the jail's /tmp rather
+        # than the session's workspace (HOME).
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        os.environ.setdefault("MPLCONFIGDIR", "/tmp/.matplotlib")
         threading.stack_size(256 * 1024)  # the reader threads' stacks, also out of the address-space limit
         self.requests = sys.stdin.buffer
         self.replies = os.fdopen(os.dup(1), "wb", buffering=0)
         self.namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         self.figures = 0
+        self.tables = 0
+        self.cell_tables = []  # the CSV files this cell's tables were saved as
         self.streams = []
         for fd in (1, 2):
             read_end, write_end = os.pipe()
@@ -287,6 +293,7 @@ class Kernel:
             for stream in self.streams:
                 stream.begin(request["cap"])
             images_before = images()
+            self.cell_tables = []
             error = self.execute(request["code"], request["cpu"], request["fsize"])
             if os.getpid() != self.pid:
                 # A process the cell forked came back out of the cell (an exception in the
@@ -302,7 +309,7 @@ class Kernel:
                 "exit_code": 1 if error else 0, "stdout": out.text(), "stderr": err.text(),
                 "truncated": out.truncated or err.truncated, "interrupted": error == "interrupted",
                 "cpu_limit": error == "cpu_limit",
-                "figures": figures}) + "\n").encode())
+                "figures": figures, "tables": self.cell_tables}) + "\n").encode())
 
     def execute(self, code, cpu_s, fsize):
         # This cell's CPU time: the soft limit moves to what the interpreter has used plus the
@@ -332,7 +339,7 @@ class Kernel:
                 value = eval(compile(last, "<cell>", "eval"), self.namespace)
                 if value is not None:
                     self.namespace["_"] = value
-                    print(show(value))
+                    print(self.show(value))
         except KeyboardInterrupt as exc:
             print_cell_error(exc)
             return "interrupted"
@@ -343,6 +350,25 @@ class Kernel:
             print_cell_error(exc)
             return "error"
         return ""
+
+    def show(self, value):
+        """A pandas DataFrame as a Markdown table, and saved whole as CSV under .outputs/ (named
+        in the reply); anything else as `show` gives it."""
+        if type(value).__name__ != "DataFrame" or not type(value).__module__.startswith("pandas"):
+            return show(value)
+        try:
+            table = markdown_table(value)
+        except Exception:  # noqa: BLE001 — an odd frame (a MultiIndex, ...) is still shown as pandas renders it
+            return show(value)
+        try:
+            os.makedirs("/workspace/.outputs", exist_ok=True)
+            self.tables += 1
+            path = f".outputs/table-{self.tables}.csv"
+            value.to_csv("/workspace/" + path)
+            self.cell_tables.append(path)
+        except Exception as exc:  # noqa: BLE001 — a full disk or a quota: the table is still shown
+            table += f"\n[the table could not be saved as CSV: {exc}]"
+        return table
 
     def save_figures(self):
         pyplot = sys.modules.get("matplotlib.pyplot")
@@ -392,6 +418,30 @@ def show(value):
         except TypeError:
             return to_string()
     return repr(value)
+
+
+TABLE_ROWS, TABLE_COLUMNS, TABLE_CELL_CHARS = 30, 20, 80
+
+
+def markdown_table(frame):
+    """A DataFrame's first rows and columns as a Markdown table (the model and the console read
+    it as a table), with a line saying what was left out. Written here, not pandas' to_markdown,
+    which needs the `tabulate` package the sandbox may not have."""
+
+    def cell(value):
+        text = " ".join(str(value).split()).replace("|", "\\|")
+        return text if len(text) <= TABLE_CELL_CHARS else text[:TABLE_CELL_CHARS - 1] + "…"
+
+    rows, columns = frame.shape
+    shown = frame.iloc[:TABLE_ROWS, :TABLE_COLUMNS]
+    lines = ["| " + " | ".join([cell(frame.index.name or "")] + [cell(c) for c in shown.columns]) + " |",
+             "|" + "---|" * (len(shown.columns) + 1)]
+    for index, values in zip(shown.index, shown.itertuples(index=False, name=None), strict=True):
+        lines.append("| " + " | ".join([cell(index)] + [cell(v) for v in values]) + " |")
+    if rows > TABLE_ROWS or columns > TABLE_COLUMNS:
+        lines.append(f"[{rows} rows × {columns} columns; shown: the first {min(rows, TABLE_ROWS)} rows and "
+                     f"{min(columns, TABLE_COLUMNS)} columns]")
+    return "\n".join(lines)
 
 
 class Stream:
