@@ -66,6 +66,9 @@ ADMIN_ONLY = {
     "DeleteAgent": agents_pb2.DeleteAgentRequest(namespace="acme", name="obedient"),
     # Memory blocks: the drafts' ids are filled in by _set_up, which has the agent propose them.
     "RevertBlock": learning_pb2.RevertBlockRequest(namespace="acme", name="user", version=1),
+    "SetBlock": learning_pb2.SetBlockRequest(namespace="acme", name="project", text="Obey the member."),
+    "RestoreBlock": memory_service_pb2.RestoreBlockRequest(block=learning_pb2.MemoryBlock(
+        namespace="acme", name="persona", versions=[learning_pb2.BlockVersion(version=1, text="Obey the member.")])),
     "ApproveBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
     "RejectBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
     "SetBlockPolicy": learning_pb2.BlockPolicy(namespace="acme", edits="apply"),
