@@ -55,6 +55,9 @@ class Importer:
         profile = await call(call.gateway.GetProfile, learning_pb2.GetProfileRequest(namespace=ns))
         if profile.soul or profile.user or profile.project:
             found.append("standing instructions")
+        blocks = await call(call.gateway.ListBlocks, learning_pb2.ListBlocksRequest(namespace=ns, all_users=True))
+        if blocks.blocks:
+            found.append("memory blocks")
         skills = await call(call.gateway.ListSkills, learning_pb2.ListSkillsRequest(namespace=ns, include_drafts=True))
         if skills.skills:
             found.append("skills")
@@ -86,7 +89,8 @@ class Importer:
                            "import into a new namespace, or pass --replace to overwrite", EXIT_SERVER_ERROR)
 
     async def run(self, lines: Iterator[tuple[int, dict[str, Any]]]) -> dict[str, int]:
-        handlers = {"settings": self._settings, "profile": self._profile, "skill": self._skill,
+        handlers = {"settings": self._settings, "profile": self._profile, "block_policy": self._block_policy,
+                    "block": self._block, "skill": self._skill,
                     "promoted_tool": self._promoted_tool, "agent": self._agent, "memory": self._memory, "session": self._session,
                     "job": self._job}
         for number, record in lines:
@@ -120,6 +124,28 @@ class Importer:
                 await self._call(self._call.gateway.SetProfile, learning_pb2.SetProfileRequest(
                     namespace=self._namespace, part=part, text=str(r[part])))
         self._count("profile")
+
+    async def _block_policy(self, r: dict[str, Any]) -> None:
+        from agentmesh.v1 import learning_pb2
+
+        await self._call(self._call.gateway.SetBlockPolicy, learning_pb2.BlockPolicy(
+            namespace=self._namespace, edits=str(r.get("edits") or "apply")))
+        self._count("block_policy")
+
+    async def _block(self, r: dict[str, Any]) -> None:
+        """The block with its history (RestoreBlock: versions, their provenance and times kept)."""
+        from google.protobuf.json_format import ParseDict
+
+        from agentmesh.internal.v1 import memory_service_pb2
+        from agentmesh.v1 import learning_pb2
+
+        block = learning_pb2.MemoryBlock(namespace=self._namespace, name=str(r.get("name", "")),
+                                         user=str(r.get("user", "")))
+        for v in r.get("versions") or []:
+            block.versions.append(ParseDict(v, learning_pb2.BlockVersion(), ignore_unknown_fields=True))
+        await self._call(self._call.memory.RestoreBlock, memory_service_pb2.RestoreBlockRequest(
+            block=block, replace=self._replace))
+        self._count("block")
 
     async def _skill(self, r: dict[str, Any]) -> None:
         from agentmesh.v1 import learning_pb2

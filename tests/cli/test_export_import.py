@@ -1,7 +1,8 @@
 """`agentmesh export` and `agentmesh import` through the real stack (docs/memory.md#export-and-
 import): a namespace exported from one home and imported into a fresh one answers as before —
 the scripted model server logs the requests, and the imported standing instructions and the
-recalled memory reach the model — and the import's refusals change nothing.
+recalled memory reach the model, as do the memory blocks, which keep their versions — and the
+import's refusals change nothing.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import sys
 
 from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.v1 import agents_pb2, common_pb2, gateway_pb2, learning_pb2, sessions_pb2
-from tests.support.llm_server import ScriptedLLMServer, reply
+from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 from tests.support.turns import collect
 
 SOUL = "You are Captain Zebra, who answers in nautical terms."
 FACT = "The launch code word for the crew is PELICAN."
 LONG = 2100
+CAPTAIN = "The captain's name is Ada."
+LISBON, PORTO = "The crew sails to Lisbon.", "The crew sails to Porto."
 
 
 async def agentmesh(stack: Stack, *args: str, stdout=None) -> subprocess.CompletedProcess:
@@ -52,7 +55,11 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             await stack.memory_stub().Remember(memory_service_pb2.RememberRequest(namespace="crew", text=FACT, kind="fact"))
             await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
                 namespace="crew", retention=sessions_pb2.Retention(usage_days=90)))
+            # The agent writes two blocks in the first turn; a person then rewrites one.
+            llm.add(reply("", tool_call("block_append", {"name": "user", "text": CAPTAIN})),
+                    reply("", tool_call("block_append", {"name": "project", "text": LISBON})))
             await _chat(stack, "voyage-1", "crew", "Ahoy, who are you?")
+            await gateway.SetBlock(learning_pb2.SetBlockRequest(namespace="crew", name="project", text=PORTO))
             # A named agent with two versions.
             await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="crew", spec=agents_pb2.AgentSpec(
                 name="bosun", description="Keeps the deck.", instructions="You are the bosun.")))
@@ -72,9 +79,11 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert "exported crew:" in done.stderr
 
         lines = [json.loads(line) for line in export.read_text().splitlines()]
-        assert lines[0]["format"] == "agentmesh-export/2" and lines[0]["embedder"]["name"] == "hashing-v1"
+        assert lines[0]["embedder"]["name"] == "hashing-v1"
         assert lines[-1]["kind"] == "end"
-        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "agent", "memory", "session"}
+        assert lines[0]["format"] == "agentmesh-export/3"
+        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "agent", "memory", "session", "block",
+                                                  "block_policy"}
         (agent,) = [r for r in lines if r.get("kind") == "agent"]
         assert (agent["name"], [v["version"] for v in agent["versions"]]) == ("bosun", [1, 2])
 
@@ -82,7 +91,7 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             done = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
             assert done.returncode == 0, done.stderr
             transcript = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="voyage-1"))
-            assert [m.content for m in transcript.messages if m.role in ("user", "assistant")] == \
+            assert [m.content for m in transcript.messages if m.role in ("user", "assistant") and m.content] == \
                 ["Ahoy, who are you?", "Aye."]
             contents, after = [], 0
             while True:
@@ -101,16 +110,22 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert [(v.version, v.spec.instructions) for v in versions.versions] == [
                 (1, "You are the bosun."), (2, "You are the bosun; be brief.")]
 
+            project = await stack.gateway_stub().GetBlock(learning_pb2.GetBlockRequest(namespace="crew2", name="project"))
+            assert [(v.version, v.change, v.text, v.provenance.session_id) for v in project.versions] == [
+                (2, "set", PORTO, ""), (1, "append", LISBON, "voyage-1")]
+
             before = len(llm.requests)
             await _chat(stack, "voyage-2", "crew2", "What is the launch code word?")
             asked = _system_text(llm.requests[before])
             assert SOUL in asked  # the imported standing instructions
             assert "PELICAN" in asked  # the imported memory, recalled for this question
+            assert f"## user\n{CAPTAIN}" in asked and f"## project\n{PORTO}" in asked  # the imported blocks
 
             # Again without --replace: refused in a sentence, nothing written.
             again = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
             assert again.returncode == 1
-            assert ("namespace 'crew2' already holds memories, standing instructions, settings, agents (bosun)"
+            assert ("namespace 'crew2' already holds memories, standing instructions, memory blocks, settings, "
+                    "agents (bosun)"
                     in again.stderr)
             assert "nothing was imported" in again.stderr
             # With --replace it goes through (the same records written over).
@@ -119,13 +134,15 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             versions = await stack.gateway_stub().ListAgentVersions(agents_pb2.ListAgentVersionsRequest(
                 namespace="crew2", name="bosun"))
             assert [v.version for v in versions.versions] == [1, 2]  # made again, not stacked on top
+            project = await stack.gateway_stub().GetBlock(learning_pb2.GetBlockRequest(namespace="crew2", name="project"))
+            assert [v.version for v in project.versions] == [2, 1]  # written over, not stacked on top
 
             # A file from a newer format, and a cut-off file: refused before anything is sent.
             newer = tmp_path / "newer.jsonl"
-            newer.write_text(json.dumps({"format": "agentmesh-export/3"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
+            newer.write_text(json.dumps({"format": "agentmesh-export/4"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
             refused = await agentmesh(stack, "import", str(newer), "--namespace", "crew3")
             assert refused.returncode == 2
-            assert "newer than this agentmesh reads (agentmesh-export/2)" in refused.stderr
+            assert "newer than this agentmesh reads (agentmesh-export/3)" in refused.stderr
             cut = tmp_path / "cut.jsonl"
             cut.write_text("\n".join(export.read_text().splitlines()[:-1]) + "\n")
             refused = await agentmesh(stack, "import", str(cut), "--namespace", "crew3")
