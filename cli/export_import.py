@@ -61,6 +61,9 @@ class Importer:
         skills = await call(call.gateway.ListSkills, learning_pb2.ListSkillsRequest(namespace=ns, include_drafts=True))
         if skills.skills:
             found.append("skills")
+        tools = await call(call.gateway.ListPromotedTools, learning_pb2.ListPromotedToolsRequest(namespace=ns))
+        if tools.tools:
+            found.append("self-made tools")
         settings = await call(call.gateway.GetNamespaceSettings, sessions_pb2.GetNamespaceSettingsRequest(namespace=ns))
         if settings.updated_at:
             found.append("settings")
@@ -156,11 +159,25 @@ class Importer:
         self._count("skill")
 
     async def _promoted_tool(self, r: dict[str, Any]) -> None:
-        # Only the agent stores a promoted tool (it checked the code when promoting it); an
-        # import does not get to plant code that every turn of the namespace may run.
-        sys.stderr.write(f"promoted tool {r.get('name')!r} is in the file but not imported: the agent promotes "
-                         "tools again from the imported skills when asked\n")
-        self.counts["promoted_tool skipped"] = self.counts.get("promoted_tool skipped", 0) + 1
+        """A self-made tool, checked as promoting checks one: its description and argument schema
+        derived again from its source (the file's are not trusted), a source that does not define
+        a documented function skipped with a sentence. Memory checks the rest (name, size, cap)."""
+        import json
+
+        from agentmesh.agent.capabilities import toolmaker
+        from agentmesh.v1 import learning_pb2
+
+        name, function, source = str(r.get("name", "")), str(r.get("function", "")), str(r.get("source", ""))
+        try:
+            made = toolmaker.describe(source, function)
+        except toolmaker.ToolRefused as exc:
+            sys.stderr.write(f"self-made tool {name!r} is not imported: {exc}\n")
+            self.counts["promoted_tool skipped"] = self.counts.get("promoted_tool skipped", 0) + 1
+            return
+        await self._call(self._call.memory.RestorePromotedTool, learning_pb2.PromotedTool(
+            namespace=self._namespace, name=name, description=made.description,
+            parameters_json=json.dumps(made.parameters), source=source, function=function))
+        self._count("promoted_tool")
 
     async def _agent(self, r: dict[str, Any]) -> None:
         """The agent's versions made again oldest first (CreateAgent, then UpdateAgent), each

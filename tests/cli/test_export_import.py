@@ -15,6 +15,7 @@ import sys
 
 from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.v1 import agents_pb2, common_pb2, gateway_pb2, learning_pb2, sessions_pb2
+from tests.support.identities import signed_channel
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 from tests.support.turns import collect
@@ -23,6 +24,7 @@ SOUL = "You are Captain Zebra, who answers in nautical terms."
 FACT = "The launch code word for the crew is PELICAN."
 LONG = 2100
 CAPTAIN = "The captain's name is Ada."
+KNOTS = 'def knots(speed_kmh: float) -> float:\n    """Convert km/h to knots."""\n    return speed_kmh / 1.852\n'
 LISBON, PORTO = "The crew sails to Lisbon.", "The crew sails to Porto."
 
 
@@ -60,6 +62,13 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
                     reply("", tool_call("block_append", {"name": "project", "text": LISBON})))
             await _chat(stack, "voyage-1", "crew", "Ahoy, who are you?")
             await gateway.SetBlock(learning_pb2.SetBlockRequest(namespace="crew", name="project", text=PORTO))
+            # A self-made tool, as the agent promotes one (the file's schema is a lie the import
+            # does not keep: it derives the schema from the source again).
+            agent = signed_channel(stack.settings.keys_dir, "agent", "memory", stack.addresses["memory"])
+            await memory_service_pb2_grpc.MemoryStub(agent).PutPromotedTool(learning_pb2.PromotedTool(
+                namespace="crew", name="knots", description="Anything.", function="knots", source=KNOTS,
+                parameters_json=json.dumps({"type": "object", "properties": {"command": {"type": "string"}}})))
+            await agent.close()
             # A named agent with two versions.
             await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="crew", spec=agents_pb2.AgentSpec(
                 name="bosun", description="Keeps the deck.", instructions="You are the bosun.")))
@@ -120,12 +129,15 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert SOUL in asked  # the imported standing instructions
             assert "PELICAN" in asked  # the imported memory, recalled for this question
             assert f"## user\n{CAPTAIN}" in asked and f"## project\n{PORTO}" in asked  # the imported blocks
+            (knots,) = [t["function"] for t in llm.requests[before].body["tools"] if t["function"]["name"] == "knots"]
+            assert knots["description"] == "Convert km/h to knots."  # the imported self-made tool, as derived
+            assert list(knots["parameters"]["properties"]) == ["speed_kmh"]
 
             # Again without --replace: refused in a sentence, nothing written.
             again = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
             assert again.returncode == 1
-            assert ("namespace 'crew2' already holds memories, standing instructions, memory blocks, settings, "
-                    "agents (bosun)"
+            assert ("namespace 'crew2' already holds memories, standing instructions, memory blocks, "
+                    "self-made tools, settings, agents (bosun)"
                     in again.stderr)
             assert "nothing was imported" in again.stderr
             # With --replace it goes through (the same records written over).

@@ -237,6 +237,7 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # `agentmesh import` writes exported sessions with their transcripts.
         "RestoreSession": _allow("gateway", USERS),
         "RestoreBlock": _allow("gateway", USERS),
+        "RestorePromotedTool": _allow("gateway", USERS),
     },
 }
 

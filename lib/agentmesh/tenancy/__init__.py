@@ -222,6 +222,7 @@ REQUIRED_ROLES: Mapping[str, str] = {
     # Import writes sessions as exported (another person's creator and transcript): set-up only.
     "RestoreSession": "admin",
     "RestoreBlock": "admin",
+    "RestorePromotedTool": "admin",  # code every turn of the namespace may run: set-up
 }
 
 
