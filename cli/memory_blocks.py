@@ -42,6 +42,8 @@ def register(verbs) -> None:
         decide = actions.add_parser(verb, help=what)
         decide.add_argument("draft_id")
         decide.add_argument("--namespace", default="default")
+        decide.add_argument("--user", default="", help="a draft of another person's user block (their subject; "
+                            "an admin's, audited)")
         decide.set_defaults(func=approve_edit if verb == "approve" else reject_edit)
     policy = actions.add_parser("policy", help="whether the agent's edits apply at once or wait for a person")
     policy.add_argument("edits", choices=("apply", "draft"))
@@ -79,7 +81,8 @@ async def list_blocks(args) -> int:
             print(f"  {line}")
     print(f"edits: {reply.edits}   {len(reply.drafts)} waiting")
     for d in reply.drafts:
-        print(f"  {d.id}  {d.name}  {d.change}  {d.text!r}{f' for {d.old!r}' if d.old else ''}  ({_from(d.provenance)})")
+        of = f" of {d.user}" if d.user and args.all_users else ""
+        print(f"  {d.id}  {d.name}{of}  {d.change}  {d.text!r}{f' for {d.old!r}' if d.old else ''}  ({_from(d.provenance)})")
     return EXIT_OK
 
 
@@ -126,7 +129,8 @@ async def set_block(args) -> int:
 async def approve_edit(args) -> int:
     from agentmesh.v1 import learning_pb2
 
-    block = await _gateway("ApproveBlockEdit", learning_pb2.BlockEditRef(namespace=args.namespace, draft_id=args.draft_id))
+    block = await _gateway("ApproveBlockEdit", learning_pb2.BlockEditRef(namespace=args.namespace, draft_id=args.draft_id,
+                                                                    user=args.user))
     print(f"approved: {block.name} is now v{block.version}")
     return EXIT_OK
 
@@ -134,7 +138,8 @@ async def approve_edit(args) -> int:
 async def reject_edit(args) -> int:
     from agentmesh.v1 import learning_pb2
 
-    block = await _gateway("RejectBlockEdit", learning_pb2.BlockEditRef(namespace=args.namespace, draft_id=args.draft_id))
+    block = await _gateway("RejectBlockEdit", learning_pb2.BlockEditRef(namespace=args.namespace, draft_id=args.draft_id,
+                                                                   user=args.user))
     print(f"rejected: {block.name} stays v{block.version}")
     return EXIT_OK
 

@@ -200,11 +200,14 @@ class Blocks:
         heads = await self._heads(namespace, user)
         return [self._head(namespace, name, heads[name], _owner(name, user)) for name in prompt_order(list(heads))]
 
-    async def drafts(self, namespace: str, name: str = "", user: str = "") -> builtins.list[BlockDraft]:
-        """The drafts of the blocks a call of `user` sees (another person's wait unseen)."""
+    async def drafts(self, namespace: str, name: str = "", user: str = "",
+                     everyones: bool = False) -> builtins.list[BlockDraft]:
+        """The drafts of the blocks a call of `user` sees (another person's wait unseen), or with
+        `everyones` every person's too (an admin's list)."""
         namespace = validate_namespace(namespace)
         found = [_draft(body) for _, body in await self._documents.list_documents(DRAFT, namespace)]
-        return sorted((d for d in found if (not name or d.name == name) and d.user == _owner(d.name, user)),
+        return sorted((d for d in found if (not name or d.name == name)
+                       and (everyones or d.user == _owner(d.name, user))),
                       key=lambda d: (d.created_at, d.id))
 
     async def get(self, namespace: str, name: str, user: str = "") -> Block:

@@ -26,7 +26,7 @@ def _provenance_to_proto(p: Provenance) -> learning_pb2.BlockProvenance:
 def _draft_to_proto(d: BlockDraft) -> learning_pb2.BlockDraft:
     return learning_pb2.BlockDraft(id=d.id, name=d.name, change=d.change, text=d.text, old=d.old,
                                    proposed=d.proposed, created_at=d.created_at,
-                                   provenance=_provenance_to_proto(d.provenance))
+                                   provenance=_provenance_to_proto(d.provenance), user=d.user)
 
 
 def block_to_proto(b: Block) -> learning_pb2.MemoryBlock:
@@ -122,8 +122,10 @@ class RecallRpcs:
         if request.all_users:
             self._whose(request.namespace or "default", "*", "ListBlocks")
             blocks = await self._block_store().list_everyones(request.namespace)
+            drafts = await self._block_store().drafts(request.namespace, everyones=True)
             return learning_pb2.ListBlocksResponse(
-                blocks=[block_to_proto(b) for b in blocks], edits=await self._block_store().policy(request.namespace))
+                blocks=[block_to_proto(b) for b in blocks], drafts=[_draft_to_proto(d) for d in drafts],
+                edits=await self._block_store().policy(request.namespace))
         blocks = await self._block_store().list(request.namespace, block_user())
         drafts = await self._block_store().drafts(request.namespace, user=block_user())
         return learning_pb2.ListBlocksResponse(
@@ -174,13 +176,14 @@ class RecallRpcs:
     @translate_errors
     async def ApproveBlockEdit(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ApproveBlockEdit")
-        return block_to_proto(await self._block_store().approve(request.namespace, request.draft_id, _person(),
-                                                                  block_user()))
+        user = self._whose(request.namespace or "default", request.user, "ApproveBlockEdit", draft=request.draft_id)
+        return block_to_proto(await self._block_store().approve(request.namespace, request.draft_id, _person(), user))
 
     @translate_errors
     async def RejectBlockEdit(self, request, context):
         self._tenants.namespace(request.namespace or "default", "RejectBlockEdit")
-        return block_to_proto(await self._block_store().reject(request.namespace, request.draft_id, block_user()))
+        user = self._whose(request.namespace or "default", request.user, "RejectBlockEdit", draft=request.draft_id)
+        return block_to_proto(await self._block_store().reject(request.namespace, request.draft_id, user))
 
     @translate_errors
     async def SetBlockPolicy(self, request, context):

@@ -128,9 +128,31 @@ async def test_an_admin_reads_writes_and_reverts_another_persons_user_block_and_
     bobs = await gateway.GetBlock(learning_pb2.GetBlockRequest(namespace="team", name="user"), metadata=auth("bob"))
     assert (bobs.text, bobs.version) == ("Bob rides bikes.", 1)
 
+    # With edits held as drafts, Alice's agent proposes two; Bob cannot decide them, the admin
+    # sees them among everyone's and approves one (CLI), rejects the other (gRPC).
+    await gateway.SetBlockPolicy(learning_pb2.BlockPolicy(namespace="team", edits="draft"), metadata=auth("boss"))
+    llm.add(reply("", tool_call("block_append", {"name": "user", "text": "Alice likes tea."})),
+            reply("", tool_call("block_append", {"name": "user", "text": "Alice hates tea."})), reply("Noted."))
+    await chat_as(gateway, "alice", "a4", "Tea?")
+    everyone = await gateway.ListBlocks(learning_pb2.ListBlocksRequest(namespace="team", all_users=True),
+                                        metadata=auth("boss"))
+    likes, hates = everyone.drafts
+    assert (likes.user, likes.text, hates.text) == (ALICE, "Alice likes tea.", "Alice hates tea.")
+    err = await rpc_error(gateway.ApproveBlockEdit(learning_pb2.BlockEditRef(namespace="team", draft_id=likes.id,
+                                                                             user=ALICE), metadata=auth("bob")))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    approved = await _cli(stack, "boss", "memory", "blocks", "approve", likes.id, "--namespace", "team", "--user", ALICE)
+    assert approved.returncode == 0, approved.stderr
+    await gateway.RejectBlockEdit(learning_pb2.BlockEditRef(namespace="team", draft_id=hates.id, user=ALICE),
+                                  metadata=auth("boss"))
+    mine = await gateway.GetBlock(learning_pb2.GetBlockRequest(namespace="team", name="user"), metadata=auth("alice"))
+    assert (mine.text, list(mine.drafts)) == (f"{OWLS}\nAlice likes tea.", [])
+
     # Each call on another person's block is one audit line, naming the admin and the person.
     boss = "service-account:boss"
     assert _audited(stack) == [
         ("memory.ListBlocks", boss, "*", ""), ("memory.GetBlock", boss, ALICE, "user"),
         ("memory.SetBlock", boss, ALICE, "user"), ("memory.GetBlock", boss, ALICE, "user"),
-        ("memory.RevertBlock", boss, ALICE, "user"), ("memory.GetBlock", boss, ALICE, "user")]
+        ("memory.RevertBlock", boss, ALICE, "user"), ("memory.GetBlock", boss, ALICE, "user"),
+        ("memory.ListBlocks", boss, "*", ""), ("memory.ApproveBlockEdit", boss, ALICE, ""),
+        ("memory.RejectBlockEdit", boss, ALICE, "")]
