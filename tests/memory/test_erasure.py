@@ -143,6 +143,25 @@ async def test_erasing_a_person_leaves_nothing_of_them_readable_and_keeps_the_ot
         # Nothing comes back after a restart (nothing was only hidden in a cache).
         await stack.restart()
         assert await _readable(stack, "user:alice", "alice-1") == []
+    # Nor is anything of theirs left on disk in the conversation index (which a search never
+    # answered): the store read directly, the services stopped.
+    assert await indexed_conversations(tmp_path / "home", "team") == ["bob-1"]
+
+
+async def indexed_conversations(home, namespace: str) -> list[str]:
+    """The sessions with entries in `namespace`'s conversation index, read from the store on disk."""
+    from agentmesh.memory.edge_store import EdgeStore
+    from agentmesh.memory.ports import PointFilter
+    from agentmesh.memory.recall import index_namespace
+
+    store = EdgeStore(home)
+    await store.open()
+    await store.check_embedder("hashing-v1", 512)  # what the service indexed with
+    try:
+        page, _ = await store.scroll_memories(PointFilter(index_namespace(namespace)), 1000, None)
+    finally:
+        await store.close()
+    return sorted({p["source_session_id"] for _, p in page})
 
 
 async def test_erasure_over_http_and_a_gateway_session_records_its_creator(tmp_path):

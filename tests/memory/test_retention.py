@@ -21,6 +21,7 @@ from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal
 from agentmesh.v1 import common_pb2, gateway_pb2, learning_pb2, sessions_pb2, tools_pb2
+from tests.memory.test_erasure import indexed_conversations
 from tests.support.identities import signed_channel
 from tests.support.stack import Stack
 
@@ -127,6 +128,9 @@ async def test_one_sweep_removes_what_expired_and_keeps_the_rest(tmp_path):
         assert await _usage_ids(stack) == ["elsewhere", "new"]
         settings = await gateway.GetNamespaceSettings(sessions_pb2.GetNamespaceSettingsRequest(namespace="ret"))
         assert settings.retention == _retention(transcripts=30, memories=30, usage=30)
+    # The expired session's messages are gone from the conversation index on disk too.
+    assert await indexed_conversations(tmp_path / "home", "ret") == []
+    assert await indexed_conversations(tmp_path / "home", "other") == ["elsewhere"]
     # What went, as the gateway counted it (its metric points, written locally when it stopped).
     removed: dict[str, float] = {}
     for path in (tmp_path / "home" / "metrics").glob("gateway-*.jsonl"):
