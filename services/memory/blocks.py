@@ -52,6 +52,7 @@ ORDER = ("persona", "user", "project")
 PER_USER = ("user",)
 POLICIES = ("apply", "draft")
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+MAX_USER_CHARS = 256  # a subject, as erasure bounds it
 MAX_DRAFTS = 50  # per namespace: an agent that keeps proposing waits for a person to catch up
 
 
@@ -327,6 +328,9 @@ class Blocks:
     @staticmethod
     def check_owner(name: str, user: str) -> str:
         """`user` named for block `name`: refused unless the block is kept per person."""
+        if len(user) > MAX_USER_CHARS:
+            raise InvalidArgument(f"user names a person by their subject (e.g. 'user:3f9a…'), at most "
+                                  f"{MAX_USER_CHARS} characters", field="user")
         if user and name not in PER_USER:
             raise InvalidArgument(f"block {name!r} is the namespace's, not a person's: only "
                                   f"{', '.join(PER_USER)} is kept per person; leave user empty", field="user")

@@ -6,7 +6,7 @@ tenants as the rest of the service's RPCs are."""
 from __future__ import annotations
 
 from agentmesh.errors import FailedPrecondition
-from agentmesh.memory.blocks import Block, BlockDraft, Blocks, BlockVersion, Edit, Provenance
+from agentmesh.memory.blocks import PER_USER, Block, BlockDraft, Blocks, BlockVersion, Edit, Provenance
 from agentmesh.memory.convert import message_to_proto
 from agentmesh.memory.recall import ConversationIndex, ConversationQuery
 from agentmesh.memory.retention_rpcs import creator
@@ -110,8 +110,7 @@ class RecallRpcs:
         own = block_user()
         if not user or user == own:
             return own
-        if what.get("block"):
-            Blocks.check_owner(what["block"], user)
+        Blocks.check_owner(what.get("block", PER_USER[0]), user)
         self._tenants.namespace(namespace, method, role="admin")
         self._tenants.audit("block.other_user", method=f"memory.{method}", namespace=namespace, user=user, **what)
         return user

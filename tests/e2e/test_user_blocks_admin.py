@@ -148,6 +148,11 @@ async def test_an_admin_reads_writes_and_reverts_another_persons_user_block_and_
     mine = await gateway.GetBlock(learning_pb2.GetBlockRequest(namespace="team", name="user"), metadata=auth("alice"))
     assert (mine.text, list(mine.drafts)) == (f"{OWLS}\nAlice likes tea.", [])
 
+    # A subject no person has: refused with a sentence, nothing written or audited.
+    err = await rpc_error(gateway.SetBlock(learning_pb2.SetBlockRequest(
+        namespace="team", name="user", text="x", user="user:" + "z" * 300), metadata=auth("boss")))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 256 characters" in err.details()
+
     # Each call on another person's block is one audit line, naming the admin and the person.
     boss = "service-account:boss"
     assert _audited(stack) == [
