@@ -40,7 +40,7 @@ def auth(who: str) -> tuple[tuple[str, str], ...]:
 async def stack(tmp_path: Path, llm):
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({
-        "tenants": {"acme": {"namespaces": ["team"]}},
+        "tenants": {"acme": {"namespaces": ["team", "team2"]}},
         "service_accounts": [{"name": who, "token_sha256": token_digest(token), "tenant": "acme", "role": ROLES[who]}
                              for who, token in TOKENS.items()]}))
     env = {"AGENTMESH_AUTH_POLICY": str(policy), "AGENTMESH_AUDIT_LOG": str(tmp_path / "audit.jsonl")}
@@ -48,8 +48,8 @@ async def stack(tmp_path: Path, llm):
         yield running
 
 
-async def chat_as(gateway, who: str, session_id: str, message: str) -> None:
-    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id=session_id, namespace="team"),
+async def chat_as(gateway, who: str, session_id: str, message: str, namespace: str = "team") -> None:
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id=session_id, namespace=namespace),
                                 metadata=auth(who), timeout=10)
     await collect(gateway.Chat(gateway_pb2.ChatRequest(session_id=session_id, message=message),
                                metadata=auth(who), timeout=60))
@@ -161,3 +161,21 @@ async def test_an_admin_reads_writes_and_reverts_another_persons_user_block_and_
         ("memory.RevertBlock", boss, ALICE, "user"), ("memory.GetBlock", boss, ALICE, "user"),
         ("memory.ListBlocks", boss, "*", ""), ("memory.ApproveBlockEdit", boss, ALICE, ""),
         ("memory.RejectBlockEdit", boss, ALICE, "")]
+
+    # The namespace exported and imported (the admin's CLI): each person's block moves with its
+    # history and stays theirs — Alice's next session there carries hers, Bob's his.
+    # (No sessions: this home holds them already, and session ids are the home's.)
+    exported = await _cli(stack, "boss", "export", "team", "--sessions", "none-of-them")
+    assert exported.returncode == 0, exported.stderr
+    blocks = [json.loads(line) for line in exported.stdout.splitlines() if '"kind": "block"' in line]
+    assert sorted((b["user"], len(b["versions"])) for b in blocks) == [(ALICE, 4), ("service-account:bob", 1)]
+    path = Path(stack.env["AGENTMESH_HOME"]) / "team.jsonl"
+    path.write_text(exported.stdout)
+    imported = await _cli(stack, "boss", "import", str(path), "--namespace", "team2")
+    assert imported.returncode == 0, imported.stderr
+    llm.add(reply("Hello in team2."))
+    await chat_as(gateway, "alice", "a5", "Hello.", namespace="team2")
+    prompt = system_of(llm.requests[-1])
+    assert f"## user\n{OWLS}\nAlice likes tea." in prompt and "Bob rides bikes." not in prompt
+    moved = await gateway.GetBlock(learning_pb2.GetBlockRequest(namespace="team2", name="user"), metadata=auth("alice"))
+    assert [v.change for v in moved.versions] == ["append", "revert", "set", "append"]
