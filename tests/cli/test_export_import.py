@@ -119,6 +119,10 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert [(v.version, v.spec.instructions) for v in versions.versions] == [
                 (1, "You are the bosun."), (2, "You are the bosun; be brief.")]
 
+            # The imported conversations are searchable in the new namespace (recall over them).
+            recalled = await stack.gateway_stub().SearchConversations(learning_pb2.SearchConversationsRequest(
+                namespace="crew2", query="Ahoy", k=5))
+            assert ("voyage-1", "Ahoy, who are you?") in [(h.session_id, h.text) for h in recalled.hits]
             project = await stack.gateway_stub().GetBlock(learning_pb2.GetBlockRequest(namespace="crew2", name="project"))
             assert [(v.version, v.change, v.text, v.provenance.session_id) for v in project.versions] == [
                 (2, "set", PORTO, ""), (1, "append", LISBON, "voyage-1")]
