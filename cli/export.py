@@ -2,11 +2,13 @@
 moved between homes (docs/memory.md#export-and-import).
 
 The file is JSON Lines, written and read as a stream, so a namespace of any size moves in the
-memory of one batch: a header line (`format: agentmesh-export/2`, the namespace, the embedder
-the memories were indexed with), then one record a line — `settings`, `profile`, `skill`,
+memory of one batch: a header line (`format: agentmesh-export/3`, the namespace, the embedder
+the memories were indexed with), then one record a line — `settings`, `profile`, `block_policy`,
+`block` (a memory block, the namespace's or a person's, with every version), `skill`,
 `promoted_tool`, `agent` (a named agent with every version), `memory`, `session` (with its
 transcript), `job` — and an `end` line with the counts, so a cut-off file is told from a whole
-one. Format 2 added `agent`; files of format 1 are read as before.
+one. Format 2 added `agent`, format 3 `block` and `block_policy`; files of formats 1 and 2 are
+read as before.
 
 Both are CLI orchestration over the services' own RPCs (an admin's token): each record goes in
 through the RPC that checks it, so an import is held to every rule a client is. Memories carry
@@ -30,15 +32,15 @@ import grpc
 
 from agentmesh.cli.common import EXIT_OK, EXIT_USAGE, CliError, call_metadata, channel_to, load_settings, rpc_failure
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 FORMAT = f"agentmesh-export/{FORMAT_VERSION}"
 BATCH = 256
 PROGRESS_EVERY = 1000
 
 
 def register(subparsers) -> None:
-    exp = subparsers.add_parser("export", help="write a namespace (settings, instructions, skills, agents, memories, "
-                                "transcripts, jobs) as JSON Lines to stdout")
+    exp = subparsers.add_parser("export", help="write a namespace (settings, instructions, memory blocks, skills, "
+                                "agents, memories, transcripts, jobs) as JSON Lines to stdout")
     exp.add_argument("namespace")
     exp.add_argument("--sessions", default="", help="only these sessions (comma-separated ids); default: all")
     exp.add_argument("--text", action="store_true", help="memories as text only, to be embedded again on import "
@@ -148,6 +150,8 @@ async def _records(call: _Stubs, namespace: str, wanted: set[str], vectors: bool
     yield {"kind": "settings", "tools": _dict(settings.tools), "retention": _dict(settings.retention)}
     profile = await call(call.gateway.GetProfile, learning_pb2.GetProfileRequest(namespace=namespace))
     yield {"kind": "profile", "soul": profile.soul, "user": profile.user, "project": profile.project}
+    async for record in _blocks(call, namespace):
+        yield record
     skills = await call(call.gateway.ListSkills, learning_pb2.ListSkillsRequest(namespace=namespace, include_drafts=True))
     for info in skills.skills:
         skill = await call(call.gateway.GetSkill, learning_pb2.GetSkillRequest(namespace=namespace, name=info.name))
@@ -188,6 +192,26 @@ async def _records(call: _Stubs, namespace: str, wanted: set[str], vectors: bool
     for job in jobs.jobs:
         if job.session_id in exported and not job.source.startswith("file:"):
             yield {"kind": "job", "job": _dict(job)}
+
+
+async def _blocks(call: _Stubs, namespace: str):
+    """The edit policy, then every memory block — the namespace's and each person's `user` block
+    — with every version and its provenance (drafts waiting for a person stay behind)."""
+    from agentmesh.v1 import learning_pb2
+
+    listed = await call(call.gateway.ListBlocks, learning_pb2.ListBlocksRequest(namespace=namespace, all_users=True))
+    yield {"kind": "block_policy", "edits": listed.edits or "apply"}
+    for head in listed.blocks:
+        block = await call(call.gateway.GetBlock, learning_pb2.GetBlockRequest(
+            namespace=namespace, name=head.name, user=head.user))
+        versions = [_dict(v) for v in sorted(block.versions, key=lambda v: v.version)]
+        if block.user != head.user or not versions:
+            # A namespace `user` block from before sign-in: the exporter's calls address their
+            # own, so this one goes as its current text, one version.
+            versions = [{"version": head.version or 1, "text": head.text, "created_at": head.updated_at,
+                         "change": "set"}]
+        yield {"kind": "block", "name": head.name, "user": head.user, "text": head.text, "version": head.version,
+               "updated_at": head.updated_at, "versions": versions}
 
 
 async def _agents(call: _Stubs, namespace: str):

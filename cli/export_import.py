@@ -55,9 +55,15 @@ class Importer:
         profile = await call(call.gateway.GetProfile, learning_pb2.GetProfileRequest(namespace=ns))
         if profile.soul or profile.user or profile.project:
             found.append("standing instructions")
+        blocks = await call(call.gateway.ListBlocks, learning_pb2.ListBlocksRequest(namespace=ns, all_users=True))
+        if blocks.blocks:
+            found.append("memory blocks")
         skills = await call(call.gateway.ListSkills, learning_pb2.ListSkillsRequest(namespace=ns, include_drafts=True))
         if skills.skills:
             found.append("skills")
+        tools = await call(call.gateway.ListPromotedTools, learning_pb2.ListPromotedToolsRequest(namespace=ns))
+        if tools.tools:
+            found.append("self-made tools")
         settings = await call(call.gateway.GetNamespaceSettings, sessions_pb2.GetNamespaceSettingsRequest(namespace=ns))
         if settings.updated_at:
             found.append("settings")
@@ -86,7 +92,8 @@ class Importer:
                            "import into a new namespace, or pass --replace to overwrite", EXIT_SERVER_ERROR)
 
     async def run(self, lines: Iterator[tuple[int, dict[str, Any]]]) -> dict[str, int]:
-        handlers = {"settings": self._settings, "profile": self._profile, "skill": self._skill,
+        handlers = {"settings": self._settings, "profile": self._profile, "block_policy": self._block_policy,
+                    "block": self._block, "skill": self._skill,
                     "promoted_tool": self._promoted_tool, "agent": self._agent, "memory": self._memory, "session": self._session,
                     "job": self._job}
         for number, record in lines:
@@ -121,6 +128,28 @@ class Importer:
                     namespace=self._namespace, part=part, text=str(r[part])))
         self._count("profile")
 
+    async def _block_policy(self, r: dict[str, Any]) -> None:
+        from agentmesh.v1 import learning_pb2
+
+        await self._call(self._call.gateway.SetBlockPolicy, learning_pb2.BlockPolicy(
+            namespace=self._namespace, edits=str(r.get("edits") or "apply")))
+        self._count("block_policy")
+
+    async def _block(self, r: dict[str, Any]) -> None:
+        """The block with its history (RestoreBlock: versions, their provenance and times kept)."""
+        from google.protobuf.json_format import ParseDict
+
+        from agentmesh.internal.v1 import memory_service_pb2
+        from agentmesh.v1 import learning_pb2
+
+        block = learning_pb2.MemoryBlock(namespace=self._namespace, name=str(r.get("name", "")),
+                                         user=str(r.get("user", "")))
+        for v in r.get("versions") or []:
+            block.versions.append(ParseDict(v, learning_pb2.BlockVersion(), ignore_unknown_fields=True))
+        await self._call(self._call.memory.RestoreBlock, memory_service_pb2.RestoreBlockRequest(
+            block=block, replace=self._replace))
+        self._count("block")
+
     async def _skill(self, r: dict[str, Any]) -> None:
         from agentmesh.v1 import learning_pb2
 
@@ -130,11 +159,25 @@ class Importer:
         self._count("skill")
 
     async def _promoted_tool(self, r: dict[str, Any]) -> None:
-        # Only the agent stores a promoted tool (it checked the code when promoting it); an
-        # import does not get to plant code that every turn of the namespace may run.
-        sys.stderr.write(f"promoted tool {r.get('name')!r} is in the file but not imported: the agent promotes "
-                         "tools again from the imported skills when asked\n")
-        self.counts["promoted_tool skipped"] = self.counts.get("promoted_tool skipped", 0) + 1
+        """A self-made tool, checked as promoting checks one: its description and argument schema
+        derived again from its source (the file's are not trusted), a source that does not define
+        a documented function skipped with a sentence. Memory checks the rest (name, size, cap)."""
+        import json
+
+        from agentmesh.agent.capabilities import toolmaker
+        from agentmesh.v1 import learning_pb2
+
+        name, function, source = str(r.get("name", "")), str(r.get("function", "")), str(r.get("source", ""))
+        try:
+            made = toolmaker.describe(source, function)
+        except toolmaker.ToolRefused as exc:
+            sys.stderr.write(f"self-made tool {name!r} is not imported: {exc}\n")
+            self.counts["promoted_tool skipped"] = self.counts.get("promoted_tool skipped", 0) + 1
+            return
+        await self._call(self._call.memory.RestorePromotedTool, learning_pb2.PromotedTool(
+            namespace=self._namespace, name=name, description=made.description,
+            parameters_json=json.dumps(made.parameters), source=source, function=function))
+        self._count("promoted_tool")
 
     async def _agent(self, r: dict[str, Any]) -> None:
         """The agent's versions made again oldest first (CreateAgent, then UpdateAgent), each

@@ -44,8 +44,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "usage": ("usage", "token usage and estimated cost of model calls"),
     "activity": ("activity", "watch the tool calls of every running turn, live"),
     "agents": ("agents", "define, list, version and roll back a namespace's named agents"),
-    "export": ("export", "write a namespace (settings, instructions, skills, agents, memories, transcripts, "
-               "jobs) as JSON Lines to stdout"),
+    "export": ("export", "write a namespace (settings, instructions, memory blocks, skills, agents, memories, "
+               "transcripts, jobs) as JSON Lines to stdout"),
     "import": ("export", "read an export into a namespace; refuses to overwrite anything without --replace"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))

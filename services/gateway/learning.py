@@ -29,7 +29,7 @@ FORWARDED = (
     # Named agents (docs/agents.md): memory keeps and validates them.
     "CreateAgent", "GetAgent", "ListAgents", "UpdateAgent", "ListAgentVersions", "RollbackAgent", "DeleteAgent",
     # Recall over conversations and memory blocks (docs/memory.md).
-    "SearchConversations", "ListBlocks", "GetBlock", "RevertBlock", "ApproveBlockEdit", "RejectBlockEdit",
+    "SearchConversations", "ListBlocks", "GetBlock", "SetBlock", "RevertBlock", "ApproveBlockEdit", "RejectBlockEdit",
     "SetBlockPolicy",
     # Teams (docs/teams.md): the records a lead's team keeps in memory (team_rpcs.py).
     "ListTeamRecords", "SwapTeamRecord",

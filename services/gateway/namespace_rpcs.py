@@ -194,6 +194,10 @@ class NamespaceRecordRpcs:
         return await self._learning_call("GetBlock", request)
 
     @translate_errors
+    async def SetBlock(self, request, context):
+        return await self._learning_call("SetBlock", request)
+
+    @translate_errors
     async def RevertBlock(self, request, context):
         return await self._learning_call("RevertBlock", request)
 

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable
 
 from agentmesh import error_reasons as reasons
-from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
+from agentmesh.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from agentmesh.ids import validate_namespace
 from agentmesh.memory.ports import DocumentStore
 
@@ -52,6 +52,7 @@ ORDER = ("persona", "user", "project")
 PER_USER = ("user",)
 POLICIES = ("apply", "draft")
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+MAX_USER_CHARS = 256  # a subject, as erasure bounds it
 MAX_DRAFTS = 50  # per namespace: an agent that keeps proposing waits for a person to catch up
 
 
@@ -185,17 +186,29 @@ class Blocks:
                 heads[name] = body
         return heads
 
+    async def list_everyones(self, namespace: str) -> builtins.list[Block]:
+        """Every block of the namespace with its text: its own and each person's per-user blocks
+        (each with its `user`), for an admin and an export."""
+        namespace = validate_namespace(namespace)
+        heads = await self._documents.list_documents(HEAD, namespace)
+        blocks = [self._head(namespace, key.partition("@")[0], body, str(body.get("user", ""))) for key, body in heads]
+        order = {name: n for n, name in enumerate(prompt_order(sorted({b.name for b in blocks})))}
+        return sorted(blocks, key=lambda b: (order[b.name], b.user))
+
     async def list(self, namespace: str, user: str = "") -> list[Block]:
         """The blocks with any text a call of `user` sees, in the system prompt's order."""
         namespace = validate_namespace(namespace)
         heads = await self._heads(namespace, user)
         return [self._head(namespace, name, heads[name], _owner(name, user)) for name in prompt_order(list(heads))]
 
-    async def drafts(self, namespace: str, name: str = "", user: str = "") -> builtins.list[BlockDraft]:
-        """The drafts of the blocks a call of `user` sees (another person's wait unseen)."""
+    async def drafts(self, namespace: str, name: str = "", user: str = "",
+                     everyones: bool = False) -> builtins.list[BlockDraft]:
+        """The drafts of the blocks a call of `user` sees (another person's wait unseen), or with
+        `everyones` every person's too (an admin's list)."""
         namespace = validate_namespace(namespace)
         found = [_draft(body) for _, body in await self._documents.list_documents(DRAFT, namespace)]
-        return sorted((d for d in found if (not name or d.name == name) and d.user == _owner(d.name, user)),
+        return sorted((d for d in found if (not name or d.name == name)
+                       and (everyones or d.user == _owner(d.name, user))),
                       key=lambda d: (d.created_at, d.id))
 
     async def get(self, namespace: str, name: str, user: str = "") -> Block:
@@ -311,6 +324,73 @@ class Blocks:
                                "lists its versions", reason=reasons.BLOCK_VERSION_NOT_FOUND)
             head = await self._documents.get_document(HEAD, namespace, _key(name, user))
             return await self._commit(namespace, name, head, old["text"], "revert", Provenance(by=by), version, user)
+
+    @staticmethod
+    def check_owner(name: str, user: str) -> str:
+        """`user` named for block `name`: refused unless the block is kept per person."""
+        if len(user) > MAX_USER_CHARS:
+            raise InvalidArgument(f"user names a person by their subject (e.g. 'user:3f9a…'), at most "
+                                  f"{MAX_USER_CHARS} characters", field="user")
+        if user and name not in PER_USER:
+            raise InvalidArgument(f"block {name!r} is the namespace's, not a person's: only "
+                                  f"{', '.join(PER_USER)} is kept per person; leave user empty", field="user")
+        return user
+
+    def _fits(self, name: str, text: str) -> str:
+        if len(text) > self.max_chars:
+            raise FailedPrecondition(
+                f"block {name!r} would hold {len(text)} characters; the limit is {self.max_chars} (every turn "
+                "carries it): write a shorter text", reason=reasons.BLOCK_FULL)
+        return text
+
+    async def set(self, namespace: str, name: str, text: str, by: str, user: str = "") -> Block:
+        """A person writes the block's whole text: a new version (change "set"), at once, whatever
+        the namespace's draft policy (a person is who drafts wait for)."""
+        namespace, name = validate_namespace(namespace), self._name(name)
+        user, text = _owner(name, user), self._fits(name, text.strip())
+        async with self._lock(namespace):
+            head = await self._documents.get_document(HEAD, namespace, _key(name, user))
+            if head is None:
+                names = set(await self._heads(namespace, user))
+                if len(names) >= self.max_blocks:
+                    raise FailedPrecondition(
+                        f"namespace {namespace!r} has {len(names)} blocks, the most it may have; write one of "
+                        f"{', '.join(prompt_order(sorted(names)))}", reason=reasons.BLOCK_FULL)
+            return await self._commit(namespace, name, head, text, "set", Provenance(by=by or "a person"), user=user)
+
+    async def restore(self, block: Block, replace: bool = False) -> Block:
+        """Writes a block as exported — each version with its provenance and time, then the head
+        at the newest — refusing one that exists unless `replace` (which removes it, its history
+        and drafts first)."""
+        namespace, name = validate_namespace(block.namespace), self._name(block.name)
+        user = self.check_owner(name, block.user)
+        numbers = [v.version for v in block.versions]
+        if not block.versions or min(numbers) < 1 or len(set(numbers)) != len(numbers):
+            raise InvalidArgument(f"block {name!r} has no versions, or versions numbered below 1 or twice: a "
+                                  "restored block brings its history, numbered from 1", field="versions")
+        for v in block.versions:
+            self._fits(name, v.text)
+        key = _key(name, user)
+        async with self._lock(namespace):
+            old = [k for k, _ in await self._documents.list_documents(VERSION, namespace) if k.startswith(key + "/")]
+            head = await self._documents.get_document(HEAD, namespace, key)
+            if (head is not None or old) and not replace:
+                whose = f" of {user}" if user else ""
+                raise AlreadyExists(f"namespace {namespace!r} already has block {name!r}{whose}; restore with "
+                                    "replace to write over it")
+            if head is not None:
+                await self._documents.delete_document(HEAD, namespace, key)
+            for k in old:
+                await self._documents.delete_document(VERSION, namespace, k)
+            for d in await self.drafts(namespace, name, user):
+                await self._documents.delete_document(DRAFT, namespace, d.id)
+            for v in sorted(block.versions, key=lambda v: v.version):
+                await self._documents.put_document(VERSION, namespace, _version_key(key, v.version),
+                                                   {**asdict(v), "user": user})
+            last = max(block.versions, key=lambda v: v.version)
+            await self._documents.put_document(HEAD, namespace, key, {"text": last.text, "version": last.version,
+                                                                      "updated_at": last.created_at, "user": user})
+            return Block(namespace, name, last.text, last.version, last.created_at, self.max_chars, user=user)
 
     async def _take_draft(self, namespace: str, draft_id: str, user: str) -> BlockDraft:
         found = await self._documents.get_document(DRAFT, namespace, draft_id) if draft_id else None

@@ -103,6 +103,14 @@ class LearningRpcs:
         return promoted_to_proto(await self._promoted.put(tool))
 
     @translate_errors
+    async def RestorePromotedTool(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "RestorePromotedTool")
+        tool = PromotedTool(namespace=request.namespace, name=request.name, description=request.description,
+                            parameters_json=request.parameters_json, source=request.source,
+                            function=request.function, origin="import")
+        return promoted_to_proto(await self._promoted.put(tool))
+
+    @translate_errors
     async def ListPromotedTools(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ListPromotedTools")
         found = await self._promoted.list(request.namespace)

@@ -6,7 +6,7 @@ tenants as the rest of the service's RPCs are."""
 from __future__ import annotations
 
 from agentmesh.errors import FailedPrecondition
-from agentmesh.memory.blocks import Block, BlockDraft, Blocks, Edit, Provenance
+from agentmesh.memory.blocks import PER_USER, Block, BlockDraft, Blocks, BlockVersion, Edit, Provenance
 from agentmesh.memory.convert import message_to_proto
 from agentmesh.memory.recall import ConversationIndex, ConversationQuery
 from agentmesh.memory.retention_rpcs import creator
@@ -16,7 +16,7 @@ from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.users import ANONYMOUS
 from agentmesh.v1 import learning_pb2
 
-__all__ = ["RecallRpcs", "block_to_proto", "block_user"]
+__all__ = ["RecallRpcs", "block_from_proto", "block_to_proto", "block_user"]
 
 
 def _provenance_to_proto(p: Provenance) -> learning_pb2.BlockProvenance:
@@ -26,7 +26,7 @@ def _provenance_to_proto(p: Provenance) -> learning_pb2.BlockProvenance:
 def _draft_to_proto(d: BlockDraft) -> learning_pb2.BlockDraft:
     return learning_pb2.BlockDraft(id=d.id, name=d.name, change=d.change, text=d.text, old=d.old,
                                    proposed=d.proposed, created_at=d.created_at,
-                                   provenance=_provenance_to_proto(d.provenance))
+                                   provenance=_provenance_to_proto(d.provenance), user=d.user)
 
 
 def block_to_proto(b: Block) -> learning_pb2.MemoryBlock:
@@ -36,7 +36,15 @@ def block_to_proto(b: Block) -> learning_pb2.MemoryBlock:
         versions=[learning_pb2.BlockVersion(version=v.version, text=v.text, created_at=v.created_at, change=v.change,
                                             provenance=_provenance_to_proto(v.provenance), reverted_to=v.reverted_to)
                   for v in b.versions],
-        drafts=[_draft_to_proto(d) for d in b.drafts])
+        drafts=[_draft_to_proto(d) for d in b.drafts], user=b.user)
+
+
+def block_from_proto(b: learning_pb2.MemoryBlock) -> Block:
+    """A block as an export carries it (RestoreBlock): its versions with their provenance."""
+    return Block(b.namespace or "default", b.name, b.text, b.version, b.updated_at, user=b.user, versions=tuple(
+        BlockVersion(v.version, v.text, v.created_at, v.change,
+                     Provenance(v.provenance.session_id, v.provenance.seq, v.provenance.model, v.provenance.by),
+                     v.reverted_to) for v in b.versions))
 
 
 def block_user() -> str:
@@ -96,9 +104,27 @@ class RecallRpcs:
 
     # --- memory blocks ---
 
+    def _whose(self, namespace: str, user: str, method: str, **what: str) -> str:
+        """The person whose per-user blocks the call addresses: the caller's own; another's only
+        for an admin of the namespace, and each such call is an audit line."""
+        own = block_user()
+        if not user or user == own:
+            return own
+        Blocks.check_owner(what.get("block", PER_USER[0]), user)
+        self._tenants.namespace(namespace, method, role="admin")
+        self._tenants.audit("block.other_user", method=f"memory.{method}", namespace=namespace, user=user, **what)
+        return user
+
     @translate_errors
     async def ListBlocks(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ListBlocks")
+        if request.all_users:
+            self._whose(request.namespace or "default", "*", "ListBlocks")
+            blocks = await self._block_store().list_everyones(request.namespace)
+            drafts = await self._block_store().drafts(request.namespace, everyones=True)
+            return learning_pb2.ListBlocksResponse(
+                blocks=[block_to_proto(b) for b in blocks], drafts=[_draft_to_proto(d) for d in drafts],
+                edits=await self._block_store().policy(request.namespace))
         blocks = await self._block_store().list(request.namespace, block_user())
         drafts = await self._block_store().drafts(request.namespace, user=block_user())
         return learning_pb2.ListBlocksResponse(
@@ -108,7 +134,21 @@ class RecallRpcs:
     @translate_errors
     async def GetBlock(self, request, context):
         self._tenants.namespace(request.namespace or "default", "GetBlock")
-        return block_to_proto(await self._block_store().get(request.namespace, request.name, block_user()))
+        user = self._whose(request.namespace or "default", request.user, "GetBlock", block=request.name)
+        return block_to_proto(await self._block_store().get(request.namespace, request.name, user))
+
+    @translate_errors
+    async def SetBlock(self, request, context):
+        self._tenants.namespace(request.namespace or "default", "SetBlock")
+        user = self._whose(request.namespace or "default", request.user, "SetBlock", block=request.name)
+        return block_to_proto(await self._block_store().set(request.namespace, request.name, request.text, _person(),
+                                                              user))
+
+    @translate_errors
+    async def RestoreBlock(self, request, context):
+        block = block_from_proto(request.block)
+        self._tenants.namespace(block.namespace, "RestoreBlock")
+        return block_to_proto(await self._block_store().restore(block, request.replace))
 
     @translate_errors
     async def EditBlock(self, request, context):
@@ -128,19 +168,21 @@ class RecallRpcs:
     @translate_errors
     async def RevertBlock(self, request, context):
         self._tenants.namespace(request.namespace or "default", "RevertBlock")
+        user = self._whose(request.namespace or "default", request.user, "RevertBlock", block=request.name)
         return block_to_proto(await self._block_store().revert(request.namespace, request.name, request.version, _person(),
-                                                                 block_user()))
+                                                                 user))
 
     @translate_errors
     async def ApproveBlockEdit(self, request, context):
         self._tenants.namespace(request.namespace or "default", "ApproveBlockEdit")
-        return block_to_proto(await self._block_store().approve(request.namespace, request.draft_id, _person(),
-                                                                  block_user()))
+        user = self._whose(request.namespace or "default", request.user, "ApproveBlockEdit", draft=request.draft_id)
+        return block_to_proto(await self._block_store().approve(request.namespace, request.draft_id, _person(), user))
 
     @translate_errors
     async def RejectBlockEdit(self, request, context):
         self._tenants.namespace(request.namespace or "default", "RejectBlockEdit")
-        return block_to_proto(await self._block_store().reject(request.namespace, request.draft_id, block_user()))
+        user = self._whose(request.namespace or "default", request.user, "RejectBlockEdit", draft=request.draft_id)
+        return block_to_proto(await self._block_store().reject(request.namespace, request.draft_id, user))
 
     @translate_errors
     async def SetBlockPolicy(self, request, context):

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentmesh.errors import InvalidArgument
-from agentmesh.ids import validate_namespace
+from agentmesh.ids import PARENT_SESSION_LABEL, validate_id, validate_namespace
 from agentmesh.memory.blocks import erase_user_blocks
 from agentmesh.memory.namespaces import NamespaceRecord, Namespaces
 from agentmesh.memory.ports import DocumentStore, MemoryStore, PointFilter, SessionStore, UsageStore
+from agentmesh.memory.recall import WATERMARK, index_namespace
 from agentmesh.memory.transcripts import SessionRecord, Transcripts
 
 __all__ = ["ErasePass", "Retention", "RetentionStore", "SweepPass"]
@@ -150,6 +151,30 @@ class Retention:
             elif w_cut is not None and s.updated_at <= w_cut and s.workspace_removed_at < s.updated_at:
                 out.expired_workspaces.append(s.session_id)
         return token
+
+    # ------------------------------------------------------------------ deleted sessions
+
+    async def session_tree(self, session_id: str) -> list[tuple[str, str]]:
+        """(namespace, id) of the session and of the sessions started on its behalf (sub-agents),
+        read before they are deleted: what `forget_conversations` needs afterwards."""
+        found: list[tuple[str, str]] = []
+        todo = [validate_id(session_id)]
+        while todo:
+            current = todo.pop()
+            payload = await self._store.get_session(current)
+            if payload is not None:
+                found.append((payload.get("namespace") or "default", current))
+                todo += await self._store.child_sessions(current, PARENT_SESSION_LABEL)
+        return found
+
+    async def forget_conversations(self, sessions: list[tuple[str, str]]) -> None:
+        """Deleted sessions' entries in their namespace's conversation index, and their watermarks:
+        a search never answered them (it checks each hit's session), but a deleted conversation —
+        by a person, retention or an erasure — must not stay on disk in the index either."""
+        for namespace, session_id in sessions:
+            await self._store.delete_memories_by_filter(PointFilter(index_namespace(namespace),
+                                                                    source_session_id=session_id))
+            await self._documents.delete_document(WATERMARK, namespace, session_id)
 
     # ------------------------------------------------------------------ erasure
 

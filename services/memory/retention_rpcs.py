@@ -39,6 +39,10 @@ class RetentionRpcs:
     _retention: Retention
     _transcripts: Transcripts
 
+    def _appended(self, session_id: str) -> None:
+        """Marks a session for recall's index: RecallRpcs', earlier in MemoryServicer's bases."""
+        raise NotImplementedError
+
     @translate_errors
     async def Sweep(self, request, context):
         if not request.namespace:
@@ -79,6 +83,7 @@ class RetentionRpcs:
         if request.continues:
             await self._tenants.session(session.session_id, "RestoreSession")
             appended = await self._transcripts.append_messages(session.session_id, messages) if messages else 0
+            self._appended(session.session_id)  # recall over conversations indexes it, off this call's path
             return memory_service_pb2.RestoreSessionResponse(messages=appended)
         # Another tenant's session of that id reads as not existing, and is refused (may_put).
         await self._tenants.may_put(session.session_id, session.namespace or "default")
@@ -96,4 +101,5 @@ class RetentionRpcs:
         # the agent appended it, so every rule of a transcript is checked again.
         await self._transcripts.put_session(replace(session, message_count=0))
         appended = await self._transcripts.append_messages(session.session_id, messages) if messages else 0
+        self._appended(session.session_id)
         return memory_service_pb2.RestoreSessionResponse(messages=appended)

@@ -132,7 +132,10 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
     async def DeleteSession(self, request, context):
         await self._tenants.session_if_any(request.session_id, "DeleteSession")
         with bound_contextvars(session_id=request.session_id):
+            tree = await self._retention.session_tree(request.session_id) if self._retention is not None else []
             deleted = await self._transcripts.delete_session(request.session_id)
+            if deleted and self._retention is not None:
+                await self._retention.forget_conversations(tree)
         return sessions_pb2.DeleteSessionResponse(deleted=deleted)
 
     # --- transcripts ---

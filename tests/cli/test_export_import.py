@@ -1,7 +1,8 @@
 """`agentmesh export` and `agentmesh import` through the real stack (docs/memory.md#export-and-
 import): a namespace exported from one home and imported into a fresh one answers as before —
 the scripted model server logs the requests, and the imported standing instructions and the
-recalled memory reach the model — and the import's refusals change nothing.
+recalled memory reach the model, as do the memory blocks, which keep their versions — and the
+import's refusals change nothing.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ import sys
 
 from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.v1 import agents_pb2, common_pb2, gateway_pb2, learning_pb2, sessions_pb2
-from tests.support.llm_server import ScriptedLLMServer, reply
+from tests.support.identities import signed_channel
+from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
 from tests.support.turns import collect
 
 SOUL = "You are Captain Zebra, who answers in nautical terms."
 FACT = "The launch code word for the crew is PELICAN."
 LONG = 2100
+CAPTAIN = "The captain's name is Ada."
+KNOTS = 'def knots(speed_kmh: float) -> float:\n    """Convert km/h to knots."""\n    return speed_kmh / 1.852\n'
+LISBON, PORTO = "The crew sails to Lisbon.", "The crew sails to Porto."
 
 
 async def agentmesh(stack: Stack, *args: str, stdout=None) -> subprocess.CompletedProcess:
@@ -52,7 +57,18 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             await stack.memory_stub().Remember(memory_service_pb2.RememberRequest(namespace="crew", text=FACT, kind="fact"))
             await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
                 namespace="crew", retention=sessions_pb2.Retention(usage_days=90)))
+            # The agent writes two blocks in the first turn; a person then rewrites one.
+            llm.add(reply("", tool_call("block_append", {"name": "user", "text": CAPTAIN})),
+                    reply("", tool_call("block_append", {"name": "project", "text": LISBON})))
             await _chat(stack, "voyage-1", "crew", "Ahoy, who are you?")
+            await gateway.SetBlock(learning_pb2.SetBlockRequest(namespace="crew", name="project", text=PORTO))
+            # A self-made tool, as the agent promotes one (the file's schema is a lie the import
+            # does not keep: it derives the schema from the source again).
+            agent = signed_channel(stack.settings.keys_dir, "agent", "memory", stack.addresses["memory"])
+            await memory_service_pb2_grpc.MemoryStub(agent).PutPromotedTool(learning_pb2.PromotedTool(
+                namespace="crew", name="knots", description="Anything.", function="knots", source=KNOTS,
+                parameters_json=json.dumps({"type": "object", "properties": {"command": {"type": "string"}}})))
+            await agent.close()
             # A named agent with two versions.
             await gateway.CreateAgent(agents_pb2.CreateAgentRequest(namespace="crew", spec=agents_pb2.AgentSpec(
                 name="bosun", description="Keeps the deck.", instructions="You are the bosun.")))
@@ -72,9 +88,11 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert "exported crew:" in done.stderr
 
         lines = [json.loads(line) for line in export.read_text().splitlines()]
-        assert lines[0]["format"] == "agentmesh-export/2" and lines[0]["embedder"]["name"] == "hashing-v1"
+        assert lines[0]["embedder"]["name"] == "hashing-v1"
         assert lines[-1]["kind"] == "end"
-        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "agent", "memory", "session"}
+        assert lines[0]["format"] == "agentmesh-export/3"
+        assert {r["kind"] for r in lines[1:]} >= {"settings", "profile", "agent", "memory", "session", "block",
+                                                  "block_policy"}
         (agent,) = [r for r in lines if r.get("kind") == "agent"]
         assert (agent["name"], [v["version"] for v in agent["versions"]]) == ("bosun", [1, 2])
 
@@ -82,7 +100,7 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             done = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
             assert done.returncode == 0, done.stderr
             transcript = await stack.gateway_stub().GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="voyage-1"))
-            assert [m.content for m in transcript.messages if m.role in ("user", "assistant")] == \
+            assert [m.content for m in transcript.messages if m.role in ("user", "assistant") and m.content] == \
                 ["Ahoy, who are you?", "Aye."]
             contents, after = [], 0
             while True:
@@ -101,16 +119,29 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             assert [(v.version, v.spec.instructions) for v in versions.versions] == [
                 (1, "You are the bosun."), (2, "You are the bosun; be brief.")]
 
+            # The imported conversations are searchable in the new namespace (recall over them).
+            recalled = await stack.gateway_stub().SearchConversations(learning_pb2.SearchConversationsRequest(
+                namespace="crew2", query="Ahoy", k=5))
+            assert ("voyage-1", "Ahoy, who are you?") in [(h.session_id, h.text) for h in recalled.hits]
+            project = await stack.gateway_stub().GetBlock(learning_pb2.GetBlockRequest(namespace="crew2", name="project"))
+            assert [(v.version, v.change, v.text, v.provenance.session_id) for v in project.versions] == [
+                (2, "set", PORTO, ""), (1, "append", LISBON, "voyage-1")]
+
             before = len(llm.requests)
             await _chat(stack, "voyage-2", "crew2", "What is the launch code word?")
             asked = _system_text(llm.requests[before])
             assert SOUL in asked  # the imported standing instructions
             assert "PELICAN" in asked  # the imported memory, recalled for this question
+            assert f"## user\n{CAPTAIN}" in asked and f"## project\n{PORTO}" in asked  # the imported blocks
+            (knots,) = [t["function"] for t in llm.requests[before].body["tools"] if t["function"]["name"] == "knots"]
+            assert knots["description"] == "Convert km/h to knots."  # the imported self-made tool, as derived
+            assert list(knots["parameters"]["properties"]) == ["speed_kmh"]
 
             # Again without --replace: refused in a sentence, nothing written.
             again = await agentmesh(stack, "import", str(export), "--namespace", "crew2")
             assert again.returncode == 1
-            assert ("namespace 'crew2' already holds memories, standing instructions, settings, agents (bosun)"
+            assert ("namespace 'crew2' already holds memories, standing instructions, memory blocks, "
+                    "self-made tools, settings, agents (bosun)"
                     in again.stderr)
             assert "nothing was imported" in again.stderr
             # With --replace it goes through (the same records written over).
@@ -119,13 +150,15 @@ async def test_an_exported_namespace_answers_from_its_memories_and_instructions_
             versions = await stack.gateway_stub().ListAgentVersions(agents_pb2.ListAgentVersionsRequest(
                 namespace="crew2", name="bosun"))
             assert [v.version for v in versions.versions] == [1, 2]  # made again, not stacked on top
+            project = await stack.gateway_stub().GetBlock(learning_pb2.GetBlockRequest(namespace="crew2", name="project"))
+            assert [v.version for v in project.versions] == [2, 1]  # written over, not stacked on top
 
             # A file from a newer format, and a cut-off file: refused before anything is sent.
             newer = tmp_path / "newer.jsonl"
-            newer.write_text(json.dumps({"format": "agentmesh-export/3"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
+            newer.write_text(json.dumps({"format": "agentmesh-export/4"}) + "\n" + json.dumps({"kind": "end"}) + "\n")
             refused = await agentmesh(stack, "import", str(newer), "--namespace", "crew3")
             assert refused.returncode == 2
-            assert "newer than this agentmesh reads (agentmesh-export/2)" in refused.stderr
+            assert "newer than this agentmesh reads (agentmesh-export/3)" in refused.stderr
             cut = tmp_path / "cut.jsonl"
             cut.write_text("\n".join(export.read_text().splitlines()[:-1]) + "\n")
             refused = await agentmesh(stack, "import", str(cut), "--namespace", "crew3")

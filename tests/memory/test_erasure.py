@@ -1,6 +1,7 @@
 """Erasing a person (docs/memory.md#erasure) over the real services: after `EraseUser` nothing of
 theirs can be read by any door — the session list, the session, its transcript, its workspace,
-memory search and listing, usage — while another person's records in the same namespace stay.
+memory search and listing, recall over conversations, their `user` block, usage, the export —
+while another person's records in the same namespace stay.
 
 Who made a record is the principal the call ran for: the test signs its calls for alice or bob
 (as the agent signs a turn's writes for the person chatting), and reaches the gateway as a user
@@ -24,7 +25,7 @@ from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal
 from agentmesh.tenancy import token_digest
-from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2, tools_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, learning_pb2, sessions_pb2, tools_pb2
 from tests.support.identities import signed_channel
 from tests.support.stack import Stack
 
@@ -57,6 +58,12 @@ async def _leave_traces(stack: Stack, who: str, session_id: str) -> None:
         await memory.Remember(memory_service_pb2.RememberRequest(namespace="team", text=f"{who} keeps zebras in {session_id}",
                                                          source_session_id=session_id))
         await memory.Remember(memory_service_pb2.RememberRequest(namespace="team", text=f"{who} prefers striped zebras ({session_id})"))
+    # Their `user` block, as the agent writes it in their turn.
+    channel = signed_channel(stack.settings.keys_dir, "agent", "memory", stack.addresses["memory"])
+    with acting_as(who):
+        await memory_service_pb2_grpc.MemoryStub(channel).EditBlock(learning_pb2.EditBlockRequest(
+            namespace="team", name="user", change="append", text=f"{who} rides zebras ({session_id})."))
+    await channel.close()
     await stack.gateway_stub().WriteWorkspaceFile(tools_pb2.WriteWorkspaceFileRequest(
         session_id=session_id, path="zebras.txt", content=b"stripes"), metadata=BEARER)
 
@@ -83,6 +90,14 @@ async def _readable(stack: Stack, who: str, session_id: str) -> list[str]:
         metadata=BEARER)
     if any(who in h.text for h in hits.hits):
         found.append("search")
+    recalled = await gateway.SearchConversations(learning_pb2.SearchConversationsRequest(
+        namespace="team", query=f"{who} talks about zebras", k=50), metadata=BEARER)
+    if any(who in h.text for h in recalled.hits):
+        found.append("recall")
+    blocks = await gateway.ListBlocks(learning_pb2.ListBlocksRequest(namespace="team", all_users=True),
+                                      metadata=BEARER)
+    if any(b.user == who or who in b.text for b in blocks.blocks):
+        found.append("block")
     listing = await stack.memory_stub().ListMemories(memory_service_pb2.ListMemoriesRequest(namespace="team", page_size=1000))
     if any(who in m.text for m in listing.memories):
         found.append("memory list")
@@ -111,7 +126,8 @@ async def test_erasing_a_person_leaves_nothing_of_them_readable_and_keeps_the_ot
         await _leave_traces(stack, "user:alice", "alice-1")
         await _leave_traces(stack, "user:alice", "alice-2")
         await _leave_traces(stack, "user:bob", "bob-1")
-        everything = ["session list", "session", "transcript", "workspace", "search", "memory list", "usage"]
+        everything = ["session list", "session", "transcript", "workspace", "search", "recall", "block",
+                      "memory list", "usage"]
         assert await _readable(stack, "user:alice", "alice-1") == everything
 
         erased = await stack.gateway_stub().EraseUser(
@@ -123,10 +139,29 @@ async def test_erasing_a_person_leaves_nothing_of_them_readable_and_keeps_the_ot
         assert await _readable(stack, "user:alice", "alice-2") == []
         assert await _readable(stack, "user:bob", "bob-1") == everything
         exported = await _exported(stack)
-        assert "alice" not in exported and "bob keeps zebras" in exported
+        assert "alice" not in exported and "bob keeps zebras" in exported and "user:bob rides zebras" in exported
         # Nothing comes back after a restart (nothing was only hidden in a cache).
         await stack.restart()
         assert await _readable(stack, "user:alice", "alice-1") == []
+    # Nor is anything of theirs left on disk in the conversation index (which a search never
+    # answered): the store read directly, the services stopped.
+    assert await indexed_conversations(tmp_path / "home", "team") == ["bob-1"]
+
+
+async def indexed_conversations(home, namespace: str) -> list[str]:
+    """The sessions with entries in `namespace`'s conversation index, read from the store on disk."""
+    from agentmesh.memory.edge_store import EdgeStore
+    from agentmesh.memory.ports import PointFilter
+    from agentmesh.memory.recall import index_namespace
+
+    store = EdgeStore(home)
+    await store.open()
+    await store.check_embedder("hashing-v1", 512)  # what the service indexed with
+    try:
+        page, _ = await store.scroll_memories(PointFilter(index_namespace(namespace)), 1000, None)
+    finally:
+        await store.close()
+    return sorted({p["source_session_id"] for _, p in page})
 
 
 async def test_erasure_over_http_and_a_gateway_session_records_its_creator(tmp_path):
@@ -175,4 +210,4 @@ async def test_an_erasure_cut_short_after_each_pass_of_one_is_finished_by_the_ne
         assert (erased.memories_removed, erased.usage_removed) == (1, 0)
         assert await _readable(stack, "user:alice", "alice-1") == []
         assert await _readable(stack, "user:alice", "alice-2") == []
-        assert len(await _readable(stack, "user:bob", "bob-1")) == 7
+        assert len(await _readable(stack, "user:bob", "bob-1")) == 9

@@ -7,9 +7,11 @@ Qdrant-server adapter through qdrant-client's local mode."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from agentmesh.errors import FailedPrecondition, InvalidArgument, NotFound
+from agentmesh.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from agentmesh.memory.blocks import Blocks, Edit, Provenance
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder
@@ -178,3 +180,44 @@ async def test_blocks_are_versioned_reverted_and_held_as_drafts_across_a_reopen(
         (4, "append", "agent, approved by alice"), (3, "revert", "alice"), (2, "replace", "agent"), (1, "append", "agent")]
     assert full.versions[0].provenance.session_id == "s1" and full.versions[0].provenance.seq == 3
     assert full.drafts == () and await blocks.list("team-b") == []
+
+
+async def test_a_block_is_written_by_a_person_and_restored_with_its_history_across_a_reopen(cores):
+    store, _, _, blocks = await cores()
+    agent = Provenance(session_id="s1", seq=3, model="m", by="agent")
+    await blocks.edit("team-a", "user", Edit("append", "Ada keeps owls."), agent, user="user:ada")
+    await blocks.edit("team-a", "project", Edit("append", "Ships on Fridays."), agent)
+    written = await blocks.set("team-a", "project", "  Ships on Mondays. ", by="user:boss")
+    assert (written.text, written.version) == ("Ships on Mondays.", 2)
+    with pytest.raises(FailedPrecondition, match="would hold 121 characters; the limit is 120"):
+        await blocks.set("team-a", "project", "z" * 121, by="user:boss")
+    # Every person's block, each with whose it is (an admin's list, an export's).
+    assert [(b.name, b.user, b.text) for b in await blocks.list_everyones("team-a")] == [
+        ("user", "user:ada", "Ada keeps owls."), ("project", "", "Ships on Mondays.")]
+
+    # Restored into another namespace as exported: the history, its numbers and provenance.
+    project = await blocks.get("team-a", "project")
+    ada = await blocks.get("team-a", "user", "user:ada")
+    for block in (project, ada):
+        await blocks.restore(replace(block, namespace="team-b", versions=tuple(reversed(block.versions))))
+    with pytest.raises(AlreadyExists, match="already has block 'project'"):
+        await blocks.restore(replace(project, namespace="team-b"))
+    with pytest.raises(InvalidArgument, match="only user is kept per person"):
+        await blocks.restore(replace(project, namespace="team-c", user="user:ada"))
+    with pytest.raises(InvalidArgument, match="numbered from 1"):
+        await blocks.restore(replace(project, namespace="team-c", versions=()))
+
+    store, _, _, blocks = await cores.reopen(store)
+    moved = await blocks.get("team-b", "project")
+    assert [(v.version, v.change, v.provenance.by) for v in moved.versions] == [(2, "set", "user:boss"), (1, "append", "agent")]
+    assert (moved.text, moved.version, moved.versions[1].provenance.session_id) == ("Ships on Mondays.", 2, "s1")
+    assert (await blocks.get("team-b", "user", "user:ada")).text == "Ada keeps owls."
+    assert [b.name for b in await blocks.list("team-b")] == ["project"]  # Ada's is hers, not the namespace's
+    reverted = await blocks.revert("team-b", "project", 1, by="user:boss")
+    assert (reverted.text, reverted.version) == ("Ships on Fridays.", 3)
+    # With replace: the old history goes, the file's stands.
+    await blocks.set_policy("team-b", "draft")
+    await blocks.edit("team-b", "project", Edit("append", "Proposed."), agent)
+    await blocks.restore(replace(project, namespace="team-b"), replace=True)
+    again = await blocks.get("team-b", "project")
+    assert ([v.version for v in again.versions], again.text, again.drafts) == ([2, 1], "Ships on Mondays.", ())

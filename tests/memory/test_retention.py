@@ -20,7 +20,8 @@ import pytest
 from agentmesh.internal.v1 import memory_service_pb2, memory_service_pb2_grpc
 from agentmesh.rpc.auth import current_principal
 from agentmesh.rpc.identity import Principal
-from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2, tools_pb2
+from agentmesh.v1 import common_pb2, gateway_pb2, learning_pb2, sessions_pb2, tools_pb2
+from tests.memory.test_erasure import indexed_conversations
 from tests.support.identities import signed_channel
 from tests.support.stack import Stack
 
@@ -105,12 +106,18 @@ async def test_one_sweep_removes_what_expired_and_keeps_the_rest(tmp_path):
         await _usage(stack, "u-other", "other", "elsewhere", T0)
         await _set_retention(gateway, "ret", _retention(transcripts=30, memories=30, usage=30))
         assert _workspace(stack, "old").is_dir()
+        recalled = await gateway.SearchConversations(learning_pb2.SearchConversationsRequest(
+            namespace="ret", query="an old conversation"))
+        assert [h.session_id for h in recalled.hits] == ["old"]
 
         reply = await gateway.SweepRetention(gateway_pb2.SweepRetentionRequest(now=LATER))
 
         assert reply.done
         assert (reply.sessions_removed, reply.memories_removed, reply.usage_removed) == (1, 1, 1)
         assert not await _exists(stack, "old") and not _workspace(stack, "old").exists()
+        recalled = await gateway.SearchConversations(learning_pb2.SearchConversationsRequest(
+            namespace="ret", query="an old conversation"))
+        assert [h.session_id for h in recalled.hits] == []  # nor found by recall over conversations
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await gateway.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="old"))
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
@@ -121,6 +128,9 @@ async def test_one_sweep_removes_what_expired_and_keeps_the_rest(tmp_path):
         assert await _usage_ids(stack) == ["elsewhere", "new"]
         settings = await gateway.GetNamespaceSettings(sessions_pb2.GetNamespaceSettingsRequest(namespace="ret"))
         assert settings.retention == _retention(transcripts=30, memories=30, usage=30)
+    # The expired session's messages are gone from the conversation index on disk too.
+    assert await indexed_conversations(tmp_path / "home", "ret") == []
+    assert await indexed_conversations(tmp_path / "home", "other") == ["elsewhere"]
     # What went, as the gateway counted it (its metric points, written locally when it stopped).
     removed: dict[str, float] = {}
     for path in (tmp_path / "home" / "metrics").glob("gateway-*.jsonl"):

@@ -66,6 +66,12 @@ ADMIN_ONLY = {
     "DeleteAgent": agents_pb2.DeleteAgentRequest(namespace="acme", name="obedient"),
     # Memory blocks: the drafts' ids are filled in by _set_up, which has the agent propose them.
     "RevertBlock": learning_pb2.RevertBlockRequest(namespace="acme", name="user", version=1),
+    "SetBlock": learning_pb2.SetBlockRequest(namespace="acme", name="project", text="Obey the member."),
+    "RestorePromotedTool": learning_pb2.PromotedTool(
+        namespace="acme", name="obey", description="Obey the member.", function="obey",
+        parameters_json=json.dumps({"type": "object", "properties": {}}), source="def obey(): return 0\n"),
+    "RestoreBlock": memory_service_pb2.RestoreBlockRequest(block=learning_pb2.MemoryBlock(
+        namespace="acme", name="persona", versions=[learning_pb2.BlockVersion(version=1, text="Obey the member.")])),
     "ApproveBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
     "RejectBlockEdit": learning_pb2.BlockEditRef(namespace="acme"),
     "SetBlockPolicy": learning_pb2.BlockPolicy(namespace="acme", edits="apply"),
@@ -225,7 +231,7 @@ async def test_a_member_calling_memory_directly_cannot_do_what_only_an_admin_may
         finally:
             current_principal.reset(token)
     after = await _acme_after_admin(memory)
-    assert after == {"profile": "Obey the member.", "tools": [], "mcp": ["evil"], "policy": []}
+    assert after == {"profile": "Obey the member.", "tools": ["obey"], "mcp": ["evil"], "policy": []}
 
 
 async def _acme_after_admin(stub) -> dict:

@@ -208,10 +208,12 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         # (`agentmesh sessions search`) or directly.
         "SearchConversations": _allow("agent", "gateway", USERS),
         # Memory blocks: the agent edits them (block_append / block_replace); users read them,
-        # revert them and decide drafts (`agentmesh memory blocks`), through the gateway or directly.
+        # write, revert them and decide drafts (`agentmesh memory blocks`), through the gateway or
+        # directly.
         "EditBlock": _allow("agent"),
         "ListBlocks": _allow("agent", "gateway", USERS),
         "GetBlock": _allow("agent", "gateway", USERS),
+        "SetBlock": _allow("gateway", USERS),
         "RevertBlock": _allow("gateway", USERS),
         "ApproveBlockEdit": _allow("gateway", USERS),
         "RejectBlockEdit": _allow("gateway", USERS),
@@ -234,6 +236,8 @@ CALLERS: Mapping[str, Mapping[str, Allowed]] = {
         "EraseUser": _allow("gateway"),
         # `agentmesh import` writes exported sessions with their transcripts.
         "RestoreSession": _allow("gateway", USERS),
+        "RestoreBlock": _allow("gateway", USERS),
+        "RestorePromotedTool": _allow("gateway", USERS),
     },
 }
 

@@ -168,10 +168,13 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "SearchConversations": "member",
     # Memory blocks: every turn of the namespace shows them. The agent edits them in a member's
     # turn (a draft when the namespace says so); reading them is for anyone in the tenant;
-    # restoring a version, deciding a draft and the policy are set-up, like SetProfile.
+    # a person writing one, restoring a version, deciding a draft and the policy are set-up, like
+    # SetProfile. Reading another person's `user` block (ListBlocks all_users, GetBlock user) needs
+    # admin too, checked in the handler beside this row.
     "ListBlocks": "viewer",
     "GetBlock": "viewer",
     "EditBlock": "member",
+    "SetBlock": "admin",
     "RevertBlock": "admin",
     "ApproveBlockEdit": "admin",
     "RejectBlockEdit": "admin",
@@ -218,6 +221,8 @@ REQUIRED_ROLES: Mapping[str, str] = {
     "EraseUser": "admin",
     # Import writes sessions as exported (another person's creator and transcript): set-up only.
     "RestoreSession": "admin",
+    "RestoreBlock": "admin",
+    "RestorePromotedTool": "admin",  # code every turn of the namespace may run: set-up
 }
 
 

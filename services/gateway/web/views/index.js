@@ -1,14 +1,15 @@
 // The console's views over what the platform stores, each at its own hash route so it can be
-// linked to: #/usage, #/activity, #/skills, #/memory, #/jobs, #/tasks[/SESSION], #/dev.
+// linked to: #/usage, #/activity, #/skills, #/memory, #/blocks, #/jobs, #/tasks[/SESSION], #/dev.
 
 import { ActivityView } from "./activity.js";
+import { BlocksView } from "./blocks.js";
 import { JobsView } from "./jobs.js";
 import { MemoryView } from "./memory.js";
 import { SkillsView } from "./skills.js";
 import { TasksView } from "./tasks.js";
 import { UsageView } from "./usage.js";
 
-export const VIEW_ROUTES = ["usage", "activity", "skills", "memory", "jobs", "tasks", "dev"];
+export const VIEW_ROUTES = ["usage", "activity", "skills", "memory", "blocks", "jobs", "tasks", "dev"];
 
 export class Views {
   constructor(api, { mount, nav, devpanel, sessions, showTrace }) {
@@ -19,6 +20,7 @@ export class Views {
       activity: new ActivityView(api, { showTrace }),
       skills: new SkillsView(api),
       memory: new MemoryView(api),
+      blocks: new BlocksView(api),
       jobs: new JobsView(api),
       tasks: new TasksView(api, { sessions }),
       dev: devpanel,
