@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import time
 import urllib.request
 
@@ -19,7 +20,9 @@ import pytest
 from agentmesh.internal.v1 import tools_service_pb2
 from agentmesh.tools.sandbox.k8s_session_pod import build_session_pod
 from agentmesh.tools.sandbox.k8s_session_reap import ANNOTATION_LAST_USED
+from agentmesh.tools.sandbox.supervisor_link import BOOT, SUPERVISOR_SOURCE
 from agentmesh.tools.settings import KubernetesSandbox
+from tests.support.timing import PATIENCE_S
 from tests.tools.backends import BACKENDS, CLAIM, NAMESPACE
 from tests.tools.support import ToolsClient, processes_with, wait_until
 
@@ -216,3 +219,49 @@ async def test_a_session_pod_no_replica_uses_is_deleted(fake, home):
 
         assert await wait_until(marked, timeout_s=30), fake.fake.patches
         assert pods(fake) == [tools_pod := pods(fake)[0]] and tools_pod != "agentmesh-ses-orphan"
+
+
+async def test_python_in_a_session_pod_keeps_its_interpreter(fake, home):
+    async with ToolsClient(home, session_env(fake)) as tools:
+        first = await tools.call("python", {"code": "x = 41"})
+        assert not first.is_error, first.output
+        between = await tools.call("shell", {"command": "echo in between"}, call_id="c2")
+        assert between.stdout == "in between\n", between.output
+        later = await tools.call("python", {"code": "print(x + 1)"}, call_id="c3")
+        assert later.stdout == "42\n", later.output
+        stuck = await tools.call("python", {"code": "while True: pass", "timeout_s": 1}, call_id="c4")
+        assert stuck.error_kind == "timeout" and "KeyboardInterrupt" in stuck.stderr, stuck.output
+        kept = await tools.call("python", {"code": "x"}, call_id="c5")
+        assert kept.output == "41", kept.output
+        restarted = await tools.call("python", {"restart": True}, call_id="c6")
+        assert not restarted.is_error, restarted.output
+        gone = await tools.call("python", {"code": "print(x)"}, call_id="c7")
+        assert gone.is_error and "NameError" in gone.stderr, gone.output
+    # All of it in one pod, through one exec stream.
+    assert len(fake.fake.posted) == 1 and len(exec_pods(fake)) == 1
+
+
+def test_the_supervisor_kills_its_calls_when_its_stream_ends(tmp_path):
+    """The lifeline in a pod: the exec stream's end closes the supervisor's stdin, and it kills
+    its calls' process groups (they run in sessions of their own) before it exits."""
+    marker = "sleep 39.217"
+    supervisor = subprocess.Popen(["python3", "-I", "-c", BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  cwd=tmp_path)
+    try:
+        request = {"op": "exec", "id": 1, "argv": ["/bin/sh", "-c", f"{marker}; echo never"], "env": {},
+                   "inherit_env": True, "limits": {}, "cap": 4096, "drain": 65536}
+        supervisor.stdin.write((json.dumps(SUPERVISOR_SOURCE) + "\n" + json.dumps(request) + "\n").encode())
+        supervisor.stdin.flush()
+        deadline = time.monotonic() + PATIENCE_S
+        while not processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with(marker)
+        supervisor.stdin.close()
+        assert supervisor.wait(PATIENCE_S) == 0
+        deadline = time.monotonic() + PATIENCE_S
+        while processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not processes_with(marker)
+    finally:
+        supervisor.kill()
+        supervisor.wait()
