@@ -244,7 +244,7 @@ async def test_python_in_a_session_pod_keeps_its_interpreter(fake, home):
 def test_the_supervisor_kills_its_calls_when_its_stream_ends(tmp_path):
     """The lifeline in a pod: the exec stream's end closes the supervisor's stdin, and it kills
     its calls' process groups (they run in sessions of their own) before it exits."""
-    marker = "sleep 39.217"
+    marker = "sleep 391.7"
     supervisor = subprocess.Popen(["python3", "-I", "-c", BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   cwd=tmp_path)
     try:
