@@ -35,7 +35,7 @@ from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
 from agentmesh.tools.sandbox.base import CellResult, CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
 from agentmesh.tools.sandbox.k8s_pool import WarmPool
-from agentmesh.tools.sandbox.k8s_quota import name_pod_quota
+from agentmesh.tools.sandbox.k8s_quota import claim_over_quota, name_pod_quota
 from agentmesh.tools.sandbox.k8s_session_pod import LABEL_SANDBOX_POD, build_session_pod, call_command, session_pod_name
 from agentmesh.tools.sandbox.k8s_session_reap import last_used, mark_used, sweep_abandoned
 from agentmesh.tools.sandbox.k8s_supervisor import PodSupervisor
@@ -275,7 +275,8 @@ class KubernetesSessionPods:
                           used_before: int) -> tuple[dict[str, Any], bool, int]:
         """The call's reply, whether its time ran out, and the workspace's usage when it grew
         past the quota; in both cases the call is killed first."""
-        watch = asyncio.create_task(self._watch_disk(workspace, used_before)) if workspace is not None else None
+        watch = (asyncio.create_task(claim_over_quota(self._meter, self._quota, workspace, used_before, QUOTA_INTERVAL_S))
+                 if workspace is not None else None)
         waiters: set[asyncio.Future[Any]] = {future, *([watch] if watch is not None else [])}
         try:
             done, _ = await asyncio.wait(waiters, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED)
@@ -301,18 +302,6 @@ class KubernetesSessionPods:
             self._forget(session_id, pod)
 
         return end
-
-    async def _watch_disk(self, workspace: Path, used_before: int) -> int:
-        """The workspace's usage once it passes the quota (the tools service's own look at the claim)."""
-        interval = QUOTA_INTERVAL_S
-        while True:
-            await asyncio.sleep(interval)
-            began = time.monotonic()
-            with contextlib.suppress(OSError):
-                usage = await self._meter.usage(workspace)
-                if self._quota.over(usage) and usage > used_before:
-                    return usage
-            interval = max(QUOTA_INTERVAL_S, 4 * (time.monotonic() - began))
 
     def _result(self, reply: dict[str, Any], spec: CommandSpec, started: float, timed_out: bool,
                 over_quota: int) -> CommandResult:
