@@ -265,3 +265,26 @@ def test_the_supervisor_kills_its_calls_when_its_stream_ends(tmp_path):
     finally:
         supervisor.kill()
         supervisor.wait()
+
+
+async def test_a_background_command_in_a_session_pod_can_be_read_while_it_runs_and_stopped(fake, home):
+    marker = "sleep 47.31"
+    async with ToolsClient(home, session_env(fake)) as tools:
+        # It writes `early-2`: text its command line (which the listing shows) does not hold.
+        started = await tools.call("background_run", {"command": f"echo early-$((1 + 1)); {marker}"})
+        command_id = started.output.split()[1]
+        seen = {}
+
+        async def written() -> bool:
+            seen["check"] = await tools.call("background_check", {"id": command_id}, call_id="check")
+            return "early-2" in seen["check"].output
+
+        for _ in range(400):  # until the command has written its line (a liveness bound)
+            if await written():
+                break
+            await asyncio.sleep(0.05)
+        assert "running" in seen["check"].output and "[output so far]" in seen["check"].output, seen["check"].output
+        stopped = await tools.call("background_stop", {"id": command_id}, call_id="stop")
+        assert stopped.output == f"Stopped {command_id}.", stopped.output
+        assert await wait_until(lambda: not processes_with(marker)), processes_with(marker)
+    assert len(fake.fake.posted) == 1 and len(exec_pods(fake)) == 1
