@@ -46,6 +46,20 @@ def exec_pods(fake) -> list[str]:
     return [pod for pod, _, _ in fake.fake.execs_served]
 
 
+def session_pod(fake, session_id: str) -> str:
+    with fake.fake.cond:
+        return next(p["metadata"]["name"] for p in fake.fake.pods.values()
+                    if p["metadata"]["labels"].get("agentmesh.io/session") == session_id)
+
+
+def warm_ready(fake) -> set[str]:
+    """Running warm pods whose supervisor stream is open already (k8s_pool.py: prepare)."""
+    with fake.fake.cond:
+        warm = {p["metadata"]["name"] for p in fake.fake.pods.values()
+                if p["metadata"]["labels"].get("agentmesh.io/pool") == "warm" and p["status"].get("phase") == "Running"}
+    return warm & set(exec_pods(fake))
+
+
 def warm_running(fake) -> int:
     with fake.fake.cond:
         return sum(1 for pod in fake.fake.pods.values()
@@ -143,11 +157,13 @@ async def test_a_pod_killed_mid_call_gives_an_error_result_and_the_next_call_a_n
 async def test_a_warm_pod_serves_a_sessions_first_call_and_the_pool_refills(fake, home):
     env = session_env(fake, AGENTMESH_SANDBOX_WARM_POOL_MIN="2", AGENTMESH_SANDBOX_WARM_POOL_MAX="3")
     async with ToolsClient(home, env) as tools:
-        assert await wait_until(lambda: warm_running(fake) >= 2, timeout_s=20)
+        assert await wait_until(lambda: len(warm_ready(fake)) >= 2, timeout_s=20)
         result = await tools.call("shell", {"command": "echo from-warm > w.txt; ls -a"}, session_id="fresh")
         assert result.stdout.split() == [".", "..", "w.txt"], result.output
-        (served,) = exec_pods(fake)
+        served = session_pod(fake, "fresh")
         assert served.startswith("agentmesh-warm-")
+        # Its supervisor's stream was opened before the claim: the call opened none.
+        assert exec_pods(fake).count(served) == 1
         # The warm pod's directory became the session's workspace; the pool is whole again.
         assert (tools.workspace("fresh") / "w.txt").read_text() == "from-warm\n"
         assert not (home / "workspaces" / "@warm-pool" / served).exists()
@@ -159,7 +175,7 @@ async def test_a_warm_pod_serves_a_sessions_first_call_and_the_pool_refills(fake
         (tools.workspace("has-files")).mkdir()
         (tools.workspace("has-files") / "old.txt").write_text("old\n")
         old = await tools.call("shell", {"command": "cat old.txt"}, session_id="has-files")
-        assert old.stdout == "old\n" and exec_pods(fake)[-1].startswith("agentmesh-ses-")
+        assert old.stdout == "old\n" and session_pod(fake, "has-files").startswith("agentmesh-ses-")
     assert fake.fake.invalid == [] and fake.fake.patches
     assert all(p["metadata"]["resourceVersion"] for p in fake.fake.patches)
 
@@ -191,8 +207,8 @@ async def test_twenty_first_calls_from_two_replicas_get_twenty_distinct_pods(fak
                  for n in range(20)]
         results = await asyncio.gather(*calls)
         assert all(r.stdout == "mine.txt\n" for r in results), [r.output for r in results]
-        served = exec_pods(fake)
-        assert len(served) == 20 and len(set(served)) == 20
+        served = [session_pod(fake, f"s{n}") for n in range(20)]
+        assert len(set(served)) == 20
         assert all(name.startswith("agentmesh-warm-") for name in served)
         for n in range(20):
             assert (one.workspace(f"s{n}") / "mine.txt").read_text() == f"s{n}\n"

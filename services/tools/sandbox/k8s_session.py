@@ -36,10 +36,10 @@ from agentmesh.tools.sandbox.base import CellResult, CommandResult, CommandSpec,
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
 from agentmesh.tools.sandbox.k8s_pool import WarmPool
 from agentmesh.tools.sandbox.k8s_quota import claim_over_quota, name_pod_quota
-from agentmesh.tools.sandbox.k8s_session_pod import LABEL_SANDBOX_POD, build_session_pod, call_command, session_pod_name
+from agentmesh.tools.sandbox.k8s_session_pod import build_session_pod, call_command, session_pod_name
 from agentmesh.tools.sandbox.k8s_session_reap import last_used, mark_used, sweep_abandoned
+from agentmesh.tools.sandbox.k8s_session_start import PodStartFailed, pod_error, until_running
 from agentmesh.tools.sandbox.k8s_supervisor import PodSupervisor
-from agentmesh.tools.sandbox.k8s_watch import JobTracker
 from agentmesh.tools.sandbox.supervisor_link import (
     KILL_GRACE_S,
     JailGone,
@@ -55,14 +55,7 @@ __all__ = ["KubernetesSessionPods"]
 
 log = get_logger("agentmesh.tools.kubernetes.session")
 
-WATCH_WINDOW_S = 30
 QUOTA_INTERVAL_S = 0.25
-
-
-class PodStartFailed(Exception):
-    def __init__(self, result: CommandResult):
-        super().__init__(result.detail)
-        self.result = result
 
 
 @dataclass
@@ -99,6 +92,10 @@ class KubernetesSessionPods:
         self._line_limit = 12 * limits.output_cap_bytes + 2**16
         self._meter = UsageMeter()
         self._pods: dict[str, SessionPod] = {}
+        # Supervisor streams opened on this replica's warm pods before any claim (k8s_pool.py).
+        self._ready: dict[str, PodSupervisor] = {}
+        if pool is not None:
+            pool.prepare, pool.prepared = self._prepare, self._prepared
         self._starting: dict[str, asyncio.Lock] = {}
         self._reaper: asyncio.Task[None] | None = None
 
@@ -150,7 +147,7 @@ class KubernetesSessionPods:
                     pod.supervisor = supervisor
                 pod.in_flight += 1
                 return pod
-        raise PodStartFailed(_error("sandbox_error", "the session's pod went away twice before the call could start"))
+        raise PodStartFailed(pod_error("sandbox_error", "the session's pod went away twice before the call could start"))
 
     async def _start(self, session_id: str) -> SessionPod:
         started = time.monotonic()
@@ -160,7 +157,7 @@ class KubernetesSessionPods:
             if name is not None:
                 self._metrics.record_sandbox_wait(time.monotonic() - started, self.name)
                 log.info("session pod claimed from the warm pool", session_id=session_id, pod=name)
-                return SessionPod(name, warm=True)
+                return SessionPod(name, warm=True, supervisor=self._ready.pop(name, None))
         if self._workspaces is not None:
             # The session's directory exists, with the sandbox's ownership, before the pod mounts it.
             await asyncio.to_thread(self._workspaces.ensure, session_id)
@@ -169,7 +166,7 @@ class KubernetesSessionPods:
                                  network=self._network, quota_bytes=self._quota.limit_bytes)
         await self._api.create_pod(body)
         try:
-            await self._until_running(name, started)
+            await until_running(self._api, self._cfg, name, started)
         except BaseException:
             await self._delete(name)
             raise
@@ -177,34 +174,21 @@ class KubernetesSessionPods:
         log.info("session pod started", session_id=session_id, pod=name)
         return SessionPod(name)
 
-    async def _until_running(self, name: str, started: float) -> None:
-        tracker = JobTracker(name, 0, self._cfg.start_timeout_s, self._cfg.memory_limit, started)
-        selector = f"{LABEL_SANDBOX_POD}={name}"
-
-        def judge(pod: dict[str, Any]) -> bool:
-            verdict = tracker.on_pod(pod, time.monotonic())
-            if verdict is not None:
-                raise PodStartFailed(CommandResult(exit_code=-1, stdout="", stderr="", error_kind=verdict.error_kind or "sandbox_error",
-                                                   detail=verdict.detail or "the session's pod ended before it ran"))
-            return tracker.running_since is not None
-
+    async def _prepare(self, name: str) -> None:
+        """Open the supervisor's stream on a running warm pod of this replica's pool."""
+        for gone in [pod for pod, supervisor in self._ready.items() if not supervisor.open]:
+            del self._ready[gone]  # retired, or claimed through another replica and reaped
+        supervisor = PodSupervisor(name, self._line_limit)
         try:
-            async with asyncio.timeout(self._cfg.start_timeout_s):
-                while True:
-                    pods, version = await self._api.list_pods(selector)
-                    if not pods:
-                        raise PodStartFailed(_error("sandbox_error", f"the session's pod {name} was deleted before it started"))
-                    if any(judge(pod) for pod in pods):
-                        return
-                    async for event, pod in self._api.watch_pods(selector, version, WATCH_WINDOW_S):
-                        if event == "DELETED":
-                            raise PodStartFailed(_error("sandbox_error", f"the session's pod {name} was deleted before it started"))
-                        if event in ("ADDED", "MODIFIED") and judge(pod):
-                            return
-        except TimeoutError:
-            verdict = tracker.on_tick(started + self._cfg.start_timeout_s)
-            detail = verdict.detail if verdict else f"the session's pod did not start within {self._cfg.start_timeout_s:g} s"
-            raise PodStartFailed(_error(verdict.error_kind if verdict else "start_timeout", detail)) from None
+            await supervisor.start(self._api)
+        except (KubeApiError, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.info("could not open a warm pod's supervisor ahead of its claim", pod=name, error=str(exc))
+            return
+        self._ready[name] = supervisor
+
+    def _prepared(self, name: str) -> bool:
+        supervisor = self._ready.get(name)
+        return supervisor is not None and supervisor.open
 
     def _release(self, pod: SessionPod) -> None:
         pod.in_flight -= 1
@@ -325,7 +309,7 @@ class KubernetesSessionPods:
         supervisor = pod.supervisor
         said = supervisor.stderr.decode(errors="replace").strip() if supervisor is not None else ""
         status = supervisor.status if supervisor is not None else {}
-        result = _error("sandbox_error", "the session's pod went away while the call ran (its processes are gone; the "
+        result = pod_error("sandbox_error", "the session's pod went away while the call ran (its processes are gone; the "
                         "workspace stays; the next call starts a new pod)"
                         + (f": {status.get('message')}" if status.get("message") else "")
                         + (f" ({said[-500:]})" if said else ""))
@@ -474,14 +458,13 @@ class KubernetesSessionPods:
             self._reaper.cancel()
         if self.pool is not None:
             await self.pool.close()
+        for supervisor in self._ready.values():
+            supervisor.close()
+        self._ready.clear()
         for session_id in list(self._pods):
             await self.end_session(session_id)
         self._meter.close()
         await self._api.close()
-
-
-def _error(kind: str, detail: str) -> CommandResult:
-    return CommandResult(exit_code=-1, stdout="", stderr="", error_kind=kind, detail=detail)
 
 
 def _api_failure(namespace: str, status: int, message: str) -> CommandResult:
@@ -493,4 +476,4 @@ def _api_failure(namespace: str, status: int, message: str) -> CommandResult:
         detail = f"the Kubernetes API failed ({status}): {message}"
     else:
         detail = f"the Kubernetes API could not be reached: {message}"
-    return _error("sandbox_unavailable", detail)
+    return pod_error("sandbox_unavailable", detail)
