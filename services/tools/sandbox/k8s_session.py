@@ -445,8 +445,11 @@ class KubernetesSessionPods:
             found = await self._api.get_pod(pod.name)
             used = last_used(found) if found is not None else 0.0
             if used > pod.stamp + 1 and time.time() - used < self._idle_s:
-                # Another replica uses it: it is that replica's to reap; this one lets go.
+                # Another replica uses it: it is that replica's to reap; this one lets go (and
+                # ends its own supervisor stream: nothing of this replica runs there any more).
                 self._pods.pop(session_id, None)
+                if pod.supervisor is not None:
+                    pod.supervisor.close()
                 continue
             if pod.in_flight or self._pods.get(session_id) is not pod:
                 continue  # a call took it while the pod was looked up
