@@ -16,7 +16,8 @@ process against the podman-backed Kubernetes API of the image tests (tests/image
 `true` through each, from `run()` to its result: a call's Job pod (the per-call baseline), a
 session pod's first call (cold: pod start, then the supervisor's exec stream opened) and its
 later calls (a request on that stream: the supervisor starts `true` in the pod), a later `python`
-cell in the pod's interpreter, and a session's first call served by a warm pool pod.
+cell in the pod's interpreter, and a session's first call served by a warm pool pod (once the
+pool has filled: its pods run and their supervisor streams are open).
 
 Needs root, podman and the images; without them it says so and exits 0 (so `make bench` goes on).
 """
@@ -175,8 +176,10 @@ async def session_pods(podman: Podman, image: str, scratch: Path, runs: int, lat
         await sessions.close()
         pooled = cluster.sessions(pool=(runs, runs))
         pooled.start()
+        # A pool that has filled: its pods run and their supervisor streams are open (k8s_pool.py).
         while sum(1 for p in kube.pods.values() if p["status"].get("phase") == "Running"
-                  and p["metadata"]["labels"].get("agentmesh.io/pool") == "warm") < runs:
+                  and p["metadata"]["labels"].get("agentmesh.io/pool") == "warm"
+                  and pooled.pool is not None and pooled.pool.prepared(p["metadata"]["name"])) < runs:
             await asyncio.sleep(0.1)
         for run in range(runs):
             await timed(pooled, f"warm-{run}", 0, "warm")
