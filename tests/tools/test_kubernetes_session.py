@@ -304,3 +304,14 @@ async def test_a_background_command_in_a_session_pod_can_be_read_while_it_runs_a
         assert stopped.output == f"Stopped {command_id}.", stopped.output
         assert await wait_until(lambda: not processes_with(marker)), processes_with(marker)
     assert len(fake.fake.posted) == 1 and len(exec_pods(fake)) == 1
+
+
+async def test_a_cell_writing_past_the_workspace_quota_is_interrupted_and_keeps_its_variables(fake, home):
+    async with ToolsClient(home, session_env(fake, AGENTMESH_TOOLS_WORKSPACE_QUOTA_MB="1")) as tools:
+        assert not (await tools.call("python", {"code": "kept = 'yes'"})).is_error
+        # Small files, each well under the per-file limit: only the watch of the claim stops it.
+        code = "import itertools\nfor n in itertools.count():\n    open(f'f{n}.bin', 'wb').write(b'x' * 65536)"
+        full = await tools.call("python", {"code": code, "timeout_s": 30}, call_id="c2")
+        assert full.error_kind == "disk_quota" and "KeyboardInterrupt" in full.stderr, full.output
+        after = await tools.call("python", {"code": "kept"}, call_id="c3")
+    assert after.output == "'yes'", after.output

@@ -351,9 +351,23 @@ class KubernetesSessionPods:
                 "op": "cell", "code": code, "env": {**spec.env, **traceparent_env()}, "inherit_env": True,
                 "cap": self._limits.output_cap_bytes, "limits": {"fsize": self._limits.file_size_bytes},
                 "cpu_s": self._limits.cpu_s, "fsize": file_size})
-            reply, timed_out = await cell_reply(supervisor.link, call, future, spec.timeout_s,
-                                                self._ender(spec.session_id, pod))
-            result = self._result(reply, spec, started, timed_out, 0)
+            over_quota = 0
+
+            async def watch(workspace: Path) -> None:
+                # The workspace past the quota interrupts the cell (the interpreter keeps its variables).
+                nonlocal over_quota
+                over_quota = await claim_over_quota(self._meter, self._quota, workspace, used_before, QUOTA_INTERVAL_S)
+                supervisor.link.signal("interrupt", call)
+
+            watching = asyncio.create_task(watch(workspace)) if workspace is not None else None
+            try:
+                reply, timed_out = await cell_reply(supervisor.link, call, future, spec.timeout_s,
+                                                    self._ender(spec.session_id, pod))
+            finally:
+                if watching is not None:
+                    watching.cancel()
+            timed_out = timed_out and not over_quota
+            result = self._result(reply, spec, started, timed_out, over_quota)
             await name_pod_quota(result, result.stderr, workspace, used_before, self._meter, self._quota)
             return cell_details(result, reply, spec, timed_out)
         except JailGone:
