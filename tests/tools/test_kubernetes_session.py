@@ -18,7 +18,8 @@ import urllib.request
 import pytest
 
 from agentmesh.internal.v1 import tools_service_pb2
-from agentmesh.tools.sandbox.k8s_session_pod import build_session_pod
+from agentmesh.tools.sandbox.k8s_quota import WRAPPER
+from agentmesh.tools.sandbox.k8s_session_pod import CALL_WRAPPER, build_session_pod
 from agentmesh.tools.sandbox.k8s_session_reap import ANNOTATION_LAST_USED
 from agentmesh.tools.sandbox.supervisor_link import BOOT, SUPERVISOR_SOURCE
 from agentmesh.tools.settings import KubernetesSandbox
@@ -315,3 +316,8 @@ async def test_a_cell_writing_past_the_workspace_quota_is_interrupted_and_keeps_
         assert full.error_kind == "disk_quota" and "KeyboardInterrupt" in full.stderr, full.output
         after = await tools.call("python", {"code": "kept"}, call_id="c3")
     assert after.output == "'yes'", after.output
+
+
+def test_a_calls_program_stays_in_the_process_group_the_supervisor_kills():
+    # The quota wrapper's own `setsid` would put the program out of the supervisor's reach.
+    assert "setsid" in WRAPPER and "setsid" not in CALL_WRAPPER and '"$@" &' in CALL_WRAPPER

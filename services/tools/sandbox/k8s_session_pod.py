@@ -35,6 +35,7 @@ from agentmesh.tools.sandbox.k8s_quota import WRAPPER, kib
 from agentmesh.tools.settings import MIB, KubernetesSandbox
 
 __all__ = [
+    "CALL_WRAPPER",
     "LABEL_POOL",
     "LABEL_SANDBOX_POD",
     "LABEL_TEMPLATE",

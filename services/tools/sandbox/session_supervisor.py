@@ -242,7 +242,7 @@ def set_limits(limits):
     lock but the GIL (which the forking thread has)."""
     if "cpu" in limits:
         resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"] + 1))
-    # A pod's supervisor is sent none of these (its cgroup bounds memory and processes; an
+    # A pod's supervisor is sent no "as" or "nproc" (its cgroup bounds memory and processes; an
     # RLIMIT_NPROC there would count every container of the node running as the same uid).
     for name, which in (("as", resource.RLIMIT_AS), ("nproc", resource.RLIMIT_NPROC), ("fsize", resource.RLIMIT_FSIZE)):
         if name in limits:
