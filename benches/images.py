@@ -14,8 +14,10 @@ command) under `podman kube play`, from play to the container's exit code; besid
 Session pods (`--sessions`, on by default): the tools service's own cluster executors in this
 process against the podman-backed Kubernetes API of the image tests (tests/images/session_pods.py),
 `true` through each, from `run()` to its result: a call's Job pod (the per-call baseline), a
-session pod's first call (cold: pod start) and its later calls (pods/exec in the running pod),
-and a session's first call served by a warm pool pod.
+session pod's first call (cold: pod start, then the supervisor's exec stream opened) and its
+later calls (a request on that stream: the supervisor starts `true` in the pod), a later `python`
+cell in the pod's interpreter, and a session's first call served by a warm pool pod (once the
+pool has filled: its pods run and their supervisor streams are open).
 
 Needs root, podman and the images; without them it says so and exits 0 (so `make bench` goes on).
 """
@@ -139,7 +141,7 @@ async def session_pods(podman: Podman, image: str, scratch: Path, runs: int, lat
     workspaces = owned_directory(scratch / "session-workspaces")
     kube = PodmanKube(podman, volumes={"agentmesh-workspaces": workspaces}).__enter__()
     cluster = Cluster(kube, image, scratch)
-    found: dict[str, list[float]] = {"job": [], "cold": [], "later": [], "warm": [], "exec": []}
+    found: dict[str, list[float]] = {"job": [], "cold": [], "later": [], "cell": [], "warm": [], "exec": []}
 
     async def timed(executor, session: str, call: int, key: str) -> None:
         spec = CommandSpec(session_id=session, call_id=f"c{call}", argv=("true",), timeout_s=60)
@@ -158,6 +160,12 @@ async def session_pods(podman: Podman, image: str, scratch: Path, runs: int, lat
             await timed(sessions, f"cold-{run}", 0, "cold")
             for call in range(1, later_calls + 1):
                 await timed(sessions, f"cold-{run}", call, "later")
+            for call in range(later_calls + 1, 2 * later_calls + 1):
+                spec = CommandSpec(session_id=f"cold-{run}", call_id=f"c{call}", argv=(), timeout_s=60)
+                started = time.perf_counter()
+                cell = await sessions.run_cell(spec, "x = 1")
+                found["cell"].append(time.perf_counter() - started)
+                assert cell.result.exit_code == 0 and not cell.result.error_kind, cell
         # The runtime's own floor for a call in a running container: `podman exec` of `true` into
         # the last session's pod, as the tests' kubelet execs (a podman process per exec).
         container = f"{sessions.pod_of(f'cold-{runs - 1}')}-sandbox"
@@ -168,8 +176,10 @@ async def session_pods(podman: Podman, image: str, scratch: Path, runs: int, lat
         await sessions.close()
         pooled = cluster.sessions(pool=(runs, runs))
         pooled.start()
+        # A pool that has filled: its pods run and their supervisor streams are open (k8s_pool.py).
         while sum(1 for p in kube.pods.values() if p["status"].get("phase") == "Running"
-                  and p["metadata"]["labels"].get("agentmesh.io/pool") == "warm") < runs:
+                  and p["metadata"]["labels"].get("agentmesh.io/pool") == "warm"
+                  and pooled.pool is not None and pooled.pool.prepared(p["metadata"]["name"])) < runs:
             await asyncio.sleep(0.1)
         for run in range(runs):
             await timed(pooled, f"warm-{run}", 0, "warm")
@@ -190,7 +200,8 @@ def print_sessions(podman: Podman, sandbox: str, scratch: Path, args: argparse.N
     print("| call | p50 | calls |\n| --- | --- | --- |")
     print(f"| per-call Job pod (isolation `call`, the baseline) | {p50_ms(found['job']):.0f} ms | {len(found['job'])} |")
     print(f"| session pod, first call (cold pod start) | {p50_ms(found['cold']):.0f} ms | {len(found['cold'])} |")
-    print(f"| session pod, later calls (pods/exec) | {p50_ms(found['later']):.0f} ms | {len(found['later'])} |")
+    print(f"| session pod, later calls (a request on the supervisor's exec stream) | {p50_ms(found['later']):.0f} ms | {len(found['later'])} |")
+    print(f"| session pod, later `python` cells (the pod's interpreter) | {p50_ms(found['cell']):.0f} ms | {len(found['cell'])} |")
     print(f"| session pod, first call from the warm pool | {p50_ms(found['warm']):.0f} ms | {len(found['warm'])} |")
     print(f"| `podman exec true` into the running pod (the test kubelet's floor) | {p50_ms(found['exec']):.0f} ms | {len(found['exec'])} |")
 

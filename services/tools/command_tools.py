@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, boolean, number, obj, string
 from agentmesh.tools.results import ToolFailure, ToolOutcome
-from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, Executor, SandboxUnavailable
+from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, Executor, SandboxUnavailable, SessionKernel
 from agentmesh.tools.settings import SandboxLimits
 
 if TYPE_CHECKING:
     from agentmesh.tools.cell_images import CellImages
     from agentmesh.tools.sandbox.per_template import TemplateSandboxes
-    from agentmesh.tools.sandbox.session import SessionSandboxes
 
 # What programs print when they find no network: name resolution (libc, curl, git, pip, npm,
 # Node) and connecting (errno texts, Python's and requests' wording).
@@ -43,7 +42,7 @@ def program_text(args: dict[str, Any], key: str) -> str:
 
 class CommandTools:
     def __init__(self, executor: Executor, limits: SandboxLimits, network: bool = False, max_concurrent: int = 32,
-                 kernel: SessionSandboxes | None = None, sandboxes: TemplateSandboxes | None = None,
+                 kernel: SessionKernel | None = None, sandboxes: TemplateSandboxes | None = None,
                  cell_images: CellImages | None = None):
         self._executor = executor
         # A cell's figures read back as images of its result (None: only named in its text).
@@ -119,7 +118,7 @@ class CommandTools:
         outcome.data["network"] = "none"
         return outcome
 
-    def _sandbox(self, ctx: CallContext) -> tuple[Executor, SessionSandboxes | None, bool]:
+    def _sandbox(self, ctx: CallContext) -> tuple[Executor, SessionKernel | None, bool]:
         """The call's executor, its session sandboxes (None: a fresh sandbox per call), and
         whether its template has egress."""
         if self._sandboxes is None or not (ctx.sandbox_template or ctx.isolation):

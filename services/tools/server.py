@@ -254,9 +254,10 @@ def build_core(settings: ToolsSettings, executor: Executor, workspaces: Workspac
     """`build_executor`: how an executor for another sandbox template is made (None: calls naming
     one run in `executor` alike, after the name is checked)."""
     from agentmesh.tools.cell_images import CellImages
-    from agentmesh.tools.sandbox.session import SessionSandboxes
+    from agentmesh.tools.sandbox.base import SessionKernel
 
-    sessions = executor if isinstance(executor, SessionSandboxes) else None
+    # A session sandbox per session, locally or in a cluster: `python` runs in its interpreter.
+    sessions = executor if isinstance(executor, SessionKernel) else None
     sandboxes = TemplateSandboxes(settings.templates, executor, build_executor or (lambda template: executor))
     # In a session sandbox a background command runs in the session's jail (a server it starts is
     # on the loopback of later calls), and its output can be read while it runs.

@@ -250,6 +250,19 @@ def test_the_workspace_quota_reaches_the_tools_service(default_render):
     assert ToolsSettings.from_env(config, home=Path("/var/lib/agentmesh")).workspace_quota_bytes == 256 * 1024 * 1024
 
 
+def test_session_pods_and_their_warm_pool_are_values_of_the_chart(default_render):
+    from agentmesh.tools.settings import ToolsSettings
+
+    default = ToolsSettings.from_env(default_render.config(), home=Path("/var/lib/agentmesh"), mode="kubernetes")
+    assert default.isolation == "call" and default.kubernetes.warm_pool_max == 0
+    config = render({"sandbox": {"isolation": "session", "sessionIdleSeconds": 300,
+                                 "warmPool": {"min": 1, "max": 4, "idleSeconds": 120}}}).config()
+    settings = ToolsSettings.from_env(config, home=Path("/var/lib/agentmesh"), mode="kubernetes")
+    assert settings.isolation == "session" and settings.session_idle_s == 300
+    pool = settings.kubernetes
+    assert (pool.warm_pool_min, pool.warm_pool_max, pool.warm_pool_idle_s) == (1, 4, 120)
+
+
 def test_default_sandbox_lives_in_the_release_namespace(default_render):
     config = default_render.config()
     assert config["AGENTMESH_SANDBOX_NAMESPACE"] == NAMESPACE

@@ -36,6 +36,8 @@ SCHEMA_ERRORS = [
     ({"networkPolicy": {"kubeApiServer": {"cidrs": ["everywhere"]}}}, "/networkPolicy/kubeApiServer/cidrs/0"),
     ({"memory": {"embeddings": {"embedder": "word2vec"}}}, "/memory/embeddings/embedder"),
     ({"gateway": {"extraEnv": [{"value": "no name"}]}}, "/gateway/extraEnv/0"),
+    ({"sandbox": {"isolation": "process"}}, "/sandbox/isolation"),
+    ({"sandbox": {"warmPool": {"max": -1}}}, "/sandbox/warmPool/max"),
 ]
 
 RULE_ERRORS = [
@@ -51,6 +53,7 @@ RULE_ERRORS = [
     ({"agent": {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}}, "agent.autoscaling.minReplicas (5) is greater"),
     ({"memory": {"autoscaling": {"targetCPUUtilizationPercentage": None}}}, "memory.autoscaling.enabled needs"),
     ({"memory": {"embeddings": {"embedder": "openai"}}}, "memory.embeddings.baseUrl"),
+    ({"sandbox": {"warmPool": {"min": 3, "max": 2}}}, "sandbox.warmPool.min (3) is greater"),
 ]
 
 

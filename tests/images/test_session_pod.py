@@ -96,3 +96,27 @@ async def test_a_warm_pod_becomes_the_sessions_own(cluster):
         assert (cluster.workspaces / "warm-a" / "a.txt").read_text() == "a\n"
     finally:
         await sessions.close()
+
+
+async def test_python_keeps_its_interpreter_in_the_pod_and_a_timeout_kills_only_its_call(cluster):
+    sessions = cluster.sessions()
+    try:
+        first = await sessions.run_cell(call("kernel-1", ""), "x = 41")
+        assert first.result.exit_code == 0 and not first.result.error_kind, first
+        later = await sessions.run_cell(call("kernel-1", "", "c2"), "print(x + 1)")
+        assert later.result.stdout == "42\n", later
+        stuck = await sessions.run_cell(call("kernel-1", "", "c3", timeout_s=1), "while True: pass")
+        assert stuck.result.error_kind == "timeout" and "KeyboardInterrupt" in stuck.result.stderr, stuck
+        slow = await sessions.run(call("kernel-1", "sleep 120", "c4", timeout_s=1))
+        assert slow.error_kind == "timeout" and "pod stays" in slow.detail, slow
+        # The sleep's process group is gone; the interpreter and the pod stay.
+        left = await sessions.run(call("kernel-1", "ps -eo args | grep -c '^sleep 120' || true", "c5"))
+        assert left.stdout.strip() == "0", left
+        kept = await sessions.run_cell(call("kernel-1", "", "c6"), "x")
+        assert kept.result.stdout == "41\n", kept
+        await sessions.restart_kernel("kernel-1")
+        gone = await sessions.run_cell(call("kernel-1", "", "c7"), "x")
+        assert "NameError" in gone.result.stderr, gone
+        assert len(cluster.kube.played) == 1
+    finally:
+        await sessions.close()

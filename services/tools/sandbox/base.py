@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, runtime_checkable
 
-__all__ = ["CommandResult", "CommandSpec", "Executor", "NoMetrics", "SandboxMetrics", "SandboxUnavailable"]
+__all__ = ["CellResult", "CommandResult", "CommandSpec", "Executor", "NoMetrics", "SandboxMetrics", "SandboxUnavailable",
+           "SessionKernel"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,17 @@ class CommandResult:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class CellResult:
+    """A cell of the `python` tool's persistent interpreter (session sandboxes)."""
+
+    result: CommandResult
+    figures: list[str]
+    interrupted: bool = False
+    kernel_lost: bool = False
+    tables: list[str] = field(default_factory=list)  # CSV files of the tables it showed
+
+
 class Executor(Protocol):
     """Runs commands in isolation. Cancelling `run` must stop the program at once and clean up."""
 
@@ -50,6 +62,19 @@ class Executor(Protocol):
     async def run(self, spec: CommandSpec) -> CommandResult: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SessionKernel(Protocol):
+    """An executor of session sandboxes (a local jail or a cluster pod per session): the `python`
+    tool's cells run in the session's persistent interpreter, and a background command's output
+    can be read while it runs."""
+
+    async def run_cell(self, spec: CommandSpec, code: str) -> CellResult: ...
+
+    async def restart_kernel(self, session_id: str) -> None: ...
+
+    async def peek(self, session_id: str, call_id: str) -> tuple[str, str] | None: ...
 
 
 class SandboxMetrics(Protocol):

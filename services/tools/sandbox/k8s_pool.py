@@ -20,6 +20,13 @@ has files, or a rename the file system refuses (no RENAME_NOREPLACE), gets a col
 files are never moved under a running program. Without a shared claim the workspace is the
 pod's own emptyDir and the claim hands the pod over as it is.
 
+Ready to answer. A replica opens the session supervisor's stream (k8s_supervisor.py) on each of
+its own warm pods once they run (`prepare`, in the refill loop), so a session's first call on a
+pod it claims is a request on an open stream, no exec in its path; a replica claims its own
+prepared pods first. The supervisor holds nothing of a session before the claim: its working
+directory is the pod's /workspace mount, which shows the session's workspace once the claim has
+renamed the directory under it; the calls it starts resolve /workspace when they start.
+
 Sizing. Each replica keeps `target` warm pods of its own: the claims it saw in the last
 `window_s`, between `floor` and `ceiling`; with no claim for `idle_s`, zero (pods it made are
 retired: claimed by the same patch, then deleted, so a pod being claimed elsewhere is never
@@ -39,7 +46,7 @@ import time
 from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from agentmesh.logs import get_logger
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
@@ -123,6 +130,9 @@ class WarmPool:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.claims = 0  # claims that got a warm pod (for tests and benches)
+        # Set by the session executor: open a running warm pod's supervisor stream; whether one is open.
+        self.prepare: Callable[[str], Awaitable[None]] | None = None
+        self.prepared: Callable[[str], bool] = lambda name: False
 
     def start(self) -> None:
         if self._task is None or self._task.done():
@@ -149,6 +159,7 @@ class WarmPool:
             if not ready:
                 return None
             random.shuffle(ready)  # replicas claiming at once mostly pick different pods
+            ready.sort(key=lambda p: not self.prepared(p["metadata"]["name"]))  # this replica's ready ones first
             conflicted = False
             for pod in ready:
                 name = pod["metadata"]["name"]
@@ -214,6 +225,9 @@ class WarmPool:
         missing = target - len(live)
         if missing > 0:
             await asyncio.gather(*(self._create() for _ in range(missing)))
+        if self.prepare is not None:
+            names = [p["metadata"]["name"] for p in mine[:target] if _running(p)]
+            await asyncio.gather(*(self.prepare(name) for name in names if not self.prepared(name)))
 
     async def _create(self) -> None:
         name = session_pod_name(warm=True)

@@ -22,6 +22,9 @@ it exits the kernel ends every process in the pod.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,3 +104,19 @@ async def name_pod_quota(result: CommandResult, wrapper_output: str, workspace: 
     else:
         return
     result.data.update(quota_bytes=quota.limit_bytes, usage_bytes=usage)
+
+
+async def claim_over_quota(meter: UsageMeter, quota: WorkspaceQuota, workspace: Path, used_before: int,
+                           interval_s: float) -> int:
+    """The workspace's usage once it grows past the quota: the tools service's own look at the
+    shared claim while a call runs in a session pod (every `interval_s`, or four times as long as
+    a walk takes)."""
+    interval = interval_s
+    while True:
+        await asyncio.sleep(interval)
+        began = time.monotonic()
+        with contextlib.suppress(OSError):
+            usage = await meter.usage(workspace)
+            if quota.over(usage) and usage > used_before:
+                return usage
+        interval = max(interval_s, 4 * (time.monotonic() - began))

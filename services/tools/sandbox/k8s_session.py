@@ -1,26 +1,29 @@
 """Session sandboxes in a cluster (AGENTMESH_SANDBOX=kubernetes, AGENTMESH_SANDBOX_ISOLATION=session):
-one long-lived pod per session, each call a fresh process in it through `pods/exec`.
+one long-lived pod per session, each call a fresh process in it, started by the session
+supervisor this replica runs in the pod through one long-lived `pods/exec` stream
+(k8s_supervisor.py: the protocol of a local session jail, calls multiplexed on the stream).
 
 A session's first call takes a warm pod from the pool (k8s_pool.py) when there is one, else
-creates its pod (k8s_session_pod.py) and waits for it to run; later calls exec at once. Each call
-has its own timeout, output bound and workspace quota (the wrapper in the pod, and the tools
-service's own look at the shared claim); ending a call's stream ends its process group.
+creates its pod (k8s_session_pod.py) and waits for it to run, then opens the supervisor's
+stream; later calls are a request on it. Each call has its own timeout, output bound and
+workspace quota (the wrapper in the pod, and the tools service's own look at the shared claim);
+stopping a call kills its process group; ending the stream kills them all. The `python` tool's
+cells run in the supervisor's persistent interpreter (`run_cell`).
 
 A pod with no call for `idle_s` is deleted; the next call starts a new one on the same workspace
 (the shared claim's session directory). Deleting the workspace deletes the pod. When the pod
-goes away mid-call (deleted, evicted, its node lost), the call's stream ends without an exit
-status and the call gets a `sandbox_error` result at once; the next call starts a new pod.
+goes away mid-call (deleted, evicted, its node lost) or its supervisor's stream ends, the calls
+on it get a `sandbox_error` result at once, and the pod is replaced at the next call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import urllib3
 from opentelemetry import trace
@@ -29,15 +32,22 @@ from agentmesh.logs import get_logger
 from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
 from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
-from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, NoMetrics, SandboxMetrics
+from agentmesh.tools.sandbox.base import CellResult, CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
-from agentmesh.tools.sandbox.k8s_exec import ExecEnd, follow
-from agentmesh.tools.sandbox.k8s_job import CONTAINER
 from agentmesh.tools.sandbox.k8s_pool import WarmPool
-from agentmesh.tools.sandbox.k8s_quota import name_pod_quota
-from agentmesh.tools.sandbox.k8s_session_pod import LABEL_SANDBOX_POD, build_session_pod, call_command, session_pod_name
+from agentmesh.tools.sandbox.k8s_quota import claim_over_quota, name_pod_quota
+from agentmesh.tools.sandbox.k8s_session_pod import build_session_pod, call_command, session_pod_name
 from agentmesh.tools.sandbox.k8s_session_reap import last_used, mark_used, sweep_abandoned
-from agentmesh.tools.sandbox.k8s_watch import JobTracker
+from agentmesh.tools.sandbox.k8s_session_start import PodStartFailed, pod_error, until_running
+from agentmesh.tools.sandbox.k8s_supervisor import PodSupervisor
+from agentmesh.tools.sandbox.supervisor_link import (
+    KILL_GRACE_S,
+    JailGone,
+    cell_details,
+    cell_reply,
+    last_word,
+    reply_result,
+)
 from agentmesh.tools.settings import KubernetesSandbox, SandboxLimits
 from agentmesh.tools.workspace import Workspaces
 
@@ -45,15 +55,7 @@ __all__ = ["KubernetesSessionPods"]
 
 log = get_logger("agentmesh.tools.kubernetes.session")
 
-WATCH_WINDOW_S = 30
-KILLED = 128 + 9  # SIGKILL's exit code
 QUOTA_INTERVAL_S = 0.25
-
-
-class PodStartFailed(Exception):
-    def __init__(self, result: CommandResult):
-        super().__init__(result.detail)
-        self.result = result
 
 
 @dataclass
@@ -64,6 +66,7 @@ class SessionPod:
     warm: bool = False
     marked: float = 0.0  # when this replica last wrote its use into the pod (k8s_session_reap.py)
     stamp: float = 0.0  # the wall-clock time of use it wrote
+    supervisor: PodSupervisor | None = None  # this replica's stream to the pod's supervisor
 
 
 class KubernetesSessionPods:
@@ -85,8 +88,14 @@ class KubernetesSessionPods:
         self.pool = pool
         self.template = template
         self._metrics = metrics or NoMetrics()
+        # A supervisor's reply holds two capped streams, JSON-escaped (at most 6 bytes a byte).
+        self._line_limit = 12 * limits.output_cap_bytes + 2**16
         self._meter = UsageMeter()
         self._pods: dict[str, SessionPod] = {}
+        # Supervisor streams opened on this replica's warm pods before any claim (k8s_pool.py).
+        self._ready: dict[str, PodSupervisor] = {}
+        if pool is not None:
+            pool.prepare, pool.prepared = self._prepare, self._prepared
         self._starting: dict[str, asyncio.Lock] = {}
         self._reaper: asyncio.Task[None] | None = None
 
@@ -119,12 +128,26 @@ class KubernetesSessionPods:
         if self.pool is not None:
             self.pool.start()
         async with self._starting.setdefault(session_id, asyncio.Lock()):
-            pod = self._pods.get(session_id)
-            if pod is None:
-                pod = await self._start(session_id)
-                self._pods[session_id] = pod
-            pod.in_flight += 1
-            return pod
+            for attempt in range(2):
+                pod = self._pods.get(session_id)
+                if pod is None:
+                    pod = await self._start(session_id)
+                    self._pods[session_id] = pod
+                if pod.supervisor is None or not pod.supervisor.open:
+                    supervisor = PodSupervisor(pod.name, self._line_limit)
+                    try:
+                        await supervisor.start(self._api)
+                    except KubeApiError as exc:
+                        if exc.status in (400, 404) and attempt == 0:
+                            # The pod went away since the last call (reaped by another replica,
+                            # deleted, its container ended): start another, once.
+                            self._forget(session_id, pod)
+                            continue
+                        raise
+                    pod.supervisor = supervisor
+                pod.in_flight += 1
+                return pod
+        raise PodStartFailed(pod_error("sandbox_error", "the session's pod went away twice before the call could start"))
 
     async def _start(self, session_id: str) -> SessionPod:
         started = time.monotonic()
@@ -134,7 +157,7 @@ class KubernetesSessionPods:
             if name is not None:
                 self._metrics.record_sandbox_wait(time.monotonic() - started, self.name)
                 log.info("session pod claimed from the warm pool", session_id=session_id, pod=name)
-                return SessionPod(name, warm=True)
+                return SessionPod(name, warm=True, supervisor=self._ready.pop(name, None))
         if self._workspaces is not None:
             # The session's directory exists, with the sandbox's ownership, before the pod mounts it.
             await asyncio.to_thread(self._workspaces.ensure, session_id)
@@ -143,7 +166,7 @@ class KubernetesSessionPods:
                                  network=self._network, quota_bytes=self._quota.limit_bytes)
         await self._api.create_pod(body)
         try:
-            await self._until_running(name, started)
+            await until_running(self._api, self._cfg, name, started)
         except BaseException:
             await self._delete(name)
             raise
@@ -151,34 +174,21 @@ class KubernetesSessionPods:
         log.info("session pod started", session_id=session_id, pod=name)
         return SessionPod(name)
 
-    async def _until_running(self, name: str, started: float) -> None:
-        tracker = JobTracker(name, 0, self._cfg.start_timeout_s, self._cfg.memory_limit, started)
-        selector = f"{LABEL_SANDBOX_POD}={name}"
-
-        def judge(pod: dict[str, Any]) -> bool:
-            verdict = tracker.on_pod(pod, time.monotonic())
-            if verdict is not None:
-                raise PodStartFailed(CommandResult(exit_code=-1, stdout="", stderr="", error_kind=verdict.error_kind or "sandbox_error",
-                                                   detail=verdict.detail or "the session's pod ended before it ran"))
-            return tracker.running_since is not None
-
+    async def _prepare(self, name: str) -> None:
+        """Open the supervisor's stream on a running warm pod of this replica's pool."""
+        for gone in [pod for pod, supervisor in self._ready.items() if not supervisor.open]:
+            del self._ready[gone]  # retired, or claimed through another replica and reaped
+        supervisor = PodSupervisor(name, self._line_limit)
         try:
-            async with asyncio.timeout(self._cfg.start_timeout_s):
-                while True:
-                    pods, version = await self._api.list_pods(selector)
-                    if not pods:
-                        raise PodStartFailed(_error("sandbox_error", f"the session's pod {name} was deleted before it started"))
-                    if any(judge(pod) for pod in pods):
-                        return
-                    async for event, pod in self._api.watch_pods(selector, version, WATCH_WINDOW_S):
-                        if event == "DELETED":
-                            raise PodStartFailed(_error("sandbox_error", f"the session's pod {name} was deleted before it started"))
-                        if event in ("ADDED", "MODIFIED") and judge(pod):
-                            return
-        except TimeoutError:
-            verdict = tracker.on_tick(started + self._cfg.start_timeout_s)
-            detail = verdict.detail if verdict else f"the session's pod did not start within {self._cfg.start_timeout_s:g} s"
-            raise PodStartFailed(_error(verdict.error_kind if verdict else "start_timeout", detail)) from None
+            await supervisor.start(self._api)
+        except (KubeApiError, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.info("could not open a warm pod's supervisor ahead of its claim", pod=name, error=str(exc))
+            return
+        self._ready[name] = supervisor
+
+    def _prepared(self, name: str) -> bool:
+        supervisor = self._ready.get(name)
+        return supervisor is not None and supervisor.open
 
     def _release(self, pod: SessionPod) -> None:
         pod.in_flight -= 1
@@ -186,18 +196,23 @@ class KubernetesSessionPods:
 
     def _forget(self, session_id: str, pod: SessionPod) -> None:
         """The pod is gone or broken: the next call starts another."""
+        if pod.supervisor is not None:
+            pod.supervisor.close()
         if self._pods.get(session_id) is pod:
             del self._pods[session_id]
             asyncio.get_running_loop().create_task(self._delete(pod.name))
 
     # --- a call --------------------------------------------------------------------------------
 
-    async def run(self, spec: CommandSpec) -> CommandResult:
-        with self._tracer.start_as_current_span("sandbox.k8s_exec", attributes={
+    def _span(self, name: str, spec: CommandSpec) -> Any:
+        return self._tracer.start_as_current_span(name, attributes={
             "agentmesh.sandbox.executor": self.name, "agentmesh.sandbox.namespace": self._cfg.namespace,
             "agentmesh.session_id": spec.session_id, GEN_AI_TOOL_CALL_ID: spec.call_id,
             "agentmesh.sandbox.timeout_s": spec.timeout_s,
-        }) as span:
+        })
+
+    async def run(self, spec: CommandSpec) -> CommandResult:
+        with self._span("sandbox.k8s_exec", spec) as span:
             try:
                 result = await self._run(spec, span)
             except PodStartFailed as exc:
@@ -212,132 +227,176 @@ class KubernetesSessionPods:
             return result
 
     async def _run(self, spec: CommandSpec, span: Any) -> CommandResult:
-        for attempt in range(2):
-            pod = await self._acquire(spec.session_id)
-            span.set_attribute("agentmesh.sandbox.pod", pod.name)
+        pod = await self._acquire(spec.session_id)
+        span.set_attribute("agentmesh.sandbox.pod", pod.name)
+        supervisor = pod.supervisor
+        assert supervisor is not None  # _acquire opened it
+        started = time.monotonic()
+        try:
+            workspace = self._workspace(spec.session_id)
+            used_before = await self._meter.usage(workspace) if workspace is not None else 0
+            file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
+            call, future = supervisor.link.request({
+                "op": "exec", "argv": call_command(spec.argv, self._quota.limit_bytes, file_size),
+                "env": {**spec.env, **traceparent_env()}, "inherit_env": True, "limits": {},
+                "cap": self._limits.output_cap_bytes, "drain": self._limits.output_drain_bytes})
+            supervisor.calls[spec.call_id] = call
             try:
-                started = time.monotonic()
-                workspace = self._workspace(spec.session_id)
-                used_before = await self._meter.usage(workspace) if workspace is not None else 0
-                env = {**spec.env, **traceparent_env()}
-                file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
-                command = call_command(spec.argv, env, self._quota.limit_bytes, file_size)
-                connecting = asyncio.ensure_future(self._api.exec(pod.name, CONTAINER, command))
-                try:
-                    socket = await asyncio.shield(connecting)
-                except asyncio.CancelledError:
-                    # A stream opened after the cancel is closed, which ends the call's lifeline.
-                    connecting.add_done_callback(_close_stream)
-                    raise
-                except KubeApiError as exc:
-                    if exc.status in (400, 404) and attempt == 0:
-                        # The pod went away since the last call (reaped by another replica, deleted,
-                        # its container ended): start another, once.
-                        self._forget(spec.session_id, pod)
-                        continue
-                    raise
-                end, timed_out, over_quota = await self._follow(socket, spec, workspace, used_before)
-                result = self._result(end, spec, started, timed_out, over_quota)
-                if end.exit_code == KILLED and not result.error_kind and await self._pod_ended(pod.name):
-                    # The runtime killed the container under the call (its pod deleted, evicted,
-                    # OOM-killed): some API servers report that as the exec's exit code 137.
-                    end.lost = True
-                    result = self._result(end, spec, started, timed_out, over_quota)
-                if end.lost or end.failure:
-                    await self._explain_loss(result, pod)
-                    self._forget(spec.session_id, pod)
-                await name_pod_quota(result, result.stderr, workspace, used_before, self._meter, self._quota)
-                return result
+                reply, timed_out, over_quota = await self._exec_reply(spec, pod, supervisor, call, future, workspace,
+                                                                      used_before)
             finally:
-                self._release(pod)
-        raise PodStartFailed(_error("sandbox_error", "the session's pod went away twice before the call could start"))
+                supervisor.calls.pop(spec.call_id, None)
+            result = self._result(reply, spec, started, timed_out, over_quota)
+            await name_pod_quota(result, result.stderr, workspace, used_before, self._meter, self._quota)
+            return result
+        except JailGone:
+            return await self._lost(spec.session_id, pod, started)
+        finally:
+            self._release(pod)
 
-    async def _follow(self, socket: Any, spec: CommandSpec, workspace: Path | None,
-                      used_before: int) -> tuple[ExecEnd, bool, int]:
-        stop = threading.Event()
-        loop = asyncio.get_running_loop()
-        reading: asyncio.Future[ExecEnd] = loop.create_future()
-
-        def read() -> None:
-            # A thread of its own per call (not the loop's small default pool): a session's calls
-            # and the pool's claims all stream at once.
-            end = follow(socket, self._limits.output_cap_bytes, self._limits.output_drain_bytes, stop)
-            loop.call_soon_threadsafe(_settle, reading, end)
-
-        threading.Thread(target=read, name="kube-exec", daemon=True).start()
-        watch = asyncio.create_task(self._watch_disk(workspace, used_before)) if workspace is not None else None
-        waiters: set[asyncio.Future[Any]] = {reading, *([watch] if watch is not None else [])}
-        timed_out, over_quota = False, 0
+    async def _exec_reply(self, spec: CommandSpec, pod: SessionPod, supervisor: PodSupervisor, call: int,
+                          future: asyncio.Future[dict[str, Any]], workspace: Path | None,
+                          used_before: int) -> tuple[dict[str, Any], bool, int]:
+        """The call's reply, whether its time ran out, and the workspace's usage when it grew
+        past the quota; in both cases the call is killed first."""
+        watch = (asyncio.create_task(claim_over_quota(self._meter, self._quota, workspace, used_before, QUOTA_INTERVAL_S))
+                 if workspace is not None else None)
+        waiters: set[asyncio.Future[Any]] = {future, *([watch] if watch is not None else [])}
         try:
             done, _ = await asyncio.wait(waiters, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED)
-            if reading not in done:
-                if watch is not None and watch in done:
-                    over_quota = watch.result()
-                else:
-                    timed_out = True
-                stop.set()
-            return await asyncio.shield(reading), timed_out, over_quota
         except asyncio.CancelledError:
-            stop.set()  # ends the stream: the wrapper in the pod kills the call's processes
+            supervisor.link.signal("kill", call)  # a cancelled call's processes end at once
             raise
         finally:
             if watch is not None:
                 watch.cancel()
+        if future in done:
+            return future.result(), False, 0
+        over_quota = watch.result() if watch is not None and watch in done else 0
+        supervisor.link.signal("kill", call)
+        reply = await last_word(supervisor.link, call, future, "kill", self._ender(spec.session_id, pod))
+        return reply, not over_quota, over_quota
 
-    async def _watch_disk(self, workspace: Path, used_before: int) -> int:
-        """The workspace's usage once it passes the quota (the tools service's own look at the claim)."""
-        interval = QUOTA_INTERVAL_S
-        while True:
-            await asyncio.sleep(interval)
-            began = time.monotonic()
-            with contextlib.suppress(OSError):
-                usage = await self._meter.usage(workspace)
-                if self._quota.over(usage) and usage > used_before:
-                    return usage
-            interval = max(QUOTA_INTERVAL_S, 4 * (time.monotonic() - began))
+    def _ender(self, session_id: str, pod: SessionPod) -> Callable[[], Awaitable[None]]:
+        """How a pod whose supervisor does not answer a stopped call is ended: its stream is
+        closed (the supervisor kills its calls) and the pod replaced at the next call."""
+        async def end() -> None:
+            log.warning("a session pod's supervisor did not answer a stopped call; replacing the pod",
+                        session_id=session_id, pod=pod.name)
+            self._forget(session_id, pod)
 
-    def _result(self, end: ExecEnd, spec: CommandSpec, started: float, timed_out: bool, over_quota: int) -> CommandResult:
-        result = CommandResult(exit_code=end.exit_code if end.exit_code is not None else -1,
-                               stdout=end.stdout.text(), stderr=end.stderr.text(),
-                               truncated=end.stdout.truncated or end.stderr.truncated,
-                               duration_ms=(time.monotonic() - started) * 1000)
+        return end
+
+    def _result(self, reply: dict[str, Any], spec: CommandSpec, started: float, timed_out: bool,
+                over_quota: int) -> CommandResult:
+        result = reply_result(reply, started)
         if over_quota:
             result.exit_code, result.error_kind = -9, "disk_quota"
             result.detail = self._quota.exceeded_detail(over_quota, stopped=True)
         elif timed_out:
             result.exit_code, result.error_kind = -9, "timeout"
             result.detail = (f"the command ran past its {spec.timeout_s:g} s time limit and was stopped "
-                             "(its processes were killed; the session's pod stays)")
-        elif end.output_limit:
+                             + ("(the session's pod did not answer, so it is replaced; the workspace stays)"
+                                if reply.get("kernel_lost") else "(its processes were killed; the session's pod stays)"))
+        elif reply.get("output_limit"):
             result.exit_code, result.error_kind = -9, "output_limit"
             result.detail = (f"the command wrote more than {self._limits.output_drain_bytes} bytes of output and was "
                              "stopped; redirect large output to a file in the workspace and read parts of it")
-        elif end.lost:
-            result.exit_code, result.error_kind = -9, "sandbox_error"
-            result.detail = ("the session's pod went away while the call ran (its processes are gone; the workspace "
-                             "stays; the next call starts a new pod)")
-        elif end.failure:
-            result.exit_code, result.error_kind = -1, "sandbox_error"
-            result.detail = f"the session's pod could not run the call: {end.failure}"
         return result
 
-    async def _pod_ended(self, name: str, patience_s: float = 1.5) -> bool:
-        """Whether the pod is gone, going or its container ended (the kubelet reports it a moment
-        after the exec's stream ends, so ask a few times)."""
-        deadline = time.monotonic() + patience_s
-        while True:
+    async def _lost(self, session_id: str, pod: SessionPod, started: float) -> CommandResult:
+        """The call's result when the pod's supervisor stream ended under it."""
+        supervisor = pod.supervisor
+        said = supervisor.stderr.decode(errors="replace").strip() if supervisor is not None else ""
+        status = supervisor.status if supervisor is not None else {}
+        result = pod_error("sandbox_error", "the session's pod went away while the call ran (its processes are gone; the "
+                        "workspace stays; the next call starts a new pod)"
+                        + (f": {status.get('message')}" if status.get("message") else "")
+                        + (f" ({said[-500:]})" if said else ""))
+        result.exit_code = -9
+        result.duration_ms = (time.monotonic() - started) * 1000
+        await self._explain_loss(result, pod)
+        self._forget(session_id, pod)
+        return result
+
+    # --- the python tool's interpreter, a background command's output ---------------------------
+
+    async def run_cell(self, spec: CommandSpec, code: str) -> CellResult:
+        """Run `code` in the persistent interpreter of the session pod's supervisor."""
+        with self._span("sandbox.k8s_cell", spec) as span:
             try:
-                pod = await self._api.get_pod(name)
-            except (KubeApiError, urllib3.exceptions.HTTPError, OSError):
-                return False
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
-                return True
-            statuses = (pod.get("status") or {}).get("containerStatuses") or []
-            if any("running" not in (status.get("state") or {}) for status in statuses):
-                return True
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(0.1)
+                cell = await self._run_cell(spec, code, span)
+            except PodStartFailed as exc:
+                cell = CellResult(exc.result, [])
+            except KubeApiError as exc:
+                cell = CellResult(_api_failure(self._cfg.namespace, exc.status, exc.message), [])
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                cell = CellResult(_api_failure(self._cfg.namespace, 0, str(exc)), [])
+            if cell.result.error_kind:
+                span.set_attribute("agentmesh.sandbox.error_kind", cell.result.error_kind)
+            return cell
+
+    async def _run_cell(self, spec: CommandSpec, code: str, span: Any) -> CellResult:
+        pod = await self._acquire(spec.session_id)
+        span.set_attribute("agentmesh.sandbox.pod", pod.name)
+        supervisor = pod.supervisor
+        assert supervisor is not None  # _acquire opened it
+        started = time.monotonic()
+        try:
+            workspace = self._workspace(spec.session_id)
+            used_before = await self._meter.usage(workspace) if workspace is not None else 0
+            file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
+            # The interpreter's per-file limit; its CPU limit and a lower file limit are per cell.
+            call, future = supervisor.link.request({
+                "op": "cell", "code": code, "env": {**spec.env, **traceparent_env()}, "inherit_env": True,
+                "cap": self._limits.output_cap_bytes, "limits": {"fsize": self._limits.file_size_bytes},
+                "cpu_s": self._limits.cpu_s, "fsize": file_size})
+            over_quota = 0
+
+            async def watch(workspace: Path) -> None:
+                # The workspace past the quota interrupts the cell (the interpreter keeps its variables).
+                nonlocal over_quota
+                over_quota = await claim_over_quota(self._meter, self._quota, workspace, used_before, QUOTA_INTERVAL_S)
+                supervisor.link.signal("interrupt", call)
+
+            watching = asyncio.create_task(watch(workspace)) if workspace is not None else None
+            try:
+                reply, timed_out = await cell_reply(supervisor.link, call, future, spec.timeout_s,
+                                                    self._ender(spec.session_id, pod))
+            finally:
+                if watching is not None:
+                    watching.cancel()
+            timed_out = timed_out and not over_quota
+            result = self._result(reply, spec, started, timed_out, over_quota)
+            await name_pod_quota(result, result.stderr, workspace, used_before, self._meter, self._quota)
+            return cell_details(result, reply, spec, timed_out)
+        except JailGone:
+            return CellResult(await self._lost(spec.session_id, pod, started), [], kernel_lost=True)
+        finally:
+            self._release(pod)
+
+    async def restart_kernel(self, session_id: str) -> None:
+        pod = self._pods.get(session_id)
+        if pod is None or pod.supervisor is None or not pod.supervisor.open:
+            return  # no interpreter to clear: the next cell starts a fresh one anyway
+        with contextlib.suppress(JailGone, TimeoutError):
+            _, future = pod.supervisor.link.request({"op": "restart"})
+            await asyncio.wait_for(future, KILL_GRACE_S)
+
+    async def peek(self, session_id: str, call_id: str) -> tuple[str, str] | None:
+        """(stdout, stderr) so far of a call still running in the session's pod (a background
+        command), or None when it is not running there."""
+        pod = self._pods.get(session_id)
+        supervisor = pod.supervisor if pod is not None else None
+        call = supervisor.calls.get(call_id) if supervisor is not None else None
+        if supervisor is None or call is None:
+            return None
+        try:
+            _, future = supervisor.link.request({"op": "peek", "call": call})
+            reply = await asyncio.wait_for(future, KILL_GRACE_S)
+        except (JailGone, TimeoutError):
+            return None
+        return (reply["stdout"], reply["stderr"]) if reply.get("running") else None
 
     async def _explain_loss(self, result: CommandResult, pod: SessionPod) -> None:
         """Name the reason when the pod's container ended for its memory limit."""
@@ -359,6 +418,8 @@ class KubernetesSessionPods:
         if lock is not None and not lock.locked():
             del self._starting[session_id]
         if pod is not None:
+            if pod.supervisor is not None:
+                pod.supervisor.close()
             await self._delete(pod.name)
             log.info("session pod ended", session_id=session_id, pod=pod.name)
 
@@ -398,8 +459,11 @@ class KubernetesSessionPods:
             found = await self._api.get_pod(pod.name)
             used = last_used(found) if found is not None else 0.0
             if used > pod.stamp + 1 and time.time() - used < self._idle_s:
-                # Another replica uses it: it is that replica's to reap; this one lets go.
+                # Another replica uses it: it is that replica's to reap; this one lets go (and
+                # ends its own supervisor stream: nothing of this replica runs there any more).
                 self._pods.pop(session_id, None)
+                if pod.supervisor is not None:
+                    pod.supervisor.close()
                 continue
             if pod.in_flight or self._pods.get(session_id) is not pod:
                 continue  # a call took it while the pod was looked up
@@ -411,25 +475,13 @@ class KubernetesSessionPods:
             self._reaper.cancel()
         if self.pool is not None:
             await self.pool.close()
+        for supervisor in self._ready.values():
+            supervisor.close()
+        self._ready.clear()
         for session_id in list(self._pods):
             await self.end_session(session_id)
         self._meter.close()
         await self._api.close()
-
-
-def _close_stream(connecting: asyncio.Future[Any]) -> None:
-    if not connecting.cancelled() and connecting.exception() is None:
-        with contextlib.suppress(Exception):
-            connecting.result().close()
-
-
-def _settle(future: asyncio.Future[ExecEnd], end: ExecEnd) -> None:
-    if not future.done():
-        future.set_result(end)
-
-
-def _error(kind: str, detail: str) -> CommandResult:
-    return CommandResult(exit_code=-1, stdout="", stderr="", error_kind=kind, detail=detail)
 
 
 def _api_failure(namespace: str, status: int, message: str) -> CommandResult:
@@ -441,4 +493,4 @@ def _api_failure(namespace: str, status: int, message: str) -> CommandResult:
         detail = f"the Kubernetes API failed ({status}): {message}"
     else:
         detail = f"the Kubernetes API could not be reached: {message}"
-    return _error("sandbox_unavailable", detail)
+    return pod_error("sandbox_unavailable", detail)

@@ -4,25 +4,25 @@ command each call execs in it.
 The pod is hardened exactly as a call's Job pod (both built by `k8s_job.sandbox_pod_spec`, around
 `hardened_pod_spec` and `container_security`: non-root, no service-account token, all capabilities dropped, seccomp
 RuntimeDefault, read-only root, requests and limits). Its main process does nothing but wait and
-reap orphans; each call is a new process started through `pods/exec`.
+reap orphans; the calls are started by the session supervisor the tools service runs in it
+through one long-lived `pods/exec` stream (k8s_supervisor.py).
 
 Its workspace: with a shared claim, `subPath: <session_id>` as a call's pod; a warm pod (made
 before any session asked for it) mounts `subPath: @warm-pool/<pod name>` instead, an empty
 directory no session id can name ('@' is not in the id alphabet), which the claim renames to
 the session's workspace (k8s_pool.py). Without a claim, an emptyDir of the quota's size.
 
-Each call runs under the workspace quota's wrapper (k8s_quota.py) with one addition: the exec's
-stdin is the call's lifeline. The tools service never writes to it; when the stream ends — the
-call's timeout, its output past the drain bound, a cancelled call, a lost connection — the
-runtime closes it and the wrapper kills the call's whole process group at once. (Closing an
-exec stream does not by itself stop the process in the container: a program that never reads
-stdin would run on.)
+Each call runs under the workspace quota's wrapper (k8s_quota.py), started by the supervisor as
+the leader of a new process group, with one change: the program stays in the wrapper's group
+(no `setsid` of its own), so the supervisor's kill of the call (its timeout, its output past the
+drain bound, a cancelled call, the stream's end) kills the wrapper, its watch and the program
+together.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Mapping
+from typing import Any
 
 from agentmesh.tools.sandbox.k8s_job import (
     COMPONENT_LABELS,
@@ -35,6 +35,7 @@ from agentmesh.tools.sandbox.k8s_quota import WRAPPER, kib
 from agentmesh.tools.settings import MIB, KubernetesSandbox
 
 __all__ = [
+    "CALL_WRAPPER",
     "LABEL_POOL",
     "LABEL_SANDBOX_POD",
     "LABEL_TEMPLATE",
@@ -59,28 +60,18 @@ SESSION_PODS = f"{LABEL_COMPONENT}={COMPONENT},app.kubernetes.io/managed-by={COM
 # PID 1 of the pod: waits, and (dash's wait reaps any child) reaps the orphans calls leave.
 IDLE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"
 
-# The quota wrapper, its program kept off the lifeline (fd 3), and a watcher that kills the
-# program's process group when the lifeline ends.
-_LIFELINE = '{ read -r _ <&3; kill -KILL -"$pid" "$pid"; } </dev/null >/dev/null 2>&1 &\nlifeline=$!\n'
-CALL_WRAPPER = "exec 3<&0\n" + (
-    WRAPPER.replace('setsid "$@" &', 'setsid "$@" 3<&- &')
-    .replace('else "$@" &', 'else "$@" 3<&- &')
-    .replace("pid=$!\n", "pid=$!\n" + _LIFELINE, 1)
-    .replace('kill -KILL "$watch" -"$pid"', 'kill -KILL "$watch" "$lifeline" -"$pid"')
-)
+# The quota wrapper with the program in the wrapper's own process group (see above).
+CALL_WRAPPER = WRAPPER.replace('if command -v setsid >/dev/null 2>&1; then setsid "$@" & else "$@" & fi', '"$@" &')
 
 
 def session_pod_name(warm: bool = False) -> str:
     return f"agentmesh-{'warm' if warm else 'ses'}-{uuid.uuid4().hex[:16]}"
 
 
-def call_command(argv: tuple[str, ...] | list[str], env: Mapping[str, str], quota_bytes: int,
-                 file_size_bytes: int) -> list[str]:
-    """What one call execs in the session's pod: `argv` with the call's own environment
-    (TRACEPARENT), under the quota wrapper and the lifeline."""
-    program = ["env", *(f"{key}={value}" for key, value in env.items()), *argv] if env else list(argv)
+def call_command(argv: tuple[str, ...] | list[str], quota_bytes: int, file_size_bytes: int) -> list[str]:
+    """What the supervisor starts for one call in the session's pod: `argv` under the quota wrapper."""
     return ["/bin/sh", "-c", CALL_WRAPPER, "agentmesh-call", str(kib(quota_bytes)), str(kib(file_size_bytes)), "--",
-            *program]
+            *argv]
 
 
 def build_session_pod(cfg: KubernetesSandbox, name: str, identity: tuple[int, int], *, template: str,

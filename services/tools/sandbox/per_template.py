@@ -12,8 +12,7 @@ from typing import Callable
 
 from agentmesh import error_reasons
 from agentmesh.errors import InvalidArgument
-from agentmesh.tools.sandbox.base import Executor
-from agentmesh.tools.sandbox.session import SessionSandboxes
+from agentmesh.tools.sandbox.base import Executor, SessionKernel
 from agentmesh.tools.sandbox.templates import DEFAULT_TEMPLATE, SandboxTemplate, TemplateSet
 
 __all__ = ["TemplateSandboxes", "unknown_template"]
@@ -47,10 +46,10 @@ class TemplateSandboxes:
             executor = self._executors[key] = self._build(template)
         return executor
 
-    def kernel(self, template: SandboxTemplate) -> SessionSandboxes | None:
-        """The template's session sandboxes, when its isolation is `session` (on this machine)."""
+    def kernel(self, template: SandboxTemplate) -> SessionKernel | None:
+        """The template's session sandboxes, when its isolation is `session` (a jail or a pod per session)."""
         executor = self.executor(template)
-        return executor if isinstance(executor, SessionSandboxes) else None
+        return executor if isinstance(executor, SessionKernel) else None
 
     async def end_session(self, session_id: str) -> None:
         # Local session jails and a cluster's session pods alike end with their workspace.

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from agentmesh.logs import get_logger
 from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
 from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter
-from agentmesh.tools.sandbox.base import CommandResult, CommandSpec, SandboxUnavailable
+from agentmesh.tools.sandbox.base import CellResult, CommandResult, CommandSpec, SandboxUnavailable
 from agentmesh.tools.sandbox.local import (
     INSTALL_HINT,
     LIMIT_SIGNALS,
@@ -37,24 +36,17 @@ from agentmesh.tools.sandbox.local import (
     clean_environment,
 )
 from agentmesh.tools.sandbox.quota_results import apply_file_quota, apply_quota
-from agentmesh.tools.sandbox.session_jail import (
-    INTERRUPT_GRACE_S,
+from agentmesh.tools.sandbox.session_jail import DiskWatch, SessionJail
+from agentmesh.tools.sandbox.supervisor_link import (
     KILL_GRACE_S,
-    DiskWatch,
     JailGone,
-    SessionJail,
+    cell_details,
+    cell_reply,
+    last_word,
+    reply_result,
 )
 
 log = get_logger("agentmesh.tools.sandbox.session")
-
-
-@dataclasses.dataclass
-class CellResult:
-    result: CommandResult
-    figures: list[str]
-    interrupted: bool = False
-    kernel_lost: bool = False
-    tables: list[str] = dataclasses.field(default_factory=list)  # CSV files of the tables it showed
 
 
 class SessionSandboxes:
@@ -168,38 +160,14 @@ class SessionSandboxes:
     async def _await(self, jail: SessionJail, call: int, future: asyncio.Future[dict[str, Any]], timeout_s: float,
                      stop: str, grace_s: float) -> dict[str, Any]:
         """The reply of `call`; on timeout or cancellation the call is stopped (`stop`) first."""
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except asyncio.CancelledError:
-            jail.signal(stop, call)
-            raise
-        except TimeoutError:
-            if grace_s:
-                jail.signal(stop, call)
-            raise
+        return await jail.link.reply(call, future, timeout_s, stop, grace_s)
 
     async def _last_word(self, jail: SessionJail, call: int, future: asyncio.Future[dict[str, Any]],
                          stop: str) -> dict[str, Any]:
-        """The reply of a call that was told to stop; when the supervisor does not give it within
-        KILL_GRACE_S (a program stopped or took over the supervisor: it runs as the same user), the
-        jail is ended, which answers every call in it."""
-        try:
-            return await self._await(jail, call, future, KILL_GRACE_S, stop, 0)
-        except TimeoutError:
-            log.warning("session sandbox did not answer a stopped call; ending it", session_id=jail.session_id)
-            await jail.kill()
-            return {"exit_code": -9, "stdout": "", "stderr": "", "truncated": False, "kernel_lost": True}
+        return await last_word(jail.link, call, future, stop, _ender(jail))
 
     def _exec_result(self, reply: dict[str, Any], spec: CommandSpec, timed_out: bool, started: float) -> CommandResult:
-        # The supervisor shares the jail with the programs (they may have replaced it): every field
-        # is checked for its type, and a missing or odd one reads as nothing.
-        def field(name: str, kind: type, default: Any) -> Any:
-            value = reply.get(name, default)
-            return value if type(value) is kind else default  # exactly: a bool is an int too
-
-        result = CommandResult(exit_code=field("exit_code", int, -1), stdout=field("stdout", str, ""),
-                               stderr=field("stderr", str, ""), truncated=field("truncated", bool, False),
-                               duration_ms=(time.monotonic() - started) * 1000)
+        result = reply_result(reply, started)
         signal_no = result.exit_code - 128 if result.exit_code > 128 else 0
         if timed_out:
             result.exit_code, result.error_kind = -9, "timeout"
@@ -252,18 +220,8 @@ class SessionSandboxes:
                                          "cpu_s": self._limits.cpu_s, "fsize": file_size})
             disk = DiskWatch(jail, call, self._quota, self._meter, before.bytes, before.files, stop="interrupt")
             watch = asyncio.create_task(disk.run())
-            timed_out = False
             try:
-                reply = await self._await(jail, call, future, spec.timeout_s, "interrupt", INTERRUPT_GRACE_S)
-            except TimeoutError:
-                timed_out = True
-                try:
-                    reply = await self._await(jail, call, future, INTERRUPT_GRACE_S, "interrupt", 0)
-                except TimeoutError:
-                    # The cell did not give way to KeyboardInterrupt (a C extension's loop): the
-                    # interpreter is ended, which answers the cell.
-                    jail.signal("restart", 0)
-                    reply = await self._last_word(jail, call, future, "restart")
+                reply, timed_out = await cell_reply(jail.link, call, future, spec.timeout_s, _ender(jail))
             finally:
                 watch.cancel()
             timed_out = timed_out and not disk.exceeded
@@ -272,26 +230,7 @@ class SessionSandboxes:
             lowered = file_size < self._limits.file_size_bytes
             apply_quota(result, self._quota, before.bytes, after.bytes, lowered, stopped=disk.exceeded == "disk_quota")
             apply_file_quota(result, self._quota, before.files, after.files, stopped=disk.exceeded == "file_quota")
-            if result.error_kind == "disk_quota":
-                pass  # said by apply_quota; the interpreter keeps its variables
-            elif timed_out:
-                result.detail = (f"the cell ran past its {spec.timeout_s:g} s time limit and was interrupted"
-                                 + ("; the interpreter had to be restarted, so its variables are gone"
-                                    if reply.get("kernel_lost") else "; the interpreter keeps its variables"))
-            elif reply.get("cpu_limit"):
-                result.error_kind = "cpu_limit"
-                result.detail = ("the cell was stopped by the sandbox's CPU time limit; the interpreter keeps "
-                                 "its variables")
-            elif reply.get("kernel_lost"):
-                result.error_kind = result.error_kind or "kernel_lost"
-                result.detail = result.detail or ("the Python interpreter ended during the cell (a limit or a crash); "
-                                                  "its variables are gone and the next call starts a fresh one")
-            figures = reply.get("figures")
-            figures = [f for f in figures if isinstance(f, str)] if isinstance(figures, list) else []
-            tables = reply.get("tables")
-            tables = [t for t in tables if isinstance(t, str)] if isinstance(tables, list) else []
-            return CellResult(result, figures, bool(reply.get("interrupted")),
-                              bool(reply.get("kernel_lost")), tables)
+            return cell_details(result, reply, spec, timed_out)
         except JailGone:
             return CellResult(self._gone(jail, started), [], kernel_lost=True)
         finally:
@@ -349,3 +288,12 @@ class SessionSandboxes:
             await self.end_session(session_id)
         self._meter.close()
         await self._jail.close()
+
+
+def _ender(jail: SessionJail) -> Callable[[], Awaitable[None]]:
+    """How a jail whose supervisor does not answer a stopped call is ended."""
+    async def end() -> None:
+        log.warning("session sandbox did not answer a stopped call; ending it", session_id=jail.session_id)
+        await jail.kill()
+
+    return end

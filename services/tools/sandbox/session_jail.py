@@ -1,5 +1,6 @@
 """One session sandbox's jail (session.py): bwrap running the supervisor (session_supervisor.py),
-the JSON-lines pipe to it, and the watch of one call's workspace quota."""
+the JSON-lines pipe to it (its protocol: supervisor_link.py), and the watch of one call's
+workspace quota."""
 
 from __future__ import annotations
 
@@ -18,23 +19,12 @@ from agentmesh.tools.sandbox.egress import EgressUnavailable, UserNetwork, attac
 from agentmesh.tools.sandbox.jail_watch import JailInfo, JailWatch
 from agentmesh.tools.sandbox.local import SANDBOX_PATH, LocalJail, jail_tmpfs
 from agentmesh.tools.sandbox.seccomp import filter_fd
+from agentmesh.tools.sandbox.supervisor_link import BOOT, SUPERVISOR_SOURCE, JailGone, SupervisorLink
 
 log = get_logger("agentmesh.tools.sandbox.session")
 
-SUPERVISOR_SOURCE = (Path(__file__).with_name("session_supervisor.py")).read_text()
-# Mirrors session_supervisor.BOOT (that module is the jail's program, not imported here).
-BOOT = ("import json, sys; SOURCE = json.loads(sys.stdin.buffer.readline()); "
-        "exec(compile(SOURCE, 'session_supervisor', 'exec'), {'__name__': '__main__', 'SOURCE': SOURCE})")
 # Processes of the jail that are not the calls': the supervisor and the Python interpreter.
 SUPERVISOR_PROCESSES = 2
-# After a timeout's SIGINT, how long the cell has to stop before the interpreter is ended.
-INTERRUPT_GRACE_S = 2.0
-# After a kill, how long the supervisor has to report the call's end.
-KILL_GRACE_S = 2.0
-
-
-class JailGone(Exception):
-    """The session's jail ended while a call was in flight."""
 
 
 class SessionJail:
@@ -51,13 +41,12 @@ class SessionJail:
         self.watch: JailWatch | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._next_id = 0
+        self.link = SupervisorLink(self._write)
         # The supervisor's id of each running exec call, by the call's own id (for `peek`).
         self.calls: dict[str, int] = {}
         self.in_flight = 0
         self.last_used = time.monotonic()
-        self.ended = asyncio.Event()
+        self.ended = self.link.ended
         self.stderr = b""
 
     @property
@@ -117,43 +106,25 @@ class SessionJail:
         errors = asyncio.create_task(self.proc.stderr.read(4096))
         try:
             while line := await self.proc.stdout.readline():
-                message = json.loads(line)
-                future = self._pending.pop(message.get("id"), None)
-                if future is not None and not future.done():
-                    future.set_result(message)
+                self.link.receive(line)
         except (ValueError, AttributeError, asyncio.LimitOverrunError) as exc:  # not JSON, not an object, too long
             log.warning("session sandbox sent an unreadable reply; ending it", session_id=self.session_id, error=str(exc))
         finally:
             await self.kill()
             with contextlib.suppress(Exception):
                 self.stderr = await asyncio.wait_for(errors, 1)
-            self.ended.set()
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(JailGone())
-                    # Its caller may have stopped waiting (cancelled): the exception is then nobody's.
-                    future.add_done_callback(lambda done: done.exception())
-            self._pending.clear()
+            self.link.end()
 
-    def _send(self, message: dict[str, Any]) -> None:
-        if not self.alive or self.proc is None or self.proc.stdin is None:
+    def _write(self, line: bytes) -> None:
+        if self.proc is None or self.proc.stdin is None:
             raise JailGone()
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.write(line)
 
     def request(self, message: dict[str, Any]) -> tuple[int, asyncio.Future[dict[str, Any]]]:
-        self._next_id += 1
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[self._next_id] = future
-        try:
-            self._send({**message, "id": self._next_id})
-        except JailGone:
-            self._pending.pop(self._next_id)
-            raise
-        return self._next_id, future
+        return self.link.request(message)
 
     def signal(self, op: str, call: int) -> None:
-        with contextlib.suppress(JailGone, ConnectionError):
-            self._send({"op": op, "id": call})
+        self.link.signal(op, call)
 
     async def kill(self) -> None:
         """End the jail: its init first (the kernel ends its PID namespace), then bwrap."""

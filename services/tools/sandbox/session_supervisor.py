@@ -8,6 +8,8 @@ source shows in no process listing). The tools service then writes one JSON requ
 its stdin and reads one JSON reply per line from its stdout:
 
   {"op": "exec", "id": N, "argv": [...], "env": {...}, "limits": {...}, "cap": B, "drain": B}
+                                              (optional "inherit_env": true, see call_env; each of
+                                              "limits"' entries is optional, see set_limits)
   {"op": "kill", "id": N}                     stop call N (its process group only)
   {"op": "peek", "id": N, "call": M}          the output of running call M so far
   {"op": "cell", "id": N, "code": "...", "cap": B, "env": {...}, "limits": {...}, "cpu_s": S}   run code in the kernel
@@ -91,7 +93,7 @@ class Supervisor:
         try:
             proc = subprocess.Popen(
                 request["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=request["env"], cwd="/workspace", start_new_session=True,
+                env=call_env(request), cwd=os.getcwd(), start_new_session=True,
                 preexec_fn=lambda: set_limits(request["limits"]))  # noqa: PLW1509 — see set_limits
         except OSError as exc:
             reply({"id": request["id"], "exit_code": 127, "stdout": "", "stderr": str(exc), "truncated": False})
@@ -157,11 +159,11 @@ class Supervisor:
             source = globals()["SOURCE"]  # set by BOOT, which runs this file
             # One malloc arena: the kernel's reader threads would each reserve one (64 MiB of
             # address space apiece), which the cell's address-space limit would pay for.
-            env = dict(request["env"], MPLBACKEND="Agg", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="1")
+            env = dict(call_env(request), MPLBACKEND="Agg", PYTHONUNBUFFERED="1", MALLOC_ARENA_MAX="1")
             # The kernel lives across cells, so its CPU limit is per cell (Kernel.execute).
             self.kernel = subprocess.Popen(
                 [sys.executable, "-I", "-c", BOOT, "kernel"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd="/workspace",
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=os.getcwd(),
                 start_new_session=True,
                 preexec_fn=lambda: set_limits(request["limits"]))  # noqa: PLW1509 — see set_limits
         kernel = self.kernel
@@ -221,6 +223,12 @@ class Supervisor:
             else:
                 threading.Thread(target=handlers[op], args=(request,), daemon=True).start()
         # stdin closed: the service let go of this sandbox (or died); everything here ends with us.
+        # In a jail its PID namespace ends anyway; in a pod (k8s_supervisor.py) the pod lives on,
+        # so the calls' process groups and the kernel are killed here: the lifeline rule.
+        for proc, _, _ in list(self.calls.values()):
+            kill_group(proc.pid)
+        if self.kernel is not None:
+            kill_group(self.kernel.pid)
 
 
 def set_limits(limits):
@@ -234,10 +242,19 @@ def set_limits(limits):
     lock but the GIL (which the forking thread has)."""
     if "cpu" in limits:
         resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"] + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (limits["as"], limits["as"]))
-    resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["fsize"], limits["fsize"]))
+    # A pod's supervisor is sent no "as" or "nproc" (its cgroup bounds memory and processes; an
+    # RLIMIT_NPROC there would count every container of the node running as the same uid).
+    for name, which in (("as", resource.RLIMIT_AS), ("nproc", resource.RLIMIT_NPROC), ("fsize", resource.RLIMIT_FSIZE)):
+        if name in limits:
+            resource.setrlimit(which, (limits[name], limits[name]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def call_env(request):
+    """A call's environment: exactly the request's (a jail's is built by the service), or with
+    `"inherit_env": true` the supervisor's own with the request's on top (a pod's: the image's
+    and the pod spec's variables, which the service does not know)."""
+    return {**os.environ, **request["env"]} if request.get("inherit_env") else request["env"]
 
 
 def kill_group(pid):
