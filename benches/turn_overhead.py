@@ -212,6 +212,9 @@ async def interleaved(contenders: dict, turns: int, sessions: int, per_session: 
     for name, turn in contenders.items():
         for i in range(3):  # warm-up: connections, imports, first jail
             await turn(f"{name}-warm-{i}")
+    # ... and the conversation index's first pass (recall.py: a second after the first append),
+    # which creates the namespace's index shard: a cost of the service's first turns, not of each.
+    await asyncio.sleep(1.5)
     latencies: dict[str, list[float]] = {n: [] for n in names}
     cpu_before = {name: {service: cpu_s(pid) for service, pid in pids.items()} for name, pids in processes.items()}
     for i in range(turns):
