@@ -58,7 +58,10 @@ RETRY_S = 5.0  # an indexing pass that failed (the embedder is down) is tried ag
 # How long the background task lets marks gather before a pass. No search waits for it (a search
 # indexes what is marked first) and the transcript, written before the mark, is what a crash
 # recovers from, so this only trades how soon the index is written for how many passes write it.
-COALESCE_S = 1.0
+# A session's pass costs about as much for one message as for several (its reads, its writes, the
+# window indexed again), and an agent's turn appends in steps over seconds: five seconds lets one
+# pass take most of a turn, where one second took each step apart.
+COALESCE_S = 5.0
 # Dense vectors of sessions' last indexed messages, kept for the next pass, which indexes them
 # again as the new messages' context window (float32: ~2 KB each at 512 dimensions).
 RECENT_VECTORS = 2048
