@@ -48,6 +48,7 @@ from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, ToolSpe
 from agentmesh.cli.stack import LocalStack, free_address
 from agentmesh.config import SERVICES, LLMSettings, Settings
 from agentmesh.logs import configure_logging
+from agentmesh.memory.recall import COALESCE_S
 from agentmesh.rpc.client import open_channel
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.tools.sandbox.local import jail_host_identity
@@ -212,6 +213,9 @@ async def interleaved(contenders: dict, turns: int, sessions: int, per_session: 
     for name, turn in contenders.items():
         for i in range(3):  # warm-up: connections, imports, first jail
             await turn(f"{name}-warm-{i}")
+    # ... and the conversation index's first pass (COALESCE_S after the first append), which
+    # creates the namespace's index shard: a cost of the service's first turns, not of each.
+    await asyncio.sleep(COALESCE_S + 0.5)
     latencies: dict[str, list[float]] = {n: [] for n in names}
     cpu_before = {name: {service: cpu_s(pid) for service, pid in pids.items()} for name, pids in processes.items()}
     for i in range(turns):

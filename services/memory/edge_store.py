@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,7 +50,16 @@ log = get_logger("agentmesh.memory.edge")
 
 SHARED = "@shared"
 META = "meta.json"
-FLUSH_EVERY_S = 5.0
+# A dirty shard is flushed about this long after its last flush. A flush costs ~5 ms of CPU per
+# shard whatever it writes (it syncs every file of the shard), and a turn dirties five or six
+# shards (sessions, messages, usage, the documents' run records and watermarks, the conversation
+# index): at 5 s that was a millisecond of a turn's CPU at ten turns a second, for nothing the WAL
+# does not already keep. What it bounds is how much a restart replays.
+FLUSH_EVERY_S = 30.0
+# Edge's flush holds the GIL while it syncs a shard's files (msync, fsync: 40-200 ms each on a busy
+# disk), so the event loop stops for it on whatever thread it runs. One shard a tick: a call then
+# waits behind one shard's flush at most, not behind every dirty shard's in a row.
+FLUSH_TICK_S = 1.0
 SEGMENT_POINTS = 50_000  # vectors per indexed segment, at most
 # Sessions and transcripts kept in memory (edge_cache.py), by estimated size: a few thousand
 # messages, the recent conversations' whole transcripts.
@@ -167,13 +178,19 @@ class EdgeStore(EdgeRecords):
 
     async def _flush_periodically(self) -> None:
         # Not for durability (the WAL has every write): so that a restart replays seconds, not days.
+        flushed: weakref.WeakKeyDictionary[IndexedShard, float] = weakref.WeakKeyDictionary()
         while True:
-            await asyncio.sleep(FLUSH_EVERY_S)
-            for shard in self._all_open():
-                try:
-                    await shard.flush()
-                except Exception as exc:  # noqa: BLE001 - the WAL has every write; the next tick retries
-                    log.warning("memory shard flush failed", shard=shard.root.name, reason=str(exc))
+            await asyncio.sleep(FLUSH_TICK_S)
+            now = time.monotonic()
+            due = [s for s in self._all_open() if s.dirty and now - flushed.get(s, 0.0) >= FLUSH_EVERY_S]
+            if not due:
+                continue
+            shard = min(due, key=lambda s: flushed.get(s, 0.0))  # the longest unflushed first
+            flushed[shard] = now
+            try:
+                await shard.flush()
+            except Exception as exc:  # noqa: BLE001 - the WAL has every write; the next tick retries
+                log.warning("memory shard flush failed", shard=shard.root.name, reason=str(exc))
 
     def _all_open(self) -> list[IndexedShard]:
         parts = [part for namespace in self._memories.values() for part in namespace.parts]

@@ -28,8 +28,11 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+import numpy as np
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.ids import validate_id, validate_namespace
@@ -55,7 +58,16 @@ RETRY_S = 5.0  # an indexing pass that failed (the embedder is down) is tried ag
 # How long the background task lets marks gather before a pass. No search waits for it (a search
 # indexes what is marked first) and the transcript, written before the mark, is what a crash
 # recovers from, so this only trades how soon the index is written for how many passes write it.
-COALESCE_S = 1.0
+# A session's pass costs about as much for one message as for several (its reads, its writes, the
+# window indexed again), and an agent's turn appends in steps over seconds: five seconds lets one
+# pass take most of a turn, where one second took each step apart.
+COALESCE_S = 5.0
+# Dense vectors of sessions' last indexed messages, kept for the next pass, which indexes them
+# again as the new messages' context window (float32: ~2 KB each at 512 dimensions).
+RECENT_VECTORS = 2048
+# Watermarks this index wrote, kept so that a pass does not read back what it wrote itself (a
+# watermark older than the truth, another replica's work, only has messages indexed again).
+KNOWN_MARKS = 4096
 
 
 def index_namespace(namespace: str) -> str:
@@ -94,6 +106,9 @@ class ConversationIndex:
         self._memories = memories
         self._settings = settings
         self._sparse = SparseEncoder(Tokenizer())
+        self._recent: OrderedDict[str, tuple[str, np.ndarray]] = OrderedDict()  # point id -> (text, dense)
+        self._marks: OrderedDict[str, tuple[str, int]] = OrderedDict()  # session -> (namespace, watermark)
+        self._date_terms: dict[int, list[str]] = {}  # UTC day -> its date words' terms
         self._marked: dict[str, None] = {}  # sessions with appends not yet indexed, in order
         self._wake = asyncio.Event()
         self._session_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -160,6 +175,9 @@ class ConversationIndex:
             except BaseException:
                 self._marked[session_id] = None  # left for the next pass
                 raise
+            # A session's pass runs without a pause (the embedded store's calls are synchronous):
+            # turns' calls waiting meanwhile are served between sessions, not after the last.
+            await asyncio.sleep(0)
         for lock in list(self._session_locks.values()):
             async with lock:
                 pass
@@ -170,6 +188,21 @@ class ConversationIndex:
         found = await self._documents.get_document(WATERMARK, namespace, session_id)
         return int(found.get("seq", 0)) if found else 0
 
+    async def _last_indexed(self, namespace: str, session_id: str) -> int:
+        """The session's watermark, as this index last wrote it when it still knows (no read)."""
+        known = self._marks.get(session_id)
+        if known is not None and known[0] == namespace:
+            self._marks.move_to_end(session_id)
+            return known[1]
+        return await self._watermark(namespace, session_id)
+
+    async def _set_watermark(self, namespace: str, session_id: str, seq: int) -> None:
+        await self._documents.put_document(WATERMARK, namespace, session_id, {"seq": seq})
+        self._marks[session_id] = (namespace, seq)
+        self._marks.move_to_end(session_id)
+        while len(self._marks) > KNOWN_MARKS:
+            self._marks.popitem(last=False)
+
     async def _index_session(self, session_id: str) -> None:
         # One pass per session at a time: the background task and a search's flush may meet here.
         async with self._session_locks.setdefault(session_id, asyncio.Lock()):
@@ -178,7 +211,7 @@ class ConversationIndex:
                 return
             namespace = payload.get("namespace") or "default"
             count = int(payload.get("message_count", 0))
-            mark = await self._watermark(namespace, session_id)
+            mark = await self._last_indexed(namespace, session_id)
             if count < mark:
                 # The transcript was cut (cleared, a run dropped): its seqs are written anew.
                 mark = 0
@@ -189,7 +222,7 @@ class ConversationIndex:
                 start = max(1, mark + 1 - LOOKBACK) if self._window() else mark + 1
                 messages = await self._store.get_messages(session_id, range(start, last + 1))
                 await self._index(namespace, session_id, [TranscriptMessage.from_payload(p) for p in messages], mark)
-                await self._documents.put_document(WATERMARK, namespace, session_id, {"seq": last})
+                await self._set_watermark(namespace, session_id, last)
                 mark = last
 
     def _window(self) -> int:
@@ -207,11 +240,25 @@ class ConversationIndex:
             return
         await self._memories.ready()
         texts = [m.content.strip() for m in wanted]
-        dense = await self._memories.embedder.embed([texts[i][:DENSE_INPUT_CHARS] for i in todo])
         where = index_namespace(namespace)
+        pids = {i: point_id("conversation", where, session_id, str(wanted[i].seq)) for i in todo}
+        # The window before the new messages is indexed again for its context only: its dense
+        # vectors are the ones the previous pass embedded, when it still has them.
+        dense: dict[int, list[float]] = {}
+        for i in todo:
+            kept = self._recent.get(pids[i])
+            if kept is not None and kept[0] == texts[i]:
+                dense[i] = kept[1].tolist()
+        missing = [i for i in todo if i not in dense]
+        if missing:
+            embedded = await self._memories.embedder.embed([texts[i][:DENSE_INPUT_CHARS] for i in missing])
+            dense.update(zip(missing, embedded, strict=True))
+        # Each message tokenized once, though it is context to the messages around it.
+        tokenize = self._sparse.tokenizer.terms
+        terms = {j: tokenize(texts[j]) for j in range(max(0, todo.start - window), len(wanted))}
         now = stored_time(time.time())
         rows = []
-        for i, vector in zip(todo, dense, strict=True):
+        for i in todo:
             m, text = wanted[i], texts[i]
             payload: dict[str, Any] = {
                 "id": f"{session_id}:{m.seq}", "namespace": where, "text": text, "kind": m.role,
@@ -221,15 +268,28 @@ class ConversationIndex:
             # The messages around it count context_weight ** distance (a question and its answer are
             # a message or two apart); the date as words.
             extra = [
-                (texts[j], self._settings.context_weight ** abs(j - i))
+                (terms[j], self._settings.context_weight ** abs(j - i))
                 for j in range(max(0, i - window), min(len(wanted), i + window + 1))
                 if j != i
             ]
             if self._settings.index_dates:
-                extra.append((date_words(m.created_at), 1.0))
-            rows.append((point_id("conversation", where, session_id, str(m.seq)), vector,
-                         self._sparse.document(text, extra), payload))
+                extra.append((self._day_terms(m.created_at), 1.0))
+            rows.append((pids[i], dense[i], self._sparse.document_terms(terms[i], extra), payload))
         await self._store.upsert_memories(where, rows)
+        for i in todo[-window:] if window else ():
+            self._recent[pids[i]] = (texts[i], np.asarray(dense[i], dtype=np.float32))
+            self._recent.move_to_end(pids[i])
+        while len(self._recent) > RECENT_VECTORS:
+            self._recent.popitem(last=False)
+
+    def _day_terms(self, created_at: float) -> list[str]:
+        day = int(created_at // 86400)  # date_words names the UTC day
+        found = self._date_terms.get(day)
+        if found is None:
+            if len(self._date_terms) >= 64:
+                self._date_terms.clear()
+            found = self._date_terms[day] = self._sparse.tokenizer.terms(date_words(created_at))
+        return found
 
     # ------------------------------------------------------------ search
 

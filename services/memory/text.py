@@ -72,9 +72,16 @@ class SparseEncoder:
 
     def document(self, text: str, context: Sequence[tuple[str, float]] = ()) -> tuple[list[int], list[float]]:
         """BM25 weights of `text`; `context` adds neighbouring text whose words count `weight` each."""
-        counts: dict[str, float] = dict(Counter(self.tokenizer.terms(text)))
-        for extra, weight in context:
-            for term in self.tokenizer.terms(extra):
+        return self.document_terms(self.tokenizer.terms(text),
+                                   [(self.tokenizer.terms(extra), weight) for extra, weight in context])
+
+    def document_terms(self, terms: Sequence[str],
+                       context: Sequence[tuple[Sequence[str], float]] = ()) -> tuple[list[int], list[float]]:
+        """`document` of text already tokenized (`Tokenizer.terms`): a caller that encodes each
+        message with its neighbours as context tokenizes each message once, not once per neighbour."""
+        counts: dict[str, float] = dict(Counter(terms))
+        for extra_terms, weight in context:
+            for term in extra_terms:
                 counts[term] = counts.get(term, 0.0) + weight
         length = sum(counts.values())
         if not length:
