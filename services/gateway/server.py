@@ -263,7 +263,7 @@ class GatewayServicer(NamespaceRecordRpcs, TeamRpcs, gateway_pb2_grpc.GatewaySer
 
     @translate_errors
     async def ListModels(self, request, context):
-        return self._core.list_models()
+        return await self._core.list_models(request.namespace, _caller())
 
     @translate_errors
     async def GetUsage(self, request, context):

@@ -9,6 +9,7 @@ from typing import Any
 from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.session_open import NamedAgent, SessionToOpen
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.models import ModelSpec
 from agentmesh.modes import DEEP
 from agentmesh.toolpolicy import ToolPolicy
 
@@ -67,6 +68,9 @@ class TurnRequest:
     # service checks the name on each call.
     sandbox_template: str = ""
     isolation: str = ""
+    # The session's namespace's own models (ModelConfig resources, docs/agents.md), which its
+    # turns and sub-agents may name beside the deployment's; their providers: Agent.models_for.
+    namespace_models: tuple[ModelSpec, ...] = ()
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:
