@@ -352,10 +352,13 @@ class Gateway:
             existing = await self._authz.session_or_none(caller, request.session_id, "Chat")
         settings = await self._policies.namespace_settings(existing.namespace if existing is not None else namespace)
         if not any(m.name == model for m in settings.models):
-            known = [*self._models.names(), *(m.name for m in settings.models)]
-            raise InvalidArgument(f"options.model {model[:80]!r} is not a model this deployment or namespace "
-                                  f"{settings.namespace!r} offers; known models: {', '.join(known)}",
-                                  field="options.model", reason=error_reasons.UNKNOWN_MODEL, metadata={"model": model[:80]})
+            message = self._models.unknown_model_message(model)
+            if settings.models:
+                known = [*self._models.names(), *(m.name for m in settings.models)]
+                message = (f"options.model {model[:80]!r} is not a model this deployment or namespace "
+                           f"{settings.namespace!r} offers; known models: {', '.join(known)}")
+            raise InvalidArgument(message, field="options.model", reason=error_reasons.UNKNOWN_MODEL,
+                                  metadata={"model": model[:80]})
 
     def _deployment_models(self) -> gateway_pb2.ListModelsResponse:
         catalog = self._models
