@@ -82,3 +82,21 @@ def test_kubectl_get_agents_prints_the_documented_columns_from_the_status_subres
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Ready", "Reason", "Model", "Version", "Age"]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert {"observedGeneration", "version", "conditions"} <= set(status)
+
+
+def test_the_docs_model_configs_are_valid_and_what_the_controller_stores():
+    """The ModelConfig examples validate under its CRD, use declared fields only, and are entries
+    the controller stores (services/scheduler/model_resources.py), the key by reference."""
+    from agentmesh.scheduler.model_resources import entry_of
+
+    schema = render().get("CustomResourceDefinition", "modelconfigs.agentmesh.dev")["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"]
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)]
+    examples = [d for d in blocks if isinstance(d, dict) and d.get("kind") == "ModelConfig"]
+    assert examples
+    for example in examples:
+        jsonschema.validate(example, schema)
+        assert undeclared(example, schema) == []
+        entry = entry_of(example["metadata"]["name"], example["spec"])
+        assert (entry["api_key_secret"], entry["api_key_secret_key"]) == (
+            example["spec"]["apiKeySecret"]["name"], example["spec"]["apiKeySecret"]["key"])
