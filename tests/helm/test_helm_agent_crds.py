@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import helm_python
 import jsonschema
 import pytest
 import yaml
@@ -100,3 +101,28 @@ def test_the_docs_model_configs_are_valid_and_what_the_controller_stores():
         entry = entry_of(example["metadata"]["name"], example["spec"])
         assert (entry["api_key_secret"], entry["api_key_secret_key"]) == (
             example["spec"]["apiKeySecret"]["name"], example["spec"]["apiKeySecret"]["key"])
+
+
+def test_model_secrets_are_one_projected_directory_of_the_agent_pods_only():
+    """Where the agent reads a ModelConfig's key: <namespace>/<secret>/<key> under AGENTMESH_MODEL_SECRETS_DIR."""
+    from tests.helm.helm_support import container_env
+
+    rendered = render({"agent": {"modelSecrets": [{"namespace": "team-a", "secretName": "team-llm", "keys": ["api-key"]}]}})
+    agent = rendered.deployment("agent")["spec"]["template"]["spec"]
+    [container] = agent["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "model-secrets")
+    assert container_env(container)["AGENTMESH_MODEL_SECRETS_DIR"] == mount["mountPath"] and mount["readOnly"]
+    volume = next(v for v in agent["volumes"] if v["name"] == "model-secrets")
+    assert volume["projected"]["sources"] == [
+        {"secret": {"name": "team-llm", "items": [{"key": "api-key", "path": "team-a/team-llm/api-key"}]}}]
+    for service in ("gateway", "tools", "memory", "scheduler"):
+        spec = rendered.deployment(service)["spec"]["template"]["spec"]
+        assert "model-secrets" not in {v["name"] for v in spec.get("volumes") or []}
+
+
+@pytest.mark.parametrize("secrets", [[{"namespace": "team-a", "secretName": "x"}],
+                                     [{"namespace": "team-a", "secretName": "x", "keys": [".."]}],
+                                     [{"namespace": "team-a", "secretName": "../x", "keys": ["k"]}]])
+def test_the_schema_refuses_model_secrets_it_cannot_mount(secrets):
+    with pytest.raises(helm_python.HelmError):
+        render({"agent": {"modelSecrets": secrets}})
