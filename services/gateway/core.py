@@ -95,15 +95,18 @@ class Gateway:
         if unknown:
             raise InvalidArgument(f"update_mask: {unknown[0][:64]!r} cannot be changed; name any of {', '.join(SESSION_FIELDS)}",
                                   field="update_mask")
-        if request.model and self._models.get(request.model) is None:
-            raise InvalidArgument(self._models.unknown_model_message(request.model, "model"), field="model",
-                                  reason=error_reasons.UNKNOWN_MODEL, metadata={"model": request.model[:80]})
         validate_permission_mode(request.permission_mode)
         if request.HasField("tools") or "tools" in request.update_mask:
             await self._policies.checked(request.tools, "tools")
         if request.sandbox_template:
             await self._policies.checked_template(request.sandbox_template)
-        await self._authz.session(caller, request.session_id, "UpdateSession")
+        session = await self._authz.session(caller, request.session_id, "UpdateSession")
+        if request.model and self._models.get(request.model) is None:
+            # Not the deployment's: one of the session's namespace's own models, else refused.
+            settings = await self._policies.namespace_settings(session.namespace)
+            if not any(m.name == request.model for m in settings.models):
+                raise InvalidArgument(self._models.unknown_model_message(request.model, "model"), field="model",
+                                      reason=error_reasons.UNKNOWN_MODEL, metadata={"model": request.model[:80]})
         return await self._sessions.update_session(request)
 
     async def clear_transcript(self, session_id: str, caller: Caller = ANYONE) -> int:

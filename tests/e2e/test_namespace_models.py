@@ -77,6 +77,15 @@ async def test_a_namespace_model_is_listed_used_with_its_mounted_key_and_masked(
         get_logger("agentmesh.test").warning("a line with the key", detail=f"key={KEY}")
     assert KEY not in logs.text and "a line with the key" in logs.text
 
+    # A session of the namespace may be switched to it; one of another namespace may not.
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="own-2", namespace="team-a"))
+    await gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(session_id="own-2", model="own"), timeout=10)
+    own.add(reply("switched"))
+    assert of_kind(await chat(gateway, "own-2", "hello"), "run_finished")[0].final_text == "switched"
+    await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="b-2", namespace="team-b"))
+    foreign = await rpc_error(gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(session_id="b-2", model="own")))
+    assert foreign.code() == grpc.StatusCode.INVALID_ARGUMENT and "'own' is not a model" in foreign.details()
+
     # A rotated Secret and an edited entry are used from the next turn on.
     (stack.secrets / "team-a" / "own-llm" / "api-key").write_text(ROTATED)
     await set_models(gateway, "team-a", own_model(own, model="own-model-v2"))
