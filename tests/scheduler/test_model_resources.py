@@ -90,6 +90,14 @@ async def test_an_applied_model_config_is_ready_usable_by_its_namespace_only_and
             calls = (await gateway.ListModelCalls(sessions_pb2.ListModelCallsRequest(session_id="tm-1"))).calls
             assert len(calls) == 2 and all(KEY not in c.request_json + c.response_json for c in calls)
 
+            # One source of truth: the API does not change a managed namespace's models.
+            with pytest.raises(grpc.aio.AioRpcError) as sideload:
+                await gateway.UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
+                    namespace="team-a", models=sessions_pb2.NamespaceModels()))
+            assert sideload.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "defined by Kubernetes ModelConfig resources" in sideload.value.details()
+            assert await listed(gateway, "team-a") == ["default", "team-model"]
+
             # Another namespace does not have it.
             assert await listed(gateway, "team-b") == ["default"]
             await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="tb-1", namespace="team-b"))
