@@ -77,6 +77,15 @@ async def test_a_namespace_model_is_listed_used_with_its_mounted_key_and_masked(
         get_logger("agentmesh.test").warning("a line with the key", detail=f"key={KEY}")
     assert KEY not in logs.text and "a line with the key" in logs.text
 
+    # The command line lists it with its namespace.
+    from tests.e2e.test_auth_and_cli import run_cli
+
+    code, out, err = await run_cli(stack, "models", "--namespace", "team-a")
+    assert code == 0, err
+    assert out.splitlines()[2].split()[:4] == ["own", "(team-a)", "openai", "own-model-v1"]
+    code, out, err = await run_cli(stack, "models", "--json", "--namespace", "team-a")
+    assert [(m["name"], m["namespace"]) for m in json.loads(out)] == [("default", ""), ("own", "team-a")]
+
     # A session of the namespace may be switched to it; one of another namespace may not.
     await gateway.CreateSession(gateway_pb2.CreateSessionRequest(session_id="own-2", namespace="team-a"))
     await gateway.UpdateSession(sessions_pb2.UpdateSessionRequest(session_id="own-2", model="own"), timeout=10)
