@@ -12,13 +12,14 @@ and `AgentDefinitions` (the gateway's agent RPCs, agent_resources.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import Any, AsyncGenerator, Awaitable, Callable, Protocol
 
 from agentmesh.logs import get_logger
 
-__all__ = ["AgentController", "AgentDefinitions", "AgentResources", "DefinitionRejected", "Outcome", "StoredAgent",
+__all__ = ["AgentController", "AgentDefinitions", "AgentResources", "DefinitionRejected", "Outcome", "Reconcile", "StoredAgent",
            "reconcile_namespace", "run_controller_while_leading", "status_of"]
 
 log = get_logger("agentmesh.scheduler.agent_controller")
@@ -42,7 +43,7 @@ class AgentResources(Protocol):
         """The namespace's Agent resources and the list's resourceVersion."""
 
     def watch(self, namespace: str, resource_version: str,
-              timeout_s: float) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+              timeout_s: float) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """(event type, object) after resource_version, until the server ends the watch."""
 
     async def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
@@ -203,15 +204,17 @@ class AgentController:
         items, version = await self._resources.list_resources(namespace)
         cache = {item["metadata"]["name"]: item for item in items}
         await self._pass(namespace, cache)
-        async for kind, obj in self._resources.watch(namespace, version, self._resync_s):
-            name = obj.get("metadata", {}).get("name", "")
-            if kind == "DELETED":
-                cache.pop(name, None)
-            elif kind in ("ADDED", "MODIFIED"):
-                cache[name] = obj
-            else:
-                continue  # BOOKMARK
-            await self._pass(namespace, cache)
+        # Closed on the way out (a resync cancels the loop), so the watch stops then, not at its timeout.
+        async with contextlib.aclosing(self._resources.watch(namespace, version, self._resync_s)) as events:
+            async for kind, obj in events:
+                name = obj.get("metadata", {}).get("name", "")
+                if kind == "DELETED":
+                    cache.pop(name, None)
+                elif kind in ("ADDED", "MODIFIED"):
+                    cache[name] = obj
+                else:
+                    continue  # BOOKMARK
+                await self._pass(namespace, cache)
 
     async def _pass(self, namespace: str, cache: dict[str, dict[str, Any]]) -> None:
         outcomes = await self._reconcile(namespace, list(cache.values()), self._definitions)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, Callable
 
 import grpc
 
@@ -52,7 +52,7 @@ class KubeAgentResources:
         return list(listed.get("items") or []), str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
     async def watch(self, namespace: str, resource_version: str,
-                    timeout_s: float) -> AsyncIterator[tuple[str, dict]]:
+                    timeout_s: float) -> AsyncGenerator[tuple[str, dict], None]:
         from kubernetes import watch
 
         loop = asyncio.get_running_loop()
