@@ -1,4 +1,5 @@
-"""`agentmesh models`: the models this deployment offers (AGENTMESH_MODELS and the default)."""
+"""`agentmesh models`: the models this deployment offers (AGENTMESH_MODELS and the default), and
+with `--namespace` that namespace's own (its ModelConfig resources, docs/agents.md#modelconfig)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from agentmesh.v1 import gateway_pb2
 def register(subparsers) -> None:
     models = subparsers.add_parser("models", help="the models a turn may name (chat --model NAME)")
     models.add_argument("--json", action="store_true", help="print one JSON array")
+    models.add_argument("--namespace", default="", help="also that namespace's own models (ModelConfig resources)")
     models.set_defaults(func=list_models)
 
 
@@ -17,17 +19,17 @@ def _price(value: float) -> str:
 
 
 async def list_models(args) -> int:
-    reply = await gateway_call("ListModels", gateway_pb2.ListModelsRequest())
+    reply = await gateway_call("ListModels", gateway_pb2.ListModelsRequest(namespace=args.namespace))
     if args.json:
         print_json([{"name": m.name, "provider": m.provider, "model": m.model, "context_window": m.context_window,
                      "input_price_per_mtok": m.input_price_per_mtok, "output_price_per_mtok": m.output_price_per_mtok,
                      "max_output_tokens": m.max_output_tokens, "fallback": m.fallback, "default": m.is_default,
-                     "vision": not m.no_vision, "roles": list(m.roles)}
+                     "vision": not m.no_vision, "roles": list(m.roles), "namespace": m.namespace}
                     for m in reply.models])
         return EXIT_OK
     rows = [("NAME", "PROVIDER", "MODEL", "CONTEXT", "VISION", "$/MTOK IN", "$/MTOK OUT", "FALLBACK", "ROLES")]
     for m in reply.models:
-        rows.append((m.name + (" *" if m.is_default else ""), m.provider, m.model,
+        rows.append((m.name + (" *" if m.is_default else "") + (f" ({m.namespace})" if m.namespace else ""), m.provider, m.model,
                      str(m.context_window) if m.context_window else "-", "yes" if not m.no_vision else "-",
                      _price(m.input_price_per_mtok), _price(m.output_price_per_mtok), m.fallback or "-",
                      ", ".join(m.roles) or "-"))

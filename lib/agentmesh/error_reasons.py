@@ -125,7 +125,7 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
            "a tenant's or a workspace's quota is used up; metadata `limit` names it "
            "(concurrent_turns, tokens_per_day, workspace_mb, workspace_quota)"),
     Reason(AGENTS_FROM_RESOURCES, "FAILED_PRECONDITION",
-           "the namespace's agents are defined by Kubernetes `Agent` resources "
+           "the namespace's agents (models) are defined by Kubernetes `Agent` (`ModelConfig`) resources "
            "(AGENTMESH_MANAGED_AGENT_NAMESPACES): change the resource, not the API; metadata `namespace`"),
     Reason(UNKNOWN_MODEL, "INVALID_ARGUMENT",
            "the model named is not one ListModels offers; metadata `field`, `model`"),

@@ -24,7 +24,7 @@ from structlog.typing import EventDict, Processor
 
 from agentmesh.config import secret_values
 
-__all__ = ["REDACTED", "Redactor", "configure_logging", "get_logger", "secrets_of"]
+__all__ = ["REDACTED", "Redactor", "configure_logging", "get_logger", "mask_also", "secrets_of"]
 
 REDACTED = "[redacted]"
 
@@ -88,6 +88,11 @@ class Redactor:
         # Longest first, so a secret containing another is masked whole.
         self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
 
+    def add(self, secret: str) -> None:
+        """Mask `secret` too from now on (a credential read after start-up)."""
+        if secret and len(secret) >= 4 and secret not in self._secrets:
+            self._secrets = sorted([*self._secrets, secret], key=len, reverse=True)
+
     def mask_text(self, text: str) -> str:
         for secret in self._secrets:
             if secret in text:
@@ -144,6 +149,7 @@ def configure_logging(service: str, level: str = "info", secrets: Iterable[str] 
     """
     stream = stream or sys.stderr
     redactor = Redactor(secrets)
+    _ACTIVE[:] = [redactor]
     service_name = f"agentmesh-{service}"
 
     def add_service(_logger: Any, _method: str, event: EventDict) -> EventDict:
@@ -183,6 +189,15 @@ def configure_logging(service: str, level: str = "info", secrets: Iterable[str] 
     # Libraries stay at WARNING unless debugging was asked for; at any level their lines are
     # redacted like ours.
     root.setLevel(logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING)
+
+
+_ACTIVE: list[Redactor] = []  # the redactor of the logging configure_logging set up last
+
+
+def mask_also(secret: str) -> None:
+    """Mask `secret` in every log line from now on (a key the process read after start-up)."""
+    for redactor in _ACTIVE:
+        redactor.add(secret)
 
 
 def get_logger(name: str = "agentmesh") -> Any:

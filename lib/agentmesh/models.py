@@ -67,6 +67,11 @@ class ModelSpec:
     # a line of text ("[image: … — this model does not take images]"). Default true: the models
     # people configure today mostly do, and a text-only one says so with `vision: false`.
     vision: bool = True
+    # A namespace's own model (a ModelConfig, docs/agents.md): its namespace, and the Secret and
+    # key holding its API key, read by the agent from AGENTMESH_MODEL_SECRETS_DIR; "": the deployment's.
+    namespace: str = ""
+    api_key_secret: str = ""
+    api_key_secret_key: str = ""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from agentmesh.agent.adapters.memory import (
     UsageOutbox,
 )
 from agentmesh.agent.adapters.model_calls import GrpcModelCallLog
+from agentmesh.agent.adapters.namespace_models import MountedKeyModels
 from agentmesh.agent.adapters.scheduler import GrpcWakeups
 from agentmesh.agent.adapters.teams import GatewayTeammateRuns, GrpcTeamStore
 from agentmesh.agent.adapters.tool_catalog import CachedCatalog
@@ -373,6 +374,14 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
     background_watch = BackgroundWatch(tools_client, known_background)
     # A model call's usage record rides on the append of the step it produced.
     usage_outbox = UsageOutbox(agent_settings.usage_hold_s)
+    # Used by the turns of a session that records its calls, or of every session with
+    # AGENTMESH_AGENT_RECORD_MODEL_CALLS (loop/turn_start.py); other turns have none.
+    recorder = CallRecorder(GrpcModelCallLog(memory_client, usage_outbox), [*secrets_of(settings), *model_keys(settings.llm)],
+                            agent_settings.model_call_max_chars)
+    # The namespaces' own models (ModelConfig resources), their keys from mounted Secrets.
+    namespace_models = MountedKeyModels(settings.llm, agent_settings, telemetry, agent_settings.model_secrets_dir,
+                                        keys=model_keys(settings.llm),
+                                        also_mask=recorder.mask_also)
     agent = Agent(
         models=named,
         provider=provider,
@@ -394,10 +403,8 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         images=GrpcImageFiles(tools_client),
         default_vision=settings.llm.vision,
         usage_log=GrpcUsageLog(memory_client, usage_outbox),
-        # Used by the turns of a session that records its calls, or of every session with
-        # AGENTMESH_AGENT_RECORD_MODEL_CALLS (loop/turn_start.py); other turns have none.
-        call_recorder=CallRecorder(GrpcModelCallLog(memory_client, usage_outbox), [*secrets_of(settings), *model_keys(settings.llm)],
-                                   agent_settings.model_call_max_chars),
+        call_recorder=recorder,
+        namespace_models=namespace_models,
         turn_start=GrpcTurnStart(memory_client, memory_target, save_within_s=agent_settings.memory_timeout_s),
         learning=LearningSources(instructions=GrpcInstructions(memory_client), skills=GrpcSkills(memory_client),
                                   promoted_tools=GrpcPromotedTools(memory_client), with_turn_start=True),
@@ -422,6 +429,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         await close_provider()
         for close_named in closers:
             await close_named()
+        await namespace_models.aclose()
         await tools.close()
         await tools_channel.close()
         await memory_client.close()

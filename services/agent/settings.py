@@ -128,6 +128,9 @@ class AgentSettings(EnvSection):
     # Record each model call's request and response for the dev panel (Gateway.ListModelCalls;
     # loop/call_payloads.py): off by default; each side cut at model_call_max_chars.
     record_model_calls: bool = env("AGENTMESH_AGENT_RECORD_MODEL_CALLS", False)
+    # Where the namespaces' model keys are mounted: <dir>/<namespace>/<secret>/<key>, one
+    # Kubernetes Secret volume each (docs/agents.md#modelconfig); "": namespace models have no keys.
+    model_secrets_dir: str = env("AGENTMESH_MODEL_SECRETS_DIR", "")
     model_call_max_chars: int = env("AGENTMESH_AGENT_MODEL_CALL_MAX_CHARS", 200_000, minimum=1000, maximum=1_000_000)
     # Offer the `think` tool (thinking.py): a scratchpad with no effects.
     think_tool: bool = env("AGENTMESH_AGENT_THINK_TOOL", True)

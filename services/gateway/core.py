@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterable
 
 import structlog
 
@@ -96,15 +96,18 @@ class Gateway:
         if unknown:
             raise InvalidArgument(f"update_mask: {unknown[0][:64]!r} cannot be changed; name any of {', '.join(SESSION_FIELDS)}",
                                   field="update_mask")
-        if request.model and self._models.get(request.model) is None:
-            raise InvalidArgument(self._models.unknown_model_message(request.model, "model"), field="model",
-                                  reason=error_reasons.UNKNOWN_MODEL, metadata={"model": request.model[:80]})
         validate_permission_mode(request.permission_mode)
         if request.HasField("tools") or "tools" in request.update_mask:
             await self._policies.checked(request.tools, "tools")
         if request.sandbox_template:
             await self._policies.checked_template(request.sandbox_template)
-        await self._authz.session(caller, request.session_id, "UpdateSession")
+        session = await self._authz.session(caller, request.session_id, "UpdateSession")
+        if request.model and self._models.get(request.model) is None:
+            # Not the deployment's: one of the session's namespace's own models, else refused.
+            settings = await self._policies.namespace_settings(session.namespace)
+            if not any(m.name == request.model for m in settings.models):
+                raise InvalidArgument(self._models.unknown_model_message(request.model, "model"), field="model",
+                                      reason=error_reasons.UNKNOWN_MODEL, metadata={"model": request.model[:80]})
         return await self._sessions.update_session(request)
 
     async def clear_transcript(self, session_id: str, caller: Caller = ANYONE) -> int:
@@ -156,9 +159,28 @@ class Gateway:
             checked.retention.CopyFrom(request.retention)
         if request.HasField("sandbox_template"):
             checked.sandbox_template = request.sandbox_template
+        if request.HasField("models"):
+            self._check_namespace_models(request.models.models)
+            checked.models.CopyFrom(request.models)
         updated = await self._policies.update_namespace_settings(checked)
         self._authz.audit.record("tool_policy.update", "allowed", caller.principal, namespace=namespace)
+        if request.HasField("models"):
+            self._authz.audit.record("models.update", "allowed", caller.principal, namespace=namespace,
+                                     models=",".join(m.name for m in request.models.models))
         return updated
+
+    def _check_namespace_models(self, models: Iterable[sessions_pb2.NamespaceModel]) -> None:
+        """A namespace's models may not take a deployment model's name (the catalogue a namespace
+        sees is one list), and fall back only to a model it sees; memory checks the rest."""
+        own = {m.name for m in models}
+        for m in models:
+            if self._models.get(m.name) is not None or m.name == DEFAULT_MODEL:
+                raise InvalidArgument(f"model {m.name[:80]!r} is a model of the deployment; a namespace's own model "
+                                      "needs a name of its own", field="models.name", metadata={"model": m.name[:80]})
+            if m.fallback and m.fallback not in own and self._models.get(m.fallback) is None:
+                raise InvalidArgument(f"model {m.name[:80]!r} falls back to {m.fallback[:80]!r}, which is neither "
+                                      "one of the namespace's models nor the deployment's", field="models.fallback",
+                                      reason=error_reasons.UNKNOWN_MODEL, metadata={"model": m.fallback[:80]})
 
     async def delete_session(self, session_id: str, caller: Caller = ANYONE) -> bool:
         validate_id(session_id)
@@ -195,7 +217,9 @@ class Gateway:
         """Everything about a chat request that can be refused before anything is written
         (agentmesh.turn_input, the rules the agent checks again). The servicer calls it once,
         before routing the turn to another replica or to `chat`."""
-        validate_turn(request.session_id, request.message, request.options, self._turn_limits, self._models,
+        # The model's form only: whether a name is the session's namespace's model is `chat`'s
+        # question (_check_turn_model), once it knows the namespace.
+        validate_turn(request.session_id, request.message, request.options, self._turn_limits,
                       has_images=bool(request.images))
         validate_images(request.images, max_count=self._settings.max_images, max_bytes=self._settings.max_image_bytes,
                         max_total_bytes=self._settings.max_images_total_bytes,
@@ -217,6 +241,7 @@ class Gateway:
         existing = None if self._authz.one_tenant(caller, "Chat") \
             else await self._authz.session_or_none(caller, session_id, "Chat")
         namespace = existing.namespace if existing is not None else self._authz.namespace(caller, "", "Chat")
+        await self._check_turn_model(request, existing, namespace, caller)
         tenant = caller.scope.tenant_of(namespace) or ""
         turn = RunningTurn(run_id=run_id or new_id("run"), started_by=caller.subject, namespace=namespace)
         run_record = self.runs.begin(turn.run_id, session_id, namespace, caller.subject)
@@ -307,7 +332,39 @@ class Gateway:
         async for event in self.live.attach(session_id, after_seq):
             yield event
 
-    def list_models(self) -> gateway_pb2.ListModelsResponse:
+    async def list_models(self, namespace: str = "", caller: Caller = ANYONE) -> gateway_pb2.ListModelsResponse:
+        """The deployment's models, then (with `namespace`) that namespace's own."""
+        listed = self._deployment_models()
+        if namespace:
+            settings = await self._policies.namespace_settings(self._authz.namespace(caller, namespace, "ListModels"))
+            listed.models.extend(gateway_pb2.ModelInfo(
+                name=m.name, provider=m.provider, model=m.model, context_window=m.context_window,
+                input_price_per_mtok=m.input_price_per_mtok, output_price_per_mtok=m.output_price_per_mtok,
+                max_output_tokens=m.max_output_tokens, fallback=m.fallback, no_vision=m.no_vision,
+                roles=["chat"], namespace=settings.namespace) for m in settings.models)
+        return listed
+
+    async def _check_turn_model(self, request: gateway_pb2.ChatRequest, existing: sessions_pb2.Session | None,
+                                namespace: str, caller: Caller) -> None:
+        """A turn's model that is not the deployment's must be one of its session's namespace
+        (`namespace` for a new session): UNKNOWN_MODEL before anything is written."""
+        model = request.options.model
+        default = self._models.get(DEFAULT_MODEL)
+        if not model or self._models.get(model) is not None or (default is not None and model == default.model):
+            return
+        if existing is None:
+            existing = await self._authz.session_or_none(caller, request.session_id, "Chat")
+        settings = await self._policies.namespace_settings(existing.namespace if existing is not None else namespace)
+        if not any(m.name == model for m in settings.models):
+            message = self._models.unknown_model_message(model)
+            if settings.models:
+                known = [*self._models.names(), *(m.name for m in settings.models)]
+                message = (f"options.model {model[:80]!r} is not a model this deployment or namespace "
+                           f"{settings.namespace!r} offers; known models: {', '.join(known)}")
+            raise InvalidArgument(message, field="options.model", reason=error_reasons.UNKNOWN_MODEL,
+                                  metadata={"model": model[:80]})
+
+    def _deployment_models(self) -> gateway_pb2.ListModelsResponse:
         catalog = self._models
         return gateway_pb2.ListModelsResponse(models=[
             gateway_pb2.ModelInfo(

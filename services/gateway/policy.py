@@ -107,6 +107,8 @@ class Policies:
             checked.retention.CopyFrom(request.retention)
         if request.HasField("sandbox_template"):  # absent: memory keeps the namespace's template
             checked.sandbox_template = await self.checked_template(request.sandbox_template)
+        if request.HasField("models"):  # absent: memory keeps the namespace's models
+            checked.models.CopyFrom(request.models)
         return await self._namespaces.update_namespace_settings(checked)
 
     async def layers(self, session: sessions_pb2.Session | None, namespace: str) -> list[ToolPolicy]:

@@ -7,6 +7,7 @@ import contextlib
 from typing import Awaitable, Callable
 
 from agentmesh import error_reasons
+from agentmesh.agent_manifest import CONTROLLER_SUBJECT
 from agentmesh.clients.agent import AgentClient
 from agentmesh.clients.memory import MemoryClient
 from agentmesh.clients.tools import ToolsClient
@@ -263,7 +264,7 @@ class GatewayServicer(NamespaceRecordRpcs, TeamRpcs, gateway_pb2_grpc.GatewaySer
 
     @translate_errors
     async def ListModels(self, request, context):
-        return self._core.list_models()
+        return await self._core.list_models(request.namespace, _caller())
 
     @translate_errors
     async def GetUsage(self, request, context):
@@ -302,7 +303,17 @@ class GatewayServicer(NamespaceRecordRpcs, TeamRpcs, gateway_pb2_grpc.GatewaySer
 
     @translate_errors
     async def UpdateNamespaceSettings(self, request, context):
-        return await self._core.update_namespace_settings(request, _caller())
+        caller = _caller()
+        if (request.HasField("models") and self.managed_agent_namespaces and self._authz is not None
+                and caller.subject != CONTROLLER_SUBJECT):
+            namespace = self._authz.namespace(caller, request.namespace, "UpdateNamespaceSettings")
+            if namespace in self.managed_agent_namespaces:
+                # One source of truth: the controller's next pass would put back what the resources say.
+                raise FailedPrecondition(
+                    f"the models of namespace {namespace!r} are defined by Kubernetes ModelConfig resources; "
+                    "change them with kubectl (or in Git), not through the API",
+                    reason=error_reasons.AGENTS_FROM_RESOURCES, metadata={"namespace": namespace})
+        return await self._core.update_namespace_settings(request, caller)
 
     @translate_errors
     async def AddMcpServer(self, request, context):

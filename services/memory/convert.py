@@ -73,6 +73,7 @@ def namespace_to_proto(record: NamespaceRecord) -> sessions_pb2.NamespaceSetting
     return sessions_pb2.NamespaceSettings(
         namespace=record.namespace, updated_at=record.updated_at, mcp_servers_version=record.mcp_servers_version,
         sandbox_template=record.sandbox_template,
+        models=[model_to_proto(m) for m in record.models],
         tools=common_pb2.ToolPolicy(allow=record.tools_allow, deny=record.tools_deny),
         retention=sessions_pb2.Retention(transcripts_days=record.transcripts_days, memories_days=record.memories_days,
                                          usage_days=record.usage_days, workspaces_days=record.workspaces_days))
@@ -174,3 +175,19 @@ def memory_to_proto(m: MemoryRecord) -> memory_service_pb2.MemoryRecord:
         updated_at=m.updated_at,
         source_session_id=m.source_session_id,
     )
+
+
+_MODEL_FIELDS = ("name", "provider", "model", "base_url", "context_window", "max_output_tokens", "fallback",
+                 "no_vision", "input_price_per_mtok", "output_price_per_mtok", "api_key_secret", "api_key_secret_key")
+
+
+def model_from_proto(m: sessions_pb2.NamespaceModel) -> dict[str, Any]:
+    """A namespace model as stored: NamespaceModel's fields by name (temperature only when set)."""
+    stored: dict[str, Any] = {k: getattr(m, k) for k in _MODEL_FIELDS}
+    if m.HasField("temperature"):
+        stored["temperature"] = m.temperature
+    return stored
+
+
+def model_to_proto(stored: dict[str, Any]) -> sessions_pb2.NamespaceModel:
+    return sessions_pb2.NamespaceModel(**{k: v for k, v in stored.items() if k in (*_MODEL_FIELDS, "temperature")})

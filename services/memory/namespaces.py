@@ -30,6 +30,8 @@ class NamespaceRecord:
     usage_days: int = 0
     workspaces_days: int = 0
     sandbox_template: str = ""  # "": the deployment's default (docs/tools.md#sandbox-templates)
+    # Its own models (docs/agents.md#modelconfig), each a dict of NamespaceModel's fields; checked by `check_models`.
+    models: list[dict[str, Any]] = field(default_factory=list)
 
     def retention_days(self) -> tuple[int, int, int, int]:
         """(transcripts, memories, usage, workspaces)."""
@@ -40,7 +42,8 @@ class NamespaceRecord:
                 "tools_deny": list(self.tools_deny), "updated_at": self.updated_at,
                 "mcp_servers_version": self.mcp_servers_version, "transcripts_days": self.transcripts_days,
                 "memories_days": self.memories_days, "usage_days": self.usage_days,
-                "workspaces_days": self.workspaces_days, "sandbox_template": self.sandbox_template}
+                "workspaces_days": self.workspaces_days, "sandbox_template": self.sandbox_template,
+                "models": [dict(m) for m in self.models]}
 
     @classmethod
     def from_payload(cls, p: dict[str, Any]) -> "NamespaceRecord":
@@ -49,7 +52,8 @@ class NamespaceRecord:
                    mcp_servers_version=float(p.get("mcp_servers_version", 0.0)),
                    transcripts_days=int(p.get("transcripts_days", 0)), memories_days=int(p.get("memories_days", 0)),
                    usage_days=int(p.get("usage_days", 0)), workspaces_days=int(p.get("workspaces_days", 0)),
-                   sandbox_template=str(p.get("sandbox_template") or ""))
+                   sandbox_template=str(p.get("sandbox_template") or ""),
+                   models=[dict(m) for m in p.get("models") or []])
 
 
 class Namespaces:
@@ -67,9 +71,13 @@ class Namespaces:
 
     async def update(self, namespace: str, allow: list[str], deny: list[str],
                      retention: tuple[int, int, int, int] | None = None,
-                     sandbox_template: str | None = None) -> NamespaceRecord:
+                     sandbox_template: str | None = None,
+                     models: list[dict[str, Any]] | None = None) -> NamespaceRecord:
         """Replace the namespace's tool policy (the gateway checked the names against the catalog),
-        and its retention days (transcripts, memories, usage, workspaces) and sandbox template when given."""
+        and its retention days (transcripts, memories, usage, workspaces), sandbox template and
+        models when given."""
+        if models is not None:
+            check_models(models)
         if sandbox_template and not TEMPLATE_NAME.match(sandbox_template):
             raise InvalidArgument(f"sandbox_template {sandbox_template[:80]!r} is not a template name (1-63 lower-case "
                                   "letters, digits or '-'; agentmesh sandbox templates lists them)", field="sandbox_template")
@@ -83,7 +91,8 @@ class Namespaces:
                 before.transcripts_days, before.memories_days, before.usage_days, before.workspaces_days)
             record = NamespaceRecord(namespace, list(policy.allow), list(policy.deny), round(time.time(), 6),
                                      before.mcp_servers_version, *days,
-                                     sandbox_template=before.sandbox_template if sandbox_template is None else sandbox_template)
+                                     sandbox_template=before.sandbox_template if sandbox_template is None else sandbox_template,
+                                     models=before.models if models is None else models)
             await self._store.put_namespace_settings(record.payload())
         return record
 
@@ -107,3 +116,48 @@ def _check_retention(days: tuple[int, int, int, int]) -> None:
         if value < 0 or value > MAX_RETENTION_DAYS:
             raise InvalidArgument(f"retention.{name} must be between 0 (keep) and {MAX_RETENTION_DAYS} days, "
                                   f"got {value}", field=f"retention.{name}")
+
+
+MAX_NAMESPACE_MODELS = 64
+MODEL_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# A Kubernetes Secret's name (a DNS subdomain) and one of its keys; never a path.
+SECRET_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+SECRET_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,253}$")
+
+
+def check_models(models: list[dict[str, Any]]) -> None:
+    """InvalidArgument, naming the entry and the field, for a malformed list of namespace models."""
+    if len(models) > MAX_NAMESPACE_MODELS:
+        raise InvalidArgument(f"models: at most {MAX_NAMESPACE_MODELS} per namespace, got {len(models)}", field="models")
+    seen: set[str] = set()
+    for m in models:
+        name = str(m.get("name") or "")
+        if not MODEL_NAME.match(name):
+            raise InvalidArgument(f"models: {name[:80]!r} is not a model name (1-64 letters, digits, '.', '_' or '-')",
+                                  field="models.name")
+        if name in seen:
+            raise InvalidArgument(f"models: the name {name!r} is given twice", field="models.name")
+        seen.add(name)
+        if m.get("provider") not in ("openai", "anthropic"):
+            raise InvalidArgument(f"model {name!r}: provider must be openai or anthropic, got {str(m.get('provider'))[:40]!r}",
+                                  field="models.provider")
+        if not str(m.get("model") or "").strip() or len(str(m.get("model"))) > 256:
+            raise InvalidArgument(f"model {name!r}: model (the id the provider's API knows it by, at most 256 "
+                                  "characters) is required", field="models.model")
+        base_url = str(m.get("base_url") or "")
+        if base_url and not (base_url.startswith(("http://", "https://")) and len(base_url) <= 2048):
+            raise InvalidArgument(f"model {name!r}: base_url must be an http(s) URL of at most 2048 characters",
+                                  field="models.base_url")
+        secret, key = str(m.get("api_key_secret") or ""), str(m.get("api_key_secret_key") or "")
+        if (secret or key) and not (SECRET_NAME.match(secret) and SECRET_KEY.match(key) and key not in (".", "..")):
+            raise InvalidArgument(f"model {name!r}: api_key_secret must name a Secret and one of its keys "
+                                  f"(got {secret[:80]!r}, {key[:80]!r})", field="models.api_key_secret")
+        temperature = m.get("temperature")
+        if temperature is not None and not 0 <= float(temperature) <= 2:
+            raise InvalidArgument(f"model {name!r}: temperature must be between 0 and 2", field="models.temperature")
+        numbers = ("context_window", "max_output_tokens", "input_price_per_mtok", "output_price_per_mtok")
+        if any(float(m.get(k) or 0) < 0 for k in numbers):
+            raise InvalidArgument(f"model {name!r}: context_window, max_output_tokens and prices must not be negative",
+                                  field="models")
+        if m.get("fallback") == name:
+            raise InvalidArgument(f"model {name!r} cannot fall back to itself", field="models.fallback")

@@ -19,6 +19,7 @@ from agentmesh.memory.convert import (
     filter_from_proto,
     memory_to_proto,
     message_from_proto,
+    model_from_proto,
     namespace_to_proto,
     remember_from_proto,
     session_changes,
@@ -213,7 +214,9 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
         days = (r.transcripts_days, r.memories_days, r.usage_days, r.workspaces_days)
         record = await self._namespaces.update(request.namespace, list(request.tools.allow), list(request.tools.deny),
                                                days if request.HasField("retention") else None,
-                                               request.sandbox_template if request.HasField("sandbox_template") else None)
+                                               request.sandbox_template if request.HasField("sandbox_template") else None,
+                                               [model_from_proto(m) for m in request.models.models]
+                                               if request.HasField("models") else None)
         if self._retention is not None:
             await self._retention.note(record)
         return namespace_to_proto(record)

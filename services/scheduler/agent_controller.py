@@ -12,13 +12,14 @@ and `AgentDefinitions` (the gateway's agent RPCs, agent_resources.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncGenerator, Awaitable, Callable, Protocol
 
 from agentmesh.logs import get_logger
 
-__all__ = ["AgentController", "AgentDefinitions", "AgentResources", "DefinitionRejected", "Outcome", "StoredAgent",
+__all__ = ["AgentController", "AgentDefinitions", "AgentResources", "DefinitionRejected", "Outcome", "Reconcile", "StoredAgent",
            "reconcile_namespace", "run_controller_while_leading", "status_of"]
 
 log = get_logger("agentmesh.scheduler.agent_controller")
@@ -42,7 +43,7 @@ class AgentResources(Protocol):
         """The namespace's Agent resources and the list's resourceVersion."""
 
     def watch(self, namespace: str, resource_version: str,
-              timeout_s: float) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+              timeout_s: float) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """(event type, object) after resource_version, until the server ends the watch."""
 
     async def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
@@ -119,8 +120,8 @@ async def reconcile_namespace(namespace: str, resources: list[dict[str, Any]],
             continue
         model = spec.get("model") or ""
         if model and model not in models:
-            outcomes[name] = Outcome(False, "ModelNotFound", f"model {model!r} is not in the deployment's model "
-                                     f"catalogue (it has: {', '.join(sorted(models)) or 'none'})")
+            outcomes[name] = Outcome(False, "ModelNotFound", f"model {model!r} is neither the deployment's nor a "
+                                     f"ModelConfig of namespace {namespace!r} (models: {', '.join(sorted(models)) or 'none'})")
             continue
         missing = [a for a in spec.get("subAgents") or [] if a not in names and a not in builtins and a not in stored]
         if missing:
@@ -146,27 +147,43 @@ async def reconcile_namespace(namespace: str, resources: list[dict[str, Any]],
     return outcomes
 
 
-class AgentController:
-    """One list-and-watch loop per managed namespace, started and stopped with leadership."""
+# A pass over one namespace: its resources, the port it syncs them into; the outcome per resource.
+Reconcile = Callable[[str, list[dict[str, Any]], Any], Awaitable[dict[str, Outcome]]]
 
-    def __init__(self, resources: AgentResources, definitions: AgentDefinitions, namespaces: tuple[str, ...],
-                 resync_s: float, retry_s: float = 5.0):
+
+class AgentController:
+    """One list-and-watch loop per managed namespace, started and stopped with leadership. The
+    same loop serves `ModelConfig` resources (model_resources.py) with its own `reconcile`."""
+
+    def __init__(self, resources: AgentResources, definitions: Any, namespaces: tuple[str, ...],
+                 resync_s: float, retry_s: float = 5.0, *, reconcile: Reconcile = reconcile_namespace,
+                 kind: str = "agent"):
         self._resources = resources
         self._definitions = definitions
         self._namespaces = namespaces
         self._resync_s = resync_s
         self._retry_s = retry_s
-        self._tasks: list[asyncio.Task[None]] = []
+        self._reconcile = reconcile
+        self._kind = kind
+        self._tasks: dict[str, asyncio.Task[None]] = {}
 
     @property
     def running(self) -> bool:
         return bool(self._tasks)
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._run(ns), name=f"agent-resources-{ns}") for ns in self._namespaces]
+        self._tasks = {ns: asyncio.create_task(self._run(ns), name=f"{self._kind}-resources-{ns}")
+                       for ns in self._namespaces}
+
+    def resync(self, namespace: str) -> None:
+        """Relist the namespace and pass over it now (what its resources refer to changed)."""
+        task = self._tasks.get(namespace)
+        if task is not None:
+            task.cancel()
+            self._tasks[namespace] = asyncio.create_task(self._run(namespace), name=f"{self._kind}-resources-{namespace}")
 
     async def stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
+        tasks, self._tasks = list(self._tasks.values()), {}
         for task in tasks:
             task.cancel()
         if tasks:
@@ -179,25 +196,28 @@ class AgentController:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the API or the gateway down: retry, never die
-                log.warning("agent resources: pass failed; retrying", namespace=namespace, error=str(exc)[:300])
+                log.warning(f"{self._kind} resources: pass failed; retrying", namespace=namespace,
+                            error=str(exc)[:300])
                 await asyncio.sleep(self._retry_s)
 
     async def _list_and_watch(self, namespace: str) -> None:
         items, version = await self._resources.list_resources(namespace)
         cache = {item["metadata"]["name"]: item for item in items}
         await self._pass(namespace, cache)
-        async for kind, obj in self._resources.watch(namespace, version, self._resync_s):
-            name = obj.get("metadata", {}).get("name", "")
-            if kind == "DELETED":
-                cache.pop(name, None)
-            elif kind in ("ADDED", "MODIFIED"):
-                cache[name] = obj
-            else:
-                continue  # BOOKMARK
-            await self._pass(namespace, cache)
+        # Closed on the way out (a resync cancels the loop), so the watch stops then, not at its timeout.
+        async with contextlib.aclosing(self._resources.watch(namespace, version, self._resync_s)) as events:
+            async for kind, obj in events:
+                name = obj.get("metadata", {}).get("name", "")
+                if kind == "DELETED":
+                    cache.pop(name, None)
+                elif kind in ("ADDED", "MODIFIED"):
+                    cache[name] = obj
+                else:
+                    continue  # BOOKMARK
+                await self._pass(namespace, cache)
 
     async def _pass(self, namespace: str, cache: dict[str, dict[str, Any]]) -> None:
-        outcomes = await reconcile_namespace(namespace, list(cache.values()), self._definitions)
+        outcomes = await self._reconcile(namespace, list(cache.values()), self._definitions)
         for name, outcome in outcomes.items():
             resource = cache[name]
             status = status_of(resource, outcome)
@@ -212,7 +232,7 @@ async def run_controller_while_leading(controller: AgentController, is_leader: C
     try:
         while not stopping.is_set():
             if is_leader() and not controller.running:
-                log.info("agent resources: leading, watching")
+                log.info("resources: leading, watching")
                 controller.start()
             elif not is_leader() and controller.running:
                 await controller.stop()

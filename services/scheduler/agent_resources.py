@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, Callable
 
 import grpc
 
@@ -40,16 +40,19 @@ _END = object()
 
 
 class KubeAgentResources:
-    def __init__(self, api: Any):
+    """`plural`: agents, or modelconfigs (the ModelConfig controller, model_resources.py)."""
+
+    def __init__(self, api: Any, plural: str = PLURAL):
         self._api = api  # kubernetes.client.CustomObjectsApi
+        self._plural = plural
 
     async def list_resources(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
         listed = await asyncio.to_thread(self._api.list_namespaced_custom_object, API_GROUP, GROUP_VERSION,
-                                         namespace, PLURAL)
+                                         namespace, self._plural)
         return list(listed.get("items") or []), str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
     async def watch(self, namespace: str, resource_version: str,
-                    timeout_s: float) -> AsyncIterator[tuple[str, dict]]:
+                    timeout_s: float) -> AsyncGenerator[tuple[str, dict], None]:
         from kubernetes import watch
 
         loop = asyncio.get_running_loop()
@@ -65,7 +68,7 @@ class KubeAgentResources:
         def pump() -> None:
             try:
                 for event in stream.stream(self._api.list_namespaced_custom_object, API_GROUP, GROUP_VERSION,
-                                           namespace, PLURAL, resource_version=resource_version,
+                                           namespace, self._plural, resource_version=resource_version,
                                            timeout_seconds=max(1, int(timeout_s))):
                     put((event["type"], event["object"]))
             except Exception as exc:  # noqa: BLE001 - handed to the async side, which retries
@@ -73,7 +76,7 @@ class KubeAgentResources:
             finally:
                 put(_END)
 
-        threading.Thread(target=pump, name=f"watch-agents-{namespace}", daemon=True).start()
+        threading.Thread(target=pump, name=f"watch-{self._plural}-{namespace}", daemon=True).start()
         try:
             while (item := await queue.get()) is not _END:
                 if isinstance(item, Exception):
@@ -84,7 +87,7 @@ class KubeAgentResources:
 
     async def write_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await asyncio.to_thread(self._api.patch_namespaced_custom_object_status, API_GROUP, GROUP_VERSION,
-                                namespace, PLURAL, name, {"status": status})
+                                namespace, self._plural, name, {"status": status})
 
 
 class GatewayAgentDefinitions:
@@ -130,7 +133,7 @@ class GatewayAgentDefinitions:
                 for a in listed.agents]
 
     async def models(self, namespace: str) -> list[str]:
-        listed = await self._call("ListModels", gateway_pb2.ListModelsRequest(), namespace)
+        listed = await self._call("ListModels", gateway_pb2.ListModelsRequest(namespace=namespace), namespace)
         return [m.name for m in listed.models]
 
     async def create(self, namespace: str, name: str, spec: dict[str, Any]) -> int:

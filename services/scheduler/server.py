@@ -37,6 +37,8 @@ from agentmesh.scheduler.jobs import EDITABLE_FIELDS
 from agentmesh.scheduler.jobs_file import JobsFileWatcher
 from agentmesh.scheduler.leader import FileLeaderLock, LeaseLeaderLock, kubernetes_lease_api
 from agentmesh.scheduler.model import Job, Run
+from agentmesh.scheduler.model_resources import PLURAL as MODEL_PLURAL
+from agentmesh.scheduler.model_resources import GatewayNamespaceModels, reconcile_models
 from agentmesh.scheduler.ports import Clock, LeaderLock
 from agentmesh.scheduler.retention_sweep import RetentionSweeps
 from agentmesh.scheduler.settings import SchedulerSettings
@@ -294,16 +296,24 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
             name="retention-sweep")
 
     # Agent resources (docs/agents.md): the leader syncs them into the managed namespaces' agents.
-    agents_loop = None
+    agents_loop = models_loop = None
     if settings.managed_agent_namespaces:
-        controller = AgentController(KubeAgentResources(kubernetes_custom_objects_api()),
-                                     GatewayAgentDefinitions(gateway, settings.auth_policy.owner_of
-                                                             if settings.auth_policy.enforced else None),
-                                     settings.managed_agent_namespaces,
-                                     config.agent_resync_s)
+        owner_of = settings.auth_policy.owner_of if settings.auth_policy.enforced else None
+        custom_objects = kubernetes_custom_objects_api()
+        controller = AgentController(KubeAgentResources(custom_objects), GatewayAgentDefinitions(gateway, owner_of),
+                                     settings.managed_agent_namespaces, config.agent_resync_s)
         agents_loop = asyncio.create_task(
             run_controller_while_leading(controller, lambda: core.is_leader, config.renew_s, stopping),
             name="agent-resources")
+        # ModelConfig resources become the namespaces' own models; an Agent naming one is
+        # checked again (relisted) whenever they change.
+        model_controller = AgentController(
+            KubeAgentResources(custom_objects, MODEL_PLURAL),
+            GatewayNamespaceModels(gateway, owner_of, on_change=controller.resync),
+            settings.managed_agent_namespaces, config.agent_resync_s, reconcile=reconcile_models, kind="modelconfig")
+        models_loop = asyncio.create_task(
+            run_controller_while_leading(model_controller, lambda: core.is_leader, config.renew_s, stopping),
+            name="modelconfig-resources")
 
     file_loop = None
     if jobs_file is not None:
@@ -311,7 +321,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
 
     async def shutdown() -> None:
         stopping.set()
-        loops = [loop for loop in (sweep_loop, retention_loop, file_loop, agents_loop) if loop is not None]
+        loops = [loop for loop in (sweep_loop, retention_loop, file_loop, agents_loop, models_loop) if loop is not None]
         if loops:
             await asyncio.wait(loops, timeout=settings.drain_s)
         await core.stop(settings.drain_s)

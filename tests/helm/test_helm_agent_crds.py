@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import helm_python
 import jsonschema
 import pytest
 import yaml
@@ -82,3 +83,46 @@ def test_kubectl_get_agents_prints_the_documented_columns_from_the_status_subres
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Ready", "Reason", "Model", "Version", "Age"]
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert {"observedGeneration", "version", "conditions"} <= set(status)
+
+
+def test_the_docs_model_configs_are_valid_and_what_the_controller_stores():
+    """The ModelConfig examples validate under its CRD, use declared fields only, and are entries
+    the controller stores (services/scheduler/model_resources.py), the key by reference."""
+    from agentmesh.scheduler.model_resources import entry_of
+
+    schema = render().get("CustomResourceDefinition", "modelconfigs.agentmesh.dev")["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"]
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)]
+    examples = [d for d in blocks if isinstance(d, dict) and d.get("kind") == "ModelConfig"]
+    assert examples
+    for example in examples:
+        jsonschema.validate(example, schema)
+        assert undeclared(example, schema) == []
+        entry = entry_of(example["metadata"]["name"], example["spec"])
+        assert (entry["api_key_secret"], entry["api_key_secret_key"]) == (
+            example["spec"]["apiKeySecret"]["name"], example["spec"]["apiKeySecret"]["key"])
+
+
+def test_model_secrets_are_one_projected_directory_of_the_agent_pods_only():
+    """Where the agent reads a ModelConfig's key: <namespace>/<secret>/<key> under AGENTMESH_MODEL_SECRETS_DIR."""
+    from tests.helm.helm_support import container_env
+
+    rendered = render({"agent": {"modelSecrets": [{"namespace": "team-a", "secretName": "team-llm", "keys": ["api-key"]}]}})
+    agent = rendered.deployment("agent")["spec"]["template"]["spec"]
+    [container] = agent["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "model-secrets")
+    assert container_env(container)["AGENTMESH_MODEL_SECRETS_DIR"] == mount["mountPath"] and mount["readOnly"]
+    volume = next(v for v in agent["volumes"] if v["name"] == "model-secrets")
+    assert volume["projected"]["sources"] == [
+        {"secret": {"name": "team-llm", "items": [{"key": "api-key", "path": "team-a/team-llm/api-key"}]}}]
+    for service in ("gateway", "tools", "memory", "scheduler"):
+        spec = rendered.deployment(service)["spec"]["template"]["spec"]
+        assert "model-secrets" not in {v["name"] for v in spec.get("volumes") or []}
+
+
+@pytest.mark.parametrize("secrets", [[{"namespace": "team-a", "secretName": "x"}],
+                                     [{"namespace": "team-a", "secretName": "x", "keys": [".."]}],
+                                     [{"namespace": "team-a", "secretName": "../x", "keys": ["k"]}]])
+def test_the_schema_refuses_model_secrets_it_cannot_mount(secrets):
+    with pytest.raises(helm_python.HelmError):
+        render({"agent": {"modelSecrets": secrets}})

@@ -128,7 +128,9 @@ def test_the_agent_controller_gets_a_role_in_each_managed_namespace():
     for namespace in ("team-a", "team-b"):
         assert {g[2:] for g in grants if g[1] == namespace} == {
             ("agentmesh.dev", "agents", "list"), ("agentmesh.dev", "agents", "watch"),
-            ("agentmesh.dev", "agents/status", "patch")}
+            ("agentmesh.dev", "agents/status", "patch"),
+            ("agentmesh.dev", "modelconfigs", "list"), ("agentmesh.dev", "modelconfigs", "watch"),
+            ("agentmesh.dev", "modelconfigs/status", "patch")}
         assert {g[0] for g in grants if g[1] == namespace} == {f"{RELEASE}-scheduler"}
 
 

@@ -24,3 +24,18 @@ async def test_settings_are_put_replaced_kept_apart_and_there_after_a_reopen(sto
     assert await store.get_namespace_settings("team") == changed
     assert await store.get_namespace_settings("team-b") == other
     assert await store.get_namespace_settings("team-c") is None
+
+
+async def test_a_namespaces_models_are_kept_as_written_nested_fields_and_all(store_factory):
+    """Its own models (ModelConfig resources) are a list of mappings in the record: every adapter
+    gives them back as written, the key's Secret reference included, after a reopen too."""
+    store = await store_factory()
+    models = [{"name": "own", "provider": "openai", "model": "gpt-x", "base_url": "https://llm.example/v1",
+               "context_window": 8192, "temperature": 0.3, "no_vision": True,
+               "api_key_secret": "team-llm", "api_key_secret_key": "api-key"},
+              {"name": "second", "provider": "anthropic", "model": "claude-x", "fallback": "own"}]
+    record = {"namespace": "team", "tools_allow": [], "tools_deny": [], "updated_at": 1.0, "models": models}
+    await store.put_namespace_settings(record)
+    assert await store.get_namespace_settings("team") == record
+    store = await store_factory.reopen(store)
+    assert (await store.get_namespace_settings("team"))["models"] == models

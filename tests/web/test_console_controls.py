@@ -125,3 +125,34 @@ async def test_the_agent_picker_sends_each_message_to_the_chosen_agent(browser, 
     await page.reload()
     await expect(page.locator("#agent-picker")).to_have_value("poet")
     errors.assert_none()
+
+
+async def test_a_sessions_model_picker_offers_its_namespaces_own_models(browser, tmp_path, llm):  # noqa: F811
+    """A ModelConfig's model (NamespaceSettings.models) is in the picker of a session of its
+    namespace, marked with it; picked, the session's next message goes to that model's server."""
+    secrets = tmp_path / "model-secrets" / "default" / "team-llm"
+    secrets.mkdir(parents=True)
+    (secrets / "api-key").write_text("sk-console-own-0123456789")
+    env = {"AGENTMESH_MODEL_SECRETS_DIR": str(tmp_path / "model-secrets")}
+    with ScriptedLLMServer() as own:
+        async with Stack(tmp_path / "home", llm_base_url=llm.base_url, env=env) as stack:
+            await stack.gateway_stub().UpdateNamespaceSettings(sessions_pb2.UpdateNamespaceSettingsRequest(
+                namespace="default", models=sessions_pb2.NamespaceModels(models=[sessions_pb2.NamespaceModel(
+                    name="own", provider="openai", base_url=own.base_url, model="own-model",
+                    api_key_secret="team-llm", api_key_secret_key="api-key")])), timeout=10)
+            llm.add(reply("First."))
+            page, errors = await open_console(browser, stack)
+            await send(page, "hello")
+            await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("First.")
+            await page.reload()  # the session opened: its namespace is known
+            picker = page.get_by_label("Model")
+            await expect(picker.locator("option[value=own]")).to_have_text("own (default)")
+            await picker.select_option("own")
+            await expect(page.locator("#controls-status")).to_contain_text("own")
+            own.add(reply("From the namespace's model."))
+            await send(page, "again")
+            await expect(page.locator(".turn .bubble.assistant").last).to_contain_text("From the namespace's model.")
+            assert own.requests[-1].body["model"] == "own-model"
+            await page.reload()
+            await expect(page.get_by_label("Model")).to_have_value("own")
+            errors.assert_none()

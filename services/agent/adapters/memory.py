@@ -22,6 +22,7 @@ from agentmesh.clients.memory import MemoryClient
 from agentmesh.errors import AgentmeshError, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.logs import get_logger
+from agentmesh.models import ModelSpec
 from agentmesh.rpc.convert import image_from_proto, image_to_proto
 from agentmesh.rpc.peers import peer_error
 from agentmesh.toolpolicy import ToolPolicy
@@ -345,7 +346,18 @@ def _opened(session: sessions_pb2.Session, created: bool, settings: sessions_pb2
         tools=ToolPolicy(tuple(session.tools.allow), tuple(session.tools.deny)),
         namespace_tools=ToolPolicy(tuple(settings.tools.allow), tuple(settings.tools.deny)),
         mcp_servers_version=settings.mcp_servers_version, namespace_sandbox_template=settings.sandbox_template,
-        sandbox_template=session.sandbox_template, record_model_calls=session.record_model_calls)
+        sandbox_template=session.sandbox_template, record_model_calls=session.record_model_calls,
+        namespace_models=tuple(namespace_model(settings.namespace or session.namespace or "default", m)
+                               for m in settings.models))
+
+
+def namespace_model(namespace: str, m: sessions_pb2.NamespaceModel) -> ModelSpec:
+    return ModelSpec(name=m.name, provider=m.provider, base_url=m.base_url, model=m.model,
+                     context_window=m.context_window, max_output_tokens=m.max_output_tokens,
+                     temperature=m.temperature if m.HasField("temperature") else None, fallback=m.fallback,
+                     vision=not m.no_vision, input_price_per_mtok=m.input_price_per_mtok,
+                     output_price_per_mtok=m.output_price_per_mtok, namespace=namespace,
+                     api_key_secret=m.api_key_secret, api_key_secret_key=m.api_key_secret_key)
 
 
 def _learned(reply: memory_service_pb2.StartTurnResponse, asked: frozenset[str]) -> Learned:

@@ -85,6 +85,10 @@ class CallRecorder:
         self._redactor = Redactor(secrets_to_mask)
         self._max_chars = max_chars
 
+    def mask_also(self, secret: str) -> None:
+        """Mask `secret` in what is recorded from now on (a namespace model's key, read at run time)."""
+        self._redactor.add(secret)
+
     def record(self, tag: "UsageTag", request: ModelRequest, reply: ModelReply) -> None:
         parameters: dict[str, Any] = {"allow_tools": request.allow_tools}
         if request.max_tokens:

@@ -10,7 +10,9 @@ from agentmesh.agent.types import BackgroundDone, ChatMessage, ToolCall, ToolOut
 from agentmesh.errors import AgentmeshError
 
 if TYPE_CHECKING:
+    from agentmesh.agent.loop.model_choice import NamedModel
     from agentmesh.agent.loop.session_open import NamedAgent, OpenedSession, SessionToOpen
+    from agentmesh.models import ModelSpec
 
 __all__ = [
     "BackgroundCheck",
@@ -22,6 +24,7 @@ __all__ = [
     "LongTermMemory",
     "MemoryHit",
     "NamedAgents",
+    "NamespaceModels",
     "NotSupported",
     "ToolRunner",
     "TranscriptStore",
@@ -207,3 +210,11 @@ class TurnLearning(Protocol):
         """One turn's sources, their first reads served from what its start brings (answered
         through the second)."""
         ...
+
+
+class NamespaceModels(Protocol):
+    """A namespace's own models (ModelConfig resources), their providers built on first use."""
+
+    def named(self, spec: "ModelSpec") -> "NamedModel":
+        """The model `spec` describes (its namespace, name and fields: an edit is another one),
+        its key read from the namespace's mounted Secret; FailedPrecondition when it is not there."""

@@ -51,6 +51,7 @@ from agentmesh.agent.loop.ports import (
     ListedCatalog,
     LongTermMemory,
     NamedAgents,
+    NamespaceModels,
     ToolRunner,
     TranscriptStore,
     TurnLearning,
@@ -130,6 +131,7 @@ class Agent:
         default_vision: bool = True,
         agents: NamedAgents | None = None,
         call_recorder: CallRecorder | None = None,
+        namespace_models: NamespaceModels | None = None,
     ):
         self.provider = provider
         self.tools = tools
@@ -155,6 +157,8 @@ class Agent:
         self.models = {DEFAULT_MODEL: NamedModel(DEFAULT_MODEL, provider, model, context_window=context_window,
                                                  vision=default_vision),
                        **(models or {})}
+        # Builds the namespaces' own models (ModelConfig resources); None: only the catalogue's.
+        self.namespace_models = namespace_models
         # The catalogue model that writes summaries (AGENTMESH_COMPACTION_MODEL); "": the turn's.
         self.compaction_model = compaction_model
         # Characters per token, learned per model from the usage replies report (window.py).
@@ -163,6 +167,19 @@ class Agent:
         self.images = images
         self.usage_log = usage_log  # the usage ledger (usage_log.py); None: calls are not recorded
         self.call_recorder = call_recorder  # each call's payloads (call_payloads.py), for the turns that record; None: none can
+
+    def models_for(self, request: TurnRequest) -> dict[str, NamedModel]:
+        """The models `request` may use: the catalogue's, and its namespace's own that it names
+        (the turn's model and its fallbacks; a catalogue name is never shadowed)."""
+        models = dict(self.models)
+        if self.namespace_models is None or not request.namespace_models:
+            return models
+        own = {m.name: m for m in request.namespace_models if m.name not in self.models}
+        name = request.model
+        while name in own and name not in models:
+            models[name] = self.namespace_models.named(own[name])
+            name = own[name].fallback
+        return models
 
     def start(self, request: TurnRequest, *, approvals: ApprovalGate | None = None) -> "TurnRun":
         """A turn, not yet running (`events()` runs it). `approvals`: a gate to share (a
@@ -175,7 +192,8 @@ class TurnRun:
         self.agent = agent
         self.request = request
         self.settings = agent.settings
-        models = ModelChoice(agent.models, request.model)
+        # A sub-agent's request already names its namespace's models; a new turn's are read at opening.
+        models = ModelChoice(agent.models_for(request), request.model)
         self.max_iterations = step_budget(request, agent.settings)
         self.usage = Usage()
         self.trace_id = ""
@@ -289,7 +307,7 @@ class TurnRun:
     def _opened(self, resolved: TurnRequest, opened: OpenedSession | None) -> None:
         """The session is open (turn_start.py): the turn runs with its settings from here on."""
         self.request = self._ctx.request = resolved
-        self._model.choose(ModelChoice(self.agent.models, resolved.model))
+        self._model.choose(ModelChoice(self.agent.models_for(resolved), resolved.model))
         self.approvals.mode = resolved.permission_mode or self.approvals.mode
         if self._span is not None:
             self._span.set_attribute(GEN_AI_REQUEST_MODEL, self.model)

@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Container
 
+from agentmesh.models import ModelSpec
 from agentmesh.toolpolicy import ToolPolicy, permission_mode_of, session_layers
 
 if TYPE_CHECKING:  # the loop imports this module
@@ -83,6 +84,7 @@ class OpenedSession:
     namespace_sandbox_template: str = ""  # "": the deployment's default
     sandbox_template: str = ""  # the session's own, over the namespace's
     record_model_calls: bool = False  # the session's own switch (the deployment's is a setting)
+    namespace_models: tuple[ModelSpec, ...] = ()  # the namespace's own models (ModelConfig resources)
 
 
 def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Container[str]) -> "TurnRequest":
@@ -93,16 +95,19 @@ def resolve(request: "TurnRequest", opened: OpenedSession, known_models: Contain
     layers = session_layers(opening.deployment_tools, opened.namespace_tools, opened.tools)
     # The turn's model, else the named agent's, else the session's (each when the deployment knows it).
     agent_model = opened.agent.model if opened.agent is not None else ""
+    own = {m.name for m in opened.namespace_models}
     resolved = dataclasses.replace(
         request,
         namespace=opened.namespace or request.namespace,
-        model=request.model or next((m for m in (agent_model, opened.model) if m and m in known_models), ""),
+        model=request.model or next((m for m in (agent_model, opened.model)
+                                            if m and (m in known_models or m in own)), ""),
         permission_mode=permission_mode_of(request.permission_mode, opened.permission_mode,
                                            opening.deployment_permission_mode),
         tool_policies=(*layers, *request.tool_policies),
         mcp_servers_version=opened.mcp_servers_version,
         sandbox_template=request.sandbox_template or opened.sandbox_template or opened.namespace_sandbox_template,
         record_model_calls=request.record_model_calls or opened.record_model_calls,
+        namespace_models=opened.namespace_models,
         opening=None,
     )
     return with_agent(resolved, opened.agent) if opened.agent else resolved

@@ -9,6 +9,7 @@ from typing import Any
 from agentmesh.agent.loop.images import GivenImage
 from agentmesh.agent.loop.session_open import NamedAgent, SessionToOpen
 from agentmesh.agent.settings import AgentSettings
+from agentmesh.models import ModelSpec
 from agentmesh.modes import DEEP
 from agentmesh.toolpolicy import ToolPolicy
 
@@ -70,6 +71,9 @@ class TurnRequest:
     # The session records its model calls' payloads (Session.record_model_calls), as the
     # deployment's AGENTMESH_AGENT_RECORD_MODEL_CALLS does for every session; sub-agents inherit it.
     record_model_calls: bool = False
+    # The session's namespace's own models (ModelConfig resources, docs/agents.md), which its
+    # turns and sub-agents may name beside the deployment's; their providers: Agent.models_for.
+    namespace_models: tuple[ModelSpec, ...] = ()
 
 
 def step_budget(request: TurnRequest, settings: AgentSettings) -> int:

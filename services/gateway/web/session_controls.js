@@ -16,6 +16,7 @@ export class SessionControls {
     this.el = elements;
     this.sessionId = "";
     this.agentsOf = "";  // the namespace whose agents the picker lists
+    this.modelsOf = "";  // the namespace whose own models the model picker lists too ("": none)
     this.el.model.addEventListener("change", () => this.#update({ model: this.el.model.value }, ["model"]));
     this.el.permissionMode.addEventListener("change",
       () => this.#update({ permission_mode: this.el.permissionMode.value }, ["permission_mode"]));
@@ -23,16 +24,22 @@ export class SessionControls {
     this.#busyHint();
   }
 
-  async loadModels() {
-    const reply = await this.api.call("GET", "/v1/models");
-    const current = this.el.model.value;
+  // The deployment's models, and with a namespace (a session's) that namespace's own (ModelConfigs).
+  async loadModels(namespace = "", chosen = this.el.model.value) {
+    const load = (this.modelLoads = (this.modelLoads || 0) + 1);
+    const query = namespace ? `?namespace=${encodeURIComponent(namespace)}` : "";
+    const reply = await this.api.call("GET", `/v1/models${query}`);
+    if (load !== this.modelLoads) return;
+    this.modelsOf = namespace;
     this.el.model.replaceChildren(...reply.models.map((model) => {
       const option = document.createElement("option");
       option.value = model.name === "default" ? "" : model.name;
-      option.textContent = model.name === "default" ? `default (${model.model})` : model.name;
+      option.textContent = model.name === "default" ? `default (${model.model})`
+        : model.namespace ? `${model.name} (${model.namespace})` : model.name;
       return option;
     }));
-    this.el.model.value = current;
+    this.el.model.value = chosen;
+    if (this.el.model.value !== chosen) this.el.model.value = "";
   }
 
   // The agents of the namespace (ListAgents): the built-ins and those it defines.
@@ -65,8 +72,12 @@ export class SessionControls {
     const namespace = session ? session.namespace || "default" : "default";
     this.el.agent.value = agent;
     if (namespace !== this.agentsOf || this.el.agent.value !== agent) this.loadAgents(namespace, agent).catch(() => {});
-    this.el.model.value = session ? session.model || "" : "";
-    if (this.el.model.value !== (session ? session.model || "" : "")) this.el.model.value = "";
+    const model = session ? session.model || "" : "";
+    this.el.model.value = model;
+    if (session && (namespace !== this.modelsOf || this.el.model.value !== model)) {
+      this.loadModels(namespace, model).catch(() => {});
+    }
+    if (this.el.model.value !== model) this.el.model.value = "";
     this.el.permissionMode.value = session ? session.permission_mode || "" : "";
     this.el.contextFill.hidden = true;
   }
