@@ -226,7 +226,9 @@ class TeammateRecovery:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def close(self) -> None:
+    async def close(self, grace_s: float = 0.0) -> None:
+        """On drain: no new starts from a gateway going away (the teammate's own watch, a lead's
+        turn or the next gateway start it)."""
         self.closing = True
         for task in list(self._tasks):
             task.cancel()
