@@ -65,3 +65,23 @@ async def test_a_namespace_wide_listing_names_each_records_team(teams):
     await teams.swap("default", "lead2", "mate", "bob", "{}", 0)
     await teams.swap("other", "lead3", "mate", "carol", "{}", 0)
     assert [key for key, _ in await teams.list("default", "", "mate")] == ["lead1/alice", "lead2/bob"]
+
+
+async def test_a_change_through_another_replica_wakes_a_waiter_here(tmp_path):
+    # Two memory replicas sharing one store (as two pods share a Qdrant server): each has its
+    # own waiters, and the change number is the same whichever answers.
+    store = EdgeStore(tmp_path / "home")
+    await store.open()
+    try:
+        documents = await open_documents(store)
+        here, there = TeamRecords(documents), TeamRecords(documents)
+        await there.swap("default", "lead1", "mate", "alice", "{}", 0)
+        change = await here.wait("default", "lead1", -1, 0)
+        assert change == await there.wait("default", "lead1", -1, 0) == 1
+        waiting = asyncio.create_task(here.wait("default", "lead1", change, 30))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await there.swap("default", "lead1", "mail", "alice", "{}", 0)
+        assert await waiting == change + 1
+    finally:
+        await store.close()
