@@ -10,6 +10,7 @@ import pytest
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.memory.edge_store import EdgeStore
+from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.stores import open_documents
 from agentmesh.memory.teams import TeamRecords
 
@@ -67,10 +68,13 @@ async def test_a_namespace_wide_listing_names_each_records_team(teams):
     assert [key for key, _ in await teams.list("default", "", "mate")] == ["lead1/alice", "lead2/bob"]
 
 
-async def test_a_change_through_another_replica_wakes_a_waiter_here(tmp_path):
-    # Two memory replicas sharing one store (as two pods share a Qdrant server): each has its
-    # own waiters, and the change number is the same whichever answers.
-    store = EdgeStore(tmp_path / "home")
+@pytest.mark.parametrize("adapter", ["edge", "server"])
+async def test_a_change_through_another_replica_wakes_a_waiter_here(tmp_path, adapter):
+    # Two memory replicas sharing one store (as two pods share a Qdrant server — here its adapter
+    # in qdrant-client's local mode): each has its own waiters, and the change number is the
+    # same whichever answers.
+    home = tmp_path / "home"
+    store = EdgeStore(home) if adapter == "edge" else QdrantStore.connect(path=home / "qdrant")
     await store.open()
     try:
         documents = await open_documents(store)
