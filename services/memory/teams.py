@@ -102,13 +102,17 @@ class TeamRecords:
         pause = POLL_FIRST_S
         while True:
             seen = state.change
+
+            def changed_here(seen: int = seen) -> bool:
+                return state.change != seen
+
             current = await self.change_of(namespace, team)
             remaining = deadline - time.monotonic()
             if current != after or remaining <= 0:
                 return current
             async with state.changed:
                 try:
-                    await asyncio.wait_for(state.changed.wait_for(lambda: state.change != seen), min(pause, remaining))
+                    await asyncio.wait_for(state.changed.wait_for(changed_here), min(pause, remaining))
                 except TimeoutError:
                     pause = min(pause * 2, POLL_MAX_S)
 
