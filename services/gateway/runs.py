@@ -344,6 +344,8 @@ class RunLedger:
         """On shutdown: write what is left at once, and let the writes finish."""
         self._closing = True
         self._due_now.set()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()  # sleeping out its pause; the writes below are the last
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
