@@ -288,8 +288,9 @@ class TeamLead(TeamMember):
             if not run_id or mate.get("state") in (FINISHED, "starting"):
                 continue
             state, error = await self.runs.state(run_id)
-            await recover(self.team, self.runs, mate, state, error, self._start(str(mate.get("session_id", "")), ""),
-                          self.ctx.settings.team_restarts)
+            # A teammate spawned before records kept their `start` is started as this turn would.
+            fallback = None if isinstance(mate.get("start"), dict) else self._start(str(mate.get("session_id", "")), "")
+            await recover(self.team, self.runs, mate, state, error, fallback, self.ctx.settings.team_restarts)
 
     def _start(self, session_id: str, message: str) -> TeammateStart:
         request = self.ctx.request
