@@ -60,6 +60,10 @@ MATE_NOTE = (
 )
 
 
+class _Superseded(Exception):
+    """The teammate's record belongs to another run of it now, or it was finished."""
+
+
 # Watches that outlive the turn that started them (Teammate.after_turn), held until they end.
 _WATCHES: set[asyncio.Task[None]] = set()
 
@@ -410,9 +414,20 @@ class Teammate(TeamMember):
     async def _state(self, state: str, **fields: Any) -> None:
         usage = self.ctx.usage
         mine = [t for t in self.board.board.tasks.values() if t.owner == self.me and t.status == "in_progress"]
-        await self.team.set_mate(self.me, state=state, run_id=self.ctx.request.run_id,
-                                 current_task=f"#{mine[0].id} {mine[0].subject}" if mine else "",
-                                 input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, **fields)
+        run_id = self.ctx.request.run_id
+        changes = {"state": state, "run_id": run_id, "current_task": f"#{mine[0].id} {mine[0].subject}" if mine else "",
+                   "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, **fields}
+
+        def update(body: dict[str, Any] | None) -> dict[str, Any]:
+            # A write of a run that no longer is the teammate's — stopped, or started again
+            # meanwhile by whoever saw it end — lands on nothing (team_recovery.py decides then).
+            if body is not None and (body.get("state") == FINISHED or body.get("run_id") not in ("", run_id)):
+                raise _Superseded
+            return {**(body or {"name": self.me}), **changes, "updated_at": time.time()}
+        try:
+            await self.team.change("mate", self.me, update)
+        except _Superseded:
+            log.info("teammate's state not written: its run was ended or replaced", name=self.me, run_id=run_id)
 
     async def _run(self, call: ToolCall, args: dict[str, Any]) -> ToolOutcome:
         if call.name == "submit_plan":
