@@ -60,7 +60,7 @@ class Script:
             return reply("", tool_call("read_inbox", {"wait_s": 120}))
         if not self.held:
             self.held = True
-            return reply("", tool_call("task_claim", {}), hold=self.hold)
+            return reply("", tool_call("task_claim", {}), pause_after_chunks=1, hold=self.hold)
         if "send_message" not in names:
             return reply("", tool_call("send_message", {"to": "lead", "text": "RESULT-ALICE: parsed after a gateway restart"}))
         return reply("Done.")

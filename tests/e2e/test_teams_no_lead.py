@@ -41,7 +41,7 @@ class Script:
                                                               "task": "Report to the lead."}))
             return reply("alice is on it.")
         if not self.go.is_set():
-            return reply("", tool_call("read_inbox", {}), hold=self.go)
+            return reply("", tool_call("read_inbox", {}), pause_after_chunks=1, hold=self.go)
         if self.fail and not self.failed:
             self.failed = True
             return failure(400, message="the model went away")
