@@ -62,8 +62,9 @@ def _claim(expected: str, **fields: Any) -> Callable[[dict[str, Any] | None], di
 
 
 async def recover(team: Team, runs: TeammateRuns, mate: dict[str, Any], state: str, error: str,
-                  fallback: TeammateStart | None = None, max_restarts: int = 2) -> str:
-    """Act on teammate `mate` whose run `mate["run_id"]` ended as `state`: a failed or
+                  fallback: TeammateStart | None = None, max_restarts: int = 2, ended: str = "") -> str:
+    """Act on teammate `mate` whose run `mate["run_id"]` (when given: `ended`, and only while it
+    is still the teammate's) ended as `state`: a failed or
     interrupted one is started again (its record's `start`, else `fallback`), a cancelled one is
     finished, and after its restart limit a failing one is finished and the lead told. What was
     done: "restarted", "finished", "gave_up", "not_restarted", or "" (nothing: not ended, or
@@ -71,6 +72,8 @@ async def recover(team: Team, runs: TeammateRuns, mate: dict[str, Any], state: s
     run_id, name = str(mate.get("run_id", "")), str(mate["name"])
     if not run_id or mate.get("state") in (FINISHED, "starting") or state not in ENDED or state == "succeeded":
         return ""
+    if ended and ended != run_id:
+        return ""  # started again already, by whoever saw the end first
     try:
         if state == "cancelled":
             await team.change("mate", name, _claim(run_id, state=FINISHED, stop_reason="cancelled"))
@@ -133,7 +136,7 @@ async def watch_run(team: Team, runs: TeammateRuns, name: str, run_id: str) -> N
                 continue
             mate = await team.get("mate", name)
             if mate is not None:
-                await recover(team, runs, mate.body, state, error)
+                await recover(team, runs, mate.body, state, error, ended=run_id)
             return
         except AgentmeshError as exc:  # the gateway is away a while yet: ask again
             log.info("teammate's run not readable yet", name=name, run_id=run_id, error=exc.message)
