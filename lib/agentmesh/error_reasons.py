@@ -27,6 +27,7 @@ __all__ = [
     "DEADLINE_EXCEEDED",
     "DOMAIN",
     "FAILED_PRECONDITION",
+    "GATEWAY_LOST",
     "INTERNAL_ERROR",
     "INVALID_ARGUMENT",
     "MALFORMED_REQUEST",
@@ -98,6 +99,7 @@ BLOCK_DRAFT_NOT_FOUND = "BLOCK_DRAFT_NOT_FOUND"
 URL_REFUSED = "URL_REFUSED"
 AGENTS_FROM_RESOURCES = "AGENTS_FROM_RESOURCES"
 SEQ_OUT_OF_RANGE = "SEQ_OUT_OF_RANGE"
+GATEWAY_LOST = "GATEWAY_LOST"
 
 REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(INVALID_ARGUMENT, "INVALID_ARGUMENT",
@@ -142,6 +144,9 @@ REASONS: dict[str, Reason] = {r.name: r for r in (
     Reason(REQUEST_TOO_LARGE, "INVALID_ARGUMENT",
            "the HTTP request body is larger than AGENTMESH_GATEWAY_HTTP_MAX_BODY_BYTES; metadata `limit_bytes`"),
     Reason(SHUTTING_DOWN, "UNAVAILABLE", "the gateway is draining; retry in a moment (another replica takes it)"),
+    Reason(GATEWAY_LOST, "UNAVAILABLE",
+           "a run's record (its `error_reason`): the gateway replica relaying it stopped without ending it (no "
+           "word from it for AGENTMESH_GATEWAY_RUN_LEASE_S), and another replica recorded it `interrupted`"),
     Reason(TURN_TIMEOUT, "DEADLINE_EXCEEDED",
            "a turn ran longer than AGENTMESH_GATEWAY_TURN_TIMEOUT_S and was stopped (an `error` event); "
            "metadata `timeout_s`"),

@@ -11,6 +11,13 @@ event, and a turn that ends within FIRST_WRITE_DELAY_S of its start is written o
 A CreateRun waiting on the first write has it at once. A write that fails is logged and
 retried with the next change (an end, a few times); the turn never waits on it.
 
+A lease says a run is still relayed: the ledger writes its unfinished runs again (their
+`updated_at`) every third of `lease_s`. A record that says a run goes on but has not been
+refreshed for longer than `lease_s` lost its gateway (a replica killed mid-turn, before it could
+record the end): the replica that reads it — GetRun, ListRuns, a teammate's lead — records it
+`interrupted` (reason GATEWAY_LOST) and ends it as its own, so `on_end` (webhooks, a teammate's
+restart) follows as for any run.
+
 The run's events are the session's live feed (live.py); the ledger keeps the feeds of the last
 RECENT_RUNS runs after they end, so JoinRun can replay a finished run from its first event on the
 replica that ran it. Elsewhere (another replica after a restart), a finished run is joined as one
@@ -25,6 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Hashable, Protocol
 
+from agentmesh import error_reasons
 from agentmesh.errors import NotFound
 from agentmesh.gateway.authz import Caller
 from agentmesh.gateway.feeds import Feed
@@ -45,6 +53,11 @@ WRITE_EVERY_S = 1.0
 # CreateRun): most turns end sooner, and then only their final record is written — one memory
 # write per turn instead of two. A run that is still going by then is written as running.
 FIRST_WRITE_DELAY_S = 1.0
+# A run's lease, by default (GatewaySettings.run_lease_s): its record is refreshed thrice within it.
+LEASE_S = 30.0
+UNFINISHED_STATES = frozenset({"queued", "running", "waiting_for_approval"})
+LOST_MESSAGE = ("the gateway replica relaying this run stopped before it ended (its record was not refreshed for "
+                "{lease:g}s); its transcript holds what it did")
 # run_finished's stop reasons that are not a success of the run itself.
 _STATE_OF_STOP = {"cancelled": "cancelled", "interrupted": "interrupted", "rolled_back": "cancelled"}
 
@@ -102,9 +115,11 @@ def closing_event(run: sessions_pb2.Run) -> common_pb2.Event:
 
 
 class RunLedger:
-    def __init__(self, records: RunRecords | None = None):
+    def __init__(self, records: RunRecords | None = None, lease_s: float = LEASE_S):
         # None: no memory to record to (a core driven alone); runs are then this replica's only.
         self._records = records
+        self.lease_s = lease_s
+        self._heartbeat: asyncio.Task[None] | None = None
         self._running: dict[str, LocalRun] = {}
         self._recent: OrderedDict[str, LocalRun] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -131,6 +146,10 @@ class RunLedger:
         for waiter in self._expected.pop(run_id, ()):
             if not waiter.done():
                 waiter.set_result(run)
+        if self._records is not None and (self._heartbeat is None or self._heartbeat.done()):
+            self._heartbeat = asyncio.create_task(self._refresh())
+            self._tasks.add(self._heartbeat)
+            self._heartbeat.add_done_callback(self._tasks.discard)
         return run
 
     def expect(self, run_id: str, webhook_url: str = "") -> asyncio.Future[LocalRun]:
@@ -249,7 +268,34 @@ class RunLedger:
             return local.record
         if self._records is None:
             raise NotFound(f"there is no run {run_id!r}")
-        return await self._records.get_run(run_id)
+        run = await self._records.get_run(run_id)
+        return self.reclaim(run) if self.lost(run) else run
+
+    def lost(self, run: sessions_pb2.Run, now: float | None = None) -> bool:
+        """Whether memory's record says `run` goes on while no replica has refreshed it for
+        longer than its lease, and this replica does not run it."""
+        return (run.state in UNFINISHED_STATES and self.local(run.run_id) is None
+                and (now or time.time()) - (run.updated_at or run.created_at) > self.lease_s)
+
+    def reclaim(self, run: sessions_pb2.Run) -> sessions_pb2.Run:
+        """A run whose gateway was lost, ended here as `interrupted`: written, kept among this
+        replica's recent runs (so it reads the same here from now on), and handed to `on_end`."""
+        local = LocalRun(_copy(run))
+        record = local.record
+        record.state = "interrupted"
+        record.error_code, record.error_reason = "UNAVAILABLE", error_reasons.GATEWAY_LOST
+        record.error_message = LOST_MESSAGE.format(lease=self.lease_s)
+        record.finished_at = time.time()
+        local.began.set()
+        local.signer = self._records.signer() if self._records is not None else None
+        if record.webhook_url:
+            record.webhook_state = "pending"
+        self._keep(local)
+        self._save(local)
+        log.warning("run lost its gateway; recorded interrupted", run_id=record.run_id, session_id=record.session_id)
+        if self.on_end is not None:
+            self.on_end(record)
+        return record
 
     async def list(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
         mine = [r.record for r in [*self._running.values(), *self._recent.values()] if _listed(r.record, request)]
@@ -258,10 +304,13 @@ class RunLedger:
             return sessions_pb2.ListRunRecordsResponse(runs=mine)
         reply = await self._records.list_runs(request)
         # Runs of this replica are fresher here than in memory (a write may be on its way).
+        now = time.time()
         for run in reply.runs:
             local = self.local(run.run_id)
             if local is not None:
                 run.CopyFrom(local.record)
+            elif self.lost(run, now):
+                run.CopyFrom(self.reclaim(run))
         # A first page also shows this replica's runs whose first write has not landed yet (the
         # ledger writes once a second): a run that just started or ended is never missing here.
         if not request.page_token and not request.webhook_pending:
@@ -295,11 +344,21 @@ class RunLedger:
         """On shutdown: write what is left at once, and let the writes finish."""
         self._closing = True
         self._due_now.set()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()  # sleeping out its pause; the writes below are the last
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # --- writing ----------------------------------------------------------------------------
 
+    async def _refresh(self) -> None:
+        """The lease: while this replica relays runs, each one's record is written again every
+        third of the lease (with the ledger's other writes), so no reader takes it for lost."""
+        while self._running and not self._closing:
+            await asyncio.sleep(self.lease_s / 3)
+            for run in list(self._running.values()):
+                if run.record.state in UNFINISHED_STATES and not run.dirty:
+                    self._save(run)
 
     def _save(self, run: LocalRun) -> None:
         run.record.updated_at = time.time()

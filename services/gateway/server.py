@@ -35,7 +35,7 @@ from agentmesh.gateway.retention import RetentionDriver
 from agentmesh.gateway.run_rpcs import RunRpcs, validate_join, validate_run_id
 from agentmesh.gateway.runs import RunLedger
 from agentmesh.gateway.settings import GatewaySettings
-from agentmesh.gateway.team_rpcs import TeamRpcs
+from agentmesh.gateway.team_rpcs import TeammateRecovery, TeamRpcs
 from agentmesh.gateway.usage import UsageReports
 from agentmesh.gateway.webhooks import Webhooks
 from agentmesh.ids import validate_id
@@ -439,12 +439,21 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         authz=authz,
         limits=TenantLimiter(settings.auth_policy),
         live=LiveTurns(gateway_settings.advertise_address if gateway_settings.peers.enabled else ""),
-        runs=RunLedger(sessions),
+        runs=RunLedger(sessions, gateway_settings.run_lease_s),
     )
     # Run webhooks: delivered from here, written back through the run ledger (webhooks.py says why).
     webhooks = Webhooks(sessions, gateway_settings.webhook_allow_private, gateway_settings.webhook_retry_base_s,
                         gateway_settings.webhook_max_attempts, core.runs.update_webhook)
-    core.runs.on_end = webhooks.ended
+    learning = MemoryLearning(memory_client)
+    run_rpcs = RunRpcs(core, authz, webhooks.check)
+    # A teammate's run that ends without it finishing is started again from here (team_rpcs.py).
+    teammates = TeammateRecovery(learning, run_rpcs.create)
+
+    def run_ended(run: sessions_pb2.Run) -> None:
+        webhooks.ended(run)
+        teammates.ended(run)
+
+    core.runs.on_end = run_ended
     traces = LocalTraces(span_store_dir(settings.home) if settings.traces == "local" else None)
     resources = Resources(sessions=sessions, tools=tools, files=tools, memory=sessions, traces=traces,
                           max_upload_bytes=gateway_settings.max_upload_bytes, policies=policies, authz=authz)
@@ -462,10 +471,9 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         host.on_stop(forwarder.close)
         host.on_stop(membership.stop)  # on_stop runs in reverse: the lookups stop first
     reflect = AgentReflect(agent_client)
-    learning = MemoryLearning(memory_client)
     servicer = GatewayServicer(
         core, resources, UsageReports(sessions, catalog), router, reflect, learning, authz,
-        RunRpcs(core, authz, webhooks.check), sessions.webhook_secret, webhooks,
+        run_rpcs, sessions.webhook_secret, webhooks,
         RetentionDriver(sessions, tools, core.has_active_turn, host.audit, telemetry.metrics,
                         settings.auth_policy.owner_of if settings.auth_policy.enforced else None))
     servicer.managed_agent_namespaces = frozenset(settings.managed_agent_namespaces)
@@ -477,6 +485,7 @@ async def build(settings: Settings, telemetry: Telemetry, address: str | None = 
         for channel in channels.values():
             await channel.close()
 
+    host.on_drain(teammates.close)
     host.on_drain(core.drain)
     host.on_drain(core.live.drain)
     host.on_stop(close_channels)

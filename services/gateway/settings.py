@@ -54,6 +54,10 @@ class GatewaySettings(EnvSection):
     max_iterations_cap: int = env("AGENTMESH_GATEWAY_MAX_ITERATIONS_CAP", 100, minimum=1)
     # An upper bound on one turn, so a stuck run cannot hold a session forever.
     turn_timeout_s: float = env("AGENTMESH_GATEWAY_TURN_TIMEOUT_S", 1800.0, minimum=1)
+    # A run's record is refreshed by the replica relaying it a few times within this lease; one
+    # that has not been for longer lost its gateway (killed, its node gone) and is recorded
+    # `interrupted` by the replica that reads it (runs.py).
+    run_lease_s: float = env("AGENTMESH_GATEWAY_RUN_LEASE_S", 30.0, minimum=0.5)
     # What a message to a session that runs a turn does when its ChatOptions.if_busy is empty.
     if_busy: str = env("AGENTMESH_GATEWAY_IF_BUSY", "reject", choices=IF_BUSY_POLICIES)
     # The deployment's tool policy (docs/approvals.md#tool-policy): comma-separated tool names or

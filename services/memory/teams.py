@@ -5,15 +5,19 @@ its id). The agents running the lead and its teammates change them with a compar
 (`swap`: the document port's `swap_document`), so two teammates on two agent replicas never both
 claim a task or both take one mailbox sequence number.
 
-`wait` is how an idle teammate sleeps until its team changes: every swap here bumps the team's
-change number and wakes the waiters on this replica; a waiter bounds its wait (the agent asks
-again), which is also what catches a change made through another memory replica.
+`wait` is how an idle teammate sleeps until its team changes. The team's change number is the
+sum of its records' versions — every swap that lands adds one — so it is the same whichever
+memory replica answers, as long as they share the store (a Qdrant server): a waiter may ask one
+replica and then another. A swap made here wakes this replica's waiters at once; one made through
+another replica is seen by the waiters' poll of the store, at first every POLL_FIRST_S, backing
+off to every POLL_MAX_S.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from agentmesh.errors import InvalidArgument
@@ -26,6 +30,10 @@ KINDS = ("mate", "mail", "board", "protocol")
 MAX_BODY_CHARS = 256 * 1024
 MAX_KEY_CHARS = 128
 MAX_WAIT_S = 30.0
+# A waiter's look at the store for changes made through another memory replica: soon at first
+# (a conversation between teammates is quick), then less often while nothing happens.
+POLL_FIRST_S = 0.05
+POLL_MAX_S = 1.0
 
 
 class _Team:
@@ -90,13 +98,30 @@ class TeamRecords:
         namespace = validate_namespace(namespace or "default")
         validate_id(team)
         state = self._teams.setdefault((namespace, team), _Team())
-        timeout_s = min(max(timeout_s, 0.0), MAX_WAIT_S)
-        async with state.changed:
-            try:
-                await asyncio.wait_for(state.changed.wait_for(lambda: state.change != after), timeout_s)
-            except TimeoutError:
-                pass
-            return state.change
+        deadline = time.monotonic() + min(max(timeout_s, 0.0), MAX_WAIT_S)
+        pause = POLL_FIRST_S
+        while True:
+            seen = state.change
+
+            def changed_here(seen: int = seen) -> bool:
+                return state.change != seen
+
+            current = await self.change_of(namespace, team)
+            remaining = deadline - time.monotonic()
+            if current != after or remaining <= 0:
+                return current
+            async with state.changed:
+                try:
+                    await asyncio.wait_for(state.changed.wait_for(changed_here), min(pause, remaining))
+                except TimeoutError:
+                    pause = min(pause * 2, POLL_MAX_S)
+
+    async def change_of(self, namespace: str, team: str) -> int:
+        """The team's change number: the sum of its records' versions, as the store holds them."""
+        total = 0
+        for kind in KINDS:
+            total += sum(int(body.get(VERSION, 0)) for _, body in await self.list(namespace, team, kind))
+        return total
 
     async def _bump(self, namespace: str, team: str) -> None:
         state = self._teams.setdefault((namespace, team), _Team())

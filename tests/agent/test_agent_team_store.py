@@ -99,3 +99,39 @@ def test_only_a_teammates_session_names_a_team():
     assert team_of("s1.sub-0123456789") is None
     assert team_of("s1.mate-Alice!") is None
     assert team_of(".mate-alice") is None
+
+
+class Runs:
+    """TeammateRuns that start runs in order (run-2, run-3, …) and remember each start."""
+
+    def __init__(self):
+        self.started: list = []
+
+    async def start(self, start) -> str:
+        self.started.append(start)
+        return f"run-{len(self.started) + 1}"
+
+    async def state(self, run_id: str) -> tuple[str, str]:
+        raise AssertionError("not asked here")
+
+
+async def test_a_teammates_ended_run_is_started_again_once_whoever_sees_the_end(store):
+    from agentmesh.agent.capabilities.team_recovery import recover
+
+    team, runs = Team(store, "default", "lead1"), Runs()
+    await team.set_mate("alice", session_id="lead1.mate-alice", state="working", run_id="run-1", restarts=0,
+                        start={"model": "m", "allow": [], "deny": ["shell"], "max_iterations": 9, "max_restarts": 2})
+    seen = (await team.get("mate", "alice")).body
+    # Two observers of run-1's end (the gateway, the teammate's watch, the lead) acting at once.
+    done = await asyncio.gather(*(recover(team, runs, dict(seen), "interrupted", "its gateway stopped", ended="run-1")
+                                  for _ in range(3)))
+    assert sorted(done) == ["", "", "restarted"] and len(runs.started) == 1
+    assert runs.started[0].deny == ("shell",) and "its gateway stopped" in runs.started[0].message
+    now = (await team.get("mate", "alice")).body
+    assert (now["run_id"], now["state"], now["restarts"]) == ("run-2", "started", 1)
+    # A late look at run-1's end, with the record as it is now: nothing more is started.
+    assert await recover(team, runs, now, "interrupted", "", ended="run-1") == "" and len(runs.started) == 1
+    # A stop: finished, and the lead told.
+    assert await recover(team, runs, now, "cancelled", "", ended="run-2") == "finished"
+    assert (await team.get("mate", "alice")).body["stop_reason"] == "cancelled"
+    assert (await team.mail_after("lead", 0))[-1].text.startswith("[alice finished (cancelled)]")

@@ -76,7 +76,7 @@ class Script:
         if not self.held:
             self.victim = self.pids["alice"][-1]
             self.held = True
-            return reply("", tool_call("task_claim", {}), hold=self.hold)
+            return reply("", tool_call("task_claim", {}), pause_after_chunks=1, hold=self.hold)
         if "send_message" not in names:
             return reply("", tool_call("send_message", {"to": "lead", "text": "RESULT-ALICE: parsed after a restart"}))
         return reply("Done.")

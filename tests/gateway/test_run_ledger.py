@@ -6,6 +6,7 @@ The ledger is the real one; memory's side of the port is a recorder of the calls
 from __future__ import annotations
 
 import asyncio
+import time
 
 from agentmesh.gateway.feeds import Feed
 from agentmesh.gateway.runs import RunLedger
@@ -100,3 +101,67 @@ async def test_a_refused_end_is_tried_again_alone_and_a_drain_writes_what_is_lef
     assert [r.run_id for r in records.calls[0]] == ["run-good", "run-bad"]
     # The refused end again, alone, until the retries are spent; the stored one never again.
     assert len(records.calls) > 1 and all([r.run_id for r in call] == ["run-bad"] for call in records.calls[1:])
+
+
+class StoredRuns(RecordedRuns):
+    """Memory holding runs another replica wrote (`stored`), and what this ledger writes."""
+
+    def __init__(self, *stored: sessions_pb2.Run):
+        super().__init__()
+        self.stored = {run.run_id: run for run in stored}
+
+    async def get_run(self, run_id: str) -> sessions_pb2.Run:
+        written = {run.run_id: run for call in self.calls for run in call}
+        return written.get(run_id) or self.stored[run_id]
+
+    async def list_runs(self, request: sessions_pb2.ListRunRecordsRequest) -> sessions_pb2.ListRunRecordsResponse:
+        runs = {**self.stored, **{run.run_id: run for call in self.calls for run in call}}
+        return sessions_pb2.ListRunRecordsResponse(runs=[_copy(r) for r in runs.values()])
+
+
+def _copy(run: sessions_pb2.Run) -> sessions_pb2.Run:
+    copy = sessions_pb2.Run()
+    copy.CopyFrom(run)
+    return copy
+
+
+def _stored(run_id: str, age_s: float, state: str = "running") -> sessions_pb2.Run:
+    now = time.time()
+    return sessions_pb2.Run(run_id=run_id, session_id=f"s-{run_id}", namespace="default", state=state,
+                            created_at=now - age_s - 5, updated_at=now - age_s, started_by="user:alice")
+
+
+async def test_a_run_whose_gateway_was_lost_is_recorded_interrupted_by_the_replica_reading_it():
+    records = StoredRuns(_stored("run-lost", age_s=60), _stored("run-live", age_s=1), _stored("run-done", 60, "succeeded"))
+    ledger = RunLedger(records, lease_s=30)
+    ended: list[sessions_pb2.Run] = []
+    ledger.on_end = ended.append
+
+    lost = await ledger.get("run-lost")
+    assert (lost.state, lost.error_reason) == ("interrupted", "GATEWAY_LOST") and lost.finished_at
+    assert "stopped before it ended" in lost.error_message
+    assert [r.run_id for r in ended] == ["run-lost"]
+    assert (await ledger.get("run-live")).state == "running"  # within its lease
+    assert (await ledger.get("run-done")).state == "succeeded"
+    await ledger.drain()
+    assert [(r.run_id, r.state) for call in records.calls for r in call] == [("run-lost", "interrupted")]
+    # Read again, or listed: the same end, not a second one.
+    assert (await ledger.get("run-lost")).state == "interrupted" and len(ended) == 1
+    listed = await ledger.list(sessions_pb2.ListRunRecordsRequest(namespace="default"))
+    assert sorted((r.run_id, r.state) for r in listed.runs) == [
+        ("run-done", "succeeded"), ("run-live", "running"), ("run-lost", "interrupted")]
+
+
+async def test_a_run_going_on_has_its_record_refreshed_within_its_lease():
+    records = StoredRuns()
+    ledger = RunLedger(records, lease_s=0.6)
+    run = ledger.begin("run-long", "s-long", "default", "user:alice")
+    ledger.started(run, Feed())
+    while len([r for call in records.calls for r in call if r.run_id == "run-long"]) < 3:
+        await asyncio.sleep(0.05)
+    written = [r for call in records.calls for r in call if r.run_id == "run-long"]
+    assert all(r.state == "running" for r in written)
+    assert written[-1].updated_at > written[0].updated_at
+    ledger.observe(run, "run_finished", _finished("run-long"))
+    ledger.end(run)
+    await ledger.drain()

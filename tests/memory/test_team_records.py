@@ -10,6 +10,7 @@ import pytest
 
 from agentmesh.errors import InvalidArgument
 from agentmesh.memory.edge_store import EdgeStore
+from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.stores import open_documents
 from agentmesh.memory.teams import TeamRecords
 
@@ -65,3 +66,26 @@ async def test_a_namespace_wide_listing_names_each_records_team(teams):
     await teams.swap("default", "lead2", "mate", "bob", "{}", 0)
     await teams.swap("other", "lead3", "mate", "carol", "{}", 0)
     assert [key for key, _ in await teams.list("default", "", "mate")] == ["lead1/alice", "lead2/bob"]
+
+
+@pytest.mark.parametrize("adapter", ["edge", "server"])
+async def test_a_change_through_another_replica_wakes_a_waiter_here(tmp_path, adapter):
+    # Two memory replicas sharing one store (as two pods share a Qdrant server — here its adapter
+    # in qdrant-client's local mode): each has its own waiters, and the change number is the
+    # same whichever answers.
+    home = tmp_path / "home"
+    store = EdgeStore(home) if adapter == "edge" else QdrantStore.connect(path=home / "qdrant")
+    await store.open()
+    try:
+        documents = await open_documents(store)
+        here, there = TeamRecords(documents), TeamRecords(documents)
+        await there.swap("default", "lead1", "mate", "alice", "{}", 0)
+        change = await here.wait("default", "lead1", -1, 0)
+        assert change == await there.wait("default", "lead1", -1, 0) == 1
+        waiting = asyncio.create_task(here.wait("default", "lead1", change, 30))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        await there.swap("default", "lead1", "mail", "alice", "{}", 0)
+        assert await waiting == change + 1
+    finally:
+        await store.close()

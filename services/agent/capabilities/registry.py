@@ -71,7 +71,7 @@ def for_turn(ctx: TurnContext, teams: TeamServices | None = None) -> list[Capabi
         link = team_of(request.session_id)
         if link is not None:
             board = SharedTaskBoard(ctx, Team(teams.store, request.namespace, link[0]), link[1])
-            team.append(Teammate(ctx, board.team, link[1], board))
+            team.append(Teammate(ctx, board.team, link[1], board, teams.runs))
         elif board is not None:
             board = SharedTaskBoard(ctx, Team(teams.store, request.namespace, request.session_id), LEAD)
             team.append(TeamLead(ctx, board.team, board, teams.runs))

@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, Coroutine
 
 from agentmesh.agent.capabilities.tasks import Board
 from agentmesh.agent.capabilities.team_board import SharedTaskBoard, claimable
+from agentmesh.agent.capabilities.team_recovery import recover, start_record, watch_run
 from agentmesh.agent.capabilities.team_specs import LEAD_SPECS, MATE_SPECS, SCHEMAS
 from agentmesh.agent.capabilities.team_store import (
     LEAD,
@@ -59,14 +60,18 @@ MATE_NOTE = (
 )
 
 
-RESUME = (
-    "Your previous run ended before it was done ({error}); you are started again in your session. Carry on with "
-    "your task from where you were: messages that arrived meanwhile follow."
-)
+class _Superseded(Exception):
+    """The teammate's record belongs to another run of it now, or it was finished."""
 
 
-class _Taken(Exception):
-    """Another lead turn restarts this teammate already."""
+# Watches that outlive the turn that started them (Teammate.after_turn), held until they end.
+_WATCHES: set[asyncio.Task[None]] = set()
+
+
+def _detach(watch: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.create_task(watch)
+    _WATCHES.add(task)
+    task.add_done_callback(_WATCHES.discard)
 
 
 def status_event(mate: dict[str, Any]) -> TeammateStatusEvent:
@@ -259,14 +264,13 @@ class TeamLead(TeamMember):
         if sessions is not None:
             await sessions.open_child(session_id, parent_session_id=request.session_id, namespace=request.namespace,
                                       title=f"teammate {name} ({role})"[:200])
+        start = self._start(session_id, f"Your role: {role}\n\nYour task: {task}")
+        # Its `start` lets whoever sees its run fail start it again the same way (team_recovery.py).
         await self.team.set_mate(name, role=role, task=task, session_id=session_id, state="starting",
-                                 current_task="", last_message="", input_tokens=0, output_tokens=0, run_id="")
-        allow, deny = self._ceiling()
+                                 current_task="", last_message="", input_tokens=0, output_tokens=0, run_id="",
+                                 restarts=0, start=start_record(start, settings.team_restarts))
         try:
-            run_id = await self.runs.start(TeammateStart(
-                session_id=session_id, namespace=request.namespace, message=f"Your role: {role}\n\nYour task: {task}",
-                model=request.model, permission_mode=request.permission_mode, allow=allow, deny=deny,
-                max_iterations=settings.team_max_iterations, token_budget=request.token_budget))
+            run_id = await self.runs.start(start)
         except AgentmeshError as exc:
             # Not started: it must not hold a place under the team's cap.
             await self.team.set_mate(name, state=FINISHED, stop_reason="not_started", last_message=exc.message)
@@ -278,48 +282,26 @@ class TeamLead(TeamMember):
                         name=name, session_id=session_id, run_id=run_id)
 
     async def _recover(self, mates: list[dict[str, Any]]) -> None:
-        """Start again, in its own session, each teammate whose run ended with an error without
-        it finishing — its agent replica died mid-turn, or its turn failed. The new run reads its
-        transcript back (and with it its mailbox cursor: no message reaches its model twice) and
-        takes the mail that came meanwhile. After `team_restarts` such starts it is finished,
-        and the lead is told."""
+        """Act on each teammate whose run ended without it finishing — its agent replica died
+        mid-turn, its turn failed, its gateway was lost, it was cancelled (team_recovery.py):
+        started again in its own session, from its transcript and mailbox cursor, at most
+        `team_restarts` times. The gateway does the same where it sees the run end; whoever
+        claims the teammate's record first acts."""
         for mate in mates:
-            run_id, name = str(mate.get("run_id", "")), str(mate["name"])
+            run_id = str(mate.get("run_id", ""))
             if not run_id or mate.get("state") in (FINISHED, "starting"):
                 continue
             state, error = await self.runs.state(run_id)
-            if state not in ("failed", "interrupted"):
-                continue
-            restarts = int(mate.get("restarts", 0))
-            if restarts >= self.ctx.settings.team_restarts:
-                note = f"its run {run_id} failed ({error or state}) after {restarts} restarts"
-                await self.team.set_mate(name, state=FINISHED, stop_reason="failed", last_message=note[:LAST_CHARS])
-                await self.team.post(LEAD, name, f"[{name} finished (failed)] {note}")
-                log.warning("teammate given up", team=self.ctx.request.session_id, name=name, run_id=run_id)
-                continue
-            # Claimed first, so two lead turns (or replicas) looking at once start it only once.
-            def claim(body: dict[str, Any] | None, expected: str = run_id) -> dict[str, Any]:
-                if body is None or body.get("run_id") != expected:
-                    raise _Taken
-                return {**body, "run_id": "", "state": "starting", "restarts": int(body.get("restarts", 0)) + 1}
-            try:
-                await self.team.change("mate", name, claim)
-            except _Taken:
-                continue
-            allow, deny = self._ceiling()
-            request = self.ctx.request
-            try:
-                new_run = await self.runs.start(TeammateStart(
-                    session_id=str(mate.get("session_id") or mate_session(request.session_id, name)),
-                    namespace=request.namespace, message=RESUME.format(error=error or state),
-                    model=request.model, permission_mode=request.permission_mode, allow=allow, deny=deny,
-                    max_iterations=self.ctx.settings.team_max_iterations, token_budget=request.token_budget))
-            except AgentmeshError as exc:
-                await self.team.set_mate(name, state=FINISHED, stop_reason="not_restarted", last_message=exc.message)
-                await self.team.post(LEAD, name, f"[{name} finished (failed)] not restarted: {exc.message}")
-                continue
-            await self.team.set_mate(name, run_id=new_run, state="started")
-            log.info("teammate restarted", team=request.session_id, name=name, failed_run=run_id, run_id=new_run)
+            # A teammate spawned before records kept their `start` is started as this turn would.
+            fallback = None if isinstance(mate.get("start"), dict) else self._start(str(mate.get("session_id", "")), "")
+            await recover(self.team, self.runs, mate, state, error, fallback, self.ctx.settings.team_restarts)
+
+    def _start(self, session_id: str, message: str) -> TeammateStart:
+        request = self.ctx.request
+        allow, deny = self._ceiling()
+        return TeammateStart(session_id=session_id, namespace=request.namespace, message=message, model=request.model,
+                             permission_mode=request.permission_mode, allow=allow, deny=deny,
+                             max_iterations=self.ctx.settings.team_max_iterations, token_budget=request.token_budget)
 
     def _ceiling(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The teammate's tool policy layer: every tool the lead's turn may not use, denied — the
@@ -353,8 +335,10 @@ class TeamLead(TeamMember):
 class Teammate(TeamMember):
     """A teammate's side: its inbox before each model call, waiting when idle, its protocols."""
 
-    def __init__(self, ctx: TurnContext, team: Team, name: str, board: SharedTaskBoard):
+    def __init__(self, ctx: TurnContext, team: Team, name: str, board: SharedTaskBoard,
+                 runs: TeammateRuns | None = None):
         super().__init__(ctx, team, name, board)
+        self.runs = runs
         self.role = ""
         self.member = False
         self.exiting = False
@@ -411,8 +395,15 @@ class Teammate(TeamMember):
 
     async def after_turn(self, stop_reason: str) -> None:
         if not self.member or stop_reason == "error":
-            # A failed run is the lead's to start again (TeamLead._recover) — as is one whose
-            # replica died and never got here; until then it keeps its place in the team.
+            # A failed run is started again by whoever sees it end (the gateway, the lead:
+            # team_recovery.py) — as is one whose replica died and never got here; until then it
+            # keeps its place in the team.
+            return
+        if stop_reason == "cancelled":
+            # Cancelled under it: a stop asked for (`team stop`), or its gateway went away
+            # mid-turn. Its run's record tells which, once a gateway answers: watched from here.
+            if self.runs is not None:
+                _detach(watch_run(self.team, self.runs, self.me, self.ctx.request.run_id))
             return
         try:
             await self._state(FINISHED, stop_reason=stop_reason, last_message=self.last_text[:LAST_CHARS])
@@ -423,9 +414,20 @@ class Teammate(TeamMember):
     async def _state(self, state: str, **fields: Any) -> None:
         usage = self.ctx.usage
         mine = [t for t in self.board.board.tasks.values() if t.owner == self.me and t.status == "in_progress"]
-        await self.team.set_mate(self.me, state=state, run_id=self.ctx.request.run_id,
-                                 current_task=f"#{mine[0].id} {mine[0].subject}" if mine else "",
-                                 input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, **fields)
+        run_id = self.ctx.request.run_id
+        changes = {"state": state, "run_id": run_id, "current_task": f"#{mine[0].id} {mine[0].subject}" if mine else "",
+                   "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, **fields}
+
+        def update(body: dict[str, Any] | None) -> dict[str, Any]:
+            # A write of a run that no longer is the teammate's — stopped, or started again
+            # meanwhile by whoever saw it end — lands on nothing (team_recovery.py decides then).
+            if body is not None and (body.get("state") == FINISHED or body.get("run_id") not in ("", run_id)):
+                raise _Superseded
+            return {**(body or {"name": self.me}), **changes, "updated_at": time.time()}
+        try:
+            await self.team.change("mate", self.me, update)
+        except _Superseded:
+            log.info("teammate's state not written: its run was ended or replaced", name=self.me, run_id=run_id)
 
     async def _run(self, call: ToolCall, args: dict[str, Any]) -> ToolOutcome:
         if call.name == "submit_plan":
