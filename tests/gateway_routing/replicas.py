@@ -11,7 +11,7 @@ import grpc
 
 from agentmesh.cli.stack import free_address
 from agentmesh.config import Settings
-from agentmesh.gateway import server as gateway_server
+from agentmesh.gateway import wiring as gateway_server
 from agentmesh.gateway.membership import resolve_addresses
 from agentmesh.gateway.routing import owner_of
 from agentmesh.rpc.client import open_channel
