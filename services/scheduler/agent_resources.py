@@ -33,7 +33,7 @@ from agentmesh.scheduler.agent_controller import DefinitionRejected, StoredAgent
 from agentmesh.tenancy import encode_memberships
 from agentmesh.v1 import agents_pb2, gateway_pb2
 
-__all__ = ["GatewayAgentDefinitions", "KubeAgentResources", "kubernetes_custom_objects_api"]
+__all__ = ["ControllerCalls", "GatewayAgentDefinitions", "KubeAgentResources", "kubernetes_custom_objects_api"]
 
 PLURAL = "agents"
 _END = object()
@@ -90,10 +90,13 @@ class KubeAgentResources:
                                 namespace, self._plural, name, {"status": status})
 
 
-class GatewayAgentDefinitions:
-    """`owner_of`: the tenant owning a namespace under a tenant policy (None: no policy). No
-    principal is in every tenant, so each call is signed for the scheduler as admin of the
-    namespace's tenant — as the retention sweep's passes are (gateway/retention.py)."""
+class ControllerCalls:
+    """The gateway's RPCs as a controller makes them. `owner_of`: the tenant owning a namespace under
+    a tenant policy (None: no policy). No principal is in every tenant, so each call is signed for
+    the scheduler as admin of the namespace's tenant — as the retention sweep's passes are
+    (gateway/retention.py). `rejected`: what a refusal without details says."""
+
+    rejected = "the gateway refused the spec"
 
     def __init__(self, gateway: GatewayClient, owner_of: Callable[[str], str | None] | None = None,
                  timeout_s: float = 30.0):
@@ -101,18 +104,22 @@ class GatewayAgentDefinitions:
         self._owner_of = owner_of
         self._timeout_s = timeout_s
 
-    async def _call(self, method: str, request, namespace: str):
-        tenant = self._owner_of(namespace) if self._owner_of is not None else None
+    async def _call(self, method: str, request: Any, namespace: str) -> Any:
+        tenant = self._owner_of(namespace) if self._owner_of is not None and namespace else None
         acting = current_principal.set(
             Principal(CONTROLLER_SUBJECT, encode_memberships({tenant: "admin"})) if tenant else None)
         try:
             return await getattr(self._stub, method)(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise DefinitionRejected(err.details() or "the gateway refused the spec") from None
+                raise DefinitionRejected(err.details() or self.rejected) from None
             raise
         finally:
             current_principal.reset(acting)
+
+
+class GatewayAgentDefinitions(ControllerCalls):
+    """The namespace's agent definitions through the gateway, signed as ControllerCalls says."""
 
     @staticmethod
     def _proto(name: str, spec: dict[str, Any]) -> agents_pb2.AgentSpec:

@@ -14,15 +14,10 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Protocol
 
-import grpc
-
-from agentmesh.agent_manifest import CONTROLLER_SUBJECT
 from agentmesh.clients.gateway import GatewayClient
 from agentmesh.logs import get_logger
-from agentmesh.rpc.auth import current_principal
-from agentmesh.rpc.identity import Principal
 from agentmesh.scheduler.agent_controller import DefinitionRejected, Outcome
-from agentmesh.tenancy import encode_memberships
+from agentmesh.scheduler.agent_resources import ControllerCalls
 from agentmesh.v1 import gateway_pb2, sessions_pb2
 
 __all__ = ["PLURAL", "GatewayNamespaceModels", "NamespaceModelStore", "entry_of", "reconcile_models"]
@@ -126,30 +121,17 @@ def _entry_of_proto(m: sessions_pb2.NamespaceModel) -> dict[str, Any]:
     return entry
 
 
-class GatewayNamespaceModels:
+class GatewayNamespaceModels(ControllerCalls):
     """The namespace's models through the gateway's namespace settings, signed as the Agent
     controller's are (agent_resources.py). `on_change(namespace)`: after the models changed (the
     Agent controller relists, as an Agent may name one)."""
 
+    rejected = "the gateway refused the models"
+
     def __init__(self, gateway: GatewayClient, owner_of: Callable[[str], str | None] | None = None,
                  on_change: Callable[[str], None] | None = None, timeout_s: float = 30.0):
-        self._stub = gateway.stub
-        self._owner_of = owner_of
-        self._timeout_s = timeout_s
+        super().__init__(gateway, owner_of, timeout_s)
         self.on_change = on_change
-
-    async def _call(self, method: str, request: Any, namespace: str) -> Any:
-        tenant = self._owner_of(namespace) if self._owner_of is not None and namespace else None
-        acting = current_principal.set(
-            Principal(CONTROLLER_SUBJECT, encode_memberships({tenant: "admin"})) if tenant else None)
-        try:
-            return await getattr(self._stub, method)(request, timeout=self._timeout_s)
-        except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise DefinitionRejected(err.details() or "the gateway refused the models") from None
-            raise
-        finally:
-            current_principal.reset(acting)
 
     async def deployment_models(self) -> list[str]:
         listed = await self._call("ListModels", gateway_pb2.ListModelsRequest(), "")
