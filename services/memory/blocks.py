@@ -268,13 +268,7 @@ class Blocks:
         namespace, name = validate_namespace(namespace), self._name(name)
         user = _owner(name, user)
         async with self._lock(namespace):
-            head = await self._documents.get_document(HEAD, namespace, _key(name, user))
-            if head is None:
-                names = set(await self._heads(namespace, user))
-                if len(names) >= self.max_blocks:
-                    raise FailedPrecondition(
-                        f"namespace {namespace!r} has {len(names)} blocks, the most it may have; edit one of "
-                        f"{', '.join(prompt_order(sorted(names)))}", reason=reasons.BLOCK_FULL)
+            head = await self._head_or_room(namespace, name, user, "edit")
             current = (head or {}).get("text", "")
             proposed = self._apply(namespace, name, current, edit)
             if await self.policy(namespace) == "draft":
@@ -343,19 +337,24 @@ class Blocks:
                 "carries it): write a shorter text", reason=reasons.BLOCK_FULL)
         return text
 
+    async def _head_or_room(self, namespace: str, name: str, user: str, verb: str) -> dict[str, Any] | None:
+        """The block's head, or None for a new block when the namespace has room for one more."""
+        head = await self._documents.get_document(HEAD, namespace, _key(name, user))
+        if head is None:
+            names = set(await self._heads(namespace, user))
+            if len(names) >= self.max_blocks:
+                raise FailedPrecondition(
+                    f"namespace {namespace!r} has {len(names)} blocks, the most it may have; {verb} one of "
+                    f"{', '.join(prompt_order(sorted(names)))}", reason=reasons.BLOCK_FULL)
+        return head
+
     async def set(self, namespace: str, name: str, text: str, by: str, user: str = "") -> Block:
         """A person writes the block's whole text: a new version (change "set"), at once, whatever
         the namespace's draft policy (a person is who drafts wait for)."""
         namespace, name = validate_namespace(namespace), self._name(name)
         user, text = _owner(name, user), self._fits(name, text.strip())
         async with self._lock(namespace):
-            head = await self._documents.get_document(HEAD, namespace, _key(name, user))
-            if head is None:
-                names = set(await self._heads(namespace, user))
-                if len(names) >= self.max_blocks:
-                    raise FailedPrecondition(
-                        f"namespace {namespace!r} has {len(names)} blocks, the most it may have; write one of "
-                        f"{', '.join(prompt_order(sorted(names)))}", reason=reasons.BLOCK_FULL)
+            head = await self._head_or_room(namespace, name, user, "write")
             return await self._commit(namespace, name, head, text, "set", Provenance(by=by or "a person"), user=user)
 
     async def restore(self, block: Block, replace: bool = False) -> Block:
