@@ -200,6 +200,8 @@ async def test_an_idle_pool_scales_to_zero(fake, home):
     assert result.stdout == "cold\n"
 
 
+# Two replicas and twenty pods: a multi-replica test, in the slow tier with the others.
+@pytest.mark.slow
 async def test_twenty_first_calls_from_two_replicas_get_twenty_distinct_pods(fake, home):
     env = session_env(fake, AGENTMESH_SANDBOX_WARM_POOL_MIN="20", AGENTMESH_SANDBOX_WARM_POOL_MAX="20")
     async with ToolsClient(home, env) as one, ToolsClient(home, env) as two:
