@@ -150,6 +150,21 @@ def fit(
     tool_output_chars: int,
 ) -> tuple[list[ChatMessage], list[ChatMessage], int]:
     """Apply the budget policy; returns (history kept, current turn, number of messages left out)."""
+    kept, current, omitted, _ = fit_counted(system, history, current, budget_chars=budget_chars,
+                                            tool_output_chars=tool_output_chars)
+    return kept, current, omitted
+
+
+def fit_counted(
+    system: str,
+    history: list[ChatMessage],
+    current: list[ChatMessage],
+    *,
+    budget_chars: int,
+    tool_output_chars: int,
+) -> tuple[list[ChatMessage], list[ChatMessage], int, int]:
+    """`fit`, and the size (`size_of`) of the messages it keeps plus `len(system)`: what the
+    policy already summed, so that a model call walks its history once rather than twice."""
 
     def clipped(messages: list[ChatMessage]) -> list[ChatMessage]:
         # A copy only of the results that are cut: most fit, and the history is walked every call.
@@ -174,4 +189,4 @@ def fit(
             if m.role == "tool" and m.content != OMITTED_OUTPUT:
                 total -= len(m.content) - len(OMITTED_OUTPUT)
                 current[i] = replace(m, content=OMITTED_OUTPUT)
-    return [*pinned, *(m for t in turns for m in t)], current, omitted
+    return [*pinned, *(m for t in turns for m in t)], current, omitted, total

@@ -159,20 +159,36 @@ class OpenAIEncoder:
 
     def __call__(self, request: ModelRequest) -> bytes:
         rest = _dumps(openai_body(request, with_messages=False, with_tools=False))
-        encoded: list[str] = []
-        for m, run in _tool_groups(request.messages):
-            if m is not None:
-                # A message with image bytes is encoded afresh: megabytes would flush the cache.
-                encoded.append(_dumps(to_openai_message(m)) if m.images else self._messages(m))
-            elif (images := tool_images_message(run)) is not None:
-                encoded.append(_dumps(images))
-        messages = ",".join(encoded)
+        messages = ",".join(self._messages_json(request.messages))
         text = f'{{"messages":[{messages}],{rest[1:]}'
         if request.tools:
             tools = ",".join(self._tools(t) for t in request.tools)
             choice = "auto" if request.allow_tools else "none"
             text = f'{text[:-1]},"tools":[{tools}],"tool_choice":"{choice}"}}'
         return text.encode()
+
+
+    def _messages_json(self, messages: list[ChatMessage]) -> list[str]:
+        """As `to_openai_messages`, each message's JSON: one walk, no grouping built (every model
+        call walks the whole history); the images of a run of tool results follow the run."""
+        encoded: list[str] = []
+        with_images: list[ChatMessage] = []  # of the current run of tool results
+        in_run = False
+        for m in messages:
+            if m.role == "tool":
+                in_run = True
+                if m.images:
+                    with_images.append(m)
+            elif in_run:
+                in_run = False
+                if with_images:
+                    encoded.append(_dumps(tool_images_message(with_images)))
+                    with_images = []
+            # A message with image bytes is encoded afresh: megabytes would flush the cache.
+            encoded.append(_dumps(to_openai_message(m)) if m.images else self._messages(m))
+        if with_images:
+            encoded.append(_dumps(tool_images_message(with_images)))
+        return encoded
 
 
 def openai_body(request: ModelRequest, *, with_messages: bool = True, with_tools: bool = True) -> dict[str, Any]:
