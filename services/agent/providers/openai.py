@@ -167,7 +167,6 @@ class OpenAIEncoder:
             text = f'{text[:-1]},"tools":[{tools}],"tool_choice":"{choice}"}}'
         return text.encode()
 
-
     def _messages_json(self, messages: list[ChatMessage]) -> list[str]:
         """As `to_openai_messages`, each message's JSON: one walk, no grouping built (every model
         call walks the whole history); the images of a run of tool results follow the run."""
