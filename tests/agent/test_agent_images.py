@@ -13,6 +13,7 @@ import pytest
 from agentmesh.agent.capabilities.compaction import render
 from agentmesh.agent.loop.images import ImageReads, with_images
 from agentmesh.agent.providers import AnthropicProvider, OpenAIProvider, RetryPolicy
+from agentmesh.agent.providers.openai import openai_body
 from agentmesh.agent.types import ChatMessage, ImageRef, ModelRequest, ToolCall
 from agentmesh.errors import NotFound
 from agentmesh.images import attachment_path, describe, image_info
@@ -127,6 +128,29 @@ async def test_openai_sends_data_urls_and_a_tools_images_after_the_tool_messages
                                       {"type": "image_url", "image_url": {"url": url}}]
     assert messages[5]["content"] == [{"type": "text", "text": "Images returned by read_file (c1):"},
                                       {"type": "image_url", "image_url": {"url": url}}]
+
+
+async def test_openai_sends_a_tool_runs_images_right_after_that_run_when_the_history_goes_on(http):
+    # Two runs of tool results, each followed by more messages: each run's images follow it, before
+    # the next message; the body sent is openai_body's, the runs without images sending none.
+    picture = png(2, 2)
+    earlier = tool_turn(picture).messages
+    plain = [ChatMessage(role="assistant", tool_calls=(ToolCall("c3", "shell", "{}"),)),
+             ChatMessage(role="tool", content="ok", tool_call_id="c3", name="shell")]
+    request = ModelRequest(model="m", tools=[], messages=[
+        *earlier, ChatMessage(role="assistant", content="seen"), *plain, *earlier[1:],
+        ChatMessage(role="user", content="again")])
+    with ScriptedLLMServer([reply("ok")], check_protocol=True) as llm:
+        provider = OpenAIProvider(http, llm.base_url, "sk-test", FAST)
+        [item async for item in provider.stream(request)]
+    body = llm.requests[0].body
+    assert protocol_errors(body["messages"]) == []
+    assert body == openai_body(request)
+    assert [m["role"] for m in body["messages"]] == [
+        "system", "user", "assistant", "tool", "tool", "user", "assistant", "assistant", "tool",
+        "user", "assistant", "tool", "tool", "user", "user"]
+    shown = {"type": "text", "text": "Images returned by read_file (c1):"}
+    assert body["messages"][5]["content"][0] == shown == body["messages"][13]["content"][0]
 
 
 async def test_anthropic_sends_base64_image_blocks_in_the_message_and_the_tool_result(http):

@@ -10,7 +10,7 @@ import pytest
 
 from agentmesh.agent.providers import AnthropicProvider, OpenAIProvider, RetryPolicy, ScriptedProvider
 from agentmesh.agent.providers.base import build_timeout, retry_after_s
-from agentmesh.agent.providers.openai import openai_body
+from agentmesh.agent.providers.openai import Encoded, message_key, openai_body, to_openai_message
 from agentmesh.agent.providers.scripted import DEMO_SCRIPT, load_script
 from agentmesh.agent.types import ChatMessage, ModelReply, ModelRequest, Retrying, TextChunk, ToolCall, ToolSpec
 from agentmesh.config import ConfigError
@@ -76,6 +76,29 @@ async def test_openai_request_carries_stream_usage_tools_and_the_key_in_a_header
     assert sent.body["model"] == "test-model" and sent.body["tool_choice"] == "auto"
     assert [t["function"]["name"] for t in sent.body["tools"]] == ["shell", "read_file"]
     assert sent.body["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+
+
+def test_a_history_made_anew_is_encoded_once_and_a_message_that_differs_again():
+    # Every turn makes its history anew from the transcript: equal messages, new objects.
+    encoded = []
+
+    def to_json(m: ChatMessage) -> dict:
+        encoded.append(m.content)
+        return to_openai_message(m)
+
+    cache = Encoded(to_json, max_items=100, max_chars=100_000, key=message_key)
+
+    def history(result: str, call_id: str = "c1") -> list[ChatMessage]:
+        return [ChatMessage("user", "run true", seq=1),
+                ChatMessage("assistant", tool_calls=(ToolCall(call_id, "shell", '{"command": "true"}'),), seq=2),
+                ChatMessage("tool", result, tool_call_id=call_id, name="shell", seq=3)]
+
+    first = [cache(m) for m in history("(no output)")]
+    assert [cache(m) for m in history("(no output)")] == first
+    assert encoded == ["run true", "", "(no output)"]
+    for changed in (history("[exit 1]"), history("(no output)", call_id="c2")):
+        assert [json.loads(cache(m)) for m in changed] == [to_openai_message(m) for m in changed]
+    assert encoded == ["run true", "", "(no output)", "[exit 1]", "", "(no output)"]
 
 
 async def test_openai_sends_each_calls_own_messages_and_catalog_though_both_are_encoded_once(http):

@@ -55,7 +55,10 @@ def size_of(message: ChatMessage, tool_output_chars: int = 0) -> int:
     content = len(message.content)
     if tool_output_chars and message.role == "tool" and content > tool_output_chars:
         content = len(clip(message.content, tool_output_chars))
-    return 40 + content + sum(len(c.name) + len(c.arguments_json) + 80 for c in message.tool_calls)
+    calls = message.tool_calls
+    if not calls:  # most messages: no generator to sum (every model call sizes the whole history)
+        return 40 + content
+    return 40 + content + sum(len(c.name) + len(c.arguments_json) + 80 for c in calls)
 
 
 def system_prompt(
@@ -150,6 +153,21 @@ def fit(
     tool_output_chars: int,
 ) -> tuple[list[ChatMessage], list[ChatMessage], int]:
     """Apply the budget policy; returns (history kept, current turn, number of messages left out)."""
+    kept, current, omitted, _ = fit_counted(system, history, current, budget_chars=budget_chars,
+                                            tool_output_chars=tool_output_chars)
+    return kept, current, omitted
+
+
+def fit_counted(
+    system: str,
+    history: list[ChatMessage],
+    current: list[ChatMessage],
+    *,
+    budget_chars: int,
+    tool_output_chars: int,
+) -> tuple[list[ChatMessage], list[ChatMessage], int, int]:
+    """`fit`, and the size (`size_of`) of the messages it keeps plus `len(system)`: what the
+    policy already summed, so that a model call walks its history once rather than twice."""
 
     def clipped(messages: list[ChatMessage]) -> list[ChatMessage]:
         # A copy only of the results that are cut: most fit, and the history is walked every call.
@@ -157,15 +175,18 @@ def fit(
                 if m.role == "tool" and len(m.content) > tool_output_chars else m for m in messages]
 
     pinned = history[:1] if history and history[0].kind == SUMMARY_KIND else []
-    turns = [clipped(t) for t in whole_turns(history[len(pinned):])]
+    kept = clipped(history[len(pinned):])  # clipping keeps every role: the same whole turns
     current = clipped(current)
-    total = (len(system) + sum(size_of(m) for m in pinned) + sum(size_of(m) for t in turns for m in t)
-             + sum(size_of(m) for m in current))
+    total = len(system) + sum(map(size_of, pinned)) + sum(map(size_of, kept)) + sum(map(size_of, current))
     omitted = 0
-    while turns and total > budget_chars:
-        dropped = turns.pop(0)
-        omitted += len(dropped)
-        total -= sum(size_of(m) for m in dropped)
+    if total > budget_chars and kept:  # cut into turns only when some must go (the oldest first)
+        turns = whole_turns(kept)
+        dropping = 0
+        while dropping < len(turns) and total > budget_chars:
+            omitted += len(turns[dropping])
+            total -= sum(map(size_of, turns[dropping]))
+            dropping += 1
+        kept = [m for t in turns[dropping:] for m in t]
     if total > budget_chars:
         last_round = max((i for i, m in enumerate(current) if m.role == "assistant"), default=len(current))
         for i, m in enumerate(current[:last_round]):
@@ -174,4 +195,4 @@ def fit(
             if m.role == "tool" and m.content != OMITTED_OUTPUT:
                 total -= len(m.content) - len(OMITTED_OUTPUT)
                 current[i] = replace(m, content=OMITTED_OUTPUT)
-    return [*pinned, *(m for t in turns for m in t)], current, omitted
+    return [*pinned, *kept], current, omitted, total

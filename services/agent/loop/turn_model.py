@@ -121,15 +121,17 @@ class TurnModel:
         budget = self.budget()
         # The tools' schemas are sent with every call and take tokens like the messages.
         declared = tools_chars(tools)
-        kept, current, omitted = context.fit(
+        kept, current, omitted, fitted = context.fit_counted(
             system, ctx.history, [*self._view(turn), *extra], budget_chars=max(budget.chars - declared, 1000),
             tool_output_chars=min(s.tool_output_chars, budget.tool_output_chars),
         )
+        fitted -= len(system)  # the messages kept; the prompt is counted as the message it becomes
         if omitted:  # the prompt then says how many messages were left out
             system = context.system_prompt(base, now=now, tools=tools, memories=memories, omitted=omitted,
                                            sections=sections)
-        messages = [ChatMessage(role="system", content=system), *kept, *current]
-        chars = declared + sum(context.size_of(m) for m in messages)
+        system_message = ChatMessage(role="system", content=system)
+        messages = [system_message, *kept, *current]
+        chars = declared + context.size_of(system_message) + fitted
         ctx.fill = (budget.tokens(chars), budget.window_tokens)
         return ModelRequest(
             model=ctx.model,

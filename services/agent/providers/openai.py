@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Hashable
 
 import httpx
 from httpx_sse import EventSource, SSEError
@@ -126,27 +126,38 @@ class Encoded:
     calls send the same history messages and, while the catalog holds (tool_catalog.py), the same
     specs: ~9 KB of tool schemas and the earlier turns, encoded once instead of on every model call
     (~65 µs a call for the default catalog alone). Keyed by identity and holding the object itself,
-    so an entry never answers for another object; emptied once it holds `max_items` objects or
-    `max_chars` of JSON (a turn's messages are new objects every turn: only its later calls hit)."""
+    so an entry never answers for another object — or, given `key`, by what `key` says of it: all
+    that its JSON depends on, so that an equal object answers too (a turn's history is made anew
+    from the transcript every turn, and its messages are the last turn's). Emptied once it holds
+    `max_items` objects or `max_chars` of JSON."""
 
-    def __init__(self, to_json: Callable[[Any], dict[str, Any]], *, max_items: int, max_chars: int):
+    def __init__(self, to_json: Callable[[Any], dict[str, Any]], *, max_items: int, max_chars: int,
+                 key: Callable[[Any], Hashable] | None = None):
         self._to_json = to_json
+        self._key = key
         self._max_items = max_items
         self._max_chars = max_chars
         self._chars = 0
-        self._by_id: dict[int, tuple[Any, str]] = {}
+        self._by_key: dict[Hashable, tuple[Any, str]] = {}
 
     def __call__(self, item: Any) -> str:
-        kept = self._by_id.get(id(item))
-        if kept is not None and kept[0] is item:
+        key = id(item) if self._key is None else self._key(item)
+        kept = self._by_key.get(key)
+        if kept is not None and (self._key is not None or kept[0] is item):
             return kept[1]
         encoded = _dumps(self._to_json(item))
-        if len(self._by_id) >= self._max_items or self._chars + len(encoded) > self._max_chars:
-            self._by_id.clear()
+        if len(self._by_key) >= self._max_items or self._chars + len(encoded) > self._max_chars:
+            self._by_key.clear()
             self._chars = 0
-        self._by_id[id(item)] = (item, encoded)
+        self._by_key[key] = (item, encoded)
         self._chars += len(encoded)
         return encoded
+
+
+def message_key(m: ChatMessage) -> Hashable:
+    """All that `to_openai_message` reads of a message without images (the encoder encodes one
+    with images afresh): equal keys, equal JSON."""
+    return m.role, m.content, m.tool_call_id, m.tool_calls
 
 
 class OpenAIEncoder:
@@ -154,25 +165,40 @@ class OpenAIEncoder:
 
     def __init__(self) -> None:
         # Enough for the history of a few dozen sessions' turns in flight at once.
-        self._messages = Encoded(to_openai_message, max_items=4096, max_chars=4_000_000)
+        self._messages = Encoded(to_openai_message, max_items=4096, max_chars=4_000_000, key=message_key)
         self._tools = Encoded(to_openai_tool, max_items=1024, max_chars=1_000_000)
 
     def __call__(self, request: ModelRequest) -> bytes:
         rest = _dumps(openai_body(request, with_messages=False, with_tools=False))
-        encoded: list[str] = []
-        for m, run in _tool_groups(request.messages):
-            if m is not None:
-                # A message with image bytes is encoded afresh: megabytes would flush the cache.
-                encoded.append(_dumps(to_openai_message(m)) if m.images else self._messages(m))
-            elif (images := tool_images_message(run)) is not None:
-                encoded.append(_dumps(images))
-        messages = ",".join(encoded)
+        messages = ",".join(self._messages_json(request.messages))
         text = f'{{"messages":[{messages}],{rest[1:]}'
         if request.tools:
             tools = ",".join(self._tools(t) for t in request.tools)
             choice = "auto" if request.allow_tools else "none"
             text = f'{text[:-1]},"tools":[{tools}],"tool_choice":"{choice}"}}'
         return text.encode()
+
+    def _messages_json(self, messages: list[ChatMessage]) -> list[str]:
+        """As `to_openai_messages`, each message's JSON: one walk, no grouping built (every model
+        call walks the whole history); the images of a run of tool results follow the run."""
+        encoded: list[str] = []
+        with_images: list[ChatMessage] = []  # of the current run of tool results
+        in_run = False
+        for m in messages:
+            if m.role == "tool":
+                in_run = True
+                if m.images:
+                    with_images.append(m)
+            elif in_run:
+                in_run = False
+                if with_images:
+                    encoded.append(_dumps(tool_images_message(with_images)))
+                    with_images = []
+            # A message with image bytes is encoded afresh: megabytes would flush the cache.
+            encoded.append(_dumps(to_openai_message(m)) if m.images else self._messages(m))
+        if with_images:
+            encoded.append(_dumps(tool_images_message(with_images)))
+        return encoded
 
 
 def openai_body(request: ModelRequest, *, with_messages: bool = True, with_tools: bool = True) -> dict[str, Any]:
