@@ -3,7 +3,7 @@
 Every service package has a composition root with
 `async def build(settings: Settings, telemetry: Telemetry, address: str | None = None) -> ServiceHost`
 that wires its core and adapters onto a host without starting it: `wiring.py` where the service
-has one (memory, whose servicer alone fills `server.py`), else `server.py`.
+has one (the gateway and memory, whose servicers alone fill their `server.py`), else `server.py`.
 """
 
 from __future__ import annotations

@@ -158,6 +158,10 @@ class ServiceHost:
             raise PortInUse(f"cannot listen on {self.address}: the port is taken or the address is invalid") from exc
         if self.port == 0:
             raise PortInUse(f"cannot listen on {self.address}: the port is taken or the address is invalid")
+        # grpc's health servicer says SERVING for the server as a whole ("") from the start; a
+        # client waiting for it (`agentmesh up`, a readiness probe) must not be told so while the
+        # start callbacks (the gateway's HTTP listener among them) still run.
+        await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.start()
         try:
             for callback in self._on_start:
