@@ -226,16 +226,24 @@ class KubernetesSessionPods:
                 span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
             return result
 
-    async def _run(self, spec: CommandSpec, span: Any) -> CommandResult:
+    async def _acquire_for(self, spec: CommandSpec, span: Any) -> tuple[SessionPod, PodSupervisor]:
+        """The session's pod, its supervisor's stream open, for one call (release it after)."""
         pod = await self._acquire(spec.session_id)
         span.set_attribute("agentmesh.sandbox.pod", pod.name)
-        supervisor = pod.supervisor
-        assert supervisor is not None  # _acquire opened it
+        assert pod.supervisor is not None  # _acquire opened it
+        return pod, pod.supervisor
+
+    async def _usage_before(self, session_id: str) -> tuple[Path | None, int, int]:
+        """The session's workspace, its usage before a call, and the file size the quota leaves."""
+        workspace = self._workspace(session_id)
+        used_before = await self._meter.usage(workspace) if workspace is not None else 0
+        return workspace, used_before, min(self._limits.file_size_bytes, self._quota.remaining(used_before))
+
+    async def _run(self, spec: CommandSpec, span: Any) -> CommandResult:
+        pod, supervisor = await self._acquire_for(spec, span)
         started = time.monotonic()
         try:
-            workspace = self._workspace(spec.session_id)
-            used_before = await self._meter.usage(workspace) if workspace is not None else 0
-            file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
+            workspace, used_before, file_size = await self._usage_before(spec.session_id)
             call, future = supervisor.link.request({
                 "op": "exec", "argv": call_command(spec.argv, self._quota.limit_bytes, file_size),
                 "env": {**spec.env, **traceparent_env()}, "inherit_env": True, "limits": {},
@@ -337,15 +345,10 @@ class KubernetesSessionPods:
             return cell
 
     async def _run_cell(self, spec: CommandSpec, code: str, span: Any) -> CellResult:
-        pod = await self._acquire(spec.session_id)
-        span.set_attribute("agentmesh.sandbox.pod", pod.name)
-        supervisor = pod.supervisor
-        assert supervisor is not None  # _acquire opened it
+        pod, supervisor = await self._acquire_for(spec, span)
         started = time.monotonic()
         try:
-            workspace = self._workspace(spec.session_id)
-            used_before = await self._meter.usage(workspace) if workspace is not None else 0
-            file_size = min(self._limits.file_size_bytes, self._quota.remaining(used_before))
+            workspace, used_before, file_size = await self._usage_before(spec.session_id)
             # The interpreter's per-file limit; its CPU limit and a lower file limit are per cell.
             call, future = supervisor.link.request({
                 "op": "cell", "code": code, "env": {**spec.env, **traceparent_env()}, "inherit_env": True,
