@@ -41,7 +41,8 @@ from agentmesh.memory.embedders import (
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
 )
-from agentmesh.memory.memories import Memories, MemoryQuery, RememberItem
+from agentmesh.memory.memories import Memories
+from agentmesh.memory.memory_records import MemoryQuery, RememberItem
 from agentmesh.memory.ports import DENSE, SPARSE, PointFilter
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder
-from agentmesh.memory.memories import Memories, RememberItem
+from agentmesh.memory.memories import Memories
+from agentmesh.memory.memory_records import RememberItem
 from agentmesh.memory.settings import MemorySettings
 from benches._memory_fixtures import BATCH, make_queries, ms, sentences
 

@@ -52,7 +52,8 @@ from agentmesh.clients.memory import MemoryClient
 from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.embedders import HashingEmbedder
-from agentmesh.memory.memories import Memories, RememberItem
+from agentmesh.memory.memories import Memories
+from agentmesh.memory.memory_records import RememberItem
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from agentmesh.internal.v1 import memory_service_pb2
-from agentmesh.memory.memories import MemoryQuery, MemoryRecord, RememberItem
+from agentmesh.memory.memory_records import MemoryQuery, MemoryRecord, RememberItem
 from agentmesh.memory.namespaces import NamespaceRecord
 from agentmesh.memory.transcripts import SessionChanges, SessionRecord, ToolCallRecord, TranscriptMessage
 from agentmesh.rpc.convert import dict_from_struct, struct_from_dict

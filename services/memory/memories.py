@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
-import re
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Sequence
 
@@ -26,17 +24,22 @@ from agentmesh.ids import validate_id, validate_namespace
 from agentmesh.logs import get_logger
 from agentmesh.memory.context import NEIGHBORS, WINDOW, Contextualised, Pending, with_neighbors
 from agentmesh.memory.embedders import Embedder
+from agentmesh.memory.memory_records import (
+    DEFAULT_KIND,
+    Hit,
+    MemoryQuery,
+    MemoryRecord,
+    RememberItem,
+    check_kind,
+    check_metadata,
+    content_id,
+)
 from agentmesh.memory.ports import VECTOR_KEY, FusionPlan, LongTermStore, PointFilter, point_id, stored_time
 from agentmesh.memory.settings import MemorySettings
-from agentmesh.memory.text import SparseEncoder, Tokenizer, normalize_text
+from agentmesh.memory.text import SparseEncoder, Tokenizer
 
 log = get_logger("agentmesh.memory")
 
-DEFAULT_KIND = "fact"
-_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-_METADATA_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-MAX_METADATA_KEYS = 64
-MAX_METADATA_BYTES = 16 * 1024
 # Above the gateway's 100k-character message, so recall with a whole user message never fails.
 MAX_QUERY_BYTES = 512 * 1024
 # Embedding models read a few hundred tokens (MiniLM 256) and endpoints refuse long inputs, so
@@ -45,67 +48,6 @@ DENSE_INPUT_CHARS = 8000
 DEFAULT_K, MAX_K = 5, 100
 DEFAULT_PAGE, MAX_PAGE = 50, 1000
 WRITE_BATCH = 256
-_ID_NAMESPACE = uuid.UUID("0f6e1d2c-8b1a-4c3e-9f7d-2a6b5c4d3e21")
-
-
-@dataclass
-class RememberItem:
-    namespace: str
-    text: str
-    kind: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    id: str = ""
-    source_session_id: str = ""
-    created_at: float = 0.0
-    created_by: str = ""  # the principal's subject that made it (erasure finds it by that)
-    vector: tuple[float, ...] = ()  # import: the dense vector as exported, used instead of embedding
-
-
-@dataclass
-class MemoryRecord:
-    id: str
-    namespace: str
-    text: str
-    kind: str
-    metadata: dict[str, Any]
-    created_at: float
-    updated_at: float
-    source_session_id: str = ""
-    created_by: str = ""
-
-    @classmethod
-    def from_payload(cls, p: dict[str, Any]) -> "MemoryRecord":
-        return cls(
-            id=p["id"],
-            namespace=p["namespace"],
-            text=p["text"],
-            kind=p.get("kind", DEFAULT_KIND),
-            metadata=dict(p.get("metadata") or {}),
-            created_at=float(p.get("created_at", 0.0)),
-            updated_at=float(p.get("updated_at", 0.0)),
-            source_session_id=p.get("source_session_id", ""),
-            created_by=str(p.get("created_by") or ""),
-        )
-
-
-@dataclass(frozen=True)
-class MemoryQuery:
-    """Conditions as clients state them (before validation)."""
-
-    kinds: tuple[str, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict)
-    created_after: float = 0.0
-    created_before: float = 0.0
-    source_session_id: str = ""
-
-    def is_empty(self) -> bool:
-        return not (self.kinds or self.metadata or self.created_after or self.created_before or self.source_session_id)
-
-
-@dataclass
-class Hit:
-    memory: MemoryRecord
-    score: float
 
 
 def boost_neighbors(rows: list[tuple[str, float, dict[str, Any]]], boost: float) -> list[tuple[str, float, dict[str, Any]]]:
@@ -129,46 +71,6 @@ def date_words(timestamp: float) -> str:
     moment = datetime.fromtimestamp(timestamp, tz=UTC)
     return f"{moment.day} {moment:%B} {moment.year} {moment:%A}"
 
-
-def content_id(namespace: str, text: str) -> str:
-    """The id a memory gets from its content: the same text (up to case and spacing) twice is one memory."""
-    return str(uuid.uuid5(_ID_NAMESPACE, f"{namespace}\x1f{normalize_text(text)}"))
-
-
-def _plain_numbers(value: Any) -> Any:
-    # Struct carries every number as a double; whole numbers are stored as integers so that
-    # an exact-match filter on {"turn": 3} finds them (Qdrant matches integers, not floats).
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _plain_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain_numbers(v) for v in value]
-    return value
-
-
-def _check_kind(kind: str) -> str:
-    if not _KIND.match(kind):
-        raise InvalidArgument(
-            f"kind {kind[:40]!r} is malformed: use a lower-case word of up to 64 characters (a-z, 0-9, '_', '-'), "
-            "e.g. fact, knowledge, learning, episode, skill, preference"
-        )
-    return kind
-
-
-def _check_metadata(metadata: dict[str, Any], what: str = "metadata") -> dict[str, Any]:
-    if len(metadata) > MAX_METADATA_KEYS:
-        raise InvalidArgument(f"{what} has {len(metadata)} keys; the limit is {MAX_METADATA_KEYS}")
-    for key in metadata:
-        if not _METADATA_KEY.match(key):
-            raise InvalidArgument(
-                f"{what} key {key[:40]!r} is malformed: use 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
-            )
-    size = len(json.dumps(metadata))
-    if size > MAX_METADATA_BYTES:
-        raise InvalidArgument(f"{what} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
-    plain: dict[str, Any] = _plain_numbers(metadata)
-    return plain
 
 
 class Memories:
@@ -241,8 +143,8 @@ class Memories:
             item,
             namespace=namespace,
             text=text,
-            kind=_check_kind(item.kind or DEFAULT_KIND),
-            metadata=_check_metadata(item.metadata),
+            kind=check_kind(item.kind or DEFAULT_KIND),
+            metadata=check_metadata(item.metadata),
             id=item.id or content_id(namespace, text),
             created_at=stored_time(item.created_at),
         )
@@ -251,8 +153,8 @@ class Memories:
         namespace = validate_namespace(namespace)
         q = q or MemoryQuery()
         for kind in q.kinds:
-            _check_kind(kind)
-        metadata = _check_metadata(dict(q.metadata), "metadata filter")
+            check_kind(kind)
+        metadata = check_metadata(dict(q.metadata), "metadata filter")
         for key, value in metadata.items():
             if isinstance(value, (dict, list)) or value is None:
                 raise InvalidArgument(

@@ -17,7 +17,8 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
-from agentmesh.memory.memories import Hit, Memories
+from agentmesh.memory.memories import Memories
+from agentmesh.memory.memory_records import Hit
 from agentmesh.memory.transcripts import TranscriptMessage, Transcripts
 
 log = get_logger("agentmesh.memory.turns")

@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from agentmesh.memory.embedders import build_embedder
-from agentmesh.memory.memories import Memories, RememberItem
+from agentmesh.memory.memories import Memories
+from agentmesh.memory.memory_records import RememberItem
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
