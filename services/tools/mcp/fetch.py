@@ -97,13 +97,11 @@ class PackageFetcher:
                 found = _marked(install)
                 if found:
                     self._hold(install)
-            if not found:
-                await self._fetch(entry, package, cache, install)  # held once in place
-                found = _marked(install)
-        if not found:
-            await self.prune(cache)
-            return Installed(_marked(install), str(install), fetched=True)
-        return Installed(found, str(install), fetched=False)
+            if found:
+                return Installed(found, str(install), fetched=False)
+            await self._fetch(entry, package, cache, install)  # held once in place
+        await self.prune(cache)
+        return Installed(_marked(install), str(install), fetched=True)
 
     def _hold(self, install: Path) -> None:
         self._users[install] += 1
