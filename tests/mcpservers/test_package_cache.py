@@ -56,6 +56,14 @@ async def unavailable(stack: Stack, name: str) -> str:
     return {s.server.name: s.error for s in listing.unavailable_mcp_servers}.get(name, "")
 
 
+def cli_said(stderr: str, name: str) -> str:
+    """What `agentmesh tools list` said of the unavailable server `name`."""
+    start = f"MCP server '{name}' is unavailable, its tools are missing: "
+    lines = [line[len(start):] for line in stderr.splitlines() if line.startswith(start)]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
 @pytest.mark.slow
 @needs_egress
 @needs_npm
@@ -72,11 +80,13 @@ async def test_an_install_that_writes_past_the_cache_quota_is_stopped_and_the_ca
             error = await unavailable(stack, "big")
             code, _, err = await run_cli(stack, "tools", "list")
         assert any(path.endswith(".tgz") for path in registry.requests)
-    assert error.startswith("npx entry 'big' could not be fetched through sandbox template 'fetch' (network: egress): "
-                            "it took the package cache to "), error
-    assert "past its 8.0 MiB quota, and was stopped; what it wrote was removed, the cache is as it was. If the " \
-           "package is that large, raise AGENTMESH_MCP_PACKAGE_CACHE_QUOTA_MB" in error, error
-    assert code == 0 and f"MCP server 'big' is unavailable, its tools are missing: {error}" in err, err
+    # The CLI asked later, maybe after a retry of the install that stopped at another size.
+    assert code == 0
+    for said in (error, cli_said(err, "big")):
+        assert said.startswith("npx entry 'big' could not be fetched through sandbox template 'fetch' (network: "
+                               "egress): it took the package cache to "), said
+        assert said.endswith("MiB, past its 8.0 MiB quota, and was stopped; what it wrote was removed, the cache is as "
+                             "it was. If the package is that large, raise AGENTMESH_MCP_PACKAGE_CACHE_QUOTA_MB"), said
     assert snapshot(cache) == before
 
 
@@ -96,7 +106,7 @@ async def test_an_install_that_allocates_past_the_memory_bound_is_stopped(home):
     assert error.startswith("npx entry 'hog' could not be fetched through sandbox template 'fetch' (network: egress): "
                             "its processes together used more than 2048 MiB of memory and were stopped; what it wrote "
                             "was removed; if the package's install needs more, raise sandbox template 'fetch''s memory"), error
-    assert code == 0 and f"MCP server 'hog' is unavailable, its tools are missing: {error}" in err, err
+    assert code == 0 and cli_said(err, "hog") == error, err
     assert [p.name for p in cache.iterdir()] == []
 
 
