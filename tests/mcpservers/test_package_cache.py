@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from agentmesh.config import ConfigError
 from agentmesh.tools.mcp.packages import FETCHED_MARK
+from agentmesh.tools.settings import ToolsSettings
 from agentmesh.v1 import tools_pb2
 from tests.mcpservers.conftest import write_servers
 from tests.mcpservers.npm_registry import NAME, NpmRegistry
@@ -110,6 +112,7 @@ async def test_an_install_that_allocates_past_the_memory_bound_is_stopped(home):
     assert [p.name for p in cache.iterdir()] == []
 
 
+@pytest.mark.slow
 async def test_a_cache_over_its_ceiling_is_pruned_at_start_the_least_recently_used_first(home):
     cache = cache_of(home)
     now = time.time()
@@ -150,3 +153,12 @@ async def test_a_server_in_use_keeps_its_package_when_another_install_prunes_the
         async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:
             assert (await execute(stack, "first__echo", {"text": "c"})).output == "npm says c"
         assert sum(path.endswith(".tgz") for path in registry.requests) == 2, registry.requests
+
+
+def test_a_ceiling_not_below_the_quota_stops_start_up_with_both_settings():
+    settings = ToolsSettings.from_env({"AGENTMESH_MCP_PACKAGE_CACHE_QUOTA_MB": "100",
+                                       "AGENTMESH_MCP_PACKAGE_CACHE_MAX_MB": "40"})
+    assert (settings.mcp.package_cache_quota.limit_bytes, settings.mcp.package_cache_max_bytes) == (100 * MIB, 40 * MIB)
+    with pytest.raises(ConfigError, match=r"AGENTMESH_MCP_PACKAGE_CACHE_MAX_MB \(100\) must be less than "
+                                          r"AGENTMESH_MCP_PACKAGE_CACHE_QUOTA_MB \(100\)"):
+        ToolsSettings.from_env({"AGENTMESH_MCP_PACKAGE_CACHE_QUOTA_MB": "100", "AGENTMESH_MCP_PACKAGE_CACHE_MAX_MB": "100"})
