@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
-from agentmesh.config import EnvSection, Settings, env, load, referenced_environment, section
+from agentmesh.config import ConfigError, EnvSection, Settings, env, load, referenced_environment, section
 from agentmesh.tools.quota import WorkspaceQuota
 from agentmesh.tools.sandbox.templates import DEFAULT_TEMPLATE, SandboxTemplate, TemplateSet, load_templates_file
 
@@ -109,6 +109,11 @@ class McpSettings:
     # ("" = the first template with `network: egress`), and how long that fetch may take (mcp/fetch.py).
     fetch_template: str = env("AGENTMESH_MCP_FETCH_TEMPLATE", "")
     fetch_timeout_s: float = env("AGENTMESH_MCP_FETCH_TIMEOUT_S", 300.0, minimum=1)
+    # One package cache (the deployment's servers', or a namespace's): an install that takes it
+    # past the quota is stopped and undone; after each install, and at start, the least recently
+    # used packages no running server uses are removed until it holds no more than the ceiling.
+    package_cache_quota_bytes: int = env("AGENTMESH_MCP_PACKAGE_CACHE_QUOTA_MB", 8192 * MIB, minimum=1, unit=MIB)
+    package_cache_max_bytes: int = env("AGENTMESH_MCP_PACKAGE_CACHE_MAX_MB", 2048 * MIB, minimum=0, unit=MIB)
     ping_interval_s: float = env("AGENTMESH_MCP_PING_INTERVAL_S", 5.0, minimum=0.1)
     backoff_max_s: float = env("AGENTMESH_MCP_BACKOFF_MAX_S", 60.0, minimum=0.1)
     # Images and audio one call may attach, all together.
@@ -118,6 +123,18 @@ class McpSettings:
     # Mounted secrets ({"secretRef": NAME}): the deployment's are its files, a namespace's the
     # files of its subdirectory <namespace>/ (mcp/secrets.py); "" = none mounted.
     secrets_dir: str = env("AGENTMESH_MCP_SECRETS_DIR", "")
+
+    def __post_init__(self) -> None:
+        if self.package_cache_max_bytes >= self.package_cache_quota_bytes:
+            raise ConfigError(
+                f"AGENTMESH_MCP_PACKAGE_CACHE_MAX_MB ({self.package_cache_max_bytes // MIB}) must be less than "
+                f"AGENTMESH_MCP_PACKAGE_CACHE_QUOTA_MB ({self.package_cache_quota_bytes // MIB}): the cache is pruned "
+                "to the first, and an install may grow it up to the second")
+
+    @property
+    def package_cache_quota(self) -> WorkspaceQuota:
+        """What one package cache may hold while a package is installed into it (the fetch jail's watch)."""
+        return WorkspaceQuota(self.package_cache_quota_bytes)
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,13 @@ readline.createInterface({ input: process.stdin }).on("line", (line) => {
 """
 
 
-def _tarball() -> bytes:
-    files = {"package/package.json": json.dumps({"name": NAME, "version": VERSION, "bin": {NAME: "server.js"}}),
-             "package/server.js": SERVER_JS}
+def _manifest(scripts: dict[str, str]) -> dict:
+    manifest = {"name": NAME, "version": VERSION, "bin": {NAME: "server.js"}}
+    return {**manifest, "scripts": scripts} if scripts else manifest
+
+
+def _tarball(scripts: dict[str, str]) -> bytes:
+    files = {"package/package.json": json.dumps(_manifest(scripts)), "package/server.js": SERVER_JS}
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w:gz") as tar:
         for path, text in files.items():
@@ -51,10 +55,12 @@ def _tarball() -> bytes:
 
 
 class NpmRegistry:
-    """`with NpmRegistry() as registry:` serves on 127.0.0.1 (or `host`); `requests` counts what was asked."""
+    """`with NpmRegistry() as registry:` serves on 127.0.0.1 (or `host`); `requests` counts what was asked.
+    `scripts`: the package's npm scripts (a `postinstall` runs in the install, as npm runs them)."""
 
-    def __init__(self, host: str = "127.0.0.1"):
-        self.tarball = _tarball()
+    def __init__(self, host: str = "127.0.0.1", scripts: dict[str, str] | None = None):
+        self.scripts = dict(scripts or {})
+        self.tarball = _tarball(self.scripts)
         self.requests: list[str] = []
         # Cleared: the tarball is held back until it is set again (a slow download).
         self.gate = threading.Event()
@@ -89,7 +95,8 @@ class NpmRegistry:
         dist = {"tarball": f"{self.url}{NAME}/-/{NAME}-{VERSION}.tgz", "integrity": integrity,
                 "shasum": hashlib.sha1(self.tarball).hexdigest()}
         return {"name": NAME, "dist-tags": {"latest": VERSION},
-                "versions": {VERSION: {"name": NAME, "version": VERSION, "bin": {NAME: "server.js"}, "dist": dist}}}
+                "versions": {VERSION: {**_manifest(self.scripts), "dist": dist,
+                                       **({"hasInstallScript": True} if self.scripts else {})}}}
 
     def __enter__(self) -> "NpmRegistry":
         threading.Thread(target=self._server.serve_forever, daemon=True).start()

@@ -103,6 +103,8 @@ async def test_an_npx_entry_is_fetched_once_through_an_egress_template_and_runs_
             # The server itself has no network: its namespace holds only a loopback.
             assert server_interfaces(NAME) == [["lo"]], server_interfaces(NAME)
         assert any(path.endswith(".tgz") for path in registry.requests)
+        cache = home / "home" / "mcp" / "packages"
+        assert [p.name.startswith("npm-") and p.suffix == "" for p in cache.iterdir()] == [True], list(cache.iterdir())
 
         # Restarted (the same home), with the registry there but not asked: it runs from the cache.
         registry.requests.clear()
@@ -147,7 +149,8 @@ async def test_a_namespaces_npx_server_is_installed_into_that_namespaces_own_cac
                                                                metadata=AUTH, timeout=60)
             assert [(s.server.name, s.available, list(s.tools)) for s in listed.servers] == [
                 ("echo", True, ["echo__echo"])], listed
-    installs = sorted(p.relative_to(home / "home") for p in (home / "home").rglob("npm-*") if p.name != "npm-cache")
+    # Only the install: its downloads went with the install's end (package_cache.py).
+    installs = sorted(p.relative_to(home / "home") for p in (home / "home").rglob("npm-*"))
     assert len(installs) == 1 and installs[0].parts[-3:-1] == ("team-a.servers", "packages"), installs
 
 
@@ -181,6 +184,8 @@ async def test_a_uvx_entry_is_installed_once_through_an_egress_template_and_runs
             assert json.loads(result.output)["timezone"] == "Europe/Paris"
             assert server_interfaces("mcp-server-time") == [["lo"]], server_interfaces("mcp-server-time")
         assert any(path.endswith(".whl") for path in index.requests)
+        cache = home / "home" / "mcp" / "packages"
+        assert [p.name.startswith("uv-") and p.suffix == "" for p in cache.iterdir()] == [True], list(cache.iterdir())
 
         index.requests.clear()
         async with Stack(home / "home", env=env, services=("memory", "tools")) as stack:

@@ -17,21 +17,27 @@ import json
 import os
 import shutil
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from agentmesh.logs import get_logger
 from agentmesh.tools.mcp.config import SYSTEM_PATH, McpServerEntry
+from agentmesh.tools.mcp.package_cache import Pruned, prune_cache, touch
 from agentmesh.tools.mcp.packages import FETCHED_MARK, PackageSpec, fetch_command, fetch_env, installed_command
+from agentmesh.tools.quota import UsageMeter, WorkspaceQuota, mib
 from agentmesh.tools.sandbox.base import CommandSpec
 from agentmesh.tools.sandbox.egress import EgressUnavailable, UserNetwork, attach_network, finish_network
-from agentmesh.tools.sandbox.jail_watch import JailInfo
-from agentmesh.tools.sandbox.local import SANDBOX_PATH, LocalJail
+from agentmesh.tools.sandbox.jail_watch import JailInfo, JailWatch
+from agentmesh.tools.sandbox.local import SANDBOX_PATH, LocalJail, jail_tmpfs
 from agentmesh.tools.sandbox.process import run_process
 from agentmesh.tools.sandbox.seccomp import filter_fd
 from agentmesh.tools.sandbox.templates import SandboxTemplate
 
 __all__ = ["FetchFailed", "Installed", "PackageFetcher", "find_uv"]
+
+log = get_logger("agentmesh.tools.mcp")
 
 _LAST_LINES = 3
 _OUT_OF_MEMORY = ("memory allocation of", "JavaScript heap out of memory", "Cannot allocate memory")
@@ -61,26 +67,68 @@ def find_uv() -> str:
 
 class PackageFetcher:
     """Installs packages for the servers of one service. `jail` builds the fetch jails (the
-    egress template's sizes); `template` is that template (None: the deployment has none)."""
+    egress template's sizes); `template` is that template (None: the deployment has none).
+
+    A fetch jail is bounded as a call's jail is (JailWatch, the one owner of both bounds): its
+    processes together by the jail's memory, and the cache it installs into by `quota` — past
+    either it is stopped, and what it wrote removed. After each install the cache is pruned to
+    `ceiling` (package_cache.py), sparing what a running server uses (`ensure` holds an install
+    until `release`) and what another install is making."""
 
     def __init__(self, jail: LocalJail | None, template: SandboxTemplate | None, timeout_s: float,
-                 owner: tuple[int, int] | None):
+                 owner: tuple[int, int] | None, quota: WorkspaceQuota, ceiling: int):
         self._jail = jail
         self._template = template
         self._timeout_s = timeout_s
         self._owner = owner
+        self._quota = quota
+        self._ceiling = ceiling
+        self._meter = UsageMeter(threads=1)
         self._locks: dict[Path, asyncio.Lock] = {}
+        self._cache_locks: dict[Path, asyncio.Lock] = {}
+        self._users: Counter[Path] = Counter()  # installs running servers use, and what installs are making
 
     async def ensure(self, entry: McpServerEntry, package: PackageSpec, cache: Path) -> Installed:
-        """The entry's package installed under `cache` (fetched now if it is not there yet)."""
+        """The entry's package installed under `cache` (fetched now if it is not there yet), held
+        for the caller's server until `release`."""
         install = cache / package.key(entry.env)
-        lock = self._locks.setdefault(install, asyncio.Lock())
-        async with lock:
-            found = _marked(install)
+        async with self._locks.setdefault(install, asyncio.Lock()):
+            async with self._pruning(cache):  # found and held with no prune of the cache between
+                found = _marked(install)
+                if found:
+                    self._hold(install)
             if found:
                 return Installed(found, str(install), fetched=False)
-            await self._fetch(entry, package, cache, install)
-            return Installed(_marked(install), str(install), fetched=True)
+            await self._fetch(entry, package, cache, install)  # held once in place
+        await self.prune(cache)
+        return Installed(_marked(install), str(install), fetched=True)
+
+    def _hold(self, install: Path) -> None:
+        self._users[install] += 1
+        touch(install)
+
+    def release(self, installed: Installed) -> None:
+        """The server that `ensure` gave `installed` to has ended."""
+        install = Path(installed.directory)
+        self._users[install] -= 1
+        if self._users[install] <= 0:
+            del self._users[install]
+
+    def in_use(self) -> list[Path]:
+        return [path for path, users in self._users.items() if users > 0]
+
+    async def prune(self, cache: Path) -> Pruned:
+        """Prune `cache` to the ceiling, sparing what is in use."""
+        async with self._pruning(cache):
+            try:
+                return await prune_cache(cache, self._ceiling, self.in_use())
+            except OSError as exc:  # the next install's prune tries again
+                log.warning("mcp package cache could not be pruned", cache=str(cache), error=str(exc))
+                return Pruned((), 0)
+
+    def _pruning(self, cache: Path) -> asyncio.Lock:
+        """Held while `cache` is pruned (on a thread), and while an install in it is looked up and held."""
+        return self._cache_locks.setdefault(cache, asyncio.Lock())
 
     async def _fetch(self, entry: McpServerEntry, package: PackageSpec, cache: Path, install: Path) -> None:
         what = f"{package.runner} entry {entry.name!r}"
@@ -96,33 +144,54 @@ class PackageFetcher:
         binds = (uv,) if uv else ()
         _own_dir(cache, self._owner)
         partial = install.with_name(install.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        argv = fetch_command(package, f"/workspace/{partial.name}", uv, JAIL_PYTHON)
-        code, stderr, failure = await self._run(cache, argv, {**fetch_env(package), **entry.env}, binds,
-                                                host_network=entry.network)
-        through = ("the host's network (the entry's \"network\": true)" if entry.network or self._template is None
-                   else f"sandbox template {self._template.name!r} (network: egress)")
-        if failure or code != 0:
-            shutil.rmtree(partial, ignore_errors=True)
-            said = failure or _said(stderr) or f"it ended with exit code {code}, writing nothing to stderr"
-            if any(sign in stderr for sign in _OUT_OF_MEMORY):
-                # uv's threads and Node's V8 reserve more address space than the default 1 GiB bound.
-                said += (f"; it ran out of address space ({self._jail.limits.memory_bytes // 2**20} MiB): give the "
-                         "fetch template more memory (e.g. memory: 4Gi)")
-            raise FetchFailed(f"{what} could not be fetched through {through}: {said}")
-        _finish(package, partial, install, what)
+        downloads = install.with_name(install.name + ".downloads")
+        making = (install, partial, downloads)
+        self._users.update(making)
+        try:
+            for path in (partial, downloads):
+                shutil.rmtree(path, ignore_errors=True)
+            argv = fetch_command(package, f"/workspace/{partial.name}", f"/workspace/{downloads.name}", uv, JAIL_PYTHON)
+            env = {**fetch_env(package, f"/workspace/{downloads.name}"), **entry.env}
+            code, stderr, failure = await self._run(cache, argv, env, binds, host_network=entry.network)
+            shutil.rmtree(downloads, ignore_errors=True)
+            through = ("the host's network (the entry's \"network\": true)" if entry.network or self._template is None
+                       else f"sandbox template {self._template.name!r} (network: egress)")
+            if failure or code != 0:
+                said = failure or _said(stderr) or f"it ended with exit code {code}, writing nothing to stderr"
+                if not failure and any(sign in stderr for sign in _OUT_OF_MEMORY):
+                    # uv's threads and Node's V8 reserve more address space than the default 1 GiB bound.
+                    said += (f"; it ran out of address space ({self._jail.limits.memory_bytes // 2**20} MiB): give the "
+                             "fetch template more memory (e.g. memory: 4Gi)")
+                raise FetchFailed(f"{what} could not be fetched through {through}: {said}")
+            _finish(package, partial, install, what)
+            self._hold(install)  # before it stops being one in the making: no prune between
+        except BaseException:
+            # Failed, stopped or cancelled (the service stopping): the cache is left as it was.
+            for path in (partial, downloads):
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        finally:
+            self._users.subtract(making)
+            for path in making:
+                if self._users[path] <= 0:
+                    del self._users[path]
 
     async def _run(self, cache: Path, argv: tuple[str, ...], env: Mapping[str, str], binds: tuple[str, ...],
                    host_network: bool) -> tuple[int, str, str]:
-        """Run the fetch jail: (exit code, stderr, why the jail itself failed or "")."""
+        """Run the fetch jail: (exit code, stderr, why the jail itself failed or was stopped, or "")."""
         jail = self._jail
         assert jail is not None
         egress = not host_network
         spec = CommandSpec(session_id="mcp-fetch", call_id="", argv=argv, timeout_s=self._timeout_s,
                            network=True, egress=egress)
+        before = await self._meter.measure(cache)
         info = JailInfo()
+        guard = JailWatch(info, jail.limits.memory_bytes, jail.limits.processes, tmpfs=jail_tmpfs(jail.limits),
+                          workspace=cache, quota=self._quota, disk_baseline=before.bytes, files_baseline=before.files,
+                          meter=self._meter)
         loop = asyncio.get_running_loop()
         loop.add_reader(info.read_fd, info.on_readable)
+        watch = asyncio.create_task(guard.run())
         seccomp_fd = filter_fd(jail.seccomp) if jail.seccomp else None
         options_fd = -1
         network: UserNetwork | None = None
@@ -149,14 +218,38 @@ class PackageFetcher:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
             failure = await finish_network(network, attach)
+            watch.cancel()
             loop.remove_reader(info.read_fd)
             info.close()
+        # Past the quota between two looks of the watch, or in its last moments, is past it too.
+        after = await self._meter.measure(cache)
+        stopped = guard.exceeded or ("disk_quota" if self._quota.over(after.bytes) and after.bytes > before.bytes
+                                     else "")
+        if stopped:
+            return -1, "", self._stopped(stopped, max(after.bytes, guard.disk_usage))
         if failure:
             return -1, "", failure
         if run.timed_out:
             return -1, "", (f"it took longer than {self._timeout_s:g} s and was stopped "
                             "(AGENTMESH_MCP_FETCH_TIMEOUT_S)")
         return run.returncode, run.stderr.text() + run.stdout.text(), ""
+
+    def _stopped(self, bound: str, usage: int) -> str:
+        """The sentence for an install the watch stopped (`bound`: JailWatch.exceeded)."""
+        assert self._jail is not None
+        limits = self._jail.limits
+        undone = "what it wrote was removed"
+        if bound in ("disk_quota", "file_quota"):
+            return (f"it took the package cache to {mib(usage)}, past its {mib(self._quota.limit_bytes)} quota, and was "
+                    f"stopped; {undone}, the cache is as it was. If the package is that large, raise "
+                    "AGENTMESH_MCP_PACKAGE_CACHE_QUOTA_MB")
+        where = (f"sandbox template {self._template.name!r}'s memory (e.g. memory: 4Gi in AGENTMESH_SANDBOX_TEMPLATES)"
+                 if self._template is not None else "AGENTMESH_SANDBOX_MEMORY_BYTES")
+        if bound == "processes":
+            return (f"it ran more than {limits.processes} processes at once and was stopped; {undone}; "
+                    "raise AGENTMESH_SANDBOX_PROCESSES if the package's install needs more")
+        return (f"its processes together used more than {limits.memory_bytes // 2**20} MiB of memory and were stopped; "
+                f"{undone}; if the package's install needs more, raise {where}")
 
 
 def _installer(package: PackageSpec, what: str) -> str:

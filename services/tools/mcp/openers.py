@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentmesh.tools.mcp.config import McpServerEntry
 from agentmesh.tools.mcp.connection import Opener, ServerUnavailable
-from agentmesh.tools.mcp.fetch import FetchFailed, PackageFetcher
+from agentmesh.tools.mcp.fetch import FetchFailed, Installed, PackageFetcher
 from agentmesh.tools.mcp.server_paths import server_binds
 from agentmesh.tools.mcp.start_failure import explain_exit
 from agentmesh.tools.sandbox.base import CommandSpec
@@ -61,6 +61,7 @@ class JailedStdioOpener:
             *server_binds(entry.command, jail.home), *entry.mounts)
         self._log_start = 0  # the stderr log's size when the last process started
         self._fetch_failed = False
+        self._installed: Installed | None = None  # the install the running process uses (held: fetch.py)
 
     def last_words(self) -> str:
         """Why the process ended before it answered, with the fix (start_failure.py)."""
@@ -81,14 +82,26 @@ class JailedStdioOpener:
         except FetchFailed as exc:
             self._fetch_failed = True
             raise ServerUnavailable(str(exc)) from None
+        self._installed = installed
         self._command = installed.command
         self._binds = (installed.directory, *entry.mounts)
         return (installed.command, *entry.package.args), self._binds
 
     @asynccontextmanager
     async def __call__(self) -> AsyncIterator[tuple[Any, Any]]:
-        entry = self._entry
         program, binds = await self._program()
+        try:
+            async with self._run(program, binds) as streams:
+                yield streams
+        finally:
+            # The process has ended: its install may be pruned from the cache again.
+            if self._packages is not None and self._installed is not None:
+                self._packages[0].release(self._installed)
+                self._installed = None
+
+    @asynccontextmanager
+    async def _run(self, program: tuple[str, ...], binds: tuple[str, ...]) -> AsyncIterator[tuple[Any, Any]]:
+        entry = self._entry
         spec = CommandSpec(
             session_id=f"mcp-{entry.name}", call_id="", argv=program, timeout_s=0,
             # No TRACEPARENT: one long-lived process serves many traces; each call's _meta carries its own.

@@ -129,11 +129,12 @@ def _uvx(name: str, args: tuple[str, ...]) -> PackageSpec:
     return PackageSpec("uvx", (requirement, *extra), found.group(1), args[i + 1:])
 
 
-def fetch_command(package: PackageSpec, target: str, uv: str, python: str) -> tuple[str, ...]:
+def fetch_command(package: PackageSpec, target: str, downloads: str, uv: str, python: str) -> tuple[str, ...]:
     """The fetch jail's program: install `package` into `target` (a path inside that jail, under
-    its /workspace, which is the package cache; the download caches lie beside the installs)."""
+    its /workspace, which is the package cache), downloading into `downloads` (the install's own
+    download cache beside it, removed once the install is done: package_cache.py)."""
     if package.kind == "npm":
-        return ("npm", "install", "--prefix", target, "--cache", "/workspace/npm-cache", "--no-audit", "--no-fund",
+        return ("npm", "install", "--prefix", target, "--cache", downloads, "--no-audit", "--no-fund",
                 "--no-update-notifier", "--loglevel=error", "--", *package.requirements)
     script = ('uv="$1"; target="$2"; python="$3"; shift 3; '
               '"$uv" venv --quiet --relocatable --python "$python" "$target" && '
@@ -141,12 +142,12 @@ def fetch_command(package: PackageSpec, target: str, uv: str, python: str) -> tu
     return ("/bin/sh", "-c", script, "uv-fetch", uv, target, python, *package.requirements)
 
 
-def fetch_env(package: PackageSpec) -> dict[str, str]:
+def fetch_env(package: PackageSpec, downloads: str) -> dict[str, str]:
     """The fetch jail's environment besides the entry's own."""
     if package.kind == "npm":
         return {"npm_config_update_notifier": "false", "npm_config_fund": "false"}
     # Compiled now: the server reads its install read-only, so Python could not cache bytecode later.
-    return {"UV_CACHE_DIR": "/workspace/uv-cache", "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1",
+    return {"UV_CACHE_DIR": downloads, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1",
             "UV_COMPILE_BYTECODE": "1"}
 
 

@@ -14,6 +14,7 @@ from agentmesh.tools.mcp.config import McpServerEntry, load_agents, load_servers
 from agentmesh.tools.mcp.connection import McpServerConnection, SupervisorTimings
 from agentmesh.tools.mcp.fetch import PackageFetcher
 from agentmesh.tools.mcp.openers import JailedStdioOpener, http_opener, server_workdir
+from agentmesh.tools.mcp.package_cache import cache_dirs, prune_cache
 from agentmesh.tools.mcp.pod_servers import PodServers, owner_name
 from agentmesh.tools.mcp.secrets import SecretSource
 from agentmesh.tools.mcp.tools import McpTools
@@ -57,9 +58,12 @@ class ConnectionFactory:
         return self.pods is not None or (isinstance(self._executor, LocalJail) and self._executor.available)
 
     async def start(self) -> None:
-        """Before any server starts: remove the server pods an earlier run of this service left."""
+        """Before any server starts: remove the server pods an earlier run of this service left,
+        and prune the package caches to their ceiling (nothing is in use yet)."""
         if self.pods is not None:
             await self.pods.sweep()
+        for cache in cache_dirs(self.root):
+            await prune_cache(cache, self._settings.mcp.package_cache_max_bytes)
 
     def check_started(self) -> None:
         """After the deployment's servers first started: one that cannot run at all (its image, its
@@ -118,7 +122,9 @@ class ConnectionFactory:
             if jail is not None and template is not None:
                 # The template's sizes (Node wants more address space than the default's 1 GiB).
                 jail = LocalJail(self._settings.for_template(template), jail.workspaces, jail.tracer)
-            self._fetcher = PackageFetcher(jail, template, self._settings.mcp.fetch_timeout_s, self._owner)
+            mcp = self._settings.mcp
+            self._fetcher = PackageFetcher(jail, template, mcp.fetch_timeout_s, self._owner, mcp.package_cache_quota,
+                                           mcp.package_cache_max_bytes)
         return self._fetcher
 
 
