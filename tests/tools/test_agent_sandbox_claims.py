@@ -155,3 +155,15 @@ def test_a_pool_needs_session_isolation():
         TemplateSet(SandboxTemplate("default"), parse_templates(json.dumps({"claimed": {"agentSandboxPool": POOL}})))
     with pytest.raises(ConfigError, match="must name a SandboxWarmPool"):
         parse_templates(json.dumps({"claimed": {"isolation": "session", "agentSandboxPool": "Not A Name"}}))
+
+
+async def test_a_claim_no_replica_uses_any_more_is_swept(cluster, home):
+    # A claim left by a replica that went away (a crash, a scale-down): made long ago, never used since.
+    left = claim_body("agentmesh-claim-left", POOL, "default", "gone")
+    left["metadata"].update(namespace=NAMESPACE, creationTimestamp="2020-01-01T00:00:00Z")
+    with cluster.cond:
+        cluster.claims[(NAMESPACE, "agentmesh-claim-left")] = left
+    async with ToolsClient(home, claims_env(cluster, home, AGENTMESH_SANDBOX_SESSION_IDLE_S="0.5")) as tools:
+        result = await execute(tools, "shell", {"command": "echo mine"})
+        assert result.stdout == "mine\n", result.output
+        assert await wait_until(lambda: "agentmesh-claim-left" not in cluster.live_claims())
