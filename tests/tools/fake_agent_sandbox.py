@@ -75,6 +75,11 @@ class FakeAgentSandbox(FakeKube):
         self.warm: dict[str, list[str]] = {}  # pool -> its free warm pods
         self.claims_posted: list[dict] = []
         self.hold = False  # claims are never bound (a deadline test)
+        # The claim says Ready before its pod exists (what a reader whose cache lags the controller's
+        # sees): the pod is made only when the Sandbox is read a second time.
+        self.ready_early = False
+        self._late_pods: dict[tuple[str, str], dict] = {}
+        self._sandbox_reads: dict[tuple[str, str], int] = {}
 
     def fill_pools(self, namespace: str) -> None:
         """Start each pool's warm pods (the warm pool controller's work)."""
@@ -161,6 +166,12 @@ class FakeAgentSandbox(FakeKube):
             self._send(handler, 404, status_body(404, "NotFound", f'sandboxes.agents.x-k8s.io "{parts[6]}" not found'))
         else:
             self._send(handler, 200, public(sandbox))
+            key = (parts[4], parts[6])
+            with self.cond:
+                self._sandbox_reads[key] = self._sandbox_reads.get(key, 0) + 1
+                late = self._late_pods.pop(key, None) if self._sandbox_reads[key] >= 2 else None
+            if late is not None:
+                self._start_pod(late)
 
     # --- the controllers' stand-in -----------------------------------------------------------
 
@@ -223,6 +234,11 @@ class FakeAgentSandbox(FakeKube):
             pod = sandbox_pod(name, namespace)
             pod["metadata"]["labels"].update(extra.get("labels") or {})
             pod["metadata"]["annotations"] = dict(extra.get("annotations") or {})
+            if self.ready_early:
+                with self.cond:
+                    self._late_pods[key] = pod
+                self._set_ready(key, "True", "DependenciesReady", "Pod is Ready; Service Exists", sandbox=name)
+                return
             pod_key = self._start_pod(pod)
         while not self._closed:
             with self.cond:

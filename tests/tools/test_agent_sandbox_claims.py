@@ -103,6 +103,14 @@ async def test_an_idle_claim_is_deleted_and_the_next_call_claims_again(cluster, 
     assert await wait_until(lambda: not cluster.live_claims())
 
 
+async def test_a_ready_claim_whose_pod_is_not_running_yet_is_looked_at_again(cluster, home):
+    cluster.ready_early = True
+    cluster.warm[POOL].clear()  # a cold pod: the claim is Ready before the pod exists, and never changes after
+    async with ToolsClient(home, claims_env(cluster, home, AGENTMESH_SANDBOX_START_TIMEOUT_S="20")) as tools:
+        result = await execute(tools, "shell", {"command": "echo late"})
+    assert result.stdout == "late\n", result.output
+
+
 async def test_a_claim_not_ready_by_the_deadline_is_deleted_and_says_why(cluster, home):
     cluster.hold = True
     async with ToolsClient(home, claims_env(cluster, home, AGENTMESH_SANDBOX_START_TIMEOUT_S="1")) as tools:

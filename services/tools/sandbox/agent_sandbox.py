@@ -60,6 +60,9 @@ CLAIMS = f"{LABEL_COMPONENT}={COMPONENT},app.kubernetes.io/managed-by={COMPONENT
 FINAL_REASONS = {"WarmPoolNotFound", "TemplateNotFound", "InvalidMetadata", "EnvVarsInjectionRejected",
                  "VolumeClaimTemplatesError", "ClaimExpired", "SandboxExpired"}
 WATCH_WINDOW_S = 30
+# A Ready claim whose Sandbox or pod this replica cannot read yet (its cache behind the
+# controller's): looked at again after this long, not at the claim's next event (there may be none).
+RESOLVE_AGAIN_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,9 @@ class SandboxClaims:
                     last = claims[0]
                     if (claimed := await self._judge(name, last)) is not None:
                         return claimed
+                    if _ready(last).get("status") == "True":
+                        await asyncio.sleep(RESOLVE_AGAIN_S)
+                        continue
                     async for event, claim in self._api.watch_claims(CLAIM_API_VERSION, selector, version,
                                                                      WATCH_WINDOW_S):
                         if event == "DELETED":
@@ -154,6 +160,8 @@ class SandboxClaims:
                             last = claim
                             if (claimed := await self._judge(name, claim)) is not None:
                                 return claimed
+                            if _ready(claim).get("status") == "True":
+                                break  # Ready, its pod not readable yet: list again (above)
         except TimeoutError:
             ready = _ready(last)
             said = f"{ready.get('reason')}: {ready.get('message')}" if ready.get("reason") else "no Ready condition yet"
@@ -175,7 +183,7 @@ class SandboxClaims:
         sandbox_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name", "")
         sandbox = await self._api.get_sandbox(SANDBOX_API_VERSION, sandbox_name) if sandbox_name else None
         if sandbox is None:
-            return None  # Ready before the Sandbox is readable: the next event settles it
+            return None  # Ready before the Sandbox is readable: looked at again
         annotations = (sandbox.get("metadata") or {}).get("annotations") or {}
         pod_name = annotations.get(POD_NAME_ANNOTATION) or sandbox_name
         pod = await self._api.get_pod(pod_name)
