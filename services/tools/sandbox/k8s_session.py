@@ -9,8 +9,8 @@ for it to run and opens the supervisor's stream; later calls are a request on it
 its own timeout, output bound and workspace quota (the wrapper in the pod, and our own look at
 the shared claim); stopping a call kills its process group, ending the stream all of them.
 
-A pod with no call for `idle_s` is deleted (agent-sandbox's: its claim); the next call starts a
-new one on the same workspace. Deleting the workspace deletes the pod. When the pod goes away
+A pod with no call for `idle_s` is deleted (agent-sandbox's: its claim, its files with it); the
+next call starts a new one on the same workspace. Deleting the workspace deletes the pod. When the pod goes away
 mid-call (deleted, evicted, its node lost) or its supervisor's stream ends, the calls on it get
 a `sandbox_error` result at once, and the pod is replaced at the next call.
 """
