@@ -11,7 +11,7 @@ from agentmesh.cli.common import (
     service_call,
 )
 
-FIELDS = ("isolation", "network", "memory", "disk_quota", "cpu", "image", "runtime_class")
+FIELDS = ("isolation", "network", "memory", "disk_quota", "cpu", "image", "runtime_class", "agent_sandbox_pool")
 
 
 def register(subparsers) -> None:
@@ -39,6 +39,8 @@ async def list_templates(args) -> int:
     print(f"{'NAME':<14} {'ISOLATION':<10} {'NETWORK':<8} {'MEMORY':<8} {'DISK':<8} {'CPU':<5} IMAGE")
     for t in reply.templates:
         image = t.image + (f" (runtime {t.runtime_class})" if t.runtime_class else "")
+        if t.agent_sandbox_pool:  # the pod is agent-sandbox's SandboxTemplate's, not our image
+            image = f"agent-sandbox SandboxWarmPool {t.agent_sandbox_pool}"
         print(f"{t.name:<14} {t.isolation:<10} {t.network:<8} {t.memory:<8} {t.disk_quota:<8} {t.cpu:<5} {image}")
     return EXIT_OK
 

@@ -127,7 +127,8 @@ class BackgroundCommands:
         command.call_id = f"{ctx.call_id}.{command.id}"
         lifetime = min(float(args.get("timeout_s") or self._max_lifetime_s), self._max_lifetime_s)
         spec = CommandSpec(session_id=ctx.session_id, call_id=command.call_id,
-                           argv=("/bin/sh", "-c", command.command), timeout_s=lifetime, network=self._network)
+                           argv=("/bin/sh", "-c", command.command), timeout_s=lifetime, network=self._network,
+                           tenant=ctx.tenant, namespace=ctx.namespace)
         command.task = asyncio.create_task(self._follow(command, spec), name=f"background-{ctx.session_id}-{command.id}")
         session.commands[command.id] = command
         self._update(ctx.session_id)

@@ -35,6 +35,8 @@ class CallContext:
     # The sandbox template command tools run in ("": default; sandbox/templates.py), checked by the core.
     sandbox_template: str = ""
     isolation: str = ""  # "call" | "session" over the template's; "": the template's
+    namespace: str = ""  # the session's namespace (ExecuteRequest.namespace)
+    tenant: str = ""  # the session's tenant ("" without tenancy)
 
 
 ToolFunc = Callable[[CallContext, dict[str, Any]], Awaitable[ToolOutcome]]

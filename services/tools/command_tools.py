@@ -150,7 +150,7 @@ class CommandTools:
             raise ToolFailure("invalid_arguments", "give `code` to run (or `restart: true` to clear the interpreter)")
         timeout = self.effective_timeout(args.get("timeout_s"), ctx.caller_timeout_s)
         spec = CommandSpec(session_id=ctx.session_id, call_id=ctx.call_id, argv=(), timeout_s=timeout,
-                           network=self._network or egress, egress=egress)
+                           network=self._network or egress, egress=egress, tenant=ctx.tenant, namespace=ctx.namespace)
         try:
             cell = await kernel.run_cell(spec, code)
         except SandboxUnavailable as exc:
@@ -194,7 +194,8 @@ class CommandTools:
             # Time spent waiting for a slot comes out of the call's own budget.
             remaining = max(timeout - (time.monotonic() - started), 0.1)
             spec = CommandSpec(session_id=ctx.session_id, call_id=ctx.call_id, argv=argv, timeout_s=remaining,
-                               network=self._network or egress, egress=egress)
+                               network=self._network or egress, egress=egress, tenant=ctx.tenant,
+                               namespace=ctx.namespace)
             result = await executor.run(spec)
         except SandboxUnavailable as exc:
             return ToolOutcome(output=str(exc), is_error=True, error_kind="sandbox_unavailable")

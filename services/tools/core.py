@@ -138,6 +138,7 @@ class ToolService:
     async def execute(
         self, session_id: str, call_id: str, name: str, arguments_json: str, timeout_s: float = 0.0,
         namespace: str = "", mcp_version: float | None = None, sandbox_template: str = "", isolation: str = "",
+        tenant: str = "",
     ) -> ToolOutcome:
         validate_id(session_id, "session_id")
         if sandbox_template and self.templates is not None and self.templates.get(sandbox_template) is None:
@@ -159,7 +160,7 @@ class ToolService:
 
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(session_id=session_id, call_id=call_id, tool=name):
-            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s, sandbox_template, isolation), name, arguments_json, namespace,
+            outcome = await self._dispatch(CallContext(session_id, call_id, timeout_s, sandbox_template, isolation, namespace, tenant), name, arguments_json, namespace,
                                            mcp_version)
             if any(image.data for image in outcome.images):
                 # Stored once in the workspace; the result carries references, not bytes.

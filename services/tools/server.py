@@ -67,11 +67,14 @@ class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
         self.carried_calls = CarriedCalls(calls, {"execute": ServedMethod(EXECUTE_METHOD, self.execute)},
                                           wrap=oneof_answers(tools_service_pb2.CarriedToolsAnswer))
 
-    async def _session(self, session_id: str, method: str, *, grows: bool = False) -> None:
+    async def _session(self, session_id: str, method: str, *, grows: bool = False) -> str:
+        """The session's tenant ("" without tenancy), once the caller may use the session."""
+        tenant = ""
         if self._tenants is not None and session_id:
             tenant = await self._tenants.require(session_id, method)
             if grows and tenant:
                 await self._tenants.check_disk(session_id, tenant)
+        return tenant
 
     @translate_errors
     async def ListTools(self, request, context):
@@ -104,11 +107,11 @@ class ToolsServicer(tools_service_pb2_grpc.ToolsServicer):
 
     async def execute(self, request: tools_service_pb2.ExecuteRequest) -> tools_service_pb2.ExecuteResponse:
         """Execute's work, for the unary call and for each call carried on CarriedCalls."""
-        await self._session(request.session_id, "Execute", grows=True)
+        tenant = await self._session(request.session_id, "Execute", grows=True)
         outcome = await self._core.execute(
             request.session_id, request.call_id, request.name, request.arguments_json, request.timeout_s,
             namespace=request.namespace, mcp_version=_version(request), sandbox_template=request.sandbox_template,
-            isolation=request.isolation,
+            isolation=request.isolation, tenant=tenant,
         )
         return tools_service_pb2.ExecuteResponse(result=tool_result_to_proto(replace(outcome, call_id=request.call_id, name=request.name)))
 

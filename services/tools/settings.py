@@ -84,6 +84,10 @@ class KubernetesSandbox:
     warm_pool_min: int = env("AGENTMESH_SANDBOX_WARM_POOL_MIN", 0, minimum=0)
     warm_pool_max: int = env("AGENTMESH_SANDBOX_WARM_POOL_MAX", 0, minimum=0)
     warm_pool_idle_s: float = env("AGENTMESH_SANDBOX_WARM_POOL_IDLE_S", 900.0, minimum=1)
+    # Where the cluster runs agent-sandbox: the SandboxWarmPool the default template's session
+    # sandboxes are claimed from (sandbox/agent_sandbox.py) instead of pods and a warm pool of our
+    # own ("" = ours; a template's `agent_sandbox_pool` sets its own).
+    agent_sandbox_pool: str = env("AGENTMESH_SANDBOX_AGENT_SANDBOX_POOL", "")
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,7 @@ class ToolsSettings(EnvSection):
     command_network: bool = env("AGENTMESH_SANDBOX_NETWORK", False)
     # Set by for_template for a `network: egress` template's executor (a session jail's network).
     egress: bool = False
+    template_name: str = DEFAULT_TEMPLATE  # the template these settings are for (for_template)
     # IPv4 blocks an egress template's jail may reach although they are not public ("10.1.2.3",
     # "10.20.0.0/16": a package mirror or proxy); loopback stays the jail's own.
     egress_allow: tuple[str, ...] = env("AGENTMESH_SANDBOX_EGRESS_ALLOW", (), parse=parse_egress_allow)
@@ -210,6 +215,7 @@ class ToolsSettings(EnvSection):
             DEFAULT_TEMPLATE, image=pod.image, cpu=pod.cpu_limit, memory=memory,
             disk_quota=f"{self.workspace_quota_bytes // MIB}Mi", runtime_class=pod.runtime_class,
             network="none", isolation=self.isolation, description="the deployment's sandbox",
+            agent_sandbox_pool=pod.agent_sandbox_pool,
         )
         return TemplateSet(default, self.templates_file)
 
@@ -218,11 +224,11 @@ class ToolsSettings(EnvSection):
         that template is built from."""
         memory = template.memory_bytes
         pod = replace(self.kubernetes, image=template.image, cpu_limit=template.cpu,
-                      runtime_class=template.runtime_class,
+                      runtime_class=template.runtime_class, agent_sandbox_pool=template.agent_sandbox_pool,
                       memory_limit=template.memory if self.mode == "kubernetes" else f"{memory // MIB}Mi")
         return replace(self, limits=replace(self.limits, memory_bytes=memory), kubernetes=pod,
                        workspace_quota_bytes=template.disk_quota_bytes, isolation=template.isolation,
-                       egress=template.egress)
+                       egress=template.egress, template_name=template.name)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ToolsSettings:

@@ -10,6 +10,7 @@ account, exactly. A scan of services/ and lib/ keeps the list honest.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -72,10 +73,21 @@ def rbac_of(http_method: str, url: str) -> tuple[str, str, str]:
     return group, f"{resource}/{sub}" if sub else resource, verb
 
 
+def uses_agent_sandbox(rendered: Rendered) -> bool:
+    """Whether some template's session sandboxes are claimed from agent-sandbox (the default's, or
+    one of the templates file's)."""
+    if rendered.config().get("AGENTMESH_SANDBOX_AGENT_SANDBOX_POOL"):
+        return True
+    files = [m for m in rendered.kind("ConfigMap") if m["metadata"]["name"].endswith("-sandbox-templates")]
+    return any(t.get("agent_sandbox_pool") for m in files
+               for t in json.loads(m["data"]["templates.json"])["templates"].values() if t)
+
+
 def required_grants(rendered: Rendered) -> set[tuple[str, str, str, str, str]]:
     managed = rendered.config().get("AGENTMESH_MANAGED_AGENT_NAMESPACES", "")
-    namespaces = {"release": [NAMESPACE], "sandbox": [rendered.config()["AGENTMESH_SANDBOX_NAMESPACE"]],
-                  "agentResources": [n for n in managed.split(",") if n]}
+    sandbox = [rendered.config()["AGENTMESH_SANDBOX_NAMESPACE"]]
+    namespaces = {"release": [NAMESPACE], "sandbox": sandbox, "agentResources": [n for n in managed.split(",") if n],
+                  "agentSandbox": sandbox if uses_agent_sandbox(rendered) else []}
     grants = set()
     for service, entry in CALLS.items():
         for call in entry["calls"]:
@@ -134,6 +146,19 @@ def test_the_agent_controller_gets_a_role_in_each_managed_namespace():
         assert {g[0] for g in grants if g[1] == namespace} == {f"{RELEASE}-scheduler"}
 
 
+@pytest.mark.parametrize("values", [{"sandbox": {"agentSandboxPool": "python-pool", "isolation": "session"}},
+                                    {"sandbox": {"templates": {"claimed": {"isolation": "session",
+                                                                           "agent_sandbox_pool": "python-pool"}}}}])
+def test_agent_sandbox_claims_are_granted_only_where_a_template_uses_them(values):
+    rendered = render(values)
+    grants = granted(rendered)
+    assert grants == required_grants(rendered)
+    claims = {g[2:] for g in grants if g[2] in ("extensions.agents.x-k8s.io", "agents.x-k8s.io")}
+    assert claims == {("extensions.agents.x-k8s.io", "sandboxclaims", verb) for verb in ("create", "list", "watch", "delete")} | {
+        ("agents.x-k8s.io", "sandboxes", "get")}
+    assert not {g for g in granted(render()) if g[2] in ("extensions.agents.x-k8s.io", "agents.x-k8s.io")}
+
+
 def test_nothing_else_gets_api_access(any_render):
     assert any_render.kind("ClusterRole") == [] and any_render.kind("ClusterRoleBinding") == []
     for role in any_render.kind("Role"):
@@ -153,7 +178,7 @@ def _api_methods() -> set[str]:
     api_dir = Path(kubernetes.client.__file__).parent / "api"
     names = set()
     for path in api_dir.glob("*_api.py"):
-        names.update(re.findall(r"^    def ((?:create|read|list|replace|patch|delete|connect)_\w+)\(", path.read_text(), re.M))
+        names.update(re.findall(r"^    def ((?:create|read|get|list|replace|patch|delete|connect)_\w+)\(", path.read_text(), re.M))
     return {n for n in names if not n.endswith(("_with_http_info", "_without_preload_content"))}
 
 

@@ -82,6 +82,15 @@ finds its peers for session routing (docs/api.md "Scaling the gateway"). */}}
 {{- if ne (include "agentmesh.sandboxNamespace" .) .Release.Namespace }}true{{ end }}
 {{- end }}
 
+{{- /* "true" when session sandboxes come from agent-sandbox: sandbox.agentSandboxPool or a template's agent_sandbox_pool ("" otherwise). */ -}}
+{{- define "agentmesh.agentSandbox" -}}
+{{- $found := .Values.sandbox.agentSandboxPool -}}
+{{- range $name, $template := .Values.sandbox.templates -}}
+{{- if and $template (get $template "agent_sandbox_pool") -}}{{- $found = "true" -}}{{- end -}}
+{{- end -}}
+{{- if $found -}}true{{- end -}}
+{{- end -}}
+
 {{- define "agentmesh.workspaceClaim" -}}
 {{- default (printf "%s-workspaces" (include "agentmesh.fullname" .)) .Values.sandbox.workspace.existingClaim }}
 {{- end }}

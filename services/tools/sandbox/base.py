@@ -25,6 +25,10 @@ class CommandSpec:
     egress: bool = False
     # Extra environment (only TRACEPARENT today); everything else is a fixed clean set.
     env: Mapping[str, str] = field(default_factory=dict)
+    # Who owns the session (its tenant, "" without tenancy; its namespace): labels on what a
+    # cluster's sandbox backend creates for it (agent_sandbox.py's SandboxClaims).
+    tenant: str = ""
+    namespace: str = ""
 
 
 @dataclass

@@ -22,6 +22,15 @@ and for session pods and their warm pool (k8s_session.py, k8s_pool.py):
     patch_pod    PATCH  /api/v1/namespaces/{ns}/pods/{name} (merge patch)    pods: patch
     exec         GET    /api/v1/namespaces/{ns}/pods/{name}/exec (websocket)   pods/exec: get, create
 
+and, where a template's session sandboxes are agent-sandbox's (agent_sandbox.py), its claims
+(group extensions.agents.x-k8s.io) and the Sandbox a claim is bound to (agents.x-k8s.io):
+
+    create_claim POST   .../sandboxclaims                                    sandboxclaims: create
+    list_claims  GET    .../sandboxclaims?labelSelector=                     sandboxclaims: list
+    watch_claims GET    .../sandboxclaims?labelSelector=&watch=1             sandboxclaims: watch
+    delete_claim DELETE .../sandboxclaims/{name}                             sandboxclaims: delete
+    get_sandbox  GET    .../sandboxes/{name}                                 sandboxes: get
+
 The official `kubernetes` client is synchronous; its calls run on a thread pool of our own (so
 long watches never starve the default executor the file tools use). Failures on the way (no
 connection, 429, 5xx) are retried with exponential backoff and jitter, explicitly, here and
@@ -80,6 +89,7 @@ class KubernetesJobs:
         self._api_client = api_client
         self._batch = client.BatchV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
         self.namespace = namespace
         self._retries = retries
         self._backoff_s = backoff_s
@@ -158,25 +168,24 @@ class KubernetesJobs:
         return body.get("items", []), body.get("metadata", {}).get("resourceVersion", "")
 
     async def watch_pods(self, selector: str, resource_version: str, timeout_s: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """(type, pod) events after `resource_version` until the server ends the watch.
+        """(type, pod) events after `resource_version` until the server ends the watch."""
+        def request() -> Any:
+            return self._core.list_namespaced_pod(
+                self.namespace, label_selector=selector, watch=True, resource_version=resource_version or None,
+                allow_watch_bookmarks=True, timeout_seconds=timeout_s, _preload_content=False,
+                _request_timeout=(10, timeout_s + 10))
+
+        async for event in self._watch("watch_pods", request):
+            yield event
+
+    async def _watch(self, what: str, request: Callable[[], Any]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(type, object) events of the watch `request` opens, until the server ends it.
 
         The HTTP response is closed from here when the consumer stops early (a cancelled call), which
         unblocks the reading thread at once.
         """
         loop = asyncio.get_running_loop()
-        response = await self._call(
-            "watch_pods",
-            lambda: self._core.list_namespaced_pod(
-                self.namespace,
-                label_selector=selector,
-                watch=True,
-                resource_version=resource_version or None,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_s,
-                _preload_content=False,
-                _request_timeout=(10, timeout_s + 10),
-            ),
-        )
+        response = await self._call(what, request)
         queue: asyncio.Queue = asyncio.Queue()
 
         def pump() -> None:
@@ -200,7 +209,7 @@ class KubernetesJobs:
                 if item is None:
                     return
                 if isinstance(item, Exception):
-                    log.info("pod watch ended early", error=str(item))
+                    log.info("watch ended early", call=what, error=str(item))
                     return
                 if item.get("type") == "ERROR":
                     # 410 Gone: our resourceVersion is too old; the caller re-lists.
@@ -310,6 +319,63 @@ class KubernetesJobs:
             raise
         return socket
 
+    # --- agent-sandbox's claims (agent_sandbox.py) -------------------------------------------------
+
+    async def create_claim(self, body: dict[str, Any]) -> dict[str, Any]:
+        group, version = _group_version(body["apiVersion"])
+        try:
+            response = await self._call("create_claim", lambda: self._custom.create_namespaced_custom_object(
+                group, version, self.namespace, "sandboxclaims", body, _preload_content=False))
+        except KubeApiError as exc:
+            if exc.status == 409:
+                return body  # an earlier attempt whose answer was lost made it (names are unique per claim)
+            raise
+        return self._json(response)
+
+    async def list_claims(self, api_version: str, selector: str) -> tuple[list[dict[str, Any]], str]:
+        group, version = _group_version(api_version)
+        response = await self._call("list_claims", lambda: self._custom.list_namespaced_custom_object(
+            group, version, self.namespace, "sandboxclaims", label_selector=selector, _preload_content=False))
+        body = self._json(response)
+        return body.get("items", []), body.get("metadata", {}).get("resourceVersion", "")
+
+    async def watch_claims(self, api_version: str, selector: str, resource_version: str,
+                           timeout_s: int) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        group, version = _group_version(api_version)
+
+        def request() -> Any:
+            return self._custom.list_namespaced_custom_object(
+                group, version, self.namespace, "sandboxclaims", label_selector=selector, watch=True,
+                resource_version=resource_version or None, allow_watch_bookmarks=True, timeout_seconds=timeout_s,
+                _preload_content=False, _request_timeout=(10, timeout_s + 10))
+
+        async for event in self._watch("watch_claims", request):
+            yield event
+
+    async def delete_claim(self, api_version: str, name: str) -> bool:
+        """Delete the claim (agent-sandbox's controller then deletes its Sandbox and pod); False if gone."""
+        group, version = _group_version(api_version)
+        try:
+            await self._call("delete_claim", lambda: self._custom.delete_namespaced_custom_object(
+                group, version, self.namespace, "sandboxclaims", name, propagation_policy="Background",
+                _preload_content=False))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def get_sandbox(self, api_version: str, name: str) -> dict[str, Any] | None:
+        group, version = _group_version(api_version)
+        try:
+            response = await self._call("get_sandbox", lambda: self._custom.get_namespaced_custom_object(
+                group, version, self.namespace, "sandboxes", name, _preload_content=False))
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self._json(response)
+
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(self._api_client.close)
@@ -322,3 +388,8 @@ def _retry_after(exc: ApiException) -> float | None:
         return min(float(value), 10.0) if value else None
     except ValueError:
         return None
+
+
+def _group_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.partition("/")
+    return group, version

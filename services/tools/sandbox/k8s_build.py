@@ -7,6 +7,7 @@ import socket
 
 from opentelemetry import trace
 
+from agentmesh.tools.sandbox.agent_sandbox import SandboxClaims
 from agentmesh.tools.sandbox.base import SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubernetesJobs
 from agentmesh.tools.sandbox.k8s_job import pod_identity
@@ -26,13 +27,18 @@ POOL_WINDOW_S = 300.0
 def session_pods(settings: ToolsSettings, workspaces: Workspaces | None, tracer: trace.Tracer,
                  metrics: SandboxMetrics | None = None, *, api: KubernetesJobs | None = None,
                  owner: str = "") -> KubernetesSessionPods:
-    """Session pods for the deployment's one sandbox (template "default": today's image and
-    limits), with a warm pool when AGENTMESH_SANDBOX_WARM_POOL_MAX is above 0."""
+    """Session pods for the template `settings` were made for (ToolsSettings.for_template), with a
+    warm pool when AGENTMESH_SANDBOX_WARM_POOL_MAX is above 0, or claimed from agent-sandbox's
+    SandboxWarmPool when the template names one (`agent_sandbox_pool`)."""
     cfg = settings.kubernetes
     api = api or KubernetesJobs(api_client_for(cfg), cfg.namespace, retries=cfg.api_retries)
     identity = pod_identity(cfg, os.getuid(), os.getgid())
-    pool = None
-    if cfg.warm_pool_max > 0:
+    pool, claims = None, None
+    if cfg.agent_sandbox_pool:
+        # agent-sandbox's warm pool stands in for ours; the session's files stay in its pod (docs/tools.md).
+        claims = SandboxClaims(api, cfg.agent_sandbox_pool, settings.template_name, cfg.start_timeout_s)
+        workspaces = None
+    elif cfg.warm_pool_max > 0:
         sizing = PoolSizing(cfg.warm_pool_min, cfg.warm_pool_max, POOL_WINDOW_S, cfg.warm_pool_idle_s)
         pool = WarmPool(api, cfg, identity, owner=owner or socket.gethostname(), template=DEFAULT_TEMPLATE,
                         workspace_root=workspaces.root if workspaces is not None else None,
@@ -41,4 +47,4 @@ def session_pods(settings: ToolsSettings, workspaces: Workspaces | None, tracer:
     return KubernetesSessionPods(api, cfg, settings.limits, workspaces, tracer, identity,
                                  quota=settings.workspace_quota, idle_s=settings.session_idle_s,
                                  network=settings.command_network, pool=pool, template=DEFAULT_TEMPLATE,
-                                 metrics=metrics)
+                                 metrics=metrics, claims=claims)

@@ -4,16 +4,15 @@ supervisor this replica runs in the pod through one long-lived `pods/exec` strea
 (k8s_supervisor.py: the protocol of a local session jail, calls multiplexed on the stream).
 
 A session's first call takes a warm pod from the pool (k8s_pool.py) when there is one, else
-creates its pod (k8s_session_pod.py) and waits for it to run, then opens the supervisor's
-stream; later calls are a request on it. Each call has its own timeout, output bound and
-workspace quota (the wrapper in the pod, and the tools service's own look at the shared claim);
-stopping a call kills its process group; ending the stream kills them all. The `python` tool's
-cells run in the supervisor's persistent interpreter (`run_cell`).
+creates its pod (k8s_session_pod.py; or agent-sandbox's SandboxClaim, agent_sandbox.py), waits
+for it to run and opens the supervisor's stream; later calls are a request on it. Each call has
+its own timeout, output bound and workspace quota (the wrapper in the pod, and our own look at
+the shared claim); stopping a call kills its process group, ending the stream all of them.
 
-A pod with no call for `idle_s` is deleted; the next call starts a new one on the same workspace
-(the shared claim's session directory). Deleting the workspace deletes the pod. When the pod
-goes away mid-call (deleted, evicted, its node lost) or its supervisor's stream ends, the calls
-on it get a `sandbox_error` result at once, and the pod is replaced at the next call.
+A pod with no call for `idle_s` is deleted (agent-sandbox's: its claim, its files with it); the
+next call starts a new one on the same workspace. Deleting the workspace deletes the pod. When the pod goes away
+mid-call (deleted, evicted, its node lost) or its supervisor's stream ends, the calls on it get
+a `sandbox_error` result at once, and the pod is replaced at the next call.
 """
 
 from __future__ import annotations
@@ -32,13 +31,21 @@ from agentmesh.logs import get_logger
 from agentmesh.telemetry.genai import GEN_AI_TOOL_CALL_ID
 from agentmesh.telemetry.propagation import traceparent_env
 from agentmesh.tools.quota import UsageMeter, WorkspaceQuota
+from agentmesh.tools.sandbox.agent_sandbox import SandboxClaims
 from agentmesh.tools.sandbox.base import CellResult, CommandResult, CommandSpec, NoMetrics, SandboxMetrics
 from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
+from agentmesh.tools.sandbox.k8s_job import CONTAINER
 from agentmesh.tools.sandbox.k8s_pool import WarmPool
 from agentmesh.tools.sandbox.k8s_quota import claim_over_quota, name_pod_quota
 from agentmesh.tools.sandbox.k8s_session_pod import build_session_pod, call_command, session_pod_name
 from agentmesh.tools.sandbox.k8s_session_reap import last_used, mark_used, sweep_abandoned
-from agentmesh.tools.sandbox.k8s_session_start import PodStartFailed, pod_error, until_running
+from agentmesh.tools.sandbox.k8s_session_start import (
+    PodStartFailed,
+    api_failure,
+    explain_loss,
+    pod_error,
+    until_running,
+)
 from agentmesh.tools.sandbox.k8s_supervisor import PodSupervisor
 from agentmesh.tools.sandbox.supervisor_link import (
     KILL_GRACE_S,
@@ -67,6 +74,8 @@ class SessionPod:
     marked: float = 0.0  # when this replica last wrote its use into the pod (k8s_session_reap.py)
     stamp: float = 0.0  # the wall-clock time of use it wrote
     supervisor: PodSupervisor | None = None  # this replica's stream to the pod's supervisor
+    claim: str = ""  # its SandboxClaim, when agent-sandbox made it (agent_sandbox.py)
+    container: str = CONTAINER
 
 
 class KubernetesSessionPods:
@@ -75,8 +84,9 @@ class KubernetesSessionPods:
     def __init__(self, api: KubernetesJobs, cfg: KubernetesSandbox, limits: SandboxLimits, workspaces: Workspaces | None,
                  tracer: trace.Tracer, identity: tuple[int, int], *, quota: WorkspaceQuota, idle_s: float,
                  network: bool = False, pool: WarmPool | None = None, template: str = "default",
-                 metrics: SandboxMetrics | None = None):
+                 metrics: SandboxMetrics | None = None, claims: SandboxClaims | None = None):
         self._api = api
+        self.claims = claims
         self._cfg = cfg
         self._limits = limits
         self._workspaces = workspaces if cfg.workspace_pvc else None
@@ -122,7 +132,7 @@ class KubernetesSessionPods:
     def _workspace(self, session_id: str) -> Path | None:
         return self._workspaces.path(session_id) if self._workspaces is not None else None
 
-    async def _acquire(self, session_id: str) -> SessionPod:
+    async def _acquire(self, session_id: str, owner: tuple[str, str] = ("", "")) -> SessionPod:
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.create_task(self._reap())
         if self.pool is not None:
@@ -131,10 +141,10 @@ class KubernetesSessionPods:
             for attempt in range(2):
                 pod = self._pods.get(session_id)
                 if pod is None:
-                    pod = await self._start(session_id)
+                    pod = await self._start(session_id, owner)
                     self._pods[session_id] = pod
                 if pod.supervisor is None or not pod.supervisor.open:
-                    supervisor = PodSupervisor(pod.name, self._line_limit)
+                    supervisor = PodSupervisor(pod.name, self._line_limit, pod.container)
                     try:
                         await supervisor.start(self._api)
                     except KubeApiError as exc:
@@ -149,8 +159,12 @@ class KubernetesSessionPods:
                 return pod
         raise PodStartFailed(pod_error("sandbox_error", "the session's pod went away twice before the call could start"))
 
-    async def _start(self, session_id: str) -> SessionPod:
+    async def _start(self, session_id: str, owner: tuple[str, str]) -> SessionPod:
         started = time.monotonic()
+        if self.claims is not None:
+            claimed = await self.claims.claim(session_id, *owner)
+            self._metrics.record_sandbox_wait(time.monotonic() - started, self.name)
+            return SessionPod(claimed.pod, claim=claimed.claim, container=claimed.container)
         workspace = self._workspace(session_id)
         if self.pool is not None:
             name = await self.pool.claim(session_id, workspace)
@@ -200,7 +214,7 @@ class KubernetesSessionPods:
             pod.supervisor.close()
         if self._pods.get(session_id) is pod:
             del self._pods[session_id]
-            asyncio.get_running_loop().create_task(self._delete(pod.name))
+            asyncio.get_running_loop().create_task(self._delete(pod.name, pod.claim))
 
     # --- a call --------------------------------------------------------------------------------
 
@@ -218,9 +232,9 @@ class KubernetesSessionPods:
             except PodStartFailed as exc:
                 result = exc.result
             except KubeApiError as exc:
-                result = _api_failure(self._cfg.namespace, exc.status, exc.message)
+                result = api_failure(self._cfg.namespace, exc.status, exc.message)
             except (urllib3.exceptions.HTTPError, OSError) as exc:
-                result = _api_failure(self._cfg.namespace, 0, str(exc))
+                result = api_failure(self._cfg.namespace, 0, str(exc))
             span.set_attribute("agentmesh.sandbox.exit_code", result.exit_code)
             if result.error_kind:
                 span.set_attribute("agentmesh.sandbox.error_kind", result.error_kind)
@@ -228,7 +242,7 @@ class KubernetesSessionPods:
 
     async def _acquire_for(self, spec: CommandSpec, span: Any) -> tuple[SessionPod, PodSupervisor]:
         """The session's pod, its supervisor's stream open, for one call (release it after)."""
-        pod = await self._acquire(spec.session_id)
+        pod = await self._acquire(spec.session_id, (spec.tenant, spec.namespace))
         span.set_attribute("agentmesh.sandbox.pod", pod.name)
         assert pod.supervisor is not None  # _acquire opened it
         return pod, pod.supervisor
@@ -323,7 +337,7 @@ class KubernetesSessionPods:
                         + (f" ({said[-500:]})" if said else ""))
         result.exit_code = -9
         result.duration_ms = (time.monotonic() - started) * 1000
-        await self._explain_loss(result, pod)
+        await explain_loss(self._api, self._cfg, result, pod.name)
         self._forget(session_id, pod)
         return result
 
@@ -337,9 +351,9 @@ class KubernetesSessionPods:
             except PodStartFailed as exc:
                 cell = CellResult(exc.result, [])
             except KubeApiError as exc:
-                cell = CellResult(_api_failure(self._cfg.namespace, exc.status, exc.message), [])
+                cell = CellResult(api_failure(self._cfg.namespace, exc.status, exc.message), [])
             except (urllib3.exceptions.HTTPError, OSError) as exc:
-                cell = CellResult(_api_failure(self._cfg.namespace, 0, str(exc)), [])
+                cell = CellResult(api_failure(self._cfg.namespace, 0, str(exc)), [])
             if cell.result.error_kind:
                 span.set_attribute("agentmesh.sandbox.error_kind", cell.result.error_kind)
             return cell
@@ -401,17 +415,6 @@ class KubernetesSessionPods:
             return None
         return (reply["stdout"], reply["stderr"]) if reply.get("running") else None
 
-    async def _explain_loss(self, result: CommandResult, pod: SessionPod) -> None:
-        """Name the reason when the pod's container ended for its memory limit."""
-        with contextlib.suppress(KubeApiError, urllib3.exceptions.HTTPError, OSError):
-            found = await self._api.get_pod(pod.name)
-            for status in ((found or {}).get("status") or {}).get("containerStatuses") or []:
-                if ((status.get("state") or {}).get("terminated") or {}).get("reason") == "OOMKilled":
-                    result.error_kind = "oom"
-                    result.detail = (f"the session's pod ran out of memory: its {self._cfg.memory_limit} limit was "
-                                     "exceeded and it was killed (the workspace stays; the next call starts a new pod)")
-
-
     # --- ending --------------------------------------------------------------------------------
 
     async def end_session(self, session_id: str) -> None:
@@ -423,10 +426,13 @@ class KubernetesSessionPods:
         if pod is not None:
             if pod.supervisor is not None:
                 pod.supervisor.close()
-            await self._delete(pod.name)
+            await self._delete(pod.name, pod.claim)
             log.info("session pod ended", session_id=session_id, pod=pod.name)
 
-    async def _delete(self, name: str) -> None:
+    async def _delete(self, name: str, claim: str = "") -> None:
+        if claim and self.claims is not None:
+            await self.claims.release(claim)  # agent-sandbox deletes the pod
+            return
         deletion = asyncio.ensure_future(self._api.delete_pod(name))
         try:
             await asyncio.shield(deletion)
@@ -471,7 +477,10 @@ class KubernetesSessionPods:
             if pod.in_flight or self._pods.get(session_id) is not pod:
                 continue  # a call took it while the pod was looked up
             await self.end_session(session_id)
-        await sweep_abandoned(self._api, {pod.name for pod in self._pods.values()}, self._idle_s)
+        if self.claims is not None:
+            await self.claims.sweep({pod.claim for pod in self._pods.values()}, self._idle_s)
+        else:
+            await sweep_abandoned(self._api, {pod.name for pod in self._pods.values()}, self._idle_s)
 
     async def close(self) -> None:
         if self._reaper is not None:
@@ -486,14 +495,3 @@ class KubernetesSessionPods:
         self._meter.close()
         await self._api.close()
 
-
-def _api_failure(namespace: str, status: int, message: str) -> CommandResult:
-    if status in (401, 403):
-        detail = (f"the Kubernetes API refused the tools service ({status}): {message}. With session sandboxes its "
-                  f"service account needs create/get/list/watch/delete/patch on pods and create/get on pods/exec in "
-                  f"namespace {namespace}")
-    elif status:
-        detail = f"the Kubernetes API failed ({status}): {message}"
-    else:
-        detail = f"the Kubernetes API could not be reached: {message}"
-    return pod_error("sandbox_unavailable", detail)

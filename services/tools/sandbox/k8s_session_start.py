@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
+import urllib3
+
 from agentmesh.tools.sandbox.base import CommandResult
-from agentmesh.tools.sandbox.k8s_api import KubernetesJobs
+from agentmesh.tools.sandbox.k8s_api import KubeApiError, KubernetesJobs
 from agentmesh.tools.sandbox.k8s_session_pod import LABEL_SANDBOX_POD
 from agentmesh.tools.sandbox.k8s_watch import JobTracker
 from agentmesh.tools.settings import KubernetesSandbox
 
-__all__ = ["PodStartFailed", "pod_error", "until_running"]
+__all__ = ["PodStartFailed", "api_failure", "explain_loss", "pod_error", "until_running"]
 
 WATCH_WINDOW_S = 30
 
@@ -56,3 +59,26 @@ async def until_running(api: KubernetesJobs, cfg: KubernetesSandbox, name: str, 
         verdict = tracker.on_tick(started + cfg.start_timeout_s)
         detail = verdict.detail if verdict else f"the session's pod did not start within {cfg.start_timeout_s:g} s"
         raise PodStartFailed(pod_error(verdict.error_kind if verdict else "start_timeout", detail)) from None
+
+
+def api_failure(namespace: str, status: int, message: str) -> CommandResult:
+    if status in (401, 403):
+        detail = (f"the Kubernetes API refused the tools service ({status}): {message}. With session sandboxes its "
+                  f"service account needs create/get/list/watch/delete/patch on pods and create/get on pods/exec in "
+                  f"namespace {namespace}")
+    elif status:
+        detail = f"the Kubernetes API failed ({status}): {message}"
+    else:
+        detail = f"the Kubernetes API could not be reached: {message}"
+    return pod_error("sandbox_unavailable", detail)
+
+
+async def explain_loss(api: KubernetesJobs, cfg: KubernetesSandbox, result: CommandResult, pod: str) -> None:
+    """Name the reason when a session pod's container ended for its memory limit."""
+    with contextlib.suppress(KubeApiError, urllib3.exceptions.HTTPError, OSError):
+        found = await api.get_pod(pod)
+        for status in ((found or {}).get("status") or {}).get("containerStatuses") or []:
+            if ((status.get("state") or {}).get("terminated") or {}).get("reason") == "OOMKilled":
+                result.error_kind = "oom"
+                result.detail = (f"the session's pod ran out of memory: its {cfg.memory_limit} limit was "
+                                 "exceeded and it was killed (the workspace stays; the next call starts a new pod)")

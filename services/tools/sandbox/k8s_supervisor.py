@@ -50,8 +50,9 @@ STDERR_KEEP = 4096
 class PodSupervisor:
     """The supervisor of one session pod, as this tools replica reaches it."""
 
-    def __init__(self, pod: str, line_limit: int):
+    def __init__(self, pod: str, line_limit: int, container: str = CONTAINER):
         self.pod = pod
+        self.container = container  # ours: CONTAINER; an agent-sandbox pod's: its first (agent_sandbox.py)
         self.link = SupervisorLink(self._write)
         # The supervisor's id of each running exec call, by the call's own id (for `peek`).
         self.calls: dict[str, int] = {}
@@ -68,7 +69,7 @@ class PodSupervisor:
 
     async def start(self, api: KubernetesJobs) -> None:
         """Open the stream and boot the supervisor; raises KubeApiError when the pod refuses it."""
-        connecting = asyncio.ensure_future(api.exec(self.pod, CONTAINER, SUPERVISOR_COMMAND))
+        connecting = asyncio.ensure_future(api.exec(self.pod, self.container, SUPERVISOR_COMMAND))
         try:
             self._socket = await asyncio.shield(connecting)
         except asyncio.CancelledError:

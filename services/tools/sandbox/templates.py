@@ -67,6 +67,9 @@ class SandboxTemplate:
     runtime_class: str = ""  # a pod's runtimeClassName (gVisor, Kata); "" none
     network: str = "none"  # "none" | "egress": the internet, never the host or private ranges
     isolation: str = "call"  # "call": a fresh sandbox per call | "session": one per session
+    # In a cluster running agent-sandbox: the SandboxWarmPool its session sandboxes are claimed
+    # from (agent_sandbox.py) instead of pods of our own; "" none.
+    agent_sandbox_pool: str = ""
     description: str = ""
 
     @property
@@ -87,7 +90,8 @@ class SandboxTemplate:
 
 _KEYS = tuple(f.name for f in fields(SandboxTemplate) if f.name != "name")
 # The file may also say it the chart's way.
-_ALIASES = {"runtimeClass": "runtime_class", "runtimeClassName": "runtime_class", "diskQuota": "disk_quota"}
+_ALIASES = {"runtimeClass": "runtime_class", "runtimeClassName": "runtime_class", "diskQuota": "disk_quota",
+            "agentSandboxPool": "agent_sandbox_pool"}
 
 
 def _template(name: str, entry: Any, where: str) -> dict[str, str]:
@@ -114,6 +118,9 @@ def _template(name: str, entry: Any, where: str) -> dict[str, str]:
             cpu_quantity(values["cpu"])
     except ValueError as exc:
         raise ConfigError(f"{where}: template {name!r}: {exc}") from None
+    if values.get("agent_sandbox_pool") and not NAME.match(values["agent_sandbox_pool"]):
+        raise ConfigError(f"{where}: template {name!r}: agent_sandbox_pool must name a SandboxWarmPool (lower-case "
+                          f"letters, digits or '-'), got {values['agent_sandbox_pool']!r}")
     for key, allowed in (("network", NETWORKS), ("isolation", ISOLATIONS)):
         if key in values and values[key] not in allowed:
             raise ConfigError(f"{where}: template {name!r}: {key} must be {' or '.join(allowed)}, got {values[key]!r}")
@@ -158,6 +165,10 @@ class TemplateSet:
         self._templates = {DEFAULT_TEMPLATE: base}
         for name, values in own.items():
             self._templates[name] = replace(base, **{"name": name, "description": "", **values})
+        for template in self._templates.values():
+            if template.agent_sandbox_pool and template.isolation != "session":
+                raise ConfigError(f"sandbox template {template.name!r}: agent_sandbox_pool gives session sandboxes; "
+                                  "set isolation: session with it")
 
     @property
     def default(self) -> SandboxTemplate:
