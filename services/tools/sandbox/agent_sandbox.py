@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,20 +106,27 @@ class SandboxClaims:
         self.pool = pool
         self._template = template
         self._timeout_s = timeout_s
+        # Claims this replica has created and not yet handed over as a session's (a Ready wait can be
+        # longer than the sweep's age): the sweep never takes them for a dead replica's.
+        self._making: set[str] = set()
 
     async def claim(self, session_id: str, tenant: str = "", namespace: str = "") -> ClaimedPod:
         """A Ready claim's pod for the session; PodStartFailed (the claim deleted) says why not."""
         name = f"agentmesh-claim-{uuid.uuid4().hex[:16]}"
         body = claim_body(name, self.pool, self._template, session_id, tenant, namespace)
+        self._making.add(name)
         try:
-            await self._api.create_claim(body)
-        except KubeApiError as exc:
-            raise PodStartFailed(pod_error("sandbox_unavailable", self._refused(exc))) from None
-        try:
-            claimed = await self._until_ready(name)
-        except BaseException:
-            await self.release(name)
-            raise
+            try:
+                await self._api.create_claim(body)
+            except KubeApiError as exc:
+                raise PodStartFailed(pod_error("sandbox_unavailable", self._refused(exc))) from None
+            try:
+                claimed = await self._until_ready(name)
+            except BaseException:
+                await self.release(name)
+                raise
+        finally:
+            self._making.discard(name)
         log.info("session sandbox claimed from agent-sandbox", session_id=session_id, claim=name, pod=claimed.pod,
                  pool=self.pool)
         return claimed
@@ -203,15 +211,17 @@ class SandboxClaims:
         except Exception as exc:  # noqa: BLE001 - the next sweep or a person removes it; say so
             log.warning("could not delete a SandboxClaim", claim=name, error=str(exc))
 
-    async def sweep(self, own: set[str], idle_s: float) -> list[str]:
+    async def sweep(self, own: Callable[[], set[str]], idle_s: float) -> list[str]:
         """Delete this template's claims no replica has used for twice the idle time (their pod's
-        `agentmesh.io/last-used`, else the claim's creation): a crashed or scaled-down replica's."""
+        `agentmesh.io/last-used`, else the claim's creation): a crashed or scaled-down replica's.
+        `own`: the claims this replica's sessions hold, asked again at each claim (one may be handed
+        over while the sweep awaits the API)."""
         claims, _ = await self._api.list_claims(CLAIM_API_VERSION, f"{CLAIMS},{LABEL_TEMPLATE}={label_value(self._template)}")
         now = time.time()
         deleted = []
         for claim in claims:
             meta = claim.get("metadata") or {}
-            if meta.get("name") in own or meta.get("deletionTimestamp"):
+            if meta.get("name") in own() or meta.get("name") in self._making or meta.get("deletionTimestamp"):
                 continue
             used = last_used(claim)
             sandbox_name = ((claim.get("status") or {}).get("sandbox") or {}).get("name", "")
@@ -220,7 +230,7 @@ class SandboxClaims:
                 pod_name = ((sandbox.get("metadata") or {}).get("annotations") or {}).get(POD_NAME_ANNOTATION)
                 pod = await self._api.get_pod(pod_name or sandbox_name)
                 used = max(used, last_used(pod)) if pod is not None else used
-            if now - used < 2 * idle_s:
+            if now - used < 2 * idle_s or meta.get("name") in own() or meta.get("name") in self._making:
                 continue
             await self.release(meta["name"])
             deleted.append(meta["name"])

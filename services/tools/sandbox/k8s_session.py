@@ -478,7 +478,7 @@ class KubernetesSessionPods:
                 continue  # a call took it while the pod was looked up
             await self.end_session(session_id)
         if self.claims is not None:
-            await self.claims.sweep({pod.claim for pod in self._pods.values()}, self._idle_s)
+            await self.claims.sweep(lambda: {pod.claim for pod in self._pods.values()}, self._idle_s)
         else:
             await sweep_abandoned(self._api, {pod.name for pod in self._pods.values()}, self._idle_s)
 
