@@ -257,7 +257,8 @@ async def _run_conversations(
     """The turns as transcripts, indexed and searched by the conversation index (recall.py)."""
     from agentmesh.memory.recall import ConversationIndex, ConversationQuery
     from agentmesh.memory.stores import open_documents
-    from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
+    from agentmesh.memory.transcript_records import SessionRecord, TranscriptMessage
+    from agentmesh.memory.transcripts import Transcripts
 
     transcripts = Transcripts(store, settings)
     index = ConversationIndex(store, await open_documents(store), transcripts, memories, settings)

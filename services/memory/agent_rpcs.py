@@ -11,7 +11,8 @@ from agentmesh.errors import NotFound, Unavailable
 from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.memory.agents import Agents, parse_ref
 from agentmesh.memory.tenancy import TenantGuard
-from agentmesh.memory.transcripts import SessionChanges, SessionRecord, Transcripts
+from agentmesh.memory.transcript_records import SessionChanges, SessionRecord
+from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.errors import translate_errors
 from agentmesh.v1 import agents_pb2, common_pb2, sessions_pb2
 

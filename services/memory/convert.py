@@ -7,7 +7,7 @@ from typing import Any, Iterable
 from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.memory.memory_records import MemoryQuery, MemoryRecord, RememberItem
 from agentmesh.memory.namespaces import NamespaceRecord
-from agentmesh.memory.transcripts import SessionChanges, SessionRecord, ToolCallRecord, TranscriptMessage
+from agentmesh.memory.transcript_records import SessionChanges, SessionRecord, ToolCallRecord, TranscriptMessage
 from agentmesh.rpc.convert import dict_from_struct, struct_from_dict
 from agentmesh.toolpolicy import ToolPolicy
 from agentmesh.v1 import common_pb2, sessions_pb2

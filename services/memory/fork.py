@@ -14,14 +14,8 @@ from dataclasses import replace
 from agentmesh import error_reasons
 from agentmesh.errors import AlreadyExists, InvalidArgument, NotFound
 from agentmesh.ids import PARENT_SESSION_LABEL, validate_id
-from agentmesh.memory.transcripts import (
-    MAX_LABELS,
-    MAX_PAGE_MESSAGES,
-    MAX_TITLE_CHARS,
-    SessionRecord,
-    TranscriptMessage,
-    Transcripts,
-)
+from agentmesh.memory.transcript_records import SessionRecord, TranscriptMessage
+from agentmesh.memory.transcripts import MAX_LABELS, MAX_PAGE_MESSAGES, MAX_TITLE_CHARS, Transcripts
 
 __all__ = ["FORK_AT_LABEL", "FORK_OF_LABEL", "check_seq", "fork_session"]
 

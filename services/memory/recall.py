@@ -41,7 +41,8 @@ from agentmesh.memory.memories import DENSE_INPUT_CHARS, MAX_QUERY_BYTES, Memori
 from agentmesh.memory.ports import DocumentStore, FusionPlan, PointFilter, Store, point_id, stored_time
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.text import SparseEncoder, Tokenizer
-from agentmesh.memory.transcripts import TranscriptMessage, Transcripts
+from agentmesh.memory.transcript_records import TranscriptMessage
+from agentmesh.memory.transcripts import Transcripts
 
 __all__ = ["ConversationHit", "ConversationIndex", "ConversationQuery", "index_namespace"]
 

@@ -30,7 +30,8 @@ from agentmesh.memory.blocks import erase_user_blocks
 from agentmesh.memory.namespaces import NamespaceRecord, Namespaces
 from agentmesh.memory.ports import DocumentStore, MemoryStore, PointFilter, SessionStore, UsageStore
 from agentmesh.memory.recall import WATERMARK, index_namespace
-from agentmesh.memory.transcripts import SessionRecord, Transcripts
+from agentmesh.memory.transcript_records import SessionRecord
+from agentmesh.memory.transcripts import Transcripts
 
 __all__ = ["ErasePass", "Retention", "RetentionStore", "SweepPass"]
 

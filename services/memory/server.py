@@ -45,7 +45,8 @@ from agentmesh.memory.skills import Skills
 from agentmesh.memory.team_rpcs import TeamRpcs
 from agentmesh.memory.teams import TeamRecords
 from agentmesh.memory.tenancy import TenantGuard
-from agentmesh.memory.transcripts import SessionRecord, Transcripts
+from agentmesh.memory.transcript_records import SessionRecord
+from agentmesh.memory.transcripts import Transcripts
 from agentmesh.memory.turns import Recall, start_turn
 from agentmesh.memory.usage import UsageLedger, UsageRecord
 from agentmesh.rpc.audit import AuditLog

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from agentmesh.errors import NotFound
 from agentmesh.ids import validate_id, validate_namespace
-from agentmesh.memory.transcripts import SessionRecord, Transcripts
+from agentmesh.memory.transcript_records import SessionRecord
+from agentmesh.memory.transcripts import Transcripts
 from agentmesh.rpc.audit import AuditLog
 from agentmesh.rpc.auth import current_principal, scope_of_call
 from agentmesh.tenancy import required_role

@@ -19,7 +19,8 @@ from agentmesh.errors import AgentmeshError
 from agentmesh.logs import get_logger
 from agentmesh.memory.memories import Memories
 from agentmesh.memory.memory_records import Hit
-from agentmesh.memory.transcripts import TranscriptMessage, Transcripts
+from agentmesh.memory.transcript_records import TranscriptMessage
+from agentmesh.memory.transcripts import Transcripts
 
 log = get_logger("agentmesh.memory.turns")
 

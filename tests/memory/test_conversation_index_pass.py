@@ -15,7 +15,8 @@ from agentmesh.memory.recall import WATERMARK, ConversationIndex, index_namespac
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.stores import open_documents
 from agentmesh.memory.text import SparseEncoder, Tokenizer
-from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
+from agentmesh.memory.transcript_records import SessionRecord, TranscriptMessage
+from agentmesh.memory.transcripts import Transcripts
 
 TURNS = [
     ("How was the camping trip with the kids?", "Amazing: we roasted marshmallows by the lake."),

@@ -19,7 +19,8 @@ from agentmesh.memory.memories import Memories
 from agentmesh.memory.memory_records import RememberItem
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
-from agentmesh.memory.transcripts import SessionRecord, TranscriptMessage, Transcripts
+from agentmesh.memory.transcript_records import SessionRecord, TranscriptMessage
+from agentmesh.memory.transcripts import Transcripts
 from agentmesh.v1 import common_pb2
 
 pytestmark = pytest.mark.slow

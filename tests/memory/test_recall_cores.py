@@ -20,7 +20,8 @@ from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.recall import ConversationIndex, ConversationQuery
 from agentmesh.memory.settings import MemorySettings
 from agentmesh.memory.stores import open_documents
-from agentmesh.memory.transcripts import SessionRecord, ToolCallRecord, TranscriptMessage, Transcripts
+from agentmesh.memory.transcript_records import SessionRecord, ToolCallRecord, TranscriptMessage
+from agentmesh.memory.transcripts import Transcripts
 
 
 @pytest.fixture(params=["edge", "edge-shared", "server"])
