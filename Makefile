@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PROTOS := $(wildcard protos/agentmesh/v1/*.proto protos/agentmesh/internal/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
-.PHONY: install system-packages browser stubs demo lint test test-fast bench up clean wheels images
+.PHONY: install system-packages browser stubs demo lint gates test test-fast bench up clean wheels images
 
 install: system-packages $(VENV)/.installed $(STUBS) browser
 
@@ -50,6 +50,9 @@ up: install
 # Gates: lint and import order, types (strict on the cores and the shared library), and the
 # import-linter contracts that keep dependencies pointing inward (docs/architecture.md).
 lint: install
+	@$(MAKE) --no-print-directory gates
+
+gates:
 	$(VENV)/bin/ruff check .
 	$(PY) .ci/package_tree.py mypy -p agentmesh
 	$(PY) .ci/package_tree.py lint-imports
@@ -61,8 +64,18 @@ lint: install
 TEST_WORKERS ?= 4
 PYTEST_WORKERS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
-test: install lint
-	$(PY) -m pytest -q $(PYTEST_WORKERS)
+# The gates run beside the suite, not before it (a minute saved): their CPU (mypy's, mostly)
+# fills the time the suite's workers wait on processes and sockets. Their output is held and
+# printed after the suite's, so neither's is interleaved; the target fails if either fails.
+test: install
+	@gates_log=$$(mktemp); \
+	$(MAKE) --no-print-directory gates >"$$gates_log" 2>&1 & gates_pid=$$!; \
+	$(PY) -m pytest -q $(PYTEST_WORKERS); suite=$$?; \
+	wait $$gates_pid; gates=$$?; \
+	echo "--- the gates (make lint), run beside the suite ---"; cat "$$gates_log"; rm -f "$$gates_log"; \
+	[ $$gates -eq 0 ] || echo "make test: the gates failed (above)"; \
+	[ $$suite -eq 0 ] || echo "make test: the suite failed (see its summary above the gates)"; \
+	[ $$suite -eq 0 ] && [ $$gates -eq 0 ]
 
 # Before every commit (about a minute): ruff, then the tests not marked slow — the cores against
 # their ports, the shared library, each service's own tests; not the end-to-end, browser, chart,
