@@ -63,14 +63,18 @@ gates:
 # jails rather than compute, hence more workers than cores. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
 PYTEST_WORKERS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+# The suite writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE,
+# set on some CI and agent machines): pytest caches each test module's rewritten assertions
+# there, and without it every worker of every run rewrites all ~290 modules again (~8 s of CPU
+# each), and every `agentmesh` child process compiles the CLI modules it imports.
 
-# The gates run beside the suite, not before it (a minute saved): their CPU (mypy's, mostly)
-# fills the time the suite's workers wait on processes and sockets. Their output is held and
+# The gates run beside the suite, not before it: their half-minute of CPU (mypy's, mostly) slows
+# the suite less than the minute of wall time they took in front of it. Their output is held and
 # printed after the suite's, so neither's is interleaved; the target fails if either fails.
 test: install
 	@gates_log=$$(mktemp); \
 	$(MAKE) --no-print-directory gates >"$$gates_log" 2>&1 & gates_pid=$$!; \
-	$(PY) -m pytest -q $(PYTEST_WORKERS); suite=$$?; \
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q $(PYTEST_WORKERS); suite=$$?; \
 	wait $$gates_pid; gates=$$?; \
 	echo "--- the gates (make lint), run beside the suite ---"; cat "$$gates_log"; rm -f "$$gates_log"; \
 	[ $$gates -eq 0 ] || echo "make test: the gates failed (above)"; \
@@ -85,7 +89,7 @@ FAST_PATHS := tests/agent tests/cli tests/gateway tests/memory tests/observabili
 
 test-fast: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" $(FAST_PATHS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" $(FAST_PATHS)
 
 bench: install
 	$(PY) -m benches
