@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PROTOS := $(wildcard protos/agentmesh/v1/*.proto protos/agentmesh/internal/v1/*.proto)
 STUBS  := lib/agentmesh/v1/.generated
 
-.PHONY: install system-packages browser stubs demo lint test test-fast bench up clean wheels images
+.PHONY: install system-packages browser stubs demo lint gates test test-fast bench up clean wheels images
 
 install: system-packages $(VENV)/.installed $(STUBS) browser
 
@@ -50,6 +50,9 @@ up: install
 # Gates: lint and import order, types (strict on the cores and the shared library), and the
 # import-linter contracts that keep dependencies pointing inward (docs/architecture.md).
 lint: install
+	@$(MAKE) --no-print-directory gates
+
+gates:
 	$(VENV)/bin/ruff check .
 	$(PY) .ci/package_tree.py mypy -p agentmesh
 	$(PY) .ci/package_tree.py lint-imports
@@ -60,9 +63,23 @@ lint: install
 # jails rather than compute, hence more workers than cores. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 4
 PYTEST_WORKERS = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+# The suite writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE,
+# set on some CI and agent machines): pytest caches each test module's rewritten assertions
+# there, and without it every worker of every run rewrites all ~290 modules again (~8 s of CPU
+# each), and every `agentmesh` child process compiles the CLI modules it imports.
 
-test: install lint
-	$(PY) -m pytest -q $(PYTEST_WORKERS)
+# The gates run beside the suite, not before it: their half-minute of CPU (mypy's, mostly) slows
+# the suite less than the minute of wall time they took in front of it. Their output is held and
+# printed after the suite's, so neither's is interleaved; the target fails if either fails.
+test: install
+	@gates_log=$$(mktemp); \
+	$(MAKE) --no-print-directory gates >"$$gates_log" 2>&1 & gates_pid=$$!; \
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q $(PYTEST_WORKERS); suite=$$?; \
+	wait $$gates_pid; gates=$$?; \
+	echo "--- the gates (make lint), run beside the suite ---"; cat "$$gates_log"; rm -f "$$gates_log"; \
+	[ $$gates -eq 0 ] || echo "make test: the gates failed (above)"; \
+	[ $$suite -eq 0 ] || echo "make test: the suite failed (see its summary above the gates)"; \
+	[ $$suite -eq 0 ] && [ $$gates -eq 0 ]
 
 # Before every commit (about a minute): ruff, then the tests not marked slow — the cores against
 # their ports, the shared library, each service's own tests; not the end-to-end, browser, chart,
@@ -72,7 +89,7 @@ FAST_PATHS := tests/agent tests/cli tests/gateway tests/memory tests/observabili
 
 test-fast: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" $(FAST_PATHS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" $(FAST_PATHS)
 
 bench: install
 	$(PY) -m benches
