@@ -90,7 +90,12 @@ async def test_recording_adds_no_call_to_memory(tmp_path, llm, record):
     """Off (the default) nothing is recorded; on, each call's record rides the append of the step
     it produced: a turn makes the same calls to memory either way, and no RecordModelCalls."""
     home = tmp_path / "home"
-    env = {"AGENTMESH_AGENT_RECORD_MODEL_CALLS": "true"} if record else {}
+    # The step's append follows its model call at once, but on a loaded machine "at once" can pass
+    # the 20 ms a record waits to be carried; what is asserted here is that it rides the append
+    # when the append comes, so the hold is made long (as test_turn_start does).
+    env = {"AGENTMESH_AGENT_USAGE_HOLD_S": "30"}
+    if record:
+        env["AGENTMESH_AGENT_RECORD_MODEL_CALLS"] = "true"
     async with Stack(home, llm_base_url=llm.base_url, env=env) as stack:
         gateway = stack.gateway_stub()
         llm.add(reply("", tool_call("shell", {"command": "true"}, id="c1")), reply("done"))
