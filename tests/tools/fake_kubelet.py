@@ -32,6 +32,8 @@ from pathlib import Path
 __all__ = ["Kubelet", "container_status", "kill_container", "now_rfc3339", "process_tree", "quantity"]
 
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "m": 1e-3}
+# How long after an OOM kill the pod's status says so (see _run_pod).
+OOM_STATUS_LAG_S = 0.5
 
 
 def quantity(value: str) -> float:
@@ -127,6 +129,10 @@ class Kubelet:
                 if self.procs.pop(key, None) is None:
                     return  # deleted (job deleted or deadline): no terminal status
             if oom.is_set():
+                # A kubelet writes a container's end a moment after it died (its relist, up to a
+                # second): whoever saw the end first — an exec stream closing — reads a pod not yet
+                # marked OOMKilled.
+                time.sleep(OOM_STATUS_LAG_S)
                 terminated = {"exitCode": 137, "reason": "OOMKilled"}
             else:
                 terminated = {"exitCode": code if code >= 0 else 128 - code, "reason": "Completed" if code == 0 else "Error"}

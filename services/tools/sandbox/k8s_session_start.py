@@ -18,6 +18,9 @@ from agentmesh.tools.settings import KubernetesSandbox
 __all__ = ["PodStartFailed", "api_failure", "explain_loss", "pod_error", "until_running"]
 
 WATCH_WINDOW_S = 30
+# How long a lost call waits for the kubelet to write why its pod's container ended (explain_loss).
+LOSS_STATUS_WAIT_S = 5.0
+LOSS_STATUS_POLL_S = 0.2
 
 
 class PodStartFailed(Exception):
@@ -74,11 +77,22 @@ def api_failure(namespace: str, status: int, message: str) -> CommandResult:
 
 
 async def explain_loss(api: KubernetesJobs, cfg: KubernetesSandbox, result: CommandResult, pod: str) -> None:
-    """Name the reason when a session pod's container ended for its memory limit."""
+    """Name the reason when a session pod's container ended for its memory limit.
+
+    The stream ends when the container dies; the kubelet writes the container's end into the pod's
+    status a moment later (seconds on a busy node). So the pod is read until a container shows
+    its end, or the pod is gone, for up to LOSS_STATUS_WAIT_S — a wait only a lost call pays."""
+    deadline = time.monotonic() + LOSS_STATUS_WAIT_S
     with contextlib.suppress(KubeApiError, urllib3.exceptions.HTTPError, OSError):
-        found = await api.get_pod(pod)
-        for status in ((found or {}).get("status") or {}).get("containerStatuses") or []:
-            if ((status.get("state") or {}).get("terminated") or {}).get("reason") == "OOMKilled":
+        while True:
+            found = await api.get_pod(pod)
+            ended = [((status.get("state") or {}).get("terminated") or {})
+                     for status in ((found or {}).get("status") or {}).get("containerStatuses") or []]
+            if any(end.get("reason") == "OOMKilled" for end in ended):
                 result.error_kind = "oom"
                 result.detail = (f"the session's pod ran out of memory: its {cfg.memory_limit} limit was "
                                  "exceeded and it was killed (the workspace stays; the next call starts a new pod)")
+                return
+            if found is None or any(ended) or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(LOSS_STATUS_POLL_S)
