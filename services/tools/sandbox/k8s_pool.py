@@ -97,6 +97,10 @@ class PoolSizing:
         self._claims: deque[float] = deque()
         self._last = time.monotonic()  # a start counts as activity: the first sessions find pods
 
+    def started(self) -> None:
+        """The pool starts (again): that counts as activity, however long the service took to get here."""
+        self._last = time.monotonic()
+
     def claimed(self) -> None:
         now = time.monotonic()
         self._claims.append(now)
@@ -136,6 +140,7 @@ class WarmPool:
 
     def start(self) -> None:
         if self._task is None or self._task.done():
+            self.sizing.started()
             self._task = asyncio.create_task(self._refill())
 
     async def close(self) -> None:
