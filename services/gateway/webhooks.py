@@ -90,7 +90,9 @@ class Webhooks:
         Off the turn's path: the default is read (and cached) by the delivery's own task."""
         if run.webhook_url:
             self.deliver(run)
-        elif run.run_id not in self._tasks:
+        elif run.run_id not in self._tasks and self._cached_default(run.namespace) != "":
+            # A namespace known to have no default (most, and every turn of theirs ends here)
+            # starts no task and copies no record.
             self._track(run.run_id, self._to_default(_copy(run)))
 
     async def _to_default(self, run: sessions_pb2.Run) -> None:
@@ -104,10 +106,17 @@ class Webhooks:
             self._save(run)  # pending, durably, before the first attempt
             await self._deliver(run)
 
-    async def default_url(self, namespace: str) -> str:
+    def _cached_default(self, namespace: str) -> str | None:
+        """The namespace's default URL as read within DEFAULT_TTL_S ("" none), or None (read it)."""
         cached = self._defaults.get(namespace)
         if cached is not None and time.monotonic() - cached[1] < DEFAULT_TTL_S:
             return cached[0]
+        return None
+
+    async def default_url(self, namespace: str) -> str:
+        cached = self._cached_default(namespace)
+        if cached is not None:
+            return cached
         url = await self._records.default_webhook(namespace)
         self._defaults[namespace] = (url, time.monotonic())
         return url

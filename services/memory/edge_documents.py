@@ -5,6 +5,13 @@ The shard belongs to the memory store (`EdgeStore.payload_shard`), so it shares 
 lock, its background flush and its close; writes go through the shard's write-ahead log before a
 call returns, like every other write of the embedded store.
 
+A document's body is stored as one JSON text (`_json`, as the transcripts' messages are,
+edge_records.py), beside the `kind`, `namespace` and `key` the listings filter on: Edge converts
+and writes a payload field by field, and a run record written as a nested payload cost twice as
+much CPU as the same record as one string — the gateways write one per turn, the conversation
+index a watermark per session it indexes. A document stored before (its body a nested `body`)
+is read as it was; it is packed when next written.
+
 A namespace's listings (`list_documents`: its profile, its skills, its promoted tools) are kept in
 memory once read: every turn's start reads three of them, and a filtered scroll with its payloads
 decoded costs far more than a lookup. Sound for the same reason as the transcript cache
@@ -18,6 +25,7 @@ collection.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from typing import Any
 
@@ -29,6 +37,7 @@ from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.ports import VERSION, document_point
 
 SHARD = "documents"
+_PACKED = "_json"  # the body as JSON text; documents stored before it have a nested "body"
 _PAGE = 256
 # Listings kept, least recently read dropped first; a listing bigger than this is not kept (a
 # namespace's skills with all their versions' files can be large, and are read only on change).
@@ -64,10 +73,10 @@ class EdgeDocuments(AgentRecords):
 
     async def get_document(self, kind: str, namespace: str, key: str) -> dict[str, Any] | None:
         found = self.shard.shard.retrieve([document_point(kind, namespace, key)], True, False)
-        return dict((found[0].payload or {})["body"]) if found else None
+        return _body(found[0].payload) if found else None
 
     async def put_document(self, kind: str, namespace: str, key: str, payload: dict[str, Any]) -> None:
-        body = {"kind": kind, "namespace": namespace, "key": key, "body": payload}
+        body = {"kind": kind, "namespace": namespace, "key": key, _PACKED: json.dumps(payload, ensure_ascii=False)}
         try:
             self.shard.update(qe.UpdateOperation.upsert_points([qe.Point(document_point(kind, namespace, key), {}, body)]))
         finally:
@@ -77,7 +86,7 @@ class EdgeDocuments(AgentRecords):
         # Atomic without a lock: the shard is this process's alone, and nothing below awaits
         # between the read and the write.
         found = self.shard.shard.retrieve([document_point(kind, namespace, key)], True, False)
-        current = int(((found[0].payload or {}).get("body") or {}).get(VERSION, 0)) if found else 0
+        current = int(_body(found[0].payload).get(VERSION, 0)) if found else 0
         if current != expect:
             return False
         await self.put_document(kind, namespace, key, {**payload, VERSION: expect + 1})
@@ -105,7 +114,7 @@ class EdgeDocuments(AgentRecords):
             records, offset = self.shard.shard.scroll(
                 qe.ScrollRequest(offset=offset, limit=_PAGE, filter=_where(kind, namespace), with_payload=True)
             )
-            found += [((r.payload or {})["key"], dict((r.payload or {})["body"])) for r in records]
+            found += [((r.payload or {})["key"], _body(r.payload)) for r in records]
             if offset is None:
                 break
         found.sort(key=lambda item: item[0])
@@ -114,6 +123,13 @@ class EdgeDocuments(AgentRecords):
             while len(self._listings) > CACHED_LISTINGS:
                 self._listings.popitem(last=False)
         return list(found)
+
+
+def _body(payload: Any) -> dict[str, Any]:
+    """A stored point's document body: its JSON text, or the nested body of one stored before."""
+    payload = payload or {}
+    packed = payload.get(_PACKED)
+    return json.loads(packed) if packed is not None else dict(payload["body"])
 
 
 def _size(documents: list[tuple[str, dict[str, Any]]]) -> int:

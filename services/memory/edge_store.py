@@ -28,6 +28,7 @@ what the OS had not written out: Edge does not fsync the WAL per write.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import weakref
@@ -96,7 +97,10 @@ def _conditions(f: PointFilter, with_namespace: bool) -> list:
     return must
 
 
+@functools.lru_cache(maxsize=4096)
 def _escape(namespace: str) -> str:
+    # Remembered: every write and search of a namespace's memories names its shard (a turn's
+    # recall, the conversation index's writes), and the escape walks the name a character at a time.
     return "".join(c if c.isalnum() or c == "-" else f"_{ord(c):02x}" for c in namespace)
 
 

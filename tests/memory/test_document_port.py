@@ -10,9 +10,13 @@ Each opens through `stores.open_documents`, beside its memory store, as the memo
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import qdrant_edge as qe
 
 from agentmesh.memory.edge_store import EdgeStore
+from agentmesh.memory.ports import VERSION, document_point
 from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.stores import open_documents
 
@@ -209,3 +213,42 @@ async def test_concurrent_swaps_of_one_version_let_exactly_one_win(documents_fac
     assert sum(wins) == 1
     winner = wins.index(True)
     assert (await documents.get_document("team_board", "team-a", "s1"))["owner"] == f"m{winner}"
+
+
+# --- the embedded adapter's stored form (edge_documents.py) ---------------------------------
+
+
+async def _edge_documents(tmp_path):
+    store = EdgeStore(tmp_path / "edge-home")
+    await store.open()
+    return store, await open_documents(store)
+
+
+async def test_the_embedded_store_keeps_a_body_as_one_json_text_beside_what_lists_filter_on(tmp_path):
+    store, documents = await _edge_documents(tmp_path)
+    try:
+        await documents.put_document("skill", "team-a", "deploy", SKILL)
+        [point] = documents.shard.shard.retrieve([document_point("skill", "team-a", "deploy")], True, False)
+        stored = dict(point.payload)
+        assert set(stored) == {"kind", "namespace", "key", "_json"}
+        assert json.loads(stored["_json"]) == SKILL
+        assert await documents.get_document("skill", "team-a", "deploy") == SKILL
+    finally:
+        await store.close()
+
+
+async def test_a_document_stored_with_a_nested_body_is_still_read_swapped_and_listed(tmp_path):
+    store, documents = await _edge_documents(tmp_path)
+    try:
+        # As a store written before bodies were kept as JSON text holds it.
+        point = document_point("skill", "team-a", "deploy")
+        old = {"kind": "skill", "namespace": "team-a", "key": "deploy", "body": {**SKILL, VERSION: 1}}
+        documents.shard.update(qe.UpdateOperation.upsert_points([qe.Point(point, {}, old)]))
+
+        assert await documents.get_document("skill", "team-a", "deploy") == {**SKILL, VERSION: 1}
+        assert await documents.list_documents("skill", "team-a") == [("deploy", {**SKILL, VERSION: 1})]
+        assert await documents.swap_document("skill", "team-a", "deploy", {**SKILL, "count": 9}, expect=1) is True
+        assert await documents.get_document("skill", "team-a", "deploy") == {**SKILL, "count": 9, VERSION: 2}
+        assert await documents.list_documents("skill", "team-a") == [("deploy", {**SKILL, "count": 9, VERSION: 2})]
+    finally:
+        await store.close()
