@@ -18,6 +18,7 @@ import yaml
 from agentmesh.agent_manifest import document_of, spec_from_document
 from agentmesh.v1 import agents_pb2
 from tests.helm.helm_support import render
+from tests.support.crd_schema import undeclared
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "agents.md"
 
@@ -31,19 +32,6 @@ def docs_manifests() -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def crd() -> dict[str, Any]:
     return render().get("CustomResourceDefinition", "agents.agentmesh.dev")
-
-
-def undeclared(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """The fields of `value` that `schema` does not declare (metadata is the API server's)."""
-    if not isinstance(value, dict) or "properties" not in schema or path == ".metadata":
-        return []
-    found = []
-    for key, item in value.items():
-        if key not in schema["properties"]:
-            found.append(f"{path}.{key}")
-        else:
-            found += undeclared(item, schema["properties"][key], f"{path}.{key}")
-    return found
 
 
 def test_the_docs_examples_are_valid_agents_the_cli_reads_too(crd):

@@ -29,25 +29,13 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+from tests.support.crd_schema import undeclared
 from tests.tools.fake_kube import K8S_VERSION, FakeKube, public, selector_matches, serve_watch, status_body
 from tests.tools.fake_kubelet import now_rfc3339
 
 CRD = yaml.safe_load((Path(__file__).parent / "crds" / "sandboxclaims.yaml").read_text())
 CLAIM_SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 POD_NAME_ANNOTATION = "agents.x-k8s.io/pod-name"
-
-
-def undeclared(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """The fields of `value` the schema does not declare (metadata is the API server's own)."""
-    if not isinstance(value, dict) or "properties" not in schema or path == ".metadata":
-        return []
-    found = []
-    for key, item in value.items():
-        if key not in schema["properties"]:
-            found.append(f"{path}.{key}")
-        else:
-            found += undeclared(item, schema["properties"][key], f"{path}.{key}")
-    return found
 
 
 def sandbox_pod(name: str, namespace: str, image: str = "python:3.12-slim") -> dict[str, Any]:
