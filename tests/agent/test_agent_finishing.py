@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from agentmesh.agent.capabilities.guards import trim_old_tool_results
+from agentmesh.agent.types import ChatMessage
 from agentmesh.internal.v1 import agent_service_pb2
 from agentmesh.v1 import gateway_pb2
 from tests.agent.test_agent_service import SERVICES, agent_stub, open_session, stored
@@ -161,6 +163,23 @@ async def test_old_tool_results_are_trimmed_in_what_is_sent_but_kept_in_the_tran
     # The transcript keeps every output in full.
     assert [len(m.content) for m in messages if m.role == "tool"] == [3007] * 5
 
+
+
+def test_a_read_inbox_result_is_never_trimmed_for_its_mail_cannot_be_read_again():
+    # A lead's inbox hands each message out once: a placeholder saying "call again" would lose
+    # it for good (seen: a lead that waited for a teammate's result its inbox had long delivered).
+    mail = "[mail 3 from alice] [plan request plan-1] v2: a regex\n[mail 4 from bob] RESULT-BOB: " + "x" * 200
+
+    def tool(name: str, content: str, n: int) -> ChatMessage:
+        return ChatMessage(role="tool", content=content, tool_call_id=f"c{n}", name=name)
+
+    messages = [ChatMessage(role="user", content="go"), tool("read_inbox", mail, 0),
+                *(tool("shell", f"chunk{n}-" + "0" * 3000, n) for n in range(1, 4))]
+    sent = trim_old_tool_results(messages, keep=2)
+    assert sent[1].content == mail
+    # The others are trimmed as before, and the inbox's result took none of their places.
+    assert sent[2].content.startswith("[shell output from an earlier step")
+    assert [m.content[:7] for m in sent[3:]] == ["chunk2-", "chunk3-"]
 
 # --- the repeat detector ----------------------------------------------------------------------
 

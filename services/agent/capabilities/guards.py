@@ -5,7 +5,8 @@ that finishes well"). Each one is switched off by its setting being 0.
   finish; at the budget the loop's forced summary follows as before.
 - `ToolOutputTrim` — in what is sent each step, this turn's tool results older than the newest
   `KEEP_TOOL_RESULTS` (and than the newest that fit in a third of the model's context budget)
-  become a one-line placeholder. Zero model calls; the transcript keeps them.
+  become a one-line placeholder. Zero model calls; the transcript keeps them. Not a result that
+  calling again cannot give back (`read_inbox` hands each message out once): that stays whole.
 - `RepeatGuard` — the same call with the same arguments `REPEAT_LIMIT` times in a row, or two
   calls alternating A-B-A-B, is a loop: the model is told once; if it goes on, the turn ends
   with `stop_reason: "loop"`.
@@ -30,6 +31,10 @@ REPEAT_NOTE = (
 )
 # Calls that wait for someone else to act: the same call again is progress, not a loop.
 WAITS = frozenset({READ_INBOX.name})
+# Results that calling again does not give back — read_inbox hands each message out once, and
+# the mailbox cursor has moved past it — so trimming them would lose what they delivered (seen:
+# a lead waiting forever for a result its own inbox had handed it eight steps before).
+ONCE = frozenset({READ_INBOX.name})
 LOOP_STOPPED = "Stopped: the agent kept repeating itself ({what}) after being told; no further steps were taken."
 
 
@@ -54,8 +59,9 @@ class WrapUp(Capability):
 def trim_old_tool_results(messages: list[ChatMessage], keep: int, keep_chars: int = 0) -> list[ChatMessage]:
     """Every tool result but the newest `keep` replaced by a one-line placeholder (when shorter).
     `keep_chars`: the newest results kept also hold at most this many characters together (the
-    newest one always stays), so a small window is not filled by its last few outputs."""
-    positions = [i for i, m in enumerate(messages) if m.role == "tool"]
+    newest one always stays), so a small window is not filled by its last few outputs. The
+    results of the tools in ONCE are neither trimmed nor counted."""
+    positions = [i for i, m in enumerate(messages) if m.role == "tool" and m.name not in ONCE]
     if keep_chars and keep:
         held, size = 0, 0
         for i in reversed(positions[-keep:]):
