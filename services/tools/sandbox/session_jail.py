@@ -47,11 +47,14 @@ class SessionJail:
         self.in_flight = 0
         self.last_used = time.monotonic()
         self.ended = self.link.ended
+        self.killed = False
         self.stderr = b""
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and not self.ended.is_set()
+        # Killed counts at once: the link sees its end only when the reader next runs, and a call
+        # sent meanwhile would go to the dying jail instead of a new one.
+        return self.proc is not None and not self.killed and not self.ended.is_set()
 
     async def start(self, jail: LocalJail) -> None:
         loop = asyncio.get_running_loop()
@@ -130,6 +133,7 @@ class SessionJail:
         """End the jail: its init first (the kernel ends its PID namespace), then bwrap."""
         if self.proc is None:
             return
+        self.killed = True
         if self.proc.returncode is None:
             await self.info.kill(self.proc.pid)
         if self._watch_task is not None:
