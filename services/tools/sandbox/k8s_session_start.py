@@ -93,6 +93,7 @@ async def explain_loss(api: KubernetesJobs, cfg: KubernetesSandbox, result: Comm
                 result.detail = (f"the session's pod ran out of memory: its {cfg.memory_limit} limit was "
                                  "exceeded and it was killed (the workspace stays; the next call starts a new pod)")
                 return
-            if found is None or any(ended) or time.monotonic() >= deadline:
-                return
+            deleted = found is None or bool((found.get("metadata") or {}).get("deletionTimestamp"))
+            if deleted or any(ended) or time.monotonic() >= deadline:
+                return  # a pod being deleted was not killed for its memory: nothing to wait for
             await asyncio.sleep(LOSS_STATUS_POLL_S)
