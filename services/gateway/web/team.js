@@ -88,12 +88,14 @@ export class TeamPanel {
     const open = mates.filter((m) => m.state !== "finished").length;
     summary.textContent = ` · ${mates.length} teammate${mates.length === 1 ? "" : "s"}, ${open} at work` +
       (pending.length ? ` · ${pending.length} plan${pending.length === 1 ? "" : "s"} to answer` : "");
-    for (const mate of mates) {
+    mates.forEach((mate, index) => {
       if (!this.rows.has(mate.name)) this.rows.set(mate.name, this.#row(mate.name));
       const row = this.rows.get(mate.name);
       this.#fill(row, mate);
-      rows.append(row.tr); // in name order
-    }
+      // In name order, moved only when out of place: moving a row blurs its focused button, and
+      // a blur disarms a half-pressed Stop (a redraw between the two presses lost the first).
+      if (rows.children[index] !== row.tr) rows.insertBefore(row.tr, rows.children[index] || null);
+    });
     for (const [id, group] of this.plans) {
       if (!pending.some((p) => p.request_id === id)) {
         group.remove();
