@@ -217,7 +217,8 @@ async function openSession(sessionId, { attach = true } = {}) {
     if (error.status === 401) return showSignIn("Your token is no longer accepted.");
     $("session-meta").textContent = error.code === "NOT_FOUND" ? "This session does not exist (yet): send a message to start it." : error.message;
   }
-  if (!$("panel-workspace").hidden) workspace.open(sessionId);
+  // The same session's folder stays (a person may have gone into one while the session loaded).
+  if (!$("panel-workspace").hidden) workspace.open(sessionId, workspace.sessionId === sessionId ? workspace.path : "");
 }
 
 function showMeta(session) {

@@ -8,6 +8,7 @@ export class WorkspaceView {
     this.el = elements; // { crumbs, files, viewerTitle, viewer, upload, uploadFile, uploadOverwrite, uploadStatus }
     this.sessionId = "";
     this.path = "";
+    this.generation = 0;
     this.el.upload.addEventListener("submit", (event) => {
       event.preventDefault();
       this.upload();
@@ -15,6 +16,9 @@ export class WorkspaceView {
   }
 
   async open(sessionId, path = "") {
+    // Only the latest open shows its listing: a slower earlier one (the session's own load, after
+    // a person already went into a folder) must not put its folder back when it answers last.
+    const generation = ++this.generation;
     this.sessionId = sessionId;
     this.path = path;
     this.#crumbs();
@@ -25,10 +29,12 @@ export class WorkspaceView {
     }
     try {
       const listing = await this.api.call("GET", `/v1/sessions/${encodeURIComponent(sessionId)}/workspace`, { query: { path } });
+      if (generation !== this.generation) return;
       const items = listing.entries.map((entry) => this.#entry(entry));
       this.el.files.replaceChildren(...(items.length ? items : [h("li", { class: "muted" }, "This folder is empty.")]));
       if (listing.truncated) this.el.files.append(h("li", { class: "muted" }, "More entries than shown."));
     } catch (error) {
+      if (generation !== this.generation) return;
       const text = error.code === "NOT_FOUND" ? "This session has no workspace yet." : error.message;
       this.el.files.replaceChildren(h("li", { class: "muted" }, text));
     }
