@@ -343,6 +343,7 @@ class Teammate(TeamMember):
         self.member = False
         self.exiting = False
         self.last_text = ""
+        self.free_seen: set[int] = set()  # the board's free tasks at the last look while idle
 
     async def prepare_history(self, history: list[ChatMessage]) -> list[ChatMessage]:
         history = await super().prepare_history(history)
@@ -386,7 +387,11 @@ class Teammate(TeamMember):
             if await self.team.mail_after(self.me, self.cursor):
                 return True
             record = await self.team.get("board", "board")
-            if record is not None and claimable(Board.from_json(record.body["board"])):
+            free = set(claimable(Board.from_json(record.body["board"]))) if record is not None else set()
+            # Only a task that became free since the last look wakes it: one it was woken for and
+            # left would wake it at every look, and it would spend its turn's budget answering.
+            fresh, self.free_seen = free - self.free_seen, free
+            if fresh:
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
