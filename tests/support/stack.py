@@ -49,6 +49,14 @@ def stack_env(home: Path, llm_base_url: str = "", extra: Mapping[str, str] | Non
     return env
 
 
+class _Taken(Exception):
+    """A service's port, free when it was picked, was taken by another run before the service bound it."""
+
+    def __init__(self, service: str):
+        super().__init__(service)
+        self.service = service
+
+
 class Stack:
     def __init__(self, home: Path, llm_base_url: str = "", env: Mapping[str, str] | None = None,
                  services: tuple[str, ...] = START_ORDER):
@@ -72,29 +80,35 @@ class Stack:
         for name in self.services:
             if self.addresses[name].endswith(":0"):
                 self.addresses[name] = free_address()
-        for name in self.services:
-            host = await self._start(name)
-            self.hosts[name] = host
-            self.addresses[name] = host.target
-        return self
+        for _ in range(20):
+            try:
+                for name in self.services:
+                    host = await self._start(name)
+                    self.hosts[name] = host
+                    self.addresses[name] = host.target
+                return self
+            except _Taken as taken:
+                # Another run picked the same free port first. The services started before this one
+                # were given its old address (the agent calls the gateway, the gateway the scheduler):
+                # they start again with the new one, or a call of theirs would reach the other run.
+                await self._stop_hosts(grace=0)  # nothing of theirs has run yet
+                self.addresses[taken.service] = free_address()
+        raise RuntimeError("no free ports for the stack after 20 tries")
 
     async def _start(self, name: str) -> ServiceHost:
-        """`name` on its address. Another run on the machine may have picked the same free port
-        (rare): a first start picks another; a restart, which must keep its port, tries again
-        while the other holder lets go."""
-        first = name not in self._started
+        """`name` on its address. On a first start a port another run took first is `_Taken`; a
+        restart, which must keep its port, tries again while the other holder lets go."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 10
         while True:
             try:
                 host = await start_service(name, self.settings, self.addresses[name])
             except PortInUse:
+                if name not in self._started:
+                    raise _Taken(name) from None
                 if loop.time() > deadline:
                     raise
-                if first:
-                    self.addresses[name] = free_address()
-                else:
-                    await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)
                 continue
             self._started.add(name)
             return host
@@ -103,10 +117,13 @@ class Stack:
         for channel in self._channels:
             await channel.close()
         self._channels.clear()
+        await self._stop_hosts()
+
+    async def _stop_hosts(self, grace: float = 1) -> None:
         for name in reversed(self.services):
             host = self.hosts.pop(name, None)
             if host is not None:
-                await host.stop(grace=1)
+                await host.stop(grace=grace)
                 host.telemetry.shutdown()
 
     async def restart(self) -> None:

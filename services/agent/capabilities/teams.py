@@ -71,7 +71,15 @@ _WATCHES: set[asyncio.Task[None]] = set()
 def _detach(watch: Coroutine[Any, Any, None]) -> None:
     task = asyncio.create_task(watch)
     _WATCHES.add(task)
-    task.add_done_callback(_WATCHES.discard)
+    task.add_done_callback(_watch_ended)
+
+
+def _watch_ended(task: asyncio.Task[None]) -> None:
+    # Nobody awaits a detached watch: its failure (e.g. the service stopping under it, its
+    # channel to the gateway closed) is said here rather than lost as "never retrieved".
+    _WATCHES.discard(task)
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.warning("teammate's run no longer watched", error=str(error) or type(error).__name__)
 
 
 def status_event(mate: dict[str, Any]) -> TeammateStatusEvent:
