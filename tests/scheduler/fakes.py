@@ -80,10 +80,14 @@ class FakeGatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self.started_at: list[float] = []  # wall-clock arrival of each Chat, for benches
         self._gates: dict[str, asyncio.Event] = {}
         self._cancel_requests: dict[str, asyncio.Event] = {}
+        self._held: set[str] = set()
 
     @property
     def active(self) -> list[str]:
-        return list(self._gates)
+        """The sessions whose run is held open (`hold`). A call still being answered is not one:
+        counted, it let a test's clock move on while the run was ending, and the next firing
+        found it still going (skipped under `forbid`)."""
+        return sorted(self._held)
 
     def release_all(self) -> None:
         for gate in self._gates.values():
@@ -123,8 +127,12 @@ class FakeGatewayServicer(gateway_pb2_grpc.GatewayServicer):
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             if self.hold:
+                self._held.add(session)
                 waiters = [asyncio.ensure_future(gate.wait()), asyncio.ensure_future(cancel.wait())]
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    self._held.discard(session)
                 for waiter in waiters:
                     waiter.cancel()
             end_turn()

@@ -41,7 +41,9 @@ async def test_trace_id_is_the_one_the_gateway_saw(harness, gateway):
     assert run.trace_id and run.trace_id != "0" * 32
 
 
-async def test_fixed_session_is_reused(harness, gateway):
+@pytest.mark.parametrize("answer_s", [0, 0.3], ids=["at-once", "slow-gateway"])
+async def test_fixed_session_is_reused(harness, gateway, answer_s):
+    gateway.delay_s = answer_s  # each run still being answered when the test's clock would move on
     replica = await harness.start()
     job = await replica.create(name="n", schedule="every 1m", prompt="p", session_id="standup")
     await harness.tick(180, step=60)
