@@ -18,6 +18,11 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 
+# How long a console test waits for what it expects to appear (Playwright's expect, navigation,
+# actions): a bound against a hang, never a measure of speed — with both cores busy and a full
+# run beside it (load 70) loading the console page alone took over 20 s.
+TIMEOUT_MS = 60_000
+
 needs_chromium = pytest.mark.skipif(
     not CHROMIUM, reason="Debian's chromium is not installed (make install / .ci/run install it: apt-get install chromium)"
 )

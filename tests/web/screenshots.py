@@ -19,7 +19,7 @@ from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
-from tests.web.browser import launch
+from tests.web.browser import TIMEOUT_MS, launch
 
 WIDE = {"width": 1280, "height": 800}
 NARROW = {"width": 390, "height": 780}
@@ -28,7 +28,7 @@ TOKEN = "docs-token-0123456789"
 
 async def take(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    expect.set_options(timeout=20_000)
+    expect.set_options(timeout=TIMEOUT_MS)
     with ScriptedLLMServer() as llm, tempfile.TemporaryDirectory() as home:
         env = {"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell", "AGENTMESH_AUTH_TOKENS": TOKEN}
         async with Stack(Path(home), llm_base_url=llm.base_url, env=env) as stack, async_playwright() as playwright:

@@ -22,14 +22,14 @@ from playwright.async_api import async_playwright, expect
 from agentmesh.v1 import gateway_pb2
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
 from tests.support.stack import Stack
-from tests.web.browser import launch
+from tests.web.browser import TIMEOUT_MS, launch
 
 WIDE = {"width": 1280, "height": 860}
 
 
 async def take(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    expect.set_options(timeout=20_000)
+    expect.set_options(timeout=TIMEOUT_MS)
     with ScriptedLLMServer() as llm, tempfile.TemporaryDirectory() as home:
         env = {"AGENTMESH_AGENT_APPROVAL_TOOLS": "shell"}
         async with Stack(Path(home), llm_base_url=llm.base_url, env=env) as stack, async_playwright() as playwright:

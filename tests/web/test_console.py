@@ -12,13 +12,12 @@ from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.v1 import common_pb2, gateway_pb2, sessions_pb2
 from tests.support.llm_server import reply, tool_call
 from tests.support.stack import Stack
-from tests.web.browser import PageErrors, launch, needs_chromium
+from tests.web.browser import TIMEOUT_MS, PageErrors, launch, needs_chromium
 
 pytestmark = needs_chromium
 
 playwright_api = pytest.importorskip("playwright.async_api")
 expect = playwright_api.expect
-TIMEOUT_MS = 20_000
 expect.set_options(timeout=TIMEOUT_MS)
 TOKEN = "console-token-0123456789"
 

@@ -12,13 +12,12 @@ from tests.support.llm_server import reply, tool_call
 from tests.support.pictures import png
 from tests.support.stack import Stack
 from tests.tools.test_cell_results import write_png
-from tests.web.browser import PageErrors, launch, needs_chromium
+from tests.web.browser import TIMEOUT_MS, PageErrors, launch, needs_chromium
 
 pytestmark = [needs_chromium, pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bubblewrap")]
 
 playwright_api = pytest.importorskip("playwright.async_api")
 expect = playwright_api.expect
-TIMEOUT_MS = 20_000
 expect.set_options(timeout=TIMEOUT_MS)
 FIGURE = png(40, 30, shade=70)
 

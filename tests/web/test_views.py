@@ -16,13 +16,12 @@ from agentmesh.internal.v1 import memory_service_pb2
 from agentmesh.v1 import gateway_pb2
 from tests.support.llm_server import reply, tool_call
 from tests.web.accessibility import focus_by_keyboard, screenshot, serious_violations
-from tests.web.browser import PageErrors, launch, needs_chromium
+from tests.web.browser import TIMEOUT_MS, PageErrors, launch, needs_chromium
 
 pytestmark = needs_chromium
 
 playwright_api = pytest.importorskip("playwright.async_api")
 expect = playwright_api.expect
-TIMEOUT_MS = 20_000
 expect.set_options(timeout=TIMEOUT_MS)
 WIDE = {"width": 1280, "height": 860}
 
