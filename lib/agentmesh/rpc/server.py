@@ -154,9 +154,12 @@ class ServiceHost:
         reflection.enable_server_reflection(names, self.server)
         try:
             self.port = self.server.add_insecure_port(self.address)
-        except RuntimeError as exc:
-            raise PortInUse(f"cannot listen on {self.address}: the port is taken or the address is invalid") from exc
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
+            # What the build opened is let go (the embedded memory store's lock among it), so the
+            # same process can build the service again on another port.
+            await self._clean_up()
             raise PortInUse(f"cannot listen on {self.address}: the port is taken or the address is invalid")
         # grpc's health servicer says SERVING for the server as a whole ("") from the start; a
         # client waiting for it (`agentmesh up`, a readiness probe) must not be told so while the
@@ -168,6 +171,7 @@ class ServiceHost:
                 await callback()
         except BaseException:
             await self.server.stop(0)
+            await self._clean_up()
             raise
         for name in ["", *self._service_names]:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -188,13 +192,16 @@ class ServiceHost:
             if not task.done():
                 task.cancel()
         await asyncio.gather(*drains, return_exceptions=True)
+        await self._clean_up()
+        self.telemetry.force_flush()
+        log.info("service stopped")
+
+    async def _clean_up(self) -> None:
         for callback in reversed(self._on_stop):
             try:
                 await callback()
             except Exception:  # clean-up must carry on
                 log.exception("clean-up failed")
-        self.telemetry.force_flush()
-        log.info("service stopped")
 
     async def serve_forever(self) -> None:
         """Start, then block until SIGTERM or SIGINT, then drain and stop."""
