@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from agentmesh.internal.v1 import tools_service_pb2
+from agentmesh.tools.sandbox.k8s_pool import PoolSizing
 from agentmesh.tools.sandbox.k8s_quota import WRAPPER
 from agentmesh.tools.sandbox.k8s_session_pod import CALL_WRAPPER, build_session_pod
 from agentmesh.tools.sandbox.k8s_session_reap import ANNOTATION_LAST_USED
@@ -181,6 +182,20 @@ async def test_a_warm_pod_serves_a_sessions_first_call_and_the_pool_refills(fake
     assert all(p["metadata"]["resourceVersion"] for p in fake.fake.patches)
 
 
+def test_a_pool_still_making_its_first_pods_is_not_idle():
+    """Idle time counts from the first time the pool held its size: a pool whose first pods took
+    longer than its idle time to make (a slow API server) kept none and retired before any claim."""
+    sizing = PoolSizing(floor=2, ceiling=4, window_s=300, idle_s=0.05)
+    time.sleep(0.1)  # longer than idle_s, still filling
+    assert sizing.target() == 2
+    sizing.filled()
+    assert sizing.target() == 2
+    time.sleep(0.1)  # idle_s without a claim since it filled
+    assert sizing.target() == 0
+    sizing.claimed()
+    assert sizing.target() == 2
+
+
 async def test_an_idle_pool_scales_to_zero(fake, home):
     env = session_env(fake, AGENTMESH_SANDBOX_WARM_POOL_MIN="2", AGENTMESH_SANDBOX_WARM_POOL_MAX="2",
                       AGENTMESH_SANDBOX_WARM_POOL_IDLE_S="1")
@@ -189,7 +204,7 @@ async def test_an_idle_pool_scales_to_zero(fake, home):
             return sum(1 for obj in fake.fake.posted if obj["metadata"]["name"].startswith("agentmesh-warm-"))
 
         assert await wait_until(lambda: made() >= 2, timeout_s=20)
-        # A second past its last claim (its start) the pool retires its pods, and makes none.
+        # A second after it first held its size, with no claim, the pool retires its pods and makes none.
         assert await wait_until(lambda: not pods(fake, "agentmesh-warm-"), timeout_s=20), pods(fake)
         before = made()
         await asyncio.sleep(1.5)  # two refill rounds: nothing new (a wait for an absence, not a bound)

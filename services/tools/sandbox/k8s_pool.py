@@ -28,9 +28,9 @@ directory is the pod's /workspace mount, which shows the session's workspace onc
 renamed the directory under it; the calls it starts resolve /workspace when they start.
 
 Sizing. Each replica keeps `target` warm pods of its own: the claims it saw in the last
-`window_s`, between `floor` and `ceiling`; with no claim for `idle_s`, zero (pods it made are
-retired: claimed by the same patch, then deleted, so a pod being claimed elsewhere is never
-deleted under it). Any replica retires warm pods older than `max_age_s` (those of a replica that
+`window_s`, between `floor` and `ceiling`; with no claim for `idle_s` once it first held its size,
+zero (pods it made are retired: claimed by the same patch, then deleted, so a pod being claimed
+elsewhere is never deleted under it). Any replica retires warm pods older than `max_age_s` (those of a replica that
 went away, and stale ones). Refill runs in the background, never in a call's path.
 """
 
@@ -96,10 +96,20 @@ class PoolSizing:
         self.floor, self.ceiling, self.window_s, self.idle_s = floor, max(ceiling, floor), window_s, idle_s
         self._claims: deque[float] = deque()
         self._last = time.monotonic()  # a start counts as activity: the first sessions find pods
+        self._filling = True
 
     def started(self) -> None:
         """The pool starts (again): that counts as activity, however long the service took to get here."""
         self._last = time.monotonic()
+        self._filling = True
+
+    def filled(self) -> None:
+        """The pool holds its size for the first time since it started: its idle time counts from
+        here. A pool still making its first pods (a slow API server, a busy node) has not been idle;
+        counted from the start, it could retire before it ever held a pod to claim."""
+        if self._filling:
+            self._filling = False
+            self._last = time.monotonic()
 
     def claimed(self) -> None:
         now = time.monotonic()
@@ -110,7 +120,7 @@ class PoolSizing:
         now = time.monotonic()
         while self._claims and now - self._claims[0] > self.window_s:
             self._claims.popleft()
-        if now - self._last >= self.idle_s:
+        if not self._filling and now - self._last >= self.idle_s:
             return 0
         return min(max(len(self._claims), self.floor), self.ceiling)
 
@@ -230,6 +240,8 @@ class WarmPool:
         missing = target - len(live)
         if missing > 0:
             await asyncio.gather(*(self._create() for _ in range(missing)))
+        else:
+            self.sizing.filled()
         if self.prepare is not None:
             names = [p["metadata"]["name"] for p in mine[:target] if _running(p)]
             await asyncio.gather(*(self.prepare(name) for name in names if not self.prepared(name)))
