@@ -267,7 +267,8 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
         with bound_contextvars(session_id=request.session_id):
             started = await start_turn(self._transcripts, self._memories, request.session_id, messages,
                                        request.page_size, recall if request.recall_k else None,
-                                       self._learning_reads(request, namespace))
+                                       self._learning_reads(request, namespace),
+                                       request.known_through_seq, request.known_generation)
         if messages:
             self._appended(request.session_id)
         reply = memory_service_pb2.StartTurnResponse(
@@ -278,6 +279,7 @@ class MemoryServicer(LearningRpcs, AgentRpcs, RecallRpcs, RunRecordRpcs, TeamRpc
             recall_error=started.recall_error,
             learning_read=True,
             learning_errors=started.learning_errors,
+            messages_after_seq=started.after_seq, generation=started.generation,
         )
         add_messages(reply.messages, started.transcript)
         learned = started.learned

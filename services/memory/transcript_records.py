@@ -41,6 +41,11 @@ class SessionRecord:
     workspace_removed_at: float = 0.0
     sandbox_template: str = ""  # "": the namespace's (docs/tools.md#sandbox-templates)
     record_model_calls: bool = False  # its turns record their model calls' payloads (ListModelCalls)
+    # Changes whenever the transcript changes other than by an append (a run dropped, the
+    # transcript cleared, the session created again): what lets a caller that keeps the
+    # transcript it read ask for what was appended since (Transcripts.read_then_append).
+    # "": a record written before it was kept, which no caller's copy is trusted against.
+    generation: str = ""
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -64,6 +69,7 @@ class SessionRecord:
             "workspace_removed_at": self.workspace_removed_at,
             "sandbox_template": self.sandbox_template,
             "record_model_calls": self.record_model_calls,
+            "generation": self.generation,
         }
 
     @classmethod
@@ -89,6 +95,7 @@ class SessionRecord:
             workspace_removed_at=float(p.get("workspace_removed_at", 0.0)),
             sandbox_template=str(p.get("sandbox_template") or ""),
             record_model_calls=bool(p.get("record_model_calls", False)),
+            generation=str(p.get("generation") or ""),
         )
 
 

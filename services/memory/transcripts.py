@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+import secrets
 import time
 import weakref
 from dataclasses import replace
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from agentmesh.errors import InvalidArgument, NotFound
 from agentmesh.ids import PARENT_SESSION_LABEL, validate_id, validate_namespace
@@ -41,6 +42,22 @@ MAX_PAGE_MESSAGES = 1000
 # The result memory records for a call whose step ended without one (the agent was killed).
 NO_RESULT = ("error: no result was recorded for this call — its run stopped before the call finished "
              "(the agent was stopped or crashed); the call may or may not have taken effect")
+
+
+def new_generation() -> str:
+    """A transcript's generation (SessionRecord.generation): random, so that a session deleted
+    and created again, or a store that lost its data, never gives one a caller saw before."""
+    return secrets.token_hex(8)
+
+
+class TurnRead(NamedTuple):
+    """What a turn's start read of the transcript (read_then_append)."""
+
+    read: list[TranscriptMessage]  # seqs after_seq + 1 on: one page
+    next_after: int  # where the rest of the page's transcript starts (0: `read` reaches its end)
+    last_seq: int  # the last appended message's
+    after_seq: int  # `read` follows it: the caller's known seq when its generation held, else 0
+    generation: str  # the transcript's, as read
 
 
 def _page_size(value: int, default: int, maximum: int, what: str) -> int:
@@ -89,7 +106,8 @@ class Transcripts:
                 return SessionRecord.from_payload(existing), False
             now = stored_time(time.time())
             created = stored_time(session.created_at) or now
-            record = replace(session, created_at=created, updated_at=created, message_count=0)
+            record = replace(session, created_at=created, updated_at=created, message_count=0,
+                             generation=new_generation())
             await self._store.put_session(record.payload())
             return record, True
 
@@ -166,6 +184,7 @@ class Transcripts:
                 raise NotFound(f"session {session_id!r} does not exist")
             session = SessionRecord.from_payload(payload)
             cleared, session.message_count, session.updated_at = session.message_count, 0, time.time()
+            session.generation = new_generation()
             session.step_calls, session.step_answered, session.step_before = [], [], []
             await self._store.put_session(session.payload())
             return cleared
@@ -234,20 +253,34 @@ class Transcripts:
             return await self._append(session_id, await self._session_to_append(session_id), messages)
 
     async def read_then_append(
-        self, session_id: str, messages: Sequence[TranscriptMessage], page_size: int
-    ) -> tuple[list[TranscriptMessage], int, int]:
+        self, session_id: str, messages: Sequence[TranscriptMessage], page_size: int,
+        known_through_seq: int = 0, known_generation: str = "",
+    ) -> TurnRead:
         """A turn's start: the transcript's first page as it stands, then `messages` appended
-        after it, under one hold of the session's lock. Returns that page, the seq to read on
-        after (0: the page is all of it) and the seq of the last appended message."""
+        after it, under one hold of the session's lock.
+
+        A caller that holds the transcript through `known_through_seq`, read at
+        `known_generation`, gets only the messages after it while the transcript's generation
+        is still that one: appends alone since, which leave every seq it holds as it was
+        (a turn's start then reads and decodes a few messages instead of the whole
+        conversation). Any other change gave the transcript a new generation, and the page
+        starts at seq 1 again."""
         self._validate_append(session_id, messages)
         size = _page_size(page_size, MAX_PAGE_MESSAGES, MAX_PAGE_MESSAGES, "page_size")
         async with self._lock(session_id):
             session = await self._session_to_append(session_id)
-            last_read = min(session.message_count, size)
-            payloads = await self._store.get_messages(session_id, range(1, last_read + 1)) if last_read else []
+            generation = session.generation
+            held = (known_generation and known_generation == generation
+                    and 0 < known_through_seq <= session.message_count)
+            after = known_through_seq if held else 0
+            last_read = min(session.message_count, after + size)
+            payloads = await self._store.get_messages(session_id, range(after + 1, last_read + 1)) \
+                if last_read > after else []
             read = [TranscriptMessage.from_payload(p) for p in payloads]
             next_after = last_read if last_read < session.message_count else 0
-            return read, next_after, await self._append(session_id, session, messages)
+            if not generation:  # a record from before generations were kept: it gets one now
+                generation = session.generation = new_generation()
+            return TurnRead(read, next_after, await self._append(session_id, session, messages), after, generation)
 
     async def _session_to_append(self, session_id: str) -> SessionRecord:
         payload = await self._store.get_session(session_id)
@@ -290,6 +323,7 @@ class Transcripts:
                 return 0
             dropped = session.message_count - start + 1
             session.message_count = start - 1
+            session.generation = new_generation()  # the dropped seqs will be written again
             # The dropped run held the latest step; the one before it was closed by its user message.
             session.step_calls, session.step_answered, session.step_before = [], [], []
             session.updated_at = time.time()

@@ -47,6 +47,8 @@ class TurnStart:
     recall_error: str = ""
     learned: dict[str, Any] = field(default_factory=dict)  # part -> what its read returned
     learning_errors: dict[str, str] = field(default_factory=dict)  # part -> why it was not read
+    after_seq: int = 0  # `transcript` follows it (the caller holds the rest: Transcripts.read_then_append)
+    generation: str = ""  # the transcript's, as read
 
 
 async def start_turn(
@@ -57,18 +59,21 @@ async def start_turn(
     page_size: int,
     recall: Recall | None,
     learning: dict[str, LearningRead] | None = None,
+    known_through_seq: int = 0,
+    known_generation: str = "",
 ) -> TurnStart:
     recalling = asyncio.create_task(_recall(memories, recall)) if recall is not None and recall.k > 0 else None
     reading = {part: asyncio.create_task(_learn(part, read)) for part, read in (learning or {}).items()}
     try:
-        transcript, next_after, last = await transcripts.read_then_append(session_id, messages, page_size)
+        read = await transcripts.read_then_append(session_id, messages, page_size, known_through_seq, known_generation)
     except BaseException:
         for task in [recalling, *reading.values()]:
             if task is not None:
                 task.cancel()
         raise
     hits, error = await recalling if recalling is not None else ([], "")
-    started = TurnStart(transcript, next_after, last - len(messages) + 1, last, hits, error)
+    started = TurnStart(read.read, read.next_after, read.last_seq - len(messages) + 1, read.last_seq, hits, error,
+                        after_seq=read.after_seq, generation=read.generation)
     for part, task in reading.items():
         value, why = await task
         if why:

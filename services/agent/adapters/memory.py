@@ -9,6 +9,7 @@ from typing import Any, Awaitable, Callable, Sequence, cast
 
 import grpc
 
+from agentmesh.agent.adapters.kept_transcripts import KeptTranscripts
 from agentmesh.agent.adapters.learning import instructions_from_proto, skill_summary_from_proto, stored_tool_from_proto
 from agentmesh.agent.adapters.model_calls import call_to_proto
 from agentmesh.agent.capabilities.learning import INSTRUCTIONS, PROMOTED_TOOLS, SKILLS, Learned
@@ -225,14 +226,17 @@ class GrpcTranscripts:
 class GrpcTurnStart:
     """StartTurn on the memory service: the transcript, the user's message appended after it and
     the turn's recall in one round trip instead of three. Retried while memory is away, like an
-    append (GrpcTranscripts)."""
+    append (GrpcTranscripts). The transcript each start read is kept (`kept`,
+    kept_transcripts.py), and the next start asks only for what was appended after it."""
 
     PAGE = 1000
 
-    def __init__(self, client: MemoryClient, target: str, *, save_within_s: float = 30.0):
+    def __init__(self, client: MemoryClient, target: str, *, save_within_s: float = 30.0,
+                 kept: KeptTranscripts | None = None):
         self._client = client
         self._target = target
         self._save_within_s = save_within_s
+        self._kept = kept if kept is not None else KeptTranscripts()
 
     async def start(self, session_id: str, first: Sequence[ChatMessage], *, namespace: str, query: str,
                     k: int, recall_timeout_s: float, learning: frozenset[str] = frozenset(),
@@ -245,17 +249,20 @@ class GrpcTurnStart:
         if opening is not None:
             request.session.CopyFrom(_session_of(session_id, namespace, opening))
             request.agent = opening.agent
+        kept = self._kept.get(session_id)
+        if kept is not None and kept.through_seq:
+            request.known_through_seq, request.known_generation = kept.through_seq, kept.generation
         try:
             # A turn that opens its session fails at once when memory is away, as the gateway's
             # PutSession did: nothing is shown to the client yet, who gets the status and resends.
             reply = await self._call(request, retry=opening is None)
-            stored = list(reply.messages)
-            after = reply.next_after_seq
-            while after:  # a long transcript: the rest of what preceded the appended messages
-                page, after = await self._client.list_messages(session_id, after_seq=after, page_size=self.PAGE)
-                stored += [m for m in page if m.seq < reply.first_seq]
-                if page and page[-1].seq >= reply.first_seq - 1:
-                    break
+            read, after, generation = list(reply.messages), reply.next_after_seq, reply.generation
+            if reply.messages_after_seq and (kept is None or reply.messages_after_seq != kept.through_seq
+                                             or reply.generation != kept.generation):
+                # Not the tail of what this process holds (no memory service answers so): the
+                # whole transcript, read again and not kept, rather than a copy not known right.
+                kept, read, after, generation = None, [], -1, ""
+            read += await self._rest(session_id, after, reply.first_seq)
         except AgentmeshError as exc:
             if opening is not None and isinstance(exc, SESSION_REFUSALS):
                 raise  # memory's own sentence, as the client got it from the gateway's PutSession
@@ -266,7 +273,28 @@ class GrpcTurnStart:
         opened = _opened(reply.session, reply.session_created, reply.namespace_settings,
                          reply.agent if reply.HasField("agent") else None) \
             if opening is not None and reply.HasField("session") else None
-        return TurnBeginning([message_from_proto(m) for m in stored], hits, reply.recall_error, learned, opened)
+        tail = [message_from_proto(m) for m in read]
+        if not reply.messages_after_seq:
+            kept = None  # the whole transcript came back: what was kept is replaced
+        if generation:
+            stored = list(self._kept.put(session_id, generation, kept, tail).messages)
+        else:  # a memory service that keeps no generations: nothing to ask a tail against
+            self._kept.forget(session_id)
+            stored = tail
+        return TurnBeginning(stored, hits, reply.recall_error, learned, opened)
+
+    async def _rest(self, session_id: str, after: int, first_seq: int) -> list[common_pb2.Message]:
+        """What preceded the appended messages (seq < first_seq) after `after` (-1: from the
+        start; 0: nothing more), read with ListMessages: a long transcript's further pages."""
+        rest: list[common_pb2.Message] = []
+        whole, after = after < 0, max(after, 0)
+        while after or whole:
+            whole = False
+            page, after = await self._client.list_messages(session_id, after_seq=after, page_size=self.PAGE)
+            rest += [m for m in page if m.seq < first_seq]
+            if not page or page[-1].seq >= first_seq - 1:
+                break
+        return rest
 
     async def open(self, session_id: str, namespace: str, opening: SessionToOpen) -> OpenedSession:
         request = memory_service_pb2.PutSessionRequest(session=_session_of(session_id, namespace, opening),
