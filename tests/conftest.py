@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cpu_profile import ENV as CPU_PROFILE_ENV
+from tests.support.cpu_profile import CpuProfile
 from tests.support.llm_server import ScriptedLLMServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +35,13 @@ SLOW_MODULES = (
     "scheduler/test_scheduler_stack.py", "security/test_internal_auth.py", "security/test_oidc.py",
     "security/test_request_bounds.py", "tools/test_search_and_web.py",
 )
+
+
+def pytest_configure(config):
+    """`AGENTMESH_TEST_CPU_DIR=DIR`: each pytest process writes the CPU of each test and fixture
+    there (tests/support/cpu_profile.py); unset, nothing is measured."""
+    if out_dir := os.environ.get(CPU_PROFILE_ENV):
+        config.pluginmanager.register(CpuProfile(Path(out_dir)), "agentmesh-cpu-profile")
 
 
 @pytest.hookimpl(tryfirst=True)
