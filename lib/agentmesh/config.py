@@ -21,6 +21,7 @@ receives typed objects (`settings.section(AgentSettings)`), never the environmen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import types
@@ -137,9 +138,16 @@ def referenced_environment(prefix: str) -> Any:
     return field(default_factory=dict, metadata={_ENVIRON: prefix}, repr=False, compare=False)
 
 
+@functools.cache
+def _type_hints(kind: type) -> dict[str, Any]:
+    # Resolving a dataclass's string annotations evaluates each of them: a few milliseconds per
+    # class, and every service start, CLI command and `Settings.from_env` loads the whole tree.
+    return typing.get_type_hints(kind)
+
+
 def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
     """An instance of the dataclass `kind` with every declared variable read from `environ`."""
-    hints = typing.get_type_hints(kind)
+    hints = _type_hints(kind)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(kind):  # type: ignore[arg-type]  # `kind` is a dataclass
         var: EnvVar | None = f.metadata.get(_VAR)
@@ -158,7 +166,7 @@ def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
 
 def declared_variables(kind: type, prefix: str = "") -> Iterator[tuple[str, EnvVar, dataclasses.Field[Any]]]:
     """(full name, declaration, field) of every variable `kind` and its sections read."""
-    hints = typing.get_type_hints(kind)
+    hints = _type_hints(kind)
     for f in dataclasses.fields(kind):
         if _VAR in f.metadata:
             yield prefix + f.metadata[_VAR].name, f.metadata[_VAR], f
