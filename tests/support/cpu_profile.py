@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import pytest
 
-__all__ = ["CpuProfile", "ENV", "main"]
+__all__ = ["ENV", "CpuProfile", "main"]
 
 ENV = "AGENTMESH_TEST_CPU_DIR"
 
