@@ -21,7 +21,6 @@ receives typed objects (`settings.section(AgentSettings)`), never the environmen
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import os
 import types
@@ -138,11 +137,16 @@ def referenced_environment(prefix: str) -> Any:
     return field(default_factory=dict, metadata={_ENVIRON: prefix}, repr=False, compare=False)
 
 
-@functools.cache
+# Resolving a dataclass's string annotations evaluates each of them: a few milliseconds per class,
+# and every service start, CLI command and `Settings.from_env` loads the whole tree. Once per class.
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _type_hints(kind: type) -> dict[str, Any]:
-    # Resolving a dataclass's string annotations evaluates each of them: a few milliseconds per
-    # class, and every service start, CLI command and `Settings.from_env` loads the whole tree.
-    return typing.get_type_hints(kind)
+    hints = _HINTS.get(kind)
+    if hints is None:
+        hints = _HINTS[kind] = typing.get_type_hints(kind)
+    return hints
 
 
 def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
