@@ -29,7 +29,7 @@ SLOW_MODULES = (
     "agent/test_agent_thinking.py", "cli/test_chat_exit_codes.py", "cli/test_cli_basics.py",
     "cli/test_export_import.py", "gateway/test_dropped_streams.py", "memory/test_edge_parts.py",
     "memory/test_erasure.py", "memory/test_kept_writes.py", "memory/test_memory_longterm.py",
-    "memory/test_retention.py", "memory/test_storage_port.py",
+    "memory/test_retention.py", "memory/test_service_imports.py", "memory/test_storage_port.py",
     "observability/test_trace_view.py", "observability/test_turn_trace_e2e.py",
     "scheduler/test_scheduler_cli.py", "scheduler/test_scheduler_firing.py", "scheduler/test_scheduler_lease.py",
     "scheduler/test_scheduler_stack.py", "security/test_internal_auth.py", "security/test_oidc.py",
