@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cpu_profile import ENV as CPU_PROFILE_ENV
+from tests.support.cpu_profile import CpuProfile
 from tests.support.llm_server import ScriptedLLMServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -27,12 +29,19 @@ SLOW_MODULES = (
     "agent/test_agent_thinking.py", "cli/test_chat_exit_codes.py", "cli/test_cli_basics.py",
     "cli/test_export_import.py", "gateway/test_dropped_streams.py", "memory/test_edge_parts.py",
     "memory/test_erasure.py", "memory/test_kept_writes.py", "memory/test_memory_longterm.py",
-    "memory/test_retention.py", "memory/test_storage_port.py",
+    "memory/test_retention.py", "memory/test_service_imports.py", "memory/test_storage_port.py",
     "observability/test_trace_view.py", "observability/test_turn_trace_e2e.py",
     "scheduler/test_scheduler_cli.py", "scheduler/test_scheduler_firing.py", "scheduler/test_scheduler_lease.py",
     "scheduler/test_scheduler_stack.py", "security/test_internal_auth.py", "security/test_oidc.py",
     "security/test_request_bounds.py", "tools/test_search_and_web.py",
 )
+
+
+def pytest_configure(config):
+    """`AGENTMESH_TEST_CPU_DIR=DIR`: each pytest process writes the CPU of each test and fixture
+    there (tests/support/cpu_profile.py); unset, nothing is measured."""
+    if out_dir := os.environ.get(CPU_PROFILE_ENV):
+        config.pluginmanager.register(CpuProfile(Path(out_dir)), "agentmesh-cpu-profile")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -137,9 +137,21 @@ def referenced_environment(prefix: str) -> Any:
     return field(default_factory=dict, metadata={_ENVIRON: prefix}, repr=False, compare=False)
 
 
+# Resolving a dataclass's string annotations evaluates each of them: a few milliseconds per class,
+# and every service start, CLI command and `Settings.from_env` loads the whole tree. Once per class.
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _type_hints(kind: type) -> dict[str, Any]:
+    hints = _HINTS.get(kind)
+    if hints is None:
+        hints = _HINTS[kind] = typing.get_type_hints(kind)
+    return hints
+
+
 def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
     """An instance of the dataclass `kind` with every declared variable read from `environ`."""
-    hints = typing.get_type_hints(kind)
+    hints = _type_hints(kind)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(kind):  # type: ignore[arg-type]  # `kind` is a dataclass
         var: EnvVar | None = f.metadata.get(_VAR)
@@ -158,7 +170,7 @@ def load(kind: type[T], environ: Mapping[str, str], prefix: str = "") -> T:
 
 def declared_variables(kind: type, prefix: str = "") -> Iterator[tuple[str, EnvVar, dataclasses.Field[Any]]]:
     """(full name, declaration, field) of every variable `kind` and its sections read."""
-    hints = typing.get_type_hints(kind)
+    hints = _type_hints(kind)
     for f in dataclasses.fields(kind):
         if _VAR in f.metadata:
             yield prefix + f.metadata[_VAR].name, f.metadata[_VAR], f

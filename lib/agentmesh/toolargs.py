@@ -71,13 +71,35 @@ def _check_string(text: str, what: str) -> None:
         ) from None
 
 
+# The schemas (as JSON text) already checked against the metaschema in this process. Checking one
+# walks the whole 2020-12 metaschema (~10 ms of CPU), and the same schemas come again and again:
+# every start of the tools service defines the built-in tools anew, the gateway checks a held call's
+# edited arguments against its tool's schema. Bounded: MCP servers may bring any number of schemas.
+_VALID_SCHEMAS: dict[str, None] = {}
+_MAX_REMEMBERED = 4096
+
+
+def _remember_valid(schema_json: str) -> None:
+    if not schema_json:
+        return
+    if len(_VALID_SCHEMAS) >= _MAX_REMEMBERED:
+        _VALID_SCHEMAS.pop(next(iter(_VALID_SCHEMAS)))
+    _VALID_SCHEMAS[schema_json] = None
+
+
 class ArgumentsSchema:
     """One tool's argument schema, checked once when the tool is defined."""
 
     def __init__(self, tool_name: str, schema: dict[str, Any]):
-        Draft202012Validator.check_schema(schema)
+        try:
+            schema_json = json.dumps(schema, separators=(",", ":"), sort_keys=True)
+        except (TypeError, ValueError):
+            schema_json = ""  # not JSON: the check below says what is wrong with it
+        if not schema_json or schema_json not in _VALID_SCHEMAS:
+            Draft202012Validator.check_schema(schema)
+            _remember_valid(schema_json)
         self.tool_name = tool_name
-        self.schema_json = json.dumps(schema, separators=(",", ":"), sort_keys=True)
+        self.schema_json = schema_json or json.dumps(schema, separators=(",", ":"), sort_keys=True)
         self._validator = Draft202012Validator(schema)
 
     def parse(self, arguments_json: str) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from agentmesh.rpc.errors import translate_errors
 from agentmesh.rpc.identity import ServiceIdentity
 from agentmesh.rpc.server import MAX_MESSAGE_BYTES, ServiceHost
 from agentmesh.telemetry import Telemetry
+from agentmesh.tls import httpx_context
 from agentmesh.toolpolicy import validate_permission_mode, validate_policy
 from agentmesh.turn_input import MAX_TOOL_NAME_CHARS, TurnLimits, validate_turn
 from agentmesh.v1 import common_pb2, learning_pb2
@@ -306,7 +307,7 @@ async def learn_windows(agent: Agent, catalog: ModelCatalog, settings: AgentSett
     unknown = [spec for spec in catalog.models.values() if spec.provider == "openai" and not spec.context_window]
     if not unknown:
         return
-    async with httpx.AsyncClient(timeout=httpx.Timeout(within_s), trust_env=True) as http:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(within_s), trust_env=True, verify=httpx_context()) as http:
         try:
             async with asyncio.timeout(within_s):
                 found = await asyncio.gather(*(

@@ -22,7 +22,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import ssl
 import time
 from typing import Any, Callable, Coroutine, Protocol
 
@@ -33,6 +32,7 @@ from agentmesh import error_reasons
 from agentmesh.egress import AddressPolicy, check_url, guarded_transport
 from agentmesh.errors import InvalidArgument
 from agentmesh.logs import get_logger
+from agentmesh.tls import system_context
 from agentmesh.v1 import sessions_pb2
 
 __all__ = ["Webhooks", "sign"]
@@ -70,7 +70,7 @@ class Webhooks:
         self._retry_base_s = retry_base_s
         self._max_attempts = max_attempts
         self._save = save  # writes the run back (its attempts and state), through the run ledger
-        self._client = httpx.AsyncClient(transport=guarded_transport(self._policy, ssl.create_default_context(),
+        self._client = httpx.AsyncClient(transport=guarded_transport(self._policy, system_context(),
                                                                      "a run's webhook"),
                                          timeout=ATTEMPT_TIMEOUT_S, follow_redirects=False)
         self._tasks: dict[str, asyncio.Task[None]] = {}

@@ -21,7 +21,6 @@ from typing import Callable
 from agentmesh.logs import get_logger
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.ports import DENSE, SPARSE
-from agentmesh.memory.qdrant_store import MEMORIES, MESSAGES, SESSIONS
 
 log = get_logger("agentmesh.memory.migrate")
 
@@ -46,6 +45,8 @@ def _sparse(vector) -> tuple[list[int], list[float]]:
 async def migrate(home: Path, store: EdgeStore, progress: Progress | None = None) -> dict[str, int]:
     """Copy everything from local mode into the open `store`; returns counts per kind."""
     from qdrant_client import QdrantClient  # only here: the service itself no longer needs local mode
+
+    from agentmesh.memory.qdrant_store import MEMORIES, MESSAGES, SESSIONS  # imports qdrant_client
 
     report = progress or (lambda what, done, total: None)
     client = QdrantClient(path=str(local_mode_dir(home)))

@@ -4,6 +4,9 @@ AGENTMESH_QDRANT_URL set: a Qdrant server through qdrant-client (qdrant_store.py
 Qdrant Edge embedded under AGENTMESH_HOME (edge_store.py), after moving a home that the old
 local mode wrote into it (migrate.py). The document store (ports.DocumentStore) always lives in
 the same place as the memory store: `open_documents` picks its adapter by the store's.
+
+The Qdrant server's adapters are imported only when a server is configured: qdrant-client takes
+about a second of CPU to import, which every start of an embedded (Edge) memory service paid.
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ from agentmesh.memory.edge_documents import EdgeDocuments
 from agentmesh.memory.edge_store import EdgeStore
 from agentmesh.memory.migrate import migrate, needs_migration
 from agentmesh.memory.ports import DocumentStore, Store
-from agentmesh.memory.qdrant_documents import QdrantDocuments
-from agentmesh.memory.qdrant_store import QdrantStore
 from agentmesh.memory.settings import MemorySettings
 
 log = get_logger("agentmesh.memory")
@@ -25,6 +26,8 @@ log = get_logger("agentmesh.memory")
 async def open_store(home: Path, qdrant_url: str, settings: MemorySettings) -> Store:
     store: Store
     if qdrant_url:
+        from agentmesh.memory.qdrant_store import QdrantStore
+
         store = QdrantStore.connect(qdrant_url, layout=settings.layout)
     else:
         store = EdgeStore(home, layout=settings.layout, index_after=settings.index_after,
@@ -56,9 +59,13 @@ async def open_documents(store: Store) -> DocumentStore:
     documents: DocumentStore
     if isinstance(store, EdgeStore):
         documents = EdgeDocuments(store)
-    elif isinstance(store, QdrantStore):
-        documents = QdrantDocuments.beside(store)
     else:
-        raise TypeError(f"no document store goes with {type(store).__name__}")
+        from agentmesh.memory.qdrant_documents import QdrantDocuments
+        from agentmesh.memory.qdrant_store import QdrantStore
+
+        if not isinstance(store, QdrantStore):
+            raise TypeError(f"no document store goes with {type(store).__name__}")
+        documents = QdrantDocuments.beside(store)
     await documents.open()
     return documents
+

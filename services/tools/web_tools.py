@@ -26,6 +26,7 @@ from bs4 import BeautifulSoup
 from opentelemetry import trace
 
 from agentmesh.egress import AddressPolicy, AddressRefused, guarded_transport
+from agentmesh.tls import httpx_context
 from agentmesh.tools.catalog import CallContext, Tool, ToolSpec, integer, obj
 from agentmesh.tools.results import ToolFailure, ToolOutcome
 from agentmesh.tools.settings import WebFetchSettings
@@ -51,8 +52,7 @@ class WebTools:
         self._settings = settings
         self._policy = policy
         self._tracer = tracer or trace.NoOpTracerProvider().get_tracer(__name__)
-        # Loading the CA bundle takes ~100 ms; do it once.
-        self._ssl_context = httpx.create_ssl_context(trust_env=False)
+        self._ssl_context = httpx_context(trust_env=False)
 
     def tools(self) -> list[Tool]:
         return [

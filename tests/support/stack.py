@@ -66,11 +66,17 @@ class Stack:
         self.addresses: dict[str, str] = dict.fromkeys(SERVICES, "127.0.0.1:0")
         self._channels = []
         self._started: set[str] = set()
+        self._settings: tuple[tuple, Settings] | None = None
 
     @property
     def settings(self) -> Settings:
-        base = Settings.from_env(self.env)
-        return dataclasses.replace(base, addresses=dict(self.addresses))
+        # Read for each service started and each channel opened: loaded again only when the
+        # environment (a test may change it before a restart) or an address has changed.
+        key = (tuple(sorted(self.env.items())), tuple(sorted(self.addresses.items())))
+        if self._settings is None or self._settings[0] != key:
+            base = Settings.from_env(self.env)
+            self._settings = (key, dataclasses.replace(base, addresses=dict(self.addresses)))
+        return self._settings[1]
 
     async def start(self) -> "Stack":
         # Every service gets its port up front, as `agentmesh up` gives them: below the kernel's

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
+from agentmesh.tls import httpx_context
 from tests.support.stack import Stack
 
 
@@ -20,7 +21,8 @@ async def stack(tmp_path, llm):
 
 @pytest.fixture
 async def http(stack):
-    async with httpx.AsyncClient(base_url=stack.http_url, timeout=30) as client:
+    # The shared CA bundle: loading one for each test's client cost more than its plain-HTTP requests.
+    async with httpx.AsyncClient(base_url=stack.http_url, timeout=30, verify=httpx_context()) as client:
         yield client
 
 

@@ -23,6 +23,7 @@ from agentmesh.agent.settings import AgentSettings
 from agentmesh.config import LLMSettings
 from agentmesh.models import DEFAULT_MODEL
 from agentmesh.telemetry import Telemetry
+from agentmesh.tls import httpx_context
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
 
@@ -39,8 +40,8 @@ def http_client(timeout_s: float, connect_timeout_s: float, telemetry: Telemetry
     limits = pool_limits(max_concurrency)
     # Environment proxies apply (corporate set-ups); the key travels only in headers.
     if telemetry is None:
-        return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=True)
-    return TracedClient(tracer=telemetry.tracer, timeout=timeout, limits=limits, trust_env=True)
+        return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=True, verify=httpx_context())
+    return TracedClient(tracer=telemetry.tracer, timeout=timeout, limits=limits, trust_env=True, verify=httpx_context())
 
 
 def model_keys(llm: LLMSettings) -> tuple[str, ...]:

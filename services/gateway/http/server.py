@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncGenerator
 from importlib import metadata as package_metadata
@@ -61,11 +62,22 @@ CONSOLE_CSP = (
 )
 
 
+@functools.cache
 def package_version() -> str:
+    # Read from the installed distribution's metadata (a few ms): once per process, not at each start.
     try:
         return package_metadata.version("agentmesh")
     except package_metadata.PackageNotFoundError:
         return "0"
+
+
+@functools.cache
+def _api() -> tuple[tuple[Route, ...], dict[str, Any]]:
+    """The routes and the OpenAPI document, from the protos' `google.api.http` options: the same
+    for every gateway of a process (built once; the document is served, never changed)."""
+    routes = (*routes_of(gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]),
+              *routes_of(scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]))
+    return routes, openapi_document(list(routes), package_version())
 
 
 def _metadata(request: web.Request) -> tuple[tuple[str, str], ...]:
@@ -97,12 +109,9 @@ class HttpApi:
         self._listener: asyncio.AbstractServer | None = None
         # Cron jobs are the scheduler's own API (it authenticates users itself), so its routes
         # go to the scheduler, the rest to this gateway's gRPC server.
-        self.routes: list[Route] = [
-            *routes_of(gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]),
-            *routes_of(scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]),
-        ]
+        routes, self.openapi = _api()
+        self.routes: list[Route] = list(routes)
         self._scheduler_target = scheduler_target
-        self.openapi = openapi_document(self.routes, package_version())
         self.port = 0
         self._telemetry = telemetry
         self._max_body_bytes = max_body_bytes
