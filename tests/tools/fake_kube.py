@@ -113,6 +113,7 @@ class FakeKube(Kubelet):
         self.fail_next: list[int] = []  # statuses to answer the next requests with (retry tests)
         # Benchmarks: containers "run" in no time and print "ok", so only the API traffic is measured.
         self.instant_containers = False
+        self.start_delay_s = 0.0  # a scheduled pod's container starts this late (a slow node, a loaded run)
         self._scratch = tempfile.TemporaryDirectory(prefix="fake-kube-")
         fake = self
 

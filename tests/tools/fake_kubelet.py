@@ -61,6 +61,7 @@ class Kubelet:
     node: dict[str, float]
     cond: threading.Condition
     instant_containers: bool
+    start_delay_s: float
     _scratch: tempfile.TemporaryDirectory
 
     def _run_pod(self, namespace: str, job: dict | None, key: tuple[str, str]) -> None:
@@ -80,6 +81,7 @@ class Kubelet:
             time.sleep(0.2)
             self._update(key, lambda s: s.update(containerStatuses=[container_status(container["image"], {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}, name=container["name"])]))
             return
+        time.sleep(self.start_delay_s)
         if self.instant_containers:
             with self.cond:
                 self.logs[key] = bytearray(b"ok\n")

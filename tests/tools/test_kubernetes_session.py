@@ -123,7 +123,11 @@ async def test_output_past_the_drain_bound_stops_the_call(fake, home):
     assert small.truncated and "truncated" in small.stdout and small.stdout.rstrip().endswith("3000")
 
 
-async def test_an_idle_pod_is_reaped_and_the_next_call_gets_a_new_one_with_the_workspace(fake, home):
+@pytest.mark.parametrize("start_s", [0, 1.5], ids=["quick-start", "slow-start"])
+async def test_an_idle_pod_is_reaped_and_the_next_call_gets_a_new_one_with_the_workspace(fake, home, start_s):
+    # A slow start outlasts twice the idle time: the sweep of abandoned pods must not take a pod
+    # this replica is still starting (it did: a third pod, or a failed call).
+    fake.fake.start_delay_s = start_s
     async with ToolsClient(home, session_env(fake, AGENTMESH_SANDBOX_SESSION_IDLE_S="0.5")) as tools:
         assert not (await tools.call("shell", {"command": "echo stays > kept.txt"})).is_error
         assert await wait_until(lambda: not pods(fake)), pods(fake)

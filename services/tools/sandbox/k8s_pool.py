@@ -60,6 +60,7 @@ from agentmesh.tools.sandbox.k8s_session_pod import (
     build_session_pod,
     session_pod_name,
 )
+from agentmesh.tools.sandbox.k8s_session_reap import ANNOTATION_LAST_USED
 from agentmesh.tools.settings import KubernetesSandbox
 from agentmesh.tools.tree_delete import remove_tree
 
@@ -195,7 +196,10 @@ class WarmPool:
         patch: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"], "labels": {LABEL_POOL: state}}}
         if session_id:
             patch["metadata"]["labels"][LABEL_SESSION] = label_value(session_id)
-            patch["metadata"]["annotations"] = {ANNOTATION_SESSION: session_id}
+            # The claim is a use: a warm pod made long ago is, once claimed, a session pod that any
+            # replica's sweep would otherwise judge abandoned by its age (k8s_session_reap.py).
+            patch["metadata"]["annotations"] = {ANNOTATION_SESSION: session_id,
+                                                ANNOTATION_LAST_USED: f"{time.time():.3f}"}
         try:
             await self._api.patch_pod(meta["name"], patch)
         except KubeApiError as exc:

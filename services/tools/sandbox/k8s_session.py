@@ -104,6 +104,9 @@ class KubernetesSessionPods:
         self._pods: dict[str, SessionPod] = {}
         # Supervisor streams opened on this replica's warm pods before any claim (k8s_pool.py).
         self._ready: dict[str, PodSupervisor] = {}
+        # Pods this replica is creating for a session, not in _pods until they run: its sweep of
+        # abandoned pods must not take them (one whose start outlasts twice the idle time).
+        self._creating: set[str] = set()
         if pool is not None:
             pool.prepare, pool.prepared = self._prepare, self._prepared
         self._starting: dict[str, asyncio.Lock] = {}
@@ -178,12 +181,16 @@ class KubernetesSessionPods:
         name = session_pod_name()
         body = build_session_pod(self._cfg, name, self._identity, template=self.template, session_id=session_id,
                                  network=self._network, quota_bytes=self._quota.limit_bytes)
-        await self._api.create_pod(body)
+        self._creating.add(name)
         try:
-            await until_running(self._api, self._cfg, name, started)
-        except BaseException:
-            await self._delete(name)
-            raise
+            await self._api.create_pod(body)
+            try:
+                await until_running(self._api, self._cfg, name, started)
+            except BaseException:
+                await self._delete(name)
+                raise
+        finally:
+            self._creating.discard(name)
         self._metrics.record_sandbox_wait(time.monotonic() - started, self.name)
         log.info("session pod started", session_id=session_id, pod=name)
         return SessionPod(name)
@@ -480,7 +487,7 @@ class KubernetesSessionPods:
         if self.claims is not None:
             await self.claims.sweep(lambda: {pod.claim for pod in self._pods.values()}, self._idle_s)
         else:
-            await sweep_abandoned(self._api, {pod.name for pod in self._pods.values()}, self._idle_s)
+            await sweep_abandoned(self._api, {pod.name for pod in self._pods.values()} | self._creating, self._idle_s)
 
     async def close(self) -> None:
         if self._reaper is not None:
