@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentmesh.logs import configure_logging
 from benches.sandbox import machine
 from tests.tools.support import ToolsClient
 
@@ -46,6 +47,9 @@ async def timed(client: ToolsClient, name: str, args: dict, i: int, out: list[fl
 async def main(calls: int, rounds: int = 5) -> int:
     base = Path(tempfile.mkdtemp(prefix="agentmesh-session-bench-"))
     base.chmod(0o711)
+    # The services run in this process, where nothing configures logging from their settings: a
+    # line per call rendered to the terminal would be counted into both modes' calls.
+    configure_logging("bench", "warning")
     quiet = {"AGENTMESH_LOG_LEVEL": "warning"}
     async with ToolsClient(base / "call", {**quiet, "AGENTMESH_SANDBOX_ISOLATION": "call"}) as per_call, \
             ToolsClient(base / "session", {**quiet, "AGENTMESH_SANDBOX_ISOLATION": "session"}) as session:
