@@ -207,7 +207,9 @@ async def test_an_idle_pool_scales_to_zero(fake, home):
         def made() -> int:
             return sum(1 for obj in fake.fake.posted if obj["metadata"]["name"].startswith("agentmesh-warm-"))
 
-        assert await wait_until(lambda: made() >= 2, timeout_s=20)
+        # Both made and stored (a pod is counted as posted before the API server has stored it):
+        # the pool retires nothing before it held its size (k8s_pool.PoolSizing.filled).
+        assert await wait_until(lambda: made() >= 2 and len(pods(fake, "agentmesh-warm-")) >= 2, timeout_s=20)
         # A second after it first held its size, with no claim, the pool retires its pods and makes none.
         assert await wait_until(lambda: not pods(fake, "agentmesh-warm-"), timeout_s=20), pods(fake)
         before = made()
