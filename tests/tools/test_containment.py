@@ -160,6 +160,17 @@ async def test_endless_loop_hits_the_wall_clock(jail, host_unchanged):
     assert result.error_kind == "timeout" and result.exit_code == -9
 
 
+async def test_a_killed_jail_is_gone_when_the_call_answers(jail, host_unchanged):
+    """The answer to a stopped call comes after the last of its processes ended, not while the
+    kernel is still ending them: forking loops at the lowest priority may wait for a CPU to die
+    when the machine is busy."""
+    marker, start = host_unchanged
+    start()
+    loops = " ".join(f"(while :; do : {marker}; /bin/true; done) &" for _ in range(10))
+    result = await jail.call("shell", {"command": f": {marker}; renice -n 19 $$ >/dev/null; {loops} wait", "timeout_s": 1})
+    assert result.error_kind == "timeout", result.output
+
+
 async def test_busy_loop_hits_the_cpu_limit(jail):
     result = await jail.call("python", {"code": "while True: pass", "timeout_s": 20})
     assert result.error_kind == "cpu_limit", result.output

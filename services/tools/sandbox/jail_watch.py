@@ -57,12 +57,16 @@ class JailInfo:
                 self._poll()
                 if self.child_pid is not None or not _alive(pid):
                     break
+        init = _open_pidfd(self.child_pid) if self.child_pid is not None else None
         if self.child_pid is not None:
             try:
                 os.kill(self.child_pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         kill_group(pid)
+        if init is not None:
+            await _ended(init)
+
 
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):
@@ -208,6 +212,30 @@ def tmpfs_usage(init: int, mounts: Mapping[str, int]) -> int:
             continue  # not (yet) the jail's own
         total += (info.f_blocks - info.f_bfree) * info.f_frsize
     return total
+
+
+def _open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError:  # gone already, or a kernel without pidfds
+        return None
+
+
+async def _ended(pidfd: int, deadline_s: float = 10.0) -> None:
+    """Waits until the jail's init has exited. The kernel kills the rest of its PID namespace on
+    the way and lets the init exit only once every other process there is gone, so after this no
+    process of the jail runs on — without it, a call could answer "stopped" while the kernel was
+    still ending its processes, which on a busy machine takes a while."""
+    loop = asyncio.get_running_loop()
+    ended = loop.create_future()
+    loop.add_reader(pidfd, lambda: ended.done() or ended.set_result(None))
+    try:
+        await asyncio.wait_for(ended, deadline_s)
+    except TimeoutError:
+        pass  # a process stuck in the kernel; the call answers anyway, the kernel ends it later
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
 
 
 def _alive(pid: int) -> bool:
