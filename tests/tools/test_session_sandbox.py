@@ -210,8 +210,10 @@ async def test_a_cell_that_times_out_waiting_for_another_never_runs_and_spares_i
 
 async def test_a_stopped_supervisor_still_gives_a_timeout_result(session):
     # The supervisor runs as the programs' own user, so a program can stop it; the call's
-    # timeout then ends the whole jail rather than hang.
-    stuck = await session.call("shell", {"command": "kill -STOP $PPID; sleep 60", "timeout_s": 1})
+    # timeout then ends the whole jail rather than hang. (The shell's parent is the spawner, whose
+    # parent is the supervisor.)
+    stop = "kill -STOP $(cut -d' ' -f4 /proc/$PPID/stat); sleep 60"
+    stuck = await session.call("shell", {"command": stop, "timeout_s": 1})
     assert stuck.error_kind == "timeout", stuck.output
     assert await wait_until(lambda: not session_jails())
     after = await session.call("shell", {"command": "echo a new jail"})
@@ -237,3 +239,32 @@ async def test_a_png_the_cell_writes_is_named_in_the_result(session):
     assert session.workspace("s1").joinpath(".outputs/plot.png").read_bytes().startswith(b"\x89PNG")
     again = await session.call("python", {"code": "print('no new figure')"})
     assert "figures saved" not in again.output
+
+
+def spawners() -> list[int]:
+    return [pid for pid in processes_with("spawner") if pid in descendants() and _program(pid).endswith(b"python3")]
+
+
+async def test_a_killed_spawner_fails_its_call_and_the_next_call_gets_a_new_one(session):
+    """A call's process starts from the session's spawner, which runs as the programs' own user:
+    a program that kills it gets an answer, and the session (its interpreter too) goes on."""
+    await session.call("python", {"code": "kept = 'yes'"})
+    marker = f"m{uuid.uuid4().hex[:10]}"
+    killed = await session.call("shell", {"command": f": {marker}; kill -KILL $PPID; sleep 60", "timeout_s": 30})
+    assert killed.is_error and killed.exit_code == 137, killed.output
+    assert "process starter ended" in killed.stderr
+    assert await wait_until(lambda: not processes_with(marker))  # the call's process went with it
+    after = await session.call("shell", {"command": "echo started again"})
+    assert after.output == "started again"
+    assert (await session.call("python", {"code": "kept"})).output == "'yes'"  # the same jail
+    assert await wait_until(lambda: len(spawners()) == 1)
+
+
+async def test_a_spawner_at_its_cpu_limit_finishes_its_calls_and_hands_over(session):
+    """The spawner's own CPU time counts against the limit it holds for the calls; at the soft
+    limit (SIGXCPU) it starts no more and a new one takes over, the calls it started unharmed."""
+    first = await session.call("shell", {"command": "kill -XCPU $PPID; sleep 0.2; echo $PPID"})
+    assert not first.is_error, first.output
+    second = await session.call("shell", {"command": "echo $PPID"})
+    assert not second.is_error and second.output != first.output, (first.output, second.output)
+    assert await wait_until(lambda: len(spawners()) == 1)  # the old one ended when its last call did

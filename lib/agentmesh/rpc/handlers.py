@@ -13,7 +13,9 @@ __all__ = ["REFUSAL_DRAIN_S", "REFUSAL_IDLE_S", "behaviour_of", "refusal"]
 
 # A refused request stream is answered once its client stops sending: when it half-closes, has
 # sent nothing for REFUSAL_IDLE_S (it waits for an answer), or after REFUSAL_DRAIN_S at most.
-REFUSAL_IDLE_S = 0.2
+# A second, not less: on a busy machine a client still writing can pause for a few tenths of one,
+# and answering then resets the stream under its next message (INTERNAL, not the refusal).
+REFUSAL_IDLE_S = 1.0
 REFUSAL_DRAIN_S = 5.0
 
 

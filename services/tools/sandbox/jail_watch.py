@@ -227,8 +227,13 @@ async def _ended(pidfd: int, deadline_s: float = 10.0) -> None:
     process of the jail runs on — without it, a call could answer "stopped" while the kernel was
     still ending its processes, which on a busy machine takes a while."""
     loop = asyncio.get_running_loop()
-    ended = loop.create_future()
-    loop.add_reader(pidfd, lambda: ended.done() or ended.set_result(None))
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
     try:
         await asyncio.wait_for(ended, deadline_s)
     except TimeoutError:

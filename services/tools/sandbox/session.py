@@ -133,6 +133,7 @@ class SessionSandboxes:
             env = clean_environment({**spec.env, **traceparent_env()})
             call, future = jail.request({"op": "exec", "argv": list(spec.argv), "env": env,
                                          "limits": self._rlimits(file_size, cpu=True),
+                                         "fsize_max": self._limits.file_size_bytes,
                                          "cap": self._limits.output_cap_bytes, "drain": self._limits.output_drain_bytes})
             jail.calls[spec.call_id] = call
             disk = DiskWatch(jail, call, self._quota, self._meter, before.bytes, before.files)

@@ -23,8 +23,9 @@ from agentmesh.tools.sandbox.supervisor_link import BOOT, SUPERVISOR_SOURCE, Jai
 
 log = get_logger("agentmesh.tools.sandbox.session")
 
-# Processes of the jail that are not the calls': the supervisor and the Python interpreter.
-SUPERVISOR_PROCESSES = 2
+# Processes of the jail that are not the calls': the supervisor, the Python interpreter, the
+# spawner and, while its last calls end, the spawner it replaced (session_supervisor.Spawner).
+SUPERVISOR_PROCESSES = 4
 
 
 class SessionJail:

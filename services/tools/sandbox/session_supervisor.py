@@ -9,7 +9,8 @@ its stdin and reads one JSON reply per line from its stdout:
 
   {"op": "exec", "id": N, "argv": [...], "env": {...}, "limits": {...}, "cap": B, "drain": B}
                                               (optional "inherit_env": true, see call_env; each of
-                                              "limits"' entries is optional, see set_limits)
+                                              "limits"' entries is optional, see set_limits;
+                                              optional "fsize_max", see Supervisor.spawner_for)
   {"op": "kill", "id": N}                     stop call N (its process group only)
   {"op": "peek", "id": N, "call": M}          the output of running call M so far
   {"op": "cell", "id": N, "code": "...", "cap": B, "env": {...}, "limits": {...}, "cpu_s": S}   run code in the kernel
@@ -18,18 +19,26 @@ its stdin and reads one JSON reply per line from its stdout:
 
 Each reply is {"id": N, "exit_code": ..., "stdout": ..., "stderr": ..., "truncated": ..., "output_limit": ...}.
 Every call is a thread here, so calls of one session run side by side (a background server while
-the model keeps working); the replies share the stdout pipe under a lock.
+the model keeps working); the replies share the stdout pipe under a lock. A call's process is
+started by the spawner (see Spawner) when its limits allow, else forked from here.
+
+This file is one program: it is sent whole into the jail or pod (which has a python3 and nothing
+of agentmesh), so the supervisor, its spawner and the kernel live in it together.
 """
 
 import ast
 import base64
 import json
 import os
+import queue
 import resource
+import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 
 WRITE_LOCK = threading.Lock()
@@ -86,50 +95,84 @@ class Supervisor:
         self.cell = None  # the id of the cell the kernel runs now
         self.dropped = set()  # ids of cells interrupted while they waited for the kernel
         self.cell_lock = threading.Lock()  # guards both: a cell starts or is dropped, not both
+        self.spawner = None  # the Spawner calls start from while their limits are its own
+        self.spawner_failed = None  # the limits a spawner could not start with: not tried again
+        self.spawner_lock = threading.Lock()
+        self.workers = Workers()
 
     # --- exec: a fresh process per call -------------------------------------------------------
 
     def run_exec(self, request):
+        call = request["id"]
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
         try:
-            proc = subprocess.Popen(
-                request["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=call_env(request), cwd=os.getcwd(), start_new_session=True,
-                preexec_fn=lambda: set_limits(request["limits"]))  # noqa: PLW1509 — see set_limits
+            spawner = self.spawner_for(request)
+            if spawner is not None:
+                pid, wait = spawner.spawn(call, request["argv"], call_env(request), out_write, err_write), spawner.wait
+                ended = spawner.ended_fd
+            else:
+                proc = subprocess.Popen(
+                    request["argv"], stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write,
+                    env=call_env(request), cwd=os.getcwd(), start_new_session=True,
+                    preexec_fn=(lambda: set_limits(request["limits"])) if request["limits"] else None)  # noqa: PLW1509 — see set_limits
+                pid, wait, ended = proc.pid, lambda _call: proc.wait(), None
         except OSError as exc:
-            reply({"id": request["id"], "exit_code": 127, "stdout": "", "stderr": str(exc), "truncated": False})
+            code, said = 127, str(exc)
+            if isinstance(exc, SpawnerGone):
+                # It may have started the process before it could say which: the processes that
+                # hold the call's pipe are the call's.
+                for holder in pipe_holders(out_read):
+                    kill_group(holder)
+                code, said = 128 + signal.SIGKILL, SPAWNER_GONE
+            for fd in (out_read, err_read):
+                os.close(fd)
+            reply({"id": call, "exit_code": code, "stdout": "", "stderr": said, "truncated": False})
             return
+        finally:
+            os.close(out_write)
+            os.close(err_write)
         out, err = Capped(request["cap"]), Capped(request["cap"])
-        self.calls[request["id"]] = (proc, out, err)
-        state = {"flood": False, "total": 0}
-
-        def pump(stream, capped):
-            while chunk := os.read(stream.fileno(), 65536):
-                state["total"] += len(chunk)
-                if state["total"] > request["drain"]:
-                    if not state["flood"]:
-                        state["flood"] = True
-                        kill_group(proc.pid)
-                    continue
-                capped.feed(chunk)
-
-        pumps = [threading.Thread(target=pump, args=(proc.stdout, out), daemon=True),
-                 threading.Thread(target=pump, args=(proc.stderr, err), daemon=True)]
-        for thread in pumps:
-            thread.start()
-        code = proc.wait()
+        self.calls[call] = (pid, out, err)
+        flood = drain(pid, {out_read: out, err_read: err}, request["drain"], ended)
+        code = wait(call)
         # A leftover process of the call's group may hold the pipes: its group is killed with it.
-        kill_group(proc.pid)
-        for thread in pumps:
-            thread.join(0.5)
-        self.calls.pop(request["id"], None)
-        reply({"id": request["id"], "exit_code": code if code >= 0 else 128 - code, "stdout": out.text(),
-               "stderr": err.text(), "truncated": out.truncated or err.truncated or state["flood"],
-               "output_limit": state["flood"]})
+        kill_group(pid)
+        self.calls.pop(call, None)
+        stderr = err.text() if code is not None else err.text() + SPAWNER_GONE
+        reply({"id": call, "exit_code": 128 + signal.SIGKILL if code is None else code if code >= 0 else 128 - code,
+               "stdout": out.text(), "stderr": stderr, "truncated": out.truncated or err.truncated or flood,
+               "output_limit": flood})
+
+    def spawner_for(self, request):
+        """The spawner to start this call from, or None to fork it from here (see Spawner).
+
+        A spawner holds the limits of the calls it starts as its own, so it serves the calls
+        whose limits are exactly those: the usual ones. A call whose per-file limit is lowered
+        (the workspace quota leaves less than "fsize_max") is forked from here instead, with its
+        own; so is every call while no spawner can be had (it would not start: the address-space
+        limit too small for a Python, say)."""
+        limits = request["limits"]
+        if not limits or limits.get("fsize") != request.get("fsize_max", limits.get("fsize")):
+            return None  # no limits (a pod's calls): Popen starts it without a fork of this process
+        with self.spawner_lock:
+            current = self.spawner
+            if current is not None and current.limits == limits and current.serving:
+                return current
+            if current is not None:
+                current.retire()
+            self.spawner = None
+            if limits != self.spawner_failed:
+                try:
+                    self.spawner = Spawner(limits, call_env(request))
+                except OSError:
+                    self.spawner_failed = limits
+            return self.spawner
 
     def kill(self, request):
         call = self.calls.get(request["id"])
         if call is not None:
-            kill_group(call[0].pid)
+            kill_group(call[0])
 
     def peek(self, request):
         call = self.calls.get(request["call"])
@@ -221,25 +264,350 @@ class Supervisor:
             if op in instant:
                 instant[op](request)
             else:
-                threading.Thread(target=handlers[op], args=(request,), daemon=True).start()
+                self.workers.run(handlers[op], request)
         # stdin closed: the service let go of this sandbox (or died); everything here ends with us.
         # In a jail its PID namespace ends anyway; in a pod (k8s_supervisor.py) the pod lives on,
         # so the calls' process groups and the kernel are killed here: the lifeline rule.
-        for proc, _, _ in list(self.calls.values()):
-            kill_group(proc.pid)
+        for pid, _, _ in list(self.calls.values()):
+            kill_group(pid)
         if self.kernel is not None:
             kill_group(self.kernel.pid)
 
 
-def set_limits(limits):
-    """In a child between fork and exec: the limits a per-call jail sets with prlimit
-    (local.rlimit_prefix); CPU soft below hard: SIGXCPU first (the CPU limit), SIGKILL a second
-    later. The kernel's request has no CPU entry: its CPU limit is per cell (Kernel.execute).
+class Workers:
+    """The threads calls run on, kept a while when idle: handing a call to a waiting thread costs
+    a wake-up, starting one several times that (tens of microseconds of a ~3 ms call)."""
 
-    Here and not by exec'ing prlimit, which costs some 6 ms a call (most of a session call). A
-    preexec function is unsafe in a threaded program when the child needs a lock another thread
-    held at the fork; this one only calls setrlimit, and the supervisor's other threads hold no
-    lock but the GIL (which the forking thread has)."""
+    def __init__(self, keep=4):
+        self.idle = []  # the inboxes of the threads waiting for a call
+        self.lock = threading.Lock()
+        self.keep = keep
+
+    def run(self, handler, request):
+        with self.lock:
+            inbox = self.idle.pop() if self.idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(inbox,), daemon=True).start()
+        inbox.put((handler, request))
+
+    def _work(self, inbox):
+        while True:
+            handler, request = inbox.get()
+            handler(request)
+            with self.lock:
+                if len(self.idle) >= self.keep:
+                    return
+                self.idle.append(inbox)
+
+
+class SpawnerGone(OSError):
+    """The spawner ended (its CPU time, or a program of the session killed it)."""
+
+
+SPAWNER_GONE = ("\n[the session sandbox's process starter ended (a program of the session may have killed it); "
+                "the call was stopped; the next call gets a new one]\n")
+
+
+def pipe_holders(read_fd):
+    """The processes that hold the write end of this pipe (found by its inode in /proc)."""
+    name = f"pipe:[{os.fstat(read_fd).st_ino}]"
+    holders = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") == name for fd in os.listdir(f"/proc/{entry}/fd")):
+                holders.append(int(entry))
+        except OSError:
+            continue  # it ended meanwhile
+    return holders
+
+
+class Spawner:
+    """A process that starts calls' processes with the limits it holds as its own.
+
+    A call's process must start with the per-call jail's rlimits. Setting them between fork and
+    exec means forking this (Python) process, about 1.3 ms a call here (a fork of Python, its
+    page tables, copies of the pages both sides then touch), most of a session call; exec'ing
+    util-linux `prlimit` first costs about as much. The spawner is a Python of its own started
+    once with those limits (set_limits), and starts each call with posix_spawn (vfork and exec):
+    the call inherits the limits at the price of the exec alone.
+
+    Protocol, over a SOCK_SEQPACKET pair (a message is one JSON object): the supervisor sends
+    {"id", "argv", "env"} with the call's stdout and stderr pipe ends attached (SCM_RIGHTS); the
+    spawner answers {"id", "pid"} or {"id", "error"}, and, when the process ends, {"id", "code"}
+    (as Popen's returncode). Its own CPU time counts against the CPU limit it holds: when it
+    reaches the soft limit (SIGXCPU) it says {"retire": true}, starts no more and ends when the
+    supervisor lets go of it; a new one takes over.
+
+    No thread reads the answers: a call waiting for one reads while no other call does, and
+    files what it reads for whichever call it is (with one call in flight, no thread switch)."""
+
+    def __init__(self, limits, env):
+        self.limits = limits
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.cond = threading.Condition()
+        self.started = {}  # call id -> the spawner's answer to its start
+        self.codes = {}  # call id -> its process's returncode
+        self.reading = False  # a call is in recv
+        self.in_flight = 0
+        self.retiring = False
+        self.gone = False
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", BOOT, "spawner", str(theirs.fileno())], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=os.getcwd(), pass_fds=[theirs.fileno()],
+                start_new_session=True, preexec_fn=lambda: set_limits(limits))  # noqa: PLW1509 — see set_limits
+        finally:
+            theirs.close()
+        source = self.proc.stdin
+        assert source is not None  # a pipe
+        try:
+            source.write((json.dumps(globals()["SOURCE"]) + "\n").encode())
+            source.close()
+            ready = self.sock.recv(256)
+        except OSError:
+            ready = b""
+        if not ready:
+            self.close()
+            self.proc.wait()
+            self.sock.close()
+            raise SpawnerGone("the spawner did not start")
+        # Readable once the spawner has exited: a call's drain looks at it too (Supervisor.run_exec).
+        self.ended_fd = os.pidfd_open(self.proc.pid)
+        self.reaped = self.released = False
+
+    @property
+    def serving(self):
+        return not (self.retiring or self.gone)
+
+    def spawn(self, call, argv, env, stdout, stderr):
+        with self.cond:
+            self.in_flight += 1
+        try:
+            socket.send_fds(self.sock, [json.dumps({"id": call, "argv": argv, "env": env}).encode()], [stdout, stderr])
+        except OSError:
+            self._end()
+        answer = self._await(self.started, call)
+        if answer is None or "error" in answer:
+            self._done()
+            if answer is None:
+                raise SpawnerGone("the session sandbox's process starter ended")
+            raise OSError(answer["error"])
+        return answer["pid"]
+
+    def wait(self, call):
+        """The call's returncode; None when the spawner ended before it could say."""
+        code = self._await(self.codes, call)
+        self._done()
+        return code
+
+    def _await(self, answers, call):
+        with self.cond:
+            while call not in answers and not self.gone:
+                if self.reading:
+                    self.cond.wait()
+                    continue
+                self.reading = True
+                self.cond.release()
+                try:
+                    message = self.sock.recv(65536)
+                except OSError:
+                    message = b""
+                finally:
+                    self.cond.acquire()
+                    self.reading = False
+                self._file(message)
+                self.cond.notify_all()
+            return answers.pop(call, None)
+
+    def _file(self, message):
+        """Files one answer (under the condition's lock); an empty one is the spawner's end."""
+        if not message:
+            self._end()
+            return
+        answer = json.loads(message)
+        if answer.get("retire"):
+            self.retiring = True
+        elif "code" in answer:
+            self.codes[answer["id"]] = answer["code"]
+        else:
+            self.started[answer["id"]] = answer
+
+    def _end(self):
+        if not self.gone:
+            self.gone = True
+            self.close()
+            threading.Thread(target=self._reap, daemon=True).start()
+
+    def _reap(self):
+        self.proc.wait()  # it exits once it reads the end
+        with self.cond:
+            self.reaped = True
+            self._release()
+
+    def _release(self):
+        """Closes the socket and the pidfd once nothing uses them (under the condition's lock)."""
+        if self.reaped and self.in_flight == 0 and not self.reading and not self.released:
+            self.released = True
+            self.sock.close()
+            os.close(self.ended_fd)
+
+    def retire(self):
+        with self.cond:
+            self.retiring = True
+            if self.in_flight == 0:
+                self._end()
+
+    def _done(self):
+        with self.cond:
+            self.in_flight -= 1
+            if self.in_flight == 0 and self.retiring:
+                self._end()
+            self._release()
+
+    def close(self):
+        # shutdown, not close: a call may be in recv on it; the spawner reads the end and exits.
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def spawner_main(fd):
+    """The spawner process (see Spawner)."""
+    sock = socket.socket(fileno=fd)
+    sock.set_inheritable(False)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    running: dict[int, tuple[int, int]] = {}  # pidfd -> (call id, pid)
+    retire: list[bool] = []
+
+    def on_cpu_limit(signum, frame):
+        if not retire:
+            retire.append(True)
+            sock.send(b'{"retire": true}')
+
+    signal.signal(signal.SIGXCPU, on_cpu_limit)  # a handler, not SIG_IGN: the calls' processes get the default
+    sock.send(b'{"ready": true}')
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is not sock:
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                call, pid = running.pop(key.fd)
+                code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                sock.send(json.dumps({"id": call, "code": code}).encode())
+                continue
+            try:
+                message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
+            except OSError:
+                message, fds = b"", []
+            if not message:
+                return  # the supervisor let go: the calls' processes are its to end
+            request = json.loads(message)
+            try:
+                pid = spawn(request["argv"], request["env"], fds[0], fds[1])
+            except OSError as exc:
+                sock.send(json.dumps({"id": request["id"], "error": str(exc)}).encode())
+                continue
+            finally:
+                for received in fds:
+                    os.close(received)
+            pidfd = os.pidfd_open(pid)
+            running[pidfd] = (request["id"], pid)
+            selector.register(pidfd, selectors.EVENT_READ)
+            sock.send(json.dumps({"id": request["id"], "pid": pid}).encode())
+
+
+def spawn(argv, env, stdout, stderr):
+    """posix_spawn (vfork and exec) of a call's program, as Popen(stdin=DEVNULL,
+    start_new_session=True) would start it: found on the call's PATH, SIGPIPE and SIGXFSZ back
+    to their defaults (Python ignores both), no fd but 0-2 passed on (the received ones are
+    closed on exec)."""
+    program = argv[0]
+    if "/" not in program:
+        for directory in env.get("PATH", os.defpath).split(os.pathsep):
+            candidate = os.path.join(directory or ".", program)
+            if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+                program = candidate
+                break
+        else:
+            raise FileNotFoundError(2, "No such file or directory", program)
+    for fd in (stdout, stderr):
+        os.set_inheritable(fd, False)
+    return os.posix_spawn(program, argv, env, setsid=True, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+                          file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                        (os.POSIX_SPAWN_DUP2, stdout, 1), (os.POSIX_SPAWN_DUP2, stderr, 2)])
+
+
+def drain(pid, streams, limit, spawner_ended=None):
+    """Reads a call's output pipes ({fd: Capped}) on this thread until both end, and returns
+    whether the call wrote more than `limit` bytes (its group is killed then, the rest dropped).
+
+    The process's end (its pidfd) kills its group, so that a leftover process holding the pipes
+    ends too; what is still in them is read for half a second at most. So does the end of the
+    spawner that started it (`spawner_ended`, its pidfd): nothing could tell the call's exit."""
+    selector = selectors.DefaultSelector()
+    for fd in streams:
+        selector.register(fd, selectors.EVENT_READ)
+    if spawner_ended is not None:
+        selector.register(spawner_ended, selectors.EVENT_READ, "spawner")
+    try:
+        pidfd = os.pidfd_open(pid)
+        selector.register(pidfd, selectors.EVENT_READ)
+        deadline = None
+    except OSError:  # it has ended (and been reaped) already
+        pidfd, deadline = None, time.monotonic() + 0.5
+        kill_group(pid)
+    total, flood = 0, False
+    try:
+        while streams:
+            events = selector.select(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if not events and deadline is not None:
+                break
+            for key, _ in events:
+                if key.data == "spawner":
+                    selector.unregister(key.fd)
+                    deadline = time.monotonic() + 0.5
+                    kill_group(pid)
+                    continue
+                if key.fd == pidfd:
+                    selector.unregister(pidfd)
+                    os.close(pidfd)
+                    pidfd, deadline = None, time.monotonic() + 0.5
+                    kill_group(pid)
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+                    del streams[key.fd]
+                    continue
+                total += len(chunk)
+                if total > limit:
+                    if not flood:
+                        flood = True
+                        kill_group(pid)
+                    continue
+                streams[key.fd].feed(chunk)
+    finally:
+        for fd in list(streams) + ([pidfd] if pidfd is not None else []):
+            os.close(fd)
+        selector.close()
+    return flood
+
+
+def set_limits(limits):
+    """In a child between fork and exec (a spawner, the kernel, a call forked from here): the
+    limits a per-call jail sets with prlimit (local.rlimit_prefix); CPU soft below hard: SIGXCPU
+    first (the CPU limit), SIGKILL a second later. The kernel's request has no CPU entry: its CPU
+    limit is per cell (Kernel.execute).
+
+    A preexec function is unsafe in a threaded program when the child needs a lock another
+    thread held at the fork; this one only calls setrlimit, and the supervisor's other threads
+    hold no lock but the GIL (which the forking thread has)."""
     if "cpu" in limits:
         resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"] + 1))
     # A pod's supervisor is sent no "as" or "nproc" (its cgroup bounds memory and processes; an
@@ -509,10 +877,14 @@ BOOT = ("import json, sys; SOURCE = json.loads(sys.stdin.buffer.readline()); "
         "exec(compile(SOURCE, 'session_supervisor', 'exec'), {'__name__': '__main__', 'SOURCE': SOURCE})")
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["kernel"]:
+    if sys.argv[1:2] == ["spawner"]:
+        spawner_main(int(sys.argv[2]))
+    elif sys.argv[1:] == ["kernel"]:
         # SIGINT interrupts the cell (KeyboardInterrupt); Python's default handler does just that.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGXCPU, on_cpu_limit)
         Kernel().serve()
     else:
+        # The calls' processes dump no core (set_limits): a call with no limits to set inherits it.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         Supervisor().serve()
