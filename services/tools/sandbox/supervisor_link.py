@@ -33,7 +33,9 @@ __all__ = [
     "reply_result",
 ]
 
-SUPERVISOR_SOURCE = (Path(__file__).with_name("session_supervisor.py")).read_text()
+# The supervisor's program: its parts as one text, the supervisor's own last (it runs them).
+SUPERVISOR_SOURCE = "\n".join(Path(__file__).with_name(f"session_{part}.py").read_text()
+                              for part in ("common", "kernel", "spawner", "supervisor"))
 # The supervisor's whole command line; mirrors session_supervisor.BOOT (that module is the
 # sandbox's program, not imported here): its text is the first line of its stdin, so the jail or
 # the pod's image needs nothing of agentmesh, only a python3.
