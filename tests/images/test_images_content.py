@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentmesh.tools.sandbox.session_supervisor import BOOT
+from agentmesh.tools.sandbox.supervisor_link import BOOT, SUPERVISOR_SOURCE
 from tests.images.podman import REPO_ROOT, SERVICE_UID, owned_directory, podman_cwd, podman_env
 
 # The first test builds the images (minutes on a fresh machine: debootstrap, apt, pip).
@@ -122,7 +122,7 @@ def test_the_session_kernel_in_the_data_image_saves_figures_and_tables(images):
     """The session supervisor's Python kernel, started as a session pod starts it (`python3 -I -c
     BOOT`, the image's PATH), draws a matplotlib figure and shows a DataFrame: the figure saved
     as PNG and the table as Markdown and CSV in the workspace, nothing else written there."""
-    source = (REPO_ROOT / "services/tools/sandbox/session_supervisor.py").read_text()
+    source = SUPERVISOR_SOURCE
     cell = {"op": "cell", "id": 1, "cap": 65536, "cpu_s": 60, "fsize": 1 << 28,
             "code": "import matplotlib.pyplot as plt, pandas as pd\nplt.plot([1, 2, 3])\npd.DataFrame({'a': [1, 2]})",
             "env": {"HOME": "/workspace", "LANG": "C.UTF-8"},
