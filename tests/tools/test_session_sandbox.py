@@ -268,3 +268,15 @@ async def test_a_spawner_at_its_cpu_limit_finishes_its_calls_and_hands_over(sess
     second = await session.call("shell", {"command": "echo $PPID"})
     assert not second.is_error and second.output != first.output, (first.output, second.output)
     assert await wait_until(lambda: len(spawners()) == 1)  # the old one ended when its last call did
+
+
+async def test_a_command_too_large_for_one_message_to_the_spawner_runs_and_keeps_it(session):
+    """A command of 60,000 non-ASCII characters (120 KB, within what the kernel takes as one
+    argument; 360 KB as the JSON sent to the spawner, more than one socket message may hold)
+    still runs, and the spawner serves the next call."""
+    before = await session.call("shell", {"command": "echo $PPID"})
+    text = "é" * 60_000
+    big = await session.call("shell", {"command": f"printf %s '{text}' | wc -c"})
+    assert not big.is_error and big.output == str(2 * len(text)), big.output[:300]
+    after = await session.call("shell", {"command": "echo $PPID"})
+    assert after.output == before.output  # the same spawner

@@ -3,6 +3,7 @@ that holds the call's rlimits as its own, and how it reads the process's output.
 
 Standard library only: see session_supervisor.py for how the parts become one program."""
 
+import errno
 import json
 import os
 import selectors
@@ -19,6 +20,11 @@ if __name__ != "__main__":  # imported by agentmesh (type checks, tests); in the
 
 class SpawnerGone(OSError):
     """The spawner ended (its CPU time, or a program of the session killed it)."""
+
+
+class TooLarge(Exception):
+    """The call's request is larger than one message to the spawner may be (the socket's send
+    buffer, ~208 KiB here: a command of 60,000 non-ASCII characters is 360 KB of JSON)."""
 
 
 SPAWNER_GONE = ("\n[the session sandbox's process starter ended (a program of the session may have killed it); "
@@ -103,8 +109,12 @@ class Spawner:
             self.in_flight += 1
         try:
             socket.send_fds(self.sock, [json.dumps({"id": call, "argv": argv, "env": env}).encode()], [stdout, stderr])
-        except OSError:
-            self._end()
+        except OSError as exc:
+            if exc.errno == errno.EMSGSIZE:
+                self._done()
+                raise TooLarge() from None
+            with self.cond:
+                self._end()
         answer = self._await(self.started, call)
         if answer is None or "error" in answer:
             self._done()

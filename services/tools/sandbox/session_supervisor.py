@@ -45,6 +45,7 @@ if __name__ != "__main__":  # imported by agentmesh (type checks, tests); in the
         SPAWNER_GONE,
         Spawner,
         SpawnerGone,
+        TooLarge,
         drain,
         pipe_holders,
         spawner_main,
@@ -75,9 +76,12 @@ class Supervisor:
         try:
             spawner = self.spawner_for(request)
             if spawner is not None:
-                pid, wait = spawner.spawn(call, request["argv"], call_env(request), out_write, err_write), spawner.wait
-                ended = spawner.ended_fd
-            else:
+                try:
+                    pid, wait = spawner.spawn(call, request["argv"], call_env(request), out_write, err_write), spawner.wait
+                    ended = spawner.ended_fd
+                except TooLarge:
+                    spawner = None  # forked from here instead
+            if spawner is None:
                 proc = subprocess.Popen(
                     request["argv"], stdin=subprocess.DEVNULL, stdout=out_write, stderr=err_write,
                     env=call_env(request), cwd=os.getcwd(), start_new_session=True,
