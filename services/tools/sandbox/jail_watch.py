@@ -67,7 +67,6 @@ class JailInfo:
         if init is not None:
             await _ended(init)
 
-
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):
             try:

@@ -24,7 +24,7 @@ from agentmesh.tools.sandbox.supervisor_link import BOOT, SUPERVISOR_SOURCE, Jai
 log = get_logger("agentmesh.tools.sandbox.session")
 
 # Processes of the jail that are not the calls': the supervisor, the Python interpreter, the
-# spawner and, while its last calls end, the spawner it replaced (session_supervisor.Spawner).
+# spawner and, while its last calls end, the spawner it replaced (session_spawner.Spawner).
 SUPERVISOR_PROCESSES = 4
 
 
