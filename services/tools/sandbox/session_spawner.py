@@ -294,15 +294,12 @@ def drain(pid, streams, limit, spawner_ended=None):
             if not events and deadline is not None:
                 break
             for key, _ in events:
-                if key.data == "spawner":
+                if key.data == "spawner" or key.fd == pidfd:  # the process, or its spawner, ended
                     selector.unregister(key.fd)
+                    if key.fd == pidfd:
+                        os.close(pidfd)
+                        pidfd = None
                     deadline = time.monotonic() + 0.5
-                    kill_group(pid)
-                    continue
-                if key.fd == pidfd:
-                    selector.unregister(pidfd)
-                    os.close(pidfd)
-                    pidfd, deadline = None, time.monotonic() + 0.5
                     kill_group(pid)
                     continue
                 chunk = os.read(key.fd, 65536)
