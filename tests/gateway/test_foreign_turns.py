@@ -44,8 +44,9 @@ async def _refusal(call) -> grpc.aio.AioRpcError:
 @pytest.mark.timeout(180)
 async def test_a_stranger_cannot_stop_queue_behind_or_detect_another_tenants_turn(stack, llm):
     gateway = stack.gateway_stub()
-    # Beta's turn runs a long command in the sandbox, then answers.
-    llm.add(reply("Working.", tool_call("shell", {"command": "sleep 4; echo done > finished.txt"})),
+    # Beta's turn runs a command in the sandbox that waits until the stranger has tried everything.
+    workspace = stack.settings.home / "workspaces" / "b-busy"
+    llm.add(reply("Working.", tool_call("shell", {"command": "until [ -e go ]; do sleep 0.05; done; echo done > finished.txt"})),
             reply("Beta's answer."))
     owner = LiveTurn(gateway, "b-busy", "do the long job", metadata=auth("beta"))
     await wait_until(lambda: len(owner.of_kind("tool_call")) == 1, timeout=30)
@@ -59,13 +60,14 @@ async def test_a_stranger_cannot_stop_queue_behind_or_detect_another_tenants_tur
             metadata=auth("acme"), timeout=30))
         assert err.code() == grpc.StatusCode.NOT_FOUND, (policy, err.details())
         assert err.details() == missing.details().replace("b-nobody", "b-busy"), policy
+    (workspace / "go").touch()
 
     events = await owner.finished()
     finished = of_kind(events, "run_finished")
     assert [f.stop_reason for f in finished] == ["completed"]
     assert finished[0].final_text == "Beta's answer."
     assert not of_kind(events, "tool_result")[0].result.is_error  # the sandboxed call was not killed
-    assert (stack.settings.home / "workspaces" / "b-busy" / "finished.txt").exists()
+    assert (workspace / "finished.txt").exists()
     transcript = await gateway.GetTranscript(sessions_pb2.GetTranscriptRequest(session_id="b-busy"),
                                              metadata=auth("beta"))
     assert [m.content for m in transcript.messages if m.role == "user"] == ["do the long job"]

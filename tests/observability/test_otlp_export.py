@@ -115,7 +115,7 @@ def test_http_protobuf_export(tmp_path):
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         settings = Settings.from_env({
             "AGENTMESH_HOME": str(tmp_path),

@@ -31,7 +31,8 @@ class WebServer:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # poll_interval: shutdown() waits for the loop to look (0.5 s by default, paid by every test)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self) -> "WebServer":
         self._thread.start()
