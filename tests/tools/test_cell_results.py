@@ -22,9 +22,12 @@ SESSION = {"AGENTMESH_SANDBOX_ISOLATION": "session"}
 
 def jail_has(module: str) -> bool:
     """Whether the jail's Python (the first python3 on the jail's PATH, the host's system one;
-    not the python3 the tests run with, which may be a venv's or pyenv's) can import `module`."""
+    not the python3 the tests run with, which may be a venv's or pyenv's) can import `module`.
+    Found, not imported: this runs when every worker collects, and importing pandas and matplotlib
+    took a second of each one's start."""
     python = shutil.which("python3", path=SANDBOX_PATH)
-    return bool(python) and subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+    found = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    return bool(python) and subprocess.run([python, "-c", found], capture_output=True).returncode == 0
 
 
 def write_png(path: str, data: bytes) -> str:
