@@ -220,6 +220,20 @@ async def test_a_stopped_supervisor_still_gives_a_timeout_result(session):
     assert after.output == "a new jail"
 
 
+async def test_a_call_the_supervisor_cannot_start_is_answered_with_why_at_once_and_the_jail_stays(session):
+    # A program can lower the supervisor's limits too (same user): with no file descriptor left
+    # for a call's pipes, the call is answered with the reason instead of waiting out its time
+    # limit, and the interpreter's state (on pipes it already holds) stays.
+    assert not (await session.call("python", {"code": "kept = 42"})).is_error
+    await session.call("shell", {"command": "prlimit --pid $(cut -d' ' -f4 /proc/$PPID/stat) --nofile=1"})
+    refused = await session.call("shell", {"command": "echo never", "timeout_s": 30}, call_id="c2")
+    assert refused.error_kind == "sandbox_error", refused.output
+    assert "could not run this call" in refused.output and "Too many open files" in refused.output
+    assert "never" not in refused.output
+    kept = await session.call("python", {"code": "print(kept)"}, call_id="c3")
+    assert kept.output == "42", kept.output
+
+
 async def test_a_png_the_cell_writes_is_named_in_the_result(session):
     """Without matplotlib (a system Python may have none): a PNG written by the cell's own code
     (the standard library's zlib) is named as a figure, as one saved by savefig would be."""

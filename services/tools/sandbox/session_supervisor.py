@@ -17,7 +17,8 @@ its stdin and reads one JSON reply per line from its stdout:
   {"op": "interrupt", "id": N}                SIGINT to the kernel: the running cell raises KeyboardInterrupt
   {"op": "restart", "id": N}                  end the kernel; the next cell starts a fresh one
 
-Each reply is {"id": N, "exit_code": ..., "stdout": ..., "stderr": ..., "truncated": ..., "output_limit": ...}.
+Each reply is {"id": N, "exit_code": ..., "stdout": ..., "stderr": ..., "truncated": ..., "output_limit": ...};
+a call this program could not run is answered with "failed": true and the reason in "stderr" (failed).
 Every call is a thread here, so calls of one session run side by side (a background server while
 the model keeps working); the replies share the stdout pipe under a lock. A call's process is
 started by the spawner (see Spawner) when its limits allow, else forked from here.
@@ -244,6 +245,14 @@ class Supervisor:
             kill_group(self.kernel.pid)
 
 
+def failed(request, exc):
+    """Answer a call this program could not run or follow (no descriptor or thread to be had: a
+    program of the session may exhaust or lower the limits it shares with this one). Unanswered,
+    it would wait out its whole time limit and then end the sandbox."""
+    reply({"id": request["id"], "exit_code": 126, "stdout": "", "truncated": False, "failed": True,
+           "stderr": f"the session sandbox could not run this call: {type(exc).__name__}: {exc}\n"})
+
+
 class Workers:
     """The threads calls run on, kept a while when idle: handing a call to a waiting thread costs
     a wake-up, starting one several times that (tens of microseconds of a ~3 ms call)."""
@@ -258,13 +267,20 @@ class Workers:
             inbox = self.idle.pop() if self.idle else None
         if inbox is None:
             inbox = queue.SimpleQueue()
-            threading.Thread(target=self._work, args=(inbox,), daemon=True).start()
+            try:
+                threading.Thread(target=self._work, args=(inbox,), daemon=True).start()
+            except RuntimeError as exc:  # no thread to be had: the session's processes at their limit
+                failed(request, exc)
+                return
         inbox.put((handler, request))
 
     def _work(self, inbox):
         while True:
             handler, request = inbox.get()
-            handler(request)
+            try:
+                handler(request)
+            except Exception as exc:  # noqa: BLE001 — answered now, not left to the call's timeout
+                failed(request, exc)
             with self.lock:
                 if len(self.idle) >= self.keep:
                     return

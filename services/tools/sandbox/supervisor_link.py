@@ -154,9 +154,13 @@ def reply_result(reply: dict[str, Any], started: float) -> CommandResult:
         value = reply.get(name, default)
         return value if type(value) is kind else default  # exactly: a bool is an int too
 
-    return CommandResult(exit_code=field("exit_code", int, -1), stdout=field("stdout", str, ""),
-                         stderr=field("stderr", str, ""), truncated=field("truncated", bool, False),
-                         duration_ms=(time.monotonic() - started) * 1000)
+    result = CommandResult(exit_code=field("exit_code", int, -1), stdout=field("stdout", str, ""),
+                           stderr=field("stderr", str, ""), truncated=field("truncated", bool, False),
+                           duration_ms=(time.monotonic() - started) * 1000)
+    if field("failed", bool, False):  # the supervisor's own error, its sentence in stderr
+        result.error_kind = "sandbox_error"
+        result.detail = "the session sandbox could not run the call; it stays, and a later call may run"
+    return result
 
 
 def cell_details(result: CommandResult, reply: dict[str, Any], spec: CommandSpec, timed_out: bool) -> CellResult:
