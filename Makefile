@@ -81,7 +81,7 @@ test: install
 	[ $$suite -eq 0 ] || echo "make test: the suite failed (see its summary above the gates)"; \
 	[ $$suite -eq 0 ] && [ $$gates -eq 0 ]
 
-# Before every commit (about a minute): ruff, then the tests not marked slow — the cores against
+# Before every commit (about 75 s on two cores): ruff, then the tests not marked slow — the cores against
 # their ports, the shared library, each service's own tests; not the end-to-end, browser, chart,
 # MCP-server, protocol, multi-replica or image tests (tests/conftest.py: SLOW_DIRS).
 FAST_PATHS := tests/agent tests/cli tests/gateway tests/memory tests/observability tests/scheduler \
