@@ -29,6 +29,7 @@ from tests.images.podman import (
     Podman,
     chart_image,
     free_port,
+    listens_on,
     missing_tools,
     owned_directory,
     podman_env,
@@ -158,6 +159,13 @@ def start_services(podman: Podman, images: dict[str, str], scratch: Path, env: d
             if "the port is taken" in logs:
                 raise PortTaken(logs[-500:]) from None
             raise AssertionError(f"{exc}\n{logs[-3000:]}") from None
+        # The answer may have come from another test's service that took the port first (the
+        # container then exits, "the port is taken"): the container's own process must listen.
+        port = int(addresses[name].rpartition(":")[2])
+        if not listens_on(podman.inspect(containers[name])["State"]["Pid"], port):
+            logs = podman.logs(containers[name])
+            podman.run("pod", "rm", "--force", "--time", "0", pod, check=False)
+            raise PortTaken(f"{addresses[name]} answered, but not from the {name} container:\n{logs[-500:]}")
     return pod, addresses, containers
 
 

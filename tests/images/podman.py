@@ -8,6 +8,7 @@ removes everything this run created, on failure too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -90,6 +91,29 @@ def wait_serving(address: str, timeout_s: float = 60) -> str:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{address} did not answer its health check within {timeout_s:g} s")
             time.sleep(0.2)
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` itself holds a listening TCP socket on `port`: its socket descriptors'
+    inodes looked up in its network namespace's tables. A health check answered on a host-network
+    port proves only that *something* listens there — on a shared machine, another test's service
+    that bound the port between free_port's probe and the container's start."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:["):-1])
+        tables = [Path(f"/proc/{pid}/net/{table}").read_text() for table in ("tcp", "tcp6")]
+    except OSError:  # the process has exited
+        return False
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()  # sl, local address:port (hex), remote, state (0A: LISTEN), ..., inode
+            if fields[3] == "0A" and fields[9] in inodes and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
 
 
 class PodmanError(RuntimeError):
