@@ -8,12 +8,12 @@ import signal
 
 import pytest
 
-from agentmesh.cli.stack import LocalStack, free_address
-from agentmesh.config import SERVICES
+from agentmesh.cli.stack import LocalStack
 from agentmesh.rpc.client import open_channel
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.e2e.conftest import collect, of_kind
 from tests.support.llm_server import ScriptedLLMServer, reply
+from tests.support.local_stack import on_free_ports, start_healthy
 from tests.support.stack import stack_env
 
 
@@ -25,12 +25,10 @@ def answer_by_message(request):
 @pytest.mark.slow
 async def test_sigterm_lets_short_turns_finish_and_tells_long_ones_why_they_end(tmp_path):
     with ScriptedLLMServer(default=answer_by_message) as llm:
-        env = {**os.environ, **stack_env(tmp_path / "home", llm.base_url, {"AGENTMESH_DRAIN_S": "3"})}
-        env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
+        env = on_free_ports({**os.environ, **stack_env(tmp_path / "home", llm.base_url, {"AGENTMESH_DRAIN_S": "3"})})
         stack = LocalStack(env, log_dir=tmp_path / "logs")
-        stack.start()
         try:
-            await stack.wait_healthy()
+            await start_healthy(stack)
             async with open_channel(stack.settings.address_of("gateway")) as channel:
                 gateway = gateway_pb2_grpc.GatewayStub(channel)
                 quick = asyncio.create_task(

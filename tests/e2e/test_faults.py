@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from agentmesh.cli.stack import LocalStack, free_address
+from agentmesh.cli.stack import LocalStack
 from agentmesh.config import SERVICES
 from agentmesh.rpc.client import open_channel
 from agentmesh.v1 import gateway_pb2, gateway_pb2_grpc, sessions_pb2
 from tests.e2e.conftest import collect, of_kind
 from tests.support.llm_server import ScriptedLLMServer, reply, tool_call
+from tests.support.local_stack import on_free_ports, start_healthy
 from tests.support.processes import children_of, is_running
 from tests.support.stack import stack_env
 from tests.support.turns import LiveTurn, wait_until
@@ -28,9 +29,7 @@ pytestmark = pytest.mark.slow
 
 def process_env(home: Path, llm_base_url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a real stack: fixed free ports, so it can be started again on them."""
-    env = {**os.environ, **stack_env(home, llm_base_url, {"AGENTMESH_DRAIN_S": "5", **(extra or {})})}
-    env.update({f"AGENTMESH_{name.upper()}_ADDR": free_address() for name in SERVICES})
-    return env
+    return on_free_ports({**os.environ, **stack_env(home, llm_base_url, {"AGENTMESH_DRAIN_S": "5", **(extra or {})})})
 
 
 class Up:
@@ -147,8 +146,7 @@ class Stack:
         self.local = LocalStack(process_env(tmp_path / "home", llm.base_url, extra), log_dir=tmp_path / "logs")
 
     async def __aenter__(self) -> "Stack":
-        self.local.start()
-        await self.local.wait_healthy()
+        await start_healthy(self.local)
         # A client that waits for the gateway as long as a restart can take on a busy machine.
         self.channel = open_channel(self.local.settings.address_of("gateway"), wait_for_peer_s=30)
         self.gateway = gateway_pb2_grpc.GatewayStub(self.channel)
