@@ -63,6 +63,19 @@ def route(request):
 llm, stack = team_fixtures(lambda: route, WAITING_TEAM_ENV)
 
 
+async def _print_team(memory, llm, team: str) -> None:
+    """What the team held and what alice's model calls saw, shown with the failure: once, under a
+    loaded full run, alice stayed idle after the rejection of its plan, and nothing else said why."""
+    for kind in ("mate", "mail", "protocol"):
+        held = await memory.ListTeamRecords(mpb.ListTeamRecordsRequest(namespace="default", team=team, kind=kind),
+                                            timeout=10)
+        print(kind, [(r.key, r.version, r.body_json) for r in held.records])
+    for request in llm.requests:
+        messages = request.body["messages"]
+        if agent_of(messages, ("alice", "bob")) == "alice":
+            print("alice's model call, its last message:", messages[-1])
+
+
 async def test_the_team_panel_shows_teammates_live_and_a_person_answers_messages_and_stops_them(browser, stack, llm):  # noqa: F811
     memory = stack.memory_stub()
     page, errors = await open_console(browser, stack, viewport=WIDE)
@@ -83,7 +96,11 @@ async def test_the_team_panel_shows_teammates_live_and_a_person_answers_messages
 
     # The revision follows the note; the person approves it.
     second = panel.get_by_role("group", name=re.compile(r"^alice's plan plan-")).filter(has_text="v2")
-    await expect(second.locator(".plan")).to_have_text("v2: a regex, errors reported")
+    try:
+        await expect(second.locator(".plan")).to_have_text("v2: a regex, errors reported")
+    except AssertionError:
+        await _print_team(memory, llm, page.url.split("#/sessions/")[1])
+        raise
     assert await serious_violations(page) == []
     await screenshot(page, "team")
     await second.get_by_role("button", name="Approve alice's plan").click()
