@@ -275,20 +275,23 @@ def drain(pid, streams, limit, spawner_ended=None):
     The process's end (its pidfd) kills its group, so that a leftover process holding the pipes
     ends too; what is still in them is read for half a second at most. So does the end of the
     spawner that started it (`spawner_ended`, its pidfd): nothing could tell the call's exit."""
-    selector = selectors.DefaultSelector()
-    for fd in streams:
-        selector.register(fd, selectors.EVENT_READ)
-    if spawner_ended is not None:
-        selector.register(spawner_ended, selectors.EVENT_READ, "spawner")
-    try:
-        pidfd = os.pidfd_open(pid)
-        selector.register(pidfd, selectors.EVENT_READ)
-        deadline = None
-    except OSError:  # it has ended (and been reaped) already
-        pidfd, deadline = None, time.monotonic() + 0.5
-        kill_group(pid)
+    selector, pidfd = None, None
     total, flood = 0, False
     try:
+        # Its own descriptor first: without one (the session used them up) the call is not
+        # followed, and the caller stops it; the pipes are closed below either way.
+        selector = selectors.DefaultSelector()
+        for fd in streams:
+            selector.register(fd, selectors.EVENT_READ)
+        if spawner_ended is not None:
+            selector.register(spawner_ended, selectors.EVENT_READ, "spawner")
+        try:
+            pidfd = os.pidfd_open(pid)
+            selector.register(pidfd, selectors.EVENT_READ)
+            deadline = None
+        except OSError:  # it has ended (and been reaped) already
+            pidfd, deadline = None, time.monotonic() + 0.5
+            kill_group(pid)
         while streams:
             events = selector.select(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if not events and deadline is not None:
@@ -318,5 +321,6 @@ def drain(pid, streams, limit, spawner_ended=None):
     finally:
         for fd in list(streams) + ([pidfd] if pidfd is not None else []):
             os.close(fd)
-        selector.close()
+        if selector is not None:
+            selector.close()
     return flood

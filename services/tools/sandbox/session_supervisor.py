@@ -73,7 +73,12 @@ class Supervisor:
     def run_exec(self, request):
         call = request["id"]
         out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
+        try:
+            err_read, err_write = os.pipe()
+        except OSError:  # out of descriptors: `failed` answers the call, nothing of it kept
+            os.close(out_read)
+            os.close(out_write)
+            raise
         try:
             spawner = self.spawner_for(request)
             if spawner is not None:
@@ -105,11 +110,14 @@ class Supervisor:
             os.close(err_write)
         out, err = Capped(request["cap"]), Capped(request["cap"])
         self.calls[call] = (pid, out, err)
-        flood = drain(pid, {out_read: out, err_read: err}, request["drain"], ended)
-        code = wait(call)
-        # A leftover process of the call's group may hold the pipes: its group is killed with it.
-        kill_group(pid)
-        self.calls.pop(call, None)
+        try:
+            flood = drain(pid, {out_read: out, err_read: err}, request["drain"], ended)
+            code = wait(call)
+        finally:
+            # A leftover process of the call's group may hold the pipes; or the call could not be
+            # followed (drain raised: `failed` answers it): its group is killed either way.
+            kill_group(pid)
+            self.calls.pop(call, None)
         stderr = err.text() if code is not None else err.text() + SPAWNER_GONE
         reply({"id": call, "exit_code": 128 + signal.SIGKILL if code is None else code if code >= 0 else 128 - code,
                "stdout": out.text(), "stderr": stderr, "truncated": out.truncated or err.truncated or flood,
